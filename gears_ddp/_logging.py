@@ -1,0 +1,26 @@
+"""Library logging: every module logs through ``get_logger`` under the ``gears_ddp`` name.
+
+The library never prints; applications decide what to show by configuring ``logging``.
+``enable_console_logging`` is the one-liner examples and scripts use for readable output.
+"""
+import logging
+
+LIBRARY_LOGGER_NAME = "gears_ddp"
+
+
+def get_logger(name: str) -> logging.Logger:
+    """Return the logger for a module of this library (``name`` is usually ``__name__``)."""
+    if not name.startswith(LIBRARY_LOGGER_NAME):
+        name = f"{LIBRARY_LOGGER_NAME}.{name}"
+    return logging.getLogger(name)
+
+
+def enable_console_logging(level: int = logging.INFO) -> None:
+    """Send the library's log records to stderr with a timestamped format (idempotent)."""
+    logger = logging.getLogger(LIBRARY_LOGGER_NAME)
+    logger.setLevel(level)
+    if not any(getattr(h, "_gears_ddp_console", False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler._gears_ddp_console = True
+        logger.addHandler(handler)

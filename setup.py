@@ -1,0 +1,32 @@
+"""Packaging for gears_ddp: fast single- and multi-device training of GEARS."""
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+setup(
+    name="gears_ddp",
+    version="0.1.0",
+    description=(
+        "GEARS (perturbation-response prediction) with tensor-backed data, "
+        "vectorised training and DistributedDataParallel"
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["gears_ddp", "gears_ddp.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.1",
+        "torch-geometric>=2.4",
+        "scanpy>=1.9",
+        "anndata>=0.9",
+        "numpy>=1.23",
+        "scipy>=1.9",
+        "pandas>=1.5",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "cell-gears==0.1.2", "scikit-learn", "networkx", "dcor"],
+    },
+)
