@@ -1,0 +1,128 @@
+"""All cells of a dataset as a few tensors, and batches gathered from them by index.
+
+There is no Python object per cell. ``CellTable`` holds the expression matrix once
+(float32, cells x genes), each cell's condition code, and per-condition lookup tables
+(perturbed-gene indices, top-20 DE gene indices). A batch of cells is four ``index_select``
+calls. ``share_memory_`` moves the tensors to shared memory so processes spawned on the
+same node read one copy.
+
+A training example pairs a perturbed cell (target ``y``) with a control cell (input
+``x``); control cells are paired with themselves. ``draw_control_partners`` makes that
+pairing from a seed, so it is reproducible and identical on every rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Sequence
+
+import torch
+
+from gears_ddp.data.conditions import CONTROL
+
+N_DE_GENES = 20
+MAX_PERTURBED_GENES = 2
+
+
+@dataclass
+class PertBatch:
+    """One batch. ``x``: paired control expression (B x G); ``y``: observed expression (B x G);
+    ``pert_idx``: perturbed genes in the perturbation vocabulary (B x 2, -1 padded);
+    ``condition``: condition code of each cell (B); ``de_idx``: the condition's top-20 DE
+    gene indices (B x 20, -1 padded); ``condition_names``: code -> condition string."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    pert_idx: torch.Tensor
+    condition: torch.Tensor
+    de_idx: torch.Tensor
+    condition_names: Sequence[str]
+
+    _TENSORS = ("x", "y", "pert_idx", "condition", "de_idx")
+
+    def __len__(self) -> int:
+        return self.y.shape[0]
+
+    @property
+    def pert(self) -> list[str]:
+        """Each cell's condition string (the reference's ``batch.pert``)."""
+        return [self.condition_names[c] for c in self.condition.tolist()]
+
+    def _map(self, fn) -> "PertBatch":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update({name: fn(values[name]) for name in self._TENSORS})
+        return PertBatch(**values)
+
+    def to(self, device, non_blocking: bool = False) -> "PertBatch":
+        """The batch on ``device``."""
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "PertBatch":
+        """The batch in page-locked memory (called by ``DataLoader(pin_memory=True)``)."""
+        return self._map(torch.Tensor.pin_memory)
+
+
+@dataclass
+class CellTable:
+    """Expression and per-cell / per-condition indices of one dataset, as tensors."""
+
+    expression: torch.Tensor         # (cells, genes) float32
+    condition_codes: torch.Tensor    # (cells,) long, index into ``conditions``
+    conditions: list[str]            # condition strings, in order of first appearance
+    condition_pert_idx: torch.Tensor  # (conditions, 2) long, -1 padded
+    condition_de_idx: torch.Tensor   # (conditions, 20) long, -1 padded
+
+    @property
+    def n_cells(self) -> int:
+        return self.expression.shape[0]
+
+    def share_memory_(self) -> "CellTable":
+        """Move every tensor to shared memory (in place) so child processes do not copy it."""
+        for tensor in (self.expression, self.condition_codes, self.condition_pert_idx, self.condition_de_idx):
+            tensor.share_memory_()
+        return self
+
+    def nbytes(self) -> int:
+        """Bytes held by the table's tensors."""
+        return sum(t.element_size() * t.numel() for t in (
+            self.expression, self.condition_codes, self.condition_pert_idx, self.condition_de_idx))
+
+    def control_cells(self) -> torch.Tensor:
+        """Indices of the control cells."""
+        if CONTROL not in self.conditions:
+            return torch.empty(0, dtype=torch.long)
+        return torch.nonzero(self.condition_codes == self.conditions.index(CONTROL)).flatten()
+
+    def cells_of(self, conditions: Sequence[str]) -> torch.Tensor:
+        """Indices of the cells of ``conditions``, grouped by condition in the given order."""
+        code_of = {c: i for i, c in enumerate(self.conditions)}
+        rank = torch.full((len(self.conditions),), len(conditions), dtype=torch.long)
+        for position, condition in enumerate(conditions):
+            if condition in code_of:
+                rank[code_of[condition]] = position
+        cell_rank = rank[self.condition_codes]
+        order = torch.argsort(cell_rank, stable=True)
+        return order[cell_rank[order] < len(conditions)]
+
+    def draw_control_partners(self, seed: int) -> torch.Tensor:
+        """For every cell, the index of its input cell: a random control cell for perturbed
+        cells (drawn from ``seed``), itself for control cells."""
+        controls = self.control_cells()
+        partners = torch.arange(self.n_cells)
+        if len(controls) == 0:
+            return partners
+        perturbed = torch.nonzero(self.condition_codes != self.conditions.index(CONTROL)).flatten()
+        generator = torch.Generator().manual_seed(seed)
+        partners[perturbed] = controls[torch.randint(len(controls), (len(perturbed),), generator=generator)]
+        return partners
+
+    def gather(self, cells: torch.Tensor, partners: torch.Tensor) -> PertBatch:
+        """The batch of ``cells`` (long tensor), each paired with ``partners[cell]``."""
+        codes = self.condition_codes[cells]
+        return PertBatch(
+            x=self.expression.index_select(0, partners[cells]),
+            y=self.expression.index_select(0, cells),
+            pert_idx=self.condition_pert_idx[codes],
+            condition=codes,
+            de_idx=self.condition_de_idx[codes],
+            condition_names=self.conditions,
+        )

@@ -1,0 +1,70 @@
+"""Perturbation condition strings: parsing and validation.
+
+A condition names what was done to a cell, in the GEARS notation:
+``'ctrl'`` (control), ``'A+ctrl'`` or ``'ctrl+A'`` (gene A perturbed alone) and
+``'A+B'`` (genes A and B together). Every other module goes through these helpers
+so that the notation is interpreted in exactly one place.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+CONTROL = "ctrl"
+
+
+def condition_genes(condition: str) -> list[str]:
+    """Return the perturbed genes of a condition, in written order (``[]`` for control)."""
+    return [part for part in condition.split("+") if part != CONTROL]
+
+
+def is_single(condition: str) -> bool:
+    """True for a one-gene perturbation such as ``'A+ctrl'``."""
+    return CONTROL in condition.split("+") and condition != CONTROL
+
+
+def is_combo(condition: str) -> bool:
+    """True for a two-gene perturbation such as ``'A+B'``."""
+    return condition != CONTROL and CONTROL not in condition.split("+")
+
+
+def condition_problem(condition: object) -> str | None:
+    """Explain why ``condition`` is not a valid GEARS condition string, or return None."""
+    if not isinstance(condition, str):
+        return f"not a string ({type(condition).__name__})"
+    if condition == CONTROL:
+        return None
+    parts = condition.split("+")
+    if len(parts) != 2:
+        return "expected 'ctrl', 'GENE+ctrl' or 'GENE1+GENE2'"
+    if any(part.strip() != part or part == "" for part in parts):
+        return "empty gene name or surrounding whitespace"
+    if parts == [CONTROL, CONTROL]:
+        return "'ctrl+ctrl' names no gene; write 'ctrl'"
+    if parts[0] == parts[1]:
+        return f"names gene {parts[0]!r} twice"
+    return None
+
+
+def validate_conditions(conditions: Iterable[object], source: str = "obs['condition']") -> None:
+    """Raise ``ValueError`` listing every malformed condition string (at most 10 shown)."""
+    bad = []
+    for condition in dict.fromkeys(conditions):
+        problem = condition_problem(condition)
+        if problem is not None:
+            bad.append(f"{condition!r}: {problem}")
+    if bad:
+        shown = "; ".join(bad[:10]) + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
+        raise ValueError(f"malformed condition strings in {source}: {shown}")
+
+
+def genes_of_conditions(conditions: Iterable[str]) -> np.ndarray:
+    """Sorted unique genes perturbed in any of ``conditions`` (control excluded)."""
+    genes = {gene for condition in set(conditions) for gene in condition_genes(condition)}
+    return np.array(sorted(genes), dtype=object)
+
+
+def unique_in_order(values: Iterable[str]) -> list[str]:
+    """Unique values in order of first appearance (what ``pandas.Series.unique`` gives)."""
+    return list(dict.fromkeys(values))

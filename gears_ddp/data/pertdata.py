@@ -1,0 +1,375 @@
+"""``PertData``: a Perturb-seq dataset ready for GEARS.
+
+It reads the processed GEARS format (or processes a raw AnnData), keeps the cells whose
+perturbed genes are in the perturbation vocabulary, splits conditions into train / val /
+test, builds the gene graphs and hands out loaders. Expression is held once, as a float32
+tensor that ``adata.X`` views without a copy; pickling a ``PertData`` (as
+``torch.multiprocessing`` does when it starts workers) sends that tensor through shared
+memory instead of copying it into every process.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anndata
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import torch
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data import download, graphs, io, processing
+from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
+from gears_ddp.data.conditions import CONTROL, condition_genes, unique_in_order, validate_conditions
+from gears_ddp.data.loaders import build_loaders
+from gears_ddp.data.splits import SPLIT_TYPES, check_split_sets, split_conditions
+
+logger = get_logger(__name__)
+
+GENE2GO_FILE = "gene2go_all.pkl"
+ESSENTIAL_GENES_FILE = "essential_all_data_pert_genes.pkl"
+GO_EDGES_NAME = "go_essential_all"
+SETS_OF_SPLIT = {"no_split": ("test",), "no_test": ("train", "val")}
+ALL_SETS = ("train", "val", "test")
+
+
+class PertData:
+    """A Perturb-seq dataset for GEARS: conditions, splits, gene graphs and loaders.
+
+    Parameters
+    ----------
+    data_path: folder holding the datasets (one sub-folder each) and the GO files.
+    gene_set_path: optional pickle of a gene list that defines the perturbation vocabulary.
+    default_pert_graph: use the published GEARS vocabulary and GO graph
+        (``essential_all_data_pert_genes.pkl``, ``go_essential_all``); if False the
+        vocabulary is the dataset's genes plus its perturbed genes, and the GO graph is
+        computed for it.
+    """
+
+    def __init__(self, data_path, gene_set_path=None, default_pert_graph: bool = True):
+        self.data_path = str(data_path)
+        Path(self.data_path).mkdir(parents=True, exist_ok=True)
+        self.gene_set_path = gene_set_path
+        self.default_pert_graph = default_pert_graph and gene_set_path is None
+        self.dataset_name: str | None = None
+        self.dataset_path: str | None = None
+        self.adata: anndata.AnnData | None = None
+        self.cells: CellTable | None = None
+        self.gene_names: pd.Series = pd.Series(dtype=str)
+        self.node_map: dict[str, int] = {}
+        self.pert_names: np.ndarray | None = None
+        self.node_map_pert: dict[str, int] = {}
+        self.split: str | None = None
+        self.seed: int | None = None
+        self.train_gene_set_size: float | None = None
+        self.subgroup: dict | None = None
+        self.set2conditions: dict[str, list[str]] | None = None
+        self.dataloader: dict | None = None
+        self._gene2go: dict | None = None
+
+    # ------------------------------------------------------------------ loading
+    @property
+    def gene2go(self) -> dict:
+        """Gene symbol -> GO term ids (``gene2go_all.pkl``, downloaded if absent)."""
+        if self._gene2go is None:
+            path = download.ensure_go_file(GENE2GO_FILE, self.data_path)
+            self._gene2go = io.read_pickle(path, "gene -> GO terms mapping")
+        return self._gene2go
+
+    def load(self, data_name: str | None = None, data_path: str | None = None) -> None:
+        """Load a dataset: one of the paper's by ``data_name`` (downloaded into ``data_path``
+        of the constructor if absent), or a local folder holding ``perturb_processed.h5ad``."""
+        if data_name is not None and data_name in download.DATASET_FILE_IDS:
+            folder = download.ensure_dataset(data_name, self.data_path)
+        elif data_path is not None and Path(data_path).is_dir():
+            folder = Path(data_path)
+        else:
+            raise ValueError(f"nothing to load: data_name must be one of {sorted(download.DATASET_FILE_IDS)} "
+                             f"(got {data_name!r}), or data_path an existing folder (got {data_path!r})")
+        h5ad = folder / io.PROCESSED_FILE
+        adata = io.read_h5ad(h5ad)
+        processing.check_columns(adata, str(h5ad), obs_columns=("condition", "cell_type", "condition_name"))
+        validate_conditions(adata.obs["condition"].astype(object), f"{h5ad} obs['condition']")
+        processing.check_expression(adata.X, str(h5ad))
+        self._use_dataset(adata, folder)
+
+    def new_data_process(self, dataset_name: str, adata: anndata.AnnData | None = None,
+                         skip_calc_de: bool = False, overwrite: bool = False) -> None:
+        """Process a raw AnnData (``obs['condition']``, ``obs['cell_type']``, ``var['gene_name']``,
+        log-normalised ``X``) into ``data_path/<dataset_name>/perturb_processed.h5ad`` and load it.
+
+        ``adata`` gains the processed columns in place. An existing processed file is only
+        replaced with ``overwrite=True``; its cached splits and graphs are then removed.
+        """
+        if adata is None:
+            raise ValueError("new_data_process needs the raw AnnData as `adata`")
+        folder = Path(self.data_path) / dataset_name.lower()
+        target = folder / io.PROCESSED_FILE
+        if target.exists() and not overwrite:
+            raise FileExistsError(f"{target} already exists; load it with PertData.load(data_path="
+                                  f"'{folder}') or pass overwrite=True to replace it")
+        processing.process_raw(adata, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
+        io.write_h5ad(adata, target)
+        if overwrite:
+            self._remove_derived_files(folder)
+        logger.info("wrote %s (%d cells x %d genes)", target, adata.n_obs, adata.n_vars)
+        self._use_dataset(adata, folder)
+
+    @staticmethod
+    def _remove_derived_files(folder: Path) -> None:
+        """Delete split and graph caches computed from an earlier version of the data."""
+        stale = list((folder / "splits").glob("*.pkl")) + list(folder.glob("*_co_expression_network.csv")) \
+            + list(folder.glob("go_essential_*.csv"))
+        for path in stale:
+            path.unlink()
+        if stale:
+            logger.info("removed %d cached split/graph files of the replaced data in %s", len(stale), folder)
+
+    def _pert_vocabulary_candidates(self, adata) -> list[str]:
+        """Genes that may form the perturbation vocabulary, by the constructor's choice."""
+        if self.gene_set_path is not None:
+            return list(io.read_pickle(self.gene_set_path, "perturbation gene set"))
+        if not self.default_pert_graph:
+            perturbed = {g for c in adata.obs["condition"].astype(str).unique() for g in condition_genes(c)}
+            return list(adata.var["gene_name"].astype(str)) + sorted(perturbed)
+        path = download.ensure_go_file(ESSENTIAL_GENES_FILE, self.data_path)
+        return list(io.read_pickle(path, "default perturbation gene list"))
+
+    def _use_dataset(self, adata: anndata.AnnData, folder: Path) -> None:
+        """Set the vocabulary, drop cells it cannot represent and build the cell table."""
+        self.dataset_name = folder.name
+        self.dataset_path = str(folder)
+        self.pert_names = graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(adata))
+        self.node_map_pert = {g: i for i, g in enumerate(self.pert_names)}
+        conditions = adata.obs["condition"].astype(str).to_numpy()
+        known = {c: all(g in self.node_map_pert for g in condition_genes(c)) for c in unique_in_order(conditions)}
+        dropped = [c for c, ok in known.items() if not ok]
+        if dropped:
+            logger.warning("dropping %d conditions whose genes are not in the perturbation vocabulary "
+                           "(no GO annotation), so their effect cannot be predicted: %s",
+                           len(dropped), dropped)
+        keep = np.fromiter((known[c] for c in conditions), dtype=bool, count=len(conditions))
+        if not any(ok and c != CONTROL for c, ok in known.items()):
+            raise ValueError(f"no perturbation of dataset {self.dataset_name!r} is in the perturbation "
+                             "vocabulary; check gene symbols against the GO annotations")
+        self.adata, self.cells = _tensor_backed(adata, keep, self.node_map_pert)
+        self.gene_names = self.adata.var["gene_name"]
+        self.node_map = {g: i for i, g in enumerate(self.gene_names)}
+        self.split = self.set2conditions = self.subgroup = self.dataloader = None
+        logger.info("dataset %s: %d cells, %d genes, %d conditions, perturbation vocabulary of %d genes",
+                    self.dataset_name, self.adata.n_obs, self.adata.n_vars, len(self.cells.conditions),
+                    len(self.pert_names))
+
+    @property
+    def ctrl_adata(self) -> anndata.AnnData:
+        """The control cells (a view of ``adata``)."""
+        return self.adata[self.adata.obs["condition"] == CONTROL]
+
+    def get_pert_idx(self, condition: str) -> list[int]:
+        """Indices of a condition's perturbed genes in the perturbation vocabulary."""
+        return [self.node_map_pert[g] for g in condition_genes(condition)]
+
+    # ------------------------------------------------------------------ splits
+    def prepare_split(self, split: str = "simulation", seed: int = 1, train_gene_set_size: float = 0.75,
+                      combo_seen2_train_frac: float = 0.75, combo_single_split_test_set_fraction: float = 0.1,
+                      test_perts=None, only_test_set_perts: bool = False, test_pert_genes=None,
+                      split_dict_path=None) -> None:
+        """Split conditions into train / val / test (sets ``set2conditions`` and ``subgroup``).
+
+        Same parameters and results as the published GEARS; splits are cached in
+        ``<dataset>/splits/`` under the reference's file names. ``test_perts`` and
+        ``test_pert_genes`` take a list or the reference's ``'_'``-joined string.
+        """
+        self._require_data()
+        if split not in SPLIT_TYPES:
+            raise ValueError(f"unknown split {split!r}; available splits: {', '.join(SPLIT_TYPES)}")
+        self.split, self.seed, self.train_gene_set_size, self.subgroup = split, seed, train_gene_set_size, None
+        required = SETS_OF_SPLIT.get(split, ALL_SETS)
+        if split == "custom":
+            if split_dict_path is None:
+                raise ValueError("split='custom' needs split_dict_path, a pickled dict "
+                                 "{'train': [...], 'val': [...], 'test': [...]} of conditions")
+            loaded = io.read_pickle(split_dict_path, "custom split")
+            if not isinstance(loaded, dict):
+                raise ValueError(f"custom split file {split_dict_path} holds a {type(loaded).__name__}, "
+                                 "expected a dict {'train': [...], 'val': [...], 'test': [...]}")
+            sets = {name: [str(c) for c in conds] for name, conds in loaded.items()}
+            check_split_sets(sets, self.cells.conditions, required, f"custom split file {split_dict_path}")
+            self.set2conditions = sets
+            return
+
+        test_perts = test_perts.split("_") if isinstance(test_perts, str) else test_perts
+        test_pert_genes = test_pert_genes.split("_") if isinstance(test_pert_genes, str) else test_pert_genes
+        split_path = Path(self.dataset_path) / "splits" / (
+            f"{self.dataset_name}_{split}_{seed}_{train_gene_set_size}"
+            + (f"_{'_'.join(test_perts)}" if test_perts else "") + ".pkl")
+        subgroup_path = split_path.with_name(split_path.stem + "_subgroup.pkl")
+        if split_path.exists():
+            logger.info("using cached split %s", split_path)
+            sets = {k: [str(c) for c in v] for k, v in io.read_pickle(split_path, "cached split").items()}
+            check_split_sets(sets, self.cells.conditions, required,
+                             f"cached split {split_path} (delete it if the data changed)")
+            if split == "simulation":
+                self.subgroup = io.read_pickle(subgroup_path, "cached split subgroups")
+        else:
+            result = split_conditions(self.cells.conditions, split, seed, train_gene_set_size,
+                                      combo_seen2_train_frac, combo_single_split_test_set_fraction,
+                                      test_perts, only_test_set_perts, test_pert_genes)
+            sets = result.set2conditions
+            check_split_sets(sets, self.cells.conditions, required, f"split {split!r} with seed {seed}")
+            io.write_pickle(sets, split_path)
+            if result.subgroup is not None:
+                io.write_pickle(result.subgroup, subgroup_path)
+                self.subgroup = result.subgroup
+            logger.info("saved split to %s", split_path)
+        self.set2conditions = sets
+        logger.info("split %s (seed %s): %s conditions", split, seed,
+                    {name: len(conds) for name, conds in sets.items()})
+        if self.subgroup is not None:
+            logger.info("test composition: %s",
+                        {name: len(conds) for name, conds in self.subgroup["test_subgroup"].items()})
+
+    # ------------------------------------------------------------------ loaders
+    def _set2cells(self) -> dict[str, torch.Tensor]:
+        """Cell indices of each set the split defines (control excluded from a ``no_split`` test)."""
+        if self.set2conditions is None:
+            raise RuntimeError("call prepare_split before asking for loaders or graphs")
+        names = SETS_OF_SPLIT.get(self.split, ALL_SETS)
+        out = {}
+        for name in names:
+            conditions = self.set2conditions[name]
+            if self.split == "no_split":
+                conditions = [c for c in conditions if c != CONTROL]
+            out[name] = self.cells.cells_of(conditions)
+        return out
+
+    def get_dataloader(self, batch_size: int, test_batch_size: int | None = None, seed: int = 0,
+                       resample_controls: bool = False) -> dict:
+        """Loaders for one process: ``{'train_loader', 'val_loader', 'test_loader'}`` (the sets
+        the split defines), also stored as ``self.dataloader``.
+
+        ``seed`` fixes the shuffling and the control cell paired with each perturbed cell;
+        ``resample_controls=True`` draws new control partners for training every epoch
+        (call ``loader.set_epoch(epoch)``).
+        """
+        return self.get_dataloader_distributed(batch_size, test_batch_size, world_size=1, rank=0,
+                                               seed=seed, resample_controls=resample_controls)
+
+    def get_dataloader_distributed(self, batch_size: int, test_batch_size: int | None = None,
+                                   world_size: int = 1, rank: int = 0, num_workers: int = 0,
+                                   pin_memory: bool = False, seed: int = 0,
+                                   resample_controls: bool = False) -> dict:
+        """Loaders for rank ``rank`` of ``world_size``: train through a ``DistributedSampler``
+        (shuffle, ``drop_last``, call ``set_epoch``), val/test as contiguous shards that cover
+        every cell exactly once across ranks.
+
+        ``num_workers`` defaults to 0 because a batch is one in-memory gather; worker
+        processes would only add copies between processes.
+        """
+        self.dataloader = build_loaders(self.cells, self._set2cells(), batch_size, test_batch_size or batch_size,
+                                        world_size, rank, seed, resample_controls, num_workers, pin_memory)
+        return self.dataloader
+
+    # ------------------------------------------------------------------ graphs
+    def coexpression_graph(self, threshold: float = 0.4, k: int = 20) -> graphs.GeneGraph:
+        """Gene co-expression graph from the training cells of control and single conditions
+        (cached as the reference's ``<split>_<seed>_<size>_<threshold>_<k>_co_expression_network.csv``)."""
+        if self.set2conditions is None:
+            raise RuntimeError("call prepare_split before building the co-expression graph")
+        cache = Path(self.dataset_path) / (f"{self.split}_{self.seed}_{self.train_gene_set_size}_"
+                                           f"{threshold}_{k}_co_expression_network.csv")
+        if cache.exists():
+            edges = pd.read_csv(cache)
+        else:
+            conditions = [c for c in self.set2conditions["train"] if c == CONTROL or len(condition_genes(c)) == 1]
+            rows = self.cells.cells_of(conditions).numpy()
+            edges = graphs.coexpression_edge_list(self.cells.expression, rows, self.gene_names.to_numpy(),
+                                                  threshold, k)
+            with io.atomic_path(cache) as tmp:
+                edges.to_csv(tmp, index=False)
+        return graphs.to_gene_graph(edges, self.node_map)
+
+    def go_graph(self, k: int = 20) -> graphs.GeneGraph:
+        """GO-similarity graph over the perturbation vocabulary (top ``k + 1`` sources per gene)."""
+        self._require_data()
+        if self.default_pert_graph:
+            edges = pd.read_csv(download.ensure_go_file(GO_EDGES_NAME, self.data_path))
+        else:
+            cache = Path(self.dataset_path) / f"go_essential_{self.dataset_name}.csv"
+            if cache.exists():
+                edges = pd.read_csv(cache)
+            else:
+                edges = graphs.jaccard_edge_list(self.gene2go, self.pert_names)
+                with io.atomic_path(cache) as tmp:
+                    edges.to_csv(tmp, index=False)
+        return graphs.to_gene_graph(graphs.go_edge_list(edges, self.pert_names, k), self.node_map_pert)
+
+    # ------------------------------------------------------------------ sharing
+    def _require_data(self) -> None:
+        if self.cells is None:
+            raise RuntimeError("no dataset loaded: call load() or new_data_process() first")
+
+    def share_memory_(self) -> "PertData":
+        """Move the expression tensor to shared memory so spawned workers do not copy it."""
+        self._require_data()
+        self.cells.share_memory_()
+        return self
+
+    def __getstate__(self) -> dict:
+        """Pickle without ``adata.X`` (rebuilt as a view of the shared tensor) and without loaders."""
+        state = dict(self.__dict__)
+        state["dataloader"] = None
+        if self.adata is not None:
+            state["adata"] = None
+            state["_adata_parts"] = {"obs": self.adata.obs, "var": self.adata.var, "uns": self.adata.uns}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        parts = state.pop("_adata_parts", None)
+        self.__dict__.update(state)
+        if parts is not None:
+            self.adata = anndata.AnnData(X=self.cells.expression.numpy(), **parts)
+
+
+def _condition_tables(conditions: list[str], condition_names: dict, uns: dict, var_names: pd.Index,
+                      node_map_pert: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-condition perturbed-gene indices (C x 2) and top-20 DE gene indices (C x 20), -1 padded.
+
+    DE indices are the positions of the condition's 20 top-ranked genes, in gene order (as
+    the reference stores them); all -1 for control or when DE genes were not computed.
+    """
+    pert_idx = torch.full((len(conditions), MAX_PERTURBED_GENES), -1, dtype=torch.long)
+    de_idx = torch.full((len(conditions), N_DE_GENES), -1, dtype=torch.long)
+    ranked = uns.get(processing.RANK_KEY)
+    for code, condition in enumerate(conditions):
+        genes = condition_genes(condition)
+        pert_idx[code, :len(genes)] = torch.tensor([node_map_pert[g] for g in genes], dtype=torch.long)
+        if condition != CONTROL and ranked is not None:
+            top = np.flatnonzero(var_names.isin(list(ranked[condition_names[condition]])[:N_DE_GENES]))
+            de_idx[code, :len(top)] = torch.from_numpy(top)
+    return pert_idx, de_idx
+
+
+def _tensor_backed(adata: anndata.AnnData, keep: np.ndarray, node_map_pert: dict):
+    """The kept cells as a ``CellTable`` plus an AnnData whose ``X`` views the same memory."""
+    matrix = adata.X[np.flatnonzero(keep)] if not keep.all() else adata.X
+    dense = matrix.toarray() if sp.issparse(matrix) else np.asarray(matrix)
+    expression = torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32))
+    obs = adata.obs.iloc[np.flatnonzero(keep)].copy() if not keep.all() else adata.obs.copy()
+    for column in obs.columns:
+        if isinstance(obs[column].dtype, pd.CategoricalDtype):
+            obs[column] = obs[column].cat.remove_unused_categories()
+    conditions_of_cells = obs["condition"].astype(str).to_numpy()
+    conditions = unique_in_order(conditions_of_cells)
+    codes = pd.Categorical(conditions_of_cells, categories=conditions).codes.astype(np.int64)
+    condition_names = dict(zip(conditions_of_cells, obs["condition_name"].astype(str)))
+    pert_idx, de_idx = _condition_tables(conditions, condition_names, adata.uns, adata.var_names, node_map_pert)
+    table = CellTable(expression, torch.from_numpy(codes), conditions, pert_idx, de_idx)
+    view = anndata.AnnData(X=expression.numpy(), obs=obs, var=adata.var.copy(), uns=adata.uns)
+    return view, table
+
+
+def default_data_path() -> str:
+    """Where examples keep data unless told otherwise: ``$GEARS_DDP_DATA`` or ``./data``."""
+    return os.environ.get("GEARS_DDP_DATA", "./data")

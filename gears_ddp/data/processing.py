@@ -1,0 +1,146 @@
+"""From a raw AnnData to the processed GEARS form (``perturb_processed.h5ad``).
+
+Input: log-normalised expression, ``obs['condition']``, ``obs['cell_type']`` and
+``var['gene_name']``. Output (same AnnData, in place): ``obs`` columns ``condition_name``,
+``dose_val`` and ``control``; ``uns`` entries ``rank_genes_groups_cov_all`` (all genes
+ranked by scanpy's t-test against control, ``rankby_abs=True``), ``top_non_dropout_de_20``,
+``top_non_zero_de_20``, ``non_zeros_gene_idx`` and ``non_dropout_gene_idx``, exactly as the
+published GEARS writes them. The gene-set bookkeeping is vectorised over genes: one sparse
+product gives which genes are non-zero in which condition.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import scanpy as sc
+import scipy.sparse as sp
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data.conditions import CONTROL, validate_conditions
+
+logger = get_logger(__name__)
+
+REQUIRED_OBS = ("condition", "cell_type")
+REQUIRED_VAR = ("gene_name",)
+N_TOP_DE = 20
+RANK_KEY = "rank_genes_groups_cov_all"
+
+
+def check_columns(adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQUIRED_VAR) -> None:
+    """Raise ``ValueError`` naming every required ``obs`` / ``var`` column that is missing."""
+    missing = [f"obs[{c!r}]" for c in obs_columns if c not in adata.obs.columns]
+    missing += [f"var[{c!r}]" for c in var_columns if c not in adata.var.columns]
+    if missing:
+        raise ValueError(f"{source} lacks required column(s) {', '.join(missing)}; GEARS data needs "
+                         "obs['condition'] ('ctrl', 'A+ctrl', 'A+B'), obs['cell_type'] and var['gene_name']")
+
+
+def check_expression(matrix, source: str) -> None:
+    """Raise ``ValueError`` if the expression has non-finite or negative values (with counts)."""
+    values = matrix.data if sp.issparse(matrix) else np.asarray(matrix)
+    n_nonfinite = int(np.size(values) - np.count_nonzero(np.isfinite(values)))
+    if n_nonfinite:
+        raise ValueError(f"{source} has {n_nonfinite} non-finite expression values (NaN or inf); "
+                         "GEARS needs log-normalised, finite expression")
+    n_negative = int(np.count_nonzero(values < 0))
+    if n_negative:
+        raise ValueError(f"{source} has {n_negative} negative expression values (min {values.min():.4g}); "
+                         "GEARS needs non-negative log-normalised expression (normalise_total + log1p)")
+    if np.size(values) and values.max() > 50:
+        logger.warning("%s: maximum expression %.1f looks like raw counts; GEARS expects "
+                       "log-normalised data (normalise_total to 1e4, then log1p)", source, values.max())
+
+
+def validate_raw(adata, source: str = "the AnnData") -> None:
+    """Check everything ``add_condition_columns`` and the DE step rely on, with clear errors."""
+    check_columns(adata, source)
+    conditions = adata.obs["condition"].astype(object)
+    validate_conditions(conditions, f"{source} obs['condition']")
+    if not (conditions == CONTROL).any():
+        raise ValueError(f"{source} has no control cells (obs['condition'] == 'ctrl'); GEARS pairs "
+                         "each perturbed cell with a control cell")
+    cell_types = pd.unique(adata.obs["cell_type"].astype(object))
+    if len(cell_types) != 1:
+        raise ValueError(f"{source} has {len(cell_types)} cell types {list(cell_types)[:10]}; "
+                         "GEARS models one cell type per dataset: subset the AnnData first")
+    gene_names = adata.var["gene_name"].astype(str)
+    duplicated = sorted(set(gene_names[gene_names.duplicated()]))
+    if duplicated:
+        raise ValueError(f"{source} var['gene_name'] repeats genes {duplicated[:10]}; gene names must be unique")
+    check_expression(adata.X, source)
+
+
+def add_condition_columns(adata) -> None:
+    """Add ``dose_val``, ``control`` and ``condition_name`` to ``obs`` (all categorical)."""
+    conditions = adata.obs["condition"].astype(str)
+    two_part = conditions.str.count(r"\+") == 1
+    adata.obs["dose_val"] = np.where(two_part, "1+1", "1")
+    adata.obs["control"] = np.where(two_part, 0, 1)
+    adata.obs["condition_name"] = (adata.obs["cell_type"].astype(str) + "_" + conditions + "_"
+                                   + adata.obs["dose_val"])
+    adata.obs = adata.obs.astype("category")
+
+
+def rank_de_genes(adata) -> None:
+    """Rank all genes per condition against control (scanpy t-test) into ``uns[RANK_KEY]``."""
+    control_name = adata.obs.loc[adata.obs["condition"] == CONTROL, "condition_name"].iloc[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sc.tl.rank_genes_groups(adata, groupby="condition_name", reference=control_name,
+                                rankby_abs=True, n_genes=adata.n_vars, use_raw=False,
+                                method="t-test", key_added="_gears_ddp_rank")
+    names = adata.uns.pop("_gears_ddp_rank")["names"]
+    adata.uns[RANK_KEY] = {group: [str(g) for g in names[group]] for group in names.dtype.names}
+
+
+def nonzero_by_condition(adata) -> tuple[list[str], np.ndarray]:
+    """Conditions (in order of appearance) and a (conditions x genes) mask of genes ever non-zero."""
+    conditions = pd.Categorical(adata.obs["condition"].astype(str),
+                                categories=pd.unique(adata.obs["condition"].astype(str)))
+    indicator = sp.csr_matrix((np.ones(adata.n_obs, dtype=np.float32),
+                               (conditions.codes, np.arange(adata.n_obs))),
+                              shape=(len(conditions.categories), adata.n_obs))
+    nonzero_cells = sp.csr_matrix(adata.X != 0, dtype=np.float32) if sp.issparse(adata.X) \
+        else (np.asarray(adata.X) != 0).astype(np.float32)
+    counts = indicator @ nonzero_cells
+    counts = counts.toarray() if sp.issparse(counts) else np.asarray(counts)
+    return list(conditions.categories), counts > 0
+
+
+def add_dropout_gene_sets(adata) -> None:
+    """Add the non-zero / non-dropout gene sets and their top-20 DE genes to ``uns``.
+
+    Non-zero genes of a condition: mean expression over its cells is not zero. Non-dropout
+    genes: non-zero, or zero both in the condition and in control.
+    """
+    conditions, nonzero = nonzero_by_condition(adata)
+    row_of = {c: i for i, c in enumerate(conditions)}
+    control_zero = ~nonzero[row_of[CONTROL]]
+    name_to_condition = dict(zip(adata.obs["condition_name"].astype(str), adata.obs["condition"].astype(str)))
+    gene_ids = np.asarray(adata.var_names)
+    position_of = pd.Index(gene_ids)
+
+    sets = {key: {} for key in ("top_non_dropout_de_20", "non_dropout_gene_idx",
+                                "non_zeros_gene_idx", "top_non_zero_de_20")}
+    for name, ranked_ids in adata.uns[RANK_KEY].items():
+        nonzero_mask = nonzero[row_of[name_to_condition[name]]]
+        non_dropout_mask = nonzero_mask | control_zero
+        ranked = position_of.get_indexer(list(ranked_ids))
+        sets["non_zeros_gene_idx"][name] = np.flatnonzero(nonzero_mask)
+        sets["non_dropout_gene_idx"][name] = np.flatnonzero(non_dropout_mask)
+        sets["top_non_zero_de_20"][name] = gene_ids[ranked[nonzero_mask[ranked]][:N_TOP_DE]]
+        sets["top_non_dropout_de_20"][name] = gene_ids[ranked[non_dropout_mask[ranked]][:N_TOP_DE]]
+    adata.uns.update(sets)
+
+
+def process_raw(adata, skip_calc_de: bool = False, source: str = "the AnnData") -> None:
+    """Validate ``adata`` and add every column and ``uns`` entry of the processed GEARS form."""
+    validate_raw(adata, source)
+    add_condition_columns(adata)
+    if not skip_calc_de:
+        logger.info("ranking differentially expressed genes for %d conditions",
+                    adata.obs["condition"].nunique() - 1)
+        rank_de_genes(adata)
+        add_dropout_gene_sets(adata)

@@ -1,0 +1,226 @@
+"""Train / val / test splits by perturbation condition.
+
+The procedures and their random-number calls follow the published GEARS exactly, so the
+same ``split`` and ``seed`` put the same conditions in each set and the same simulation
+subgroups in the test set (tests/test_split_identity.py checks this against lists produced
+by the published package). The reference seeds numpy's global generator; we draw from a
+``numpy.random.RandomState`` seeded at the same points, which yields the same stream
+without touching global state.
+
+Split types (``SPLIT_TYPES``):
+
+- ``simulation``: a random ``train_gene_set_size`` fraction of the perturbed genes is
+  "seen"; train gets the singles of seen genes and ``combo_seen2_train_frac`` of the combos
+  of two seen genes; test gets ``unseen_single``, ``combo_seen0``, ``combo_seen1`` and the
+  remaining ``combo_seen2``. The same procedure with 0.9 / 0.9 carves val out of train.
+- ``simulation_single``: the same on single perturbations only.
+- ``combo_seen0`` / ``combo_seen1`` / ``combo_seen2``, ``single``, ``no_test``: test (or
+  val) genes or conditions drawn at random, as in the reference.
+- ``no_split``: everything in test. ``custom``: a pickled ``{'train','val','test'}`` dict.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from gears_ddp.data.conditions import CONTROL, condition_genes, genes_of_conditions, is_combo, is_single
+
+SPLIT_TYPES = (
+    "simulation",
+    "simulation_single",
+    "combo_seen0",
+    "combo_seen1",
+    "combo_seen2",
+    "single",
+    "no_test",
+    "no_split",
+    "custom",
+)
+SUBGROUP_NAMES = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
+VAL_FRACTION = 0.1  # the reference's fixed val_size for the random-draw split types
+
+
+@dataclass
+class SplitResult:
+    """Conditions of each set (``set2conditions``) and, for simulation splits, the subgroups."""
+
+    set2conditions: dict[str, list[str]]
+    subgroup: dict[str, dict[str, list[str]]] | None = None
+
+
+def _perts_with_genes(genes, pert_list: Sequence[str], kind: str) -> list[str]:
+    """Conditions of ``pert_list`` (in its order) of the given kind that involve any of ``genes``."""
+    wanted = set(np.asarray(genes).tolist())
+    keep = is_single if kind == "single" else is_combo
+    return [p for p in pert_list if keep(p) and wanted.intersection(condition_genes(p))]
+
+
+def _count_in(condition: str, genes) -> int:
+    """How many genes of ``condition`` belong to ``genes``."""
+    members = set(np.asarray(genes).tolist())
+    return sum(gene in members for gene in condition.split("+"))
+
+
+def _choose_seen_genes(rng, genes, fraction, forced_test_genes, only_forced):
+    """Pick the seen (train) genes; ``forced_test_genes`` are kept out of them."""
+    if only_forced and forced_test_genes is not None:
+        return np.setdiff1d(genes, np.array(forced_test_genes))
+    seen = rng.choice(genes, int(len(genes) * fraction), replace=False)
+    if forced_test_genes is not None:
+        n_overlap = len(np.intersect1d(seen, forced_test_genes))
+        seen = seen[~np.isin(seen, forced_test_genes)]
+        spare = np.setdiff1d(genes, np.union1d(seen, forced_test_genes))
+        seen = np.concatenate((seen, rng.choice(spare, n_overlap, replace=False)))
+    return seen
+
+
+def simulation_split(pert_list, train_gene_set_size, combo_seen2_train_frac, seed,
+                     forced_test_genes=None, only_forced=False):
+    """One round of the simulation split: returns (train, test, subgroups)."""
+    genes = genes_of_conditions(pert_list).astype(str)
+    seen = _choose_seen_genes(np.random.RandomState(seed), genes, train_gene_set_size,
+                              forced_test_genes, only_forced)
+    unseen = np.setdiff1d(genes, seen)
+
+    train = _perts_with_genes(seen, pert_list, "single")
+    combos_touching_seen = _perts_with_genes(seen, pert_list, "combo")
+    combo_seen1 = [c for c in combos_touching_seen if _count_in(c, seen) == 1]
+    both_seen = np.setdiff1d(combos_touching_seen, combo_seen1)
+    combo_train = np.random.RandomState(seed).choice(
+        both_seen, int(len(both_seen) * combo_seen2_train_frac), replace=False)
+    combo_seen2 = np.setdiff1d(both_seen, combo_train).tolist()
+    train.extend(str(c) for c in combo_train)
+
+    unseen_single = _perts_with_genes(unseen, pert_list, "single")
+    combo_seen0 = [c for c in _perts_with_genes(unseen, pert_list, "combo") if _count_in(c, seen) == 0]
+    test = combo_seen1 + combo_seen2 + unseen_single + combo_seen0
+    subgroups = {"combo_seen0": combo_seen0, "combo_seen1": combo_seen1,
+                 "combo_seen2": [str(c) for c in combo_seen2], "unseen_single": unseen_single}
+    return train, test, subgroups
+
+
+def simulation_single_split(pert_list, train_gene_set_size, seed, forced_test_genes=None,
+                            only_forced=False):
+    """Simulation split on single perturbations: returns (train, test, subgroups)."""
+    genes = genes_of_conditions(pert_list).astype(str)
+    seen = _choose_seen_genes(np.random.RandomState(seed), genes, train_gene_set_size,
+                              forced_test_genes, only_forced)
+    unseen = np.setdiff1d(genes, seen)
+    train = _perts_with_genes(seen, pert_list, "single")
+    unseen_single = _perts_with_genes(unseen, pert_list, "single")
+    return train, unseen_single, {"unseen_single": unseen_single}
+
+
+def random_holdout_split(rng, split_type, pert_list, test_size, test_pert_genes=None, test_perts=None):
+    """The reference's draw of held-out conditions for the non-simulation split types.
+
+    Returns (kept, held_out). ``split_type`` is 'single', 'no_test', 'combo_seen0',
+    'combo_seen1' or 'combo_seen2'. Combos that would break the type's definition are
+    dropped from both sides, as in the reference.
+    """
+    singles = [p for p in pert_list if is_single(p)]
+    combos = [p for p in pert_list if is_combo(p)]
+    genes = genes_of_conditions(pert_list).astype(str)
+    dropped: list[str] = []
+    if test_pert_genes is None:
+        test_pert_genes = rng.choice(genes, int(len(singles) * test_size))
+
+    if split_type == "single":
+        test_perts = _perts_with_genes(test_pert_genes, pert_list, "single")
+        dropped = _perts_with_genes(test_pert_genes, pert_list, "combo")
+    elif split_type == "no_test":
+        if test_perts is None:
+            test_perts = rng.choice(pert_list, int(len(pert_list) * test_size))
+    elif split_type in ("combo_seen0", "combo_seen1"):
+        max_seen = int(split_type[-1])
+        test_combos = _perts_with_genes(test_pert_genes, pert_list, "combo")
+        dropped = [c for c in test_combos if len(c.split("+")) - _count_in(c, test_pert_genes) > max_seen]
+        test_perts = (_perts_with_genes(test_pert_genes, pert_list, "single")
+                      + [c for c in test_combos if c not in dropped])
+    elif split_type == "combo_seen2":
+        if test_perts is None:
+            test_perts = rng.choice(combos, int(len(combos) * test_size))
+    else:
+        raise ValueError(f"random_holdout_split does not handle split type {split_type!r}")
+
+    excluded = set(np.asarray(test_perts).tolist()) | set(dropped)
+    kept = [p for p in pert_list if p not in excluded]
+    return kept, [str(p) for p in np.asarray(test_perts).tolist()]
+
+
+def split_conditions(conditions_in_order: Sequence[str], split: str, seed: int = 1,
+                     train_gene_set_size: float = 0.75, combo_seen2_train_frac: float = 0.75,
+                     combo_single_split_test_set_fraction: float = 0.1,
+                     test_perts: list[str] | None = None, only_test_set_perts: bool = False,
+                     test_pert_genes: list[str] | None = None) -> SplitResult:
+    """Assign each condition to train / val / test as the reference does.
+
+    ``conditions_in_order``: the cells' conditions in order of first appearance in the data
+    (the order matters: the reference's random draws index into it). Returns the sets, with
+    each set's conditions in that order, and the subgroups for ``simulation``.
+    """
+    if split in ("custom",) or split not in SPLIT_TYPES:
+        raise ValueError(f"split_conditions handles {', '.join(SPLIT_TYPES[:-1])}; got {split!r}")
+    conditions_in_order = list(conditions_in_order)
+    if split == "no_split":
+        return SplitResult({"test": conditions_in_order})
+
+    perts = [c for c in conditions_in_order if c != CONTROL]
+    subgroup = None
+    test: list[str] = []
+    if split == "simulation":
+        train, test, test_sub = simulation_split(perts, train_gene_set_size, combo_seen2_train_frac,
+                                                 seed, test_perts, only_test_set_perts)
+        train, val, val_sub = simulation_split(train, 0.9, 0.9, seed)
+        subgroup = {"test_subgroup": test_sub, "val_subgroup": val_sub}
+    elif split == "simulation_single":
+        train, test, _ = simulation_single_split(perts, train_gene_set_size, seed, test_perts,
+                                                 only_test_set_perts)
+        train, val, _ = simulation_single_split(train, 0.9, seed)
+    else:
+        rng = np.random.RandomState(seed)
+        if split == "no_test":
+            train, val = random_holdout_split(rng, split, perts, VAL_FRACTION)
+        else:
+            train, test = random_holdout_split(rng, split, perts, combo_single_split_test_set_fraction,
+                                               test_pert_genes, test_perts)
+            train, val = random_holdout_split(rng, split, train, VAL_FRACTION)
+
+    assignment = {c: "train" for c in train}
+    assignment.update({c: "val" for c in val})
+    if split != "no_test":
+        assignment.update({c: "test" for c in test})
+    assignment[CONTROL] = "train"
+    set2conditions: dict[str, list[str]] = {}
+    for condition in conditions_in_order:
+        if condition in assignment:
+            set2conditions.setdefault(assignment[condition], []).append(condition)
+    return SplitResult(set2conditions, subgroup)
+
+
+def check_split_sets(set2conditions: dict, known_conditions, required_sets: Sequence[str], source: str) -> None:
+    """Validate a split: required sets present and non-empty, known conditions, no overlaps.
+
+    ``source`` names where the split came from (a file, or the split type and seed), so
+    the error tells the user what to change.
+    """
+    missing_sets = [name for name in required_sets if not set2conditions.get(name)]
+    if missing_sets:
+        sizes = {name: len(conds) for name, conds in set2conditions.items()}
+        raise ValueError(
+            f"{source} leaves the {' and '.join(missing_sets)} set(s) empty (set sizes: {sizes}); "
+            "the dataset has too few perturbations for this split: use more perturbations, "
+            "another split type or seed, or a custom split")
+    known = set(known_conditions)
+    unknown = sorted({c for conds in set2conditions.values() for c in conds} - known)
+    if unknown:
+        raise ValueError(f"{source} names conditions absent from the data: {unknown[:20]}"
+                         + (f" and {len(unknown) - 20} more" if len(unknown) > 20 else ""))
+    names = list(set2conditions)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            shared = sorted(set(set2conditions[first]) & set(set2conditions[second]))
+            if shared:
+                raise ValueError(f"{source} puts conditions in both {first!r} and {second!r}: {shared[:20]}")

@@ -1,0 +1,471 @@
+"""A built-in, Perturb-seq-like synthetic dataset, so GEARS can be trained with no download.
+
+``make_synthetic_perturb_seq`` returns a ``SyntheticPerturbSeq``: an AnnData in the raw GEARS
+input form, a GO annotation (``gene2go``), the perturbable-gene vocabulary (``pert_genes``)
+and the ground truth (noise-free mean profile and interaction type of every condition).
+
+Generative model (every random draw comes from one ``numpy.random.default_rng(seed)``):
+
+1. **Genes and modules.** ``n_genes`` measured genes (symbols ``SG0001``, ...) are split into
+   ``n_modules`` modules of random sizes (Dirichlet proportions, at least one gene each).
+   Another ``frac_unmeasured * n_genes`` gene symbols exist only in the GO annotation (real
+   GEARS vocabularies contain unmeasured genes); they are assigned to random modules.
+2. **Gene-regulatory network.** A DAG over the measured genes, following a random
+   topological order. Inside a module each gene gets Poisson(2) regulators among the genes
+   before it in the module, chosen with probability proportional to 1/(position+1), so the
+   first genes of a module become hubs (transcription-factor-like). About 10% extra edges
+   join genes of different modules (always from earlier to later in the order). Weights are
+   random-sign, magnitude uniform in [0.4, 1.0]; each gene's absolute incoming weight sum is
+   scaled down to at most 0.8. With ``W[target, regulator]`` the log-rate response to a
+   direct perturbation vector ``s`` is ``x = (I - W)^-1 s``: solvable because ``I - W`` is
+   triangular in the DAG order, and bounded (``|x|max <= |s|max / (1 - 0.8)``).
+   Since a perturbed gene has no path back to itself, ``x`` equals ``s`` at the target;
+   ``x - s`` is the downstream effect.
+3. **Baseline.** Log mean count per gene ``b ~ Normal(-1, 1.5)`` clipped to [-5, 4.5]
+   (a gene's mean count ranges from under 0.01 per cell, nearly all zeros, to about 90).
+   Perturbed genes get ``b >= 0`` (screens target genes whose knock-down can be observed).
+4. **Single perturbations.** ``n_perturbed_genes`` genes, drawn with probability
+   proportional to (number of regulated genes + 0.1) so most perturbations have downstream
+   effects. Each is knocked down (CRISPRi, direct log effect uniform in [-2.5, -1.5]) or,
+   with probability ``frac_activation``, activated (CRISPRa, uniform in [1.0, 2.0]).
+5. **Two-gene combos.** ``n_combos`` distinct pairs of perturbed genes (so every combo gene
+   also appears as a single; some perturbed genes appear in no combo), written ``'A+B'``
+   with ``A < B``. With direct effects ``s_A, s_B`` and downstream effects ``d_A, d_B``
+   the combo log-rate effect is ``s_A + s_B + g(d_A, d_B)`` where ``g`` is, by type
+   (counts ``round(fraction * n_combos)``, default 15% each non-additive type):
+   additive ``d_A + d_B``; synergy ``(1 + u)(d_A + d_B)``, u ~ U[0.5, 1];
+   buffering ``(1 - u)(d_A + d_B)``, u ~ U[0.5, 0.8]; epistasis ``d_dom + u * d_other``,
+   u ~ U[0, 0.2], with the dominant gene picked at random. Direct (guide) effects stay
+   additive: a guide's knock-down efficiency does not depend on the other guide.
+6. **Counts.** Each condition has ``cells_per_condition`` cells (``n_control_cells`` for
+   control), in shuffled order. Cell ``i`` of condition ``c`` has counts
+   ``NegativeBinomial(mean = f_i * exp(b + x_c), inverse dispersion theta_g)`` with size
+   factor ``f_i ~ LogNormal(0, 0.3)`` and ``theta_g ~ LogNormal(log 4, 0.5)`` per gene.
+   ``X = log1p(1e4 * counts / total counts of the cell)`` stored as float32 CSR (a cell
+   whose counts are all zero, possible only for tiny ``n_genes``, stays all zero).
+7. **Ground truth.** ``true_means`` is the plug-in noise-free profile
+   ``log1p(1e4 * rate_c / sum(rate_c))`` with ``rate_c = exp(b + x_c)`` (not a Monte-Carlo
+   mean: for lowly expressed genes the mean of ``X`` over cells is lower, by Jensen's
+   inequality).
+8. **GO annotation.** ``n_go_terms`` terms (default 8 per module) are dealt out to the
+   modules at random. A gene takes each term of its module with a gene-specific probability
+   ``p ~ Beta(2, 1.5)`` (mean 0.57: informative, with some genes having few terms) plus
+   Poisson(1) random terms from the whole set (noise); an annotated gene left with no term
+   gets one of its module's. 3% of the measured genes that are never perturbed get no GO
+   terms at all (like real unannotated genes) and so are not in ``pert_genes``.
+
+``adata.var`` also records each gene's ``module`` and ``perturbation``
+(``'knockdown'``, ``'activation'`` or ``'none'``) for evaluation.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import anndata
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from scipy.sparse.linalg import spsolve_triangular
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data.conditions import CONTROL
+
+logger = get_logger(__name__)
+
+ADDITIVE = "additive"
+NON_ADDITIVE_TYPES = ("synergy", "buffering", "epistasis")
+DEFAULT_INTERACTION_FRACTIONS = {"synergy": 0.15, "buffering": 0.15, "epistasis": 0.15}
+GO_TERMS_PER_MODULE = 8
+TARGET_SUM = 1e4
+
+MODULE_SIZE_CONCENTRATION = 4.0
+MEAN_REGULATORS = 2.0
+CROSS_MODULE_EDGE_FRACTION = 0.1
+EDGE_WEIGHT_RANGE = (0.4, 1.0)
+MAX_INCOMING_WEIGHT = 0.8
+BASELINE_LOG_MEAN, BASELINE_LOG_SD, BASELINE_CLIP = -1.0, 1.5, (-5.0, 4.5)
+TARGET_MIN_LOG_RATE = 0.0
+PERTURB_WEIGHT_EPS = 0.1
+KNOCKDOWN_RANGE = (-2.5, -1.5)
+ACTIVATION_RANGE = (1.0, 2.0)
+SYNERGY_GAIN_RANGE = (0.5, 1.0)
+BUFFERING_DAMPING_RANGE = (0.5, 0.8)
+EPISTASIS_RESIDUAL_RANGE = (0.0, 0.2)
+INVERSE_DISPERSION_MEDIAN, INVERSE_DISPERSION_LOG_SD = 4.0, 0.5
+SIZE_FACTOR_LOG_SD = 0.3
+GO_MODULE_TERM_BETA = (2.0, 1.5)
+GO_NOISE_TERMS_MEAN = 1.0
+UNANNOTATED_FRACTION = 0.03
+CELL_CHUNK = 2048
+
+
+@dataclass
+class SyntheticPerturbSeq:
+    """A synthetic Perturb-seq dataset in GEARS raw input form, with its ground truth.
+
+    ``adata``: log-normalised CSR expression, ``obs['condition']``, ``obs['cell_type']`` and
+    ``var['gene_name']``. ``gene2go``: gene symbol -> set of GO term ids. ``pert_genes``: the
+    perturbable vocabulary (every annotated gene, measured or not). ``true_means``: noise-free
+    log-normalised profile per condition (rows) and measured gene (columns).
+    ``interaction_types``: combo condition -> 'additive' | 'synergy' | 'buffering' |
+    'epistasis'. ``params``: the parameters used (JSON-serialisable).
+    """
+
+    adata: anndata.AnnData
+    gene2go: dict[str, set[str]]
+    pert_genes: list[str]
+    true_means: pd.DataFrame
+    interaction_types: dict[str, str]
+    params: dict
+
+
+def _check_positive_int(name: str, value, minimum: int = 1) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_fraction(name: str, value) -> None:
+    """Raise ``ValueError`` unless ``value`` is a number in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+
+
+def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition,
+              n_control_cells, n_go_terms, seed, frac_activation, frac_unmeasured,
+              interaction_fractions) -> None:
+    """Check every argument of ``make_synthetic_perturb_seq``, naming the offending one."""
+    for name, value in (("n_genes", n_genes), ("n_modules", n_modules),
+                        ("n_perturbed_genes", n_perturbed_genes),
+                        ("cells_per_condition", cells_per_condition),
+                        ("n_control_cells", n_control_cells)):
+        _check_positive_int(name, value)
+    _check_positive_int("n_combos", n_combos, minimum=0)
+    _check_positive_int("seed", seed, minimum=0)
+    if n_modules > n_genes:
+        raise ValueError(f"n_modules ({n_modules}) must not exceed n_genes ({n_genes})")
+    if n_perturbed_genes > n_genes:
+        raise ValueError(f"n_perturbed_genes ({n_perturbed_genes}) must not exceed n_genes ({n_genes})")
+    max_combos = n_perturbed_genes * (n_perturbed_genes - 1) // 2
+    if n_combos > max_combos:
+        raise ValueError(f"n_combos ({n_combos}) exceeds the {max_combos} possible pairs of "
+                         f"{n_perturbed_genes} perturbed genes")
+    if n_go_terms is not None:
+        _check_positive_int("n_go_terms", n_go_terms)
+        if n_go_terms < n_modules:
+            raise ValueError(f"n_go_terms ({n_go_terms}) must be at least n_modules ({n_modules}) "
+                             "so that every module has its own GO terms")
+    _check_fraction("frac_activation", frac_activation)
+    _check_fraction("frac_unmeasured", frac_unmeasured)
+    unknown = set(interaction_fractions) - set(NON_ADDITIVE_TYPES)
+    if unknown:
+        raise ValueError(f"interaction_fractions has unknown types {sorted(unknown)}; "
+                         f"allowed: {list(NON_ADDITIVE_TYPES)} (the rest is additive)")
+    for name, value in interaction_fractions.items():
+        _check_fraction(f"interaction_fractions[{name!r}]", value)
+    if sum(interaction_fractions.values()) > 1:
+        raise ValueError(f"interaction_fractions sum to {sum(interaction_fractions.values()):.3g} > 1")
+
+
+def _gene_symbols(rng: np.random.Generator, n_genes: int, n_unmeasured: int) -> tuple[list[str], list[str]]:
+    """Measured and unmeasured gene symbols, interleaved at random in one numbering."""
+    total = n_genes + n_unmeasured
+    width = max(4, len(str(total)))
+    symbols = np.array([f"SG{i:0{width}d}" for i in range(1, total + 1)])
+    measured = np.zeros(total, dtype=bool)
+    measured[rng.choice(total, size=n_genes, replace=False)] = True
+    return list(symbols[measured]), list(symbols[~measured])
+
+
+def _assign_modules(rng: np.random.Generator, n_genes: int, n_modules: int) -> np.ndarray:
+    """Module label of each gene: random module sizes (each >= 1), genes shuffled."""
+    proportions = rng.dirichlet(np.full(n_modules, MODULE_SIZE_CONCENTRATION))
+    sizes = 1 + rng.multinomial(n_genes - n_modules, proportions)
+    return rng.permutation(np.repeat(np.arange(n_modules), sizes))
+
+
+def _within_module_edges(rng: np.random.Generator, members: np.ndarray) -> tuple[list, list]:
+    """(targets, regulators) inside one module whose ``members`` are in topological order.
+
+    Earlier genes are preferred as regulators (weight 1/(position+1)), which makes hubs.
+    """
+    targets, regulators = [], []
+    for position in range(1, len(members)):
+        n_regulators = min(position, rng.poisson(MEAN_REGULATORS))
+        if n_regulators == 0:
+            continue
+        preference = 1.0 / np.arange(1, position + 1)
+        chosen = rng.choice(position, size=n_regulators, replace=False, p=preference / preference.sum())
+        targets.extend([members[position]] * n_regulators)
+        regulators.extend(members[chosen])
+    return targets, regulators
+
+
+def _cross_module_edges(rng: np.random.Generator, modules: np.ndarray, rank: np.ndarray,
+                        n_edges: int) -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``n_edges`` distinct (targets, regulators) joining different modules, earlier to later."""
+    n_candidates = 4 * n_edges + 16
+    regulators = rng.integers(len(modules), size=n_candidates)
+    targets = rng.integers(len(modules), size=n_candidates)
+    valid = (modules[regulators] != modules[targets]) & (rank[regulators] < rank[targets])
+    codes = targets[valid] * len(modules) + regulators[valid]
+    _, first = np.unique(codes, return_index=True)
+    keep = np.sort(first)[:n_edges]
+    return targets[valid][keep], regulators[valid][keep]
+
+
+def _make_grn(rng: np.random.Generator, modules: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Sparse DAG weight matrix ``W[target, regulator]`` and the topological rank of each gene.
+
+    Incoming absolute weights are capped at ``MAX_INCOMING_WEIGHT`` per gene so that the
+    propagated response ``(I - W)^-1 s`` stays bounded.
+    """
+    n_genes = len(modules)
+    rank = rng.permutation(n_genes)
+    targets, regulators = [], []
+    for module in range(modules.max() + 1):
+        members = np.flatnonzero(modules == module)
+        module_targets, module_regulators = _within_module_edges(rng, members[np.argsort(rank[members])])
+        targets.extend(module_targets)
+        regulators.extend(module_regulators)
+    n_cross = int(round(CROSS_MODULE_EDGE_FRACTION * len(targets)))
+    cross_targets, cross_regulators = _cross_module_edges(rng, modules, rank, n_cross)
+    targets = np.concatenate([np.asarray(targets, dtype=np.int64), cross_targets])
+    regulators = np.concatenate([np.asarray(regulators, dtype=np.int64), cross_regulators])
+    weights = rng.choice([-1.0, 1.0], size=len(targets)) * rng.uniform(*EDGE_WEIGHT_RANGE, size=len(targets))
+    incoming = np.bincount(targets, weights=np.abs(weights), minlength=n_genes)
+    scale = np.minimum(1.0, MAX_INCOMING_WEIGHT / np.maximum(incoming, 1e-12))
+    weights *= scale[targets]
+    grn = sp.csr_matrix((weights, (targets, regulators)), shape=(n_genes, n_genes))
+    return grn, rank
+
+
+def _solve_in_dag_order(matrix: sp.csr_matrix, rank: np.ndarray, rhs: np.ndarray, lower: bool) -> np.ndarray:
+    """Solve ``matrix @ x = rhs`` where ``matrix`` is triangular once genes are sorted by ``rank``."""
+    order = np.argsort(rank)
+    solved = spsolve_triangular(matrix[order][:, order].tocsr(), rhs[order], lower=lower)
+    result = np.empty_like(solved)
+    result[order] = solved
+    return result
+
+
+def _propagate(grn: sp.csr_matrix, rank: np.ndarray, direct: np.ndarray) -> np.ndarray:
+    """Log-rate response ``(I - W)^-1 s`` for each column ``s`` of ``direct`` (genes x perturbations).
+
+    Reordered by topological rank, ``I - W`` is lower triangular, so a sparse triangular
+    solve is exact and scales to many genes.
+    """
+    identity = sp.identity(grn.shape[0], format="csr")
+    return _solve_in_dag_order(identity - grn, rank, direct, lower=True)
+
+
+def _downstream_influence(grn: sp.csr_matrix, rank: np.ndarray) -> np.ndarray:
+    """Per gene, the summed absolute path weight to all its descendants.
+
+    These are the column sums of ``(I - |W|)^-1`` minus the diagonal one, obtained from a
+    single transposed triangular solve ``(I - |W|)^T y = 1``.
+    """
+    identity = sp.identity(grn.shape[0], format="csr")
+    ones = np.ones(grn.shape[0])
+    return _solve_in_dag_order((identity - abs(grn)).T.tocsr(), rank, ones, lower=False) - 1.0
+
+
+def _choose_perturbed(rng: np.random.Generator, grn: sp.csr_matrix, rank: np.ndarray, n_perturbed: int) -> np.ndarray:
+    """Indices of perturbed genes (sorted), favouring genes with large downstream influence."""
+    weight = _downstream_influence(grn, rank) + PERTURB_WEIGHT_EPS
+    return np.sort(rng.choice(len(weight), size=n_perturbed, replace=False, p=weight / weight.sum()))
+
+
+def _baseline(rng: np.random.Generator, n_genes: int, perturbed: np.ndarray) -> np.ndarray:
+    """Baseline log mean count per gene; perturbed genes are kept observably expressed."""
+    baseline = np.clip(rng.normal(BASELINE_LOG_MEAN, BASELINE_LOG_SD, size=n_genes), *BASELINE_CLIP)
+    baseline[perturbed] = np.maximum(baseline[perturbed], TARGET_MIN_LOG_RATE)
+    return baseline
+
+
+def _direct_effects(rng: np.random.Generator, n_perturbed: int, frac_activation: float) -> tuple[np.ndarray, np.ndarray]:
+    """Direct log effect on each perturbed gene and whether it is activated (else knocked down)."""
+    activated = rng.random(n_perturbed) < frac_activation
+    effect = np.where(activated, rng.uniform(*ACTIVATION_RANGE, size=n_perturbed),
+                      rng.uniform(*KNOCKDOWN_RANGE, size=n_perturbed))
+    return effect, activated
+
+
+def _choose_pairs(rng: np.random.Generator, n_perturbed: int, n_combos: int) -> np.ndarray:
+    """``n_combos`` distinct (i, j) pairs, i < j, of perturbed-gene positions."""
+    first, second = np.triu_indices(n_perturbed, k=1)
+    chosen = np.sort(rng.choice(len(first), size=n_combos, replace=False))
+    return np.stack([first[chosen], second[chosen]], axis=1)
+
+
+def _interaction_labels(rng: np.random.Generator, n_combos: int, fractions: dict) -> np.ndarray:
+    """Interaction type per combo: ``round(fraction * n_combos)`` of each type, rest additive."""
+    labels = []
+    for name in NON_ADDITIVE_TYPES:
+        count = min(int(round(fractions.get(name, 0.0) * n_combos)), n_combos - len(labels))
+        labels.extend([name] * count)
+    labels.extend([ADDITIVE] * (n_combos - len(labels)))
+    return rng.permutation(np.array(labels, dtype=object))
+
+
+def _combo_effect(rng: np.random.Generator, kind: str, direct: np.ndarray, downstream_a: np.ndarray,
+                  downstream_b: np.ndarray) -> np.ndarray:
+    """Log-rate effect of a two-gene combo of interaction ``kind`` (see the module docstring)."""
+    if kind == "synergy":
+        downstream = (1 + rng.uniform(*SYNERGY_GAIN_RANGE)) * (downstream_a + downstream_b)
+    elif kind == "buffering":
+        downstream = (1 - rng.uniform(*BUFFERING_DAMPING_RANGE)) * (downstream_a + downstream_b)
+    elif kind == "epistasis":
+        dominant, other = (downstream_a, downstream_b) if rng.random() < 0.5 else (downstream_b, downstream_a)
+        downstream = dominant + rng.uniform(*EPISTASIS_RESIDUAL_RANGE) * other
+    else:
+        downstream = downstream_a + downstream_b
+    return direct + downstream
+
+
+def _go_terms_per_gene(rng: np.random.Generator, modules: np.ndarray, n_modules: int, n_go_terms: int,
+                       annotated: np.ndarray) -> list[set[int]]:
+    """GO term indices per gene: most of its module's terms plus a few random ones."""
+    module_terms = np.array_split(rng.permutation(n_go_terms), n_modules)
+    probability = rng.beta(*GO_MODULE_TERM_BETA, size=len(modules))
+    terms: list[set[int]] = [set() for _ in modules]
+    for module, own in enumerate(module_terms):
+        members = np.flatnonzero(modules == module)
+        taken = rng.random((len(members), len(own))) < probability[members, None]
+        for gene, row in zip(members, taken):
+            terms[gene].update(own[row].tolist())
+    n_noise = rng.poisson(GO_NOISE_TERMS_MEAN, size=len(modules))
+    noise = np.split(rng.integers(n_go_terms, size=n_noise.sum()), np.cumsum(n_noise)[:-1])
+    fallback = rng.random(len(modules))
+    for gene, extra in enumerate(noise):
+        terms[gene].update(extra.tolist())
+        own = module_terms[modules[gene]]
+        if not terms[gene]:
+            terms[gene].add(int(own[int(fallback[gene] * len(own))]))
+    return [gene_terms if keep else set() for gene_terms, keep in zip(terms, annotated)]
+
+
+def _sample_expression(rng: np.random.Generator, rates: np.ndarray, cells_of: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Log-normalised CSR expression of cells in shuffled order, and each cell's condition index.
+
+    Negative-binomial counts with per-gene dispersion and log-normal size factors, sampled
+    in chunks of cells (vectorised within a chunk) to bound memory.
+    """
+    n_genes = rates.shape[1]
+    condition = rng.permutation(np.repeat(np.arange(len(rates)), cells_of))
+    size_factor = rng.lognormal(0.0, SIZE_FACTOR_LOG_SD, size=len(condition))
+    theta = rng.lognormal(math.log(INVERSE_DISPERSION_MEDIAN), INVERSE_DISPERSION_LOG_SD, size=n_genes)
+    blocks = []
+    for start in range(0, len(condition), CELL_CHUNK):
+        stop = start + CELL_CHUNK
+        mean = size_factor[start:stop, None] * rates[condition[start:stop]]
+        counts = rng.negative_binomial(theta, theta / (theta + mean)).astype(np.float32)
+        total = counts.sum(axis=1, keepdims=True)
+        scaled = np.divide(counts * np.float32(TARGET_SUM), total, out=np.zeros_like(counts), where=total > 0)
+        blocks.append(sp.csr_matrix(np.log1p(scaled)))
+    return sp.vstack(blocks, format="csr"), condition
+
+
+def _log_rates(baseline, grn, rank, perturbed, direct_values, pairs, labels, rng) -> np.ndarray:
+    """Log-rate matrix (conditions x genes): control, then singles, then combos."""
+    n_genes, n_perturbed = len(baseline), len(perturbed)
+    direct = np.zeros((n_genes, n_perturbed))
+    direct[perturbed, np.arange(n_perturbed)] = direct_values
+    response = _propagate(grn, rank, direct)
+    downstream = response - direct
+    combos = [_combo_effect(rng, kind, direct[:, a] + direct[:, b], downstream[:, a], downstream[:, b])
+              for (a, b), kind in zip(pairs, labels)]
+    effects = np.vstack([np.zeros((1, n_genes)), response.T] + [np.asarray(combos).reshape(-1, n_genes)])
+    return baseline[None, :] + effects
+
+
+def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_perturbed_genes: int = 60,
+                               n_combos: int = 40, cells_per_condition: int = 50, n_control_cells: int = 1000,
+                               n_go_terms: int | None = None, seed: int = 0, frac_activation: float = 0.2,
+                               frac_unmeasured: float = 0.15, interaction_fractions: dict | None = None,
+                               cell_type: str = "synthetic") -> SyntheticPerturbSeq:
+    """Generate a synthetic Perturb-seq dataset (see the module docstring for the model).
+
+    Defaults give 6,000 cells x 1,000 genes (60 singles and 40 combos of 50 cells, 1,000
+    controls). ``n_go_terms`` defaults to 8 per module; ``frac_unmeasured`` adds that
+    fraction of ``n_genes`` as annotated but unmeasured genes; ``interaction_fractions``
+    maps 'synergy' / 'buffering' / 'epistasis' to fractions of the combos (default 0.15 each,
+    the rest additive). Deterministic for a given ``seed``.
+    """
+    fractions = dict(DEFAULT_INTERACTION_FRACTIONS if interaction_fractions is None else interaction_fractions)
+    _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition, n_control_cells,
+              n_go_terms, seed, frac_activation, frac_unmeasured, fractions)
+    n_go_terms = GO_TERMS_PER_MODULE * n_modules if n_go_terms is None else n_go_terms
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+
+    n_unmeasured = int(round(frac_unmeasured * n_genes))
+    measured_genes, unmeasured_genes = _gene_symbols(rng, n_genes, n_unmeasured)
+    modules = _assign_modules(rng, n_genes, n_modules)
+    grn, rank = _make_grn(rng, modules)
+    perturbed = _choose_perturbed(rng, grn, rank, n_perturbed_genes)
+    baseline = _baseline(rng, n_genes, perturbed)
+    direct_values, activated = _direct_effects(rng, n_perturbed_genes, frac_activation)
+    pairs = _choose_pairs(rng, n_perturbed_genes, n_combos)
+    labels = _interaction_labels(rng, n_combos, fractions)
+    log_rates = _log_rates(baseline, grn, rank, perturbed, direct_values, pairs, labels, rng)
+
+    symbols = np.array(measured_genes)
+    pert_symbols = symbols[perturbed]
+    combo_names = [f"{pert_symbols[a]}+{pert_symbols[b]}" for a, b in pairs]
+    conditions = [CONTROL] + [f"{gene}+{CONTROL}" for gene in pert_symbols] + combo_names
+    cells_of = np.array([n_control_cells] + [cells_per_condition] * (len(conditions) - 1))
+    rates = np.exp(log_rates)
+    expression, condition_index = _sample_expression(rng, rates, cells_of)
+
+    adata = _build_anndata(expression, np.array(conditions)[condition_index], conditions, symbols, modules,
+                           perturbed, activated, cell_type)
+    all_modules = np.concatenate([modules, rng.integers(n_modules, size=n_unmeasured)])
+    annotated = np.ones(n_genes + n_unmeasured, dtype=bool)
+    annotated[_unannotated_genes(rng, n_genes, perturbed)] = False
+    gene2go = _gene2go(rng, list(symbols) + unmeasured_genes, all_modules, n_modules, n_go_terms, annotated)
+    true_means = pd.DataFrame(np.log1p(TARGET_SUM * rates / rates.sum(axis=1, keepdims=True)),
+                              index=pd.Index(conditions, name="condition"), columns=pd.Index(symbols, name="gene"))
+    params = {"n_genes": n_genes, "n_modules": n_modules, "n_perturbed_genes": n_perturbed_genes,
+              "n_combos": n_combos, "cells_per_condition": cells_per_condition,
+              "n_control_cells": n_control_cells, "n_go_terms": n_go_terms, "seed": seed,
+              "frac_activation": frac_activation, "frac_unmeasured": frac_unmeasured,
+              "interaction_fractions": fractions, "cell_type": cell_type,
+              "n_cells": int(adata.n_obs), "n_unmeasured_genes": n_unmeasured}
+    logger.info("synthetic Perturb-seq: %d cells x %d genes, %d conditions, %d GO-annotated genes (%.1f s)",
+                adata.n_obs, adata.n_vars, len(conditions), len(gene2go), time.perf_counter() - started)
+    return SyntheticPerturbSeq(adata=adata, gene2go=gene2go, pert_genes=sorted(gene2go), true_means=true_means,
+                               interaction_types=dict(zip(combo_names, labels.tolist())), params=params)
+
+
+def _unannotated_genes(rng: np.random.Generator, n_genes: int, perturbed: np.ndarray) -> np.ndarray:
+    """Measured, never-perturbed genes that get no GO terms (``UNANNOTATED_FRACTION`` of genes)."""
+    candidates = np.setdiff1d(np.arange(n_genes), perturbed)
+    count = min(int(round(UNANNOTATED_FRACTION * n_genes)), len(candidates))
+    return rng.choice(candidates, size=count, replace=False)
+
+
+def _gene2go(rng: np.random.Generator, genes: list[str], modules: np.ndarray, n_modules: int, n_go_terms: int,
+             annotated: np.ndarray) -> dict[str, set[str]]:
+    """Gene symbol -> set of ``GO:0000123``-style ids, for annotated genes only."""
+    term_ids = [f"GO:{i:07d}" for i in range(1, n_go_terms + 1)]
+    terms = _go_terms_per_gene(rng, modules, n_modules, n_go_terms, annotated)
+    return {gene: {term_ids[t] for t in gene_terms} for gene, gene_terms in zip(genes, terms) if gene_terms}
+
+
+def _build_anndata(expression: sp.csr_matrix, cell_conditions: np.ndarray, conditions: list[str],
+                   symbols: np.ndarray, modules: np.ndarray, perturbed: np.ndarray, activated: np.ndarray,
+                   cell_type: str) -> anndata.AnnData:
+    """AnnData in GEARS raw form, plus ``var['module']`` and ``var['perturbation']`` ground truth."""
+    width = len(str(len(cell_conditions)))
+    obs = pd.DataFrame({"condition": pd.Categorical(cell_conditions, categories=conditions),
+                        "cell_type": pd.Categorical([cell_type] * len(cell_conditions))},
+                       index=pd.Index([f"cell{i:0{width}d}" for i in range(len(cell_conditions))]))
+    mode = np.full(len(symbols), "none", dtype=object)
+    mode[perturbed] = np.where(activated, "activation", "knockdown")
+    var = pd.DataFrame({"gene_name": symbols, "module": modules.astype(np.int64),
+                        "perturbation": pd.Categorical(mode, categories=["none", "knockdown", "activation"])},
+                       index=pd.Index(symbols))
+    return anndata.AnnData(X=expression, obs=obs, var=var)
