@@ -104,6 +104,10 @@ def simulation_split(pert_list, train_gene_set_size, combo_seen2_train_frac, see
 def simulation_single_split(pert_list, train_gene_set_size, seed, forced_test_genes=None,
                             only_forced=False):
     """Simulation split on single perturbations: returns (train, test, subgroups)."""
+    combos = [p for p in pert_list if is_combo(p)]
+    if combos:
+        raise ValueError(f"split 'simulation_single' needs single perturbations only; the data has "
+                         f"{len(combos)} combinations (e.g. {combos[:3]}): use 'simulation' instead")
     genes = genes_of_conditions(pert_list).astype(str)
     seen = _choose_seen_genes(np.random.RandomState(seed), genes, train_gene_set_size,
                               forced_test_genes, only_forced)

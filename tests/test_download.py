@@ -1,0 +1,282 @@
+"""Tests for gears_ddp.data.download against a local HTTP server on 127.0.0.1 (never the internet)."""
+import io
+import logging
+import os
+import pickle
+import re
+import socket
+import tarfile
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gears_ddp.data import download as dl
+
+
+def _zip_bytes(members: dict) -> bytes:
+    """A zip archive holding ``members`` (name -> bytes)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def _tar_gz_bytes(members: dict, symlinks: dict = None) -> bytes:
+    """A gzip-compressed tar archive holding ``members`` (name -> bytes) and ``symlinks`` (name -> target)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        for name, target in (symlinks or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tf.addfile(info)
+    return buf.getvalue()
+
+
+PICKLED = {"GENE1": {"GO:0000001"}, "GENE2": {"GO:0000002"}}
+HTML = b"<!DOCTYPE html><html><body>Dataverse error</body></html>"
+OCTET = "application/octet-stream"
+
+# path -> (status, content type, body, Content-Length override)
+ROUTES = {
+    "mini_zip": (200, OCTET, _zip_bytes({"mini/perturb_processed.h5ad": b"h5ad bytes"}), None),
+    "wrong_zip": (200, OCTET, _zip_bytes({"other/readme.txt": b"x"}), None),
+    "pickle": (200, OCTET, pickle.dumps(PICKLED), None),
+    "go_tar": (200, OCTET, _tar_gz_bytes({"go_essential_all/go_essential_all.csv": b"source,target\n"}), None),
+    "html": (200, "text/html; charset=utf-8", HTML, None),
+    "html_body": (200, OCTET, b"\n  " + HTML, None),
+    "not_pickle": (200, OCTET, b"definitely not a pickle", None),
+    "missing": (404, "text/plain", b"not found", None),
+    "broken": (500, "text/plain", b"server error", None),
+    "truncated": (200, OCTET, pickle.dumps(PICKLED), 10_000),
+    "slip_zip": (200, OCTET, _zip_bytes({"../evil.txt": b"pwned"}), None),
+    "abs_tar": (200, OCTET, _tar_gz_bytes({"/tmp/gears_ddp_evil.txt": b"pwned"}), None),
+    "link_tar": (200, OCTET, _tar_gz_bytes({}, {"go_essential_all/go_essential_all.csv": "/etc/passwd"}), None),
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Serves ``ROUTES`` by the last path component and counts requests on the server."""
+
+    def do_GET(self):  # noqa: N802 (http.server naming)
+        self.server.requests.append(self.path)
+        status, ctype, body, length = ROUTES[self.path.rsplit("/", 1)[-1]]
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(length or len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        """Keep test output quiet."""
+
+
+@pytest.fixture
+def server(monkeypatch):
+    """A local file server; GEARS_DDP_DATAVERSE_URL points at it. Yields the server (``.requests`` lists paths)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.requests = []
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    monkeypatch.setenv(dl.DATAVERSE_URL_ENV, f"http://127.0.0.1:{httpd.server_address[1]}/api/access/datafile")
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def closed_port_url(monkeypatch):
+    """GEARS_DDP_DATAVERSE_URL pointing at a 127.0.0.1 port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/api/access/datafile/"
+    monkeypatch.setenv(dl.DATAVERSE_URL_ENV, url)
+    return url
+
+
+def _url(route: str) -> str:
+    """The URL the module builds for file id ``route``."""
+    return dl.dataverse_url() + route
+
+
+def _files(folder):
+    """Every file and folder under ``folder`` (temp files included), as sorted relative names."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_dataverse_url_default_and_override(monkeypatch):
+    monkeypatch.delenv(dl.DATAVERSE_URL_ENV, raising=False)
+    assert dl.dataverse_url() == dl.DATAVERSE_URL
+    monkeypatch.setenv(dl.DATAVERSE_URL_ENV, "http://127.0.0.1:1/files")
+    assert dl.dataverse_url() == "http://127.0.0.1:1/files/"
+
+
+def test_published_ids():
+    assert dl.DATASET_FILE_IDS["norman"] == 6154020
+    assert set(dl.DATASET_FILE_IDS) == {
+        "norman", "adamson", "dixit", "replogle_k562_essential", "replogle_rpe1_essential"
+    }
+    assert dl.GO_FILE_IDS == {
+        "gene2go_all.pkl": 6153417,
+        "essential_all_data_pert_genes.pkl": 6934320,
+        "go_essential_all": 6934319,
+    }
+
+
+def test_download_file_pickle(server, tmp_path):
+    dest = dl.download_file(_url("pickle"), tmp_path / "sub" / "g.pkl", "pickle")
+    assert dest == tmp_path / "sub" / "g.pkl"
+    assert pickle.loads(dest.read_bytes()) == PICKLED
+    assert _files(tmp_path) == ["sub", "sub/g.pkl"]
+
+
+@pytest.mark.parametrize(
+    "route, kind, match",
+    [
+        ("html", "pickle", "HTML page"),
+        ("html_body", "pickle", "HTML page"),
+        ("missing", "pickle", "HTTP status 404"),
+        ("broken", "pickle", "HTTP status 500"),
+        ("truncated", "pickle", "truncated download"),
+        ("not_pickle", "pickle", "not a valid pickle file"),
+        ("pickle", "zip", "not a valid zip file"),
+        ("pickle", "tar", "not a valid tar file"),
+    ],
+)
+def test_download_file_rejects_bad_responses(server, tmp_path, route, kind, match):
+    dest = tmp_path / "out.bin"
+    with pytest.raises(dl.DownloadError, match=match) as info:
+        dl.download_file(_url(route), dest, kind)
+    assert _url(route) in str(info.value) and str(dest) in str(info.value)
+    assert _files(tmp_path) == []
+
+
+def test_failed_download_keeps_previous_file(server, tmp_path):
+    dest = tmp_path / "g.pkl"
+    dest.write_bytes(b"previous")
+    with pytest.raises(dl.DownloadError):
+        dl.download_file(_url("truncated"), dest, "pickle")
+    assert dest.read_bytes() == b"previous"
+    assert _files(tmp_path) == ["g.pkl"]
+
+
+def test_download_file_unknown_kind(tmp_path):
+    with pytest.raises(ValueError, match="unknown kind"):
+        dl.download_file("http://127.0.0.1:1/x", tmp_path / "x", "csv")
+
+
+def test_ensure_dataset_downloads_extracts_and_reuses(server, tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(dl.DATASET_FILE_IDS, "mini", "mini_zip")
+    folder = dl.ensure_dataset("mini", tmp_path)
+    assert folder == tmp_path / "mini"
+    assert (folder / "perturb_processed.h5ad").read_bytes() == b"h5ad bytes"
+    assert _files(tmp_path) == ["mini", "mini/perturb_processed.h5ad"]  # archive removed
+    assert len(server.requests) == 1
+
+    server.shutdown()
+    server.server_close()
+    with caplog.at_level(logging.INFO, logger="gears_ddp"):
+        assert dl.ensure_dataset("mini", tmp_path) == folder
+    assert len(server.requests) == 1
+    assert "found local copy" in caplog.text
+
+
+def test_ensure_dataset_missing_expected_file(server, tmp_path, monkeypatch):
+    monkeypatch.setitem(dl.DATASET_FILE_IDS, "mini", "wrong_zip")
+    with pytest.raises(dl.DownloadError, match=r"extracted but .*mini/perturb_processed\.h5ad is missing"):
+        dl.ensure_dataset("mini", tmp_path)
+    assert not (tmp_path / "mini.zip").exists()
+
+
+def test_ensure_dataset_rejects_zip_slip(server, tmp_path, monkeypatch):
+    data_path = tmp_path / "data"
+    monkeypatch.setitem(dl.DATASET_FILE_IDS, "mini", "slip_zip")
+    with pytest.raises(dl.DownloadError, match=r"'\.\./evil\.txt' would escape"):
+        dl.ensure_dataset("mini", data_path)
+    assert _files(tmp_path) == ["data"]
+
+
+@pytest.mark.parametrize(
+    "route, match",
+    [("abs_tar", "'/tmp/gears_ddp_evil.txt' would escape"), ("link_tar", "is a link or special file")],
+)
+def test_ensure_go_file_rejects_unsafe_tar(server, tmp_path, monkeypatch, route, match):
+    monkeypatch.setitem(dl.GO_FILE_IDS, "go_essential_all", route)
+    with pytest.raises(dl.DownloadError, match=match):
+        dl.ensure_go_file("go_essential_all", tmp_path / "data")
+    assert _files(tmp_path) == ["data"]
+    assert not os.path.lexists("/tmp/gears_ddp_evil.txt")
+
+
+def test_ensure_dataset_unknown_name(tmp_path):
+    with pytest.raises(ValueError, match="unknown dataset 'nope'.*adamson, dixit, norman"):
+        dl.ensure_dataset("nope", tmp_path)
+
+
+def test_ensure_dataset_uses_local_copy_of_unlisted_name(tmp_path):
+    (tmp_path / "custom").mkdir()
+    (tmp_path / "custom" / "perturb_processed.h5ad").write_bytes(b"x")
+    assert dl.ensure_dataset("custom", tmp_path) == tmp_path / "custom"
+
+
+def test_ensure_dataset_offline_explains_local_alternatives(closed_port_url, tmp_path):
+    with pytest.raises(dl.DownloadError) as info:
+        dl.ensure_dataset("norman", tmp_path)
+    message = str(info.value)
+    assert "could not reach" in message and closed_port_url + "6154020" in message
+    assert f"Missing local file: {tmp_path / 'norman' / 'perturb_processed.h5ad'}" in message
+    assert f"copy perturb_processed.h5ad into {tmp_path / 'norman'}/" in message
+    assert "gears_ddp.datasets.write_synthetic_dataset" in message
+    assert _files(tmp_path) == []
+
+
+def test_ensure_go_file_pickle(server, tmp_path, monkeypatch):
+    monkeypatch.setitem(dl.GO_FILE_IDS, "gene2go_all.pkl", "pickle")
+    path = dl.ensure_go_file("gene2go_all.pkl", tmp_path)
+    assert path == tmp_path / "gene2go_all.pkl"
+    assert pickle.loads(path.read_bytes()) == PICKLED
+
+
+def test_ensure_go_file_rejects_html_error_page(server, tmp_path, monkeypatch):
+    monkeypatch.setitem(dl.GO_FILE_IDS, "gene2go_all.pkl", "html")
+    with pytest.raises(dl.DownloadError, match=rf"(?s)HTML page.*place gene2go_all\.pkl in {re.escape(str(tmp_path))}"):
+        dl.ensure_go_file("gene2go_all.pkl", tmp_path)
+    assert _files(tmp_path) == []
+
+
+def test_ensure_go_file_tar(server, tmp_path, monkeypatch):
+    monkeypatch.setitem(dl.GO_FILE_IDS, "go_essential_all", "go_tar")
+    path = dl.ensure_go_file("go_essential_all", tmp_path)
+    assert path == tmp_path / "go_essential_all" / "go_essential_all.csv"
+    assert path.read_bytes() == b"source,target\n"
+    assert _files(tmp_path) == ["go_essential_all", "go_essential_all/go_essential_all.csv"]
+
+
+def test_ensure_go_file_reuses_local_copy_without_network(closed_port_url, tmp_path, caplog):
+    (tmp_path / "essential_all_data_pert_genes.pkl").write_bytes(pickle.dumps(["A", "B"]))
+    with caplog.at_level(logging.INFO, logger="gears_ddp"):
+        path = dl.ensure_go_file("essential_all_data_pert_genes.pkl", tmp_path)
+    assert path == tmp_path / "essential_all_data_pert_genes.pkl"
+    assert "found local copy" in caplog.text
+
+
+def test_ensure_go_file_offline_explains_local_alternatives(closed_port_url, tmp_path):
+    with pytest.raises(dl.DownloadError) as info:
+        dl.ensure_go_file("go_essential_all", tmp_path)
+    message = str(info.value)
+    assert closed_port_url + "6934319" in message
+    assert f"Missing local file: {tmp_path / 'go_essential_all' / 'go_essential_all.csv'}" in message
+    assert f"place go_essential_all/go_essential_all.csv in {tmp_path}" in message
+    assert "write_synthetic_dataset" in message
+
+
+def test_ensure_go_file_unknown_name(tmp_path):
+    with pytest.raises(ValueError, match="unknown GO file 'x.pkl'.*gene2go_all.pkl"):
+        dl.ensure_go_file("x.pkl", tmp_path)
