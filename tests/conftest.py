@@ -3,3 +3,24 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest  # noqa: E402
+
+import toy_data  # noqa: E402
+from gears_ddp import PertData  # noqa: E402
+
+
+@pytest.fixture
+def data_root(tmp_path):
+    """A data folder holding the GO files of the toy dataset."""
+    toy_data.write_go_files(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def toy(data_root):
+    """The toy dataset processed and loaded, with a simulation split."""
+    pert_data = PertData(data_root)
+    pert_data.new_data_process("toy", toy_data.make_raw())
+    pert_data.prepare_split("simulation", seed=1)
+    return pert_data

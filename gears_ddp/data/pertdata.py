@@ -311,9 +311,15 @@ class PertData:
             raise RuntimeError("no dataset loaded: call load() or new_data_process() first")
 
     def share_memory_(self) -> "PertData":
-        """Move the expression tensor to shared memory so spawned workers do not copy it."""
+        """Move the expression tensor to shared memory so spawned workers do not copy it.
+
+        Moving re-allocates the storage, so ``adata.X`` is pointed at the shared copy and
+        the private one is freed. Shared memory lives in ``/dev/shm``: containers need it
+        large enough for the expression matrix (e.g. ``docker run --shm-size``).
+        """
         self._require_data()
         self.cells.share_memory_()
+        self.adata.X = self.cells.expression.numpy()
         return self
 
     def __getstate__(self) -> dict:

@@ -205,18 +205,19 @@ def split_conditions(conditions_in_order: Sequence[str], split: str, seed: int =
 
 
 def check_split_sets(set2conditions: dict, known_conditions, required_sets: Sequence[str], source: str) -> None:
-    """Validate a split: required sets present and non-empty, known conditions, no overlaps.
+    """Validate a split: required sets hold perturbations, conditions are known, sets are disjoint.
 
     ``source`` names where the split came from (a file, or the split type and seed), so
     the error tells the user what to change.
     """
-    missing_sets = [name for name in required_sets if not set2conditions.get(name)]
+    missing_sets = [name for name in required_sets
+                    if not [c for c in set2conditions.get(name, []) if c != CONTROL]]
     if missing_sets:
         sizes = {name: len(conds) for name, conds in set2conditions.items()}
         raise ValueError(
-            f"{source} leaves the {' and '.join(missing_sets)} set(s) empty (set sizes: {sizes}); "
-            "the dataset has too few perturbations for this split: use more perturbations, "
-            "another split type or seed, or a custom split")
+            f"{source} leaves the {' and '.join(missing_sets)} set(s) without perturbations "
+            f"(conditions per set: {sizes}); the dataset has too few perturbations for this split: "
+            "use more perturbations, another split type or seed, or a custom split")
     known = set(known_conditions)
     unknown = sorted({c for conds in set2conditions.values() for c in conds} - known)
     if unknown:

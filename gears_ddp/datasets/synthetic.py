@@ -11,7 +11,7 @@ Generative model (every random draw comes from one ``numpy.random.default_rng(se
    Another ``frac_unmeasured * n_genes`` gene symbols exist only in the GO annotation (real
    GEARS vocabularies contain unmeasured genes); they are assigned to random modules.
 2. **Gene-regulatory network.** A DAG over the measured genes, following a random
-   topological order. Inside a module each gene gets Poisson(2) regulators among the genes
+   topological order. Inside a module each gene gets Poisson(3) regulators among the genes
    before it in the module, chosen with probability proportional to 1/(position+1), so the
    first genes of a module become hubs (transcription-factor-like). About 10% extra edges
    join genes of different modules (always from earlier to later in the order). Weights are
@@ -25,9 +25,12 @@ Generative model (every random draw comes from one ``numpy.random.default_rng(se
    (a gene's mean count ranges from under 0.01 per cell, nearly all zeros, to about 90).
    Perturbed genes get ``b >= 0`` (screens target genes whose knock-down can be observed).
 4. **Single perturbations.** ``n_perturbed_genes`` genes, drawn with probability
-   proportional to (number of regulated genes + 0.1) so most perturbations have downstream
-   effects. Each is knocked down (CRISPRi, direct log effect uniform in [-2.5, -1.5]) or,
-   with probability ``frac_activation``, activated (CRISPRa, uniform in [1.0, 2.0]).
+   proportional to (downstream influence + 0.1), the influence being the summed absolute
+   path weight to all descendants (column sums of ``(I - |W|)^-1`` minus 1), so most
+   perturbations have downstream effects, as for the transcription factors of real screens.
+   Each is knocked down (CRISPRi, direct log effect uniform in [-2.5, -1.5], its own
+   expression falling about 5-12 fold) or, with probability ``frac_activation``, activated
+   (CRISPRa, uniform in [1.0, 2.0]).
 5. **Two-gene combos.** ``n_combos`` distinct pairs of perturbed genes (so every combo gene
    also appears as a single; some perturbed genes appear in no combo), written ``'A+B'``
    with ``A < B``. With direct effects ``s_A, s_B`` and downstream effects ``d_A, d_B``
@@ -81,7 +84,7 @@ GO_TERMS_PER_MODULE = 8
 TARGET_SUM = 1e4
 
 MODULE_SIZE_CONCENTRATION = 4.0
-MEAN_REGULATORS = 2.0
+MEAN_REGULATORS = 3.0
 CROSS_MODULE_EDGE_FRACTION = 0.1
 EDGE_WEIGHT_RANGE = (0.4, 1.0)
 MAX_INCOMING_WEIGHT = 0.8
@@ -129,13 +132,13 @@ def _check_positive_int(name: str, value, minimum: int = 1) -> None:
 
 def _check_fraction(name: str, value) -> None:
     """Raise ``ValueError`` unless ``value`` is a number in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not 0 <= value <= 1:
         raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
 
 
 def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition,
               n_control_cells, n_go_terms, seed, frac_activation, frac_unmeasured,
-              interaction_fractions) -> None:
+              interaction_fractions, cell_type) -> None:
     """Check every argument of ``make_synthetic_perturb_seq``, naming the offending one."""
     for name, value in (("n_genes", n_genes), ("n_modules", n_modules),
                         ("n_perturbed_genes", n_perturbed_genes),
@@ -157,6 +160,8 @@ def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_conditi
         if n_go_terms < n_modules:
             raise ValueError(f"n_go_terms ({n_go_terms}) must be at least n_modules ({n_modules}) "
                              "so that every module has its own GO terms")
+    if not isinstance(cell_type, str) or not cell_type:
+        raise ValueError(f"cell_type must be a non-empty string, got {cell_type!r}")
     _check_fraction("frac_activation", frac_activation)
     _check_fraction("frac_unmeasured", frac_unmeasured)
     unknown = set(interaction_fractions) - set(NON_ADDITIVE_TYPES)
@@ -285,7 +290,8 @@ def _baseline(rng: np.random.Generator, n_genes: int, perturbed: np.ndarray) -> 
     return baseline
 
 
-def _direct_effects(rng: np.random.Generator, n_perturbed: int, frac_activation: float) -> tuple[np.ndarray, np.ndarray]:
+def _direct_effects(rng: np.random.Generator, n_perturbed: int,
+                    frac_activation: float) -> tuple[np.ndarray, np.ndarray]:
     """Direct log effect on each perturbed gene and whether it is activated (else knocked down)."""
     activated = rng.random(n_perturbed) < frac_activation
     effect = np.where(activated, rng.uniform(*ACTIVATION_RANGE, size=n_perturbed),
@@ -347,7 +353,8 @@ def _go_terms_per_gene(rng: np.random.Generator, modules: np.ndarray, n_modules:
     return [gene_terms if keep else set() for gene_terms, keep in zip(terms, annotated)]
 
 
-def _sample_expression(rng: np.random.Generator, rates: np.ndarray, cells_of: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
+def _sample_expression(rng: np.random.Generator, rates: np.ndarray,
+                       cells_of: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
     """Log-normalised CSR expression of cells in shuffled order, and each cell's condition index.
 
     Negative-binomial counts with per-gene dispersion and log-normal size factors, sampled
@@ -368,7 +375,8 @@ def _sample_expression(rng: np.random.Generator, rates: np.ndarray, cells_of: np
     return sp.vstack(blocks, format="csr"), condition
 
 
-def _log_rates(baseline, grn, rank, perturbed, direct_values, pairs, labels, rng) -> np.ndarray:
+def _log_rates(rng: np.random.Generator, baseline: np.ndarray, grn: sp.csr_matrix, rank: np.ndarray,
+               perturbed: np.ndarray, direct_values: np.ndarray, pairs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Log-rate matrix (conditions x genes): control, then singles, then combos."""
     n_genes, n_perturbed = len(baseline), len(perturbed)
     direct = np.zeros((n_genes, n_perturbed))
@@ -379,6 +387,44 @@ def _log_rates(baseline, grn, rank, perturbed, direct_values, pairs, labels, rng
               for (a, b), kind in zip(pairs, labels)]
     effects = np.vstack([np.zeros((1, n_genes)), response.T] + [np.asarray(combos).reshape(-1, n_genes)])
     return baseline[None, :] + effects
+
+
+def _unannotated_genes(rng: np.random.Generator, n_genes: int, perturbed: np.ndarray) -> np.ndarray:
+    """Measured, never-perturbed genes that get no GO terms (``UNANNOTATED_FRACTION`` of genes)."""
+    candidates = np.setdiff1d(np.arange(n_genes), perturbed)
+    count = min(int(round(UNANNOTATED_FRACTION * n_genes)), len(candidates))
+    return rng.choice(candidates, size=count, replace=False)
+
+
+def _gene2go(rng: np.random.Generator, measured: list[str], unmeasured: list[str], modules: np.ndarray,
+             n_modules: int, n_go_terms: int, perturbed: np.ndarray) -> dict[str, set[str]]:
+    """Gene symbol -> set of ``GO:0000123``-style ids for every annotated gene.
+
+    Unmeasured genes join random modules; a few never-perturbed measured genes stay unannotated.
+    """
+    all_modules = np.concatenate([modules, rng.integers(n_modules, size=len(unmeasured))])
+    annotated = np.ones(len(all_modules), dtype=bool)
+    annotated[_unannotated_genes(rng, len(measured), perturbed)] = False
+    term_ids = [f"GO:{i:07d}" for i in range(1, n_go_terms + 1)]
+    terms = _go_terms_per_gene(rng, all_modules, n_modules, n_go_terms, annotated)
+    return {gene: {term_ids[t] for t in gene_terms} for gene, gene_terms in zip(measured + unmeasured, terms)
+            if gene_terms}
+
+
+def _build_anndata(expression: sp.csr_matrix, cell_conditions: np.ndarray, conditions: list[str],
+                   symbols: np.ndarray, modules: np.ndarray, perturbed: np.ndarray, activated: np.ndarray,
+                   cell_type: str) -> anndata.AnnData:
+    """AnnData in GEARS raw form, plus ``var['module']`` and ``var['perturbation']`` ground truth."""
+    width = len(str(len(cell_conditions)))
+    obs = pd.DataFrame({"condition": pd.Categorical(cell_conditions, categories=conditions),
+                        "cell_type": pd.Categorical([cell_type] * len(cell_conditions))},
+                       index=pd.Index([f"cell{i:0{width}d}" for i in range(len(cell_conditions))]))
+    mode = np.full(len(symbols), "none", dtype=object)
+    mode[perturbed] = np.where(activated, "activation", "knockdown")
+    var = pd.DataFrame({"gene_name": symbols, "module": modules.astype(np.int64),
+                        "perturbation": pd.Categorical(mode, categories=["none", "knockdown", "activation"])},
+                       index=pd.Index(symbols))
+    return anndata.AnnData(X=expression, obs=obs, var=var)
 
 
 def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_perturbed_genes: int = 60,
@@ -396,7 +442,7 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     """
     fractions = dict(DEFAULT_INTERACTION_FRACTIONS if interaction_fractions is None else interaction_fractions)
     _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition, n_control_cells,
-              n_go_terms, seed, frac_activation, frac_unmeasured, fractions)
+              n_go_terms, seed, frac_activation, frac_unmeasured, fractions, cell_type)
     n_go_terms = GO_TERMS_PER_MODULE * n_modules if n_go_terms is None else n_go_terms
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -410,7 +456,7 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     direct_values, activated = _direct_effects(rng, n_perturbed_genes, frac_activation)
     pairs = _choose_pairs(rng, n_perturbed_genes, n_combos)
     labels = _interaction_labels(rng, n_combos, fractions)
-    log_rates = _log_rates(baseline, grn, rank, perturbed, direct_values, pairs, labels, rng)
+    log_rates = _log_rates(rng, baseline, grn, rank, perturbed, direct_values, pairs, labels)
 
     symbols = np.array(measured_genes)
     pert_symbols = symbols[perturbed]
@@ -422,50 +468,16 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
 
     adata = _build_anndata(expression, np.array(conditions)[condition_index], conditions, symbols, modules,
                            perturbed, activated, cell_type)
-    all_modules = np.concatenate([modules, rng.integers(n_modules, size=n_unmeasured)])
-    annotated = np.ones(n_genes + n_unmeasured, dtype=bool)
-    annotated[_unannotated_genes(rng, n_genes, perturbed)] = False
-    gene2go = _gene2go(rng, list(symbols) + unmeasured_genes, all_modules, n_modules, n_go_terms, annotated)
+    gene2go = _gene2go(rng, measured_genes, unmeasured_genes, modules, n_modules, n_go_terms, perturbed)
     true_means = pd.DataFrame(np.log1p(TARGET_SUM * rates / rates.sum(axis=1, keepdims=True)),
                               index=pd.Index(conditions, name="condition"), columns=pd.Index(symbols, name="gene"))
-    params = {"n_genes": n_genes, "n_modules": n_modules, "n_perturbed_genes": n_perturbed_genes,
-              "n_combos": n_combos, "cells_per_condition": cells_per_condition,
-              "n_control_cells": n_control_cells, "n_go_terms": n_go_terms, "seed": seed,
-              "frac_activation": frac_activation, "frac_unmeasured": frac_unmeasured,
-              "interaction_fractions": fractions, "cell_type": cell_type,
+    params = {"n_genes": int(n_genes), "n_modules": int(n_modules), "n_perturbed_genes": int(n_perturbed_genes),
+              "n_combos": int(n_combos), "cells_per_condition": int(cells_per_condition),
+              "n_control_cells": int(n_control_cells), "n_go_terms": int(n_go_terms), "seed": int(seed),
+              "frac_activation": float(frac_activation), "frac_unmeasured": float(frac_unmeasured),
+              "interaction_fractions": {k: float(v) for k, v in fractions.items()}, "cell_type": cell_type,
               "n_cells": int(adata.n_obs), "n_unmeasured_genes": n_unmeasured}
     logger.info("synthetic Perturb-seq: %d cells x %d genes, %d conditions, %d GO-annotated genes (%.1f s)",
                 adata.n_obs, adata.n_vars, len(conditions), len(gene2go), time.perf_counter() - started)
     return SyntheticPerturbSeq(adata=adata, gene2go=gene2go, pert_genes=sorted(gene2go), true_means=true_means,
                                interaction_types=dict(zip(combo_names, labels.tolist())), params=params)
-
-
-def _unannotated_genes(rng: np.random.Generator, n_genes: int, perturbed: np.ndarray) -> np.ndarray:
-    """Measured, never-perturbed genes that get no GO terms (``UNANNOTATED_FRACTION`` of genes)."""
-    candidates = np.setdiff1d(np.arange(n_genes), perturbed)
-    count = min(int(round(UNANNOTATED_FRACTION * n_genes)), len(candidates))
-    return rng.choice(candidates, size=count, replace=False)
-
-
-def _gene2go(rng: np.random.Generator, genes: list[str], modules: np.ndarray, n_modules: int, n_go_terms: int,
-             annotated: np.ndarray) -> dict[str, set[str]]:
-    """Gene symbol -> set of ``GO:0000123``-style ids, for annotated genes only."""
-    term_ids = [f"GO:{i:07d}" for i in range(1, n_go_terms + 1)]
-    terms = _go_terms_per_gene(rng, modules, n_modules, n_go_terms, annotated)
-    return {gene: {term_ids[t] for t in gene_terms} for gene, gene_terms in zip(genes, terms) if gene_terms}
-
-
-def _build_anndata(expression: sp.csr_matrix, cell_conditions: np.ndarray, conditions: list[str],
-                   symbols: np.ndarray, modules: np.ndarray, perturbed: np.ndarray, activated: np.ndarray,
-                   cell_type: str) -> anndata.AnnData:
-    """AnnData in GEARS raw form, plus ``var['module']`` and ``var['perturbation']`` ground truth."""
-    width = len(str(len(cell_conditions)))
-    obs = pd.DataFrame({"condition": pd.Categorical(cell_conditions, categories=conditions),
-                        "cell_type": pd.Categorical([cell_type] * len(cell_conditions))},
-                       index=pd.Index([f"cell{i:0{width}d}" for i in range(len(cell_conditions))]))
-    mode = np.full(len(symbols), "none", dtype=object)
-    mode[perturbed] = np.where(activated, "activation", "knockdown")
-    var = pd.DataFrame({"gene_name": symbols, "module": modules.astype(np.int64),
-                        "perturbation": pd.Categorical(mode, categories=["none", "knockdown", "activation"])},
-                       index=pd.Index(symbols))
-    return anndata.AnnData(X=expression, obs=obs, var=var)

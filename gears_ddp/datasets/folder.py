@@ -1,0 +1,77 @@
+"""Write the synthetic dataset as a complete GEARS data folder that ``PertData`` loads.
+
+Layout under ``data_path`` (the same names as the published GEARS downloads, so the
+published package can read it too)::
+
+    gene2go_all.pkl                          gene -> GO terms
+    essential_all_data_pert_genes.pkl        the perturbation vocabulary
+    go_essential_all/go_essential_all.csv    GO Jaccard edge list (> 0.1)
+    <name>/perturb_processed.h5ad            processed expression
+    <name>/true_means.csv.gz                 noise-free mean profile per condition
+    <name>/ground_truth.json                 interaction type per combo, generator parameters
+
+The GO files are shared by every dataset of ``data_path``; a folder that already holds
+different GO files (the real ones, say) is refused rather than overwritten.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data import io
+from gears_ddp.data.graphs import jaccard_edge_list
+from gears_ddp.data.pertdata import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME, PertData
+from gears_ddp.datasets.synthetic import make_synthetic_perturb_seq
+
+logger = get_logger(__name__)
+
+TRUE_MEANS_FILE = "true_means.csv.gz"
+GROUND_TRUTH_FILE = "ground_truth.json"
+
+
+def _write_go_files(data_path: Path, gene2go: dict, pert_genes: list[str], overwrite: bool) -> None:
+    """Write the three GO inputs, refusing to replace different existing ones."""
+    existing = data_path / GENE2GO_FILE
+    if existing.exists() and not overwrite:
+        if io.read_pickle(existing, "gene -> GO terms mapping") != gene2go:
+            raise FileExistsError(f"{existing} holds other GO annotations (real ones?); write the synthetic "
+                                  "dataset into another data_path, or pass overwrite=True")
+        return
+    io.write_pickle(gene2go, existing)
+    io.write_pickle(list(pert_genes), data_path / ESSENTIAL_GENES_FILE)
+    with io.atomic_path(data_path / GO_EDGES_NAME / f"{GO_EDGES_NAME}.csv") as tmp:
+        jaccard_edge_list(gene2go, pert_genes).to_csv(tmp, index=False)
+
+
+def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool = False,
+                            **generator_options) -> Path:
+    """Generate the synthetic dataset and write it as ``data_path/<name>``; return that folder.
+
+    ``generator_options`` go to ``make_synthetic_perturb_seq`` (sizes, ``seed``). If the
+    folder already holds the dataset it is kept as is (pass ``overwrite=True`` to
+    regenerate it).
+    """
+    data_path = Path(data_path)
+    folder = data_path / name.lower()
+    if (folder / io.PROCESSED_FILE).exists() and (folder / TRUE_MEANS_FILE).exists() and not overwrite:
+        logger.info("synthetic dataset already at %s", folder)
+        return folder
+    data_path.mkdir(parents=True, exist_ok=True)
+    synthetic = make_synthetic_perturb_seq(**generator_options)
+    _write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
+    PertData(data_path).new_data_process(name, synthetic.adata, overwrite=True)
+    with io.atomic_path(folder / TRUE_MEANS_FILE) as tmp:
+        synthetic.true_means.to_csv(tmp, compression="gzip")
+    ground_truth = {"interaction_types": synthetic.interaction_types, "params": synthetic.params}
+    with io.atomic_path(folder / GROUND_TRUTH_FILE) as tmp:
+        tmp.write_text(json.dumps(ground_truth, indent=1))
+    logger.info("wrote synthetic dataset %s: %d cells x %d genes", folder, *synthetic.adata.shape)
+    return folder
+
+
+def read_true_means(dataset_folder) -> pd.DataFrame:
+    """The noise-free mean profile per condition (rows) and gene (columns) of a synthetic dataset."""
+    return pd.read_csv(Path(dataset_folder) / TRUE_MEANS_FILE, index_col=0, compression="gzip")

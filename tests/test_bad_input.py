@@ -1,0 +1,164 @@
+"""Bad input gets a clear error naming the problem, and nothing is overwritten silently."""
+import logging
+import re
+import pickle
+
+import numpy as np
+import pytest
+
+import toy_data
+from gears_ddp import PertData
+
+
+@pytest.mark.parametrize("column,where", [("condition", "obs"), ("cell_type", "obs"), ("gene_name", "var")])
+def test_missing_column_is_named(data_root, column, where):
+    adata = toy_data.make_raw()
+    del getattr(adata, where)[column]
+    with pytest.raises(ValueError, match=rf"lacks required column\(s\) {where}\['{column}'\]"):
+        PertData(data_root).new_data_process("toy", adata)
+
+
+@pytest.mark.parametrize("bad,reason", [
+    ("G1+G2+G3", "expected 'ctrl'"), ("G1+", "empty gene name"), ("ctrl+ctrl", "names no gene"),
+    ("G1+G1", "names gene 'G1' twice"), (" G1+ctrl", "whitespace")])
+def test_malformed_condition_is_named(data_root, bad, reason):
+    adata = toy_data.make_raw()
+    conditions = adata.obs["condition"].astype(str).to_numpy()
+    conditions[5] = bad
+    adata.obs["condition"] = conditions
+    with pytest.raises(ValueError, match=rf"malformed condition strings.*{re.escape(repr(bad))}: .*{re.escape(reason)}"):
+        PertData(data_root).new_data_process("toy", adata)
+
+
+def test_conditions_outside_vocabulary_are_listed_and_dropped(data_root, caplog):
+    adata = toy_data.make_raw()
+    conditions = adata.obs["condition"].astype(str).to_numpy()
+    conditions[conditions == "G9+ctrl"] = "UNKNOWNGENE+ctrl"
+    adata.obs["condition"] = conditions
+    pert_data = PertData(data_root)
+    with caplog.at_level(logging.WARNING, logger="gears_ddp"):
+        pert_data.new_data_process("toy", adata)
+    assert "UNKNOWNGENE+ctrl" in caplog.text
+    assert "UNKNOWNGENE+ctrl" not in pert_data.cells.conditions
+    assert pert_data.adata.n_obs == adata.n_obs - int((conditions == "UNKNOWNGENE+ctrl").sum())
+    assert pert_data.cells.n_cells == pert_data.adata.n_obs
+
+
+@pytest.mark.parametrize("value,message", [(np.nan, "non-finite"), (np.inf, "non-finite"), (-1.0, "negative")])
+def test_bad_expression_values(data_root, value, message):
+    adata = toy_data.make_raw()
+    x = adata.X.toarray()
+    x[3, 4] = value
+    adata.X = x
+    with pytest.raises(ValueError, match=f"1 {message} expression values"):
+        PertData(data_root).new_data_process("toy", adata)
+
+
+def test_no_control_cells(data_root):
+    adata = toy_data.make_raw()
+    adata = adata[adata.obs["condition"] != "ctrl"].copy()
+    with pytest.raises(ValueError, match="no control cells"):
+        PertData(data_root).new_data_process("toy", adata)
+
+
+def test_several_cell_types_refused(data_root):
+    adata = toy_data.make_raw()
+    adata.obs["cell_type"] = np.where(np.arange(adata.n_obs) % 2, "A", "B")
+    with pytest.raises(ValueError, match="2 cell types"):
+        PertData(data_root).new_data_process("toy", adata)
+
+
+def test_existing_processed_file_is_not_overwritten(toy, data_root):
+    target = data_root / "toy" / "perturb_processed.h5ad"
+    before = target.stat().st_mtime_ns
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        PertData(data_root).new_data_process("toy", toy_data.make_raw())
+    assert target.stat().st_mtime_ns == before
+
+
+def test_overwrite_removes_stale_split_caches(toy, data_root):
+    assert list((data_root / "toy" / "splits").glob("*.pkl"))
+    PertData(data_root).new_data_process("toy", toy_data.make_raw(seed=5), overwrite=True)
+    assert not list((data_root / "toy" / "splits").glob("*.pkl"))
+
+
+def test_unknown_split_name(toy):
+    with pytest.raises(ValueError, match="unknown split 'simulated'.*available splits: simulation"):
+        toy.prepare_split("simulated")
+
+
+@pytest.mark.parametrize("split,n_genes,empty_set", [("simulation", 2, "train"), ("no_test", 3, "val"),
+                                                     ("single", 3, "test")])
+def test_split_that_leaves_a_set_without_perturbations(data_root, split, n_genes, empty_set):
+    adata = toy_data.make_raw()
+    keep = adata.obs["condition"].isin(["ctrl"] + toy_data.SINGLES[:n_genes]).to_numpy()
+    pert_data = PertData(data_root)
+    pert_data.new_data_process("tiny", adata[keep].copy())
+    with pytest.raises(ValueError, match=rf"split '{split}' with seed 1 leaves the .*{empty_set}.* set\(s\) "
+                                         "without perturbations"):
+        pert_data.prepare_split(split, seed=1)
+
+
+def test_custom_split_file_missing(toy, tmp_path):
+    with pytest.raises(FileNotFoundError, match="custom split file not found"):
+        toy.prepare_split("custom", split_dict_path=tmp_path / "nope.pkl")
+    with pytest.raises(ValueError, match="needs split_dict_path"):
+        toy.prepare_split("custom")
+
+
+def _write_split(path, sets):
+    with open(path, "wb") as f:
+        pickle.dump(sets, f)
+    return path
+
+
+def test_custom_split_unknown_conditions_and_overlap(toy, tmp_path):
+    good = {"train": ["ctrl", "G0+ctrl", "G1+ctrl"], "val": ["G2+ctrl"], "test": ["G3+ctrl", "G0+G1"]}
+    toy.prepare_split("custom", split_dict_path=_write_split(tmp_path / "good.pkl", good))
+    assert toy.set2conditions == good
+    unknown = dict(good, test=["G3+ctrl", "G77+ctrl"])
+    with pytest.raises(ValueError, match=r"names conditions absent from the data: \['G77\+ctrl'\]"):
+        toy.prepare_split("custom", split_dict_path=_write_split(tmp_path / "unknown.pkl", unknown))
+    overlap = dict(good, val=["G2+ctrl", "G0+ctrl"])
+    with pytest.raises(ValueError, match=r"in both 'train' and 'val': \['G0\+ctrl'\]"):
+        toy.prepare_split("custom", split_dict_path=_write_split(tmp_path / "overlap.pkl", overlap))
+    empty = dict(good, val=[])
+    with pytest.raises(ValueError, match="leaves the val set"):
+        toy.prepare_split("custom", split_dict_path=_write_split(tmp_path / "empty.pkl", empty))
+
+
+def test_custom_split_file_not_a_dict(toy, tmp_path):
+    with pytest.raises(ValueError, match="holds a list"):
+        toy.prepare_split("custom", split_dict_path=_write_split(tmp_path / "list.pkl", ["ctrl"]))
+
+
+def test_truncated_h5ad_names_the_file(toy, data_root):
+    target = data_root / "toy" / "perturb_processed.h5ad"
+    data = target.read_bytes()
+    target.write_bytes(data[: len(data) // 3])
+    with pytest.raises(ValueError, match=f"cannot read {target}.*truncated or corrupt"):
+        PertData(data_root).load(data_path=data_root / "toy")
+
+
+def test_garbage_h5ad_names_the_file(data_root):
+    (data_root / "junk").mkdir()
+    (data_root / "junk" / "perturb_processed.h5ad").write_text("<html>not found</html>")
+    with pytest.raises(ValueError, match="junk/perturb_processed.h5ad"):
+        PertData(data_root).load(data_path=data_root / "junk")
+
+
+def test_load_nothing(data_root):
+    with pytest.raises(ValueError, match="data_name must be one of .*'norman'"):
+        PertData(data_root).load(data_name="normann")
+
+
+def test_loaders_before_split(data_root):
+    pert_data = PertData(data_root)
+    pert_data.new_data_process("toy", toy_data.make_raw())
+    with pytest.raises(RuntimeError, match="call prepare_split"):
+        pert_data.get_dataloader(8)
+
+
+def test_batch_larger_than_train_set(toy):
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        toy.get_dataloader(100_000)

@@ -1,0 +1,125 @@
+"""Batches are gathered correctly; distributed loaders split the data as promised."""
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+from gears_ddp.data.conditions import CONTROL, condition_genes
+
+
+def _all(loader):
+    return list(loader)
+
+
+def test_batch_contents_follow_the_reference_definition(toy):
+    loaders = toy.get_dataloader(16)
+    expression = torch.from_numpy(toy.adata.X)
+    control = set(toy.cells.control_cells().tolist())
+    ranked = toy.adata.uns["rank_genes_groups_cov_all"]
+    name_of = dict(zip(toy.adata.obs["condition"].astype(str), toy.adata.obs["condition_name"].astype(str)))
+    batch = next(iter(loaders["test_loader"]))
+    for row, condition in enumerate(batch.pert):
+        # y is an observed cell of that condition; x a control cell (itself for controls)
+        y_rows = torch.nonzero((expression == batch.y[row]).all(1)).flatten().tolist()
+        assert any(toy.adata.obs["condition"].iloc[r] == condition for r in y_rows)
+        x_rows = torch.nonzero((expression == batch.x[row]).all(1)).flatten().tolist()
+        assert set(x_rows) & control
+        genes = condition_genes(condition)
+        expected_pert = [toy.node_map_pert[g] for g in genes] + [-1] * (2 - len(genes))
+        assert batch.pert_idx[row].tolist() == expected_pert
+        top20 = set(ranked[name_of[condition]][:20])
+        expected_de = sorted(toy.node_map[g] for g in top20)
+        assert batch.de_idx[row].tolist() == expected_de + [-1] * (20 - len(expected_de))
+
+
+def test_control_cells_are_their_own_input(toy):
+    loaders = toy.get_dataloader(32)
+    for batch in loaders["train_loader"]:
+        is_ctrl = batch.condition == toy.cells.conditions.index(CONTROL)
+        assert torch.equal(batch.x[is_ctrl], batch.y[is_ctrl])
+        assert (batch.pert_idx[is_ctrl] == -1).all() and (batch.de_idx[is_ctrl] == -1).all()
+
+
+def test_sets_hold_exactly_their_conditions_and_train_drops_last(toy):
+    loaders = toy.get_dataloader(16, test_batch_size=7)
+    for name in ("val", "test"):
+        seen = [c for b in loaders[f"{name}_loader"] for c in b.pert]
+        expected = toy.adata.obs["condition"].astype(str).isin(toy.set2conditions[name]).sum()
+        assert len(seen) == expected and set(seen) == set(toy.set2conditions[name])
+    train_cells = int(toy.adata.obs["condition"].astype(str).isin(toy.set2conditions["train"]).sum())
+    sizes = [len(b) for b in loaders["train_loader"]]
+    assert sizes == [16] * (train_cells // 16)
+
+
+def test_pairing_is_seeded_and_resampling_changes_partners(toy):
+    a = toy.get_dataloader(16, seed=3)["train_loader"].dataset.partners
+    b = toy.get_dataloader(16, seed=3)["train_loader"].dataset.partners
+    c = toy.get_dataloader(16, seed=4)["train_loader"].dataset.partners
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    loader = toy.get_dataloader(16, seed=3, resample_controls=True)["train_loader"]
+    loader.set_epoch(1)
+    epoch1 = loader.dataset.partners.clone()
+    loader.set_epoch(1)
+    assert torch.equal(epoch1, loader.dataset.partners)
+    assert not torch.equal(epoch1, a)
+    controls = set(toy.cells.control_cells().tolist())
+    assert set(epoch1.tolist()) - set(range(len(epoch1))) <= controls
+    fixed = toy.get_dataloader(16, seed=3)["train_loader"]
+    fixed.set_epoch(5)
+    assert torch.equal(fixed.dataset.partners, a)
+
+
+def test_set_epoch_reshuffles_train_deterministically(toy):
+    loader = toy.get_dataloader(16)["train_loader"]
+    loader.set_epoch(0)
+    first = torch.cat([b.y for b in loader])
+    loader.set_epoch(0)
+    again = torch.cat([b.y for b in loader])
+    loader.set_epoch(1)
+    other = torch.cat([b.y for b in loader])
+    assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+def test_distributed_shards(toy):
+    world = 3
+    single = toy.get_dataloader(8, test_batch_size=5)
+    ranks = [toy.get_dataloader_distributed(8, test_batch_size=5, world_size=world, rank=r) for r in range(world)]
+    for name in ("val_loader", "test_loader"):
+        whole = torch.cat([b.y for b in single[name]])
+        sharded = torch.cat([b.y for r in ranks for b in r[name]])
+        assert torch.equal(whole, sharded)  # every cell exactly once, same order, no padding
+    train_positions = [list(r["train_loader"].sampler) for r in ranks]
+    assert len({len(p) for p in train_positions}) == 1
+    flat = [p for positions in train_positions for p in positions]
+    assert len(flat) == len(set(flat))
+    steps = {len(r["train_loader"]) for r in ranks}
+    assert steps == {len(train_positions[0]) // 8}
+
+
+def test_rank_outside_world_size(toy):
+    import pytest
+    with pytest.raises(ValueError, match="rank 2 is outside world_size 2"):
+        toy.get_dataloader_distributed(8, world_size=2, rank=2)
+
+
+def test_memory_is_one_float32_copy_plus_indices(toy):
+    n_cells, n_genes = toy.adata.shape
+    assert toy.cells.expression.dtype == torch.float32
+    assert np.shares_memory(toy.adata.X, toy.cells.expression.numpy())
+    index_bytes = toy.cells.nbytes() - n_cells * n_genes * 4
+    assert 0 < index_bytes <= n_cells * 8 + len(toy.cells.conditions) * 22 * 8
+
+
+def _child_writes_marker(rank, pert_data, queue):
+    queue.put((pert_data.cells.expression.is_shared(), pert_data.adata.shape,
+               np.shares_memory(pert_data.adata.X, pert_data.cells.expression.numpy())))
+    pert_data.cells.expression[0, 0] = 1234.5
+
+
+def test_spawned_processes_share_the_expression_without_copies(toy):
+    toy.share_memory_()
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(_child_writes_marker, args=(toy, queue), nprocs=1, join=True)
+    is_shared, shape, views = queue.get()
+    assert is_shared and views and shape == toy.adata.shape
+    assert toy.cells.expression[0, 0].item() == 1234.5  # the child wrote into the parent's memory
+    assert toy.adata.X[0, 0] == 1234.5
