@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from gears_ddp.data.conditions import condition_genes, is_combo, is_single, validate_conditions
+from gears_ddp.data.graphs import coexpression_edge_list
 from gears_ddp.data.processing import validate_raw
 from gears_ddp.datasets import SyntheticPerturbSeq, make_synthetic_perturb_seq
 
@@ -66,9 +67,45 @@ def test_shapes_columns_and_params(data):
     validate_raw(adata, "synthetic data")
 
 
-def test_default_size_fits_a_cpu_demo():
-    adata = make_synthetic_perturb_seq().adata
+@pytest.fixture(scope="module")
+def default_data() -> SyntheticPerturbSeq:
+    """The dataset with every default setting."""
+    return make_synthetic_perturb_seq()
+
+
+def test_default_size_fits_a_cpu_demo(default_data):
+    adata = default_data.adata
     assert adata.n_vars == 1000 and 5000 <= adata.n_obs <= 8000
+
+
+def test_default_combos_leave_unseen_pairs_for_the_simulation_split(default_data):
+    # GEARS's simulation split keeps 75% of the perturbed genes seen: the expected number of
+    # combos with both genes unseen (the combo_seen0 test subgroup) should be at least 4
+    n_genes, n_combos = default_data.params["n_perturbed_genes"], default_data.params["n_combos"]
+    n_unseen = n_genes - int(0.75 * n_genes)
+    assert n_combos * (n_unseen * (n_unseen - 1)) / (n_genes * (n_genes - 1)) >= 4
+
+
+def _non_self_coexpression_edges(data: SyntheticPerturbSeq) -> pd.DataFrame:
+    """GEARS's co-expression graph (|r| > 0.4, top 21 per gene) over control and single cells, minus self pairs."""
+    conditions = data.adata.obs["condition"].astype(str).to_numpy()
+    rows = np.flatnonzero([c == "ctrl" or is_single(c) for c in conditions])
+    edges = coexpression_edge_list(data.adata.X.toarray(), rows, data.adata.var["gene_name"].to_numpy(),
+                                   threshold=0.4, k=20)
+    return edges[edges["source"] != edges["target"]]
+
+
+def test_programs_give_within_module_coexpression(default_data):
+    edges = _non_self_coexpression_edges(default_data)
+    modules = default_data.adata.var["module"]
+    within = (modules[edges["source"]].to_numpy() == modules[edges["target"]].to_numpy()).mean()
+    assert len(edges) >= 1000 and within >= 0.7
+
+
+def test_without_program_variation_the_coexpression_graph_is_nearly_empty(default_data):
+    flat = make_synthetic_perturb_seq(program_sd=0.0)
+    pd.testing.assert_frame_equal(flat.true_means, default_data.true_means)  # programs leave the truth alone
+    assert len(_non_self_coexpression_edges(flat)) < 100
 
 
 def test_expression_is_log_normalised(data):
@@ -194,6 +231,8 @@ def test_h5ad_round_trip(data, tmp_path):
     ({"interaction_fractions": {"synergy": 0.7, "buffering": 0.5}}, "sum to 1.2 > 1"),
     ({"interaction_fractions": {"antagonism": 0.1}}, "unknown types"),
     ({"cell_type": ""}, "cell_type must be a non-empty string"),
+    ({"program_sd": -0.1}, "program_sd must be a finite number >= 0"),
+    ({"program_sd": float("nan")}, "program_sd must be a finite number >= 0"),
 ])
 def test_invalid_parameters_raise(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -40,17 +40,36 @@ Generative model (every random draw comes from one ``numpy.random.default_rng(se
    buffering ``(1 - u)(d_A + d_B)``, u ~ U[0.5, 0.8]; epistasis ``d_dom + u * d_other``,
    u ~ U[0, 0.2], with the dominant gene picked at random. Direct (guide) effects stay
    additive: a guide's knock-down efficiency does not depend on the other guide.
-6. **Counts.** Each condition has ``cells_per_condition`` cells (``n_control_cells`` for
+6. **Cellular programs.** Each module is a program whose activity varies from cell to cell,
+   independently of the condition: ``z[i, m] ~ Normal(0, program_sd)`` (default 1.0) for
+   cell ``i`` and module ``m``. Gene ``g`` of module ``m(g)`` responds with a loading
+   ``l_g``, magnitude ~ Uniform(0.5, 1.5), negative for 20% of genes (anti-correlated
+   members). The program multiplies the gene's rate by
+   ``exp(l_g * z[i, m(g)] - (l_g * program_sd)^2 / 2)``, a log-normal factor of mean one,
+   so a condition's expected rate is unchanged. This is the source of within-module
+   co-expression among cells of one condition (real Perturb-seq has it from shared
+   programs: cell cycle, stress, metabolism...): with the defaults, GEARS's co-expression
+   graph (|Pearson r| > 0.4 over control and single-perturbation cells, top 21 per gene)
+   has about 2,000 non-self edges, nearly all within modules, among the ~300 moderately
+   to highly expressed genes; with ``program_sd=0`` it has essentially none: perturbation
+   effects alone are too sparse and too small relative to count noise. Larger values
+   strengthen co-expression at the cost of noisier per-cell (and, slightly, per-condition
+   mean) perturbation responses.
+7. **Counts.** Each condition has ``cells_per_condition`` cells (``n_control_cells`` for
    control), in shuffled order. Cell ``i`` of condition ``c`` has counts
-   ``NegativeBinomial(mean = f_i * exp(b + x_c), inverse dispersion theta_g)`` with size
-   factor ``f_i ~ LogNormal(0, 0.3)`` and ``theta_g ~ LogNormal(log 4, 0.5)`` per gene.
-   ``X = log1p(1e4 * counts / total counts of the cell)`` stored as float32 CSR (a cell
-   whose counts are all zero, possible only for tiny ``n_genes``, stays all zero).
-7. **Ground truth.** ``true_means`` is the plug-in noise-free profile
-   ``log1p(1e4 * rate_c / sum(rate_c))`` with ``rate_c = exp(b + x_c)`` (not a Monte-Carlo
-   mean: for lowly expressed genes the mean of ``X`` over cells is lower, by Jensen's
-   inequality).
-8. **GO annotation.** ``n_go_terms`` terms (default 8 per module) are dealt out to the
+   ``NegativeBinomial(mean = f_i * exp(b + x_c) * program factor, inverse dispersion theta_g)``
+   with size factor ``f_i ~ LogNormal(0, 0.3)`` and ``theta_g ~ LogNormal(log 4, 0.5)`` per
+   gene. ``X = log1p(1e4 * counts / total counts of the cell)`` stored as float32 CSR (a
+   cell whose counts are all zero, possible only for tiny ``n_genes``, stays all zero).
+   Sampling is vectorised over chunks of cells.
+8. **Ground truth.** ``true_means`` is the plug-in noise-free profile
+   ``log1p(1e4 * rate_c / sum(rate_c))`` with ``rate_c = exp(b + x_c)``: the program-free
+   rates, which are also the expected rates over cells since the program factor has mean
+   one. It is not a Monte-Carlo mean: for lowly expressed genes the mean of ``X`` over
+   cells is lower, by Jensen's inequality, and program variation (more log-rate spread)
+   widens that gap somewhat; it is the same in every condition, so effects relative to
+   control are hardly biased.
+9. **GO annotation.** ``n_go_terms`` terms (default 8 per module) are dealt out to the
    modules at random. A gene takes each term of its module with a gene-specific probability
    ``p ~ Beta(2, 1.5)`` (mean 0.57: informative, with some genes having few terms) plus
    Poisson(1) random terms from the whole set (noise); an annotated gene left with no term
@@ -98,6 +117,9 @@ BUFFERING_DAMPING_RANGE = (0.5, 0.8)
 EPISTASIS_RESIDUAL_RANGE = (0.0, 0.2)
 INVERSE_DISPERSION_MEDIAN, INVERSE_DISPERSION_LOG_SD = 4.0, 0.5
 SIZE_FACTOR_LOG_SD = 0.3
+DEFAULT_PROGRAM_SD = 1.0
+PROGRAM_LOADING_RANGE = (0.5, 1.5)
+NEGATIVE_LOADING_FRACTION = 0.2
 GO_MODULE_TERM_BETA = (2.0, 1.5)
 GO_NOISE_TERMS_MEAN = 1.0
 UNANNOTATED_FRACTION = 0.03
@@ -136,9 +158,16 @@ def _check_fraction(name: str, value) -> None:
         raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
 
 
+def _check_non_negative(name: str, value) -> None:
+    """Raise ``ValueError`` unless ``value`` is a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
 def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition,
               n_control_cells, n_go_terms, seed, frac_activation, frac_unmeasured,
-              interaction_fractions, cell_type) -> None:
+              interaction_fractions, cell_type, program_sd) -> None:
     """Check every argument of ``make_synthetic_perturb_seq``, naming the offending one."""
     for name, value in (("n_genes", n_genes), ("n_modules", n_modules),
                         ("n_perturbed_genes", n_perturbed_genes),
@@ -164,6 +193,7 @@ def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_conditi
         raise ValueError(f"cell_type must be a non-empty string, got {cell_type!r}")
     _check_fraction("frac_activation", frac_activation)
     _check_fraction("frac_unmeasured", frac_unmeasured)
+    _check_non_negative("program_sd", program_sd)
     unknown = set(interaction_fractions) - set(NON_ADDITIVE_TYPES)
     if unknown:
         raise ValueError(f"interaction_fractions has unknown types {sorted(unknown)}; "
@@ -353,21 +383,32 @@ def _go_terms_per_gene(rng: np.random.Generator, modules: np.ndarray, n_modules:
     return [gene_terms if keep else set() for gene_terms, keep in zip(terms, annotated)]
 
 
-def _sample_expression(rng: np.random.Generator, rates: np.ndarray,
-                       cells_of: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
+def _program_loadings(rng: np.random.Generator, n_genes: int) -> np.ndarray:
+    """Each gene's loading on its module's activity: magnitude uniform, a minority negative."""
+    sign = np.where(rng.random(n_genes) < NEGATIVE_LOADING_FRACTION, -1.0, 1.0)
+    return sign * rng.uniform(*PROGRAM_LOADING_RANGE, size=n_genes)
+
+
+def _sample_expression(rng: np.random.Generator, rates: np.ndarray, cells_of: np.ndarray, modules: np.ndarray,
+                       loadings: np.ndarray, program_sd: float) -> tuple[sp.csr_matrix, np.ndarray]:
     """Log-normalised CSR expression of cells in shuffled order, and each cell's condition index.
 
-    Negative-binomial counts with per-gene dispersion and log-normal size factors, sampled
-    in chunks of cells (vectorised within a chunk) to bound memory.
+    Negative-binomial counts with per-gene dispersion, log-normal size factors and per-cell
+    module (program) activities, sampled in chunks of cells (vectorised within a chunk) to
+    bound memory. The activity factor ``exp(l_g z - (l_g sigma)^2 / 2)`` has mean one, so a
+    condition's expected rate stays ``rates[c]`` (times the cell's size factor).
     """
     n_genes = rates.shape[1]
     condition = rng.permutation(np.repeat(np.arange(len(rates)), cells_of))
     size_factor = rng.lognormal(0.0, SIZE_FACTOR_LOG_SD, size=len(condition))
     theta = rng.lognormal(math.log(INVERSE_DISPERSION_MEDIAN), INVERSE_DISPERSION_LOG_SD, size=n_genes)
+    activity = rng.normal(0.0, 1.0, size=(len(condition), int(modules.max()) + 1)) * program_sd
+    correction = 0.5 * (loadings * program_sd) ** 2
     blocks = []
     for start in range(0, len(condition), CELL_CHUNK):
         stop = start + CELL_CHUNK
-        mean = size_factor[start:stop, None] * rates[condition[start:stop]]
+        program = np.exp(activity[start:stop][:, modules] * loadings - correction)
+        mean = size_factor[start:stop, None] * rates[condition[start:stop]] * program
         counts = rng.negative_binomial(theta, theta / (theta + mean)).astype(np.float32)
         total = counts.sum(axis=1, keepdims=True)
         scaled = np.divide(counts * np.float32(TARGET_SUM), total, out=np.zeros_like(counts), where=total > 0)
@@ -428,21 +469,26 @@ def _build_anndata(expression: sp.csr_matrix, cell_conditions: np.ndarray, condi
 
 
 def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_perturbed_genes: int = 60,
-                               n_combos: int = 40, cells_per_condition: int = 50, n_control_cells: int = 1000,
+                               n_combos: int = 80, cells_per_condition: int = 45, n_control_cells: int = 1000,
                                n_go_terms: int | None = None, seed: int = 0, frac_activation: float = 0.2,
                                frac_unmeasured: float = 0.15, interaction_fractions: dict | None = None,
-                               cell_type: str = "synthetic") -> SyntheticPerturbSeq:
+                               cell_type: str = "synthetic",
+                               program_sd: float = DEFAULT_PROGRAM_SD) -> SyntheticPerturbSeq:
     """Generate a synthetic Perturb-seq dataset (see the module docstring for the model).
 
-    Defaults give 6,000 cells x 1,000 genes (60 singles and 40 combos of 50 cells, 1,000
-    controls). ``n_go_terms`` defaults to 8 per module; ``frac_unmeasured`` adds that
+    Defaults give 7,300 cells x 1,000 genes (60 singles and 80 combos of 45 cells, 1,000
+    controls). 80 combos of 60 genes leave, under GEARS's ``simulation`` split (25% of the
+    genes unseen), about 80 * C(15, 2) / C(60, 2) = 4.7 ``combo_seen0`` test combos on
+    average. ``n_go_terms`` defaults to 8 per module; ``frac_unmeasured`` adds that
     fraction of ``n_genes`` as annotated but unmeasured genes; ``interaction_fractions``
     maps 'synergy' / 'buffering' / 'epistasis' to fractions of the combos (default 0.15 each,
-    the rest additive). Deterministic for a given ``seed``.
+    the rest additive). ``program_sd`` is the standard deviation of the per-cell module
+    (program) activities that create within-module co-expression (0 turns them off).
+    Deterministic for a given ``seed``.
     """
     fractions = dict(DEFAULT_INTERACTION_FRACTIONS if interaction_fractions is None else interaction_fractions)
     _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition, n_control_cells,
-              n_go_terms, seed, frac_activation, frac_unmeasured, fractions, cell_type)
+              n_go_terms, seed, frac_activation, frac_unmeasured, fractions, cell_type, program_sd)
     n_go_terms = GO_TERMS_PER_MODULE * n_modules if n_go_terms is None else n_go_terms
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -464,7 +510,8 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     conditions = [CONTROL] + [f"{gene}+{CONTROL}" for gene in pert_symbols] + combo_names
     cells_of = np.array([n_control_cells] + [cells_per_condition] * (len(conditions) - 1))
     rates = np.exp(log_rates)
-    expression, condition_index = _sample_expression(rng, rates, cells_of)
+    loadings = _program_loadings(rng, n_genes)
+    expression, condition_index = _sample_expression(rng, rates, cells_of, modules, loadings, float(program_sd))
 
     adata = _build_anndata(expression, np.array(conditions)[condition_index], conditions, symbols, modules,
                            perturbed, activated, cell_type)
@@ -476,6 +523,7 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
               "n_control_cells": int(n_control_cells), "n_go_terms": int(n_go_terms), "seed": int(seed),
               "frac_activation": float(frac_activation), "frac_unmeasured": float(frac_unmeasured),
               "interaction_fractions": {k: float(v) for k, v in fractions.items()}, "cell_type": cell_type,
+              "program_sd": float(program_sd),
               "n_cells": int(adata.n_obs), "n_unmeasured_genes": n_unmeasured}
     logger.info("synthetic Perturb-seq: %d cells x %d genes, %d conditions, %d GO-annotated genes (%.1f s)",
                 adata.n_obs, adata.n_vars, len(conditions), len(gene2go), time.perf_counter() - started)

@@ -1,0 +1,165 @@
+"""Data-layer benchmark: raw AnnData -> ready loaders, one pass over the training loader,
+peak memory and in-memory dataset size, for gears_ddp and (when installed) the published
+GEARS, side by side on the same file and split.
+
+    python benchmarks/bench_data.py [--genes 2000 --cells-per-condition 100 ...]
+
+Each implementation runs in its own subprocess so that peak memory (max RSS) is its own.
+The published package's import seeds torch and prints freely; its output is discarded.
+"""
+import argparse
+import contextlib
+import io
+import json
+import os
+import pickle
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BATCH_SIZE = 32
+SPLIT = {"split": "simulation", "seed": 1}
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def make_input(folder: Path, args) -> Path:
+    """The raw AnnData (h5ad) and GO files both implementations start from."""
+    from gears_ddp.data.graphs import jaccard_edge_list
+    from gears_ddp.datasets import make_synthetic_perturb_seq
+
+    synthetic = make_synthetic_perturb_seq(n_genes=args.genes, cells_per_condition=args.cells_per_condition,
+                                           n_perturbed_genes=args.perturbed_genes, n_combos=args.combos,
+                                           n_control_cells=args.control_cells, seed=0)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "gene2go_all.pkl", "wb") as f:
+        pickle.dump(synthetic.gene2go, f)
+    with open(folder / "essential_all_data_pert_genes.pkl", "wb") as f:
+        pickle.dump(synthetic.pert_genes, f)
+    (folder / "go_essential_all").mkdir(exist_ok=True)
+    jaccard_edge_list(synthetic.gene2go, synthetic.pert_genes).to_csv(
+        folder / "go_essential_all" / "go_essential_all.csv", index=False)
+    raw = folder / "raw.h5ad"
+    synthetic.adata.write_h5ad(raw)
+    return raw
+
+
+def run_ours(raw: Path, workdir: Path) -> dict:
+    import anndata
+
+    from gears_ddp import PertData
+
+    start = time.perf_counter()
+    pert_data = PertData(workdir)
+    pert_data.new_data_process("bench", anndata.read_h5ad(raw))
+    pert_data.prepare_split(**SPLIT)
+    loaders = pert_data.get_dataloader(BATCH_SIZE)
+    ready = time.perf_counter() - start
+    n_cells, n_genes = pert_data.adata.shape
+    return {"ready_s": ready, **_time_pass(loaders["train_loader"]), "peak_rss_mib": peak_rss_mib(),
+            "dataset_mib": pert_data.cells.nbytes() / 2**20, "x_float32_mib": n_cells * n_genes * 4 / 2**20,
+            "cells": n_cells, "genes": n_genes}
+
+
+def run_reference(raw: Path, workdir: Path) -> dict:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        import anndata
+        from gears import PertData
+
+        start = time.perf_counter()
+        pert_data = PertData(str(workdir))
+        pert_data.new_data_process("bench", anndata.read_h5ad(raw))
+        pert_data.prepare_split(**SPLIT)
+        pert_data.get_dataloader(BATCH_SIZE)
+        ready = time.perf_counter() - start
+        timing = _time_pass(pert_data.dataloader["train_loader"])
+    tensors = [t for graphs in pert_data.dataset_processed.values() for g in graphs for t in (g.x, g.y)]
+    n_cells, n_genes = pert_data.adata.shape
+    return {"ready_s": ready, **timing, "peak_rss_mib": peak_rss_mib(),
+            "dataset_mib": sum(t.element_size() * t.numel() for t in tensors) / 2**20,
+            "x_float32_mib": n_cells * n_genes * 4 / 2**20, "cells": n_cells, "genes": n_genes}
+
+
+def _time_pass(loader) -> dict:
+    """Seconds for one full pass (gather + collate) over ``loader``; batches counted."""
+    start = time.perf_counter()
+    n_batches = sum(1 for _ in loader)
+    return {"train_pass_s": time.perf_counter() - start, "train_batches": n_batches}
+
+
+def child(impl: str, raw: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp) / "data"
+        workdir.mkdir()
+        for name in ("gene2go_all.pkl", "essential_all_data_pert_genes.pkl"):
+            os.symlink(Path(raw).parent / name, workdir / name)
+        os.symlink(Path(raw).parent / "go_essential_all", workdir / "go_essential_all")
+        result = (run_ours if impl == "ours" else run_reference)(Path(raw), workdir)
+    print("RESULT " + json.dumps(result))
+
+
+def measure(impl: str, raw: Path) -> dict | None:
+    proc = subprocess.run([sys.executable, __file__, "--child", impl, "--raw", str(raw)],
+                          capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        print(f"{impl} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def reference_available() -> bool:
+    probe = subprocess.run([sys.executable, "-c", "import gears"], capture_output=True)
+    return probe.returncode == 0
+
+
+def print_table(ours: dict, reference: dict | None) -> None:
+    rows = [("raw AnnData -> ready loaders (s)", "ready_s", True),
+            ("one pass over the train loader (s)", "train_pass_s", True),
+            ("peak memory, max RSS (MiB)", "peak_rss_mib", True),
+            ("in-memory dataset (MiB)", "dataset_mib", True),
+            ("dataset / float32 X", None, True)]
+    print(f"\n{ours['cells']} cells x {ours['genes']} genes, batch {BATCH_SIZE}, {ours['train_batches']} train "
+          f"batches; float32 X = {ours['x_float32_mib']:.0f} MiB; {os.cpu_count()} CPU cores\n")
+    print(f"| {'measure':38} | {'gears_ddp':>10} | {'published GEARS':>15} | {'ratio':>8} |")
+    print(f"|{'-' * 40}|{'-' * 12}|{'-' * 17}|{'-' * 10}|")
+    for label, key, _ in rows:
+        mine = ours[key] if key else ours["dataset_mib"] / ours["x_float32_mib"]
+        theirs = (reference[key] if key else reference["dataset_mib"] / reference["x_float32_mib"]) \
+            if reference else None
+        ratio = f"{theirs / mine:.1f}x" if theirs is not None and mine > 0 else "-"
+        theirs_text = f"{theirs:.2f}" if theirs is not None else "not installed"
+        print(f"| {label:38} | {mine:10.2f} | {theirs_text:>15} | {ratio:>8} |")
+    print("\nratio = published / gears_ddp (higher is better for gears_ddp).")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--genes", type=int, default=2000)
+    parser.add_argument("--cells-per-condition", type=int, default=100)
+    parser.add_argument("--perturbed-genes", type=int, default=120)
+    parser.add_argument("--combos", type=int, default=60)
+    parser.add_argument("--control-cells", type=int, default=3000)
+    parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--child", choices=["ours", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument("--raw", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.raw)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = make_input(Path(tmp) / "input", args)
+        ours = measure("ours", raw)
+        reference = None if args.skip_reference or not reference_available() else measure("reference", raw)
+    if ours is None:
+        sys.exit(1)
+    print_table(ours, reference)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Gene graphs: vectorised computations equal straightforward ones and the published GEARS."""
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import torch
+
+from gears_ddp.data import graphs
+from gears_ddp.data.conditions import CONTROL
+import toy_data
+from gears_ddp import PertData
+from reference_package import import_reference
+
+
+def _naive_coexpression(x, gene_names, threshold, k):
+    corr = np.abs(np.nan_to_num(np.corrcoef(x.T.astype(np.float64))))
+    rows = []
+    for target in range(corr.shape[0]):
+        best = sorted(range(corr.shape[0]), key=lambda s: corr[target, s])[-(k + 1):]
+        rows += [(gene_names[s], gene_names[target], corr[target, s]) for s in best if corr[target, s] > threshold]
+    return pd.DataFrame(rows, columns=graphs.EDGE_COLUMNS)
+
+
+def _as_set(edges):
+    return {(s, t): w for s, t, w in edges[graphs.EDGE_COLUMNS].itertuples(index=False)}
+
+
+def test_coexpression_equals_straightforward_computation():
+    rng = np.random.default_rng(0)
+    latent = rng.normal(size=(300, 4))
+    x = np.abs(latent @ rng.normal(size=(4, 30)) + rng.normal(scale=0.7, size=(300, 30))).astype(np.float32)
+    x[:, 7] = 0.0  # a constant gene: NaN correlations count as 0
+    names = [f"g{i}" for i in range(30)]
+    rows = np.arange(0, 300, 2)
+    ours = _as_set(graphs.coexpression_edge_list(torch.from_numpy(x), rows, names, threshold=0.3, k=5))
+    naive = _as_set(_naive_coexpression(x[rows], names, threshold=0.3, k=5))
+    assert set(ours) == set(naive) and len(ours) > 30
+    assert all(abs(ours[e] - naive[e]) < 1e-6 for e in ours)
+
+
+def test_jaccard_equals_pairwise_loop():
+    rng = np.random.default_rng(1)
+    gene2go = {f"g{i}": {f"GO:{t}" for t in rng.choice(12, rng.integers(1, 5), replace=False)} for i in range(25)}
+    genes = list(gene2go) + ["not_annotated"]
+    ours = _as_set(graphs.jaccard_edge_list(gene2go, genes))
+    naive = {}
+    for a, b in itertools.product(gene2go, repeat=2):
+        score = len(gene2go[a] & gene2go[b]) / len(gene2go[a] | gene2go[b])
+        if score > 0.1:
+            naive[(a, b)] = score
+    assert set(ours) == set(naive) and ours[("g0", "g0")] == 1.0
+    assert all(abs(ours[e] - naive[e]) < 1e-12 for e in ours)
+
+
+def test_top_sources_per_target_equals_nlargest():
+    rng = np.random.default_rng(2)
+    edges = pd.DataFrame({"source": rng.choice(list("abcdefgh"), 200), "target": rng.choice(list("wxyz"), 200),
+                          "importance": rng.integers(0, 6, 200) / 5}).drop_duplicates(["source", "target"])
+    ours = graphs.top_sources_per_target(edges, k=2)
+    expected = edges.groupby("target").apply(lambda g: g.nlargest(3, "importance"), include_groups=False)
+    assert len(ours) == len(expected) == 12
+    for target, group in ours.groupby("target"):
+        reference = expected.loc[target]
+        assert sorted(group["importance"]) == sorted(reference["importance"])
+        assert set(group["source"]) == set(reference["source"])
+
+
+def test_coexpression_graph_uses_training_control_and_single_cells(toy):
+    train = toy.set2conditions["train"]
+    used = [c for c in train if c == CONTROL or "ctrl" in c.split("+")]
+    rows = toy.adata.obs["condition"].astype(str).isin(used).to_numpy()
+    naive = _as_set(_naive_coexpression(toy.adata.X[rows], list(toy.gene_names), 0.4, 20))
+    graph = toy.coexpression_graph()
+    index = graph.edge_index.numpy()
+    ours = {(toy.gene_names.iloc[s], toy.gene_names.iloc[t]) for s, t in index.T}
+    assert ours == set(naive)
+    cached = list(Path(toy.dataset_path).glob("*co_expression_network.csv"))
+    assert len(cached) == 1 and cached[0].name == "simulation_1_0.75_0.4_20_co_expression_network.csv"
+
+
+def test_go_graph_keeps_top_k_plus_one_sources_within_vocabulary(toy):
+    graph = toy.go_graph(k=3)
+    targets = graph.edge_index[1]
+    assert int(torch.bincount(targets).max()) <= 4
+    assert int(graph.edge_index.max()) < len(toy.pert_names)
+    assert bool(((graph.edge_weight > 0.1) & (graph.edge_weight <= 1)).all())
+
+
+def test_go_graph_computed_for_custom_vocabulary(data_root):
+    pert_data = PertData(data_root, default_pert_graph=False)
+    pert_data.new_data_process("toy", toy_data.make_raw())
+    graph = pert_data.go_graph(k=20)
+    assert (data_root / "toy" / "go_essential_toy.csv").exists()
+    expected = graphs.go_edge_list(graphs.jaccard_edge_list(pert_data.gene2go, pert_data.pert_names),
+                                   pert_data.pert_names, 20)
+    assert graph.num_edges == len(expected)
+
+
+def test_coexpression_matches_published_gears(toy, tmp_path):
+    utils = import_reference("gears.utils")
+    adata = toy.adata.copy()
+    adata.X = sp.csr_matrix(adata.X)  # the reference calls .toarray() on X
+    (tmp_path / "reference" / "toy").mkdir(parents=True)
+    reference = _as_set(utils.get_coexpression_network_from_train(
+        adata, 0.4, 20, str(tmp_path / "reference"), "toy", "simulation", 1, 0.75, toy.set2conditions))
+    ours = toy.coexpression_graph()
+    ours = {(toy.gene_names.iloc[s], toy.gene_names.iloc[t]): float(w)
+            for (s, t), w in zip(ours.edge_index.numpy().T, ours.edge_weight.numpy())}
+    assert set(ours) == set(reference) and len(ours) > len(toy.gene_names)
+    assert max(abs(ours[e] - reference[e]) for e in ours) < 1e-4
+
+
+def test_unknown_gene_in_edges_is_named():
+    edges = pd.DataFrame({"source": ["a", "zz"], "target": ["a", "a"], "importance": [1.0, 0.5]})
+    with pytest.raises(ValueError, match=r"outside the node set: \['zz'\]"):
+        graphs.to_gene_graph(edges, {"a": 0})
