@@ -123,3 +123,11 @@ def test_spawned_processes_share_the_expression_without_copies(toy):
     assert is_shared and views and shape == toy.adata.shape
     assert toy.cells.expression[0, 0].item() == 1234.5  # the child wrote into the parent's memory
     assert toy.adata.X[0, 0] == 1234.5
+
+
+def test_worker_processes_give_the_same_batches(toy):
+    in_process = toy.get_dataloader_distributed(16, world_size=1, rank=0, num_workers=0)["test_loader"]
+    workers = toy.get_dataloader_distributed(16, world_size=1, rank=0, num_workers=2)["test_loader"]
+    for a, b in zip(in_process, workers, strict=True):
+        assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.de_idx, b.de_idx)
+        assert a.pert == b.pert

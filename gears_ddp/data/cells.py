@@ -2,8 +2,8 @@
 
 There is no Python object per cell. ``CellTable`` holds the expression matrix once
 (float32, cells x genes), each cell's condition code, and per-condition lookup tables
-(perturbed-gene indices, top-20 DE gene indices). A batch of cells is four ``index_select``
-calls. ``share_memory_`` moves the tensors to shared memory so processes spawned on the
+(perturbed-gene indices, top-20 DE gene indices). A batch of cells is one ``index_select``
+call (see ``loaders.EpochPlan``). ``share_memory_`` moves the tensors to shared memory so processes spawned on the
 same node read one copy.
 
 A training example pairs a perturbed cell (target ``y``) with a control cell (input
@@ -114,15 +114,3 @@ class CellTable:
         generator = torch.Generator().manual_seed(seed)
         partners[perturbed] = controls[torch.randint(len(controls), (len(perturbed),), generator=generator)]
         return partners
-
-    def gather(self, cells: torch.Tensor, partners: torch.Tensor) -> PertBatch:
-        """The batch of ``cells`` (long tensor), each paired with ``partners[cell]``."""
-        codes = self.condition_codes[cells]
-        return PertBatch(
-            x=self.expression.index_select(0, partners[cells]),
-            y=self.expression.index_select(0, cells),
-            pert_idx=self.condition_pert_idx[codes],
-            condition=codes,
-            de_idx=self.condition_de_idx[codes],
-            condition_names=self.conditions,
-        )

@@ -10,10 +10,14 @@ distributed training read data the same way.
   the blocks cover every cell exactly once (no padding duplicates), so metrics gathered
   from all ranks equal the single-process ones. Cells stay grouped by condition.
 
-Each loader is a ``torch.utils.data.DataLoader`` whose dataset gathers a whole batch in one
-call (``__getitems__``); ``CellLoader.set_epoch`` also redraws control partners when asked.
+At the start of an epoch the loader lays out the cells of every batch and their control
+partners as two index tensors (``EpochPlan``); a batch is then one ``index_select`` plus
+views, with no per-cell work and no ``DataLoader`` machinery in the way. With
+``num_workers > 0`` the same plan is served through a ``torch.utils.data.DataLoader``.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
@@ -23,8 +27,8 @@ from gears_ddp.data.cells import CellTable, PertBatch
 EPOCH_SEED_STRIDE = 1_000_003  # separates the partner streams of successive epochs
 
 
-class PairedCellDataset(Dataset):
-    """The cells ``cell_indices`` of a table, each paired with a control cell."""
+class PairedCellDataset:
+    """The cells ``cell_indices`` of a table, each paired with a control cell (its input)."""
 
     def __init__(self, table: CellTable, cell_indices: torch.Tensor, pairing_seed: int,
                  resample_controls: bool = False):
@@ -37,20 +41,47 @@ class PairedCellDataset(Dataset):
     def __len__(self) -> int:
         return len(self.cell_indices)
 
-    def __getitems__(self, positions) -> PertBatch:
-        return self.table.gather(self.cell_indices[torch.as_tensor(positions, dtype=torch.long)], self.partners)
-
-    def __getitem__(self, position: int) -> PertBatch:
-        return self.__getitems__([position])
-
     def set_epoch(self, epoch: int) -> None:
         """Draw new control partners for ``epoch`` if resampling is on (same on every rank)."""
         if self.resample_controls:
             self.partners = self.table.draw_control_partners(self.pairing_seed + EPOCH_SEED_STRIDE * epoch)
 
 
+class EpochPlan(Dataset):
+    """The batches of one epoch: item ``i`` is batch ``i``.
+
+    Each cell's input cell, condition, perturbed genes and DE genes are looked up once for
+    the whole epoch; a batch is then one ``index_select`` of its input and target rows
+    (returned as two views of one tensor) plus slices of the epoch's index tensors.
+    """
+
+    def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor, batch_size: int, drop_last: bool):
+        if drop_last:
+            positions = positions[:len(positions) // batch_size * batch_size]
+        table = dataset.table
+        self.expression = table.expression
+        self.condition_names = table.conditions
+        self.batch_size = batch_size
+        self.cells = dataset.cell_indices[positions]
+        self.inputs = dataset.partners[self.cells]
+        self.codes = table.condition_codes[self.cells]
+        self.pert_idx = table.condition_pert_idx[self.codes]
+        self.de_idx = table.condition_de_idx[self.codes]
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.cells) / self.batch_size)
+
+    def __getitem__(self, i: int) -> PertBatch:
+        window = slice(i * self.batch_size, (i + 1) * self.batch_size)
+        cells = self.cells[window]
+        rows = self.expression.index_select(0, torch.cat((self.inputs[window], cells)))
+        return PertBatch(x=rows[:len(cells)], y=rows[len(cells):], pert_idx=self.pert_idx[window],
+                         condition=self.codes[window], de_idx=self.de_idx[window],
+                         condition_names=self.condition_names)
+
+
 def _keep_batch(batch: PertBatch) -> PertBatch:
-    """Collate function: the dataset already returns a whole batch."""
+    """Collate function: a plan item is already a whole batch."""
     return batch
 
 
@@ -68,19 +99,40 @@ class ContiguousShardSampler(Sampler):
         return self.stop - self.start
 
 
-class CellLoader(DataLoader):
-    """A ``DataLoader`` over a ``PairedCellDataset`` with one ``set_epoch`` for sampler and pairing."""
+class CellLoader:
+    """Batches of a ``PairedCellDataset`` in its sampler's order (an iterable, like a DataLoader)."""
+
+    def __init__(self, dataset: PairedCellDataset, batch_size: int, sampler: Sampler, drop_last: bool,
+                 num_workers: int = 0, pin_memory: bool = False):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.sampler = sampler
+        self.drop_last = drop_last
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
+        """Reshuffle (train) and, if asked, redraw control partners for ``epoch``."""
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
         self.dataset.set_epoch(epoch)
 
-
-def _loader(dataset, batch_size, sampler, drop_last, num_workers, pin_memory) -> CellLoader:
-    return CellLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
-                      collate_fn=_keep_batch, num_workers=num_workers, pin_memory=pin_memory,
-                      persistent_workers=False)
+    def __iter__(self):
+        positions = torch.as_tensor(list(self.sampler), dtype=torch.long)
+        plan = EpochPlan(self.dataset, positions, self.batch_size, self.drop_last)
+        if self.num_workers > 0:
+            yield from DataLoader(plan, batch_size=None, num_workers=self.num_workers,
+                                  pin_memory=self.pin_memory, collate_fn=_keep_batch)
+            return
+        for i in range(len(plan)):
+            batch = plan[i]
+            yield batch.pin_memory() if self.pin_memory else batch
 
 
 def build_loaders(table: CellTable, set2cells: dict[str, torch.Tensor], batch_size: int,
@@ -99,10 +151,9 @@ def build_loaders(table: CellTable, set2cells: dict[str, torch.Tensor], batch_si
                                  f"{batch_size} per rank x {world_size} ranks; lower batch_size")
             sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
                                          seed=seed, drop_last=True)
-            loaders[f"{name}_loader"] = _loader(dataset, batch_size, sampler, True, num_workers, pin_memory)
+            loaders[f"{name}_loader"] = CellLoader(dataset, batch_size, sampler, True, num_workers, pin_memory)
         else:
             sampler = ContiguousShardSampler(len(cells), world_size, rank)
-            loaders[f"{name}_loader"] = _loader(dataset, test_batch_size, sampler, False, num_workers,
-                                                pin_memory)
+            loaders[f"{name}_loader"] = CellLoader(dataset, test_batch_size, sampler, False, num_workers,
+                                                   pin_memory)
     return loaders
-
