@@ -15,7 +15,6 @@ import os
 import pickle
 import shutil
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -25,6 +24,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from tqdm import tqdm
 
 from gears_ddp._logging import get_logger
+from gears_ddp.data.io import atomic_path
 
 logger = get_logger(__name__)
 
@@ -66,23 +66,6 @@ def dataverse_url() -> str:
 
 
 # --------------------------------------------------------------------------- downloading
-
-
-@contextlib.contextmanager
-def _atomic_path(dest: Path):
-    """Yield a temporary path in ``dest``'s folder that replaces ``dest`` only if the block succeeds.
-
-    Keeping the temporary file in the same folder makes ``os.replace`` atomic, so ``dest`` is
-    either absent, its previous content, or the complete new content: never a partial file.
-    """
-    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _open_url(url: str, dest: Path, timeout: float) -> http.client.HTTPResponse:
@@ -181,7 +164,7 @@ def download_file(url: str, dest, kind: str, timeout: float = 60) -> Path:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     logger.info("downloading %s to %s", url, dest)
-    with _atomic_path(dest) as tmp:
+    with atomic_path(dest) as tmp:
         _fetch(url, tmp, dest, timeout)
         _check_not_html(tmp, url, dest)
         try:
@@ -226,7 +209,7 @@ def _safe_target(root: Path, name: str, archive: Path) -> Path:
 def _extract_archive(archive: Path, root: Path, kind: str) -> None:
     """Extract every member of ``archive`` under ``root``; all names are checked before anything is written.
 
-    Each file is written through ``_atomic_path`` so an interrupted extraction never leaves a
+    Each file is written through ``atomic_path`` so an interrupted extraction never leaves a
     truncated file that a later run would take for a valid local copy.
     """
     root = Path(os.path.abspath(root))
@@ -237,7 +220,7 @@ def _extract_archive(archive: Path, root: Path, kind: str) -> None:
                 target.mkdir(parents=True, exist_ok=True)
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            with open_member() as src, _atomic_path(target) as tmp, open(tmp, "wb") as out:
+            with open_member() as src, atomic_path(target) as tmp, open(tmp, "wb") as out:
                 shutil.copyfileobj(src, out)
 
 

@@ -76,13 +76,17 @@ def _choose_seen_genes(rng, genes, fraction, forced_test_genes, only_forced):
     return seen
 
 
+def _seen_and_unseen_genes(pert_list, fraction, seed, forced_test_genes, only_forced):
+    """The perturbed genes of ``pert_list`` split into seen (train) and unseen ones."""
+    genes = genes_of_conditions(pert_list).astype(str)
+    seen = _choose_seen_genes(np.random.RandomState(seed), genes, fraction, forced_test_genes, only_forced)
+    return seen, np.setdiff1d(genes, seen)
+
+
 def simulation_split(pert_list, train_gene_set_size, combo_seen2_train_frac, seed,
                      forced_test_genes=None, only_forced=False):
     """One round of the simulation split: returns (train, test, subgroups)."""
-    genes = genes_of_conditions(pert_list).astype(str)
-    seen = _choose_seen_genes(np.random.RandomState(seed), genes, train_gene_set_size,
-                              forced_test_genes, only_forced)
-    unseen = np.setdiff1d(genes, seen)
+    seen, unseen = _seen_and_unseen_genes(pert_list, train_gene_set_size, seed, forced_test_genes, only_forced)
 
     train = _perts_with_genes(seen, pert_list, "single")
     combos_touching_seen = _perts_with_genes(seen, pert_list, "combo")
@@ -108,10 +112,7 @@ def simulation_single_split(pert_list, train_gene_set_size, seed, forced_test_ge
     if combos:
         raise ValueError(f"split 'simulation_single' needs single perturbations only; the data has "
                          f"{len(combos)} combinations (e.g. {combos[:3]}): use 'simulation' instead")
-    genes = genes_of_conditions(pert_list).astype(str)
-    seen = _choose_seen_genes(np.random.RandomState(seed), genes, train_gene_set_size,
-                              forced_test_genes, only_forced)
-    unseen = np.setdiff1d(genes, seen)
+    seen, unseen = _seen_and_unseen_genes(pert_list, train_gene_set_size, seed, forced_test_genes, only_forced)
     train = _perts_with_genes(seen, pert_list, "single")
     unseen_single = _perts_with_genes(unseen, pert_list, "single")
     return train, unseen_single, {"unseen_single": unseen_single}
