@@ -1,5 +1,6 @@
 """Gene graphs: vectorised computations equal straightforward ones and the published GEARS."""
 import itertools
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +118,13 @@ def test_unknown_gene_in_edges_is_named():
     edges = pd.DataFrame({"source": ["a", "zz"], "target": ["a", "a"], "importance": [1.0, 0.5]})
     with pytest.raises(ValueError, match=r"outside the node set: \['zz'\]"):
         graphs.to_gene_graph(edges, {"a": 0})
+
+
+def test_custom_split_graphs_are_not_cached_under_an_ambiguous_name(toy, tmp_path):
+    split_file = tmp_path / "my_split.pkl"
+    split_file.write_bytes(pickle.dumps(
+        {"train": ["ctrl", "G0+ctrl", "G1+ctrl", "G2+ctrl"], "val": ["G3+ctrl"], "test": ["G4+ctrl"]}))
+    toy.prepare_split("custom", split_dict_path=split_file)
+    before = set(Path(toy.dataset_path).glob("*co_expression_network.csv"))
+    assert toy.coexpression_graph().num_edges >= len(toy.gene_names)
+    assert set(Path(toy.dataset_path).glob("*co_expression_network.csv")) == before

@@ -9,7 +9,6 @@ memory instead of copying it into every process.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import anndata
@@ -21,7 +20,7 @@ import torch
 from gears_ddp._logging import get_logger
 from gears_ddp.data import download, graphs, io, processing
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
-from gears_ddp.data.conditions import CONTROL, condition_genes, unique_in_order, validate_conditions
+from gears_ddp.data.conditions import CONTROL, condition_genes, is_single, unique_in_order, validate_conditions
 from gears_ddp.data.loaders import build_loaders
 from gears_ddp.data.splits import SPLIT_TYPES, check_split_sets, split_conditions
 
@@ -100,7 +99,7 @@ class PertData:
         log-normalised ``X``) into ``data_path/<dataset_name>/perturb_processed.h5ad`` and load it.
 
         ``adata`` gains the processed columns in place. An existing processed file is only
-        replaced with ``overwrite=True``; its cached splits and graphs are then removed.
+        replaced with ``overwrite=True``; split and graph caches in the folder are removed.
         """
         if adata is None:
             raise ValueError("new_data_process needs the raw AnnData as `adata`")
@@ -111,8 +110,7 @@ class PertData:
                                   f"'{folder}') or pass overwrite=True to replace it")
         processing.process_raw(adata, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
         io.write_h5ad(adata, target)
-        if overwrite:
-            self._remove_derived_files(folder)
+        self._remove_derived_files(folder)
         logger.info("wrote %s (%d cells x %d genes)", target, adata.n_obs, adata.n_vars)
         self._use_dataset(adata, folder)
 
@@ -274,18 +272,18 @@ class PertData:
     # ------------------------------------------------------------------ graphs
     def coexpression_graph(self, threshold: float = 0.4, k: int = 20) -> graphs.GeneGraph:
         """Gene co-expression graph from the training cells of control and single conditions
-        (cached as the reference's ``<split>_<seed>_<size>_<threshold>_<k>_co_expression_network.csv``)."""
+        (cached, except for custom splits, as the reference's
+        ``<split>_<seed>_<size>_<threshold>_<k>_co_expression_network.csv``)."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before building the co-expression graph")
         cache = Path(self.dataset_path) / (f"{self.split}_{self.seed}_{self.train_gene_set_size}_"
                                            f"{threshold}_{k}_co_expression_network.csv")
-        if cache.exists():
-            edges = pd.read_csv(cache)
-        else:
-            conditions = [c for c in self.set2conditions["train"] if c == CONTROL or len(condition_genes(c)) == 1]
-            rows = self.cells.cells_of(conditions).numpy()
-            edges = graphs.coexpression_edge_list(self.cells.expression, rows, self.gene_names.to_numpy(),
-                                                  threshold, k)
+        if self.split != "custom" and cache.exists():  # the name cannot tell custom split files apart
+            return graphs.to_gene_graph(pd.read_csv(cache), self.node_map)
+        conditions = [c for c in self.set2conditions["train"] if c == CONTROL or is_single(c)]
+        rows = self.cells.cells_of(conditions).numpy()
+        edges = graphs.coexpression_edge_list(self.cells.expression, rows, self.gene_names.to_numpy(), threshold, k)
+        if self.split != "custom":
             with io.atomic_path(cache) as tmp:
                 edges.to_csv(tmp, index=False)
         return graphs.to_gene_graph(edges, self.node_map)
@@ -375,7 +373,3 @@ def _tensor_backed(adata: anndata.AnnData, keep: np.ndarray, node_map_pert: dict
     view = anndata.AnnData(X=expression.numpy(), obs=obs, var=adata.var.copy(), uns=adata.uns)
     return view, table
 
-
-def default_data_path() -> str:
-    """Where examples keep data unless told otherwise: ``$GEARS_DDP_DATA`` or ``./data``."""
-    return os.environ.get("GEARS_DDP_DATA", "./data")
