@@ -47,7 +47,7 @@ def main():
         cells = {name: sum(len(b) for b in loader) for name, loader in loaders.items()}
         batch = next(iter(loaders["train_loader"]))
         print(f"rank {rank}/{args.world_size}   " + ", ".join(f"{k} {v} cells" for k, v in cells.items())
-              + f" in {time.perf_counter() - tick:.2f} s; batch x {tuple(batch.x.shape)}, "
+              + f" in {1000 * (time.perf_counter() - tick):.1f} ms; batch x {tuple(batch.x.shape)}, "
               f"pert_idx {tuple(batch.pert_idx.shape)}, de_idx {tuple(batch.de_idx.shape)}")
     print(f"ready in     {ready:.1f} s (expression tensor {pert_data.cells.expression.nbytes / 2**20:.0f} MiB, "
           f"{torch.get_num_threads()} threads)")

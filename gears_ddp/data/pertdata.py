@@ -108,21 +108,8 @@ class PertData:
         if target.exists() and not overwrite:
             raise FileExistsError(f"{target} already exists; load it with PertData.load(data_path="
                                   f"'{folder}') or pass overwrite=True to replace it")
-        processing.process_raw(adata, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
-        io.write_h5ad(adata, target)
-        self._remove_derived_files(folder)
-        logger.info("wrote %s (%d cells x %d genes)", target, adata.n_obs, adata.n_vars)
+        write_processed_dataset(adata, folder, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
         self._use_dataset(adata, folder)
-
-    @staticmethod
-    def _remove_derived_files(folder: Path) -> None:
-        """Delete split and graph caches computed from an earlier version of the data."""
-        stale = list((folder / "splits").glob("*.pkl")) + list(folder.glob("*_co_expression_network.csv")) \
-            + list(folder.glob("go_essential_*.csv"))
-        for path in stale:
-            path.unlink()
-        if stale:
-            logger.info("removed %d cached split/graph files of the replaced data in %s", len(stale), folder)
 
     def _pert_vocabulary_candidates(self, adata) -> list[str]:
         """Genes that may form the perturbation vocabulary, by the constructor's choice."""
@@ -334,6 +321,20 @@ class PertData:
         self.__dict__.update(state)
         if parts is not None:
             self.adata = anndata.AnnData(X=self.cells.expression.numpy(), **parts)
+
+
+def write_processed_dataset(adata: anndata.AnnData, folder: Path, skip_calc_de: bool = False,
+                            source: str = "the AnnData") -> None:
+    """Validate and process a raw AnnData (in place), write ``folder/perturb_processed.h5ad``
+    and delete the split and graph caches that an earlier version of the data left there."""
+    processing.process_raw(adata, skip_calc_de, source=source)
+    io.write_h5ad(adata, folder / io.PROCESSED_FILE)
+    stale = list((folder / "splits").glob("*.pkl")) + list(folder.glob("*_co_expression_network.csv")) \
+        + list(folder.glob("go_essential_*.csv"))
+    for path in stale:
+        path.unlink()
+    logger.info("wrote %s (%d cells x %d genes)%s", folder / io.PROCESSED_FILE, adata.n_obs, adata.n_vars,
+                f"; removed {len(stale)} cached split/graph files of earlier data" if stale else "")
 
 
 def _condition_tables(conditions: list[str], condition_names: dict, uns: dict, var_names: pd.Index,

@@ -23,7 +23,8 @@ import pandas as pd
 from gears_ddp._logging import get_logger
 from gears_ddp.data import io
 from gears_ddp.data.graphs import jaccard_edge_list
-from gears_ddp.data.pertdata import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME, PertData
+from gears_ddp.data.pertdata import (ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME,
+                                     write_processed_dataset)
 from gears_ddp.datasets.synthetic import make_synthetic_perturb_seq
 
 logger = get_logger(__name__)
@@ -62,7 +63,7 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
     data_path.mkdir(parents=True, exist_ok=True)
     synthetic = make_synthetic_perturb_seq(**generator_options)
     _write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
-    PertData(data_path).new_data_process(name, synthetic.adata, overwrite=True)
+    write_processed_dataset(synthetic.adata, folder, source=f"synthetic dataset {name!r}")
     with io.atomic_path(folder / TRUE_MEANS_FILE) as tmp:
         synthetic.true_means.to_csv(tmp, compression="gzip")
     ground_truth = {"interaction_types": synthetic.interaction_types, "params": synthetic.params}
