@@ -1,0 +1,73 @@
+"""The GEARS loss, computed with tensor operations instead of a Python loop over conditions.
+
+Per batch, cells are grouped by condition. For each group, over its cells and its retained
+genes (for a perturbed condition its ``non_zeros_gene_idx``, for control all genes)::
+
+    sum((pred - y)^4) / (cells * genes)
+  + direction_lambda * sum((sign(y - ctrl_mean) - sign(pred - ctrl_mean))^2) / (cells * genes)
+
+and the loss is the mean of the group terms. In uncertainty mode the first term becomes
+``sum((pred - y)^4 + reg * exp(-logvar) * (pred - y)^4) / (cells * genes)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gears_ddp.data.conditions import CONTROL
+
+GAMMA = 2  # the error is raised to 2 + GAMMA
+
+
+@dataclass
+class LossContext:
+    """What the loss needs beyond a batch: each condition's retained genes (C x G bool, by
+    condition code) and the control mean expression (G)."""
+
+    retained_genes: torch.Tensor
+    ctrl_mean: torch.Tensor
+    direction_lambda: float = 1e-1
+    uncertainty_reg: float = 1.0
+
+    @classmethod
+    def from_pert_data(cls, pert_data, direction_lambda: float = 1e-1, uncertainty_reg: float = 1.0):
+        """Build it from a loaded ``PertData`` (needs the DE gene sets of ``new_data_process``)."""
+        uns = pert_data.adata.uns
+        if "non_zeros_gene_idx" not in uns:
+            raise ValueError(f"dataset {pert_data.dataset_name!r} has no uns['non_zeros_gene_idx']: the loss "
+                             "needs the gene sets that new_data_process computes unless skip_calc_de=True")
+        conditions = pert_data.cells.conditions
+        name_of = dict(zip(pert_data.adata.obs["condition"].astype(str),
+                           pert_data.adata.obs["condition_name"].astype(str)))
+        retained = torch.zeros(len(conditions), pert_data.adata.n_vars, dtype=torch.bool)
+        for code, condition in enumerate(conditions):
+            if condition == CONTROL:
+                retained[code] = True
+            else:
+                retained[code, torch.as_tensor(np.asarray(uns["non_zeros_gene_idx"][name_of[condition]],
+                                                          dtype=np.int64))] = True
+        expression = pert_data.cells.expression
+        ctrl_mean = expression[pert_data.cells.control_cells()].mean(0)
+        return cls(retained, ctrl_mean, direction_lambda, uncertainty_reg)
+
+    def to(self, device) -> "LossContext":
+        return LossContext(self.retained_genes.to(device), self.ctrl_mean.to(device), self.direction_lambda,
+                           self.uncertainty_reg)
+
+
+def gears_loss(pred: torch.Tensor, y: torch.Tensor, condition: torch.Tensor, context: LossContext,
+               logvar: torch.Tensor | None = None) -> torch.Tensor:
+    """The GEARS loss of a batch (``condition``: each cell's condition code)."""
+    groups, group_of_cell, cells_per_group = torch.unique(condition, return_inverse=True, return_counts=True)
+    retained = context.retained_genes[condition]
+    error = (pred - y) ** (2 + GAMMA)
+    if logvar is not None:
+        error = error + context.uncertainty_reg * torch.exp(-logvar) * error
+    direction = (torch.sign(y - context.ctrl_mean) - torch.sign(pred - context.ctrl_mean)) ** 2
+    per_cell = torch.where(retained, error + context.direction_lambda * direction, 0).sum(1)
+    per_group = torch.zeros(len(groups), dtype=per_cell.dtype, device=per_cell.device)
+    per_group = per_group.index_add(0, group_of_cell, per_cell)
+    genes_per_group = context.retained_genes[groups].sum(1)
+    return (per_group / (cells_per_group * genes_per_group)).mean()

@@ -1,0 +1,185 @@
+"""The GEARS network: tensors in, tensors out (no I/O, no devices, no ranks).
+
+Parameter names, shapes and initialisation are those of the published ``GEARS_Model``, so
+state dicts load both ways with ``strict=True``. The mathematics is the same; the work is
+not:
+
+- The per-gene part (gene embedding, ``bn_emb``, co-expression GNN, ``emb_trans_v2``) and
+  the GO GNN over the perturbation vocabulary are computed once per batch, not on B x G
+  repeated rows. (The published model also runs its co-expression GNN on B x G rows with
+  an edge index over G nodes only, so only the first cell of a batch receives the
+  co-expression messages; here every cell does, which is the model the paper describes.
+  At batch size 1 the two agree.)
+- Everything before ``+ x`` depends only on a cell's set of perturbed genes. It is computed
+  once per distinct set in the batch; every BatchNorm that the published model runs over
+  per-cell rows is given each set's cell count as a row weight, so its batch statistics,
+  running statistics, outputs and gradients equal the per-cell computation. In evaluation
+  mode a batch of one condition costs one pass.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.nn import SGConv
+
+PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
+
+
+class WeightedBatchNorm1d(nn.BatchNorm1d):
+    """``BatchNorm1d`` whose training-mode statistics can weight rows by a count.
+
+    A row with weight ``w`` counts as ``w`` identical rows: mean, biased variance (used to
+    normalise) and the unbiased variance fed to the running estimate are those of the
+    expanded batch. Without weights, or in evaluation mode, it is ``BatchNorm1d``.
+    """
+
+    def forward(self, x: torch.Tensor, row_weight: torch.Tensor | None = None) -> torch.Tensor:
+        if row_weight is None or not self.training:
+            return super().forward(x)
+        weight = row_weight.to(x.dtype).unsqueeze(1)
+        total = weight.sum()
+        mean = (weight * x).sum(0) / total
+        var = (weight * (x - mean) ** 2).sum(0) / total
+        if self.track_running_stats:
+            self._update_running_stats(mean.detach(), var.detach(), total.detach())
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+
+    @torch.no_grad()
+    def _update_running_stats(self, mean, var, n_rows) -> None:
+        self.num_batches_tracked.add_(1)
+        factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        unbiased = var * (n_rows / (n_rows - 1)) if n_rows > 1 else var
+        self.running_mean.mul_(1 - factor).add_(factor * mean.to(self.running_mean.dtype))
+        self.running_var.mul_(1 - factor).add_(factor * unbiased.to(self.running_var.dtype))
+
+
+class MLP(nn.Module):
+    """``network`` = per step Linear, BatchNorm1d, ReLU, without the final ReLU (the
+    published module layout, so the ``network.{i}`` names match)."""
+
+    def __init__(self, sizes: list[int]):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(n_in, n_out), WeightedBatchNorm1d(n_out), nn.ReLU()]
+        self.network = nn.Sequential(*layers[:-1])
+
+    def forward(self, x: torch.Tensor, row_weight: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.network:
+            x = layer(x, row_weight) if isinstance(layer, WeightedBatchNorm1d) else layer(x)
+        return x
+
+
+def distinct_perturbation_sets(pert_idx: torch.Tensor):
+    """Distinct perturbation sets of a batch.
+
+    ``pert_idx`` (B x 2, -1 padded) -> ``sets`` (S x 2, each row sorted), ``cell_set`` (B,
+    the set of each cell) and ``counts`` (S, cells per set). ``[A, B]`` and ``[B, A]`` are
+    the same set, as the model sums the genes' embeddings.
+    """
+    canonical, _ = torch.sort(pert_idx, dim=1)
+    sets, cell_set, counts = torch.unique(canonical, dim=0, return_inverse=True, return_counts=True)
+    return sets, cell_set, counts
+
+
+class GEARSModel(nn.Module):
+    """GEARS: predicts a cell's expression after perturbing a set of genes.
+
+    ``forward(x, pert_idx)``: ``x`` (B x G) control expression, ``pert_idx`` (B x 2) indices
+    in the perturbation vocabulary, -1 padded. Returns the prediction (B x G), and with
+    ``uncertainty`` also the log-variance (B x G).
+    """
+
+    def __init__(self, num_genes: int, num_perts: int, coexpress_edge_index: torch.Tensor,
+                 coexpress_edge_weight: torch.Tensor, go_edge_index: torch.Tensor, go_edge_weight: torch.Tensor,
+                 hidden_size: int = 64, num_go_gnn_layers: int = 1, num_gene_gnn_layers: int = 1,
+                 decoder_hidden_size: int = 16, uncertainty: bool = False, no_perturb: bool = False):
+        super().__init__()
+        self.num_genes, self.num_perts = num_genes, num_perts
+        self.uncertainty, self.no_perturb = uncertainty, no_perturb
+        self.decoder_hidden_size = decoder_hidden_size  # kept in the config; unused, as in the reference
+        h = hidden_size
+        # Modules are created in the published order with the published initialisation,
+        # so the same torch seed gives the same initial weights.
+        self.pert_w = nn.Linear(1, h)  # unused in forward; part of the checkpoint format
+        self.gene_emb = nn.Embedding(num_genes, h, max_norm=True)
+        self.pert_emb = nn.Embedding(num_perts, h, max_norm=True)
+        self.emb_trans_v2 = MLP([h, h, h])
+        self.pert_fuse = MLP([h, h, h])
+        self.emb_pos = nn.Embedding(num_genes, h, max_norm=True)
+        self.layers_emb_pos = nn.ModuleList(SGConv(h, h, 1) for _ in range(num_gene_gnn_layers))
+        self.sim_layers = nn.ModuleList(SGConv(h, h, 1) for _ in range(num_go_gnn_layers))
+        self.recovery_w = MLP([h, 2 * h, h])
+        self.indv_w1 = nn.Parameter(torch.rand(num_genes, h, 1))
+        self.indv_b1 = nn.Parameter(torch.rand(num_genes, 1))
+        nn.init.xavier_normal_(self.indv_w1)
+        nn.init.xavier_normal_(self.indv_b1)
+        self.cross_gene_state = MLP([num_genes, h, h])
+        self.indv_w2 = nn.Parameter(torch.rand(1, num_genes, h + 1))
+        self.indv_b2 = nn.Parameter(torch.rand(1, num_genes))
+        nn.init.xavier_normal_(self.indv_w2)
+        nn.init.xavier_normal_(self.indv_b2)
+        self.bn_emb = WeightedBatchNorm1d(h)
+        self.bn_pert_base = WeightedBatchNorm1d(h)
+        self.bn_pert_base_trans = WeightedBatchNorm1d(h)  # unused in forward; part of the checkpoint format
+        if uncertainty:
+            self.uncertainty_w = MLP([h, 2 * h, h, 1])
+        # graphs and index vectors move with the module but are not checkpoint entries
+        self.register_buffer("coexpress_edge_index", coexpress_edge_index.long(), persistent=False)
+        self.register_buffer("coexpress_edge_weight", coexpress_edge_weight.float(), persistent=False)
+        self.register_buffer("go_edge_index", go_edge_index.long(), persistent=False)
+        self.register_buffer("go_edge_weight", go_edge_weight.float(), persistent=False)
+        self.register_buffer("gene_ids", torch.arange(num_genes), persistent=False)
+        self.register_buffer("pert_ids", torch.arange(num_perts), persistent=False)
+
+    @staticmethod
+    def _propagate(h, layers, edge_index, edge_weight):
+        """SGConv layers with ReLU between them (not after the last)."""
+        for i, layer in enumerate(layers):
+            h = layer(h, edge_index, edge_weight)
+            if i < len(layers) - 1:
+                h = h.relu()
+        return h
+
+    def gene_embeddings(self) -> torch.Tensor:
+        """Per-gene base embedding (G x H), the same for every cell."""
+        base = F.relu(self.bn_emb(self.gene_emb(self.gene_ids)))
+        positional = self._propagate(self.emb_pos(self.gene_ids), self.layers_emb_pos,
+                                     self.coexpress_edge_index, self.coexpress_edge_weight)
+        return self.emb_trans_v2(base + PERT_EMB_LAMBDA * positional)
+
+    def perturbation_embeddings(self) -> torch.Tensor:
+        """GO-propagated embedding of every vocabulary gene (P x H)."""
+        return self._propagate(self.pert_emb(self.pert_ids), self.sim_layers, self.go_edge_index,
+                               self.go_edge_weight)
+
+    def set_effects(self, sets: torch.Tensor, counts: torch.Tensor):
+        """Predicted change from control (S x G) for each perturbation set, and the
+        log-variance (S x G) in uncertainty mode (else None). ``counts`` weight BatchNorm."""
+        n_sets, n_genes = sets.shape[0], self.num_genes
+        present = sets >= 0
+        summed = (self.perturbation_embeddings()[sets.clamp(min=0)] * present.unsqueeze(-1)).sum(1)
+        perturbed = torch.nonzero(present.any(1)).flatten()
+        shift = torch.zeros_like(summed)
+        if len(perturbed):
+            shift = shift.index_copy(0, perturbed, self.pert_fuse(summed[perturbed], counts[perturbed]))
+
+        row_weight = counts.repeat_interleave(n_genes)
+        hidden = self.gene_embeddings().unsqueeze(0) + shift.unsqueeze(1)           # S x G x H
+        hidden = F.relu(self.bn_pert_base(hidden.reshape(n_sets * n_genes, -1), row_weight))
+        decoded = self.recovery_w(hidden, row_weight).reshape(n_sets, n_genes, -1)
+        gene_out = torch.einsum("sgh,gh->sg", decoded, self.indv_w1[:, :, 0]) + self.indv_b1[:, 0]
+        cross = self.cross_gene_state(gene_out, counts)                              # S x H
+        w2 = self.indv_w2[0]
+        effect = gene_out * w2[:, 0] + cross @ w2[:, 1:].T + self.indv_b2[0]
+        logvar = self.uncertainty_w(hidden, row_weight).reshape(n_sets, n_genes) if self.uncertainty else None
+        return effect, logvar
+
+    def forward(self, x: torch.Tensor, pert_idx: torch.Tensor):
+        if self.no_perturb:
+            return x
+        sets, cell_set, counts = distinct_perturbation_sets(pert_idx)
+        effect, logvar = self.set_effects(sets, counts)
+        prediction = effect[cell_set] + x
+        return (prediction, logvar[cell_set]) if self.uncertainty else prediction

@@ -1,0 +1,149 @@
+"""The GEARS network: checkpoint format and outputs of the published model, and the
+distinct-set computation equal to the per-cell one (outputs, gradients, running stats)."""
+import contextlib
+import copy
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gears_ddp.model import PERT_EMB_LAMBDA
+from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, random_batch
+from reference_package import import_reference
+
+
+def _reference_model(model, uncertainty):
+    module = import_reference("gears.model")
+    args = dict(num_genes=N_GENES, num_perts=N_PERTS, hidden_size=HIDDEN, uncertainty=uncertainty,
+                num_go_gnn_layers=1, num_gene_gnn_layers=1, decoder_hidden_size=16, no_perturb=False,
+                G_coexpress=model.coexpress_edge_index, G_coexpress_weight=model.coexpress_edge_weight,
+                G_go=model.go_edge_index, G_go_weight=model.go_edge_weight, device="cpu")
+    with contextlib.redirect_stdout(io.StringIO()):
+        return module.GEARS_Model(args)
+
+
+def _reference_batch(x, pert_idx):
+    from torch_geometric.data import Batch, Data
+    return Batch.from_data_list([Data(x=x[i].reshape(-1, 1), pert_idx=[p for p in pert_idx[i].tolist() if p >= 0] or [-1])
+                                 for i in range(len(x))])
+
+
+def _trained_a_little(model, steps=3):
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(steps):
+        x, pert_idx = random_batch(seed=step + 10)
+        out = model(x, pert_idx)
+        loss = sum(o.square().mean() for o in (out if isinstance(out, tuple) else (out,)))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.zero_grad(set_to_none=True)  # deepcopy does not copy .grad: start copies equal
+    return model.eval()
+
+
+@pytest.mark.parametrize("uncertainty", [False, True])
+def test_checkpoints_load_both_ways_and_initialisation_matches(uncertainty):
+    ours = make_model(uncertainty)
+    torch.manual_seed(0)
+    theirs = _reference_model(ours, uncertainty)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    trained = _trained_a_little(make_model(uncertainty))
+    theirs.load_state_dict(trained.state_dict(), strict=True)
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), trained.state_dict().values()))
+
+
+@pytest.mark.parametrize("uncertainty", [False, True])
+def test_outputs_equal_the_published_model_at_batch_size_one(uncertainty):
+    ours = _trained_a_little(make_model(uncertainty))
+    theirs = _reference_model(ours, uncertainty)
+    theirs.load_state_dict(ours.state_dict())
+    theirs.eval()
+    x, pert_idx = random_batch(batch_size=6, seed=4)
+    with torch.no_grad():
+        for i in range(len(x)):  # each cell alone
+            mine, reference = ours(x[i:i + 1], pert_idx[i:i + 1]), theirs(_reference_batch(x[i:i + 1], pert_idx[i:i + 1]))
+            for a, b in zip(*(o if uncertainty else (o,) for o in (mine, reference))):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        mine, reference = ours(x, pert_idx), theirs(_reference_batch(x, pert_idx))  # first cell of a batch
+        for a, b in zip(*(o if uncertainty else (o,) for o in (mine, reference))):
+            torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-5)
+
+
+def _naive_forward(model, x, pert_idx):
+    """The per-cell computation: one row per cell (per cell and gene) through every
+    BatchNorm, as the published model does, with the per-gene part shared."""
+    n_cells = len(x)
+    genes = model.gene_embeddings()
+    pert_emb = model.perturbation_embeddings()
+    summed, rows = [], []
+    for cell in range(n_cells):
+        members = [p for p in pert_idx[cell].tolist() if p >= 0]
+        if members:
+            summed.append(pert_emb[members].sum(0))
+            rows.append(cell)
+    shift = torch.zeros(n_cells, HIDDEN, dtype=x.dtype)
+    if rows:
+        stacked = torch.stack(summed)
+        fused = model.pert_fuse(stacked.repeat(2, 1))[:1] if len(rows) == 1 else model.pert_fuse(stacked)
+        shift = shift.index_copy(0, torch.tensor(rows), fused)
+    hidden = (genes.unsqueeze(0) + shift.unsqueeze(1)).reshape(n_cells * N_GENES, HIDDEN)
+    hidden = F.relu(model.bn_pert_base(hidden))
+    decoded = model.recovery_w(hidden).reshape(n_cells, N_GENES, HIDDEN)
+    gene_out = (decoded.unsqueeze(-1) * model.indv_w1).sum(2) + model.indv_b1
+    cross = model.cross_gene_state(gene_out.squeeze(2))
+    joined = torch.cat([gene_out, cross.unsqueeze(1).expand(-1, N_GENES, -1)], 2)
+    effect = (joined * model.indv_w2).sum(2) + model.indv_b2
+    logvar = model.uncertainty_w(hidden).reshape(n_cells, N_GENES) if model.uncertainty else None
+    return effect + x, logvar
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_distinct_sets_equal_per_cell_computation(mode):
+    """In float64, so that equality is tested well below float32 rounding."""
+    fast = make_model(uncertainty=True)
+    fast = (_trained_a_little(fast) if mode == "eval" else fast.train()).double()
+    naive = copy.deepcopy(fast)
+    x, pert_idx = random_batch(batch_size=16, seed=7)
+    x = x.double()
+    pred, logvar = fast(x, pert_idx)
+    pred_naive, logvar_naive = _naive_forward(naive, x, pert_idx)
+    torch.testing.assert_close(pred, pred_naive, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(logvar, logvar_naive, rtol=1e-10, atol=1e-10)
+    weights = torch.rand_like(pred)
+    ((pred * weights).sum() + logvar.square().sum()).backward()
+    ((pred_naive * weights).sum() + logvar_naive.square().sum()).backward()
+    # one absolute scale for all: a bias that feeds a BatchNorm has a gradient of zero up to rounding
+    scale = max(float(p.grad.abs().max()) for p in naive.parameters() if p.grad is not None)
+    for (name, a), b in zip(fast.named_parameters(), naive.parameters()):
+        if a.grad is None:
+            assert b.grad is None or torch.count_nonzero(b.grad) == 0, name
+        else:
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-9 * scale, msg=name)
+    for (name, a), b in zip(fast.named_buffers(), naive.buffers()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=name)
+
+
+def test_a_single_perturbed_cell_in_training_mode_works():
+    """The published model feeds ``pert_fuse`` that one row twice; a weighted single row is
+    the same BatchNorm. Zero variance amplifies rounding by 1/sqrt(eps), hence float64."""
+    model = make_model().train().double()
+    naive = copy.deepcopy(model)
+    x, _ = random_batch(batch_size=3)
+    pert_idx = torch.tensor([[-1, -1], [4, -1], [-1, -1]])
+    pred_naive, _ = _naive_forward(naive, x.double(), pert_idx)
+    torch.testing.assert_close(model(x.double(), pert_idx), pred_naive, rtol=1e-8, atol=1e-8)
+
+
+def test_no_perturb_returns_the_input():
+    model = make_model()
+    model.no_perturb = True
+    x, pert_idx = random_batch()
+    assert torch.equal(model(x, pert_idx), x)
+
+
+def test_positional_weight_is_the_published_constant():
+    assert PERT_EMB_LAMBDA == 0.2
