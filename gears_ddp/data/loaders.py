@@ -6,7 +6,8 @@ distributed training read data the same way.
 
 - train: ``DistributedSampler`` (shuffle, ``drop_last``, seeded; ``set_epoch`` reshuffles)
   and ``drop_last`` batches, as in the reference.
-- val / test: ``ContiguousShardSampler``: rank r gets one contiguous block of the cells and
+- val / test, and ``train_eval_loader`` (the training cells, for evaluation):
+  ``ContiguousShardSampler``: rank r gets one contiguous block of the cells and
   the blocks cover every cell exactly once (no padding duplicates), so metrics gathered
   from all ranks equal the single-process ones. Cells stay grouped by condition.
 
@@ -139,7 +140,9 @@ def build_loaders(table: CellTable, set2cells: dict[str, torch.Tensor], batch_si
                   test_batch_size: int, world_size: int = 1, rank: int = 0, seed: int = 0,
                   resample_controls: bool = False, num_workers: int = 0,
                   pin_memory: bool = False) -> dict[str, CellLoader]:
-    """Loaders keyed ``'{set}_loader'`` for every set in ``set2cells`` (train shuffled)."""
+    """Loaders keyed ``'{set}_loader'`` for every set in ``set2cells`` (train shuffled), plus
+    ``'train_eval_loader'``: the training cells in evaluation order (sharded like val / test),
+    for the per-epoch evaluation of the training set."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world_size {world_size}")
     loaders = {}
@@ -152,6 +155,9 @@ def build_loaders(table: CellTable, set2cells: dict[str, torch.Tensor], batch_si
             sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
                                          seed=seed, drop_last=True)
             loaders[f"{name}_loader"] = CellLoader(dataset, batch_size, sampler, True, num_workers, pin_memory)
+            loaders["train_eval_loader"] = CellLoader(
+                PairedCellDataset(table, cells, seed), test_batch_size,
+                ContiguousShardSampler(len(cells), world_size, rank), False, num_workers, pin_memory)
         else:
             sampler = ContiguousShardSampler(len(cells), world_size, rank)
             loaders[f"{name}_loader"] = CellLoader(dataset, test_batch_size, sampler, False, num_workers,

@@ -1,0 +1,64 @@
+"""Baselines scored beside the model, so users see at a glance whether GEARS beat them.
+
+Each baseline predicts a condition's mean expression from the training data only:
+
+- ``no_change``: the control mean (the perturbation does nothing).
+- ``mean_effect``: control mean + the mean effect (condition mean - control mean) over all
+  perturbed training conditions.
+- ``additive``: control mean + the sum, over the condition's genes, of that gene's single
+  effect in training (``A+ctrl``); a gene without a training single gets the mean
+  single-gene effect. For two-gene combinations this is the additive model; for singles
+  of unseen genes it falls back to the mean single effect.
+
+A baseline is an ``EvaluationResult`` identical to the model's but for ``pred_mean``, so the
+same metric functions score it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from gears_ddp.data.conditions import CONTROL, condition_genes, is_single
+from gears_ddp.metrics import EvaluationResult
+
+BASELINES = ("no_change", "mean_effect", "additive")
+
+
+def training_condition_means(pert_data) -> dict[str, np.ndarray]:
+    """Mean expression (float64) of every training condition, by a grouped sum over cells."""
+    cells = pert_data.cells
+    train = [c for c in pert_data.set2conditions["train"] if c in cells.conditions]
+    codes = torch.tensor([cells.conditions.index(c) for c in train], dtype=torch.long)
+    selected = cells.cells_of(train)
+    sums = torch.zeros(len(cells.conditions), cells.expression.shape[1], dtype=torch.float64)
+    sums.index_add_(0, cells.condition_codes[selected], cells.expression[selected].double())
+    counts = torch.bincount(cells.condition_codes[selected], minlength=len(cells.conditions))
+    return {c: (sums[code] / counts[code]).numpy() for c, code in zip(train, codes.tolist())}
+
+
+def baseline_predictions(pert_data, conditions: list[str]) -> dict[str, np.ndarray]:
+    """Predicted mean expression (conditions x genes) of each baseline, from training data only."""
+    means = training_condition_means(pert_data)
+    if CONTROL not in means:
+        raise ValueError("baselines need control cells in the training set")
+    control = means[CONTROL]
+    effects = {c: m - control for c, m in means.items() if c != CONTROL}
+    single_effect = {condition_genes(c)[0]: e for c, e in effects.items() if is_single(c)}
+    mean_effect = np.mean(list(effects.values()), axis=0) if effects else np.zeros_like(control)
+    mean_single = np.mean(list(single_effect.values()), axis=0) if single_effect else mean_effect
+
+    def additive(condition: str) -> np.ndarray:
+        return control + sum((single_effect.get(g, mean_single) for g in condition_genes(condition)),
+                             np.zeros_like(control))
+
+    return {"no_change": np.tile(control, (len(conditions), 1)),
+            "mean_effect": np.stack([control + (0 if c == CONTROL else mean_effect) for c in conditions]),
+            "additive": np.stack([additive(c) for c in conditions])}
+
+
+def baseline_results(pert_data, result: EvaluationResult) -> dict[str, EvaluationResult]:
+    """The model's evaluation result with each baseline's predictions in place of the model's."""
+    return {name: dataclasses.replace(result, pred_mean=pred, logvar_mean=None)
+            for name, pred in baseline_predictions(pert_data, result.conditions).items()}

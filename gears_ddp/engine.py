@@ -1,0 +1,134 @@
+"""One training step, one training epoch and one evaluation pass: shared by the single-process
+``GEARS`` class and the distributed workers, so both train and score in the same way.
+
+Nothing here knows about ranks. Distributed behaviour comes in through arguments: the model
+may be wrapped in ``DistributedDataParallel``; ``no_sync`` skips gradient synchronisation on
+all but the last micro-batch of an accumulated step; ``reduce_state`` combines evaluation
+accumulators across ranks.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data.cells import PertBatch
+from gears_ddp.losses import LossContext, gears_loss
+from gears_ddp.metrics import EvaluationAccumulator, EvaluationResult
+
+logger = get_logger(__name__)
+
+GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
+
+
+@dataclass
+class Precision:
+    """Mixed precision of a step: ``dtype`` None (full precision), torch.float16 or torch.bfloat16;
+    ``scaler`` a ``torch.amp.GradScaler`` for float16 on CUDA."""
+
+    dtype: torch.dtype | None = None
+    scaler: torch.amp.GradScaler | None = None
+
+    def autocast(self, device: torch.device):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=self.dtype)
+
+
+def batch_loss(model: nn.Module, batch: PertBatch, context: LossContext, uncertainty: bool) -> torch.Tensor:
+    """Forward pass and GEARS loss of one batch (already on the model's device)."""
+    out = model(batch.x, batch.pert_idx)
+    if uncertainty:
+        pred, logvar = out
+        return gears_loss(pred.float(), batch.y, batch.condition, context, logvar.float())
+    return gears_loss(out.float(), batch.y, batch.condition, context)
+
+
+def training_step(model: nn.Module, micro_batches: Sequence[PertBatch], optimizer: torch.optim.Optimizer,
+                  context: LossContext, uncertainty: bool, device: torch.device,
+                  precision: Precision = Precision(), no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+                  clip_value: float | None = GRAD_CLIP_VALUE) -> torch.Tensor:
+    """One optimiser step over ``micro_batches`` (one batch, or several accumulated).
+
+    Each micro-batch's loss is divided by their number, so the step's gradient is the mean
+    of the micro-batch gradients; ``no_sync`` (``DistributedDataParallel.no_sync``) wraps all
+    backward passes but the last. Gradients are unscaled (float16) before value clipping.
+    Returns the mean loss, detached, on ``device`` (no host synchronisation).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    total = torch.zeros((), device=device)
+    for i, batch in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        sync = contextlib.nullcontext() if last or no_sync is None else no_sync()
+        with sync:
+            with precision.autocast(device):
+                loss = batch_loss(model, batch.to(device, non_blocking=True), context, uncertainty)
+            scaled = loss / len(micro_batches)
+            (precision.scaler.scale(scaled) if precision.scaler else scaled).backward()
+        total += scaled.detach()
+    if precision.scaler:
+        precision.scaler.unscale_(optimizer)
+    if clip_value is not None:
+        nn.utils.clip_grad_value_(model.parameters(), clip_value)
+    if precision.scaler:
+        precision.scaler.step(optimizer)
+        precision.scaler.update()
+    else:
+        optimizer.step()
+    return total
+
+
+def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer, context: LossContext,
+                uncertainty: bool, device: torch.device, epoch: int, precision: Precision = Precision(),
+                accumulation_steps: int = 1, no_sync=None, show_progress: bool = True,
+                log_every: int = 50) -> tuple[torch.Tensor, int]:
+    """Train for one epoch; returns (sum of step losses as a tensor, number of steps).
+
+    ``loader.set_epoch(epoch)`` reshuffles (and redraws control partners when asked);
+    batches are grouped ``accumulation_steps`` at a time into one optimiser step (a short
+    last group still steps).
+    """
+    model.train()
+    loader.set_epoch(epoch)
+    loss_sum, steps, group = torch.zeros((), device=device), 0, []
+    progress = tqdm(loader, desc=f"epoch {epoch + 1}", disable=not show_progress or None, leave=False)
+    for batch in progress:
+        group.append(batch)
+        if len(group) < accumulation_steps:
+            continue
+        loss = training_step(model, group, optimizer, context, uncertainty, device, precision, no_sync)
+        loss_sum += loss
+        steps += 1
+        group = []
+        if show_progress and steps % log_every == 1:
+            logger.info("epoch %d step %d train loss %.4f", epoch + 1, steps, loss.item())
+    if group:
+        loss_sum += training_step(model, group, optimizer, context, uncertainty, device, precision, no_sync)
+        steps += 1
+    return loss_sum, steps
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncertainty: bool,
+             device: torch.device, precision: Precision = Precision(),
+             reduce_state: Callable[[dict], dict] | None = None) -> EvaluationResult:
+    """Predict every cell of ``loader`` in evaluation mode and return the per-condition result.
+
+    ``reduce_state`` (distributed) turns this rank's accumulator state into the state of all
+    ranks together, so every rank gets the full result.
+    """
+    model.eval()
+    for batch in loader:
+        batch = batch.to(device, non_blocking=True)
+        with precision.autocast(device):
+            out = model(batch.x, batch.pert_idx)
+        pred, logvar = out if uncertainty else (out, None)
+        accumulator.add(batch.condition, pred.float(), batch.y, None if logvar is None else logvar.float())
+    if reduce_state is not None:
+        accumulator.load_state(reduce_state(accumulator.state()))
+    return accumulator.result()

@@ -1,0 +1,312 @@
+"""``GEARS``: the single-process API of the published package (model_initialize, train,
+predict, GI_predict, plot_perturbation, save_model, load_pretrained, uncertainty mode).
+
+The class is thin: the network is ``model.GEARSModel``, training is ``recipe.run_training``
+(the same code the distributed workers run), scoring is ``scoring.score``. Checkpoints are
+the published format: ``config.pkl`` (the published keys) and ``model.pt`` (state dict);
+``vocabulary.json`` beside them records the gene and perturbation names so that loading a
+checkpoint into other data fails clearly instead of silently mis-assigning genes.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from gears_ddp._logging import get_logger
+from gears_ddp.baselines import baseline_results
+from gears_ddp.data import io
+from gears_ddp.data.conditions import CONTROL, condition_genes
+from gears_ddp.engine import evaluate
+from gears_ddp.losses import LossContext
+from gears_ddp.metrics import EvaluationAccumulator, MetricContext
+from gears_ddp.model import GEARSModel
+from gears_ddp.recipe import make_optimizer, run_training
+from gears_ddp.scoring import comparison_table, score
+
+logger = get_logger(__name__)
+
+CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE = "config.pkl", "model.pt", "vocabulary.json"
+PREDICTION_CELLS = 300  # control cells a prediction averages over, as in the reference
+TUNABLE_PARAMETERS = {
+    "hidden_size": "hidden dimension, default 64",
+    "num_go_gnn_layers": "number of GNN layers for GO graph, default 1",
+    "num_gene_gnn_layers": "number of GNN layers for co-expression gene graph, default 1",
+    "decoder_hidden_size": "hidden dimension for gene-specific decoder, default 16",
+    "num_similar_genes_go_graph": "number of maximum similar K genes in the GO graph, default 20",
+    "num_similar_genes_co_express_graph": "number of maximum similar K genes in the co expression graph, default 20",
+    "coexpress_threshold": "pearson correlation threshold when constructing coexpression graph, default 0.4",
+    "uncertainty": "whether or not to turn on uncertainty mode, default False",
+    "uncertainty_reg": "regularization term to balance uncertainty loss and prediction loss, default 1",
+    "direction_lambda": "regularization term to balance direction loss and prediction loss, default 0.1",
+}
+
+
+def model_from_config(config: dict) -> GEARSModel:
+    """The network described by a published-format config dict (graphs included)."""
+    return GEARSModel(config["num_genes"], config["num_perts"], config["G_coexpress"], config["G_coexpress_weight"],
+                      config["G_go"], config["G_go_weight"], hidden_size=config["hidden_size"],
+                      num_go_gnn_layers=config["num_go_gnn_layers"],
+                      num_gene_gnn_layers=config["num_gene_gnn_layers"],
+                      decoder_hidden_size=config["decoder_hidden_size"], uncertainty=config["uncertainty"],
+                      no_perturb=config["no_perturb"])
+
+
+def strip_module_prefix(state_dict: dict) -> dict:
+    """Remove the ``module.`` prefix that DataParallel / DistributedDataParallel add."""
+    return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state_dict.items()}
+
+
+class GEARS:
+    """Train and use GEARS on a ``PertData`` that has a split and loaders.
+
+    ``device``: where the model runs ('cpu', 'cuda', 'cuda:1', ...). ``weight_bias_track``
+    logs to Weights & Biases (the optional ``wandb`` package).
+    """
+
+    def __init__(self, pert_data, device: str = "cpu", weight_bias_track: bool = False, proj_name: str = "GEARS",
+                 exp_name: str = "GEARS"):
+        if pert_data.cells is None or pert_data.set2conditions is None or pert_data.dataloader is None:
+            raise ValueError("GEARS needs loaded data with a split and loaders: call pert_data.load(...) or "
+                             "new_data_process(...), then prepare_split(...) and get_dataloader(...)")
+        self.pert_data = pert_data
+        self.device = torch.device(device)
+        self.wandb = _start_wandb(proj_name, exp_name) if weight_bias_track else None
+        self.adata = pert_data.adata
+        self.dataloader = pert_data.dataloader
+        self.node_map, self.node_map_pert = pert_data.node_map, pert_data.node_map_pert
+        self.gene_list = list(pert_data.gene_names)
+        self.pert_list = list(pert_data.pert_names)
+        self.num_genes, self.num_perts = len(self.gene_list), len(self.pert_list)
+        self.split, self.subgroup = pert_data.split, pert_data.subgroup
+        self.ctrl_expression = pert_data.cells.expression[pert_data.cells.control_cells()].mean(0).to(self.device)
+        self.config: dict | None = None
+        self.model: GEARSModel | None = None
+        self.best_model: GEARSModel | None = None
+        self.saved_pred: dict[str, np.ndarray] = {}
+        self.saved_logvar_sum: dict[str, float] = {}
+        self.history: list[dict] = []
+
+    @staticmethod
+    def tunable_parameters() -> dict[str, str]:
+        """The model options and what they mean."""
+        return dict(TUNABLE_PARAMETERS)
+
+    def model_initialize(self, hidden_size: int = 64, num_go_gnn_layers: int = 1, num_gene_gnn_layers: int = 1,
+                         decoder_hidden_size: int = 16, num_similar_genes_go_graph: int = 20,
+                         num_similar_genes_co_express_graph: int = 20, coexpress_threshold: float = 0.4,
+                         uncertainty: bool = False, uncertainty_reg: float = 1, direction_lambda: float = 1e-1,
+                         G_go=None, G_go_weight=None, G_coexpress=None, G_coexpress_weight=None,
+                         no_perturb: bool = False) -> None:
+        """Build the gene graphs (unless given) and the network, with the published options."""
+        if G_coexpress is None:
+            graph = self.pert_data.coexpression_graph(coexpress_threshold, num_similar_genes_co_express_graph)
+            G_coexpress, G_coexpress_weight = graph.edge_index, graph.edge_weight
+        if G_go is None:
+            graph = self.pert_data.go_graph(num_similar_genes_go_graph)
+            G_go, G_go_weight = graph.edge_index, graph.edge_weight
+        self.config = {"hidden_size": hidden_size, "num_go_gnn_layers": num_go_gnn_layers,
+                       "num_gene_gnn_layers": num_gene_gnn_layers, "decoder_hidden_size": decoder_hidden_size,
+                       "num_similar_genes_go_graph": num_similar_genes_go_graph,
+                       "num_similar_genes_co_express_graph": num_similar_genes_co_express_graph,
+                       "coexpress_threshold": coexpress_threshold, "uncertainty": uncertainty,
+                       "uncertainty_reg": uncertainty_reg, "direction_lambda": direction_lambda,
+                       "G_go": G_go, "G_go_weight": G_go_weight, "G_coexpress": G_coexpress,
+                       "G_coexpress_weight": G_coexpress_weight, "device": str(self.device),
+                       "num_genes": self.num_genes, "num_perts": self.num_perts, "no_perturb": no_perturb}
+        self.model = model_from_config(self.config).to(self.device)
+        self.best_model = self.model
+        if self.wandb:
+            self.wandb.config.update({k: v for k, v in self.config.items() if not k.startswith("G_")})
+
+    def _require_model(self) -> None:
+        if self.config is None:
+            raise RuntimeError("no model yet: call model_initialize(...) or load_pretrained(path) first")
+
+    # ------------------------------------------------------------------ training
+    def loss_context(self) -> LossContext:
+        """The loss's per-condition gene sets and control mean, on the model's device."""
+        return LossContext.from_pert_data(self.pert_data, self.config["direction_lambda"],
+                                          self.config["uncertainty_reg"]).to(self.device)
+
+    def new_accumulator(self) -> EvaluationAccumulator:
+        """An empty per-condition accumulator for one evaluation pass."""
+        return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device)
+
+    def train(self, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 5e-4) -> dict:
+        """Train, keep the model with the lowest val ``mse_de``, then score it and the
+        baselines on test. Returns ``{'model': summary, 'baselines': {name: summary}}``."""
+        self._require_model()
+        optimizer, scheduler = make_optimizer(self.model, lr, weight_decay)
+        outcome = run_training(self.model, self.dataloader, epochs, optimizer, scheduler, self.loss_context(),
+                               self.new_accumulator, self.config["uncertainty"], self.device)
+        self.history = outcome.history
+        self.best_model = model_from_config(self.config).to(self.device)
+        self.best_model.load_state_dict(outcome.best_state)
+        self.saved_pred, self.saved_logvar_sum = {}, {}
+        if "test_loader" not in self.dataloader:
+            logger.info("no test set (split %r): training done", self.split)
+            return {}
+        return self.test()
+
+    def test(self) -> dict:
+        """Score the best model and the baselines on the test set (with subgroups for the
+        simulation split); logs a comparison table."""
+        self._require_model()
+        result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
+                          self.config["uncertainty"], self.device)
+        context = MetricContext.from_adata(self.adata)
+        subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
+        model_summary, self.test_metrics_per_condition = score(result, context, subgroups)
+        baselines = {name: score(res, context, subgroups)[0]
+                     for name, res in baseline_results(self.pert_data, result).items()}
+        logger.info("test set, best model vs baselines:\n%s", comparison_table(model_summary, baselines))
+        if self.wandb:
+            self.wandb.log(model_summary)
+        return {"model": model_summary, "baselines": baselines}
+
+    # ------------------------------------------------------------------ using a model
+    def _query_sets(self, pert_list) -> torch.Tensor:
+        """Perturbation-vocabulary indices of each query (Q x 2, -1 padded); unknown genes are an error."""
+        unknown = sorted({g for query in pert_list for g in query if g not in self.node_map_pert})
+        if unknown:
+            raise ValueError(f"genes not in the perturbation vocabulary (GEARS.pert_list): {unknown}")
+        bad = [query for query in pert_list if not 1 <= len(query) <= 2]
+        if bad:
+            raise ValueError(f"each query names one or two genes; got {bad}")
+        rows = [[self.node_map_pert[g] for g in query] + [-1] * (2 - len(query)) for query in pert_list]
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
+
+    def predict(self, pert_list, return_type: str = "dict", seed: int = 0):
+        """Mean predicted expression for each query (a list of 1 or 2 genes), over 300 random
+        control cells with the query's perturbation applied.
+
+        ``return_type``: ``'dict'`` (the reference's ``{'A_B': array}``; with uncertainty also
+        ``{'A_B': exp(-mean logvar)}``), ``'dataframe'`` (queries x gene names) or
+        ``'anndata'`` (predictions as X, gene annotations as var).
+        """
+        self._require_model()
+        if return_type not in ("dict", "dataframe", "anndata"):
+            raise ValueError(f"return_type must be 'dict', 'dataframe' or 'anndata', got {return_type!r}")
+        pert_list = [list(query) for query in pert_list]
+        sets = self._query_sets(pert_list)
+        controls = self.pert_data.cells.control_cells()
+        generator = torch.Generator().manual_seed(seed)
+        picked = controls[torch.randint(len(controls), (PREDICTION_CELLS,), generator=generator)]
+        control_mean = self.pert_data.cells.expression[picked].mean(0).to(self.device)
+        self.best_model.eval()
+        with torch.no_grad():
+            effect, logvar = self.best_model.set_effects(sets, torch.ones(len(sets), device=self.device))
+        keys = ["_".join(query) for query in pert_list]
+        prediction = (effect + control_mean).cpu().numpy()
+        self.saved_pred.update(zip(keys, prediction))
+        uncertainty = None
+        if logvar is not None:
+            uncertainty = dict(zip(keys, torch.exp(-logvar.mean(1)).cpu().numpy().tolist()))
+            self.saved_logvar_sum.update(uncertainty)
+        if return_type == "dataframe":
+            return pd.DataFrame(prediction, index=keys, columns=self.gene_list)
+        if return_type == "anndata":
+            import anndata
+            obs = pd.DataFrame(index=keys)
+            if uncertainty is not None:
+                obs["uncertainty"] = [uncertainty[k] for k in keys]
+            return anndata.AnnData(X=prediction, obs=obs, var=self.adata.var.copy())
+        predictions = dict(zip(keys, prediction))
+        return (predictions, uncertainty) if uncertainty is not None else predictions
+
+    def GI_predict(self, combo, GI_genes_file=None) -> dict:
+        """Genetic-interaction scores of a two-gene combination from predicted changes over
+        control (optionally on the genes listed in ``GI_genes_file``)."""
+        from gears_ddp.inference import genetic_interaction_scores, read_gene_list
+
+        if len(combo) != 2:
+            raise ValueError(f"GI_predict takes two genes, got {combo}")
+        out = self.predict([[combo[0]], [combo[1]], list(combo)])
+        predictions = out[0] if isinstance(out, tuple) else out
+        genes = np.arange(self.num_genes)
+        if GI_genes_file is not None:
+            wanted = set(read_gene_list(GI_genes_file))
+            genes = np.array([i for i, g in enumerate(self.gene_list) if g in wanted])
+        control = self.ctrl_expression.cpu().numpy()
+        first, second, double = (predictions[k][genes] - control[genes] for k in (combo[0], combo[1], "_".join(combo)))
+        return genetic_interaction_scores(first, second, double)
+
+    def plot_perturbation(self, query: str, save_file=None):
+        """Box plots of the true change over control at the condition's top-20 non-dropout DE
+        genes, with the predicted change marked; returns the matplotlib figure."""
+        from gears_ddp.inference import plot_perturbation_figure
+        from gears_ddp.metrics import non_dropout_de_table
+
+        conditions = self.pert_data.cells.conditions
+        if query not in conditions or query == CONTROL:
+            raise ValueError(f"{query!r} is not a perturbation condition of the data "
+                             f"(e.g. {[c for c in conditions if c != CONTROL][:5]})")
+        positions = non_dropout_de_table(self.adata, [query])[0]
+        positions = positions[positions >= 0].numpy()
+        rows = (self.adata.obs["condition"] == query).to_numpy()
+        control = self.ctrl_expression.cpu().numpy()[positions]
+        truth = self.adata.X[rows][:, positions] - control
+        predicted = self.predict([condition_genes(query)])
+        predicted = (predicted[0] if isinstance(predicted, tuple) else predicted)["_".join(condition_genes(query))]
+        return plot_perturbation_figure(truth, predicted[positions] - control,
+                                        [self.gene_list[p] for p in positions], query, save_file)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_model(self, path) -> None:
+        """Write ``config.pkl``, ``model.pt`` (best model) and ``vocabulary.json`` atomically."""
+        self._require_model()
+        save_checkpoint(path, self.config, self.best_model.state_dict(), self.gene_list, self.pert_list)
+
+    def load_pretrained(self, path) -> None:
+        """Load a checkpoint written by ``save_model``, by the distributed trainer or by the
+        published GEARS (a ``module.`` prefix is stripped)."""
+        path = Path(path)
+        config = io.read_pickle(path / CONFIG_FILE, "GEARS model config")
+        check_vocabulary(path, config, self.gene_list, self.pert_list)
+        options = {k: v for k, v in config.items() if k not in ("device", "num_genes", "num_perts")}
+        self.model_initialize(**options)
+        state = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+        self.model.load_state_dict(strip_module_prefix(state))
+        self.best_model = self.model
+
+
+def save_checkpoint(path, config: dict, state_dict: dict, gene_names, pert_names) -> None:
+    """The published checkpoint files plus the vocabularies, each written atomically."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    io.write_pickle({**config, "device": str(config["device"])}, path / CONFIG_FILE)
+    with io.atomic_path(path / WEIGHTS_FILE) as tmp:
+        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, tmp)
+    with io.atomic_path(path / VOCABULARY_FILE) as tmp:
+        tmp.write_text(json.dumps({"genes": list(gene_names), "perturbations": list(pert_names)}))
+
+
+def check_vocabulary(path: Path, config: dict, gene_names, pert_names) -> None:
+    """Refuse a checkpoint whose gene or perturbation vocabulary differs from the data's."""
+    saved = path / VOCABULARY_FILE
+    if saved.exists():
+        vocabulary = json.loads(saved.read_text())
+        for what, theirs, ours in (("gene", vocabulary["genes"], list(gene_names)),
+                                   ("perturbation", vocabulary["perturbations"], list(pert_names))):
+            if theirs != ours:
+                differ = sorted(set(theirs) ^ set(ours))
+                raise ValueError(f"checkpoint {path} was trained on another {what} vocabulary "
+                                 f"({len(theirs)} vs {len(ours)} names in the data"
+                                 + (f"; differing: {differ[:10]}" if differ else "; same names, other order") + ")")
+    elif (config["num_genes"], config["num_perts"]) != (len(gene_names), len(pert_names)):
+        raise ValueError(f"checkpoint {path} has {config['num_genes']} genes and {config['num_perts']} "
+                         f"perturbation genes; the data has {len(gene_names)} and {len(pert_names)}")
+
+
+def _start_wandb(project: str, name: str):
+    """Start a Weights & Biases run (optional dependency)."""
+    try:
+        import wandb
+    except ImportError as err:
+        raise ImportError("weight_bias_track=True needs the wandb package: pip install wandb") from err
+    wandb.init(project=project, name=name)
+    return wandb

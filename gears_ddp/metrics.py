@@ -1,0 +1,567 @@
+"""GEARS evaluation metrics from per-condition sums, with the published package's definitions.
+
+The reference (``gears.inference``) keeps every cell's prediction and truth (cells x genes)
+and loops over conditions and cells. Apart from per-cell truth at 20 DE genes (for the
+std / min / max / quantile metrics), every one of its metrics depends only on each
+condition's MEAN prediction and MEAN truth. So evaluation here keeps:
+
+- per-condition sums of prediction, truth (and log-variance) in float64, plus cell counts,
+  accumulated batch by batch with ``index_add_`` (``EvaluationAccumulator``);
+- per cell, only the truth at the condition's two DE gene lists (20 values each).
+
+Those pieces reduce across ranks by a sum and a concatenation, so distributed evaluation
+gives the single-process result. The metric functions then work on (conditions x genes)
+arrays with row-wise, masked operations: ``compute_metrics``, ``deeper_analysis`` and
+``non_dropout_analysis`` return the reference's keys and values (quirks included; each is
+marked ``Reference quirk``), and ``subgroup_metrics`` averages them per test subgroup.
+
+Where the reference raises (a condition without a DE ranking such as ``ctrl``, every DE
+gene with zero spread, fewer than 20 DE genes), the functions here skip the condition,
+give NaN, or use the genes that exist; these are the only intended differences.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import torch
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data.cells import N_DE_GENES
+from gears_ddp.data.conditions import CONTROL
+from gears_ddp.data.processing import RANK_KEY
+
+logger = get_logger(__name__)
+
+NON_DROPOUT_DE_KEY = "top_non_dropout_de_20"
+NON_ZERO_GENES_KEY = "non_zeros_gene_idx"
+NON_DROPOUT_GENES_KEY = "non_dropout_gene_idx"
+TOP_DE_SIZES = (20, 50, 100, 200)
+N_VARIABLE_GENES = 200
+QUANTILE_BANDS = {"45_55": (0.45, 0.55), "40_60": (0.4, 0.6), "25_75": (0.25, 0.75)}
+QUANTILES = sorted({q for band in QUANTILE_BANDS.values() for q in band})
+MIN_FOLD_CHANGE_EXPRESSION = 0.5  # genes with a lower mean truth have no fold change
+FOLD_CHANGE_GAPS = {  # key -> which fold changes (> 0 after the reference's zeroing) it covers
+    "fold_change_gap_all": lambda fc: fc > 0,
+    "fold_change_gap_downreg_0.33": lambda fc: (fc > 0) & (fc < 0.333),  # Reference quirk: 0.333, not 1/3
+    "fold_change_gap_downreg_0.1": lambda fc: (fc > 0) & (fc < 0.1),
+    "fold_change_gap_upreg_3": lambda fc: fc > 3,
+    "fold_change_gap_upreg_10": lambda fc: fc > 10,
+}
+
+
+# ---------------------------------------------------------------------------- tables
+def _condition_name_map(adata) -> dict[str, str]:
+    """Condition string -> ``condition_name`` (the key of the ``uns`` dicts), one entry per condition."""
+    pairs = adata.obs[["condition", "condition_name"]].astype(str).drop_duplicates()
+    return dict(zip(pairs["condition"], pairs["condition_name"]))
+
+
+def _gene_positions(var_names: pd.Index, gene_ids) -> np.ndarray:
+    """Positions of ``gene_ids`` in ``var_names``, in the given order."""
+    positions = pd.Index(var_names).get_indexer(list(gene_ids))
+    if (positions < 0).any():
+        missing = [g for g, p in zip(gene_ids, positions) if p < 0][:10]
+        raise ValueError(f"DE gene ids {missing} are not in adata.var_names; the uns entries do not match the data")
+    return positions
+
+
+def non_dropout_de_table(adata, conditions: Sequence[str]) -> torch.Tensor:
+    """(conditions x 20) positions of each condition's ``uns['top_non_dropout_de_20']`` genes, in
+    rank order, -1 padded (all -1 for conditions without an entry, such as control).
+
+    Row ``code`` belongs to ``conditions[code]`` (a ``CellTable.conditions`` list), so the table
+    is indexed by condition codes like ``CellTable.condition_de_idx``.
+    """
+    names = _condition_name_map(adata)
+    top = adata.uns.get(NON_DROPOUT_DE_KEY, {})
+    table = torch.full((len(conditions), N_DE_GENES), -1, dtype=torch.long)
+    for code, condition in enumerate(conditions):
+        genes = top.get(names.get(condition))
+        if genes is not None:
+            positions = _gene_positions(adata.var_names, list(genes)[:N_DE_GENES])
+            table[code, :len(positions)] = torch.from_numpy(positions)
+    return table
+
+
+# ---------------------------------------------------------------------------- accumulation
+@dataclass
+class EvaluationResult:
+    """Everything the metrics need, for the conditions that had cells (in condition-code order).
+
+    ``de_idx`` (conditions x 20, -1 padded) are the DE gene positions of each condition in
+    gene order (the reference's ``batch.de_idx``); ``non_dropout_de_idx`` those of
+    ``uns['top_non_dropout_de_20']`` in rank order. ``truth_de`` / ``truth_non_dropout_de``
+    hold each cell's truth at those positions (NaN where padded), ``cell_condition`` the
+    cell's row in ``conditions``.
+    """
+
+    conditions: list[str]
+    n_cells: np.ndarray             # (C,)
+    pred_mean: np.ndarray           # (C, G) float64
+    truth_mean: np.ndarray          # (C, G) float64
+    logvar_mean: np.ndarray | None  # (C, G) float64, with uncertainty
+    de_idx: np.ndarray              # (C, 20)
+    non_dropout_de_idx: np.ndarray  # (C, 20)
+    cell_condition: np.ndarray      # (N,)
+    truth_de: np.ndarray            # (N, 20) float64
+    truth_non_dropout_de: np.ndarray  # (N, 20) float64
+
+    @classmethod
+    def from_cells(cls, pert_cat, pred, truth, conditions: Sequence[str], de_idx_table, non_dropout_table,
+                   logvar=None) -> "EvaluationResult":
+        """Build from reference-style per-cell arrays: ``pert_cat`` (N condition strings),
+        ``pred`` / ``truth`` (N x G) and optionally ``logvar``; the tables are indexed by the
+        position of a condition in ``conditions`` (as ``CellTable`` tables)."""
+        codes = pd.Index(list(conditions)).get_indexer(np.asarray(pert_cat, dtype=object))
+        if (codes < 0).any():
+            raise ValueError(f"conditions {sorted(set(np.asarray(pert_cat)[codes < 0]))[:10]} are not in `conditions`")
+        pred = torch.as_tensor(np.asarray(pred))
+        accumulator = EvaluationAccumulator(conditions, pred.shape[1], torch.as_tensor(de_idx_table),
+                                            torch.as_tensor(non_dropout_table), uncertainty=logvar is not None)
+        accumulator.add(torch.from_numpy(codes), pred, torch.as_tensor(np.asarray(truth)),
+                        None if logvar is None else torch.as_tensor(np.asarray(logvar)))
+        return accumulator.result()
+
+
+def _gather_cells(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Per-row ``values[i, idx[i]]`` in float64, NaN where ``idx`` is -1 padding."""
+    gathered = values.gather(1, idx.clamp(min=0)).to(torch.float64)
+    return gathered.masked_fill(idx < 0, float("nan"))
+
+
+class EvaluationAccumulator:
+    """Per-condition sums of predictions and truth, fed batch by batch.
+
+    ``add`` takes a batch's condition codes (B,), predictions and truth (B x G) and, with
+    ``uncertainty``, the predicted log-variance. Sums are float64 on ``device`` (pass the
+    model's device to avoid copying B x G predictions to the host every batch).
+
+    Distributed evaluation: each rank accumulates its cells, then the ranks combine
+    ``state()``: its ``"sum"`` tensors add up across ranks and its ``"cat"`` tensors
+    (per-cell pieces) concatenate. For example, with ``torch.distributed``::
+
+        states = [None] * world_size
+        dist.all_gather_object(states, {k: {n: t.cpu() for n, t in v.items()} for k, v in acc.state().items()})
+        acc.load_state(merge_states(states))
+        result = acc.result()
+    """
+
+    def __init__(self, condition_names: Sequence[str], n_genes: int, de_idx_table: torch.Tensor,
+                 non_dropout_de_table: torch.Tensor, uncertainty: bool = False, device="cpu"):
+        self.condition_names = list(condition_names)
+        self.n_genes = n_genes
+        self.uncertainty = uncertainty
+        self.device = torch.device(device)
+        self.tables = {"truth_de": de_idx_table.to(self.device, torch.long),
+                       "truth_non_dropout_de": non_dropout_de_table.to(self.device, torch.long)}
+        n_conditions = len(self.condition_names)
+        for name, table in self.tables.items():
+            if table.shape != (n_conditions, N_DE_GENES):
+                raise ValueError(f"{name} table has shape {tuple(table.shape)}, "
+                                 f"expected ({n_conditions}, {N_DE_GENES})")
+        sums = {"pred": torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device),
+                "truth": torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device),
+                "count": torch.zeros(n_conditions, dtype=torch.long, device=self.device)}
+        if uncertainty:
+            sums["logvar"] = torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device)
+        self._sums = sums
+        self._cells = {"codes": [torch.empty(0, dtype=torch.long, device=self.device)],
+                       **{name: [torch.empty(0, N_DE_GENES, dtype=torch.float64, device=self.device)]
+                          for name in self.tables}}
+
+    @classmethod
+    def from_pert_data(cls, pert_data, uncertainty: bool = False, device="cpu") -> "EvaluationAccumulator":
+        """An accumulator for the conditions, genes and DE tables of a loaded ``PertData``."""
+        cells = pert_data.cells
+        return cls(cells.conditions, cells.expression.shape[1], cells.condition_de_idx,
+                   non_dropout_de_table(pert_data.adata, cells.conditions), uncertainty, device)
+
+    def add(self, codes: torch.Tensor, pred: torch.Tensor, truth: torch.Tensor,
+            logvar: torch.Tensor | None = None) -> None:
+        """Add a batch: condition codes (B,), predictions and truth (B x G), log-variance (B x G)."""
+        if (logvar is not None) != self.uncertainty:
+            raise ValueError(f"this accumulator was built with uncertainty={self.uncertainty}; "
+                             f"logvar must be {'given' if self.uncertainty else 'None'}")
+        codes = codes.to(self.device, torch.long)
+        truth = truth.detach().to(self.device)
+        self._sums["count"].index_add_(0, codes, torch.ones_like(codes))
+        self._sums["pred"].index_add_(0, codes, pred.detach().to(self.device, torch.float64))
+        self._sums["truth"].index_add_(0, codes, truth.to(torch.float64))
+        if logvar is not None:
+            self._sums["logvar"].index_add_(0, codes, logvar.detach().to(self.device, torch.float64))
+        self._cells["codes"].append(codes)
+        for name, table in self.tables.items():
+            self._cells[name].append(_gather_cells(truth, table[codes]))
+
+    def state(self) -> dict[str, dict[str, torch.Tensor]]:
+        """Copies of what this accumulator holds: ``{"sum": {...}, "cat": {...}}`` (see class doc)."""
+        return {"sum": {name: t.clone() for name, t in self._sums.items()},
+                "cat": {name: torch.cat(pieces) for name, pieces in self._cells.items()}}
+
+    def load_state(self, state: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+        """Replace the contents with ``state`` (typically ``merge_states`` of every rank's state)."""
+        self._sums = {name: t.to(self.device) for name, t in state["sum"].items()}
+        self._cells = {name: [t.to(self.device)] for name, t in state["cat"].items()}
+
+    def result(self) -> EvaluationResult:
+        """Means per condition that had cells, and the per-cell DE truth, as numpy arrays."""
+        state = self.state()
+        sums = {name: t.cpu().numpy() for name, t in state["sum"].items()}
+        cells = {name: t.cpu().numpy() for name, t in state["cat"].items()}
+        present = np.flatnonzero(sums["count"])
+        row_of_code = np.full(len(self.condition_names), -1)
+        row_of_code[present] = np.arange(len(present))
+        n_cells = sums["count"][present]
+        mean = {name: sums[name][present] / n_cells[:, None] for name in ("pred", "truth", "logvar") if name in sums}
+        return EvaluationResult(
+            conditions=[self.condition_names[code] for code in present], n_cells=n_cells,
+            pred_mean=mean["pred"], truth_mean=mean["truth"], logvar_mean=mean.get("logvar"),
+            de_idx=self.tables["truth_de"].cpu().numpy()[present],
+            non_dropout_de_idx=self.tables["truth_non_dropout_de"].cpu().numpy()[present],
+            cell_condition=row_of_code[cells["codes"]], truth_de=cells["truth_de"],
+            truth_non_dropout_de=cells["truth_non_dropout_de"])
+
+
+def merge_states(states: Sequence[Mapping[str, Mapping[str, torch.Tensor]]]) -> dict:
+    """Combine accumulator states (one per rank): sums added, per-cell pieces concatenated in order."""
+    device = states[0]["sum"]["count"].device
+    return {"sum": {name: sum(s["sum"][name].to(device) for s in states) for name in states[0]["sum"]},
+            "cat": {name: torch.cat([s["cat"][name].to(device) for s in states]) for name in states[0]["cat"]}}
+
+
+# ---------------------------------------------------------------------------- row-wise statistics
+def _masked_mean(x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Mean of each row over the entries of ``mask`` (all if None); NaN for an empty row."""
+    if mask is None:
+        return x.mean(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(mask, x, 0.0).sum(1) / mask.sum(1)
+
+
+def _masked_std(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Population standard deviation (``np.std``) of each row over ``mask``; NaN if empty."""
+    return np.sqrt(_masked_mean((x - _masked_mean(x, mask)[:, None]) ** 2, mask))
+
+
+def _mse_rows(x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Mean squared error of each row pair over ``mask`` (sklearn's ``mean_squared_error``)."""
+    return _masked_mean((x - y) ** 2, mask)
+
+
+def _is_constant(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Rows whose masked entries are all equal (scipy's constant-input case)."""
+    return np.where(mask, x, -np.inf).max(1) == np.where(mask, x, np.inf).min(1)
+
+
+def _pearson_rows(x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Pearson correlation of each row of ``x`` with the same row of ``y`` over ``mask`` (all
+    entries if None), as ``scipy.stats.pearsonr``; where that is NaN (a constant input, NaN
+    values, fewer than two entries) the value is 0, as the reference sets it."""
+    mask = np.ones(x.shape, dtype=bool) if mask is None else mask
+    with np.errstate(invalid="ignore", divide="ignore"):
+        xc = np.where(mask, x - _masked_mean(x, mask)[:, None], 0.0)
+        yc = np.where(mask, y - _masked_mean(y, mask)[:, None], 0.0)
+        r = np.clip((xc * yc).sum(1) / np.sqrt((xc ** 2).sum(1) * (yc ** 2).sum(1)), -1.0, 1.0)
+    undefined = np.isnan(r) | _is_constant(x, mask) | _is_constant(y, mask)
+    return np.where(undefined, 0.0, r)
+
+
+def _fraction(flags: np.ndarray, mask: np.ndarray, denominator=None) -> np.ndarray:
+    """Per row, the number of masked entries where ``flags`` holds, over ``denominator``
+    (default: the number of masked entries); NaN where that is 0 (the reference raises)."""
+    denominator = mask.sum(1) if denominator is None else denominator
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, (flags & mask).sum(1) / np.maximum(denominator, 1), np.nan)
+
+
+def _direction_change(pred: np.ndarray, truth: np.ndarray, control: np.ndarray) -> np.ndarray:
+    """|sign(pred - control) - sign(truth - control)|: 0 same direction, 2 opposite, 1 one is zero."""
+    return np.abs(np.sign(pred - control) - np.sign(truth - control))
+
+
+def _direction_fractions(change: np.ndarray, mask: np.ndarray, suffix: str) -> dict:
+    """The reference's correct / opposite / 0-1 direction fractions over the masked genes."""
+    return {f"frac_correct_direction_{suffix}": _fraction(change == 0, mask),
+            f"frac_opposite_direction_{suffix}": _fraction(change == 2, mask),
+            f"frac_0/1_direction_{suffix}": _fraction(change == 1, mask)}
+
+
+def _gather(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``values[row, idx[row]]`` for a (rows x G) or (G,) array; NaN where ``idx`` is -1."""
+    values = np.broadcast_to(values, (idx.shape[0], values.shape[-1]))
+    return np.where(idx >= 0, np.take_along_axis(values, np.maximum(idx, 0), axis=1), np.nan)
+
+
+def _index_mask(index_lists: Sequence[np.ndarray], n_genes: int) -> np.ndarray:
+    """(rows x G) boolean mask with row i True at the positions ``index_lists[i]``."""
+    mask = np.zeros((len(index_lists), n_genes), dtype=bool)
+    if index_lists:
+        rows = np.repeat(np.arange(len(index_lists)), [len(idx) for idx in index_lists])
+        mask[rows, np.concatenate(index_lists).astype(np.int64)] = True
+    return mask
+
+
+def _padded(index_lists: Sequence[np.ndarray], width: int) -> np.ndarray:
+    """(rows x width) table of the first ``width`` positions of each list, -1 padded."""
+    table = np.full((len(index_lists), width), -1, dtype=np.int64)
+    for row, idx in enumerate(index_lists):
+        table[row, :min(len(idx), width)] = idx[:width]
+    return table
+
+
+def _cell_spread(cell_row: np.ndarray, values: np.ndarray, n_rows: int) -> dict[str, np.ndarray]:
+    """Per row (condition) and column: std, min, max and ``QUANTILES`` of the per-cell values
+    of the cells with that row (cells with row -1 are ignored). One vectorised call per row."""
+    order = np.argsort(cell_row, kind="stable")
+    bounds = np.searchsorted(cell_row[order], np.arange(n_rows + 1))
+    spread = {name: np.full((n_rows, values.shape[1]), np.nan) for name in ("std", "min", "max", *QUANTILES)}
+    for row in range(n_rows):
+        block = values[order[bounds[row]:bounds[row + 1]]]
+        if len(block):
+            spread["std"][row], spread["min"][row], spread["max"][row] = block.std(0), block.min(0), block.max(0)
+            for q, column in zip(QUANTILES, np.quantile(block, QUANTILES, axis=0)):
+                spread[q][row] = column
+    return spread
+
+
+def _spread_metrics(pred: np.ndarray, mean: np.ndarray, spread: dict, valid: np.ndarray,
+                    suffix: str) -> tuple[dict, np.ndarray]:
+    """The reference's in-range and sigma metrics of the mean prediction against the per-cell
+    truth spread at 20 DE genes, and the mask of DE genes they cover: those not 0 in every cell.
+    The metrics exist only for conditions where that mask is not empty.
+
+    ``pred`` / ``mean`` / ``spread`` columns must be aligned (the same gene per column).
+    """
+    nonzero = valid & ~((spread["min"] == 0) & (spread["max"] == 0))
+    metrics = {f"frac_in_range{suffix}": _fraction((pred >= spread["min"]) & (pred <= spread["max"]), nonzero)}
+    for name, (low, high) in QUANTILE_BANDS.items():
+        metrics[f"frac_in_range_{name}{suffix}"] = _fraction((pred >= spread[low]) & (pred <= spread[high]), nonzero)
+    spread_out = spread["std"] > 0  # NaN (padding) compares False
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sigma = np.abs(pred - mean) / spread["std"]
+    metrics[f"mean_sigma{suffix}"] = _masked_mean(sigma, spread_out)
+    metrics[f"std_sigma{suffix}"] = _masked_std(sigma, spread_out)
+    for limit in (1, 2):
+        metrics[f"frac_sigma_below_{limit}{suffix}"] = 1 - _fraction(sigma > limit, spread_out)
+    return metrics, nonzero
+
+
+def _fold_change_gaps(pred: np.ndarray, truth: np.ndarray, control: np.ndarray) -> dict:
+    """Mean |pred/ctrl - truth/ctrl| over the genes of each fold-change band of the truth,
+    as ``(values, present)``: a band's key exists only for conditions with genes in it.
+
+    Reference quirk: fold changes that are NaN or infinite, or whose mean truth is below
+    0.5, are set to 0 and so belong to no band.
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fold = truth / control
+        gap = np.abs(pred / control - truth / control)
+    fold[~np.isfinite(fold) | (truth < MIN_FOLD_CHANGE_EXPRESSION)] = 0
+    out = {}
+    for key, band in FOLD_CHANGE_GAPS.items():
+        members = band(fold)
+        out[key] = (_masked_mean(gap, members), members.any(1))
+    return out
+
+
+def _per_condition(conditions: Sequence[str], columns: Mapping[str, tuple]) -> dict[str, dict]:
+    """``{condition: {key: value}}`` from ``key -> (values, present)`` columns; a key is left out
+    of a condition's dict where ``present`` is False (``present`` None: always there)."""
+    return {condition: {key: float(values[row]) for key, (values, present) in columns.items()
+                        if present is None or present[row]}
+            for row, condition in enumerate(conditions)}
+
+
+# ---------------------------------------------------------------------------- metrics
+def compute_metrics(result: EvaluationResult) -> tuple[dict, dict]:
+    """The reference's ``compute_metrics``: per condition ``mse`` / ``pearson`` of the mean
+    prediction against the mean truth over all genes, ``mse_de`` / ``pearson_de`` over the
+    condition's 20 DE genes; overall values are means over conditions.
+
+    Reference quirks kept: control's DE metrics are 0 and left out of the ``_de`` means; an
+    undefined Pearson correlation counts as 0.
+    """
+    pred, truth = result.pred_mean, result.truth_mean
+    valid = result.de_idx >= 0
+    control = np.array([c == CONTROL for c in result.conditions], dtype=bool)
+    pred_de, truth_de = _gather(pred, result.de_idx), _gather(truth, result.de_idx)
+    columns = {"mse": _mse_rows(pred, truth), "pearson": _pearson_rows(pred, truth),
+               "mse_de": np.where(control, 0.0, _mse_rows(pred_de, truth_de, valid)),
+               "pearson_de": np.where(control, 0.0, _pearson_rows(pred_de, truth_de, valid))}
+    metrics_pert = _per_condition(result.conditions, {k: (v, None) for k, v in columns.items()})
+    metrics = {}
+    for name in ("mse", "pearson"):
+        metrics[name] = _mean_or_nan(columns[name])
+        metrics[f"{name}_de"] = _mean_or_nan(columns[f"{name}_de"][~control])
+    return metrics, metrics_pert
+
+
+def _mean_or_nan(values: np.ndarray) -> float:
+    """Mean of ``values``; NaN, without numpy's empty-slice warning, when there are none."""
+    return float(values.mean()) if len(values) else float("nan")
+
+
+@dataclass
+class MetricContext:
+    """What the deeper analyses need from the whole dataset, computed once from ``adata``.
+
+    ``control_mean``: mean expression of ALL control cells of the dataset (not only the
+    evaluated ones) and ``most_variable_genes``: the 200 genes with the largest std of the
+    mean expression across all conditions, both as the reference computes them.
+    ``ranked_de``: per condition, positions of its top-200 ranked DE genes in rank order;
+    ``non_zero_genes`` / ``non_dropout_genes``: the ``uns`` gene index sets.
+    """
+
+    n_genes: int
+    control_mean: np.ndarray
+    most_variable_genes: np.ndarray
+    ranked_de: dict[str, np.ndarray]
+    non_zero_genes: dict[str, np.ndarray]
+    non_dropout_genes: dict[str, np.ndarray]
+
+    @classmethod
+    def from_adata(cls, adata) -> "MetricContext":
+        """Build from a processed AnnData (DE ranking and gene sets in ``uns``)."""
+        missing = [k for k in (RANK_KEY, NON_ZERO_GENES_KEY, NON_DROPOUT_GENES_KEY) if k not in adata.uns]
+        if missing:
+            raise ValueError(f"adata.uns lacks {missing}: the deeper analyses need DE genes "
+                             "(process the data without skip_calc_de)")
+        codes, conditions = pd.factorize(adata.obs["condition"].astype(str))
+        if CONTROL not in conditions:
+            raise ValueError("the dataset has no control cells; the analyses compare with control")
+        means = _condition_means(adata.X, codes, len(conditions))
+        names = _condition_name_map(adata)
+        ranked = adata.uns[RANK_KEY]
+        return cls(
+            n_genes=adata.n_vars,
+            control_mean=means[conditions.get_loc(CONTROL)],
+            most_variable_genes=np.argsort(np.std(means, axis=0))[-N_VARIABLE_GENES:],
+            ranked_de={c: _gene_positions(adata.var_names, list(ranked[n])[:max(TOP_DE_SIZES)])
+                       for c, n in names.items() if n in ranked},
+            non_zero_genes={c: np.asarray(adata.uns[NON_ZERO_GENES_KEY][n], dtype=np.int64)
+                            for c, n in names.items() if n in adata.uns[NON_ZERO_GENES_KEY]},
+            non_dropout_genes={c: np.asarray(adata.uns[NON_DROPOUT_GENES_KEY][n], dtype=np.int64)
+                               for c, n in names.items() if n in adata.uns[NON_DROPOUT_GENES_KEY]})
+
+
+def _condition_means(matrix, codes: np.ndarray, n_conditions: int) -> np.ndarray:
+    """(conditions x genes) float64 mean expression, from one sparse indicator product."""
+    indicator = sp.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))),
+                              shape=(n_conditions, len(codes)))
+    sums = indicator @ matrix
+    sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums, dtype=np.float64)
+    return sums / np.bincount(codes, minlength=n_conditions)[:, None]
+
+
+def _analysed_rows(result: EvaluationResult, available: Mapping, what: str) -> np.ndarray:
+    """Rows of ``result`` whose condition has ``what`` in ``adata.uns`` (others are logged and
+    skipped: the reference raises ``KeyError`` for them, e.g. for control)."""
+    rows = np.array([i for i, c in enumerate(result.conditions) if c in available], dtype=np.int64)
+    skipped = [c for c in result.conditions if c not in available]
+    if skipped:
+        logger.warning("no %s for conditions %s; they are left out of the analysis", what, skipped)
+    return rows
+
+
+def deeper_analysis(context: MetricContext, result: EvaluationResult) -> dict[str, dict]:
+    """The reference's ``deeper_analysis``: direction, in-range, sigma, delta-correlation,
+    fold-change, top-200 HVG and top 20/50/100/200 DE metrics per condition.
+
+    Reference quirks kept: ``frac_correct_direction_{k}`` divides by k even when fewer genes
+    exist; ``frac_correct_direction_20_nonzero`` compares the mean prediction / truth at the
+    DE genes in GENE order (as ``truth_de`` is stored) with the control at the DE genes in
+    RANK order; ``mse_top{k}_de`` is computed on deltas from control while ``mse_top200_hvg``
+    is not; ``pearson_delta_de`` equals ``pearson_delta_top20_de``.
+    """
+    rows = _analysed_rows(result, context.ranked_de, "DE gene ranking")
+    conditions = [result.conditions[i] for i in rows]
+    pred, truth, control = result.pred_mean[rows], result.truth_mean[rows], context.control_mean
+    pred_delta, truth_delta = pred - control, truth - control
+    ranked = [context.ranked_de[c] for c in conditions]
+    top = {k: _index_mask([r[:k] for r in ranked], context.n_genes) for k in TOP_DE_SIZES}
+    same_direction = _direction_change(pred, truth, control) == 0
+    everywhere = np.ones(pred.shape, dtype=bool)
+
+    columns = {"frac_correct_direction_all": _fraction(same_direction, everywhere)}
+    for k in TOP_DE_SIZES:
+        columns[f"frac_correct_direction_{k}"] = _fraction(same_direction, top[k], denominator=k)
+
+    de_idx = result.de_idx[rows]
+    pred_de, truth_de = _gather(pred, de_idx), _gather(truth, de_idx)
+    spread = _cell_spread(_row_of_cells(result, rows), result.truth_de, len(rows))
+    spread_columns, nonzero = _spread_metrics(pred_de, truth_de, spread, de_idx >= 0, "")
+    # Reference quirk: gene-order columns compared with the control at the rank-order DE genes.
+    control_rank_order = _gather(control, _padded(ranked, N_DE_GENES))
+    spread_columns = {"frac_correct_direction_20_nonzero":
+                      _fraction(_direction_change(pred_de, truth_de, control_rank_order) == 0, nonzero),
+                      **spread_columns}
+    columns = {key: (values, None) for key, values in columns.items()}
+    columns.update({key: (values, nonzero.any(1)) for key, values in spread_columns.items()})
+
+    delta_pearson_top = {k: _pearson_rows(pred_delta, truth_delta, top[k]) for k in TOP_DE_SIZES}
+    columns["pearson_delta"] = (_pearson_rows(pred_delta, truth_delta), None)
+    columns["pearson_delta_de"] = (delta_pearson_top[20], None)
+    columns.update(_fold_change_gaps(pred, truth, control))
+    hvg = np.zeros(pred.shape, dtype=bool)
+    hvg[:, context.most_variable_genes] = True
+    columns["pearson_delta_top200_hvg"] = (_pearson_rows(pred_delta, truth_delta, hvg), None)
+    columns["pearson_top200_hvg"] = (_pearson_rows(pred, truth, hvg), None)
+    columns["mse_top200_hvg"] = (_mse_rows(pred, truth, hvg), None)
+    for k in (20, 200, 100, 50):  # the reference's order
+        columns[f"pearson_delta_top{k}_de"] = (delta_pearson_top[k], None)
+        columns[f"pearson_top{k}_de"] = (_pearson_rows(pred, truth, top[k]), None)
+        columns[f"mse_top{k}_de"] = (_mse_rows(pred_delta, truth_delta, top[k]), None)
+    return _per_condition(conditions, columns)
+
+
+def _row_of_cells(result: EvaluationResult, rows: np.ndarray) -> np.ndarray:
+    """Each cell's position in ``rows`` (-1 for cells of conditions not in ``rows``)."""
+    position = np.full(len(result.conditions), -1)
+    position[rows] = np.arange(len(rows))
+    return position[result.cell_condition]
+
+
+def non_dropout_analysis(context: MetricContext, result: EvaluationResult) -> dict[str, dict]:
+    """The reference's ``non_dropout_analysis``: direction fractions over the top-20
+    non-dropout DE genes and the non-zero / non-dropout gene sets, in-range and sigma metrics
+    of the per-cell truth at the top-20 non-dropout DE genes, and their delta Pearson,
+    Pearson and delta MSE."""
+    rows = _analysed_rows(result, context.non_dropout_genes, "non-dropout genes")
+    conditions = [result.conditions[i] for i in rows]
+    pred, truth, control = result.pred_mean[rows], result.truth_mean[rows], context.control_mean
+    de_idx = result.non_dropout_de_idx[rows]
+    valid = de_idx >= 0
+    pred_de, truth_de, control_de = _gather(pred, de_idx), _gather(truth, de_idx), _gather(control, de_idx)
+    change = _direction_change(pred, truth, control)
+
+    columns = _direction_fractions(_direction_change(pred_de, truth_de, control_de), valid, "top20_non_dropout")
+    columns.update(_direction_fractions(
+        change, _index_mask([context.non_zero_genes[c] for c in conditions], context.n_genes), "non_zero"))
+    columns.update(_direction_fractions(
+        change, _index_mask([context.non_dropout_genes[c] for c in conditions], context.n_genes), "non_dropout"))
+    columns = {key: (values, None) for key, values in columns.items()}
+    spread = _cell_spread(_row_of_cells(result, rows), result.truth_non_dropout_de, len(rows))
+    spread_columns, nonzero = _spread_metrics(pred_de, truth_de, spread, valid, "_non_dropout")
+    columns.update({key: (values, nonzero.any(1)) for key, values in spread_columns.items()})
+    columns["pearson_delta_top20_de_non_dropout"] = (_pearson_rows(pred_de - control_de, truth_de - control_de,
+                                                                   valid), None)
+    columns["pearson_top20_de_non_dropout"] = (_pearson_rows(pred_de, truth_de, valid), None)
+    columns["mse_top20_de_non_dropout"] = (_mse_rows(pred_de - control_de, truth_de - control_de, valid), None)
+    return _per_condition(conditions, columns)
+
+
+def subgroup_metrics(metrics_pert: Mapping[str, Mapping[str, float]],
+                     subgroup_conditions: Mapping[str, Sequence[str]], prefix: str = "test_") -> dict[str, float]:
+    """Mean of each metric over the conditions of each subgroup that have it, keyed
+    ``{prefix}{subgroup}_{metric}`` as the reference logs them; subgroups with no evaluated
+    condition are left out (the reference logs NaN for them)."""
+    out = {}
+    for name, conditions in subgroup_conditions.items():
+        members = [metrics_pert[c] for c in conditions if c in metrics_pert]
+        for metric in dict.fromkeys(key for m in members for key in m):
+            out[f"{prefix}{name}_{metric}"] = float(np.mean([m[metric] for m in members if metric in m]))
+    return out

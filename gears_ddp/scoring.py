@@ -1,0 +1,45 @@
+"""Scoring an evaluation result: overall, per-condition and per-subgroup metrics, for the
+model and for the baselines, under the published metric names."""
+from __future__ import annotations
+
+import numpy as np
+
+from gears_ddp.metrics import EvaluationResult, MetricContext, compute_metrics, deeper_analysis, \
+    non_dropout_analysis, subgroup_metrics
+
+# the per-condition metrics the reference averages into its logged test summary
+SUMMARY_METRICS = ("pearson_delta", "pearson_delta_de", "frac_opposite_direction_top20_non_dropout",
+                   "frac_sigma_below_1_non_dropout", "mse_top20_de_non_dropout")
+
+
+def score(result: EvaluationResult, context: MetricContext, subgroups: dict | None = None,
+          prefix: str = "test_") -> tuple[dict, dict]:
+    """Summary metrics (``{prefix}{metric}`` and ``{prefix}{subgroup}_{metric}``) and the
+    per-condition metrics (compute_metrics, deeper and non-dropout analyses merged)."""
+    overall, per_condition = compute_metrics(result)
+    for extra in (deeper_analysis(context, result), non_dropout_analysis(context, result)):
+        for condition, values in extra.items():
+            per_condition.setdefault(condition, {}).update(values)
+    summary = {f"{prefix}{k}": float(v) for k, v in overall.items()}
+    for metric in SUMMARY_METRICS:
+        values = [m[metric] for m in per_condition.values() if metric in m]
+        if values:
+            summary[f"{prefix}{metric}"] = float(np.mean(values))
+    if subgroups:
+        summary.update(subgroup_metrics(per_condition, subgroups, prefix=prefix))
+    return summary, per_condition
+
+
+def comparison_table(model: dict, baselines: dict[str, dict], metrics=("pearson_delta", "mse_de"),
+                     groups=("", "combo_seen0_", "combo_seen1_", "combo_seen2_", "unseen_single_"),
+                     prefix: str = "test_") -> str:
+    """A text table of the model beside the baselines, one row per (subgroup, metric) present."""
+    names = ["GEARS", *baselines]
+    lines = [f"{'metric':40}" + "".join(f"{n:>13}" for n in names)]
+    for group in groups:
+        for metric in metrics:
+            key = f"{prefix}{group}{metric}"
+            if key in model:
+                values = [model[key], *(b.get(key, float("nan")) for b in baselines.values())]
+                lines.append(f"{key:40}" + "".join(f"{v:13.4f}" for v in values))
+    return "\n".join(lines)
