@@ -25,8 +25,12 @@ setup(
         "scipy>=1.9",
         "pandas>=1.5",
         "tqdm>=4.60",
+        "scikit-learn>=1.0",
+        "dcor>=0.6",
+        "matplotlib>=3.5",
     ],
     extras_require={
-        "test": ["pytest>=7", "cell-gears==0.1.2", "scikit-learn", "networkx", "dcor"],
+        "test": ["pytest>=7", "cell-gears==0.1.2", "networkx"],
+        "wandb": ["wandb"],
     },
 )
