@@ -71,6 +71,21 @@ class MLP(nn.Module):
         return x
 
 
+def renormed_table(embedding: nn.Embedding) -> torch.Tensor:
+    """The whole table of a ``max_norm`` embedding after its renormalisation.
+
+    Looking up every row of ``nn.Embedding(max_norm=...)`` rescales, in place and without
+    gradient, each row whose norm exceeds ``max_norm`` to ``max_norm / (norm + 1e-7)`` times
+    itself, one row at a time. This does the same for all rows in one vectorised step.
+    """
+    weight = embedding.weight
+    with torch.no_grad():
+        norms = torch.linalg.vector_norm(weight, ord=embedding.norm_type, dim=1, keepdim=True)
+        max_norm = float(embedding.max_norm)
+        weight.mul_(torch.where(norms > max_norm, max_norm / (norms + 1e-7), torch.ones_like(norms)))
+    return weight
+
+
 def distinct_perturbation_sets(pert_idx: torch.Tensor):
     """Distinct perturbation sets of a batch.
 
@@ -130,8 +145,6 @@ class GEARSModel(nn.Module):
         self.register_buffer("coexpress_edge_weight", coexpress_edge_weight.float(), persistent=False)
         self.register_buffer("go_edge_index", go_edge_index.long(), persistent=False)
         self.register_buffer("go_edge_weight", go_edge_weight.float(), persistent=False)
-        self.register_buffer("gene_ids", torch.arange(num_genes), persistent=False)
-        self.register_buffer("pert_ids", torch.arange(num_perts), persistent=False)
 
     @staticmethod
     def _propagate(h, layers, edge_index, edge_weight):
@@ -144,14 +157,14 @@ class GEARSModel(nn.Module):
 
     def gene_embeddings(self) -> torch.Tensor:
         """Per-gene base embedding (G x H), the same for every cell."""
-        base = F.relu(self.bn_emb(self.gene_emb(self.gene_ids)))
-        positional = self._propagate(self.emb_pos(self.gene_ids), self.layers_emb_pos,
+        base = F.relu(self.bn_emb(renormed_table(self.gene_emb)))
+        positional = self._propagate(renormed_table(self.emb_pos), self.layers_emb_pos,
                                      self.coexpress_edge_index, self.coexpress_edge_weight)
         return self.emb_trans_v2(base + PERT_EMB_LAMBDA * positional)
 
     def perturbation_embeddings(self) -> torch.Tensor:
         """GO-propagated embedding of every vocabulary gene (P x H)."""
-        return self._propagate(self.pert_emb(self.pert_ids), self.sim_layers, self.go_edge_index,
+        return self._propagate(renormed_table(self.pert_emb), self.sim_layers, self.go_edge_index,
                                self.go_edge_weight)
 
     def set_effects(self, sets: torch.Tensor, counts: torch.Tensor):
