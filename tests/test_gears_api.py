@@ -1,0 +1,165 @@
+"""The single-process GEARS API: training, test scoring with baselines, predictions,
+checkpoints (both formats and directions), and clear errors."""
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from gears_ddp.engine import training_step
+from gears_ddp.gears import GEARS
+from reference_package import import_reference
+
+
+@pytest.fixture
+def trained(toy):
+    toy.get_dataloader(16, test_batch_size=64)
+    torch.manual_seed(0)
+    gears = GEARS(toy)
+    gears.model_initialize(hidden_size=8)
+    outcome = gears.train(epochs=2)
+    return gears, outcome
+
+
+def test_train_reports_model_and_baselines_per_subgroup(trained):
+    gears, outcome = trained
+    model, baselines = outcome["model"], outcome["baselines"]
+    assert set(baselines) == {"no_change", "mean_effect", "additive"}
+    for summary in (model, *baselines.values()):
+        assert np.isfinite(summary["test_mse_de"]) and "test_pearson_delta" in summary
+    groups = [g for g, conds in gears.subgroup["test_subgroup"].items() if conds]
+    assert all(f"test_{g}_pearson_delta" in model for g in groups)
+    assert baselines["no_change"]["test_pearson_delta"] == 0.0  # a constant change has no correlation
+    assert len(gears.history) == 2 and gears.history[1]["epoch"] == 2
+    assert all(np.isfinite(h["val_mse_de"]) for h in gears.history)
+
+
+def test_training_steps_fit_a_fixed_batch(toy):
+    toy.get_dataloader(16)
+    torch.manual_seed(0)
+    gears = GEARS(toy)
+    gears.model_initialize(hidden_size=8)
+    batch = next(iter(toy.dataloader["train_loader"]))
+    context, optimizer = gears.loss_context(), torch.optim.Adam(gears.model.parameters(), lr=1e-3)
+    gears.model.train()
+    losses = [float(training_step(gears.model, [batch], optimizer, context, False, torch.device("cpu")))
+              for _ in range(80)]
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_predict_return_types_and_unknown_genes(trained):
+    gears, _ = trained
+    genes = gears.pert_list[:2]
+    as_dict = gears.predict([[genes[0]], genes])
+    assert set(as_dict) == {genes[0], "_".join(genes)} and as_dict[genes[0]].shape == (gears.num_genes,)
+    frame = gears.predict([[genes[0]], genes], return_type="dataframe")
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns) == gears.gene_list
+    np.testing.assert_allclose(frame.loc[genes[0]].to_numpy(), as_dict[genes[0]], rtol=1e-6)
+    adata = gears.predict([genes], return_type="anndata")
+    assert adata.shape == (1, gears.num_genes) and list(adata.var["gene_name"]) == gears.gene_list
+    with pytest.raises(ValueError, match=r"not in the perturbation vocabulary.*\['NOPE1', 'NOPE2'\]"):
+        gears.predict([["NOPE2"], [genes[0], "NOPE1"]])
+
+
+def test_prediction_is_the_mean_over_control_cells_of_the_model_output(trained):
+    gears, _ = trained
+    gene = gears.pert_list[3]
+    prediction = gears.predict([[gene]], seed=5)[gene]
+    controls = gears.pert_data.cells.control_cells()
+    picked = controls[torch.randint(len(controls), (300,), generator=torch.Generator().manual_seed(5))]
+    x = gears.pert_data.cells.expression[picked]
+    pert_idx = torch.tensor([[gears.node_map_pert[gene], -1]]).repeat(300, 1)
+    gears.best_model.eval()
+    with torch.no_grad():
+        expected = gears.best_model(x, pert_idx).mean(0).numpy()
+    np.testing.assert_allclose(prediction, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_uncertainty_mode_trains_and_predicts(toy):
+    toy.get_dataloader(16)
+    gears = GEARS(toy)
+    gears.model_initialize(hidden_size=8, uncertainty=True)
+    outcome = gears.train(epochs=1)
+    assert np.isfinite(outcome["model"]["test_mse_de"])
+    predictions, uncertainty = gears.predict([[gears.pert_list[0]]])
+    assert set(uncertainty) == set(predictions) and uncertainty[gears.pert_list[0]] > 0
+
+
+def test_save_and_load_round_trip(trained, tmp_path):
+    gears, _ = trained
+    gears.save_model(tmp_path / "model")
+    config = pickle.loads((tmp_path / "model" / "config.pkl").read_bytes())
+    assert set(config) == {"hidden_size", "num_go_gnn_layers", "num_gene_gnn_layers", "decoder_hidden_size",
+                           "num_similar_genes_go_graph", "num_similar_genes_co_express_graph",
+                           "coexpress_threshold", "uncertainty", "uncertainty_reg", "direction_lambda", "G_go",
+                           "G_go_weight", "G_coexpress", "G_coexpress_weight", "device", "num_genes",
+                           "num_perts", "no_perturb"}
+    fresh = GEARS(gears.pert_data)
+    fresh.load_pretrained(tmp_path / "model")
+    gene = gears.pert_list[1]
+    np.testing.assert_allclose(fresh.predict([[gene]])[gene], gears.predict([[gene]])[gene], rtol=1e-6)
+
+
+def test_load_strips_module_prefix(trained, tmp_path):
+    gears, _ = trained
+    gears.save_model(tmp_path / "ddp")
+    state = torch.load(tmp_path / "ddp" / "model.pt")
+    torch.save({f"module.{k}": v for k, v in state.items()}, tmp_path / "ddp" / "model.pt")
+    fresh = GEARS(gears.pert_data)
+    fresh.load_pretrained(tmp_path / "ddp")
+    assert all(torch.equal(a, b) for a, b in zip(fresh.best_model.state_dict().values(), state.values()))
+
+
+def test_vocabulary_mismatch_is_refused(trained, tmp_path):
+    gears, _ = trained
+    gears.save_model(tmp_path / "m")
+    vocabulary = (tmp_path / "m" / "vocabulary.json")
+    vocabulary.write_text(vocabulary.read_text().replace('"G1"', '"OTHER"'))
+    with pytest.raises(ValueError, match=r"another gene vocabulary.*differing: \['G1', 'OTHER'\]"):
+        GEARS(gears.pert_data).load_pretrained(tmp_path / "m")
+    vocabulary.unlink()  # a published-format checkpoint: sizes are checked
+    config = pickle.loads((tmp_path / "m" / "config.pkl").read_bytes())
+    config["num_genes"] += 1
+    (tmp_path / "m" / "config.pkl").write_bytes(pickle.dumps(config))
+    with pytest.raises(ValueError, match=r"has 41 genes .* the data has 40"):
+        GEARS(gears.pert_data).load_pretrained(tmp_path / "m")
+
+
+def test_published_gears_loads_our_checkpoint(trained, tmp_path):
+    module = import_reference("gears.model")
+    gears, _ = trained
+    gears.save_model(tmp_path / "m")
+    config = pickle.loads((tmp_path / "m" / "config.pkl").read_bytes())
+    reference = module.GEARS_Model(config)
+    reference.load_state_dict(torch.load(tmp_path / "m" / "model.pt"), strict=True)
+
+
+def test_plot_works_for_every_test_condition(trained, tmp_path):
+    gears, _ = trained
+    for condition in gears.pert_data.set2conditions["test"]:
+        figure = gears.plot_perturbation(condition, save_file=tmp_path / f"{condition}.png")
+        assert figure.axes[0].get_title() == condition
+        assert (tmp_path / f"{condition}.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="not a perturbation condition"):
+        gears.plot_perturbation("G99+ctrl")
+
+
+def test_gi_predict_scores(trained):
+    gears, _ = trained
+    scores = gears.GI_predict(["G0", "G1"])
+    assert {"c1", "c2", "mag", "dcor", "corr_fit", "dominance", "eq_contr"} <= set(scores)
+    assert all(isinstance(v, float) for v in scores.values())
+
+
+def test_errors_before_setup(data_root):
+    import toy_data
+    from gears_ddp import PertData
+    pert_data = PertData(data_root)
+    pert_data.new_data_process("toy", toy_data.make_raw())
+    with pytest.raises(ValueError, match="prepare_split.*get_dataloader"):
+        GEARS(pert_data)
+    pert_data.prepare_split("simulation", seed=1)
+    pert_data.get_dataloader(8)
+    with pytest.raises(RuntimeError, match="call model_initialize"):
+        GEARS(pert_data).predict([["G0"]])
