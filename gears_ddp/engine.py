@@ -116,19 +116,30 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer, cont
 @torch.no_grad()
 def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncertainty: bool,
              device: torch.device, precision: Precision = Precision(),
-             reduce_state: Callable[[dict], dict] | None = None) -> EvaluationResult:
-    """Predict every cell of ``loader`` in evaluation mode and return the per-condition result.
+             reduce_state: Callable[[dict], dict] | None = None, conditions_per_pass: int = 64) -> EvaluationResult:
+    """Score every cell of ``loader`` with the model in evaluation mode; returns the
+    per-condition result.
 
-    ``reduce_state`` (distributed) turns this rank's accumulator state into the state of all
-    ranks together, so every rank gets the full result.
+    In evaluation mode a cell's prediction is its control input plus the effect of its
+    perturbation set, so the loop only sums inputs and truth per condition, and the network
+    runs once per condition (``conditions_per_pass`` at a time) at the end: the result
+    equals running it on every cell. ``reduce_state`` (distributed) turns this rank's
+    accumulator state into that of all ranks, so every rank gets the full result.
     """
-    model.eval()
+    network = getattr(model, "module", model)  # DistributedDataParallel wraps the network
+    network.eval()
+    n_conditions = len(accumulator.condition_names)
+    perturbation_set = torch.full((n_conditions, 2), -1, dtype=torch.long, device=device)
+    seen = torch.zeros(n_conditions, dtype=torch.bool, device=device)
     for batch in loader:
         batch = batch.to(device, non_blocking=True)
+        accumulator.add_inputs(batch.condition, batch.x, batch.y)
+        perturbation_set[batch.condition] = batch.pert_idx
+        seen[batch.condition] = True
+    for codes in torch.nonzero(seen).flatten().split(conditions_per_pass):
         with precision.autocast(device):
-            out = model(batch.x, batch.pert_idx)
-        pred, logvar = out if uncertainty else (out, None)
-        accumulator.add(batch.condition, pred.float(), batch.y, None if logvar is None else logvar.float())
+            effect, logvar = network.set_effects(perturbation_set[codes], torch.ones_like(codes))
+        accumulator.add_condition_effects(codes, effect.float(), logvar.float() if uncertainty else None)
     if reduce_state is not None:
         accumulator.load_state(reduce_state(accumulator.state()))
     return accumulator.result()

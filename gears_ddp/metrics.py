@@ -186,16 +186,40 @@ class EvaluationAccumulator:
         if (logvar is not None) != self.uncertainty:
             raise ValueError(f"this accumulator was built with uncertainty={self.uncertainty}; "
                              f"logvar must be {'given' if self.uncertainty else 'None'}")
+        codes = self._add_cells(codes, pred, truth)
+        if logvar is not None:
+            self._sums["logvar"].index_add_(0, codes, logvar.detach().to(self.device, torch.float64))
+
+    def add_inputs(self, codes: torch.Tensor, inputs: torch.Tensor, truth: torch.Tensor) -> None:
+        """Add a batch of cells whose prediction is ``input + effect(condition)`` (a model in
+        evaluation mode): the inputs are summed now, and ``add_condition_effects``, called once
+        after the last batch, adds each condition's effect (and log-variance) per cell."""
+        self._add_cells(codes, inputs, truth)
+
+    def add_condition_effects(self, codes: torch.Tensor, effect: torch.Tensor,
+                              logvar: torch.Tensor | None = None) -> None:
+        """Complete ``add_inputs``: ``effect`` / ``logvar`` (K x G) of the conditions ``codes`` (K,)
+        count once for every cell of those conditions added so far."""
+        if (logvar is not None) != self.uncertainty:
+            raise ValueError(f"this accumulator was built with uncertainty={self.uncertainty}; "
+                             f"logvar must be {'given' if self.uncertainty else 'None'}")
+        codes = codes.to(self.device, torch.long)
+        cells = self._sums["count"][codes].to(torch.float64).unsqueeze(1)
+        self._sums["pred"].index_add_(0, codes, cells * effect.detach().to(self.device, torch.float64))
+        if logvar is not None:
+            self._sums["logvar"].index_add_(0, codes, cells * logvar.detach().to(self.device, torch.float64))
+
+    def _add_cells(self, codes: torch.Tensor, pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+        """Count the cells, sum predictions and truth, keep per-cell DE truth; returns the codes."""
         codes = codes.to(self.device, torch.long)
         truth = truth.detach().to(self.device)
         self._sums["count"].index_add_(0, codes, torch.ones_like(codes))
         self._sums["pred"].index_add_(0, codes, pred.detach().to(self.device, torch.float64))
         self._sums["truth"].index_add_(0, codes, truth.to(torch.float64))
-        if logvar is not None:
-            self._sums["logvar"].index_add_(0, codes, logvar.detach().to(self.device, torch.float64))
         self._cells["codes"].append(codes)
         for name, table in self.tables.items():
             self._cells[name].append(_gather_cells(truth, table[codes]))
+        return codes
 
     def state(self) -> dict[str, dict[str, torch.Tensor]]:
         """Copies of what this accumulator holds: ``{"sum": {...}, "cat": {...}}`` (see class doc)."""

@@ -169,8 +169,12 @@ class GEARSModel(nn.Module):
 
     def set_effects(self, sets: torch.Tensor, counts: torch.Tensor):
         """Predicted change from control (S x G) for each perturbation set, and the
-        log-variance (S x G) in uncertainty mode (else None). ``counts`` weight BatchNorm."""
+        log-variance (S x G) in uncertainty mode (else None). ``counts`` weight BatchNorm.
+        With ``no_perturb`` the change is zero."""
         n_sets, n_genes = sets.shape[0], self.num_genes
+        if self.no_perturb:
+            zeros = self.indv_b2.new_zeros(n_sets, n_genes)
+            return zeros, (zeros if self.uncertainty else None)
         present = sets >= 0
         summed = (self.perturbation_embeddings()[sets.clamp(min=0)] * present.unsqueeze(-1)).sum(1)
         perturbed = torch.nonzero(present.any(1)).flatten()

@@ -1,0 +1,93 @@
+"""The shared engine: per-condition evaluation equals per-cell prediction; an accumulated
+step equals the step on the mean of the micro-batch gradients."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from gears_ddp.engine import batch_loss, evaluate, training_step
+from gears_ddp.gears import GEARS
+from gears_ddp.metrics import EvaluationAccumulator
+
+CPU = torch.device("cpu")
+
+
+def _gears(toy, uncertainty=False):
+    toy.get_dataloader(16, test_batch_size=7)
+    torch.manual_seed(0)
+    gears = GEARS(toy)
+    gears.model_initialize(hidden_size=8, uncertainty=uncertainty)
+    gears.model.train()
+    for batch in toy.dataloader["train_loader"]:  # move BatchNorm running statistics off their start
+        gears.model(batch.x, batch.pert_idx)
+    return gears
+
+
+class _Wrapper(nn.Module):
+    """Stands for DistributedDataParallel: the network is ``.module``."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+
+@pytest.mark.parametrize("uncertainty", [False, True])
+def test_per_condition_evaluation_equals_per_cell_prediction(toy, uncertainty):
+    gears = _gears(toy, uncertainty)
+    loader = toy.dataloader["test_loader"]
+    fast = evaluate(_Wrapper(gears.model), loader, gears.new_accumulator(), uncertainty, CPU)
+    slow_acc = gears.new_accumulator()
+    gears.model.eval()
+    with torch.no_grad():
+        for batch in loader:
+            out = gears.model(batch.x, batch.pert_idx)
+            pred, logvar = out if uncertainty else (out, None)
+            slow_acc.add(batch.condition, pred, batch.y, logvar)
+    slow = slow_acc.result()
+    assert fast.conditions == slow.conditions and np.array_equal(fast.n_cells, slow.n_cells)
+    np.testing.assert_allclose(fast.pred_mean, slow.pred_mean, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(fast.truth_mean, slow.truth_mean)
+    if uncertainty:
+        np.testing.assert_allclose(fast.logvar_mean, slow.logvar_mean, rtol=1e-5, atol=1e-5)
+
+
+def test_accumulated_step_uses_the_mean_of_micro_batch_gradients(toy):
+    gears = _gears(toy)
+    context = gears.loss_context()
+    batches = [b for _, b in zip(range(2), toy.dataloader["train_loader"])]
+    accumulated = copy.deepcopy(gears.model)
+    reference = copy.deepcopy(gears.model)
+    optimizer = torch.optim.SGD(accumulated.parameters(), lr=0.1)
+    loss = training_step(accumulated, batches, optimizer, context, False, CPU, clip_value=None)
+    # the same update by hand: mean of the two gradients, one SGD step
+    grads = []
+    for batch in batches:
+        model = copy.deepcopy(reference)
+        model.train()
+        batch_loss(model, batch, context, False).backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    expected_loss = np.mean([float(batch_loss(copy.deepcopy(reference).train(), b, context, False)) for b in batches])
+    assert float(loss) == pytest.approx(expected_loss, rel=1e-5)
+    with torch.no_grad():
+        for name, param in reference.named_parameters():
+            if name in grads[0]:
+                param -= 0.1 * (grads[0][name] + grads[1][name]) / 2
+    for (name, a), b in zip(accumulated.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_gradient_values_are_clipped(toy):
+    gears = _gears(toy)
+    batch = next(iter(toy.dataloader["train_loader"]))
+    optimizer = torch.optim.SGD(gears.model.parameters(), lr=0.0)
+    training_step(gears.model, [batch], optimizer, gears.loss_context(), False, CPU)
+    largest = max(float(p.grad.abs().max()) for p in gears.model.parameters() if p.grad is not None)
+    assert largest <= 1.0
+
+
+def test_accumulator_refuses_missing_logvar(toy):
+    accumulator = EvaluationAccumulator.from_pert_data(toy, uncertainty=True)
+    with pytest.raises(ValueError, match="uncertainty=True; logvar must be given"):
+        accumulator.add_condition_effects(torch.tensor([0]), torch.zeros(1, toy.adata.n_vars))
