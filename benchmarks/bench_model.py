@@ -1,0 +1,430 @@
+"""Model benchmark on CPU: training throughput, seconds per epoch, test-set evaluation time,
+peak memory and test metrics of gears_ddp and (when installed) the published GEARS, side by
+side on the same data, split and hyperparameters.
+
+    python benchmarks/bench_model.py [--epochs 3] [--genes 1000 --cells-per-condition 45 ...]
+                                     [--batch-size 32 --test-batch-size 32] [--skip-reference]
+
+The data are made once, in the parent, by ``gears_ddp.datasets.make_synthetic_perturb_seq``
+(defaults: 7,300 cells x 1,000 genes; 60 singles and 80 combos of 45 cells, 1,000 controls)
+and written, with the GO files, exactly as ``bench_data.py`` does (its ``make_input``). Each
+implementation then runs in its own subprocess (so that its peak memory is its own), with
+``torch.set_num_threads(os.cpu_count())``, and does the whole published workflow with its
+own library: ``PertData(...).new_data_process`` on the raw h5ad,
+``prepare_split('simulation', seed=1)``, ``get_dataloader(batch_size, test_batch_size)``,
+``GEARS(pert_data, device='cpu')``, ``torch.manual_seed(0)``,
+``model_initialize(hidden_size=64)`` (all other model options default) and
+``train(epochs, lr=1e-3, weight_decay=5e-4)``. Results come back as one JSON line.
+
+How each figure is measured (``time.perf_counter``; neither library is modified, timers are
+monkeypatched into the child process only):
+
+- training loop (s / epoch): the time spent in the epoch's optimisation loop over the
+  training loader (batches, forward, loss, backward, clipping, optimiser steps), without
+  the per-epoch evaluation.
+  gears_ddp: ``gears_ddp.recipe.train_epoch`` is wrapped with a timer (the loop is that one
+  call). Published: the loop is not a function, so it is delimited by two hooks: its start
+  is when iteration over ``dataloader['train_loader']`` begins while the model is in
+  training mode (the loader is wrapped in a proxy that records that moment; evaluation
+  iterates the same loader in eval mode and is not counted), its end is the
+  ``StepLR.step()`` call right after the loop (``gears.gears.StepLR`` replaced by a subclass
+  whose ``step`` records the time; the step the scheduler's constructor makes is ignored).
+- training throughput (cells / s): training cells seen in the loops / seconds in the loops,
+  over all epochs. Cells per epoch = number of train batches x batch size (both drop the
+  last incomplete batch).
+- seconds per epoch incl. evaluation: from the start of the training loop to the end of
+  ``compute_metrics`` on val, i.e. training loop + ``scheduler.step`` + evaluation of the
+  train and val sets + ``compute_metrics`` of both; the best-model copy that follows is
+  excluded in both. gears_ddp: the ``seconds`` of each ``GEARS.history`` record (measured
+  exactly so by ``recipe.run_training``). Published: ``gears.gears.compute_metrics`` is
+  wrapped to record when it returns; the epoch ends when the second call after that
+  epoch's ``StepLR.step`` returns. Reported as the mean over epochs.
+- per-epoch evaluation (s / epoch) = seconds per epoch - training loop, and, inside it, the
+  model passes alone (the two ``evaluate`` calls on train and val: gears_ddp
+  ``gears_ddp.recipe.evaluate`` wrapped; published ``gears.gears.evaluate`` wrapped).
+  Note: the published package evaluates the training set through its shuffled,
+  drop-last training loader; gears_ddp through ``train_eval_loader`` (every training
+  cell once, in order), so it evaluates up to batch_size - 1 more cells.
+- test-set evaluation (s): after training, one evaluation pass over
+  ``dataloader['test_loader']`` with the best model, median of ``--eval-repeats`` passes.
+  gears_ddp: ``GEARS.new_accumulator()`` then
+  ``gears_ddp.engine.evaluate(best_model, test_loader, accumulator, False, device)`` (the
+  accumulator's construction is inside the timed region, as the published ``evaluate``
+  builds its result containers inside its own call). Published:
+  ``gears.inference.evaluate(test_loader, best_model, False, 'cpu')``.
+  ``compute_metrics`` on that result is timed separately (median of as many calls).
+- data + model setup (s): raw h5ad -> loaders (``new_data_process`` + ``prepare_split`` +
+  ``get_dataloader``), and ``GEARS(...)`` + ``model_initialize`` (graphs + network).
+- peak memory: max RSS of the child process at its end (``getrusage``), in MiB; and the
+  same minus the process's RSS right after importing torch, scanpy and the library (both
+  libraries are imported before that reading), i.e. the memory of data, model and training.
+- test metrics: of the best model (lowest val ``mse_de``) after ``--epochs`` epochs.
+  gears_ddp: the summary ``GEARS.train`` returns (``test_mse_de``, ``test_pearson_delta``,
+  ``test_<subgroup>_pearson_delta``). Published: ``compute_metrics`` (``mse_de``) and
+  ``deeper_analysis`` (per-condition ``pearson_delta``) on the test evaluation above,
+  averaged over all test conditions and over the conditions of each subgroup of
+  ``pert_data.subgroup['test_subgroup']`` (as its ``train()`` logs them); a subgroup with no
+  condition is shown as '-'.
+
+The published package, on current scipy, fails in ``GEARS.__init__`` (gears.py line 87:
+a pandas boolean Series indexes a scipy CSR matrix, "'Series' object has no attribute
+'nonzero'"). Its child process therefore patches ``__getitem__`` of scipy's CSR classes to
+turn pandas Series / Index keys into numpy arrays before indexing (only in that process).
+Its import seeds torch (``torch.manual_seed(0)``) and it prints freely: its stdout and
+stderr are discarded. Also note: the published ``get_dataloader`` ignores
+``test_batch_size`` (its val and test loaders use ``batch_size``).
+"""
+import argparse
+import contextlib
+import io
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_data import make_input, peak_rss_mib, reference_available  # noqa: E402
+
+SPLIT = {"split": "simulation", "seed": 1}
+HIDDEN_SIZE, LR, WEIGHT_DECAY = 64, 1e-3, 5e-4
+SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
+
+
+def _timed(fn, log: list):
+    """``fn`` with the (start, end) perf_counter times of each call appended to ``log``."""
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        out = fn(*args, **kwargs)
+        log.append((start, time.perf_counter()))
+        return out
+    return wrapper
+
+
+def _median_time(fn, repeats: int):
+    """(median seconds of ``repeats`` calls of ``fn``, the last call's return value)."""
+    seconds, out = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds), out
+
+
+def _workdir(raw: Path, tmp: str) -> Path:
+    """A fresh data folder holding (links to) the GO files next to ``raw``."""
+    workdir = Path(tmp) / "data"
+    workdir.mkdir()
+    for name in ("gene2go_all.pkl", "essential_all_data_pert_genes.pkl", "go_essential_all"):
+        os.symlink(raw.parent / name, workdir / name)
+    return workdir
+
+
+def run_ours(raw: Path, workdir: Path, args) -> dict:
+    import anndata
+    import torch
+
+    import gears_ddp.recipe as recipe
+    from gears_ddp import PertData
+    from gears_ddp.engine import evaluate
+    from gears_ddp.gears import GEARS
+    from gears_ddp.metrics import compute_metrics
+
+    loops, evals = [], []
+    recipe.train_epoch = _timed(recipe.train_epoch, loops)
+    recipe.evaluate = _timed(recipe.evaluate, evals)
+
+    start = time.perf_counter()
+    pert_data = PertData(workdir)
+    pert_data.new_data_process("bench", anndata.read_h5ad(raw))
+    pert_data.prepare_split(**SPLIT)
+    pert_data.get_dataloader(args.batch_size, test_batch_size=args.test_batch_size)
+    data_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    g = GEARS(pert_data, device="cpu")
+    torch.manual_seed(0)
+    g.model_initialize(hidden_size=HIDDEN_SIZE)
+    model_s = time.perf_counter() - start
+
+    summary = g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)["model"]
+
+    loader = pert_data.dataloader["test_loader"]
+    test_eval_s, result = _median_time(
+        lambda: evaluate(g.best_model, loader, g.new_accumulator(), False, g.device), args.eval_repeats)
+    metrics_s, _ = _median_time(lambda: compute_metrics(result), args.eval_repeats)
+
+    n_epochs = len(g.history)
+    return {"epoch_s": [r["seconds"] for r in g.history],
+            "loop_s": [end - begin for begin, end in loops],
+            "eval_pass_s": [evals[2 * e][1] - evals[2 * e][0] + evals[2 * e + 1][1] - evals[2 * e + 1][0]
+                            for e in range(n_epochs)],
+            "val_mse_de": [r["val_mse_de"] for r in g.history],
+            "cells_per_epoch": len(pert_data.dataloader["train_loader"]) * args.batch_size,
+            "test_eval_s": test_eval_s, "compute_metrics_s": metrics_s, "data_s": data_s, "model_s": model_s,
+            "test_cells": sum(len(b) for b in loader),
+            "mse_de": summary["test_mse_de"], "pearson_delta": summary["test_pearson_delta"],
+            "subgroups": {name: summary.get(f"test_{name}_pearson_delta", math.nan) for name in SUBGROUPS},
+            "subgroup_sizes": {name: len(pert_data.subgroup["test_subgroup"].get(name, [])) for name in SUBGROUPS},
+            **_common(pert_data.adata)}
+
+
+def _patch_csr_indexing() -> None:
+    """Let scipy CSR matrices be indexed by pandas Series / Index (the published package's
+    ``GEARS.__init__`` does so, which current scipy refuses): keys become numpy arrays."""
+    import pandas as pd
+    import scipy.sparse as sp
+
+    def plain(key):
+        return key.to_numpy() if isinstance(key, (pd.Series, pd.Index)) else key
+
+    for cls in (sp.csr_matrix, sp.csr_array):
+        original = cls.__getitem__
+
+        def getitem(self, key, _original=original):
+            key = tuple(plain(k) for k in key) if isinstance(key, tuple) else plain(key)
+            return _original(self, key)
+        cls.__getitem__ = getitem
+
+
+def run_reference(raw: Path, workdir: Path, args) -> dict:
+    _patch_csr_indexing()
+    import anndata
+    import numpy as np
+    import torch
+
+    import gears.gears as reference
+    from gears import GEARS, PertData
+    from gears.inference import compute_metrics, deeper_analysis, evaluate
+
+    loop_starts, steps, evals, metric_calls, val_mse_de = [], [], [], [], []
+
+    class TimedStepLR(reference.StepLR):
+        """Records the time of each ``step`` but the one its constructor makes."""
+
+        def __init__(self, *a, **k):
+            self._constructed = False
+            super().__init__(*a, **k)
+            self._constructed = True
+
+        def step(self, *a, **k):
+            if self._constructed:
+                steps.append(time.perf_counter())
+            return super().step(*a, **k)
+
+    def metrics_hook(res):
+        out = compute_metrics(res)
+        metric_calls.append(time.perf_counter())
+        val_mse_de.append(out[0]["mse_de"])
+        return out
+
+    reference.StepLR = TimedStepLR
+    reference.evaluate = _timed(reference.evaluate, evals)
+    reference.compute_metrics = metrics_hook
+
+    start = time.perf_counter()
+    pert_data = PertData(str(workdir))
+    pert_data.new_data_process("bench", anndata.read_h5ad(raw))
+    pert_data.prepare_split(**SPLIT)
+    pert_data.get_dataloader(args.batch_size, test_batch_size=args.test_batch_size)
+    data_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    g = GEARS(pert_data, device="cpu")
+    torch.manual_seed(0)
+    g.model_initialize(hidden_size=HIDDEN_SIZE)
+    model_s = time.perf_counter() - start
+
+    train_loader = pert_data.dataloader["train_loader"]
+    g.dataloader["train_loader"] = _LoopStartProxy(train_loader, g.model, loop_starts)
+    g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)
+
+    # the epoch's two compute_metrics calls (train, val) follow its StepLR.step; the val one ends the epoch
+    epoch_ends = [[t for t in metric_calls if t > step][1] for step in steps]
+    epoch_evals = [[(b, e) for b, e in evals if step < b < end] for step, end in zip(steps, epoch_ends)]
+    loader = pert_data.dataloader["test_loader"]
+    test_eval_s, result = _median_time(lambda: evaluate(loader, g.best_model, False, "cpu"), args.eval_repeats)
+    metrics_s, (overall, _) = _median_time(lambda: compute_metrics(result), args.eval_repeats)
+    per_condition = deeper_analysis(pert_data.adata, result)
+    pearson = {c: m["pearson_delta"] for c, m in per_condition.items() if "pearson_delta" in m}
+    subgroups = pert_data.subgroup["test_subgroup"]
+
+    def mean_of(conditions):
+        values = [pearson[c] for c in conditions if c in pearson]
+        return float(np.mean(values)) if values else math.nan
+
+    return {"epoch_s": [end - begin for begin, end in zip(loop_starts, epoch_ends)],
+            "loop_s": [step - begin for begin, step in zip(loop_starts, steps)],
+            "eval_pass_s": [sum(e - b for b, e in calls) for calls in epoch_evals],
+            "val_mse_de": val_mse_de[1:2 * len(steps):2],
+            "cells_per_epoch": len(train_loader) * args.batch_size,
+            "test_eval_s": test_eval_s, "compute_metrics_s": metrics_s, "data_s": data_s, "model_s": model_s,
+            "test_cells": len(result["pert_cat"]),
+            "mse_de": float(overall["mse_de"]), "pearson_delta": mean_of(pearson),
+            "subgroups": {name: mean_of(subgroups.get(name, [])) for name in SUBGROUPS},
+            "subgroup_sizes": {name: len(subgroups.get(name, [])) for name in SUBGROUPS},
+            **_common(pert_data.adata)}
+
+
+class _LoopStartProxy:
+    """A loader that records when iteration starts with ``model`` in training mode (the
+    published training loop; its evaluation iterates the same loader in eval mode)."""
+
+    def __init__(self, loader, model, starts: list):
+        self.loader, self.model, self.starts = loader, model, starts
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        if self.model.training:
+            self.starts.append(time.perf_counter())
+        return iter(self.loader)
+
+
+def _common(adata) -> dict:
+    import torch
+    n_cells, n_genes = adata.shape
+    return {"cells": n_cells, "genes": n_genes, "threads": torch.get_num_threads()}
+
+
+def current_rss_mib() -> float:
+    """Resident memory of this process now (MiB), from /proc."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def child(impl: str, raw: str, args) -> None:
+    import torch
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        import gears_ddp.gears  # noqa: F401  (import both libraries' stacks before the baseline)
+        if impl != "ours":
+            import gears  # noqa: F401
+    import_rss = current_rss_mib()
+    torch.set_num_threads(os.cpu_count())
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = _workdir(Path(raw), tmp)
+        if impl == "ours":
+            result = run_ours(Path(raw), workdir, args)
+        else:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                result = run_reference(Path(raw), workdir, args)
+    result["peak_rss_mib"] = peak_rss_mib()
+    result["peak_above_imports_mib"] = result["peak_rss_mib"] - import_rss
+    print("RESULT " + json.dumps(result))
+
+
+def measure(impl: str, raw: Path, args) -> dict | None:
+    command = [sys.executable, __file__, "--child", impl, "--raw", str(raw), "--epochs", str(args.epochs),
+               "--batch-size", str(args.batch_size), "--test-batch-size", str(args.test_batch_size),
+               "--eval-repeats", str(args.eval_repeats)]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        print(f"{impl} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def _derived(r: dict) -> dict:
+    loops, epochs = sum(r["loop_s"]), len(r["epoch_s"])
+    return {"throughput": r["cells_per_epoch"] * epochs / loops,
+            "loop": loops / epochs,
+            "epoch": sum(r["epoch_s"]) / epochs,
+            "epoch_eval": (sum(r["epoch_s"]) - loops) / epochs,
+            "eval_pass": sum(r["eval_pass_s"]) / epochs}
+
+
+def _fmt(value) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4g}"
+
+
+def print_tables(ours: dict, reference: dict | None, args) -> None:
+    mine, theirs = _derived(ours), _derived(reference) if reference else None
+    epochs = len(ours["epoch_s"])
+    test_cells = f"{ours['test_cells']} test cells"
+    if reference and reference["test_cells"] != ours["test_cells"]:
+        test_cells += f" (published: {reference['test_cells']})"
+    print(f"\n{ours['cells']} cells x {ours['genes']} genes; split simulation (seed 1); batch {args.batch_size}, "
+          f"test batch {args.test_batch_size}; hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}; "
+          f"{epochs} epochs of {ours['cells_per_epoch']} training cells; {test_cells}; "
+          f"CPU, {os.cpu_count()} cores, torch threads {ours['threads']}\n")
+    rows = [("training throughput (train cells / s) [ours/published]", "throughput", True),
+            ("training loop (s / epoch)", "loop", False),
+            ("seconds per epoch incl. train+val evaluation", "epoch", False),
+            ("  of which per-epoch evaluation (s)", "epoch_eval", False),
+            ("    of which evaluate() passes, train+val (s)", "eval_pass", False)]
+    width = 56
+    print(f"| {'measure':{width}} | {'gears_ddp':>10} | {'published GEARS':>15} | {'ratio':>7} |")
+    print(f"|{'-' * (width + 2)}|{'-' * 12}|{'-' * 17}|{'-' * 9}|")
+
+    def line(label, a, b, higher_is_better=False):
+        ratio = "-" if b is None or not a or not b else f"{(a / b if higher_is_better else b / a):.1f}x"
+        print(f"| {label:{width}} | {_fmt(a):>10} | {(_fmt(b) if reference else 'not run'):>15} | {ratio:>7} |")
+
+    for label, key, higher in rows:
+        line(label, mine[key], theirs[key] if theirs else None, higher)
+    for label, key in ((f"test-set evaluation pass (s, median of {args.eval_repeats})", "test_eval_s"),
+                       ("compute_metrics on it (s)", "compute_metrics_s"),
+                       ("raw h5ad -> loaders (s)", "data_s"),
+                       ("GEARS(...) + model_initialize (s)", "model_s"),
+                       ("peak memory, max RSS (MiB)", "peak_rss_mib"),
+                       ("peak memory above the RSS after imports (MiB)", "peak_above_imports_mib")):
+        line(label, ours[key], reference[key] if reference else None)
+    print("\nratio = published / gears_ddp for times and memory, gears_ddp / published for throughput "
+          "(above 1: gears_ddp is better).")
+    for r, name in ((ours, "gears_ddp"), (reference, "published")):
+        if r:
+            print(f"{name}: seconds per epoch {[round(s, 2) for s in r['epoch_s']]}, training loops "
+                  f"{[round(s, 2) for s in r['loop_s']]}, val mse_de {[round(v, 4) for v in r['val_mse_de']]}")
+
+    print(f"\nTest metrics of the best model (lowest val mse_de) after {epochs} epochs:\n")
+    print(f"| {'metric':40} | {'conditions':>10} | {'gears_ddp':>10} | {'published GEARS':>15} |")
+    print(f"|{'-' * 42}|{'-' * 12}|{'-' * 12}|{'-' * 17}|")
+    n_test = sum(ours["subgroup_sizes"].values())
+    metric_rows = [("test mse_de", n_test, lambda r: r["mse_de"]),
+                   ("test pearson_delta", n_test, lambda r: r["pearson_delta"])]
+    metric_rows += [(f"test {name} pearson_delta", ours["subgroup_sizes"][name],
+                     lambda r, name=name: r["subgroups"][name]) for name in SUBGROUPS]
+    for label, n, value in metric_rows:
+        theirs_text = _fmt(value(reference)) if reference else "not run"
+        print(f"| {label:40} | {n:>10} | {_fmt(value(ours)):>10} | {theirs_text:>15} |")
+    if reference and reference["subgroup_sizes"] != ours["subgroup_sizes"]:
+        print(f"\nconditions per subgroup differ; published: {reference['subgroup_sizes']}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--genes", type=int, default=1000)
+    parser.add_argument("--cells-per-condition", type=int, default=45)
+    parser.add_argument("--perturbed-genes", type=int, default=60)
+    parser.add_argument("--combos", type=int, default=80)
+    parser.add_argument("--control-cells", type=int, default=1000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--test-batch-size", type=int, default=32)
+    parser.add_argument("--eval-repeats", type=int, default=3, help="test-set evaluation passes (median)")
+    parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--child", choices=["ours", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument("--raw", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.raw, args)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = make_input(Path(tmp) / "input", args)
+        ours = measure("ours", raw, args)
+        reference = None if args.skip_reference or not reference_available() else measure("reference", raw, args)
+    if ours is None:
+        sys.exit(1)
+    print_tables(ours, reference, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Train GEARS on the built-in synthetic dataset (no download) and compare it with the baselines.
+
+    python examples/train_gears.py [--data-path ./data] [--epochs 10] [--save-path ./runs/gears]
+
+Writes the synthetic dataset, splits it (simulation split), trains with the published
+hyperparameters, prints the test metrics of the best model beside the no-change,
+mean-effect and additive baselines per test subgroup, checks the predictions against the
+dataset's noise-free truth, and saves the model in the published checkpoint format.
+"""
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from gears_ddp import PertData, enable_console_logging
+from gears_ddp.datasets import read_true_means, write_synthetic_dataset
+from gears_ddp.gears import GEARS
+from gears_ddp.scoring import comparison_table
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-path", default="./data")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--save-path", default="./runs/gears_synthetic")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    enable_console_logging()
+    torch.manual_seed(0)
+
+    folder = write_synthetic_dataset(args.data_path)
+    pert_data = PertData(args.data_path)
+    pert_data.load(data_path=folder)
+    pert_data.prepare_split(split="simulation", seed=1)
+    pert_data.get_dataloader(batch_size=args.batch_size, test_batch_size=256)
+
+    gears = GEARS(pert_data, device=args.device)
+    gears.model_initialize(hidden_size=64)
+    start = time.perf_counter()
+    report = gears.train(epochs=args.epochs)
+    seconds = time.perf_counter() - start
+    gears.save_model(args.save_path)
+
+    truth = read_true_means(folder)
+    test = pert_data.set2conditions["test"]
+    predicted = gears.predict([[g for g in c.split("+") if g != "ctrl"] for c in test], return_type="dataframe")
+    control = truth.loc["ctrl"].to_numpy()
+    correlations = [np.corrcoef(p - control, truth.loc[c].to_numpy() - control)[0, 1]
+                    for c, p in zip(test, predicted.to_numpy())]
+
+    print(f"\ntrained {args.epochs} epochs in {seconds:.0f} s on {args.device}; best epoch "
+          f"{min(gears.history, key=lambda h: h['val_mse_de'])['epoch']}; model saved to {args.save_path}\n")
+    print(comparison_table(report["model"], report["baselines"]))
+    print(f"\nagainst the noise-free truth: mean Pearson of predicted vs true change over control "
+          f"across {len(test)} test conditions = {np.nanmean(correlations):.3f}")
+
+
+if __name__ == "__main__":
+    main()
