@@ -152,12 +152,13 @@ class GEARS:
             return {}
         return self.test()
 
-    def test(self) -> dict:
+    def test(self, reduce_state=None) -> dict:
         """Score the best model and the baselines on the test set (with subgroups for the
-        simulation split); logs a comparison table."""
+        simulation split); logs a comparison table. ``reduce_state`` combines the evaluation
+        of all ranks in a distributed run."""
         self._require_model()
         result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
-                          self.config["uncertainty"], self.device)
+                          self.config["uncertainty"], self.device, reduce_state=reduce_state)
         context = MetricContext.from_adata(self.adata)
         subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
         model_summary, self.test_metrics_per_condition = score(result, context, subgroups)

@@ -140,6 +140,9 @@ class GEARSModel(nn.Module):
         self.bn_pert_base_trans = WeightedBatchNorm1d(h)  # unused in forward; part of the checkpoint format
         if uncertainty:
             self.uncertainty_w = MLP([h, 2 * h, h, 1])
+        # never used in forward: no gradients (DistributedDataParallel would wait for them)
+        self.pert_w.requires_grad_(False)
+        self.bn_pert_base_trans.requires_grad_(False)
         # graphs and index vectors move with the module but are not checkpoint entries
         self.register_buffer("coexpress_edge_index", coexpress_edge_index.long(), persistent=False)
         self.register_buffer("coexpress_edge_weight", coexpress_edge_weight.float(), persistent=False)

@@ -28,11 +28,12 @@ logger = get_logger(__name__)
 
 @dataclass
 class TrainingOutcome:
-    """What training produced: the best model's state dict (on CPU), per-epoch history, and
-    the best epoch (0-based)."""
+    """What training produced: the best model's state dict (on CPU), its epoch (0-based) and
+    val ``mse_de``, and the per-epoch history. Also what a resumed run starts from."""
 
-    best_state: dict
-    best_epoch: int
+    best_state: dict | None = None
+    best_epoch: int = -1
+    best_value: float = math.inf
     history: list[dict] = field(default_factory=list)
 
 
@@ -46,15 +47,20 @@ def run_training(model: nn.Module, loaders: dict, epochs: int, optimizer, schedu
                  accumulator_factory: Callable[[], EvaluationAccumulator], uncertainty: bool,
                  device: torch.device, precision: Precision = Precision(), accumulation_steps: int = 1,
                  no_sync=None, reduce_state=None, reduce_loss: Callable[[torch.Tensor, int], float] | None = None,
-                 is_main: bool = True, start_epoch: int = 0, on_epoch_end: Callable[[int, dict], None] | None = None,
+                 is_main: bool = True, start_epoch: int = 0, previous: TrainingOutcome | None = None,
+                 on_epoch_end: Callable[[int, "TrainingOutcome"], None] | None = None,
+                 before_evaluation: Callable[[], None] | None = None,
                  unwrap: Callable[[nn.Module], nn.Module] = lambda m: m) -> TrainingOutcome:
-    """Train ``epochs`` epochs from ``start_epoch``; returns the best model (lowest val mse_de).
+    """Train epochs ``start_epoch`` .. ``epochs - 1``; returns the best model (lowest val mse_de).
 
-    ``reduce_loss(loss_sum, steps)`` turns this rank's summed loss into the mean over ranks
-    (default: this process's mean). ``on_epoch_end(epoch, record)`` runs after each epoch
-    (checkpoints). Only ``is_main`` logs.
+    ``previous``: the outcome so far of a resumed run. ``reduce_loss(loss_sum, steps)`` turns
+    this rank's summed loss into the mean over ranks (default: this process's mean).
+    ``on_epoch_end(epoch, outcome)`` runs after each epoch (checkpoints);
+    ``before_evaluation()`` before each evaluation (distributed: give every rank rank 0's
+    BatchNorm running statistics, which DDP only does inside its own forward). Only
+    ``is_main`` logs.
     """
-    best_value, best_state, best_epoch, history = math.inf, None, -1, []
+    outcome = copy.deepcopy(previous) if previous is not None else TrainingOutcome()
     train_eval_loader = loaders.get("train_eval_loader", loaders["train_loader"])
     for epoch in range(start_epoch, epochs):
         tick = time.perf_counter()
@@ -62,6 +68,8 @@ def run_training(model: nn.Module, loaders: dict, epochs: int, optimizer, schedu
                                       epoch, precision, accumulation_steps, no_sync, show_progress=is_main)
         scheduler.step()
         train_loss = reduce_loss(loss_sum, steps) if reduce_loss else float(loss_sum) / max(steps, 1)
+        if before_evaluation is not None:
+            before_evaluation()
         train_metrics, _ = compute_metrics(evaluate(model, train_eval_loader, accumulator_factory(), uncertainty,
                                                     device, precision, reduce_state))
         val_metrics, _ = compute_metrics(evaluate(model, loaders["val_loader"], accumulator_factory(), uncertainty,
@@ -69,16 +77,21 @@ def run_training(model: nn.Module, loaders: dict, epochs: int, optimizer, schedu
         record = {"epoch": epoch + 1, "train_loss": train_loss, "seconds": time.perf_counter() - tick,
                   **{f"train_{k}": v for k, v in train_metrics.items()},
                   **{f"val_{k}": v for k, v in val_metrics.items()}}
-        history.append(record)
+        outcome.history.append(record)
         if is_main:
             logger.info("epoch %d: train loss %.4f, train mse %.4f / mse_de %.4f, val mse %.4f / mse_de %.4f (%.1f s)",
                         epoch + 1, train_loss, train_metrics["mse"], train_metrics["mse_de"], val_metrics["mse"],
                         val_metrics["mse_de"], record["seconds"])
-        if val_metrics["mse_de"] < best_value:
-            best_value, best_epoch = val_metrics["mse_de"], epoch
-            best_state = {k: v.detach().to("cpu", copy=True) for k, v in unwrap(model).state_dict().items()}
+        if val_metrics["mse_de"] < outcome.best_value:
+            outcome.best_value, outcome.best_epoch = val_metrics["mse_de"], epoch
+            outcome.best_state = _cpu_state(unwrap(model))
         if on_epoch_end is not None:
-            on_epoch_end(epoch, record)
-    if best_state is None:  # no epoch ran (or val mse_de was NaN): keep the current weights
-        best_state = copy.deepcopy({k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()})
-    return TrainingOutcome(best_state, best_epoch, history)
+            on_epoch_end(epoch, outcome)
+    if outcome.best_state is None:  # no epoch ran, or val mse_de was NaN: keep the current weights
+        outcome.best_state = _cpu_state(unwrap(model))
+    return outcome
+
+
+def _cpu_state(model: nn.Module) -> dict:
+    """A copy of the model's state dict on the CPU."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}

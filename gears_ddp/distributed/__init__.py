@@ -1,0 +1,1 @@
+"""Distributed training: process groups, launch environments, checkpoints and the DDP worker."""

@@ -1,0 +1,222 @@
+"""Distributed training for real: 2 gloo processes on CPU, spawned as train_multi_gpu does."""
+import copy
+import os
+import shutil
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel
+
+import toy_data
+from gears_ddp import PertData
+from gears_ddp.data.cells import PertBatch
+from gears_ddp.distributed.checkpoint import CHECKPOINT_FILE, load_training_checkpoint
+from gears_ddp.distributed.config import SplitConfig, TrainingArgs
+from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, setup_ddp
+from gears_ddp.distributed.worker import train_ddp_worker
+from gears_ddp.engine import batch_loss, training_step
+from gears_ddp.gears import GEARS
+from gears_ddp.train_distributed import DistributedTrainingError, prepare_data, spawn_workers, train_multi_gpu
+
+SPLIT = {"split": "simulation", "seed": 1}
+
+
+@pytest.fixture(scope="module")
+def data_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp_data")
+    toy_data.write_go_files(root)
+    PertData(root).new_data_process("toy", toy_data.make_raw())
+    return root
+
+
+def _args(save_path, **overrides):
+    return {"cpu_processes": 2, "epochs": 2, "batch_size": 8, "test_batch_size": 32,
+            "model_config": {"hidden_size": 8}, "save_path": str(save_path), **overrides}
+
+
+def test_two_ranks_end_identical_and_the_saved_model_reproduces_their_metrics(data_folder, tmp_path):
+    report = train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "run"))
+    assert report["world_size"] == 2 and len(report["history"]) == 2
+    assert len(set(report["parameter_digests"])) == 1  # identical parameters and buffers on both ranks
+    pert_data = PertData(data_folder)
+    pert_data.load(data_path=data_folder / "toy")
+    pert_data.prepare_split(**SPLIT)
+    pert_data.get_dataloader(8, test_batch_size=32)
+    gears = GEARS(pert_data)
+    gears.load_pretrained(report["model_path"])
+    single = gears.test()["model"]
+    for key, value in report["model"].items():
+        assert single[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+def _worker_refusing_writes_off_rank_zero(local_rank, *args):
+    """Rank 1 fails on any attempt to write a file through the library's writers or torch.save
+    (to a path: collectives serialise objects with torch.save into memory buffers)."""
+    if local_rank != 0:
+        import gears_ddp.data.io as library_io
+        save = torch.save
+
+        def refuse(*_, **__):
+            raise AssertionError("rank 1 tried to write a file")
+
+        def save_unless_file(obj, target, *rest, **options):
+            if isinstance(target, (str, os.PathLike)):
+                refuse()
+            return save(obj, target, *rest, **options)
+        library_io.atomic_path = refuse
+        torch.save = save_unless_file
+    train_ddp_worker(local_rank, *args)
+
+
+def _spawn_on_toy(data_folder, worker, save_path, **overrides):
+    options = TrainingArgs.from_dict(_args(save_path, **overrides))
+    pert_data = prepare_data(data_folder, "toy", SplitConfig.from_dict(SPLIT), options).share_memory_()
+    results = mp.get_context("spawn").SimpleQueue()
+    messages = spawn_workers(worker, (2, pert_data, options, [torch.device("cpu")] * 2, "127.0.0.1",
+                                      find_free_port(), results), 2, results)
+    return next(m[1] for m in messages if m[0] == "report")
+
+
+def test_only_rank_zero_writes(data_folder, tmp_path):
+    report = _spawn_on_toy(data_folder, _worker_refusing_writes_off_rank_zero, tmp_path / "run", checkpoint_every=1)
+    written = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert written == ["config.pkl", "model.pt", CHECKPOINT_FILE, "vocabulary.json"]
+    assert report["model_path"] == str(tmp_path / "run")
+
+
+def test_resume_ends_with_the_parameters_of_an_uninterrupted_run(data_folder, tmp_path):
+    train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "whole", epochs=3, checkpoint_every=1))
+    train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "part", epochs=2, checkpoint_every=1))
+    resumed = train_multi_gpu(data_folder, "toy", SPLIT, _args(
+        tmp_path / "resumed", epochs=3, checkpoint_every=1, resume_from=str(tmp_path / "part" / CHECKPOINT_FILE)))
+    whole = load_training_checkpoint(tmp_path / "whole")
+    again = load_training_checkpoint(tmp_path / "resumed")
+    assert whole["next_epoch"] == again["next_epoch"] == 3
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, again["model"][name]), name
+    assert [h["val_mse_de"] for h in whole["outcome"].history] == [h["val_mse_de"] for h in resumed["history"]]
+
+
+def test_bf16_autocast_trains_on_cpu(data_folder, tmp_path):
+    report = train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "bf16", epochs=1, amp="bf16"))
+    assert torch.isfinite(torch.tensor(report["model"]["test_mse_de"]))
+
+
+def _count_syncs(local_rank, port, queue):
+    """In each rank: how many gradient buckets DDP reduces for one accumulated step of two
+    micro-batches, with and without ``no_sync``; and the accumulated gradient."""
+    from model_fixtures import make_model, random_batch
+    from gears_ddp.losses import LossContext
+    setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
+    try:
+        context = LossContext(torch.ones(6, 40, dtype=torch.bool), torch.zeros(40))
+        batches = []
+        for seed in (local_rank * 2, local_rank * 2 + 1):
+            x, pert_idx = random_batch(seed=seed)
+            batches.append(PertBatch(x=x, y=x + 0.1, pert_idx=pert_idx, condition=(pert_idx[:, 0] + 1) % 6,
+                                     de_idx=torch.full((len(x), 20), -1), condition_names=[str(i) for i in range(6)]))
+        counts = {}
+        for use_no_sync in (True, False):
+            model = DistributedDataParallel(make_model().train())
+            calls = []
+
+            def hook(state, bucket):
+                calls.append(1)
+                return _allreduce_mean(bucket)
+            model.register_comm_hook(None, hook)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+            training_step(model, batches, optimizer, context, False, torch.device("cpu"),
+                          no_sync=model.no_sync if use_no_sync else None, clip_value=None)
+            counts[use_no_sync] = len(calls)
+            if use_no_sync:
+                gradient = {n: p.grad.numpy().copy() for n, p in model.module.named_parameters() if p.grad is not None}
+        # numpy, not tensors: tensors cross a queue as shared memory that dies with this process
+        queue.put((local_rank, counts, gradient, [(b.x.numpy(), b.y.numpy(), b.pert_idx.numpy(), b.condition.numpy())
+                                                  for b in batches]))
+    finally:
+        cleanup_ddp()
+
+
+def _allreduce_mean(bucket):
+    """DDP's default reduction (mean over the 2 ranks) as a comm hook."""
+    tensor = bucket.buffer().div_(2)
+    return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+def test_accumulation_synchronises_once_per_optimizer_step():
+    queue = mp.get_context("spawn").SimpleQueue()
+    results = sorted(spawn_workers(_count_syncs, (find_free_port(), queue), 2, queue), key=lambda r: r[0])
+    with_no_sync, without = results[0][1][True], results[0][1][False]
+    assert with_no_sync >= 1 and without == 2 * with_no_sync
+    # the synchronised gradient is the mean over ranks of each rank's mean micro-batch gradient
+    from model_fixtures import make_model
+    from gears_ddp.losses import LossContext
+    context = LossContext(torch.ones(6, 40, dtype=torch.bool), torch.zeros(40))
+    expected = {}
+    for _, _, _, arrays in results:
+        for x, y, pert_idx, condition in arrays:
+            batch = PertBatch(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(pert_idx),
+                              torch.from_numpy(condition), torch.full((len(x), 20), -1), [str(i) for i in range(6)])
+            model = make_model().train()
+            batch_loss(model, batch, context, False).backward()
+            for name, param in model.named_parameters():
+                if param.grad is not None:
+                    expected[name] = expected.get(name, 0) + param.grad / 4
+    for name, grad in results[0][2].items():
+        torch.testing.assert_close(torch.from_numpy(grad), expected[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def _worker_with_other_data(local_rank, *args):
+    if local_rank == 1:
+        pert_data = copy.copy(args[1])
+        pert_data.cells = copy.copy(pert_data.cells)
+        pert_data.cells.expression = pert_data.cells.expression.clone() + 1.0
+        args = (args[0], pert_data, *args[2:])
+    train_ddp_worker(local_rank, *args)
+
+
+def test_ranks_with_different_data_stop_with_a_message_naming_them(data_folder, tmp_path):
+    with pytest.raises(DistributedTrainingError, match=r"(?s)rank \d of 2 failed first.*ranks do not hold the same.*"
+                                                       r"ranks \[0\].*ranks \[1\]"):
+        _spawn_on_toy(data_folder, _worker_with_other_data, tmp_path / "run")
+
+
+def _worker_failing_on_rank_one(local_rank, *args):
+    """Rank 1 fails in the middle of training (its first evaluation), after joining."""
+    if local_rank == 1:
+        import gears_ddp.recipe as recipe
+
+        def fail(*_, **__):
+            raise ValueError("injected failure in rank 1")
+        recipe.evaluate = fail
+    train_ddp_worker(local_rank, *args)
+
+
+def test_a_failing_rank_stops_all_and_the_parent_shows_its_traceback(data_folder, tmp_path):
+    with pytest.raises(DistributedTrainingError,
+                       match=r"(?s)rank 1 of 2 failed first.*Traceback.*injected failure in rank 1"):
+        _spawn_on_toy(data_folder, _worker_failing_on_rank_one, tmp_path / "run", timeout_s=20)
+
+
+def test_bad_options_fail_before_any_process_starts(data_folder, tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"unknown args key\(s\) \['epoch', 'lr_sclaing'\]"):
+        train_multi_gpu(data_folder, "toy", SPLIT, {"epoch": 3, "lr_sclaing": "linear"})
+    with pytest.raises(ValueError, match=r"unknown args\['model_config'\] key\(s\) \['hidden'\]"):
+        train_multi_gpu(data_folder, "toy", SPLIT, {"model_config": {"hidden": 8}})
+    with pytest.raises(ValueError, match=r"unknown split_config key\(s\) \['sed'\]"):
+        train_multi_gpu(data_folder, "toy", {"split": "simulation", "sed": 1}, {})
+    with pytest.raises(ValueError, match="cpu_processes"):
+        train_multi_gpu(data_folder, "toy", SPLIT, {"save_path": str(tmp_path)}, gpu_ids=[0, 1])
+    with pytest.raises(ValueError, match="'fp16' needs CUDA"):
+        train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path, amp="fp16"))
+    with pytest.raises(ValueError, match="sync_batchnorm.*CUDA"):
+        train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path, sync_batchnorm=True))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(PermissionError, match="cannot write to save_path"):
+        train_multi_gpu(data_folder, "toy", SPLIT, _args(blocker / "run"))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10, 9, 2**20))
+    with pytest.raises(OSError, match="has only 1 MiB free"):
+        train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "full"))

@@ -1,0 +1,271 @@
+"""Tests for the process-group plumbing: launch variables, node lists, devices and gloo groups."""
+import os
+import socket
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from gears_ddp.distributed.runtime import (
+    LaunchEnvironment,
+    backend_for,
+    barrier,
+    cleanup_ddp,
+    expand_nodelist,
+    find_free_port,
+    is_main_process,
+    launch_environment,
+    resolve_devices,
+    setup_ddp,
+)
+
+TORCHRUN = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "host0", "MASTER_PORT": "29500"}
+SLURM = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+         "SLURM_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "123456"}
+
+
+# ----------------------------------------------------------------------------- launch_environment
+
+
+def test_torchrun_variables():
+    env = launch_environment(TORCHRUN)
+    assert env == LaunchEnvironment(3, 8, 1, "host0", 29500, "torchrun")
+
+
+def test_torchrun_takes_precedence_over_slurm():
+    assert launch_environment({**SLURM, **TORCHRUN}).source == "torchrun"
+
+
+def test_slurm_variables_derive_address_and_port():
+    env = launch_environment(SLURM)
+    assert env == LaunchEnvironment(5, 8, 1, "gpu07", 20000 + 123456 % 20000, "slurm")
+
+
+def test_slurm_job_nodelist_fallback():
+    environ = {k: v for k, v in SLURM.items() if k != "SLURM_NODELIST"}
+    environ["SLURM_JOB_NODELIST"] = "r[2-3]n[01-02],x"
+    assert launch_environment(environ).master_addr == "r2n01"
+
+
+def test_slurm_master_variables_override():
+    env = launch_environment({**SLURM, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "12345"})
+    assert (env.master_addr, env.master_port) == ("10.0.0.1", 12345)
+
+
+def test_slurm_without_address_or_port_fails():
+    no_nodes = {k: v for k, v in SLURM.items() if k != "SLURM_NODELIST"}
+    with pytest.raises(ValueError, match="SLURM_NODELIST"):
+        launch_environment(no_nodes)
+    no_job = {k: v for k, v in SLURM.items() if k != "SLURM_JOB_ID"}
+    with pytest.raises(ValueError, match="SLURM_JOB_ID"):
+        launch_environment(no_job)
+
+
+def test_no_launcher_gives_none():
+    assert launch_environment({"PATH": "/usr/bin", "MASTER_PORT": "1234"}) is None
+
+
+@pytest.mark.parametrize("missing", ["WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"])
+def test_missing_torchrun_variable(missing):
+    environ = {k: v for k, v in TORCHRUN.items() if k != missing}
+    with pytest.raises(ValueError, match=missing):
+        launch_environment(environ)
+
+
+@pytest.mark.parametrize(
+    "override, variable",
+    [
+        ({"RANK": "8"}, "RANK"),
+        ({"RANK": "-1"}, "RANK"),
+        ({"LOCAL_RANK": "-1"}, "LOCAL_RANK"),
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT"),
+        ({"MASTER_PORT": "0"}, "MASTER_PORT"),
+        ({"WORLD_SIZE": "eight"}, "WORLD_SIZE"),
+    ],
+)
+def test_invalid_torchrun_values(override, variable):
+    with pytest.raises(ValueError, match=variable):
+        launch_environment({**TORCHRUN, **override})
+
+
+def test_invalid_slurm_rank():
+    with pytest.raises(ValueError, match="SLURM_PROCID"):
+        launch_environment({**SLURM, "SLURM_PROCID": "8"})
+
+
+# ----------------------------------------------------------------------------- expand_nodelist
+
+
+@pytest.mark.parametrize(
+    "nodelist, hosts",
+    [
+        ("node01", ["node01"]),
+        ("node[01-03,07]", ["node01", "node02", "node03", "node07"]),
+        ("gpu[1-2],cpu5", ["gpu1", "gpu2", "cpu5"]),
+        ("a[1-2]-ib,b3", ["a1-ib", "a2-ib", "b3"]),
+        ("r[1-2]n[01-02]", ["r1n01", "r1n02", "r2n01", "r2n02"]),
+        ("n[8-10]", ["n8", "n9", "n10"]),
+        ("n[098-101]", ["n098", "n099", "n100", "n101"]),
+        (" node[1] ", ["node1"]),
+    ],
+)
+def test_expand_nodelist(nodelist, hosts):
+    assert expand_nodelist(nodelist) == hosts
+
+
+@pytest.mark.parametrize(
+    "nodelist",
+    ["", "  ", "node[1-2", "node1-2]", "node[[1]]", "node[]", "node[a-b]", "node[3-1]",
+     "node[1,,2]", "a,,b", "a,", "node[1-]", "no de1"],
+)
+def test_expand_nodelist_malformed(nodelist):
+    with pytest.raises(ValueError, match="node list"):
+        expand_nodelist(nodelist)
+
+
+# ----------------------------------------------------------------------------- ports and devices
+
+
+def test_find_free_port_can_be_bound():
+    port = find_free_port()
+    assert 1 <= port <= 65535
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_cpu_processes():
+    assert resolve_devices(cpu_processes=3) == [torch.device("cpu")] * 3
+
+
+@pytest.mark.parametrize("kwargs", [{"n_gpus": 1}, {"gpu_ids": [0]}])
+def test_cpu_processes_with_gpu_arguments_fails(kwargs):
+    with pytest.raises(ValueError, match="cpu_processes"):
+        resolve_devices(cpu_processes=2, **kwargs)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_cpu_processes_must_be_positive_int(bad):
+    with pytest.raises(ValueError, match="cpu_processes"):
+        resolve_devices(cpu_processes=bad)
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"n_gpus": 1}, {"gpu_ids": [0]}])
+def test_no_cuda_points_to_cpu_processes(no_cuda, kwargs):
+    with pytest.raises(ValueError, match="no CUDA device is visible.*cpu_processes"):
+        resolve_devices(**kwargs)
+
+
+def test_gpu_ids_order_is_rank_order(two_gpus):
+    assert resolve_devices(gpu_ids=[1, 0]) == [torch.device("cuda:1"), torch.device("cuda:0")]
+
+
+def test_gpu_ids_with_matching_n_gpus(two_gpus):
+    assert resolve_devices(n_gpus=1, gpu_ids=[1]) == [torch.device("cuda:1")]
+
+
+def test_gpu_id_out_of_range(two_gpus):
+    with pytest.raises(ValueError, match=r"\[2\].*2 device\(s\) are visible"):
+        resolve_devices(gpu_ids=[2])
+
+
+def test_duplicate_gpu_ids(two_gpus):
+    with pytest.raises(ValueError, match="more than once"):
+        resolve_devices(gpu_ids=[1, 1])
+
+
+def test_too_many_gpus(two_gpus):
+    with pytest.raises(ValueError, match="n_gpus=3.*2 visible"):
+        resolve_devices(n_gpus=3)
+
+
+def test_all_visible_gpus_by_default(two_gpus):
+    assert resolve_devices() == [torch.device("cuda:0"), torch.device("cuda:1")]
+    assert resolve_devices(n_gpus=1) == [torch.device("cuda:0")]
+
+
+def test_n_gpus_disagrees_with_gpu_ids(two_gpus):
+    with pytest.raises(ValueError, match="n_gpus=1 disagrees"):
+        resolve_devices(n_gpus=1, gpu_ids=[0, 1])
+
+
+def test_n_gpus_below_one(two_gpus):
+    with pytest.raises(ValueError, match="n_gpus"):
+        resolve_devices(n_gpus=0)
+
+
+def test_backend_for():
+    assert backend_for(torch.device("cuda:1")) == "nccl"
+    assert backend_for(torch.device("cpu")) == "gloo"
+
+
+# ----------------------------------------------------------------------------- process groups
+
+
+def test_helpers_without_process_group():
+    assert not dist.is_initialized()
+    assert is_main_process()
+    barrier()
+    cleanup_ddp()
+
+
+def _all_reduce_worker(rank, world_size, port):
+    """Spawned child: join a gloo group, sum rank+1 over the ranks, leave."""
+    setup_ddp(rank, world_size, "cpu", "127.0.0.1", port, timeout_s=60)
+    try:
+        assert is_main_process() == (rank == 0)
+        total = torch.tensor([float(rank + 1)])
+        dist.all_reduce(total)
+        assert total.item() == 3.0, total
+        barrier()
+    finally:
+        cleanup_ddp()
+    cleanup_ddp()  # idempotent
+    assert not dist.is_initialized()
+
+
+def test_two_gloo_processes_all_reduce():
+    mp.spawn(_all_reduce_worker, args=(2, find_free_port()), nprocs=2, join=True)
+
+
+def test_rank_that_never_joins(monkeypatch):
+    for name in ("MASTER_ADDR", "MASTER_PORT"):  # setup_ddp writes them; restore afterwards
+        monkeypatch.setenv(name, os.environ.get(name, "unset"))
+    port = find_free_port()
+    start = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError) as info:
+            setup_ddp(0, 2, "cpu", "127.0.0.1", port, timeout_s=2)
+    finally:
+        cleanup_ddp()
+    assert time.monotonic() - start < 12
+    message = str(info.value)
+    assert "rank 0" in message and "did not join" in message
+    assert "world size 2" in message and f"127.0.0.1:{port}" in message and "2 s" in message
+    assert info.value.__cause__ is not None
+    assert not dist.is_initialized()
+
+
+def test_setup_ddp_needs_a_port(monkeypatch):
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    with pytest.raises(ValueError, match="MASTER_PORT"):
+        setup_ddp(0, 1)
+    assert not dist.is_initialized()
+
+
+def test_setup_ddp_rejects_bad_rank():
+    with pytest.raises(ValueError, match="rank 2"):
+        setup_ddp(2, 2, master_port=1234)
