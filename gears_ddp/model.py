@@ -32,15 +32,23 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
     A row with weight ``w`` counts as ``w`` identical rows: mean, biased variance (used to
     normalise) and the unbiased variance fed to the running estimate are those of the
     expanded batch. Without weights, or in evaluation mode, it is ``BatchNorm1d``.
+
+    With ``synchronize`` set (distributed ``sync_batchnorm``), weighted statistics are those
+    of the batches of all ranks together: the weighted sums are all-reduced, differentiably.
+    (Rows without weights are the per-gene part, identical on every rank: nothing to sync.)
     """
+
+    synchronize = False
 
     def forward(self, x: torch.Tensor, row_weight: torch.Tensor | None = None) -> torch.Tensor:
         if row_weight is None or not self.training:
             return super().forward(x)
         weight = row_weight.to(x.dtype).unsqueeze(1)
-        total = weight.sum()
-        mean = (weight * x).sum(0) / total
-        var = (weight * (x - mean) ** 2).sum(0) / total
+        reduce = _all_ranks_sum if self.synchronize else _local_sum
+        total = reduce(weight.sum(0))
+        mean = reduce((weight * x).sum(0)) / total
+        var = reduce((weight * (x - mean) ** 2).sum(0)) / total
+        total = total.squeeze(0)
         if self.track_running_stats:
             self._update_running_stats(mean.detach(), var.detach(), total.detach())
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
@@ -52,6 +60,16 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
         unbiased = var * (n_rows / (n_rows - 1)) if n_rows > 1 else var
         self.running_mean.mul_(1 - factor).add_(factor * mean.to(self.running_mean.dtype))
         self.running_var.mul_(1 - factor).add_(factor * unbiased.to(self.running_var.dtype))
+
+
+def _local_sum(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _all_ranks_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum over all ranks, with the gradient summed back (``torch.distributed.nn``)."""
+    from torch.distributed.nn.functional import all_reduce
+    return all_reduce(tensor)
 
 
 class MLP(nn.Module):

@@ -85,8 +85,6 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
     devices = resolve_devices(n_gpus, gpu_ids, options.cpu_processes)
     if options.amp == "fp16" and devices[0].type != "cuda":
         raise ValueError("args['amp'] = 'fp16' needs CUDA devices; use 'bf16' on CPU")
-    if options.sync_batchnorm and devices[0].type != "cuda":
-        raise ValueError("args['sync_batchnorm'] needs CUDA devices (DDP refuses SyncBatchNorm on CPU modules)")
     check_save_path(options.save_path)
     pert_data = prepare_data(pert_data_path, dataset_name, split, options).share_memory_()
     port = int(os.environ.get("MASTER_PORT") or find_free_port())

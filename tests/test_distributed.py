@@ -18,6 +18,7 @@ from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, setup_ddp
 from gears_ddp.distributed.worker import train_ddp_worker
 from gears_ddp.engine import batch_loss, training_step
 from gears_ddp.gears import GEARS
+from gears_ddp.model import WeightedBatchNorm1d
 from gears_ddp.train_distributed import DistributedTrainingError, prepare_data, spawn_workers, train_multi_gpu
 
 SPLIT = {"split": "simulation", "seed": 1}
@@ -99,9 +100,11 @@ def test_resume_ends_with_the_parameters_of_an_uninterrupted_run(data_folder, tm
     assert [h["val_mse_de"] for h in whole["outcome"].history] == [h["val_mse_de"] for h in resumed["history"]]
 
 
-def test_bf16_autocast_trains_on_cpu(data_folder, tmp_path):
-    report = train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "bf16", epochs=1, amp="bf16"))
+def test_bf16_autocast_and_sync_batchnorm_train_on_cpu(data_folder, tmp_path):
+    report = train_multi_gpu(data_folder, "toy", SPLIT,
+                             _args(tmp_path / "bf16", epochs=1, amp="bf16", sync_batchnorm=True))
     assert torch.isfinite(torch.tensor(report["model"]["test_mse_de"]))
+    assert len(set(report["parameter_digests"])) == 1
 
 
 def _count_syncs(local_rank, port, queue):
@@ -211,8 +214,6 @@ def test_bad_options_fail_before_any_process_starts(data_folder, tmp_path, monke
         train_multi_gpu(data_folder, "toy", SPLIT, {"save_path": str(tmp_path)}, gpu_ids=[0, 1])
     with pytest.raises(ValueError, match="'fp16' needs CUDA"):
         train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path, amp="fp16"))
-    with pytest.raises(ValueError, match="sync_batchnorm.*CUDA"):
-        train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path, sync_batchnorm=True))
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     with pytest.raises(PermissionError, match="cannot write to save_path"):
@@ -220,3 +221,39 @@ def test_bad_options_fail_before_any_process_starts(data_folder, tmp_path, monke
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10, 9, 2**20))
     with pytest.raises(OSError, match="has only 1 MiB free"):
         train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "full"))
+
+
+def _synchronized_batchnorm(local_rank, port, queue):
+    """Rank r normalises its rows with statistics of both ranks' (weighted) rows."""
+    setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
+    try:
+        x, weights, coefficients = _batchnorm_inputs()
+        rows = slice(0, 6) if local_rank == 0 else slice(6, 10)
+        norm = WeightedBatchNorm1d(4).double().train()
+        norm.synchronize = True
+        mine = x[rows].clone().requires_grad_()
+        out = norm(mine, weights[rows])
+        (out * coefficients[rows]).sum().backward()
+        queue.put((local_rank, out.detach().numpy(), mine.grad.numpy(), norm.running_var.numpy()))
+    finally:
+        cleanup_ddp()
+
+
+def _batchnorm_inputs():
+    generator = torch.Generator().manual_seed(3)
+    return (torch.randn(10, 4, generator=generator, dtype=torch.float64),
+            torch.randint(1, 4, (10,), generator=generator), torch.randn(10, 4, generator=generator, dtype=torch.float64))
+
+
+def test_sync_batchnorm_uses_the_statistics_of_all_ranks():
+    queue = mp.get_context("spawn").SimpleQueue()
+    results = sorted(spawn_workers(_synchronized_batchnorm, (find_free_port(), queue), 2, queue), key=lambda r: r[0])
+    x, weights, coefficients = _batchnorm_inputs()
+    norm = WeightedBatchNorm1d(4).double().train()
+    whole = x.clone().requires_grad_()
+    out = norm(whole, weights)
+    (out * coefficients).sum().backward()
+    for (rank, rank_out, rank_grad, running_var), rows in zip(results, (slice(0, 6), slice(6, 10))):
+        torch.testing.assert_close(torch.from_numpy(rank_out), out[rows].detach())
+        torch.testing.assert_close(torch.from_numpy(rank_grad), whole.grad[rows])
+        torch.testing.assert_close(torch.from_numpy(running_var), norm.running_var)

@@ -63,7 +63,7 @@ class TrainingArgs:
     seed: int = 0
     checkpoint_every: int = 0       # epochs between training checkpoints; 0: none
     resume_from: str | None = None  # a training checkpoint to continue from
-    sync_batchnorm: bool = False
+    sync_batchnorm: bool = False    # BatchNorm statistics over all ranks' batches (CPU and GPU)
     find_unused_parameters: bool = False
     wandb: dict | None = None       # {'project': ..., 'name': ...}: log from rank 0
     cpu_processes: int | None = None  # run this many gloo processes on CPU instead of GPUs

@@ -27,6 +27,7 @@ from gears_ddp.distributed.runtime import barrier, cleanup_ddp, setup_ddp
 from gears_ddp.engine import Precision
 from gears_ddp.gears import GEARS
 from gears_ddp.metrics import merge_states
+from gears_ddp.model import WeightedBatchNorm1d
 from gears_ddp.recipe import make_optimizer, run_training
 
 logger = get_logger(__name__)
@@ -136,6 +137,10 @@ def _train(rank: int, world_size: int, device: torch.device, pert_data, args: Tr
                   **({"proj_name": wandb.get("project", "GEARS"), "exp_name": wandb.get("name", "GEARS")}
                      if wandb else {}))
     gears.model_initialize(**args.model_config)
+    if args.sync_batchnorm:
+        for module in gears.model.modules():
+            if isinstance(module, WeightedBatchNorm1d):
+                module.synchronize = True
     precision = precision_for(args, device)
     optimizer, scheduler = make_optimizer(gears.model, args.scaled_lr(world_size), args.weight_decay)
     start_epoch, previous = 0, None

@@ -1,0 +1,71 @@
+"""Entry point for runs started by torchrun or Slurm (one process per device, many nodes).
+
+    torchrun --standalone --nproc_per_node=4 -m gears_ddp.launch --data-path ./data --dataset norman \\
+        --args-json '{"epochs": 20, "batch_size": 32}'
+    srun python -m gears_ddp.launch --data-path ./data --dataset norman ...
+
+Each process reads its rank from the environment (torchrun's RANK / WORLD_SIZE /
+LOCAL_RANK / MASTER_ADDR / MASTER_PORT, else Slurm's SLURM_PROCID / SLURM_NTASKS /
+SLURM_LOCALID / SLURM_NODELIST), loads the data itself (processes of one node on one
+machine are better served by ``train_multi_gpu``, which shares one copy), uses the GPU of
+its local rank (or the CPU with gloo when there is none), and runs the same worker as
+``train_multi_gpu``. Rank 0 prints the test report as JSON on the last line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+from gears_ddp._logging import enable_console_logging
+from gears_ddp.distributed.config import SplitConfig, TrainingArgs
+from gears_ddp.distributed.runtime import launch_environment
+from gears_ddp.distributed.worker import train_ddp_worker
+from gears_ddp.train_distributed import check_save_path, prepare_data
+
+
+def parse_arguments(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m gears_ddp.launch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-path", required=True, help="folder of the datasets and GO files")
+    parser.add_argument("--dataset", required=True, help="a published dataset name or a folder under --data-path")
+    parser.add_argument("--split", default="simulation")
+    parser.add_argument("--seed", type=int, default=1, help="split seed")
+    parser.add_argument("--train-gene-set-size", type=float, default=0.75)
+    parser.add_argument("--args-json", default="{}", help="train_multi_gpu's args as JSON")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict | None:
+    options = parse_arguments(argv)
+    environment = launch_environment()
+    if environment is None:
+        sys.exit("gears_ddp.launch must be started by torchrun or srun (no RANK or SLURM_PROCID in the "
+                 "environment); on one machine, call gears_ddp.train_multi_gpu instead")
+    try:
+        args = TrainingArgs.from_dict(json.loads(options.args_json))
+    except json.JSONDecodeError as err:
+        sys.exit(f"--args-json is not valid JSON: {err}")
+    split = SplitConfig.from_dict({"split": options.split, "seed": options.seed,
+                                   "train_gene_set_size": options.train_gene_set_size})
+    if environment.rank == 0:
+        enable_console_logging()
+        check_save_path(args.save_path)
+    if torch.cuda.is_available():
+        device = torch.device(f"cuda:{environment.local_rank % torch.cuda.device_count()}")
+    else:
+        device = torch.device("cpu")
+    pert_data = prepare_data(options.data_path, options.dataset, split, args)
+    devices = {environment.local_rank: device}
+    report = train_ddp_worker(environment.local_rank, environment.world_size, pert_data, args, devices,
+                              environment.master_addr, environment.master_port,
+                              rank_offset=environment.rank - environment.local_rank)
+    if report is not None:
+        print(json.dumps({k: v for k, v in report.items() if k != "history"}, default=float))
+    return report
+
+
+if __name__ == "__main__":
+    main()
