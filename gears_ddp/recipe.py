@@ -43,6 +43,31 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float):
     return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
 
 
+def add_warmup(optimizer, warmup_steps: int) -> None:
+    """Scale the learning rate linearly from ``1 / warmup_steps`` to 1 over the first
+    ``warmup_steps`` optimiser steps. The scale is applied just before each step and undone
+    just after, so the per-epoch schedule is unaffected (a resumed run restarts the count)."""
+    if warmup_steps <= 0:
+        return
+    state = {"step": 0, "scheduled": None}
+
+    def before_step(opt, *_):
+        if state["step"] < warmup_steps:
+            state["scheduled"] = [group["lr"] for group in opt.param_groups]
+            for group in opt.param_groups:
+                group["lr"] *= (state["step"] + 1) / warmup_steps
+
+    def after_step(opt, *_):
+        if state["scheduled"] is not None:
+            for group, lr in zip(opt.param_groups, state["scheduled"]):
+                group["lr"] = lr
+            state["scheduled"] = None
+        state["step"] += 1
+
+    optimizer.register_step_pre_hook(before_step)
+    optimizer.register_step_post_hook(after_step)
+
+
 def run_training(model: nn.Module, loaders: dict, epochs: int, optimizer, scheduler, context: LossContext,
                  accumulator_factory: Callable[[], EvaluationAccumulator], uncertainty: bool,
                  device: torch.device, precision: Precision = Precision(), accumulation_steps: int = 1,

@@ -91,3 +91,28 @@ def test_accumulator_refuses_missing_logvar(toy):
     accumulator = EvaluationAccumulator.from_pert_data(toy, uncertainty=True)
     with pytest.raises(ValueError, match="uncertainty=True; logvar must be given"):
         accumulator.add_condition_effects(torch.tensor([0]), torch.zeros(1, toy.adata.n_vars))
+
+
+def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():
+    from gears_ddp.recipe import add_warmup
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    add_warmup(optimizer, 3)
+    moves = []
+    for _ in range(5):
+        before = float(param)
+        param.grad = torch.ones(1)
+        optimizer.step()
+        moves.append(before - float(param))
+    assert moves == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0, 1.0])
+    assert optimizer.param_groups[0]["lr"] == 1.0
+
+
+def test_learning_rate_scaling_with_the_effective_batch():
+    from gears_ddp.distributed.config import TrainingArgs
+    args = {"lr": 1e-3, "grad_accum_steps": 2}
+    assert TrainingArgs.from_dict({**args, "lr_scaling": "linear"}).scaled_lr(4) == pytest.approx(8e-3)
+    assert TrainingArgs.from_dict({**args, "lr_scaling": "sqrt"}).scaled_lr(4) == pytest.approx(1e-3 * 8 ** 0.5)
+    assert TrainingArgs.from_dict(args).scaled_lr(4) == pytest.approx(1e-3)
+    with pytest.raises(ValueError, match=r"args\['lr_scaling'\] must be one of"):
+        TrainingArgs.from_dict({"lr_scaling": "cubic"})

@@ -59,6 +59,7 @@ class TrainingArgs:
     amp: str = "off"                # 'off', 'fp16' (CUDA, with GradScaler), 'bf16'
     grad_accum_steps: int = 1
     lr_scaling: str = "none"        # 'none', 'linear', 'sqrt' of world_size x grad_accum_steps
+    warmup_steps: int = 0           # linear learning-rate warmup over the first optimiser steps
     num_workers: int = 0
     seed: int = 0
     checkpoint_every: int = 0       # epochs between training checkpoints; 0: none
@@ -89,7 +90,7 @@ class TrainingArgs:
         for name, value in positive.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"args['{name}'] must be a positive integer, got {value!r}")
-        for name in ("num_workers", "checkpoint_every"):
+        for name in ("num_workers", "checkpoint_every", "warmup_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"args['{name}'] must be a non-negative integer, got {value!r}")

@@ -28,7 +28,7 @@ from gears_ddp.engine import Precision
 from gears_ddp.gears import GEARS
 from gears_ddp.metrics import merge_states
 from gears_ddp.model import WeightedBatchNorm1d
-from gears_ddp.recipe import make_optimizer, run_training
+from gears_ddp.recipe import add_warmup, make_optimizer, run_training
 
 logger = get_logger(__name__)
 
@@ -143,6 +143,7 @@ def _train(rank: int, world_size: int, device: torch.device, pert_data, args: Tr
                 module.synchronize = True
     precision = precision_for(args, device)
     optimizer, scheduler = make_optimizer(gears.model, args.scaled_lr(world_size), args.weight_decay)
+    add_warmup(optimizer, args.warmup_steps)
     start_epoch, previous = 0, None
     if args.resume_from:
         start_epoch, previous = _resume(args.resume_from, gears.model, optimizer, scheduler, precision, world_size)
