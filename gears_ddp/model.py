@@ -19,11 +19,53 @@ not:
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import SGConv
 
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
+
+
+class _WeightedBatchNorm(torch.autograd.Function):
+    """Training-mode BatchNorm over rows weighted by counts, with its analytic backward.
+
+    With ``p = w / sum(w)``: ``y = gamma * (x - mu) * invstd + beta``, ``mu = sum p x``,
+    ``var = sum p (x - mu)^2``; backward ``dx = gamma * invstd * (g - p * (sum g + xhat *
+    sum g xhat))``, the per-row sum over the identical copies a row stands for. A few fused
+    passes instead of autograd's chain of elementwise operations. With ``synchronize`` the
+    sums run over the rows of all ranks (forward and backward), as a SyncBatchNorm would.
+    """
+
+    @staticmethod
+    def forward(ctx, x, row_weight, gamma, beta, eps: float, synchronize: bool):
+        weight = row_weight.to(x.dtype).unsqueeze(1)
+        sums = torch.cat([weight.sum(0), weight.T.mm(x).squeeze(0)])
+        if synchronize:
+            dist.all_reduce(sums)
+        total, mean = sums[0], sums[1:] / sums[0]
+        centred = x - mean
+        var = weight.T.mm(centred * centred).squeeze(0)
+        if synchronize:
+            dist.all_reduce(var)
+        var = var / total
+        invstd = torch.rsqrt(var + eps)
+        ctx.save_for_backward(centred, weight / total, invstd, gamma)
+        ctx.synchronize = synchronize
+        ctx.mark_non_differentiable(mean, var, total)
+        return torch.addcmul(beta, centred, invstd * gamma), mean, var, total
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        centred, share, invstd, gamma = ctx.saved_tensors
+        normalised = centred * invstd
+        local = torch.stack([grad.sum(0), (grad * normalised).sum(0)])
+        reduced = local.clone()
+        if ctx.synchronize:
+            dist.all_reduce(reduced)
+        correction = torch.addcmul(reduced[0], normalised, reduced[1])
+        grad_x = torch.addcmul(grad, share, correction, value=-1) * (invstd * gamma)
+        return grad_x, None, local[1], local[0], None, None
 
 
 class WeightedBatchNorm1d(nn.BatchNorm1d):
@@ -34,8 +76,8 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
     expanded batch. Without weights, or in evaluation mode, it is ``BatchNorm1d``.
 
     With ``synchronize`` set (distributed ``sync_batchnorm``), weighted statistics are those
-    of the batches of all ranks together: the weighted sums are all-reduced, differentiably.
-    (Rows without weights are the per-gene part, identical on every rank: nothing to sync.)
+    of the batches of all ranks together. (Rows without weights are the per-gene part,
+    identical on every rank: nothing to synchronise.)
     """
 
     synchronize = False
@@ -43,15 +85,11 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
     def forward(self, x: torch.Tensor, row_weight: torch.Tensor | None = None) -> torch.Tensor:
         if row_weight is None or not self.training:
             return super().forward(x)
-        weight = row_weight.to(x.dtype).unsqueeze(1)
-        reduce = _all_ranks_sum if self.synchronize else _local_sum
-        total = reduce(weight.sum(0))
-        mean = reduce((weight * x).sum(0)) / total
-        var = reduce((weight * (x - mean) ** 2).sum(0)) / total
-        total = total.squeeze(0)
+        out, mean, var, total = _WeightedBatchNorm.apply(x, row_weight, self.weight, self.bias, self.eps,
+                                                         self.synchronize and dist.is_initialized())
         if self.track_running_stats:
-            self._update_running_stats(mean.detach(), var.detach(), total.detach())
-        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+            self._update_running_stats(mean, var, total)
+        return out
 
     @torch.no_grad()
     def _update_running_stats(self, mean, var, n_rows) -> None:
@@ -60,16 +98,6 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
         unbiased = var * (n_rows / (n_rows - 1)) if n_rows > 1 else var
         self.running_mean.mul_(1 - factor).add_(factor * mean.to(self.running_mean.dtype))
         self.running_var.mul_(1 - factor).add_(factor * unbiased.to(self.running_var.dtype))
-
-
-def _local_sum(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
-
-
-def _all_ranks_sum(tensor: torch.Tensor) -> torch.Tensor:
-    """Sum over all ranks, with the gradient summed back (``torch.distributed.nn``)."""
-    from torch.distributed.nn.functional import all_reduce
-    return all_reduce(tensor)
 
 
 class MLP(nn.Module):
