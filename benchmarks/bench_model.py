@@ -76,6 +76,7 @@ stderr are discarded. Also note: the published ``get_dataloader`` ignores
 """
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import math
@@ -303,9 +304,10 @@ def current_rss_mib() -> float:
 def child(impl: str, raw: str, args) -> None:
     import torch
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        import gears_ddp.gears  # noqa: F401  (import both libraries' stacks before the baseline)
+        # import the libraries' whole stacks before reading the baseline
+        importlib.import_module("gears_ddp.gears")
         if impl != "ours":
-            import gears  # noqa: F401
+            importlib.import_module("gears")
     import_rss = current_rss_mib()
     torch.set_num_threads(os.cpu_count())
     with tempfile.TemporaryDirectory() as tmp:

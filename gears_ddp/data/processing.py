@@ -14,7 +14,6 @@ import warnings
 
 import numpy as np
 import pandas as pd
-import scanpy as sc
 import scipy.sparse as sp
 
 from gears_ddp._logging import get_logger
@@ -85,6 +84,8 @@ def add_condition_columns(adata) -> None:
 
 def rank_de_genes(adata) -> None:
     """Rank all genes per condition against control (scanpy t-test) into ``uns[RANK_KEY]``."""
+    import scanpy as sc  # here only: training processes never need it, and it costs memory per process
+
     control_name = adata.obs.loc[adata.obs["condition"] == CONTROL, "condition_name"].iloc[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

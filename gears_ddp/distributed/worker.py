@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 import traceback
 from pathlib import Path
@@ -113,6 +114,7 @@ def train_ddp_worker(local_rank: int, world_size: int, pert_data, args: Training
     if rank != 0:
         logging.getLogger(LIBRARY_LOGGER_NAME).setLevel(logging.WARNING)
     try:
+        _share_cores(device, len(devices))
         setup_ddp(rank, world_size, device, master_addr, master_port, args.timeout_s)
         check_same_data(pert_data, world_size)
         report = _train(rank, world_size, device, pert_data, args)
@@ -125,6 +127,13 @@ def train_ddp_worker(local_rank: int, world_size: int, pert_data, args: Training
     if rank == 0 and results is not None:
         results.put(("report", report))
     return report if rank == 0 else None
+
+
+def _share_cores(device: torch.device, local_processes: int) -> None:
+    """On CPU, give each of the node's processes its share of the cores (torch's default is
+    every core per process, which oversubscribes them), unless OMP_NUM_THREADS says otherwise."""
+    if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_processes))
 
 
 def _train(rank: int, world_size: int, device: torch.device, pert_data, args: TrainingArgs) -> dict:

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Train GEARS with DDP on two machines with torchrun: run this on both, with the same
+# MASTER_ADDR (an address of node 0 that node 1 can reach) and NODE_RANK 0 and 1.
+#
+#     bash examples/torchrun_two_nodes.sh NODE_RANK MASTER_ADDR [GPUS_PER_NODE]
+#
+#     node 0:  bash examples/torchrun_two_nodes.sh 0 10.0.0.1 4
+#     node 1:  bash examples/torchrun_two_nodes.sh 1 10.0.0.1 4
+#
+# GPUS_PER_NODE defaults to the GPUs torch sees (1 process on a machine without GPUs, which
+# then trains on CPU with gloo). Environment overrides: DATA_PATH (./data), DATASET (norman,
+# or a folder under DATA_PATH such as the synthetic one), SAVE_PATH, ARGS_JSON (the training
+# options of gears_ddp/distributed/config.py). DATA_PATH must hold the same files on both
+# machines (a shared filesystem, or a copy on each); rank 0 (node 0) writes the model.
+#
+# One machine needs no second node and no address:
+#
+#     torchrun --standalone --nproc_per_node=4 -m gears_ddp.launch --data-path ./data --dataset norman \
+#         --args-json '{"epochs": 20, "batch_size": 32}'
+#
+# (or, simpler and sharing one copy of the data between the processes,
+# examples/train_ddp_example.py / gears_ddp.train_distributed.train_multi_gpu).
+set -euo pipefail
+
+usage="usage: bash $0 NODE_RANK MASTER_ADDR [GPUS_PER_NODE]   (NODE_RANK: 0 on the master node, 1 on the other)"
+if [[ $# -lt 2 || $# -gt 3 ]]; then
+    echo "$usage" >&2
+    exit 2
+fi
+NODE_RANK=$1
+MASTER_ADDR=$2
+GPUS=${3:-$(python -c "import torch; print(max(torch.cuda.device_count(), 1))")}
+if [[ ! $NODE_RANK =~ ^[01]$ ]]; then
+    echo "NODE_RANK must be 0 or 1, got '$NODE_RANK'; $usage" >&2
+    exit 2
+fi
+if [[ ! $GPUS =~ ^[1-9][0-9]*$ ]]; then
+    echo "GPUS_PER_NODE must be a positive integer, got '$GPUS'; $usage" >&2
+    exit 2
+fi
+
+DATA_PATH=${DATA_PATH:-./data}
+DATASET=${DATASET:-norman}
+SAVE_PATH=${SAVE_PATH:-./runs/${DATASET}_torchrun}
+ARGS_JSON=${ARGS_JSON:-"{\"epochs\": 20, \"batch_size\": 32, \"lr_scaling\": \"sqrt\", \"checkpoint_every\": 1,
+ \"save_path\": \"$SAVE_PATH\"}"}
+
+# Download a published dataset and prepare the split before the processes start, so that
+# the GPUS processes of this node read the files instead of all downloading them at once.
+python - "$DATA_PATH" "$DATASET" <<'PY'
+import sys
+from gears_ddp.train_distributed import load_dataset
+load_dataset(sys.argv[1], sys.argv[2]).prepare_split(split="simulation", seed=1, train_gene_set_size=0.75)
+PY
+
+# 2 nodes x GPUS processes; torchrun gives each its RANK, WORLD_SIZE, LOCAL_RANK and the
+# rendezvous address, which gears_ddp.launch reads (one GPU per local rank).
+torchrun --nnodes=2 --node_rank="$NODE_RANK" --nproc_per_node="$GPUS" \
+    --master_addr="$MASTER_ADDR" --master_port=29500 \
+    -m gears_ddp.launch \
+    --data-path "$DATA_PATH" --dataset "$DATASET" \
+    --split simulation --seed 1 --train-gene-set-size 0.75 \
+    --args-json "$ARGS_JSON"
