@@ -48,10 +48,9 @@ How each figure is measured (``time.perf_counter``):
   preparing the data, before the first spawn; the expression tensor's size
   (cells x genes x 4 bytes) and that of all the shared tensors of the cell table.
 
-On a machine with C cores, N processes share those C cores. Each rank runs torch's
-default number of intra-op threads (as under ``train_multi_gpu``; printed in the header),
-so N ranks run N times as many threads as there are cores; ``--threads-per-rank 1``
-shows what that oversubscription costs. With N >= C the scaling efficiency measures the
+On a machine with C cores, N processes share those C cores: each rank runs C // N torch
+threads, as ``train_multi_gpu`` gives CPU workers (printed per run; ``--threads-per-rank``
+overrides it). With N >= C the scaling efficiency measures the
 cost of the distribution (gradient all-reduce, synchronisation, splitting and merging the
 evaluation, thread contention), not a speed-up. GPU figures need a GPU
 (``examples/train_ddp_example.py`` on a GPU machine).
@@ -171,13 +170,13 @@ def print_table(runs: list[dict], parent: dict, args) -> None:
     base = runs[0]["throughput"]
     print(f"\n{parent['cells']} cells x {parent['genes']} genes (synthetic), split simulation (seed 1), "
           f"{runs[0]['cells_per_epoch']} training cells per epoch; batch {args.batch_size} per process, "
-          f"{args.epochs} epochs, hidden_size {HIDDEN_SIZE}; CPU, {os.cpu_count()} cores, gloo, "
-          f"{runs[0]['threads']} torch threads per rank\n")
+          f"{args.epochs} epochs, hidden_size {HIDDEN_SIZE}; CPU, {os.cpu_count()} cores, gloo\n")
 
     def per_rank(values):
         return " / ".join(f"{v:.0f}" for v in values)
 
-    rows = [("training throughput (train cells / s, all ranks)", lambda r: f"{r['throughput']:.4g}"),
+    rows = [("torch threads per rank", lambda r: str(r["threads"])),
+            ("training throughput (train cells / s, all ranks)", lambda r: f"{r['throughput']:.4g}"),
             ("scaling efficiency, throughput(N) / (N x throughput(1))",
              lambda r: f"{r['throughput'] / (r['processes'] * base):.2f}"),
             ("training loop (s / epoch)", lambda r: f"{r['loop_s']:.4g}"),
