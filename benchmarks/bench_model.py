@@ -125,10 +125,26 @@ def _workdir(raw: Path, tmp: str) -> Path:
     return workdir
 
 
-def run_ours(raw: Path, workdir: Path, args) -> dict:
+def _set_up(pert_data_class, gears_class, workdir: Path, raw: Path, args):
+    """The same steps for either library: process the raw file, split, loaders (timed), then
+    the model (timed, seeded). Returns (pert_data, gears, data seconds, model seconds)."""
     import anndata
     import torch
 
+    start = time.perf_counter()
+    pert_data = pert_data_class(str(workdir))
+    pert_data.new_data_process("bench", anndata.read_h5ad(raw))
+    pert_data.prepare_split(**SPLIT)
+    pert_data.get_dataloader(args.batch_size, test_batch_size=args.test_batch_size)
+    data_s = time.perf_counter() - start
+    start = time.perf_counter()
+    gears = gears_class(pert_data, device="cpu")
+    torch.manual_seed(0)
+    gears.model_initialize(hidden_size=HIDDEN_SIZE)
+    return pert_data, gears, data_s, time.perf_counter() - start
+
+
+def run_ours(raw: Path, workdir: Path, args) -> dict:
     import gears_ddp.recipe as recipe
     from gears_ddp import PertData
     from gears_ddp.engine import evaluate
@@ -139,18 +155,7 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
     recipe.train_epoch = _timed(recipe.train_epoch, loops)
     recipe.evaluate = _timed(recipe.evaluate, evals)
 
-    start = time.perf_counter()
-    pert_data = PertData(workdir)
-    pert_data.new_data_process("bench", anndata.read_h5ad(raw))
-    pert_data.prepare_split(**SPLIT)
-    pert_data.get_dataloader(args.batch_size, test_batch_size=args.test_batch_size)
-    data_s = time.perf_counter() - start
-
-    start = time.perf_counter()
-    g = GEARS(pert_data, device="cpu")
-    torch.manual_seed(0)
-    g.model_initialize(hidden_size=HIDDEN_SIZE)
-    model_s = time.perf_counter() - start
+    pert_data, g, data_s, model_s = _set_up(PertData, GEARS, workdir, raw, args)
 
     summary = g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)["model"]
 
@@ -194,9 +199,7 @@ def _patch_csr_indexing() -> None:
 
 def run_reference(raw: Path, workdir: Path, args) -> dict:
     _patch_csr_indexing()
-    import anndata
     import numpy as np
-    import torch
 
     import gears.gears as reference
     from gears import GEARS, PertData
@@ -227,18 +230,7 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
     reference.evaluate = _timed(reference.evaluate, evals)
     reference.compute_metrics = metrics_hook
 
-    start = time.perf_counter()
-    pert_data = PertData(str(workdir))
-    pert_data.new_data_process("bench", anndata.read_h5ad(raw))
-    pert_data.prepare_split(**SPLIT)
-    pert_data.get_dataloader(args.batch_size, test_batch_size=args.test_batch_size)
-    data_s = time.perf_counter() - start
-
-    start = time.perf_counter()
-    g = GEARS(pert_data, device="cpu")
-    torch.manual_seed(0)
-    g.model_initialize(hidden_size=HIDDEN_SIZE)
-    model_s = time.perf_counter() - start
+    pert_data, g, data_s, model_s = _set_up(PertData, GEARS, workdir, raw, args)
 
     train_loader = pert_data.dataloader["train_loader"]
     g.dataloader["train_loader"] = _LoopStartProxy(train_loader, g.model, loop_starts)

@@ -24,3 +24,12 @@ def toy(data_root):
     pert_data.new_data_process("toy", toy_data.make_raw())
     pert_data.prepare_split("simulation", seed=1)
     return pert_data
+
+
+@pytest.fixture(scope="module")
+def data_folder(tmp_path_factory):
+    """A data folder with the toy dataset processed (``<folder>/toy``), shared by a module."""
+    root = tmp_path_factory.mktemp("toy_data")
+    toy_data.write_go_files(root)
+    PertData(root).new_data_process("toy", toy_data.make_raw())
+    return root

@@ -9,7 +9,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-import toy_data
 from gears_ddp import PertData
 from gears_ddp.data.cells import PertBatch
 from gears_ddp.distributed.checkpoint import CHECKPOINT_FILE, load_training_checkpoint
@@ -22,14 +21,6 @@ from gears_ddp.model import WeightedBatchNorm1d
 from gears_ddp.train_distributed import DistributedTrainingError, prepare_data, spawn_workers, train_multi_gpu
 
 SPLIT = {"split": "simulation", "seed": 1}
-
-
-@pytest.fixture(scope="module")
-def data_folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ddp_data")
-    toy_data.write_go_files(root)
-    PertData(root).new_data_process("toy", toy_data.make_raw())
-    return root
 
 
 def _args(save_path, **overrides):

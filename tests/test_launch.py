@@ -4,22 +4,10 @@ import os
 import subprocess
 import sys
 
-import pytest
-
-import toy_data
-from gears_ddp import PertData
 from gears_ddp.distributed.runtime import find_free_port
 
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
                       "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODELIST", "SLURM_JOB_NODELIST", "SLURM_JOB_ID")
-
-
-@pytest.fixture(scope="module")
-def data_folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("launch_data")
-    toy_data.write_go_files(root)
-    PertData(root).new_data_process("toy", toy_data.make_raw())
-    return root
 
 
 def _clean_environment(**extra):
