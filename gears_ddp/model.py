@@ -35,10 +35,15 @@ class _WeightedBatchNorm(torch.autograd.Function):
     sum g xhat))``, the per-row sum over the identical copies a row stands for. A few fused
     passes instead of autograd's chain of elementwise operations. With ``synchronize`` the
     sums run over the rows of all ranks (forward and backward), as a SyncBatchNorm would.
+    Under mixed precision it computes in float32, as autocast does for BatchNorm (half
+    precision sums over tens of thousands of rows overflow).
     """
 
     @staticmethod
     def forward(ctx, x, row_weight, gamma, beta, eps: float, synchronize: bool):
+        ctx.input_dtype = x.dtype
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
         weight = row_weight.to(x.dtype).unsqueeze(1)
         sums = torch.cat([weight.sum(0), weight.T.mm(x).squeeze(0)])
         if synchronize:
@@ -58,6 +63,7 @@ class _WeightedBatchNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *_):
         centred, share, invstd, gamma = ctx.saved_tensors
+        grad = grad.to(centred.dtype)
         normalised = centred * invstd
         local = torch.stack([grad.sum(0), (grad * normalised).sum(0)])
         reduced = local.clone()
@@ -65,7 +71,7 @@ class _WeightedBatchNorm(torch.autograd.Function):
             dist.all_reduce(reduced)
         correction = torch.addcmul(reduced[0], normalised, reduced[1])
         grad_x = torch.addcmul(grad, share, correction, value=-1) * (invstd * gamma)
-        return grad_x, None, local[1], local[0], None, None
+        return grad_x.to(ctx.input_dtype), None, local[1], local[0], None, None
 
 
 class WeightedBatchNorm1d(nn.BatchNorm1d):

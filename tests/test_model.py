@@ -147,3 +147,21 @@ def test_no_perturb_returns_the_input():
 
 def test_positional_weight_is_the_published_constant():
     assert PERT_EMB_LAMBDA == 0.2
+
+
+def test_weighted_batchnorm_keeps_half_precision_inputs_finite():
+    """Under mixed precision the statistics are computed in float32 (as autocast does for
+    BatchNorm): float16 sums over 20,000 rows of values around 40 would overflow."""
+    from gears_ddp.model import WeightedBatchNorm1d
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(20000, 8, generator=generator) * 3 + 40
+    weights = torch.randint(1, 5, (20000,), generator=generator)
+    expected = WeightedBatchNorm1d(8).double().train()(x.double(), weights)
+    for dtype in (torch.float16, torch.bfloat16):
+        half = x.to(dtype).requires_grad_()
+        out = WeightedBatchNorm1d(8).train()(half, weights)
+        out.sum().backward()
+        assert out.dtype == torch.float32 and half.grad.dtype == dtype and bool(torch.isfinite(half.grad).all())
+        torch.testing.assert_close(out.double(), WeightedBatchNorm1d(8).double().train()(half.detach().double(), weights),
+                                   rtol=1e-3, atol=1e-3)  # float32 statistics over 20,000 rows
+        assert float((out.double() - expected).abs().max()) < 0.2  # only the input's own rounding
