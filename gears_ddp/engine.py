@@ -26,6 +26,11 @@ logger = get_logger(__name__)
 GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
 
 
+def unwrapped(model: nn.Module) -> nn.Module:
+    """The network itself: ``DistributedDataParallel`` keeps it as ``.module``."""
+    return getattr(model, "module", model)
+
+
 @dataclass
 class Precision:
     """Mixed precision of a step: ``dtype`` None (full precision), torch.float16 or torch.bfloat16;
@@ -126,7 +131,7 @@ def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncer
     equals running it on every cell. ``reduce_state`` (distributed) turns this rank's
     accumulator state into that of all ranks, so every rank gets the full result.
     """
-    network = getattr(model, "module", model)  # DistributedDataParallel wraps the network
+    network = unwrapped(model)
     network.eval()
     n_conditions = len(accumulator.condition_names)
     perturbation_set = torch.full((n_conditions, 2), -1, dtype=torch.long, device=device)

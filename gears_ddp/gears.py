@@ -82,7 +82,7 @@ class GEARS:
         self.pert_list = list(pert_data.pert_names)
         self.num_genes, self.num_perts = len(self.gene_list), len(self.pert_list)
         self.split, self.subgroup = pert_data.split, pert_data.subgroup
-        self.ctrl_expression = pert_data.cells.expression[pert_data.cells.control_cells()].mean(0).to(self.device)
+        self.ctrl_expression = pert_data.cells.control_mean().to(self.device)
         self.config: dict | None = None
         self.model: GEARSModel | None = None
         self.best_model: GEARSModel | None = None

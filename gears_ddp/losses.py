@@ -48,9 +48,7 @@ class LossContext:
             else:
                 retained[code, torch.as_tensor(np.asarray(uns["non_zeros_gene_idx"][name_of[condition]],
                                                           dtype=np.int64))] = True
-        expression = pert_data.cells.expression
-        ctrl_mean = expression[pert_data.cells.control_cells()].mean(0)
-        return cls(retained, ctrl_mean, direction_lambda, uncertainty_reg)
+        return cls(retained, pert_data.cells.control_mean(), direction_lambda, uncertainty_reg)
 
     def to(self, device) -> "LossContext":
         return LossContext(self.retained_genes.to(device), self.ctrl_mean.to(device), self.direction_lambda,

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from gears_ddp._logging import get_logger
-from gears_ddp.engine import Precision, evaluate, train_epoch
+from gears_ddp.engine import Precision, evaluate, train_epoch, unwrapped
 from gears_ddp.losses import LossContext
 from gears_ddp.metrics import EvaluationAccumulator, compute_metrics
 
@@ -74,8 +74,7 @@ def run_training(model: nn.Module, loaders: dict, epochs: int, optimizer, schedu
                  no_sync=None, reduce_state=None, reduce_loss: Callable[[torch.Tensor, int], float] | None = None,
                  is_main: bool = True, start_epoch: int = 0, previous: TrainingOutcome | None = None,
                  on_epoch_end: Callable[[int, "TrainingOutcome"], None] | None = None,
-                 before_evaluation: Callable[[], None] | None = None,
-                 unwrap: Callable[[nn.Module], nn.Module] = lambda m: m) -> TrainingOutcome:
+                 before_evaluation: Callable[[], None] | None = None) -> TrainingOutcome:
     """Train epochs ``start_epoch`` .. ``epochs - 1``; returns the best model (lowest val mse_de).
 
     ``previous``: the outcome so far of a resumed run. ``reduce_loss(loss_sum, steps)`` turns
@@ -109,11 +108,11 @@ def run_training(model: nn.Module, loaders: dict, epochs: int, optimizer, schedu
                         val_metrics["mse_de"], record["seconds"])
         if val_metrics["mse_de"] < outcome.best_value:
             outcome.best_value, outcome.best_epoch = val_metrics["mse_de"], epoch
-            outcome.best_state = _cpu_state(unwrap(model))
+            outcome.best_state = _cpu_state(unwrapped(model))
         if on_epoch_end is not None:
             on_epoch_end(epoch, outcome)
     if outcome.best_state is None:  # no epoch ran, or val mse_de was NaN: keep the current weights
-        outcome.best_state = _cpu_state(unwrap(model))
+        outcome.best_state = _cpu_state(unwrapped(model))
     return outcome
 
 

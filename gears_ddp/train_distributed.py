@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 from gears_ddp._logging import get_logger
 from gears_ddp.data import download
 from gears_ddp.data.pertdata import PertData
-from gears_ddp.distributed.config import SplitConfig, TrainingArgs
+from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, resolve_devices, setup_ddp
 from gears_ddp.distributed.worker import train_ddp_worker
 
@@ -64,10 +64,9 @@ def prepare_data(pert_data_path, dataset_name: str, split: SplitConfig, args: Tr
     """Load the data, prepare the split and build (cache) the graphs, once, for all workers."""
     pert_data = load_dataset(pert_data_path, dataset_name)
     pert_data.prepare_split(**split.options)
-    model_config = args.model_config
-    pert_data.coexpression_graph(model_config.get("coexpress_threshold", 0.4),
-                                 model_config.get("num_similar_genes_co_express_graph", 20))
-    pert_data.go_graph(model_config.get("num_similar_genes_go_graph", 20))
+    options = {**MODEL_DEFAULTS, **args.model_config}  # the graphs model_initialize will ask for
+    pert_data.coexpression_graph(options["coexpress_threshold"], options["num_similar_genes_co_express_graph"])
+    pert_data.go_graph(options["num_similar_genes_go_graph"])
     return pert_data
 
 

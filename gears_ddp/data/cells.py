@@ -92,6 +92,10 @@ class CellTable:
             return torch.empty(0, dtype=torch.long)
         return torch.nonzero(self.condition_codes == self.conditions.index(CONTROL)).flatten()
 
+    def control_mean(self) -> torch.Tensor:
+        """Mean expression of the control cells (G)."""
+        return self.expression[self.control_cells()].mean(0)
+
     def cells_of(self, conditions: Sequence[str]) -> torch.Tensor:
         """Indices of the cells of ``conditions``, grouped by condition in the given order."""
         code_of = {c: i for i, c in enumerate(self.conditions)}

@@ -23,6 +23,8 @@ def _parameters(function) -> list[str]:
 
 
 MODEL_OPTIONS = tuple(name for name in _parameters(GEARS.model_initialize) if not name.startswith("G_"))
+MODEL_DEFAULTS = {name: parameter.default for name, parameter in
+                  inspect.signature(GEARS.model_initialize).parameters.items() if name in MODEL_OPTIONS}
 SPLIT_OPTIONS = tuple(_parameters(PertData.prepare_split))
 
 

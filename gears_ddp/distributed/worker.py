@@ -174,7 +174,7 @@ def _train(rank: int, world_size: int, device: torch.device, pert_data, args: Tr
                            args.grad_accum_steps, no_sync=model.no_sync, reduce_state=gather_evaluation_state,
                            reduce_loss=mean_loss_over_ranks, is_main=rank == 0, start_epoch=start_epoch,
                            previous=previous, on_epoch_end=checkpoint,
-                           before_evaluation=lambda: broadcast_buffers(gears.model), unwrap=lambda m: m.module)
+                           before_evaluation=lambda: broadcast_buffers(gears.model))
     digests = [None] * world_size
     dist.all_gather_object(digests, parameter_digest(gears.model))  # the last epoch's weights, per rank
     gears.history = outcome.history
