@@ -18,7 +18,6 @@ setup(
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.1",
-        "torch-geometric>=2.4",
         "scanpy>=1.9",
         "anndata>=0.9",
         "numpy>=1.23",
@@ -30,7 +29,7 @@ setup(
         "matplotlib>=3.5",
     ],
     extras_require={
-        "test": ["pytest>=7", "cell-gears==0.1.2", "networkx"],
+        "test": ["pytest>=7", "cell-gears==0.1.2", "torch-geometric>=2.4", "networkx"],
         "wandb": ["wandb"],
     },
 )

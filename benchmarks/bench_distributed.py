@@ -38,7 +38,7 @@ How each figure is measured (``time.perf_counter``):
   the process's own heap, model, optimiser, batches; not the shared data, not the library
   files) from ``/proc/self/status``, sampled every 10 ms by a thread in each worker; and,
   of it, the part already there when the worker starts (after the imports of torch,
-  torch_geometric, scanpy, ... and unpickling the data handle), i.e. the per-process floor.
+  anndata, ... and unpickling the data handle), i.e. the per-process floor.
 - shared data resident per rank: ``RssShmem`` of each worker at its end (the shared-memory
   tensors it reads), and whether the expression tensor it holds is the shared one.
 - memory each added rank costs: the rise of the summed peak private memory of all ranks

@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.nn import SGConv
+
+from gears_ddp.graph_conv import SimpleGraphConv
 
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
 
@@ -175,8 +176,8 @@ class GEARSModel(nn.Module):
         self.emb_trans_v2 = MLP([h, h, h])
         self.pert_fuse = MLP([h, h, h])
         self.emb_pos = nn.Embedding(num_genes, h, max_norm=True)
-        self.layers_emb_pos = nn.ModuleList(SGConv(h, h, 1) for _ in range(num_gene_gnn_layers))
-        self.sim_layers = nn.ModuleList(SGConv(h, h, 1) for _ in range(num_go_gnn_layers))
+        self.layers_emb_pos = nn.ModuleList(SimpleGraphConv(h, h) for _ in range(num_gene_gnn_layers))
+        self.sim_layers = nn.ModuleList(SimpleGraphConv(h, h) for _ in range(num_go_gnn_layers))
         self.recovery_w = MLP([h, 2 * h, h])
         self.indv_w1 = nn.Parameter(torch.rand(num_genes, h, 1))
         self.indv_b1 = nn.Parameter(torch.rand(num_genes, 1))
@@ -203,7 +204,7 @@ class GEARSModel(nn.Module):
 
     @staticmethod
     def _propagate(h, layers, edge_index, edge_weight):
-        """SGConv layers with ReLU between them (not after the last)."""
+        """Graph convolutions with ReLU between them (not after the last)."""
         for i, layer in enumerate(layers):
             h = layer(h, edge_index, edge_weight)
             if i < len(layers) - 1:

@@ -1,0 +1,52 @@
+"""The one graph operator GEARS uses: a simplified graph convolution (SGC, one hop).
+
+``SimpleGraphConv(x, edge_index, edge_weight) = Linear(A_hat @ x)``, where ``A_hat`` is
+the symmetrically normalised weighted adjacency with self-loops: every existing self-loop
+is removed and each node gets one self-loop carrying the weight of its former self-loop
+(1 if it had none), then ``w_ij / sqrt(deg_i * deg_j)`` with ``deg`` the summed weight of
+the edges entering a node (0 for a node of degree 0). Messages flow from ``edge_index[0]``
+to ``edge_index[1]``.
+
+This is torch_geometric's ``SGConv(in, out, K=1)`` with its defaults, with the same
+parameter names (``lin.weight``, ``lin.bias``) and initialisation, so GEARS checkpoints
+load either way; the test suite checks outputs and gradients against it. It is written
+here because importing torch_geometric costs every process about 130 MiB of private
+memory and over a second (it imports ``torch._dynamo`` and sympy), which each
+distributed rank would pay for two sparse products.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def normalised_edges(edge_index: torch.Tensor, edge_weight: torch.Tensor, num_nodes: int, dtype: torch.dtype):
+    """(source, target, weight) of ``A_hat``'s edges (see the module docstring), weights in ``dtype``."""
+    source, target = edge_index[0], edge_index[1]
+    weight = edge_weight.to(dtype)
+    is_loop = source == target
+    loop_weight = torch.ones(num_nodes, dtype=dtype, device=weight.device)
+    loop_weight[source[is_loop]] = weight[is_loop]
+    nodes = torch.arange(num_nodes, device=source.device)
+    source = torch.cat([source[~is_loop], nodes])
+    target = torch.cat([target[~is_loop], nodes])
+    weight = torch.cat([weight[~is_loop], loop_weight])
+    degree = torch.zeros(num_nodes, dtype=dtype, device=weight.device).index_add_(0, target, weight)
+    inverse_sqrt = degree.pow(-0.5).masked_fill(degree == 0, 0.0)
+    return source, target, inverse_sqrt[source] * weight * inverse_sqrt[target]
+
+
+class SimpleGraphConv(nn.Module):
+    """One-hop simplified graph convolution: ``lin(A_hat @ x)`` (see the module docstring)."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.lin = nn.Linear(in_channels, out_channels)
+        # initialised a second time, as SGConv does (its Linear on construction, then the
+        # convolution's reset), so that a torch seed gives SGConv's weights
+        self.lin.reset_parameters()
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight: torch.Tensor) -> torch.Tensor:
+        source, target, weight = normalised_edges(edge_index, edge_weight, x.shape[0], x.dtype)
+        messages = x[source] * weight.unsqueeze(1)
+        return self.lin(torch.zeros_like(x).index_add_(0, target, messages))
