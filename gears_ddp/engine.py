@@ -121,15 +121,17 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer, cont
 @torch.no_grad()
 def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncertainty: bool,
              device: torch.device, precision: Precision = Precision(),
-             reduce_state: Callable[[dict], dict] | None = None, conditions_per_pass: int = 64) -> EvaluationResult:
+             reduce_state: Callable[[dict], dict] | None = None, rows_per_pass: int = 16384) -> EvaluationResult:
     """Score every cell of ``loader`` with the model in evaluation mode; returns the
     per-condition result.
 
     In evaluation mode a cell's prediction is its control input plus the effect of its
     perturbation set, so the loop only sums inputs and truth per condition, and the network
-    runs once per condition (``conditions_per_pass`` at a time) at the end: the result
-    equals running it on every cell. ``reduce_state`` (distributed) turns this rank's
-    accumulator state into that of all ranks, so every rank gets the full result.
+    runs once per condition at the end: the result equals running it on every cell. A pass
+    takes as many conditions as fit in ``rows_per_pass`` (condition, gene) rows, at least
+    one, which bounds evaluation memory whatever the number of genes. ``reduce_state``
+    (distributed) turns this rank's accumulator state into that of all ranks, so every rank
+    gets the full result.
     """
     network = unwrapped(model)
     network.eval()
@@ -141,6 +143,7 @@ def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncer
         accumulator.add_inputs(batch.condition, batch.x, batch.y)
         perturbation_set[batch.condition] = batch.pert_idx
         seen[batch.condition] = True
+    conditions_per_pass = max(1, rows_per_pass // network.num_genes)
     for codes in torch.nonzero(seen).flatten().split(conditions_per_pass):
         with precision.autocast(device):
             effect, logvar = network.set_effects(perturbation_set[codes], torch.ones_like(codes))

@@ -15,6 +15,10 @@ not:
   per-cell rows is given each set's cell count as a row weight, so its batch statistics,
   running statistics, outputs and gradients equal the per-cell computation. In evaluation
   mode a batch of one condition costs one pass.
+- On those per-set rows, each BatchNorm -> ReLU -> Linear step is one autograd function
+  that keeps only the centred input for the backward pass and recomputes the activation
+  there, and the backward passes work in place: a training step's peak memory is about a
+  quarter lower than with autograd's unfused chain.
 """
 from __future__ import annotations
 
@@ -28,51 +32,98 @@ from gears_ddp.graph_conv import SimpleGraphConv
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
 
 
-class _WeightedBatchNorm(torch.autograd.Function):
-    """Training-mode BatchNorm over rows weighted by counts, with its analytic backward.
+def _weighted_statistics(x, row_weight, eps: float, synchronize: bool):
+    """Count-weighted batch statistics of the rows of ``x`` (float32 for half inputs, as
+    autocast does for BatchNorm: half-precision sums over many rows overflow).
 
-    With ``p = w / sum(w)``: ``y = gamma * (x - mu) * invstd + beta``, ``mu = sum p x``,
-    ``var = sum p (x - mu)^2``; backward ``dx = gamma * invstd * (g - p * (sum g + xhat *
-    sum g xhat))``, the per-row sum over the identical copies a row stands for. A few fused
-    passes instead of autograd's chain of elementwise operations. With ``synchronize`` the
-    sums run over the rows of all ranks (forward and backward), as a SyncBatchNorm would.
-    Under mixed precision it computes in float32, as autocast does for BatchNorm (half
-    precision sums over tens of thousands of rows overflow).
+    Returns ``centred = x - mean``, each row's ``share = w / sum(w)`` (a column), ``invstd``,
+    and ``mean``, the biased ``var`` and ``total = sum(w)``. With ``synchronize`` the sums
+    run over the rows of all ranks.
     """
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    weight = row_weight.to(x.dtype).unsqueeze(1)
+    sums = torch.cat([weight.sum(0), weight.T.mm(x).squeeze(0)])
+    if synchronize:
+        dist.all_reduce(sums)
+    total, mean = sums[0], sums[1:] / sums[0]
+    centred = x - mean
+    var = weight.T.mm(centred * centred).squeeze(0)
+    if synchronize:
+        dist.all_reduce(var)
+    var = var / total
+    return centred, weight / total, torch.rsqrt(var + eps), mean, var, total
+
+
+def _normalisation_backward(grad, centred, share, invstd, gamma, synchronize: bool):
+    """Gradients of ``gamma * centred * invstd + beta`` through the weighted statistics:
+    ``dx = gamma * invstd * (g - share * (sum g + xhat * sum g xhat))``, where each row's
+    gradient is already the sum over the identical copies it stands for. Returns
+    ``(dx, dgamma, dbeta)``; with ``synchronize`` the sums run over all ranks' rows."""
+    grad = grad.to(centred.dtype)
+    normalised = centred * invstd
+    local = torch.stack([grad.sum(0), (grad * normalised).sum(0)])
+    reduced = local.clone()
+    if synchronize:
+        dist.all_reduce(reduced)
+    # in place on one row-sized buffer: the backward pass's peak memory is in these passes
+    grad_x = normalised.mul_(reduced[1]).add_(reduced[0]).mul_(share).neg_().add_(grad).mul_(invstd * gamma)
+    return grad_x, local[1], local[0]
+
+
+class _WeightedBatchNorm(torch.autograd.Function):
+    """Training-mode BatchNorm over count-weighted rows, with its analytic backward: a few
+    fused passes instead of autograd's chain of elementwise operations."""
 
     @staticmethod
     def forward(ctx, x, row_weight, gamma, beta, eps: float, synchronize: bool):
-        ctx.input_dtype = x.dtype
-        if x.dtype in (torch.float16, torch.bfloat16):
-            x = x.float()
-        weight = row_weight.to(x.dtype).unsqueeze(1)
-        sums = torch.cat([weight.sum(0), weight.T.mm(x).squeeze(0)])
-        if synchronize:
-            dist.all_reduce(sums)
-        total, mean = sums[0], sums[1:] / sums[0]
-        centred = x - mean
-        var = weight.T.mm(centred * centred).squeeze(0)
-        if synchronize:
-            dist.all_reduce(var)
-        var = var / total
-        invstd = torch.rsqrt(var + eps)
-        ctx.save_for_backward(centred, weight / total, invstd, gamma)
-        ctx.synchronize = synchronize
+        ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
+        centred, share, invstd, mean, var, total = _weighted_statistics(x, row_weight, eps, synchronize)
+        ctx.save_for_backward(centred, share, invstd, gamma)
         ctx.mark_non_differentiable(mean, var, total)
         return torch.addcmul(beta, centred, invstd * gamma), mean, var, total
 
     @staticmethod
     def backward(ctx, grad, *_):
         centred, share, invstd, gamma = ctx.saved_tensors
-        grad = grad.to(centred.dtype)
-        normalised = centred * invstd
-        local = torch.stack([grad.sum(0), (grad * normalised).sum(0)])
-        reduced = local.clone()
-        if ctx.synchronize:
-            dist.all_reduce(reduced)
-        correction = torch.addcmul(reduced[0], normalised, reduced[1])
-        grad_x = torch.addcmul(grad, share, correction, value=-1) * (invstd * gamma)
-        return grad_x.to(ctx.input_dtype), None, local[1], local[0], None, None
+        grad_x, grad_gamma, grad_beta = _normalisation_backward(grad, centred, share, invstd, gamma,
+                                                                ctx.synchronize)
+        return grad_x.to(ctx.input_dtype), None, grad_gamma, grad_beta, None, None
+
+
+class _WeightedBatchNormReluLinear(torch.autograd.Function):
+    """``linear(relu(weighted BatchNorm(x)))`` that keeps only the centred input for the
+    backward pass and recomputes the activation there.
+
+    Unfused, autograd keeps the centred input, the ReLU output and (the same tensor) the
+    Linear's input; for the per-set rows (S x G of them) that is the bulk of a training
+    step's memory. Under autocast the Linear runs as autocast runs it (its output's dtype
+    is recorded and the backward products use it).
+    """
+
+    @staticmethod
+    def forward(ctx, x, row_weight, gamma, beta, eps: float, synchronize: bool, weight, bias):
+        ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
+        centred, share, invstd, mean, var, total = _weighted_statistics(x, row_weight, eps, synchronize)
+        out = F.linear(torch.addcmul(beta, centred, invstd * gamma).relu_(), weight, bias)
+        ctx.matmul_dtype = out.dtype
+        ctx.save_for_backward(centred, share, invstd, gamma, beta, weight, bias)
+        ctx.mark_non_differentiable(mean, var, total)
+        return out, mean, var, total
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        centred, share, invstd, gamma, beta, weight, bias = ctx.saved_tensors
+        activated = torch.addcmul(beta, centred, invstd * gamma).relu_()
+        grad = grad.to(ctx.matmul_dtype)
+        grad_weight = grad.T.mm(activated.to(ctx.matmul_dtype)).to(weight.dtype)
+        grad_bias = grad.sum(0).to(bias.dtype)
+        inactive = activated <= 0
+        del activated  # row-sized: freed before the next row-sized buffers
+        grad_activated = grad.mm(weight.to(ctx.matmul_dtype)).to(centred.dtype).masked_fill_(inactive, 0)
+        grad_x, grad_gamma, grad_beta = _normalisation_backward(grad_activated, centred, share, invstd, gamma,
+                                                                ctx.synchronize)
+        return grad_x.to(ctx.input_dtype), None, grad_gamma, grad_beta, None, None, grad_weight, grad_bias
 
 
 class WeightedBatchNorm1d(nn.BatchNorm1d):
@@ -93,13 +144,27 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
         if row_weight is None or not self.training:
             return super().forward(x)
         out, mean, var, total = _WeightedBatchNorm.apply(x, row_weight, self.weight, self.bias, self.eps,
-                                                         self.synchronize and dist.is_initialized())
-        if self.track_running_stats:
-            self._update_running_stats(mean, var, total)
+                                                         self._synchronizing())
+        self._update_running_stats(mean, var, total)
         return out
+
+    def relu_linear(self, x: torch.Tensor, row_weight: torch.Tensor | None, linear: nn.Linear) -> torch.Tensor:
+        """``linear(relu(self(x, row_weight)))``; with row weights in training mode, fused so
+        that the backward pass keeps one tensor of ``x``'s size instead of three."""
+        if row_weight is None or not self.training:
+            return linear(F.relu(self(x, row_weight)))
+        out, mean, var, total = _WeightedBatchNormReluLinear.apply(
+            x, row_weight, self.weight, self.bias, self.eps, self._synchronizing(), linear.weight, linear.bias)
+        self._update_running_stats(mean, var, total)
+        return out
+
+    def _synchronizing(self) -> bool:
+        return self.synchronize and dist.is_initialized()
 
     @torch.no_grad()
     def _update_running_stats(self, mean, var, n_rows) -> None:
+        if not self.track_running_stats:
+            return
         self.num_batches_tracked.add_(1)
         factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         unbiased = var * (n_rows / (n_rows - 1)) if n_rows > 1 else var
@@ -119,9 +184,16 @@ class MLP(nn.Module):
         self.network = nn.Sequential(*layers[:-1])
 
     def forward(self, x: torch.Tensor, row_weight: torch.Tensor | None = None) -> torch.Tensor:
-        for layer in self.network:
-            x = layer(x, row_weight) if isinstance(layer, WeightedBatchNorm1d) else layer(x)
-        return x
+        return self.after_first_linear(self.network[0](x), row_weight)
+
+    def after_first_linear(self, x: torch.Tensor, row_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The rest of the network applied to the first Linear's output: each (BatchNorm,
+        ReLU, Linear) step through ``WeightedBatchNorm1d.relu_linear``, then the last BatchNorm."""
+        layers = list(self.network)[1:]
+        for step in range(0, len(layers) - 1, 3):
+            norm, _, linear = layers[step:step + 3]
+            x = norm.relu_linear(x, row_weight, linear)
+        return layers[-1](x, row_weight)
 
 
 def renormed_table(embedding: nn.Embedding) -> torch.Tensor:
@@ -240,13 +312,20 @@ class GEARSModel(nn.Module):
 
         row_weight = counts.repeat_interleave(n_genes)
         hidden = self.gene_embeddings().unsqueeze(0) + shift.unsqueeze(1)           # S x G x H
-        hidden = F.relu(self.bn_pert_base(hidden.reshape(n_sets * n_genes, -1), row_weight))
-        decoded = self.recovery_w(hidden, row_weight).reshape(n_sets, n_genes, -1)
-        gene_out = torch.einsum("sgh,gh->sg", decoded, self.indv_w1[:, :, 0]) + self.indv_b1[:, 0]
+        hidden = hidden.reshape(n_sets * n_genes, -1)
+        if self.uncertainty:  # both heads read relu(bn_pert_base(hidden))
+            hidden = F.relu(self.bn_pert_base(hidden, row_weight))
+            logvar = self.uncertainty_w(hidden, row_weight).reshape(n_sets, n_genes)
+            decoded = self.recovery_w(hidden, row_weight)
+        else:
+            logvar = None
+            decoded = self.recovery_w.after_first_linear(
+                self.bn_pert_base.relu_linear(hidden, row_weight, self.recovery_w.network[0]), row_weight)
+        decoded = decoded.reshape(n_sets, n_genes, -1)
+        gene_out = (decoded * self.indv_w1[:, :, 0]).sum(-1) + self.indv_b1[:, 0]
         cross = self.cross_gene_state(gene_out, counts)                              # S x H
         w2 = self.indv_w2[0]
         effect = gene_out * w2[:, 0] + cross @ w2[:, 1:].T + self.indv_b2[0]
-        logvar = self.uncertainty_w(hidden, row_weight).reshape(n_sets, n_genes) if self.uncertainty else None
         return effect, logvar
 
     def forward(self, x: torch.Tensor, pert_idx: torch.Tensor):

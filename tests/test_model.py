@@ -101,16 +101,20 @@ def _naive_forward(model, x, pert_idx):
     return effect + x, logvar
 
 
+@pytest.mark.parametrize("uncertainty", [False, True])
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_distinct_sets_equal_per_cell_computation(mode):
-    """In float64, so that equality is tested well below float32 rounding."""
-    fast = make_model(uncertainty=True)
+def test_distinct_sets_equal_per_cell_computation(mode, uncertainty):
+    """In float64, so that equality is tested well below float32 rounding. The naive path
+    runs autograd's unfused BatchNorm, ReLU and Linear; the fast one the fused blocks."""
+    fast = make_model(uncertainty=uncertainty)
     fast = (_trained_a_little(fast) if mode == "eval" else fast.train()).double()
     naive = copy.deepcopy(fast)
     x, pert_idx = random_batch(batch_size=16, seed=7)
     x = x.double()
-    pred, logvar = fast(x, pert_idx)
+    out = fast(x, pert_idx)
+    pred, logvar = out if uncertainty else (out, torch.zeros(()))
     pred_naive, logvar_naive = _naive_forward(naive, x, pert_idx)
+    logvar_naive = torch.zeros(()) if logvar_naive is None else logvar_naive
     torch.testing.assert_close(pred, pred_naive, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(logvar, logvar_naive, rtol=1e-10, atol=1e-10)
     weights = torch.rand_like(pred)
@@ -165,3 +169,44 @@ def test_weighted_batchnorm_keeps_half_precision_inputs_finite():
         torch.testing.assert_close(out.double(), WeightedBatchNorm1d(8).double().train()(half.detach().double(), weights),
                                    rtol=1e-3, atol=1e-3)  # float32 statistics over 20,000 rows
         assert float((out.double() - expected).abs().max()) < 0.2  # only the input's own rounding
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_fused_batchnorm_relu_linear_equals_the_unfused_modules(autocast):
+    """``relu_linear`` (training mode, row weights) against BatchNorm1d on the expanded rows,
+    ReLU and Linear through autograd: outputs, every gradient and the running statistics;
+    in float64, and under bfloat16 autocast within bfloat16 rounding."""
+    from gears_ddp.model import WeightedBatchNorm1d
+    generator = torch.Generator().manual_seed(3)
+    dtype = torch.float32 if autocast else torch.float64
+    x = torch.randn(50, 6, generator=generator, dtype=dtype) * 2 + 1
+    counts = torch.randint(1, 4, (50,), generator=generator)
+    norm, linear = WeightedBatchNorm1d(6).to(dtype), torch.nn.Linear(6, 4).to(dtype)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5, generator=generator)
+        norm.bias.uniform_(-0.5, 0.5, generator=generator)
+    plain_norm, plain_linear = copy.deepcopy(norm), copy.deepcopy(linear)
+    upstream = torch.randn(50, 4, generator=generator, dtype=dtype)
+    x_fused, x_plain = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        fused = norm.relu_linear(x_fused, counts, linear)
+        expanded = plain_linear(F.relu(torch.nn.BatchNorm1d.forward(plain_norm, x_plain.repeat_interleave(counts, 0))))
+        plain = expanded[torch.cumsum(counts, 0) - 1]  # the rows of a weighted row are identical
+    assert fused.dtype == plain.dtype
+    # a weighted row's gradient is the sum of its copies' gradients
+    (fused.to(dtype) * upstream * counts.unsqueeze(1)).sum().backward()
+    (expanded.to(dtype) * upstream.repeat_interleave(counts, 0)).sum().backward()
+
+    def assert_close(actual, expected, name):
+        # bfloat16 keeps 8 bits: sums in a different order differ by a few units of the largest value
+        scale = 2e-2 * float(expected.abs().max()) if autocast else 1e-10
+        torch.testing.assert_close(actual, expected, rtol=0, atol=scale, msg=name)
+
+    assert_close(fused, plain, "output")
+    assert_close(x_fused.grad, x_plain.grad, "input gradient")
+    for a, b in ((norm, plain_norm), (linear, plain_linear)):
+        for (name, p), q in zip(a.named_parameters(), b.parameters()):
+            assert p.grad.dtype == q.grad.dtype, name
+            assert_close(p.grad, q.grad, name)
+    for (name, p), q in zip(norm.named_buffers(), plain_norm.buffers()):
+        assert_close(p, q, name)
