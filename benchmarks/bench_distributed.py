@@ -67,7 +67,8 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_model import HIDDEN_SIZE, LR, SPLIT, WEIGHT_DECAY, _timed  # noqa: E402
+from bench_data import SPLIT  # noqa: E402
+from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY, _timed  # noqa: E402
 
 from gears_ddp.datasets import write_synthetic_dataset  # noqa: E402
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs  # noqa: E402

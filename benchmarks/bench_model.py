@@ -3,7 +3,8 @@ peak memory and test metrics of gears_ddp and (when installed) the published GEA
 side on the same data, split and hyperparameters.
 
     python benchmarks/bench_model.py [--epochs 3] [--genes 1000 --cells-per-condition 45 ...]
-                                     [--batch-size 32 --test-batch-size 32] [--skip-reference]
+                                     [--batch-size 32 --test-batch-size 32] [--seed S]
+                                     [--skip-reference]
 
 The data are made once, in the parent, by ``gears_ddp.datasets.make_synthetic_perturb_seq``
 (defaults: 7,300 cells x 1,000 genes; 60 singles and 80 combos of 45 cells, 1,000 controls)
@@ -15,6 +16,15 @@ own library: ``PertData(...).new_data_process`` on the raw h5ad,
 ``GEARS(pert_data, device='cpu')``, ``torch.manual_seed(0)``,
 ``model_initialize(hidden_size=64)`` (all other model options default) and
 ``train(epochs, lr=1e-3, weight_decay=5e-4)``. Results come back as one JSON line.
+
+``--seed S`` (used by ``bench_quality.py``) makes a run reproducible and varies it with S:
+Python's, numpy's and torch's global generators are seeded with S before
+``new_data_process`` (the published package pairs each perturbed cell with a control cell
+drawn from numpy's global generator there, otherwise unseeded) and again right before
+``model_initialize`` (in place of ``torch.manual_seed(0)``; initial weights, and the
+published training shuffle, which draws from torch's global generator), the split is
+``prepare_split('simulation', seed=S)``, and gears_ddp's loaders get ``seed=S`` (its
+control pairing and shuffle; without ``--seed`` they use its default, 0).
 
 How each figure is measured (``time.perf_counter``; neither library is modified, timers are
 monkeypatched into the child process only):
@@ -64,7 +74,9 @@ monkeypatched into the child process only):
   ``deeper_analysis`` (per-condition ``pearson_delta``) on the test evaluation above,
   averaged over all test conditions and over the conditions of each subgroup of
   ``pert_data.subgroup['test_subgroup']`` (as its ``train()`` logs them); a subgroup with no
-  condition is shown as '-'.
+  condition is shown as '-'. gears_ddp's child also returns the same figures of the
+  baselines that ``GEARS.train`` scores beside the model (not printed here; used by
+  ``bench_quality.py``).
 
 The published package, on current scipy, fails in ``GEARS.__init__`` (gears.py line 87:
 a pandas boolean Series indexes a scipy CSR matrix, "'Series' object has no attribute
@@ -91,7 +103,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import make_input, peak_rss_mib, reference_available  # noqa: E402
 
-SPLIT = {"split": "simulation", "seed": 1}
+SPLIT_SEED, MODEL_SEED = 1, 0  # the split's and torch's seeds without --seed
 HIDDEN_SIZE, LR, WEIGHT_DECAY = 64, 1e-3, 5e-4
 SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
 
@@ -125,21 +137,44 @@ def _workdir(raw: Path, tmp: str) -> Path:
     return workdir
 
 
-def _set_up(pert_data_class, gears_class, workdir: Path, raw: Path, args):
+def split_seed(args) -> int:
+    """The simulation split's seed: ``--seed`` if given, else 1."""
+    return SPLIT_SEED if args.seed is None else args.seed
+
+
+def _seed_globals(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global random generators."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _set_up(pert_data_class, gears_class, workdir: Path, raw: Path, args, **loader_options):
     """The same steps for either library: process the raw file, split, loaders (timed), then
-    the model (timed, seeded). Returns (pert_data, gears, data seconds, model seconds)."""
+    the model (timed, seeded as the module docstring says). ``loader_options`` go to
+    ``get_dataloader``. Returns (pert_data, gears, data seconds, model seconds)."""
     import anndata
     import torch
 
+    if args.seed is not None:
+        _seed_globals(args.seed)
     start = time.perf_counter()
     pert_data = pert_data_class(str(workdir))
     pert_data.new_data_process("bench", anndata.read_h5ad(raw))
-    pert_data.prepare_split(**SPLIT)
-    pert_data.get_dataloader(args.batch_size, test_batch_size=args.test_batch_size)
+    pert_data.prepare_split("simulation", seed=split_seed(args))
+    pert_data.get_dataloader(args.batch_size, test_batch_size=args.test_batch_size, **loader_options)
     data_s = time.perf_counter() - start
     start = time.perf_counter()
     gears = gears_class(pert_data, device="cpu")
-    torch.manual_seed(0)
+    if args.seed is None:
+        torch.manual_seed(MODEL_SEED)
+    else:
+        _seed_globals(args.seed)
     gears.model_initialize(hidden_size=HIDDEN_SIZE)
     return pert_data, gears, data_s, time.perf_counter() - start
 
@@ -155,9 +190,10 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
     recipe.train_epoch = _timed(recipe.train_epoch, loops)
     recipe.evaluate = _timed(recipe.evaluate, evals)
 
-    pert_data, g, data_s, model_s = _set_up(PertData, GEARS, workdir, raw, args)
+    loader_seed = {} if args.seed is None else {"seed": args.seed}
+    pert_data, g, data_s, model_s = _set_up(PertData, GEARS, workdir, raw, args, **loader_seed)
 
-    summary = g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)["model"]
+    report = g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)
 
     loader = pert_data.dataloader["test_loader"]
     test_eval_s, result = _median_time(
@@ -173,10 +209,17 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
             "cells_per_epoch": len(pert_data.dataloader["train_loader"]) * args.batch_size,
             "test_eval_s": test_eval_s, "compute_metrics_s": metrics_s, "data_s": data_s, "model_s": model_s,
             "test_cells": sum(len(b) for b in loader),
-            "mse_de": summary["test_mse_de"], "pearson_delta": summary["test_pearson_delta"],
-            "subgroups": {name: summary.get(f"test_{name}_pearson_delta", math.nan) for name in SUBGROUPS},
+            **_test_figures(report["model"]),
+            "baselines": {name: _test_figures(summary) for name, summary in report["baselines"].items()},
             "subgroup_sizes": {name: len(pert_data.subgroup["test_subgroup"].get(name, [])) for name in SUBGROUPS},
             **_common(pert_data.adata)}
+
+
+def _test_figures(summary: dict) -> dict:
+    """``mse_de``, ``pearson_delta`` and the subgroups' ``pearson_delta`` (NaN for a subgroup
+    without conditions) from a gears_ddp test summary (``GEARS.test``)."""
+    return {"mse_de": summary["test_mse_de"], "pearson_delta": summary["test_pearson_delta"],
+            "subgroups": {name: summary.get(f"test_{name}_pearson_delta", math.nan) for name in SUBGROUPS}}
 
 
 def _patch_csr_indexing() -> None:
@@ -318,6 +361,8 @@ def measure(impl: str, raw: Path, args) -> dict | None:
     command = [sys.executable, __file__, "--child", impl, "--raw", str(raw), "--epochs", str(args.epochs),
                "--batch-size", str(args.batch_size), "--test-batch-size", str(args.test_batch_size),
                "--eval-repeats", str(args.eval_repeats)]
+    if args.seed is not None:
+        command += ["--seed", str(args.seed)]
     proc = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -345,8 +390,9 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
     test_cells = f"{ours['test_cells']} test cells"
     if reference and reference["test_cells"] != ours["test_cells"]:
         test_cells += f" (published: {reference['test_cells']})"
-    print(f"\n{ours['cells']} cells x {ours['genes']} genes; split simulation (seed 1); batch {args.batch_size}, "
-          f"test batch {args.test_batch_size}; hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}; "
+    print(f"\n{ours['cells']} cells x {ours['genes']} genes; split simulation (seed {split_seed(args)}); "
+          f"batch {args.batch_size}, test batch {args.test_batch_size}; "
+          f"hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}; "
           f"{epochs} epochs of {ours['cells_per_epoch']} training cells; {test_cells}; "
           f"CPU, {os.cpu_count()} cores, torch threads {ours['threads']}\n")
     rows = [("training throughput (train cells / s) [ours/published]", "throughput", True),
@@ -393,16 +439,22 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
         print(f"\nconditions per subgroup differ; published: {reference['subgroup_sizes']}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_data_options(parser: argparse.ArgumentParser) -> None:
+    """The synthetic data's size and the batch sizes (shared with ``bench_quality.py``)."""
     parser.add_argument("--genes", type=int, default=1000)
     parser.add_argument("--cells-per-condition", type=int, default=45)
     parser.add_argument("--perturbed-genes", type=int, default=60)
     parser.add_argument("--combos", type=int, default=80)
     parser.add_argument("--control-cells", type=int, default=1000)
-    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--test-batch-size", type=int, default=32)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_data_options(parser)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--seed", type=int, help="seed of the split, the models and the pairing (see above)")
     parser.add_argument("--eval-repeats", type=int, default=3, help="test-set evaluation passes (median)")
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--child", choices=["ours", "reference"], help=argparse.SUPPRESS)
