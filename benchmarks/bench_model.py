@@ -67,7 +67,9 @@ monkeypatched into the child process only):
   ``get_dataloader``), and ``GEARS(...)`` + ``model_initialize`` (graphs + network).
 - peak memory: max RSS of the child process at its end (``getrusage``), in MiB; and the
   same minus the process's RSS right after importing torch, scanpy and the library (both
-  libraries are imported before that reading), i.e. the memory of data, model and training.
+  libraries are imported before that reading, and ``torch._dynamo``, which any torch
+  optimizer imports when built and which the published stack already imports through
+  torch_geometric), i.e. the memory of data, model and training.
 - test metrics: of the best model (lowest val ``mse_de``) after ``--epochs`` epochs.
   gears_ddp: the summary ``GEARS.train`` returns (``test_mse_de``, ``test_pearson_delta``,
   ``test_<subgroup>_pearson_delta``). Published: ``compute_metrics`` (``mse_de``) and
@@ -339,8 +341,10 @@ def current_rss_mib() -> float:
 def child(impl: str, raw: str, args) -> None:
     import torch
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        # import the libraries' whole stacks before reading the baseline
+        # import the libraries' whole stacks before reading the baseline, including
+        # torch._dynamo, which every torch.optim optimizer imports when it is built
         importlib.import_module("gears_ddp.gears")
+        importlib.import_module("torch._dynamo")
         if impl != "ours":
             importlib.import_module("gears")
     import_rss = current_rss_mib()
