@@ -102,10 +102,15 @@ class _WeightedBatchNormReluLinear(torch.autograd.Function):
     """
 
     @staticmethod
+    def _activation(centred, invstd, gamma, beta):
+        """relu(BatchNorm output): computed in forward, recomputed the same way in backward."""
+        return torch.addcmul(beta, centred, invstd * gamma).relu_()
+
+    @staticmethod
     def forward(ctx, x, row_weight, gamma, beta, eps: float, synchronize: bool, weight, bias):
         ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
         centred, share, invstd, mean, var, total = _weighted_statistics(x, row_weight, eps, synchronize)
-        out = F.linear(torch.addcmul(beta, centred, invstd * gamma).relu_(), weight, bias)
+        out = F.linear(_WeightedBatchNormReluLinear._activation(centred, invstd, gamma, beta), weight, bias)
         ctx.matmul_dtype = out.dtype
         ctx.save_for_backward(centred, share, invstd, gamma, beta, weight, bias)
         ctx.mark_non_differentiable(mean, var, total)
@@ -114,7 +119,7 @@ class _WeightedBatchNormReluLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *_):
         centred, share, invstd, gamma, beta, weight, bias = ctx.saved_tensors
-        activated = torch.addcmul(beta, centred, invstd * gamma).relu_()
+        activated = _WeightedBatchNormReluLinear._activation(centred, invstd, gamma, beta)
         grad = grad.to(ctx.matmul_dtype)
         grad_weight = grad.T.mm(activated.to(ctx.matmul_dtype)).to(weight.dtype)
         grad_bias = grad.sum(0).to(bias.dtype)
