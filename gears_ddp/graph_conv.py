@@ -36,6 +36,29 @@ def normalised_edges(edge_index: torch.Tensor, edge_weight: torch.Tensor, num_no
     return source, target, inverse_sqrt[source] * weight * inverse_sqrt[target]
 
 
+class NormalisedAdjacency(nn.Module):
+    """``x -> A_hat @ x`` for one fixed graph, with ``A_hat``'s edges computed once, when the
+    module is built, instead of on every forward pass (the graphs never change in training).
+
+    Messages are gathered with ``index_select`` and summed with ``index_add_``: the backward
+    pass of that pair is another gather and sum, where plain tensor indexing would scatter
+    its gradient with a sorting ``index_put_``. The edges are non-persistent buffers: they
+    move with the module and stay out of its ``state_dict``.
+    """
+
+    def __init__(self, edge_index: torch.Tensor, edge_weight: torch.Tensor, num_nodes: int):
+        super().__init__()
+        source, target, weight = normalised_edges(edge_index.long(), edge_weight, num_nodes, edge_weight.dtype)
+        self.num_nodes = num_nodes
+        self.register_buffer("source", source, persistent=False)
+        self.register_buffer("target", target, persistent=False)
+        self.register_buffer("weight", weight, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        messages = x.index_select(0, self.source) * self.weight.to(x.dtype).unsqueeze(1)
+        return x.new_zeros(x.shape).index_add_(0, self.target, messages)
+
+
 class SimpleGraphConv(nn.Module):
     """One-hop simplified graph convolution: ``lin(A_hat @ x)`` (see the module docstring)."""
 
@@ -46,7 +69,5 @@ class SimpleGraphConv(nn.Module):
         # convolution's reset), so that a torch seed gives SGConv's weights
         self.lin.reset_parameters()
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight: torch.Tensor) -> torch.Tensor:
-        source, target, weight = normalised_edges(edge_index, edge_weight, x.shape[0], x.dtype)
-        messages = x[source] * weight.unsqueeze(1)
-        return self.lin(torch.zeros_like(x).index_add_(0, target, messages))
+    def forward(self, x: torch.Tensor, adjacency: NormalisedAdjacency) -> torch.Tensor:
+        return self.lin(adjacency(x))

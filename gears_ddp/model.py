@@ -12,169 +12,27 @@ not:
   At batch size 1 the two agree.)
 - Everything before ``+ x`` depends only on a cell's set of perturbed genes. It is computed
   once per distinct set in the batch; every BatchNorm that the published model runs over
-  per-cell rows is given each set's cell count as a row weight, so its batch statistics,
+  per-cell rows is given each set's cell count as a weight, so its batch statistics,
   running statistics, outputs and gradients equal the per-cell computation. In evaluation
   mode a batch of one condition costs one pass.
-- On those per-set rows, each BatchNorm -> ReLU -> Linear step is one autograd function
-  that keeps only the centred input for the backward pass and recomputes the activation
-  there, and the backward passes work in place: a training step's peak memory is about a
-  quarter lower than with autograd's unfused chain.
+- In training mode (without the uncertainty head) the per-gene decoder over the (set, gene)
+  rows is one autograd function (``gears_ddp.set_decoder``) that computes ``bn_pert_base``
+  from the gene and set tables and keeps two row-sized tensors for the backward pass;
+  elsewhere each BatchNorm -> ReLU -> Linear step on per-set rows is fused
+  (``gears_ddp.weighted_norm``).
+- The graphs' normalised adjacencies are computed once, when the model is built.
 """
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from gears_ddp.graph_conv import SimpleGraphConv
+from gears_ddp.graph_conv import NormalisedAdjacency, SimpleGraphConv
+from gears_ddp.set_decoder import decode_sets
+from gears_ddp.weighted_norm import WeightedBatchNorm1d
 
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
-
-
-def _weighted_statistics(x, row_weight, eps: float, synchronize: bool):
-    """Count-weighted batch statistics of the rows of ``x`` (float32 for half inputs, as
-    autocast does for BatchNorm: half-precision sums over many rows overflow).
-
-    Returns ``centred = x - mean``, each row's ``share = w / sum(w)`` (a column), ``invstd``,
-    and ``mean``, the biased ``var`` and ``total = sum(w)``. With ``synchronize`` the sums
-    run over the rows of all ranks.
-    """
-    if x.dtype in (torch.float16, torch.bfloat16):
-        x = x.float()
-    weight = row_weight.to(x.dtype).unsqueeze(1)
-    sums = torch.cat([weight.sum(0), weight.T.mm(x).squeeze(0)])
-    if synchronize:
-        dist.all_reduce(sums)
-    total, mean = sums[0], sums[1:] / sums[0]
-    centred = x - mean
-    var = weight.T.mm(centred * centred).squeeze(0)
-    if synchronize:
-        dist.all_reduce(var)
-    var = var / total
-    return centred, weight / total, torch.rsqrt(var + eps), mean, var, total
-
-
-def _normalisation_backward(grad, centred, share, invstd, gamma, synchronize: bool):
-    """Gradients of ``gamma * centred * invstd + beta`` through the weighted statistics:
-    ``dx = gamma * invstd * (g - share * (sum g + xhat * sum g xhat))``, where each row's
-    gradient is already the sum over the identical copies it stands for. Returns
-    ``(dx, dgamma, dbeta)``; with ``synchronize`` the sums run over all ranks' rows."""
-    grad = grad.to(centred.dtype)
-    normalised = centred * invstd
-    local = torch.stack([grad.sum(0), (grad * normalised).sum(0)])
-    reduced = local.clone()
-    if synchronize:
-        dist.all_reduce(reduced)
-    # in place on one row-sized buffer: the backward pass's peak memory is in these passes
-    grad_x = normalised.mul_(reduced[1]).add_(reduced[0]).mul_(share).neg_().add_(grad).mul_(invstd * gamma)
-    return grad_x, local[1], local[0]
-
-
-class _WeightedBatchNorm(torch.autograd.Function):
-    """Training-mode BatchNorm over count-weighted rows, with its analytic backward: a few
-    fused passes instead of autograd's chain of elementwise operations."""
-
-    @staticmethod
-    def forward(ctx, x, row_weight, gamma, beta, eps: float, synchronize: bool):
-        ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
-        centred, share, invstd, mean, var, total = _weighted_statistics(x, row_weight, eps, synchronize)
-        ctx.save_for_backward(centred, share, invstd, gamma)
-        ctx.mark_non_differentiable(mean, var, total)
-        return torch.addcmul(beta, centred, invstd * gamma), mean, var, total
-
-    @staticmethod
-    def backward(ctx, grad, *_):
-        centred, share, invstd, gamma = ctx.saved_tensors
-        grad_x, grad_gamma, grad_beta = _normalisation_backward(grad, centred, share, invstd, gamma,
-                                                                ctx.synchronize)
-        return grad_x.to(ctx.input_dtype), None, grad_gamma, grad_beta, None, None
-
-
-class _WeightedBatchNormReluLinear(torch.autograd.Function):
-    """``linear(relu(weighted BatchNorm(x)))`` that keeps only the centred input for the
-    backward pass and recomputes the activation there.
-
-    Unfused, autograd keeps the centred input, the ReLU output and (the same tensor) the
-    Linear's input; for the per-set rows (S x G of them) that is the bulk of a training
-    step's memory. Under autocast the Linear runs as autocast runs it (its output's dtype
-    is recorded and the backward products use it).
-    """
-
-    @staticmethod
-    def _activation(centred, invstd, gamma, beta):
-        """relu(BatchNorm output): computed in forward, recomputed the same way in backward."""
-        return torch.addcmul(beta, centred, invstd * gamma).relu_()
-
-    @staticmethod
-    def forward(ctx, x, row_weight, gamma, beta, eps: float, synchronize: bool, weight, bias):
-        ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
-        centred, share, invstd, mean, var, total = _weighted_statistics(x, row_weight, eps, synchronize)
-        out = F.linear(_WeightedBatchNormReluLinear._activation(centred, invstd, gamma, beta), weight, bias)
-        ctx.matmul_dtype = out.dtype
-        ctx.save_for_backward(centred, share, invstd, gamma, beta, weight, bias)
-        ctx.mark_non_differentiable(mean, var, total)
-        return out, mean, var, total
-
-    @staticmethod
-    def backward(ctx, grad, *_):
-        centred, share, invstd, gamma, beta, weight, bias = ctx.saved_tensors
-        activated = _WeightedBatchNormReluLinear._activation(centred, invstd, gamma, beta)
-        grad = grad.to(ctx.matmul_dtype)
-        grad_weight = grad.T.mm(activated.to(ctx.matmul_dtype)).to(weight.dtype)
-        grad_bias = grad.sum(0).to(bias.dtype)
-        inactive = activated <= 0
-        del activated  # row-sized: freed before the next row-sized buffers
-        grad_activated = grad.mm(weight.to(ctx.matmul_dtype)).to(centred.dtype).masked_fill_(inactive, 0)
-        grad_x, grad_gamma, grad_beta = _normalisation_backward(grad_activated, centred, share, invstd, gamma,
-                                                                ctx.synchronize)
-        return grad_x.to(ctx.input_dtype), None, grad_gamma, grad_beta, None, None, grad_weight, grad_bias
-
-
-class WeightedBatchNorm1d(nn.BatchNorm1d):
-    """``BatchNorm1d`` whose training-mode statistics can weight rows by a count.
-
-    A row with weight ``w`` counts as ``w`` identical rows: mean, biased variance (used to
-    normalise) and the unbiased variance fed to the running estimate are those of the
-    expanded batch. Without weights, or in evaluation mode, it is ``BatchNorm1d``.
-
-    With ``synchronize`` set (distributed ``sync_batchnorm``), weighted statistics are those
-    of the batches of all ranks together. (Rows without weights are the per-gene part,
-    identical on every rank: nothing to synchronise.)
-    """
-
-    synchronize = False
-
-    def forward(self, x: torch.Tensor, row_weight: torch.Tensor | None = None) -> torch.Tensor:
-        if row_weight is None or not self.training:
-            return super().forward(x)
-        out, mean, var, total = _WeightedBatchNorm.apply(x, row_weight, self.weight, self.bias, self.eps,
-                                                         self._synchronizing())
-        self._update_running_stats(mean, var, total)
-        return out
-
-    def relu_linear(self, x: torch.Tensor, row_weight: torch.Tensor | None, linear: nn.Linear) -> torch.Tensor:
-        """``linear(relu(self(x, row_weight)))``; with row weights in training mode, fused so
-        that the backward pass keeps one tensor of ``x``'s size instead of three."""
-        if row_weight is None or not self.training:
-            return linear(F.relu(self(x, row_weight)))
-        out, mean, var, total = _WeightedBatchNormReluLinear.apply(
-            x, row_weight, self.weight, self.bias, self.eps, self._synchronizing(), linear.weight, linear.bias)
-        self._update_running_stats(mean, var, total)
-        return out
-
-    def _synchronizing(self) -> bool:
-        return self.synchronize and dist.is_initialized()
-
-    @torch.no_grad()
-    def _update_running_stats(self, mean, var, n_rows) -> None:
-        if not self.track_running_stats:
-            return
-        self.num_batches_tracked.add_(1)
-        factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-        unbiased = var * (n_rows / (n_rows - 1)) if n_rows > 1 else var
-        self.running_mean.mul_(1 - factor).add_(factor * mean.to(self.running_mean.dtype))
-        self.running_var.mul_(1 - factor).add_(factor * unbiased.to(self.running_var.dtype))
 
 
 class MLP(nn.Module):
@@ -188,17 +46,15 @@ class MLP(nn.Module):
             layers += [nn.Linear(n_in, n_out), WeightedBatchNorm1d(n_out), nn.ReLU()]
         self.network = nn.Sequential(*layers[:-1])
 
-    def forward(self, x: torch.Tensor, row_weight: torch.Tensor | None = None) -> torch.Tensor:
-        return self.after_first_linear(self.network[0](x), row_weight)
-
-    def after_first_linear(self, x: torch.Tensor, row_weight: torch.Tensor | None = None) -> torch.Tensor:
-        """The rest of the network applied to the first Linear's output: each (BatchNorm,
-        ReLU, Linear) step through ``WeightedBatchNorm1d.relu_linear``, then the last BatchNorm."""
-        layers = list(self.network)[1:]
-        for step in range(0, len(layers) - 1, 3):
+    def forward(self, x: torch.Tensor, set_counts: torch.Tensor | None = None) -> torch.Tensor:
+        """Each (BatchNorm, ReLU, Linear) step through ``WeightedBatchNorm1d.relu_linear``;
+        ``set_counts`` weight the BatchNorms' rows (see ``WeightedBatchNorm1d``)."""
+        layers = list(self.network)
+        x = layers[0](x)
+        for step in range(1, len(layers) - 1, 3):
             norm, _, linear = layers[step:step + 3]
-            x = norm.relu_linear(x, row_weight, linear)
-        return layers[-1](x, row_weight)
+            x = norm.relu_linear(x, set_counts, linear)
+        return layers[-1](x, set_counts)
 
 
 def renormed_table(embedding: nn.Embedding) -> torch.Tensor:
@@ -273,17 +129,15 @@ class GEARSModel(nn.Module):
         # never used in forward: no gradients (DistributedDataParallel would wait for them)
         self.pert_w.requires_grad_(False)
         self.bn_pert_base_trans.requires_grad_(False)
-        # graphs and index vectors move with the module but are not checkpoint entries
-        self.register_buffer("coexpress_edge_index", coexpress_edge_index.long(), persistent=False)
-        self.register_buffer("coexpress_edge_weight", coexpress_edge_weight.float(), persistent=False)
-        self.register_buffer("go_edge_index", go_edge_index.long(), persistent=False)
-        self.register_buffer("go_edge_weight", go_edge_weight.float(), persistent=False)
+        # the graphs' normalised adjacencies: they move with the module, outside the checkpoint
+        self.coexpress_graph = NormalisedAdjacency(coexpress_edge_index, coexpress_edge_weight.float(), num_genes)
+        self.go_graph = NormalisedAdjacency(go_edge_index, go_edge_weight.float(), num_perts)
 
     @staticmethod
-    def _propagate(h, layers, edge_index, edge_weight):
+    def _propagate(h, layers, adjacency):
         """Graph convolutions with ReLU between them (not after the last)."""
         for i, layer in enumerate(layers):
-            h = layer(h, edge_index, edge_weight)
+            h = layer(h, adjacency)
             if i < len(layers) - 1:
                 h = h.relu()
         return h
@@ -291,14 +145,12 @@ class GEARSModel(nn.Module):
     def gene_embeddings(self) -> torch.Tensor:
         """Per-gene base embedding (G x H), the same for every cell."""
         base = F.relu(self.bn_emb(renormed_table(self.gene_emb)))
-        positional = self._propagate(renormed_table(self.emb_pos), self.layers_emb_pos,
-                                     self.coexpress_edge_index, self.coexpress_edge_weight)
+        positional = self._propagate(renormed_table(self.emb_pos), self.layers_emb_pos, self.coexpress_graph)
         return self.emb_trans_v2(base + PERT_EMB_LAMBDA * positional)
 
     def perturbation_embeddings(self) -> torch.Tensor:
         """GO-propagated embedding of every vocabulary gene (P x H)."""
-        return self._propagate(renormed_table(self.pert_emb), self.sim_layers, self.go_edge_index,
-                               self.go_edge_weight)
+        return self._propagate(renormed_table(self.pert_emb), self.sim_layers, self.go_graph)
 
     def set_effects(self, sets: torch.Tensor, counts: torch.Tensor):
         """Predicted change from control (S x G) for each perturbation set, and the
@@ -315,19 +167,17 @@ class GEARSModel(nn.Module):
         if len(perturbed):
             shift = shift.index_copy(0, perturbed, self.pert_fuse(summed[perturbed], counts[perturbed]))
 
-        row_weight = counts.repeat_interleave(n_genes)
-        hidden = self.gene_embeddings().unsqueeze(0) + shift.unsqueeze(1)           # S x G x H
-        hidden = hidden.reshape(n_sets * n_genes, -1)
-        if self.uncertainty:  # both heads read relu(bn_pert_base(hidden))
-            hidden = F.relu(self.bn_pert_base(hidden, row_weight))
-            logvar = self.uncertainty_w(hidden, row_weight).reshape(n_sets, n_genes)
-            decoded = self.recovery_w(hidden, row_weight)
-        else:
+        genes = self.gene_embeddings()
+        if self.training and not self.uncertainty:
+            gene_out = decode_sets(genes, shift, counts, self.bn_pert_base, self.recovery_w, self.indv_w1[:, :, 0],
+                                   self.indv_b1[:, 0], self.bn_pert_base.synchronizing())
             logvar = None
-            decoded = self.recovery_w.after_first_linear(
-                self.bn_pert_base.relu_linear(hidden, row_weight, self.recovery_w.network[0]), row_weight)
-        decoded = decoded.reshape(n_sets, n_genes, -1)
-        gene_out = (decoded * self.indv_w1[:, :, 0]).sum(-1) + self.indv_b1[:, 0]
+        else:
+            hidden = (genes.unsqueeze(0) + shift.unsqueeze(1)).reshape(n_sets * n_genes, -1)  # (S * G) x H
+            hidden = F.relu(self.bn_pert_base(hidden, counts))  # both heads read it
+            logvar = self.uncertainty_w(hidden, counts).reshape(n_sets, n_genes) if self.uncertainty else None
+            decoded = self.recovery_w(hidden, counts).reshape(n_sets, n_genes, -1)
+            gene_out = (decoded * self.indv_w1[:, :, 0]).sum(-1) + self.indv_b1[:, 0]
         cross = self.cross_gene_state(gene_out, counts)                              # S x H
         w2 = self.indv_w2[0]
         effect = gene_out * w2[:, 0] + cross @ w2[:, 1:].T + self.indv_b2[0]

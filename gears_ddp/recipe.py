@@ -9,6 +9,7 @@ takes the same best-model decision from the same all-rank metrics.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -20,6 +21,7 @@ from torch import nn
 
 from gears_ddp._logging import get_logger
 from gears_ddp.engine import Precision, evaluate, train_epoch, unwrapped
+from gears_ddp.host_memory import retained_host_memory
 from gears_ddp.losses import LossContext
 from gears_ddp.metrics import EvaluationAccumulator, compute_metrics
 
@@ -38,8 +40,9 @@ class TrainingOutcome:
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float):
-    """Adam and the per-epoch halving schedule of the reference."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    """Adam and the per-epoch halving schedule of the reference. Adam runs fused (one kernel
+    for all parameters instead of a Python loop of small operations; the same update)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
     return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
 
 
@@ -86,31 +89,32 @@ def run_training(model: nn.Module, loaders: dict, epochs: int, optimizer, schedu
     """
     outcome = copy.deepcopy(previous) if previous is not None else TrainingOutcome()
     train_eval_loader = loaders.get("train_eval_loader", loaders["train_loader"])
-    for epoch in range(start_epoch, epochs):
-        tick = time.perf_counter()
-        loss_sum, steps = train_epoch(model, loaders["train_loader"], optimizer, context, uncertainty, device,
-                                      epoch, precision, accumulation_steps, no_sync, show_progress=is_main)
-        scheduler.step()
-        train_loss = reduce_loss(loss_sum, steps) if reduce_loss else float(loss_sum) / max(steps, 1)
-        if before_evaluation is not None:
-            before_evaluation()
-        train_metrics, _ = compute_metrics(evaluate(model, train_eval_loader, accumulator_factory(), uncertainty,
-                                                    device, precision, reduce_state))
-        val_metrics, _ = compute_metrics(evaluate(model, loaders["val_loader"], accumulator_factory(), uncertainty,
-                                                  device, precision, reduce_state))
-        record = {"epoch": epoch + 1, "train_loss": train_loss, "seconds": time.perf_counter() - tick,
-                  **{f"train_{k}": v for k, v in train_metrics.items()},
-                  **{f"val_{k}": v for k, v in val_metrics.items()}}
-        outcome.history.append(record)
-        if is_main:
-            logger.info("epoch %d: train loss %.4f, train mse %.4f / mse_de %.4f, val mse %.4f / mse_de %.4f (%.1f s)",
-                        epoch + 1, train_loss, train_metrics["mse"], train_metrics["mse_de"], val_metrics["mse"],
-                        val_metrics["mse_de"], record["seconds"])
-        if val_metrics["mse_de"] < outcome.best_value:
-            outcome.best_value, outcome.best_epoch = val_metrics["mse_de"], epoch
-            outcome.best_state = _cpu_state(unwrapped(model))
-        if on_epoch_end is not None:
-            on_epoch_end(epoch, outcome)
+    with retained_host_memory() if device.type == "cpu" else contextlib.nullcontext():
+        for epoch in range(start_epoch, epochs):
+            tick = time.perf_counter()
+            loss_sum, steps = train_epoch(model, loaders["train_loader"], optimizer, context, uncertainty, device,
+                                          epoch, precision, accumulation_steps, no_sync, show_progress=is_main)
+            scheduler.step()
+            train_loss = reduce_loss(loss_sum, steps) if reduce_loss else float(loss_sum) / max(steps, 1)
+            if before_evaluation is not None:
+                before_evaluation()
+            train_metrics, _ = compute_metrics(evaluate(model, train_eval_loader, accumulator_factory(), uncertainty,
+                                                        device, precision, reduce_state))
+            val_metrics, _ = compute_metrics(evaluate(model, loaders["val_loader"], accumulator_factory(),
+                                                      uncertainty, device, precision, reduce_state))
+            record = {"epoch": epoch + 1, "train_loss": train_loss, "seconds": time.perf_counter() - tick,
+                      **{f"train_{k}": v for k, v in train_metrics.items()},
+                      **{f"val_{k}": v for k, v in val_metrics.items()}}
+            outcome.history.append(record)
+            if is_main:
+                logger.info("epoch %d: train loss %.4f, train mse %.4f / mse_de %.4f, val mse %.4f / mse_de %.4f "
+                            "(%.1f s)", epoch + 1, train_loss, train_metrics["mse"], train_metrics["mse_de"],
+                            val_metrics["mse"], val_metrics["mse_de"], record["seconds"])
+            if val_metrics["mse_de"] < outcome.best_value:
+                outcome.best_value, outcome.best_epoch = val_metrics["mse_de"], epoch
+                outcome.best_state = _cpu_state(unwrapped(model))
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, outcome)
     if outcome.best_state is None:  # no epoch ran, or val mse_de was NaN: keep the current weights
         outcome.best_state = _cpu_state(unwrapped(model))
     return outcome

@@ -11,10 +11,14 @@ def random_graph(n_nodes, n_edges, generator):
     return index, torch.rand(n_edges, generator=generator)
 
 
-def make_model(uncertainty=False, seed=0):
+def model_graphs(seed=0):
+    """The (edge_index, edge_weight) of the co-expression and GO graphs of ``make_model(seed=seed)``."""
     generator = torch.Generator().manual_seed(seed)
-    coexpress = random_graph(N_GENES, 200, generator)
-    go = random_graph(N_PERTS, 150, generator)
+    return random_graph(N_GENES, 200, generator), random_graph(N_PERTS, 150, generator)
+
+
+def make_model(uncertainty=False, seed=0):
+    coexpress, go = model_graphs(seed)
     torch.manual_seed(seed)
     return GEARSModel(N_GENES, N_PERTS, *coexpress, *go, hidden_size=HIDDEN, uncertainty=uncertainty)
 

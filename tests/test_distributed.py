@@ -17,8 +17,9 @@ from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, setup_ddp
 from gears_ddp.distributed.worker import train_ddp_worker
 from gears_ddp.engine import batch_loss, training_step
 from gears_ddp.gears import GEARS
-from gears_ddp.model import WeightedBatchNorm1d
 from gears_ddp.train_distributed import DistributedTrainingError, prepare_data, spawn_workers, train_multi_gpu
+from gears_ddp.weighted_norm import WeightedBatchNorm1d
+from model_fixtures import make_model, random_batch
 
 SPLIT = {"split": "simulation", "seed": 1}
 
@@ -248,3 +249,54 @@ def test_sync_batchnorm_uses_the_statistics_of_all_ranks():
         torch.testing.assert_close(torch.from_numpy(rank_out), out[rows].detach())
         torch.testing.assert_close(torch.from_numpy(rank_grad), whole.grad[rows])
         torch.testing.assert_close(torch.from_numpy(running_var), norm.running_var)
+
+
+SYNC_ROWS = (slice(0, 10), slice(10, 16))
+
+
+def _synchronized_model_inputs():
+    x, pert_idx = random_batch(batch_size=16, seed=7)
+    coefficients = torch.randn(16, x.shape[1], generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    return x.double(), pert_idx, coefficients
+
+
+def _synchronized_model_step(local_rank, port, queue):
+    """Rank r runs the whole network in training mode on its rows, with synchronised
+    BatchNorm statistics, and reports outputs, parameter gradients and running statistics."""
+    setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
+    try:
+        model = make_model().double().train()
+        for module in model.modules():
+            if isinstance(module, WeightedBatchNorm1d):
+                module.synchronize = True
+        x, pert_idx, coefficients = _synchronized_model_inputs()
+        rows = SYNC_ROWS[local_rank]
+        out = model(x[rows], pert_idx[rows])
+        (out * coefficients[rows]).sum().backward()
+        # numpy arrays: torch tensors would travel as shared memory that the ending process releases
+        queue.put((local_rank, out.detach().numpy(),
+                   {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None},
+                   {n: b.numpy() for n, b in model.named_buffers()}))
+    finally:
+        cleanup_ddp()
+
+
+def test_sync_batchnorm_network_equals_one_process_on_all_rows():
+    """With synchronised statistics, the ranks' outputs are those of one process on all the
+    cells, and their gradients sum to its gradient (DDP then averages them)."""
+    queue = mp.get_context("spawn").SimpleQueue()
+    results = sorted(spawn_workers(_synchronized_model_step, (find_free_port(), queue), 2, queue),
+                     key=lambda r: r[0])
+    model = make_model().double().train()
+    x, pert_idx, coefficients = _synchronized_model_inputs()
+    out = model(x, pert_idx)
+    (out * coefficients).sum().backward()
+    for (_, rank_out, _, buffers), rows in zip(results, SYNC_ROWS):
+        torch.testing.assert_close(torch.from_numpy(rank_out), out[rows].detach(), rtol=1e-10, atol=1e-10)
+        for name, value in model.named_buffers():
+            torch.testing.assert_close(torch.from_numpy(buffers[name]), value, rtol=1e-10, atol=1e-10, msg=name)
+    scale = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None)
+    for name, parameter in model.named_parameters():
+        if parameter.grad is not None:
+            summed = torch.from_numpy(results[0][2][name] + results[1][2][name])
+            torch.testing.assert_close(summed, parameter.grad, rtol=1e-7, atol=1e-9 * scale, msg=name)

@@ -3,7 +3,7 @@ uses: outputs, gradients, parameter names and initialisation."""
 import pytest
 import torch
 
-from gears_ddp.graph_conv import SimpleGraphConv
+from gears_ddp.graph_conv import NormalisedAdjacency, SimpleGraphConv
 from reference_package import import_reference
 
 N_NODES, CHANNELS = 30, 8
@@ -44,7 +44,7 @@ def test_outputs_and_gradients_equal_sgconv(seed):
     edge_index, edge_weight = _graph(seed)
     x = torch.randn(N_NODES, CHANNELS, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
-    out_ours = ours(x_ours, edge_index, edge_weight)
+    out_ours = ours(x_ours, NormalisedAdjacency(edge_index, edge_weight, N_NODES))
     out_theirs = theirs(x_theirs, edge_index, edge_weight)
     torch.testing.assert_close(out_ours, out_theirs, rtol=1e-12, atol=1e-12)
     upstream = torch.randn_like(out_ours)

@@ -9,16 +9,18 @@ import torch
 import torch.nn.functional as F
 
 from gears_ddp.model import PERT_EMB_LAMBDA
-from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, random_batch
+from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, model_graphs, random_batch
 from reference_package import import_reference
 
 
-def _reference_model(model, uncertainty):
+def _reference_model(uncertainty):
+    """The published model on the graphs of ``make_model``'s model."""
     module = import_reference("gears.model")
+    (coexpress, coexpress_weight), (go, go_weight) = model_graphs()
     args = dict(num_genes=N_GENES, num_perts=N_PERTS, hidden_size=HIDDEN, uncertainty=uncertainty,
                 num_go_gnn_layers=1, num_gene_gnn_layers=1, decoder_hidden_size=16, no_perturb=False,
-                G_coexpress=model.coexpress_edge_index, G_coexpress_weight=model.coexpress_edge_weight,
-                G_go=model.go_edge_index, G_go_weight=model.go_edge_weight, device="cpu")
+                G_coexpress=coexpress, G_coexpress_weight=coexpress_weight, G_go=go, G_go_weight=go_weight,
+                device="cpu")
     with contextlib.redirect_stdout(io.StringIO()):
         return module.GEARS_Model(args)
 
@@ -47,7 +49,7 @@ def _trained_a_little(model, steps=3):
 def test_checkpoints_load_both_ways_and_initialisation_matches(uncertainty):
     ours = make_model(uncertainty)
     torch.manual_seed(0)
-    theirs = _reference_model(ours, uncertainty)
+    theirs = _reference_model(uncertainty)
     assert list(ours.state_dict()) == list(theirs.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
     trained = _trained_a_little(make_model(uncertainty))
@@ -59,7 +61,7 @@ def test_checkpoints_load_both_ways_and_initialisation_matches(uncertainty):
 @pytest.mark.parametrize("uncertainty", [False, True])
 def test_outputs_equal_the_published_model_at_batch_size_one(uncertainty):
     ours = _trained_a_little(make_model(uncertainty))
-    theirs = _reference_model(ours, uncertainty)
+    theirs = _reference_model(uncertainty)
     theirs.load_state_dict(ours.state_dict())
     theirs.eval()
     x, pert_idx = random_batch(batch_size=6, seed=4)
@@ -156,7 +158,7 @@ def test_positional_weight_is_the_published_constant():
 def test_weighted_batchnorm_keeps_half_precision_inputs_finite():
     """Under mixed precision the statistics are computed in float32 (as autocast does for
     BatchNorm): float16 sums over 20,000 rows of values around 40 would overflow."""
-    from gears_ddp.model import WeightedBatchNorm1d
+    from gears_ddp.weighted_norm import WeightedBatchNorm1d
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(20000, 8, generator=generator) * 3 + 40
     weights = torch.randint(1, 5, (20000,), generator=generator)
@@ -176,7 +178,7 @@ def test_fused_batchnorm_relu_linear_equals_the_unfused_modules(autocast):
     """``relu_linear`` (training mode, row weights) against BatchNorm1d on the expanded rows,
     ReLU and Linear through autograd: outputs, every gradient and the running statistics;
     in float64, and under bfloat16 autocast within bfloat16 rounding."""
-    from gears_ddp.model import WeightedBatchNorm1d
+    from gears_ddp.weighted_norm import WeightedBatchNorm1d
     generator = torch.Generator().manual_seed(3)
     dtype = torch.float32 if autocast else torch.float64
     x = torch.randn(50, 6, generator=generator, dtype=dtype) * 2 + 1

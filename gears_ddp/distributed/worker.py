@@ -28,7 +28,7 @@ from gears_ddp.distributed.runtime import barrier, cleanup_ddp, setup_ddp
 from gears_ddp.engine import Precision
 from gears_ddp.gears import GEARS
 from gears_ddp.metrics import merge_states
-from gears_ddp.model import WeightedBatchNorm1d
+from gears_ddp.weighted_norm import WeightedBatchNorm1d
 from gears_ddp.recipe import add_warmup, make_optimizer, run_training
 
 logger = get_logger(__name__)

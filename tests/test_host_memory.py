@@ -1,0 +1,71 @@
+"""Freed host memory is kept for reuse during CPU training, and given back after."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gears_ddp import host_memory
+
+FAULT_COUNT = textwrap.dedent("""
+    import resource, sys
+    import torch
+    from gears_ddp.host_memory import retained_host_memory
+
+    def faults_of_steps():
+        # a training step's pattern: several buffers of a few MiB, all freed at its end
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(20):
+            buffers = [torch.ones(3 * 2**20) for _ in range(4)]  # 12 MiB each, written
+            del buffers
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    faults_of_steps()  # glibc's dynamic thresholds settle
+    default = faults_of_steps()
+    with retained_host_memory():
+        faults_of_steps()  # the heap grows once
+        retained = faults_of_steps()
+    print(default, retained)
+""")
+
+
+@pytest.mark.skipif(host_memory._c_library() is None, reason="the C library is not glibc")
+def test_steps_stop_faulting_pages_in_while_memory_is_retained():
+    environment = {k: v for k, v in os.environ.items() if k not in host_memory.USER_SETTINGS}
+    out = subprocess.run([sys.executable, "-c", FAULT_COUNT], capture_output=True, text=True, check=True,
+                         env=environment)
+    default, retained = map(int, out.stdout.split())
+    assert default > 20 * 3000  # every step faults its 48 MiB in again (4 KiB pages)
+    assert retained < default / 20
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def mallopt(self, parameter, value):
+        self.calls.append(("mallopt", parameter, value))
+
+    def malloc_trim(self, pad):
+        self.calls.append(("malloc_trim", pad))
+
+
+def test_settings_are_raised_in_the_block_and_memory_given_back_after(monkeypatch):
+    recorder = _Recorder()
+    monkeypatch.setattr(host_memory, "_c_library", lambda: recorder)
+    for name in host_memory.USER_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    with host_memory.retained_host_memory():
+        assert recorder.calls == [("mallopt", host_memory.M_MMAP_THRESHOLD, 32 * 2**20),
+                                  ("mallopt", host_memory.M_TRIM_THRESHOLD, 256 * 2**20)]
+    assert recorder.calls[-1] == ("malloc_trim", 0)
+
+
+def test_the_users_own_allocator_settings_are_left_alone(monkeypatch):
+    recorder = _Recorder()
+    monkeypatch.setattr(host_memory, "_c_library", lambda: recorder)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000000")
+    with host_memory.retained_host_memory():
+        pass
+    assert recorder.calls == []
