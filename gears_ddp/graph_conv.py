@@ -42,21 +42,41 @@ class NormalisedAdjacency(nn.Module):
 
     Messages are gathered with ``index_select`` and summed with ``index_add_``: the backward
     pass of that pair is another gather and sum, where plain tensor indexing would scatter
-    its gradient with a sorting ``index_put_``. The edges are non-persistent buffers: they
-    move with the module and stay out of its ``state_dict``.
+    its gradient with a sorting ``index_put_``. Edges are kept sorted by target with each
+    node's first edge (``first_edge``), so that a few rows of ``A_hat @ x`` cost only the
+    edges entering them. The edges are non-persistent buffers: they move with the module and
+    stay out of its ``state_dict``.
     """
 
     def __init__(self, edge_index: torch.Tensor, edge_weight: torch.Tensor, num_nodes: int):
         super().__init__()
         source, target, weight = normalised_edges(edge_index.long(), edge_weight, num_nodes, edge_weight.dtype)
+        order = torch.argsort(target, stable=True)
         self.num_nodes = num_nodes
-        self.register_buffer("source", source, persistent=False)
-        self.register_buffer("target", target, persistent=False)
-        self.register_buffer("weight", weight, persistent=False)
+        self.register_buffer("source", source[order], persistent=False)
+        self.register_buffer("target", target[order], persistent=False)
+        self.register_buffer("weight", weight[order], persistent=False)
+        first_edge = torch.zeros(num_nodes + 1, dtype=torch.long)
+        first_edge[1:] = torch.cumsum(torch.bincount(target, minlength=num_nodes), 0)
+        self.register_buffer("first_edge", first_edge, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        messages = x.index_select(0, self.source) * self.weight.to(x.dtype).unsqueeze(1)
-        return x.new_zeros(x.shape).index_add_(0, self.target, messages)
+    def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``A_hat @ x``, or only its ``rows`` (a 1-D index tensor) in that order."""
+        if rows is None:
+            source, target, weight, n_out = self.source, self.target, self.weight, x.shape[0]
+        else:
+            edges, target = self._edges_into(rows)
+            source, weight, n_out = self.source[edges], self.weight[edges], len(rows)
+        messages = x.index_select(0, source) * weight.to(x.dtype).unsqueeze(1)
+        return x.new_zeros(n_out, x.shape[1]).index_add_(0, target, messages)
+
+    def _edges_into(self, rows: torch.Tensor):
+        """The edges entering ``rows`` and, for each, the position of its target in ``rows``."""
+        starts = self.first_edge[rows]
+        counts = self.first_edge[rows + 1] - starts
+        position = torch.repeat_interleave(torch.arange(len(rows), device=rows.device), counts)
+        offset_in_row = torch.arange(len(position), device=rows.device) - (torch.cumsum(counts, 0) - counts)[position]
+        return starts[position] + offset_in_row, position
 
 
 class SimpleGraphConv(nn.Module):
@@ -69,5 +89,6 @@ class SimpleGraphConv(nn.Module):
         # convolution's reset), so that a torch seed gives SGConv's weights
         self.lin.reset_parameters()
 
-    def forward(self, x: torch.Tensor, adjacency: NormalisedAdjacency) -> torch.Tensor:
-        return self.lin(adjacency(x))
+    def forward(self, x: torch.Tensor, adjacency: NormalisedAdjacency, rows: torch.Tensor | None = None):
+        """``lin(A_hat @ x)``, or only its ``rows``."""
+        return self.lin(adjacency(x, rows))

@@ -134,13 +134,14 @@ class GEARSModel(nn.Module):
         self.go_graph = NormalisedAdjacency(go_edge_index, go_edge_weight.float(), num_perts)
 
     @staticmethod
-    def _propagate(h, layers, adjacency):
-        """Graph convolutions with ReLU between them (not after the last)."""
-        for i, layer in enumerate(layers):
-            h = layer(h, adjacency)
-            if i < len(layers) - 1:
-                h = h.relu()
-        return h
+    def _propagate(h, layers, adjacency, rows: torch.Tensor | None = None):
+        """Graph convolutions with ReLU between them (not after the last); with ``rows``,
+        only those rows of the result (the last convolution computes only them)."""
+        if not len(layers):
+            return h if rows is None else h[rows]
+        for layer in layers[:-1]:
+            h = layer(h, adjacency).relu()
+        return layers[-1](h, adjacency, rows)
 
     def gene_embeddings(self) -> torch.Tensor:
         """Per-gene base embedding (G x H), the same for every cell."""
@@ -148,9 +149,10 @@ class GEARSModel(nn.Module):
         positional = self._propagate(renormed_table(self.emb_pos), self.layers_emb_pos, self.coexpress_graph)
         return self.emb_trans_v2(base + PERT_EMB_LAMBDA * positional)
 
-    def perturbation_embeddings(self) -> torch.Tensor:
-        """GO-propagated embedding of every vocabulary gene (P x H)."""
-        return self._propagate(renormed_table(self.pert_emb), self.sim_layers, self.go_graph)
+    def perturbation_embeddings(self, genes: torch.Tensor | None = None) -> torch.Tensor:
+        """GO-propagated embedding of every vocabulary gene (P x H), or of ``genes`` only.
+        The whole table is renormalised either way, as the published model looks it all up."""
+        return self._propagate(renormed_table(self.pert_emb), self.sim_layers, self.go_graph, genes)
 
     def set_effects(self, sets: torch.Tensor, counts: torch.Tensor):
         """Predicted change from control (S x G) for each perturbation set, and the
@@ -161,7 +163,8 @@ class GEARSModel(nn.Module):
             zeros = self.indv_b2.new_zeros(n_sets, n_genes)
             return zeros, (zeros if self.uncertainty else None)
         present = sets >= 0
-        summed = (self.perturbation_embeddings()[sets.clamp(min=0)] * present.unsqueeze(-1)).sum(1)
+        used, position = torch.unique(sets.clamp(min=0), return_inverse=True)  # (padding reads gene 0)
+        summed = (self.perturbation_embeddings(used)[position] * present.unsqueeze(-1)).sum(1)
         perturbed = torch.nonzero(present.any(1)).flatten()
         shift = torch.zeros_like(summed)
         if len(perturbed):

@@ -77,10 +77,10 @@ def normalisation_backward(grad, centred, share, invstd, gamma, synchronize: boo
 
 
 def relu_mask_(grad: torch.Tensor, activated: torch.Tensor) -> torch.Tensor:
-    """``grad`` times ReLU's derivative at the output ``activated``, in place on ``grad``.
-    (``activated`` is overwritten by its sign. A boolean mask with ``masked_fill_`` is over
-    ten times slower on CPU.)"""
-    return grad.mul_(activated.sign_())
+    """``grad`` times ReLU's derivative at the output ``activated``, in place on ``grad``, in
+    one pass (ReLU's own backward kernel; a boolean mask with ``masked_fill_`` is over ten
+    times slower on CPU)."""
+    return torch.ops.aten.threshold_backward.grad_input(grad, activated, 0, grad_input=grad)
 
 
 class _WeightedBatchNorm(torch.autograd.Function):

@@ -55,3 +55,21 @@ def test_outputs_and_gradients_equal_sgconv(seed):
         torch.testing.assert_close(dict(ours.named_parameters())[name].grad, parameter.grad, rtol=1e-12, atol=1e-12)
     # a node whose only edge is a zero-weight self-loop receives nothing: its output is the bias
     torch.testing.assert_close(out_ours[N_NODES - 1], ours.lin.bias)
+
+
+def test_selected_rows_equal_those_of_the_whole_product():
+    """Rows asked for, in any order and repeated, cost only their own edges and equal the
+    same rows of the whole ``A_hat @ x``, gradients included."""
+    edge_index, edge_weight = _graph(4)
+    adjacency = NormalisedAdjacency(edge_index, edge_weight, N_NODES)
+    x = torch.randn(N_NODES, CHANNELS, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    rows = torch.tensor([7, 0, N_NODES - 1, 7, N_NODES - 2])  # the last two: no edge but their self-loop
+    x_whole, x_rows = x.clone().requires_grad_(), x.clone().requires_grad_()
+    whole, selected = adjacency(x_whole)[rows], adjacency(x_rows, rows)
+    torch.testing.assert_close(selected, whole, rtol=1e-12, atol=1e-12)
+    assert torch.count_nonzero(selected[2]) == 0  # a self-loop of weight 0
+    torch.testing.assert_close(selected[4], x[N_NODES - 2])  # a self-loop of weight 1 only
+    upstream = torch.randn_like(whole)
+    (whole * upstream).sum().backward()
+    (selected * upstream).sum().backward()
+    torch.testing.assert_close(x_rows.grad, x_whole.grad, rtol=1e-12, atol=1e-12)
