@@ -6,6 +6,7 @@ and their test metrics of the best-val model are compared seed by seed.
     python benchmarks/bench_quality.py [--seeds 1 2 3] [--epochs 10] [--skip-reference]
                                        [--genes 1000 --cells-per-condition 45 ...]
                                        [--batch-size 32 --test-batch-size 32]
+                                       [--without-coexpression]
 
 The data are made once, in the parent, by ``bench_data.make_input`` (the synthetic data of
 ``bench_model.py``: by default 7,300 cells x 1,000 genes, 60 singles and 80 combos of 45
@@ -195,7 +196,8 @@ def print_tables(runs: dict, args) -> None:
         print(f"\n{first['cells']} cells x {first['genes']} genes; split simulation, seeds "
               f"{' '.join(map(str, args.seeds))}; batch {args.batch_size}, test batch {args.test_batch_size}; "
               f"hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}; {args.epochs} epochs; "
-              f"CPU, {os.cpu_count()} cores, torch threads {first['threads']}")
+              f"CPU, {os.cpu_count()} cores, torch threads {first['threads']}"
+              + ("; both models without co-expression edges" if args.without_coexpression else ""))
     print(f"\nTest metrics of the best-val model after {args.epochs} epochs, per seed:\n")
     rows = []
     for seed, seed_runs in runs.items():

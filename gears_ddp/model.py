@@ -143,11 +143,14 @@ class GEARSModel(nn.Module):
             h = layer(h, adjacency).relu()
         return layers[-1](h, adjacency, rows)
 
-    def gene_embeddings(self) -> torch.Tensor:
-        """Per-gene base embedding (G x H), the same for every cell."""
-        base = F.relu(self.bn_emb(renormed_table(self.gene_emb)))
+    def gene_embeddings(self, n_cells: torch.Tensor) -> torch.Tensor:
+        """Per-gene base embedding (G x H), the same for every cell of a batch of
+        ``n_cells`` (a 1-element tensor). Its BatchNorms count the G rows ``n_cells`` times,
+        as the published model runs them on the rows of every cell: the batch statistics are
+        those of G rows, the running variance's unbiased correction that of n_cells x G."""
+        base = F.relu(self.bn_emb(renormed_table(self.gene_emb), n_cells))
         positional = self._propagate(renormed_table(self.emb_pos), self.layers_emb_pos, self.coexpress_graph)
-        return self.emb_trans_v2(base + PERT_EMB_LAMBDA * positional)
+        return self.emb_trans_v2(base + PERT_EMB_LAMBDA * positional, n_cells)
 
     def perturbation_embeddings(self, genes: torch.Tensor | None = None) -> torch.Tensor:
         """GO-propagated embedding of every vocabulary gene (P x H), or of ``genes`` only.
@@ -170,7 +173,7 @@ class GEARSModel(nn.Module):
         if len(perturbed):
             shift = shift.index_copy(0, perturbed, self.pert_fuse(summed[perturbed], counts[perturbed]))
 
-        genes = self.gene_embeddings()
+        genes = self.gene_embeddings(counts.sum().reshape(1))
         if self.training and not self.uncertainty:
             gene_out = decode_sets(genes, shift, counts, self.bn_pert_base, self.recovery_w, self.indv_w1[:, :, 0],
                                    self.indv_b1[:, 0], self.bn_pert_base.synchronizing())

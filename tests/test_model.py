@@ -8,15 +8,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gears_ddp.model import PERT_EMB_LAMBDA
+from gears_ddp.model import PERT_EMB_LAMBDA, GEARSModel, renormed_table
 from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, model_graphs, random_batch
 from reference_package import import_reference
 
 
-def _reference_model(uncertainty):
-    """The published model on the graphs of ``make_model``'s model."""
+def _reference_model(uncertainty, graphs=None):
+    """The published model on ``graphs`` ((co-expression edges, weights), (GO edges,
+    weights)), by default those of ``make_model``'s model."""
     module = import_reference("gears.model")
-    (coexpress, coexpress_weight), (go, go_weight) = model_graphs()
+    (coexpress, coexpress_weight), (go, go_weight) = graphs or model_graphs()
     args = dict(num_genes=N_GENES, num_perts=N_PERTS, hidden_size=HIDDEN, uncertainty=uncertainty,
                 num_go_gnn_layers=1, num_gene_gnn_layers=1, decoder_hidden_size=16, no_perturb=False,
                 G_coexpress=coexpress, G_coexpress_weight=coexpress_weight, G_go=go, G_go_weight=go_weight,
@@ -75,11 +76,44 @@ def test_outputs_equal_the_published_model_at_batch_size_one(uncertainty):
             torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-5)
 
 
+def test_training_step_equals_the_published_model_on_every_cell_without_coexpression_edges():
+    """The published model gives only a batch's first cell the co-expression messages.
+    Without co-expression edges the two are the same function for every cell: in training
+    mode on a batch of 32, outputs, gradients and running statistics agree (float64)."""
+    no_edges = (torch.zeros(2, 0, dtype=torch.long), torch.zeros(0))
+    _, go = model_graphs()
+    torch.manual_seed(0)
+    ours = GEARSModel(N_GENES, N_PERTS, *no_edges, *go, hidden_size=HIDDEN).double().train()
+    theirs = _reference_model(False, (no_edges, go))
+    theirs.load_state_dict(ours.state_dict())
+    theirs.double().train()
+    x, pert_idx = random_batch(batch_size=32, seed=3)
+    mine, reference = ours(x.double(), pert_idx), theirs(_reference_batch(x.double(), pert_idx))
+    torch.testing.assert_close(mine, reference, rtol=1e-10, atol=1e-10)
+    upstream = torch.randn_like(mine)
+    (mine * upstream).sum().backward()
+    (reference * upstream).sum().backward()
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        assert (a.grad is None) == (b.grad is None), name
+        if a.grad is not None:
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-11, msg=name)
+    for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)
+
+
+def _naive_gene_embeddings(model, n_cells):
+    """The per-gene part on the rows of every cell (n_cells x G x H), as the published model
+    runs it, with the co-expression messages for every cell."""
+    positional = model._propagate(renormed_table(model.emb_pos), model.layers_emb_pos, model.coexpress_graph)
+    base = F.relu(model.bn_emb(renormed_table(model.gene_emb).repeat(n_cells, 1)))
+    return model.emb_trans_v2(base + PERT_EMB_LAMBDA * positional.repeat(n_cells, 1)).reshape(n_cells, N_GENES, -1)
+
+
 def _naive_forward(model, x, pert_idx):
     """The per-cell computation: one row per cell (per cell and gene) through every
-    BatchNorm, as the published model does, with the per-gene part shared."""
+    BatchNorm, as the published model does."""
     n_cells = len(x)
-    genes = model.gene_embeddings()
+    genes = _naive_gene_embeddings(model, n_cells)
     pert_emb = model.perturbation_embeddings()
     summed, rows = [], []
     for cell in range(n_cells):
@@ -92,7 +126,7 @@ def _naive_forward(model, x, pert_idx):
         stacked = torch.stack(summed)
         fused = model.pert_fuse(stacked.repeat(2, 1))[:1] if len(rows) == 1 else model.pert_fuse(stacked)
         shift = shift.index_copy(0, torch.tensor(rows), fused)
-    hidden = (genes.unsqueeze(0) + shift.unsqueeze(1)).reshape(n_cells * N_GENES, HIDDEN)
+    hidden = (genes + shift.unsqueeze(1)).reshape(n_cells * N_GENES, HIDDEN)
     hidden = F.relu(model.bn_pert_base(hidden))
     decoded = model.recovery_w(hidden).reshape(n_cells, N_GENES, HIDDEN)
     gene_out = (decoded.unsqueeze(-1) * model.indv_w1).sum(2) + model.indv_b1
