@@ -29,14 +29,16 @@ def _as_set(edges):
     return {(s, t): w for s, t, w in edges[graphs.EDGE_COLUMNS].itertuples(index=False)}
 
 
-def test_coexpression_equals_straightforward_computation():
+@pytest.mark.parametrize("elements_per_chunk", [2**22, 64])  # one chunk; chunks of 2 cells, blocks of 2 genes
+def test_coexpression_equals_straightforward_computation(elements_per_chunk):
     rng = np.random.default_rng(0)
     latent = rng.normal(size=(300, 4))
     x = np.abs(latent @ rng.normal(size=(4, 30)) + rng.normal(scale=0.7, size=(300, 30))).astype(np.float32)
     x[:, 7] = 0.0  # a constant gene: NaN correlations count as 0
     names = [f"g{i}" for i in range(30)]
     rows = np.arange(0, 300, 2)
-    ours = _as_set(graphs.coexpression_edge_list(torch.from_numpy(x), rows, names, threshold=0.3, k=5))
+    ours = _as_set(graphs.coexpression_edge_list(torch.from_numpy(x), rows, names, threshold=0.3, k=5,
+                                                 elements_per_chunk=elements_per_chunk))
     naive = _as_set(_naive_coexpression(x[rows], names, threshold=0.3, k=5))
     assert set(ours) == set(naive) and len(ours) > 30
     assert all(abs(ours[e] - naive[e]) < 1e-6 for e in ours)
