@@ -156,8 +156,10 @@ def _train(rank: int, world_size: int, device: torch.device, pert_data, args: Tr
     start_epoch, previous = 0, None
     if args.resume_from:
         start_epoch, previous = _resume(args.resume_from, gears.model, optimizer, scheduler, precision, world_size)
+    # broadcast_buffers=False: the graphs are the same on every rank, and rank 0's BatchNorm
+    # running statistics are broadcast before each evaluation, not before every forward pass
     model = DistributedDataParallel(gears.model, device_ids=[device.index] if device.type == "cuda" else None,
-                                    find_unused_parameters=args.find_unused_parameters)
+                                    find_unused_parameters=args.find_unused_parameters, broadcast_buffers=False)
     save_path = Path(args.save_path)
 
     def checkpoint(epoch: int, outcome) -> None:
