@@ -31,6 +31,9 @@ def unwrapped(model: nn.Module) -> nn.Module:
     return getattr(model, "module", model)
 
 
+AMP_MODES = ("off", "fp16", "bf16")
+
+
 @dataclass
 class Precision:
     """Mixed precision of a step: ``dtype`` None (full precision), torch.float16 or torch.bfloat16;
@@ -38,6 +41,20 @@ class Precision:
 
     dtype: torch.dtype | None = None
     scaler: torch.amp.GradScaler | None = None
+
+    @classmethod
+    def for_mode(cls, amp: str, device: torch.device) -> "Precision":
+        """The precision of an ``amp`` option (``AMP_MODES``) on ``device``: bfloat16 autocast
+        (CPU or GPU), float16 autocast with a gradient scaler (CUDA only), or none."""
+        if amp not in AMP_MODES:
+            raise ValueError(f"amp must be one of {AMP_MODES}, got {amp!r}")
+        if amp == "bf16":
+            return cls(torch.bfloat16)
+        if amp == "fp16":
+            if device.type != "cuda":
+                raise ValueError(f"amp='fp16' needs a CUDA device, not {device}; use 'bf16' on CPU")
+            return cls(torch.float16, torch.amp.GradScaler("cuda"))
+        return cls()
 
     def autocast(self, device: torch.device):
         if self.dtype is None:

@@ -20,7 +20,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp.baselines import baseline_results
 from gears_ddp.data import io
 from gears_ddp.data.conditions import CONTROL, condition_genes
-from gears_ddp.engine import evaluate
+from gears_ddp.engine import Precision, evaluate
 from gears_ddp.losses import LossContext
 from gears_ddp.metrics import EvaluationAccumulator, MetricContext
 from gears_ddp.model import GEARSModel
@@ -136,13 +136,16 @@ class GEARS:
         """An empty per-condition accumulator for one evaluation pass."""
         return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device)
 
-    def train(self, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 5e-4) -> dict:
+    def train(self, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 5e-4, amp: str = "off") -> dict:
         """Train, keep the model with the lowest val ``mse_de``, then score it and the
-        baselines on test. Returns ``{'model': summary, 'baselines': {name: summary}}``."""
+        baselines on test. Returns ``{'model': summary, 'baselines': {name: summary}}``.
+        ``amp``: 'off', 'bf16' (CPU or GPU) or 'fp16' (CUDA) mixed precision for training
+        and evaluation."""
         self._require_model()
+        precision = Precision.for_mode(amp, self.device)
         optimizer, scheduler = make_optimizer(self.model, lr, weight_decay)
         outcome = run_training(self.model, self.dataloader, epochs, optimizer, scheduler, self.loss_context(),
-                               self.new_accumulator, self.config["uncertainty"], self.device)
+                               self.new_accumulator, self.config["uncertainty"], self.device, precision)
         self.history = outcome.history
         self.best_model = model_from_config(self.config).to(self.device)
         self.best_model.load_state_dict(outcome.best_state)

@@ -21,6 +21,7 @@ from gears_ddp.data.pertdata import PertData
 from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, resolve_devices, setup_ddp
 from gears_ddp.distributed.worker import train_ddp_worker
+from gears_ddp.engine import Precision
 
 __all__ = ["train_multi_gpu", "setup_ddp", "cleanup_ddp", "train_ddp_worker", "DistributedTrainingError"]
 
@@ -82,8 +83,7 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
     split = SplitConfig.from_dict(split_config)
     options = TrainingArgs.from_dict(args)
     devices = resolve_devices(n_gpus, gpu_ids, options.cpu_processes)
-    if options.amp == "fp16" and devices[0].type != "cuda":
-        raise ValueError("args['amp'] = 'fp16' needs CUDA devices; use 'bf16' on CPU")
+    Precision.for_mode(options.amp, devices[0])  # an impossible precision fails before any process starts
     check_save_path(options.save_path)
     pert_data = prepare_data(pert_data_path, dataset_name, split, options).share_memory_()
     port = int(os.environ.get("MASTER_PORT") or find_free_port())

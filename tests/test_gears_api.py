@@ -48,6 +48,25 @@ def test_training_steps_fit_a_fixed_batch(toy):
     assert losses[-1] < 0.7 * losses[0]
 
 
+def test_bf16_training_follows_full_precision_and_fp16_needs_cuda(toy):
+    """``train(amp='bf16')`` runs the steps under bfloat16 autocast: from the same weights
+    and data its losses differ from full precision only by rounding; fp16 on CPU is refused."""
+    toy.get_dataloader(16, test_batch_size=64)
+    losses = {}
+    for amp in ("off", "bf16"):
+        torch.manual_seed(0)
+        gears = GEARS(toy)
+        gears.model_initialize(hidden_size=8)
+        gears.train(epochs=2, amp=amp)
+        losses[amp] = np.array([h["train_loss"] for h in gears.history])
+    assert not np.array_equal(losses["off"], losses["bf16"])  # bf16 did run
+    np.testing.assert_allclose(losses["bf16"], losses["off"], rtol=0.05)
+    with pytest.raises(ValueError, match="'fp16' needs a CUDA device"):
+        gears.train(epochs=1, amp="fp16")
+    with pytest.raises(ValueError, match="amp must be one of"):
+        gears.train(epochs=1, amp="fp8")
+
+
 def test_predict_return_types_and_unknown_genes(trained):
     gears, _ = trained
     genes = gears.pert_list[:2]

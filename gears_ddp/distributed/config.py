@@ -12,9 +12,9 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from gears_ddp.data.pertdata import PertData
+from gears_ddp.engine import AMP_MODES
 from gears_ddp.gears import GEARS
 
-AMP_MODES = ("off", "fp16", "bf16")
 LR_SCALINGS = ("none", "linear", "sqrt")
 
 

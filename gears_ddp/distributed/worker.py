@@ -28,8 +28,8 @@ from gears_ddp.distributed.runtime import barrier, cleanup_ddp, setup_ddp
 from gears_ddp.engine import Precision
 from gears_ddp.gears import GEARS
 from gears_ddp.metrics import merge_states
-from gears_ddp.weighted_norm import WeightedBatchNorm1d
 from gears_ddp.recipe import add_warmup, make_optimizer, run_training
+from gears_ddp.weighted_norm import WeightedBatchNorm1d
 
 logger = get_logger(__name__)
 
@@ -89,17 +89,6 @@ def mean_loss_over_ranks(loss_sum: torch.Tensor, steps: int) -> float:
     return float(totals[0] / totals[1].clamp(min=1))
 
 
-def precision_for(args: TrainingArgs, device: torch.device) -> Precision:
-    """Autocast dtype and gradient scaler of ``args.amp`` on ``device``."""
-    if args.amp == "bf16":
-        return Precision(torch.bfloat16)
-    if args.amp == "fp16":
-        if device.type != "cuda":
-            raise ValueError("args['amp'] = 'fp16' needs CUDA devices; use 'bf16' on CPU")
-        return Precision(torch.float16, torch.amp.GradScaler("cuda"))
-    return Precision()
-
-
 def train_ddp_worker(local_rank: int, world_size: int, pert_data, args: TrainingArgs, devices: list,
                      master_addr: str, master_port: int, results=None, rank_offset: int = 0) -> dict | None:
     """Train as rank ``rank_offset + local_rank`` of ``world_size`` on ``devices[local_rank]``.
@@ -150,7 +139,7 @@ def _train(rank: int, world_size: int, device: torch.device, pert_data, args: Tr
         for module in gears.model.modules():
             if isinstance(module, WeightedBatchNorm1d):
                 module.synchronize = True
-    precision = precision_for(args, device)
+    precision = Precision.for_mode(args.amp, device)
     optimizer, scheduler = make_optimizer(gears.model, args.scaled_lr(world_size), args.weight_decay)
     add_warmup(optimizer, args.warmup_steps)
     start_epoch, previous = 0, None
