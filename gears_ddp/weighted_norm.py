@@ -149,8 +149,10 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
     expanded batch. Without counts, or in evaluation mode, it is ``BatchNorm1d``.
 
     With ``synchronize`` set (distributed ``sync_batchnorm``), weighted statistics are those
-    of the batches of all ranks together. (Rows without counts are the per-gene part,
-    identical on every rank: nothing to synchronise.)
+    of the batches of all ranks together. (The per-gene part's rows are the same on every
+    rank, so for them this changes only the count behind the running variance, which then
+    is that of all ranks' cells, as a synchronised BatchNorm over the published per-cell
+    rows has it.)
     """
 
     synchronize = False

@@ -9,6 +9,7 @@ same ``recipe.run_training``, the same evaluation, with the cross-rank pieces pl
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import os
 import time
@@ -64,6 +65,14 @@ def parameter_digest(model: torch.nn.Module) -> str:
         digest.update(name.encode())
         digest.update(np.ascontiguousarray(tensor.detach().cpu().numpy()).data)
     return digest.hexdigest()
+
+
+# Buffers are not broadcast before every forward pass: the graphs are the same on every rank, and
+# rank 0's BatchNorm running statistics are broadcast before each evaluation (broadcast_buffers).
+# Newer torch names the option forward_sync_buffers (and deprecates broadcast_buffers).
+NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
+                          if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+                          else {"broadcast_buffers": False})
 
 
 def broadcast_buffers(model: torch.nn.Module) -> None:
@@ -145,10 +154,8 @@ def _train(rank: int, world_size: int, device: torch.device, pert_data, args: Tr
     start_epoch, previous = 0, None
     if args.resume_from:
         start_epoch, previous = _resume(args.resume_from, gears.model, optimizer, scheduler, precision, world_size)
-    # broadcast_buffers=False: the graphs are the same on every rank, and rank 0's BatchNorm
-    # running statistics are broadcast before each evaluation, not before every forward pass
     model = DistributedDataParallel(gears.model, device_ids=[device.index] if device.type == "cuda" else None,
-                                    find_unused_parameters=args.find_unused_parameters, broadcast_buffers=False)
+                                    find_unused_parameters=args.find_unused_parameters, **NO_FORWARD_BUFFER_SYNC)
     save_path = Path(args.save_path)
 
     def checkpoint(epoch: int, outcome) -> None:
