@@ -116,6 +116,22 @@ def test_coexpression_matches_published_gears(toy, tmp_path):
     assert max(abs(ours[e] - reference[e]) for e in ours) < 1e-4
 
 
+def test_go_graph_matches_published_gears(toy):
+    """The published package's GO graph from the same GO files: top k + 1 sources per
+    target by Jaccard importance, as node indices of the perturbation vocabulary."""
+    utils = import_reference("gears.utils")
+    edges = utils.get_similarity_network("go", toy.adata, None, 3, str(toy.data_path), "toy", "simulation", 1,
+                                         0.75, toy.set2conditions)
+    network = utils.GeneSimNetwork(edges, toy.pert_names, toy.node_map_pert)
+    reference = {(toy.pert_names[s], toy.pert_names[t]): float(w)
+                 for (s, t), w in zip(network.edge_index.numpy().T, network.edge_weight.numpy())}
+    ours = toy.go_graph(k=3)
+    ours = {(toy.pert_names[s], toy.pert_names[t]): float(w)
+            for (s, t), w in zip(ours.edge_index.numpy().T, ours.edge_weight.numpy())}
+    assert set(ours) == set(reference) and len(ours) > len(toy.pert_names)
+    assert max(abs(ours[e] - reference[e]) for e in ours) < 1e-6
+
+
 def test_unknown_gene_in_edges_is_named():
     edges = pd.DataFrame({"source": ["a", "zz"], "target": ["a", "a"], "importance": [1.0, 0.5]})
     with pytest.raises(ValueError, match=r"outside the node set: \['zz'\]"):
