@@ -218,7 +218,8 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
     metrics_s, _ = _median_time(lambda: compute_metrics(result), args.eval_repeats)
 
     n_epochs = len(g.history)
-    return {"epoch_s": [r["seconds"] for r in g.history],
+    return {"paired_controls": _test_figures(_paired_controls_summary(g, loader)),
+            "epoch_s": [r["seconds"] for r in g.history],
             "loop_s": [end - begin for begin, end in loops],
             "eval_pass_s": [evals[2 * e][1] - evals[2 * e][0] + evals[2 * e + 1][1] - evals[2 * e + 1][0]
                             for e in range(n_epochs)],
@@ -230,6 +231,24 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
             "baselines": {name: _test_figures(summary) for name, summary in report["baselines"].items()},
             "subgroup_sizes": {name: len(pert_data.subgroup["test_subgroup"].get(name, [])) for name in SUBGROUPS},
             **_common(pert_data.adata)}
+
+
+def _paired_controls_summary(g, loader) -> dict:
+    """gears_ddp's test summary of a zero effect: each test cell predicted by its paired
+    control cell (the model's prediction without its effect), scored as the model is."""
+    import torch
+
+    from gears_ddp.metrics import MetricContext
+    from gears_ddp.scoring import score
+
+    accumulator = g.new_accumulator()
+    codes = []
+    for batch in loader:
+        accumulator.add_inputs(batch.condition, batch.x, batch.y)
+        codes.append(batch.condition)
+    codes = torch.unique(torch.cat(codes))
+    accumulator.add_condition_effects(codes, torch.zeros(len(codes), g.num_genes))
+    return score(accumulator.result(), MetricContext.from_adata(g.adata), g.subgroup["test_subgroup"])[0]
 
 
 def _test_figures(summary: dict) -> dict:
@@ -259,8 +278,6 @@ def _patch_csr_indexing() -> None:
 
 def run_reference(raw: Path, workdir: Path, args) -> dict:
     _patch_csr_indexing()
-    import numpy as np
-
     import gears.gears as reference
     from gears import GEARS, PertData
     from gears.inference import compute_metrics, deeper_analysis, evaluate
@@ -302,6 +319,27 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
     loader = pert_data.dataloader["test_loader"]
     test_eval_s, result = _median_time(lambda: evaluate(loader, g.best_model, False, "cpu"), args.eval_repeats)
     metrics_s, (overall, _) = _median_time(lambda: compute_metrics(result), args.eval_repeats)
+    subgroups = pert_data.subgroup["test_subgroup"]
+    return {**_reference_figures(pert_data, result, overall, compute_metrics, deeper_analysis),
+            "paired_controls": _reference_figures(pert_data, *_reference_paired_controls(loader, compute_metrics),
+                                                  compute_metrics, deeper_analysis),
+            "epoch_s": [end - begin for begin, end in zip(loop_starts, epoch_ends)],
+            "loop_s": [step - begin for begin, step in zip(loop_starts, steps)],
+            "eval_pass_s": [sum(e - b for b, e in calls) for calls in epoch_evals],
+            "val_mse_de": val_mse_de[1:2 * len(steps):2],
+            "cells_per_epoch": len(train_loader) * args.batch_size,
+            "test_eval_s": test_eval_s, "compute_metrics_s": metrics_s, "data_s": data_s, "model_s": model_s,
+            "test_cells": len(result["pert_cat"]),
+            "subgroup_sizes": {name: len(subgroups.get(name, [])) for name in SUBGROUPS},
+            **_common(pert_data.adata)}
+
+
+def _reference_figures(pert_data, result: dict, overall: dict, compute_metrics, deeper_analysis) -> dict:
+    """``mse_de`` (from ``compute_metrics``'s ``overall``) and the mean ``pearson_delta`` of
+    ``deeper_analysis``, over all test conditions and per subgroup, of a published-package
+    evaluation result."""
+    import numpy as np
+
     per_condition = deeper_analysis(pert_data.adata, result)
     pearson = {c: m["pearson_delta"] for c, m in per_condition.items() if "pearson_delta" in m}
     subgroups = pert_data.subgroup["test_subgroup"]
@@ -310,17 +348,29 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
         values = [pearson[c] for c in conditions if c in pearson]
         return float(np.mean(values)) if values else math.nan
 
-    return {"epoch_s": [end - begin for begin, end in zip(loop_starts, epoch_ends)],
-            "loop_s": [step - begin for begin, step in zip(loop_starts, steps)],
-            "eval_pass_s": [sum(e - b for b, e in calls) for calls in epoch_evals],
-            "val_mse_de": val_mse_de[1:2 * len(steps):2],
-            "cells_per_epoch": len(train_loader) * args.batch_size,
-            "test_eval_s": test_eval_s, "compute_metrics_s": metrics_s, "data_s": data_s, "model_s": model_s,
-            "test_cells": len(result["pert_cat"]),
-            "mse_de": float(overall["mse_de"]), "pearson_delta": mean_of(pearson),
-            "subgroups": {name: mean_of(subgroups.get(name, [])) for name in SUBGROUPS},
-            "subgroup_sizes": {name: len(subgroups.get(name, [])) for name in SUBGROUPS},
-            **_common(pert_data.adata)}
+    return {"mse_de": float(overall["mse_de"]), "pearson_delta": mean_of(pearson),
+            "subgroups": {name: mean_of(subgroups.get(name, [])) for name in SUBGROUPS}}
+
+
+def _reference_paired_controls(loader, compute_metrics) -> tuple[dict, dict]:
+    """The published evaluation result of a zero effect, each test cell predicted by its
+    paired control cell (built as ``gears.inference.evaluate`` builds it), and its
+    ``compute_metrics`` overall figures."""
+    import numpy as np
+    import torch
+
+    pert_cat, pred, truth, pred_de, truth_de = [], [], [], [], []
+    for batch in loader:
+        x = batch.x.view(len(batch.pert), -1)
+        pert_cat.extend(batch.pert)
+        pred.append(x)
+        truth.append(batch.y)
+        for i, de_idx in enumerate(batch.de_idx):
+            pred_de.append(x[i, de_idx])
+            truth_de.append(batch.y[i, de_idx])
+    result = {"pert_cat": np.array(pert_cat), "pred": torch.cat(pred).numpy(), "truth": torch.cat(truth).numpy(),
+              "pred_de": torch.stack(pred_de).numpy(), "truth_de": torch.stack(truth_de).numpy()}
+    return result, compute_metrics(result)[0]
 
 
 class _LoopStartProxy:
