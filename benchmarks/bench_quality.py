@@ -189,6 +189,20 @@ def paired_difference(ours: list[float], published: list[float], higher_is_bette
     return len(diffs), f"{mean:+.4f} +- {se:.4f}", verdict
 
 
+def _paired_rows(runs: dict, value_of) -> list[list[str]]:
+    """Per metric of METRICS: its name, which way is better, each implementation's mean +- sd
+    over the seeds, the paired difference and its verdict; ``value_of(seed_runs, impl,
+    metric)`` gives the figure compared."""
+    rows = []
+    for metric, higher_is_better in METRICS:
+        ours = [value_of(r, "ours", metric) for r in runs.values()]
+        published = [value_of(r, "reference", metric) for r in runs.values()]
+        n, diff, verdict = paired_difference(ours, published, higher_is_better)
+        rows.append([f"test {metric}", "higher" if higher_is_better else "lower", _mean_sd(ours),
+                     _mean_sd(published), str(n), diff, verdict])
+    return rows
+
+
 def _table(header: list[str], rows: list[list[str]], left: int) -> None:
     """A markdown table; the first ``left`` columns left-aligned, the others right-aligned."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -235,14 +249,8 @@ def print_tables(runs: dict, args) -> None:
 
     print(f"\nSummary over seeds {' '.join(map(str, args.seeds))} (mean +- sd; difference: mean +- standard "
           "error of the per-seed gears_ddp - published):\n")
-    rows = []
-    for metric, higher_is_better in METRICS:
-        ours = [_value(r, "ours", metric) for r in runs.values()]
-        published = [_value(r, "reference", metric) for r in runs.values()]
-        n, diff, verdict = paired_difference(ours, published, higher_is_better)
-        rows.append([f"test {metric}", "higher" if higher_is_better else "lower", _mean_sd(ours),
-                     _mean_sd(published), str(n), diff, verdict,
-                     *(_mean_sd([_value(r, "ours", metric, name) for r in runs.values()]) for name in BASELINES)])
+    rows = [row + [_mean_sd([_value(r, "ours", metric, name) for r in runs.values()]) for name in BASELINES]
+            for (metric, _), row in zip(METRICS, _paired_rows(runs, _value))]
     _table(["metric", "better", "gears_ddp", "published", "seeds", "gears_ddp - published", "verdict",
             *BASELINES], rows, 2)
     print("\nverdict: 'within noise' when |mean difference| <= 2 standard errors, else the better side.")
@@ -250,15 +258,8 @@ def print_tables(runs: dict, args) -> None:
     print("\nGain over each implementation's paired controls (per seed: model - zero effect, each test cell "
           "predicted by its paired control; this cancels which control cells each package paired with the "
           "test cells):\n")
-    rows = []
-    for metric, higher_is_better in METRICS:
-        ours = [_gain(r, "ours", metric) for r in runs.values()]
-        published = [_gain(r, "reference", metric) for r in runs.values()]
-        n, diff, verdict = paired_difference(ours, published, higher_is_better)
-        rows.append([f"test {metric}", "higher" if higher_is_better else "lower", _mean_sd(ours),
-                     _mean_sd(published), str(n), diff, verdict])
     _table(["metric", "better", "gears_ddp gain", "published gain", "seeds", "gears_ddp - published", "verdict"],
-           rows, 2)
+           _paired_rows(runs, _gain), 2)
 
 
 def main():
