@@ -52,11 +52,10 @@ class NormalisedAdjacency(nn.Module):
         super().__init__()
         source, target, weight = normalised_edges(edge_index.long(), edge_weight, num_nodes, edge_weight.dtype)
         order = torch.argsort(target, stable=True)
-        self.num_nodes = num_nodes
         self.register_buffer("source", source[order], persistent=False)
         self.register_buffer("target", target[order], persistent=False)
         self.register_buffer("weight", weight[order], persistent=False)
-        first_edge = torch.zeros(num_nodes + 1, dtype=torch.long)
+        first_edge = torch.zeros(num_nodes + 1, dtype=torch.long, device=target.device)
         first_edge[1:] = torch.cumsum(torch.bincount(target, minlength=num_nodes), 0)
         self.register_buffer("first_edge", first_edge, persistent=False)
 

@@ -27,43 +27,10 @@ backward sums run over the rows of all ranks.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
-from gears_ddp.weighted_norm import blocks_of, normalisation_backward, relu_mask_, relu_normalised
-
-
-def _all_reduce(tensor: torch.Tensor, synchronize: bool) -> torch.Tensor:
-    if synchronize:
-        dist.all_reduce(tensor)
-    return tensor
-
-
-def _set_statistics(shifts, weight, synchronize: bool):
-    """Count-weighted mean and biased variance of the set rows: (centred shifts, mean,
-    variance, number of cells)."""
-    sums = _all_reduce(torch.cat([weight.sum().unsqueeze(0), weight @ shifts]), synchronize)
-    n_cells, mean = sums[0], sums[1:] / sums[0]
-    centred = shifts - mean
-    variance = _all_reduce(weight @ (centred * centred), synchronize) / n_cells
-    return centred, mean, variance, n_cells
-
-
-def _full_precision(x: torch.Tensor) -> torch.Tensor:
-    """Half-precision ``x`` in float32 (as autocast runs BatchNorm: half sums over many rows
-    overflow); other dtypes unchanged."""
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-
-
-def _centre_in_place(z, weight, n_rows, synchronize: bool):
-    """Subtract from the (set, gene) rows ``z`` their count-weighted mean, in place (in
-    float32 for half inputs); returns (centred rows, mean, biased variance)."""
-    z = _full_precision(z)
-    blocks = blocks_of(z, len(weight))
-    mean = _all_reduce(weight @ blocks.sum(1), synchronize) / n_rows
-    z.sub_(mean)
-    variance = _all_reduce(weight @ torch.linalg.vecdot(blocks, blocks, dim=1), synchronize) / n_rows
-    return z, mean, variance
+from gears_ddp.weighted_norm import (all_reduce_if, blocks_of, full_precision, normalisation_backward,
+                                     relu_mask_, relu_normalised, weighted_statistics)
 
 
 def _first_activation(genes_centred, shifts_centred, scale, beta):
@@ -78,24 +45,21 @@ class _SetDecoder(torch.autograd.Function):
     def forward(ctx, genes, shifts, counts, gamma0, beta0, weight1, bias1, gamma1, beta1, weight2, bias2,
                 gamma2, beta2, out_weight, out_bias, eps: tuple[float, float, float], synchronize: bool):
         ctx.input_dtypes = genes.dtype, shifts.dtype
-        genes, shifts = _full_precision(genes), _full_precision(shifts)  # the tables' statistics, as for any row
-        n_sets, n_genes = shifts.shape[0], genes.shape[0]
-        weight = counts.to(genes.dtype)
-        # bn_pert_base, from the gene and set tables
+        genes, shifts = full_precision(genes), full_precision(shifts)  # the tables' statistics, as for any row
+        n_sets, weight = shifts.shape[0], counts.to(genes.dtype)
+        # bn_pert_base, from the gene and set tables (the set rows weighted by their cells)
         genes_centred = genes - genes.mean(0)
-        shifts_centred, shift_mean, shift_var, n_cells = _set_statistics(shifts, weight, synchronize)
+        shifts_centred, _, _, shift_mean, shift_var, n_cells = weighted_statistics(shifts, counts, eps[0],
+                                                                                   synchronize)
         mean0 = genes.mean(0) + shift_mean
         var0 = (genes_centred * genes_centred).mean(0) + shift_var
         invstd0 = torch.rsqrt(var0 + eps[0])
-        n_rows = n_cells * n_genes
-        # recovery_w: Linear, BatchNorm, ReLU, Linear, BatchNorm
+        # recovery_w: Linear, BatchNorm, ReLU, Linear, BatchNorm; each BatchNorm's input centred in place
         z1 = F.linear(_first_activation(genes_centred, shifts_centred, gamma0 * invstd0, beta0), weight1, bias1)
         ctx.matmul_dtype = z1.dtype
-        centred1, mean1, var1 = _centre_in_place(z1, weight, n_rows, synchronize)
-        invstd1 = torch.rsqrt(var1 + eps[1])
+        centred1, _, invstd1, mean1, var1, n_rows = weighted_statistics(z1, counts, eps[1], synchronize, in_place=True)
         z2 = F.linear(relu_normalised(centred1, invstd1, gamma1, beta1), weight2, bias2)
-        centred2, mean2, var2 = _centre_in_place(z2, weight, n_rows, synchronize)
-        invstd2 = torch.rsqrt(var2 + eps[2])
+        centred2, _, invstd2, mean2, var2, _ = weighted_statistics(z2, counts, eps[2], synchronize, in_place=True)
         # gene_out = (gamma2 * invstd2 * centred2 + beta2) . out_weight[g] + out_bias[g]
         gene_out = torch.linalg.vecdot(blocks_of(centred2, n_sets), gamma2 * invstd2 * out_weight, dim=-1)
         gene_out += out_weight @ beta2 + out_bias
@@ -125,7 +89,7 @@ class _SetDecoder(torch.autograd.Function):
         grad_out_bias = grad_out.sum(0)
         grad_out_weight = scale2 * per_gene + grad_out_bias.unsqueeze(1) * beta2
         local2 = torch.stack([grad_out_bias @ out_weight, (out_weight * per_gene).sum(0) * invstd2])
-        grad_beta2, grad_gamma2 = _all_reduce(local2.clone(), synchronize)
+        grad_beta2, grad_gamma2 = all_reduce_if(local2.clone(), synchronize)
         # bn2's input gradient, in place of centred2: scale2 * g - share * (scale2 * dbeta + centred * c)
         grad_z2 = centred2.mul_(scale2 * invstd2 * grad_gamma2).add_(scale2 * grad_beta2)
         blocks_of(grad_z2, n_sets).mul_(-share.view(-1, 1, 1)).addcmul_(grad_out.unsqueeze(-1), scale2 * out_weight)
@@ -153,7 +117,7 @@ class _SetDecoder(torch.autograd.Function):
         over_sets, over_genes = grad_a0.sum(0), grad_a0.sum(1)  # G x H, S x H
         local0 = torch.stack([over_sets.sum(0), ((over_sets * genes_centred).sum(0)
                                                  + (over_genes * shifts_centred).sum(0)) * invstd0])
-        grad_beta0, grad_gamma0 = _all_reduce(local0.clone(), synchronize)
+        grad_beta0, grad_gamma0 = all_reduce_if(local0.clone(), synchronize)
         # d x[s, g] = scale0 * (g - share_s * (dbeta + xhat * dgamma)), summed over sets / over genes. (The
         # sum over sets drops share @ shifts_centred: zero over all ranks' sets, and the gene tables, the same
         # on every rank, get the sum of the ranks' gradients.)

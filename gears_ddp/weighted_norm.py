@@ -26,29 +26,37 @@ def row_dot(a: torch.Tensor, b: torch.Tensor, n_blocks: int) -> torch.Tensor:
     return torch.linalg.vecdot(blocks_of(a, n_blocks), blocks_of(b, n_blocks), dim=1).sum(0)
 
 
-def weighted_statistics(x, set_counts, eps: float, synchronize: bool):
-    """Count-weighted batch statistics of the rows of ``x`` (float32 for half inputs, as
-    autocast does for BatchNorm: half-precision sums over many rows overflow).
+def all_reduce_if(tensor: torch.Tensor, synchronize: bool) -> torch.Tensor:
+    """``tensor`` summed over all ranks, in place, when ``synchronize``; returns it."""
+    if synchronize:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def full_precision(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision ``x`` in float32 (as autocast runs BatchNorm: half-precision sums over
+    many rows overflow); other dtypes unchanged."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def weighted_statistics(x, set_counts, eps: float, synchronize: bool, in_place: bool = False):
+    """Count-weighted batch statistics of the rows of ``x`` (in float32 for half inputs).
 
     Returns ``centred = x - mean``, each block's ``share = count / total`` (blocks x 1 x 1),
     ``invstd``, and ``mean``, the biased ``var`` and ``total`` (the number of rows stood
-    for). With ``synchronize`` the sums run over the rows of all ranks.
+    for). With ``synchronize`` the sums run over the rows of all ranks. With ``in_place``
+    the mean is subtracted from ``x`` itself (for a caller that needs ``x`` no more).
     """
-    if x.dtype in (torch.float16, torch.bfloat16):
-        x = x.float()
+    x = full_precision(x)
     n_blocks = len(set_counts)
     weight = set_counts.to(x.dtype)
     rows_per_block = x.shape[0] // n_blocks
-    sums = torch.cat([(weight.sum() * rows_per_block).unsqueeze(0), weight @ blocks_of(x, n_blocks).sum(1)])
-    if synchronize:
-        dist.all_reduce(sums)
+    sums = all_reduce_if(torch.cat([(weight.sum() * rows_per_block).unsqueeze(0),
+                                    weight @ blocks_of(x, n_blocks).sum(1)]), synchronize)
     total, mean = sums[0], sums[1:] / sums[0]
-    centred = x - mean
+    centred = x.sub_(mean) if in_place else x - mean
     squares = blocks_of(centred, n_blocks)
-    var = weight @ torch.linalg.vecdot(squares, squares, dim=1)
-    if synchronize:
-        dist.all_reduce(var)
-    var = var / total
+    var = all_reduce_if(weight @ torch.linalg.vecdot(squares, squares, dim=1), synchronize) / total
     return centred, (weight / total).view(-1, 1, 1), torch.rsqrt(var + eps), mean, var, total
 
 
@@ -64,11 +72,8 @@ def normalisation_backward(grad, centred, share, invstd, gamma, synchronize: boo
     grad = grad.to(centred.dtype)
     n_blocks = share.shape[0]
     local = torch.stack([grad.sum(0), row_dot(grad, centred, n_blocks) * invstd])
-    reduced = local.clone()
-    if synchronize:
-        dist.all_reduce(reduced)
+    grad_beta, grad_gamma = all_reduce_if(local.clone(), synchronize)
     scale = gamma * invstd
-    grad_beta, grad_gamma = reduced
     coefficient = scale * invstd * grad_gamma
     out = centred.mul_(coefficient) if in_place else centred * coefficient
     out.add_(scale * grad_beta)
