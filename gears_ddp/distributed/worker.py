@@ -76,10 +76,13 @@ NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
 
 
 def broadcast_buffers(model: torch.nn.Module) -> None:
-    """Give every rank rank 0's buffers (BatchNorm running statistics): each rank's last
-    training forward updated its own, and evaluation must use one set everywhere."""
-    for buffer in model.buffers():
-        dist.broadcast(buffer, src=0)
+    """Give every rank rank 0's checkpointed buffers (BatchNorm running statistics): each
+    rank's training forward passes updated its own, and evaluation must use one set
+    everywhere. The graphs' non-persistent buffers are the same on every rank already."""
+    checkpointed = model.state_dict(keep_vars=True)
+    for name, buffer in model.named_buffers():
+        if name in checkpointed:
+            dist.broadcast(buffer, src=0)
 
 
 def gather_evaluation_state(state: dict) -> dict:
