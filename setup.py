@@ -29,7 +29,7 @@ setup(
         "matplotlib>=3.5",
     ],
     extras_require={
-        "test": ["pytest>=7", "cell-gears==0.1.2", "torch-geometric>=2.4", "networkx"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "cell-gears==0.1.2", "torch-geometric>=2.4", "networkx"],
         "wandb": ["wandb"],
     },
 )

@@ -19,6 +19,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp.data import download
 from gears_ddp.data.pertdata import PertData
 from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
+from gears_ddp.distributed.messages import WorkerMessages
 from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, resolve_devices, setup_ddp
 from gears_ddp.distributed.worker import train_ddp_worker
 from gears_ddp.engine import Precision
@@ -89,35 +90,31 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
     port = int(os.environ.get("MASTER_PORT") or find_free_port())
     world_size = len(devices)
     logger.info("training on %d %s process(es): %s", world_size, devices[0].type, [str(d) for d in devices])
-    results = mp.get_context("spawn").SimpleQueue()
-    messages = spawn_workers(train_ddp_worker, (world_size, pert_data, options, devices, "127.0.0.1", port, results),
-                             world_size, results)
+    messages = spawn_workers(train_ddp_worker, (world_size, pert_data, options, devices, "127.0.0.1", port),
+                             world_size)
     return next(message[1] for message in messages if message[0] == "report")
 
 
-def _drain(queue) -> list:
-    messages = []
-    while queue is not None and not queue.empty():
-        messages.append(queue.get())
-    return messages
+def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) -> list:
+    """``mp.spawn`` ``worker(local_rank, *worker_args, messages)`` and return what the workers
+    ``messages.put`` (a :class:`WorkerMessages`).
 
-
-def spawn_workers(worker, worker_args: tuple, nprocs: int, messages=None, poll_s: float = 0.2) -> list:
-    """``mp.spawn`` the workers and return what they put in the ``messages`` queue.
-
-    The queue is read while the workers run (a worker writing more than a pipe holds would
-    otherwise wait forever for a parent that waits for it). A worker's failure becomes one
-    error naming its rank, with its traceback (``mp.spawn`` stops the other workers): when
-    workers report failures as ``("error", time, rank, traceback)``, the rank that failed
-    first, since the others usually failed because it went away.
+    The messages are read while the workers run (a worker writing more than a pipe holds
+    would otherwise wait forever for a parent that waits for it), and reading never waits
+    for a message a dead worker left half-written. A worker's failure becomes one error
+    naming its rank, with its traceback (``mp.spawn`` stops the other workers): when workers
+    report failures as ``("error", time, rank, traceback)``, the rank that failed first,
+    since the others usually failed because it went away.
     """
-    context = mp.spawn(worker, args=worker_args, nprocs=nprocs, join=False)
+    messages = WorkerMessages(mp.get_context("spawn"))
     received = []
     try:
+        context = mp.spawn(worker, args=(*worker_args, messages), nprocs=nprocs, join=False)
         while not context.join(timeout=poll_s):
-            received += _drain(messages)
+            received += messages.receive()
+        return received + messages.receive()
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as err:
-        errors = sorted(m for m in received + _drain(messages) if m[0] == "error")
+        errors = sorted(m for m in received + messages.receive() if m[0] == "error")
         if errors:
             _, _, rank, trace = errors[0]
             later = sorted({m[2] for m in errors[1:]})
@@ -128,4 +125,5 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, messages=None, poll_s
                 from None
         raise DistributedTrainingError(f"rank {err.error_index} of {nprocs} exited with code {err.exit_code} "
                                        "(killed, or out of memory?)") from None
-    return received + _drain(messages)
+    finally:
+        messages.close()

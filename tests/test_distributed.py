@@ -66,9 +66,8 @@ def _worker_refusing_writes_off_rank_zero(local_rank, *args):
 def _spawn_on_toy(data_folder, worker, save_path, **overrides):
     options = TrainingArgs.from_dict(_args(save_path, **overrides))
     pert_data = prepare_data(data_folder, "toy", SplitConfig.from_dict(SPLIT), options).share_memory_()
-    results = mp.get_context("spawn").SimpleQueue()
     messages = spawn_workers(worker, (2, pert_data, options, [torch.device("cpu")] * 2, "127.0.0.1",
-                                      find_free_port(), results), 2, results)
+                                      find_free_port()), 2)
     return next(m[1] for m in messages if m[0] == "report")
 
 
@@ -99,7 +98,7 @@ def test_bf16_autocast_and_sync_batchnorm_train_on_cpu(data_folder, tmp_path):
     assert len(set(report["parameter_digests"])) == 1
 
 
-def _count_syncs(local_rank, port, queue):
+def _count_syncs(local_rank, port, messages):
     """In each rank: how many gradient buckets DDP reduces for one accumulated step of two
     micro-batches, with and without ``no_sync``; and the accumulated gradient."""
     from model_fixtures import make_model, random_batch
@@ -127,8 +126,7 @@ def _count_syncs(local_rank, port, queue):
             counts[use_no_sync] = len(calls)
             if use_no_sync:
                 gradient = {n: p.grad.numpy().copy() for n, p in model.module.named_parameters() if p.grad is not None}
-        # numpy, not tensors: tensors cross a queue as shared memory that dies with this process
-        queue.put((local_rank, counts, gradient, [(b.x.numpy(), b.y.numpy(), b.pert_idx.numpy(), b.condition.numpy())
+        messages.put((local_rank, counts, gradient, [(b.x.numpy(), b.y.numpy(), b.pert_idx.numpy(), b.condition.numpy())
                                                   for b in batches]))
     finally:
         cleanup_ddp()
@@ -141,8 +139,7 @@ def _allreduce_mean(bucket):
 
 
 def test_accumulation_synchronises_once_per_optimizer_step():
-    queue = mp.get_context("spawn").SimpleQueue()
-    results = sorted(spawn_workers(_count_syncs, (find_free_port(), queue), 2, queue), key=lambda r: r[0])
+    results = sorted(spawn_workers(_count_syncs, (find_free_port(),), 2), key=lambda r: r[0])
     with_no_sync, without = results[0][1][True], results[0][1][False]
     assert with_no_sync >= 1 and without == 2 * with_no_sync
     # the synchronised gradient is the mean over ranks of each rank's mean micro-batch gradient
@@ -215,7 +212,7 @@ def test_bad_options_fail_before_any_process_starts(data_folder, tmp_path, monke
         train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "full"))
 
 
-def _synchronized_batchnorm(local_rank, port, queue):
+def _synchronized_batchnorm(local_rank, port, messages):
     """Rank r normalises its rows with statistics of both ranks' (weighted) rows."""
     setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
     try:
@@ -226,7 +223,7 @@ def _synchronized_batchnorm(local_rank, port, queue):
         mine = x[rows].clone().requires_grad_()
         out = norm(mine, weights[rows])
         (out * coefficients[rows]).sum().backward()
-        queue.put((local_rank, out.detach().numpy(), mine.grad.numpy(), norm.running_var.numpy()))
+        messages.put((local_rank, out.detach().numpy(), mine.grad.numpy(), norm.running_var.numpy()))
     finally:
         cleanup_ddp()
 
@@ -238,8 +235,7 @@ def _batchnorm_inputs():
 
 
 def test_sync_batchnorm_uses_the_statistics_of_all_ranks():
-    queue = mp.get_context("spawn").SimpleQueue()
-    results = sorted(spawn_workers(_synchronized_batchnorm, (find_free_port(), queue), 2, queue), key=lambda r: r[0])
+    results = sorted(spawn_workers(_synchronized_batchnorm, (find_free_port(),), 2), key=lambda r: r[0])
     x, weights, coefficients = _batchnorm_inputs()
     norm = WeightedBatchNorm1d(4).double().train()
     whole = x.clone().requires_grad_()
@@ -260,7 +256,7 @@ def _synchronized_model_inputs():
     return x.double(), pert_idx, coefficients
 
 
-def _synchronized_model_step(local_rank, port, queue):
+def _synchronized_model_step(local_rank, port, messages):
     """Rank r runs the whole network in training mode on its rows, with synchronised
     BatchNorm statistics, and reports outputs, parameter gradients and running statistics."""
     setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
@@ -274,7 +270,7 @@ def _synchronized_model_step(local_rank, port, queue):
         out = model(x[rows], pert_idx[rows])
         (out * coefficients[rows]).sum().backward()
         # numpy arrays: torch tensors would travel as shared memory that the ending process releases
-        queue.put((local_rank, out.detach().numpy(),
+        messages.put((local_rank, out.detach().numpy(),
                    {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None},
                    {n: b.numpy() for n, b in model.named_buffers()}))
     finally:
@@ -284,8 +280,7 @@ def _synchronized_model_step(local_rank, port, queue):
 def test_sync_batchnorm_network_equals_one_process_on_all_rows():
     """With synchronised statistics, the ranks' outputs are those of one process on all the
     cells, and their gradients sum to its gradient (DDP then averages them)."""
-    queue = mp.get_context("spawn").SimpleQueue()
-    results = sorted(spawn_workers(_synchronized_model_step, (find_free_port(), queue), 2, queue),
+    results = sorted(spawn_workers(_synchronized_model_step, (find_free_port(),), 2),
                      key=lambda r: r[0])
     model = make_model().double().train()
     x, pert_idx, coefficients = _synchronized_model_inputs()

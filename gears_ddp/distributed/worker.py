@@ -106,9 +106,10 @@ def train_ddp_worker(local_rank: int, world_size: int, pert_data, args: Training
     """Train as rank ``rank_offset + local_rank`` of ``world_size`` on ``devices[local_rank]``.
 
     ``pert_data`` has its split prepared. Rank 0 puts ``("report", report)`` in ``results``
-    (a queue, when given) and returns the report; other ranks return None. A rank that fails
-    puts ``("error", time, rank, traceback)`` there first, so the parent can tell the first
-    failure from the ranks that failed because a peer went away.
+    (a :class:`~gears_ddp.distributed.messages.WorkerMessages`, when given) and returns the
+    report; other ranks return None. A rank that fails puts ``("error", time, rank,
+    traceback)`` there first, so the parent can tell the first failure from the ranks that
+    failed because a peer went away.
     """
     rank = rank_offset + local_rank
     device = torch.device(devices[local_rank])

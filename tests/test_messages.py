@@ -1,0 +1,58 @@
+"""The worker-to-parent message channel: whole messages arrive, a dead writer never hangs the parent."""
+import os
+import signal
+import threading
+
+import pytest
+import torch
+
+from gears_ddp.train_distributed import DistributedTrainingError, spawn_workers
+
+BIG = 3 * 2**20 // 4  # float32 values in a 3 MiB tensor: far more than a pipe holds
+
+
+def _put_big_messages(local_rank, messages):
+    for part in range(3):
+        messages.put((local_rank, part, torch.arange(BIG, dtype=torch.float32) + local_rank * 10 + part))
+
+
+def _die_while_writing(local_rank, messages):
+    messages.put(("started", local_rank))
+    if local_rank == 1:
+        # what a rank killed part-way through a message leaves in the pipe: a frame header
+        # promising 1000 bytes, and 10 of them
+        os.write(messages._writer.fileno(), (1000).to_bytes(8, "big") + b"x" * 10)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _spawn_with_deadline(worker, deadline_s=120):
+    """spawn_workers in a thread, so that a hang fails the test instead of stalling the suite."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["messages"] = spawn_workers(worker, (), 2)
+        except BaseException as err:  # handed to the test thread
+            outcome["error"] = err
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    assert not thread.is_alive(), f"spawn_workers still waiting after {deadline_s} s"
+    return outcome
+
+
+def test_messages_larger_than_the_pipe_arrive_whole_and_in_order():
+    outcome = _spawn_with_deadline(_put_big_messages)
+    messages = outcome["messages"]
+    assert sorted((rank, part) for rank, part, _ in messages) == [(r, p) for r in range(2) for p in range(3)]
+    for rank in range(2):
+        assert [part for r, part, _ in messages if r == rank] == [0, 1, 2]
+    for rank, part, tensor in messages:
+        assert torch.equal(tensor, torch.arange(BIG, dtype=torch.float32) + rank * 10 + part)
+
+
+def test_a_rank_killed_in_the_middle_of_a_message_fails_the_run_instead_of_hanging_it():
+    outcome = _spawn_with_deadline(_die_while_writing)
+    assert "messages" not in outcome
+    with pytest.raises(DistributedTrainingError, match=r"rank 1 of 2 exited with code -9"):
+        raise outcome["error"]
