@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import torch
 
 from gears_ddp.data.conditions import CONTROL, condition_genes, is_single
+from gears_ddp.data.grouped import condition_means
 from gears_ddp.metrics import EvaluationResult
 
 BASELINES = ("no_change", "mean_effect", "additive")
@@ -30,12 +30,10 @@ def training_condition_means(pert_data) -> dict[str, np.ndarray]:
     """Mean expression (float64) of every training condition, by a grouped sum over cells."""
     cells = pert_data.cells
     train = [c for c in pert_data.set2conditions["train"] if c in cells.conditions]
-    codes = torch.tensor([cells.conditions.index(c) for c in train], dtype=torch.long)
-    selected = cells.cells_of(train)
-    sums = torch.zeros(len(cells.conditions), cells.expression.shape[1], dtype=torch.float64)
-    sums.index_add_(0, cells.condition_codes[selected], cells.expression[selected].double())
-    counts = torch.bincount(cells.condition_codes[selected], minlength=len(cells.conditions))
-    return {c: (sums[code] / counts[code]).numpy() for c, code in zip(train, codes.tolist())}
+    train_codes = [cells.conditions.index(c) for c in train]
+    codes = np.where(np.isin(cells.condition_codes.numpy(), train_codes), cells.condition_codes.numpy(), -1)
+    means = condition_means(cells.expression.numpy(), codes, len(cells.conditions))
+    return {c: means[code] for c, code in zip(train, train_codes)}
 
 
 def baseline_predictions(pert_data, conditions: list[str]) -> dict[str, np.ndarray]:

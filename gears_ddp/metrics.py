@@ -26,12 +26,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.cells import N_DE_GENES
 from gears_ddp.data.conditions import CONTROL
+from gears_ddp.data.grouped import condition_means
 from gears_ddp.data.processing import RANK_KEY
 
 logger = get_logger(__name__)
@@ -457,7 +457,7 @@ class MetricContext:
         codes, conditions = pd.factorize(adata.obs["condition"].astype(str))
         if CONTROL not in conditions:
             raise ValueError("the dataset has no control cells; the analyses compare with control")
-        means = _condition_means(adata.X, codes, len(conditions))
+        means = condition_means(adata.X, codes, len(conditions))
         names = _condition_name_map(adata)
         ranked = adata.uns[RANK_KEY]
         return cls(
@@ -470,15 +470,6 @@ class MetricContext:
                             for c, n in names.items() if n in adata.uns[NON_ZERO_GENES_KEY]},
             non_dropout_genes={c: np.asarray(adata.uns[NON_DROPOUT_GENES_KEY][n], dtype=np.int64)
                                for c, n in names.items() if n in adata.uns[NON_DROPOUT_GENES_KEY]})
-
-
-def _condition_means(matrix, codes: np.ndarray, n_conditions: int) -> np.ndarray:
-    """(conditions x genes) float64 mean expression, from one sparse indicator product."""
-    indicator = sp.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))),
-                              shape=(n_conditions, len(codes)))
-    sums = indicator @ matrix
-    sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums, dtype=np.float64)
-    return sums / np.bincount(codes, minlength=n_conditions)[:, None]
 
 
 def _analysed_rows(result: EvaluationResult, available: Mapping, what: str) -> np.ndarray:

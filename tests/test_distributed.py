@@ -6,7 +6,6 @@ import shutil
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from gears_ddp import PertData

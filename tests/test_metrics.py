@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from gears_ddp.data.grouped import condition_means
 from gears_ddp.metrics import (EvaluationAccumulator, EvaluationResult, MetricContext, compute_metrics,
                                deeper_analysis, merge_states, non_dropout_analysis, non_dropout_de_table,
                                subgroup_metrics)
@@ -202,3 +203,21 @@ def test_bad_input_is_rejected_with_a_clear_error():
         accumulator.add(torch.zeros(1, dtype=torch.long), torch.zeros(1, 3), torch.zeros(1, 3))
     with pytest.raises(ValueError, match="table has shape"):
         EvaluationAccumulator(["ctrl", "A+ctrl"], 3, *tables)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_condition_means_in_blocks_equal_the_per_condition_means(sparse):
+    rng = np.random.default_rng(0)
+    dense = np.maximum(rng.normal(size=(23, 5)), 0).astype(np.float32)  # half zeros, as expression has
+    codes = rng.integers(-1, 4, size=23)  # -1: left out
+    codes[:4] = [0, 1, 2, 3]
+    matrix = sp.csr_matrix(dense) if sparse else dense
+    # 7 values per block: 1 row per block, so every row is its own block
+    means = condition_means(matrix, codes, 5, block_elements=7)
+    for code in range(4):
+        np.testing.assert_allclose(means[code], dense[codes == code].astype(np.float64).mean(0), rtol=1e-12)
+    assert np.isnan(means[4]).all()  # no rows
+    np.testing.assert_allclose(condition_means(matrix, codes, 5), means, rtol=1e-12, equal_nan=True)
+    nonzero = condition_means(matrix, codes, 5, of=lambda block: block != 0, block_elements=7)
+    for code in range(4):
+        np.testing.assert_array_equal(nonzero[code], (dense[codes == code] != 0).mean(0))

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.conditions import CONTROL, validate_conditions
+from gears_ddp.data.grouped import condition_means
 
 logger = get_logger(__name__)
 
@@ -100,14 +101,8 @@ def nonzero_by_condition(adata) -> tuple[list[str], np.ndarray]:
     """Conditions (in order of appearance) and a (conditions x genes) mask of genes ever non-zero."""
     conditions = pd.Categorical(adata.obs["condition"].astype(str),
                                 categories=pd.unique(adata.obs["condition"].astype(str)))
-    indicator = sp.csr_matrix((np.ones(adata.n_obs, dtype=np.float32),
-                               (conditions.codes, np.arange(adata.n_obs))),
-                              shape=(len(conditions.categories), adata.n_obs))
-    nonzero_cells = sp.csr_matrix(adata.X != 0, dtype=np.float32) if sp.issparse(adata.X) \
-        else (np.asarray(adata.X) != 0).astype(np.float32)
-    counts = indicator @ nonzero_cells
-    counts = counts.toarray() if sp.issparse(counts) else np.asarray(counts)
-    return list(conditions.categories), counts > 0
+    nonzero_share = condition_means(adata.X, conditions.codes, len(conditions.categories), of=lambda b: b != 0)
+    return list(conditions.categories), nonzero_share > 0
 
 
 def add_dropout_gene_sets(adata) -> None:
