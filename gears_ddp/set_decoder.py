@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from gears_ddp.weighted_norm import (all_reduce_if, blocks_of, full_precision, normalisation_backward,
-                                     relu_mask_, relu_normalised, weighted_statistics)
+                                     relu_mask_, relu_normalised, statistics_gradient, weighted_statistics)
 
 
 def _first_activation(genes_centred, shifts_centred, scale, beta):
@@ -91,8 +91,9 @@ class _SetDecoder(torch.autograd.Function):
         local2 = torch.stack([grad_out_bias @ out_weight, (out_weight * per_gene).sum(0) * invstd2])
         grad_beta2, grad_gamma2 = all_reduce_if(local2.clone(), synchronize)
         # bn2's input gradient, in place of centred2: scale2 * g - share * (scale2 * dbeta + centred * c)
-        grad_z2 = centred2.mul_(scale2 * invstd2 * grad_gamma2).add_(scale2 * grad_beta2)
-        blocks_of(grad_z2, n_sets).mul_(-share.view(-1, 1, 1)).addcmul_(grad_out.unsqueeze(-1), scale2 * out_weight)
+        grad_z2 = statistics_gradient(centred2, share.view(-1, 1, 1), scale2, invstd2, grad_gamma2, grad_beta2,
+                                      in_place=True)
+        blocks_of(grad_z2, n_sets).addcmul_(grad_out.unsqueeze(-1), scale2 * out_weight)
 
         # second Linear, then ReLU and bn1
         activated1 = relu_normalised(centred1, invstd1, gamma1, beta1)

@@ -74,11 +74,18 @@ def normalisation_backward(grad, centred, share, invstd, gamma, synchronize: boo
     local = torch.stack([grad.sum(0), row_dot(grad, centred, n_blocks) * invstd])
     grad_beta, grad_gamma = all_reduce_if(local.clone(), synchronize)
     scale = gamma * invstd
-    coefficient = scale * invstd * grad_gamma
-    out = centred.mul_(coefficient) if in_place else centred * coefficient
-    out.add_(scale * grad_beta)
-    blocks_of(out, n_blocks).mul_(-share)
+    out = statistics_gradient(centred, share, scale, invstd, grad_gamma, grad_beta, in_place)
     return out.addcmul_(grad, scale), local[1], local[0]
+
+
+def statistics_gradient(centred, share, scale, invstd, grad_gamma, grad_beta, in_place: bool):
+    """The part of a weighted BatchNorm's input gradient that flows through its batch
+    statistics, ``-share * scale * (grad_beta + centred * invstd * grad_gamma)``, in one
+    pass, written over ``centred`` when ``in_place`` (the caller adds ``scale`` times the
+    rows' own gradient)."""
+    blocks = blocks_of(centred, share.shape[0])
+    terms = (-share * (scale * grad_beta), blocks, -share * (scale * invstd * grad_gamma))
+    return (torch.addcmul(*terms, out=blocks) if in_place else torch.addcmul(*terms)).view_as(centred)
 
 
 def relu_mask_(grad: torch.Tensor, activated: torch.Tensor) -> torch.Tensor:
