@@ -410,6 +410,7 @@ def child(impl: str, raw: str, args) -> None:
         # torch._dynamo, which every torch.optim optimizer imports when it is built
         importlib.import_module("gears_ddp.gears")
         importlib.import_module("torch._dynamo")
+        importlib.import_module("scanpy")  # gears_ddp imports it only to rank DE genes; gears at import
         if impl != "ours":
             importlib.import_module("gears")
     import_rss = current_rss_mib()
