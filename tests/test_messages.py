@@ -1,11 +1,14 @@
 """The worker-to-parent message channel: whole messages arrive, a dead writer never hangs the parent."""
 import os
+import pickle
 import signal
 import threading
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 
+from gears_ddp.distributed.messages import WorkerMessages
 from gears_ddp.train_distributed import DistributedTrainingError, spawn_workers
 
 BIG = 3 * 2**20 // 4  # float32 values in a 3 MiB tensor: far more than a pipe holds
@@ -56,3 +59,30 @@ def test_a_rank_killed_in_the_middle_of_a_message_fails_the_run_instead_of_hangi
     assert "messages" not in outcome
     with pytest.raises(DistributedTrainingError, match=r"rank 1 of 2 exited with code -9"):
         raise outcome["error"]
+
+
+@pytest.mark.parametrize("byte_stream", [True, False])
+def test_both_ways_of_reading_the_pipe_return_each_message_once_in_order(byte_stream):
+    messages = WorkerMessages(mp.get_context("spawn"), byte_stream=byte_stream)
+    try:
+        assert messages.receive() == []
+        messages.put(("report", {"mse": 0.5}))
+        messages.put(torch.arange(4.0))
+        first, second = messages.receive()
+        assert first == ("report", {"mse": 0.5}) and torch.equal(second, torch.arange(4.0))
+        assert messages.receive() == []
+    finally:
+        messages.close()
+
+
+def test_a_half_written_frame_is_kept_until_the_rest_arrives():
+    messages = WorkerMessages(mp.get_context("spawn"))
+    try:
+        messages.put("whole")
+        payload = pickle.dumps("second")
+        os.write(messages._writer.fileno(), len(payload).to_bytes(8, "big") + payload[:3])
+        assert messages.receive() == ["whole"]  # returns at once: the half frame is not waited for
+        os.write(messages._writer.fileno(), payload[3:])
+        assert messages.receive() == ["second"]
+    finally:
+        messages.close()

@@ -7,6 +7,9 @@ writing end of the pipe. Here the parent only ever reads the bytes the pipe alre
 and keeps incomplete frames in a buffer, so a half-written message is dropped, never waited
 for. Messages are pickled by value with the standard pickler (tensors included), so reading
 them never needs the sender to be alive, unlike torch's shared-memory tensor pickling.
+
+That is for POSIX pipes, which are byte streams. Windows pipes carry whole messages, so
+there the channel uses the ``Connection`` API (``send_bytes`` / ``recv_bytes``) instead.
 """
 from __future__ import annotations
 
@@ -23,16 +26,20 @@ class WorkerMessages:
 
     Create it in the parent and pass it to the workers in ``mp.spawn``'s arguments (a pipe
     end crosses to a child only while it is being spawned). Writes by several workers are
-    serialised by a lock, so frames never interleave.
+    serialised by a lock, so frames never interleave. ``byte_stream`` says how the pipe is
+    read: as a byte stream without ever blocking (POSIX, the default there), or whole
+    message by message with the ``Connection`` API (Windows, whose pipes carry messages).
     """
 
-    def __init__(self, context):
+    def __init__(self, context, byte_stream: bool = os.name != "nt"):
         self._reader, self._writer = context.Pipe(duplex=False)
         self._write_lock = context.Lock()
+        self._byte_stream = byte_stream
         self._pending = bytearray()
 
     def __getstate__(self) -> dict:
-        return {"_reader": self._reader, "_writer": self._writer, "_write_lock": self._write_lock}
+        return {"_reader": self._reader, "_writer": self._writer, "_write_lock": self._write_lock,
+                "_byte_stream": self._byte_stream}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _pending=bytearray())
@@ -40,14 +47,22 @@ class WorkerMessages:
     def put(self, message) -> None:
         """Send ``message`` to the parent (blocks while the pipe is full and the parent reads)."""
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = memoryview(_LENGTH.pack(len(payload)) + payload)
         with self._write_lock:
+            if not self._byte_stream:
+                self._writer.send_bytes(payload)
+                return
+            frame = memoryview(_LENGTH.pack(len(payload)) + payload)
             while frame:
                 frame = frame[os.write(self._writer.fileno(), frame):]
 
     def receive(self) -> list:
         """The messages completed since the last call, without ever waiting for more bytes."""
-        while not self._reader.closed and self._reader.poll(0):
+        if not self._byte_stream:
+            messages = []
+            while self._reader.poll(0):
+                messages.append(pickle.loads(self._reader.recv_bytes()))
+            return messages
+        while self._reader.poll(0):
             chunk = os.read(self._reader.fileno(), _READ_BYTES)
             if not chunk:  # every writing end is closed
                 break
