@@ -31,7 +31,8 @@ def training_condition_means(pert_data) -> dict[str, np.ndarray]:
     cells = pert_data.cells
     train = [c for c in pert_data.set2conditions["train"] if c in cells.conditions]
     train_codes = [cells.conditions.index(c) for c in train]
-    codes = np.where(np.isin(cells.condition_codes.numpy(), train_codes), cells.condition_codes.numpy(), -1)
+    all_codes = cells.condition_codes.numpy()
+    codes = np.where(np.isin(all_codes, train_codes), all_codes, -1)
     means = condition_means(cells.expression.numpy(), codes, len(cells.conditions))
     return {c: means[code] for c, code in zip(train, train_codes)}
 

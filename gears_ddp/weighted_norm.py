@@ -22,7 +22,8 @@ def blocks_of(x: torch.Tensor, n_blocks: int) -> torch.Tensor:
 
 
 def row_dot(a: torch.Tensor, b: torch.Tensor, n_blocks: int) -> torch.Tensor:
-    """``(a * b).sum(0)`` for two (rows x features) tensors, without the product's copy."""
+    """``(a * b).sum(0)`` for two (rows x features) tensors, summed per block of rows first
+    (``vecdot`` still forms the product; only the reduction is blocked)."""
     return torch.linalg.vecdot(blocks_of(a, n_blocks), blocks_of(b, n_blocks), dim=1).sum(0)
 
 
