@@ -73,10 +73,11 @@ monkeypatched into the child process only):
 - data + model setup (s): raw h5ad -> loaders (``new_data_process`` + ``prepare_split`` +
   ``get_dataloader``), and ``GEARS(...)`` + ``model_initialize`` (graphs + network).
 - peak memory: max RSS of the child process at its end (``getrusage``), in MiB; and the
-  same minus the process's RSS right after importing torch, scanpy and the library (both
-  libraries are imported before that reading, and ``torch._dynamo``, which any torch
-  optimizer imports when built and which the published stack already imports through
-  torch_geometric), i.e. the memory of data, model and training.
+  same minus the process's RSS right after its imports (torch; ``torch._dynamo``, which any
+  torch optimizer imports when built and the published stack imports through
+  torch_geometric; gears_ddp, whose helpers both children use; and, in the published
+  package's child, ``gears`` with what it imports, scanpy and torch_geometric), i.e. the
+  memory of data, model and training.
 - test metrics: of the best model (lowest val ``mse_de``) after ``--epochs`` epochs.
   gears_ddp: the summary ``GEARS.train`` returns (``test_mse_de``, ``test_pearson_delta``,
   ``test_<subgroup>_pearson_delta``). Published: ``compute_metrics`` (``mse_de``) and
@@ -410,7 +411,6 @@ def child(impl: str, raw: str, args) -> None:
         # torch._dynamo, which every torch.optim optimizer imports when it is built
         importlib.import_module("gears_ddp.gears")
         importlib.import_module("torch._dynamo")
-        importlib.import_module("scanpy")  # gears_ddp imports it only to rank DE genes; gears at import
         if impl != "ours":
             importlib.import_module("gears")
     import_rss = current_rss_mib()

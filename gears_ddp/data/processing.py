@@ -3,14 +3,12 @@
 Input: log-normalised expression, ``obs['condition']``, ``obs['cell_type']`` and
 ``var['gene_name']``. Output (same AnnData, in place): ``obs`` columns ``condition_name``,
 ``dose_val`` and ``control``; ``uns`` entries ``rank_genes_groups_cov_all`` (all genes
-ranked by scanpy's t-test against control, ``rankby_abs=True``), ``top_non_dropout_de_20``,
-``top_non_zero_de_20``, ``non_zeros_gene_idx`` and ``non_dropout_gene_idx``, exactly as the
+ranked as scanpy's t-test against control with ``rankby_abs=True`` ranks them: see
+``de_genes``), ``top_non_dropout_de_20``, ``top_non_zero_de_20``, ``non_zeros_gene_idx`` and ``non_dropout_gene_idx``, exactly as the
 published GEARS writes them. The gene-set bookkeeping is vectorised over genes: one sparse
 product gives which genes are non-zero in which condition.
 """
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -18,6 +16,7 @@ import scipy.sparse as sp
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.conditions import CONTROL, validate_conditions
+from gears_ddp.data.de_genes import order_by_magnitude, welch_t_scores
 from gears_ddp.data.grouped import condition_means
 
 logger = get_logger(__name__)
@@ -84,17 +83,15 @@ def add_condition_columns(adata) -> None:
 
 
 def rank_de_genes(adata) -> None:
-    """Rank all genes per condition against control (scanpy t-test) into ``uns[RANK_KEY]``."""
-    import scanpy as sc  # here only: training processes never need it, and it costs memory per process
-
-    control_name = adata.obs.loc[adata.obs["condition"] == CONTROL, "condition_name"].iloc[0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sc.tl.rank_genes_groups(adata, groupby="condition_name", reference=control_name,
-                                rankby_abs=True, n_genes=adata.n_vars, use_raw=False,
-                                method="t-test", key_added="_gears_ddp_rank")
-    names = adata.uns.pop("_gears_ddp_rank")["names"]
-    adata.uns[RANK_KEY] = {group: [str(g) for g in names[group]] for group in names.dtype.names}
+    """Rank all genes of each condition against control into ``uns[RANK_KEY]``
+    (``{condition_name: [gene ids]}``, scanpy's t-test ranking: see ``de_genes``)."""
+    names = adata.obs["condition_name"].astype("category")
+    groups, codes = list(names.cat.categories), names.cat.codes.to_numpy(np.int64)
+    control = groups.index(str(names[(adata.obs["condition"] == CONTROL).to_numpy()].iloc[0]))
+    scores = welch_t_scores(adata.X, codes, groups, control)
+    gene_ids = np.asarray(adata.var_names).astype(str)
+    adata.uns[RANK_KEY] = {group: gene_ids[order_by_magnitude(scores[code])].tolist()
+                           for code, group in enumerate(groups) if code != control}
 
 
 def nonzero_by_condition(adata) -> tuple[list[str], np.ndarray]:
