@@ -21,10 +21,25 @@ def blocks_of(x: torch.Tensor, n_blocks: int) -> torch.Tensor:
     return x.view(n_blocks, -1, x.shape[-1])
 
 
+ROWS_PER_PASS = 4096  # rows per piece of a row-wise pass: its temporaries stay about 2 MiB at width 128
+
+
+def block_slices(n_blocks: int, rows_per_block: int) -> list[slice]:
+    """Consecutive slices of blocks of about ``ROWS_PER_PASS`` rows (at least one block)."""
+    step = max(1, ROWS_PER_PASS // max(1, rows_per_block))
+    return [slice(start, min(start + step, n_blocks)) for start in range(0, n_blocks, step)]
+
+
+def block_dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per block and feature, the sum over the block's rows of ``a * b`` ((blocks, rows,
+    features) -> (blocks, features)), a few blocks at a time: the product's temporary is
+    one piece, not a copy of the rows."""
+    return torch.cat([torch.linalg.vecdot(a[part], b[part], dim=1) for part in block_slices(*a.shape[:2])])
+
+
 def row_dot(a: torch.Tensor, b: torch.Tensor, n_blocks: int) -> torch.Tensor:
-    """``(a * b).sum(0)`` for two (rows x features) tensors, summed per block of rows first
-    (``vecdot`` still forms the product; only the reduction is blocked)."""
-    return torch.linalg.vecdot(blocks_of(a, n_blocks), blocks_of(b, n_blocks), dim=1).sum(0)
+    """``(a * b).sum(0)`` for two (rows x features) tensors (see ``block_dots``)."""
+    return block_dots(blocks_of(a, n_blocks), blocks_of(b, n_blocks)).sum(0)
 
 
 def all_reduce_if(tensor: torch.Tensor, synchronize: bool) -> torch.Tensor:
@@ -57,7 +72,7 @@ def weighted_statistics(x, set_counts, eps: float, synchronize: bool, in_place: 
     total, mean = sums[0], sums[1:] / sums[0]
     centred = x.sub_(mean) if in_place else x - mean
     squares = blocks_of(centred, n_blocks)
-    var = all_reduce_if(weight @ torch.linalg.vecdot(squares, squares, dim=1), synchronize) / total
+    var = all_reduce_if(weight @ block_dots(squares, squares), synchronize) / total
     return centred, (weight / total).view(-1, 1, 1), torch.rsqrt(var + eps), mean, var, total
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gears_ddp import weighted_norm
 from gears_ddp.model import PERT_EMB_LAMBDA, GEARSModel, renormed_table
 from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, model_graphs, random_batch
 from reference_package import import_reference
@@ -137,11 +138,14 @@ def _naive_forward(model, x, pert_idx):
     return effect + x, logvar
 
 
+@pytest.mark.parametrize("rows_per_pass", [4096, 50])
 @pytest.mark.parametrize("uncertainty", [False, True])
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_distinct_sets_equal_per_cell_computation(mode, uncertainty):
+def test_distinct_sets_equal_per_cell_computation(mode, uncertainty, rows_per_pass, monkeypatch):
     """In float64, so that equality is tested well below float32 rounding. The naive path
-    runs autograd's unfused BatchNorm, ReLU and Linear; the fast one the fused blocks."""
+    runs autograd's unfused BatchNorm, ReLU and Linear; the fast one the fused blocks, in
+    one piece of rows or (50 rows per pass) a set of genes at a time."""
+    monkeypatch.setattr(weighted_norm, "ROWS_PER_PASS", rows_per_pass)
     fast = make_model(uncertainty=uncertainty)
     fast = (_trained_a_little(fast) if mode == "eval" else fast.train()).double()
     naive = copy.deepcopy(fast)
