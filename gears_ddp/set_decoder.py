@@ -45,6 +45,11 @@ def _first_activation(genes_centred, shifts_centred, scale, beta):
     return activated.relu_().view(-1, genes_centred.shape[1])
 
 
+def _pieces(n_sets: int, n_genes: int) -> list[tuple[slice, slice]]:
+    """The (sets, rows) slices of the pieces a row-wise pass goes through (``block_slices``)."""
+    return [(sets, slice(sets.start * n_genes, sets.stop * n_genes)) for sets in block_slices(n_sets, n_genes)]
+
+
 def _row_buffer(like: torch.Tensor, n_rows: int, capacity: int, width: int) -> torch.Tensor:
     """An uninitialised (n_rows x width) tensor cut from one of ``capacity`` rows, so that
     the allocation has the same size every step whatever the number of distinct sets: the
@@ -79,7 +84,7 @@ class _SetDecoder(torch.autograd.Function):
         (n_sets, n_genes), weight = (shifts.shape[0], genes.shape[0]), counts.to(genes.dtype)
         # row buffers sized for one set per cell, which is constant from step to step
         n_rows, capacity = n_sets * n_genes, int(counts.sum()) * n_genes
-        pieces = [(sets, slice(sets.start * n_genes, sets.stop * n_genes)) for sets in block_slices(n_sets, n_genes)]
+        pieces = _pieces(n_sets, n_genes)
         # bn_pert_base, from the gene and set tables (the set rows weighted by their cells)
         genes_centred = genes - genes.mean(0)
         shifts_centred, _, _, shift_mean, shift_var, n_cells = weighted_statistics(shifts, counts, eps[0],
@@ -123,7 +128,7 @@ class _SetDecoder(torch.autograd.Function):
          beta1, weight2, centred2, invstd2, gamma2, beta2, out_weight) = ctx.saved_tensors
         synchronize, matmul_dtype = ctx.synchronize, ctx.matmul_dtype
         n_sets, n_genes = shifts_centred.shape[0], genes_centred.shape[0]
-        pieces = [(sets, slice(sets.start * n_genes, sets.stop * n_genes)) for sets in block_slices(n_sets, n_genes)]
+        pieces = _pieces(n_sets, n_genes)
         share = weight / (n_cells * n_genes)  # each row's share of the rows stood for
         grad_out = grad_out.to(centred2.dtype)
 

@@ -5,8 +5,9 @@ Input: log-normalised expression, ``obs['condition']``, ``obs['cell_type']`` and
 ``dose_val`` and ``control``; ``uns`` entries ``rank_genes_groups_cov_all`` (all genes
 ranked as scanpy's t-test against control with ``rankby_abs=True`` ranks them: see
 ``de_genes``), ``top_non_dropout_de_20``, ``top_non_zero_de_20``, ``non_zeros_gene_idx``
-and ``non_dropout_gene_idx``, exactly as the published GEARS writes them. The gene-set bookkeeping is vectorised over genes: one sparse
-product gives which genes are non-zero in which condition.
+and ``non_dropout_gene_idx``, exactly as the published GEARS writes them. The gene-set
+bookkeeping is vectorised over genes: per-condition sums over blocks of cells
+(``grouped.condition_means``) give which genes are non-zero in which condition.
 """
 from __future__ import annotations
 
