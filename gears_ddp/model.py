@@ -72,16 +72,27 @@ def renormed_table(embedding: nn.Embedding) -> torch.Tensor:
     return weight
 
 
-def distinct_perturbation_sets(pert_idx: torch.Tensor):
+def distinct_perturbation_sets(pert_idx: torch.Tensor, n_perts: int):
     """Distinct perturbation sets of a batch.
 
-    ``pert_idx`` (B x 2, -1 padded) -> ``sets`` (S x 2, each row sorted), ``cell_set`` (B,
-    the set of each cell) and ``counts`` (S, cells per set). ``[A, B]`` and ``[B, A]`` are
-    the same set, as the model sums the genes' embeddings.
+    ``pert_idx`` (B x k, indices below ``n_perts``, -1 padded) -> ``sets`` (S x k, each row
+    sorted, rows in lexicographic order), ``cell_set`` (B, the set of each cell) and
+    ``counts`` (S, cells per set). ``[A, B]`` and ``[B, A]`` are the same set, as the model
+    sums the genes' embeddings.
     """
     canonical, _ = torch.sort(pert_idx, dim=1)
-    sets, cell_set, counts = torch.unique(canonical, dim=0, return_inverse=True, return_counts=True)
-    return sets, cell_set, counts
+    # Each row as one integer whose digits in base n_perts + 1 are its shifted indices, the first
+    # most significant: a one-dimensional unique (a few operations, where unique over rows takes
+    # one per cell) that orders the keys as the rows.
+    base, key = n_perts + 1, torch.zeros_like(canonical[:, 0])
+    for column in canonical.unbind(1):
+        key = key * base + (column + 1)
+    keys, cell_set, counts = torch.unique(key, return_inverse=True, return_counts=True)
+    digits = []
+    for _ in range(canonical.shape[1]):
+        digits.append(keys % base - 1)
+        keys = keys // base
+    return torch.stack(digits[::-1], dim=1), cell_set, counts
 
 
 class GEARSModel(nn.Module):
@@ -192,7 +203,7 @@ class GEARSModel(nn.Module):
     def forward(self, x: torch.Tensor, pert_idx: torch.Tensor):
         if self.no_perturb:
             return x
-        sets, cell_set, counts = distinct_perturbation_sets(pert_idx)
+        sets, cell_set, counts = distinct_perturbation_sets(pert_idx, self.num_perts)
         effect, logvar = self.set_effects(sets, counts)
         prediction = effect[cell_set] + x
         return (prediction, logvar[cell_set]) if self.uncertainty else prediction

@@ -208,12 +208,13 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
 
     @torch.no_grad()
     def update_running_stats(self, mean, var, n_rows) -> None:
-        """Fold a batch's weighted mean and biased variance over ``n_rows`` rows into the
-        running estimates, as ``BatchNorm1d`` does."""
+        """Fold a batch's weighted mean and biased variance over ``n_rows`` rows (a tensor)
+        into the running estimates, as ``BatchNorm1d`` does, with tensor operations only (no
+        host synchronisation on a GPU)."""
         if not self.track_running_stats:
             return
         self.num_batches_tracked.add_(1)
         factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-        unbiased = var * (n_rows / (n_rows - 1)) if n_rows > 1 else var
-        self.running_mean.mul_(1 - factor).add_(factor * mean.to(self.running_mean.dtype))
-        self.running_var.mul_(1 - factor).add_(factor * unbiased.to(self.running_var.dtype))
+        correction = n_rows / (n_rows - 1).clamp(min=1)  # the unbiased variance (of one row: as it is)
+        self.running_mean.lerp_(mean.to(self.running_mean.dtype), factor)
+        self.running_var.lerp_((var * correction).to(self.running_var.dtype), factor)

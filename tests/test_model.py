@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from gears_ddp import weighted_norm
-from gears_ddp.model import PERT_EMB_LAMBDA, GEARSModel, renormed_table
+from gears_ddp.model import PERT_EMB_LAMBDA, GEARSModel, distinct_perturbation_sets, renormed_table
 from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, model_graphs, random_batch
 from reference_package import import_reference
 
@@ -173,13 +173,36 @@ def test_distinct_sets_equal_per_cell_computation(mode, uncertainty, rows_per_pa
 
 def test_a_single_perturbed_cell_in_training_mode_works():
     """The published model feeds ``pert_fuse`` that one row twice; a weighted single row is
-    the same BatchNorm. Zero variance amplifies rounding by 1/sqrt(eps), hence float64."""
+    the same BatchNorm, running statistics included. Zero variance amplifies rounding by
+    1/sqrt(eps), hence float64."""
     model = make_model().train().double()
     naive = copy.deepcopy(model)
     x, _ = random_batch(batch_size=3)
     pert_idx = torch.tensor([[-1, -1], [4, -1], [-1, -1]])
     pred_naive, _ = _naive_forward(naive, x.double(), pert_idx)
     torch.testing.assert_close(model(x.double(), pert_idx), pred_naive, rtol=1e-8, atol=1e-8)
+    # a row's unbiased variance is its (zero) variance, as that of the two equal rows
+    for (name, ours), theirs in zip(model.named_buffers(), naive.buffers()):
+        torch.testing.assert_close(ours, theirs, rtol=1e-8, atol=1e-8, msg=name)
+
+
+@pytest.mark.parametrize("columns", [1, 2, 3])
+def test_distinct_sets_are_the_sorted_unique_rows(columns):
+    """The integer keys give what unique over rows gives: the same sets in the same order
+    (which fixes the order of the per-set rows), each cell's set and the counts; a pair and
+    its swap are one set."""
+    generator = torch.Generator().manual_seed(columns)
+    n_perts = 7
+    pert_idx = torch.randint(-1, n_perts, (200, columns), generator=generator)
+    pert_idx[:20] = n_perts - 1  # the largest index in every column
+    pert_idx[20:40] = -1
+    sets, cell_set, counts = distinct_perturbation_sets(pert_idx, n_perts)
+    expected = torch.unique(torch.sort(pert_idx, dim=1)[0], dim=0, return_inverse=True, return_counts=True)
+    for got, want in zip((sets, cell_set, counts), expected):
+        assert torch.equal(got, want)
+    if columns == 2:
+        swapped, _, _ = distinct_perturbation_sets(pert_idx.flip(1), n_perts)
+        assert torch.equal(swapped, sets)
 
 
 def test_no_perturb_returns_the_input():
