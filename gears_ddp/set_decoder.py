@@ -22,8 +22,10 @@ it allocating and re-reading row-sized tensors. Here:
 - The row-sized tensors are three buffers (``bn1``'s centred input, then its gradient;
   ``bn1``'s output gradient; ``bn2``'s centred input, then its gradient, then ``bn0``'s
   output gradient, which has the same width in GEARS), each allocated at a size that does
-  not change from step to step. Everything else runs a piece of about ``ROWS_PER_PASS``
-  rows at a time, so its temporaries stay small: the step's live memory is those buffers.
+  not change from step to step. Everything else runs a piece of rows at a time
+  (``rows_per_pass``: about 4,096 on a CPU, so its temporaries stay small and the step's
+  live memory is those buffers; about a million on a GPU, where each piece costs kernel
+  launches).
 
 Outputs and gradients are those of the module chain (the test suite compares them in
 float64). With ``synchronize`` (distributed ``sync_batchnorm``) the statistics and the
@@ -45,9 +47,10 @@ def _first_activation(genes_centred, shifts_centred, scale, beta):
     return activated.relu_().view(-1, genes_centred.shape[1])
 
 
-def _pieces(n_sets: int, n_genes: int) -> list[tuple[slice, slice]]:
+def _pieces(n_sets: int, n_genes: int, device: torch.device) -> list[tuple[slice, slice]]:
     """The (sets, rows) slices of the pieces a row-wise pass goes through (``block_slices``)."""
-    return [(sets, slice(sets.start * n_genes, sets.stop * n_genes)) for sets in block_slices(n_sets, n_genes)]
+    return [(sets, slice(sets.start * n_genes, sets.stop * n_genes))
+            for sets in block_slices(n_sets, n_genes, device)]
 
 
 def _row_buffer(like: torch.Tensor, n_rows: int, capacity: int, width: int) -> torch.Tensor:
@@ -84,7 +87,7 @@ class _SetDecoder(torch.autograd.Function):
         (n_sets, n_genes), weight = (shifts.shape[0], genes.shape[0]), counts.to(genes.dtype)
         # row buffers sized for one set per cell, which is constant from step to step
         n_rows, capacity = n_sets * n_genes, int(counts.sum()) * n_genes
-        pieces = _pieces(n_sets, n_genes)
+        pieces = _pieces(n_sets, n_genes, genes.device)
         # bn_pert_base, from the gene and set tables (the set rows weighted by their cells)
         genes_centred = genes - genes.mean(0)
         shifts_centred, _, _, shift_mean, shift_var, n_cells = weighted_statistics(shifts, counts, eps[0],
@@ -128,7 +131,7 @@ class _SetDecoder(torch.autograd.Function):
          beta1, weight2, centred2, invstd2, gamma2, beta2, out_weight) = ctx.saved_tensors
         synchronize, matmul_dtype = ctx.synchronize, ctx.matmul_dtype
         n_sets, n_genes = shifts_centred.shape[0], genes_centred.shape[0]
-        pieces = _pieces(n_sets, n_genes)
+        pieces = _pieces(n_sets, n_genes, grad_out.device)
         share = weight / (n_cells * n_genes)  # each row's share of the rows stood for
         grad_out = grad_out.to(centred2.dtype)
 

@@ -21,12 +21,20 @@ def blocks_of(x: torch.Tensor, n_blocks: int) -> torch.Tensor:
     return x.view(n_blocks, -1, x.shape[-1])
 
 
-ROWS_PER_PASS = 4096  # rows per piece of a row-wise pass: its temporaries stay about 2 MiB at width 128
+ROWS_PER_PASS = 4096  # on a CPU: a piece's temporaries stay about 2 MiB at width 128 (in cache)
+ROWS_PER_PASS_ACCELERATOR = 2**20  # elsewhere: each operation is a kernel launch, so few, large pieces
 
 
-def block_slices(n_blocks: int, rows_per_block: int) -> list[slice]:
-    """Consecutive slices of blocks of about ``ROWS_PER_PASS`` rows (at least one block)."""
-    step = max(1, ROWS_PER_PASS // max(1, rows_per_block))
+def rows_per_pass(device: torch.device) -> int:
+    """Rows per piece of a row-wise pass on ``device``: small on a CPU, where a piece should
+    stay in cache and memory is the target's; large on a GPU, where the cost of a pass is
+    its number of kernel launches (a piece of 2**20 rows of width 128 is 512 MiB)."""
+    return ROWS_PER_PASS if device.type == "cpu" else ROWS_PER_PASS_ACCELERATOR
+
+
+def block_slices(n_blocks: int, rows_per_block: int, device: torch.device) -> list[slice]:
+    """Consecutive slices of blocks of about ``rows_per_pass(device)`` rows (at least one block)."""
+    step = max(1, rows_per_pass(device) // max(1, rows_per_block))
     return [slice(start, min(start + step, n_blocks)) for start in range(0, n_blocks, step)]
 
 
@@ -34,7 +42,8 @@ def block_dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per block and feature, the sum over the block's rows of ``a * b`` ((blocks, rows,
     features) -> (blocks, features)), a few blocks at a time: the product's temporary is
     one piece, not a copy of the rows."""
-    return torch.cat([torch.linalg.vecdot(a[part], b[part], dim=1) for part in block_slices(*a.shape[:2])])
+    return torch.cat([torch.linalg.vecdot(a[part], b[part], dim=1)
+                      for part in block_slices(*a.shape[:2], a.device)])
 
 
 def row_dot(a: torch.Tensor, b: torch.Tensor, n_blocks: int) -> torch.Tensor:

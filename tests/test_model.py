@@ -138,6 +138,15 @@ def _naive_forward(model, x, pert_idx):
     return effect + x, logvar
 
 
+def test_row_pieces_are_small_on_a_cpu_and_large_on_a_gpu():
+    """A Norman-size batch's rows (25 sets x 5,000 genes): one set per piece on a CPU (in
+    cache), all in one piece on a GPU (one launch per operation); every block in one piece."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    for device, expected in ((cpu, [slice(i, i + 1) for i in range(25)]), (gpu, [slice(0, 25)])):
+        assert weighted_norm.block_slices(25, 5000, device) == expected
+    assert weighted_norm.block_slices(22, 1000, cpu) == [slice(i, min(i + 4, 22)) for i in range(0, 22, 4)]
+
+
 @pytest.mark.parametrize("rows_per_pass", [4096, 50])
 @pytest.mark.parametrize("uncertainty", [False, True])
 @pytest.mark.parametrize("mode", ["train", "eval"])

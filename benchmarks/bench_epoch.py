@@ -1,0 +1,149 @@
+"""Seconds per epoch of gears_ddp at Norman size (about 90,000 cells x 5,000 genes) on the
+device at hand, for a few batch sizes and precisions.
+
+    python benchmarks/bench_epoch.py [--device cuda] [--batch-sizes 32 256] [--amp off bf16]
+                                     [--epochs 3] [--genes 5000 --cells-per-condition 350 ...]
+                                     [--json results.json]
+
+The GPU target of the model work is under 5 s per epoch on this data. The dataset is the
+built-in synthetic one (``write_synthetic_dataset``, seed 0) at Norman size by default: 100
+single-gene and 130 two-gene perturbations of 350 cells each and 10,000 control cells
+(90,500 cells), 5,000 genes. It is written once under ``--data-path`` (kept for later runs)
+and loaded with ``PertData.load``; ``prepare_split('simulation', seed=1)``. For each batch
+size and precision: ``torch.manual_seed(0)``, ``model_initialize(hidden_size=64)`` and
+``train(epochs, lr=1e-3, weight_decay=5e-4, amp=...)``, as a user runs it.
+
+Per run it prints, over the epochs after the first (the first pays for one-time set-up:
+CUDA context, kernel selection, the allocator's first blocks), the mean of:
+
+- loop s: the training loop alone (``recipe.train_epoch`` wrapped with a timer; on a GPU the
+  timer waits for the device, ``torch.cuda.synchronize``, before it reads the clock);
+- epoch s: the loop plus the per-epoch evaluation of the train and val sets (``seconds`` of
+  the ``GEARS.history`` records), the figure the target is about;
+- cells/s: training cells per second of loop (train batches x batch size per epoch);
+
+and the first epoch's seconds, the test-set evaluation of the best model (s, after a
+``torch.cuda.synchronize``), the peak memory (GPU: ``torch.cuda.max_memory_allocated``;
+CPU: the process's max RSS) and the test ``pearson_delta``.
+"""
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from gears_ddp import PertData, recipe
+from gears_ddp.datasets import write_synthetic_dataset
+from gears_ddp.engine import evaluate
+from gears_ddp.gears import GEARS
+
+LR, WEIGHT_DECAY, HIDDEN = 1e-3, 5e-4, 64
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_loops(device: torch.device) -> list[float]:
+    """Wrap ``recipe.train_epoch`` (what ``GEARS.train`` calls) so that each call's seconds,
+    the device's work included, are appended to the returned list."""
+    seconds, train_epoch = [], recipe.train_epoch
+
+    def wrapper(*args, **kwargs):
+        synchronize(device)
+        start = time.perf_counter()
+        out = train_epoch(*args, **kwargs)
+        synchronize(device)
+        seconds.append(time.perf_counter() - start)
+        return out
+
+    recipe.train_epoch = wrapper
+    return seconds
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, epochs: int,
+        loops: list[float]) -> dict:
+    """Train one model as a user does and return its figures (see the module docstring)."""
+    pert_data.get_dataloader(batch_size=batch_size, test_batch_size=max(batch_size, 256))
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    loops.clear()
+    torch.manual_seed(0)
+    gears = GEARS(pert_data, device=str(device))
+    gears.model_initialize(hidden_size=HIDDEN)
+    report = gears.train(epochs=epochs, lr=LR, weight_decay=WEIGHT_DECAY, amp=amp)
+    test_loader = pert_data.dataloader["test_loader"]
+    synchronize(device)
+    start = time.perf_counter()
+    evaluate(gears.best_model, test_loader, gears.new_accumulator(), False, device)
+    synchronize(device)
+    test_eval_s = time.perf_counter() - start
+    epoch_s = [record["seconds"] for record in gears.history]
+    steady = slice(1, None) if epochs > 1 else slice(None)
+    cells_per_epoch = len(pert_data.dataloader["train_loader"]) * batch_size
+    return {"batch_size": batch_size, "amp": amp, "epochs": epochs, "first_epoch_s": epoch_s[0],
+            "epoch_s": statistics.fmean(epoch_s[steady]), "loop_s": statistics.fmean(loops[steady]),
+            "cells_per_s": cells_per_epoch / statistics.fmean(loops[steady]), "cells_per_epoch": cells_per_epoch,
+            "test_eval_s": test_eval_s, "peak_mib": peak_memory_mib(device),
+            "test_pearson_delta": report["model"]["test_pearson_delta"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 256])
+    parser.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=["off", "bf16", "fp16"])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--genes", type=int, default=5000)
+    parser.add_argument("--cells-per-condition", type=int, default=350)
+    parser.add_argument("--perturbed-genes", type=int, default=100)
+    parser.add_argument("--combos", type=int, default=130)
+    parser.add_argument("--control-cells", type=int, default=10000)
+    parser.add_argument("--data-path", default="./data/bench_epoch")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+
+    start = time.perf_counter()
+    name = f"synthetic_{args.genes}g_{args.perturbed_genes}s_{args.combos}c_{args.cells_per_condition}x"
+    folder = write_synthetic_dataset(args.data_path, name=name, n_genes=args.genes,
+                                     n_perturbed_genes=args.perturbed_genes, n_combos=args.combos,
+                                     cells_per_condition=args.cells_per_condition,
+                                     n_control_cells=args.control_cells, seed=0)
+    pert_data = PertData(args.data_path)
+    pert_data.load(data_path=folder)
+    pert_data.prepare_split(split="simulation", seed=1)
+    print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
+          f"{time.perf_counter() - start:.0f} s; device {device}"
+          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
+             f" ({torch.get_num_threads()} threads)"), flush=True)
+
+    loops = timed_loops(device)
+    results = []
+    print(f"{'batch':>6} {'amp':>5} {'epoch s':>8} {'loop s':>7} {'cells/s':>9} {'1st epoch s':>11} "
+          f"{'test eval s':>11} {'peak MiB':>9} {'pearson_delta':>13}", flush=True)
+    for batch_size in args.batch_sizes:
+        for amp in args.amp:
+            r = run(pert_data, device, batch_size, amp, args.epochs, loops)
+            results.append(r)
+            print(f"{r['batch_size']:>6} {r['amp']:>5} {r['epoch_s']:>8.2f} {r['loop_s']:>7.2f} "
+                  f"{r['cells_per_s']:>9.0f} {r['first_epoch_s']:>11.2f} {r['test_eval_s']:>11.2f} "
+                  f"{r['peak_mib']:>9.0f} {r['test_pearson_delta']:>13.4f}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": str(device), "command": sys.argv, "results": results},
+                                              indent=1))
+
+
+if __name__ == "__main__":
+    main()
