@@ -23,8 +23,9 @@ CUDA context, kernel selection, the allocator's first blocks), the mean of:
 - cells/s: training cells per second of loop (train batches x batch size per epoch);
 
 and the first epoch's seconds, the test-set evaluation of the best model (s, after a
-``torch.cuda.synchronize``), the peak memory (GPU: ``torch.cuda.max_memory_allocated``;
-CPU: the process's max RSS) and the test ``pearson_delta``.
+``torch.cuda.synchronize``), the peak memory (GPU: ``torch.cuda.max_memory_allocated``
+during the run; CPU: the process's max RSS so far, earlier runs included) and the test
+``pearson_delta``.
 """
 import argparse
 import json

@@ -218,8 +218,8 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
     @torch.no_grad()
     def update_running_stats(self, mean, var, n_rows) -> None:
         """Fold a batch's weighted mean and biased variance over ``n_rows`` rows (a tensor)
-        into the running estimates, as ``BatchNorm1d`` does, with tensor operations only (no
-        host synchronisation on a GPU)."""
+        into the running estimates, as ``BatchNorm1d`` does; with a momentum (the default),
+        in tensor operations only, so without a host synchronisation on a GPU."""
         if not self.track_running_stats:
             return
         self.num_batches_tracked.add_(1)
