@@ -29,14 +29,30 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def add_size_arguments(parser: argparse.ArgumentParser, genes: int, cells_per_condition: int,
+                       perturbed_genes: int, combos: int, control_cells: int) -> None:
+    """The synthetic data's size options of every benchmark (each with its own defaults)."""
+    parser.add_argument("--genes", type=int, default=genes)
+    parser.add_argument("--cells-per-condition", type=int, default=cells_per_condition)
+    parser.add_argument("--perturbed-genes", type=int, default=perturbed_genes)
+    parser.add_argument("--combos", type=int, default=combos)
+    parser.add_argument("--control-cells", type=int, default=control_cells)
+
+
+def synthetic_options(args) -> dict:
+    """``make_synthetic_perturb_seq`` (or ``write_synthetic_dataset``) keywords of the size
+    options (``add_size_arguments``), seed 0."""
+    return {"n_genes": args.genes, "cells_per_condition": args.cells_per_condition,
+            "n_perturbed_genes": args.perturbed_genes, "n_combos": args.combos,
+            "n_control_cells": args.control_cells, "seed": 0}
+
+
 def make_input(folder: Path, args) -> Path:
     """The raw AnnData (h5ad) and GO files both implementations start from."""
     from gears_ddp.data.graphs import jaccard_edge_list
     from gears_ddp.datasets import make_synthetic_perturb_seq
 
-    synthetic = make_synthetic_perturb_seq(n_genes=args.genes, cells_per_condition=args.cells_per_condition,
-                                           n_perturbed_genes=args.perturbed_genes, n_combos=args.combos,
-                                           n_control_cells=args.control_cells, seed=0)
+    synthetic = make_synthetic_perturb_seq(**synthetic_options(args))
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "gene2go_all.pkl", "wb") as f:
         pickle.dump(synthetic.gene2go, f)
@@ -163,11 +179,8 @@ def print_table(ours: dict, reference: dict | None) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--genes", type=int, default=2000)
-    parser.add_argument("--cells-per-condition", type=int, default=100)
-    parser.add_argument("--perturbed-genes", type=int, default=120)
-    parser.add_argument("--combos", type=int, default=60)
-    parser.add_argument("--control-cells", type=int, default=3000)
+    add_size_arguments(parser, genes=2000, cells_per_condition=100, perturbed_genes=120, combos=60,
+                       control_cells=3000)
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--child", choices=["ours", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--raw", help=argparse.SUPPRESS)

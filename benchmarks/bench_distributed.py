@@ -64,10 +64,9 @@ import threading
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import SPLIT  # noqa: E402
+from bench_data import SPLIT, add_size_arguments, synthetic_options  # noqa: E402
 from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY, _timed  # noqa: E402
 
 from gears_ddp.datasets import write_synthetic_dataset  # noqa: E402
@@ -141,10 +140,9 @@ def run(pert_data, n_processes: int, args, tmp: Path) -> dict:
         "save_path": str(tmp / f"run{n_processes}")})
     out_dir = tmp / f"ranks{n_processes}"
     out_dir.mkdir()
-    results = mp.get_context("spawn").SimpleQueue()
     worker_args = (str(out_dir), args.threads_per_rank, n_processes, pert_data, options,
-                   [torch.device("cpu")] * n_processes, "127.0.0.1", find_free_port(), results)
-    messages = spawn_workers(measured_worker, worker_args, n_processes, results)
+                   [torch.device("cpu")] * n_processes, "127.0.0.1", find_free_port())
+    messages = spawn_workers(measured_worker, worker_args, n_processes)
     report = next(message[1] for message in messages if message[0] == "report")
     ranks = [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(n_processes)]
     return derived(report, ranks, args.batch_size)
@@ -224,17 +222,11 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
     parser.add_argument("--threads-per-rank", type=int, default=None,
                         help="torch threads in each worker (default: torch's default, as in train_multi_gpu)")
-    parser.add_argument("--genes", type=int, default=1000)
-    parser.add_argument("--cells-per-condition", type=int, default=45)
-    parser.add_argument("--perturbed-genes", type=int, default=60)
-    parser.add_argument("--combos", type=int, default=80)
-    parser.add_argument("--control-cells", type=int, default=1000)
+    add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80, control_cells=1000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_synthetic_dataset(tmp / "data", n_genes=args.genes, cells_per_condition=args.cells_per_condition,
-                                n_perturbed_genes=args.perturbed_genes, n_combos=args.combos,
-                                n_control_cells=args.control_cells, seed=0)
+        write_synthetic_dataset(tmp / "data", **synthetic_options(args))
         options = TrainingArgs.from_dict({"model_config": {"hidden_size": HIDDEN_SIZE}})
         pert_data = prepare_data(tmp / "data", "synthetic", SplitConfig.from_dict(SPLIT), options).share_memory_()
         status = proc_status_mib()

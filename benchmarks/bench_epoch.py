@@ -36,13 +36,13 @@ import time
 from pathlib import Path
 
 import torch
+from bench_data import add_size_arguments, synthetic_options
+from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY, _timed
 
 from gears_ddp import PertData, recipe
 from gears_ddp.datasets import write_synthetic_dataset
 from gears_ddp.engine import evaluate
 from gears_ddp.gears import GEARS
-
-LR, WEIGHT_DECAY, HIDDEN = 1e-3, 5e-4, 64
 
 
 def synchronize(device: torch.device) -> None:
@@ -50,21 +50,19 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_loops(device: torch.device) -> list[float]:
-    """Wrap ``recipe.train_epoch`` (what ``GEARS.train`` calls) so that each call's seconds,
-    the device's work included, are appended to the returned list."""
-    seconds, train_epoch = [], recipe.train_epoch
+def timed_loops(device: torch.device) -> list[tuple[float, float]]:
+    """Wrap ``recipe.train_epoch`` (what ``GEARS.train`` calls) so that the (start, end) of
+    each call, the device's work included, are appended to the returned list. (The work
+    queued before a loop is the previous evaluation's, which its metrics already waited for.)"""
+    loops, train_epoch = [], recipe.train_epoch
 
-    def wrapper(*args, **kwargs):
-        synchronize(device)
-        start = time.perf_counter()
+    def waited_for(*args, **kwargs):
         out = train_epoch(*args, **kwargs)
         synchronize(device)
-        seconds.append(time.perf_counter() - start)
         return out
 
-    recipe.train_epoch = wrapper
-    return seconds
+    recipe.train_epoch = _timed(waited_for, loops)
+    return loops
 
 
 def peak_memory_mib(device: torch.device) -> float:
@@ -74,7 +72,7 @@ def peak_memory_mib(device: torch.device) -> float:
 
 
 def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, epochs: int,
-        loops: list[float]) -> dict:
+        loops: list[tuple[float, float]]) -> dict:
     """Train one model as a user does and return its figures (see the module docstring)."""
     pert_data.get_dataloader(batch_size=batch_size, test_batch_size=max(batch_size, 256))
     if device.type == "cuda":
@@ -82,7 +80,7 @@ def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, ep
     loops.clear()
     torch.manual_seed(0)
     gears = GEARS(pert_data, device=str(device))
-    gears.model_initialize(hidden_size=HIDDEN)
+    gears.model_initialize(hidden_size=HIDDEN_SIZE)
     report = gears.train(epochs=epochs, lr=LR, weight_decay=WEIGHT_DECAY, amp=amp)
     test_loader = pert_data.dataloader["test_loader"]
     synchronize(device)
@@ -91,11 +89,12 @@ def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, ep
     synchronize(device)
     test_eval_s = time.perf_counter() - start
     epoch_s = [record["seconds"] for record in gears.history]
+    loop_s = [end - start for start, end in loops]
     steady = slice(1, None) if epochs > 1 else slice(None)
     cells_per_epoch = len(pert_data.dataloader["train_loader"]) * batch_size
     return {"batch_size": batch_size, "amp": amp, "epochs": epochs, "first_epoch_s": epoch_s[0],
-            "epoch_s": statistics.fmean(epoch_s[steady]), "loop_s": statistics.fmean(loops[steady]),
-            "cells_per_s": cells_per_epoch / statistics.fmean(loops[steady]), "cells_per_epoch": cells_per_epoch,
+            "epoch_s": statistics.fmean(epoch_s[steady]), "loop_s": statistics.fmean(loop_s[steady]),
+            "cells_per_s": cells_per_epoch / statistics.fmean(loop_s[steady]), "cells_per_epoch": cells_per_epoch,
             "test_eval_s": test_eval_s, "peak_mib": peak_memory_mib(device),
             "test_pearson_delta": report["model"]["test_pearson_delta"]}
 
@@ -106,22 +105,18 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 256])
     parser.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=["off", "bf16", "fp16"])
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--genes", type=int, default=5000)
-    parser.add_argument("--cells-per-condition", type=int, default=350)
-    parser.add_argument("--perturbed-genes", type=int, default=100)
-    parser.add_argument("--combos", type=int, default=130)
-    parser.add_argument("--control-cells", type=int, default=10000)
+    add_size_arguments(parser, genes=5000, cells_per_condition=350, perturbed_genes=100, combos=130,
+                       control_cells=10000)
     parser.add_argument("--data-path", default="./data/bench_epoch")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     device = torch.device(args.device)
 
     start = time.perf_counter()
-    name = f"synthetic_{args.genes}g_{args.perturbed_genes}s_{args.combos}c_{args.cells_per_condition}x"
-    folder = write_synthetic_dataset(args.data_path, name=name, n_genes=args.genes,
-                                     n_perturbed_genes=args.perturbed_genes, n_combos=args.combos,
-                                     cells_per_condition=args.cells_per_condition,
-                                     n_control_cells=args.control_cells, seed=0)
+    options = synthetic_options(args)
+    # one folder per set of options: an existing folder is reused as it is
+    name = "synthetic_" + "_".join(f"{key}{value}" for key, value in options.items())
+    folder = write_synthetic_dataset(args.data_path, name=name, **options)
     pert_data = PertData(args.data_path)
     pert_data.load(data_path=folder)
     pert_data.prepare_split(split="simulation", seed=1)

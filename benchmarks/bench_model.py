@@ -111,7 +111,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import SPLIT, make_input, peak_rss_mib, reference_available  # noqa: E402
+from bench_data import SPLIT, add_size_arguments, make_input, peak_rss_mib, reference_available  # noqa: E402
 
 MODEL_SEED = 0  # torch's seed before model_initialize without --seed
 HIDDEN_SIZE, LR, WEIGHT_DECAY = 64, 1e-3, 5e-4
@@ -513,11 +513,7 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
 
 def add_data_options(parser: argparse.ArgumentParser) -> None:
     """The synthetic data's size and the batch sizes (shared with ``bench_quality.py``)."""
-    parser.add_argument("--genes", type=int, default=1000)
-    parser.add_argument("--cells-per-condition", type=int, default=45)
-    parser.add_argument("--perturbed-genes", type=int, default=60)
-    parser.add_argument("--combos", type=int, default=80)
-    parser.add_argument("--control-cells", type=int, default=1000)
+    add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80, control_cells=1000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--test-batch-size", type=int, default=32)
     parser.add_argument("--without-coexpression", action="store_true",
