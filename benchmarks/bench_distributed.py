@@ -72,7 +72,7 @@ from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY, _timed  # noqa: E402
 from gears_ddp.datasets import write_synthetic_dataset  # noqa: E402
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs  # noqa: E402
 from gears_ddp.distributed.runtime import find_free_port  # noqa: E402
-from gears_ddp.distributed.worker import train_ddp_worker  # noqa: E402
+from gears_ddp.distributed.worker import Placement, spawned_worker  # noqa: E402
 from gears_ddp.train_distributed import prepare_data, spawn_workers  # noqa: E402
 
 TARGET_EXTRA_RANK_MIB = 0.3e9 / 2**20  # 0.3 GB
@@ -109,9 +109,9 @@ class PrivateMemoryPeak:
         return max(self.peak_mib, proc_status_mib()["RssAnon"])
 
 
-def measured_worker(local_rank: int, out_dir: str, threads: int | None, world_size: int, pert_data,
+def measured_worker(local_rank: int, out_dir: str, threads: int | None, placements, pert_data,
                     *worker_args) -> None:
-    """``train_ddp_worker`` with its training loops timed and its memory read (and, when
+    """``spawned_worker`` with its training loops timed and its memory read (and, when
     ``threads`` is given, that many torch threads); writes ``out_dir/rank<r>.json``."""
     import gears_ddp.recipe as recipe
 
@@ -121,7 +121,7 @@ def measured_worker(local_rank: int, out_dir: str, threads: int | None, world_si
     recipe.train_epoch = _timed(recipe.train_epoch, loops)
     start_private_mib = proc_status_mib()["RssAnon"]  # imports done, data handle unpickled
     private = PrivateMemoryPeak()
-    train_ddp_worker(local_rank, world_size, pert_data, *worker_args)
+    spawned_worker(local_rank, placements, pert_data, *worker_args)
     peak_private_mib = private.stop()
     status = proc_status_mib()
     record = {"loop_s": [end - start for start, end in loops],
@@ -140,8 +140,10 @@ def run(pert_data, n_processes: int, args, tmp: Path) -> dict:
         "save_path": str(tmp / f"run{n_processes}")})
     out_dir = tmp / f"ranks{n_processes}"
     out_dir.mkdir()
-    worker_args = (str(out_dir), args.threads_per_rank, n_processes, pert_data, options,
-                   [torch.device("cpu")] * n_processes, "127.0.0.1", find_free_port())
+    port = find_free_port()
+    placements = [Placement(rank, n_processes, rank, n_processes, torch.device("cpu"), "127.0.0.1", port)
+                  for rank in range(n_processes)]
+    worker_args = (str(out_dir), args.threads_per_rank, placements, pert_data, options)
     messages = spawn_workers(measured_worker, worker_args, n_processes)
     report = next(message[1] for message in messages if message[0] == "report")
     ranks = [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(n_processes)]

@@ -53,7 +53,7 @@ monkeypatched into the child process only):
   ``compute_metrics`` on val, i.e. training loop + ``scheduler.step`` + evaluation of the
   train and val sets + ``compute_metrics`` of both; the best-model copy that follows is
   excluded in both. gears_ddp: the ``seconds`` of each ``GEARS.history`` record (measured
-  exactly so by ``recipe.run_training``). Published: ``gears.gears.compute_metrics`` is
+  exactly so by ``recipe.TrainingRecipe``). Published: ``gears.gears.compute_metrics`` is
   wrapped to record when it returns; the epoch ends when the second call after that
   epoch's ``StepLR.step`` returns. Reported as the mean over epochs.
 - per-epoch evaluation (s / epoch) = seconds per epoch - training loop, and, inside it, the

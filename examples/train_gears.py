@@ -39,9 +39,8 @@ def main():
     gears = GEARS(pert_data, device=args.device)
     gears.model_initialize(hidden_size=64)
     start = time.perf_counter()
-    report = gears.train(epochs=args.epochs)
+    report = gears.train(epochs=args.epochs, seed=0, save_path=args.save_path)
     seconds = time.perf_counter() - start
-    gears.save_model(args.save_path)
 
     truth = read_true_means(folder)
     test = pert_data.set2conditions["test"]
@@ -51,7 +50,7 @@ def main():
                     for c, p in zip(test, predicted.to_numpy())]
 
     print(f"\ntrained {args.epochs} epochs in {seconds:.0f} s on {args.device}; best epoch "
-          f"{min(gears.history, key=lambda h: h['val_mse_de'])['epoch']}; model saved to {args.save_path}\n")
+          f"{report['best_epoch']}; model saved to {report['model_path']}\n")
     print(comparison_table(report["model"], report["baselines"]))
     print(f"\nagainst the noise-free truth: mean Pearson of predicted vs true change over control "
           f"across {len(test)} test conditions = {np.nanmean(correlations):.3f}")

@@ -1,16 +1,16 @@
-"""One training step, one training epoch and one evaluation pass: shared by the single-process
-``GEARS`` class and the distributed workers, so both train and score in the same way.
+"""One training step, one training epoch and one evaluation pass, as the recipe runs them.
 
-Nothing here knows about ranks. Distributed behaviour comes in through arguments: the model
-may be wrapped in ``DistributedDataParallel``; ``no_sync`` skips gradient synchronisation on
-all but the last micro-batch of an accumulated step; ``reduce_state`` combines evaluation
-accumulators across ranks.
+What crosses ranks comes in through one ``ranks`` object (``gears_ddp.ranks``): the model
+may be wrapped by ``ranks.wrap`` (``DistributedDataParallel``); ``ranks.no_sync`` skips
+gradient synchronisation on all but the last micro-batch of an accumulated step;
+``ranks.merge_evaluation`` combines evaluation accumulators. With the default
+``SINGLE_PROCESS`` each of these does nothing.
 """
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -20,6 +20,8 @@ from gears_ddp._logging import get_logger
 from gears_ddp.data.cells import PertBatch
 from gears_ddp.losses import LossContext, gears_loss
 from gears_ddp.metrics import EvaluationAccumulator, EvaluationResult
+from gears_ddp.options import AMP_MODES
+from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
 
 logger = get_logger(__name__)
 
@@ -29,9 +31,6 @@ GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
 def unwrapped(model: nn.Module) -> nn.Module:
     """The network itself: ``DistributedDataParallel`` keeps it as ``.module``."""
     return getattr(model, "module", model)
-
-
-AMP_MODES = ("off", "fp16", "bf16")
 
 
 @dataclass
@@ -73,21 +72,20 @@ def batch_loss(model: nn.Module, batch: PertBatch, context: LossContext, uncerta
 
 def training_step(model: nn.Module, micro_batches: Sequence[PertBatch], optimizer: torch.optim.Optimizer,
                   context: LossContext, uncertainty: bool, device: torch.device,
-                  precision: Precision = Precision(), no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+                  precision: Precision = Precision(), ranks: SingleProcess = SINGLE_PROCESS,
                   clip_value: float | None = GRAD_CLIP_VALUE) -> torch.Tensor:
     """One optimiser step over ``micro_batches`` (one batch, or several accumulated).
 
     Each micro-batch's loss is divided by their number, so the step's gradient is the mean
-    of the micro-batch gradients; ``no_sync`` (``DistributedDataParallel.no_sync``) wraps all
-    backward passes but the last. Gradients are unscaled (float16) before value clipping.
+    of the micro-batch gradients; ``ranks.no_sync`` wraps all backward passes but the last,
+    so gradients cross ranks once per step. Gradients are unscaled (float16) before value clipping.
     Returns the mean loss, detached, on ``device`` (no host synchronisation).
     """
     optimizer.zero_grad(set_to_none=True)
     total = torch.zeros((), device=device)
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
-        sync = contextlib.nullcontext() if last or no_sync is None else no_sync()
-        with sync:
+        with contextlib.nullcontext() if last else ranks.no_sync(model):
             with precision.autocast(device):
                 loss = batch_loss(model, batch.to(device, non_blocking=True), context, uncertainty)
             scaled = loss / len(micro_batches)
@@ -107,30 +105,32 @@ def training_step(model: nn.Module, micro_batches: Sequence[PertBatch], optimize
 
 def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer, context: LossContext,
                 uncertainty: bool, device: torch.device, epoch: int, precision: Precision = Precision(),
-                accumulation_steps: int = 1, no_sync=None, show_progress: bool = True,
+                accumulation_steps: int = 1, ranks: SingleProcess = SINGLE_PROCESS,
                 log_every: int = 50) -> tuple[torch.Tensor, int]:
-    """Train for one epoch; returns (sum of step losses as a tensor, number of steps).
+    """Train for one epoch; returns (sum of this rank's step losses as a tensor, number of steps).
 
     ``loader.set_epoch(epoch)`` reshuffles (and redraws control partners when asked);
     batches are grouped ``accumulation_steps`` at a time into one optimiser step (a short
-    last group still steps).
+    last group still steps). The main rank shows a progress bar (on a terminal) and logs
+    the loss every ``log_every`` steps.
     """
     model.train()
     loader.set_epoch(epoch)
     loss_sum, steps, group = torch.zeros((), device=device), 0, []
+    show_progress = ranks.is_main
     progress = tqdm(loader, desc=f"epoch {epoch + 1}", disable=not show_progress or None, leave=False)
     for batch in progress:
         group.append(batch)
         if len(group) < accumulation_steps:
             continue
-        loss = training_step(model, group, optimizer, context, uncertainty, device, precision, no_sync)
+        loss = training_step(model, group, optimizer, context, uncertainty, device, precision, ranks)
         loss_sum += loss
         steps += 1
         group = []
         if show_progress and steps % log_every == 1:
             logger.info("epoch %d step %d train loss %.4f", epoch + 1, steps, loss.item())
     if group:
-        loss_sum += training_step(model, group, optimizer, context, uncertainty, device, precision, no_sync)
+        loss_sum += training_step(model, group, optimizer, context, uncertainty, device, precision, ranks)
         steps += 1
     return loss_sum, steps
 
@@ -138,7 +138,7 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer, cont
 @torch.no_grad()
 def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncertainty: bool,
              device: torch.device, precision: Precision = Precision(),
-             reduce_state: Callable[[dict], dict] | None = None, rows_per_pass: int = 16384) -> EvaluationResult:
+             ranks: SingleProcess = SINGLE_PROCESS, rows_per_pass: int = 16384) -> EvaluationResult:
     """Score every cell of ``loader`` with the model in evaluation mode; returns the
     per-condition result.
 
@@ -146,9 +146,8 @@ def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncer
     perturbation set, so the loop only sums inputs and truth per condition, and the network
     runs once per condition at the end: the result equals running it on every cell. A pass
     takes as many conditions as fit in ``rows_per_pass`` (condition, gene) rows, at least
-    one, which bounds evaluation memory whatever the number of genes. ``reduce_state``
-    (distributed) turns this rank's accumulator state into that of all ranks, so every rank
-    gets the full result.
+    one, which bounds evaluation memory whatever the number of genes. Each rank scores its
+    share of the cells; ``ranks.merge_evaluation`` gives every rank the result of all.
     """
     network = unwrapped(model)
     network.eval()
@@ -165,6 +164,5 @@ def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncer
         with precision.autocast(device):
             effect, logvar = network.set_effects(perturbation_set[codes], torch.ones_like(codes))
         accumulator.add_condition_effects(codes, effect.float(), logvar.float() if uncertainty else None)
-    if reduce_state is not None:
-        accumulator.load_state(reduce_state(accumulator.state()))
+    accumulator.load_state(ranks.merge_evaluation(accumulator.state()))
     return accumulator.result()

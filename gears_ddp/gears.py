@@ -1,16 +1,11 @@
 """``GEARS``: the single-process API of the published package (model_initialize, train,
 predict, GI_predict, plot_perturbation, save_model, load_pretrained, uncertainty mode).
 
-The class is thin: the network is ``model.GEARSModel``, training is ``recipe.run_training``
-(the same code the distributed workers run), scoring is ``scoring.score``. Checkpoints are
-the published format: ``config.pkl`` (the published keys) and ``model.pt`` (state dict);
-``vocabulary.json`` beside them records the gene and perturbation names so that loading a
-checkpoint into other data fails clearly instead of silently mis-assigning genes.
+The class is thin: the network is ``model.GEARSModel``, training is ``recipe.TrainingRecipe``
+with one rank (the code every rank of a distributed run runs), scoring is
+``scoring.score``, and saved models are the published format (``model_folder``).
 """
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,18 +13,21 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.baselines import baseline_results
-from gears_ddp.data import io
 from gears_ddp.data.conditions import CONTROL, condition_genes
-from gears_ddp.engine import Precision, evaluate
+from gears_ddp.engine import evaluate
 from gears_ddp.losses import LossContext
 from gears_ddp.metrics import EvaluationAccumulator, MetricContext
 from gears_ddp.model import GEARSModel
-from gears_ddp.recipe import make_optimizer, run_training
+from gears_ddp.model_folder import check_vocabulary, model_from_config, read_config, read_weights, \
+    save_model_folder
+from gears_ddp.options import TrainingOptions
+from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.recipe import TrainingRecipe
 from gears_ddp.scoring import comparison_table, score
+from gears_ddp.tracking import start_wandb
 
 logger = get_logger(__name__)
 
-CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE = "config.pkl", "model.pt", "vocabulary.json"
 PREDICTION_CELLS = 300  # control cells a prediction averages over, as in the reference
 TUNABLE_PARAMETERS = {
     "hidden_size": "hidden dimension, default 64",
@@ -43,21 +41,6 @@ TUNABLE_PARAMETERS = {
     "uncertainty_reg": "regularization term to balance uncertainty loss and prediction loss, default 1",
     "direction_lambda": "regularization term to balance direction loss and prediction loss, default 0.1",
 }
-
-
-def model_from_config(config: dict) -> GEARSModel:
-    """The network described by a published-format config dict (graphs included)."""
-    return GEARSModel(config["num_genes"], config["num_perts"], config["G_coexpress"], config["G_coexpress_weight"],
-                      config["G_go"], config["G_go_weight"], hidden_size=config["hidden_size"],
-                      num_go_gnn_layers=config["num_go_gnn_layers"],
-                      num_gene_gnn_layers=config["num_gene_gnn_layers"],
-                      decoder_hidden_size=config["decoder_hidden_size"], uncertainty=config["uncertainty"],
-                      no_perturb=config["no_perturb"])
-
-
-def strip_module_prefix(state_dict: dict) -> dict:
-    """Remove the ``module.`` prefix that DataParallel / DistributedDataParallel add."""
-    return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state_dict.items()}
 
 
 class GEARS:
@@ -74,7 +57,7 @@ class GEARS:
                              "new_data_process(...), then prepare_split(...) and get_dataloader(...)")
         self.pert_data = pert_data
         self.device = torch.device(device)
-        self.wandb = _start_wandb(proj_name, exp_name) if weight_bias_track else None
+        self.wandb = start_wandb(proj_name, exp_name) if weight_bias_track else None
         self.adata = pert_data.adata
         self.dataloader = pert_data.dataloader
         self.node_map, self.node_map_pert = pert_data.node_map, pert_data.node_map_pert
@@ -136,38 +119,46 @@ class GEARS:
         """An empty per-condition accumulator for one evaluation pass."""
         return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device)
 
-    def train(self, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 5e-4, amp: str = "off") -> dict:
-        """Train, keep the model with the lowest val ``mse_de``, then score it and the
-        baselines on test. Returns ``{'model': summary, 'baselines': {name: summary}}``.
-        ``amp``: 'off', 'bf16' (CPU or GPU) or 'fp16' (CUDA) mixed precision for training
-        and evaluation."""
-        self._require_model()
-        precision = Precision.for_mode(amp, self.device)
-        optimizer, scheduler = make_optimizer(self.model, lr, weight_decay)
-        outcome = run_training(self.model, self.dataloader, epochs, optimizer, scheduler, self.loss_context(),
-                               self.new_accumulator, self.config["uncertainty"], self.device, precision)
-        self.history = outcome.history
-        self.best_model = model_from_config(self.config).to(self.device)
-        self.best_model.load_state_dict(outcome.best_state)
-        self.saved_pred, self.saved_logvar_sum = {}, {}
-        if "test_loader" not in self.dataloader:
-            logger.info("no test set (split %r): training done", self.split)
-            return {}
-        return self.test()
+    def train(self, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 5e-4, amp: str = "off",
+              seed: int | None = None, *, batch_size: int | None = None, test_batch_size: int | None = None,
+              num_workers: int | None = None, resample_controls: bool | None = None, grad_accum_steps: int = 1,
+              lr_scaling: str = "none", warmup_steps: int = 0, checkpoint_every: int = 0,
+              resume_from: str | None = None, save_path: str | None = None, sync_batchnorm: bool = False,
+              fused_decoder: bool = True, wandb: dict | None = None) -> dict:
+        """Train, keep the model with the lowest val ``mse_de`` (``best_model``), score it and
+        the baselines on test, and return the report: ``'model'`` and ``'baselines'`` test
+        summaries, ``'best_epoch'``, ``'history'`` and, with ``save_path``, ``'model_path'``.
 
-    def test(self, reduce_state=None) -> dict:
+        The options are ``train_multi_gpu``'s ``args`` under the same names (the README's
+        table). ``seed``, ``batch_size``, ``test_batch_size``, ``num_workers`` and
+        ``resample_controls`` default to what ``pert_data.get_dataloader`` was given; a value
+        here rebuilds the loaders with it.
+        """
+        options = TrainingOptions.from_dict({k: v for k, v in locals().items() if k != "self"}, where="train")
+        self._require_model()
+        built = self.pert_data.loader_options
+        wanted = {**built, **options.loader_options()}
+        if wanted != built:
+            self.pert_data.get_dataloader_distributed(**wanted)
+        self.dataloader = self.pert_data.dataloader
+        report = TrainingRecipe(self, options, SINGLE_PROCESS).run()
+        self.saved_pred, self.saved_logvar_sum = {}, {}
+        return report
+
+    def test(self, ranks: SingleProcess = SINGLE_PROCESS) -> dict:
         """Score the best model and the baselines on the test set (with subgroups for the
-        simulation split); logs a comparison table. ``reduce_state`` combines the evaluation
-        of all ranks in a distributed run."""
+        simulation split); the main rank logs a comparison table. In a distributed run every
+        rank scores its share of the cells and ``ranks`` merges them."""
         self._require_model()
         result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
-                          self.config["uncertainty"], self.device, reduce_state=reduce_state)
+                          self.config["uncertainty"], self.device, ranks=ranks)
         context = MetricContext.from_adata(self.adata)
         subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
         model_summary, self.test_metrics_per_condition = score(result, context, subgroups)
         baselines = {name: score(res, context, subgroups)[0]
                      for name, res in baseline_results(self.pert_data, result).items()}
-        logger.info("test set, best model vs baselines:\n%s", comparison_table(model_summary, baselines))
+        if ranks.is_main:
+            logger.info("test set, best model vs baselines:\n%s", comparison_table(model_summary, baselines))
         if self.wandb:
             self.wandb.log(model_summary)
         return {"model": model_summary, "baselines": baselines}
@@ -263,54 +254,14 @@ class GEARS:
     def save_model(self, path) -> None:
         """Write ``config.pkl``, ``model.pt`` (best model) and ``vocabulary.json`` atomically."""
         self._require_model()
-        save_checkpoint(path, self.config, self.best_model.state_dict(), self.gene_list, self.pert_list)
+        save_model_folder(path, self.config, self.best_model.state_dict(), self.gene_list, self.pert_list)
 
     def load_pretrained(self, path) -> None:
-        """Load a checkpoint written by ``save_model``, by the distributed trainer or by the
+        """Load a model folder written by ``save_model``, by a distributed run or by the
         published GEARS (a ``module.`` prefix is stripped)."""
-        path = Path(path)
-        config = io.read_pickle(path / CONFIG_FILE, "GEARS model config")
+        config = read_config(path)
         check_vocabulary(path, config, self.gene_list, self.pert_list)
         options = {k: v for k, v in config.items() if k not in ("device", "num_genes", "num_perts")}
         self.model_initialize(**options)
-        state = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
-        self.model.load_state_dict(strip_module_prefix(state))
+        self.model.load_state_dict(read_weights(path))
         self.best_model = self.model
-
-
-def save_checkpoint(path, config: dict, state_dict: dict, gene_names, pert_names) -> None:
-    """The published checkpoint files plus the vocabularies, each written atomically."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    io.write_pickle({**config, "device": str(config["device"])}, path / CONFIG_FILE)
-    with io.atomic_path(path / WEIGHTS_FILE) as tmp:
-        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, tmp)
-    with io.atomic_path(path / VOCABULARY_FILE) as tmp:
-        tmp.write_text(json.dumps({"genes": list(gene_names), "perturbations": list(pert_names)}))
-
-
-def check_vocabulary(path: Path, config: dict, gene_names, pert_names) -> None:
-    """Refuse a checkpoint whose gene or perturbation vocabulary differs from the data's."""
-    saved = path / VOCABULARY_FILE
-    if saved.exists():
-        vocabulary = json.loads(saved.read_text())
-        for what, theirs, ours in (("gene", vocabulary["genes"], list(gene_names)),
-                                   ("perturbation", vocabulary["perturbations"], list(pert_names))):
-            if theirs != ours:
-                differ = sorted(set(theirs) ^ set(ours))
-                raise ValueError(f"checkpoint {path} was trained on another {what} vocabulary "
-                                 f"({len(theirs)} vs {len(ours)} names in the data"
-                                 + (f"; differing: {differ[:10]}" if differ else "; same names, other order") + ")")
-    elif (config["num_genes"], config["num_perts"]) != (len(gene_names), len(pert_names)):
-        raise ValueError(f"checkpoint {path} has {config['num_genes']} genes and {config['num_perts']} "
-                         f"perturbation genes; the data has {len(gene_names)} and {len(pert_names)}")
-
-
-def _start_wandb(project: str, name: str):
-    """Start a Weights & Biases run (optional dependency)."""
-    try:
-        import wandb
-    except ImportError as err:
-        raise ImportError("weight_bias_track=True needs the wandb package: pip install wandb") from err
-    wandb.init(project=project, name=name)
-    return wandb

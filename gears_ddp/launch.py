@@ -4,12 +4,12 @@
         --args-json '{"epochs": 20, "batch_size": 32}'
     srun python -m gears_ddp.launch --data-path ./data --dataset norman ...
 
-Each process reads its rank from the environment (torchrun's RANK / WORLD_SIZE /
-LOCAL_RANK / MASTER_ADDR / MASTER_PORT, else Slurm's SLURM_PROCID / SLURM_NTASKS /
-SLURM_LOCALID / SLURM_NODELIST), loads the data itself (processes of one node on one
-machine are better served by ``train_multi_gpu``, which shares one copy), uses the GPU of
-its local rank (or the CPU with gloo when there is none), and runs the same worker as
-``train_multi_gpu``. Rank 0 prints the test report as JSON on the last line.
+Each process reads its place from the environment (torchrun's RANK / WORLD_SIZE /
+LOCAL_RANK / LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT, else Slurm's SLURM_PROCID /
+SLURM_NTASKS / SLURM_LOCALID / SLURM_STEP_TASKS_PER_NODE / SLURM_JOB_NODELIST), loads the
+data itself, uses the GPU of its local rank (or the CPU with gloo when there is none, with
+its share of the machine's cores), and runs the same worker as ``train_multi_gpu``. Rank 0
+prints the test report as JSON on the last line.
 """
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ import torch
 from gears_ddp._logging import enable_console_logging
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import launch_environment
-from gears_ddp.distributed.worker import train_ddp_worker
-from gears_ddp.train_distributed import check_save_path, prepare_data
+from gears_ddp.distributed.worker import Placement, train_ddp_worker
+from gears_ddp.options import check_save_path
+from gears_ddp.train_distributed import prepare_data
 
 
 def parse_arguments(argv=None) -> argparse.Namespace:
@@ -52,16 +53,16 @@ def main(argv=None) -> dict | None:
                                    "train_gene_set_size": options.train_gene_set_size})
     if environment.rank == 0:
         enable_console_logging()
-        check_save_path(args.save_path)
+        if args.save_path is not None:
+            check_save_path(args.save_path)
     if torch.cuda.is_available():
         device = torch.device(f"cuda:{environment.local_rank % torch.cuda.device_count()}")
     else:
         device = torch.device("cpu")
     pert_data = prepare_data(options.data_path, options.dataset, split, args)
-    devices = {environment.local_rank: device}
-    report = train_ddp_worker(environment.local_rank, environment.world_size, pert_data, args, devices,
-                              environment.master_addr, environment.master_port,
-                              rank_offset=environment.rank - environment.local_rank)
+    placement = Placement(environment.rank, environment.world_size, environment.local_rank,
+                          environment.local_world_size, device, environment.master_addr, environment.master_port)
+    report = train_ddp_worker(placement, pert_data, args)
     if report is not None:
         print(json.dumps({k: v for k, v in report.items() if k != "history"}, default=float))
     return report

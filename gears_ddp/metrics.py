@@ -110,22 +110,6 @@ class EvaluationResult:
     truth_de: np.ndarray            # (N, 20) float64
     truth_non_dropout_de: np.ndarray  # (N, 20) float64
 
-    @classmethod
-    def from_cells(cls, pert_cat, pred, truth, conditions: Sequence[str], de_idx_table, non_dropout_table,
-                   logvar=None) -> "EvaluationResult":
-        """Build from reference-style per-cell arrays: ``pert_cat`` (N condition strings),
-        ``pred`` / ``truth`` (N x G) and optionally ``logvar``; the tables are indexed by the
-        position of a condition in ``conditions`` (as ``CellTable`` tables)."""
-        codes = pd.Index(list(conditions)).get_indexer(np.asarray(pert_cat, dtype=object))
-        if (codes < 0).any():
-            raise ValueError(f"conditions {sorted(set(np.asarray(pert_cat)[codes < 0]))[:10]} are not in `conditions`")
-        pred = torch.as_tensor(np.asarray(pred))
-        accumulator = EvaluationAccumulator(conditions, pred.shape[1], torch.as_tensor(de_idx_table),
-                                            torch.as_tensor(non_dropout_table), uncertainty=logvar is not None)
-        accumulator.add(torch.from_numpy(codes), pred, torch.as_tensor(np.asarray(truth)),
-                        None if logvar is None else torch.as_tensor(np.asarray(logvar)))
-        return accumulator.result()
-
 
 def _gather_cells(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """Per-row ``values[i, idx[i]]`` in float64, NaN where ``idx`` is -1 padding."""

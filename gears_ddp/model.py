@@ -19,7 +19,8 @@ not:
   rows is one autograd function (``gears_ddp.set_decoder``) that computes ``bn_pert_base``
   from the gene and set tables and keeps two row-sized tensors for the backward pass;
   elsewhere each BatchNorm -> ReLU -> Linear step on per-set rows is fused
-  (``gears_ddp.weighted_norm``).
+  (``gears_ddp.weighted_norm``). ``fused_decoder = False`` runs the plain module chain
+  instead (the same function; a test holds the two equal), so a device can pick the faster.
 - The graphs' normalised adjacencies are computed once, when the model is built.
 """
 from __future__ import annotations
@@ -110,6 +111,7 @@ class GEARSModel(nn.Module):
         super().__init__()
         self.num_genes, self.num_perts = num_genes, num_perts
         self.uncertainty, self.no_perturb = uncertainty, no_perturb
+        self.fused_decoder = True  # training decodes with set_decoder.decode_sets (else the module chain)
         self.decoder_hidden_size = decoder_hidden_size  # kept in the config; unused, as in the reference
         h = hidden_size
         # Modules are created in the published order with the published initialisation,
@@ -185,7 +187,7 @@ class GEARSModel(nn.Module):
             shift = shift.index_copy(0, perturbed, self.pert_fuse(summed[perturbed], counts[perturbed]))
 
         genes = self.gene_embeddings(counts.sum().reshape(1))
-        if self.training and not self.uncertainty:
+        if self.training and not self.uncertainty and self.fused_decoder:
             gene_out = decode_sets(genes, shift, counts, self.bn_pert_base, self.recovery_w, self.indv_w1[:, :, 0],
                                    self.indv_b1[:, 0], self.bn_pert_base.synchronizing())
             logvar = None

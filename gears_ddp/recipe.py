@@ -1,37 +1,49 @@
-"""The GEARS training recipe: epochs, per-epoch evaluation, best-model choice, final test.
+"""The GEARS training recipe, the one place where training happens.
+
+``GEARS.train`` runs it in one process; every rank of ``train_multi_gpu`` and of
+``python -m gears_ddp.launch`` runs it too, with a ``ProcessGroupRanks`` instead of
+``SingleProcess`` (``gears_ddp.ranks``). Nothing else differs, so a run prototyped in one
+process gives the same weights and metrics as the same run on one rank of a distributed job.
 
 As in the published GEARS: Adam, ``StepLR(step_size=1, gamma=0.5)`` stepped every epoch,
 gradient values clipped at 1.0; after every epoch the model is evaluated on train and val,
 and the model with the lowest val ``mse_de`` is kept; the kept model is scored on test at
-the end. ``run_training`` is used unchanged by ``GEARS.train`` (one process) and the
-distributed workers (``reduce_state`` / ``no_sync`` / ``is_main`` given), so every rank
-takes the same best-model decision from the same all-rank metrics.
+the end, beside the baselines. Added: mixed precision, gradient accumulation, learning-rate
+warmup and scaling with the effective batch, training checkpoints and exact resume, and the
+main rank saving the model.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
+import hashlib
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from gears_ddp._logging import get_logger
 from gears_ddp.engine import Precision, evaluate, train_epoch, unwrapped
 from gears_ddp.host_memory import retained_host_memory
-from gears_ddp.losses import LossContext
-from gears_ddp.metrics import EvaluationAccumulator, compute_metrics
+from gears_ddp.metrics import compute_metrics
+from gears_ddp.model_folder import model_from_config
+from gears_ddp.options import TrainingOptions, check_save_path
+from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.tracking import start_wandb
+from gears_ddp.training_checkpoint import CHECKPOINT_FILE, load_training_checkpoint, restore_rng_states, \
+    save_training_checkpoint
+from gears_ddp.weighted_norm import WeightedBatchNorm1d
 
 logger = get_logger(__name__)
 
 
 @dataclass
 class TrainingOutcome:
-    """What training produced: the best model's state dict (on CPU), its epoch (0-based) and
-    val ``mse_de``, and the per-epoch history. Also what a resumed run starts from."""
+    """What training produced so far: the best model's state dict (on CPU), its epoch
+    (0-based) and val ``mse_de``, and the per-epoch history. A checkpoint stores it."""
 
     best_state: dict | None = None
     best_epoch: int = -1
@@ -71,53 +83,151 @@ def add_warmup(optimizer, warmup_steps: int) -> None:
     optimizer.register_step_post_hook(after_step)
 
 
-def run_training(model: nn.Module, loaders: dict, epochs: int, optimizer, scheduler, context: LossContext,
-                 accumulator_factory: Callable[[], EvaluationAccumulator], uncertainty: bool,
-                 device: torch.device, precision: Precision = Precision(), accumulation_steps: int = 1,
-                 no_sync=None, reduce_state=None, reduce_loss: Callable[[torch.Tensor, int], float] | None = None,
-                 is_main: bool = True, start_epoch: int = 0, previous: TrainingOutcome | None = None,
-                 on_epoch_end: Callable[[int, "TrainingOutcome"], None] | None = None,
-                 before_evaluation: Callable[[], None] | None = None) -> TrainingOutcome:
-    """Train epochs ``start_epoch`` .. ``epochs - 1``; returns the best model (lowest val mse_de).
+def parameter_digest(model: nn.Module) -> str:
+    """A digest of the model's parameters and buffers (equal on ranks holding equal weights)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(tensor.detach().cpu().numpy()).data)
+    return digest.hexdigest()
 
-    ``previous``: the outcome so far of a resumed run. ``reduce_loss(loss_sum, steps)`` turns
-    this rank's summed loss into the mean over ranks (default: this process's mean).
-    ``on_epoch_end(epoch, outcome)`` runs after each epoch (checkpoints);
-    ``before_evaluation()`` before each evaluation (distributed: give every rank rank 0's
-    BatchNorm running statistics, which DDP only does inside its own forward). Only
-    ``is_main`` logs.
+
+class TrainingRecipe:
+    """Train ``gears.model`` on ``gears.dataloader`` as this process's rank of ``ranks``.
+
+    ``gears`` is a ``GEARS`` with an initialised model and loaders for this rank. ``run()``
+    trains, keeps the best model as ``gears.best_model``, scores it on test (all ranks
+    together), saves it on the main rank when ``options.save_path`` is set, and returns the
+    report: ``'model'`` and ``'baselines'`` test summaries (when the split has a test set),
+    ``'best_epoch'`` (1-based), ``'history'``, ``'world_size'``, ``'parameter_digests'``
+    (each rank's final weights) and ``'model_path'`` when saved.
     """
-    outcome = copy.deepcopy(previous) if previous is not None else TrainingOutcome()
-    train_eval_loader = loaders.get("train_eval_loader", loaders["train_loader"])
-    with retained_host_memory() if device.type == "cpu" else contextlib.nullcontext():
-        for epoch in range(start_epoch, epochs):
-            tick = time.perf_counter()
-            loss_sum, steps = train_epoch(model, loaders["train_loader"], optimizer, context, uncertainty, device,
-                                          epoch, precision, accumulation_steps, no_sync, show_progress=is_main)
-            scheduler.step()
-            train_loss = reduce_loss(loss_sum, steps) if reduce_loss else float(loss_sum) / max(steps, 1)
-            if before_evaluation is not None:
-                before_evaluation()
-            train_metrics, _ = compute_metrics(evaluate(model, train_eval_loader, accumulator_factory(), uncertainty,
-                                                        device, precision, reduce_state))
-            val_metrics, _ = compute_metrics(evaluate(model, loaders["val_loader"], accumulator_factory(),
-                                                      uncertainty, device, precision, reduce_state))
-            record = {"epoch": epoch + 1, "train_loss": train_loss, "seconds": time.perf_counter() - tick,
-                      **{f"train_{k}": v for k, v in train_metrics.items()},
-                      **{f"val_{k}": v for k, v in val_metrics.items()}}
-            outcome.history.append(record)
-            if is_main:
-                logger.info("epoch %d: train loss %.4f, train mse %.4f / mse_de %.4f, val mse %.4f / mse_de %.4f "
-                            "(%.1f s)", epoch + 1, train_loss, train_metrics["mse"], train_metrics["mse_de"],
-                            val_metrics["mse"], val_metrics["mse_de"], record["seconds"])
-            if val_metrics["mse_de"] < outcome.best_value:
-                outcome.best_value, outcome.best_epoch = val_metrics["mse_de"], epoch
-                outcome.best_state = _cpu_state(unwrapped(model))
-            if on_epoch_end is not None:
-                on_epoch_end(epoch, outcome)
-    if outcome.best_state is None:  # no epoch ran, or val mse_de was NaN: keep the current weights
-        outcome.best_state = _cpu_state(unwrapped(model))
-    return outcome
+
+    def __init__(self, gears, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS):
+        self.gears, self.options, self.ranks = gears, options, ranks
+        self.device = gears.device
+        self.save_path = Path(options.save_path) if options.save_path is not None else None
+        if self.save_path is not None and ranks.is_main:
+            check_save_path(self.save_path)
+        network = gears.model
+        network.fused_decoder = options.fused_decoder
+        for module in network.modules():
+            if isinstance(module, WeightedBatchNorm1d):
+                module.synchronize = options.sync_batchnorm
+        self.precision = Precision.for_mode(options.amp, self.device)
+        self.optimizer, self.scheduler = make_optimizer(network, options.scaled_lr(ranks.world_size),
+                                                        options.weight_decay)
+        add_warmup(self.optimizer, options.warmup_steps)
+        self.outcome, self.start_epoch = TrainingOutcome(), 0
+        if options.resume_from:
+            self._resume(options.resume_from)
+        self.model = ranks.wrap(network, self.device)
+        self.context = gears.loss_context()
+        self.tracker = None
+        if ranks.is_main:
+            if gears.wandb is None and options.wandb:
+                gears.wandb = start_wandb(**options.wandb)
+            self.tracker = gears.wandb
+        if self.tracker is not None:
+            self.tracker.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
+
+    def run(self) -> dict:
+        """Train the remaining epochs, then test, save and report."""
+        loaders = self.gears.dataloader
+        if self.ranks.is_main:
+            logger.info("training %d epoch(s) on %d %s rank(s), %d training batch(es) per epoch and rank",
+                        self.options.epochs - self.start_epoch, self.ranks.world_size, self.device.type,
+                        len(loaders["train_loader"]))
+        with retained_host_memory() if self.device.type == "cpu" else contextlib.nullcontext():
+            for epoch in range(self.start_epoch, self.options.epochs):
+                self._train_epoch(epoch, loaders)
+                if self.options.checkpoint_every and (epoch + 1) % self.options.checkpoint_every == 0:
+                    self._save_checkpoint(epoch + 1)
+        return self._finish()
+
+    def _train_epoch(self, epoch: int, loaders: dict) -> None:
+        """One epoch of training, its evaluation on train and val, and the best-model choice."""
+        tick = time.perf_counter()
+        uncertainty = self.gears.config["uncertainty"]
+        loss_sum, steps = train_epoch(self.model, loaders["train_loader"], self.optimizer, self.context, uncertainty,
+                                      self.device, epoch, self.precision, self.options.grad_accum_steps, self.ranks)
+        self.scheduler.step()
+        totals = self.ranks.sum(torch.stack([loss_sum.detach().double().cpu(),
+                                             torch.tensor(float(steps), dtype=torch.float64)]))
+        train_loss = float(totals[0] / totals[1].clamp(min=1))
+        network = unwrapped(self.model)
+        self.ranks.broadcast_buffers(network)  # evaluate with the main rank's running statistics everywhere
+        train_metrics, val_metrics = (self._metrics(loaders[name]) for name in ("train_eval_loader", "val_loader"))
+        record = {"epoch": epoch + 1, "train_loss": train_loss, "seconds": time.perf_counter() - tick,
+                  **{f"train_{k}": v for k, v in train_metrics.items()},
+                  **{f"val_{k}": v for k, v in val_metrics.items()}}
+        self.outcome.history.append(record)
+        if self.ranks.is_main:
+            logger.info("epoch %d/%d: train loss %.4f, train mse %.4f / mse_de %.4f, val mse %.4f / mse_de %.4f "
+                        "(%.1f s)", epoch + 1, self.options.epochs, train_loss, train_metrics["mse"],
+                        train_metrics["mse_de"], val_metrics["mse"], val_metrics["mse_de"], record["seconds"])
+        if self.tracker is not None:
+            self.tracker.log(record)
+        if val_metrics["mse_de"] < self.outcome.best_value:
+            self.outcome.best_value, self.outcome.best_epoch = val_metrics["mse_de"], epoch
+            self.outcome.best_state = _cpu_state(network)
+
+    def _metrics(self, loader) -> dict:
+        result = evaluate(self.model, loader, self.gears.new_accumulator(), self.gears.config["uncertainty"],
+                          self.device, self.precision, self.ranks)
+        return compute_metrics(result)[0]
+
+    def _save_checkpoint(self, next_epoch: int) -> None:
+        """The main rank writes the training state; every rank waits for it."""
+        if self.ranks.is_main:
+            path = save_training_checkpoint(self.save_path / CHECKPOINT_FILE, next_epoch=next_epoch,
+                                            model=unwrapped(self.model), optimizer=self.optimizer,
+                                            scheduler=self.scheduler, scaler=self.precision.scaler,
+                                            outcome=asdict(self.outcome), args=self.options.as_dict(),
+                                            world_size=self.ranks.world_size)
+            logger.info("checkpoint after epoch %d written to %s", next_epoch, path)
+        self.ranks.barrier()
+
+    def _resume(self, path) -> None:
+        """Continue from a training checkpoint: weights, optimiser, schedule, scaler, random
+        states and the outcome so far."""
+        state = load_training_checkpoint(path)
+        self.gears.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.precision.scaler is not None and state["scaler"] is not None:
+            self.precision.scaler.load_state_dict(state["scaler"])
+        restore_rng_states(state["rng"])
+        if state["world_size"] != self.ranks.world_size:
+            logger.warning("resuming a run of %d rank(s) with %d: the data order differs from the original run",
+                           state["world_size"], self.ranks.world_size)
+        self.start_epoch, self.outcome = state["next_epoch"], TrainingOutcome(**state["outcome"])
+        logger.info("resuming from %s at epoch %d", path, self.start_epoch + 1)
+
+    def _finish(self) -> dict:
+        """Keep the best model, score it on test, save it (main rank) and build the report."""
+        network = unwrapped(self.model)
+        if self.outcome.best_state is None:  # no epoch ran, or val mse_de was NaN: keep the current weights
+            self.outcome.best_state = _cpu_state(network)
+        digests = self.ranks.gather(parameter_digest(network))
+        gears = self.gears
+        gears.best_model = model_from_config(gears.config).to(self.device)
+        gears.best_model.load_state_dict(self.outcome.best_state)
+        gears.history = self.outcome.history
+        report = {}
+        if "test_loader" in gears.dataloader:
+            report = gears.test(self.ranks)
+        elif self.ranks.is_main:
+            logger.info("no test set (split %r): training done", gears.split)
+        report.update(best_epoch=self.outcome.best_epoch + 1, history=self.outcome.history,
+                      world_size=self.ranks.world_size, parameter_digests=digests)
+        if self.save_path is not None:
+            if self.ranks.is_main:
+                gears.save_model(self.save_path)
+                logger.info("model of epoch %d saved to %s", self.outcome.best_epoch + 1, self.save_path)
+            self.ranks.barrier()
+            report["model_path"] = str(self.save_path)
+        return report
 
 
 def _cpu_state(model: nn.Module) -> dict:

@@ -10,7 +10,6 @@ or Slurm (same worker, same options).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import torch.multiprocessing as mp
@@ -19,15 +18,15 @@ from gears_ddp._logging import get_logger
 from gears_ddp.data import download
 from gears_ddp.data.pertdata import PertData
 from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
-from gears_ddp.distributed.messages import WorkerMessages
+from gears_ddp.distributed.messages import WorkerMessages, replay_log
 from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, resolve_devices, setup_ddp
-from gears_ddp.distributed.worker import train_ddp_worker
+from gears_ddp.distributed.worker import Placement, spawned_worker, train_ddp_worker
 from gears_ddp.engine import Precision
+from gears_ddp.options import check_save_path
 
 __all__ = ["train_multi_gpu", "setup_ddp", "cleanup_ddp", "train_ddp_worker", "DistributedTrainingError"]
 
 logger = get_logger(__name__)
-MIN_FREE_BYTES = 50 * 2**20
 
 
 class DistributedTrainingError(RuntimeError):
@@ -42,24 +41,6 @@ def load_dataset(pert_data_path, dataset_name: str) -> PertData:
     else:
         pert_data.load(data_path=Path(pert_data_path) / dataset_name)
     return pert_data
-
-
-def check_save_path(save_path) -> Path:
-    """Create the save folder and make sure it is writable with room for checkpoints,
-    before any process starts (a full disk must not surface after hours of training)."""
-    path = Path(save_path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".gears_ddp_write_test"
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as err:
-        raise PermissionError(f"cannot write to save_path {path}: {err}") from err
-    free = shutil.disk_usage(path).free
-    if free < MIN_FREE_BYTES:
-        raise OSError(f"save_path {path} has only {free / 2**20:.0f} MiB free; checkpoints need at least "
-                      f"{MIN_FREE_BYTES / 2**20:.0f} MiB")
-    return path
 
 
 def prepare_data(pert_data_path, dataset_name: str, split: SplitConfig, args: TrainingArgs) -> PertData:
@@ -85,19 +66,21 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
     options = TrainingArgs.from_dict(args)
     devices = resolve_devices(n_gpus, gpu_ids, options.cpu_processes)
     Precision.for_mode(options.amp, devices[0])  # an impossible precision fails before any process starts
-    check_save_path(options.save_path)
+    if options.save_path is not None:
+        check_save_path(options.save_path)
     pert_data = prepare_data(pert_data_path, dataset_name, split, options).share_memory_()
     port = int(os.environ.get("MASTER_PORT") or find_free_port())
-    world_size = len(devices)
-    logger.info("training on %d %s process(es): %s", world_size, devices[0].type, [str(d) for d in devices])
-    messages = spawn_workers(train_ddp_worker, (world_size, pert_data, options, devices, "127.0.0.1", port),
-                             world_size)
+    placements = [Placement(rank, len(devices), rank, len(devices), device, "127.0.0.1", port)
+                  for rank, device in enumerate(devices)]
+    logger.info("starting %d %s process(es): %s", len(devices), devices[0].type, [str(d) for d in devices])
+    messages = spawn_workers(spawned_worker, (placements, pert_data, options), len(devices))
     return next(message[1] for message in messages if message[0] == "report")
 
 
 def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) -> list:
     """``mp.spawn`` ``worker(local_rank, *worker_args, messages)`` and return what the workers
-    ``messages.put`` (a :class:`WorkerMessages`).
+    ``messages.put`` (a :class:`WorkerMessages`), except their log records, which go to this
+    process's loggers as they arrive.
 
     The messages are read while the workers run (a worker writing more than a pipe holds
     would otherwise wait forever for a parent that waits for it), and reading never waits
@@ -108,13 +91,22 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
     """
     messages = WorkerMessages(mp.get_context("spawn"))
     received = []
+
+    def collect() -> list:
+        for message in messages.receive():
+            if message[0] == "log":
+                replay_log(message[1])
+            else:
+                received.append(message)
+        return received
+
     try:
         context = mp.spawn(worker, args=(*worker_args, messages), nprocs=nprocs, join=False)
         while not context.join(timeout=poll_s):
-            received += messages.receive()
-        return received + messages.receive()
+            collect()
+        return collect()
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as err:
-        errors = sorted(m for m in received + messages.receive() if m[0] == "error")
+        errors = sorted(m for m in collect() if m[0] == "error")
         if errors:
             _, _, rank, trace = errors[0]
             later = sorted({m[2] for m in errors[1:]})

@@ -5,9 +5,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import toy_data  # noqa: E402
 from gears_ddp import PertData  # noqa: E402
+from gears_testing import suite_devices  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "distributed: starts processes (spawned ranks, torchrun, launchers)")
+    config.addinivalue_line("markers", "slow: takes tens of seconds")
+
+
+@pytest.fixture(params=suite_devices())
+def device(request) -> torch.device:
+    """Each device the suite runs on (gears_testing.suite_devices): the CPU, and CUDA when present."""
+    return torch.device(request.param)
 
 
 @pytest.fixture

@@ -10,15 +10,18 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gears_ddp import PertData
 from gears_ddp.data.cells import PertBatch
-from gears_ddp.distributed.checkpoint import CHECKPOINT_FILE, load_training_checkpoint
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, setup_ddp
-from gears_ddp.distributed.worker import train_ddp_worker
+from gears_ddp.distributed.worker import Placement, spawned_worker
 from gears_ddp.engine import batch_loss, training_step
 from gears_ddp.gears import GEARS
+from gears_ddp.ranks import SINGLE_PROCESS, ProcessGroupRanks
 from gears_ddp.train_distributed import DistributedTrainingError, prepare_data, spawn_workers, train_multi_gpu
+from gears_ddp.training_checkpoint import CHECKPOINT_FILE, load_training_checkpoint
 from gears_ddp.weighted_norm import WeightedBatchNorm1d
 from model_fixtures import make_model, random_batch
+
+pytestmark = pytest.mark.distributed
 
 SPLIT = {"split": "simulation", "seed": 1}
 
@@ -28,9 +31,15 @@ def _args(save_path, **overrides):
             "model_config": {"hidden_size": 8}, "save_path": str(save_path), **overrides}
 
 
-def test_two_ranks_end_identical_and_the_saved_model_reproduces_their_metrics(data_folder, tmp_path):
+def test_two_ranks_end_identical_and_the_saved_model_reproduces_their_metrics(data_folder, tmp_path, caplog):
+    caplog.set_level("INFO", logger="gears_ddp")
     report = train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "run"))
     assert report["world_size"] == 2 and len(report["history"]) == 2
+    # rank 0's progress reaches the parent's logging, once (rank 1 reports nothing)
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum(m.startswith("epoch 1/2: train loss") for m in messages) == 1
+    assert sum(m.startswith("epoch 2/2: train loss") for m in messages) == 1
+    assert sum(m.startswith("test set, best model vs baselines") for m in messages) == 1
     assert len(set(report["parameter_digests"])) == 1  # identical parameters and buffers on both ranks
     pert_data = PertData(data_folder)
     pert_data.load(data_path=data_folder / "toy")
@@ -59,14 +68,15 @@ def _worker_refusing_writes_off_rank_zero(local_rank, *args):
             return save(obj, target, *rest, **options)
         library_io.atomic_path = refuse
         torch.save = save_unless_file
-    train_ddp_worker(local_rank, *args)
+    spawned_worker(local_rank, *args)
 
 
 def _spawn_on_toy(data_folder, worker, save_path, **overrides):
     options = TrainingArgs.from_dict(_args(save_path, **overrides))
     pert_data = prepare_data(data_folder, "toy", SplitConfig.from_dict(SPLIT), options).share_memory_()
-    messages = spawn_workers(worker, (2, pert_data, options, [torch.device("cpu")] * 2, "127.0.0.1",
-                                      find_free_port()), 2)
+    port = find_free_port()
+    placements = [Placement(rank, 2, rank, 2, torch.device("cpu"), "127.0.0.1", port) for rank in range(2)]
+    messages = spawn_workers(worker, (placements, pert_data, options), 2)
     return next(m[1] for m in messages if m[0] == "report")
 
 
@@ -87,7 +97,7 @@ def test_resume_ends_with_the_parameters_of_an_uninterrupted_run(data_folder, tm
     assert whole["next_epoch"] == again["next_epoch"] == 3
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, again["model"][name]), name
-    assert [h["val_mse_de"] for h in whole["outcome"].history] == [h["val_mse_de"] for h in resumed["history"]]
+    assert [h["val_mse_de"] for h in whole["outcome"]["history"]] == [h["val_mse_de"] for h in resumed["history"]]
 
 
 def test_bf16_autocast_and_sync_batchnorm_train_on_cpu(data_folder, tmp_path):
@@ -121,7 +131,7 @@ def _count_syncs(local_rank, port, messages):
             model.register_comm_hook(None, hook)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
             training_step(model, batches, optimizer, context, False, torch.device("cpu"),
-                          no_sync=model.no_sync if use_no_sync else None, clip_value=None)
+                          ranks=ProcessGroupRanks() if use_no_sync else SINGLE_PROCESS, clip_value=None)
             counts[use_no_sync] = len(calls)
             if use_no_sync:
                 gradient = {n: p.grad.numpy().copy() for n, p in model.module.named_parameters() if p.grad is not None}
@@ -159,13 +169,12 @@ def test_accumulation_synchronises_once_per_optimizer_step():
         torch.testing.assert_close(torch.from_numpy(grad), expected[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
-def _worker_with_other_data(local_rank, *args):
+def _worker_with_other_data(local_rank, placements, pert_data, *args):
     if local_rank == 1:
-        pert_data = copy.copy(args[1])
+        pert_data = copy.copy(pert_data)
         pert_data.cells = copy.copy(pert_data.cells)
         pert_data.cells.expression = pert_data.cells.expression.clone() + 1.0
-        args = (args[0], pert_data, *args[2:])
-    train_ddp_worker(local_rank, *args)
+    spawned_worker(local_rank, placements, pert_data, *args)
 
 
 def test_ranks_with_different_data_stop_with_a_message_naming_them(data_folder, tmp_path):
@@ -182,7 +191,7 @@ def _worker_failing_on_rank_one(local_rank, *args):
         def fail(*_, **__):
             raise ValueError("injected failure in rank 1")
         recipe.evaluate = fail
-    train_ddp_worker(local_rank, *args)
+    spawned_worker(local_rank, *args)
 
 
 def test_a_failing_rank_stops_all_and_the_parent_shows_its_traceback(data_folder, tmp_path):

@@ -11,17 +11,14 @@ from gears_ddp.engine import batch_loss, evaluate, training_step
 from gears_ddp.gears import GEARS
 from gears_ddp.metrics import EvaluationAccumulator
 
-CPU = torch.device("cpu")
-
-
-def _gears(toy, uncertainty=False):
+def _gears(toy, device, uncertainty=False):
     toy.get_dataloader(16, test_batch_size=7)
     torch.manual_seed(0)
-    gears = GEARS(toy)
+    gears = GEARS(toy, device=str(device))
     gears.model_initialize(hidden_size=8, uncertainty=uncertainty)
     gears.model.train()
     for batch in toy.dataloader["train_loader"]:  # move BatchNorm running statistics off their start
-        gears.model(batch.x, batch.pert_idx)
+        gears.model(batch.x.to(device), batch.pert_idx.to(device))
     return gears
 
 
@@ -34,14 +31,15 @@ class _Wrapper(nn.Module):
 
 
 @pytest.mark.parametrize("uncertainty", [False, True])
-def test_per_condition_evaluation_equals_per_cell_prediction(toy, uncertainty):
-    gears = _gears(toy, uncertainty)
+def test_per_condition_evaluation_equals_per_cell_prediction(toy, uncertainty, device):
+    gears = _gears(toy, device, uncertainty)
     loader = toy.dataloader["test_loader"]
-    fast = evaluate(_Wrapper(gears.model), loader, gears.new_accumulator(), uncertainty, CPU)
+    fast = evaluate(_Wrapper(gears.model), loader, gears.new_accumulator(), uncertainty, device)
     slow_acc = gears.new_accumulator()
     gears.model.eval()
     with torch.no_grad():
         for batch in loader:
+            batch = batch.to(device)
             out = gears.model(batch.x, batch.pert_idx)
             pred, logvar = out if uncertainty else (out, None)
             slow_acc.add(batch.condition, pred, batch.y, logvar)
@@ -53,14 +51,14 @@ def test_per_condition_evaluation_equals_per_cell_prediction(toy, uncertainty):
         np.testing.assert_allclose(fast.logvar_mean, slow.logvar_mean, rtol=1e-5, atol=1e-5)
 
 
-def test_accumulated_step_uses_the_mean_of_micro_batch_gradients(toy):
-    gears = _gears(toy)
+def test_accumulated_step_uses_the_mean_of_micro_batch_gradients(toy, device):
+    gears = _gears(toy, device)
     context = gears.loss_context()
-    batches = [b for _, b in zip(range(2), toy.dataloader["train_loader"])]
+    batches = [b.to(device) for _, b in zip(range(2), toy.dataloader["train_loader"])]
     accumulated = copy.deepcopy(gears.model)
     reference = copy.deepcopy(gears.model)
     optimizer = torch.optim.SGD(accumulated.parameters(), lr=0.1)
-    loss = training_step(accumulated, batches, optimizer, context, False, CPU, clip_value=None)
+    loss = training_step(accumulated, batches, optimizer, context, False, device, clip_value=None)
     # the same update by hand: mean of the two gradients, one SGD step
     grads = []
     for batch in batches:
@@ -78,11 +76,11 @@ def test_accumulated_step_uses_the_mean_of_micro_batch_gradients(toy):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_gradient_values_are_clipped(toy):
-    gears = _gears(toy)
+def test_gradient_values_are_clipped(toy, device):
+    gears = _gears(toy, device)
     batch = next(iter(toy.dataloader["train_loader"]))
     optimizer = torch.optim.SGD(gears.model.parameters(), lr=0.0)
-    training_step(gears.model, [batch], optimizer, gears.loss_context(), False, CPU)
+    training_step(gears.model, [batch], optimizer, gears.loss_context(), False, device)
     largest = max(float(p.grad.abs().max()) for p in gears.model.parameters() if p.grad is not None)
     assert largest <= 1.0
 

@@ -13,10 +13,10 @@ from reference_package import import_reference
 
 
 @pytest.fixture
-def trained(toy):
+def trained(toy, device):
     toy.get_dataloader(16, test_batch_size=64)
     torch.manual_seed(0)
-    gears = GEARS(toy)
+    gears = GEARS(toy, device=str(device))
     gears.model_initialize(hidden_size=8)
     outcome = gears.train(epochs=2)
     return gears, outcome
@@ -48,22 +48,26 @@ def test_training_steps_fit_a_fixed_batch(toy):
     assert losses[-1] < 0.7 * losses[0]
 
 
-def test_bf16_training_follows_full_precision_and_fp16_needs_cuda(toy):
-    """``train(amp='bf16')`` runs the steps under bfloat16 autocast: from the same weights
-    and data its losses differ from full precision only by rounding; fp16 on CPU is refused."""
+def test_mixed_precision_follows_full_precision_and_fp16_needs_cuda(toy, device):
+    """``train(amp='bf16')`` (and ``'fp16'`` on CUDA) runs the steps under autocast: from the
+    same weights and data its losses differ from full precision only by rounding; fp16 on
+    CPU is refused."""
     toy.get_dataloader(16, test_batch_size=64)
     losses = {}
-    for amp in ("off", "bf16"):
+    modes = ("off", "bf16", "fp16") if device.type == "cuda" else ("off", "bf16")
+    for amp in modes:
         torch.manual_seed(0)
-        gears = GEARS(toy)
+        gears = GEARS(toy, device=str(device))
         gears.model_initialize(hidden_size=8)
         gears.train(epochs=2, amp=amp)
         losses[amp] = np.array([h["train_loss"] for h in gears.history])
-    assert not np.array_equal(losses["off"], losses["bf16"])  # bf16 did run
-    np.testing.assert_allclose(losses["bf16"], losses["off"], rtol=0.05)
-    with pytest.raises(ValueError, match="'fp16' needs a CUDA device"):
-        gears.train(epochs=1, amp="fp16")
-    with pytest.raises(ValueError, match="amp must be one of"):
+    for amp in modes[1:]:
+        assert not np.array_equal(losses["off"], losses[amp])  # mixed precision did run
+        np.testing.assert_allclose(losses[amp], losses["off"], rtol=0.05)
+    if device.type == "cpu":
+        with pytest.raises(ValueError, match="'fp16' needs a CUDA device"):
+            gears.train(epochs=1, amp="fp16")
+    with pytest.raises(ValueError, match=r"train\(amp=...\) must be one of"):
         gears.train(epochs=1, amp="fp8")
 
 
@@ -87,11 +91,11 @@ def test_prediction_is_the_mean_over_control_cells_of_the_model_output(trained):
     prediction = gears.predict([[gene]], seed=5)[gene]
     controls = gears.pert_data.cells.control_cells()
     picked = controls[torch.randint(len(controls), (300,), generator=torch.Generator().manual_seed(5))]
-    x = gears.pert_data.cells.expression[picked]
-    pert_idx = torch.tensor([[gears.node_map_pert[gene], -1]]).repeat(300, 1)
+    x = gears.pert_data.cells.expression[picked].to(gears.device)
+    pert_idx = torch.tensor([[gears.node_map_pert[gene], -1]]).repeat(300, 1).to(gears.device)
     gears.best_model.eval()
     with torch.no_grad():
-        expected = gears.best_model(x, pert_idx).mean(0).numpy()
+        expected = gears.best_model(x, pert_idx).mean(0).cpu().numpy()
     np.testing.assert_allclose(prediction, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -127,7 +131,7 @@ def test_load_strips_module_prefix(trained, tmp_path):
     torch.save({f"module.{k}": v for k, v in state.items()}, tmp_path / "ddp" / "model.pt")
     fresh = GEARS(gears.pert_data)
     fresh.load_pretrained(tmp_path / "ddp")
-    assert all(torch.equal(a, b) for a, b in zip(fresh.best_model.state_dict().values(), state.values()))
+    assert all(torch.equal(a, b.cpu()) for a, b in zip(fresh.best_model.state_dict().values(), state.values()))
 
 
 def test_vocabulary_mismatch_is_refused(trained, tmp_path):

@@ -11,6 +11,8 @@ import torch.multiprocessing as mp
 from gears_ddp.distributed.messages import WorkerMessages
 from gears_ddp.train_distributed import DistributedTrainingError, spawn_workers
 
+pytestmark = pytest.mark.distributed
+
 BIG = 3 * 2**20 // 4  # float32 values in a 3 MiB tensor: far more than a pipe holds
 
 
@@ -86,3 +88,39 @@ def test_a_half_written_frame_is_kept_until_the_rest_arrives():
         assert messages.receive() == ["second"]
     finally:
         messages.close()
+
+
+def _log_from_each_rank(local_rank, messages):
+    from gears_ddp._logging import get_logger
+    messages.forward_logs(local_rank)
+    logger = get_logger("gears_ddp.worker_test")
+    logger.info("progress of rank %d", local_rank)
+    logger.warning("warning of rank %d", local_rank)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logger.exception("failure of rank %d", local_rank)
+    messages.put(("done", local_rank))
+
+
+def test_worker_log_records_reach_the_parents_loggers(caplog):
+    """Spawned processes do not inherit the parent's logging set-up: their records are
+    forwarded and replayed, rank 0's from the parent's level, other ranks' warnings and
+    errors with the rank named, tracebacks as text."""
+    caplog.set_level("INFO", logger="gears_ddp")
+    received = spawn_workers(_log_from_each_rank, (), 2)
+    assert sorted(received) == [("done", 0), ("done", 1)]  # log records are not returned
+    records = [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name == "gears_ddp.worker_test"]
+    assert ("gears_ddp.worker_test", "INFO", "progress of rank 0") in records
+    assert ("gears_ddp.worker_test", "WARNING", "warning of rank 0") in records
+    assert ("gears_ddp.worker_test", "WARNING", "rank 1: warning of rank 1") in records
+    assert not any("progress of rank 1" in message for _, _, message in records)
+    failure = next(message for _, level, message in records if level == "ERROR" and "rank 1" in message)
+    assert failure.startswith("rank 1: failure of rank 1") and "ValueError: boom" in failure
+
+
+def test_worker_log_records_follow_the_parents_level(caplog):
+    caplog.set_level("WARNING", logger="gears_ddp")
+    spawn_workers(_log_from_each_rank, (), 2)
+    messages = [r.getMessage() for r in caplog.records if r.name == "gears_ddp.worker_test"]
+    assert "warning of rank 0" in messages and "progress of rank 0" not in messages

@@ -180,6 +180,35 @@ def test_distinct_sets_equal_per_cell_computation(mode, uncertainty, rows_per_pa
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=name)
 
 
+def test_fused_and_plain_decoders_compute_the_same_training_step(device, monkeypatch):
+    """``fused_decoder = False`` runs the module chain instead of ``set_decoder.decode_sets``:
+    the same outputs, parameter gradients and running statistics (float64)."""
+    import gears_ddp.model as model_module
+    calls = []
+    decode_sets = model_module.decode_sets
+    monkeypatch.setattr(model_module, "decode_sets", lambda *args: calls.append(1) or decode_sets(*args))
+    fused = make_model().train().double().to(device)
+    plain = copy.deepcopy(fused)
+    plain.fused_decoder = False
+    x, pert_idx = random_batch(batch_size=16, seed=7)
+    x, pert_idx = x.double().to(device), pert_idx.to(device)
+    weights = torch.rand(16, N_GENES, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).to(device)
+    outputs = []
+    for model, expected_calls in ((fused, 1), (plain, 1)):
+        out = model(x, pert_idx)
+        (out * weights).sum().backward()
+        outputs.append(out.detach())
+        assert len(calls) == expected_calls  # the fused path called decode_sets, the plain one did not
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-10, atol=1e-10)
+    scale = max(float(p.grad.abs().max()) for p in plain.parameters() if p.grad is not None)
+    for (name, a), b in zip(fused.named_parameters(), plain.parameters()):
+        assert (a.grad is None) == (b.grad is None), name
+        if a.grad is not None:
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-7, atol=1e-9 * scale, msg=name)
+    for (name, a), b in zip(fused.named_buffers(), plain.buffers()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=name)
+
+
 def test_a_single_perturbed_cell_in_training_mode_works():
     """The published model feeds ``pert_fuse`` that one row twice; a weighted single row is
     the same BatchNorm, running statistics included. Zero variance amplifies rounding by

@@ -65,6 +65,7 @@ class PertData:
         self.subgroup: dict | None = None
         self.set2conditions: dict[str, list[str]] | None = None
         self.dataloader: dict | None = None
+        self.loader_options: dict | None = None  # the arguments the loaders were built with
         self._gene2go: dict | None = None
 
     # ------------------------------------------------------------------ loading
@@ -230,7 +231,7 @@ class PertData:
         return out
 
     def get_dataloader(self, batch_size: int, test_batch_size: int | None = None, seed: int = 0,
-                       resample_controls: bool = False) -> dict:
+                       resample_controls: bool = False, num_workers: int = 0) -> dict:
         """Loaders for one process: ``{'train_loader', 'val_loader', 'test_loader'}`` (the sets
         the split defines), also stored as ``self.dataloader``.
 
@@ -239,7 +240,8 @@ class PertData:
         (call ``loader.set_epoch(epoch)``).
         """
         return self.get_dataloader_distributed(batch_size, test_batch_size, world_size=1, rank=0,
-                                               seed=seed, resample_controls=resample_controls)
+                                               num_workers=num_workers, seed=seed,
+                                               resample_controls=resample_controls)
 
     def get_dataloader_distributed(self, batch_size: int, test_batch_size: int | None = None,
                                    world_size: int = 1, rank: int = 0, num_workers: int = 0,
@@ -254,6 +256,9 @@ class PertData:
         """
         self.dataloader = build_loaders(self.cells, self._set2cells(), batch_size, test_batch_size or batch_size,
                                         world_size, rank, seed, resample_controls, num_workers, pin_memory)
+        self.loader_options = {"batch_size": batch_size, "test_batch_size": test_batch_size, "world_size": world_size,
+                               "rank": rank, "num_workers": num_workers, "pin_memory": pin_memory, "seed": seed,
+                               "resample_controls": resample_controls}
         return self.dataloader
 
     # ------------------------------------------------------------------ graphs
@@ -310,7 +315,7 @@ class PertData:
     def __getstate__(self) -> dict:
         """Pickle without ``adata.X`` (rebuilt as a view of the shared tensor) and without loaders."""
         state = dict(self.__dict__)
-        state["dataloader"] = None
+        state["dataloader"] = state["loader_options"] = None
         if self.adata is not None:
             state["adata"] = None
             state["_adata_parts"] = {"obs": self.adata.obs, "var": self.adata.var, "uns": self.adata.uns}

@@ -10,12 +10,19 @@ them never needs the sender to be alive, unlike torch's shared-memory tensor pic
 
 That is for POSIX pipes, which are byte streams. Windows pipes carry whole messages, so
 there the channel uses the ``Connection`` API (``send_bytes`` / ``recv_bytes``) instead.
+
+Log records travel the same way: spawned processes do not inherit the parent's logging
+set-up, so a worker's records are sent to the parent (``forward_logs``), which hands them
+to its own loggers (``replay_log``), where its handlers and levels decide what to show.
 """
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import struct
+
+from gears_ddp._logging import LIBRARY_LOGGER_NAME
 
 _LENGTH = struct.Struct("!Q")
 _READ_BYTES = 1 << 20
@@ -36,10 +43,11 @@ class WorkerMessages:
         self._write_lock = context.Lock()
         self._byte_stream = byte_stream
         self._pending = bytearray()
+        self.log_level = logging.getLogger(LIBRARY_LOGGER_NAME).getEffectiveLevel()  # the parent's, at creation
 
     def __getstate__(self) -> dict:
         return {"_reader": self._reader, "_writer": self._writer, "_write_lock": self._write_lock,
-                "_byte_stream": self._byte_stream}
+                "_byte_stream": self._byte_stream, "log_level": self.log_level}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _pending=bytearray())
@@ -77,7 +85,43 @@ class WorkerMessages:
             del self._pending[:end]
         return messages
 
+    def forward_logs(self, rank: int) -> None:
+        """In a worker: send the library's log records to the parent as ``("log", record)``
+        messages, rank 0's from the parent's level, other ranks' warnings and errors (their
+        messages prefixed with the rank)."""
+        library_logger = logging.getLogger(LIBRARY_LOGGER_NAME)
+        library_logger.setLevel(self.log_level if rank == 0 else max(self.log_level, logging.WARNING))
+        library_logger.addHandler(_ForwardingHandler(self, "" if rank == 0 else f"rank {rank}: "))
+        library_logger.propagate = False
+
     def close(self) -> None:
         """Close the parent's ends of the pipe; call it after the last ``receive``."""
         self._reader.close()
         self._writer.close()
+
+
+class _ForwardingHandler(logging.Handler):
+    """Puts each record, made picklable (message formatted, traceback as text), on the channel."""
+
+    def __init__(self, messages: WorkerMessages, prefix: str):
+        super().__init__()
+        self.messages, self.prefix = messages, prefix
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = dict(record.__dict__)
+            message = record.getMessage()
+            if record.exc_info:
+                message += "\n" + logging.Formatter().formatException(record.exc_info)
+            fields.update(msg=self.prefix + message, args=None, exc_info=None, exc_text=None)
+            self.messages.put(("log", fields))
+        except Exception:  # a log record must never break training
+            self.handleError(record)
+
+
+def replay_log(fields: dict) -> None:
+    """In the parent: hand a forwarded record to the parent's logger of the same name."""
+    record = logging.makeLogRecord(fields)
+    target = logging.getLogger(record.name)
+    if target.isEnabledFor(record.levelno):
+        target.handle(record)

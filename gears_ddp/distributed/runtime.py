@@ -1,6 +1,6 @@
 """Process-group plumbing for distributed training.
 
-Three ways of starting the workers are supported:
+Three ways of starting the ranks are supported:
 
 * ``torch.multiprocessing.spawn`` on one machine: the parent chooses the devices with
   :func:`resolve_devices` and a rendezvous port with :func:`find_free_port`, and every child
@@ -9,12 +9,11 @@ Three ways of starting the workers are supported:
   process reads its rank, world size and rendezvous address with :func:`launch_environment`.
 * Machines without GPUs: ``cpu_processes=N`` gives N CPU processes using the gloo backend.
 
-Everything here is small and side-effect free apart from :func:`setup_ddp`,
-:func:`cleanup_ddp` and :func:`barrier`, so the launch logic can be tested without a GPU.
+Only :func:`setup_ddp` and :func:`cleanup_ddp` touch the process group; the rest can be
+tested without one.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import socket
@@ -29,216 +28,115 @@ from gears_ddp._logging import get_logger
 
 logger = get_logger(__name__)
 
-_TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
 # Slurm has no rendezvous port of its own. Every task of a job must pick the same port without
-# talking to the others (they have not met yet: that is what the port is for), so it is derived
-# from the job id, which all tasks share. Different jobs sharing a node then get different
-# ports (unless their ids differ by a multiple of 20000). The range 20000-39999 stays above
-# the well-known and common service ports.
+# talking to the others, so it is derived from the job id, which all tasks share; jobs sharing
+# a node then get different ports (unless their ids differ by a multiple of 20000).
 SLURM_PORT_BASE = 20000
 SLURM_PORT_SPAN = 20000
 
 
 @dataclass(frozen=True)
 class LaunchEnvironment:
-    """Where this process sits in a launched job, as told by the launcher's variables.
-
-    ``source`` is ``'torchrun'`` (the ``env://`` variables) or ``'slurm'``.
-    """
+    """Where this process sits in a launched job, as told by the launcher's variables:
+    its rank among ``world_size``, its place among the ``local_world_size`` processes of
+    its machine, the rendezvous address, and ``source`` (``'torchrun'`` or ``'slurm'``)."""
 
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int
     master_addr: str
     master_port: int
     source: str
 
 
-# ----------------------------------------------------------------------------- launch variables
+def launch_environment(environ: Mapping[str, str] = os.environ) -> LaunchEnvironment | None:
+    """Describe how this process was launched, or ``None`` for a plain ``python`` start.
+
+    torchrun's variables take precedence (torchrun under Slurm sets both), then Slurm's
+    per-task ones. Inside an ``sbatch`` script but outside ``srun`` Slurm already sets
+    ``SLURM_PROCID=0``: start the training with ``srun`` so that all tasks exist.
+    """
+    if "RANK" in environ:
+        environment = LaunchEnvironment(
+            _integer(environ, "RANK"), _integer(environ, "WORLD_SIZE"), _integer(environ, "LOCAL_RANK"),
+            _integer(environ, "LOCAL_WORLD_SIZE"), _text(environ, "MASTER_ADDR"), _integer(environ, "MASTER_PORT"),
+            "torchrun")
+        names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    elif "SLURM_PROCID" in environ:
+        environment = LaunchEnvironment(
+            _integer(environ, "SLURM_PROCID"), _integer(environ, "SLURM_NTASKS"), _integer(environ, "SLURM_LOCALID"),
+            _slurm_tasks_on_this_node(environ), _slurm_master_addr(environ), _slurm_master_port(environ), "slurm")
+        names = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE")
+    else:
+        return None
+    for value, name, within in ((environment.rank, names[0], environment.world_size),
+                                (environment.local_rank, names[2], environment.local_world_size)):
+        if not 0 <= value < within:
+            raise ValueError(f"{name}={value} is outside 0..{within - 1} (from {names[1 if name == names[0] else 3]})")
+    return environment
 
 
-def _int_variable(environ: Mapping[str, str], name: str) -> int:
-    """Read the integer variable ``name``; a missing or non-integer value names the variable."""
-    if name not in environ:
-        raise ValueError(f"environment variable {name} is not set")
-    raw = environ[name].strip()
+def _text(environ: Mapping[str, str], name: str) -> str:
+    value = environ.get(name, "").strip()
+    if not value:
+        raise ValueError(f"environment variable {name} is not set (the launcher sets it)")
+    return value
+
+
+def _integer(environ: Mapping[str, str], name: str) -> int:
+    """The integer variable ``name``; a missing or non-integer value names the variable."""
+    value = _text(environ, name)
     try:
-        return int(raw)
+        return int(value)
     except ValueError:
-        raise ValueError(f"environment variable {name}={environ[name]!r} is not an integer") from None
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
-def _validate_port(port: int, variable: str) -> int:
-    """Check that ``port`` is a usable TCP port; the error names where it came from."""
-    if not 1 <= port <= 65535:
-        raise ValueError(f"{variable}={port} is not a TCP port (expected 1..65535)")
-    return port
-
-
-def _validate_ranks(
-    env: LaunchEnvironment, rank_var: str, world_var: str, local_var: str
-) -> LaunchEnvironment:
-    """Check rank, world size and local rank for consistency; errors name the variables."""
-    if env.world_size < 1:
-        raise ValueError(f"{world_var}={env.world_size} must be at least 1")
-    if not 0 <= env.rank < env.world_size:
-        raise ValueError(
-            f"{rank_var}={env.rank} is outside 0..{env.world_size - 1} ({world_var}={env.world_size})"
-        )
-    if env.local_rank < 0:
-        raise ValueError(f"{local_var}={env.local_rank} must not be negative")
-    _validate_port(env.master_port, "MASTER_PORT")
-    if not env.master_addr:
-        raise ValueError("the master address is empty (MASTER_ADDR or the Slurm node list)")
-    return env
-
-
-def _torchrun_environment(environ: Mapping[str, str]) -> LaunchEnvironment:
-    """Read the ``env://`` variables that torchrun sets; all five are required."""
-    missing = [name for name in _TORCHRUN_VARIABLES if name not in environ]
-    if missing:
-        raise ValueError(
-            "RANK is set, so this looks like a torchrun/env:// launch, but "
-            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set "
-            f"(all of {', '.join(_TORCHRUN_VARIABLES)} are required)"
-        )
-    env = LaunchEnvironment(
-        rank=_int_variable(environ, "RANK"),
-        world_size=_int_variable(environ, "WORLD_SIZE"),
-        local_rank=_int_variable(environ, "LOCAL_RANK"),
-        master_addr=environ["MASTER_ADDR"].strip(),
-        master_port=_int_variable(environ, "MASTER_PORT"),
-        source="torchrun",
-    )
-    return _validate_ranks(env, "RANK", "WORLD_SIZE", "LOCAL_RANK")
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``'gpu[07-08],cpu1'`` gives ``gpu07``,
+    ``'r[2-3]n[01-02]'`` gives ``r2n01``."""
+    first = re.match(r"(?:[^,\[]|\[[^\]]*\])+", nodelist.strip())
+    if first is None:
+        raise ValueError(f"cannot read a host from the Slurm node list {nodelist!r}")
+    return re.sub(r"\[([^\],-]*)[^\]]*\]", r"\1", first.group(0))
 
 
 def _slurm_master_addr(environ: Mapping[str, str]) -> str:
     """``MASTER_ADDR`` if set, else the first host of the job's node list."""
     if environ.get("MASTER_ADDR", "").strip():
         return environ["MASTER_ADDR"].strip()
-    for name in ("SLURM_NODELIST", "SLURM_JOB_NODELIST"):
+    for name in ("SLURM_JOB_NODELIST", "SLURM_NODELIST"):
         if environ.get(name, "").strip():
-            return expand_nodelist(environ[name])[0]
-    raise ValueError(
-        "Slurm launch without a master address: set MASTER_ADDR or SLURM_NODELIST/SLURM_JOB_NODELIST"
-    )
+            return first_slurm_host(environ[name])
+    raise ValueError("Slurm launch without a master address: set MASTER_ADDR or SLURM_JOB_NODELIST")
 
 
 def _slurm_master_port(environ: Mapping[str, str]) -> int:
     """``MASTER_PORT`` if set, else a port every task derives from the shared job id."""
-    if "MASTER_PORT" in environ:
-        return _int_variable(environ, "MASTER_PORT")
+    if environ.get("MASTER_PORT", "").strip():
+        return _integer(environ, "MASTER_PORT")
     if "SLURM_JOB_ID" not in environ:
         raise ValueError("Slurm launch without a master port: set MASTER_PORT or SLURM_JOB_ID")
-    job_id = _int_variable(environ, "SLURM_JOB_ID")
-    return SLURM_PORT_BASE + job_id % SLURM_PORT_SPAN
+    return SLURM_PORT_BASE + _integer(environ, "SLURM_JOB_ID") % SLURM_PORT_SPAN
 
 
-def _slurm_environment(environ: Mapping[str, str]) -> LaunchEnvironment:
-    """Read the variables ``srun`` sets for each task (one task per GPU)."""
-    env = LaunchEnvironment(
-        rank=_int_variable(environ, "SLURM_PROCID"),
-        world_size=_int_variable(environ, "SLURM_NTASKS"),
-        local_rank=_int_variable(environ, "SLURM_LOCALID"),
-        master_addr=_slurm_master_addr(environ),
-        master_port=_slurm_master_port(environ),
-        source="slurm",
-    )
-    return _validate_ranks(env, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
-
-
-def launch_environment(environ: Mapping[str, str] = os.environ) -> LaunchEnvironment | None:
-    """Describe how this process was launched, or ``None`` when no launcher is detected.
-
-    The torchrun/``env://`` variables take precedence (torchrun under Slurm sets both), then
-    Slurm's per-task variables. ``None`` means a plain ``python`` start: the caller then
-    spawns its own workers. Note that inside an ``sbatch`` script (outside ``srun``) Slurm
-    already sets ``SLURM_PROCID=0``; start the training with ``srun`` so that all tasks exist.
-    """
-    if "RANK" in environ:
-        return _torchrun_environment(environ)
-    if "SLURM_PROCID" in environ:
-        return _slurm_environment(environ)
-    return None
-
-
-# ----------------------------------------------------------------------------- Slurm node lists
-
-_BRACKET_GROUP = re.compile(r"(\[[^\[\]]*\])")
-_RANGE_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
-def _split_top_level(nodelist: str) -> list[str]:
-    """Split a node list at the commas outside brackets, checking the brackets balance."""
-    parts, current, depth = [], [], 0
-    for char in nodelist:
-        if char == "[":
-            if depth:
-                raise ValueError(f"nested '[' in Slurm node list {nodelist!r}")
-            depth = 1
-        elif char == "]":
-            if not depth:
-                raise ValueError(f"unmatched ']' in Slurm node list {nodelist!r}")
-            depth = 0
-        elif char == "," and not depth:
-            parts.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    if depth:
-        raise ValueError(f"unclosed '[' in Slurm node list {nodelist!r}")
-    parts.append("".join(current))
-    return parts
-
-
-def _expand_bracket(group: str, nodelist: str) -> list[str]:
-    """Expand the inside of one bracket group, e.g. ``'01-03,07'``, keeping zero padding."""
-    values = []
-    for item in group.split(","):
-        match = _RANGE_ITEM.match(item.strip())
-        if not match:
-            raise ValueError(f"bad range {item!r} in [{group}] of Slurm node list {nodelist!r}")
-        low_text, high_text = match.group(1), match.group(2)
-        low, high = int(low_text), int(high_text if high_text is not None else low_text)
-        if high < low:
-            raise ValueError(f"descending range {item!r} in Slurm node list {nodelist!r}")
-        width = len(low_text)
-        values.extend(str(number).zfill(width) for number in range(low, high + 1))
-    return values
-
-
-def _expand_host(expression: str, nodelist: str) -> list[str]:
-    """Expand one host expression such as ``'r[1-2]n[01-02]-ib'`` (cartesian product, in order)."""
-    if not expression:
-        raise ValueError(f"empty host name in Slurm node list {nodelist!r}")
-    if any(char.isspace() for char in expression):
-        raise ValueError(f"whitespace inside host {expression!r} of Slurm node list {nodelist!r}")
-    choices = []
-    for piece in _BRACKET_GROUP.split(expression):
-        if piece.startswith("["):
-            choices.append(_expand_bracket(piece[1:-1], nodelist))
-        elif piece:
-            choices.append([piece])
-    return ["".join(combination) for combination in itertools.product(*choices)]
-
-
-def expand_nodelist(nodelist: str) -> list[str]:
-    """Expand Slurm's compressed host list into host names, in order.
-
-    ``'node[01-03,07]'`` gives node01, node02, node03, node07 (zero padding is kept);
-    ``'gpu[1-2],cpu5'``, ``'a[1-2]-ib,b3'`` and ``'r[1-2]n[01-02]'`` work as Slurm does.
-    Needed because ``SLURM_NODELIST`` is the only place every task can read the first node's
-    name from; Python cannot call ``scontrol show hostnames`` portably.
-    """
-    if not isinstance(nodelist, str) or not nodelist.strip():
-        raise ValueError(f"empty Slurm node list {nodelist!r}")
-    text = nodelist.strip()
-    hosts: list[str] = []
-    for expression in _split_top_level(text):
-        hosts.extend(_expand_host(expression, text))
-    return hosts
+def _slurm_tasks_on_this_node(environ: Mapping[str, str]) -> int:
+    """How many tasks of this step run on this task's node, from Slurm's compressed
+    per-node counts (``'4(x2),3'``: 4 on each of the first two nodes, 3 on the third)."""
+    name = next((n for n in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if n in environ), None)
+    if name is None:
+        raise ValueError("Slurm launch without SLURM_STEP_TASKS_PER_NODE: start the tasks with srun")
+    counts = []
+    for item in environ[name].split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item.strip())
+        if match is None:
+            raise ValueError(f"cannot read {name}={environ[name]!r}")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    node = _integer(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
+    if not 0 <= node < len(counts):
+        raise ValueError(f"SLURM_NODEID={node} has no entry in {name}={environ[name]!r}")
+    return counts[node]
 
 
 # ----------------------------------------------------------------------------- ports and devices
@@ -337,14 +235,11 @@ def backend_for(device: torch.device) -> str:
 
 
 def _rendezvous_port(master_port: int | None) -> int:
-    """The given port, else ``MASTER_PORT`` from the environment, else an error."""
-    if master_port is not None:
-        return _validate_port(int(master_port), "master_port")
-    if "MASTER_PORT" not in os.environ:
-        raise ValueError(
-            "no rendezvous port: pass master_port (e.g. find_free_port()) or set MASTER_PORT"
-        )
-    return _validate_port(_int_variable(os.environ, "MASTER_PORT"), "MASTER_PORT")
+    """The given port, else ``MASTER_PORT`` from the environment; a TCP port either way."""
+    port = int(master_port) if master_port is not None else _integer(os.environ, "MASTER_PORT")
+    if not 1 <= port <= 65535:
+        raise ValueError(f"rendezvous port {port} is not a TCP port (1..65535)")
+    return port
 
 
 def setup_ddp(
@@ -396,16 +291,3 @@ def cleanup_ddp() -> None:
     """Destroy the default process group if there is one (safe to call more than once)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def is_main_process() -> bool:
-    """True on rank 0, and in a single process with no process group (it is the main one)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return True
-    return dist.get_rank() == 0
-
-
-def barrier() -> None:
-    """Wait for every rank when a process group exists; nothing to wait for otherwise."""
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()

@@ -2,21 +2,19 @@
 
 A checkpoint holds the model, optimizer, scheduler and gradient-scaler states, the next
 epoch (the samplers reshuffle from ``seed + epoch``, so the epoch is the sampler position),
-the outcome so far (best model, its val ``mse_de``, history) and the random-number states.
-It is written atomically (temporary file, then rename), so a run killed while saving keeps
-its previous checkpoint.
+the outcome so far (``recipe.TrainingOutcome`` as a dict: best model, its val ``mse_de``,
+history) and the random-number states. It is written atomically (temporary file, then
+rename), so a run killed while saving keeps its previous checkpoint.
 """
 from __future__ import annotations
 
 import random
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from gears_ddp.data import io
-from gears_ddp.recipe import TrainingOutcome
 
 CHECKPOINT_FILE = "training_checkpoint.pt"
 FORMAT_VERSION = 1
@@ -39,13 +37,13 @@ def restore_rng_states(states: dict) -> None:
 
 
 def save_training_checkpoint(path, *, next_epoch: int, model: torch.nn.Module, optimizer, scheduler,
-                             scaler, outcome: TrainingOutcome, args: dict, world_size: int) -> Path:
+                             scaler, outcome: dict, args: dict, world_size: int) -> Path:
     """Write the training state to ``path`` atomically; returns the path."""
     payload = {"format": FORMAT_VERSION, "next_epoch": next_epoch,
                "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                "scaler": scaler.state_dict() if scaler is not None else None,
-               "outcome": asdict(outcome), "rng": capture_rng_states(), "args": args, "world_size": world_size}
+               "outcome": outcome, "rng": capture_rng_states(), "args": args, "world_size": world_size}
     path = Path(path)
     with io.atomic_path(path) as tmp:
         torch.save(payload, tmp)
@@ -65,5 +63,4 @@ def load_training_checkpoint(path) -> dict:
         raise ValueError(f"cannot read training checkpoint {path}: {type(err).__name__}: {err}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
         raise ValueError(f"{path} is not a gears_ddp training checkpoint (format {FORMAT_VERSION})")
-    payload["outcome"] = TrainingOutcome(**payload["outcome"])
     return payload

@@ -1,0 +1,135 @@
+"""The options of a training run, shared by ``GEARS.train`` (keyword arguments) and
+``train_multi_gpu`` (its ``args`` dict, which adds the model and launch options).
+
+Each option has one name, one meaning and one check, whichever way training is started. A
+misspelt key or a bad value fails at once with a message naming it, before any data is
+touched or any process starts.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+AMP_MODES = ("off", "fp16", "bf16")
+LR_SCALINGS = ("none", "linear", "sqrt")
+LOADER_OPTIONS = ("batch_size", "test_batch_size", "seed", "num_workers", "resample_controls")
+MIN_FREE_BYTES = 50 * 2**20  # room a save folder needs for checkpoints
+
+
+@dataclass
+class TrainingOptions:
+    """What ``GEARS.train`` accepts; see the README's options table.
+
+    The loader options (``LOADER_OPTIONS``) default to None here, meaning "as the loaders
+    were built by ``PertData.get_dataloader``"; ``train_multi_gpu``, which builds the
+    loaders itself, gives them values.
+    """
+
+    epochs: int = 20
+    lr: float = 1e-3
+    weight_decay: float = 5e-4
+    amp: str = "off"                # 'off', 'bf16' (CPU or GPU), 'fp16' (CUDA, with a gradient scaler)
+    seed: int | None = None         # shuffling and control pairing
+    batch_size: int | None = None   # per process
+    test_batch_size: int | None = None
+    num_workers: int | None = None
+    resample_controls: bool | None = None
+    grad_accum_steps: int = 1
+    lr_scaling: str = "none"        # 'none', 'linear', 'sqrt' of world_size x grad_accum_steps
+    warmup_steps: int = 0           # linear learning-rate warmup over the first optimiser steps
+    checkpoint_every: int = 0       # epochs between training checkpoints; 0: none
+    resume_from: str | None = None  # a training checkpoint to continue from
+    save_path: str | None = None    # where the model (and checkpoints) go; None: not saved
+    sync_batchnorm: bool = False    # BatchNorm statistics over all ranks' batches
+    fused_decoder: bool = True      # the set decoder as one autograd function (else the module chain)
+    wandb: dict | None = None       # {'project': ..., 'name': ...}: the main rank logs to Weights & Biases
+
+    @classmethod
+    def from_dict(cls, values: dict | None, where: str = "args"):
+        """Checked options from a dict; errors name a key as ``args['key']`` (``where='args'``)
+        or as the argument of ``where`` (``train(lr=...)``)."""
+        values = dict(values or {})
+        reject_unknown(values, [f.name for f in fields(cls)], where)
+        options = cls(**values)
+        options.check(where)
+        return options
+
+    def check(self, where: str) -> None:
+        """Raise a ValueError naming the first bad option."""
+        def name(key: str) -> str:
+            return f"{where}['{key}']" if where == "args" else f"{where}({key}=...)"
+
+        for key in ("epochs", "grad_accum_steps", "batch_size", "test_batch_size"):
+            value = getattr(self, key)
+            if value is not None and not (_is_int(value) and value >= 1):
+                raise ValueError(f"{name(key)} must be a positive integer, got {value!r}")
+        for key in ("num_workers", "checkpoint_every", "warmup_steps", "seed"):
+            value = getattr(self, key)
+            if value is not None and not (_is_int(value) and value >= 0):
+                raise ValueError(f"{name(key)} must be a non-negative integer, got {value!r}")
+        for key, allowed in (("amp", AMP_MODES), ("lr_scaling", LR_SCALINGS)):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"{name(key)} must be one of {allowed}, got {getattr(self, key)!r}")
+        for key in ("lr", "weight_decay"):
+            value = getattr(self, key)
+            if not _is_number(value) or value < 0 or (key == "lr" and value == 0):
+                raise ValueError(f"{name(key)} must be a {'positive' if key == 'lr' else 'non-negative'} "
+                                 f"number, got {value!r}")
+        for key in ("resample_controls", "sync_batchnorm", "fused_decoder"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, bool):
+                raise ValueError(f"{name(key)} must be True or False, got {value!r}")
+        if self.wandb is not None and not isinstance(self.wandb, dict):
+            raise ValueError(f"{name('wandb')} must be a dict such as {{'project': 'GEARS', 'name': 'run1'}}")
+        if self.checkpoint_every and self.save_path is None:
+            raise ValueError(f"{name('checkpoint_every')}={self.checkpoint_every} needs {name('save_path')}: "
+                             "the folder the checkpoints go to")
+
+    def scaled_lr(self, world_size: int) -> float:
+        """The learning rate for ``world_size`` processes: ``lr`` times the effective batch
+        (``batch_size x world_size x grad_accum_steps``) over one process's ``batch_size``,
+        or its square root, or 1 (``lr_scaling``)."""
+        factor = world_size * self.grad_accum_steps
+        return self.lr * {"none": 1.0, "linear": factor, "sqrt": math.sqrt(factor)}[self.lr_scaling]
+
+    def loader_options(self) -> dict:
+        """The loader options that are set (not None)."""
+        return {key: getattr(self, key) for key in LOADER_OPTIONS if getattr(self, key) is not None}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def reject_unknown(given: dict, known, where: str) -> None:
+    """A ValueError naming the keys of ``given`` that are not in ``known``."""
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {where} key(s) {unknown}; known keys: {sorted(known)}")
+
+
+def check_save_path(save_path) -> Path:
+    """Create the save folder and make sure it is writable with room for checkpoints, before
+    any training (a full disk must not surface after hours of it)."""
+    path = Path(save_path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".gears_ddp_write_test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        raise PermissionError(f"cannot write to save_path {path}: {err}") from err
+    free = shutil.disk_usage(path).free
+    if free < MIN_FREE_BYTES:
+        raise OSError(f"save_path {path} has only {free / 2**20:.0f} MiB free; checkpoints need at least "
+                      f"{MIN_FREE_BYTES / 2**20:.0f} MiB")
+    return path
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,122 @@
+"""The ranks of a training run, as the recipe sees them.
+
+Training is written once, for any number of processes. Everything it needs from the other
+processes goes through one object: the world size and this process's rank, whether this
+process is the main one (which logs and writes files), a sum over ranks, the merge of
+evaluation states, the model wrapper that synchronises gradients (and ``no_sync`` for
+accumulated micro-batches), the broadcast of BatchNorm running statistics, a barrier and a
+gather of small objects.
+
+``SingleProcess`` is one process: every operation is the identity. ``ProcessGroupRanks``
+is the member of a ``torch.distributed`` process group that the current process already
+joined (``distributed.runtime.setup_ddp``).
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from gears_ddp.metrics import merge_states
+
+
+class SingleProcess:
+    """One process, alone: the identity for every cross-rank operation."""
+
+    world_size = 1
+    rank = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process logs, writes files and reports (rank 0)."""
+        return self.rank == 0
+
+    def wrap(self, network: nn.Module, device: torch.device) -> nn.Module:
+        """The module that training calls: the network itself."""
+        return network
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
+        """A context in which backward passes do not synchronise gradients."""
+        return contextlib.nullcontext()
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` summed over ranks (in place; returned)."""
+        return tensor
+
+    def merge_evaluation(self, state: dict) -> dict:
+        """An evaluation accumulator's state merged with those of the other ranks."""
+        return state
+
+    def broadcast_buffers(self, network: nn.Module) -> None:
+        """Give every rank the main rank's checkpointed buffers (BatchNorm running statistics)."""
+
+    def barrier(self) -> None:
+        """Wait until every rank arrives here."""
+
+    def gather(self, value) -> list:
+        """Every rank's ``value`` (a small picklable object), in rank order."""
+        return [value]
+
+
+SINGLE_PROCESS = SingleProcess()
+
+
+class ProcessGroupRanks(SingleProcess):
+    """This process's place in the default ``torch.distributed`` process group.
+
+    ``find_unused_parameters`` is passed to ``DistributedDataParallel``.
+    """
+
+    def __init__(self, find_unused_parameters: bool = False):
+        if not dist.is_initialized():
+            raise RuntimeError("ProcessGroupRanks needs a process group: call setup_ddp(...) first")
+        self.world_size = dist.get_world_size()
+        self.rank = dist.get_rank()
+        self.find_unused_parameters = find_unused_parameters
+
+    def wrap(self, network: nn.Module, device: torch.device) -> nn.Module:
+        """``DistributedDataParallel`` around the network. Buffers are not broadcast before
+        every forward pass (the graphs are the same on every rank; running statistics are
+        broadcast before each evaluation instead)."""
+        return DistributedDataParallel(network, device_ids=[device.index] if device.type == "cuda" else None,
+                                       find_unused_parameters=self.find_unused_parameters,
+                                       **NO_FORWARD_BUFFER_SYNC)
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
+        return model.no_sync()
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if dist.get_backend() == "nccl" and tensor.device.type != "cuda":
+            on_device = tensor.to(torch.device("cuda", torch.cuda.current_device()))
+            dist.all_reduce(on_device)
+            return tensor.copy_(on_device)
+        dist.all_reduce(tensor)
+        return tensor
+
+    def merge_evaluation(self, state: dict) -> dict:
+        states = self.gather({part: {k: t.cpu() for k, t in values.items()} for part, values in state.items()})
+        return merge_states(states)
+
+    def broadcast_buffers(self, network: nn.Module) -> None:
+        checkpointed = network.state_dict(keep_vars=True)
+        for name, buffer in network.named_buffers():
+            if name in checkpointed:
+                dist.broadcast(buffer, src=0)
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def gather(self, value) -> list:
+        values = [None] * self.world_size
+        dist.all_gather_object(values, value)
+        return values
+
+
+# Newer torch names DDP's option forward_sync_buffers (and deprecates broadcast_buffers).
+NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
+                          if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+                          else {"broadcast_buffers": False})
