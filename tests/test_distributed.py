@@ -87,6 +87,7 @@ def test_only_rank_zero_writes(data_folder, tmp_path):
     assert report["model_path"] == str(tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_resume_ends_with_the_parameters_of_an_uninterrupted_run(data_folder, tmp_path):
     train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "whole", epochs=3, checkpoint_every=1))
     train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "part", epochs=2, checkpoint_every=1))

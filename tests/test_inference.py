@@ -48,6 +48,7 @@ def test_scores_match_published_get_coeffs(seed, kind):
         assert math.isclose(got[key], float(expected[key]), rel_tol=1e-9), key
 
 
+@pytest.mark.slow
 def test_scores_match_published_get_gi_params_with_subsampling():
     """Enough genes (460 -> 105,570 pairs) that Theil-Sen draws 1e5 of its pairs at random."""
     utils = import_reference("gears.utils")

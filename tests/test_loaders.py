@@ -1,5 +1,6 @@
 """Batches are gathered correctly; distributed loaders split the data as promised."""
 import numpy as np
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -115,6 +116,7 @@ def _child_writes_marker(rank, pert_data, queue):
     pert_data.cells.expression[0, 0] = 1234.5
 
 
+@pytest.mark.distributed
 def test_spawned_processes_share_the_expression_without_copies(toy):
     toy.share_memory_()
     queue = mp.get_context("spawn").SimpleQueue()

@@ -188,6 +188,7 @@ def test_backend_for():
 # ----------------------------------------------------------------------------- process groups
 
 
+@pytest.mark.distributed
 def test_rank_that_never_joins(monkeypatch):
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # setup_ddp writes them; restore afterwards
         monkeypatch.setenv(name, os.environ.get(name, "unset"))

@@ -1,0 +1,76 @@
+"""The ranks object: the identity in one process; in a gloo group of 2, the cross-rank
+operations the recipe relies on."""
+import pytest
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, setup_ddp
+from gears_ddp.metrics import EvaluationAccumulator
+from gears_ddp.ranks import SINGLE_PROCESS, ProcessGroupRanks
+from gears_ddp.train_distributed import spawn_workers
+from model_fixtures import make_model
+
+
+def _accumulator(rank: int) -> EvaluationAccumulator:
+    """Rank r holds cell r of condition 1 and, on rank 1, a cell of condition 0."""
+    accumulator = EvaluationAccumulator(["ctrl", "A+ctrl"], 3, torch.full((2, 20), -1), torch.full((2, 20), -1))
+    codes = torch.tensor([1] if rank == 0 else [1, 0])
+    values = torch.arange(3 * len(codes), dtype=torch.float32).reshape(len(codes), 3) + 10 * rank
+    accumulator.add(codes, values, values + 1)
+    return accumulator
+
+
+def test_one_process_is_the_identity():
+    ranks = SINGLE_PROCESS
+    assert (ranks.world_size, ranks.rank, ranks.is_main) == (1, 0, True)
+    network = make_model()
+    assert ranks.wrap(network, torch.device("cpu")) is network
+    tensor = torch.tensor([1.0, 2.0])
+    assert ranks.sum(tensor) is tensor and tensor.tolist() == [1.0, 2.0]
+    state = _accumulator(0).state()
+    assert ranks.merge_evaluation(state) is state
+    assert ranks.gather("x") == ["x"]
+    with ranks.no_sync(network):
+        ranks.barrier()
+        ranks.broadcast_buffers(network)
+
+
+def _exercise(local_rank, port, messages):
+    setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port, timeout_s=60)
+    try:
+        ranks = ProcessGroupRanks()
+        network = make_model()
+        with torch.no_grad():
+            network.bn_emb.running_mean.fill_(float(local_rank + 1))  # differs between ranks
+        model = ranks.wrap(network, torch.device("cpu"))
+        ranks.broadcast_buffers(network)
+        accumulator = _accumulator(local_rank)
+        accumulator.load_state(ranks.merge_evaluation(accumulator.state()))
+        result = accumulator.result()
+        ranks.barrier()
+        messages.put((local_rank, {
+            "place": (ranks.world_size, ranks.rank, ranks.is_main),
+            "ddp": isinstance(model, DistributedDataParallel),
+            "sum": ranks.sum(torch.tensor([float(local_rank + 1), 1.0], dtype=torch.float64)).tolist(),
+            "gather": ranks.gather(f"rank{local_rank}"),
+            "running_mean": float(network.bn_emb.running_mean[0]),
+            "n_cells": result.n_cells.tolist(), "truth_mean": result.truth_mean.tolist()}))
+    finally:
+        cleanup_ddp()
+
+
+@pytest.mark.distributed
+def test_two_gloo_ranks():
+    results = dict(spawn_workers(_exercise, (find_free_port(),), 2))
+    merged = _accumulator(0)
+    merged.add(torch.tensor([1, 0]), *(torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 + shift
+                                        for shift in (0, 1)))
+    expected = merged.result()  # one process holding both ranks' cells
+    for rank, seen in results.items():
+        assert seen["place"] == (2, rank, rank == 0)
+        assert seen["ddp"]
+        assert seen["sum"] == [3.0, 2.0]
+        assert seen["gather"] == ["rank0", "rank1"]
+        assert seen["running_mean"] == 1.0  # rank 0's statistics everywhere
+        assert seen["n_cells"] == expected.n_cells.tolist() == [1, 2]
+        assert seen["truth_mean"] == expected.truth_mean.tolist()
