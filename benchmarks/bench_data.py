@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results import add_record_argument, recorded
+
 BATCH_SIZE = 32
 SPLIT = {"split": "simulation", "seed": 1}
 
@@ -184,6 +186,7 @@ def main():
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--child", choices=["ours", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--raw", help=argparse.SUPPRESS)
+    add_record_argument(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.raw)
@@ -194,7 +197,8 @@ def main():
         reference = None if args.skip_reference or not reference_available() else measure("reference", raw)
     if ours is None:
         sys.exit(1)
-    print_table(ours, reference)
+    with recorded(args.record):
+        print_table(ours, reference)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import SPLIT, add_size_arguments, synthetic_options  # noqa: E402
+from results import add_record_argument, recorded  # noqa: E402
 from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY, _timed  # noqa: E402
 
 from gears_ddp.datasets import write_synthetic_dataset  # noqa: E402
@@ -225,6 +226,7 @@ def main():
     parser.add_argument("--threads-per-rank", type=int, default=None,
                         help="torch threads in each worker (default: torch's default, as in train_multi_gpu)")
     add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80, control_cells=1000)
+    add_record_argument(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -241,7 +243,8 @@ def main():
     for fewer, more in zip(runs, runs[1:]):  # memory the added rank costs, and its per-process floor
         more["extra_mib"] = sum(more["peak_private_mib"]) - sum(fewer["peak_private_mib"])
         more["extra_start_mib"] = sum(more["start_private_mib"]) - sum(fewer["start_private_mib"])
-    print_table(runs, parent, args)
+    with recorded(args.record):
+        print_table(runs, parent, args)
 
 
 if __name__ == "__main__":

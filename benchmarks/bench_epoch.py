@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 from bench_data import add_size_arguments, synthetic_options
 from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY, _timed
+from results import add_record_argument, recorded
 
 from gears_ddp import PertData, recipe
 from gears_ddp.datasets import write_synthetic_dataset
@@ -109,9 +110,16 @@ def main() -> None:
                        control_cells=10000)
     parser.add_argument("--data-path", default="./data/bench_epoch")
     parser.add_argument("--json", help="also write the results to this file")
+    add_record_argument(parser)
     args = parser.parse_args()
     device = torch.device(args.device)
 
+    with recorded(args.record):
+        measure_epochs(args, device)
+
+
+def measure_epochs(args, device: torch.device) -> None:
+    """Write (once) and load the dataset, then train and print a row per batch size and precision."""
     start = time.perf_counter()
     options = synthetic_options(args)
     # one folder per set of options: an existing folder is reused as it is

@@ -112,6 +112,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import SPLIT, add_size_arguments, make_input, peak_rss_mib, reference_available  # noqa: E402
+from results import add_record_argument, recorded  # noqa: E402
 
 MODEL_SEED = 0  # torch's seed before model_initialize without --seed
 HIDDEN_SIZE, LR, WEIGHT_DECAY = 64, 1e-3, 5e-4
@@ -529,6 +530,7 @@ def main():
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--child", choices=["ours", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--raw", help=argparse.SUPPRESS)
+    add_record_argument(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.raw, args)
@@ -539,7 +541,8 @@ def main():
         reference = None if args.skip_reference or not reference_available() else measure("reference", raw, args)
     if ours is None:
         sys.exit(1)
-    print_tables(ours, reference, args)
+    with recorded(args.record):
+        print_tables(ours, reference, args)
 
 
 if __name__ == "__main__":

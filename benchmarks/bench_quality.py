@@ -88,6 +88,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import make_input, reference_available  # noqa: E402
+from results import add_record_argument, recorded  # noqa: E402
 from bench_model import HIDDEN_SIZE, LR, SUBGROUPS, WEIGHT_DECAY, add_data_options, measure  # noqa: E402
 
 
@@ -269,6 +270,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--skip-reference", action="store_true")
     parser.set_defaults(eval_repeats=1)  # the children's test-evaluation timing, not reported here
+    add_record_argument(parser)
     args = parser.parse_args()
     if len(set(args.seeds)) != len(args.seeds):
         parser.error("--seeds must differ")
@@ -276,8 +278,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         raw = make_input(Path(tmp) / "input", args)
         runs = run_seeds(raw, args)
-    print_tables(runs, args)
-    print(f"\nwall time: {time.perf_counter() - start:.0f} s")
+    with recorded(args.record):
+        print_tables(runs, args)
+        print(f"\nwall time: {time.perf_counter() - start:.0f} s")
     if any(r["ours"] is None for r in runs.values()):
         sys.exit(1)
 
