@@ -24,6 +24,7 @@ setup(
         "pandas>=1.5",
         "tqdm>=4.60",
         "scikit-learn>=1.0",
+        "joblib>=1.3",  # cpu_count: the cores a process may use (affinity, cgroup quota)
         "dcor>=0.6",
         "matplotlib>=3.5",
     ],

@@ -18,10 +18,10 @@ time its training loop and read its own memory; the library is not modified.
 How each figure is measured (``time.perf_counter``):
 
 - training loop (s / epoch): the epoch's optimisation loop over the rank's share of the
-  training set (``gears_ddp.recipe.train_epoch``, wrapped with a timer in each worker;
-  batches, forward, loss, backward with the gradient all-reduce, optimiser steps), without
-  the per-epoch evaluation. Ranks wait for each other at every step, so the epoch's time is
-  the slowest rank's; reported as the mean over epochs.
+  training set (``train_seconds`` of rank 0's history records: batches, forward, loss,
+  backward with the gradient all-reduce, optimiser steps, and the reduction of the loss
+  over ranks, which waits for the slowest rank), without the per-epoch evaluation;
+  reported as the mean over epochs.
 - training throughput (training cells / s, all ranks together): cells per epoch x epochs /
   the summed training-loop seconds. Cells per epoch = train batches per rank x batch size
   x N (the distributed sampler and the loader both drop incomplete remainders).
@@ -68,7 +68,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import SPLIT, add_size_arguments, synthetic_options  # noqa: E402
 from results import add_record_argument, recorded  # noqa: E402
-from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY, _timed  # noqa: E402
+from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY  # noqa: E402
 
 from gears_ddp.datasets import write_synthetic_dataset  # noqa: E402
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs  # noqa: E402
@@ -112,21 +112,16 @@ class PrivateMemoryPeak:
 
 def measured_worker(local_rank: int, out_dir: str, threads: int | None, placements, pert_data,
                     *worker_args) -> None:
-    """``spawned_worker`` with its training loops timed and its memory read (and, when
-    ``threads`` is given, that many torch threads); writes ``out_dir/rank<r>.json``."""
-    import gears_ddp.recipe as recipe
-
+    """``spawned_worker`` with its memory read (and, when ``threads`` is given, that many
+    torch threads); writes ``out_dir/rank<r>.json``."""
     if threads:
         torch.set_num_threads(threads)
-    loops = []
-    recipe.train_epoch = _timed(recipe.train_epoch, loops)
     start_private_mib = proc_status_mib()["RssAnon"]  # imports done, data handle unpickled
     private = PrivateMemoryPeak()
     spawned_worker(local_rank, placements, pert_data, *worker_args)
     peak_private_mib = private.stop()
     status = proc_status_mib()
-    record = {"loop_s": [end - start for start, end in loops],
-              "train_batches": len(pert_data.dataloader["train_loader"]),
+    record = {"train_batches": len(pert_data.dataloader["train_loader"]),
               "peak_rss_mib": status["VmHWM"], "shared_mib": status["RssShmem"],
               "peak_private_mib": peak_private_mib, "start_private_mib": start_private_mib,
               "expression_shared": pert_data.cells.expression.is_shared(), "threads": torch.get_num_threads()}
@@ -155,7 +150,7 @@ def derived(report: dict, ranks: list[dict], batch_size: int) -> dict:
     """The figures of one run (see the module docstring)."""
     n = len(ranks)
     epochs = len(report["history"])
-    loops = [max(rank["loop_s"][e] for rank in ranks) for e in range(epochs)]
+    loops = [h["train_seconds"] for h in report["history"]]
     cells_per_epoch = ranks[0]["train_batches"] * batch_size * n
     return {"processes": n, "cells_per_epoch": cells_per_epoch,
             "throughput": cells_per_epoch * epochs / sum(loops), "loop_s": sum(loops) / epochs,

@@ -16,8 +16,8 @@ size and precision: ``torch.manual_seed(0)``, ``model_initialize(hidden_size=64)
 Per run it prints, over the epochs after the first (the first pays for one-time set-up:
 CUDA context, kernel selection, the allocator's first blocks), the mean of:
 
-- loop s: the training loop alone (``recipe.train_epoch`` wrapped with a timer; on a GPU the
-  timer waits for the device, ``torch.cuda.synchronize``, before it reads the clock);
+- loop s: the training loop alone (``train_seconds`` of the ``GEARS.history`` records,
+  which end after the epoch's loss is read back, so after the device finished the loop);
 - epoch s: the loop plus the per-epoch evaluation of the train and val sets (``seconds`` of
   the ``GEARS.history`` records), the figure the target is about;
 - cells/s: training cells per second of loop (train batches x batch size per epoch);
@@ -37,10 +37,10 @@ from pathlib import Path
 
 import torch
 from bench_data import add_size_arguments, synthetic_options
-from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY, _timed
+from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY
 from results import add_record_argument, recorded
 
-from gears_ddp import PertData, recipe
+from gears_ddp import PertData
 from gears_ddp.datasets import write_synthetic_dataset
 from gears_ddp.engine import evaluate
 from gears_ddp.gears import GEARS
@@ -51,34 +51,17 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_loops(device: torch.device) -> list[tuple[float, float]]:
-    """Wrap ``recipe.train_epoch`` (what ``GEARS.train`` calls) so that the (start, end) of
-    each call, the device's work included, are appended to the returned list. (The work
-    queued before a loop is the previous evaluation's, which its metrics already waited for.)"""
-    loops, train_epoch = [], recipe.train_epoch
-
-    def waited_for(*args, **kwargs):
-        out = train_epoch(*args, **kwargs)
-        synchronize(device)
-        return out
-
-    recipe.train_epoch = _timed(waited_for, loops)
-    return loops
-
-
 def peak_memory_mib(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, epochs: int,
-        loops: list[tuple[float, float]]) -> dict:
+def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, epochs: int) -> dict:
     """Train one model as a user does and return its figures (see the module docstring)."""
     pert_data.get_dataloader(batch_size=batch_size, test_batch_size=max(batch_size, 256))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    loops.clear()
     torch.manual_seed(0)
     gears = GEARS(pert_data, device=str(device))
     gears.model_initialize(hidden_size=HIDDEN_SIZE)
@@ -90,7 +73,7 @@ def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, ep
     synchronize(device)
     test_eval_s = time.perf_counter() - start
     epoch_s = [record["seconds"] for record in gears.history]
-    loop_s = [end - start for start, end in loops]
+    loop_s = [record["train_seconds"] for record in gears.history]
     steady = slice(1, None) if epochs > 1 else slice(None)
     cells_per_epoch = len(pert_data.dataloader["train_loader"]) * batch_size
     return {"batch_size": batch_size, "amp": amp, "epochs": epochs, "first_epoch_s": epoch_s[0],
@@ -133,13 +116,12 @@ def measure_epochs(args, device: torch.device) -> None:
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
              f" ({torch.get_num_threads()} threads)"), flush=True)
 
-    loops = timed_loops(device)
     results = []
     print(f"{'batch':>6} {'amp':>5} {'epoch s':>8} {'loop s':>7} {'cells/s':>9} {'1st epoch s':>11} "
           f"{'test eval s':>11} {'peak MiB':>9} {'pearson_delta':>13}", flush=True)
     for batch_size in args.batch_sizes:
         for amp in args.amp:
-            r = run(pert_data, device, batch_size, amp, args.epochs, loops)
+            r = run(pert_data, device, batch_size, amp, args.epochs)
             results.append(r)
             print(f"{r['batch_size']:>6} {r['amp']:>5} {r['epoch_s']:>8.2f} {r['loop_s']:>7.2f} "
                   f"{r['cells_per_s']:>9.0f} {r['first_epoch_s']:>11.2f} {r['test_eval_s']:>11.2f} "

@@ -1,4 +1,4 @@
-"""One training step, one training epoch and one evaluation pass, as the recipe runs them.
+"""Training steps and one evaluation pass, as the recipe runs them.
 
 What crosses ranks comes in through one ``ranks`` object (``gears_ddp.ranks``): the model
 may be wrapped by ``ranks.wrap`` (``DistributedDataParallel``); ``ranks.no_sync`` skips
@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
-from gears_ddp._logging import get_logger
 from gears_ddp.data.cells import PertBatch
 from gears_ddp.losses import LossContext, gears_loss
 from gears_ddp.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.options import AMP_MODES
 from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
-
-logger = get_logger(__name__)
 
 GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
 
@@ -103,36 +99,23 @@ def training_step(model: nn.Module, micro_batches: Sequence[PertBatch], optimize
     return total
 
 
-def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer, context: LossContext,
-                uncertainty: bool, device: torch.device, epoch: int, precision: Precision = Precision(),
-                accumulation_steps: int = 1, ranks: SingleProcess = SINGLE_PROCESS,
-                log_every: int = 50) -> tuple[torch.Tensor, int]:
-    """Train for one epoch; returns (sum of this rank's step losses as a tensor, number of steps).
+def optimizer_steps(model: nn.Module, batches: Iterable[PertBatch], optimizer: torch.optim.Optimizer,
+                    context: LossContext, uncertainty: bool, device: torch.device, precision: Precision = Precision(),
+                    accumulation_steps: int = 1, ranks: SingleProcess = SINGLE_PROCESS) -> Iterator[torch.Tensor]:
+    """Train on ``batches``, grouped ``accumulation_steps`` at a time into one optimiser step
+    (a short last group still steps); yields each step's mean loss, a tensor on ``device``.
 
-    ``loader.set_epoch(epoch)`` reshuffles (and redraws control partners when asked);
-    batches are grouped ``accumulation_steps`` at a time into one optimiser step (a short
-    last group still steps). The main rank shows a progress bar (on a terminal) and logs
-    the loss every ``log_every`` steps.
+    The caller sees every step boundary: it counts steps, writes checkpoints and stops there.
     """
     model.train()
-    loader.set_epoch(epoch)
-    loss_sum, steps, group = torch.zeros((), device=device), 0, []
-    show_progress = ranks.is_main
-    progress = tqdm(loader, desc=f"epoch {epoch + 1}", disable=not show_progress or None, leave=False)
-    for batch in progress:
+    group = []
+    for batch in batches:
         group.append(batch)
-        if len(group) < accumulation_steps:
-            continue
-        loss = training_step(model, group, optimizer, context, uncertainty, device, precision, ranks)
-        loss_sum += loss
-        steps += 1
-        group = []
-        if show_progress and steps % log_every == 1:
-            logger.info("epoch %d step %d train loss %.4f", epoch + 1, steps, loss.item())
+        if len(group) == accumulation_steps:
+            yield training_step(model, group, optimizer, context, uncertainty, device, precision, ranks)
+            group = []
     if group:
-        loss_sum += training_step(model, group, optimizer, context, uncertainty, device, precision, ranks)
-        steps += 1
-    return loss_sum, steps
+        yield training_step(model, group, optimizer, context, uncertainty, device, precision, ranks)
 
 
 @torch.no_grad()

@@ -56,7 +56,7 @@ class GEARS:
             raise ValueError("GEARS needs loaded data with a split and loaders: call pert_data.load(...) or "
                              "new_data_process(...), then prepare_split(...) and get_dataloader(...)")
         self.pert_data = pert_data
-        self.device = torch.device(device)
+        self.device = checked_device(device)
         self.wandb = start_wandb(proj_name, exp_name) if weight_bias_track else None
         self.adata = pert_data.adata
         self.dataloader = pert_data.dataloader
@@ -72,6 +72,7 @@ class GEARS:
         self.saved_pred: dict[str, np.ndarray] = {}
         self.saved_logvar_sum: dict[str, float] = {}
         self.history: list[dict] = []
+        self.weights_from: str | None = None  # 'training' or the model folder the weights were loaded from
 
     @staticmethod
     def tunable_parameters() -> dict[str, str]:
@@ -109,6 +110,13 @@ class GEARS:
         if self.config is None:
             raise RuntimeError("no model yet: call model_initialize(...) or load_pretrained(path) first")
 
+    def _require_weights(self) -> None:
+        """Predictions need trained weights, not the random initial ones."""
+        self._require_model()
+        if self.weights_from is None:
+            raise RuntimeError("the model still has its random initial weights: train it (train(...)) or load "
+                               "trained weights (load_pretrained(path)) before predicting")
+
     # ------------------------------------------------------------------ training
     def loss_context(self) -> LossContext:
         """The loss's per-condition gene sets and control mean, on the model's device."""
@@ -123,7 +131,8 @@ class GEARS:
               seed: int | None = None, *, batch_size: int | None = None, test_batch_size: int | None = None,
               num_workers: int | None = None, resample_controls: bool | None = None, grad_accum_steps: int = 1,
               lr_scaling: str = "none", warmup_steps: int = 0, checkpoint_every: int = 0,
-              resume_from: str | None = None, save_path: str | None = None, sync_batchnorm: bool = False,
+              checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, resume_from: str | None = None,
+              save_path: str | None = None, sync_batchnorm: bool = False,
               fused_decoder: bool = True, wandb: dict | None = None) -> dict:
         """Train, keep the model with the lowest val ``mse_de`` (``best_model``), score it and
         the baselines on test, and return the report: ``'model'`` and ``'baselines'`` test
@@ -143,6 +152,7 @@ class GEARS:
         self.dataloader = self.pert_data.dataloader
         report = TrainingRecipe(self, options, SINGLE_PROCESS).run()
         self.saved_pred, self.saved_logvar_sum = {}, {}
+        self.weights_from = "training"
         return report
 
     def test(self, ranks: SingleProcess = SINGLE_PROCESS) -> dict:
@@ -165,13 +175,23 @@ class GEARS:
 
     # ------------------------------------------------------------------ using a model
     def _query_sets(self, pert_list) -> torch.Tensor:
-        """Perturbation-vocabulary indices of each query (Q x 2, -1 padded); unknown genes are an error."""
+        """Perturbation-vocabulary indices of each query (Q x 2, -1 padded); a malformed query
+        or an unknown gene is an error naming it."""
+        example = "e.g. [['FEV'], ['FEV', 'SAMD1']]"
+        if isinstance(pert_list, str) or not isinstance(pert_list, (list, tuple)) or not pert_list:
+            raise ValueError(f"queries must be a non-empty list of gene lists, {example}; got {pert_list!r}")
+        for number, query in enumerate(pert_list):
+            if isinstance(query, str):
+                raise ValueError(f"query {number} is the string {query!r}, not a list of genes: write [{query!r}] "
+                                 f"({example})")
+            if not isinstance(query, (list, tuple)) or not 1 <= len(query) <= 2 \
+                    or not all(isinstance(gene, str) for gene in query):
+                raise ValueError(f"query {number} must be a list of one or two gene names ({example}); got {query!r}")
+            if len(set(query)) < len(query):
+                raise ValueError(f"query {number} names {query[0]!r} twice; a combination needs two different genes")
         unknown = sorted({g for query in pert_list for g in query if g not in self.node_map_pert})
         if unknown:
             raise ValueError(f"genes not in the perturbation vocabulary (GEARS.pert_list): {unknown}")
-        bad = [query for query in pert_list if not 1 <= len(query) <= 2]
-        if bad:
-            raise ValueError(f"each query names one or two genes; got {bad}")
         rows = [[self.node_map_pert[g] for g in query] + [-1] * (2 - len(query)) for query in pert_list]
         return torch.tensor(rows, dtype=torch.long, device=self.device)
 
@@ -183,11 +203,11 @@ class GEARS:
         ``{'A_B': exp(-mean logvar)}``), ``'dataframe'`` (queries x gene names) or
         ``'anndata'`` (predictions as X, gene annotations as var).
         """
-        self._require_model()
+        self._require_weights()
         if return_type not in ("dict", "dataframe", "anndata"):
             raise ValueError(f"return_type must be 'dict', 'dataframe' or 'anndata', got {return_type!r}")
-        pert_list = [list(query) for query in pert_list]
         sets = self._query_sets(pert_list)
+        pert_list = [list(query) for query in pert_list]
         controls = self.pert_data.cells.control_cells()
         generator = torch.Generator().manual_seed(seed)
         picked = controls[torch.randint(len(controls), (PREDICTION_CELLS,), generator=generator)]
@@ -265,3 +285,21 @@ class GEARS:
         self.model_initialize(**options)
         self.model.load_state_dict(read_weights(path))
         self.best_model = self.model
+        self.weights_from = str(path)
+
+
+def checked_device(device) -> torch.device:
+    """``device`` as a torch device that this machine has; otherwise an error that says what
+    there is."""
+    try:
+        checked = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device={device!r} is not a device: use 'cpu', 'cuda' or 'cuda:N' ({err})") from None
+    if checked.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"device={device!r}, but torch sees no CUDA GPU (torch.cuda.is_available() is False; "
+                             f"torch {torch.__version__}): use device='cpu', or install a CUDA build of torch")
+        if (checked.index or 0) >= count:
+            raise ValueError(f"device={device!r}, but torch sees {count} CUDA GPU(s) (cuda:0..cuda:{count - 1})")
+    return checked

@@ -10,20 +10,31 @@ SLURM_NTASKS / SLURM_LOCALID / SLURM_STEP_TASKS_PER_NODE / SLURM_JOB_NODELIST), 
 data itself, uses the GPU of its local rank (or the CPU with gloo when there is none, with
 its share of the machine's cores), and runs the same worker as ``train_multi_gpu``. Rank 0
 prints the test report as JSON on the last line.
+
+Restarts and preemption: a torchrun restart (``TORCHELASTIC_RESTART_COUNT`` above 0) continues
+from the latest checkpoint in ``save_path`` unless ``resume_from`` says otherwise. On SIGTERM
+or SIGUSR1 every rank stops at the next optimiser step after rank 0 wrote a checkpoint, and
+exits with status 75; under Slurm, SIGUSR1 (``sbatch --signal=USR1@90``) also requeues the
+job (``scontrol requeue``), which then continues with ``resume_from: "auto"``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import subprocess
 import sys
 
 import torch
 
-from gears_ddp._logging import enable_console_logging
+from gears_ddp._logging import LIBRARY_LOGGER_NAME, enable_console_logging
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import launch_environment
 from gears_ddp.distributed.worker import Placement, train_ddp_worker
 from gears_ddp.options import check_save_path
+from gears_ddp.stopping import EXIT_INTERRUPTED, TrainingInterrupted
+from gears_ddp.threads import OPENMP_WAITING
 from gears_ddp.train_distributed import prepare_data
 
 
@@ -46,9 +57,12 @@ def main(argv=None) -> dict | None:
         sys.exit("gears_ddp.launch must be started by torchrun or srun (no RANK or SLURM_PROCID in the "
                  "environment); on one machine, call gears_ddp.train_multi_gpu instead")
     try:
-        args = TrainingArgs.from_dict(json.loads(options.args_json))
+        given = json.loads(options.args_json)
     except json.JSONDecodeError as err:
         sys.exit(f"--args-json is not valid JSON: {err}")
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and given.get("resume_from") is None:
+        given["resume_from"] = "auto"  # a restarted worker continues from the latest checkpoint
+    args = TrainingArgs.from_dict(given)
     split = SplitConfig.from_dict({"split": options.split, "seed": options.seed,
                                    "train_gene_set_size": options.train_gene_set_size})
     if environment.rank == 0:
@@ -59,13 +73,39 @@ def main(argv=None) -> dict | None:
         device = torch.device(f"cuda:{environment.local_rank % torch.cuda.device_count()}")
     else:
         device = torch.device("cpu")
+        if environment.rank == 0 and not any(name in os.environ for name in OPENMP_WAITING):
+            logging.getLogger(LIBRARY_LOGGER_NAME).warning(
+                "training on CPU with OpenMP threads that spin while they wait: on a node shared with other "
+                "work, export OMP_WAIT_POLICY=PASSIVE before torchrun or srun (README, 'Long runs')")
     pert_data = prepare_data(options.data_path, options.dataset, split, args)
     placement = Placement(environment.rank, environment.world_size, environment.local_rank,
                           environment.local_world_size, device, environment.master_addr, environment.master_port)
-    report = train_ddp_worker(placement, pert_data, args)
+    try:
+        report = train_ddp_worker(placement, pert_data, args)
+    except TrainingInterrupted as stop:
+        if environment.rank == 0:
+            logging.getLogger(LIBRARY_LOGGER_NAME).warning("%s", stop)
+            if stop.signal_name == "SIGUSR1" and environment.source == "slurm":
+                requeue_slurm_job()
+        sys.exit(EXIT_INTERRUPTED)
     if report is not None:
         print(json.dumps({k: v for k, v in report.items() if k != "history"}, default=float))
     return report
+
+
+def requeue_slurm_job() -> None:
+    """Put this Slurm job back in the queue (it must have been submitted with ``--requeue``)."""
+    log = logging.getLogger(LIBRARY_LOGGER_NAME)
+    job = os.environ.get("SLURM_JOB_ID")
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+        problem = done.stderr.strip() if done.returncode else None
+    except (OSError, subprocess.SubprocessError, TypeError) as err:  # no scontrol, no job id
+        problem = f"{type(err).__name__}: {err}"
+    if problem:
+        log.warning("could not requeue Slurm job %s (%s); resubmit it to continue from the checkpoint", job, problem)
+    else:
+        log.warning("Slurm job %s requeued", job)
 
 
 if __name__ == "__main__":

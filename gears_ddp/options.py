@@ -8,6 +8,7 @@ touched or any process starts.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -40,7 +41,9 @@ class TrainingOptions:
     lr_scaling: str = "none"        # 'none', 'linear', 'sqrt' of world_size x grad_accum_steps
     warmup_steps: int = 0           # linear learning-rate warmup over the first optimiser steps
     checkpoint_every: int = 0       # epochs between training checkpoints; 0: none
-    resume_from: str | None = None  # a training checkpoint to continue from
+    checkpoint_every_steps: int = 0  # optimiser steps between training checkpoints; 0: none
+    keep_checkpoints: int = 3       # the newest checkpoints kept in save_path/checkpoints
+    resume_from: str | None = None  # 'auto', a checkpoint file or a save folder to continue from
     save_path: str | None = None    # where the model (and checkpoints) go; None: not saved
     sync_batchnorm: bool = False    # BatchNorm statistics over all ranks' batches
     fused_decoder: bool = True      # the set decoder as one autograd function (else the module chain)
@@ -61,11 +64,11 @@ class TrainingOptions:
         def name(key: str) -> str:
             return f"{where}['{key}']" if where == "args" else f"{where}({key}=...)"
 
-        for key in ("epochs", "grad_accum_steps", "batch_size", "test_batch_size"):
+        for key in ("epochs", "grad_accum_steps", "batch_size", "test_batch_size", "keep_checkpoints"):
             value = getattr(self, key)
             if value is not None and not (_is_int(value) and value >= 1):
                 raise ValueError(f"{name(key)} must be a positive integer, got {value!r}")
-        for key in ("num_workers", "checkpoint_every", "warmup_steps", "seed"):
+        for key in ("num_workers", "checkpoint_every", "checkpoint_every_steps", "warmup_steps", "seed"):
             value = getattr(self, key)
             if value is not None and not (_is_int(value) and value >= 0):
                 raise ValueError(f"{name(key)} must be a non-negative integer, got {value!r}")
@@ -83,9 +86,22 @@ class TrainingOptions:
                 raise ValueError(f"{name(key)} must be True or False, got {value!r}")
         if self.wandb is not None and not isinstance(self.wandb, dict):
             raise ValueError(f"{name('wandb')} must be a dict such as {{'project': 'GEARS', 'name': 'run1'}}")
-        if self.checkpoint_every and self.save_path is None:
-            raise ValueError(f"{name('checkpoint_every')}={self.checkpoint_every} needs {name('save_path')}: "
-                             "the folder the checkpoints go to")
+        for key in ("checkpoint_every", "checkpoint_every_steps"):
+            if getattr(self, key) and self.save_path is None:
+                raise ValueError(f"{name(key)}={getattr(self, key)} needs {name('save_path')}: the folder the "
+                                 "checkpoints go to")
+        for key in ("save_path", "resume_from"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise ValueError(f"{name(key)} must be a path{' or auto' if key == 'resume_from' else ''}, "
+                                 f"got {value!r}")
+            if value is not None:
+                setattr(self, key, str(value))  # checkpoints store plain types
+        if self.resume_from not in (None, "auto") and not Path(self.resume_from).exists():
+            raise FileNotFoundError(f"{name('resume_from')}={self.resume_from!r}: no such checkpoint file or folder")
+        if self.resume_from == "auto" and self.save_path is None:
+            raise ValueError(f"{name('resume_from')}='auto' needs {name('save_path')}: the folder whose latest "
+                             "checkpoint to continue from")
 
     def scaled_lr(self, world_size: int) -> float:
         """The learning rate for ``world_size`` processes: ``lr`` times the effective batch

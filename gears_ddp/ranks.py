@@ -4,8 +4,8 @@ Training is written once, for any number of processes. Everything it needs from 
 processes goes through one object: the world size and this process's rank, whether this
 process is the main one (which logs and writes files), a sum over ranks, the merge of
 evaluation states, the model wrapper that synchronises gradients (and ``no_sync`` for
-accumulated micro-batches), the broadcast of BatchNorm running statistics, a barrier and a
-gather of small objects.
+accumulated micro-batches), the broadcast of BatchNorm running statistics, a barrier, a
+gather of small objects, and the largest of an integer over ranks (a stop request).
 
 ``SingleProcess`` is one process: every operation is the identity. ``ProcessGroupRanks``
 is the member of a ``torch.distributed`` process group that the current process already
@@ -61,6 +61,10 @@ class SingleProcess:
         """Every rank's ``value`` (a small picklable object), in rank order."""
         return [value]
 
+    def largest(self, value: int) -> int:
+        """The largest of every rank's ``value``, on the host (no device synchronisation)."""
+        return value
+
 
 SINGLE_PROCESS = SingleProcess()
 
@@ -77,6 +81,8 @@ class ProcessGroupRanks(SingleProcess):
         self.world_size = dist.get_world_size()
         self.rank = dist.get_rank()
         self.find_unused_parameters = find_unused_parameters
+        # host-side agreement goes through gloo, so that it never waits for a GPU stream
+        self._host_group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
     def wrap(self, network: nn.Module, device: torch.device) -> nn.Module:
         """``DistributedDataParallel`` around the network. Buffers are not broadcast before
@@ -114,6 +120,11 @@ class ProcessGroupRanks(SingleProcess):
         values = [None] * self.world_size
         dist.all_gather_object(values, value)
         return values
+
+    def largest(self, value: int) -> int:
+        tensor = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._host_group)
+        return int(tensor)
 
 
 # Newer torch names DDP's option forward_sync_buffers (and deprecates broadcast_buffers).

@@ -9,8 +9,9 @@ As in the published GEARS: Adam, ``StepLR(step_size=1, gamma=0.5)`` stepped ever
 gradient values clipped at 1.0; after every epoch the model is evaluated on train and val,
 and the model with the lowest val ``mse_de`` is kept; the kept model is scored on test at
 the end, beside the baselines. Added: mixed precision, gradient accumulation, learning-rate
-warmup and scaling with the effective batch, training checkpoints and exact resume, and the
-main rank saving the model.
+warmup and scaling with the effective batch, checkpoints every N epochs or optimiser steps
+with exact resume (mid-epoch too), stopping cleanly on SIGTERM / SIGUSR1, and the main rank
+saving the model.
 """
 from __future__ import annotations
 
@@ -24,20 +25,23 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from gears_ddp._logging import get_logger
-from gears_ddp.engine import Precision, evaluate, train_epoch, unwrapped
+from gears_ddp.engine import Precision, evaluate, optimizer_steps, unwrapped
 from gears_ddp.host_memory import retained_host_memory
 from gears_ddp.metrics import compute_metrics
 from gears_ddp.model_folder import model_from_config
 from gears_ddp.options import TrainingOptions, check_save_path
 from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.stopping import StopSignals, TrainingInterrupted, signal_name
+from gears_ddp.threads import at_most_usable_threads
 from gears_ddp.tracking import start_wandb
-from gears_ddp.training_checkpoint import CHECKPOINT_FILE, load_training_checkpoint, restore_rng_states, \
-    save_training_checkpoint
+from gears_ddp.training_checkpoint import resolve_resume, restore_rng_states, save_training_checkpoint
 from gears_ddp.weighted_norm import WeightedBatchNorm1d
 
 logger = get_logger(__name__)
+LOG_EVERY_STEPS = 50
 
 
 @dataclass
@@ -51,6 +55,25 @@ class TrainingOutcome:
     history: list[dict] = field(default_factory=list)
 
 
+@dataclass
+class TrainingPosition:
+    """Where training stands, at an optimiser-step boundary: the epoch in progress (0-based),
+    the optimiser steps done in it and in all, and each rank's sum of the epoch's step losses
+    so far (in rank order; empty at the start of an epoch)."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    epoch_loss_sums: list[float] = field(default_factory=list)
+
+    def loss_sum_of(self, rank: int, world_size: int) -> float:
+        """The loss sum rank ``rank`` continues from (with another number of ranks than the
+        checkpoint's, the main rank carries the whole sum)."""
+        if len(self.epoch_loss_sums) == world_size:
+            return self.epoch_loss_sums[rank]
+        return float(sum(self.epoch_loss_sums)) if rank == 0 else 0.0
+
+
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float):
     """Adam and the per-epoch halving schedule of the reference. Adam runs fused (one kernel
     for all parameters instead of a Python loop of small operations; the same update)."""
@@ -58,13 +81,14 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float):
     return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
 
 
-def add_warmup(optimizer, warmup_steps: int) -> None:
+def add_warmup(optimizer, warmup_steps: int, steps_done: int = 0) -> None:
     """Scale the learning rate linearly from ``1 / warmup_steps`` to 1 over the first
-    ``warmup_steps`` optimiser steps. The scale is applied just before each step and undone
-    just after, so the per-epoch schedule is unaffected (a resumed run restarts the count)."""
+    ``warmup_steps`` optimiser steps, of which ``steps_done`` are behind (a resumed run).
+    The scale is applied just before each step and undone just after, so the per-epoch
+    schedule is unaffected."""
     if warmup_steps <= 0:
         return
-    state = {"step": 0, "scheduled": None}
+    state = {"step": steps_done, "scheduled": None}
 
     def before_step(opt, *_):
         if state["step"] < warmup_steps:
@@ -100,7 +124,9 @@ class TrainingRecipe:
     together), saves it on the main rank when ``options.save_path`` is set, and returns the
     report: ``'model'`` and ``'baselines'`` test summaries (when the split has a test set),
     ``'best_epoch'`` (1-based), ``'history'``, ``'world_size'``, ``'parameter_digests'``
-    (each rank's final weights) and ``'model_path'`` when saved.
+    (each rank's final weights) and ``'model_path'`` when saved. With a ``save_path``, a
+    SIGTERM or SIGUSR1 stops every rank at the next optimiser step with a checkpoint, and
+    ``run()`` raises ``TrainingInterrupted``.
     """
 
     def __init__(self, gears, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS):
@@ -117,10 +143,9 @@ class TrainingRecipe:
         self.precision = Precision.for_mode(options.amp, self.device)
         self.optimizer, self.scheduler = make_optimizer(network, options.scaled_lr(ranks.world_size),
                                                         options.weight_decay)
-        add_warmup(self.optimizer, options.warmup_steps)
-        self.outcome, self.start_epoch = TrainingOutcome(), 0
-        if options.resume_from:
-            self._resume(options.resume_from)
+        self.outcome, self.position = TrainingOutcome(), TrainingPosition()
+        self._resume()
+        add_warmup(self.optimizer, options.warmup_steps, self.position.global_step)
         self.model = ranks.wrap(network, self.device)
         self.context = gears.loss_context()
         self.tracker = None
@@ -130,68 +155,117 @@ class TrainingRecipe:
             self.tracker = gears.wandb
         if self.tracker is not None:
             self.tracker.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
+        self.signals = StopSignals()
 
     def run(self) -> dict:
         """Train the remaining epochs, then test, save and report."""
         loaders = self.gears.dataloader
         if self.ranks.is_main:
-            logger.info("training %d epoch(s) on %d %s rank(s), %d training batch(es) per epoch and rank",
-                        self.options.epochs - self.start_epoch, self.ranks.world_size, self.device.type,
-                        len(loaders["train_loader"]))
-        with retained_host_memory() if self.device.type == "cpu" else contextlib.nullcontext():
-            for epoch in range(self.start_epoch, self.options.epochs):
-                self._train_epoch(epoch, loaders)
-                if self.options.checkpoint_every and (epoch + 1) % self.options.checkpoint_every == 0:
-                    self._save_checkpoint(epoch + 1)
+            logger.info("training epochs %d-%d on %d %s rank(s), %d optimiser step(s) per epoch and rank",
+                        self.position.epoch + 1, self.options.epochs, self.ranks.world_size, self.device.type,
+                        math.ceil(len(loaders["train_loader"]) / self.options.grad_accum_steps))
+        on_cpu = self.device.type == "cpu"
+        with retained_host_memory() if on_cpu else contextlib.nullcontext(), \
+                at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
+                self.signals if self.save_path is not None else contextlib.nullcontext():
+            while self.position.epoch < self.options.epochs:
+                self._train_epoch(loaders)
         return self._finish()
 
-    def _train_epoch(self, epoch: int, loaders: dict) -> None:
-        """One epoch of training, its evaluation on train and val, and the best-model choice."""
+    def _train_epoch(self, loaders: dict) -> None:
+        """The rest of the current epoch, its evaluation on train and val, the best-model
+        choice, and the checkpoints that fall in it."""
         tick = time.perf_counter()
-        uncertainty = self.gears.config["uncertainty"]
-        loss_sum, steps = train_epoch(self.model, loaders["train_loader"], self.optimizer, self.context, uncertainty,
-                                      self.device, epoch, self.precision, self.options.grad_accum_steps, self.ranks)
+        epoch, options, position = self.position.epoch, self.options, self.position
+        loader = loaders["train_loader"]
+        loader.set_epoch(epoch)
+        first = position.step_in_epoch * options.grad_accum_steps
+        batches = tqdm(loader.batches(first), total=len(loader), initial=first, desc=f"epoch {epoch + 1}",
+                       disable=not self.ranks.is_main or None, leave=False)
+        loss_sum = torch.tensor(position.loss_sum_of(self.ranks.rank, self.ranks.world_size), dtype=torch.float32,
+                                device=self.device)
+        for loss in optimizer_steps(self.model, batches, self.optimizer, self.context, self.gears.config["uncertainty"],
+                                    self.device, self.precision, options.grad_accum_steps, self.ranks):
+            loss_sum += loss
+            position.step_in_epoch += 1
+            position.global_step += 1
+            if self.ranks.is_main and position.step_in_epoch % LOG_EVERY_STEPS == 1:
+                logger.info("epoch %d step %d: train loss %.4f", epoch + 1, position.step_in_epoch, loss.item())
+            if options.checkpoint_every_steps and position.global_step % options.checkpoint_every_steps == 0:
+                self._save_checkpoint(loss_sum)
+            if self.save_path is not None:
+                self._stop_if_asked(loss_sum)
         self.scheduler.step()
         totals = self.ranks.sum(torch.stack([loss_sum.detach().double().cpu(),
-                                             torch.tensor(float(steps), dtype=torch.float64)]))
+                                             torch.tensor(float(position.step_in_epoch), dtype=torch.float64)]))
         train_loss = float(totals[0] / totals[1].clamp(min=1))
+        train_seconds = time.perf_counter() - tick
         network = unwrapped(self.model)
         self.ranks.broadcast_buffers(network)  # evaluate with the main rank's running statistics everywhere
         train_metrics, val_metrics = (self._metrics(loaders[name]) for name in ("train_eval_loader", "val_loader"))
-        record = {"epoch": epoch + 1, "train_loss": train_loss, "seconds": time.perf_counter() - tick,
+        record = {"epoch": epoch + 1, "train_loss": train_loss, "train_seconds": train_seconds,
+                  "seconds": time.perf_counter() - tick,
                   **{f"train_{k}": v for k, v in train_metrics.items()},
                   **{f"val_{k}": v for k, v in val_metrics.items()}}
         self.outcome.history.append(record)
         if self.ranks.is_main:
             logger.info("epoch %d/%d: train loss %.4f, train mse %.4f / mse_de %.4f, val mse %.4f / mse_de %.4f "
-                        "(%.1f s)", epoch + 1, self.options.epochs, train_loss, train_metrics["mse"],
+                        "(%.1f s)", epoch + 1, options.epochs, train_loss, train_metrics["mse"],
                         train_metrics["mse_de"], val_metrics["mse"], val_metrics["mse_de"], record["seconds"])
         if self.tracker is not None:
             self.tracker.log(record)
         if val_metrics["mse_de"] < self.outcome.best_value:
             self.outcome.best_value, self.outcome.best_epoch = val_metrics["mse_de"], epoch
             self.outcome.best_state = _cpu_state(network)
+        self.position = TrainingPosition(epoch + 1, 0, position.global_step)
+        if options.checkpoint_every and (epoch + 1) % options.checkpoint_every == 0:
+            self._save_checkpoint()
 
     def _metrics(self, loader) -> dict:
         result = evaluate(self.model, loader, self.gears.new_accumulator(), self.gears.config["uncertainty"],
                           self.device, self.precision, self.ranks)
         return compute_metrics(result)[0]
 
-    def _save_checkpoint(self, next_epoch: int) -> None:
-        """The main rank writes the training state; every rank waits for it."""
-        if self.ranks.is_main:
-            path = save_training_checkpoint(self.save_path / CHECKPOINT_FILE, next_epoch=next_epoch,
-                                            model=unwrapped(self.model), optimizer=self.optimizer,
-                                            scheduler=self.scheduler, scaler=self.precision.scaler,
-                                            outcome=asdict(self.outcome), args=self.options.as_dict(),
-                                            world_size=self.ranks.world_size)
-            logger.info("checkpoint after epoch %d written to %s", next_epoch, path)
-        self.ranks.barrier()
+    def _stop_if_asked(self, loss_sum: torch.Tensor) -> None:
+        """At a step boundary: when a rank received a stop signal, every rank stops here, after
+        the main rank wrote a checkpoint."""
+        number = self.ranks.largest(self.signals.received)
+        if not number:
+            return
+        path = self._save_checkpoint(loss_sum)
+        name = signal_name(number)
+        raise TrainingInterrupted(
+            f"training stopped on {name} in epoch {self.position.epoch + 1}, after optimiser step "
+            f"{self.position.step_in_epoch} of the epoch ({self.position.global_step} in all); checkpoint "
+            f"{path}; continue with resume_from='auto' and the same save_path", name, str(path))
 
-    def _resume(self, path) -> None:
-        """Continue from a training checkpoint: weights, optimiser, schedule, scaler, random
-        states and the outcome so far."""
-        state = load_training_checkpoint(path)
+    def _save_checkpoint(self, loss_sum: torch.Tensor | None = None) -> Path:
+        """The main rank writes the training state, with every rank's ``loss_sum`` of the
+        epoch so far (mid-epoch); every rank waits for it. Returns its path."""
+        if loss_sum is not None:
+            self.position.epoch_loss_sums = self.ranks.gather(float(loss_sum))
+        path = None
+        if self.ranks.is_main:
+            path = save_training_checkpoint(self.save_path, {
+                "position": asdict(self.position), "model": _cpu_state(unwrapped(self.model)),
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
+                "outcome": asdict(self.outcome), "options": self.options.as_dict(),
+                "world_size": self.ranks.world_size}, self.options.keep_checkpoints)
+            logger.info("checkpoint at epoch %d, step %d written to %s", self.position.epoch + 1,
+                        self.position.step_in_epoch, path)
+        self.ranks.barrier()
+        return path
+
+    def _resume(self) -> None:
+        """Continue from the checkpoint ``options.resume_from`` names (if any): weights,
+        optimiser, schedule, scaler, random states, position and outcome so far."""
+        found = resolve_resume(self.options.resume_from, self.save_path)
+        if found is None:
+            if self.options.resume_from == "auto" and self.ranks.is_main:
+                logger.info("resume_from='auto': no checkpoint in %s, starting from the beginning", self.save_path)
+            return
+        path, state = found
         self.gears.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -201,8 +275,10 @@ class TrainingRecipe:
         if state["world_size"] != self.ranks.world_size:
             logger.warning("resuming a run of %d rank(s) with %d: the data order differs from the original run",
                            state["world_size"], self.ranks.world_size)
-        self.start_epoch, self.outcome = state["next_epoch"], TrainingOutcome(**state["outcome"])
-        logger.info("resuming from %s at epoch %d", path, self.start_epoch + 1)
+        self.position, self.outcome = TrainingPosition(**state["position"]), TrainingOutcome(**state["outcome"])
+        if self.ranks.is_main:
+            logger.info("resuming from %s: epoch %d, after optimiser step %d of the epoch", path,
+                        self.position.epoch + 1, self.position.step_in_epoch)
 
     def _finish(self) -> dict:
         """Keep the best model, score it on test, save it (main rank) and build the report."""

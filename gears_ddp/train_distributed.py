@@ -9,13 +9,23 @@ or Slurm (same worker, same options).
 """
 from __future__ import annotations
 
+import ast
+import contextlib
+import multiprocessing
+import multiprocessing.connection
 import os
+import pickle
+import signal
+import sys
+import threading
+import time
 from pathlib import Path
 
 import torch.multiprocessing as mp
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data import download
+from gears_ddp.data.io import loads_plain_data
 from gears_ddp.data.pertdata import PertData
 from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
 from gears_ddp.distributed.messages import WorkerMessages, replay_log
@@ -23,10 +33,13 @@ from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, resolve_d
 from gears_ddp.distributed.worker import Placement, spawned_worker, train_ddp_worker
 from gears_ddp.engine import Precision
 from gears_ddp.options import check_save_path
+from gears_ddp.stopping import STOP_SIGNALS, TrainingInterrupted
+from gears_ddp.threads import passive_openmp_environment
 
 __all__ = ["train_multi_gpu", "setup_ddp", "cleanup_ddp", "train_ddp_worker", "DistributedTrainingError"]
 
 logger = get_logger(__name__)
+SHUTDOWN_GRACE_S = 5.0  # after a rank fails, how long the others get to stop before they are ended
 
 
 class DistributedTrainingError(RuntimeError):
@@ -62,6 +75,7 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
     ``gpu_ids`` picks CUDA devices (rank r uses ``gpu_ids[r]``); ``n_gpus=None`` uses every
     visible GPU; ``args['cpu_processes'] = N`` runs N CPU processes with gloo instead.
     """
+    check_main_guard("train_multi_gpu")
     split = SplitConfig.from_dict(split_config)
     options = TrainingArgs.from_dict(args)
     devices = resolve_devices(n_gpus, gpu_ids, options.cpu_processes)
@@ -74,7 +88,47 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
                   for rank, device in enumerate(devices)]
     logger.info("starting %d %s process(es): %s", len(devices), devices[0].type, [str(d) for d in devices])
     messages = spawn_workers(spawned_worker, (placements, pert_data, options), len(devices))
+    for message in messages:
+        if message[0] == "interrupted":
+            raise TrainingInterrupted(*message[1:])
     return next(message[1] for message in messages if message[0] == "report")
+
+
+def check_main_guard(caller: str) -> None:
+    """Refuse to start workers from a script whose call is not under ``if __name__ ==
+    "__main__":``. Each spawned worker imports the main script first, so without the guard
+    every worker would run the script, and the call, again."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        where = "the script, which a starting worker process is importing"
+    else:
+        where = _unguarded_call_site()
+        if where is None:
+            return
+    raise RuntimeError(f"{caller} is called at the top level of {where}, outside `if __name__ == \"__main__\":`. "
+                       "The worker processes it starts import the script first, so they would call it again: "
+                       "put the call (or the main() that makes it) under that guard")
+
+
+def _unguarded_call_site() -> str | None:
+    """``'file, line N'`` where the main script's top level leads to this call outside an
+    ``if __name__ == "__main__":`` block; None when guarded or when the source is unknown
+    (an interactive session, ``python -c``)."""
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>"
+                                     and frame.f_globals.get("__name__") == "__main__"):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    path, line = frame.f_code.co_filename, frame.f_lineno
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.lineno <= line <= node.end_lineno \
+                and ast.unparse(node.test).replace("'", '"') in ('__name__ == "__main__"', '"__main__" == __name__'):
+            return None
+    return f"{path}, line {line}"
 
 
 def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) -> list:
@@ -84,10 +138,16 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
 
     The messages are read while the workers run (a worker writing more than a pipe holds
     would otherwise wait forever for a parent that waits for it), and reading never waits
-    for a message a dead worker left half-written. A worker's failure becomes one error
-    naming its rank, with its traceback (``mp.spawn`` stops the other workers): when workers
-    report failures as ``("error", time, rank, traceback)``, the rank that failed first,
-    since the others usually failed because it went away.
+    for a message a dead worker left half-written. SIGTERM and SIGUSR1 sent to this process
+    while the workers run are passed on to them (a scheduler's warning reaches every rank).
+    The workers' OpenMP threads wait passively unless the user chose otherwise
+    (``threads.passive_openmp_environment``).
+
+    When a worker fails, the others get ``SHUTDOWN_GRACE_S`` to stop on their own (a peer's
+    loss usually stops them at once), then SIGTERM, then SIGKILL: a lost rank ends the run
+    within a bounded time and leaves no process behind. The error names the rank that failed
+    first: one killed by a signal (it could not say anything), else the one whose reported
+    failure (``("error", time, rank, traceback)``) came first.
     """
     messages = WorkerMessages(mp.get_context("spawn"))
     received = []
@@ -100,22 +160,102 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
                 received.append(message)
         return received
 
+    processes = []
     try:
-        context = mp.spawn(worker, args=(*worker_args, messages), nprocs=nprocs, join=False)
-        while not context.join(timeout=poll_s):
-            collect()
+        with passive_openmp_environment():
+            context = mp.spawn(worker, args=(*worker_args, messages), nprocs=nprocs, join=False)
+        processes = context.processes
+        with _passed_on(STOP_SIGNALS, processes):
+            failed = _wait_for_workers(processes, collect, poll_s)
+        if failed:
+            _stop_workers(processes, collect)
+            errors = sorted(m for m in collect() if m[0] == "error")
+            raise _failure(failed, errors, nprocs, _raised_before_reporting(context.error_files[failed[0][0]]))
         return collect()
-    except (mp.ProcessRaisedException, mp.ProcessExitedException) as err:
-        errors = sorted(m for m in collect() if m[0] == "error")
-        if errors:
-            _, _, rank, trace = errors[0]
-            later = sorted({m[2] for m in errors[1:]})
-            raise DistributedTrainingError(f"rank {rank} of {nprocs} failed first; its traceback:\n{trace}"
-                                           + (f"\nranks {later} failed after it" if later else "")) from None
-        if isinstance(err, mp.ProcessRaisedException):
-            raise DistributedTrainingError(f"rank {err.error_index} of {nprocs} failed; its traceback:\n{err.msg}") \
-                from None
-        raise DistributedTrainingError(f"rank {err.error_index} of {nprocs} exited with code {err.exit_code} "
-                                       "(killed, or out of memory?)") from None
     finally:
+        for process in processes:  # whatever happened here, no worker outlives this call
+            if process.is_alive():
+                process.kill()
+            process.join()
         messages.close()
+
+
+def _wait_for_workers(processes, collect, poll_s: float) -> list[tuple[int, int]]:
+    """Wait until every worker exited; returns ``(rank, exit code)`` of those that had failed
+    when the first failure was seen (empty when all succeeded)."""
+    while True:
+        collect()
+        failed = [(rank, p.exitcode) for rank, p in enumerate(processes) if p.exitcode not in (None, 0)]
+        running = [p for p in processes if p.exitcode is None]
+        if failed or not running:
+            return failed
+        multiprocessing.connection.wait([p.sentinel for p in running], timeout=poll_s)
+
+
+def _stop_workers(processes, collect) -> None:
+    """Give the remaining workers a grace period to stop, then SIGTERM, then SIGKILL."""
+    for ending in (None, "terminate", "kill"):
+        for process in processes:
+            if ending and process.is_alive():
+                getattr(process, ending)()
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        while any(p.is_alive() for p in processes) and time.monotonic() < deadline:
+            collect()
+            multiprocessing.connection.wait([p.sentinel for p in processes if p.is_alive()], timeout=0.1)
+        if not any(p.is_alive() for p in processes):
+            return
+
+
+def _raised_before_reporting(error_file: str) -> str | None:
+    """The traceback ``mp.spawn`` kept of an exception raised outside the worker's own
+    reporting (for instance while its arguments were unpickled), if there is one."""
+    try:
+        return loads_plain_data(Path(error_file).read_bytes())
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError):
+        return None
+
+
+def _failure(failed: list[tuple[int, int]], errors: list, nprocs: int,
+             raised: str | None = None) -> DistributedTrainingError:
+    """The error that tells the user which rank failed first, and why."""
+    killed = [(rank, code) for rank, code in failed if code < 0]
+    reported = {m[2]: m[3] for m in errors}
+    if killed:
+        rank, code = killed[0]
+        others = sorted(r for r in reported if r != rank)
+        return DistributedTrainingError(
+            f"rank {rank} of {nprocs} was killed by {signal.Signals(-code).name} (out of memory, or stopped from "
+            "outside?)" + (f"; ranks {others} failed after it, the first with:\n{reported[others[0]]}" if others
+                           else ""))
+    if errors:
+        _, _, rank, trace = errors[0]
+        later = sorted({m[2] for m in errors[1:]})
+        return DistributedTrainingError(f"rank {rank} of {nprocs} failed first; its traceback:\n{trace}"
+                                        + (f"\nranks {later} failed after it" if later else ""))
+    rank, code = failed[0]
+    if raised:
+        return DistributedTrainingError(f"rank {rank} of {nprocs} failed; its traceback:\n{raised}")
+    return DistributedTrainingError(
+        f"rank {rank} of {nprocs} exited with code {code} before it started training: when a script calls "
+        "train_multi_gpu, each worker process first imports that script, so the call must sit under "
+        "`if __name__ == \"__main__\":` (see the worker's error above)")
+
+
+@contextlib.contextmanager
+def _passed_on(numbers, processes):
+    """While active (in the main thread), pass the signals ``numbers`` on to ``processes``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def pass_on(number, frame):
+        for process in processes:
+            if process.is_alive():
+                os.kill(process.pid, number)
+
+    previous = {number: signal.signal(number, pass_on) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

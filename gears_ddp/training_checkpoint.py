@@ -1,28 +1,42 @@
 """Training checkpoints: everything needed to continue a run exactly where it stopped.
 
-A checkpoint holds the model, optimizer, scheduler and gradient-scaler states, the next
-epoch (the samplers reshuffle from ``seed + epoch``, so the epoch is the sampler position),
-the outcome so far (``recipe.TrainingOutcome`` as a dict: best model, its val ``mse_de``,
-history) and the random-number states. It is written atomically (temporary file, then
-rename), so a run killed while saving keeps its previous checkpoint.
+A checkpoint is written at an optimiser-step boundary. It holds the model, optimiser,
+schedule and gradient-scaler states, the position in training (epoch, optimiser steps done
+in it, steps done in all, and the epoch's loss so far: the sampler reshuffles from
+``seed + epoch``, so epoch and step are the sampler position), the outcome so far
+(``recipe.TrainingOutcome`` as a dict: best model, its val ``mse_de``, history), the
+random-number states and the options of the run.
+
+Checkpoints go to ``<save_path>/checkpoints/checkpoint-<step>.pt``, the last ``keep`` of
+them are kept, and each is written atomically and flushed to disk before it is renamed
+into place. They hold plain types and tensors only, so ``torch.load(...,
+weights_only=True)`` reads them and no code in the file is ever run. ``latest_checkpoint``
+finds the newest one that can be read, skipping (with a warning naming it) one that cannot.
 """
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from gears_ddp._logging import get_logger
 from gears_ddp.data import io
 
-CHECKPOINT_FILE = "training_checkpoint.pt"
-FORMAT_VERSION = 1
+logger = get_logger(__name__)
+
+CHECKPOINT_FOLDER = "checkpoints"
+FORMAT_VERSION = 2
+_NAME = re.compile(r"checkpoint-(\d+)\.pt")
 
 
 def capture_rng_states() -> dict:
-    """Python, numpy, torch (and CUDA) random-number states."""
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python, numpy, torch (and CUDA) random-number states, as plain types and tensors."""
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    states = {"python": random.getstate(), "torch": torch.get_rng_state(),
+              "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian]}
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -30,37 +44,76 @@ def capture_rng_states() -> dict:
 
 def restore_rng_states(states: dict) -> None:
     random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
+    kind, keys, position, has_gauss, cached_gaussian = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian))
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def save_training_checkpoint(path, *, next_epoch: int, model: torch.nn.Module, optimizer, scheduler,
-                             scaler, outcome: dict, args: dict, world_size: int) -> Path:
-    """Write the training state to ``path`` atomically; returns the path."""
-    payload = {"format": FORMAT_VERSION, "next_epoch": next_epoch,
-               "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-               "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-               "scaler": scaler.state_dict() if scaler is not None else None,
-               "outcome": outcome, "rng": capture_rng_states(), "args": args, "world_size": world_size}
-    path = Path(path)
+def checkpoint_folder(save_path) -> Path:
+    return Path(save_path) / CHECKPOINT_FOLDER
+
+
+def checkpoint_files(save_path) -> list[Path]:
+    """The checkpoints in ``save_path``, oldest first."""
+    folder = checkpoint_folder(save_path)
+    found = [(int(m.group(1)), path) for path in folder.glob("checkpoint-*.pt") if (m := _NAME.fullmatch(path.name))]
+    return [path for _, path in sorted(found)]
+
+
+def save_training_checkpoint(save_path, payload: dict, keep: int) -> Path:
+    """Write ``payload`` (with ``payload['position']['global_step']``) as the newest
+    checkpoint in ``save_path`` and delete all but the newest ``keep``; returns its path."""
+    path = checkpoint_folder(save_path) / f"checkpoint-{payload['position']['global_step']:09d}.pt"
     with io.atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        torch.save({"format": FORMAT_VERSION, **payload, "rng": capture_rng_states()}, tmp)
+    for old in checkpoint_files(save_path)[:-keep]:
+        old.unlink(missing_ok=True)
     return path
 
 
 def load_training_checkpoint(path) -> dict:
-    """Read a training checkpoint, with a clear error for a missing, corrupt or foreign file."""
+    """Read one checkpoint file, with a clear error for a missing, damaged or foreign file."""
     path = Path(path)
-    if path.is_dir():
-        path = path / CHECKPOINT_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no training checkpoint at {path}")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # torch raises many types for damaged files
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for damaged or refused files
+        refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        if refused:
+            raise ValueError(f"cannot read training checkpoint {path}: refused, since it asks to call "
+                             f"{refused.group(1)}, which a gears_ddp checkpoint never holds (a pickle can run code "
+                             "when it is read)") from None
         raise ValueError(f"cannot read training checkpoint {path}: {type(err).__name__}: {err}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
         raise ValueError(f"{path} is not a gears_ddp training checkpoint (format {FORMAT_VERSION})")
     return payload
+
+
+def latest_checkpoint(save_path) -> tuple[Path, dict] | None:
+    """The newest checkpoint in ``save_path`` that can be read, and its contents; None when
+    there is none. An unreadable newer one is skipped with a warning naming it."""
+    for path in reversed(checkpoint_files(save_path)):
+        try:
+            return path, load_training_checkpoint(path)
+        except ValueError as err:
+            logger.warning("skipping checkpoint %s, which cannot be read (%s); trying the one before it", path, err)
+    return None
+
+
+def resolve_resume(resume_from, save_path) -> tuple[Path, dict] | None:
+    """The checkpoint a run continues from: ``resume_from`` a file, a save folder (its latest
+    checkpoint), or ``'auto'`` (the latest in ``save_path``, or None to start fresh)."""
+    if resume_from is None:
+        return None
+    if resume_from == "auto":
+        return latest_checkpoint(save_path) if save_path is not None else None
+    path = Path(resume_from)
+    if path.is_dir():
+        found = latest_checkpoint(path)
+        if found is None:
+            raise FileNotFoundError(f"resume_from={str(path)!r}: no readable checkpoint in {checkpoint_folder(path)}")
+        return found
+    return path, load_training_checkpoint(path)

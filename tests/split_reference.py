@@ -69,6 +69,9 @@ def write_go_files(data_path):
         pickle.dump(gene2go, f)
     with open(data_path / "essential_all_data_pert_genes.pkl", "wb") as f:
         pickle.dump(GENES + [UNANNOTATED_GENE], f)
+    (data_path / "go_essential_all").mkdir(exist_ok=True)  # the GO graph's edge list (unused by splits)
+    pd.DataFrame({"source": GENES, "target": GENES, "importance": 1.0}).to_csv(
+        data_path / "go_essential_all" / "go_essential_all.csv", index=False)
 
 
 def case_key(split, seed, size):

@@ -17,7 +17,7 @@ from gears_ddp.engine import batch_loss, training_step
 from gears_ddp.gears import GEARS
 from gears_ddp.ranks import SINGLE_PROCESS, ProcessGroupRanks
 from gears_ddp.train_distributed import DistributedTrainingError, prepare_data, spawn_workers, train_multi_gpu
-from gears_ddp.training_checkpoint import CHECKPOINT_FILE, load_training_checkpoint
+from gears_ddp.training_checkpoint import checkpoint_files, load_training_checkpoint
 from gears_ddp.weighted_norm import WeightedBatchNorm1d
 from model_fixtures import make_model, random_batch
 
@@ -83,7 +83,9 @@ def _spawn_on_toy(data_folder, worker, save_path, **overrides):
 def test_only_rank_zero_writes(data_folder, tmp_path):
     report = _spawn_on_toy(data_folder, _worker_refusing_writes_off_rank_zero, tmp_path / "run", checkpoint_every=1)
     written = sorted(p.name for p in (tmp_path / "run").iterdir())
-    assert written == ["config.pkl", "model.pt", CHECKPOINT_FILE, "vocabulary.json"]
+    assert written == ["checkpoints", "config.pkl", "model.pt", "vocabulary.json"]
+    steps = [int(p.stem.split("-")[1]) for p in checkpoint_files(tmp_path / "run")]  # after epochs 1 and 2
+    assert len(steps) == 2 and steps[1] == 2 * steps[0] > 0
     assert report["model_path"] == str(tmp_path / "run")
 
 
@@ -92,10 +94,9 @@ def test_resume_ends_with_the_parameters_of_an_uninterrupted_run(data_folder, tm
     train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "whole", epochs=3, checkpoint_every=1))
     train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "part", epochs=2, checkpoint_every=1))
     resumed = train_multi_gpu(data_folder, "toy", SPLIT, _args(
-        tmp_path / "resumed", epochs=3, checkpoint_every=1, resume_from=str(tmp_path / "part" / CHECKPOINT_FILE)))
-    whole = load_training_checkpoint(tmp_path / "whole")
-    again = load_training_checkpoint(tmp_path / "resumed")
-    assert whole["next_epoch"] == again["next_epoch"] == 3
+        tmp_path / "resumed", epochs=3, checkpoint_every=1, resume_from=str(tmp_path / "part")))
+    whole, again = (load_training_checkpoint(checkpoint_files(tmp_path / name)[-1]) for name in ("whole", "resumed"))
+    assert whole["position"]["epoch"] == again["position"]["epoch"] == 3
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, again["model"][name]), name
     assert [h["val_mse_de"] for h in whole["outcome"]["history"]] == [h["val_mse_de"] for h in resumed["history"]]

@@ -280,3 +280,25 @@ def test_ensure_go_file_offline_explains_local_alternatives(closed_port_url, tmp
 def test_ensure_go_file_unknown_name(tmp_path):
     with pytest.raises(ValueError, match="unknown GO file 'x.pkl'.*gene2go_all.pkl"):
         dl.ensure_go_file("x.pkl", tmp_path)
+
+
+def test_a_downloaded_pickle_that_would_run_code_is_refused(server, tmp_path, monkeypatch):
+    """Validating a download unpickles it as plain data only: a pickle whose ``__reduce__``
+    would create a file is refused, and the file does not appear."""
+    from test_safe_loading import Planted
+
+    target = tmp_path / "created_by_download"
+    monkeypatch.setitem(ROUTES, "planted", (200, OCTET, pickle.dumps(Planted(target)), None))
+    with pytest.raises(dl.DownloadError, match=r"not a valid pickle file.*io\.open"):
+        dl.download_file(_url("planted"), tmp_path / "g.pkl", "pickle")
+    assert not target.exists() and not (tmp_path / "g.pkl").exists()
+
+
+def test_every_missing_go_file_is_named_at_once(closed_port_url, tmp_path):
+    names = ["gene2go_all.pkl", "essential_all_data_pert_genes.pkl", "go_essential_all"]
+    with pytest.raises(dl.DownloadError) as info:
+        dl.ensure_go_files(names, tmp_path)
+    message = str(info.value)
+    assert "3 Gene Ontology input file(s) are missing" in message
+    for relative in ("gene2go_all.pkl", "essential_all_data_pert_genes.pkl", "go_essential_all/go_essential_all.csv"):
+        assert str(tmp_path / relative) in message

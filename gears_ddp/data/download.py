@@ -12,7 +12,6 @@ import contextlib
 import functools
 import http.client
 import os
-import pickle
 import shutil
 import tarfile
 import urllib.error
@@ -24,7 +23,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from tqdm import tqdm
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.io import atomic_path
+from gears_ddp.data.io import atomic_path, loads_plain_data
 
 logger = get_logger(__name__)
 
@@ -128,9 +127,9 @@ def _check_not_html(path: Path, url: str, dest: Path) -> None:
 
 
 def _validate_pickle(path: Path) -> None:
-    """The file must unpickle (the GO inputs are pickles that GEARS itself loads)."""
-    with open(path, "rb") as f:
-        pickle.load(f)
+    """The file must unpickle as plain data (the GO inputs are pickles that GEARS itself
+    loads); one that asks to run code is refused."""
+    loads_plain_data(path.read_bytes())
 
 
 def _validate_zip(path: Path) -> None:
@@ -300,6 +299,22 @@ def ensure_dataset(name: str, data_path) -> Path:
     hint = f"copy {DATASET_FILE} into {folder}/ and call PertData.load(data_path=...)"
     _fetch_missing(_Remote(dataverse_url() + file_id, "zip", expected, hint))
     return folder
+
+
+def ensure_go_files(names, data_path) -> list[Path]:
+    """``ensure_go_file`` for each of ``names``; when some cannot be had, one error names every
+    missing file (not the first only), before any work depends on them."""
+    paths, missing = [], []
+    for name in names:
+        try:
+            paths.append(ensure_go_file(name, data_path))
+        except DownloadError as err:
+            missing.append(f"{Path(data_path) / _GO_ARCHIVES.get(name, name)} ({str(err).splitlines()[0]})")
+    if missing:
+        raise DownloadError(f"{len(missing)} Gene Ontology input file(s) are missing and could not be downloaded:\n  "
+                            + "\n  ".join(missing) + f"\nPlace them in {data_path} (the published GEARS files), "
+                            f"or build them from your own gene-to-GO annotation. {_SYNTHETIC_HINT}")
+    return paths
 
 
 def ensure_go_file(name: str, data_path) -> Path:

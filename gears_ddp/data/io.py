@@ -1,37 +1,59 @@
-"""Files on disk: atomic writes and reads that fail with a message naming the file.
+"""Files on disk: atomic writes, and reads that fail with a message naming the file and
+never run code.
 
 Every file the library writes goes through ``atomic_path``: the content is written to a
-temporary file in the destination folder and renamed over the destination only when
-complete, so an interrupted run never leaves a truncated file that a later run would
-trust.
+temporary file in the destination folder, flushed to disk, and renamed over the destination
+only when complete (the folder is flushed too), so neither an interrupted run nor a power
+loss leaves a truncated or empty file that a later run would trust. Files are created with
+the permissions the umask allows, like any other file the user writes.
+
+Pickles (the published GEARS's config, split and GO files) are read with ``read_pickle``,
+which admits only plain data: builtin containers and scalars, numpy arrays and scalars, and
+torch tensors (rebuilt through ``torch.load(..., weights_only=True)``). A pickle naming any
+other callable is refused before anything is called, so a downloaded file cannot run code.
 """
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any, Iterator
 
 import anndata
+import torch
 
 PROCESSED_FILE = "perturb_processed.h5ad"
 
 
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path next to ``dest``; rename it to ``dest`` if the block succeeds."""
+    """Yield a new temporary path next to ``dest``; when the block succeeds, flush what was
+    written there to disk and rename it to ``dest``."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = dest.parent / f".{dest.name}.{secrets.token_hex(6)}.tmp"
+    os.close(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # mode as the umask allows
     try:
         yield tmp_path
+        _flush_to_disk(tmp_path)
         os.replace(tmp_path, dest)
+        _flush_to_disk(dest.parent)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def _flush_to_disk(path: Path) -> None:
+    """fsync a file, or a folder (which makes a rename in it durable; not possible on Windows)."""
+    if path.is_dir() and os.name == "nt":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_pickle(obj: Any, dest: str | os.PathLike) -> None:
@@ -40,15 +62,56 @@ def write_pickle(obj: Any, dest: str | os.PathLike) -> None:
         pickle.dump(obj, handle)
 
 
+class RefusedPickle(pickle.UnpicklingError):
+    """A pickle asked for a callable that plain data never needs."""
+
+
+def _tensor_storage(data: bytes):
+    """What ``torch.storage._load_from_bytes`` does, without running code from the file."""
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+PLAIN_DATA = {
+    ("builtins", "set"): set, ("builtins", "frozenset"): frozenset, ("builtins", "complex"): complex,
+    ("builtins", "slice"): slice, ("builtins", "bytearray"): bytearray,
+    ("collections", "OrderedDict"): None, ("_codecs", "encode"): None,
+    ("numpy", "ndarray"): None, ("numpy", "dtype"): None,
+    ("numpy.core.multiarray", "_reconstruct"): None, ("numpy._core.multiarray", "_reconstruct"): None,
+    ("numpy.core.multiarray", "scalar"): None, ("numpy._core.multiarray", "scalar"): None,
+    ("torch._utils", "_rebuild_tensor_v2"): None, ("torch._utils", "_rebuild_tensor"): None,
+    ("torch.storage", "_load_from_bytes"): _tensor_storage,
+}
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Unpickles plain data only (``PLAIN_DATA``); any other global is refused by name."""
+
+    def find_class(self, module: str, name: str):
+        module = {"__builtin__": "builtins"}.get(module, module)  # pickles of protocol 2 and older
+        if (module, name) not in PLAIN_DATA:
+            raise RefusedPickle(f"{module}.{name}")
+        replacement = PLAIN_DATA[(module, name)]
+        return replacement if replacement is not None else super().find_class(module, name)
+
+
+def loads_plain_data(data: bytes) -> Any:
+    """Unpickle bytes that may hold only plain data (see ``PLAIN_DATA``)."""
+    return _PlainDataUnpickler(io.BytesIO(data)).load()
+
+
 def read_pickle(path: str | os.PathLike, what: str) -> Any:
-    """Unpickle ``path``; ``what`` says what the file should hold, for the error message."""
+    """Unpickle ``path``, admitting plain data only; ``what`` says what the file should
+    hold, for the error message."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} file not found: {path}")
     try:
-        with open(path, "rb") as handle:
-            return pickle.load(handle)
-    except Exception as err:  # any unpickling failure means the file is unusable
+        return loads_plain_data(path.read_bytes())
+    except RefusedPickle as err:
+        raise ValueError(f"refused to read {what} from {path}: it asks to call {err}, which plain data never "
+                         "needs (a pickle can run code when it is read); only builtin containers, numbers, "
+                         "strings, numpy arrays and torch tensors are read") from None
+    except Exception as err:  # any other unpickling failure means the file is unusable
         raise ValueError(f"cannot read {what} from {path}: {type(err).__name__}: {err}; "
                          "the file is corrupt or not a pickle, replace it") from err
 

@@ -125,13 +125,17 @@ class CellLoader:
         self.dataset.set_epoch(epoch)
 
     def __iter__(self):
+        return self.batches()
+
+    def batches(self, first: int = 0):
+        """This epoch's batches from batch ``first`` on (a resumed epoch skips those it did)."""
         positions = torch.as_tensor(list(self.sampler), dtype=torch.long)
         plan = EpochPlan(self.dataset, positions, self.batch_size, self.drop_last)
         if self.num_workers > 0:
-            yield from DataLoader(plan, batch_size=None, num_workers=self.num_workers,
-                                  pin_memory=self.pin_memory, collate_fn=_keep_batch)
+            yield from DataLoader(plan, batch_size=None, sampler=range(first, len(plan)),
+                                  num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=_keep_batch)
             return
-        for i in range(len(plan)):
+        for i in range(first, len(plan)):
             batch = plan[i]
             yield batch.pin_memory() if self.pin_memory else batch
 

@@ -80,6 +80,7 @@ class PertData:
     def load(self, data_name: str | None = None, data_path: str | None = None) -> None:
         """Load a dataset: one of the paper's by ``data_name`` (downloaded into ``data_path``
         of the constructor if absent), or a local folder holding ``perturb_processed.h5ad``."""
+        self.ensure_go_inputs()
         if data_name is not None and data_name in download.DATASET_FILE_IDS:
             folder = download.ensure_dataset(data_name, self.data_path)
         elif data_path is not None and Path(data_path).is_dir():
@@ -109,8 +110,18 @@ class PertData:
         if target.exists() and not overwrite:
             raise FileExistsError(f"{target} already exists; load it with PertData.load(data_path="
                                   f"'{folder}') or pass overwrite=True to replace it")
-        write_processed_dataset(adata, folder, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
-        self._use_dataset(adata, folder)
+        self.ensure_go_inputs()
+        processing.process_raw(adata, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
+        self._use_dataset(adata, folder)  # everything that can refuse the data does so before it is written
+        write_processed_dataset(adata, folder)
+
+    def ensure_go_inputs(self) -> None:
+        """Have every Gene Ontology file this PertData will read (downloaded if absent), or
+        fail at once naming all that are missing."""
+        names = [GENE2GO_FILE]
+        if self.default_pert_graph:
+            names += [ESSENTIAL_GENES_FILE, GO_EDGES_NAME]
+        download.ensure_go_files(names, self.data_path)
 
     def _pert_vocabulary_candidates(self, adata) -> list[str]:
         """Genes that may form the perturbation vocabulary, by the constructor's choice."""
@@ -328,11 +339,9 @@ class PertData:
             self.adata = anndata.AnnData(X=self.cells.expression.numpy(), **parts)
 
 
-def write_processed_dataset(adata: anndata.AnnData, folder: Path, skip_calc_de: bool = False,
-                            source: str = "the AnnData") -> None:
-    """Validate and process a raw AnnData (in place), write ``folder/perturb_processed.h5ad``
-    and delete the split and graph caches that an earlier version of the data left there."""
-    processing.process_raw(adata, skip_calc_de, source=source)
+def write_processed_dataset(adata: anndata.AnnData, folder: Path) -> None:
+    """Write a processed AnnData as ``folder/perturb_processed.h5ad`` (atomically) and delete
+    the split and graph caches that an earlier version of the data left there."""
     io.write_h5ad(adata, folder / io.PROCESSED_FILE)
     stale = list((folder / "splits").glob("*.pkl")) + list(folder.glob("*_co_expression_network.csv")) \
         + list(folder.glob("go_essential_*.csv"))

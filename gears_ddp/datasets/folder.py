@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data import io
+from gears_ddp.data import io, processing
 from gears_ddp.data.graphs import jaccard_edge_list
 from gears_ddp.data.pertdata import (ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME,
                                      write_processed_dataset)
@@ -63,7 +63,8 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
     data_path.mkdir(parents=True, exist_ok=True)
     synthetic = make_synthetic_perturb_seq(**generator_options)
     _write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
-    write_processed_dataset(synthetic.adata, folder, source=f"synthetic dataset {name!r}")
+    processing.process_raw(synthetic.adata, source=f"synthetic dataset {name!r}")
+    write_processed_dataset(synthetic.adata, folder)
     with io.atomic_path(folder / TRUE_MEANS_FILE) as tmp:
         synthetic.true_means.to_csv(tmp, compression="gzip")
     ground_truth = {"interaction_types": synthetic.interaction_types, "params": synthetic.params}

@@ -256,6 +256,10 @@ def setup_ddp(
     first (so NCCL binds to the right GPU) and initialises NCCL for CUDA or gloo otherwise.
     ``timeout_s`` bounds both the rendezvous and later collectives: a rank that never joins
     becomes a clear RuntimeError rather than a silent hang.
+
+    Under torchrun the ranks meet in the agent's store, which outlives a restart of the
+    workers; the keys of each attempt (``TORCHELASTIC_RESTART_COUNT``) get a prefix of their
+    own, so restarted ranks never read the addresses the previous attempt left there.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside 0..{world_size - 1} (world_size={world_size})")
@@ -274,10 +278,12 @@ def setup_ddp(
         "rank %d/%d joining %s process group at %s:%d on %s",
         rank, world_size, backend, master_addr, port, device,
     )
+    timeout = timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(
-            backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
-        )
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        dist.init_process_group(backend, store=dist.PrefixStore(f"gears_ddp/attempt_{attempt}", store), rank=rank,
+                                world_size=world_size, timeout=timeout)
     except (RuntimeError, TimeoutError, OSError) as error:
         raise RuntimeError(
             f"rank {rank} of world size {world_size} could not initialise the {backend} process "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -24,6 +23,8 @@ from gears_ddp.distributed.runtime import cleanup_ddp, setup_ddp
 from gears_ddp.gears import GEARS
 from gears_ddp.ranks import ProcessGroupRanks
 from gears_ddp.recipe import TrainingRecipe
+from gears_ddp.stopping import TrainingInterrupted
+from gears_ddp.threads import cpu_threads
 
 logger = get_logger(__name__)
 
@@ -66,9 +67,15 @@ def check_same_data(pert_data, ranks: ProcessGroupRanks) -> None:
 
 
 def spawned_worker(local_rank: int, placements: list[Placement], pert_data, args: TrainingArgs,
-                   messages=None) -> dict | None:
-    """The ``torch.multiprocessing.spawn`` target: rank ``local_rank`` of ``placements``."""
-    return train_ddp_worker(placements[local_rank], pert_data, args, messages)
+                   messages) -> None:
+    """The ``torch.multiprocessing.spawn`` target: rank ``local_rank`` of ``placements``. A
+    stop on a signal is a clean exit: rank 0 tells the parent with ``("interrupted",
+    message, signal name, checkpoint)``."""
+    try:
+        train_ddp_worker(placements[local_rank], pert_data, args, messages)
+    except TrainingInterrupted as stop:
+        if local_rank == 0:
+            messages.put(("interrupted", str(stop), stop.signal_name, stop.checkpoint))
 
 
 def train_ddp_worker(placement: Placement, pert_data, args: TrainingArgs, messages=None) -> dict | None:
@@ -88,7 +95,8 @@ def train_ddp_worker(placement: Placement, pert_data, args: TrainingArgs, messag
         library_logger = logging.getLogger(LIBRARY_LOGGER_NAME)
         library_logger.setLevel(max(logging.WARNING, library_logger.getEffectiveLevel()))
     try:
-        _share_cores(device, placement.local_world_size)
+        if device.type == "cpu":
+            torch.set_num_threads(cpu_threads(placement.local_world_size))
         setup_ddp(rank, placement.world_size, device, placement.master_addr, placement.master_port, args.timeout_s)
         ranks = ProcessGroupRanks(args.find_unused_parameters)
         check_same_data(pert_data, ranks)
@@ -96,6 +104,8 @@ def train_ddp_worker(placement: Placement, pert_data, args: TrainingArgs, messag
             logger.info("%d rank(s); rank 0 on %s, one of %d rank(s) on its machine, with %d thread(s)",
                         placement.world_size, device, placement.local_world_size, torch.get_num_threads())
         report = train_rank(pert_data, args, device, ranks)
+    except TrainingInterrupted:
+        raise
     except BaseException:
         if messages is not None:
             messages.put(("error", time.time(), rank, traceback.format_exc()))
@@ -117,12 +127,3 @@ def train_rank(pert_data, args: TrainingArgs, device: torch.device, ranks: Proce
     gears = GEARS(pert_data, device=str(device))
     gears.model_initialize(**args.model_config)
     return TrainingRecipe(gears, args, ranks).run()
-
-
-def _share_cores(device: torch.device, local_processes: int) -> None:
-    """On CPU, give each of the machine's ranks its share of the cores this process may use
-    (torch's default is every core per process, which oversubscribes them), unless
-    OMP_NUM_THREADS says otherwise (torchrun sets it to 1 for several processes per machine)."""
-    if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        torch.set_num_threads(max(1, cores // local_processes))

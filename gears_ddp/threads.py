@@ -1,0 +1,67 @@
+"""How many CPU threads a training process uses, and how its OpenMP threads wait.
+
+torch's default is one thread per core of the machine. On a shared node that goes wrong in
+three ways: the process may be allowed fewer cores (CPU affinity, set by Slurm or taskset)
+or less CPU time (a cgroup quota, set by container runtimes and Slurm), other ranks of the
+same job share the node's cores, and other jobs may keep cores busy. An extra thread then
+waits for a core another process holds, and OpenMP threads spin while they wait, so the
+loss is far larger than the missing cores: on 2 cores beside one busy process, an epoch took
+3x as long with torch's defaults, and 1.4x with ``OMP_WAIT_POLICY=PASSIVE`` (threads sleep
+while they wait), which costs about 6% on an idle machine (``benchmarks/bench_threads.py``,
+``benchmarks/RESULTS.md``).
+
+So: ranks share the usable cores evenly (``cpu_threads``); training in one process uses at
+most the usable cores (``at_most_usable_threads``); and the workers ``train_multi_gpu``
+spawns wait passively (``passive_openmp_environment``). OpenMP reads its settings when torch
+is imported, so a process that is already running keeps its own: set
+``OMP_WAIT_POLICY=PASSIVE`` before starting Python on a shared node. Settings the user made
+(``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``) are always kept.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+from joblib import cpu_count
+
+OPENMP_WAITING = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup CPU quota."""
+    return max(1, cpu_count())
+
+
+def cpu_threads(local_processes: int = 1) -> int:
+    """Threads for one of ``local_processes`` training processes on this machine: the usable
+    cores shared evenly, or ``OMP_NUM_THREADS`` when the user set it."""
+    if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit():
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    return max(1, usable_cores() // local_processes)
+
+
+@contextlib.contextmanager
+def at_most_usable_threads():
+    """While active, torch uses no more threads than the usable cores (fewer if set so
+    already); the previous count is restored on exit."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(min(previous, cpu_threads()))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
+def passive_openmp_environment():
+    """While active, processes started from this one get ``OMP_WAIT_POLICY=PASSIVE``, unless
+    the user chose how OpenMP waits; the environment is restored on exit."""
+    if any(name in os.environ for name in OPENMP_WAITING):
+        yield
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:
+        yield
+    finally:
+        os.environ.pop("OMP_WAIT_POLICY", None)
