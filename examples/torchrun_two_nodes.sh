@@ -43,7 +43,8 @@ DATA_PATH=${DATA_PATH:-./data}
 DATASET=${DATASET:-norman}
 SAVE_PATH=${SAVE_PATH:-./runs/${DATASET}_torchrun}
 ARGS_JSON=${ARGS_JSON:-"{\"epochs\": 20, \"batch_size\": 32, \"lr_scaling\": \"sqrt\", \"checkpoint_every\": 1,
- \"save_path\": \"$SAVE_PATH\"}"}
+ \"checkpoint_every_steps\": 200, \"save_path\": \"$SAVE_PATH\"}"}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # CPU ranks: OpenMP threads sleep while they wait
 
 # Download a published dataset and prepare the split before the processes start, so that
 # the GPUS processes of this node read the files instead of all downloading them at once.
@@ -54,8 +55,10 @@ load_dataset(sys.argv[1], sys.argv[2]).prepare_split(split="simulation", seed=1,
 PY
 
 # 2 nodes x GPUS processes; torchrun gives each its RANK, WORLD_SIZE, LOCAL_RANK and the
-# rendezvous address, which gears_ddp.launch reads (one GPU per local rank).
-torchrun --nnodes=2 --node_rank="$NODE_RANK" --nproc_per_node="$GPUS" \
+# rendezvous address, which gears_ddp.launch reads (one GPU per local rank). If a worker
+# fails, torchrun restarts all of them (up to 3 times); the restarted workers continue from
+# the newest checkpoint in SAVE_PATH (TORCHELASTIC_RESTART_COUNT > 0 means resume_from "auto").
+torchrun --nnodes=2 --node_rank="$NODE_RANK" --nproc_per_node="$GPUS" --max-restarts=3 \
     --master_addr="$MASTER_ADDR" --master_port=29500 \
     -m gears_ddp.launch \
     --data-path "$DATA_PATH" --dataset "$DATASET" \

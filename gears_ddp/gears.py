@@ -86,6 +86,12 @@ class GEARS:
                          G_go=None, G_go_weight=None, G_coexpress=None, G_coexpress_weight=None,
                          no_perturb: bool = False) -> None:
         """Build the gene graphs (unless given) and the network, with the published options."""
+        _check_model_options(hidden_size=hidden_size, num_go_gnn_layers=num_go_gnn_layers,
+                             num_gene_gnn_layers=num_gene_gnn_layers, decoder_hidden_size=decoder_hidden_size,
+                             num_similar_genes_go_graph=num_similar_genes_go_graph,
+                             num_similar_genes_co_express_graph=num_similar_genes_co_express_graph,
+                             coexpress_threshold=coexpress_threshold, uncertainty_reg=uncertainty_reg,
+                             direction_lambda=direction_lambda)
         if G_coexpress is None:
             graph = self.pert_data.coexpression_graph(coexpress_threshold, num_similar_genes_co_express_graph)
             G_coexpress, G_coexpress_weight = graph.edge_index, graph.edge_weight
@@ -303,3 +309,20 @@ def checked_device(device) -> torch.device:
         if (checked.index or 0) >= count:
             raise ValueError(f"device={device!r}, but torch sees {count} CUDA GPU(s) (cuda:0..cuda:{count - 1})")
     return checked
+
+
+def _check_model_options(**options) -> None:
+    """A ValueError naming the first ``model_initialize`` option out of its range."""
+    smallest = {"hidden_size": 1, "decoder_hidden_size": 1, "num_similar_genes_go_graph": 1,
+                "num_similar_genes_co_express_graph": 1, "num_go_gnn_layers": 0, "num_gene_gnn_layers": 0}
+    for name, minimum in smallest.items():
+        value = options[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"model_initialize: {name} must be an integer >= {minimum}, got {value!r}")
+    for name in ("coexpress_threshold", "uncertainty_reg", "direction_lambda"):
+        value = options[name]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value) or value < 0:
+            raise ValueError(f"model_initialize: {name} must be a non-negative number, got {value!r}")
+    if options["coexpress_threshold"] > 1:
+        raise ValueError(f"model_initialize: coexpress_threshold is a correlation in [0, 1], "
+                         f"got {options['coexpress_threshold']!r}")

@@ -51,7 +51,13 @@ def read_config(path) -> dict:
 
 def read_weights(path) -> dict:
     """The state dict of a model folder (a ``module.`` prefix removed)."""
-    return strip_module_prefix(torch.load(Path(path) / WEIGHTS_FILE, map_location="cpu", weights_only=True))
+    weights = Path(path) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise FileNotFoundError(f"no {WEIGHTS_FILE} in the model folder {path}")
+    try:
+        return strip_module_prefix(torch.load(weights, map_location="cpu", weights_only=True))
+    except Exception as err:  # torch raises many types for damaged or refused files
+        raise ValueError(f"cannot read model weights {weights}: {type(err).__name__}: {err}") from err
 
 
 def check_vocabulary(path, config: dict, gene_names, pert_names) -> None:

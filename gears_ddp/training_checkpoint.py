@@ -64,12 +64,15 @@ def checkpoint_files(save_path) -> list[Path]:
 
 def save_training_checkpoint(save_path, payload: dict, keep: int) -> Path:
     """Write ``payload`` (with ``payload['position']['global_step']``) as the newest
-    checkpoint in ``save_path`` and delete all but the newest ``keep``; returns its path."""
+    checkpoint in ``save_path`` and delete all but the newest ``keep`` (and any file a killed
+    run left half-written); returns its path. Only one process writes checkpoints."""
     path = checkpoint_folder(save_path) / f"checkpoint-{payload['position']['global_step']:09d}.pt"
     with io.atomic_path(path) as tmp:
         torch.save({"format": FORMAT_VERSION, **payload, "rng": capture_rng_states()}, tmp)
     for old in checkpoint_files(save_path)[:-keep]:
         old.unlink(missing_ok=True)
+    for unfinished in path.parent.glob(".checkpoint-*.tmp"):  # left by a run killed while writing
+        unfinished.unlink(missing_ok=True)
     return path
 
 

@@ -48,6 +48,9 @@ class PertData:
 
     def __init__(self, data_path, gene_set_path=None, default_pert_graph: bool = True):
         self.data_path = str(data_path)
+        if Path(self.data_path).exists() and not Path(self.data_path).is_dir():
+            raise ValueError(f"data_path {self.data_path} is a file; PertData needs a folder (for the GO files and "
+                             "the datasets)")
         Path(self.data_path).mkdir(parents=True, exist_ok=True)
         self.gene_set_path = gene_set_path
         self.default_pert_graph = default_pert_graph and gene_set_path is None
@@ -181,6 +184,13 @@ class PertData:
         self._require_data()
         if split not in SPLIT_TYPES:
             raise ValueError(f"unknown split {split!r}; available splits: {', '.join(SPLIT_TYPES)}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"prepare_split: seed must be a non-negative integer, got {seed!r}")
+        for name, value in (("train_gene_set_size", train_gene_set_size), ("combo_seen2_train_frac",
+                            combo_seen2_train_frac), ("combo_single_split_test_set_fraction",
+                                                      combo_single_split_test_set_fraction)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
+                raise ValueError(f"prepare_split: {name} must be a fraction in (0, 1], got {value!r}")
         self.split, self.seed, self.train_gene_set_size, self.subgroup = split, seed, train_gene_set_size, None
         required = SETS_OF_SPLIT.get(split, ALL_SETS)
         if split == "custom":
