@@ -146,8 +146,8 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
     When a worker fails, the others get ``SHUTDOWN_GRACE_S`` to stop on their own (a peer's
     loss usually stops them at once), then SIGTERM, then SIGKILL: a lost rank ends the run
     within a bounded time and leaves no process behind. The error names the rank that failed
-    first: one killed by a signal (it could not say anything), else the one whose reported
-    failure (``("error", time, rank, traceback)``) came first.
+    first: one killed by a signal before it could report anything, else the one whose
+    reported failure (``("error", time, rank, traceback)``) came first.
     """
     messages = WorkerMessages(mp.get_context("spawn"))
     received = []
@@ -218,8 +218,8 @@ def _raised_before_reporting(error_file: str) -> str | None:
 def _failure(failed: list[tuple[int, int]], errors: list, nprocs: int,
              raised: str | None = None) -> DistributedTrainingError:
     """The error that tells the user which rank failed first, and why."""
-    killed = [(rank, code) for rank, code in failed if code < 0]
     reported = {m[2]: m[3] for m in errors}
+    killed = [(rank, code) for rank, code in failed if code < 0 and rank not in reported]  # could not say why
     if killed:
         rank, code = killed[0]
         others = sorted(r for r in reported if r != rank)

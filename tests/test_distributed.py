@@ -122,25 +122,29 @@ def _count_syncs(local_rank, port, messages):
             x, pert_idx = random_batch(seed=seed)
             batches.append(PertBatch(x=x, y=x + 0.1, pert_idx=pert_idx, condition=(pert_idx[:, 0] + 1) % 6,
                                      de_idx=torch.full((len(x), 20), -1), condition_names=[str(i) for i in range(6)]))
-        counts = {}
-        for use_no_sync in (True, False):
-            model = DistributedDataParallel(make_model().train())
-            calls = []
-
-            def hook(state, bucket):
-                calls.append(1)
-                return _allreduce_mean(bucket)
-            model.register_comm_hook(None, hook)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-            training_step(model, batches, optimizer, context, False, torch.device("cpu"),
-                          ranks=ProcessGroupRanks() if use_no_sync else SINGLE_PROCESS, clip_value=None)
-            counts[use_no_sync] = len(calls)
-            if use_no_sync:
-                gradient = {n: p.grad.numpy().copy() for n, p in model.module.named_parameters() if p.grad is not None}
+        counts = {use_no_sync: _synchronisations(batches, context, use_no_sync) for use_no_sync in (True, False)}
+        gradient = counts[True][1]
+        counts = {use_no_sync: calls for use_no_sync, (calls, _) in counts.items()}
         messages.put((local_rank, counts, gradient, [(b.x.numpy(), b.y.numpy(), b.pert_idx.numpy(), b.condition.numpy())
                                                   for b in batches]))
     finally:
         cleanup_ddp()
+
+
+def _synchronisations(batches, context, use_no_sync: bool):
+    """One accumulated DDP step: how many gradient buckets were reduced, and the gradients.
+    (A function of its own, so that the DDP model is gone before the process group.)"""
+    model = DistributedDataParallel(make_model().train())
+    calls = []
+
+    def hook(state, bucket):
+        calls.append(1)
+        return _allreduce_mean(bucket)
+    model.register_comm_hook(None, hook)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    training_step(model, batches, optimizer, context, False, torch.device("cpu"),
+                  ranks=ProcessGroupRanks() if use_no_sync else SINGLE_PROCESS, clip_value=None)
+    return len(calls), {n: p.grad.numpy().copy() for n, p in model.module.named_parameters() if p.grad is not None}
 
 
 def _allreduce_mean(bucket):
