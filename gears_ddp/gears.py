@@ -217,7 +217,7 @@ class GEARS:
         controls = self.pert_data.cells.control_cells()
         generator = torch.Generator().manual_seed(seed)
         picked = controls[torch.randint(len(controls), (PREDICTION_CELLS,), generator=generator)]
-        control_mean = self.pert_data.cells.expression[picked].mean(0).to(self.device)
+        control_mean = self.pert_data.cells.rows(picked).mean(0).to(self.device)
         self.best_model.eval()
         with torch.no_grad():
             effect, logvar = self.best_model.set_effects(sets, torch.ones(len(sets), device=self.device))

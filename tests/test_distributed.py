@@ -179,7 +179,8 @@ def _worker_with_other_data(local_rank, placements, pert_data, *args):
     if local_rank == 1:
         pert_data = copy.copy(pert_data)
         pert_data.cells = copy.copy(pert_data.cells)
-        pert_data.cells.expression = pert_data.cells.expression.clone() + 1.0
+        pert_data.cells.expression = pert_data.cells.expression.clone() + 1.0  # other values, in memory
+        pert_data.cells.mapped_from = None
     spawned_worker(local_rank, placements, pert_data, *args)
 
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from gears_ddp import PertData
 from gears_ddp.data.conditions import CONTROL, condition_genes
 
 
@@ -102,12 +103,16 @@ def test_rank_outside_world_size(toy):
         toy.get_dataloader_distributed(8, world_size=2, rank=2)
 
 
-def test_memory_is_one_float32_copy_plus_indices(toy):
-    n_cells, n_genes = toy.adata.shape
-    assert toy.cells.expression.dtype == torch.float32
-    assert np.shares_memory(toy.adata.X, toy.cells.expression.numpy())
-    index_bytes = toy.cells.nbytes() - n_cells * n_genes * 4
-    assert 0 < index_bytes <= n_cells * 8 + len(toy.cells.conditions) * 22 * 8
+@pytest.mark.parametrize("storage", ["mapped", "memory"])
+def test_memory_is_one_float32_copy_plus_indices(data_folder, storage):
+    pert_data = PertData(data_folder, expression_storage=storage)
+    pert_data.load(data_path=data_folder / "toy")
+    n_cells, n_genes = pert_data.adata.shape
+    assert pert_data.cells.expression.dtype == torch.float32
+    assert np.shares_memory(pert_data.adata.X, pert_data.cells.expression.numpy())
+    assert (pert_data.cells.mapped_from is not None) == (storage == "mapped")
+    index_bytes = pert_data.cells.nbytes() - n_cells * n_genes * 4
+    assert 0 < index_bytes <= n_cells * 8 + len(pert_data.cells.conditions) * 22 * 8
 
 
 def _child_writes_marker(rank, pert_data, queue):
@@ -117,7 +122,9 @@ def _child_writes_marker(rank, pert_data, queue):
 
 
 @pytest.mark.distributed
-def test_spawned_processes_share_the_expression_without_copies(toy):
+def test_spawned_processes_share_the_expression_in_memory_without_copies(data_folder):
+    toy = PertData(data_folder, expression_storage="memory")
+    toy.load(data_path=data_folder / "toy")
     toy.share_memory_()
     queue = mp.get_context("spawn").SimpleQueue()
     mp.spawn(_child_writes_marker, args=(toy, queue), nprocs=1, join=True)

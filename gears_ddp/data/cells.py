@@ -63,21 +63,42 @@ class PertBatch:
 
 @dataclass
 class CellTable:
-    """Expression and per-cell / per-condition indices of one dataset, as tensors."""
+    """Expression and per-cell / per-condition indices of one dataset, as tensors.
 
-    expression: torch.Tensor         # (cells, genes) float32
+    ``expression`` is float32 or float16, in memory or a read-only map of the file
+    ``mapped_from`` (``expression_map``); batches and statistics come out in float32 or
+    float64 either way. A mapped table pickles as the file's path, so a process that
+    unpickles it maps the same file instead of receiving a copy.
+    """
+
+    expression: torch.Tensor         # (cells, genes) float32 or float16
     condition_codes: torch.Tensor    # (cells,) long, index into ``conditions``
     conditions: list[str]            # condition strings, in order of first appearance
     condition_pert_idx: torch.Tensor  # (conditions, 2) long, -1 padded
     condition_de_idx: torch.Tensor   # (conditions, 20) long, -1 padded
+    mapped_from: str | None = None   # the map file ``expression`` reads, if any
 
     @property
     def n_cells(self) -> int:
         return self.expression.shape[0]
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self.mapped_from is not None:
+            state["expression"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.mapped_from is not None:
+            from gears_ddp.data.expression_map import as_tensor, open_map
+            self.expression = as_tensor(open_map(self.mapped_from))
+
     def share_memory_(self) -> "CellTable":
-        """Move every tensor to shared memory (in place) so child processes do not copy it."""
-        for tensor in (self.expression, self.condition_codes, self.condition_pert_idx, self.condition_de_idx):
+        """Move every tensor to shared memory (in place) so child processes do not copy it
+        (a mapped expression is shared through the page cache already)."""
+        tensors = [self.condition_codes, self.condition_pert_idx, self.condition_de_idx]
+        for tensor in tensors + ([] if self.mapped_from is not None else [self.expression]):
             tensor.share_memory_()
         return self
 
@@ -92,9 +113,18 @@ class CellTable:
             return torch.empty(0, dtype=torch.long)
         return torch.nonzero(self.condition_codes == self.conditions.index(CONTROL)).flatten()
 
-    def control_mean(self) -> torch.Tensor:
-        """Mean expression of the control cells (G)."""
-        return self.expression[self.control_cells()].mean(0)
+    def control_mean(self, cells_per_block: int = 4096) -> torch.Tensor:
+        """Mean expression of the control cells (G, float32), summed a block of cells at a
+        time in float64."""
+        controls = self.control_cells()
+        total = torch.zeros(self.expression.shape[1], dtype=torch.float64)
+        for block in controls.split(cells_per_block):
+            total += self.expression[block].double().sum(0)
+        return (total / max(1, len(controls))).float()
+
+    def rows(self, cells: torch.Tensor) -> torch.Tensor:
+        """The expression of ``cells`` in float32."""
+        return self.expression[cells].float()
 
     def cells_of(self, conditions: Sequence[str]) -> torch.Tensor:
         """Indices of the cells of ``conditions``, grouped by condition in the given order."""

@@ -19,11 +19,14 @@ import io
 import os
 import pickle
 import secrets
+import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
 import anndata
+import h5py
 import torch
+from anndata.io import write_elem
 
 PROCESSED_FILE = "perturb_processed.h5ad"
 
@@ -117,18 +120,28 @@ def read_pickle(path: str | os.PathLike, what: str) -> Any:
 
 
 def write_h5ad(adata: anndata.AnnData, dest: str | os.PathLike) -> None:
-    """Write an AnnData file atomically."""
+    """Write an AnnData file atomically. A backed AnnData's file is copied and its ``obs``,
+    ``var`` and ``uns`` replaced, so its expression is never read into memory."""
     with atomic_path(dest) as tmp:
-        adata.write_h5ad(tmp)
+        if not adata.isbacked:
+            adata.write_h5ad(tmp)
+            return
+        shutil.copyfile(adata.filename, tmp)
+        with h5py.File(tmp, "r+") as handle:
+            for key, value in (("obs", adata.obs), ("var", adata.var), ("uns", dict(adata.uns))):
+                if key in handle:
+                    del handle[key]
+                write_elem(handle, key, value)
 
 
-def read_h5ad(path: str | os.PathLike) -> anndata.AnnData:
-    """Read an h5ad file, turning a missing, truncated or corrupt file into a clear error."""
+def read_h5ad(path: str | os.PathLike, backed: bool = False) -> anndata.AnnData:
+    """Read an h5ad file (``backed``: all but the expression, which stays on disk), turning
+    a missing, truncated or corrupt file into a clear error."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no {path.name} at {path}")
     try:
-        return anndata.read_h5ad(path)
+        return anndata.read_h5ad(path, backed="r" if backed else None)
     except Exception as err:  # h5py/anndata raise many types for damaged files
         raise ValueError(f"cannot read {path}: {type(err).__name__}: {err}; the file is truncated "
                          "or corrupt: download it again or re-run PertData.new_data_process") from err

@@ -13,8 +13,10 @@ distributed training read data the same way.
 
 At the start of an epoch the loader lays out the cells of every batch and their control
 partners as two index tensors (``EpochPlan``); a batch is then one ``index_select`` plus
-views, with no per-cell work and no ``DataLoader`` machinery in the way. With
-``num_workers > 0`` the same plan is served through a ``torch.utils.data.DataLoader``.
+views, with no per-cell work and no ``DataLoader`` machinery in the way. The gather reads a
+mapped expression file as easily as memory, and for a GPU writes straight into pinned
+memory, from which the step copies asynchronously. With ``num_workers > 0`` the same plan
+is served through a ``torch.utils.data.DataLoader``.
 """
 from __future__ import annotations
 
@@ -56,18 +58,22 @@ class EpochPlan(Dataset):
     (returned as two views of one tensor) plus slices of the epoch's index tensors.
     """
 
-    def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor, batch_size: int, drop_last: bool):
+    def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor, batch_size: int, drop_last: bool,
+                 pin_memory: bool = False):
         if drop_last:
             positions = positions[:len(positions) // batch_size * batch_size]
         table = dataset.table
         self.expression = table.expression
         self.condition_names = table.conditions
         self.batch_size = batch_size
+        self.pin_memory = pin_memory
         self.cells = dataset.cell_indices[positions]
         self.inputs = dataset.partners[self.cells]
         self.codes = table.condition_codes[self.cells]
         self.pert_idx = table.condition_pert_idx[self.codes]
         self.de_idx = table.condition_de_idx[self.codes]
+        if pin_memory:  # the batches' slices then come out pinned, for asynchronous copies to a GPU
+            self.codes, self.pert_idx, self.de_idx = (t.pin_memory() for t in (self.codes, self.pert_idx, self.de_idx))
 
     def __len__(self) -> int:
         return math.ceil(len(self.cells) / self.batch_size)
@@ -75,10 +81,19 @@ class EpochPlan(Dataset):
     def __getitem__(self, i: int) -> PertBatch:
         window = slice(i * self.batch_size, (i + 1) * self.batch_size)
         cells = self.cells[window]
-        rows = self.expression.index_select(0, torch.cat((self.inputs[window], cells)))
+        rows = self._gather(torch.cat((self.inputs[window], cells)))
         return PertBatch(x=rows[:len(cells)], y=rows[len(cells):], pert_idx=self.pert_idx[window],
                          condition=self.codes[window], de_idx=self.de_idx[window],
                          condition_names=self.condition_names)
+
+    def _gather(self, index: torch.Tensor) -> torch.Tensor:
+        """The rows ``index`` in float32: one gather, straight into pinned memory when asked."""
+        if not self.pin_memory:
+            return self.expression.index_select(0, index).float()
+        rows = torch.empty((len(index), self.expression.shape[1]), dtype=torch.float32, pin_memory=True)
+        if self.expression.dtype == torch.float32:
+            return torch.index_select(self.expression, 0, index, out=rows)
+        return rows.copy_(self.expression.index_select(0, index))
 
 
 def _keep_batch(batch: PertBatch) -> PertBatch:
@@ -130,14 +145,14 @@ class CellLoader:
     def batches(self, first: int = 0):
         """This epoch's batches from batch ``first`` on (a resumed epoch skips those it did)."""
         positions = torch.as_tensor(list(self.sampler), dtype=torch.long)
-        plan = EpochPlan(self.dataset, positions, self.batch_size, self.drop_last)
-        if self.num_workers > 0:
+        if self.num_workers > 0:  # worker processes gather; the DataLoader pins in this process
+            plan = EpochPlan(self.dataset, positions, self.batch_size, self.drop_last)
             yield from DataLoader(plan, batch_size=None, sampler=range(first, len(plan)),
                                   num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=_keep_batch)
             return
+        plan = EpochPlan(self.dataset, positions, self.batch_size, self.drop_last, self.pin_memory)
         for i in range(first, len(plan)):
-            batch = plan[i]
-            yield batch.pin_memory() if self.pin_memory else batch
+            yield plan[i]
 
 
 def build_loaders(table: CellTable, set2cells: dict[str, torch.Tensor], batch_size: int,

@@ -1,11 +1,15 @@
 """``PertData``: a Perturb-seq dataset ready for GEARS.
 
-It reads the processed GEARS format (or processes a raw AnnData), keeps the cells whose
-perturbed genes are in the perturbation vocabulary, splits conditions into train / val /
-test, builds the gene graphs and hands out loaders. Expression is held once, as a float32
-tensor that ``adata.X`` views without a copy; pickling a ``PertData`` (as
-``torch.multiprocessing`` does when it starts workers) sends that tensor through shared
-memory instead of copying it into every process.
+It reads the processed GEARS format (or processes a raw AnnData, in memory or backed by
+its h5ad file), keeps the cells whose perturbed genes are in the perturbation vocabulary,
+splits conditions into train / val / test, builds the gene graphs and hands out loaders.
+
+Expression is held once per machine. By default it is a read-only map of a file beside
+``perturb_processed.h5ad`` (``expression_map``), which every process that loads the dataset
+shares through the page cache, whatever started it, and which may be larger than memory;
+``expression_storage='memory'`` keeps it in memory instead, where pickling a ``PertData`` (as
+``torch.multiprocessing`` does when it starts workers) passes it through shared memory.
+``adata.X`` views the same values either way.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import torch
 from gears_ddp._logging import get_logger
 from gears_ddp.data import download, graphs, io, processing
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
+from gears_ddp.data.expression_map import DTYPES, as_tensor, mapped_expression
 from gears_ddp.data.conditions import CONTROL, condition_genes, is_single, unique_in_order, validate_conditions
 from gears_ddp.data.loaders import build_loaders
 from gears_ddp.data.splits import SPLIT_TYPES, check_split_sets, split_conditions
@@ -30,6 +35,7 @@ GENE2GO_FILE = "gene2go_all.pkl"
 ESSENTIAL_GENES_FILE = "essential_all_data_pert_genes.pkl"
 GO_EDGES_NAME = "go_essential_all"
 SETS_OF_SPLIT = {"no_split": ("test",), "no_test": ("train", "val")}
+STORAGES = ("mapped", "memory")
 ALL_SETS = ("train", "val", "test")
 
 
@@ -44,9 +50,19 @@ class PertData:
         (``essential_all_data_pert_genes.pkl``, ``go_essential_all``); if False the
         vocabulary is the dataset's genes plus its perturbed genes, and the GO graph is
         computed for it.
+    expression_storage: ``'mapped'`` (a read-only file map shared by every process of a
+        machine; the default) or ``'memory'``.
+    expression_dtype: ``'float32'`` or ``'float16'`` (half the bytes; batches and
+        statistics are computed in float32 / float64 either way).
     """
 
-    def __init__(self, data_path, gene_set_path=None, default_pert_graph: bool = True):
+    def __init__(self, data_path, gene_set_path=None, default_pert_graph: bool = True,
+                 expression_storage: str = "mapped", expression_dtype: str = "float32"):
+        if expression_storage not in STORAGES:
+            raise ValueError(f"expression_storage must be one of {STORAGES}, got {expression_storage!r}")
+        if expression_dtype not in DTYPES:
+            raise ValueError(f"expression_dtype must be one of {tuple(DTYPES)}, got {expression_dtype!r}")
+        self.expression_storage, self.expression_dtype = expression_storage, expression_dtype
         self.data_path = str(data_path)
         if Path(self.data_path).exists() and not Path(self.data_path).is_dir():
             raise ValueError(f"data_path {self.data_path} is a file; PertData needs a folder (for the GO files and "
@@ -92,19 +108,27 @@ class PertData:
             raise ValueError(f"nothing to load: data_name must be one of {sorted(download.DATASET_FILE_IDS)} "
                              f"(got {data_name!r}), or data_path an existing folder (got {data_path!r})")
         h5ad = folder / io.PROCESSED_FILE
-        adata = io.read_h5ad(h5ad)
-        processing.check_columns(adata, str(h5ad), obs_columns=("condition", "cell_type", "condition_name"))
-        validate_conditions(adata.obs["condition"].astype(object), f"{h5ad} obs['condition']")
-        processing.check_expression(adata.X, str(h5ad))
-        self._use_dataset(adata, folder)
+        adata = io.read_h5ad(h5ad, backed=self.expression_storage == "mapped")  # X is read a block at a time
+        try:
+            processing.check_columns(adata, str(h5ad), obs_columns=("condition", "cell_type", "condition_name"))
+            validate_conditions(adata.obs["condition"].astype(object), f"{h5ad} obs['condition']")
+            if self.expression_storage == "memory":
+                processing.check_expression(adata.X, str(h5ad))  # (a new map checks the values it copies)
+            self._use_dataset(adata, folder, self._cells_in_vocabulary(adata, folder.name))
+        finally:
+            if adata.isbacked:
+                adata.file.close()
 
     def new_data_process(self, dataset_name: str, adata: anndata.AnnData | None = None,
                          skip_calc_de: bool = False, overwrite: bool = False) -> None:
         """Process a raw AnnData (``obs['condition']``, ``obs['cell_type']``, ``var['gene_name']``,
         log-normalised ``X``) into ``data_path/<dataset_name>/perturb_processed.h5ad`` and load it.
 
-        ``adata`` gains the processed columns in place. An existing processed file is only
-        replaced with ``overwrite=True``; split and graph caches in the folder are removed.
+        ``adata`` gains the processed columns in place. It may be backed by its h5ad file
+        (``anndata.read_h5ad(path, backed='r')``): its expression is then read a block of
+        cells at a time, so a screen larger than memory can be processed. An existing
+        processed file is only replaced with ``overwrite=True``; split and graph caches in
+        the folder are removed.
         """
         if adata is None:
             raise ValueError("new_data_process needs the raw AnnData as `adata`")
@@ -115,8 +139,9 @@ class PertData:
                                   f"'{folder}') or pass overwrite=True to replace it")
         self.ensure_go_inputs()
         processing.process_raw(adata, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
-        self._use_dataset(adata, folder)  # everything that can refuse the data does so before it is written
+        keep = self._cells_in_vocabulary(adata, dataset_name)  # everything that can refuse the data does so before it is written
         write_processed_dataset(adata, folder)
+        self._use_dataset(adata, folder, keep)
 
     def ensure_go_inputs(self) -> None:
         """Have every Gene Ontology file this PertData will read (downloaded if absent), or
@@ -136,10 +161,9 @@ class PertData:
         path = download.ensure_go_file(ESSENTIAL_GENES_FILE, self.data_path)
         return list(io.read_pickle(path, "default perturbation gene list"))
 
-    def _use_dataset(self, adata: anndata.AnnData, folder: Path) -> None:
-        """Set the vocabulary, drop cells it cannot represent and build the cell table."""
-        self.dataset_name = folder.name
-        self.dataset_path = str(folder)
+    def _cells_in_vocabulary(self, adata: anndata.AnnData, name: str) -> np.ndarray:
+        """Set the perturbation vocabulary; returns which cells it can represent (the others'
+        conditions are dropped, with a warning naming them)."""
         self.pert_names = graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(adata))
         self.node_map_pert = {g: i for i, g in enumerate(self.pert_names)}
         conditions = adata.obs["condition"].astype(str).to_numpy()
@@ -149,11 +173,21 @@ class PertData:
             logger.warning("dropping %d conditions whose genes are not in the perturbation vocabulary "
                            "(no GO annotation), so their effect cannot be predicted: %s",
                            len(dropped), dropped)
-        keep = np.fromiter((known[c] for c in conditions), dtype=bool, count=len(conditions))
         if not any(ok and c != CONTROL for c, ok in known.items()):
-            raise ValueError(f"no perturbation of dataset {self.dataset_name!r} is in the perturbation "
-                             "vocabulary; check gene symbols against the GO annotations")
-        self.adata, self.cells = _tensor_backed(adata, keep, self.node_map_pert)
+            raise ValueError(f"no perturbation of dataset {name!r} is in the perturbation vocabulary; check gene "
+                             "symbols against the GO annotations")
+        return np.fromiter((known[c] for c in conditions), dtype=bool, count=len(conditions))
+
+    def _use_dataset(self, adata: anndata.AnnData, folder: Path, keep: np.ndarray) -> None:
+        """Build the cell table of the cells ``keep`` (the expression mapped or in memory)."""
+        self.dataset_name = folder.name
+        self.dataset_path = str(folder)
+        if self.expression_storage == "mapped":
+            values, path = mapped_expression(folder, adata.X, keep, self.expression_dtype)
+            expression, mapped_from = as_tensor(values), str(path)
+        else:
+            expression, mapped_from = _in_memory(adata.X, keep, self.expression_dtype), None
+        self.adata, self.cells = _tensor_backed(adata, keep, self.node_map_pert, expression, mapped_from)
         self.gene_names = self.adata.var["gene_name"]
         self.node_map = {g: i for i, g in enumerate(self.gene_names)}
         self.split = self.set2conditions = self.subgroup = self.dataloader = None
@@ -322,12 +356,10 @@ class PertData:
             raise RuntimeError("no dataset loaded: call load() or new_data_process() first")
 
     def share_memory_(self) -> "PertData":
-        """Move the expression tensor to shared memory so spawned workers do not copy it.
-
-        Moving re-allocates the storage, so ``adata.X`` is pointed at the shared copy and
-        the private one is freed. Shared memory lives in ``/dev/shm``: containers need it
-        large enough for the expression matrix (e.g. ``docker run --shm-size``).
-        """
+        """Make the data shareable with spawned workers without a copy each: an expression
+        kept in memory moves to shared memory (``/dev/shm``: containers need it large enough
+        for the matrix, e.g. ``docker run --shm-size``), so ``adata.X`` is pointed at the
+        shared copy and the private one is freed; a mapped expression is shared already."""
         self._require_data()
         self.cells.share_memory_()
         self.adata.X = self.cells.expression.numpy()
@@ -350,8 +382,9 @@ class PertData:
 
 
 def write_processed_dataset(adata: anndata.AnnData, folder: Path) -> None:
-    """Write a processed AnnData as ``folder/perturb_processed.h5ad`` (atomically) and delete
-    the split and graph caches that an earlier version of the data left there."""
+    """Write a processed AnnData as ``folder/perturb_processed.h5ad`` (atomically; a backed
+    one without reading its expression) and delete the split and graph caches that an
+    earlier version of the data left there."""
     io.write_h5ad(adata, folder / io.PROCESSED_FILE)
     stale = list((folder / "splits").glob("*.pkl")) + list(folder.glob("*_co_expression_network.csv")) \
         + list(folder.glob("go_essential_*.csv"))
@@ -380,11 +413,18 @@ def _condition_tables(conditions: list[str], condition_names: dict, uns: dict, v
     return pert_idx, de_idx
 
 
-def _tensor_backed(adata: anndata.AnnData, keep: np.ndarray, node_map_pert: dict):
-    """The kept cells as a ``CellTable`` plus an AnnData whose ``X`` views the same memory."""
-    matrix = adata.X[np.flatnonzero(keep)] if not keep.all() else adata.X
+def _in_memory(matrix, keep: np.ndarray, dtype: str) -> torch.Tensor:
+    """The rows ``keep`` of ``matrix`` as a dense tensor in memory."""
+    rows = np.flatnonzero(keep)
+    matrix = matrix[rows] if len(rows) < len(keep) else matrix[:]
     dense = matrix.toarray() if sp.issparse(matrix) else np.asarray(matrix)
-    expression = torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32))
+    return torch.from_numpy(np.ascontiguousarray(dense, dtype=np.dtype(dtype)))
+
+
+def _tensor_backed(adata: anndata.AnnData, keep: np.ndarray, node_map_pert: dict, expression: torch.Tensor,
+                   mapped_from: str | None):
+    """The kept cells as a ``CellTable`` over ``expression``, plus an AnnData whose ``X``
+    views the same memory."""
     obs = adata.obs.iloc[np.flatnonzero(keep)].copy() if not keep.all() else adata.obs.copy()
     for column in obs.columns:
         if isinstance(obs[column].dtype, pd.CategoricalDtype):
@@ -393,8 +433,8 @@ def _tensor_backed(adata: anndata.AnnData, keep: np.ndarray, node_map_pert: dict
     conditions = unique_in_order(conditions_of_cells)
     codes = pd.Categorical(conditions_of_cells, categories=conditions).codes.astype(np.int64)
     condition_names = dict(zip(conditions_of_cells, obs["condition_name"].astype(str)))
-    pert_idx, de_idx = _condition_tables(conditions, condition_names, adata.uns, adata.var_names, node_map_pert)
-    table = CellTable(expression, torch.from_numpy(codes), conditions, pert_idx, de_idx)
-    view = anndata.AnnData(X=expression.numpy(), obs=obs, var=adata.var.copy(), uns=adata.uns)
+    uns = dict(adata.uns)
+    pert_idx, de_idx = _condition_tables(conditions, condition_names, uns, adata.var_names, node_map_pert)
+    table = CellTable(expression, torch.from_numpy(codes), conditions, pert_idx, de_idx, mapped_from)
+    view = anndata.AnnData(X=expression.numpy(), obs=obs, var=adata.var.copy(), uns=uns)
     return view, table
-

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from gears_ddp._logging import get_logger
 from gears_ddp.data.conditions import CONTROL, validate_conditions
 from gears_ddp.data.de_genes import order_by_magnitude, welch_t_scores
-from gears_ddp.data.grouped import condition_means
+from gears_ddp.data.grouped import condition_means, row_blocks
 
 logger = get_logger(__name__)
 
@@ -37,20 +37,41 @@ def check_columns(adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQU
                          "obs['condition'] ('ctrl', 'A+ctrl', 'A+B'), obs['cell_type'] and var['gene_name']")
 
 
+class ExpressionCheck:
+    """The expression checks, over blocks of cells: ``add`` each block, then ``finish``
+    raises ``ValueError`` for non-finite or negative values (with their counts) and warns
+    when the values look like raw counts."""
+
+    def __init__(self):
+        self.non_finite = self.negative = 0
+        self.minimum, self.maximum = np.inf, -np.inf
+
+    def add(self, block: np.ndarray) -> None:
+        finite = np.isfinite(block)
+        self.non_finite += int(block.size - np.count_nonzero(finite))
+        values = block if finite.all() else block[finite]
+        if values.size:
+            self.negative += int(np.count_nonzero(values < 0))
+            self.minimum, self.maximum = min(self.minimum, values.min()), max(self.maximum, values.max())
+
+    def finish(self, source: str) -> None:
+        if self.non_finite:
+            raise ValueError(f"{source} has {self.non_finite} non-finite expression values (NaN or inf); "
+                             "GEARS needs log-normalised, finite expression")
+        if self.negative:
+            raise ValueError(f"{source} has {self.negative} negative expression values (min {self.minimum:.4g}); "
+                             "GEARS needs non-negative log-normalised expression (normalise_total + log1p)")
+        if self.maximum > 50:
+            logger.warning("%s: maximum expression %.1f looks like raw counts; GEARS expects "
+                           "log-normalised data (normalise_total to 1e4, then log1p)", source, self.maximum)
+
+
 def check_expression(matrix, source: str) -> None:
-    """Raise ``ValueError`` if the expression has non-finite or negative values (with counts)."""
-    values = matrix.data if sp.issparse(matrix) else np.asarray(matrix)
-    n_nonfinite = int(np.size(values) - np.count_nonzero(np.isfinite(values)))
-    if n_nonfinite:
-        raise ValueError(f"{source} has {n_nonfinite} non-finite expression values (NaN or inf); "
-                         "GEARS needs log-normalised, finite expression")
-    n_negative = int(np.count_nonzero(values < 0))
-    if n_negative:
-        raise ValueError(f"{source} has {n_negative} negative expression values (min {values.min():.4g}); "
-                         "GEARS needs non-negative log-normalised expression (normalise_total + log1p)")
-    if np.size(values) and values.max() > 50:
-        logger.warning("%s: maximum expression %.1f looks like raw counts; GEARS expects "
-                       "log-normalised data (normalise_total to 1e4, then log1p)", source, values.max())
+    """The ``ExpressionCheck`` of a whole matrix, read a block of cells at a time."""
+    check = ExpressionCheck()
+    for _, block in row_blocks(matrix):
+        check.add(block)
+    check.finish(source)
 
 
 def validate_raw(adata, source: str = "the AnnData") -> None:

@@ -9,16 +9,19 @@ spawns one per device (``spawned_worker``), torchrun and srun start them through
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, get_logger
 from gears_ddp.distributed.config import TrainingArgs
+from gears_ddp.data.expression_map import RECORD_FILE
 from gears_ddp.distributed.runtime import cleanup_ddp, setup_ddp
 from gears_ddp.gears import GEARS
 from gears_ddp.ranks import ProcessGroupRanks
@@ -45,10 +48,16 @@ class Placement:
 
 
 def data_fingerprint(pert_data) -> str:
-    """A digest of the processed data and the split (expression, conditions, sets)."""
+    """A digest of the processed data and the split (expression, conditions, sets). A mapped
+    expression is identified by what its map was built from (the h5ad's size and time, the
+    cells, the dtype), which every rank reads without reading the values."""
     digest = hashlib.blake2b(digest_size=16)
     cells = pert_data.cells
-    digest.update(np.ascontiguousarray(cells.expression.numpy()).data)
+    if cells.mapped_from is not None:
+        record = json.loads((Path(cells.mapped_from).parent / RECORD_FILE).read_text())
+        digest.update(json.dumps(record, sort_keys=True).encode())
+    else:
+        digest.update(np.ascontiguousarray(cells.expression.numpy()).data)
     digest.update(cells.condition_codes.numpy().tobytes())
     digest.update(repr((cells.conditions, sorted((k, list(v)) for k, v in pert_data.set2conditions.items()))).encode())
     return digest.hexdigest()
