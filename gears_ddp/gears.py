@@ -134,7 +134,7 @@ class GEARS:
         return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device)
 
     def train(self, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 5e-4, amp: str = "off",
-              seed: int | None = None, *, batch_size: int | None = None, test_batch_size: int | None = None,
+              seed: int | None = None, *, max_steps: int | None = None, batch_size: int | None = None, test_batch_size: int | None = None,
               num_workers: int | None = None, resample_controls: bool | None = None, grad_accum_steps: int = 1,
               lr_scaling: str = "none", warmup_steps: int = 0, checkpoint_every: int = 0,
               checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, resume_from: str | None = None,

@@ -9,7 +9,7 @@ LOCAL_RANK / LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT, else Slurm's SLURM_PR
 SLURM_NTASKS / SLURM_LOCALID / SLURM_STEP_TASKS_PER_NODE / SLURM_JOB_NODELIST), loads the
 data itself, uses the GPU of its local rank (or the CPU with gloo when there is none, with
 its share of the machine's cores), and runs the same worker as ``train_multi_gpu``. Rank 0
-prints the test report as JSON on the last line.
+prints the report (``train_multi_gpu``'s) as JSON on the last line.
 
 Restarts and preemption: a torchrun restart (``TORCHELASTIC_RESTART_COUNT`` above 0) continues
 from the latest checkpoint in ``save_path`` unless ``resume_from`` says otherwise. On SIGTERM
@@ -89,7 +89,7 @@ def main(argv=None) -> dict | None:
                 requeue_slurm_job()
         sys.exit(EXIT_INTERRUPTED)
     if report is not None:
-        print(json.dumps({k: v for k, v in report.items() if k != "history"}, default=float))
+        print(json.dumps(report, default=float))
     return report
 
 

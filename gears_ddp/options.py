@@ -33,6 +33,7 @@ class TrainingOptions:
     weight_decay: float = 5e-4
     amp: str = "off"                # 'off', 'bf16' (CPU or GPU), 'fp16' (CUDA, with a gradient scaler)
     seed: int | None = None         # shuffling and control pairing
+    max_steps: int | None = None    # stop after this many optimiser steps in all (the epoch then ends as usual)
     batch_size: int | None = None   # per process
     test_batch_size: int | None = None
     num_workers: int | None = None
@@ -64,7 +65,7 @@ class TrainingOptions:
         def name(key: str) -> str:
             return f"{where}['{key}']" if where == "args" else f"{where}({key}=...)"
 
-        for key in ("epochs", "grad_accum_steps", "batch_size", "test_batch_size", "keep_checkpoints"):
+        for key in ("epochs", "max_steps", "grad_accum_steps", "batch_size", "test_batch_size", "keep_checkpoints"):
             value = getattr(self, key)
             if value is not None and not (_is_int(value) and value >= 1):
                 raise ValueError(f"{name(key)} must be a positive integer, got {value!r}")

@@ -168,7 +168,7 @@ class TrainingRecipe:
         with retained_host_memory() if on_cpu else contextlib.nullcontext(), \
                 at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
                 self.signals if self.save_path is not None else contextlib.nullcontext():
-            while self.position.epoch < self.options.epochs:
+            while self.position.epoch < self.options.epochs and not self._steps_done():
                 self._train_epoch(loaders)
         return self._finish()
 
@@ -195,6 +195,8 @@ class TrainingRecipe:
                 self._save_checkpoint(loss_sum)
             if self.save_path is not None:
                 self._stop_if_asked(loss_sum)
+            if self._steps_done():
+                break
         self.scheduler.step()
         totals = self.ranks.sum(torch.stack([loss_sum.detach().double().cpu(),
                                              torch.tensor(float(position.step_in_epoch), dtype=torch.float64)]))
@@ -220,6 +222,10 @@ class TrainingRecipe:
         self.position = TrainingPosition(epoch + 1, 0, position.global_step)
         if options.checkpoint_every and (epoch + 1) % options.checkpoint_every == 0:
             self._save_checkpoint()
+
+    def _steps_done(self) -> bool:
+        """Whether ``max_steps`` optimiser steps are done."""
+        return self.options.max_steps is not None and self.position.global_step >= self.options.max_steps
 
     def _metrics(self, loader) -> dict:
         result = evaluate(self.model, loader, self.gears.new_accumulator(), self.gears.config["uncertainty"],

@@ -46,9 +46,10 @@ class DistributedTrainingError(RuntimeError):
     """A worker process failed; the message holds its rank and traceback."""
 
 
-def load_dataset(pert_data_path, dataset_name: str) -> PertData:
+def load_dataset(pert_data_path, dataset_name: str, expression_storage: str = "mapped",
+                 expression_dtype: str = "float32") -> PertData:
     """A published dataset by name (downloaded if absent) or ``pert_data_path/dataset_name``."""
-    pert_data = PertData(pert_data_path)
+    pert_data = PertData(pert_data_path, expression_storage=expression_storage, expression_dtype=expression_dtype)
     if dataset_name in download.DATASET_FILE_IDS:
         pert_data.load(data_name=dataset_name)
     else:
@@ -58,7 +59,7 @@ def load_dataset(pert_data_path, dataset_name: str) -> PertData:
 
 def prepare_data(pert_data_path, dataset_name: str, split: SplitConfig, args: TrainingArgs) -> PertData:
     """Load the data, prepare the split and build (cache) the graphs, once, for all workers."""
-    pert_data = load_dataset(pert_data_path, dataset_name)
+    pert_data = load_dataset(pert_data_path, dataset_name, args.expression_storage, args.expression_dtype)
     pert_data.prepare_split(**split.options)
     options = {**MODEL_DEFAULTS, **args.model_config}  # the graphs model_initialize will ask for
     pert_data.coexpression_graph(options["coexpress_threshold"], options["num_similar_genes_co_express_graph"])

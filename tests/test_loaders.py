@@ -140,3 +140,20 @@ def test_worker_processes_give_the_same_batches(toy):
     for a, b in zip(in_process, workers, strict=True):
         assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and torch.equal(a.de_idx, b.de_idx)
         assert a.pert == b.pert
+
+
+@pytest.mark.parametrize("n, world_size", [(101, 1), (101, 2), (100, 3), (7, 4)])
+def test_the_shuffled_shards_are_distributed_samplers(n, world_size):
+    """The tensor sampler gives exactly DistributedSampler's positions, epoch after epoch."""
+    from torch.utils.data import DistributedSampler
+
+    from gears_ddp.data.loaders import ShuffledShardSampler
+
+    for rank in range(world_size):
+        ours = ShuffledShardSampler(n, world_size, rank, seed=5)
+        theirs = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=True, seed=5,
+                                    drop_last=True)
+        for epoch in (0, 1, 7):
+            ours.set_epoch(epoch)
+            theirs.set_epoch(epoch)
+            assert ours.positions().tolist() == list(theirs) and len(ours) == len(theirs)

@@ -1,10 +1,10 @@
 """A dataset's expression matrix as one file that every process maps read-only.
 
 ``perturb_processed.h5ad`` stays the dataset's source of truth; beside it,
-``perturb_processed.expression.npy`` holds the expression of the cells the dataset uses
-(the cells whose perturbations the vocabulary covers), dense, float32 or float16, and
-``perturb_processed.expression.json`` records what it was built from: the h5ad's size and
-modification time, which cells, the dtype and the shape. It is built the first time a
+``perturb_processed.expression.<dtype>.npy`` holds the expression of the cells the dataset
+uses (the cells whose perturbations the vocabulary covers), dense, float32 or float16, and
+``perturb_processed.expression.<dtype>.json`` records what it was built from: the h5ad's
+size and modification time, which cells, the dtype and the shape. It is built the first time a
 dataset is processed or loaded, a block of cells at a time, and again whenever the h5ad or
 the choice of cells changes.
 
@@ -39,10 +39,16 @@ from gears_ddp.data.processing import ExpressionCheck
 
 logger = get_logger(__name__)
 
-MAP_FILE = "perturb_processed.expression.npy"
-RECORD_FILE = "perturb_processed.expression.json"
 DTYPES = {"float32": np.float32, "float16": np.float16}
 FORMAT_VERSION = 1
+
+
+def map_file(folder, dtype: str = "float32") -> Path:
+    return Path(folder) / f"perturb_processed.expression.{dtype}.npy"
+
+
+def record_file(folder, dtype: str = "float32") -> Path:
+    return Path(folder) / f"perturb_processed.expression.{dtype}.json"
 
 
 def wanted_record(h5ad: Path, keep: np.ndarray, n_genes: int, dtype: str) -> dict:
@@ -65,11 +71,11 @@ def mapped_expression(folder, matrix, keep: np.ndarray, dtype: str = "float32") 
     if dtype not in DTYPES:
         raise ValueError(f"expression dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     folder = Path(folder)
-    path, record = folder / MAP_FILE, folder / RECORD_FILE
+    path, record = map_file(folder, dtype), record_file(folder, dtype)
     wanted = wanted_record(folder / io.PROCESSED_FILE, keep, matrix.shape[1], dtype)
     if not _current(path, record, wanted):
         try:
-            with _lock(folder / f".{MAP_FILE}.lock"):
+            with _lock(folder / f".{path.name}.lock"):
                 if not _current(path, record, wanted):
                     _write_map(path, matrix, keep, DTYPES[dtype], folder / io.PROCESSED_FILE)
                     with io.atomic_path(record) as tmp:

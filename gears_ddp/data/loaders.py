@@ -4,16 +4,17 @@
 ``PertData.get_dataloader`` is the ``world_size=1`` case, so single-process and
 distributed training read data the same way.
 
-- train: ``DistributedSampler`` (shuffle, ``drop_last``, seeded; ``set_epoch`` reshuffles)
-  and ``drop_last`` batches, as in the reference.
+- train: ``ShuffledShardSampler`` (``DistributedSampler``'s shuffle with ``drop_last``,
+  seeded; ``set_epoch`` reshuffles) and ``drop_last`` batches, as in the reference.
 - val / test, and ``train_eval_loader`` (the training cells, for evaluation):
   ``ContiguousShardSampler``: rank r gets one contiguous block of the cells and
   the blocks cover every cell exactly once (no padding duplicates), so metrics gathered
   from all ranks equal the single-process ones. Cells stay grouped by condition.
 
-At the start of an epoch the loader lays out the cells of every batch and their control
-partners as two index tensors (``EpochPlan``); a batch is then one ``index_select`` plus
-views, with no per-cell work and no ``DataLoader`` machinery in the way. The gather reads a
+At the start of an epoch the loader lays out the cells of every batch as one index tensor
+(``EpochPlan``, 8 bytes a cell: a million-cell screen costs each rank 8 MB); a batch is
+then a few lookups and one ``index_select``, with no per-cell work and no ``DataLoader``
+machinery in the way. The gather reads a
 mapped expression file as easily as memory, and for a GPU writes straight into pinned
 memory, from which the step copies asynchronously. With ``num_workers > 0`` the same plan
 is served through a ``torch.utils.data.DataLoader``.
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from gears_ddp.data.cells import CellTable, PertBatch
 
@@ -31,15 +32,16 @@ EPOCH_SEED_STRIDE = 1_000_003  # separates the partner streams of successive epo
 
 
 class PairedCellDataset:
-    """The cells ``cell_indices`` of a table, each paired with a control cell (its input)."""
+    """The cells ``cell_indices`` of a table, each paired with a control cell (its input):
+    ``partners[cell]``, one index per cell of the table, shared by the datasets of a split."""
 
-    def __init__(self, table: CellTable, cell_indices: torch.Tensor, pairing_seed: int,
+    def __init__(self, table: CellTable, cell_indices: torch.Tensor, partners: torch.Tensor, pairing_seed: int,
                  resample_controls: bool = False):
         self.table = table
         self.cell_indices = cell_indices
+        self.partners = partners
         self.pairing_seed = pairing_seed
         self.resample_controls = resample_controls
-        self.partners = table.draw_control_partners(pairing_seed)
 
     def __len__(self) -> int:
         return len(self.cell_indices)
@@ -53,47 +55,42 @@ class PairedCellDataset:
 class EpochPlan(Dataset):
     """The batches of one epoch: item ``i`` is batch ``i``.
 
-    Each cell's input cell, condition, perturbed genes and DE genes are looked up once for
-    the whole epoch; a batch is then one ``index_select`` of its input and target rows
-    (returned as two views of one tensor) plus slices of the epoch's index tensors.
+    The epoch is one tensor of cell indices (8 bytes a cell); a batch looks up its cells'
+    control partners, condition codes, perturbed genes and DE genes, and gathers its input
+    and target rows with one ``index_select`` (returned as two views of one tensor).
     """
 
     def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor, batch_size: int, drop_last: bool,
                  pin_memory: bool = False):
         if drop_last:
             positions = positions[:len(positions) // batch_size * batch_size]
-        table = dataset.table
-        self.expression = table.expression
-        self.condition_names = table.conditions
+        self.table = dataset.table
+        self.partners = dataset.partners
         self.batch_size = batch_size
         self.pin_memory = pin_memory
         self.cells = dataset.cell_indices[positions]
-        self.inputs = dataset.partners[self.cells]
-        self.codes = table.condition_codes[self.cells]
-        self.pert_idx = table.condition_pert_idx[self.codes]
-        self.de_idx = table.condition_de_idx[self.codes]
-        if pin_memory:  # the batches' slices then come out pinned, for asynchronous copies to a GPU
-            self.codes, self.pert_idx, self.de_idx = (t.pin_memory() for t in (self.codes, self.pert_idx, self.de_idx))
 
     def __len__(self) -> int:
         return math.ceil(len(self.cells) / self.batch_size)
 
     def __getitem__(self, i: int) -> PertBatch:
-        window = slice(i * self.batch_size, (i + 1) * self.batch_size)
-        cells = self.cells[window]
-        rows = self._gather(torch.cat((self.inputs[window], cells)))
-        return PertBatch(x=rows[:len(cells)], y=rows[len(cells):], pert_idx=self.pert_idx[window],
-                         condition=self.codes[window], de_idx=self.de_idx[window],
-                         condition_names=self.condition_names)
+        table = self.table
+        cells = self.cells[i * self.batch_size:(i + 1) * self.batch_size]
+        codes = table.condition_codes[cells]
+        rows = self._gather(torch.cat((self.partners[cells], cells)))
+        batch = PertBatch(x=rows[:len(cells)], y=rows[len(cells):], pert_idx=table.condition_pert_idx[codes],
+                          condition=codes, de_idx=table.condition_de_idx[codes], condition_names=table.conditions)
+        return batch.pin_memory() if self.pin_memory else batch  # (the rows are pinned already)
 
     def _gather(self, index: torch.Tensor) -> torch.Tensor:
         """The rows ``index`` in float32: one gather, straight into pinned memory when asked."""
+        expression = self.table.expression
         if not self.pin_memory:
-            return self.expression.index_select(0, index).float()
-        rows = torch.empty((len(index), self.expression.shape[1]), dtype=torch.float32, pin_memory=True)
-        if self.expression.dtype == torch.float32:
-            return torch.index_select(self.expression, 0, index, out=rows)
-        return rows.copy_(self.expression.index_select(0, index))
+            return expression.index_select(0, index).float()
+        rows = torch.empty((len(index), expression.shape[1]), dtype=torch.float32, pin_memory=True)
+        if expression.dtype == torch.float32:
+            return torch.index_select(expression, 0, index, out=rows)
+        return rows.copy_(expression.index_select(0, index))
 
 
 def _keep_batch(batch: PertBatch) -> PertBatch:
@@ -108,11 +105,39 @@ class ContiguousShardSampler(Sampler):
         self.start = n * rank // world_size
         self.stop = n * (rank + 1) // world_size
 
+    def positions(self) -> torch.Tensor:
+        return torch.arange(self.start, self.stop)
+
     def __iter__(self):
         return iter(range(self.start, self.stop))
 
     def __len__(self) -> int:
         return self.stop - self.start
+
+
+class ShuffledShardSampler(Sampler):
+    """``torch.utils.data.DistributedSampler(shuffle=True, drop_last=True)``'s positions (the
+    same ones, from the same generator), as a tensor instead of a Python list of every
+    position: a permutation of ``n`` positions seeded with ``seed + epoch``, cut to a
+    multiple of ``world_size``, of which rank ``rank`` takes every ``world_size``-th."""
+
+    def __init__(self, n: int, world_size: int = 1, rank: int = 0, seed: int = 0):
+        self.n, self.world_size, self.rank, self.seed, self.epoch = n, world_size, rank, seed, 0
+        self.per_rank = n // world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def positions(self) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.n, generator=generator)
+        return order[:self.per_rank * self.world_size][self.rank::self.world_size]
+
+    def __iter__(self):
+        return iter(self.positions().tolist())
+
+    def __len__(self) -> int:
+        return self.per_rank
 
 
 class CellLoader:
@@ -144,7 +169,7 @@ class CellLoader:
 
     def batches(self, first: int = 0):
         """This epoch's batches from batch ``first`` on (a resumed epoch skips those it did)."""
-        positions = torch.as_tensor(list(self.sampler), dtype=torch.long)
+        positions = self.sampler.positions()
         if self.num_workers > 0:  # worker processes gather; the DataLoader pins in this process
             plan = EpochPlan(self.dataset, positions, self.batch_size, self.drop_last)
             yield from DataLoader(plan, batch_size=None, sampler=range(first, len(plan)),
@@ -165,17 +190,17 @@ def build_loaders(table: CellTable, set2cells: dict[str, torch.Tensor], batch_si
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world_size {world_size}")
     loaders = {}
+    partners = table.draw_control_partners(seed)
     for name, cells in set2cells.items():
-        dataset = PairedCellDataset(table, cells, seed, resample_controls and name == "train")
+        dataset = PairedCellDataset(table, cells, partners, seed, resample_controls and name == "train")
         if name == "train":
             if len(cells) < batch_size * world_size:
                 raise ValueError(f"the train set has {len(cells)} cells, fewer than one batch of "
                                  f"{batch_size} per rank x {world_size} ranks; lower batch_size")
-            sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
-                                         seed=seed, drop_last=True)
+            sampler = ShuffledShardSampler(len(cells), world_size, rank, seed)
             loaders[f"{name}_loader"] = CellLoader(dataset, batch_size, sampler, True, num_workers, pin_memory)
             loaders["train_eval_loader"] = CellLoader(
-                PairedCellDataset(table, cells, seed), test_batch_size,
+                PairedCellDataset(table, cells, partners, seed), test_batch_size,
                 ContiguousShardSampler(len(cells), world_size, rank), False, num_workers, pin_memory)
         else:
             sampler = ContiguousShardSampler(len(cells), world_size, rank)

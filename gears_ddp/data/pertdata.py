@@ -302,8 +302,8 @@ class PertData:
                                    world_size: int = 1, rank: int = 0, num_workers: int = 0,
                                    pin_memory: bool = False, seed: int = 0,
                                    resample_controls: bool = False) -> dict:
-        """Loaders for rank ``rank`` of ``world_size``: train through a ``DistributedSampler``
-        (shuffle, ``drop_last``, call ``set_epoch``), val/test as contiguous shards that cover
+        """Loaders for rank ``rank`` of ``world_size``: train shuffled as ``DistributedSampler``
+        shuffles (``drop_last``; call ``set_epoch``), val/test as contiguous shards that cover
         every cell exactly once across ranks.
 
         ``num_workers`` defaults to 0 because a batch is one in-memory gather; worker

@@ -12,13 +12,21 @@ published package can read it too)::
 
 The GO files are shared by every dataset of ``data_path``; a folder that already holds
 different GO files (the real ones, say) is refused rather than overwritten.
+
+``write_synthetic_screen`` writes a raw screen instead (``<name>.h5ad``, unprocessed, the
+input of ``PertData.new_data_process``), a block of cells at a time, so that screens of
+millions of cells can be generated with bounded memory.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pandas as pd
+import scipy.sparse as sp
+from anndata.io import sparse_dataset, write_elem
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data import io, processing
@@ -72,6 +80,36 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
         tmp.write_text(json.dumps(ground_truth, indent=1))
     logger.info("wrote synthetic dataset %s: %d cells x %d genes", folder, *synthetic.adata.shape)
     return folder
+
+
+def write_synthetic_screen(data_path, name: str = "screen", overwrite: bool = False,
+                           **generator_options) -> Path:
+    """Generate a synthetic screen and write it, unprocessed, as ``data_path/<name>.h5ad``
+    (CSR expression appended a block of cells at a time), with the GO files in
+    ``data_path``; returns the h5ad's path. ``generator_options`` go to
+    ``make_synthetic_perturb_seq``. Process it with ``PertData(data_path).new_data_process(
+    name, anndata.read_h5ad(path, backed='r'))``, which also reads it a block at a time."""
+    data_path = Path(data_path)
+    data_path.mkdir(parents=True, exist_ok=True)
+    path = data_path / f"{name}.h5ad"
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+
+    def to_file(obs: pd.DataFrame, var: pd.DataFrame, blocks) -> None:
+        with io.atomic_path(path) as tmp:
+            with h5py.File(tmp, "w") as handle:
+                for key, value in (("obs", obs), ("var", var), ("uns", {})):
+                    write_elem(handle, key, value)
+                write_elem(handle, "X", sp.csr_matrix((0, len(var)), dtype=np.float32))
+                expression = sparse_dataset(handle["X"])
+                for block in blocks:
+                    expression.append(block)
+
+    synthetic = make_synthetic_perturb_seq(**generator_options, expression_to=to_file)
+    _write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
+    logger.info("wrote synthetic screen %s: %d cells x %d genes", path, synthetic.params["n_cells"],
+                synthetic.params["n_genes"])
+    return path
 
 
 def read_true_means(dataset_folder) -> pd.DataFrame:

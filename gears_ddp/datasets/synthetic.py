@@ -84,6 +84,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import anndata
 import numpy as np
@@ -131,14 +132,14 @@ class SyntheticPerturbSeq:
     """A synthetic Perturb-seq dataset in GEARS raw input form, with its ground truth.
 
     ``adata``: log-normalised CSR expression, ``obs['condition']``, ``obs['cell_type']`` and
-    ``var['gene_name']``. ``gene2go``: gene symbol -> set of GO term ids. ``pert_genes``: the
+    ``var['gene_name']`` (None when ``expression_to`` wrote the expression elsewhere). ``gene2go``: gene symbol -> set of GO term ids. ``pert_genes``: the
     perturbable vocabulary (every annotated gene, measured or not). ``true_means``: noise-free
     log-normalised profile per condition (rows) and measured gene (columns).
     ``interaction_types``: combo condition -> 'additive' | 'synergy' | 'buffering' |
     'epistasis'. ``params``: the parameters used (JSON-serialisable).
     """
 
-    adata: anndata.AnnData
+    adata: anndata.AnnData | None
     gene2go: dict[str, set[str]]
     pert_genes: list[str]
     true_means: pd.DataFrame
@@ -390,13 +391,15 @@ def _program_loadings(rng: np.random.Generator, n_genes: int) -> np.ndarray:
 
 
 def _sample_expression(rng: np.random.Generator, rates: np.ndarray, cells_of: np.ndarray, modules: np.ndarray,
-                       loadings: np.ndarray, program_sd: float) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Log-normalised CSR expression of cells in shuffled order, and each cell's condition index.
+                       loadings: np.ndarray, program_sd: float) -> tuple[np.ndarray, Iterator[sp.csr_matrix]]:
+    """Each cell's condition index (cells in shuffled order), and their log-normalised
+    expression as CSR blocks of ``CELL_CHUNK`` cells, drawn as they are consumed.
 
     Negative-binomial counts with per-gene dispersion, log-normal size factors and per-cell
-    module (program) activities, sampled in chunks of cells (vectorised within a chunk) to
-    bound memory. The activity factor ``exp(l_g z - (l_g sigma)^2 / 2)`` has mean one, so a
-    condition's expected rate stays ``rates[c]`` (times the cell's size factor).
+    module (program) activities, sampled a chunk of cells at a time (vectorised within a
+    chunk), so memory is bounded by a chunk, not by the number of cells. The activity factor
+    ``exp(l_g z - (l_g sigma)^2 / 2)`` has mean one, so a condition's expected rate stays
+    ``rates[c]`` (times the cell's size factor).
     """
     n_genes = rates.shape[1]
     condition = rng.permutation(np.repeat(np.arange(len(rates)), cells_of))
@@ -404,16 +407,18 @@ def _sample_expression(rng: np.random.Generator, rates: np.ndarray, cells_of: np
     theta = rng.lognormal(math.log(INVERSE_DISPERSION_MEDIAN), INVERSE_DISPERSION_LOG_SD, size=n_genes)
     activity = rng.normal(0.0, 1.0, size=(len(condition), int(modules.max()) + 1)) * program_sd
     correction = 0.5 * (loadings * program_sd) ** 2
-    blocks = []
-    for start in range(0, len(condition), CELL_CHUNK):
-        stop = start + CELL_CHUNK
-        program = np.exp(activity[start:stop][:, modules] * loadings - correction)
-        mean = size_factor[start:stop, None] * rates[condition[start:stop]] * program
-        counts = rng.negative_binomial(theta, theta / (theta + mean)).astype(np.float32)
-        total = counts.sum(axis=1, keepdims=True)
-        scaled = np.divide(counts * np.float32(TARGET_SUM), total, out=np.zeros_like(counts), where=total > 0)
-        blocks.append(sp.csr_matrix(np.log1p(scaled)))
-    return sp.vstack(blocks, format="csr"), condition
+
+    def blocks() -> Iterator[sp.csr_matrix]:
+        for start in range(0, len(condition), CELL_CHUNK):
+            stop = start + CELL_CHUNK
+            program = np.exp(activity[start:stop][:, modules] * loadings - correction)
+            mean = size_factor[start:stop, None] * rates[condition[start:stop]] * program
+            counts = rng.negative_binomial(theta, theta / (theta + mean)).astype(np.float32)
+            total = counts.sum(axis=1, keepdims=True)
+            scaled = np.divide(counts * np.float32(TARGET_SUM), total, out=np.zeros_like(counts), where=total > 0)
+            yield sp.csr_matrix(np.log1p(scaled))
+
+    return condition, blocks()
 
 
 def _log_rates(rng: np.random.Generator, baseline: np.ndarray, grn: sp.csr_matrix, rank: np.ndarray,
@@ -452,10 +457,10 @@ def _gene2go(rng: np.random.Generator, measured: list[str], unmeasured: list[str
             if gene_terms}
 
 
-def _build_anndata(expression: sp.csr_matrix, cell_conditions: np.ndarray, conditions: list[str],
-                   symbols: np.ndarray, modules: np.ndarray, perturbed: np.ndarray, activated: np.ndarray,
-                   cell_type: str) -> anndata.AnnData:
-    """AnnData in GEARS raw form, plus ``var['module']`` and ``var['perturbation']`` ground truth."""
+def _obs_and_var(cell_conditions: np.ndarray, conditions: list[str], symbols: np.ndarray, modules: np.ndarray,
+                 perturbed: np.ndarray, activated: np.ndarray, cell_type: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``obs`` and ``var`` in GEARS raw form, plus ``var['module']`` and
+    ``var['perturbation']`` ground truth."""
     width = len(str(len(cell_conditions)))
     obs = pd.DataFrame({"condition": pd.Categorical(cell_conditions, categories=conditions),
                         "cell_type": pd.Categorical([cell_type] * len(cell_conditions))},
@@ -465,15 +470,20 @@ def _build_anndata(expression: sp.csr_matrix, cell_conditions: np.ndarray, condi
     var = pd.DataFrame({"gene_name": symbols, "module": modules.astype(np.int64),
                         "perturbation": pd.Categorical(mode, categories=["none", "knockdown", "activation"])},
                        index=pd.Index(symbols))
-    return anndata.AnnData(X=expression, obs=obs, var=var)
+    return obs, var
+
+
+def in_memory(obs: pd.DataFrame, var: pd.DataFrame, blocks: Iterator[sp.csr_matrix]) -> anndata.AnnData:
+    """The default ``expression_to`` of ``make_synthetic_perturb_seq``: an AnnData in memory."""
+    return anndata.AnnData(X=sp.vstack(list(blocks), format="csr"), obs=obs, var=var)
 
 
 def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_perturbed_genes: int = 60,
                                n_combos: int = 80, cells_per_condition: int = 45, n_control_cells: int = 1000,
                                n_go_terms: int | None = None, seed: int = 0, frac_activation: float = 0.2,
                                frac_unmeasured: float = 0.15, interaction_fractions: dict | None = None,
-                               cell_type: str = "synthetic",
-                               program_sd: float = DEFAULT_PROGRAM_SD) -> SyntheticPerturbSeq:
+                               cell_type: str = "synthetic", program_sd: float = DEFAULT_PROGRAM_SD,
+                               expression_to: Callable = in_memory) -> SyntheticPerturbSeq:
     """Generate a synthetic Perturb-seq dataset (see the module docstring for the model).
 
     Defaults give 7,300 cells x 1,000 genes (60 singles and 80 combos of 45 cells, 1,000
@@ -484,7 +494,10 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     maps 'synergy' / 'buffering' / 'epistasis' to fractions of the combos (default 0.15 each,
     the rest additive). ``program_sd`` is the standard deviation of the per-cell module
     (program) activities that create within-module co-expression (0 turns them off).
-    Deterministic for a given ``seed``.
+    Deterministic for a given ``seed``. ``expression_to(obs, var, blocks)`` consumes the
+    expression, which arrives as CSR blocks of cells, and returns the AnnData to report: by
+    default one in memory; ``datasets.write_synthetic_screen`` writes the blocks to a file
+    instead, so a screen larger than memory can be generated.
     """
     fractions = dict(DEFAULT_INTERACTION_FRACTIONS if interaction_fractions is None else interaction_fractions)
     _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition, n_control_cells,
@@ -511,10 +524,10 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     cells_of = np.array([n_control_cells] + [cells_per_condition] * (len(conditions) - 1))
     rates = np.exp(log_rates)
     loadings = _program_loadings(rng, n_genes)
-    expression, condition_index = _sample_expression(rng, rates, cells_of, modules, loadings, float(program_sd))
-
-    adata = _build_anndata(expression, np.array(conditions)[condition_index], conditions, symbols, modules,
-                           perturbed, activated, cell_type)
+    condition_index, blocks = _sample_expression(rng, rates, cells_of, modules, loadings, float(program_sd))
+    obs, var = _obs_and_var(np.array(conditions)[condition_index], conditions, symbols, modules, perturbed, activated,
+                            cell_type)
+    adata = expression_to(obs, var, blocks)  # consumes every block before the GO draws below (None: written)
     gene2go = _gene2go(rng, measured_genes, unmeasured_genes, modules, n_modules, n_go_terms, perturbed)
     true_means = pd.DataFrame(np.log1p(TARGET_SUM * rates / rates.sum(axis=1, keepdims=True)),
                               index=pd.Index(conditions, name="condition"), columns=pd.Index(symbols, name="gene"))
@@ -524,8 +537,8 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
               "frac_activation": float(frac_activation), "frac_unmeasured": float(frac_unmeasured),
               "interaction_fractions": {k: float(v) for k, v in fractions.items()}, "cell_type": cell_type,
               "program_sd": float(program_sd),
-              "n_cells": int(adata.n_obs), "n_unmeasured_genes": n_unmeasured}
+              "n_cells": int(cells_of.sum()), "n_unmeasured_genes": n_unmeasured}
     logger.info("synthetic Perturb-seq: %d cells x %d genes, %d conditions, %d GO-annotated genes (%.1f s)",
-                adata.n_obs, adata.n_vars, len(conditions), len(gene2go), time.perf_counter() - started)
+                int(cells_of.sum()), n_genes, len(conditions), len(gene2go), time.perf_counter() - started)
     return SyntheticPerturbSeq(adata=adata, gene2go=gene2go, pert_genes=sorted(gene2go), true_means=true_means,
                                interaction_types=dict(zip(combo_names, labels.tolist())), params=params)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from gears_ddp.data.pertdata import PertData
+from gears_ddp.data.expression_map import DTYPES
+from gears_ddp.data.pertdata import STORAGES, PertData
 from gears_ddp.gears import GEARS
 from gears_ddp.options import TrainingOptions, reject_unknown
 
@@ -53,6 +54,8 @@ class TrainingArgs(TrainingOptions):
     resample_controls: bool | None = False
     save_path: str | None = "./runs/gears_ddp"
     model_config: dict = field(default_factory=dict)  # GEARS.model_initialize's options
+    expression_storage: str = "mapped"  # PertData's: 'mapped' (one file map per machine) or 'memory'
+    expression_dtype: str = "float32"   # PertData's: 'float32' or 'float16'
     cpu_processes: int | None = None  # this many gloo processes on CPU instead of GPUs
     timeout_s: float = 600.0          # how long ranks wait for each other
     find_unused_parameters: bool = False  # passed to DistributedDataParallel
@@ -68,6 +71,9 @@ class TrainingArgs(TrainingOptions):
             raise ValueError(f"args['model_config'] must be a dict of GEARS.model_initialize options, "
                              f"got {self.model_config!r}")
         reject_unknown(self.model_config, MODEL_OPTIONS, "args['model_config']")
+        for key, allowed in (("expression_storage", STORAGES), ("expression_dtype", tuple(DTYPES))):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"args['{key}'] must be one of {allowed}, got {getattr(self, key)!r}")
         if not isinstance(self.timeout_s, (int, float)) or isinstance(self.timeout_s, bool) \
                 or not self.timeout_s > 0 or self.timeout_s == float("inf"):
             raise ValueError(f"args['timeout_s'] must be a positive number, got {self.timeout_s!r}")

@@ -21,7 +21,6 @@ import torch
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, get_logger
 from gears_ddp.distributed.config import TrainingArgs
-from gears_ddp.data.expression_map import RECORD_FILE
 from gears_ddp.distributed.runtime import cleanup_ddp, setup_ddp
 from gears_ddp.gears import GEARS
 from gears_ddp.ranks import ProcessGroupRanks
@@ -54,7 +53,7 @@ def data_fingerprint(pert_data) -> str:
     digest = hashlib.blake2b(digest_size=16)
     cells = pert_data.cells
     if cells.mapped_from is not None:
-        record = json.loads((Path(cells.mapped_from).parent / RECORD_FILE).read_text())
+        record = json.loads(Path(cells.mapped_from).with_suffix(".json").read_text())
         digest.update(json.dumps(record, sort_keys=True).encode())
     else:
         digest.update(np.ascontiguousarray(cells.expression.numpy()).data)
