@@ -58,7 +58,6 @@ class GEARS:
         self.pert_data = pert_data
         self.device = checked_device(device)
         self.wandb = start_wandb(proj_name, exp_name) if weight_bias_track else None
-        self.adata = pert_data.adata
         self.dataloader = pert_data.dataloader
         self.node_map, self.node_map_pert = pert_data.node_map, pert_data.node_map_pert
         self.gene_list = list(pert_data.gene_names)
@@ -129,9 +128,16 @@ class GEARS:
         return LossContext.from_pert_data(self.pert_data, self.config["direction_lambda"],
                                           self.config["uncertainty_reg"]).to(self.device)
 
-    def new_accumulator(self) -> EvaluationAccumulator:
-        """An empty per-condition accumulator for one evaluation pass."""
-        return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device)
+    @property
+    def adata(self):
+        """The dataset as an AnnData (``PertData.adata``; built when first asked for)."""
+        return self.pert_data.adata
+
+    def new_accumulator(self, keep_cells: bool = True) -> EvaluationAccumulator:
+        """An empty per-condition accumulator for one evaluation pass (``keep_cells``: also
+        the per-cell DE truth the deeper test analyses need)."""
+        return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device,
+                                                    keep_cells)
 
     def train(self, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 5e-4, amp: str = "off",
               seed: int | None = None, *, max_steps: int | None = None, batch_size: int | None = None, test_batch_size: int | None = None,
@@ -168,7 +174,7 @@ class GEARS:
         self._require_model()
         result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
                           self.config["uncertainty"], self.device, ranks=ranks)
-        context = MetricContext.from_adata(self.adata)
+        context = MetricContext.from_pert_data(self.pert_data)
         subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
         model_summary, self.test_metrics_per_condition = score(result, context, subgroups)
         baselines = {name: score(res, context, subgroups)[0]
@@ -235,7 +241,7 @@ class GEARS:
             obs = pd.DataFrame(index=keys)
             if uncertainty is not None:
                 obs["uncertainty"] = [uncertainty[k] for k in keys]
-            return anndata.AnnData(X=prediction, obs=obs, var=self.adata.var.copy())
+            return anndata.AnnData(X=prediction, obs=obs, var=self.pert_data.var.copy())
         predictions = dict(zip(keys, prediction))
         return (predictions, uncertainty) if uncertainty is not None else predictions
 
@@ -266,11 +272,12 @@ class GEARS:
         if query not in conditions or query == CONTROL:
             raise ValueError(f"{query!r} is not a perturbation condition of the data "
                              f"(e.g. {[c for c in conditions if c != CONTROL][:5]})")
-        positions = non_dropout_de_table(self.adata, [query])[0]
+        cells = self.pert_data.cells
+        name = cells.condition_names[cells.conditions.index(query)]
+        positions = non_dropout_de_table(self.pert_data.uns, self.pert_data.var.index, [name])[0]
         positions = positions[positions >= 0].numpy()
-        rows = (self.adata.obs["condition"] == query).to_numpy()
         control = self.ctrl_expression.cpu().numpy()[positions]
-        truth = self.adata.X[rows][:, positions] - control
+        truth = cells.rows(cells.cells_of([query])).numpy()[:, positions] - control
         predicted = self.predict([condition_genes(query)])
         predicted = (predicted[0] if isinstance(predicted, tuple) else predicted)["_".join(condition_genes(query))]
         return plot_perturbation_figure(truth, predicted[positions] - control,

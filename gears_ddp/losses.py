@@ -34,20 +34,16 @@ class LossContext:
     @classmethod
     def from_pert_data(cls, pert_data, direction_lambda: float = 1e-1, uncertainty_reg: float = 1.0):
         """Build it from a loaded ``PertData`` (needs the DE gene sets of ``new_data_process``)."""
-        uns = pert_data.adata.uns
+        uns, cells = pert_data.uns, pert_data.cells
         if "non_zeros_gene_idx" not in uns:
             raise ValueError(f"dataset {pert_data.dataset_name!r} has no uns['non_zeros_gene_idx']: the loss "
                              "needs the gene sets that new_data_process computes unless skip_calc_de=True")
-        conditions = pert_data.cells.conditions
-        name_of = dict(zip(pert_data.adata.obs["condition"].astype(str),
-                           pert_data.adata.obs["condition_name"].astype(str)))
-        retained = torch.zeros(len(conditions), pert_data.adata.n_vars, dtype=torch.bool)
-        for code, condition in enumerate(conditions):
+        retained = torch.zeros(len(cells.conditions), len(pert_data.var), dtype=torch.bool)
+        for code, (condition, name) in enumerate(zip(cells.conditions, cells.condition_names)):
             if condition == CONTROL:
                 retained[code] = True
             else:
-                retained[code, torch.as_tensor(np.asarray(uns["non_zeros_gene_idx"][name_of[condition]],
-                                                          dtype=np.int64))] = True
+                retained[code, torch.as_tensor(np.asarray(uns["non_zeros_gene_idx"][name], dtype=np.int64))] = True
         return cls(retained, pert_data.cells.control_mean(), direction_lambda, uncertainty_reg)
 
     def to(self, device) -> "LossContext":

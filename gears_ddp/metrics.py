@@ -7,7 +7,9 @@ condition's MEAN prediction and MEAN truth. So evaluation here keeps:
 
 - per-condition sums of prediction, truth (and log-variance) in float64, plus cell counts,
   accumulated batch by batch with ``index_add_`` (``EvaluationAccumulator``);
-- per cell, only the truth at the condition's two DE gene lists (20 values each).
+- per cell, only the truth at the condition's two DE gene lists (20 values each, float32,
+  which holds expression values exactly), and only where the deeper analyses need them
+  (the test set): the per-epoch train and val metrics use the means alone.
 
 Those pieces reduce across ranks by a sum and a concatenation, so distributed evaluation
 gives the single-process result. The metric functions then work on (conditions x genes)
@@ -54,12 +56,6 @@ FOLD_CHANGE_GAPS = {  # key -> which fold changes (> 0 after the reference's zer
 
 
 # ---------------------------------------------------------------------------- tables
-def _condition_name_map(adata) -> dict[str, str]:
-    """Condition string -> ``condition_name`` (the key of the ``uns`` dicts), one entry per condition."""
-    pairs = adata.obs[["condition", "condition_name"]].astype(str).drop_duplicates()
-    return dict(zip(pairs["condition"], pairs["condition_name"]))
-
-
 def _gene_positions(var_names: pd.Index, gene_ids) -> np.ndarray:
     """Positions of ``gene_ids`` in ``var_names``, in the given order."""
     positions = pd.Index(var_names).get_indexer(list(gene_ids))
@@ -69,20 +65,20 @@ def _gene_positions(var_names: pd.Index, gene_ids) -> np.ndarray:
     return positions
 
 
-def non_dropout_de_table(adata, conditions: Sequence[str]) -> torch.Tensor:
+def non_dropout_de_table(uns: Mapping, var_names: pd.Index, condition_names: Sequence[str]) -> torch.Tensor:
     """(conditions x 20) positions of each condition's ``uns['top_non_dropout_de_20']`` genes, in
     rank order, -1 padded (all -1 for conditions without an entry, such as control).
 
-    Row ``code`` belongs to ``conditions[code]`` (a ``CellTable.conditions`` list), so the table
-    is indexed by condition codes like ``CellTable.condition_de_idx``.
+    Row ``code`` belongs to the condition whose ``condition_name`` is ``condition_names[code]``
+    (``CellTable.condition_names``), so the table is indexed by condition codes like
+    ``CellTable.condition_de_idx``.
     """
-    names = _condition_name_map(adata)
-    top = adata.uns.get(NON_DROPOUT_DE_KEY, {})
-    table = torch.full((len(conditions), N_DE_GENES), -1, dtype=torch.long)
-    for code, condition in enumerate(conditions):
-        genes = top.get(names.get(condition))
+    top = uns.get(NON_DROPOUT_DE_KEY, {})
+    table = torch.full((len(condition_names), N_DE_GENES), -1, dtype=torch.long)
+    for code, name in enumerate(condition_names):
+        genes = top.get(name)
         if genes is not None:
-            positions = _gene_positions(adata.var_names, list(genes)[:N_DE_GENES])
+            positions = _gene_positions(var_names, list(genes)[:N_DE_GENES])
             table[code, :len(positions)] = torch.from_numpy(positions)
     return table
 
@@ -107,13 +103,14 @@ class EvaluationResult:
     de_idx: np.ndarray              # (C, 20)
     non_dropout_de_idx: np.ndarray  # (C, 20)
     cell_condition: np.ndarray      # (N,)
-    truth_de: np.ndarray            # (N, 20) float64
-    truth_non_dropout_de: np.ndarray  # (N, 20) float64
+    truth_de: np.ndarray            # (N, 20) float32
+    truth_non_dropout_de: np.ndarray  # (N, 20) float32
 
 
 def _gather_cells(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """Per-row ``values[i, idx[i]]`` in float64, NaN where ``idx`` is -1 padding."""
-    gathered = values.gather(1, idx.clamp(min=0)).to(torch.float64)
+    """Per-row ``values[i, idx[i]]`` (expression values: float32 holds them exactly), NaN
+    where ``idx`` is -1 padding."""
+    gathered = values.gather(1, idx.clamp(min=0)).to(torch.float32)
     return gathered.masked_fill(idx < 0, float("nan"))
 
 
@@ -122,7 +119,9 @@ class EvaluationAccumulator:
 
     ``add`` takes a batch's condition codes (B,), predictions and truth (B x G) and, with
     ``uncertainty``, the predicted log-variance. Sums are float64 on ``device`` (pass the
-    model's device to avoid copying B x G predictions to the host every batch).
+    model's device to avoid copying B x G predictions to the host every batch). With
+    ``keep_cells=False`` the per-cell DE truth is not kept (``compute_metrics`` needs only
+    the means; the deeper analyses need the cells).
 
     Distributed evaluation: each rank accumulates its cells, then the ranks combine
     ``state()``: its ``"sum"`` tensors add up across ranks and its ``"cat"`` tensors
@@ -135,10 +134,12 @@ class EvaluationAccumulator:
     """
 
     def __init__(self, condition_names: Sequence[str], n_genes: int, de_idx_table: torch.Tensor,
-                 non_dropout_de_table: torch.Tensor, uncertainty: bool = False, device="cpu"):
+                 non_dropout_de_table: torch.Tensor, uncertainty: bool = False, device="cpu",
+                 keep_cells: bool = True):
         self.condition_names = list(condition_names)
         self.n_genes = n_genes
         self.uncertainty = uncertainty
+        self.keep_cells = keep_cells
         self.device = torch.device(device)
         self.tables = {"truth_de": de_idx_table.to(self.device, torch.long),
                        "truth_non_dropout_de": non_dropout_de_table.to(self.device, torch.long)}
@@ -154,15 +155,17 @@ class EvaluationAccumulator:
             sums["logvar"] = torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device)
         self._sums = sums
         self._cells = {"codes": [torch.empty(0, dtype=torch.long, device=self.device)],
-                       **{name: [torch.empty(0, N_DE_GENES, dtype=torch.float64, device=self.device)]
+                       **{name: [torch.empty(0, N_DE_GENES, dtype=torch.float32, device=self.device)]
                           for name in self.tables}}
 
     @classmethod
-    def from_pert_data(cls, pert_data, uncertainty: bool = False, device="cpu") -> "EvaluationAccumulator":
+    def from_pert_data(cls, pert_data, uncertainty: bool = False, device="cpu",
+                       keep_cells: bool = True) -> "EvaluationAccumulator":
         """An accumulator for the conditions, genes and DE tables of a loaded ``PertData``."""
         cells = pert_data.cells
         return cls(cells.conditions, cells.expression.shape[1], cells.condition_de_idx,
-                   non_dropout_de_table(pert_data.adata, cells.conditions), uncertainty, device)
+                   non_dropout_de_table(pert_data.uns, pert_data.var.index, cells.condition_names), uncertainty,
+                   device, keep_cells)
 
     def add(self, codes: torch.Tensor, pred: torch.Tensor, truth: torch.Tensor,
             logvar: torch.Tensor | None = None) -> None:
@@ -200,9 +203,10 @@ class EvaluationAccumulator:
         self._sums["count"].index_add_(0, codes, torch.ones_like(codes))
         self._sums["pred"].index_add_(0, codes, pred.detach().to(self.device, torch.float64))
         self._sums["truth"].index_add_(0, codes, truth.to(torch.float64))
-        self._cells["codes"].append(codes)
-        for name, table in self.tables.items():
-            self._cells[name].append(_gather_cells(truth, table[codes]))
+        if self.keep_cells:
+            self._cells["codes"].append(codes)
+            for name, table in self.tables.items():
+                self._cells[name].append(_gather_cells(truth, table[codes]))
         return codes
 
     def state(self) -> dict[str, dict[str, torch.Tensor]]:
@@ -328,7 +332,7 @@ def _cell_spread(cell_row: np.ndarray, values: np.ndarray, n_rows: int) -> dict[
     bounds = np.searchsorted(cell_row[order], np.arange(n_rows + 1))
     spread = {name: np.full((n_rows, values.shape[1]), np.nan) for name in ("std", "min", "max", *QUANTILES)}
     for row in range(n_rows):
-        block = values[order[bounds[row]:bounds[row + 1]]]
+        block = values[order[bounds[row]:bounds[row + 1]]].astype(np.float64)
         if len(block):
             spread["std"][row], spread["min"][row], spread["max"][row] = block.std(0), block.min(0), block.max(0)
             for q, column in zip(QUANTILES, np.quantile(block, QUANTILES, axis=0)):
@@ -432,28 +436,29 @@ class MetricContext:
     non_dropout_genes: dict[str, np.ndarray]
 
     @classmethod
-    def from_adata(cls, adata) -> "MetricContext":
-        """Build from a processed AnnData (DE ranking and gene sets in ``uns``)."""
-        missing = [k for k in (RANK_KEY, NON_ZERO_GENES_KEY, NON_DROPOUT_GENES_KEY) if k not in adata.uns]
+    def from_pert_data(cls, pert_data) -> "MetricContext":
+        """Build from a loaded ``PertData`` (DE ranking and gene sets in its ``uns``); the
+        per-condition means are summed over the cell table a block of cells at a time."""
+        uns, cells = pert_data.uns, pert_data.cells
+        missing = [k for k in (RANK_KEY, NON_ZERO_GENES_KEY, NON_DROPOUT_GENES_KEY) if k not in uns]
         if missing:
-            raise ValueError(f"adata.uns lacks {missing}: the deeper analyses need DE genes "
+            raise ValueError(f"the dataset's uns lacks {missing}: the deeper analyses need DE genes "
                              "(process the data without skip_calc_de)")
-        codes, conditions = pd.factorize(adata.obs["condition"].astype(str))
-        if CONTROL not in conditions:
+        if CONTROL not in cells.conditions:
             raise ValueError("the dataset has no control cells; the analyses compare with control")
-        means = condition_means(adata.X, codes, len(conditions))
-        names = _condition_name_map(adata)
-        ranked = adata.uns[RANK_KEY]
+        means = condition_means(cells.expression, cells.condition_codes.numpy(), len(cells.conditions))
+        names = dict(zip(cells.conditions, cells.condition_names))
+        ranked, var_names = uns[RANK_KEY], pert_data.var.index
         return cls(
-            n_genes=adata.n_vars,
-            control_mean=means[conditions.get_loc(CONTROL)],
+            n_genes=len(var_names),
+            control_mean=means[cells.conditions.index(CONTROL)],
             most_variable_genes=np.argsort(np.std(means, axis=0))[-N_VARIABLE_GENES:],
-            ranked_de={c: _gene_positions(adata.var_names, list(ranked[n])[:max(TOP_DE_SIZES)])
+            ranked_de={c: _gene_positions(var_names, list(ranked[n])[:max(TOP_DE_SIZES)])
                        for c, n in names.items() if n in ranked},
-            non_zero_genes={c: np.asarray(adata.uns[NON_ZERO_GENES_KEY][n], dtype=np.int64)
-                            for c, n in names.items() if n in adata.uns[NON_ZERO_GENES_KEY]},
-            non_dropout_genes={c: np.asarray(adata.uns[NON_DROPOUT_GENES_KEY][n], dtype=np.int64)
-                               for c, n in names.items() if n in adata.uns[NON_DROPOUT_GENES_KEY]})
+            non_zero_genes={c: np.asarray(uns[NON_ZERO_GENES_KEY][n], dtype=np.int64)
+                            for c, n in names.items() if n in uns[NON_ZERO_GENES_KEY]},
+            non_dropout_genes={c: np.asarray(uns[NON_DROPOUT_GENES_KEY][n], dtype=np.int64)
+                               for c, n in names.items() if n in uns[NON_DROPOUT_GENES_KEY]})
 
 
 def _analysed_rows(result: EvaluationResult, available: Mapping, what: str) -> np.ndarray:

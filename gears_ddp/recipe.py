@@ -228,8 +228,8 @@ class TrainingRecipe:
         return self.options.max_steps is not None and self.position.global_step >= self.options.max_steps
 
     def _metrics(self, loader) -> dict:
-        result = evaluate(self.model, loader, self.gears.new_accumulator(), self.gears.config["uncertainty"],
-                          self.device, self.precision, self.ranks)
+        result = evaluate(self.model, loader, self.gears.new_accumulator(keep_cells=False),
+                          self.gears.config["uncertainty"], self.device, self.precision, self.ranks)
         return compute_metrics(result)[0]
 
     def _stop_if_asked(self, loss_sum: torch.Tensor) -> None:

@@ -76,6 +76,7 @@ class CellTable:
     conditions: list[str]            # condition strings, in order of first appearance
     condition_pert_idx: torch.Tensor  # (conditions, 2) long, -1 padded
     condition_de_idx: torch.Tensor   # (conditions, 20) long, -1 padded
+    condition_names: list[str]       # each condition's ``condition_name`` (the key of the uns gene sets)
     mapped_from: str | None = None   # the map file ``expression`` reads, if any
 
     @property

@@ -20,13 +20,15 @@ import os
 import pickle
 import secrets
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import anndata
 import h5py
+import pandas as pd
 import torch
-from anndata.io import write_elem
+from anndata.io import read_elem, sparse_dataset, write_elem
 
 PROCESSED_FILE = "perturb_processed.h5ad"
 
@@ -132,6 +134,53 @@ def write_h5ad(adata: anndata.AnnData, dest: str | os.PathLike) -> None:
                 if key in handle:
                     del handle[key]
                 write_elem(handle, key, value)
+
+
+@dataclass
+class H5adParts:
+    """An h5ad file's annotations with its expression left on disk: ``obs`` (some columns,
+    with a positional index: no per-cell name strings), ``var``, ``uns``, and ``X``, which
+    is read a block of cells at a time (``grouped.row_blocks``) while the file is open."""
+
+    obs: pd.DataFrame
+    var: pd.DataFrame
+    uns: dict
+    X: Any
+    n_obs: int
+
+    @property
+    def var_names(self) -> pd.Index:
+        return self.var.index
+
+
+@contextlib.contextmanager
+def h5ad_parts(path: str | os.PathLike, obs_columns) -> Iterator[H5adParts]:
+    """Open an h5ad file for ``H5adParts`` (the ``obs_columns`` it has), with clear errors
+    for a missing, truncated or corrupt file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {path.name} at {path}")
+    try:
+        handle = h5py.File(path, "r")
+        obs_group = handle["obs"]
+        obs = pd.DataFrame({c: read_elem(obs_group[c]) for c in obs_columns if c in obs_group})
+        matrix = handle["X"]
+        parts = H5adParts(obs, read_elem(handle["var"]), read_elem(handle["uns"]) if "uns" in handle else {},
+                          sparse_dataset(matrix) if isinstance(matrix, h5py.Group) else matrix,
+                          int(matrix.attrs["shape"][0]) if isinstance(matrix, h5py.Group) else matrix.shape[0])
+    except Exception as err:  # h5py/anndata raise many types for damaged files
+        raise ValueError(f"cannot read {path}: {type(err).__name__}: {err}; the file is truncated "
+                         "or corrupt: download it again or re-run PertData.new_data_process") from err
+    try:
+        yield parts
+    finally:
+        handle.close()
+
+
+def read_obs(path: str | os.PathLike) -> pd.DataFrame:
+    """The whole ``obs`` table of an h5ad file (cell names included)."""
+    with h5py.File(path, "r") as handle:
+        return read_elem(handle["obs"])
 
 
 def read_h5ad(path: str | os.PathLike, backed: bool = False) -> anndata.AnnData:

@@ -72,7 +72,9 @@ class PertData:
         self.default_pert_graph = default_pert_graph and gene_set_path is None
         self.dataset_name: str | None = None
         self.dataset_path: str | None = None
-        self.adata: anndata.AnnData | None = None
+        self._adata: anndata.AnnData | None = None
+        self.var: pd.DataFrame | None = None
+        self.uns: dict | None = None
         self.cells: CellTable | None = None
         self.gene_names: pd.Series = pd.Series(dtype=str)
         self.node_map: dict[str, int] = {}
@@ -108,16 +110,13 @@ class PertData:
             raise ValueError(f"nothing to load: data_name must be one of {sorted(download.DATASET_FILE_IDS)} "
                              f"(got {data_name!r}), or data_path an existing folder (got {data_path!r})")
         h5ad = folder / io.PROCESSED_FILE
-        adata = io.read_h5ad(h5ad, backed=self.expression_storage == "mapped")  # X is read a block at a time
-        try:
-            processing.check_columns(adata, str(h5ad), obs_columns=("condition", "cell_type", "condition_name"))
-            validate_conditions(adata.obs["condition"].astype(object), f"{h5ad} obs['condition']")
+        columns = ("condition", "cell_type", "condition_name")
+        with io.h5ad_parts(h5ad, columns) as parts:  # X stays on disk, read a block at a time if need be
+            processing.check_columns(parts, str(h5ad), obs_columns=columns)
+            validate_conditions(parts.obs["condition"].astype(object), f"{h5ad} obs['condition']")
             if self.expression_storage == "memory":
-                processing.check_expression(adata.X, str(h5ad))  # (a new map checks the values it copies)
-            self._use_dataset(adata, folder, self._cells_in_vocabulary(adata, folder.name))
-        finally:
-            if adata.isbacked:
-                adata.file.close()
+                processing.check_expression(parts.X, str(h5ad))  # (a new map checks the values it copies)
+            self._use_dataset(parts, folder, self._cells_in_vocabulary(parts, folder.name))
 
     def new_data_process(self, dataset_name: str, adata: anndata.AnnData | None = None,
                          skip_calc_de: bool = False, overwrite: bool = False) -> None:
@@ -139,9 +138,10 @@ class PertData:
                                   f"'{folder}') or pass overwrite=True to replace it")
         self.ensure_go_inputs()
         processing.process_raw(adata, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
-        keep = self._cells_in_vocabulary(adata, dataset_name)  # everything that can refuse the data does so before it is written
+        keep = self._cells_in_vocabulary(adata, dataset_name)  # all that can refuse the data does, before writing
         write_processed_dataset(adata, folder)
         self._use_dataset(adata, folder, keep)
+        self._adata = _view(self.cells.expression, _kept(adata.obs, keep), self.var, self.uns)
 
     def ensure_go_inputs(self) -> None:
         """Have every Gene Ontology file this PertData will read (downloaded if absent), or
@@ -178,22 +178,36 @@ class PertData:
                              "symbols against the GO annotations")
         return np.fromiter((known[c] for c in conditions), dtype=bool, count=len(conditions))
 
-    def _use_dataset(self, adata: anndata.AnnData, folder: Path, keep: np.ndarray) -> None:
-        """Build the cell table of the cells ``keep`` (the expression mapped or in memory)."""
+    def _use_dataset(self, data, folder: Path, keep: np.ndarray) -> None:
+        """Build the cell table of the cells ``keep`` of ``data`` (an AnnData, or the parts of
+        an h5ad file), the expression mapped or in memory."""
         self.dataset_name = folder.name
         self.dataset_path = str(folder)
         if self.expression_storage == "mapped":
-            values, path = mapped_expression(folder, adata.X, keep, self.expression_dtype)
+            values, path = mapped_expression(folder, data.X, keep, self.expression_dtype)
             expression, mapped_from = as_tensor(values), str(path)
         else:
-            expression, mapped_from = _in_memory(adata.X, keep, self.expression_dtype), None
-        self.adata, self.cells = _tensor_backed(adata, keep, self.node_map_pert, expression, mapped_from)
-        self.gene_names = self.adata.var["gene_name"]
+            expression, mapped_from = _in_memory(data.X, keep, self.expression_dtype), None
+        self.var, self.uns = data.var.copy(), dict(data.uns)
+        self.cells = _cell_table(data.obs, keep, self.uns, self.var.index, self.node_map_pert, expression, mapped_from)
+        self._adata = None  # built from the h5ad when first asked for (the cells' names cost memory)
+        self.gene_names = self.var["gene_name"]
         self.node_map = {g: i for i, g in enumerate(self.gene_names)}
         self.split = self.set2conditions = self.subgroup = self.dataloader = None
         logger.info("dataset %s: %d cells, %d genes, %d conditions, perturbation vocabulary of %d genes",
-                    self.dataset_name, self.adata.n_obs, self.adata.n_vars, len(self.cells.conditions),
+                    self.dataset_name, self.cells.n_cells, len(self.var), len(self.cells.conditions),
                     len(self.pert_names))
+
+    @property
+    def adata(self) -> anndata.AnnData | None:
+        """The dataset's cells as an AnnData whose ``X`` views the expression, with the ``obs``
+        table of ``perturb_processed.h5ad``. Built on first use: training needs only the cell
+        table and the condition tables, and a million cells' names alone take tens of MB."""
+        if self._adata is None and self.cells is not None:
+            obs = io.read_obs(Path(self.dataset_path) / io.PROCESSED_FILE)
+            keep = obs["condition"].astype(str).isin(self.cells.conditions).to_numpy()
+            self._adata = _view(self.cells.expression, _kept(obs, keep), self.var, self.uns)
+        return self._adata
 
     @property
     def ctrl_adata(self) -> anndata.AnnData:
@@ -362,23 +376,14 @@ class PertData:
         shared copy and the private one is freed; a mapped expression is shared already."""
         self._require_data()
         self.cells.share_memory_()
-        self.adata.X = self.cells.expression.numpy()
+        if self._adata is not None:
+            self._adata.X = self.cells.expression.numpy()
         return self
 
     def __getstate__(self) -> dict:
-        """Pickle without ``adata.X`` (rebuilt as a view of the shared tensor) and without loaders."""
-        state = dict(self.__dict__)
-        state["dataloader"] = state["loader_options"] = None
-        if self.adata is not None:
-            state["adata"] = None
-            state["_adata_parts"] = {"obs": self.adata.obs, "var": self.adata.var, "uns": self.adata.uns}
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        parts = state.pop("_adata_parts", None)
-        self.__dict__.update(state)
-        if parts is not None:
-            self.adata = anndata.AnnData(X=self.cells.expression.numpy(), **parts)
+        """Pickle without the loaders and without the per-cell AnnData (a process that
+        unpickles it builds it from the h5ad if it asks for ``adata``)."""
+        return {**self.__dict__, "dataloader": None, "loader_options": None, "_adata": None}
 
 
 def write_processed_dataset(adata: anndata.AnnData, folder: Path) -> None:
@@ -421,20 +426,28 @@ def _in_memory(matrix, keep: np.ndarray, dtype: str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(dense, dtype=np.dtype(dtype)))
 
 
-def _tensor_backed(adata: anndata.AnnData, keep: np.ndarray, node_map_pert: dict, expression: torch.Tensor,
-                   mapped_from: str | None):
-    """The kept cells as a ``CellTable`` over ``expression``, plus an AnnData whose ``X``
-    views the same memory."""
-    obs = adata.obs.iloc[np.flatnonzero(keep)].copy() if not keep.all() else adata.obs.copy()
+def _kept(obs: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The rows ``keep`` of ``obs``, without categories that no longer occur."""
+    obs = obs.iloc[np.flatnonzero(keep)].copy() if not keep.all() else obs.copy()
     for column in obs.columns:
         if isinstance(obs[column].dtype, pd.CategoricalDtype):
             obs[column] = obs[column].cat.remove_unused_categories()
-    conditions_of_cells = obs["condition"].astype(str).to_numpy()
+    return obs
+
+
+def _cell_table(obs: pd.DataFrame, keep: np.ndarray, uns: dict, var_names: pd.Index, node_map_pert: dict,
+                expression: torch.Tensor, mapped_from: str | None) -> CellTable:
+    """The kept cells as a ``CellTable`` over ``expression``."""
+    kept = obs.iloc[np.flatnonzero(keep)] if not keep.all() else obs
+    conditions_of_cells = kept["condition"].astype(str).to_numpy()
     conditions = unique_in_order(conditions_of_cells)
     codes = pd.Categorical(conditions_of_cells, categories=conditions).codes.astype(np.int64)
-    condition_names = dict(zip(conditions_of_cells, obs["condition_name"].astype(str)))
-    uns = dict(adata.uns)
-    pert_idx, de_idx = _condition_tables(conditions, condition_names, uns, adata.var_names, node_map_pert)
-    table = CellTable(expression, torch.from_numpy(codes), conditions, pert_idx, de_idx, mapped_from)
-    view = anndata.AnnData(X=expression.numpy(), obs=obs, var=adata.var.copy(), uns=uns)
-    return view, table
+    names = dict(zip(conditions_of_cells, kept["condition_name"].astype(str)))
+    pert_idx, de_idx = _condition_tables(conditions, names, uns, var_names, node_map_pert)
+    return CellTable(expression, torch.from_numpy(codes), conditions, pert_idx, de_idx,
+                     [names[c] for c in conditions], mapped_from)
+
+
+def _view(expression: torch.Tensor, obs: pd.DataFrame, var: pd.DataFrame, uns: dict) -> anndata.AnnData:
+    """An AnnData whose ``X`` views ``expression``."""
+    return anndata.AnnData(X=expression.numpy(), obs=obs, var=var.copy(), uns=uns)

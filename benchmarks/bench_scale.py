@@ -1,0 +1,286 @@
+"""Million-cell screens: processing from the h5ad a block at a time, then training and
+evaluating from the mapped expression, on 1 and 2 CPU ranks, spawned and under torchrun.
+
+    python benchmarks/bench_scale.py [--cells 100000 1000000] [--genes 2000] [--steps 300]
+                                     [--ranks 1 2] [--launchers spawn torchrun]
+                                     [--data-path ./data/bench_scale] [--record]
+
+For each size it writes a synthetic screen (``gears_ddp.datasets.write_synthetic_screen``,
+a block of cells at a time: 500 perturbations, a tenth of the cells controls) once under
+``--data-path/<cells>`` (kept for later runs, processed or not), and processes it in a child process exactly as a user does:
+``PertData(path).new_data_process(name, anndata.read_h5ad(raw, backed='r'))`` (DE genes,
+gene sets, the expression map), ``prepare_split('simulation', seed=1)`` and the two gene
+graphs. Then, for each launcher and number of ranks, it trains ``--steps`` optimiser steps
+(batch 32 per rank, hidden 64), with the evaluation of train and val that ends an epoch,
+and scores the test set: ``train_multi_gpu(..., cpu_processes=R)`` ("spawn") or
+``torchrun --nproc_per_node=R -m gears_ddp.launch`` ("torchrun"). At the smallest size
+it also trains from an in-memory copy of the expression
+(``expression_storage='memory'``), the comparison the throughput target is about.
+
+Measured from outside, every 0.1 s, in every process of the run (``/proc``):
+
+- peak private memory, ``RssAnon`` of ``/proc/<pid>/status``: of the processing child; of
+  each rank (the worker processes, not the launcher or the parent);
+- the expression map's resident pages in each rank, and how many of them are shared with
+  another process (``Shared_Clean`` of its mapping in ``/proc/<pid>/smaps``), at their peak;
+- time to the first training step: from the launch to rank 0's log line of step 1;
+- training cells / s: steps x batch x ranks over the ``train_seconds`` of the report's
+  history (the loop and its loss reduction; the page cache is warm from processing).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import add_record_argument, recorded  # noqa: E402
+
+GENES, PERTURBED, COMBOS, BATCH, HIDDEN = 2000, 200, 300, 32, 64
+SPLIT = {"split": "simulation", "seed": 1}
+TARGET_PROCESSING_MIB = 2000
+TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO gears_ddp\.recipe: epoch 1 step 1:", re.M)
+
+
+def sizes(n_cells: int) -> dict:
+    """Generator options for a screen of about ``n_cells`` cells."""
+    controls = n_cells // 10
+    return {"n_genes": GENES, "n_perturbed_genes": PERTURBED, "n_combos": COMBOS, "n_control_cells": controls,
+            "cells_per_condition": (n_cells - controls) // (PERTURBED + COMBOS), "seed": 0}
+
+
+# ----------------------------------------------------------------------------- what /proc says
+
+
+def _descendants(pid: int) -> list[int]:
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        try:
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        found += [int(c) for c in children]
+        queue += [int(c) for c in children]
+    return found
+
+
+def _private_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _map_mib(pid: int, suffix: str) -> tuple[float, float]:
+    """Resident and shared MiB of the process's mappings of files whose name ends with ``suffix``."""
+    resident = shared = 0
+    inside = False
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            parts = line.split()
+            if parts and "-" in parts[0] and len(parts) >= 5:
+                inside = len(parts) > 5 and parts[5].endswith(suffix)
+            elif inside and parts[0] == "Rss:":
+                resident += int(parts[1])
+            elif inside and parts[0] == "Shared_Clean:":
+                shared += int(parts[1])
+    return resident / 1024, shared / 1024
+
+
+class Sampler:
+    """Peaks of private memory and of the map's resident and shared pages, per process of the
+    tree under ``root``, for the processes ``is_rank(cmdline)`` picks."""
+
+    def __init__(self, root: int, is_rank, map_suffix: str = ".npy"):
+        self.root, self.is_rank, self.suffix = root, is_rank, map_suffix
+        self.private, self.resident, self.shared = {}, {}, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            for pid in [self.root] + _descendants(self.root):
+                try:
+                    if not self.is_rank(Path(f"/proc/{pid}/cmdline").read_bytes()):
+                        continue
+                    private = _private_mib(pid)
+                    resident, shared = _map_mib(pid, self.suffix)
+                except OSError:  # the process ended meanwhile
+                    continue
+                self.private[pid] = max(self.private.get(pid, 0.0), private)
+                self.resident[pid] = max(self.resident.get(pid, 0.0), resident)
+                self.shared[pid] = max(self.shared.get(pid, 0.0), shared)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        pids = sorted(self.private)
+        return {"private": [self.private[p] for p in pids], "resident": [self.resident[p] for p in pids],
+                "shared": [self.shared[p] for p in pids]}
+
+
+# ----------------------------------------------------------------------------- the runs
+
+
+def make_screen(data_path: Path, n_cells: int) -> tuple[str, float]:
+    """Write the raw screen once; returns its name and how long writing took (0 if it existed)."""
+    from gears_ddp.datasets import write_synthetic_screen
+
+    name = f"screen_{n_cells}"
+    if (data_path / f"{name}.h5ad").exists():
+        return name, 0.0
+    start = time.perf_counter()
+    write_synthetic_screen(data_path, name=name, **sizes(n_cells))
+    return name, time.perf_counter() - start
+
+
+def process(data_path: Path, name: str) -> dict:
+    """Process the raw screen in a child process; its time and peak private memory."""
+    done_marker = data_path / name / "perturb_processed.h5ad"
+    if done_marker.exists():
+        return {"seconds": None, "private": None}
+    code = ("import sys, anndata; from gears_ddp import PertData; path, name = sys.argv[1:3];"
+            "p = PertData(path); p.new_data_process(name, anndata.read_h5ad(f'{path}/{name}.h5ad', backed='r'));"
+            "p.prepare_split('simulation', seed=1); p.coexpression_graph(); p.go_graph()")
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-c", code, str(data_path), name], stderr=subprocess.PIPE, text=True)
+    sampler = Sampler(child.pid, lambda cmdline: b"new_data_process" in cmdline)
+    _, stderr = child.communicate()
+    peaks = sampler.stop()
+    if child.returncode:
+        raise RuntimeError(f"processing failed:\n{stderr[-3000:]}")
+    return {"seconds": time.perf_counter() - start, "private": max(peaks["private"])}
+
+
+def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, storage: str, run: Path) -> dict:
+    """One training run; its figures."""
+    args = {"epochs": 1, "max_steps": steps, "batch_size": BATCH, "test_batch_size": 1024,
+            "model_config": {"hidden_size": HIDDEN}, "save_path": str(run), "expression_storage": storage}
+    if launcher == "spawn":
+        code = ("import sys, json; from gears_ddp import train_multi_gpu, enable_console_logging\n"
+                "if __name__ == '__main__':\n    enable_console_logging()\n"
+                "    r = train_multi_gpu(sys.argv[1], sys.argv[2], {'split': 'simulation', 'seed': 1}, "
+                "json.loads(sys.argv[3]))\n    print(json.dumps(r))")
+        command = [sys.executable, "-c", code, str(data_path), name, json.dumps({**args, "cpu_processes": ranks})]
+        def is_rank(cmdline: bytes) -> bool:
+            return b"spawn_main" in cmdline
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
+                   "-m", "gears_ddp.launch", "--data-path", str(data_path), "--dataset", name,
+                   "--args-json", json.dumps(args)]
+        def is_rank(cmdline: bytes) -> bool:
+            return b"gears_ddp.launch" in cmdline and b"torch.distributed.run" not in cmdline
+    started = datetime.datetime.now()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = Sampler(child.pid, is_rank)
+    stdout, stderr = child.communicate()
+    peaks = sampler.stop()
+    if child.returncode:
+        raise RuntimeError(f"{launcher} x {ranks} failed:\n{stderr[-3000:]}")
+    report = json.loads(stdout.strip().splitlines()[-1])
+    first = TIMESTAMP.search(stderr)
+    first_step = (datetime.datetime.strptime(first.group(1), "%Y-%m-%d %H:%M:%S,%f") - started).total_seconds() \
+        if first else float("nan")
+    loop = report["history"][0]["train_seconds"]
+    return {"launcher": launcher, "ranks": ranks, "storage": storage, "first_step_s": first_step,
+            "cells_per_s": steps * BATCH * ranks / loop, **peaks,
+            "test_pearson_delta": report["model"]["test_pearson_delta"]}
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+def _per_rank(values, digits: int = 0) -> str:
+    return " / ".join(f"{v:.{digits}f}" for v in values) if values else "-"
+
+
+def print_tables(processing: dict, runs: dict, args) -> None:
+    print(f"\nsynthetic screens of {GENES} genes, {PERTURBED} singles and {COMBOS} combos (a tenth of the cells "
+          f"controls), simulation split; {args.steps} optimiser steps of batch {BATCH} per rank, hidden {HIDDEN}, "
+          f"then the train / val evaluation and the test scoring; {os.cpu_count()} CPU cores, gloo\n")
+    print("| cells | writing the raw screen (s) | processing (s) | processing, peak private memory (MiB) |")
+    print("|------:|---------------------------:|---------------:|--------------------------------------:|")
+    for n, figures in processing.items():
+        seconds = "-" if figures["seconds"] is None else f"{figures['seconds']:.0f}"
+        private = "-" if figures["private"] is None else f"{figures['private']:.0f}"
+        print(f"| {n:,} | {figures['writing']:.0f} | {seconds} | {private} |")
+    print("\n| cells | launcher | ranks | expression | time to first step (s) | training cells / s | "
+          "peak private memory per rank (MiB) | map resident per rank (MiB) | of which shared (MiB) | "
+          "test pearson_delta |")
+    print("|------:|----------|------:|------------|-----------------------:|-------------------:|"
+          "-----------------------------------:|----------------------------:|----------------------:|"
+          "-------------------:|")
+    for n, results in runs.items():
+        for r in results:
+            print(f"| {n:,} | {r['launcher']} | {r['ranks']} | {r['storage']} | {r['first_step_s']:.1f} | "
+                  f"{r['cells_per_s']:.0f} | {_per_rank(r['private'])} | {_per_rank(r['resident'])} | "
+                  f"{_per_rank(r['shared'])} | {r['test_pearson_delta']:.4f} |")
+    _verdicts(processing, runs)
+
+
+def _verdicts(processing: dict, runs: dict) -> None:
+    sizes_run = sorted(runs)
+    small, large = sizes_run[0], sizes_run[-1]
+    print()
+    if len(sizes_run) > 1:
+        for launcher, ranks in sorted({(r["launcher"], r["ranks"]) for r in runs[large]}):
+            pick = [[r for r in runs[n] if (r["launcher"], r["ranks"], r["storage"]) == (launcher, ranks, "mapped")]
+                    for n in (small, large)]
+            if all(pick):
+                growth = max(pick[1][0]["private"]) / max(pick[0][0]["private"]) - 1
+                print(f"private memory per rank, {launcher} x {ranks}, {small:,} -> {large:,} cells: "
+                      f"{100 * growth:+.1f}% ({'met' if abs(growth) <= 0.10 else 'NOT met'}: within 10%)")
+    for r in runs[small]:
+        if r["storage"] == "memory":
+            mapped = next(m for m in runs[small] if (m["launcher"], m["ranks"], m["storage"]) ==
+                          (r["launcher"], r["ranks"], "mapped"))
+            ratio = mapped["cells_per_s"] / r["cells_per_s"]
+            print(f"throughput, mapped / in memory, {r['launcher']} x {r['ranks']} at {small:,} cells: {ratio:.3f} "
+                  f"({'met' if ratio >= 0.9 else 'NOT met'}: within 10%)")
+    if processing.get(large, {}).get("private") is not None:
+        peak = processing[large]["private"]
+        print(f"processing {large:,} cells: peak private memory {peak:.0f} MiB "
+              f"({'met' if peak < TARGET_PROCESSING_MIB else 'NOT met'}: under {TARGET_PROCESSING_MIB} MiB)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cells", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--launchers", nargs="+", default=["spawn", "torchrun"], choices=["spawn", "torchrun"])
+    parser.add_argument("--data-path", default="./data/bench_scale")
+    add_record_argument(parser)
+    args = parser.parse_args()
+    data_path = Path(args.data_path)
+    data_path.mkdir(parents=True, exist_ok=True)
+    processing, runs = {}, {}
+    for n in sorted(args.cells):
+        folder = data_path / str(n)  # the GO annotation of a synthetic screen depends on its size
+        folder.mkdir(exist_ok=True)
+        name, writing = make_screen(folder, n)
+        processing[n] = {"writing": writing, **process(folder, name)}
+        print(f"{n:,} cells: written in {writing:.0f} s, processed: {processing[n]}", file=sys.stderr, flush=True)
+        runs[n] = []
+        storages = ["mapped", "memory"] if n == min(args.cells) else ["mapped"]
+        for storage in storages:
+            for launcher in args.launchers if storage == "mapped" else ["spawn"]:
+                for ranks in args.ranks:
+                    run = folder / f"run_{launcher}_{ranks}_{storage}"
+                    runs[n].append(train(folder, name, launcher, ranks, args.steps, storage, run))
+                    print(f"  {runs[n][-1]}", file=sys.stderr, flush=True)
+    with recorded(args.record):
+        print_tables(processing, runs, args)
+
+
+if __name__ == "__main__":
+    main()
