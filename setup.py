@@ -27,11 +27,13 @@ setup(
         "joblib>=1.3",  # cpu_count: the cores a process may use (affinity, cgroup quota)
         "dcor>=0.6",
         "matplotlib>=3.5",
+        "pyyaml>=6",  # run configuration files (gears-ddp train --config)
     ],
+    entry_points={"console_scripts": ["gears-ddp = gears_ddp.cli:main"]},
     extras_require={
         # scanpy and torch-geometric: the tests compare gears_ddp's DE ranking and graph operator with theirs
         "test": ["pytest>=7", "pytest-timeout>=2", "cell-gears==0.1.2", "scanpy>=1.9", "torch-geometric>=2.4",
-                 "networkx"],
+                 "networkx", "cell-eval"],
         "wandb": ["wandb"],
     },
 )

@@ -28,7 +28,7 @@ import torch
 from gears_ddp import PertData, enable_console_logging
 from gears_ddp.datasets import write_synthetic_dataset
 from gears_ddp.gears import GEARS
-from gears_ddp.scoring import comparison_table
+from gears_ddp.report.verdicts import summary_verdicts, verdict_table
 from gears_ddp.train_distributed import train_multi_gpu
 
 SPLIT = {"split": "simulation", "seed": 1}
@@ -61,7 +61,7 @@ def main():
     print(f"\ntrained {args.epochs} epochs on {report['world_size']} {'GPU' if use_gpus else 'CPU (gloo)'} "
           f"process(es) in {seconds:.0f} s (data loading and process start included); best epoch "
           f"{report['best_epoch']}; model saved to {report['model_path']}\n")
-    print(comparison_table(report["model"], report["baselines"]))
+    print(verdict_table(summary_verdicts(report["model"], report["baselines"])))
     print("\n" + reload_and_predict(args.data_path, report["model_path"], args.batch_size))
 
 

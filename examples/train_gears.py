@@ -16,7 +16,7 @@ import torch
 from gears_ddp import PertData, enable_console_logging
 from gears_ddp.datasets import read_true_means, write_synthetic_dataset
 from gears_ddp.gears import GEARS
-from gears_ddp.scoring import comparison_table
+from gears_ddp.report.verdicts import summary_verdicts, verdict_table
 
 
 def main():
@@ -51,7 +51,7 @@ def main():
 
     print(f"\ntrained {args.epochs} epochs in {seconds:.0f} s on {args.device}; best epoch "
           f"{report['best_epoch']}; model saved to {report['model_path']}\n")
-    print(comparison_table(report["model"], report["baselines"]))
+    print(verdict_table(summary_verdicts(report["model"], report["baselines"])))
     print(f"\nagainst the noise-free truth: mean Pearson of predicted vs true change over control "
           f"across {len(test)} test conditions = {np.nanmean(correlations):.3f}")
 

@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from gears_ddp.data.cells import PertBatch
 from gears_ddp.losses import LossContext, gears_loss
@@ -121,7 +122,8 @@ def optimizer_steps(model: nn.Module, batches: Iterable[PertBatch], optimizer: t
 @torch.no_grad()
 def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncertainty: bool,
              device: torch.device, precision: Precision = Precision(),
-             ranks: SingleProcess = SINGLE_PROCESS, rows_per_pass: int = 16384) -> EvaluationResult:
+             ranks: SingleProcess = SINGLE_PROCESS, rows_per_pass: int = 16384,
+             progress: str | None = None) -> EvaluationResult:
     """Score every cell of ``loader`` with the model in evaluation mode; returns the
     per-condition result.
 
@@ -131,13 +133,15 @@ def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncer
     takes as many conditions as fit in ``rows_per_pass`` (condition, gene) rows, at least
     one, which bounds evaluation memory whatever the number of genes. Each rank scores its
     share of the cells; ``ranks.merge_evaluation`` gives every rank the result of all.
+    ``progress`` names a progress bar the main rank shows (on a terminal).
     """
     network = unwrapped(model)
     network.eval()
     n_conditions = len(accumulator.condition_names)
     perturbation_set = torch.full((n_conditions, 2), -1, dtype=torch.long, device=device)
     seen = torch.zeros(n_conditions, dtype=torch.bool, device=device)
-    for batch in loader:
+    hidden = progress is None or not ranks.is_main
+    for batch in tqdm(loader, desc=progress, leave=False, disable=True if hidden else None):
         batch = batch.to(device, non_blocking=True)
         accumulator.add_inputs(batch.condition, batch.x, batch.y)
         perturbation_set[batch.condition] = batch.pert_idx

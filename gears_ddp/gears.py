@@ -23,7 +23,8 @@ from gears_ddp.model_folder import check_vocabulary, model_from_config, read_con
 from gears_ddp.options import TrainingOptions
 from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.recipe import TrainingRecipe
-from gears_ddp.scoring import comparison_table, score
+from gears_ddp.report.verdicts import summary_verdicts, verdict_table
+from gears_ddp.scoring import score
 from gears_ddp.tracking import start_wandb
 
 logger = get_logger(__name__)
@@ -71,6 +72,8 @@ class GEARS:
         self.saved_pred: dict[str, np.ndarray] = {}
         self.saved_logvar_sum: dict[str, float] = {}
         self.history: list[dict] = []
+        self.test_result = None             # the last test evaluation (EvaluationResult), and the baselines'
+        self.test_baseline_results: dict = {}
         self.weights_from: str | None = None  # 'training' or the model folder the weights were loaded from
 
     @staticmethod
@@ -169,18 +172,21 @@ class GEARS:
 
     def test(self, ranks: SingleProcess = SINGLE_PROCESS) -> dict:
         """Score the best model and the baselines on the test set (with subgroups for the
-        simulation split); the main rank logs a comparison table. In a distributed run every
-        rank scores its share of the cells and ``ranks`` merges them."""
+        simulation split); the main rank logs each metric beside the baselines with its
+        verdict. In a distributed run every rank scores its share of the cells and ``ranks``
+        merges them. Keeps the per-condition metrics (``test_metrics_per_condition``) and the
+        evaluation results of the model and the baselines (``test_result``,
+        ``test_baseline_results``) for the report's pictures."""
         self._require_model()
         result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
-                          self.config["uncertainty"], self.device, ranks=ranks)
+                          self.config["uncertainty"], self.device, ranks=ranks, progress="evaluating test")
         context = MetricContext.from_pert_data(self.pert_data)
         subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
         model_summary, self.test_metrics_per_condition = score(result, context, subgroups)
-        baselines = {name: score(res, context, subgroups)[0]
-                     for name, res in baseline_results(self.pert_data, result).items()}
+        self.test_result, self.test_baseline_results = result, baseline_results(self.pert_data, result)
+        baselines = {name: score(res, context, subgroups)[0] for name, res in self.test_baseline_results.items()}
         if ranks.is_main:
-            logger.info("test set, best model vs baselines:\n%s", comparison_table(model_summary, baselines))
+            logger.info("test set, best model vs baselines:\n%s", verdict_table(summary_verdicts(model_summary, baselines)))
         if self.wandb:
             self.wandb.log(model_summary)
         return {"model": model_summary, "baselines": baselines}
@@ -208,42 +214,60 @@ class GEARS:
         return torch.tensor(rows, dtype=torch.long, device=self.device)
 
     def predict(self, pert_list, return_type: str = "dict", seed: int = 0):
-        """Mean predicted expression for each query (a list of 1 or 2 genes), over 300 random
-        control cells with the query's perturbation applied.
+        """Mean predicted expression for each query (a list of 1 or 2 genes), over 300 control
+        cells drawn with ``seed`` (with replacement), each with the query's perturbation applied.
 
-        ``return_type``: ``'dict'`` (the reference's ``{'A_B': array}``; with uncertainty also
-        ``{'A_B': exp(-mean logvar)}``), ``'dataframe'`` (queries x gene names) or
-        ``'anndata'`` (predictions as X, gene annotations as var).
+        ``return_type``:
+
+        - ``'dict'``: the reference's ``{'A_B': array}``; with uncertainty also
+          ``{'A_B': exp(-mean logvar)}``;
+        - ``'dataframe'``: queries (``'A_B'``) x gene names;
+        - ``'anndata'``: one row per query named by its condition as the data writes it
+          (``'A+ctrl'``, ``'A+B'``), the queried genes in ``obs`` (and ``uncertainty``), the
+          genes as ``var``, provenance in ``uns['gears_ddp']``
+          (``cell_eval_export.mean_predictions``);
+        - ``'cell-eval'``: per-cell predictions in the layout of Arc Institute's cell-eval:
+          the 300 control cells each with each query's predicted change (clipped at 0), then
+          the same cells as control (``cell_eval_export.cell_predictions``).
         """
         self._require_weights()
-        if return_type not in ("dict", "dataframe", "anndata"):
-            raise ValueError(f"return_type must be 'dict', 'dataframe' or 'anndata', got {return_type!r}")
+        return_types = ("dict", "dataframe", "anndata", "cell-eval")
+        if return_type not in return_types:
+            raise ValueError(f"return_type must be one of {return_types}, got {return_type!r}")
         sets = self._query_sets(pert_list)
         pert_list = [list(query) for query in pert_list]
         controls = self.pert_data.cells.control_cells()
         generator = torch.Generator().manual_seed(seed)
-        picked = controls[torch.randint(len(controls), (PREDICTION_CELLS,), generator=generator)]
-        control_mean = self.pert_data.cells.rows(picked).mean(0).to(self.device)
-        self.best_model.eval()
-        with torch.no_grad():
-            effect, logvar = self.best_model.set_effects(sets, torch.ones(len(sets), device=self.device))
+        picked = self.pert_data.cells.rows(controls[torch.randint(len(controls), (PREDICTION_CELLS,),
+                                                                  generator=generator)])
+        effect, logvar = self.perturbation_effects(sets)
         keys = ["_".join(query) for query in pert_list]
-        prediction = (effect + control_mean).cpu().numpy()
+        prediction = (effect + picked.mean(0).to(self.device)).cpu().numpy()
         self.saved_pred.update(zip(keys, prediction))
-        uncertainty = None
-        if logvar is not None:
-            uncertainty = dict(zip(keys, torch.exp(-logvar.mean(1)).cpu().numpy().tolist()))
-            self.saved_logvar_sum.update(uncertainty)
+        uncertainty = None if logvar is None else torch.exp(-logvar.mean(1)).cpu().numpy()
+        if uncertainty is not None:
+            self.saved_logvar_sum.update(zip(keys, uncertainty.tolist()))
         if return_type == "dataframe":
             return pd.DataFrame(prediction, index=keys, columns=self.gene_list)
         if return_type == "anndata":
-            import anndata
-            obs = pd.DataFrame(index=keys)
-            if uncertainty is not None:
-                obs["uncertainty"] = [uncertainty[k] for k in keys]
-            return anndata.AnnData(X=prediction, obs=obs, var=self.pert_data.var.copy())
+            from gears_ddp.cell_eval_export import mean_predictions
+            return mean_predictions(self, pert_list, prediction, uncertainty, seed, PREDICTION_CELLS)
+        if return_type == "cell-eval":
+            from gears_ddp.cell_eval_export import cell_predictions
+            return cell_predictions(self, pert_list, picked, effect.cpu(), seed)
         predictions = dict(zip(keys, prediction))
-        return (predictions, uncertainty) if uncertainty is not None else predictions
+        return predictions if uncertainty is None else (predictions, dict(zip(keys, uncertainty.tolist())))
+
+    def perturbation_effects(self, sets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The best model's predicted change from control (K x G) of each perturbation set
+        (K x 2 perturbation-vocabulary indices, -1 padded), and its log-variance in
+        uncertainty mode (else None), on the model's device. In evaluation mode a cell's
+        prediction is its control expression plus its set's change (``engine.evaluate``), so
+        predictions of any control cells follow from these."""
+        self._require_weights()
+        self.best_model.eval()
+        with torch.no_grad():
+            return self.best_model.set_effects(sets.to(self.device), torch.ones(len(sets), device=self.device))
 
     def GI_predict(self, combo, GI_genes_file=None) -> dict:
         """Genetic-interaction scores of a two-gene combination from predicted changes over

@@ -33,6 +33,7 @@ from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import launch_environment
 from gears_ddp.distributed.worker import Placement, train_ddp_worker
 from gears_ddp.options import check_save_path
+from gears_ddp.run_config import resolved_config, write_run_config
 from gears_ddp.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.threads import OPENMP_WAITING
 from gears_ddp.train_distributed import prepare_data
@@ -60,15 +61,28 @@ def main(argv=None) -> dict | None:
         given = json.loads(options.args_json)
     except json.JSONDecodeError as err:
         sys.exit(f"--args-json is not valid JSON: {err}")
+    split = {"split": options.split, "seed": options.seed, "train_gene_set_size": options.train_gene_set_size}
+    report = run_launched_rank(options.data_path, options.dataset, split, given, environment)
+    if report is not None:
+        print(json.dumps(report, default=float))
+    return report
+
+
+def run_launched_rank(pert_data_path, dataset_name: str, split_config: dict, args: dict, environment) -> dict | None:
+    """Train as the rank of a torchrun or srun job that ``environment`` describes
+    (``runtime.launch_environment()``), with ``train_multi_gpu``'s parameters; rank 0 writes
+    the run folder's ``config.yaml`` and returns the report (None on the other ranks). A stop
+    signal exits with status 75 (after a requeue under Slurm on SIGUSR1)."""
+    given = dict(args)
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and given.get("resume_from") is None:
         given["resume_from"] = "auto"  # a restarted worker continues from the latest checkpoint
     args = TrainingArgs.from_dict(given)
-    split = SplitConfig.from_dict({"split": options.split, "seed": options.seed,
-                                   "train_gene_set_size": options.train_gene_set_size})
+    split = SplitConfig.from_dict(split_config)
     if environment.rank == 0:
         enable_console_logging()
         if args.save_path is not None:
             check_save_path(args.save_path)
+            write_run_config(args.save_path, resolved_config(str(pert_data_path), dataset_name, split, args))
     if torch.cuda.is_available():
         device = torch.device(f"cuda:{environment.local_rank % torch.cuda.device_count()}")
     else:
@@ -77,7 +91,7 @@ def main(argv=None) -> dict | None:
             logging.getLogger(LIBRARY_LOGGER_NAME).warning(
                 "training on CPU with OpenMP threads that spin while they wait: on a node shared with other "
                 "work, export OMP_WAIT_POLICY=PASSIVE before torchrun or srun (README, 'Long runs')")
-    pert_data = prepare_data(options.data_path, options.dataset, split, args)
+    pert_data = prepare_data(pert_data_path, dataset_name, split, args)
     placement = Placement(environment.rank, environment.world_size, environment.local_rank,
                           environment.local_world_size, device, environment.master_addr, environment.master_port)
     try:
@@ -88,8 +102,6 @@ def main(argv=None) -> dict | None:
             if stop.signal_name == "SIGUSR1" and environment.source == "slurm":
                 requeue_slurm_job()
         sys.exit(EXIT_INTERRUPTED)
-    if report is not None:
-        print(json.dumps(report, default=float))
     return report
 
 

@@ -10,13 +10,21 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 AMP_MODES = ("off", "fp16", "bf16")
 LR_SCALINGS = ("none", "linear", "sqrt")
 LOADER_OPTIONS = ("batch_size", "test_batch_size", "seed", "num_workers", "resample_controls")
 MIN_FREE_BYTES = 50 * 2**20  # room a save folder needs for checkpoints
+
+
+def option(default, help: str):
+    """A dataclass field with its one-line help (``gears-ddp train --help`` lists them); a
+    dict default is copied for each instance."""
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass
@@ -28,27 +36,27 @@ class TrainingOptions:
     loaders itself, gives them values.
     """
 
-    epochs: int = 20
-    lr: float = 1e-3
-    weight_decay: float = 5e-4
-    amp: str = "off"                # 'off', 'bf16' (CPU or GPU), 'fp16' (CUDA, with a gradient scaler)
-    seed: int | None = None         # shuffling and control pairing
-    max_steps: int | None = None    # stop after this many optimiser steps in all (the epoch then ends as usual)
-    batch_size: int | None = None   # per process
-    test_batch_size: int | None = None
-    num_workers: int | None = None
-    resample_controls: bool | None = None
-    grad_accum_steps: int = 1
-    lr_scaling: str = "none"        # 'none', 'linear', 'sqrt' of world_size x grad_accum_steps
-    warmup_steps: int = 0           # linear learning-rate warmup over the first optimiser steps
-    checkpoint_every: int = 0       # epochs between training checkpoints; 0: none
-    checkpoint_every_steps: int = 0  # optimiser steps between training checkpoints; 0: none
-    keep_checkpoints: int = 3       # the newest checkpoints kept in save_path/checkpoints
-    resume_from: str | None = None  # 'auto', a checkpoint file or a save folder to continue from
-    save_path: str | None = None    # where the model (and checkpoints) go; None: not saved
-    sync_batchnorm: bool = False    # BatchNorm statistics over all ranks' batches
-    fused_decoder: bool = True      # the set decoder as one autograd function (else the module chain)
-    wandb: dict | None = None       # {'project': ..., 'name': ...}: the main rank logs to Weights & Biases
+    epochs: int = option(20, "training epochs")
+    lr: float = option(1e-3, "learning rate (Adam), halved every epoch")
+    weight_decay: float = option(5e-4, "Adam weight decay")
+    amp: str = option("off", "'off', 'bf16' (CPU or GPU) or 'fp16' (CUDA, with a gradient scaler)")
+    seed: int | None = option(None, "shuffling and control pairing (and, in args, the initial weights)")
+    max_steps: int | None = option(None, "stop after this many optimiser steps in all (the epoch then ends as usual)")
+    batch_size: int | None = option(None, "cells per batch and process")
+    test_batch_size: int | None = option(None, "cells per evaluation batch and process (None: batch_size)")
+    num_workers: int | None = option(None, "loader worker processes")
+    resample_controls: bool | None = option(None, "draw new control partners every epoch")
+    grad_accum_steps: int = option(1, "micro-batches per optimiser step")
+    lr_scaling: str = option("none", "'none', 'linear' or 'sqrt' of world_size x grad_accum_steps")
+    warmup_steps: int = option(0, "linear learning-rate warmup over the first optimiser steps")
+    checkpoint_every: int = option(0, "epochs between training checkpoints; 0: none")
+    checkpoint_every_steps: int = option(0, "optimiser steps between training checkpoints; 0: none")
+    keep_checkpoints: int = option(3, "the newest checkpoints kept in save_path/checkpoints")
+    resume_from: str | None = option(None, "'auto', a checkpoint file or a save folder to continue from")
+    save_path: str | None = option(None, "the run folder: model, checkpoints, metrics, report; None: nothing saved")
+    sync_batchnorm: bool = option(False, "BatchNorm statistics over all ranks' batches")
+    fused_decoder: bool = option(True, "the set decoder as one autograd function (else the module chain)")
+    wandb: dict | None = option(None, "{'project': ..., 'name': ...}: the main rank logs each epoch to Weights & Biases")
 
     @classmethod
     def from_dict(cls, values: dict | None, where: str = "args"):

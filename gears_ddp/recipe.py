@@ -34,6 +34,8 @@ from gears_ddp.metrics import compute_metrics
 from gears_ddp.model_folder import model_from_config
 from gears_ddp.options import TrainingOptions, check_save_path
 from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.report.examples import prediction_examples
+from gears_ddp.report.run_folder import log_file, write_history, write_run_report
 from gears_ddp.stopping import StopSignals, TrainingInterrupted, signal_name
 from gears_ddp.threads import at_most_usable_threads
 from gears_ddp.tracking import start_wandb
@@ -165,12 +167,18 @@ class TrainingRecipe:
                         self.position.epoch + 1, self.options.epochs, self.ranks.world_size, self.device.type,
                         math.ceil(len(loaders["train_loader"]) / self.options.grad_accum_steps))
         on_cpu = self.device.type == "cpu"
+        writes = self.save_path is not None and self.ranks.is_main
         with retained_host_memory() if on_cpu else contextlib.nullcontext(), \
                 at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
-                self.signals if self.save_path is not None else contextlib.nullcontext():
-            while self.position.epoch < self.options.epochs and not self._steps_done():
-                self._train_epoch(loaders)
-        return self._finish()
+                self.signals if self.save_path is not None else contextlib.nullcontext(), \
+                log_file(self.save_path) if writes else contextlib.nullcontext():
+            epochs = tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
+                          disable=not self.ranks.is_main or None)
+            with epochs:
+                while self.position.epoch < self.options.epochs and not self._steps_done():
+                    self._train_epoch(loaders)
+                    epochs.update()
+            return self._finish()
 
     def _train_epoch(self, loaders: dict) -> None:
         """The rest of the current epoch, its evaluation on train and val, the best-model
@@ -204,7 +212,8 @@ class TrainingRecipe:
         train_seconds = time.perf_counter() - tick
         network = unwrapped(self.model)
         self.ranks.broadcast_buffers(network)  # evaluate with the main rank's running statistics everywhere
-        train_metrics, val_metrics = (self._metrics(loaders[name]) for name in ("train_eval_loader", "val_loader"))
+        train_metrics = self._metrics(loaders["train_eval_loader"], "evaluating train")
+        val_metrics = self._metrics(loaders["val_loader"], "evaluating val")
         record = {"epoch": epoch + 1, "train_loss": train_loss, "train_seconds": train_seconds,
                   "seconds": time.perf_counter() - tick,
                   **{f"train_{k}": v for k, v in train_metrics.items()},
@@ -216,6 +225,8 @@ class TrainingRecipe:
                         train_metrics["mse_de"], val_metrics["mse"], val_metrics["mse_de"], record["seconds"])
         if self.tracker is not None:
             self.tracker.log(record)
+        if self.save_path is not None and self.ranks.is_main:
+            write_history(self.save_path, self.outcome.history)
         if val_metrics["mse_de"] < self.outcome.best_value:
             self.outcome.best_value, self.outcome.best_epoch = val_metrics["mse_de"], epoch
             self.outcome.best_state = _cpu_state(network)
@@ -227,9 +238,9 @@ class TrainingRecipe:
         """Whether ``max_steps`` optimiser steps are done."""
         return self.options.max_steps is not None and self.position.global_step >= self.options.max_steps
 
-    def _metrics(self, loader) -> dict:
+    def _metrics(self, loader, progress: str) -> dict:
         result = evaluate(self.model, loader, self.gears.new_accumulator(keep_cells=False),
-                          self.gears.config["uncertainty"], self.device, self.precision, self.ranks)
+                          self.gears.config["uncertainty"], self.device, self.precision, self.ranks, progress=progress)
         return compute_metrics(result)[0]
 
     def _stop_if_asked(self, loss_sum: torch.Tensor) -> None:
@@ -304,12 +315,23 @@ class TrainingRecipe:
         report.update(best_epoch=self.outcome.best_epoch + 1, history=self.outcome.history,
                       world_size=self.ranks.world_size, parameter_digests=digests)
         if self.save_path is not None:
+            report["model_path"] = str(self.save_path)
             if self.ranks.is_main:
                 gears.save_model(self.save_path)
                 logger.info("model of epoch %d saved to %s", self.outcome.best_epoch + 1, self.save_path)
+                page = write_run_report(self.save_path, report, self._examples())
+                logger.info("run report: %s", page)
             self.ranks.barrier()
-            report["model_path"] = str(self.save_path)
         return report
+
+    def _examples(self) -> list[dict]:
+        """The test conditions the report's predictions picture shows (none without a test set)."""
+        gears = self.gears
+        if gears.test_result is None:
+            return []
+        subgroups = gears.subgroup["test_subgroup"] if gears.subgroup else None
+        return prediction_examples(gears.test_result, gears.test_baseline_results, gears.gene_list,
+                                   gears.ctrl_expression.cpu().numpy(), subgroups)
 
 
 def _cpu_state(model: nn.Module) -> dict:

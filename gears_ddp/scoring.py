@@ -28,18 +28,3 @@ def score(result: EvaluationResult, context: MetricContext, subgroups: dict | No
     if subgroups:
         summary.update(subgroup_metrics(per_condition, subgroups, prefix=prefix))
     return summary, per_condition
-
-
-def comparison_table(model: dict, baselines: dict[str, dict], metrics=("pearson_delta", "mse_de"),
-                     groups=("", "combo_seen0_", "combo_seen1_", "combo_seen2_", "unseen_single_"),
-                     prefix: str = "test_") -> str:
-    """A text table of the model beside the baselines, one row per (subgroup, metric) present."""
-    names = ["GEARS", *baselines]
-    lines = [f"{'metric':40}" + "".join(f"{n:>13}" for n in names)]
-    for group in groups:
-        for metric in metrics:
-            key = f"{prefix}{group}{metric}"
-            if key in model:
-                values = [model[key], *(b.get(key, float("nan")) for b in baselines.values())]
-                lines.append(f"{key:40}" + "".join(f"{v:13.4f}" for v in values))
-    return "\n".join(lines)

@@ -33,6 +33,7 @@ from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, resolve_d
 from gears_ddp.distributed.worker import Placement, spawned_worker, train_ddp_worker
 from gears_ddp.engine import Precision
 from gears_ddp.options import check_save_path
+from gears_ddp.run_config import resolved_config, write_run_config
 from gears_ddp.stopping import STOP_SIGNALS, TrainingInterrupted
 from gears_ddp.threads import passive_openmp_environment
 
@@ -83,6 +84,8 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
     Precision.for_mode(options.amp, devices[0])  # an impossible precision fails before any process starts
     if options.save_path is not None:
         check_save_path(options.save_path)
+        write_run_config(options.save_path, resolved_config(str(pert_data_path), dataset_name, split, options,
+                                                            n_gpus, gpu_ids))
     pert_data = prepare_data(pert_data_path, dataset_name, split, options).share_memory_()
     port = int(os.environ.get("MASTER_PORT") or find_free_port())
     placements = [Placement(rank, len(devices), rank, len(devices), device, "127.0.0.1", port)

@@ -1,13 +1,11 @@
 """A tiny raw Perturb-seq AnnData and GO files for fast data-layer tests."""
-import pickle
-from pathlib import Path
 
 import anndata
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from gears_ddp.data import graphs
+from gears_ddp.data import go_files
 
 GENES = [f"G{i}" for i in range(40)]
 SINGLES = [f"G{i}+ctrl" for i in range(10)]
@@ -38,14 +36,6 @@ def make_raw(n_ctrl=120, cells_per_condition=12, seed=0):
 
 def write_go_files(data_path, genes=GENES):
     """gene2go, the default vocabulary list and the GO edge list, as the published files."""
-    data_path = Path(data_path)
-    data_path.mkdir(parents=True, exist_ok=True)
     gene2go = {g: {f"GO:{i % 6}", f"GO:{100 + i % 4}", f"GO:{200 + i}"} for i, g in enumerate(genes)}
-    with open(data_path / "gene2go_all.pkl", "wb") as f:
-        pickle.dump(gene2go, f)
-    with open(data_path / "essential_all_data_pert_genes.pkl", "wb") as f:
-        pickle.dump(list(genes), f)
-    (data_path / "go_essential_all").mkdir(exist_ok=True)
-    graphs.jaccard_edge_list(gene2go, genes).to_csv(data_path / "go_essential_all" / "go_essential_all.csv",
-                                                    index=False)
+    go_files.write_go_files(data_path, gene2go, list(genes), overwrite=True)
     return gene2go

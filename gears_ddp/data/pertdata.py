@@ -25,15 +25,13 @@ from gears_ddp._logging import get_logger
 from gears_ddp.data import download, graphs, io, processing
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
 from gears_ddp.data.expression_map import DTYPES, as_tensor, mapped_expression
+from gears_ddp.data.go_files import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME
 from gears_ddp.data.conditions import CONTROL, condition_genes, is_single, unique_in_order, validate_conditions
 from gears_ddp.data.loaders import build_loaders
 from gears_ddp.data.splits import SPLIT_TYPES, check_split_sets, split_conditions
 
 logger = get_logger(__name__)
 
-GENE2GO_FILE = "gene2go_all.pkl"
-ESSENTIAL_GENES_FILE = "essential_all_data_pert_genes.pkl"
-GO_EDGES_NAME = "go_essential_all"
 SETS_OF_SPLIT = {"no_split": ("test",), "no_test": ("train", "val")}
 STORAGES = ("mapped", "memory")
 ALL_SETS = ("train", "val", "test")

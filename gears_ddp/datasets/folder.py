@@ -30,29 +30,14 @@ from anndata.io import sparse_dataset, write_elem
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data import io, processing
-from gears_ddp.data.graphs import jaccard_edge_list
-from gears_ddp.data.pertdata import (ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME,
-                                     write_processed_dataset)
+from gears_ddp.data.go_files import write_go_files
+from gears_ddp.data.pertdata import write_processed_dataset
 from gears_ddp.datasets.synthetic import make_synthetic_perturb_seq
 
 logger = get_logger(__name__)
 
 TRUE_MEANS_FILE = "true_means.csv.gz"
 GROUND_TRUTH_FILE = "ground_truth.json"
-
-
-def _write_go_files(data_path: Path, gene2go: dict, pert_genes: list[str], overwrite: bool) -> None:
-    """Write the three GO inputs, refusing to replace different existing ones."""
-    existing = data_path / GENE2GO_FILE
-    if existing.exists() and not overwrite:
-        if io.read_pickle(existing, "gene -> GO terms mapping") != gene2go:
-            raise FileExistsError(f"{existing} holds other GO annotations (real ones?); write the synthetic "
-                                  "dataset into another data_path, or pass overwrite=True")
-        return
-    io.write_pickle(gene2go, existing)
-    io.write_pickle(list(pert_genes), data_path / ESSENTIAL_GENES_FILE)
-    with io.atomic_path(data_path / GO_EDGES_NAME / f"{GO_EDGES_NAME}.csv") as tmp:
-        jaccard_edge_list(gene2go, pert_genes).to_csv(tmp, index=False)
 
 
 def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool = False,
@@ -70,7 +55,7 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
         return folder
     data_path.mkdir(parents=True, exist_ok=True)
     synthetic = make_synthetic_perturb_seq(**generator_options)
-    _write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
+    write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
     processing.process_raw(synthetic.adata, source=f"synthetic dataset {name!r}")
     write_processed_dataset(synthetic.adata, folder)
     with io.atomic_path(folder / TRUE_MEANS_FILE) as tmp:
@@ -106,7 +91,7 @@ def write_synthetic_screen(data_path, name: str = "screen", overwrite: bool = Fa
                     expression.append(block)
 
     synthetic = make_synthetic_perturb_seq(**generator_options, expression_to=to_file)
-    _write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
+    write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
     logger.info("wrote synthetic screen %s: %d cells x %d genes", path, synthetic.params["n_cells"],
                 synthetic.params["n_genes"])
     return path

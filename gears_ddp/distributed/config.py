@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from gears_ddp.data.expression_map import DTYPES
 from gears_ddp.data.pertdata import STORAGES, PertData
 from gears_ddp.gears import GEARS
-from gears_ddp.options import TrainingOptions, reject_unknown
+from gears_ddp.options import TrainingOptions, option, reject_unknown
 
 
 def _parameters(function) -> list[str]:
@@ -48,17 +48,18 @@ class TrainingArgs(TrainingOptions):
     model goes to ``save_path`` unless it is set to None.
     """
 
-    seed: int | None = 0
-    batch_size: int | None = 32
-    num_workers: int | None = 0
-    resample_controls: bool | None = False
-    save_path: str | None = "./runs/gears_ddp"
-    model_config: dict = field(default_factory=dict)  # GEARS.model_initialize's options
-    expression_storage: str = "mapped"  # PertData's: 'mapped' (one file map per machine) or 'memory'
-    expression_dtype: str = "float32"   # PertData's: 'float32' or 'float16'
-    cpu_processes: int | None = None  # this many gloo processes on CPU instead of GPUs
-    timeout_s: float = 600.0          # how long ranks wait for each other
-    find_unused_parameters: bool = False  # passed to DistributedDataParallel
+    seed: int | None = option(0, "shuffling and control pairing, and the initial weights")
+    batch_size: int | None = option(32, "cells per batch and process")
+    num_workers: int | None = option(0, "loader worker processes")
+    resample_controls: bool | None = option(False, "draw new control partners every epoch")
+    save_path: str | None = option("./runs/gears_ddp", "the run folder: model, checkpoints, metrics, report; "
+                                                       "None: nothing saved")
+    model_config: dict = option({}, "GEARS.model_initialize's options (hidden_size, uncertainty, ...)")
+    expression_storage: str = option("mapped", "'mapped' (one file map per machine) or 'memory'")
+    expression_dtype: str = option("float32", "'float32' or 'float16' expression storage")
+    cpu_processes: int | None = option(None, "this many gloo processes on CPU instead of GPUs")
+    timeout_s: float = option(600.0, "how long ranks wait for each other (s)")
+    find_unused_parameters: bool = option(False, "passed to DistributedDataParallel")
 
     def check(self, where: str) -> None:
         super().check(where)

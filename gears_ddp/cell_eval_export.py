@@ -1,0 +1,249 @@
+"""Predictions in the layout of Arc Institute's ``cell-eval`` (the Virtual Cell Challenge
+evaluator), and how its ``pearson_delta`` and ``mse`` relate to ours.
+
+Layout
+------
+cell-eval reads two AnnData files, predicted and real, with per-cell expression in ``X``,
+the perturbation of each cell in ``obs[PERT_COLUMN]`` (its default ``pert_col``,
+``'target'``) and control cells labelled ``CONTROL_LABEL`` (its default ``control_pert``,
+``'non-targeting'``); genes are matched by ``var_names``. The files written here have:
+
+- ``obs['target']``: the perturbed gene(s), ``A`` for the single ``A+ctrl`` and ``A+B`` for
+  the combination ``A+B`` (genes in the order the condition writes them), ``non-targeting``
+  for control cells;
+- ``obs['condition']``: the condition as the data writes it (``A+ctrl``, ``A+B``, ``ctrl``);
+  ``obs['gene_1']`` / ``obs['gene_2']``: the perturbed genes, ``'ctrl'`` where there is
+  none (``gene_2`` of a single, both of a control cell); all four are categoricals;
+- ``var``: the data's ``var`` indexed by gene name (cell-eval names genes by
+  ``var_names`` and a single perturbation by its gene); where the data's ``var_names`` are
+  other identifiers (e.g. Ensembl ids) they are kept in ``var['gene_id']``;
+- ``uns['gears_ddp']``: provenance (library version, dataset, where the weights came from, the
+  model options without the graph tensors, seeds and control cells used).
+
+GEARS predicts a cell's expression as its paired control cell plus its condition's
+predicted change (``engine.evaluate``), so a predicted cell here is a real control cell
+shifted by that change: GEARS predicts a mean change, not a distribution, and cell-eval's
+per-cell and differential-expression metrics measure that construction.
+
+Negative values: cell-eval accepts only non-negative (log-normalised) expression and
+refuses a file with a value below 0 (``guess_is_lognorm``). A GEARS prediction goes below 0
+where a control cell does not express a gene whose predicted change is negative (14% to 32%
+of the values of small models on the synthetic data), so predicted cells are written as
+``max(prediction, 0)`` (``clip_at_zero=True``, the default). That moves a condition's mean
+up at those genes: on the test's model, cell-eval's ``pearson_delta`` then differs from ours
+by up to 0.012 and its ``mse`` by up to 0.03.
+
+cell-eval's metrics and ours
+----------------------------
+Per perturbation, cell-eval's ``pearson_delta`` is the Pearson correlation over all genes
+of (predicted mean - predicted control mean) and (true mean - true control mean), each file
+using its own control cells; its ``mse`` is the mean squared error over all genes of the
+predicted and true means. Ours (``metrics``) are the published GEARS definitions: per
+condition, ``pearson_delta`` correlates (mean prediction - control mean) with (mean truth -
+control mean), where the control mean is that of ALL control cells of the dataset, and
+``mse`` compares the mean prediction and the mean truth over all genes. ``split_predictions``
+puts every control cell of the dataset into both files, so the control means coincide, and
+pairs each cell with the control cell its loader pairs it with, so the means are those
+``GEARS.test`` scores: on unclipped predictions (``clip_at_zero=False``) cell-eval's
+``pearson_delta`` and ``mse`` functions give ours to float32 rounding
+(``tests/test_cell_eval.py``). They differ:
+
+- by the clipping: cell-eval scores ``max(prediction, 0)``, whose means exceed ours at the
+  clipped genes (its evaluator refuses the unclipped file);
+- where a correlation is undefined (a constant change): ours is 0, as the published GEARS
+  sets it, cell-eval's is NaN (``scipy.stats.pearsonr``);
+- in the conditions averaged: cell-eval scores every perturbation but control; our
+  ``pearson_delta`` covers the conditions with a DE ranking, and our ``mse`` over the
+  training cells (the per-epoch ``train_mse``) also counts ``ctrl``;
+- in naming: cell-eval's perturbation is ``obs['target']`` (``A``, ``A+B``), ours the
+  condition (``A+ctrl``, ``A+B``); ``A+B`` and ``B+A`` stay two perturbations in both.
+  cell-eval's discrimination score leaves a single's target gene out of its distances
+  (``var_names == target``) but no gene of a combination (no gene is named ``A+B``);
+- with ``GEARS.predict(..., return_type='cell-eval')`` the predicted controls are the 300
+  drawn control cells, so cell-eval's predicted change is exactly the model's, while the
+  real file's change is measured from that file's own control cells.
+
+cell-eval's ``mse_delta`` equals its ``mse`` on these files (the control means cancel). Our
+other metrics (top-20 DE genes, non-dropout genes, direction, spread) have no cell-eval
+counterpart, and cell-eval's DE metrics none of ours.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import anndata
+import numpy as np
+import pandas as pd
+import torch
+
+import gears_ddp
+from gears_ddp.data.conditions import CONTROL, condition_genes
+
+PERT_COLUMN = "target"           # cell-eval's default pert_col
+CONTROL_LABEL = "non-targeting"  # cell-eval's default control_pert
+PROVENANCE_KEY = "gears_ddp"
+GENE_ID_COLUMN = "gene_id"       # the data's var_names, where they are not the gene names
+ROWS_PER_BLOCK = 4096            # cells shifted at a time (bounds the temporary of a shift)
+
+
+# ---------------------------------------------------------------------------- names
+def target_of(condition: str) -> str:
+    """cell-eval's name of a condition's perturbation: its genes joined by ``+`` in written
+    order (``A`` for ``A+ctrl``, ``A+B`` for ``A+B``), ``CONTROL_LABEL`` for control."""
+    return "+".join(condition_genes(condition)) or CONTROL_LABEL
+
+
+def _targets(conditions: Sequence[str]) -> list[str]:
+    """``target_of`` each of the distinct ``conditions``; an error names two conditions that
+    would share a target (``A+ctrl`` and ``ctrl+A``), which cell-eval would merge."""
+    targets = [target_of(c) for c in conditions]
+    first = {}
+    for condition, target in zip(conditions, targets):
+        other = first.setdefault(target, condition)
+        if other != condition:
+            raise ValueError(f"conditions {other!r} and {condition!r} both perturb {target!r}; cell-eval's "
+                             f"{PERT_COLUMN!r} column would merge them: write one spelling in obs['condition']")
+    return targets
+
+
+def condition_obs(conditions: Sequence[str], index: Sequence[str]) -> pd.DataFrame:
+    """``obs`` of rows with the given conditions (as the data writes them): categorical
+    columns ``condition``, ``target`` (cell-eval's perturbation), ``gene_1`` and ``gene_2``
+    (``'ctrl'`` where the condition perturbs fewer genes), indexed by ``index``."""
+    rows = pd.Categorical(list(conditions))
+    distinct = list(rows.categories)
+    genes = [(condition_genes(c) + [CONTROL, CONTROL])[:2] for c in distinct]
+    columns = {"condition": distinct, PERT_COLUMN: _targets(distinct),
+               "gene_1": [g[0] for g in genes], "gene_2": [g[1] for g in genes]}
+    return pd.DataFrame({name: pd.Categorical(np.asarray(values, dtype=object)[rows.codes])
+                         for name, values in columns.items()}, index=pd.Index(list(index), dtype=str))
+
+
+def query_conditions(pert_data, pert_list: Sequence[Sequence[str]]) -> list[str]:
+    """The condition of each query as the data writes it (``ctrl+A`` or ``B+A`` if that is
+    the data's spelling of the query's genes); a query the data lacks is ``A+ctrl`` or
+    ``A+B`` in query order."""
+    spelled = {}
+    for condition in pert_data.cells.conditions:
+        if condition != CONTROL:
+            spelled.setdefault(frozenset(condition_genes(condition)), condition)
+    return [spelled.get(frozenset(query), "+".join(list(query) + [CONTROL] * (2 - len(query))))
+            for query in pert_list]
+
+
+def gene_var(pert_data) -> pd.DataFrame:
+    """The data's ``var`` indexed by gene name; ``var_names`` that are not the gene names
+    (e.g. Ensembl ids) move to the column ``gene_id`` unless ``var`` has one."""
+    var = pert_data.var.copy()
+    names = pd.Index(np.asarray(pert_data.gene_names, dtype=str), dtype=str)
+    if not var.index.equals(names) and GENE_ID_COLUMN not in var.columns:
+        var[GENE_ID_COLUMN] = np.asarray(var.index, dtype=str)
+    var.index = names
+    return var
+
+
+def provenance(gears, **details) -> dict:
+    """What produced a prediction, for ``uns['gears_ddp']``: library version, dataset, where
+    the weights came from, the model options (graph tensors left out) and ``details``."""
+    config = {k: v for k, v in gears.config.items() if not k.startswith("G_")}
+    return {"version": gears_ddp.__version__, "dataset": gears.pert_data.dataset_name,
+            "weights_from": str(gears.weights_from), "config": config, **details}
+
+
+# ---------------------------------------------------------------------------- GEARS.predict
+def mean_predictions(gears, pert_list, prediction: np.ndarray, uncertainty: np.ndarray | None, seed: int,
+                     control_cells: int) -> anndata.AnnData:
+    """``GEARS.predict(..., return_type='anndata')``: one row per query, its mean prediction
+    (Q x G) over ``control_cells`` control cells drawn with ``seed``, named by its condition
+    as the data writes it (``A+ctrl``, ``A+B``), with the queried genes and cell-eval's
+    target in ``obs`` (and ``uncertainty``, exp(-mean log-variance), in uncertainty mode),
+    the genes as ``var`` and provenance in ``uns['gears_ddp']``."""
+    conditions = query_conditions(gears.pert_data, pert_list)
+    obs = condition_obs(conditions, index=conditions)
+    if uncertainty is not None:
+        obs["uncertainty"] = uncertainty
+    uns = {PROVENANCE_KEY: provenance(gears, seed=seed, control_cells=control_cells)}
+    return anndata.AnnData(X=prediction, obs=obs, var=gene_var(gears.pert_data), uns=uns)
+
+
+def cell_predictions(gears, pert_list, controls: torch.Tensor, effect: torch.Tensor, seed: int) -> anndata.AnnData:
+    """``GEARS.predict(..., return_type='cell-eval')``: for each query, the drawn control
+    cells ``controls`` (N x G, drawn with ``seed``) each with the query's predicted change
+    ``effect`` (Q x G), clipped at 0; then the same control cells unchanged, as
+    ``non-targeting``. Where nothing is clipped a query's mean is its ``'dict'`` prediction.
+
+    Memory: (Q + 1) x N x G float32 (N = 300: 1,000 queries of 5,000 genes take 6 GB).
+    """
+    conditions = query_conditions(gears.pert_data, pert_list)
+    n_cells = len(controls)
+    shifted = (controls.unsqueeze(0) + effect.unsqueeze(1)).clamp_(min=0).reshape(-1, controls.shape[1])
+    rows = [c for c in conditions for _ in range(n_cells)] + [CONTROL] * n_cells
+    obs = condition_obs(rows, index=[f"{c}:{k % n_cells}" for k, c in enumerate(rows)])
+    uns = {PROVENANCE_KEY: provenance(gears, seed=seed, control_cells=n_cells, clipped_at_zero=True)}
+    return anndata.AnnData(X=torch.cat((shifted, controls)).numpy(), obs=obs, var=gene_var(gears.pert_data), uns=uns)
+
+
+# ---------------------------------------------------------------------------- a split
+def _split_dataset(gears, split: str):
+    """The cells of ``split`` and their control partners, as its evaluation loader holds them
+    (``train``: the training cells in evaluation order, whose pairing does not resample)."""
+    key = "train_eval_loader" if split == "train" else f"{split}_loader"
+    if key not in gears.dataloader:
+        sets = sorted(k.removesuffix("_loader") for k in gears.dataloader if k != "train_eval_loader")
+        raise ValueError(f"split={split!r}: the loaders have no {key!r}; this split's sets are {sets}")
+    return gears.dataloader[key].dataset
+
+
+def _add_effects(rows: torch.Tensor, effect: torch.Tensor, which: torch.Tensor) -> None:
+    """``rows[i] += effect[which[i]]`` in place for the first ``len(which)`` rows, a block of
+    rows at a time."""
+    for start in range(0, len(which), ROWS_PER_BLOCK):
+        block = which[start:start + ROWS_PER_BLOCK]
+        rows[start:start + len(block)] += effect[block]
+
+
+def split_predictions(gears, split: str = "test", clip_at_zero: bool = True) -> tuple[anndata.AnnData, anndata.AnnData]:
+    """Predicted and real AnnData of every cell of ``split`` (``'train'``, ``'val'`` or
+    ``'test'``) in cell-eval's layout (what ``gears-ddp predict --format cell-eval --split``
+    writes); score them with ``cell-eval run -ap pred.h5ad -ar real.h5ad``.
+
+    - predicted: each perturbed cell of the split is the control cell its loader pairs it
+      with plus its condition's predicted change (the best model in evaluation mode), so a
+      condition's mean is the one ``GEARS.test`` scores; ``clip_at_zero`` writes
+      ``max(prediction, 0)``, as cell-eval refuses negative expression (module docstring);
+    - real: the true expression of the same cells, in the same rows;
+    - both end with every control cell of the dataset, unchanged, as ``non-targeting``: the
+      same cells in both files, so cell-eval's control mean is the dataset's control mean
+      that our ``pearson_delta`` uses. Control cells of the split itself are not repeated.
+
+    ``obs`` index: the cell's row in ``pert_data.cells`` (the same in both files); ``obs``
+    and ``var`` as the module docstring describes; ``uns['gears_ddp']``: provenance with
+    the split, the loader's pairing seed and the number of control cells.
+
+    Memory: each file is (split cells + control cells) x genes float32, both held at once
+    (e.g. 20,000 test cells + 10,000 controls x 5,000 genes: 600 MB each).
+    """
+    table = gears.pert_data.cells
+    controls = table.control_cells()
+    if len(controls) == 0:
+        raise ValueError("the dataset has no control cells ('ctrl'); cell-eval measures changes from control")
+    dataset = _split_dataset(gears, split)
+    cells = dataset.cell_indices[table.condition_codes[dataset.cell_indices] != table.conditions.index(CONTROL)]
+    if len(cells) == 0:
+        raise ValueError(f"split={split!r} has no perturbed cells to predict")
+    codes, which = torch.unique(table.condition_codes[cells], return_inverse=True)
+    effect, _ = gears.perturbation_effects(table.condition_pert_idx[codes])
+    predicted = table.rows(torch.cat((dataset.partners[cells], controls)))
+    _add_effects(predicted, effect.cpu(), which)
+    if clip_at_zero:
+        predicted[:len(cells)].clamp_(min=0)
+    conditions = [table.conditions[c] for c in table.condition_codes[cells].tolist()] + [CONTROL] * len(controls)
+    obs = condition_obs(conditions, index=[str(i) for i in torch.cat((cells, controls)).tolist()])
+    var = gene_var(gears.pert_data)
+    uns = {PROVENANCE_KEY: provenance(gears, split=split, split_mode=gears.pert_data.split,
+                                      split_seed=gears.pert_data.seed, pairing_seed=dataset.pairing_seed,
+                                      control_cells=len(controls), clipped_at_zero=clip_at_zero)}
+    real = table.rows(torch.cat((cells, controls)))
+    return (anndata.AnnData(X=predicted.numpy(), obs=obs, var=var, uns=uns),
+            anndata.AnnData(X=real.numpy(), obs=obs.copy(), var=var.copy(), uns=copy.deepcopy(uns)))

@@ -1,0 +1,249 @@
+"""The ``gears-ddp`` command (``python -m gears_ddp`` does the same).
+
+    gears-ddp demo                                  the README's main job, no download
+    gears-ddp train --config run.yaml [--set args.epochs=5 ...]
+    gears-ddp evaluate --run ./runs/my_run [--set split_config.seed=2] [--out scores.json]
+    gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
+    gears-ddp predict --run ./runs/my_run --split test --format cell-eval --out test.h5ad
+    gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--go-annotation goa.gaf.gz]
+
+``train`` on one machine starts one worker per GPU (or ``args.cpu_processes`` CPU
+processes) as ``train_multi_gpu`` does; under torchrun or srun it runs this process's rank,
+with the same configuration. ``evaluate`` and ``predict`` read a run folder: its
+``config.yaml`` says where the data is and how it was split, its model folder holds the
+weights. Exit status: 0 done, 2 a bad configuration or input, 75 stopped by a signal with a
+checkpoint (continue with ``--set args.resume_from=auto``), 1 anything else.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gears_ddp._logging import enable_console_logging
+from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
+from gears_ddp.run_config import RunConfigError, apply_override, option_help, read_run_config, resolve
+from gears_ddp.stopping import EXIT_INTERRUPTED, TrainingInterrupted
+
+EXIT_BAD_INPUT = 2
+DEMO_DATA_PATH, DEMO_RUN_PATH = "./data", "./runs/demo"
+FORMATS = ("anndata", "cell-eval", "csv")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gears-ddp", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = commands.add_parser("train", help="train from a YAML configuration", epilog=option_help(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Train GEARS as train_multi_gpu does, from a YAML file whose top-level "
+                                            "keys are train_multi_gpu's parameters: pert_data_path, dataset_name, "
+                                            "split_config, args, n_gpus, gpu_ids.")
+    train.add_argument("--config", help="the YAML file (a run folder's config.yaml repeats that run)")
+    _add_set(train)
+
+    demo = commands.add_parser("demo", help="train on the built-in synthetic dataset and write a run report")
+    demo.add_argument("--data-path", default=DEMO_DATA_PATH, help="where the synthetic dataset is written")
+    demo.add_argument("--save-path", default=DEMO_RUN_PATH, help="the run folder")
+    demo.add_argument("--epochs", type=int, default=10)
+    demo.add_argument("--cpu-processes", type=int, default=2, help="CPU processes when no GPU is visible")
+    _add_set(demo)
+
+    evaluate = commands.add_parser("evaluate", help="score a saved model on the test set beside the baselines")
+    _add_run(evaluate)
+    evaluate.add_argument("--out", help="also write the scores as JSON here")
+
+    predict = commands.add_parser("predict", help="predict perturbations with a saved model")
+    _add_run(predict)
+    what = predict.add_mutually_exclusive_group(required=True)
+    what.add_argument("--perturbations", nargs="+", metavar="GENES",
+                      help="queries: a gene (FEV) or two joined by + (FEV+SAMD1)")
+    what.add_argument("--split", choices=("train", "val", "test"),
+                      help="every cell of this set of the run's split, with the truth written beside it")
+    predict.add_argument("--format", choices=FORMATS, default="anndata",
+                         help="anndata: one row per query (mean); cell-eval: cells in cell-eval's layout; "
+                              "csv: one row per query")
+    predict.add_argument("--out", required=True, help="the file to write (.h5ad, or .csv)")
+
+    process = commands.add_parser("process", help="turn a raw AnnData into a GEARS-format dataset folder")
+    process.add_argument("--adata", required=True, help="raw h5ad: obs['condition'], obs['cell_type'], "
+                                                        "var['gene_name'], log-normalised X")
+    process.add_argument("--data-path", required=True, help="data folder (GO files, datasets)")
+    process.add_argument("--name", required=True, help="dataset name: the folder under --data-path")
+    process.add_argument("--go-annotation", help="build the GO files of --data-path from this gene-to-GO "
+                                                 "annotation (a GAF file, or a two-column table gene, GO id)")
+    process.add_argument("--overwrite", action="store_true", help="replace an existing processed dataset")
+    return parser
+
+
+def _add_set(parser) -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one value, e.g. args.epochs=5 or args.model_config.hidden_size=32")
+
+
+def _add_run(parser) -> None:
+    parser.add_argument("--run", required=True, help="a run folder (config.yaml and the saved model)")
+    _add_set(parser)
+
+
+def main(argv=None) -> int:
+    options = build_parser().parse_args(argv)
+    enable_console_logging()
+    command = {"train": train, "demo": demo, "evaluate": evaluate, "predict": predict, "process": process}
+    try:
+        return command[options.command](options) or 0
+    except (RunConfigError, FileNotFoundError, FileExistsError, ValueError) as err:
+        print(f"gears-ddp {options.command}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TrainingInterrupted as stop:
+        print(f"gears-ddp {options.command}: {stop}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def train(options) -> int:
+    if options.config is None and not options.overrides:
+        raise RunConfigError("give --config run.yaml (or at least --set pert_data_path=... --set dataset_name=...)")
+    config = read_run_config(options.config, options.overrides) if options.config else \
+        _config_from_overrides(options.overrides)
+    return _train(config)
+
+
+def demo(options) -> int:
+    """The main job: the synthetic dataset, 2 CPU processes (or every GPU), a run report."""
+    import torch
+
+    from gears_ddp.datasets import write_synthetic_dataset
+
+    write_synthetic_dataset(options.data_path)
+    args = {"epochs": options.epochs, "save_path": options.save_path}
+    if not torch.cuda.is_available():
+        args["cpu_processes"] = options.cpu_processes
+    config = {"pert_data_path": options.data_path, "dataset_name": "synthetic",
+              "split_config": {"split": "simulation", "seed": 1}, "args": args}
+    for assignment in options.overrides:
+        apply_override(config, assignment)
+    return _train(resolve(config, "gears-ddp demo"))
+
+
+def _config_from_overrides(overrides) -> dict:
+    config: dict = {}
+    for assignment in overrides:
+        apply_override(config, assignment)
+    return resolve(config, "--set")
+
+
+def _train(config: dict) -> int:
+    """Train with a resolved configuration: spawned workers, or this rank under a launcher."""
+    from gears_ddp.distributed.runtime import launch_environment
+
+    environment = launch_environment()
+    if environment is not None:
+        from gears_ddp.launch import run_launched_rank
+
+        report = run_launched_rank(config["pert_data_path"], config["dataset_name"], config["split_config"],
+                                   config["args"], environment)
+        if report is not None:
+            _print_summary(report)
+        return 0
+    from gears_ddp.train_distributed import train_multi_gpu
+
+    report = train_multi_gpu(**config)
+    _print_summary(report)
+    return 0
+
+
+def _print_summary(report: dict) -> None:
+    from gears_ddp.report.verdicts import compare, verdict_table
+
+    print(f"\nbest epoch {report['best_epoch']} of {len(report['history'])}, {report['world_size']} process(es)")
+    if "model" in report:  # the log above has the subgroups too
+        print(verdict_table(compare(report["model"], report["baselines"], subgroups=(None,))))
+    if "model_path" in report:
+        print(f"\nmodel and run report in {report['model_path']} (open {Path(report['model_path']) / PAGE_FILE})")
+
+
+def _load_run(options):
+    """The run's data, split and loaders, and its model, from the run folder."""
+    import torch
+
+    from gears_ddp.gears import GEARS
+    from gears_ddp.train_distributed import load_dataset
+
+    folder = Path(options.run)
+    if not (folder / CONFIG_FILE).exists():
+        raise FileNotFoundError(f"{folder} is not a run folder: it has no {CONFIG_FILE}")
+    config = read_run_config(folder / CONFIG_FILE, options.overrides)
+    args = config["args"]
+    pert_data = load_dataset(config["pert_data_path"], config["dataset_name"], args["expression_storage"],
+                             args["expression_dtype"])
+    pert_data.prepare_split(**config["split_config"])
+    pert_data.get_dataloader(batch_size=args["batch_size"], test_batch_size=args["test_batch_size"],
+                             seed=args["seed"])
+    gears = GEARS(pert_data, device="cuda" if torch.cuda.is_available() else "cpu")
+    gears.load_pretrained(folder)
+    return gears
+
+
+def evaluate(options) -> int:
+    from gears_ddp.report.run_folder import json_safe
+
+    gears = _load_run(options)
+    if "test_loader" not in gears.dataloader:
+        raise ValueError(f"the split of {options.run} has no test set to score")
+    scores = gears.test()  # logs the verdicts
+    if options.out:
+        Path(options.out).write_text(json.dumps(json_safe(scores), indent=1), encoding="utf-8")
+        print(f"scores written to {options.out}")
+    return 0
+
+
+def predict(options) -> int:
+    from gears_ddp.cell_eval_export import split_predictions
+
+    gears = _load_run(options)
+    out = Path(options.out)
+    if options.split is not None:
+        if options.format == "csv":
+            raise ValueError("--split writes cells: use --format cell-eval or anndata")
+        predicted, real = split_predictions(gears, options.split)
+        truth = out.with_name(out.name.replace(".h5ad", "") + ".truth.h5ad")
+        predicted.write_h5ad(out)
+        real.write_h5ad(truth)
+        print(f"predictions for the {predicted.n_obs} cells of the {options.split} set written to {out}, "
+              f"their true expression to {truth}")
+        return 0
+    queries = [[gene for gene in query.split("+") if gene != "ctrl"] for query in options.perturbations]
+    if options.format == "csv":
+        gears.predict(queries, return_type="anndata").to_df().to_csv(out)
+    else:
+        gears.predict(queries, return_type=options.format).write_h5ad(out)
+    print(f"predictions for {len(queries)} perturbation(s) written to {out}")
+    return 0
+
+
+def process(options) -> int:
+    import anndata
+
+    from gears_ddp.data.go_files import read_annotation, write_go_files
+    from gears_ddp.data.pertdata import PertData
+
+    if options.go_annotation:
+        write_go_files(options.data_path, read_annotation(options.go_annotation), overwrite=True)
+        print(f"GO files built from {options.go_annotation} in {options.data_path}")
+    source = Path(options.adata)
+    if not source.exists():
+        raise FileNotFoundError(f"--adata {source} does not exist")
+    pert_data = PertData(options.data_path)
+    pert_data.new_data_process(options.name, anndata.read_h5ad(source, backed="r"), overwrite=options.overwrite)
+    print(f"dataset {options.name}: {pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, "
+          f"{len(pert_data.cells.conditions)} conditions, written to {pert_data.dataset_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The three Gene Ontology files GEARS reads, built from a gene-to-GO annotation.
+
+``PertData`` reads, from its ``data_path`` (the published downloads use these names)::
+
+    gene2go_all.pkl                          gene symbol -> set of GO term ids
+    essential_all_data_pert_genes.pkl        the genes that may be perturbed (the vocabulary)
+    go_essential_all/go_essential_all.csv    GO graph: Jaccard similarity of two genes' terms (> 0.1)
+
+Offline, or for an organism or annotation of one's own, ``write_go_files`` builds them from
+any annotation: ``read_annotation`` reads a GO Annotation File (GAF 2.x, as the GO
+Consortium and UniProt publish them: ``.gaf`` or ``.gaf.gz``) or a two-column table with a
+header (gene symbol, GO id; comma- or tab-separated). ``gears-ddp process --go-annotation``
+does both.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from gears_ddp.data import io
+from gears_ddp.data.graphs import jaccard_edge_list
+
+GENE2GO_FILE = "gene2go_all.pkl"
+ESSENTIAL_GENES_FILE = "essential_all_data_pert_genes.pkl"
+GO_EDGES_NAME = "go_essential_all"
+GAF_SYMBOL_COLUMN, GAF_GO_COLUMN, GAF_QUALIFIER_COLUMN = 2, 4, 3
+
+
+def read_annotation(path) -> dict[str, set[str]]:
+    """Gene symbol -> GO term ids from a GAF file or a two-column table (see module doc).
+    GAF lines qualified ``NOT`` say a gene lacks the term, and are skipped."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"GO annotation file {path} does not exist")
+    if ".gaf" in path.name:
+        table = pd.read_csv(path, sep="\t", comment="!", header=None, dtype=str, usecols=range(5))
+        table = table[~table[GAF_QUALIFIER_COLUMN].fillna("").str.contains("NOT")]
+        pairs = table[[GAF_SYMBOL_COLUMN, GAF_GO_COLUMN]]
+    else:
+        table = pd.read_csv(path, sep=None, engine="python", dtype=str)
+        if table.shape[1] < 2:
+            raise ValueError(f"{path}: a GO annotation table needs two columns (gene symbol, GO id), "
+                             f"found {list(table.columns)}")
+        pairs = table.iloc[:, :2]
+    pairs = pairs.dropna()
+    bad = pairs[~pairs.iloc[:, 1].str.startswith("GO:")]
+    if len(bad):
+        raise ValueError(f"{path}: {len(bad)} rows have no GO id (GO:nnnnnnn) in the "
+                         f"{'fifth' if '.gaf' in path.name else 'second'} column, e.g. {bad.iloc[0].tolist()}")
+    gene2go: dict[str, set[str]] = {}
+    for gene, term in pairs.itertuples(index=False):
+        gene2go.setdefault(gene, set()).add(term)
+    if not gene2go:
+        raise ValueError(f"{path}: no gene-to-GO annotation found")
+    return gene2go
+
+
+def write_go_files(data_path, gene2go: dict, pert_genes=None, overwrite: bool = False) -> None:
+    """Write the three GO files into ``data_path``; ``pert_genes`` (default: every annotated
+    gene) is the perturbation vocabulary. Different existing files are refused unless
+    ``overwrite``; the same ones are kept."""
+    data_path = Path(data_path)
+    pert_genes = sorted(gene2go) if pert_genes is None else list(pert_genes)
+    existing = data_path / GENE2GO_FILE
+    if existing.exists() and not overwrite:
+        if io.read_pickle(existing, "gene -> GO terms mapping") != gene2go:
+            raise FileExistsError(f"{existing} holds other GO annotations; write into another data_path, "
+                                  "or pass overwrite=True to replace them")
+        return
+    data_path.mkdir(parents=True, exist_ok=True)
+    io.write_pickle(gene2go, existing)
+    io.write_pickle(pert_genes, data_path / ESSENTIAL_GENES_FILE)
+    with io.atomic_path(data_path / GO_EDGES_NAME / f"{GO_EDGES_NAME}.csv") as tmp:
+        jaccard_edge_list(gene2go, pert_genes).to_csv(tmp, index=False)

@@ -1,0 +1,299 @@
+"""The run report's pictures: training curves, test metrics beside the baselines, and
+predicted against true change at the top DE genes of a few test conditions.
+
+Each picture has a ``figure_...`` builder that returns the ``matplotlib.figure.Figure`` (so
+tests and notebooks can inspect what was drawn) and a ``plot_...`` function that builds it
+and writes a PNG. Figures use matplotlib's object-oriented API on an Agg canvas: they work
+headless and leave pyplot's global state alone.
+
+Colours mean the same in every picture: GEARS in red, the baselines in muted tones.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from gears_ddp.report.verdicts import MEANINGS, SUBGROUPS, higher_is_better
+
+GEARS_COLOUR = "#c62828"
+TRAIN_COLOUR = "#5b7fa6"
+BEST_EPOCH_COLOUR = "#333333"
+BASELINE_COLOURS = {"no_change": "#c8c8c8", "mean_effect": "#a9c1d9", "additive": "#d8c79e"}
+FALLBACK_BASELINE_COLOURS = ("#c9b3d6", "#b5d3b0", "#e3b6a8")
+TRUE_CHANGE_FILL = "#dfe7f0"
+SUBGROUP_LABELS = {None: "all test\nconditions",
+                   "combo_seen0": "two-gene combos,\nneither gene seen",
+                   "combo_seen1": "two-gene combos,\none gene seen",
+                   "combo_seen2": "two-gene combos,\nboth genes seen",
+                   "unseen_single": "unseen\nsingle genes"}
+BASE_FONT_SIZE = 11
+DPI = 150
+
+
+def save_figure(figure: Figure, path) -> Path:
+    """Write ``figure`` as a PNG at ``path`` (parent folders created); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="png", dpi=DPI)
+    return path
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """An empty figure on an Agg canvas, laid out by constrained layout (nothing overlaps)."""
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _style(axes) -> None:
+    """The house look: no top or right frame, readable ticks."""
+    axes.spines[["top", "right"]].set_visible(False)
+    axes.tick_params(labelsize=BASE_FONT_SIZE - 1)
+
+
+def _values(history: list[dict], key: str) -> np.ndarray:
+    """``key`` of every epoch as floats, NaN where missing (or null in a JSON report)."""
+    return np.array([math.nan if record.get(key) is None else float(record[key]) for record in history])
+
+
+# ------------------------------------------------------------------ training curves
+def figure_training_curves(history: list[dict], best_epoch: int) -> Figure:
+    """Training loss, mse at the DE genes and correlation per epoch, train beside val, with
+    the kept model's epoch (lowest val ``mse_de``) marked in every panel.
+
+    Markers are drawn as well as lines, so a run of a single epoch still shows its values.
+    """
+    figure = new_figure(15, 4.6)
+    loss_axes, mse_axes, pearson_axes = figure.subplots(1, 3)
+    epochs = _values(history, "epoch")
+    _draw_series(loss_axes, epochs, {"train": _values(history, "train_loss")})
+    _finish_panel(loss_axes, "Training loss (lower is better)", "loss (mean over steps)")
+    _draw_series(mse_axes, epochs, {"train": _values(history, "train_mse_de"),
+                                    "val": _values(history, "val_mse_de")})
+    _finish_panel(mse_axes, "Error at top 20 DE genes (lower is better)", "MSE at top 20 DE genes")
+    pearson_key = _pearson_key(history)
+    _draw_series(pearson_axes, epochs, {"train": _values(history, f"train_{pearson_key}"),
+                                        "val": _values(history, f"val_{pearson_key}")})
+    where = "top 20 DE genes" if pearson_key == "pearson_de" else "all genes"
+    _finish_panel(pearson_axes, f"Correlation, {where} (higher is better)", f"Pearson r, {where}")
+    last_epoch = np.nanmax(epochs, initial=best_epoch)
+    for axes in (loss_axes, mse_axes, pearson_axes):
+        axes.axvline(best_epoch, color=BEST_EPOCH_COLOUR, linestyle=":", linewidth=1.5, zorder=1)
+        axes.set_xlim(0.5, last_epoch + 0.5)  # whole epochs on the axis, a single one included
+    figure.legend(handles=_curve_legend_handles(best_epoch), loc="outside lower center", ncol=3,
+                  frameon=False, fontsize=BASE_FONT_SIZE)
+    return figure
+
+
+def _pearson_key(history: list[dict]) -> str:
+    """``pearson_de`` when the history has values of it, else ``pearson``."""
+    has_de = np.isfinite(_values(history, "val_pearson_de")).any() or \
+        np.isfinite(_values(history, "train_pearson_de")).any()
+    return "pearson_de" if has_de else "pearson"
+
+
+def _draw_series(axes, epochs: np.ndarray, series: dict[str, np.ndarray]) -> None:
+    """Train (hollow markers, dashed) and val (filled, solid) against epoch; a series with no
+    value is left out, and a panel with none says so."""
+    styles = {"train": {"color": TRAIN_COLOUR, "linestyle": "--", "marker": "o", "markerfacecolor": "white"},
+              "val": {"color": GEARS_COLOUR, "linestyle": "-", "marker": "o"}}
+    drawn = [name for name, values in series.items() if np.isfinite(values).any()]
+    for name in drawn:
+        axes.plot(epochs, series[name], label=name, linewidth=2, markersize=6, **styles[name])
+    if not drawn:
+        axes.text(0.5, 0.5, "not recorded", transform=axes.transAxes, ha="center", va="center", color="grey")
+
+
+def _finish_panel(axes, title: str, ylabel: str) -> None:
+    """Title, axis labels, whole-number epoch ticks and the house style."""
+    axes.set_title(title, fontsize=BASE_FONT_SIZE + 1)
+    axes.set_xlabel("epoch", fontsize=BASE_FONT_SIZE)
+    axes.set_ylabel(ylabel, fontsize=BASE_FONT_SIZE)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    axes.grid(axis="y", color="#e6e6e6")
+    _style(axes)
+
+
+def _curve_legend_handles(best_epoch: int) -> list:
+    """One legend for the three panels: train, val and the kept epoch."""
+    return [Line2D([], [], color=TRAIN_COLOUR, linestyle="--", marker="o", markerfacecolor="white", label="train"),
+            Line2D([], [], color=GEARS_COLOUR, marker="o", label="validation"),
+            Line2D([], [], color=BEST_EPOCH_COLOUR, linestyle=":",
+                   label=f"model kept: epoch {best_epoch} (lowest validation MSE at DE genes)")]
+
+
+def plot_training_curves(history: list[dict], best_epoch: int, path) -> Path:
+    """Write ``figure_training_curves`` as a PNG at ``path``; returns the path."""
+    return save_figure(figure_training_curves(history, best_epoch), path)
+
+
+# ------------------------------------------------------------------ test metrics
+def figure_test_metrics(model: dict, baselines: dict[str, dict], metrics=("pearson_delta", "mse_de")) -> Figure:
+    """One panel per metric: for all test conditions and each test subgroup present, GEARS's
+    bar beside each baseline's. A missing or NaN value leaves its slot empty, marked "n/a".
+    Every bar carries its value; the title says which way is better."""
+    groups = present_subgroups(model, metrics)
+    width = max(6.5, 2.2 * len(groups) + 3)
+    figure = new_figure(width, 3.9 * len(metrics) + 0.9)
+    for axes, metric in zip(np.atleast_1d(figure.subplots(len(metrics), 1)), metrics):
+        _draw_metric_panel(axes, metric, groups, model, baselines)
+    columns = len(baselines) + 1 if width >= 10 else 2  # a narrow figure stacks the legend
+    figure.legend(handles=_bar_legend_handles(baselines), loc="outside upper center", ncol=columns,
+                  frameon=False, fontsize=BASE_FONT_SIZE)
+    return figure
+
+
+def present_subgroups(model: dict, metrics) -> list[str | None]:
+    """``None`` (all test conditions), then each subgroup the model's summary has a value of."""
+    return [None] + [subgroup for subgroup in SUBGROUPS
+                     if any(f"test_{subgroup}_{metric}" in model for metric in metrics)]
+
+
+def summary_value(summary: dict, subgroup: str | None, metric: str) -> float:
+    """``summary['test_<subgroup_>metric']`` as a float; NaN when absent or null."""
+    value = summary.get(f"test_{subgroup + '_' if subgroup else ''}{metric}")
+    return math.nan if value is None else float(value)
+
+
+def baseline_colour(name: str, position: int) -> str:
+    """The muted colour of baseline ``name`` (the ``position``-th baseline)."""
+    return BASELINE_COLOURS.get(name, FALLBACK_BASELINE_COLOURS[position % len(FALLBACK_BASELINE_COLOURS)])
+
+
+def display_name(name: str) -> str:
+    """``'mean_effect'`` -> ``'mean effect baseline'``."""
+    return name.replace("_", " ") + " baseline"
+
+
+def _draw_metric_panel(axes, metric: str, groups: list, model: dict, baselines: dict[str, dict]) -> None:
+    """The bars of one metric; GEARS first in each group, then the baselines in order."""
+    summaries = [("GEARS", model, GEARS_COLOUR)] + [
+        (name, summary, baseline_colour(name, position)) for position, (name, summary) in enumerate(baselines.items())]
+    width = 0.8 / len(summaries)
+    centres = np.arange(len(groups))
+    for slot, (name, summary, colour) in enumerate(summaries):
+        heights = np.array([summary_value(summary, group, metric) for group in groups])
+        offsets = centres + (slot - (len(summaries) - 1) / 2) * width
+        _draw_bars(axes, offsets, heights, width, colour, label=name)
+    axes.axhline(0, color="#555555", linewidth=0.8)
+    axes.set_xticks(centres, labels=[SUBGROUP_LABELS.get(group, group) for group in groups],
+                    fontsize=BASE_FONT_SIZE)
+    axes.set_ylabel(metric, fontsize=BASE_FONT_SIZE)
+    direction = "higher is better" if higher_is_better(metric) else "lower is better"
+    meaning = MEANINGS.get(metric)
+    axes.set_title(f"{metric} ({direction})" + (f"\n{meaning}" if meaning else ""), fontsize=BASE_FONT_SIZE + 1)
+    axes.set_xlim(-0.7, len(groups) - 0.3)
+    axes.margins(y=0.18)
+    axes.grid(axis="y", color="#e6e6e6")
+    axes.set_axisbelow(True)
+    _style(axes)
+
+
+def _draw_bars(axes, offsets: np.ndarray, heights: np.ndarray, width: float, colour: str, label: str) -> None:
+    """Bars with their values written on them; NaN heights get no bar, only "n/a"."""
+    finite = np.isfinite(heights)
+    bars = axes.bar(offsets[finite], heights[finite], width, color=colour, label=label,
+                    edgecolor="#444444" if label == "GEARS" else "none", linewidth=0.6)
+    axes.bar_label(bars, labels=[f"{height:.3g}" for height in heights[finite]], padding=2,
+                   fontsize=BASE_FONT_SIZE - 3, rotation=90)
+    for offset in offsets[~finite]:
+        axes.text(offset, 0, "n/a", ha="center", va="bottom", rotation=90, fontsize=BASE_FONT_SIZE - 3,
+                  color="grey")
+
+
+def _bar_legend_handles(baselines: dict[str, dict]) -> list:
+    """GEARS and each baseline, in bar order."""
+    return [Patch(facecolor=GEARS_COLOUR, edgecolor="#444444", label="GEARS")] + [
+        Patch(color=baseline_colour(name, position), label=display_name(name))
+        for position, name in enumerate(baselines)]
+
+
+def plot_test_metrics(model: dict, baselines: dict[str, dict], path, metrics=("pearson_delta", "mse_de")) -> Path:
+    """Write ``figure_test_metrics`` as a PNG at ``path``; returns the path."""
+    return save_figure(figure_test_metrics(model, baselines, metrics), path)
+
+
+# ------------------------------------------------------------------ predictions
+def figure_predictions(examples: list[dict]) -> Figure:
+    """One row per test condition: box plots of each cell's true change over control at the
+    condition's top DE genes, GEARS's predicted change as red dots and the additive
+    baseline's as hollow diamonds, with a dashed line at no change.
+
+    Each example is a dict of ``condition``, ``subgroup`` (or None), ``genes`` (K names),
+    ``control`` (K,), ``truth_cells`` (cells x K, NaN where padded), ``model`` (K,) and
+    ``baselines`` ({name: (K,)}), as ``report.examples.prediction_examples`` builds them.
+    """
+    if not examples:
+        raise ValueError("figure_predictions needs at least one example")
+    widest = max(len(example["genes"]) for example in examples)
+    width = max(7.0, 0.62 * widest + 2.2)
+    figure = new_figure(width, 3.9 * len(examples) + 0.8)
+    for axes, example in zip(np.atleast_1d(figure.subplots(len(examples), 1)), examples):
+        _draw_example(axes, example)
+    with_additive = any("additive" in example.get("baselines", {}) for example in examples)
+    figure.legend(handles=_prediction_legend_handles(with_additive), loc="outside upper center",
+                  ncol=2 if width >= 12 else 1, frameon=False, fontsize=BASE_FONT_SIZE)  # narrow: one column fits
+    return figure
+
+
+def true_change_per_gene(example: dict) -> list[np.ndarray]:
+    """Each gene's per-cell change over control, padding NaNs dropped."""
+    change = np.asarray(example["truth_cells"], dtype=np.float64) - np.asarray(example["control"], dtype=np.float64)
+    return [column[np.isfinite(column)] for column in change.T]
+
+
+def predicted_change(example: dict, name: str = "model") -> np.ndarray:
+    """The predicted mean change over control of GEARS (``'model'``) or of a baseline."""
+    prediction = example["model"] if name == "model" else example["baselines"][name]
+    return np.asarray(prediction, dtype=np.float64) - np.asarray(example["control"], dtype=np.float64)
+
+
+def _draw_example(axes, example: dict) -> None:
+    """The boxes, predictions, zero line, gene labels and title of one condition."""
+    positions = np.arange(1, len(example["genes"]) + 1)
+    axes.boxplot(true_change_per_gene(example), positions=positions, widths=0.6, showfliers=False,
+                 patch_artist=True, boxprops={"facecolor": TRUE_CHANGE_FILL, "edgecolor": "#4d4d4d"},
+                 whiskerprops={"color": "#4d4d4d"}, capprops={"color": "#4d4d4d"}, medianprops={"linewidth": 0})
+    axes.axhline(0, linestyle="dashed", color="green", linewidth=1)
+    if "additive" in example.get("baselines", {}):
+        axes.scatter(positions, predicted_change(example, "additive"), marker="D", s=34, facecolors="none",
+                     edgecolors="#555555", linewidths=1.3, zorder=3, label="additive")
+    axes.scatter(positions, predicted_change(example), color="red", s=38, zorder=4, label="GEARS")
+    axes.set_xticks(positions, labels=[str(gene) for gene in example["genes"]], rotation=60, ha="right",
+                    rotation_mode="anchor", fontsize=BASE_FONT_SIZE - 1)
+    axes.set_xlim(0.4, len(positions) + 0.6)
+    axes.set_ylabel("expression change\nover control", fontsize=BASE_FONT_SIZE)
+    axes.set_title(_example_title(example), fontsize=BASE_FONT_SIZE + 1, loc="left")
+    _style(axes)
+
+
+def _example_title(example: dict) -> str:
+    """``'FOXA1+HOXB9: two-gene combos, one gene seen (312 cells)'``; cells padded with NaN only are not counted."""
+    subgroup = example.get("subgroup")
+    where = f": {SUBGROUP_LABELS.get(subgroup, subgroup).replace(chr(10), ' ')}" if subgroup else ""
+    cells = int(np.isfinite(np.asarray(example["truth_cells"], dtype=np.float64)).any(axis=1).sum())
+    return f"{example['condition']}{where} ({cells} cells)"
+
+
+def _prediction_legend_handles(with_additive: bool) -> list:
+    """The legend shared by every row."""
+    handles = [Patch(facecolor=TRUE_CHANGE_FILL, edgecolor="#4d4d4d",
+                     label="true change in the test cells (box: middle 50%, whiskers: 1.5 IQR)"),
+               Line2D([], [], color="red", marker="o", linestyle="none", label="GEARS predicted change")]
+    if with_additive:
+        handles.append(Line2D([], [], color="#555555", marker="D", markerfacecolor="none", linestyle="none",
+                              label="additive baseline (sum of single-gene changes)"))
+    handles.append(Line2D([], [], color="green", linestyle="dashed", label="no change"))
+    return handles
+
+
+def plot_predictions(examples: list[dict], path) -> Path:
+    """Write ``figure_predictions`` as a PNG at ``path``; returns the path."""
+    return save_figure(figure_predictions(examples), path)

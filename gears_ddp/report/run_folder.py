@@ -1,0 +1,108 @@
+"""The files a run leaves in its ``save_path`` besides the model, written by the main rank:
+
+- ``config.yaml``: the resolved configuration (``gears_ddp.run_config``), which
+  ``gears-ddp train --config`` reads back;
+- ``metrics.csv``: one row per epoch (training loss, train and val metrics, seconds),
+  rewritten after every epoch, so it is complete after a resume too;
+- ``train.log``: the library's log records of the main rank (appended across resumes);
+- ``report.json``: the final report (NaN written as null);
+- ``plots/*.png`` and ``report.html``: the curves, the test metrics beside the baselines,
+  predicted against true changes, and one page that shows them with the run's settings.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+
+import yaml
+
+from gears_ddp._logging import LIBRARY_LOGGER_NAME
+from gears_ddp.data.io import atomic_path
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.csv"
+LOG_FILE = "train.log"
+REPORT_FILE = "report.json"
+PAGE_FILE = "report.html"
+PICTURES = {"Training": "plots/training_curves.png", "Test metrics beside the baselines": "plots/test_metrics.png",
+            "Predicted and true change at the top DE genes": "plots/predictions.png"}
+
+
+def write_history(folder, history: list[dict]) -> Path:
+    """``folder/metrics.csv``: one row per epoch, one column per key of the records."""
+    path = Path(folder) / METRICS_FILE
+    columns = list(dict.fromkeys(key for record in history for key in record))
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as out:
+        writer = csv.DictWriter(out, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(history)
+    return path
+
+
+@contextlib.contextmanager
+def log_file(folder):
+    """While active, the library's log records also go to ``folder/train.log``."""
+    handler = logging.FileHandler(Path(folder) / LOG_FILE, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    logger = logging.getLogger(LIBRARY_LOGGER_NAME)
+    previous = logger.level
+    if previous == logging.NOTSET or previous > logging.INFO:
+        logger.setLevel(logging.INFO)  # the file gets the progress even when the console does not
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+        handler.close()
+
+
+def read_settings(folder) -> dict:
+    """The run's configuration as ``config.yaml`` holds it (empty when there is none)."""
+    path = Path(folder) / CONFIG_FILE
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {} if path.exists() else {}
+
+
+def write_report_json(folder, report: dict) -> Path:
+    """``folder/report.json``: the report, with NaN and infinities as null (strict JSON)."""
+    path = Path(folder) / REPORT_FILE
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(json.dumps(json_safe(report), indent=1), encoding="utf-8")
+    return path
+
+
+def json_safe(value):
+    """``value`` with NaN and infinities (nested in dicts and lists) as None."""
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_run_report(folder, report: dict, examples: list[dict]) -> Path:
+    """``report.json``, the pictures and ``report.html``; returns the page's path.
+    ``examples`` are the test conditions of the predictions picture
+    (``report.examples.prediction_examples``); without a test set there are only curves."""
+    from gears_ddp.report.page import write_report_page
+    from gears_ddp.report.plots import plot_predictions, plot_test_metrics, plot_training_curves
+
+    folder = Path(folder)
+    write_report_json(folder, report)
+    titles = list(PICTURES)
+    pictures = {titles[0]: PICTURES[titles[0]]}
+    plot_training_curves(report["history"], report["best_epoch"], folder / PICTURES[titles[0]])
+    if "model" in report:
+        plot_test_metrics(report["model"], report["baselines"], folder / PICTURES[titles[1]])
+        pictures[titles[1]] = PICTURES[titles[1]]
+        if examples:
+            plot_predictions(examples, folder / PICTURES[titles[2]])
+            pictures[titles[2]] = PICTURES[titles[2]]
+    return write_report_page(folder, read_settings(folder), report, pictures)

@@ -1,0 +1,119 @@
+"""Which way each metric is better, and whether the model beat each baseline.
+
+A table of numbers alone does not say that GEARS lost to a baseline: ``mse`` is better
+low, ``pearson_delta`` high, and a model can win one and lose the other. ``compare`` turns
+the test summaries of the model and the baselines into one ``MetricVerdict`` per metric
+(and subgroup), which the console summary (``verdict_table``), the run report page and
+its plots share.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
+# the metrics shown by default: the reference's logged test summary and its overall metrics
+HEADLINE_METRICS = ("pearson_delta", "mse_de", "pearson_delta_de", "mse", "pearson",
+                    "frac_opposite_direction_top20_non_dropout", "mse_top20_de_non_dropout")
+LOWER_IS_BETTER_PREFIXES = ("mse", "frac_opposite_direction", "frac_0/1_direction", "fold_change_gap", "mean_sigma",
+                            "std_sigma")
+MEANINGS = {
+    "pearson_delta": "correlation of predicted and true change over control, all genes",
+    "pearson_delta_de": "correlation of predicted and true change over control, top 20 DE genes",
+    "mse_de": "squared error of the predicted expression at the top 20 DE genes",
+    "mse": "squared error of the predicted expression, all genes",
+    "pearson": "correlation of predicted and true expression, all genes (high even for no change)",
+    "pearson_de": "correlation of predicted and true expression, top 20 DE genes",
+    "frac_opposite_direction_top20_non_dropout": "share of top 20 DE genes predicted to move the wrong way",
+    "frac_sigma_below_1_non_dropout": "share of top 20 DE genes predicted within one cell-to-cell SD",
+    "mse_top20_de_non_dropout": "squared error of the predicted change at the top 20 non-dropout DE genes",
+}
+
+
+def higher_is_better(metric: str) -> bool:
+    """Whether a larger value of ``metric`` (a name without prefix or subgroup) is better."""
+    return not metric.startswith(LOWER_IS_BETTER_PREFIXES)
+
+
+def split_key(key: str, prefix: str = "test_") -> tuple[str | None, str]:
+    """``'test_combo_seen1_mse_de'`` -> ``('combo_seen1', 'mse_de')``; no subgroup -> ``None``."""
+    name = key[len(prefix):] if key.startswith(prefix) else key
+    for subgroup in SUBGROUPS:
+        if name.startswith(subgroup + "_"):
+            return subgroup, name[len(subgroup) + 1:]
+    return None, name
+
+
+@dataclass
+class MetricVerdict:
+    """One metric of the model beside the baselines: ``beats[name]`` is True where the model
+    is better than that baseline, False where it is not, None where either value is missing."""
+
+    key: str
+    subgroup: str | None
+    metric: str
+    higher_is_better: bool
+    model: float
+    baselines: dict[str, float]
+    beats: dict[str, bool | None]
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+    @property
+    def summary(self) -> str:
+        """``'beats all 3 baselines'``, ``'loses to mean_effect, additive'``, ..."""
+        lost = [name for name, won in self.beats.items() if won is False]
+        known = [name for name, won in self.beats.items() if won is not None]
+        if not known:
+            return "no baseline to compare"
+        if not lost:
+            return f"beats all {len(known)} baselines" if len(known) > 1 else f"beats {known[0]}"
+        return "loses to " + ", ".join(lost)
+
+
+def compare(model: dict, baselines: dict[str, dict], metrics=HEADLINE_METRICS, subgroups=(None, *SUBGROUPS),
+            prefix: str = "test_") -> list[MetricVerdict]:
+    """A verdict for each (subgroup, metric) the model's summary has, in the order given."""
+    verdicts = []
+    for subgroup in subgroups:
+        for metric in metrics:
+            key = f"{prefix}{subgroup + '_' if subgroup else ''}{metric}"
+            if key not in model:
+                continue
+            value, higher = float(model[key]), higher_is_better(metric)
+            others = {name: float(summary[key]) for name, summary in baselines.items() if key in summary}
+            beats = {name: _better(value, others.get(name), higher) for name in baselines}
+            verdicts.append(MetricVerdict(key, subgroup, metric, higher, value, others, beats))
+    return verdicts
+
+
+def _better(value: float, other: float | None, higher: bool) -> bool | None:
+    if other is None or value != value or other != other:  # NaN: no verdict
+        return None
+    return value > other if higher else value < other
+
+
+def summary_verdicts(model: dict, baselines: dict[str, dict]) -> list[MetricVerdict]:
+    """What the console shows: every headline metric over all test conditions, then
+    ``pearson_delta`` and ``mse_de`` per subgroup."""
+    return (compare(model, baselines, subgroups=(None,))
+            + compare(model, baselines, metrics=("pearson_delta", "mse_de"), subgroups=SUBGROUPS))
+
+
+def verdict_table(verdicts: list[MetricVerdict]) -> str:
+    """A text table: each metric with its direction, the model beside each baseline, and the
+    verdict; then how many of the overall metrics the model won."""
+    names = list(dict.fromkeys(name for v in verdicts for name in v.beats))
+    labels = [f"{v.subgroup + ': ' if v.subgroup else ''}{v.metric}" for v in verdicts]
+    width = max([len("metric"), *map(len, labels)]) + 2
+    lines = [f"{'metric':{width}}{'better':>7}{'GEARS':>10}" + "".join(f"{n:>13}" for n in names) + "  verdict"]
+    for label, v in zip(labels, verdicts):
+        cells = "".join(f"{v.baselines[n]:13.4f}" if n in v.baselines else f"{'-':>13}" for n in names)
+        lines.append(f"{label:{width}}{'higher' if v.higher_is_better else 'lower':>7}{v.model:10.4f}{cells}  "
+                     f"{v.summary}")
+    overall = [v for v in verdicts if v.subgroup is None]
+    if overall:
+        won = sum(all(b is not False for b in v.beats.values()) for v in overall)
+        lines.append(f"overall: GEARS beats every baseline on {won} of {len(overall)} metrics")
+    return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""A run's configuration as a YAML file: what ``gears-ddp train --config run.yaml`` reads.
+
+The top-level keys are ``train_multi_gpu``'s parameters (``pert_data_path``,
+``dataset_name``, ``split_config``, ``args``, ``n_gpus``, ``gpu_ids``), so a file and a
+Python call say the same thing in the same words::
+
+    pert_data_path: ./data
+    dataset_name: norman
+    split_config: {split: simulation, seed: 1}
+    args: {epochs: 20, batch_size: 32, model_config: {hidden_size: 64}, save_path: ./runs/norman}
+
+``--set args.epochs=5`` overrides one value (the value is read as YAML: ``5`` is a number,
+``true`` a boolean, ``[0, 1]`` a list). Every key and value is checked before anything
+runs, by the checks ``train_multi_gpu`` itself uses, and an error names the key and the
+file. The run folder keeps the resolved configuration (every default filled in) as
+``config.yaml``, which ``gears-ddp train --config`` reads back to repeat the run.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import yaml
+
+from gears_ddp.data.io import atomic_path
+from gears_ddp.data.pertdata import PertData
+from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
+from gears_ddp.report.run_folder import CONFIG_FILE
+
+RUN_KEYS = ("pert_data_path", "dataset_name", "split_config", "args", "n_gpus", "gpu_ids")
+REQUIRED_KEYS = ("pert_data_path", "dataset_name")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as people write it: ``lr: 1e-3`` is a number (YAML 1.1 wants ``1.0e-3``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+"
+               r"(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"),
+    list("-+0123456789."))
+
+
+def load_yaml(text: str):
+    """Parse YAML text (plain data only: no tags that build objects)."""
+    return yaml.load(text, Loader=_Loader)
+
+
+class RunConfigError(ValueError):
+    """A configuration file or override that cannot be used; the message names the key and
+    where it came from."""
+
+
+def read_run_config(path, overrides=()) -> dict:
+    """The checked, resolved configuration of the YAML file ``path`` with the ``--set``
+    ``overrides`` (``'args.epochs=5'``, ...) applied."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise RunConfigError(f"cannot read the configuration file {path}: {err.strerror or err}") from None
+    try:
+        config = load_yaml(text)
+    except yaml.YAMLError as err:
+        raise RunConfigError(f"{path} is not valid YAML: {err}") from None
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise RunConfigError(f"{path} must hold a mapping of {', '.join(RUN_KEYS)}; it holds a "
+                             f"{type(config).__name__}")
+    for assignment in overrides:
+        apply_override(config, assignment)
+    return resolve(config, str(path))
+
+
+def apply_override(config: dict, assignment: str) -> None:
+    """Apply one ``--set dotted.key=value`` to ``config`` in place."""
+    dotted, equals, text = assignment.partition("=")
+    keys = dotted.strip().split(".")
+    if not equals or not all(keys):
+        raise RunConfigError(f"--set {assignment!r}: write it as key=value, e.g. args.epochs=5")
+    if keys[0] not in RUN_KEYS:
+        raise RunConfigError(f"--set {assignment!r}: unknown key {keys[0]!r}; the keys are {', '.join(RUN_KEYS)}")
+    try:
+        value = load_yaml(text)
+    except yaml.YAMLError as err:
+        raise RunConfigError(f"--set {assignment!r}: the value is not valid YAML ({err})") from None
+    target = config
+    for depth, key in enumerate(keys[:-1]):
+        target = target.setdefault(key, {})
+        if not isinstance(target, dict):
+            raise RunConfigError(f"--set {assignment!r}: {'.'.join(keys[:depth + 1])} is not a mapping")
+    target[keys[-1]] = value
+
+
+def resolve(config: dict, source: str) -> dict:
+    """Check every key and value of ``config`` (read from ``source``) and fill in the defaults."""
+    unknown = sorted(set(config) - set(RUN_KEYS))
+    if unknown:
+        raise RunConfigError(f"{source}: unknown key(s) {unknown}; the keys are {', '.join(RUN_KEYS)}")
+    missing = [key for key in REQUIRED_KEYS if config.get(key) in (None, "")]
+    if missing:
+        raise RunConfigError(f"{source}: {' and '.join(missing)} must be given")
+    for key in ("split_config", "args"):
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise RunConfigError(f"{source}: {key} must be a mapping, got {config[key]!r}")
+    try:
+        split = SplitConfig.from_dict(config.get("split_config"))
+        args = TrainingArgs.from_dict(config.get("args"))
+    except (ValueError, FileNotFoundError) as err:
+        raise RunConfigError(f"{source}: {err}") from None
+    n_gpus, gpu_ids = config.get("n_gpus"), config.get("gpu_ids")
+    if n_gpus is not None and not (isinstance(n_gpus, int) and not isinstance(n_gpus, bool) and n_gpus >= 1):
+        raise RunConfigError(f"{source}: n_gpus must be a positive integer, got {n_gpus!r}")
+    if gpu_ids is not None and not (isinstance(gpu_ids, list) and all(isinstance(i, int) for i in gpu_ids)):
+        raise RunConfigError(f"{source}: gpu_ids must be a list of GPU numbers such as [0, 1], got {gpu_ids!r}")
+    return resolved_config(str(config["pert_data_path"]), str(config["dataset_name"]), split, args, n_gpus, gpu_ids)
+
+
+def resolved_config(pert_data_path: str, dataset_name: str, split: SplitConfig, args: TrainingArgs,
+                    n_gpus: int | None = None, gpu_ids: list[int] | None = None) -> dict:
+    """The configuration with every default filled in: what the run folder keeps."""
+    split_defaults = {name: parameter.default for name, parameter in
+                      inspect.signature(PertData.prepare_split).parameters.items() if name != "self"}
+    values = args.as_dict()
+    values["model_config"] = {**MODEL_DEFAULTS, **values["model_config"]}
+    return {"pert_data_path": pert_data_path, "dataset_name": dataset_name,
+            "split_config": {**split_defaults, **split.options}, "args": values, "n_gpus": n_gpus,
+            "gpu_ids": None if gpu_ids is None else [int(i) for i in gpu_ids]}
+
+
+def write_run_config(folder, config: dict) -> Path:
+    """Write ``config`` as ``folder/config.yaml`` (atomically)."""
+    path = Path(folder) / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def option_help() -> str:
+    """Every ``args`` option with its default and meaning, for ``gears-ddp train --help``."""
+    from dataclasses import fields
+
+    lines = ["args options (defaults in brackets):"]
+    for item in fields(TrainingArgs):
+        default = item.default_factory() if callable(item.default_factory) else item.default
+        lines.append(f"  args.{item.name} [{default!r}]: {item.metadata.get('help', '')}")
+    lines.append("args.model_config options:")
+    lines += [f"  args.model_config.{name} [{value!r}]" for name, value in MODEL_DEFAULTS.items()]
+    lines.append("split_config options:")
+    lines += [f"  split_config.{name} [{parameter.default!r}]" for name, parameter in
+              inspect.signature(PertData.prepare_split).parameters.items() if name != "self"]
+    return "\n".join(lines)

@@ -1,0 +1,197 @@
+"""The gears-ddp command: configuration files, the run folder, evaluate, predict, process."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import toy_data
+from gears_ddp.cli import main
+from gears_ddp.data import io
+from gears_ddp.data.go_files import read_annotation
+from gears_ddp.report.verdicts import compare, higher_is_better, split_key, verdict_table
+from gears_ddp.run_config import RunConfigError, apply_override, read_run_config
+from test_launch import _clean_environment
+
+SMALL_ARGS = {"epochs": 2, "batch_size": 16, "model_config": {"hidden_size": 8}}
+
+
+def _write_config(tmp_path, data_folder, save_path, **args):
+    config = {"pert_data_path": str(data_folder), "dataset_name": "toy",
+              "split_config": {"split": "simulation", "seed": 1},
+              "args": {**SMALL_ARGS, "save_path": str(save_path), **args}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def test_overrides_are_read_as_yaml_values_at_any_depth():
+    config = {"args": {"epochs": 3}}
+    for assignment in ("args.epochs=5", "args.amp=bf16", "args.sync_batchnorm=true", "gpu_ids=[0, 1]",
+                       "args.model_config.hidden_size=32", "args.lr=2e-3"):
+        apply_override(config, assignment)
+    assert config == {"args": {"epochs": 5, "amp": "bf16", "sync_batchnorm": True, "lr": 2e-3,
+                               "model_config": {"hidden_size": 32}}, "gpu_ids": [0, 1]}
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("agrs.epochs=3", "unknown key 'agrs'"),
+    ("args.epochs", "key=value"),
+    ("args.epochs.deeper=3", "args.epochs is not a mapping"),
+])
+def test_a_bad_override_is_named(assignment, message):
+    with pytest.raises(RunConfigError, match=message):
+        apply_override({"args": {"epochs": 3}}, assignment)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("pert_data_path: d\ndataset_name: toy\nargs: {epoch: 3}\n", r"run.yaml: unknown args key\(s\) \['epoch'\]"),
+    ("pert_data_path: d\ndataset_name: toy\nargs: {epochs: x}\n", r"run.yaml: args\['epochs'\] must be a positive"),
+    ("pert_data_path: d\ndataset_name: toy\nsplit: simulation\n", r"run.yaml: unknown key\(s\) \['split'\]"),
+    ("pert_data_path: d\ndataset_name: toy\nsplit_config: {splitt: simulation}\n", r"run.yaml: unknown split_config"),
+    ("pert_data_path: d\nargs: {}\n", "run.yaml: dataset_name must be given"),
+    ("pert_data_path: d\ndataset_name: toy\nargs: {model_config: {hiden_size: 8}}\n", "hiden_size"),
+    ("- a list\n", "must hold a mapping"),
+    ("args: {epochs: [}\n", "not valid YAML"),
+])
+def test_a_bad_file_names_the_file_and_the_key(tmp_path, text, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(RunConfigError, match=message):
+        read_run_config(path)
+
+
+def test_the_resolved_config_fills_every_default_and_reads_back_unchanged(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("pert_data_path: ./data\ndataset_name: toy\nargs: {epochs: 3}\n")
+    config = read_run_config(path, ["args.model_config.hidden_size=16"])
+    assert config["args"]["epochs"] == 3 and config["args"]["batch_size"] == 32
+    assert config["args"]["model_config"]["hidden_size"] == 16
+    assert config["args"]["model_config"]["num_go_gnn_layers"] == 1
+    assert config["split_config"]["split"] == "simulation" and config["split_config"]["seed"] == 1
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(config))
+    assert read_run_config(again) == config
+
+
+def test_a_bad_command_line_exits_with_status_2_and_a_message(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text("pert_data_path: ./data\ndataset_name: toy\nargs: {epochs: 0}\n")
+    assert main(["train", "--config", str(path)]) == 2
+    assert "run.yaml: args['epochs'] must be a positive integer, got 0" in capsys.readouterr().err
+    assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read the configuration file" in capsys.readouterr().err
+
+
+def test_train_help_lists_every_option_with_its_default():
+    result = subprocess.run([sys.executable, "-m", "gears_ddp", "train", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0
+    for line in ("args.epochs [20]", "args.batch_size [32]", "args.save_path ['./runs/gears_ddp']",
+                 "args.model_config.hidden_size [64]", "split_config.seed [1]"):
+        assert line in result.stdout
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+def test_verdicts_know_which_way_is_better_and_who_won():
+    assert higher_is_better("pearson_delta") and not higher_is_better("mse_de")
+    assert not higher_is_better("frac_opposite_direction_top20_non_dropout")
+    assert split_key("test_combo_seen1_mse_de") == ("combo_seen1", "mse_de")
+    model = {"test_pearson_delta": 0.02, "test_mse_de": 0.30, "test_unseen_single_pearson_delta": 0.5}
+    baselines = {"no_change": {"test_pearson_delta": 0.0, "test_mse_de": 0.40},
+                 "mean_effect": {"test_pearson_delta": 0.16, "test_mse_de": 0.20,
+                                 "test_unseen_single_pearson_delta": 0.1}}
+    verdicts = {v.key: v for v in compare(model, baselines)}
+    assert verdicts["test_pearson_delta"].beats == {"no_change": True, "mean_effect": False}
+    assert verdicts["test_mse_de"].beats == {"no_change": True, "mean_effect": False}
+    assert verdicts["test_unseen_single_pearson_delta"].beats == {"no_change": None, "mean_effect": True}
+    table = verdict_table(list(verdicts.values()))
+    assert "loses to mean_effect" in table and "lower" in table and "higher" in table
+    assert "GEARS beats every baseline on 0 of 2 metrics" in table
+
+
+# ----------------------------------------------------------------------------- training runs
+
+
+@pytest.mark.distributed
+def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folder, capsys):
+    save = tmp_path / "run"
+    config = _write_config(tmp_path, data_folder, save, cpu_processes=2)
+    assert main(["train", "--config", str(config), "--set", "args.epochs=3"]) == 0
+    out = capsys.readouterr().out
+    assert "better" in out and "verdict" in out and "GEARS beats every baseline on" in out and "report.html" in out
+    report = json.loads((save / "report.json").read_text())
+    assert report["world_size"] == 2 and len(report["history"]) == 3
+    with open(save / "metrics.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3]
+    assert [float(r["val_mse_de"]) for r in rows] == pytest.approx([h["val_mse_de"] for h in report["history"]])
+    log = (save / "train.log").read_text()
+    assert "epoch 3/3" in log and "rank 1" not in log
+    resolved = yaml.safe_load((save / "config.yaml").read_text())
+    assert resolved["args"]["epochs"] == 3 and resolved["args"]["cpu_processes"] == 2
+    page = (save / "report.html").read_text()
+    for picture in ("plots/training_curves.png", "plots/test_metrics.png", "plots/predictions.png"):
+        assert (save / picture).stat().st_size > 10_000
+        assert picture in page
+    # the run folder's config.yaml repeats the run, and evaluate scores the saved model as training did
+    assert main(["evaluate", "--run", str(save), "--out", str(tmp_path / "scores.json")]) == 0
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["model"]["test_pearson_delta"] == pytest.approx(report["model"]["test_pearson_delta"], abs=1e-6)
+    assert scores["baselines"]["additive"] == pytest.approx(report["baselines"]["additive"], nan_ok=True)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_train_under_torchrun_runs_one_rank_per_process(tmp_path, data_folder):
+    save = tmp_path / "run"
+    config = _write_config(tmp_path, data_folder, save)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "gears_ddp", "train", "--config", str(config)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_environment())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("verdict") == 1  # the summary comes from rank 0 only
+    report = json.loads((save / "report.json").read_text())
+    assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
+    assert (save / "report.html").exists() and (save / "model.pt").exists()
+
+
+# ----------------------------------------------------------------------------- process
+
+
+def test_process_builds_the_go_files_from_an_annotation_and_the_dataset(tmp_path, capsys):
+    reference = tmp_path / "reference"
+    gene2go = toy_data.write_go_files(reference)
+    annotation = tmp_path / "annotation.tsv"
+    annotation.write_text("gene\tgo_id\n" + "".join(f"{g}\t{t}\n" for g, terms in gene2go.items() for t in sorted(terms)))
+    raw = tmp_path / "raw.h5ad"
+    toy_data.make_raw().write_h5ad(raw)
+    data = tmp_path / "data"
+    assert main(["process", "--adata", str(raw), "--data-path", str(data), "--name", "toy",
+                 "--go-annotation", str(annotation)]) == 0
+    assert io.read_pickle(data / "gene2go_all.pkl", "GO") == gene2go
+    edges = "go_essential_all/go_essential_all.csv"
+    assert sorted((data / edges).read_text().splitlines()) == sorted((reference / edges).read_text().splitlines())
+    assert (data / "toy" / "perturb_processed.h5ad").exists()
+    assert "written to" in capsys.readouterr().out
+
+
+def test_a_gaf_file_is_read_without_its_negated_lines(tmp_path):
+    gaf = tmp_path / "goa_human.gaf"
+    gaf.write_text("!gaf-version: 2.2\n"
+                   "UniProtKB\tP1\tFEV\tenables\tGO:0000001\tref\tIEA\t\tF\tname\t\tprotein\ttaxon:9606\t20200101\tUniProt\n"
+                   "UniProtKB\tP1\tFEV\tNOT|enables\tGO:0000002\tref\tIEA\t\tF\tname\t\tprotein\ttaxon:9606\t20200101\tUniProt\n"
+                   "UniProtKB\tP2\tSAMD1\tinvolved_in\tGO:0000003\tref\tIEA\t\tP\tname\t\tprotein\ttaxon:9606\t20200101\tUniProt\n")
+    assert read_annotation(gaf) == {"FEV": {"GO:0000001"}, "SAMD1": {"GO:0000003"}}
+    table = tmp_path / "pairs.csv"
+    table.write_text("gene,term\nFEV,not-a-term\n")
+    with pytest.raises(ValueError, match="no GO id"):
+        read_annotation(table)
