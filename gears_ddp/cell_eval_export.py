@@ -4,11 +4,12 @@ evaluator), and how its ``pearson_delta`` and ``mse`` relate to ours.
 Layout
 ------
 cell-eval reads two AnnData files, predicted and real, with per-cell expression in ``X``,
-the perturbation of each cell in ``obs[PERT_COLUMN]`` (its default ``pert_col``,
-``'target'``) and control cells labelled ``CONTROL_LABEL`` (its default ``control_pert``,
+the perturbation of each cell in ``obs[PERT_COLUMN]`` (the default ``--pert-col`` of its
+``cell-eval run`` command and the Virtual Cell Challenge's column, ``'target_gene'``) and
+control cells labelled ``CONTROL_LABEL`` (its default ``control_pert``,
 ``'non-targeting'``); genes are matched by ``var_names``. The files written here have:
 
-- ``obs['target']``: the perturbed gene(s), ``A`` for the single ``A+ctrl`` and ``A+B`` for
+- ``obs['target_gene']``: the perturbed gene(s), ``A`` for the single ``A+ctrl`` and ``A+B`` for
   the combination ``A+B`` (genes in the order the condition writes them), ``non-targeting``
   for control cells;
 - ``obs['condition']``: the condition as the data writes it (``A+ctrl``, ``A+B``, ``ctrl``);
@@ -55,7 +56,7 @@ pairs each cell with the control cell its loader pairs it with, so the means are
 - in the conditions averaged: cell-eval scores every perturbation but control; our
   ``pearson_delta`` covers the conditions with a DE ranking, and our ``mse`` over the
   training cells (the per-epoch ``train_mse``) also counts ``ctrl``;
-- in naming: cell-eval's perturbation is ``obs['target']`` (``A``, ``A+B``), ours the
+- in naming: cell-eval's perturbation is ``obs['target_gene']`` (``A``, ``A+B``), ours the
   condition (``A+ctrl``, ``A+B``); ``A+B`` and ``B+A`` stay two perturbations in both.
   cell-eval's discrimination score leaves a single's target gene out of its distances
   (``var_names == target``) but no gene of a combination (no gene is named ``A+B``);
@@ -80,7 +81,7 @@ import torch
 import gears_ddp
 from gears_ddp.data.conditions import CONTROL, condition_genes
 
-PERT_COLUMN = "target"           # cell-eval's default pert_col
+PERT_COLUMN = "target_gene"      # the default --pert-col of `cell-eval run`
 CONTROL_LABEL = "non-targeting"  # cell-eval's default control_pert
 PROVENANCE_KEY = "gears_ddp"
 GENE_ID_COLUMN = "gene_id"       # the data's var_names, where they are not the gene names

@@ -144,8 +144,8 @@ def test_cell_eval_evaluator_scores_the_written_files_as_we_score_them(trained, 
     pred.write_h5ad(paths["pred"])
     real.write_h5ad(paths["real"])
     outdir = tmp_path / "cell-eval"
-    evaluator = MetricsEvaluator(str(paths["pred"]), str(paths["real"]), num_threads=1, outdir=str(outdir),
-                                 skip_de=True)
+    evaluator = MetricsEvaluator(str(paths["pred"]), str(paths["real"]), pert_col=PERT_COLUMN, num_threads=1,
+                                 outdir=str(outdir), skip_de=True)
     others = [m for m in metrics_registry.list_metrics(MetricType.ANNDATA_PAIR) if m not in COMPARED]
     results, _ = evaluator.compute(profile="anndata", skip_metrics=others, break_on_error=True)
     assert (outdir / "results.csv").exists()
@@ -163,7 +163,7 @@ def test_cell_eval_evaluator_scores_the_written_files_as_we_score_them(trained, 
 
     raw, _ = split_predictions(trained, clip_at_zero=False)
     with pytest.raises(ValueError, match="negative"):
-        MetricsEvaluator(raw, real, num_threads=1, outdir=str(outdir), skip_de=True)
+        MetricsEvaluator(raw, real, pert_col=PERT_COLUMN, num_threads=1, outdir=str(outdir), skip_de=True)
 
 
 def test_predictions_round_trip_through_h5ad(trained, tmp_path):

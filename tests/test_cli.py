@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import anndata
 import pytest
 import yaml
 
@@ -147,6 +148,25 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     scores = json.loads((tmp_path / "scores.json").read_text())
     assert scores["model"]["test_pearson_delta"] == pytest.approx(report["model"]["test_pearson_delta"], abs=1e-6)
     assert scores["baselines"]["additive"] == pytest.approx(report["baselines"]["additive"], nan_ok=True)
+    # predictions of the saved model, for a query and in cell-eval's layout, which the real cell-eval reads
+    assert main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out",
+                 str(tmp_path / "queries.h5ad")]) == 0
+    queries = anndata.read_h5ad(tmp_path / "queries.h5ad")
+    assert list(queries.obs_names) == ["G0+G1", "G3+ctrl"] and queries.uns["gears_ddp"]["weights_from"] == str(save)
+    predicted = tmp_path / "test.h5ad"
+    assert main(["predict", "--run", str(save), "--split", "test", "--format", "cell-eval", "--out",
+                 str(predicted)]) == 0
+    truth = tmp_path / "test.truth.h5ad"
+    outdir = tmp_path / "cell-eval"
+    cell_eval = [sys.executable, "-m", "cell_eval", "run", "-ap", str(predicted), "-ar", str(truth), "-o", str(outdir),
+                 "--profile", "minimal", "--num-threads", "1"]
+    done = subprocess.run(cell_eval, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(outdir / "results.csv") as handle:
+        rows = {row["perturbation"]: row for row in csv.DictReader(handle)}
+    tested = {c.replace("+ctrl", "") for c in anndata.read_h5ad(truth).obs["condition"].astype(str) if c != "ctrl"}
+    assert set(rows) == tested and len(tested) > 1
+    assert all(-1 <= float(row["pearson_delta"]) <= 1 for row in rows.values())
 
 
 @pytest.mark.distributed
