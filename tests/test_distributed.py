@@ -83,7 +83,9 @@ def _spawn_on_toy(data_folder, worker, save_path, **overrides):
 def test_only_rank_zero_writes(data_folder, tmp_path):
     report = _spawn_on_toy(data_folder, _worker_refusing_writes_off_rank_zero, tmp_path / "run", checkpoint_every=1)
     written = sorted(p.name for p in (tmp_path / "run").iterdir())
-    assert written == ["checkpoints", "config.pkl", "model.pt", "vocabulary.json"]
+    assert written == ["checkpoints", "config.pkl", "metrics.csv", "model.pt", "plots", "report.html", "report.json",
+                       "train.log", "vocabulary.json"]  # the model folder and the run report (no config.yaml:
+    # this test starts its workers itself, and train_multi_gpu, which writes it, is not called)
     steps = [int(p.stem.split("-")[1]) for p in checkpoint_files(tmp_path / "run")]  # after epochs 1 and 2
     assert len(steps) == 2 and steps[1] == 2 * steps[0] > 0
     assert report["model_path"] == str(tmp_path / "run")
