@@ -38,6 +38,7 @@ logger = get_logger(__name__)
 
 TRUE_MEANS_FILE = "true_means.csv.gz"
 GROUND_TRUTH_FILE = "ground_truth.json"
+CHUNK_VALUES = 2**18  # HDF5 chunk of the raw screen's sparse arrays (1 MiB of float32)
 
 
 def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool = False,
@@ -85,7 +86,10 @@ def write_synthetic_screen(data_path, name: str = "screen", overwrite: bool = Fa
             with h5py.File(tmp, "w") as handle:
                 for key, value in (("obs", obs), ("var", var), ("uns", {})):
                     write_elem(handle, key, value)
-                write_elem(handle, "X", sp.csr_matrix((0, len(var)), dtype=np.float32))
+                # chunks of many values: appended data in HDF5's default small chunks makes every
+                # later block read (and the writing) hold metadata in proportion to the file
+                write_elem(handle, "X", sp.csr_matrix((0, len(var)), dtype=np.float32),
+                           dataset_kwargs={"chunks": (CHUNK_VALUES,)})
                 expression = sparse_dataset(handle["X"])
                 for block in blocks:
                     expression.append(block)
