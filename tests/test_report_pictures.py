@@ -15,7 +15,7 @@ from matplotlib.container import BarContainer
 from matplotlib.image import imread
 
 from gears_ddp.report.page import format_number, write_report_page
-from gears_ddp.report.plots import (SUBGROUP_LABELS, figure_predictions, figure_test_metrics, figure_training_curves,
+from gears_ddp.report.plots import (subgroup_label, figure_predictions, figure_test_metrics, figure_training_curves,
                                     plot_predictions, plot_test_metrics, plot_training_curves, true_change_per_gene)
 from gears_ddp.report.verdicts import compare
 
@@ -131,7 +131,7 @@ def test_metric_bars_are_the_summary_values_gears_first_in_each_group():
             assert [bar.get_height() for bar in bars[name]] == pytest.approx(expected)
         gears_x = [bar.get_x() for bar in bars["GEARS"]]
         assert all(g < b.get_x() for g, b in zip(gears_x, bars["additive"]))
-        assert [label.get_text() for label in axes.get_xticklabels()] == [SUBGROUP_LABELS[g] for g in GROUPS]
+        assert [label.get_text() for label in axes.get_xticklabels()] == [subgroup_label(g) for g in GROUPS]
     assert "higher is better" in figure.axes[0].get_title()
     assert "lower is better" in figure.axes[1].get_title()
     assert len(figure.legends) == 1
@@ -145,7 +145,7 @@ def test_a_nan_metric_gets_no_bar_but_an_na_mark():
     assert len(bars_by_label(pearson_axes)["no_change"]) == 0
     assert [text.get_text() for text in pearson_axes.texts].count("n/a") == 1
     assert [bar.get_height() for bar in bars_by_label(mse_axes)["no_change"]] == [0.9]
-    assert [label.get_text() for label in pearson_axes.get_xticklabels()] == [SUBGROUP_LABELS[None]]
+    assert [label.get_text() for label in pearson_axes.get_xticklabels()] == [subgroup_label(None)]
 
 
 def test_bars_carry_their_values_as_labels():

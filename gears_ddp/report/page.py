@@ -13,14 +13,9 @@ import math
 from html import escape
 from pathlib import Path
 
-from gears_ddp.report.verdicts import MEANINGS, MetricVerdict, compare
+from gears_ddp.report.run_folder import PAGE_FILE
+from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, MetricVerdict, compare
 
-PAGE_NAME = "report.html"
-SUBGROUP_HEADINGS = {None: "All test conditions",
-                     "combo_seen0": "Two-gene combinations, neither gene seen in training",
-                     "combo_seen1": "Two-gene combinations, one gene seen in training",
-                     "combo_seen2": "Two-gene combinations, both genes seen in training",
-                     "unseen_single": "Single genes not seen in training"}
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
        max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.4; }
@@ -54,7 +49,7 @@ def write_report_page(folder, settings: dict, report: dict, pictures: dict[str, 
     set, ``best_epoch``, ``history``, ``world_size``, optionally ``model_path``) and
     ``pictures`` maps each picture's title to its path relative to ``folder``.
     """
-    path = Path(folder) / PAGE_NAME
+    path = Path(folder) / PAGE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report_page(settings, report, pictures), encoding="utf-8")
     return path
@@ -138,7 +133,7 @@ def _verdict_section(report: dict, verdicts: list[MetricVerdict]) -> str:
     for verdict in verdicts:
         if verdict.subgroup != subgroup:
             subgroup = verdict.subgroup
-            heading = SUBGROUP_HEADINGS.get(subgroup, subgroup)
+            heading = SUBGROUP_NAMES.get(subgroup, subgroup).capitalize()
             rows.append(f'<tr class="subgroup"><th colspan="{len(names) + 4}">{escape(str(heading))}</th></tr>')
         rows.append(verdict_row(verdict, names))
     return ("<h2>Test metrics beside the baselines</h2>\n"

@@ -11,6 +11,7 @@ Colours mean the same in every picture: GEARS in red, the baselines in muted ton
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from gears_ddp.report.verdicts import MEANINGS, SUBGROUPS, higher_is_better
+from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, SUBGROUPS, higher_is_better
 
 GEARS_COLOUR = "#c62828"
 TRAIN_COLOUR = "#5b7fa6"
@@ -28,13 +29,13 @@ BEST_EPOCH_COLOUR = "#333333"
 BASELINE_COLOURS = {"no_change": "#c8c8c8", "mean_effect": "#a9c1d9", "additive": "#d8c79e"}
 FALLBACK_BASELINE_COLOURS = ("#c9b3d6", "#b5d3b0", "#e3b6a8")
 TRUE_CHANGE_FILL = "#dfe7f0"
-SUBGROUP_LABELS = {None: "all test\nconditions",
-                   "combo_seen0": "two-gene combos,\nneither gene seen",
-                   "combo_seen1": "two-gene combos,\none gene seen",
-                   "combo_seen2": "two-gene combos,\nboth genes seen",
-                   "unseen_single": "unseen\nsingle genes"}
 BASE_FONT_SIZE = 11
 DPI = 150
+
+
+def subgroup_label(subgroup: str | None) -> str:
+    """A subgroup's name as a tick label, broken into short lines."""
+    return textwrap.fill(SUBGROUP_NAMES.get(subgroup, str(subgroup)), width=22)
 
 
 def save_figure(figure: Figure, path) -> Path:
@@ -183,7 +184,7 @@ def _draw_metric_panel(axes, metric: str, groups: list, model: dict, baselines: 
         offsets = centres + (slot - (len(summaries) - 1) / 2) * width
         _draw_bars(axes, offsets, heights, width, colour, label=name)
     axes.axhline(0, color="#555555", linewidth=0.8)
-    axes.set_xticks(centres, labels=[SUBGROUP_LABELS.get(group, group) for group in groups],
+    axes.set_xticks(centres, labels=[subgroup_label(group) for group in groups],
                     fontsize=BASE_FONT_SIZE)
     axes.set_ylabel(metric, fontsize=BASE_FONT_SIZE)
     direction = "higher is better" if higher_is_better(metric) else "lower is better"
@@ -277,7 +278,7 @@ def _draw_example(axes, example: dict) -> None:
 def _example_title(example: dict) -> str:
     """``'FOXA1+HOXB9: two-gene combos, one gene seen (312 cells)'``; cells padded with NaN only are not counted."""
     subgroup = example.get("subgroup")
-    where = f": {SUBGROUP_LABELS.get(subgroup, subgroup).replace(chr(10), ' ')}" if subgroup else ""
+    where = f": {SUBGROUP_NAMES.get(subgroup, subgroup)}" if subgroup else ""
     cells = int(np.isfinite(np.asarray(example["truth_cells"], dtype=np.float64)).any(axis=1).sum())
     return f"{example['condition']}{where} ({cells} cells)"
 

@@ -11,6 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
+SUBGROUP_NAMES = {None: "all test conditions",  # the simulation split's test subgroups, in words
+                  "combo_seen0": "two-gene combinations, neither gene seen in training",
+                  "combo_seen1": "two-gene combinations, one gene seen in training",
+                  "combo_seen2": "two-gene combinations, both genes seen in training",
+                  "unseen_single": "single genes not seen in training"}
 # the metrics shown by default: the reference's logged test summary and its overall metrics
 HEADLINE_METRICS = ("pearson_delta", "mse_de", "pearson_delta_de", "mse", "pearson",
                     "frac_opposite_direction_top20_non_dropout", "mse_top20_de_non_dropout")
