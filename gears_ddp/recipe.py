@@ -168,13 +168,14 @@ class TrainingRecipe:
                         math.ceil(len(loaders["train_loader"]) / self.options.grad_accum_steps))
         on_cpu = self.device.type == "cpu"
         writes = self.save_path is not None and self.ranks.is_main
-        with retained_host_memory() if on_cpu else contextlib.nullcontext(), \
-                at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
-                self.signals if self.save_path is not None else contextlib.nullcontext(), \
-                log_file(self.save_path) if writes else contextlib.nullcontext():
-            epochs = tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
-                          disable=not self.ranks.is_main or None)
-            with epochs:
+        with log_file(self.save_path) if writes else contextlib.nullcontext():
+            # freed memory is retained for the training loop only: the test pass allocates
+            # differently sized blocks, which a retaining heap would keep growing for
+            with retained_host_memory() if on_cpu else contextlib.nullcontext(), \
+                    at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
+                    self.signals if self.save_path is not None else contextlib.nullcontext(), \
+                    tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
+                         disable=not self.ranks.is_main or None) as epochs:
                 while self.position.epoch < self.options.epochs and not self._steps_done():
                     self._train_epoch(loaders)
                     epochs.update()

@@ -64,7 +64,8 @@ def test_settings_are_raised_in_the_block_and_memory_given_back_after(monkeypatc
     with host_memory.retained_host_memory():
         assert recorder.calls == [("mallopt", host_memory.M_MMAP_THRESHOLD, 32 * 2**20),
                                   ("mallopt", host_memory.M_TRIM_THRESHOLD, 256 * 2**20)]
-    assert recorder.calls[-1] == ("malloc_trim", 0)
+    assert recorder.calls[2:] == [("mallopt", host_memory.M_MMAP_THRESHOLD, 128 * 2**10),
+                                  ("mallopt", host_memory.M_TRIM_THRESHOLD, 128 * 2**10), ("malloc_trim", 0)]
 
 
 def test_the_users_own_allocator_settings_are_left_alone(monkeypatch):
