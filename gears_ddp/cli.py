@@ -17,13 +17,12 @@ checkpoint (continue with ``--set args.resume_from=auto``), 1 anything else.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from gears_ddp._logging import enable_console_logging
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
-from gears_ddp.run_config import RunConfigError, apply_override, option_help, read_run_config, resolve
+from gears_ddp.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
 from gears_ddp.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 
 EXIT_BAD_INPUT = 2
@@ -109,7 +108,7 @@ def train(options) -> int:
     if options.config is None and not options.overrides:
         raise RunConfigError("give --config run.yaml (or at least --set pert_data_path=... --set dataset_name=...)")
     config = read_run_config(options.config, options.overrides) if options.config else \
-        _config_from_overrides(options.overrides)
+        resolve_with_overrides({}, options.overrides, "--set")
     return _train(config)
 
 
@@ -125,16 +124,7 @@ def demo(options) -> int:
         args["cpu_processes"] = options.cpu_processes
     config = {"pert_data_path": options.data_path, "dataset_name": "synthetic",
               "split_config": {"split": "simulation", "seed": 1}, "args": args}
-    for assignment in options.overrides:
-        apply_override(config, assignment)
-    return _train(resolve(config, "gears-ddp demo"))
-
-
-def _config_from_overrides(overrides) -> dict:
-    config: dict = {}
-    for assignment in overrides:
-        apply_override(config, assignment)
-    return resolve(config, "--set")
+    return _train(resolve_with_overrides(config, options.overrides, "gears-ddp demo"))
 
 
 def _train(config: dict) -> int:
@@ -190,14 +180,14 @@ def _load_run(options):
 
 
 def evaluate(options) -> int:
-    from gears_ddp.report.run_folder import json_safe
+    from gears_ddp.report.run_folder import write_json
 
     gears = _load_run(options)
     if "test_loader" not in gears.dataloader:
         raise ValueError(f"the split of {options.run} has no test set to score")
     scores = gears.test()  # logs the verdicts
     if options.out:
-        Path(options.out).write_text(json.dumps(json_safe(scores), indent=1), encoding="utf-8")
+        write_json(options.out, scores)
         print(f"scores written to {options.out}")
     return 0
 

@@ -70,9 +70,15 @@ def read_run_config(path, overrides=()) -> dict:
     if not isinstance(config, dict):
         raise RunConfigError(f"{path} must hold a mapping of {', '.join(RUN_KEYS)}; it holds a "
                              f"{type(config).__name__}")
+    return resolve_with_overrides(config, overrides, str(path))
+
+
+def resolve_with_overrides(config: dict, overrides, source: str) -> dict:
+    """``config`` (changed in place) with the ``--set`` ``overrides`` applied, checked and
+    resolved; errors name ``source``."""
     for assignment in overrides:
         apply_override(config, assignment)
-    return resolve(config, str(path))
+    return resolve(config, source)
 
 
 def apply_override(config: dict, assignment: str) -> None:

@@ -68,11 +68,11 @@ def read_settings(folder) -> dict:
     return yaml.safe_load(path.read_text(encoding="utf-8")) or {} if path.exists() else {}
 
 
-def write_report_json(folder, report: dict) -> Path:
-    """``folder/report.json``: the report, with NaN and infinities as null (strict JSON)."""
-    path = Path(folder) / REPORT_FILE
+def write_json(path, value) -> Path:
+    """Write ``value`` as strict JSON (NaN and infinities as null) at ``path``, atomically."""
+    path = Path(path)
     with atomic_path(path) as tmp:
-        Path(tmp).write_text(json.dumps(json_safe(report), indent=1), encoding="utf-8")
+        Path(tmp).write_text(json.dumps(json_safe(value), indent=1), encoding="utf-8")
     return path
 
 
@@ -95,7 +95,7 @@ def write_run_report(folder, report: dict, examples: list[dict]) -> Path:
     from gears_ddp.report.plots import plot_predictions, plot_test_metrics, plot_training_curves
 
     folder = Path(folder)
-    write_report_json(folder, report)
+    write_json(folder / REPORT_FILE, report)
     titles = list(PICTURES)
     pictures = {titles[0]: PICTURES[titles[0]]}
     plot_training_curves(report["history"], report["best_epoch"], folder / PICTURES[titles[0]])
