@@ -249,7 +249,8 @@ def _paired_controls_summary(g, loader) -> dict:
         codes.append(batch.condition)
     codes = torch.unique(torch.cat(codes))
     accumulator.add_condition_effects(codes, torch.zeros(len(codes), g.num_genes))
-    return score(accumulator.result(), MetricContext.from_pert_data(g.pert_data), g.subgroup["test_subgroup"])[0]
+    result = accumulator.result()
+    return score(result, MetricContext.from_pert_data(g.pert_data, result.conditions), g.subgroup["test_subgroup"])[0]
 
 
 def _test_figures(summary: dict) -> dict:

@@ -136,11 +136,9 @@ class GEARS:
         """The dataset as an AnnData (``PertData.adata``; built when first asked for)."""
         return self.pert_data.adata
 
-    def new_accumulator(self, keep_cells: bool = True) -> EvaluationAccumulator:
-        """An empty per-condition accumulator for one evaluation pass (``keep_cells``: also
-        the per-cell DE truth the deeper test analyses need)."""
-        return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device,
-                                                    keep_cells)
+    def new_accumulator(self) -> EvaluationAccumulator:
+        """An empty per-condition accumulator for one evaluation pass."""
+        return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device)
 
     def train(self, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 5e-4, amp: str = "off",
               seed: int | None = None, *, max_steps: int | None = None, batch_size: int | None = None, test_batch_size: int | None = None,
@@ -180,7 +178,7 @@ class GEARS:
         self._require_model()
         result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
                           self.config["uncertainty"], self.device, ranks=ranks, progress="evaluating test")
-        context = MetricContext.from_pert_data(self.pert_data)
+        context = MetricContext.from_pert_data(self.pert_data, result.conditions, ranks)
         subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
         model_summary, self.test_metrics_per_condition = score(result, context, subgroups)
         self.test_result, self.test_baseline_results = result, baseline_results(self.pert_data, result)

@@ -1,19 +1,15 @@
 """GEARS evaluation metrics from per-condition sums, with the published package's definitions.
 
 The reference (``gears.inference``) keeps every cell's prediction and truth (cells x genes)
-and loops over conditions and cells. Apart from per-cell truth at 20 DE genes (for the
-std / min / max / quantile metrics), every one of its metrics depends only on each
-condition's MEAN prediction and MEAN truth. So evaluation here keeps:
-
-- per-condition sums of prediction, truth (and log-variance) in float64, plus cell counts,
-  accumulated batch by batch with ``index_add_`` (``EvaluationAccumulator``);
-- per cell, only the truth at the condition's two DE gene lists (20 values each, float32,
-  which holds expression values exactly), and only where the deeper analyses need them
-  (the test set): the per-epoch train and val metrics use the means alone.
-
-Those pieces reduce across ranks by a sum and a concatenation, so distributed evaluation
-gives the single-process result. The metric functions then work on (conditions x genes)
-arrays with row-wise, masked operations: ``compute_metrics``, ``deeper_analysis`` and
+and loops over conditions and cells. Apart from the spread of the cells' truth at 20 DE
+genes (for the in-range and sigma metrics), every one of its metrics depends only on each
+condition's MEAN prediction and MEAN truth. So evaluation here keeps per-condition sums of
+prediction, truth (and log-variance) in float64, plus cell counts, accumulated batch by
+batch with ``index_add_`` (``EvaluationAccumulator``); they reduce across ranks by a sum,
+so distributed evaluation gives the single-process result, and nothing is kept per cell.
+The truth's spread depends on the data alone: ``MetricContext`` reads it from the dataset
+(``truth_spread``). The metric functions then work on (conditions x genes) arrays with
+row-wise, masked operations: ``compute_metrics``, ``deeper_analysis`` and
 ``non_dropout_analysis`` return the reference's keys and values (quirks included; each is
 marked ``Reference quirk``), and ``subgroup_metrics`` averages them per test subgroup.
 
@@ -35,6 +31,8 @@ from gears_ddp.data.cells import N_DE_GENES
 from gears_ddp.data.conditions import CONTROL
 from gears_ddp.data.grouped import condition_means
 from gears_ddp.data.processing import RANK_KEY
+from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.truth_spread import QUANTILE_BANDS, SPREAD_STATISTICS, condition_spreads
 
 logger = get_logger(__name__)
 
@@ -43,8 +41,6 @@ NON_ZERO_GENES_KEY = "non_zeros_gene_idx"
 NON_DROPOUT_GENES_KEY = "non_dropout_gene_idx"
 TOP_DE_SIZES = (20, 50, 100, 200)
 N_VARIABLE_GENES = 200
-QUANTILE_BANDS = {"45_55": (0.45, 0.55), "40_60": (0.4, 0.6), "25_75": (0.25, 0.75)}
-QUANTILES = sorted({q for band in QUANTILE_BANDS.values() for q in band})
 MIN_FOLD_CHANGE_EXPRESSION = 0.5  # genes with a lower mean truth have no fold change
 FOLD_CHANGE_GAPS = {  # key -> which fold changes (> 0 after the reference's zeroing) it covers
     "fold_change_gap_all": lambda fc: fc > 0,
@@ -90,9 +86,7 @@ class EvaluationResult:
 
     ``de_idx`` (conditions x 20, -1 padded) are the DE gene positions of each condition in
     gene order (the reference's ``batch.de_idx``); ``non_dropout_de_idx`` those of
-    ``uns['top_non_dropout_de_20']`` in rank order. ``truth_de`` / ``truth_non_dropout_de``
-    hold each cell's truth at those positions (NaN where padded), ``cell_condition`` the
-    cell's row in ``conditions``.
+    ``uns['top_non_dropout_de_20']`` in rank order.
     """
 
     conditions: list[str]
@@ -102,16 +96,6 @@ class EvaluationResult:
     logvar_mean: np.ndarray | None  # (C, G) float64, with uncertainty
     de_idx: np.ndarray              # (C, 20)
     non_dropout_de_idx: np.ndarray  # (C, 20)
-    cell_condition: np.ndarray      # (N,)
-    truth_de: np.ndarray            # (N, 20) float32
-    truth_non_dropout_de: np.ndarray  # (N, 20) float32
-
-
-def _gather_cells(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """Per-row ``values[i, idx[i]]`` (expression values: float32 holds them exactly), NaN
-    where ``idx`` is -1 padding."""
-    gathered = values.gather(1, idx.clamp(min=0)).to(torch.float32)
-    return gathered.masked_fill(idx < 0, float("nan"))
 
 
 class EvaluationAccumulator:
@@ -119,34 +103,25 @@ class EvaluationAccumulator:
 
     ``add`` takes a batch's condition codes (B,), predictions and truth (B x G) and, with
     ``uncertainty``, the predicted log-variance. Sums are float64 on ``device`` (pass the
-    model's device to avoid copying B x G predictions to the host every batch). With
-    ``keep_cells=False`` the per-cell DE truth is not kept (``compute_metrics`` needs only
-    the means; the deeper analyses need the cells).
+    model's device to avoid copying B x G predictions to the host every batch).
 
-    Distributed evaluation: each rank accumulates its cells, then the ranks combine
-    ``state()``: its ``"sum"`` tensors add up across ranks and its ``"cat"`` tensors
-    (per-cell pieces) concatenate. For example, with ``torch.distributed``::
-
-        states = [None] * world_size
-        dist.all_gather_object(states, {k: {n: t.cpu() for n, t in v.items()} for k, v in acc.state().items()})
-        acc.load_state(merge_states(states))
-        result = acc.result()
+    Distributed evaluation: each rank accumulates its cells, then the ranks add up the
+    tensors of ``state()`` (``ranks.merge_evaluation``; with ``torch.distributed``, an
+    ``all_reduce`` of each) and ``load_state`` the sums.
     """
 
     def __init__(self, condition_names: Sequence[str], n_genes: int, de_idx_table: torch.Tensor,
-                 non_dropout_de_table: torch.Tensor, uncertainty: bool = False, device="cpu",
-                 keep_cells: bool = True):
+                 non_dropout_de_table: torch.Tensor, uncertainty: bool = False, device="cpu"):
         self.condition_names = list(condition_names)
         self.n_genes = n_genes
         self.uncertainty = uncertainty
-        self.keep_cells = keep_cells
         self.device = torch.device(device)
-        self.tables = {"truth_de": de_idx_table.to(self.device, torch.long),
-                       "truth_non_dropout_de": non_dropout_de_table.to(self.device, torch.long)}
+        self.tables = {"de": de_idx_table.to(self.device, torch.long),
+                       "non_dropout_de": non_dropout_de_table.to(self.device, torch.long)}
         n_conditions = len(self.condition_names)
         for name, table in self.tables.items():
             if table.shape != (n_conditions, N_DE_GENES):
-                raise ValueError(f"{name} table has shape {tuple(table.shape)}, "
+                raise ValueError(f"the {name} gene table has shape {tuple(table.shape)}, "
                                  f"expected ({n_conditions}, {N_DE_GENES})")
         sums = {"pred": torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device),
                 "truth": torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device),
@@ -154,18 +129,14 @@ class EvaluationAccumulator:
         if uncertainty:
             sums["logvar"] = torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device)
         self._sums = sums
-        self._cells = {"codes": [torch.empty(0, dtype=torch.long, device=self.device)],
-                       **{name: [torch.empty(0, N_DE_GENES, dtype=torch.float32, device=self.device)]
-                          for name in self.tables}}
 
     @classmethod
-    def from_pert_data(cls, pert_data, uncertainty: bool = False, device="cpu",
-                       keep_cells: bool = True) -> "EvaluationAccumulator":
+    def from_pert_data(cls, pert_data, uncertainty: bool = False, device="cpu") -> "EvaluationAccumulator":
         """An accumulator for the conditions, genes and DE tables of a loaded ``PertData``."""
         cells = pert_data.cells
         return cls(cells.conditions, cells.expression.shape[1], cells.condition_de_idx,
                    non_dropout_de_table(pert_data.uns, pert_data.var.index, cells.condition_names), uncertainty,
-                   device, keep_cells)
+                   device)
 
     def add(self, codes: torch.Tensor, pred: torch.Tensor, truth: torch.Tensor,
             logvar: torch.Tensor | None = None) -> None:
@@ -197,52 +168,33 @@ class EvaluationAccumulator:
             self._sums["logvar"].index_add_(0, codes, cells * logvar.detach().to(self.device, torch.float64))
 
     def _add_cells(self, codes: torch.Tensor, pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
-        """Count the cells, sum predictions and truth, keep per-cell DE truth; returns the codes."""
+        """Count the cells, sum predictions and truth; returns the codes."""
         codes = codes.to(self.device, torch.long)
-        truth = truth.detach().to(self.device)
         self._sums["count"].index_add_(0, codes, torch.ones_like(codes))
         self._sums["pred"].index_add_(0, codes, pred.detach().to(self.device, torch.float64))
-        self._sums["truth"].index_add_(0, codes, truth.to(torch.float64))
-        if self.keep_cells:
-            self._cells["codes"].append(codes)
-            for name, table in self.tables.items():
-                self._cells[name].append(_gather_cells(truth, table[codes]))
+        self._sums["truth"].index_add_(0, codes, truth.detach().to(self.device, torch.float64))
         return codes
 
-    def state(self) -> dict[str, dict[str, torch.Tensor]]:
-        """Copies of what this accumulator holds: ``{"sum": {...}, "cat": {...}}`` (see class doc)."""
-        return {"sum": {name: t.clone() for name, t in self._sums.items()},
-                "cat": {name: torch.cat(pieces) for name, pieces in self._cells.items()}}
+    def state(self) -> dict[str, torch.Tensor]:
+        """Copies of the sums this accumulator holds (cell counts, prediction, truth and
+        log-variance sums per condition), which add up across ranks."""
+        return {name: t.clone() for name, t in self._sums.items()}
 
-    def load_state(self, state: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
-        """Replace the contents with ``state`` (typically ``merge_states`` of every rank's state)."""
-        self._sums = {name: t.to(self.device) for name, t in state["sum"].items()}
-        self._cells = {name: [t.to(self.device)] for name, t in state["cat"].items()}
+    def load_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Replace the sums with ``state`` (typically the sum of every rank's ``state()``)."""
+        self._sums = {name: t.to(self.device) for name, t in state.items()}
 
     def result(self) -> EvaluationResult:
-        """Means per condition that had cells, and the per-cell DE truth, as numpy arrays."""
-        state = self.state()
-        sums = {name: t.cpu().numpy() for name, t in state["sum"].items()}
-        cells = {name: t.cpu().numpy() for name, t in state["cat"].items()}
+        """Means per condition that had cells, as numpy arrays."""
+        sums = {name: t.cpu().numpy() for name, t in self._sums.items()}
         present = np.flatnonzero(sums["count"])
-        row_of_code = np.full(len(self.condition_names), -1)
-        row_of_code[present] = np.arange(len(present))
         n_cells = sums["count"][present]
         mean = {name: sums[name][present] / n_cells[:, None] for name in ("pred", "truth", "logvar") if name in sums}
         return EvaluationResult(
             conditions=[self.condition_names[code] for code in present], n_cells=n_cells,
             pred_mean=mean["pred"], truth_mean=mean["truth"], logvar_mean=mean.get("logvar"),
-            de_idx=self.tables["truth_de"].cpu().numpy()[present],
-            non_dropout_de_idx=self.tables["truth_non_dropout_de"].cpu().numpy()[present],
-            cell_condition=row_of_code[cells["codes"]], truth_de=cells["truth_de"],
-            truth_non_dropout_de=cells["truth_non_dropout_de"])
-
-
-def merge_states(states: Sequence[Mapping[str, Mapping[str, torch.Tensor]]]) -> dict:
-    """Combine accumulator states (one per rank): sums added, per-cell pieces concatenated in order."""
-    device = states[0]["sum"]["count"].device
-    return {"sum": {name: sum(s["sum"][name].to(device) for s in states) for name in states[0]["sum"]},
-            "cat": {name: torch.cat([s["cat"][name].to(device) for s in states]) for name in states[0]["cat"]}}
+            de_idx=self.tables["de"].cpu().numpy()[present],
+            non_dropout_de_idx=self.tables["non_dropout_de"].cpu().numpy()[present])
 
 
 # ---------------------------------------------------------------------------- row-wise statistics
@@ -325,19 +277,15 @@ def _padded(index_lists: Sequence[np.ndarray], width: int) -> np.ndarray:
     return table
 
 
-def _cell_spread(cell_row: np.ndarray, values: np.ndarray, n_rows: int) -> dict[str, np.ndarray]:
-    """Per row (condition) and column: std, min, max and ``QUANTILES`` of the per-cell values
-    of the cells with that row (cells with row -1 are ignored). One vectorised call per row."""
-    order = np.argsort(cell_row, kind="stable")
-    bounds = np.searchsorted(cell_row[order], np.arange(n_rows + 1))
-    spread = {name: np.full((n_rows, values.shape[1]), np.nan) for name in ("std", "min", "max", *QUANTILES)}
-    for row in range(n_rows):
-        block = values[order[bounds[row]:bounds[row + 1]]].astype(np.float64)
-        if len(block):
-            spread["std"][row], spread["min"][row], spread["max"][row] = block.std(0), block.min(0), block.max(0)
-            for q, column in zip(QUANTILES, np.quantile(block, QUANTILES, axis=0)):
-                spread[q][row] = column
-    return spread
+def _stacked_spread(spreads: Mapping[str, dict], conditions: Sequence[str]) -> dict[str, np.ndarray]:
+    """``{statistic: (conditions x 20)}`` from per-condition spreads (``MetricContext.spreads``)."""
+    missing = [c for c in conditions if c not in spreads]
+    if missing:
+        raise ValueError(f"the metric context has no truth spread for conditions {missing[:10]}: build it with "
+                         "MetricContext.from_pert_data(pert_data, conditions) for the evaluated conditions")
+    if not conditions:
+        return {name: np.empty((0, N_DE_GENES)) for name in SPREAD_STATISTICS}
+    return {name: np.stack([spreads[c][name] for c in conditions]) for name in SPREAD_STATISTICS}
 
 
 def _spread_metrics(pred: np.ndarray, mean: np.ndarray, spread: dict, valid: np.ndarray,
@@ -419,13 +367,16 @@ def _mean_or_nan(values: np.ndarray) -> float:
 
 @dataclass
 class MetricContext:
-    """What the deeper analyses need from the whole dataset, computed once from ``adata``.
+    """What the deeper analyses need from the dataset, computed once from the loaded data.
 
     ``control_mean``: mean expression of ALL control cells of the dataset (not only the
     evaluated ones) and ``most_variable_genes``: the 200 genes with the largest std of the
     mean expression across all conditions, both as the reference computes them.
     ``ranked_de``: per condition, positions of its top-200 ranked DE genes in rank order;
-    ``non_zero_genes`` / ``non_dropout_genes``: the ``uns`` gene index sets.
+    ``non_zero_genes`` / ``non_dropout_genes``: the ``uns`` gene index sets. ``spreads``:
+    ``{"de" | "non_dropout_de": {condition: truth_spread.spread}}``, the spread of the
+    condition's cells at its DE genes in gene order (``EvaluationResult.de_idx``) and at its
+    top non-dropout DE genes (``non_dropout_de_idx``).
     """
 
     n_genes: int
@@ -434,11 +385,15 @@ class MetricContext:
     ranked_de: dict[str, np.ndarray]
     non_zero_genes: dict[str, np.ndarray]
     non_dropout_genes: dict[str, np.ndarray]
+    spreads: dict[str, dict[str, dict]]
 
     @classmethod
-    def from_pert_data(cls, pert_data) -> "MetricContext":
+    def from_pert_data(cls, pert_data, conditions: Sequence[str] | None = None,
+                       ranks: SingleProcess = SINGLE_PROCESS) -> "MetricContext":
         """Build from a loaded ``PertData`` (DE ranking and gene sets in its ``uns``); the
-        per-condition means are summed over the cell table a block of cells at a time."""
+        per-condition means are summed over the cell table a block of cells at a time. The
+        truth spreads are read for ``conditions`` (the evaluated ones; None: every condition
+        the analyses cover), a share on each of ``ranks``."""
         uns, cells = pert_data.uns, pert_data.cells
         missing = [k for k in (RANK_KEY, NON_ZERO_GENES_KEY, NON_DROPOUT_GENES_KEY) if k not in uns]
         if missing:
@@ -449,6 +404,10 @@ class MetricContext:
         means = condition_means(cells.expression, cells.condition_codes.numpy(), len(cells.conditions))
         names = dict(zip(cells.conditions, cells.condition_names))
         ranked, var_names = uns[RANK_KEY], pert_data.var.index
+        if conditions is None:
+            conditions = [c for c, n in names.items() if n in ranked or n in uns[NON_DROPOUT_GENES_KEY]]
+        tables = {"de": cells.condition_de_idx,
+                  "non_dropout_de": non_dropout_de_table(uns, var_names, cells.condition_names)}
         return cls(
             n_genes=len(var_names),
             control_mean=means[cells.conditions.index(CONTROL)],
@@ -458,7 +417,8 @@ class MetricContext:
             non_zero_genes={c: np.asarray(uns[NON_ZERO_GENES_KEY][n], dtype=np.int64)
                             for c, n in names.items() if n in uns[NON_ZERO_GENES_KEY]},
             non_dropout_genes={c: np.asarray(uns[NON_DROPOUT_GENES_KEY][n], dtype=np.int64)
-                               for c, n in names.items() if n in uns[NON_DROPOUT_GENES_KEY]})
+                               for c, n in names.items() if n in uns[NON_DROPOUT_GENES_KEY]},
+            spreads=condition_spreads(cells, conditions, tables, ranks))
 
 
 def _analysed_rows(result: EvaluationResult, available: Mapping, what: str) -> np.ndarray:
@@ -496,7 +456,7 @@ def deeper_analysis(context: MetricContext, result: EvaluationResult) -> dict[st
 
     de_idx = result.de_idx[rows]
     pred_de, truth_de = _gather(pred, de_idx), _gather(truth, de_idx)
-    spread = _cell_spread(_row_of_cells(result, rows), result.truth_de, len(rows))
+    spread = _stacked_spread(context.spreads["de"], conditions)
     spread_columns, nonzero = _spread_metrics(pred_de, truth_de, spread, de_idx >= 0, "")
     # Reference quirk: gene-order columns compared with the control at the rank-order DE genes.
     control_rank_order = _gather(control, _padded(ranked, N_DE_GENES))
@@ -522,13 +482,6 @@ def deeper_analysis(context: MetricContext, result: EvaluationResult) -> dict[st
     return _per_condition(conditions, columns)
 
 
-def _row_of_cells(result: EvaluationResult, rows: np.ndarray) -> np.ndarray:
-    """Each cell's position in ``rows`` (-1 for cells of conditions not in ``rows``)."""
-    position = np.full(len(result.conditions), -1)
-    position[rows] = np.arange(len(rows))
-    return position[result.cell_condition]
-
-
 def non_dropout_analysis(context: MetricContext, result: EvaluationResult) -> dict[str, dict]:
     """The reference's ``non_dropout_analysis``: direction fractions over the top-20
     non-dropout DE genes and the non-zero / non-dropout gene sets, in-range and sigma metrics
@@ -548,7 +501,7 @@ def non_dropout_analysis(context: MetricContext, result: EvaluationResult) -> di
     columns.update(_direction_fractions(
         change, _index_mask([context.non_dropout_genes[c] for c in conditions], context.n_genes), "non_dropout"))
     columns = {key: (values, None) for key, values in columns.items()}
-    spread = _cell_spread(_row_of_cells(result, rows), result.truth_non_dropout_de, len(rows))
+    spread = _stacked_spread(context.spreads["non_dropout_de"], conditions)
     spread_columns, nonzero = _spread_metrics(pred_de, truth_de, spread, valid, "_non_dropout")
     columns.update({key: (values, nonzero.any(1)) for key, values in spread_columns.items()})
     columns["pearson_delta_top20_de_non_dropout"] = (_pearson_rows(pred_de - control_de, truth_de - control_de,

@@ -2,7 +2,7 @@
 
 Training is written once, for any number of processes. Everything it needs from the other
 processes goes through one object: the world size and this process's rank, whether this
-process is the main one (which logs and writes files), a sum over ranks, the merge of
+process is the main one (which logs and writes files), a sum over ranks, the sum of
 evaluation states, the model wrapper that synchronises gradients (and ``no_sync`` for
 accumulated micro-batches), the broadcast of BatchNorm running statistics, a barrier, a
 gather of small objects, and the largest of an integer over ranks (a stop request).
@@ -20,8 +20,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-
-from gears_ddp.metrics import merge_states
 
 
 class SingleProcess:
@@ -48,7 +46,8 @@ class SingleProcess:
         return tensor
 
     def merge_evaluation(self, state: dict) -> dict:
-        """An evaluation accumulator's state merged with those of the other ranks."""
+        """An evaluation accumulator's ``state()`` (named tensors of sums) summed over ranks,
+        in place."""
         return state
 
     def broadcast_buffers(self, network: nn.Module) -> None:
@@ -104,8 +103,7 @@ class ProcessGroupRanks(SingleProcess):
         return tensor
 
     def merge_evaluation(self, state: dict) -> dict:
-        states = self.gather({part: {k: t.cpu() for k, t in values.items()} for part, values in state.items()})
-        return merge_states(states)
+        return {name: self.sum(tensor) for name, tensor in state.items()}
 
     def broadcast_buffers(self, network: nn.Module) -> None:
         checkpointed = network.state_dict(keep_vars=True)

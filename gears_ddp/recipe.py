@@ -240,7 +240,7 @@ class TrainingRecipe:
         return self.options.max_steps is not None and self.position.global_step >= self.options.max_steps
 
     def _metrics(self, loader, progress: str) -> dict:
-        result = evaluate(self.model, loader, self.gears.new_accumulator(keep_cells=False),
+        result = evaluate(self.model, loader, self.gears.new_accumulator(),
                           self.gears.config["uncertainty"], self.device, self.precision, self.ranks, progress=progress)
         return compute_metrics(result)[0]
 
@@ -331,8 +331,8 @@ class TrainingRecipe:
         if gears.test_result is None:
             return []
         subgroups = gears.subgroup["test_subgroup"] if gears.subgroup else None
-        return prediction_examples(gears.test_result, gears.test_baseline_results, gears.gene_list,
-                                   gears.ctrl_expression.cpu().numpy(), subgroups)
+        return prediction_examples(gears.test_result, gears.test_baseline_results, gears.pert_data.cells,
+                                   gears.gene_list, gears.ctrl_expression.cpu().numpy(), subgroups)
 
 
 def _cpu_state(model: nn.Module) -> dict:

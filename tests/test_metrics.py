@@ -1,4 +1,7 @@
-"""Metrics: parity with the published GEARS, distributed accumulation, hand-computed values."""
+"""Metrics: parity with the published GEARS, distributed accumulation, the truth spread read
+from the data, hand-computed values."""
+import dataclasses
+import re
 import warnings
 
 import anndata
@@ -10,8 +13,8 @@ import torch
 
 from gears_ddp.data.grouped import condition_means
 from gears_ddp.metrics import (EvaluationAccumulator, EvaluationResult, MetricContext, compute_metrics,
-                               deeper_analysis, merge_states, non_dropout_analysis, non_dropout_de_table,
-                               subgroup_metrics)
+                               deeper_analysis, non_dropout_analysis, non_dropout_de_table, subgroup_metrics)
+from gears_ddp.truth_spread import SPREAD_STATISTICS, spread
 from reference_package import import_reference
 
 
@@ -25,6 +28,23 @@ def result_from_cells(pert_cat, pred, truth, conditions, de_idx_table, non_dropo
                                         torch.as_tensor(non_dropout_table))
     accumulator.add(torch.from_numpy(codes), pred, torch.as_tensor(np.asarray(truth)))
     return accumulator.result()
+
+
+def spreads_from_cells(pert_data, test_res) -> dict:
+    """``MetricContext.spreads`` of reference-style per-cell results: each condition's cells'
+    ``truth`` at its DE genes (gene order) and top non-dropout DE genes, NaN where padded."""
+    cells = pert_data.cells
+    tables = {"de": cells.condition_de_idx.numpy(),
+              "non_dropout_de": non_dropout_de_table(pert_data.uns, pert_data.var.index,
+                                                     cells.condition_names).numpy()}
+    out = {name: {} for name in tables}
+    for condition in np.unique(test_res["pert_cat"]):
+        truth = np.asarray(test_res["truth"])[test_res["pert_cat"] == condition]
+        for name, table in tables.items():
+            genes = table[cells.conditions.index(condition)]
+            values = np.where(genes >= 0, truth[:, np.maximum(genes, 0)].astype(np.float32), np.nan)
+            out[name][condition] = spread(values)
+    return out
 
 
 def assert_same_metrics(ours: dict, reference: dict) -> None:
@@ -112,7 +132,8 @@ def test_parity_with_published_gears(toy):
     (ref_metrics, ref_pert), ref_deeper, ref_non_dropout = run_reference(inference, toy.adata, test_res)
 
     result = our_result(toy, test_res)
-    context = MetricContext.from_pert_data(toy)
+    # the reference sees the edited truth: so must the spreads (read from the unedited data otherwise)
+    context = dataclasses.replace(MetricContext.from_pert_data(toy), spreads=spreads_from_cells(toy, test_res))
     metrics, metrics_pert = compute_metrics(result)
     assert metrics.keys() == ref_metrics.keys()
     np.testing.assert_allclose([metrics[k] for k in ref_metrics], list(ref_metrics.values()), rtol=1e-6, atol=1e-6)
@@ -161,17 +182,41 @@ def test_two_ranks_merge_to_the_single_process_result(toy):
                                                              rank=rank)["test_loader"]).state()
               for rank, batch_size in ((0, 5), (1, 7))]
     merged = EvaluationAccumulator.from_pert_data(toy, uncertainty=True)
-    merged.load_state(merge_states(states))
+    merged.load_state({name: states[0][name] + states[1][name] for name in states[0]})
     result = merged.result()
 
     assert result.conditions == single.conditions
     assert sorted(result.conditions) == sorted(toy.set2conditions["test"])
-    for field in ("n_cells", "pred_mean", "truth_mean", "logvar_mean", "de_idx", "non_dropout_de_idx",
-                  "cell_condition", "truth_de", "truth_non_dropout_de"):
+    for field in ("n_cells", "pred_mean", "truth_mean", "logvar_mean", "de_idx", "non_dropout_de_idx"):
         np.testing.assert_array_equal(getattr(result, field), getattr(single, field), err_msg=field)
-    context = MetricContext.from_pert_data(toy)
+    context = MetricContext.from_pert_data(toy, result.conditions)
     assert compute_metrics(result) == compute_metrics(single)
     assert deeper_analysis(context, result) == deeper_analysis(context, single)
+
+
+def test_the_truth_spread_read_from_the_data_is_that_of_the_evaluated_cells(toy):
+    """The spreads ``MetricContext`` reads from the cell table, a condition at a time, equal
+    those of every test cell's truth as the test loader yields it."""
+    conditions = toy.set2conditions["test"]
+    batches = list(toy.get_dataloader(batch_size=8, test_batch_size=16)["test_loader"])
+    names = np.array(toy.cells.conditions, dtype=object)
+    test_res = {"pert_cat": np.concatenate([names[b.condition.numpy()] for b in batches]).astype(str),
+                "truth": torch.cat([b.y for b in batches]).numpy()}
+    expected = spreads_from_cells(toy, test_res)
+    context = MetricContext.from_pert_data(toy, conditions)
+    for name in ("de", "non_dropout_de"):
+        assert set(context.spreads[name]) == set(conditions)
+        for condition in conditions:
+            for statistic in SPREAD_STATISTICS:
+                np.testing.assert_array_equal(context.spreads[name][condition][statistic],
+                                              expected[name][condition][statistic],
+                                              err_msg=f"{name} {condition} {statistic}")
+    assert not np.isnan(context.spreads["de"][conditions[0]]["std"]).all()
+    # the analyses refuse a condition the context has no spread for, naming it
+    partial = dataclasses.replace(context, spreads={name: {} for name in context.spreads})
+    result = our_result(toy, reference_style_results(toy, conditions))
+    with pytest.raises(ValueError, match=f"no truth spread for conditions .*{re.escape(conditions[0])}"):
+        deeper_analysis(partial, result)
 
 
 def test_compute_metrics_by_hand():
@@ -214,7 +259,7 @@ def test_bad_input_is_rejected_with_a_clear_error():
     accumulator = EvaluationAccumulator(["ctrl"], 3, *tables, uncertainty=True)
     with pytest.raises(ValueError, match="logvar must be given"):
         accumulator.add(torch.zeros(1, dtype=torch.long), torch.zeros(1, 3), torch.zeros(1, 3))
-    with pytest.raises(ValueError, match="table has shape"):
+    with pytest.raises(ValueError, match="de gene table has shape"):
         EvaluationAccumulator(["ctrl", "A+ctrl"], 3, *tables)
 
 

@@ -1,5 +1,8 @@
 """The ranks object: the identity in one process; in a gloo group of 2, the cross-rank
 operations the recipe relies on."""
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -8,6 +11,7 @@ from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, setup_ddp
 from gears_ddp.metrics import EvaluationAccumulator
 from gears_ddp.ranks import SINGLE_PROCESS, ProcessGroupRanks
 from gears_ddp.train_distributed import spawn_workers
+from gears_ddp.truth_spread import condition_spreads
 from model_fixtures import make_model
 
 
@@ -18,6 +22,16 @@ def _accumulator(rank: int) -> EvaluationAccumulator:
     values = torch.arange(3 * len(codes), dtype=torch.float32).reshape(len(codes), 3) + 10 * rank
     accumulator.add(codes, values, values + 1)
     return accumulator
+
+
+def _cell_table():
+    """Three conditions of 4, 5 and 3 cells (interleaved) over 6 genes, as ``condition_spreads`` reads them."""
+    codes = torch.tensor([0, 1, 2, 1, 0, 1, 2, 0, 1, 0, 2, 1])
+    expression = torch.arange(12 * 6, dtype=torch.float32).reshape(12, 6) % 7
+    return SimpleNamespace(conditions=["ctrl", "A+ctrl", "B+ctrl"], condition_codes=codes, expression=expression)
+
+
+SPREAD_TABLES = {"de": torch.tensor([[-1, -1], [0, 3], [5, -1]]), "other": torch.tensor([[-1, -1], [2, 1], [4, 0]])}
 
 
 def test_one_process_is_the_identity():
@@ -47,6 +61,7 @@ def _exercise(local_rank, port, messages):
         accumulator = _accumulator(local_rank)
         accumulator.load_state(ranks.merge_evaluation(accumulator.state()))
         result = accumulator.result()
+        spreads = condition_spreads(_cell_table(), ["A+ctrl", "B+ctrl", "ctrl"], SPREAD_TABLES, ranks)
         ranks.barrier()
         messages.put((local_rank, {
             "place": (ranks.world_size, ranks.rank, ranks.is_main),
@@ -54,7 +69,7 @@ def _exercise(local_rank, port, messages):
             "sum": ranks.sum(torch.tensor([float(local_rank + 1), 1.0], dtype=torch.float64)).tolist(),
             "gather": ranks.gather(f"rank{local_rank}"),
             "running_mean": float(network.bn_emb.running_mean[0]),
-            "n_cells": result.n_cells.tolist(), "truth_mean": result.truth_mean.tolist()}))
+            "n_cells": result.n_cells.tolist(), "truth_mean": result.truth_mean.tolist(), "spreads": spreads}))
     finally:
         cleanup_ddp()
 
@@ -66,6 +81,11 @@ def test_two_gloo_ranks():
     merged.add(torch.tensor([1, 0]), *(torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 + shift
                                         for shift in (0, 1)))
     expected = merged.result()  # one process holding both ranks' cells
+    alone = condition_spreads(_cell_table(), ["A+ctrl", "B+ctrl", "ctrl"], SPREAD_TABLES)
+    table = _cell_table()
+    a_cells = table.expression[table.condition_codes == 1]
+    np.testing.assert_array_equal(alone["de"]["A+ctrl"]["max"], a_cells[:, [0, 3]].max(0).values.numpy())
+    assert np.isnan(alone["de"]["B+ctrl"]["std"][1]) and np.isnan(alone["de"]["ctrl"]["min"]).all()
     for rank, seen in results.items():
         assert seen["place"] == (2, rank, rank == 0)
         assert seen["ddp"]
@@ -74,3 +94,10 @@ def test_two_gloo_ranks():
         assert seen["running_mean"] == 1.0  # rank 0's statistics everywhere
         assert seen["n_cells"] == expected.n_cells.tolist() == [1, 2]
         assert seen["truth_mean"] == expected.truth_mean.tolist()
+        # each rank read a share of the conditions; every rank ends with all of them
+        assert {name: set(s) for name, s in seen["spreads"].items()} == {name: {"ctrl", "A+ctrl", "B+ctrl"}
+                                                                          for name in SPREAD_TABLES}
+        for name, per_condition in alone.items():
+            for condition, statistics in per_condition.items():
+                for statistic, values in statistics.items():
+                    np.testing.assert_array_equal(seen["spreads"][name][condition][statistic], values)

@@ -10,9 +10,11 @@ baselines at those genes.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from gears_ddp.data.conditions import CONTROL
 from gears_ddp.metrics import EvaluationResult
+from gears_ddp.truth_spread import gene_values
 
 MAX_EXAMPLES = 4
 SUBGROUP_ORDER = ("combo_seen2", "combo_seen1", "combo_seen0", "unseen_single")
@@ -34,17 +36,19 @@ def pick_conditions(result: EvaluationResult, subgroups: dict | None, limit: int
     return picked[:limit]
 
 
-def prediction_examples(result: EvaluationResult, baselines: dict[str, EvaluationResult], gene_names,
+def prediction_examples(result: EvaluationResult, baselines: dict[str, EvaluationResult], cell_table, gene_names,
                         control_mean: np.ndarray, subgroups: dict | None = None) -> list[dict]:
     """What ``report.plots.plot_predictions`` draws, for the conditions ``pick_conditions``
-    chooses: condition, subgroup, gene names, control mean, per-cell truth, model and
-    baseline means, all at the condition's top non-dropout DE genes."""
+    chooses: condition, subgroup, gene names, control mean, the true expression of every
+    cell of the condition (read from ``cell_table``), model and baseline means, all at the
+    condition's top non-dropout DE genes."""
     examples = []
     for row, subgroup in pick_conditions(result, subgroups):
         genes = result.non_dropout_de_idx[row]
         valid = genes >= 0
         positions = genes[valid]
-        cells = result.truth_non_dropout_de[result.cell_condition == row][:, valid]
+        cells = gene_values(cell_table.expression, cell_table.cells_of([result.conditions[row]]),
+                            torch.from_numpy(positions))
         examples.append({"condition": result.conditions[row], "subgroup": subgroup,
                          "genes": [str(gene_names[p]) for p in positions], "control": control_mean[positions],
                          "truth_cells": cells, "model": result.pred_mean[row, positions],
