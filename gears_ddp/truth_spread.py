@@ -16,12 +16,12 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
+from gears_ddp.data.cells import VALUES_PER_BLOCK
 from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
 
 QUANTILE_BANDS = {"45_55": (0.45, 0.55), "40_60": (0.4, 0.6), "25_75": (0.25, 0.75)}
 QUANTILES = sorted({q for band in QUANTILE_BANDS.values() for q in band})
 SPREAD_STATISTICS = ("std", "min", "max", *QUANTILES)
-CELLS_PER_BLOCK = 16384
 
 
 def spread(values: np.ndarray) -> dict:
@@ -38,10 +38,10 @@ def spread(values: np.ndarray) -> dict:
 
 def gene_values(expression: torch.Tensor, cells: torch.Tensor, genes: torch.Tensor) -> np.ndarray:
     """(cells x genes) float32 expression of ``cells`` at ``genes``, NaN where a gene is -1
-    (padding); read a block of cells at a time, only those columns."""
+    (padding); only those columns are read, about ``VALUES_PER_BLOCK`` values at a time."""
     columns = genes.clamp(min=0)
     blocks = [expression[block.unsqueeze(1), columns.unsqueeze(0)].float()
-              for block in cells.split(CELLS_PER_BLOCK)]
+              for block in cells.split(max(1, VALUES_PER_BLOCK // max(1, len(genes))))]
     values = torch.cat(blocks) if blocks else torch.empty(0, len(genes))
     return values.masked_fill(genes < 0, float("nan")).numpy()
 

@@ -12,7 +12,7 @@ pairing from a seed, so it is reproducible and identical on every rank.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Sequence
 
 import torch
@@ -20,6 +20,7 @@ import torch
 from gears_ddp.data.conditions import CONTROL
 
 N_DE_GENES = 20
+VALUES_PER_BLOCK = 2**21  # expression values read at once by a statistic over many cells
 MAX_PERTURBED_GENES = 2
 
 
@@ -78,6 +79,7 @@ class CellTable:
     condition_de_idx: torch.Tensor   # (conditions, 20) long, -1 padded
     condition_names: list[str]       # each condition's ``condition_name`` (the key of the uns gene sets)
     mapped_from: str | None = None   # the map file ``expression`` reads, if any
+    _control_mean: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_cells(self) -> int:
@@ -114,14 +116,17 @@ class CellTable:
             return torch.empty(0, dtype=torch.long)
         return torch.nonzero(self.condition_codes == self.conditions.index(CONTROL)).flatten()
 
-    def control_mean(self, cells_per_block: int = 4096) -> torch.Tensor:
-        """Mean expression of the control cells (G, float32), summed a block of cells at a
-        time in float64."""
-        controls = self.control_cells()
-        total = torch.zeros(self.expression.shape[1], dtype=torch.float64)
-        for block in controls.split(cells_per_block):
-            total += self.expression[block].double().sum(0)
-        return (total / max(1, len(controls))).float()
+    def control_mean(self) -> torch.Tensor:
+        """Mean expression of the control cells (G, float32), summed in float64 a block of
+        about ``VALUES_PER_BLOCK`` values at a time. Computed once (it reads every control
+        cell: a tenth of a million-cell screen) and kept, as the table's data never changes."""
+        if self._control_mean is None:
+            controls = self.control_cells()
+            total = torch.zeros(self.expression.shape[1], dtype=torch.float64)
+            for block in controls.split(max(1, VALUES_PER_BLOCK // self.expression.shape[1])):
+                total += self.expression[block].sum(0, dtype=torch.float64)
+            self._control_mean = (total / max(1, len(controls))).float()
+        return self._control_mean
 
     def rows(self, cells: torch.Tensor) -> torch.Tensor:
         """The expression of ``cells`` in float32."""
