@@ -210,9 +210,10 @@ def print_tables(processing: dict, runs: dict, args) -> None:
     print("| cells | writing the raw screen (s) | processing (s) | processing, peak private memory (MiB) |")
     print("|------:|---------------------------:|---------------:|--------------------------------------:|")
     for n, figures in processing.items():
+        writing = f"{figures['writing']:.0f}" if figures["writing"] else "- (written before)"
         seconds = "-" if figures["seconds"] is None else f"{figures['seconds']:.0f}"
         private = "-" if figures["private"] is None else f"{figures['private']:.0f}"
-        print(f"| {n:,} | {figures['writing']:.0f} | {seconds} | {private} |")
+        print(f"| {n:,} | {writing} | {seconds} | {private} |")
     print("\n| cells | launcher | ranks | expression | time to first step (s) | training cells / s | "
           "peak private memory per rank (MiB) | map resident per rank (MiB) | of which shared (MiB) | "
           "test pearson_delta |")
