@@ -4,10 +4,12 @@ import re
 import pickle
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import toy_data
 from gears_ddp import PertData
+from gears_ddp.data.conditions import coded_conditions
 
 
 @pytest.mark.parametrize("column,where", [("condition", "obs"), ("cell_type", "obs"), ("gene_name", "var")])
@@ -16,6 +18,19 @@ def test_missing_column_is_named(data_root, column, where):
     del getattr(adata, where)[column]
     with pytest.raises(ValueError, match=rf"lacks required column\(s\) {where}\['{column}'\]"):
         PertData(data_root).new_data_process("toy", adata)
+
+
+def test_conditions_are_coded_without_a_string_per_cell_and_checked():
+    cells = ["B+ctrl", "ctrl", "A+B", "ctrl", "B+ctrl", "A+B"]
+    for column in (pd.Series(cells, dtype=object),
+                   pd.Series(pd.Categorical(cells, categories=["unused+ctrl", "A+B", "ctrl", "B+ctrl"]))):
+        conditions, codes = coded_conditions(column)
+        assert conditions == ["B+ctrl", "ctrl", "A+B"]  # in order of first appearance, unused left out
+        assert codes.tolist() == [0, 1, 2, 1, 0, 2] and codes.dtype == np.int64
+    with pytest.raises(ValueError, match=r"malformed condition strings in obs\['condition'\]: None: not a string"):
+        coded_conditions(pd.Series(pd.Categorical(["ctrl", None, "A+ctrl"])))
+    with pytest.raises(ValueError, match=r"'A\+A': names gene 'A' twice"):
+        coded_conditions(pd.Series(["ctrl", "A+A"], dtype=object))
 
 
 @pytest.mark.parametrize("bad,reason", [

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import numpy as np
+import pandas as pd
 
 CONTROL = "ctrl"
 
@@ -65,6 +66,18 @@ def genes_of_conditions(conditions: Iterable[str]) -> np.ndarray:
     return np.array(sorted(genes), dtype=object)
 
 
-def unique_in_order(values: Iterable[str]) -> list[str]:
-    """Unique values in order of first appearance (what ``pandas.Series.unique`` gives)."""
-    return list(dict.fromkeys(values))
+def coded_conditions(column: pd.Series, source: str = "obs['condition']") -> tuple[list[str], np.ndarray]:
+    """The distinct conditions of an ``obs`` column, validated (``validate_conditions``), in
+    order of first appearance, and each cell's position among them (int64).
+
+    A categorical column (as an h5ad file stores it) is read through its codes, so no
+    string is made per cell: for a million cells that saves a few hundred MB at load.
+    """
+    values = column.array if isinstance(column.dtype, pd.CategoricalDtype) else pd.Categorical(column)
+    codes = np.asarray(values.codes, dtype=np.int64)
+    present, first = np.unique(codes, return_index=True)
+    in_order = present[np.argsort(first, kind="stable")]
+    validate_conditions([values.categories[c] if c >= 0 else None for c in in_order], source)
+    position = np.zeros(len(values.categories), dtype=np.int64)
+    position[in_order] = np.arange(len(in_order))
+    return [str(values.categories[c]) for c in in_order], position[codes]

@@ -26,7 +26,7 @@ from gears_ddp.data import download, graphs, io, processing
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
 from gears_ddp.data.expression_map import DTYPES, as_tensor, mapped_expression
 from gears_ddp.data.go_files import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME
-from gears_ddp.data.conditions import CONTROL, condition_genes, is_single, unique_in_order, validate_conditions
+from gears_ddp.data.conditions import CONTROL, coded_conditions, condition_genes, is_single
 from gears_ddp.data.loaders import build_loaders
 from gears_ddp.data.splits import SPLIT_TYPES, check_split_sets, split_conditions
 
@@ -111,7 +111,7 @@ class PertData:
         columns = ("condition", "cell_type", "condition_name")
         with io.h5ad_parts(h5ad, columns) as parts:  # X stays on disk, read a block at a time if need be
             processing.check_columns(parts, str(h5ad), obs_columns=columns)
-            validate_conditions(parts.obs["condition"].astype(object), f"{h5ad} obs['condition']")
+            coded_conditions(parts.obs["condition"], f"{h5ad} obs['condition']")
             if self.expression_storage == "memory":
                 processing.check_expression(parts.X, str(h5ad))  # (a new map checks the values it copies)
             self._use_dataset(parts, folder, self._cells_in_vocabulary(parts, folder.name))
@@ -164,8 +164,8 @@ class PertData:
         conditions are dropped, with a warning naming them)."""
         self.pert_names = graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(adata))
         self.node_map_pert = {g: i for i, g in enumerate(self.pert_names)}
-        conditions = adata.obs["condition"].astype(str).to_numpy()
-        known = {c: all(g in self.node_map_pert for g in condition_genes(c)) for c in unique_in_order(conditions)}
+        conditions, codes = coded_conditions(adata.obs["condition"], f"dataset {name!r} obs['condition']")
+        known = {c: all(g in self.node_map_pert for g in condition_genes(c)) for c in conditions}
         dropped = [c for c, ok in known.items() if not ok]
         if dropped:
             logger.warning("dropping %d conditions whose genes are not in the perturbation vocabulary "
@@ -174,7 +174,7 @@ class PertData:
         if not any(ok and c != CONTROL for c, ok in known.items()):
             raise ValueError(f"no perturbation of dataset {name!r} is in the perturbation vocabulary; check gene "
                              "symbols against the GO annotations")
-        return np.fromiter((known[c] for c in conditions), dtype=bool, count=len(conditions))
+        return np.array([known[c] for c in conditions], dtype=bool)[codes]
 
     def _use_dataset(self, data, folder: Path, keep: np.ndarray) -> None:
         """Build the cell table of the cells ``keep`` of ``data`` (an AnnData, or the parts of
@@ -437,10 +437,9 @@ def _cell_table(obs: pd.DataFrame, keep: np.ndarray, uns: dict, var_names: pd.In
                 expression: torch.Tensor, mapped_from: str | None) -> CellTable:
     """The kept cells as a ``CellTable`` over ``expression``."""
     kept = obs.iloc[np.flatnonzero(keep)] if not keep.all() else obs
-    conditions_of_cells = kept["condition"].astype(str).to_numpy()
-    conditions = unique_in_order(conditions_of_cells)
-    codes = pd.Categorical(conditions_of_cells, categories=conditions).codes.astype(np.int64)
-    names = dict(zip(conditions_of_cells, kept["condition_name"].astype(str)))
+    conditions, codes = coded_conditions(kept["condition"])
+    first_cells = np.unique(codes, return_index=True)[1]  # codes number the conditions in order of first cell
+    names = dict(zip(conditions, kept["condition_name"].iloc[first_cells].astype(str)))
     pert_idx, de_idx = _condition_tables(conditions, names, uns, var_names, node_map_pert)
     return CellTable(expression, torch.from_numpy(codes), conditions, pert_idx, de_idx,
                      [names[c] for c in conditions], mapped_from)
