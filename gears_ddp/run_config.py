@@ -26,6 +26,7 @@ import yaml
 from gears_ddp.data.io import atomic_path
 from gears_ddp.data.pertdata import PertData
 from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
+from gears_ddp.distributed.runtime import check_device_request
 from gears_ddp.report.run_folder import CONFIG_FILE
 
 RUN_KEYS = ("pert_data_path", "dataset_name", "split_config", "args", "n_gpus", "gpu_ids")
@@ -118,10 +119,10 @@ def resolve(config: dict, source: str) -> dict:
     except (ValueError, FileNotFoundError) as err:
         raise RunConfigError(f"{source}: {err}") from None
     n_gpus, gpu_ids = config.get("n_gpus"), config.get("gpu_ids")
-    if n_gpus is not None and not (isinstance(n_gpus, int) and not isinstance(n_gpus, bool) and n_gpus >= 1):
-        raise RunConfigError(f"{source}: n_gpus must be a positive integer, got {n_gpus!r}")
-    if gpu_ids is not None and not (isinstance(gpu_ids, list) and all(isinstance(i, int) for i in gpu_ids)):
-        raise RunConfigError(f"{source}: gpu_ids must be a list of GPU numbers such as [0, 1], got {gpu_ids!r}")
+    try:
+        check_device_request(n_gpus, gpu_ids)
+    except ValueError as err:
+        raise RunConfigError(f"{source}: {err}") from None
     return resolved_config(str(config["pert_data_path"]), str(config["dataset_name"]), split, args, n_gpus, gpu_ids)
 
 

@@ -58,6 +58,10 @@ def test_a_bad_override_is_named(assignment, message):
     ("pert_data_path: d\ndataset_name: toy\nsplit_config: {splitt: simulation}\n", r"run.yaml: unknown split_config"),
     ("pert_data_path: d\nargs: {}\n", "run.yaml: dataset_name must be given"),
     ("pert_data_path: d\ndataset_name: toy\nargs: {model_config: {hiden_size: 8}}\n", "hiden_size"),
+    ("pert_data_path: d\ndataset_name: toy\nn_gpus: 0\n", "run.yaml: n_gpus must be an integer >= 1"),
+    ("pert_data_path: d\ndataset_name: toy\ngpu_ids: 0\n", r"run.yaml: gpu_ids must be a list of GPU numbers"),
+    ("pert_data_path: d\ndataset_name: toy\ngpu_ids: [1, 1]\n", r"run.yaml: gpu_ids \[1, 1\] lists \[1\] more than once"),
+    ("pert_data_path: d\ndataset_name: toy\nn_gpus: 3\ngpu_ids: [0, 1]\n", "run.yaml: n_gpus=3 disagrees with gpu_ids"),
     ("- a list\n", "must hold a mapping"),
     ("args: {epochs: [}\n", "not valid YAML"),
 ])

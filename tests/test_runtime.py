@@ -155,6 +155,18 @@ def test_gpu_id_out_of_range(two_gpus):
         resolve_devices(gpu_ids=[2])
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"n_gpus": True}, "n_gpus must be an integer"),
+    ({"gpu_ids": "01"}, "gpu_ids must be a list"),
+    ({"gpu_ids": [0, 1.0]}, "gpu_ids must be a list"),
+    ({"gpu_ids": []}, "gpu_ids is empty"),
+    ({"n_gpus": 1, "gpu_ids": [0, 1]}, "disagrees"),
+])
+def test_a_malformed_gpu_request_fails_before_any_gpu_is_looked_at(no_cuda, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_devices(**kwargs)
+
+
 def test_duplicate_gpu_ids(two_gpus):
     with pytest.raises(ValueError, match="more than once"):
         resolve_devices(gpu_ids=[1, 1])

@@ -183,23 +183,38 @@ def _visible_cuda_devices() -> int:
     return count
 
 
-def _devices_from_ids(gpu_ids: Sequence[int], n_gpus: int | None, visible: int) -> list[torch.device]:
-    """Check explicit GPU ids against the visible devices; rank r uses ``cuda:{gpu_ids[r]}``."""
+def check_device_request(n_gpus: int | None, gpu_ids: Sequence[int] | None) -> None:
+    """Check the form of a GPU request, before any GPU is looked at.
+
+    ``n_gpus`` must be a count >= 1 and ``gpu_ids`` a non-empty list of distinct integers of
+    the same length. A configuration file is checked with this when it is read, so a typo
+    fails there and names the file, not when the workers start.
+    """
+    if n_gpus is not None and (not _is_int(n_gpus) or n_gpus < 1):
+        raise ValueError(f"n_gpus must be an integer >= 1 (or None for all GPUs), got {n_gpus!r}")
+    if gpu_ids is None:
+        return
+    if not isinstance(gpu_ids, (list, tuple)) or not all(_is_int(gpu) for gpu in gpu_ids):
+        raise ValueError(f"gpu_ids must be a list of GPU numbers such as [0, 1], got {gpu_ids!r}")
     ids = list(gpu_ids)
     if not ids:
         raise ValueError("gpu_ids is empty: give at least one GPU id")
-    bad = [gpu for gpu in ids if not _is_int(gpu) or not 0 <= gpu < visible]
-    if bad:
-        raise ValueError(
-            f"gpu_ids {bad} are not valid CUDA device ids: {visible} device(s) are visible "
-            f"(ids 0..{visible - 1})"
-        )
     duplicates = sorted({gpu for gpu in ids if ids.count(gpu) > 1})
     if duplicates:
         raise ValueError(f"gpu_ids {ids} lists {duplicates} more than once: one process per GPU")
     if n_gpus is not None and n_gpus != len(ids):
         raise ValueError(f"n_gpus={n_gpus} disagrees with gpu_ids={ids} ({len(ids)} ids)")
-    return [torch.device(f"cuda:{gpu}") for gpu in ids]
+
+
+def _devices_from_ids(gpu_ids: Sequence[int], visible: int) -> list[torch.device]:
+    """Check explicit GPU ids against the visible devices; rank r uses ``cuda:{gpu_ids[r]}``."""
+    bad = [gpu for gpu in gpu_ids if not 0 <= gpu < visible]
+    if bad:
+        raise ValueError(
+            f"gpu_ids {bad} are not valid CUDA device ids: {visible} device(s) are visible "
+            f"(ids 0..{visible - 1})"
+        )
+    return [torch.device(f"cuda:{gpu}") for gpu in gpu_ids]
 
 
 def resolve_devices(
@@ -215,11 +230,10 @@ def resolve_devices(
     """
     if cpu_processes is not None:
         return _cpu_devices(cpu_processes, n_gpus, gpu_ids)
-    if n_gpus is not None and (not _is_int(n_gpus) or n_gpus < 1):
-        raise ValueError(f"n_gpus must be an integer >= 1 (or None for all GPUs), got {n_gpus!r}")
+    check_device_request(n_gpus, gpu_ids)
     visible = _visible_cuda_devices()
     if gpu_ids is not None:
-        return _devices_from_ids(gpu_ids, n_gpus, visible)
+        return _devices_from_ids(gpu_ids, visible)
     count = visible if n_gpus is None else n_gpus
     if count > visible:
         raise ValueError(f"n_gpus={n_gpus} asks for more GPUs than the {visible} visible")
