@@ -6,7 +6,7 @@ whenever it exceeds twice the last large free, so the next step touches fresh pa
 about ten thousand page faults per step, a third of the step's time on the benchmark
 data. ``retained_host_memory()`` raises the threshold above which freed memory is returned
 (``M_TRIM_THRESHOLD``, 256 MiB) and serves allocations up to 32 MiB (glibc's maximum)
-from the heap (``M_MMAP_THRESHOLD``), for the duration of training, and then gives the
+from the heap (``M_MMAP_THRESHOLD``), for an epoch's optimiser steps, and then gives the
 retained memory back (``malloc_trim``). Peak memory is unchanged; it is reached once
 instead of re-faulted every step.
 
@@ -14,9 +14,10 @@ It does nothing where the C library has no ``mallopt`` (macOS, musl), and leaves
 own settings alone when the user chose them (``MALLOC_TRIM_THRESHOLD_`` or
 ``MALLOC_MMAP_THRESHOLD_`` in the environment). At the end of the block both thresholds
 go back to glibc's initial 128 KiB (glibc cannot report the previous values) and the
-retained memory is returned: left raised, they let the test pass after training, whose
-16 MiB batch blocks alternate with small per-cell pieces, grow the heap without bound
-(7.4 GB for a million-cell test set, against under 1 GB).
+retained memory is returned. Evaluations (of the epoch's train and val cells, and of the
+test set) run without: their 16 MiB batch blocks alternate with small pieces, which a
+retaining heap keeps growing with the number of cells (7.4 GB for a million-cell test
+set, against under 1 GB).
 """
 from __future__ import annotations
 

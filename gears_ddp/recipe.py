@@ -169,10 +169,7 @@ class TrainingRecipe:
         on_cpu = self.device.type == "cpu"
         writes = self.save_path is not None and self.ranks.is_main
         with log_file(self.save_path) if writes else contextlib.nullcontext():
-            # freed memory is retained for the training loop only: the test pass allocates
-            # differently sized blocks, which a retaining heap would keep growing for
-            with retained_host_memory() if on_cpu else contextlib.nullcontext(), \
-                    at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
+            with at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
                     self.signals if self.save_path is not None else contextlib.nullcontext(), \
                     tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
                          disable=not self.ranks.is_main or None) as epochs:
@@ -193,19 +190,23 @@ class TrainingRecipe:
                        disable=not self.ranks.is_main or None, leave=False)
         loss_sum = torch.tensor(position.loss_sum_of(self.ranks.rank, self.ranks.world_size), dtype=torch.float32,
                                 device=self.device)
-        for loss in optimizer_steps(self.model, batches, self.optimizer, self.context, self.gears.config["uncertainty"],
-                                    self.device, self.precision, options.grad_accum_steps, self.ranks):
-            loss_sum += loss
-            position.step_in_epoch += 1
-            position.global_step += 1
-            if self.ranks.is_main and position.step_in_epoch % LOG_EVERY_STEPS == 1:
-                logger.info("epoch %d step %d: train loss %.4f", epoch + 1, position.step_in_epoch, loss.item())
-            if options.checkpoint_every_steps and position.global_step % options.checkpoint_every_steps == 0:
-                self._save_checkpoint(loss_sum)
-            if self.save_path is not None:
-                self._stop_if_asked(loss_sum)
-            if self._steps_done():
-                break
+        # freed memory is retained for the optimiser steps only: an evaluation's batch blocks,
+        # alternating with small pieces, would keep a retaining heap growing with the cells
+        with retained_host_memory() if self.device.type == "cpu" else contextlib.nullcontext():
+            for loss in optimizer_steps(self.model, batches, self.optimizer, self.context,
+                                        self.gears.config["uncertainty"], self.device, self.precision,
+                                        options.grad_accum_steps, self.ranks):
+                loss_sum += loss
+                position.step_in_epoch += 1
+                position.global_step += 1
+                if self.ranks.is_main and position.step_in_epoch % LOG_EVERY_STEPS == 1:
+                    logger.info("epoch %d step %d: train loss %.4f", epoch + 1, position.step_in_epoch, loss.item())
+                if options.checkpoint_every_steps and position.global_step % options.checkpoint_every_steps == 0:
+                    self._save_checkpoint(loss_sum)
+                if self.save_path is not None:
+                    self._stop_if_asked(loss_sum)
+                if self._steps_done():
+                    break
         self.scheduler.step()
         totals = self.ranks.sum(torch.stack([loss_sum.detach().double().cpu(),
                                              torch.tensor(float(position.step_in_epoch), dtype=torch.float64)]))

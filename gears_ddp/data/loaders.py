@@ -12,9 +12,9 @@ distributed training read data the same way.
   from all ranks equal the single-process ones. Cells stay grouped by condition.
 
 At the start of an epoch the loader lays out the cells of every batch as one index tensor
-(``EpochPlan``, 8 bytes a cell: a million-cell screen costs each rank 8 MB); a batch is
-then a few lookups and one ``index_select``, with no per-cell work and no ``DataLoader``
-machinery in the way. The gather reads a
+(``EpochPlan``: 8 bytes a cell of the rank's share for the shuffled train set, a view of
+the set's cells for the others); a batch is then a few lookups and one ``index_select``,
+with no per-cell work and no ``DataLoader`` machinery in the way. The gather reads a
 mapped expression file as easily as memory, and for a GPU writes straight into pinned
 memory, from which the step copies asynchronously. With ``num_workers > 0`` the same plan
 is served through a ``torch.utils.data.DataLoader``.
@@ -60,15 +60,16 @@ class EpochPlan(Dataset):
     and target rows with one ``index_select`` (returned as two views of one tensor).
     """
 
-    def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor, batch_size: int, drop_last: bool,
-                 pin_memory: bool = False):
+    def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor | slice, batch_size: int,
+                 drop_last: bool, pin_memory: bool = False):
+        cells = dataset.cell_indices[positions]  # a view of the dataset's cells for a slice
         if drop_last:
-            positions = positions[:len(positions) // batch_size * batch_size]
+            cells = cells[:len(cells) // batch_size * batch_size]
         self.table = dataset.table
         self.partners = dataset.partners
         self.batch_size = batch_size
         self.pin_memory = pin_memory
-        self.cells = dataset.cell_indices[positions]
+        self.cells = cells
 
     def __len__(self) -> int:
         return math.ceil(len(self.cells) / self.batch_size)
@@ -105,8 +106,10 @@ class ContiguousShardSampler(Sampler):
         self.start = n * rank // world_size
         self.stop = n * (rank + 1) // world_size
 
-    def positions(self) -> torch.Tensor:
-        return torch.arange(self.start, self.stop)
+    def positions(self) -> slice:
+        """This rank's positions, as a slice: an epoch's plan then views the dataset's cells
+        instead of holding an index per cell."""
+        return slice(self.start, self.stop)
 
     def __iter__(self):
         return iter(range(self.start, self.stop))
@@ -169,13 +172,12 @@ class CellLoader:
 
     def batches(self, first: int = 0):
         """This epoch's batches from batch ``first`` on (a resumed epoch skips those it did)."""
-        positions = self.sampler.positions()
         if self.num_workers > 0:  # worker processes gather; the DataLoader pins in this process
-            plan = EpochPlan(self.dataset, positions, self.batch_size, self.drop_last)
+            plan = EpochPlan(self.dataset, self.sampler.positions(), self.batch_size, self.drop_last)
             yield from DataLoader(plan, batch_size=None, sampler=range(first, len(plan)),
                                   num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=_keep_batch)
             return
-        plan = EpochPlan(self.dataset, positions, self.batch_size, self.drop_last, self.pin_memory)
+        plan = EpochPlan(self.dataset, self.sampler.positions(), self.batch_size, self.drop_last, self.pin_memory)
         for i in range(first, len(plan)):
             yield plan[i]
 
