@@ -75,3 +75,43 @@ def test_the_users_own_allocator_settings_are_left_alone(monkeypatch):
     with host_memory.retained_host_memory():
         pass
     assert recorder.calls == []
+
+
+def test_training_retains_memory_for_the_optimiser_steps_and_evaluates_without(toy, monkeypatch):
+    """An evaluation's batch blocks would grow a retaining heap with the number of cells, so
+    the recipe retains memory around each epoch's optimiser steps and leaves it before the
+    epoch's evaluation of train and val."""
+    import contextlib
+
+    from gears_ddp import engine, recipe
+    from gears_ddp.gears import GEARS
+
+    retaining, seen = [False], []
+
+    @contextlib.contextmanager
+    def recording_retention():
+        retaining[0] = True
+        try:
+            yield
+        finally:
+            retaining[0] = False
+
+    def steps(*args, **kwargs):
+        for loss in engine.optimizer_steps(*args, **kwargs):
+            seen.append(("step", retaining[0]))
+            yield loss
+
+    def evaluation(*args, **kwargs):
+        seen.append(("evaluate", retaining[0]))
+        return engine.evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(recipe, "retained_host_memory", recording_retention)
+    monkeypatch.setattr(recipe, "optimizer_steps", steps)
+    monkeypatch.setattr(recipe, "evaluate", evaluation)
+    toy.get_dataloader(16, test_batch_size=64)
+    gears = GEARS(toy)
+    gears.model_initialize(hidden_size=8)
+    gears.train(epochs=2)
+    assert ("step", True) in seen and ("evaluate", False) in seen
+    assert ("step", False) not in seen and ("evaluate", True) not in seen
+    assert sum(kind == "evaluate" for kind, _ in seen) >= 4  # train and val, each epoch

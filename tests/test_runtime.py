@@ -229,3 +229,27 @@ def test_setup_ddp_needs_a_port(monkeypatch):
 def test_setup_ddp_rejects_bad_rank():
     with pytest.raises(ValueError, match="rank 2"):
         setup_ddp(2, 2, master_port=1234)
+
+
+def test_cleanup_collects_a_dropped_ddp_model_while_python_still_runs():
+    """A DDP model lives in reference cycles; left to the collection at interpreter shutdown,
+    releasing it can abort a finished worker (a gloo thread then waits for the interpreter
+    lock). ``cleanup_ddp`` collects it first."""
+    import gc
+    import weakref
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    gc.disable()  # only cleanup_ddp may collect here
+    try:
+        setup_ddp(0, 1, "cpu", "127.0.0.1", find_free_port())
+        model = DistributedDataParallel(torch.nn.Linear(4, 4))
+        model(torch.ones(8, 4)).sum().backward()
+        dropped = weakref.ref(model)
+        del model
+        assert dropped() is not None  # held by its own cycles
+        cleanup_ddp()
+        assert dropped() is None and not dist.is_initialized()
+    finally:
+        gc.enable()
+        cleanup_ddp()

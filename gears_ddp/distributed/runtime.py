@@ -14,6 +14,7 @@ tested without one.
 """
 from __future__ import annotations
 
+import gc
 import os
 import re
 import socket
@@ -308,6 +309,13 @@ def setup_ddp(
 
 
 def cleanup_ddp() -> None:
-    """Destroy the default process group if there is one (safe to call more than once)."""
+    """Destroy the default process group if there is one (safe to call more than once).
+
+    Unreachable objects are collected first, while Python still runs: a DDP model, which
+    lives in reference cycles, is otherwise collected during interpreter shutdown, where
+    releasing its collectives can make a gloo thread wait for the interpreter lock that
+    shutdown has given up, and the process aborts after its work is done.
+    """
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
