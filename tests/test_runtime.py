@@ -1,11 +1,14 @@
 """Tests for the process-group plumbing: launch variables, devices and gloo groups."""
+import gc
 import os
 import socket
 import time
+import weakref
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from gears_ddp.distributed.runtime import (
     LaunchEnvironment,
@@ -231,23 +234,22 @@ def test_setup_ddp_rejects_bad_rank():
         setup_ddp(2, 2, master_port=1234)
 
 
-def test_cleanup_collects_a_dropped_ddp_model_while_python_still_runs():
-    """A DDP model lives in reference cycles; left to the collection at interpreter shutdown,
+@pytest.mark.distributed
+def test_cleanup_collects_a_dropped_ddp_model_while_python_still_runs(monkeypatch):
+    """A DDP model can live in reference cycles; left to the collection at interpreter shutdown,
     releasing it can abort a finished worker (a gloo thread then waits for the interpreter
     lock). ``cleanup_ddp`` collects it first."""
-    import gc
-    import weakref
-
-    from torch.nn.parallel import DistributedDataParallel
-
+    for name in ("MASTER_ADDR", "MASTER_PORT"):  # setup_ddp writes them; restore afterwards
+        monkeypatch.setenv(name, os.environ.get(name, "unset"))
     gc.disable()  # only cleanup_ddp may collect here
     try:
         setup_ddp(0, 1, "cpu", "127.0.0.1", find_free_port())
         model = DistributedDataParallel(torch.nn.Linear(4, 4))
         model(torch.ones(8, 4)).sum().backward()
+        model.__dict__["in_a_cycle"] = model  # as DDP's own hooks can leave it
         dropped = weakref.ref(model)
         del model
-        assert dropped() is not None  # held by its own cycles
+        assert dropped() is not None
         cleanup_ddp()
         assert dropped() is None and not dist.is_initialized()
     finally:
