@@ -4,10 +4,12 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
+VERSION = {}
+exec((HERE / "gears_ddp" / "_version.py").read_text(encoding="utf-8"), VERSION)
 
 setup(
     name="gears_ddp",
-    version="0.1.0",
+    version=VERSION["__version__"],
     description=(
         "GEARS (perturbation-response prediction) with tensor-backed data, "
         "vectorised training and DistributedDataParallel"

@@ -74,7 +74,7 @@ from gears_ddp.datasets import write_synthetic_dataset  # noqa: E402
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs  # noqa: E402
 from gears_ddp.distributed.runtime import find_free_port  # noqa: E402
 from gears_ddp.distributed.worker import Placement, spawned_worker  # noqa: E402
-from gears_ddp.train_distributed import prepare_data, spawn_workers  # noqa: E402
+from gears_ddp.distributed.spawn import prepare_data, spawn_workers  # noqa: E402
 
 TARGET_EXTRA_RANK_MIB = 0.3e9 / 2**20  # 0.3 GB
 

@@ -42,7 +42,7 @@ from results import add_record_argument, recorded
 
 from gears_ddp import PertData
 from gears_ddp.datasets import write_synthetic_dataset
-from gears_ddp.engine import evaluate
+from gears_ddp.training.engine import evaluate
 from gears_ddp.gears import GEARS
 
 

@@ -58,14 +58,14 @@ monkeypatched into the child process only):
   epoch's ``StepLR.step`` returns. Reported as the mean over epochs.
 - per-epoch evaluation (s / epoch) = seconds per epoch - training loop, and, inside it, the
   model passes alone (the two ``evaluate`` calls on train and val: gears_ddp
-  ``gears_ddp.recipe.evaluate`` wrapped; published ``gears.gears.evaluate`` wrapped).
+  ``gears_ddp.training.recipe.evaluate`` wrapped; published ``gears.gears.evaluate`` wrapped).
   Note: the published package evaluates the training set through its shuffled,
   drop-last training loader; gears_ddp through ``train_eval_loader`` (every training
   cell once, in order), so it evaluates up to batch_size - 1 more cells.
 - test-set evaluation (s): after training, one evaluation pass over
   ``dataloader['test_loader']`` with the best model, median of ``--eval-repeats`` passes.
   gears_ddp: ``GEARS.new_accumulator()`` then
-  ``gears_ddp.engine.evaluate(best_model, test_loader, accumulator, False, device)`` (the
+  ``gears_ddp.training.engine.evaluate(best_model, test_loader, accumulator, False, device)`` (the
   accumulator's construction is inside the timed region, as the published ``evaluate``
   builds its result containers inside its own call). Published:
   ``gears.inference.evaluate(test_loader, best_model, False, 'cpu')``.
@@ -199,11 +199,11 @@ def _coexpression_graph(args) -> dict:
 
 
 def run_ours(raw: Path, workdir: Path, args) -> dict:
-    import gears_ddp.recipe as recipe
+    import gears_ddp.training.recipe as recipe
     from gears_ddp import PertData
-    from gears_ddp.engine import evaluate
+    from gears_ddp.training.engine import evaluate
     from gears_ddp.gears import GEARS
-    from gears_ddp.metrics import compute_metrics
+    from gears_ddp.evaluation.metrics import compute_metrics
 
     evals = []
     recipe.evaluate = _timed(recipe.evaluate, evals)
@@ -239,8 +239,8 @@ def _paired_controls_summary(g, loader) -> dict:
     control cell (the model's prediction without its effect), scored as the model is."""
     import torch
 
-    from gears_ddp.metrics import MetricContext
-    from gears_ddp.scoring import score
+    from gears_ddp.evaluation.metrics import MetricContext
+    from gears_ddp.evaluation.scoring import score
 
     accumulator = g.new_accumulator()
     codes = []

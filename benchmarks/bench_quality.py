@@ -48,7 +48,7 @@ How each figure is measured:
   no value ('-').
 - baselines, for context: ``no_change`` (control mean), ``mean_effect`` (control mean + mean
   effect of the training perturbations) and ``additive`` (control mean + the sum of the
-  genes' training single effects), as ``gears_ddp.baselines`` defines them, scored by
+  genes' training single effects), as ``gears_ddp.evaluation.baselines`` defines them, scored by
   gears_ddp's ``GEARS.train`` with the same metric code as its model (``baselines`` of its
   return value). They depend on the split only, not on any model. ``no_change`` predicts no
   change, so its ``pearson_delta`` is undefined and scored 0 (as the published package sets

@@ -10,7 +10,7 @@ first. A competitor is a process spinning on one core (``while True: pass``), st
 before the run and stopped after it: what another user's job does to a shared node.
 
 Settings: torch's default thread count (every core this process may use); one thread per
-core minus one; ``gears_ddp``'s choice (``gears_ddp.threads.cpu_threads``); and the first
+core minus one; ``gears_ddp``'s choice (``gears_ddp.runtime.threads.cpu_threads``); and the first
 with ``OMP_WAIT_POLICY=PASSIVE`` (OpenMP threads sleep instead of spinning while they wait).
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from results import add_record_argument, recorded  # noqa: E402
 SETTINGS = {  # name -> (threads: 'default', 'cores-1', 'library'; extra environment)
     "torch default (all cores)": ("default", {}),
     "cores - 1": ("cores-1", {}),
-    "gears_ddp.threads.cpu_threads": ("library", {}),
+    "gears_ddp.runtime.threads.cpu_threads": ("library", {}),
     "all cores, OMP_WAIT_POLICY=PASSIVE": ("default", {"OMP_WAIT_POLICY": "PASSIVE"}),
     "all cores, GOMP_SPINCOUNT=10000": ("default", {"GOMP_SPINCOUNT": "10000"}),
     "all cores, GOMP_SPINCOUNT=100000": ("default", {"GOMP_SPINCOUNT": "100000"}),
@@ -45,7 +45,7 @@ def child(data_path: str, threads: str, epochs: int) -> None:
 
     from gears_ddp import PertData
     from gears_ddp.gears import GEARS
-    from gears_ddp.threads import cpu_threads, usable_cores
+    from gears_ddp.runtime.threads import cpu_threads, usable_cores
 
     if threads == "cores-1":
         torch.set_num_threads(max(1, usable_cores() - 1))
@@ -95,7 +95,7 @@ def main() -> None:
         child(args.child, args.threads, args.epochs)
         return
     from gears_ddp.datasets import write_synthetic_dataset
-    from gears_ddp.threads import usable_cores
+    from gears_ddp.runtime.threads import usable_cores
 
     with tempfile.TemporaryDirectory() as tmp:
         write_synthetic_dataset(tmp, **synthetic_options(args))

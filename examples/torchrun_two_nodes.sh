@@ -19,7 +19,7 @@
 #         --args-json '{"epochs": 20, "batch_size": 32}'
 #
 # (or, simpler and sharing one copy of the data between the processes,
-# examples/train_ddp_example.py / gears_ddp.train_distributed.train_multi_gpu).
+# examples/train_ddp_example.py / gears_ddp.distributed.spawn.train_multi_gpu).
 set -euo pipefail
 
 usage="usage: bash $0 NODE_RANK MASTER_ADDR [GPUS_PER_NODE]   (NODE_RANK: 0 on the master node, 1 on the other)"
@@ -50,12 +50,12 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # CPU ranks: OpenMP threads 
 # the GPUS processes of this node read the files instead of all downloading them at once.
 python - "$DATA_PATH" "$DATASET" <<'PY'
 import sys
-from gears_ddp.train_distributed import load_dataset
+from gears_ddp.distributed.spawn import load_dataset
 load_dataset(sys.argv[1], sys.argv[2]).prepare_split(split="simulation", seed=1, train_gene_set_size=0.75)
 PY
 
 # 2 nodes x GPUS processes; torchrun gives each its RANK, WORLD_SIZE, LOCAL_RANK and the
-# rendezvous address, which gears_ddp.launch reads (one GPU per local rank). If a worker
+# rendezvous address, which python -m gears_ddp.launch reads (one GPU per local rank). If a worker
 # fails, torchrun restarts all of them (up to 3 times); the restarted workers continue from
 # the newest checkpoint in SAVE_PATH (TORCHELASTIC_RESTART_COUNT > 0 means resume_from "auto").
 torchrun --nnodes=2 --node_rank="$NODE_RANK" --nproc_per_node="$GPUS" --max-restarts=3 \

@@ -12,20 +12,20 @@ import pandas as pd
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.baselines import baseline_results
+from gears_ddp.evaluation.baselines import baseline_results
 from gears_ddp.data.conditions import CONTROL, condition_genes
-from gears_ddp.engine import evaluate
-from gears_ddp.losses import LossContext
-from gears_ddp.metrics import EvaluationAccumulator, MetricContext
-from gears_ddp.model import GEARSModel
-from gears_ddp.model_folder import check_vocabulary, model_from_config, read_config, read_weights, \
+from gears_ddp.training.engine import evaluate
+from gears_ddp.model.losses import LossContext
+from gears_ddp.evaluation.metrics import EvaluationAccumulator, MetricContext
+from gears_ddp.model.network import GEARSModel
+from gears_ddp.model.folder import check_vocabulary, model_from_config, read_config, read_weights, \
     save_model_folder
-from gears_ddp.options import TrainingOptions
-from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
-from gears_ddp.recipe import TrainingRecipe
+from gears_ddp.training.options import TrainingOptions
+from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.training.recipe import TrainingRecipe
 from gears_ddp.report.verdicts import summary_verdicts, verdict_table
-from gears_ddp.scoring import score
-from gears_ddp.tracking import start_wandb
+from gears_ddp.evaluation.scoring import score
+from gears_ddp.training.tracking import start_wandb
 
 logger = get_logger(__name__)
 
@@ -248,10 +248,10 @@ class GEARS:
         if return_type == "dataframe":
             return pd.DataFrame(prediction, index=keys, columns=self.gene_list)
         if return_type == "anndata":
-            from gears_ddp.cell_eval_export import mean_predictions
+            from gears_ddp.inference.cell_eval_export import mean_predictions
             return mean_predictions(self, pert_list, prediction, uncertainty, seed, PREDICTION_CELLS)
         if return_type == "cell-eval":
-            from gears_ddp.cell_eval_export import cell_predictions
+            from gears_ddp.inference.cell_eval_export import cell_predictions
             return cell_predictions(self, pert_list, picked, effect.cpu(), seed)
         predictions = dict(zip(keys, prediction))
         return predictions if uncertainty is None else (predictions, dict(zip(keys, uncertainty.tolist())))
@@ -270,7 +270,7 @@ class GEARS:
     def GI_predict(self, combo, GI_genes_file=None) -> dict:
         """Genetic-interaction scores of a two-gene combination from predicted changes over
         control (optionally on the genes listed in ``GI_genes_file``)."""
-        from gears_ddp.inference import genetic_interaction_scores, read_gene_list
+        from gears_ddp.inference.interactions import genetic_interaction_scores, read_gene_list
 
         if len(combo) != 2:
             raise ValueError(f"GI_predict takes two genes, got {combo}")
@@ -287,8 +287,8 @@ class GEARS:
     def plot_perturbation(self, query: str, save_file=None):
         """Box plots of the true change over control at the condition's top-20 non-dropout DE
         genes, with the predicted change marked; returns the matplotlib figure."""
-        from gears_ddp.inference import plot_perturbation_figure
-        from gears_ddp.metrics import non_dropout_de_table
+        from gears_ddp.inference.interactions import plot_perturbation_figure
+        from gears_ddp.evaluation.metrics import non_dropout_de_table
 
         conditions = self.pert_data.cells.conditions
         if query not in conditions or query == CONTROL:

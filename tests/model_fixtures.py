@@ -1,7 +1,7 @@
 """Small random GEARS models and batches for model and loss tests."""
 import torch
 
-from gears_ddp.model import GEARSModel
+from gears_ddp.model.network import GEARSModel
 
 N_GENES, N_PERTS, HIDDEN = 40, 25, 16
 

@@ -1,4 +1,4 @@
-"""Predictions in cell-eval's layout (``gears_ddp.cell_eval_export``), scored by the real
+"""Predictions in cell-eval's layout (``gears_ddp.inference.cell_eval_export``), scored by the real
 ``cell-eval`` package (the ``test`` extra): its ``pearson_delta`` and ``mse`` are ours where
 the definitions coincide, on the synthetic dataset with a small trained model."""
 import dataclasses
@@ -13,12 +13,12 @@ import torch
 
 import gears_ddp
 from gears_ddp import GEARS, PertData
-from gears_ddp.cell_eval_export import CONTROL_LABEL, PERT_COLUMN, PROVENANCE_KEY, condition_obs, gene_var, \
+from gears_ddp.inference.cell_eval_export import CONTROL_LABEL, PERT_COLUMN, PROVENANCE_KEY, condition_obs, gene_var, \
     split_predictions, target_of
 from gears_ddp.data.conditions import CONTROL, condition_genes, is_combo
 from gears_ddp.datasets import write_synthetic_dataset
-from gears_ddp.metrics import MetricContext
-from gears_ddp.scoring import score
+from gears_ddp.evaluation.metrics import MetricContext
+from gears_ddp.evaluation.scoring import score
 
 try:
     from cell_eval import MetricsEvaluator, MetricType, PerturbationAnndataPair, metrics_registry

@@ -14,7 +14,7 @@ from gears_ddp.cli import main
 from gears_ddp.data import io
 from gears_ddp.data.go_files import read_annotation
 from gears_ddp.report.verdicts import compare, higher_is_better, split_key, verdict_table
-from gears_ddp.run_config import RunConfigError, apply_override, read_run_config
+from gears_ddp.distributed.run_config import RunConfigError, apply_override, read_run_config
 from test_launch import _clean_environment
 
 SMALL_ARGS = {"epochs": 2, "batch_size": 16, "model_config": {"hidden_size": 8}}

@@ -13,12 +13,12 @@ from gears_ddp.data.cells import PertBatch
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, setup_ddp
 from gears_ddp.distributed.worker import Placement, spawned_worker
-from gears_ddp.engine import batch_loss, training_step
+from gears_ddp.training.engine import batch_loss, training_step
 from gears_ddp.gears import GEARS
-from gears_ddp.ranks import SINGLE_PROCESS, ProcessGroupRanks
-from gears_ddp.train_distributed import DistributedTrainingError, prepare_data, spawn_workers, train_multi_gpu
-from gears_ddp.training_checkpoint import checkpoint_files, load_training_checkpoint
-from gears_ddp.weighted_norm import WeightedBatchNorm1d
+from gears_ddp.runtime.ranks import SINGLE_PROCESS, ProcessGroupRanks
+from gears_ddp.distributed.spawn import DistributedTrainingError, prepare_data, spawn_workers, train_multi_gpu
+from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
+from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
 from model_fixtures import make_model, random_batch
 
 pytestmark = pytest.mark.distributed
@@ -115,7 +115,7 @@ def _count_syncs(local_rank, port, messages):
     """In each rank: how many gradient buckets DDP reduces for one accumulated step of two
     micro-batches, with and without ``no_sync``; and the accumulated gradient."""
     from model_fixtures import make_model, random_batch
-    from gears_ddp.losses import LossContext
+    from gears_ddp.model.losses import LossContext
     setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
     try:
         context = LossContext(torch.ones(6, 40, dtype=torch.bool), torch.zeros(40))
@@ -161,7 +161,7 @@ def test_accumulation_synchronises_once_per_optimizer_step():
     assert with_no_sync >= 1 and without == 2 * with_no_sync
     # the synchronised gradient is the mean over ranks of each rank's mean micro-batch gradient
     from model_fixtures import make_model
-    from gears_ddp.losses import LossContext
+    from gears_ddp.model.losses import LossContext
     context = LossContext(torch.ones(6, 40, dtype=torch.bool), torch.zeros(40))
     expected = {}
     for _, _, _, arrays in results:
@@ -195,7 +195,7 @@ def test_ranks_with_different_data_stop_with_a_message_naming_them(data_folder, 
 def _worker_failing_on_rank_one(local_rank, *args):
     """Rank 1 fails in the middle of training (its first evaluation), after joining."""
     if local_rank == 1:
-        import gears_ddp.recipe as recipe
+        import gears_ddp.training.recipe as recipe
 
         def fail(*_, **__):
             raise ValueError("injected failure in rank 1")

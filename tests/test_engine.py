@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from gears_ddp.engine import batch_loss, evaluate, training_step
+from gears_ddp.training.engine import batch_loss, evaluate, training_step
 from gears_ddp.gears import GEARS
-from gears_ddp.metrics import EvaluationAccumulator
+from gears_ddp.evaluation.metrics import EvaluationAccumulator
 
 def _gears(toy, device, uncertainty=False):
     toy.get_dataloader(16, test_batch_size=7)
@@ -92,7 +92,7 @@ def test_accumulator_refuses_missing_logvar(toy):
 
 
 def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():
-    from gears_ddp.recipe import add_warmup
+    from gears_ddp.training.recipe import add_warmup
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=1.0)
     add_warmup(optimizer, 3)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gears_ddp.engine import training_step
+from gears_ddp.training.engine import training_step
 from gears_ddp.gears import GEARS
 from reference_package import import_reference
 

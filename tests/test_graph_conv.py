@@ -3,7 +3,7 @@ uses: outputs, gradients, parameter names and initialisation."""
 import pytest
 import torch
 
-from gears_ddp.graph_conv import NormalisedAdjacency, SimpleGraphConv
+from gears_ddp.model.graph_conv import NormalisedAdjacency, SimpleGraphConv
 from reference_package import import_reference
 
 N_NODES, CHANNELS = 30, 8

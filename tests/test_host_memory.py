@@ -6,12 +6,12 @@ import textwrap
 
 import pytest
 
-from gears_ddp import host_memory
+from gears_ddp.runtime import host_memory
 
 FAULT_COUNT = textwrap.dedent("""
     import os, resource, sys
     import torch
-    from gears_ddp.host_memory import retained_host_memory
+    from gears_ddp.runtime.host_memory import retained_host_memory
 
     def faults_of_steps():
         # a training step's pattern: several buffers of a few MiB, all freed at its end
@@ -83,7 +83,7 @@ def test_training_retains_memory_for_the_optimiser_steps_and_evaluates_without(t
     epoch's evaluation of train and val."""
     import contextlib
 
-    from gears_ddp import engine, recipe
+    from gears_ddp.training import engine, recipe
     from gears_ddp.gears import GEARS
 
     retaining, seen = [False], []

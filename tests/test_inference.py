@@ -1,4 +1,4 @@
-"""Tests of ``gears_ddp.inference``: GI scores (parity with the published GEARS), gene lists
+"""Tests of ``gears_ddp.inference.interactions``: GI scores (parity with the published GEARS), gene lists
 and the perturbation plot."""
 import math
 
@@ -7,7 +7,7 @@ import pytest
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
-from gears_ddp.inference import (
+from gears_ddp.inference.interactions import (
     genetic_interaction_scores,
     plot_perturbation_figure,
     read_gene_list,

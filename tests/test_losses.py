@@ -5,7 +5,7 @@ import torch
 
 import toy_data
 from gears_ddp import PertData
-from gears_ddp.losses import LossContext, gears_loss
+from gears_ddp.model.losses import LossContext, gears_loss
 from reference_package import import_reference
 
 N_GENES = 30

@@ -12,9 +12,9 @@ import scipy.sparse as sp
 import torch
 
 from gears_ddp.data.grouped import condition_means
-from gears_ddp.metrics import (EvaluationAccumulator, EvaluationResult, MetricContext, compute_metrics,
+from gears_ddp.evaluation.metrics import (EvaluationAccumulator, EvaluationResult, MetricContext, compute_metrics,
                                deeper_analysis, non_dropout_analysis, non_dropout_de_table, subgroup_metrics)
-from gears_ddp.truth_spread import SPREAD_STATISTICS, spread
+from gears_ddp.evaluation.truth_spread import SPREAD_STATISTICS, spread
 from reference_package import import_reference
 
 

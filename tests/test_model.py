@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gears_ddp import weighted_norm
-from gears_ddp.model import PERT_EMB_LAMBDA, GEARSModel, distinct_perturbation_sets, renormed_table
+from gears_ddp.model import weighted_norm
+from gears_ddp.model.network import PERT_EMB_LAMBDA, GEARSModel, distinct_perturbation_sets, renormed_table
 from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, model_graphs, random_batch
 from reference_package import import_reference
 
@@ -183,7 +183,7 @@ def test_distinct_sets_equal_per_cell_computation(mode, uncertainty, rows_per_pa
 def test_fused_and_plain_decoders_compute_the_same_training_step(device, monkeypatch):
     """``fused_decoder = False`` runs the module chain instead of ``set_decoder.decode_sets``:
     the same outputs, parameter gradients and running statistics (float64)."""
-    import gears_ddp.model as model_module
+    import gears_ddp.model.network as model_module
     calls = []
     decode_sets = model_module.decode_sets
     monkeypatch.setattr(model_module, "decode_sets", lambda *args: calls.append(1) or decode_sets(*args))
@@ -257,7 +257,7 @@ def test_positional_weight_is_the_published_constant():
 def test_weighted_batchnorm_keeps_half_precision_inputs_finite():
     """Under mixed precision the statistics are computed in float32 (as autocast does for
     BatchNorm): float16 sums over 20,000 rows of values around 40 would overflow."""
-    from gears_ddp.weighted_norm import WeightedBatchNorm1d
+    from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(20000, 8, generator=generator) * 3 + 40
     weights = torch.randint(1, 5, (20000,), generator=generator)
@@ -277,7 +277,7 @@ def test_fused_batchnorm_relu_linear_equals_the_unfused_modules(autocast):
     """``relu_linear`` (training mode, row weights) against BatchNorm1d on the expanded rows,
     ReLU and Linear through autograd: outputs, every gradient and the running statistics;
     in float64, and under bfloat16 autocast within bfloat16 rounding."""
-    from gears_ddp.weighted_norm import WeightedBatchNorm1d
+    from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
     generator = torch.Generator().manual_seed(3)
     dtype = torch.float32 if autocast else torch.float64
     x = torch.randn(50, 6, generator=generator, dtype=dtype) * 2 + 1

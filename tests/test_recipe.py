@@ -13,9 +13,9 @@ import torch
 from gears_ddp import PertData, train_multi_gpu
 from gears_ddp.distributed.config import TrainingArgs
 from gears_ddp.gears import GEARS
-from gears_ddp.model_folder import read_weights
-from gears_ddp.options import TrainingOptions
-from gears_ddp.training_checkpoint import checkpoint_files, load_training_checkpoint
+from gears_ddp.model.folder import read_weights
+from gears_ddp.training.options import TrainingOptions
+from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
 from gears_testing import exact_on
 
 SPLIT = {"split": "simulation", "seed": 1}

@@ -17,6 +17,7 @@ from matplotlib.image import imread
 from gears_ddp.report.page import format_number, write_report_page
 from gears_ddp.report.plots import (subgroup_label, figure_predictions, figure_test_metrics, figure_training_curves,
                                     plot_predictions, plot_test_metrics, plot_training_curves, true_change_per_gene)
+from gears_ddp.report.run_folder import PAGE_FILE
 from gears_ddp.report.verdicts import compare
 
 BASELINE_NAMES = ("no_change", "mean_effect", "additive")
@@ -213,7 +214,7 @@ def verdict_rows(page: str) -> list[str]:
 
 def test_page_shows_every_metric_with_its_verdict(tmp_path):
     report = report_with_test_results()
-    path = write_report_page(tmp_path, SETTINGS, report, PICTURES)
+    path = write_report_page(tmp_path / PAGE_FILE, SETTINGS, report, PICTURES)
     page = path.read_text(encoding="utf-8")
     assert path == tmp_path / "report.html"
     rows = verdict_rows(page)
@@ -229,7 +230,7 @@ def test_page_shows_every_metric_with_its_verdict(tmp_path):
 
 
 def test_page_links_pictures_and_shows_history_and_settings(tmp_path):
-    page = write_report_page(tmp_path, SETTINGS, report_with_test_results(), PICTURES).read_text(encoding="utf-8")
+    page = write_report_page(tmp_path / PAGE_FILE, SETTINGS, report_with_test_results(), PICTURES).read_text(encoding="utf-8")
     for title, relative in PICTURES.items():
         assert f'<img src="{relative}" alt="{title}">' in page
     assert "3 min 00 s" in page  # 3 epochs of 60 s
@@ -243,14 +244,14 @@ def test_page_links_pictures_and_shows_history_and_settings(tmp_path):
 def test_page_escapes_names_from_the_data(tmp_path):
     settings = dict(SETTINGS, dataset_name="<script>alert(1)</script>")
     report = dict(report_with_test_results(), model_path="runs/<b>x</b>")
-    page = write_report_page(tmp_path, settings, report, {"<script>": "plots/a&b.png"}).read_text(encoding="utf-8")
+    page = write_report_page(tmp_path / PAGE_FILE, settings, report, {"<script>": "plots/a&b.png"}).read_text(encoding="utf-8")
     assert "<script" not in page and "<b>x</b>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and 'src="plots/a&amp;b.png"' in page
 
 
 def test_page_without_test_set_says_so_and_has_no_verdicts(tmp_path):
     report = {"best_epoch": 1, "history": make_history(1), "world_size": 1}
-    path = write_report_page(tmp_path, {}, report, {"Training": "plots/training_curves.png"})
+    path = write_report_page(tmp_path / PAGE_FILE, {}, report, {"Training": "plots/training_curves.png"})
     page = path.read_text(encoding="utf-8")
     assert "no test set" in page.lower()
     assert verdict_rows(page) == [] and "<th>verdict</th>" not in page

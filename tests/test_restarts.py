@@ -16,9 +16,9 @@ import torch
 from gears_ddp import PertData, train_multi_gpu
 from gears_ddp.distributed.runtime import find_free_port
 from gears_ddp.gears import GEARS
-from gears_ddp.model_folder import read_weights
-from gears_ddp.stopping import EXIT_INTERRUPTED, TrainingInterrupted
-from gears_ddp.training_checkpoint import checkpoint_files, latest_checkpoint, load_training_checkpoint
+from gears_ddp.model.folder import read_weights
+from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
+from gears_ddp.training.checkpoint import checkpoint_files, latest_checkpoint, load_training_checkpoint
 from test_launch import _clean_environment
 
 SPLIT = {"split": "simulation", "seed": 1}
@@ -121,7 +121,7 @@ def test_a_stop_signal_to_one_rank_stops_both_with_a_checkpoint_and_the_run_resu
 
 def test_a_stop_signal_in_one_process_stops_with_a_checkpoint_and_the_run_resumes_exactly(data_folder, tmp_path,
                                                                                            monkeypatch):
-    import gears_ddp.recipe as recipe
+    import gears_ddp.training.recipe as recipe
 
     options = {"epochs": 2, "batch_size": 16}
     whole = _single(data_folder, save_path=str(tmp_path / "whole"), **options)

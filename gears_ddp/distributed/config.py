@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from gears_ddp.data.expression_map import DTYPES
 from gears_ddp.data.pertdata import STORAGES, PertData
 from gears_ddp.gears import GEARS
-from gears_ddp.options import TrainingOptions, option, reject_unknown
+from gears_ddp.training.options import TrainingOptions, option, reject_unknown
 
 
 def _parameters(function) -> list[str]:

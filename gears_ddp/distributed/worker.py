@@ -23,10 +23,10 @@ from gears_ddp._logging import LIBRARY_LOGGER_NAME, get_logger
 from gears_ddp.distributed.config import TrainingArgs
 from gears_ddp.distributed.runtime import cleanup_ddp, setup_ddp
 from gears_ddp.gears import GEARS
-from gears_ddp.ranks import ProcessGroupRanks
-from gears_ddp.recipe import TrainingRecipe
-from gears_ddp.stopping import TrainingInterrupted
-from gears_ddp.threads import cpu_threads
+from gears_ddp.runtime.ranks import ProcessGroupRanks
+from gears_ddp.training.recipe import TrainingRecipe
+from gears_ddp.runtime.stopping import TrainingInterrupted
+from gears_ddp.runtime.threads import cpu_threads
 
 logger = get_logger(__name__)
 

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from gears_ddp.data.conditions import CONTROL
-from gears_ddp.metrics import EvaluationResult
-from gears_ddp.truth_spread import gene_values
+from gears_ddp.evaluation.metrics import EvaluationResult
+from gears_ddp.evaluation.truth_spread import gene_values
 
 MAX_EXAMPLES = 4
 SUBGROUP_ORDER = ("combo_seen2", "combo_seen1", "combo_seen0", "unseen_single")

@@ -13,7 +13,6 @@ import math
 from html import escape
 from pathlib import Path
 
-from gears_ddp.report.run_folder import PAGE_FILE
 from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, MetricVerdict, compare
 
 STYLE = """
@@ -41,15 +40,15 @@ figcaption { color: #555; }
 """
 
 
-def write_report_page(folder, settings: dict, report: dict, pictures: dict[str, str]) -> Path:
-    """Write ``folder/report.html`` and return its path.
+def write_report_page(path, settings: dict, report: dict, pictures: dict[str, str]) -> Path:
+    """Write the page to ``path`` (a run folder's ``report.html``) and return the path.
 
     ``settings`` is the run's resolved configuration (nested dicts), ``report`` what the
     training returns (``model`` and ``baselines`` test summaries when the split has a test
     set, ``best_epoch``, ``history``, ``world_size``, optionally ``model_path``) and
-    ``pictures`` maps each picture's title to its path relative to ``folder``.
+    ``pictures`` maps each picture's title to its path relative to the page's folder.
     """
-    path = Path(folder) / PAGE_FILE
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report_page(settings, report, pictures), encoding="utf-8")
     return path

@@ -1,6 +1,6 @@
 """The files a run leaves in its ``save_path`` besides the model, written by the main rank:
 
-- ``config.yaml``: the resolved configuration (``gears_ddp.run_config``), which
+- ``config.yaml``: the resolved configuration (``gears_ddp.distributed.run_config``), which
   ``gears-ddp train --config`` reads back;
 - ``metrics.csv``: one row per epoch (training loss, train and val metrics, seconds),
   rewritten after every epoch, so it is complete after a resume too;
@@ -22,6 +22,7 @@ import yaml
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME
 from gears_ddp.data.io import atomic_path
+from gears_ddp.report.page import write_report_page
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.csv"
@@ -91,7 +92,7 @@ def write_run_report(folder, report: dict, examples: list[dict]) -> Path:
     """``report.json``, the pictures and ``report.html``; returns the page's path.
     ``examples`` are the test conditions of the predictions picture
     (``report.examples.prediction_examples``); without a test set there are only curves."""
-    from gears_ddp.report.page import write_report_page
+    # matplotlib is imported here, by the main rank only, not by every rank that imports this module
     from gears_ddp.report.plots import plot_predictions, plot_test_metrics, plot_training_curves
 
     folder = Path(folder)
@@ -105,4 +106,4 @@ def write_run_report(folder, report: dict, examples: list[dict]) -> Path:
         if examples:
             plot_predictions(examples, folder / PICTURES[titles[2]])
             pictures[titles[2]] = PICTURES[titles[2]]
-    return write_report_page(folder, read_settings(folder), report, pictures)
+    return write_report_page(folder / PAGE_FILE, read_settings(folder), report, pictures)

@@ -4,8 +4,8 @@
 import os
 import signal
 
-import gears_ddp.recipe as recipe
-from gears_ddp import launch
+import gears_ddp.training.recipe as recipe
+from gears_ddp.distributed import launch
 
 DIE_AFTER_STEPS = int(os.environ.get("DIE_AFTER_STEPS", "6"))
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-import gears_ddp.recipe as recipe
-from gears_ddp import launch
+import gears_ddp.training.recipe as recipe
+from gears_ddp.distributed import launch
 
 
 def mapping_of(path: str) -> dict:

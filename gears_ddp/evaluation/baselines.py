@@ -21,7 +21,7 @@ import numpy as np
 
 from gears_ddp.data.conditions import CONTROL, condition_genes, is_single
 from gears_ddp.data.grouped import condition_means
-from gears_ddp.metrics import EvaluationResult
+from gears_ddp.evaluation.metrics import EvaluationResult
 
 BASELINES = ("no_change", "mean_effect", "additive")
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from gears_ddp.data.cells import VALUES_PER_BLOCK
-from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 
 QUANTILE_BANDS = {"45_55": (0.45, 0.55), "40_60": (0.4, 0.6), "25_75": (0.25, 0.75)}
 QUANTILES = sorted({q for band in QUANTILE_BANDS.values() for q in band})

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from gears_ddp._logging import enable_console_logging
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
-from gears_ddp.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
-from gears_ddp.stopping import EXIT_INTERRUPTED, TrainingInterrupted
+from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
+from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 
 EXIT_BAD_INPUT = 2
 DEMO_DATA_PATH, DEMO_RUN_PATH = "./data", "./runs/demo"
@@ -133,14 +133,14 @@ def _train(config: dict) -> int:
 
     environment = launch_environment()
     if environment is not None:
-        from gears_ddp.launch import run_launched_rank
+        from gears_ddp.distributed.launch import run_launched_rank
 
         report = run_launched_rank(config["pert_data_path"], config["dataset_name"], config["split_config"],
                                    config["args"], environment)
         if report is not None:
             _print_summary(report)
         return 0
-    from gears_ddp.train_distributed import train_multi_gpu
+    from gears_ddp.distributed.spawn import train_multi_gpu
 
     report = train_multi_gpu(**config)
     _print_summary(report)
@@ -162,7 +162,7 @@ def _load_run(options):
     import torch
 
     from gears_ddp.gears import GEARS
-    from gears_ddp.train_distributed import load_dataset
+    from gears_ddp.distributed.spawn import load_dataset
 
     folder = Path(options.run)
     if not (folder / CONFIG_FILE).exists():
@@ -193,7 +193,7 @@ def evaluate(options) -> int:
 
 
 def predict(options) -> int:
-    from gears_ddp.cell_eval_export import split_predictions
+    from gears_ddp.inference.cell_eval_export import split_predictions
 
     gears = _load_run(options)
     out = Path(options.out)

@@ -31,11 +31,11 @@ from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingAr
 from gears_ddp.distributed.messages import WorkerMessages, replay_log
 from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, resolve_devices, setup_ddp
 from gears_ddp.distributed.worker import Placement, spawned_worker, train_ddp_worker
-from gears_ddp.engine import Precision
-from gears_ddp.options import check_save_path
-from gears_ddp.run_config import resolved_config, write_run_config
-from gears_ddp.stopping import STOP_SIGNALS, TrainingInterrupted
-from gears_ddp.threads import passive_openmp_environment
+from gears_ddp.training.engine import Precision
+from gears_ddp.training.options import check_save_path
+from gears_ddp.distributed.run_config import resolved_config, write_run_config
+from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted
+from gears_ddp.runtime.threads import passive_openmp_environment
 
 __all__ = ["train_multi_gpu", "setup_ddp", "cleanup_ddp", "train_ddp_worker", "DistributedTrainingError"]
 

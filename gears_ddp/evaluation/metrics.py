@@ -31,8 +31,8 @@ from gears_ddp.data.cells import N_DE_GENES
 from gears_ddp.data.conditions import CONTROL
 from gears_ddp.data.grouped import condition_means
 from gears_ddp.data.processing import RANK_KEY
-from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
-from gears_ddp.truth_spread import QUANTILE_BANDS, SPREAD_STATISTICS, condition_spreads
+from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.evaluation.truth_spread import QUANTILE_BANDS, SPREAD_STATISTICS, condition_spreads
 
 logger = get_logger(__name__)
 

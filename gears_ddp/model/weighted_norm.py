@@ -1,6 +1,6 @@
 """Training-mode BatchNorm over count-weighted rows, and its fusion with ReLU and Linear.
 
-GEARS computes its per-cell layers once per distinct perturbation set (``gears_ddp.model``).
+GEARS computes its per-cell layers once per distinct perturbation set (``gears_ddp.model.network``).
 A BatchNorm over those rows must weight each one by how many cells share its set, so that
 batch statistics, running statistics, outputs and gradients equal those of the per-cell
 rows. The rows come in ``len(set_counts)`` consecutive blocks of equal size (one row per

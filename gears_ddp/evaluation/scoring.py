@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gears_ddp.metrics import EvaluationResult, MetricContext, compute_metrics, deeper_analysis, \
+from gears_ddp.evaluation.metrics import EvaluationResult, MetricContext, compute_metrics, deeper_analysis, \
     non_dropout_analysis, subgroup_metrics
 
 # the per-condition metrics the reference averages into its logged test summary

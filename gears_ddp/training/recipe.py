@@ -2,7 +2,7 @@
 
 ``GEARS.train`` runs it in one process; every rank of ``train_multi_gpu`` and of
 ``python -m gears_ddp.launch`` runs it too, with a ``ProcessGroupRanks`` instead of
-``SingleProcess`` (``gears_ddp.ranks``). Nothing else differs, so a run prototyped in one
+``SingleProcess`` (``gears_ddp.runtime.ranks``). Nothing else differs, so a run prototyped in one
 process gives the same weights and metrics as the same run on one rank of a distributed job.
 
 As in the published GEARS: Adam, ``StepLR(step_size=1, gamma=0.5)`` stepped every epoch,
@@ -28,19 +28,19 @@ from torch import nn
 from tqdm import tqdm
 
 from gears_ddp._logging import get_logger
-from gears_ddp.engine import Precision, evaluate, optimizer_steps, unwrapped
-from gears_ddp.host_memory import retained_host_memory
-from gears_ddp.metrics import compute_metrics
-from gears_ddp.model_folder import model_from_config
-from gears_ddp.options import TrainingOptions, check_save_path
-from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, unwrapped
+from gears_ddp.runtime.host_memory import retained_host_memory
+from gears_ddp.evaluation.metrics import compute_metrics
+from gears_ddp.model.folder import model_from_config
+from gears_ddp.training.options import TrainingOptions, check_save_path
+from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.report.examples import prediction_examples
 from gears_ddp.report.run_folder import log_file, write_history, write_run_report
-from gears_ddp.stopping import StopSignals, TrainingInterrupted, signal_name
-from gears_ddp.threads import at_most_usable_threads
-from gears_ddp.tracking import start_wandb
-from gears_ddp.training_checkpoint import resolve_resume, restore_rng_states, save_training_checkpoint
-from gears_ddp.weighted_norm import WeightedBatchNorm1d
+from gears_ddp.runtime.stopping import StopSignals, TrainingInterrupted, signal_name
+from gears_ddp.runtime.threads import at_most_usable_threads
+from gears_ddp.training.tracking import start_wandb
+from gears_ddp.training.checkpoint import resolve_resume, restore_rng_states, save_training_checkpoint
+from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
 
 logger = get_logger(__name__)
 LOG_EVERY_STEPS = 50

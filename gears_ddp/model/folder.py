@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from gears_ddp.data import io
-from gears_ddp.model import GEARSModel
+from gears_ddp.model.network import GEARSModel
 
 CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE = "config.pkl", "model.pt", "vocabulary.json"
 

@@ -16,10 +16,10 @@ not:
   running statistics, outputs and gradients equal the per-cell computation. In evaluation
   mode a batch of one condition costs one pass.
 - In training mode (without the uncertainty head) the per-gene decoder over the (set, gene)
-  rows is one autograd function (``gears_ddp.set_decoder``) that computes ``bn_pert_base``
+  rows is one autograd function (``gears_ddp.model.set_decoder``) that computes ``bn_pert_base``
   from the gene and set tables and keeps two row-sized tensors for the backward pass;
   elsewhere each BatchNorm -> ReLU -> Linear step on per-set rows is fused
-  (``gears_ddp.weighted_norm``). ``fused_decoder = False`` runs the plain module chain
+  (``gears_ddp.model.weighted_norm``). ``fused_decoder = False`` runs the plain module chain
   instead (the same function; a test holds the two equal), so a device can pick the faster.
 - The graphs' normalised adjacencies are computed once, when the model is built.
 """
@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gears_ddp.graph_conv import NormalisedAdjacency, SimpleGraphConv
-from gears_ddp.set_decoder import decode_sets
-from gears_ddp.weighted_norm import WeightedBatchNorm1d
+from gears_ddp.model.graph_conv import NormalisedAdjacency, SimpleGraphConv
+from gears_ddp.model.set_decoder import decode_sets
+from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
 
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
 

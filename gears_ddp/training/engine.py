@@ -1,6 +1,6 @@
 """Training steps and one evaluation pass, as the recipe runs them.
 
-What crosses ranks comes in through one ``ranks`` object (``gears_ddp.ranks``): the model
+What crosses ranks comes in through one ``ranks`` object (``gears_ddp.runtime.ranks``): the model
 may be wrapped by ``ranks.wrap`` (``DistributedDataParallel``); ``ranks.no_sync`` skips
 gradient synchronisation on all but the last micro-batch of an accumulated step;
 ``ranks.merge_evaluation`` combines evaluation accumulators. With the default
@@ -17,10 +17,10 @@ from torch import nn
 from tqdm import tqdm
 
 from gears_ddp.data.cells import PertBatch
-from gears_ddp.losses import LossContext, gears_loss
-from gears_ddp.metrics import EvaluationAccumulator, EvaluationResult
-from gears_ddp.options import AMP_MODES
-from gears_ddp.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.model.losses import LossContext, gears_loss
+from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
+from gears_ddp.training.options import AMP_MODES
+from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 
 GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
 

@@ -78,7 +78,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-import gears_ddp
+from gears_ddp._version import __version__
 from gears_ddp.data.conditions import CONTROL, condition_genes
 
 PERT_COLUMN = "target_gene"      # the default --pert-col of `cell-eval run`
@@ -148,7 +148,7 @@ def provenance(gears, **details) -> dict:
     """What produced a prediction, for ``uns['gears_ddp']``: library version, dataset, where
     the weights came from, the model options (graph tensors left out) and ``details``."""
     config = {k: v for k, v in gears.config.items() if not k.startswith("G_")}
-    return {"version": gears_ddp.__version__, "dataset": gears.pert_data.dataset_name,
+    return {"version": __version__, "dataset": gears.pert_data.dataset_name,
             "weights_from": str(gears.weights_from), "config": config, **details}
 
 

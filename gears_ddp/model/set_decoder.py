@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gears_ddp.weighted_norm import (all_reduce_if, block_slices, blocks_of, full_precision, normalisation_backward,
+from gears_ddp.model.weighted_norm import (all_reduce_if, block_slices, blocks_of, full_precision, normalisation_backward,
                                      relu_mask_, relu_normalised, statistics_gradient, weighted_statistics)
 
 

@@ -1,0 +1,11 @@
+"""The GEARS network and its parts: tensors in, tensors out, no files, ranks or devices of
+its own.
+
+- ``network``: ``GEARSModel``, computed once per distinct perturbation set;
+- ``set_decoder``, ``weighted_norm``, ``graph_conv``: its fused per-gene decoder, the
+  BatchNorm weighted by cells per set, and the graph convolution (torch_geometric's SGConv);
+- ``losses``: the GEARS loss (autofocus and direction terms, uncertainty);
+- ``folder``: saved models in the published format (``model.pt``, ``config.pkl``).
+
+May import: ``data``.
+"""

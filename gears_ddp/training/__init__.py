@@ -1,0 +1,6 @@
+"""Training: the options (``options``), one step and one evaluation pass (``engine``), the
+one recipe every process runs (``recipe``), training checkpoints (``checkpoint``) and
+Weights & Biases (``tracking``).
+
+May import: ``report``, ``evaluation``, ``runtime``, ``model``, ``data``.
+"""
