@@ -1,9 +1,10 @@
 """``GEARS``: the single-process API of the published package (model_initialize, train,
 predict, GI_predict, plot_perturbation, save_model, load_pretrained, uncertainty mode).
 
-The class is thin: the network is ``model.GEARSModel``, training is ``recipe.TrainingRecipe``
-with one rank (the code every rank of a distributed run runs), scoring is
-``scoring.score``, and saved models are the published format (``model_folder``).
+The class is thin: the network is ``model.network.GEARSModel``, training is
+``training.recipe.TrainingRecipe`` with one rank (the code every rank of a distributed run
+runs), scoring is ``evaluation.scoring.score``, predictions come from
+``inference.prediction`` and saved models are the published format (``model.folder``).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.evaluation.baselines import baseline_results
-from gears_ddp.data.conditions import CONTROL, condition_genes
+from gears_ddp.data.conditions import condition_genes
 from gears_ddp.training.engine import evaluate
 from gears_ddp.model.losses import LossContext
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, MetricContext
@@ -25,11 +26,11 @@ from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.training.recipe import TrainingRecipe
 from gears_ddp.report.verdicts import summary_verdicts, verdict_table
 from gears_ddp.evaluation.scoring import score
+from gears_ddp.inference.prediction import PREDICTION_CELLS, drawn_control_cells, query_keys, query_sets, set_effects
 from gears_ddp.training.tracking import start_wandb
 
 logger = get_logger(__name__)
 
-PREDICTION_CELLS = 300  # control cells a prediction averages over, as in the reference
 TUNABLE_PARAMETERS = {
     "hidden_size": "hidden dimension, default 64",
     "num_go_gnn_layers": "number of GNN layers for GO graph, default 1",
@@ -190,27 +191,6 @@ class GEARS:
         return {"model": model_summary, "baselines": baselines}
 
     # ------------------------------------------------------------------ using a model
-    def _query_sets(self, pert_list) -> torch.Tensor:
-        """Perturbation-vocabulary indices of each query (Q x 2, -1 padded); a malformed query
-        or an unknown gene is an error naming it."""
-        example = "e.g. [['FEV'], ['FEV', 'SAMD1']]"
-        if isinstance(pert_list, str) or not isinstance(pert_list, (list, tuple)) or not pert_list:
-            raise ValueError(f"queries must be a non-empty list of gene lists, {example}; got {pert_list!r}")
-        for number, query in enumerate(pert_list):
-            if isinstance(query, str):
-                raise ValueError(f"query {number} is the string {query!r}, not a list of genes: write [{query!r}] "
-                                 f"({example})")
-            if not isinstance(query, (list, tuple)) or not 1 <= len(query) <= 2 \
-                    or not all(isinstance(gene, str) for gene in query):
-                raise ValueError(f"query {number} must be a list of one or two gene names ({example}); got {query!r}")
-            if len(set(query)) < len(query):
-                raise ValueError(f"query {number} names {query[0]!r} twice; a combination needs two different genes")
-        unknown = sorted({g for query in pert_list for g in query if g not in self.node_map_pert})
-        if unknown:
-            raise ValueError(f"genes not in the perturbation vocabulary (GEARS.pert_list): {unknown}")
-        rows = [[self.node_map_pert[g] for g in query] + [-1] * (2 - len(query)) for query in pert_list]
-        return torch.tensor(rows, dtype=torch.long, device=self.device)
-
     def predict(self, pert_list, return_type: str = "dict", seed: int = 0):
         """Mean predicted expression for each query (a list of 1 or 2 genes), over 300 control
         cells drawn with ``seed`` (with replacement), each with the query's perturbation applied.
@@ -232,14 +212,11 @@ class GEARS:
         return_types = ("dict", "dataframe", "anndata", "cell-eval")
         if return_type not in return_types:
             raise ValueError(f"return_type must be one of {return_types}, got {return_type!r}")
-        sets = self._query_sets(pert_list)
+        sets = query_sets(pert_list, self.node_map_pert)
         pert_list = [list(query) for query in pert_list]
-        controls = self.pert_data.cells.control_cells()
-        generator = torch.Generator().manual_seed(seed)
-        picked = self.pert_data.cells.rows(controls[torch.randint(len(controls), (PREDICTION_CELLS,),
-                                                                  generator=generator)])
+        picked = drawn_control_cells(self.pert_data.cells, seed)
         effect, logvar = self.perturbation_effects(sets)
-        keys = ["_".join(query) for query in pert_list]
+        keys = query_keys(pert_list)
         prediction = (effect + picked.mean(0).to(self.device)).cpu().numpy()
         self.saved_pred.update(zip(keys, prediction))
         uncertainty = None if logvar is None else torch.exp(-logvar.mean(1)).cpu().numpy()
@@ -263,9 +240,7 @@ class GEARS:
         prediction is its control expression plus its set's change (``engine.evaluate``), so
         predictions of any control cells follow from these."""
         self._require_weights()
-        self.best_model.eval()
-        with torch.no_grad():
-            return self.best_model.set_effects(sets.to(self.device), torch.ones(len(sets), device=self.device))
+        return set_effects(self.best_model, sets, self.device)
 
     def GI_predict(self, combo, GI_genes_file=None) -> dict:
         """Genetic-interaction scores of a two-gene combination from predicted changes over
@@ -287,22 +262,14 @@ class GEARS:
     def plot_perturbation(self, query: str, save_file=None):
         """Box plots of the true change over control at the condition's top-20 non-dropout DE
         genes, with the predicted change marked; returns the matplotlib figure."""
-        from gears_ddp.inference.interactions import plot_perturbation_figure
-        from gears_ddp.evaluation.metrics import non_dropout_de_table
+        from gears_ddp.inference.figures import observed_change_at_de_genes, plot_perturbation_figure
 
-        conditions = self.pert_data.cells.conditions
-        if query not in conditions or query == CONTROL:
-            raise ValueError(f"{query!r} is not a perturbation condition of the data "
-                             f"(e.g. {[c for c in conditions if c != CONTROL][:5]})")
-        cells = self.pert_data.cells
-        name = cells.condition_names[cells.conditions.index(query)]
-        positions = non_dropout_de_table(self.pert_data.uns, self.pert_data.var.index, [name])[0]
-        positions = positions[positions >= 0].numpy()
-        control = self.ctrl_expression.cpu().numpy()[positions]
-        truth = cells.rows(cells.cells_of([query])).numpy()[:, positions] - control
-        predicted = self.predict([condition_genes(query)])
-        predicted = (predicted[0] if isinstance(predicted, tuple) else predicted)["_".join(condition_genes(query))]
-        return plot_perturbation_figure(truth, predicted[positions] - control,
+        control = self.ctrl_expression.cpu().numpy()
+        positions, observed = observed_change_at_de_genes(self.pert_data, query, control)
+        genes = condition_genes(query)
+        predicted = self.predict([genes])
+        predicted = (predicted[0] if isinstance(predicted, tuple) else predicted)[query_keys([genes])[0]]
+        return plot_perturbation_figure(observed, predicted[positions] - control[positions],
                                         [self.gene_list[p] for p in positions], query, save_file)
 
     # ------------------------------------------------------------------ checkpoints

@@ -1,5 +1,5 @@
-"""Tests of ``gears_ddp.inference.interactions``: GI scores (parity with the published GEARS), gene lists
-and the perturbation plot."""
+"""Tests of ``gears_ddp.inference``: GI scores (parity with the published GEARS), gene lists and
+the perturbation figure."""
 import math
 
 import numpy as np
@@ -7,11 +7,8 @@ import pytest
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
-from gears_ddp.inference.interactions import (
-    genetic_interaction_scores,
-    plot_perturbation_figure,
-    read_gene_list,
-)
+from gears_ddp.inference.figures import plot_perturbation_figure
+from gears_ddp.inference.interactions import genetic_interaction_scores, read_gene_list
 from reference_package import import_reference
 
 GI_KEYS = {

@@ -1,7 +1,7 @@
-"""Post-prediction analysis: genetic-interaction (GI) scores and per-condition plots.
+"""Genetic-interaction (GI) scores of two-gene combinations.
 
-These are pure functions on arrays, independent of the model, so they can score and draw
-predictions however they were produced (a trained model, a baseline, saved outputs).
+These are pure functions on arrays, independent of the model, so they can score predictions
+however they were produced (a trained model, a baseline, saved outputs).
 
 - ``genetic_interaction_scores``: how a two-gene combination's predicted change from control
   relates to its two singles' changes. The scores and their definitions are those of the
@@ -9,15 +9,12 @@ predictions however they were produced (a trained model, a baseline, saved outpu
   change on the singles' changes, plus distance correlations between the three changes.
 - ``read_gene_list``: reads the optional list of genes the GI scores are restricted to
   (usually genes with a high mean expression).
-- ``plot_perturbation_figure``: box plots of the observed per-cell change at a condition's
-  DE genes with the predicted change marked, as the published ``plot_perturbation`` draws.
 """
 from __future__ import annotations
 
 import os
 import pickle
 from pathlib import Path
-from typing import Sequence
 
 import dcor
 import numpy as np
@@ -137,68 +134,3 @@ def read_gene_list(path: str | os.PathLike) -> list[str]:
     if not genes:
         raise ValueError(f"gene list file {path} contains no gene names")
     return genes
-
-
-def plot_perturbation_figure(
-    truth_change: np.ndarray,
-    predicted_change: np.ndarray,
-    gene_names: Sequence[str],
-    title: str,
-    save_file: str | os.PathLike | None = None,
-):
-    """Draw the observed per-cell change at K genes as box plots, the prediction in red.
-
-    ``truth_change`` (cells x K) is each cell's expression minus the control mean at the K
-    genes (usually a condition's top-20 non-dropout DE genes), ``predicted_change`` (K,)
-    the predicted mean expression minus the control mean, ``gene_names`` the K tick labels
-    and ``title`` the condition. A dashed line marks zero change.
-
-    The figure is built with matplotlib's object-oriented API on an Agg canvas, so it works
-    headless, leaves pyplot's global state alone and never opens a window. When
-    ``save_file`` is given the figure is written at exactly that path (parent folders are
-    created; the format follows the file suffix, PNG when it has none). Returns the
-    ``matplotlib.figure.Figure``.
-
-    Raises ``ValueError`` when the shapes of the inputs do not agree.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    truth_change = np.asarray(truth_change, dtype=np.float64)
-    predicted_change = np.asarray(predicted_change, dtype=np.float64)
-    gene_names = [str(name) for name in gene_names]
-    if truth_change.ndim != 2 or truth_change.shape[0] < 1 or truth_change.shape[1] < 1:
-        raise ValueError(
-            "`truth_change` must be a non-empty (cells x genes) array, "
-            f"got shape {truth_change.shape}"
-        )
-    n_genes = truth_change.shape[1]
-    if predicted_change.shape != (n_genes,) or len(gene_names) != n_genes:
-        raise ValueError(
-            f"shapes do not agree: truth_change {truth_change.shape} (cells x genes), "
-            f"predicted_change {predicted_change.shape} (expected ({n_genes},)), "
-            f"{len(gene_names)} gene names (expected {n_genes})"
-        )
-
-    # 16.5 x 4.5 inches at 20 genes, as the published plot; narrower for fewer genes.
-    figure = Figure(figsize=(max(4.0, 0.825 * n_genes), 4.5))
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    positions = np.arange(1, n_genes + 1)
-    axes.boxplot(
-        truth_change, positions=positions, showfliers=False, medianprops={"linewidth": 0}
-    )
-    axes.scatter(positions, predicted_change, color="red", zorder=3)
-    axes.axhline(0, linestyle="dashed", color="green")
-    axes.set_xticks(positions, labels=gene_names, rotation=90)
-    axes.set_ylabel("Change in gene expression over control", labelpad=10)
-    axes.set_title(title)
-    axes.tick_params(axis="both", which="major", pad=5)
-    axes.spines[["top", "right"]].set_visible(False)
-
-    if save_file is not None:
-        save_file = Path(save_file)
-        save_file.parent.mkdir(parents=True, exist_ok=True)
-        file_format = save_file.suffix.lstrip(".").lower() or "png"
-        figure.savefig(save_file, format=file_format, bbox_inches="tight")
-    return figure
