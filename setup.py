@@ -19,7 +19,7 @@ setup(
     packages=find_packages(include=["gears_ddp", "gears_ddp.*"]),
     python_requires=">=3.10",
     install_requires=[
-        "torch>=2.4",  # fused Adam on CPU (recipe.make_optimizer)
+        "torch>=2.4",  # fused Adam on CPU (training/optimization.py)
         "anndata>=0.9",
         "numpy>=1.23",
         "scipy>=1.9",

@@ -92,7 +92,7 @@ def test_accumulator_refuses_missing_logvar(toy):
 
 
 def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():
-    from gears_ddp.training.recipe import add_warmup
+    from gears_ddp.training.optimization import add_warmup
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=1.0)
     add_warmup(optimizer, 3)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import warnings
 from pathlib import Path
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.conditions import CONTROL, validate_conditions

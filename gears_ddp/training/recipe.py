@@ -32,6 +32,7 @@ from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, unwr
 from gears_ddp.runtime.host_memory import retained_host_memory
 from gears_ddp.evaluation.metrics import compute_metrics
 from gears_ddp.model.folder import model_from_config
+from gears_ddp.training.optimization import add_warmup, make_optimizer
 from gears_ddp.training.options import TrainingOptions, check_save_path
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.report.examples import prediction_examples
@@ -74,39 +75,6 @@ class TrainingPosition:
         if len(self.epoch_loss_sums) == world_size:
             return self.epoch_loss_sums[rank]
         return float(sum(self.epoch_loss_sums)) if rank == 0 else 0.0
-
-
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float):
-    """Adam and the per-epoch halving schedule of the reference. Adam runs fused (one kernel
-    for all parameters instead of a Python loop of small operations; the same update)."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
-    return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
-
-
-def add_warmup(optimizer, warmup_steps: int, steps_done: int = 0) -> None:
-    """Scale the learning rate linearly from ``1 / warmup_steps`` to 1 over the first
-    ``warmup_steps`` optimiser steps, of which ``steps_done`` are behind (a resumed run).
-    The scale is applied just before each step and undone just after, so the per-epoch
-    schedule is unaffected."""
-    if warmup_steps <= 0:
-        return
-    state = {"step": steps_done, "scheduled": None}
-
-    def before_step(opt, *_):
-        if state["step"] < warmup_steps:
-            state["scheduled"] = [group["lr"] for group in opt.param_groups]
-            for group in opt.param_groups:
-                group["lr"] *= (state["step"] + 1) / warmup_steps
-
-    def after_step(opt, *_):
-        if state["scheduled"] is not None:
-            for group, lr in zip(opt.param_groups, state["scheduled"]):
-                group["lr"] = lr
-            state["scheduled"] = None
-        state["step"] += 1
-
-    optimizer.register_step_pre_hook(before_step)
-    optimizer.register_step_post_hook(after_step)
 
 
 def parameter_digest(model: nn.Module) -> str:
