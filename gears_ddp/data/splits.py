@@ -38,6 +38,17 @@ SPLIT_TYPES = (
     "no_split",
     "custom",
 )
+SPLIT_OPTION_HELP = {  # PertData.prepare_split's options, in words
+    "split": "the split type: " + ", ".join(SPLIT_TYPES),
+    "seed": "the seed of the split's random draws (the published package's, the same sets)",
+    "train_gene_set_size": "simulation splits: the fraction of perturbed genes seen in training",
+    "combo_seen2_train_frac": "simulation splits: the fraction of combinations of two seen genes put in training",
+    "combo_single_split_test_set_fraction": "combo_seen0/1/2 and single splits: the fraction drawn for test",
+    "test_perts": "conditions (a list, or '_'-joined) put in the test set",
+    "only_test_set_perts": "with test_perts: the test set holds only those",
+    "test_pert_genes": "genes (a list, or '_'-joined) whose perturbations go to the test set",
+    "split_dict_path": "split='custom': a pickle of {'train': [...], 'val': [...], 'test': [...]} conditions",
+}
 SUBGROUP_NAMES = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
 VAL_FRACTION = 0.1  # the reference's fixed val_size for the random-draw split types
 

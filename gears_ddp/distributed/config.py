@@ -24,7 +24,11 @@ def _parameters(function) -> list[str]:
 MODEL_OPTIONS = tuple(name for name in _parameters(GEARS.model_initialize) if not name.startswith("G_"))
 MODEL_DEFAULTS = {name: parameter.default for name, parameter in
                   inspect.signature(GEARS.model_initialize).parameters.items() if name in MODEL_OPTIONS}
+MODEL_OPTION_HELP = {**GEARS.tunable_parameters(),
+                     "no_perturb": "predict no change for every perturbation (a control model), default False"}
 SPLIT_OPTIONS = tuple(_parameters(PertData.prepare_split))
+SPLIT_DEFAULTS = {name: parameter.default for name, parameter in
+                  inspect.signature(PertData.prepare_split).parameters.items() if name in SPLIT_OPTIONS}
 
 
 @dataclass

@@ -17,19 +17,24 @@ file. The run folder keeps the resolved configuration (every default filled in) 
 """
 from __future__ import annotations
 
-import inspect
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import yaml
 
 from gears_ddp.data.io import atomic_path
-from gears_ddp.data.pertdata import PertData
-from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
+from gears_ddp.data.splits import SPLIT_OPTION_HELP
+from gears_ddp.distributed.config import MODEL_DEFAULTS, MODEL_OPTION_HELP, SPLIT_DEFAULTS, SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import check_device_request
+from gears_ddp.training.options import TrainingOptions
 from gears_ddp.report.run_folder import CONFIG_FILE
 
 RUN_KEYS = ("pert_data_path", "dataset_name", "split_config", "args", "n_gpus", "gpu_ids")
+RUN_KEY_HELP = {"pert_data_path": "the data folder (GO files, datasets); required",
+                "dataset_name": "a published dataset's name, or a dataset folder in pert_data_path; required",
+                "n_gpus": "use the first N visible GPUs (None: all of them)",
+                "gpu_ids": "use these GPUs; rank r runs on gpu_ids[r]"}
 REQUIRED_KEYS = ("pert_data_path", "dataset_name")
 
 
@@ -129,12 +134,10 @@ def resolve(config: dict, source: str) -> dict:
 def resolved_config(pert_data_path: str, dataset_name: str, split: SplitConfig, args: TrainingArgs,
                     n_gpus: int | None = None, gpu_ids: list[int] | None = None) -> dict:
     """The configuration with every default filled in: what the run folder keeps."""
-    split_defaults = {name: parameter.default for name, parameter in
-                      inspect.signature(PertData.prepare_split).parameters.items() if name != "self"}
     values = args.as_dict()
     values["model_config"] = {**MODEL_DEFAULTS, **values["model_config"]}
     return {"pert_data_path": pert_data_path, "dataset_name": dataset_name,
-            "split_config": {**split_defaults, **split.options}, "args": values, "n_gpus": n_gpus,
+            "split_config": {**SPLIT_DEFAULTS, **split.options}, "args": values, "n_gpus": n_gpus,
             "gpu_ids": None if gpu_ids is None else [int(i) for i in gpu_ids]}
 
 
@@ -147,17 +150,56 @@ def write_run_config(folder, config: dict) -> Path:
     return path
 
 
-def option_help() -> str:
-    """Every ``args`` option with its default and meaning, for ``gears-ddp train --help``."""
-    from dataclasses import fields
-
-    lines = ["args options (defaults in brackets):"]
+def option_sections(with_train_defaults: bool = True) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
+    """Every option of a run, from the options' own definitions: (title, key prefix, [(name,
+    default, meaning)]) for the top-level keys, ``args``, ``args.model_config`` and
+    ``split_config``. ``with_train_defaults``: an ``args`` default also says where
+    ``GEARS.train``'s differs, or that ``GEARS.train`` does not take it. ``gears-ddp train
+    --help`` and docs/options.md are written from it."""
+    in_train = {item.name: _default(item) for item in fields(TrainingOptions)}
+    args = []
     for item in fields(TrainingArgs):
-        default = item.default_factory() if callable(item.default_factory) else item.default
-        lines.append(f"  args.{item.name} [{default!r}]: {item.metadata.get('help', '')}")
-    lines.append("args.model_config options:")
-    lines += [f"  args.model_config.{name} [{value!r}]" for name, value in MODEL_DEFAULTS.items()]
-    lines.append("split_config options:")
-    lines += [f"  split_config.{name} [{parameter.default!r}]" for name, parameter in
-              inspect.signature(PertData.prepare_split).parameters.items() if name != "self"]
+        default = repr(_default(item))
+        if with_train_defaults and item.name not in in_train:
+            default += " (args only)"
+        elif with_train_defaults and in_train[item.name] != _default(item):
+            default += f" (GEARS.train: {in_train[item.name]!r})"
+        args.append((item.name, default, item.metadata.get("help", "")))
+    return [
+        ("Top-level keys (train_multi_gpu's parameters)", "",
+         [(name, "required" if name in REQUIRED_KEYS else "None", RUN_KEY_HELP[name])
+          for name in RUN_KEYS if name not in ("split_config", "args")]),
+        ("args (GEARS.train's keyword arguments, but those marked args only)", "args.", args),
+        ("args.model_config (GEARS.model_initialize)", "args.model_config.",
+         [(name, repr(value), MODEL_OPTION_HELP[name]) for name, value in MODEL_DEFAULTS.items()]),
+        ("split_config (PertData.prepare_split)", "split_config.",
+         [(name, repr(value), SPLIT_OPTION_HELP[name]) for name, value in SPLIT_DEFAULTS.items()]),
+    ]
+
+
+def _default(item):
+    return item.default_factory() if callable(item.default_factory) else item.default
+
+
+def option_help() -> str:
+    """Every option with its default and meaning, for ``gears-ddp train --help``."""
+    lines = []
+    for title, prefix, rows in option_sections(with_train_defaults=False):
+        lines.append(f"{title}, defaults in brackets:")
+        lines += [f"  {prefix}{name} [{default}]: {meaning}" for name, default, meaning in rows]
     return "\n".join(lines)
+
+
+def option_reference() -> str:
+    """The text of docs/options.md: every option, a Markdown table per section."""
+    lines = ["# Options", "", "<!-- Written from the options' own definitions by `python tests/test_docs.py "
+             "--write`; the test suite checks that it is current. -->", "",
+             "A configuration file (`gears-ddp train --config run.yaml`) has the top-level keys below, which "
+             "are `train_multi_gpu`'s parameters. `GEARS.train` takes the `args` options as keyword "
+             "arguments, but those marked *args only*; where its default differs, the table says so (its "
+             "loader options default to what `get_dataloader` was given, and it saves nothing without a "
+             "`save_path`). `gears-ddp train --help` prints the same list."]
+    for title, prefix, rows in option_sections():
+        lines += ["", f"## {title}", "", "| option | default | meaning |", "|---|---|---|"]
+        lines += [f"| `{prefix}{name}` | `{default}` | {meaning.replace('|', '/')} |" for name, default, meaning in rows]
+    return "\n".join(lines) + "\n"

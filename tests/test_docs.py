@@ -1,0 +1,34 @@
+"""docs/options.md is written from the options' own definitions and must be current.
+
+    python tests/test_docs.py --write     # rewrite it after changing an option
+"""
+import sys
+from pathlib import Path
+
+from gears_ddp.distributed.run_config import option_reference, option_sections
+
+OPTIONS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "options.md"
+
+
+def test_the_option_reference_is_current():
+    assert OPTIONS_PAGE.read_text(encoding="utf-8") == option_reference(), \
+        "docs/options.md is out of date: run python tests/test_docs.py --write"
+
+
+def test_every_option_has_a_meaning_and_appears_in_the_reference():
+    page = OPTIONS_PAGE.read_text(encoding="utf-8")
+    for _, prefix, rows in option_sections():
+        for name, _, meaning in rows:
+            assert meaning.strip(), f"{prefix}{name} has no meaning"
+            assert f"| `{prefix}{name}` |" in page
+
+
+def test_the_reference_shows_where_gears_train_differs_from_args():
+    rows = {name: default for _, prefix, section in option_sections() if prefix == "args." for name, default, _ in section}
+    assert rows["batch_size"] == "32 (GEARS.train: None)"
+    assert rows["cpu_processes"] == "None (args only)"
+    assert rows["epochs"] == "20"
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    OPTIONS_PAGE.write_text(option_reference(), encoding="utf-8")
