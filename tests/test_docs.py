@@ -30,5 +30,25 @@ def test_the_reference_shows_where_gears_train_differs_from_args():
     assert rows["epochs"] == "20"
 
 
+DOCUMENTS = [OPTIONS_PAGE.parent.parent / "README.md", *sorted(OPTIONS_PAGE.parent.glob("*.md"))]
+
+
+def test_every_file_and_page_the_guide_names_exists():
+    import re
+
+    root = OPTIONS_PAGE.parent.parent
+    missing = []
+    for document in DOCUMENTS:
+        text = document.read_text(encoding="utf-8")
+        named = re.findall(r"`((?:gears_ddp|benchmarks|examples|tests)/[\w/.-]+\.(?:py|md|sh|sbatch))`", text)
+        for path in named:
+            if not (root / path).exists():
+                missing.append(f"{document.name}: {path}")
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+            if not (document.parent / link).exists():
+                missing.append(f"{document.name}: link {link}")
+    assert missing == []
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     OPTIONS_PAGE.write_text(option_reference(), encoding="utf-8")

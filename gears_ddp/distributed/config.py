@@ -56,11 +56,14 @@ class TrainingArgs(TrainingOptions):
     batch_size: int | None = option(32, "cells per batch and process")
     num_workers: int | None = option(0, "loader worker processes")
     resample_controls: bool | None = option(False, "draw new control partners every epoch")
-    save_path: str | None = option("./runs/gears_ddp", "the run folder: model, checkpoints, metrics, report; "
+    save_path: str | None = option("./runs/gears_ddp", "the run folder: model, checkpoints, metrics, log, report; "
+                                                       "checked for write access and free space before training; "
                                                        "None: nothing saved")
     model_config: dict = option({}, "GEARS.model_initialize's options (hidden_size, uncertainty, ...)")
-    expression_storage: str = option("mapped", "'mapped' (one file map per machine) or 'memory'")
-    expression_dtype: str = option("float32", "'float32' or 'float16' expression storage")
+    expression_storage: str = option("mapped", "'mapped': one file per dataset that every process maps (one copy per "
+                                               "machine in the page cache); 'memory': each process holds the "
+                                               "expression")
+    expression_dtype: str = option("float32", "'float32' or 'float16' (halves the map) expression storage")
     cpu_processes: int | None = option(None, "this many gloo processes on CPU instead of GPUs")
     timeout_s: float = option(600.0, "how long ranks wait for each other (s)")
     find_unused_parameters: bool = option(False, "passed to DistributedDataParallel")

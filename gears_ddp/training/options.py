@@ -36,27 +36,35 @@ class TrainingOptions:
     loaders itself, gives them values.
     """
 
-    epochs: int = option(20, "training epochs")
+    epochs: int = option(20, "training epochs (the published training: Adam, learning rate halved every epoch, "
+                             "gradient values clipped at 1.0)")
     lr: float = option(1e-3, "learning rate (Adam), halved every epoch")
     weight_decay: float = option(5e-4, "Adam weight decay")
-    amp: str = option("off", "'off', 'bf16' (CPU or GPU) or 'fp16' (CUDA, with a gradient scaler)")
+    amp: str = option("off", "'off', 'bf16' (CPU or GPU) or 'fp16' (CUDA, with a gradient scaler, unscaled before "
+                             "clipping)")
     seed: int | None = option(None, "shuffling and control pairing (and, in args, the initial weights)")
-    max_steps: int | None = option(None, "stop after this many optimiser steps in all (the epoch then ends as usual)")
+    max_steps: int | None = option(None, "stop after this many optimiser steps in all (the epoch then ends with its "
+                                         "evaluation)")
     batch_size: int | None = option(None, "cells per batch and process")
     test_batch_size: int | None = option(None, "cells per evaluation batch and process (None: batch_size)")
     num_workers: int | None = option(None, "loader worker processes")
     resample_controls: bool | None = option(None, "draw new control partners every epoch")
-    grad_accum_steps: int = option(1, "micro-batches per optimiser step")
+    grad_accum_steps: int = option(1, "micro-batches per optimiser step; gradients cross ranks once per step")
     lr_scaling: str = option("none", "'none', 'linear' or 'sqrt' of world_size x grad_accum_steps")
     warmup_steps: int = option(0, "linear learning-rate warmup over the first optimiser steps")
     checkpoint_every: int = option(0, "epochs between training checkpoints; 0: none")
     checkpoint_every_steps: int = option(0, "optimiser steps between training checkpoints; 0: none")
     keep_checkpoints: int = option(3, "the newest checkpoints kept in save_path/checkpoints")
-    resume_from: str | None = option(None, "'auto', a checkpoint file or a save folder to continue from")
-    save_path: str | None = option(None, "the run folder: model, checkpoints, metrics, report; None: nothing saved")
+    resume_from: str | None = option(None, "'auto' (the newest readable checkpoint in save_path, else a fresh start),"
+                                           " a checkpoint file or a save folder; resuming continues exactly, "
+                                           "mid-epoch too (on CPU bit for bit)")
+    save_path: str | None = option(None, "the run folder: model, checkpoints, metrics, log, report; checked for write"
+                                         " access and free space before training; None: nothing saved")
     sync_batchnorm: bool = option(False, "BatchNorm statistics over all ranks' batches")
-    fused_decoder: bool = option(True, "the set decoder as one autograd function (else the module chain)")
-    wandb: dict | None = option(None, "{'project': ..., 'name': ...}: the main rank logs each epoch to Weights & Biases")
+    fused_decoder: bool = option(True, "the per-gene decoder as one autograd function; False runs the plain module "
+                                       "chain (the same function)")
+    wandb: dict | None = option(None, "{'project': ..., 'name': ...}: the main rank logs each epoch and the test "
+                                      "summary to Weights & Biases (pip install wandb)")
 
     @classmethod
     def from_dict(cls, values: dict | None, where: str = "args"):
