@@ -25,11 +25,9 @@ import time
 
 import torch
 
-from gears_ddp import PertData, enable_console_logging
+from gears_ddp import GEARS, PertData, enable_console_logging, train_multi_gpu
 from gears_ddp.datasets import write_synthetic_dataset
-from gears_ddp.gears import GEARS
 from gears_ddp.report.verdicts import summary_verdicts, verdict_table
-from gears_ddp.distributed.spawn import train_multi_gpu
 
 SPLIT = {"split": "simulation", "seed": 1}
 
