@@ -1,5 +1,4 @@
 """Distributed training for real: 2 gloo processes on CPU, spawned as train_multi_gpu does."""
-import copy
 import os
 import shutil
 
@@ -177,19 +176,18 @@ def test_accumulation_synchronises_once_per_optimizer_step():
         torch.testing.assert_close(torch.from_numpy(grad), expected[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
-def _worker_with_other_data(local_rank, placements, pert_data, *args):
+def _worker_with_another_split(local_rank, placements, pert_data, *args):
     if local_rank == 1:
-        pert_data = copy.copy(pert_data)
-        pert_data.cells = copy.copy(pert_data.cells)
-        pert_data.cells.expression = pert_data.cells.expression.clone() + 1.0  # other values, in memory
-        pert_data.cells.mapped_from = None
+        pert_data.prepare_split("simulation", seed=2)
     spawned_worker(local_rank, placements, pert_data, *args)
 
 
-def test_ranks_with_different_data_stop_with_a_message_naming_them(data_folder, tmp_path):
-    with pytest.raises(DistributedTrainingError, match=r"(?s)rank \d of 2 failed first.*ranks do not hold the same.*"
-                                                       r"ranks \[0\].*ranks \[1\]"):
-        _spawn_on_toy(data_folder, _worker_with_other_data, tmp_path / "run")
+def test_ranks_with_another_split_stop_with_a_message_naming_them_and_the_split(data_folder, tmp_path):
+    """(Ranks whose expression differs: tests/test_nodes.py, with a copy of the data per node.)"""
+    with pytest.raises(DistributedTrainingError, match=r"(?s)rank \d of 2 failed first.*ranks do not hold the same data: "
+                                                       r"split \(.*\): ranks \[0\] hold \w{8}, ranks \[1\] hold \w{8} "
+                                                       r"\(rank 0 read .*toy, rank 1 read .*toy\)"):
+        _spawn_on_toy(data_folder, _worker_with_another_split, tmp_path / "run")
 
 
 def _worker_failing_on_rank_one(local_rank, *args):

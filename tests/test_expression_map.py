@@ -76,6 +76,40 @@ def test_the_map_is_rebuilt_when_the_h5ad_changes_and_reused_otherwise(data_root
     assert "writing the expression map" in caplog.text
 
 
+def test_copies_of_a_dataset_are_one_dataset_whatever_their_folder_file_times_or_storage(data_folder, tmp_path,
+                                                                                         monkeypatch):
+    """The identity ranks compare: the same for copies with other file times (their maps are
+    rebuilt), for the same values written dense, and for expression in memory; a changed
+    value changes the expression part only, another split the split part only."""
+    import gears_ddp.data.expression_map as expression_map
+    from gears_ddp.distributed.worker import data_identity
+
+    copies = [toy_data.copy_data_folder(data_folder, tmp_path / f"node{i}", mtime_ns=(i + 1) * 10**18)
+              for i in range(2)]
+    dense = toy_data.copy_data_folder(data_folder, tmp_path / "dense", mtime_ns=10**17)
+    adata = anndata.read_h5ad(dense / "toy" / "perturb_processed.h5ad")
+    adata.X = adata.X.toarray()
+    adata.write_h5ad(dense / "toy" / "perturb_processed.h5ad")
+    original = data_identity(_loaded(data_folder))
+    assert [data_identity(_loaded(folder)) for folder in (*copies, dense)] == [original] * 3
+    assert data_identity(_loaded(data_folder, expression_storage="memory")) == original
+
+    toy_data.change_one_value(copies[1] / "toy" / "perturb_processed.h5ad")
+    changed = data_identity(_loaded(copies[1]))
+    assert changed["expression"] != original["expression"]
+    assert {k: v for k, v in changed.items() if k != "expression"} == \
+        {k: v for k, v in original.items() if k != "expression"}
+    other_split = _loaded(data_folder)
+    other_split.prepare_split("simulation", seed=2)
+    assert {k for k, v in data_identity(other_split).items() if v != original[k]} == {"split"}
+
+    def read_every_value(*_):
+        raise AssertionError("the values were read again")
+
+    monkeypatch.setattr(expression_map, "values_digest", read_every_value)
+    assert data_identity(_loaded(copies[0])) == original  # a built map's record holds the digest
+
+
 def test_float16_storage_halves_the_file_and_batches_stay_float32(data_folder):
     wide = _loaded(data_folder)
     half = _loaded(data_folder, expression_dtype="float16")

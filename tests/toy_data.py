@@ -1,4 +1,8 @@
-"""A tiny raw Perturb-seq AnnData and GO files for fast data-layer tests."""
+"""A tiny raw Perturb-seq AnnData and GO files for fast data-layer tests, and copies of a
+data folder as another machine would hold them."""
+import os
+import shutil
+from pathlib import Path
 
 import anndata
 import numpy as np
@@ -39,3 +43,21 @@ def write_go_files(data_path, genes=GENES):
     gene2go = {g: {f"GO:{i % 6}", f"GO:{100 + i % 4}", f"GO:{200 + i}"} for i, g in enumerate(genes)}
     go_files.write_go_files(data_path, gene2go, list(genes), overwrite=True)
     return gene2go
+
+
+def copy_data_folder(source, target, mtime_ns: int):
+    """A copy of the data folder ``source`` at ``target`` whose files all carry the time
+    ``mtime_ns``, as a copy to another machine has (cp, scp and downloads set new times)."""
+    shutil.copytree(source, target)
+    for path in Path(target).rglob("*"):
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+    return Path(target)
+
+
+def change_one_value(h5ad, cell: int = 0, gene: int = 0, by: float = 0.5):
+    """Add ``by`` to one expression value of an h5ad file (rewritten in place, kept sparse)."""
+    adata = anndata.read_h5ad(h5ad)
+    x = adata.X.toarray()
+    x[cell, gene] += by
+    adata.X = sp.csr_matrix(x)
+    adata.write_h5ad(h5ad)

@@ -12,6 +12,7 @@ pairing from a seed, so it is reproducible and identical on every rank.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, fields
 from typing import Sequence
 
@@ -79,7 +80,25 @@ class CellTable:
     condition_de_idx: torch.Tensor   # (conditions, 20) long, -1 padded
     condition_names: list[str]       # each condition's ``condition_name`` (the key of the uns gene sets)
     mapped_from: str | None = None   # the map file ``expression`` reads, if any
+    expression_digest: str | None = None  # ``expression_map.values_digest`` of ``expression``, once known
     _control_mean: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def identity(self) -> dict[str, str]:
+        """What the table holds, by content, for comparing copies of a dataset:
+        ``expression`` (dtype, shape and the digest of the values: a map's record holds it,
+        so nothing is read; values in memory are hashed once), and ``cells`` (each cell's
+        condition and the per-condition tables). Where the files lie and when they were
+        written play no part."""
+        from gears_ddp.data.expression_map import values_digest
+        if self.expression_digest is None:
+            self.expression_digest = values_digest(self.expression)
+        expression = f"{self.expression.dtype} {tuple(self.expression.shape)} {self.expression_digest}"
+        cells = hashlib.blake2b(digest_size=16)
+        for tensor in (self.condition_codes, self.condition_pert_idx, self.condition_de_idx):
+            cells.update(tensor.numpy().tobytes())
+        cells.update(repr((self.conditions, self.condition_names)).encode())
+        return {"expression": hashlib.blake2b(expression.encode(), digest_size=16).hexdigest(),
+                "cells": cells.hexdigest()}
 
     @property
     def n_cells(self) -> int:

@@ -3,10 +3,17 @@
 ``perturb_processed.h5ad`` stays the dataset's source of truth; beside it,
 ``perturb_processed.expression.<dtype>.npy`` holds the expression of the cells the dataset
 uses (the cells whose perturbations the vocabulary covers), dense, float32 or float16, and
-``perturb_processed.expression.<dtype>.json`` records what it was built from: the h5ad's
-size and modification time, which cells, the dtype and the shape. It is built the first time a
-dataset is processed or loaded, a block of cells at a time, and again whenever the h5ad or
-the choice of cells changes.
+``perturb_processed.expression.<dtype>.json`` records what it was built from (the h5ad's
+size and modification time, which cells, the dtype and the shape) and a digest of the values
+it holds. It is built the first time a dataset is processed or loaded, a block of cells at a
+time, and again whenever the h5ad or the choice of cells changes (size and time are the cheap
+test of a stale map; a copied file gets a new time, so its map is built once more).
+
+The digest identifies the data by content: two copies of a dataset, in any folder and with
+any file times, give the same digest, and ranks compare it before training
+(``distributed.worker.check_same_data``) without reading the values again. It is computed
+while the map is written, over the bytes of the values in the storage dtype in cell order,
+which is also what ``values_digest`` computes from expression held in memory.
 
 Why a ``.npy`` file mapped with ``numpy.load(mmap_mode='r')``: a read-only shared mapping
 puts the values in the operating system's page cache once per machine, so every process
@@ -22,7 +29,6 @@ processes that one parent starts, and must fit in memory.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import warnings
@@ -39,7 +45,8 @@ from gears_ddp.data.processing import ExpressionCheck
 logger = get_logger(__name__)
 
 DTYPES = {"float32": np.float32, "float16": np.float16}
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+DIGEST_KEY = "values_blake2b"  # the record's digest of the values
 
 
 def map_file(folder, dtype: str = "float32") -> Path:
@@ -59,10 +66,19 @@ def wanted_record(h5ad: Path, keep: np.ndarray, n_genes: int, dtype: str) -> dic
             "dtype": dtype, "shape": [int(np.count_nonzero(keep)), int(n_genes)]}
 
 
-def mapped_expression(folder, matrix, keep: np.ndarray, dtype: str = "float32") -> tuple[np.ndarray, Path]:
+def values_digest(values) -> str:
+    """The digest of an array's values: blake2b of its bytes in row order (dtype as stored)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for _, block in row_blocks(values, block_elements=2**22):
+        digest.update(np.ascontiguousarray(block).data)
+    return digest.hexdigest()
+
+
+def mapped_expression(folder, matrix, keep: np.ndarray, dtype: str = "float32") -> tuple[np.ndarray, Path, str]:
     """The rows ``keep`` of ``matrix`` (the expression of ``folder/perturb_processed.h5ad``:
     in memory, or its backed ``X``) as a read-only map, built first if it is missing or
-    stale; returns the mapped array and the file's path.
+    stale; returns the mapped array, the file's path and the digest of its values
+    (``values_digest``, read from the record).
 
     Processes that build it at the same time (torchrun ranks) take turns on a lock file, so
     one builds and the others map the result.
@@ -72,22 +88,29 @@ def mapped_expression(folder, matrix, keep: np.ndarray, dtype: str = "float32") 
     folder = Path(folder)
     path, record = map_file(folder, dtype), record_file(folder, dtype)
     wanted = wanted_record(folder / io.PROCESSED_FILE, keep, matrix.shape[1], dtype)
-    if not _current(path, record, wanted):
+    built = _current(path, record, wanted)
+    if built is None:
         try:
-            with _lock(folder / f".{path.name}.lock"):
-                if not _current(path, record, wanted):
-                    _write_map(path, matrix, keep, DTYPES[dtype], folder / io.PROCESSED_FILE)
+            with io.file_lock(folder / f".{path.name}.lock"):
+                built = _current(path, record, wanted)
+                if built is None:
+                    built = {**wanted, DIGEST_KEY: _write_map(path, matrix, keep, DTYPES[dtype],
+                                                              folder / io.PROCESSED_FILE)}
                     with io.atomic_path(record) as tmp:
-                        tmp.write_text(json.dumps(wanted, indent=1))
+                        tmp.write_text(json.dumps(built, indent=1))
         except PermissionError as err:
             raise PermissionError(f"cannot write the expression map of {folder} ({err}); make the folder writable "
                                   "once, or keep the expression in memory (PertData(..., "
                                   "expression_storage='memory'))") from None
-    return open_map(path), path
+    return open_map(path), path, built[DIGEST_KEY]
 
 
-def _current(path: Path, record: Path, wanted: dict) -> bool:
-    return path.is_file() and _read_record(record) == wanted
+def _current(path: Path, record: Path, wanted: dict) -> dict | None:
+    """The record of the map at ``path`` if it was built from what ``wanted`` describes."""
+    found = _read_record(record) if path.is_file() else None
+    if found is None or not isinstance(found.get(DIGEST_KEY), str):
+        return None
+    return found if {k: v for k, v in found.items() if k != DIGEST_KEY} == wanted else None
 
 
 def open_map(path) -> np.ndarray:
@@ -102,9 +125,10 @@ def as_tensor(array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array)
 
 
-def _write_map(path: Path, matrix, keep: np.ndarray, dtype, source: Path) -> None:
-    """Write the rows ``keep`` of ``matrix`` block by block, checking the values on the way."""
-    check = ExpressionCheck()
+def _write_map(path: Path, matrix, keep: np.ndarray, dtype, source: Path) -> str:
+    """Write the rows ``keep`` of ``matrix`` block by block, checking the values on the way;
+    returns their ``values_digest``."""
+    check, digest = ExpressionCheck(), hashlib.blake2b(digest_size=16)
     shape = (int(np.count_nonzero(keep)), matrix.shape[1])
     logger.info("writing the expression map %s (%d cells x %d genes, %s)", path, *shape, np.dtype(dtype).name)
     with io.atomic_path(path) as tmp:
@@ -112,32 +136,19 @@ def _write_map(path: Path, matrix, keep: np.ndarray, dtype, source: Path) -> Non
         row = 0
         for start, block in row_blocks(matrix, block_elements=2**22):
             check.add(block)
-            block = block[keep[start:start + len(block)]]
+            block = np.ascontiguousarray(block[keep[start:start + len(block)]], dtype=dtype)
+            digest.update(block.data)
             out[row:row + len(block)] = block
             row += len(block)
         out.flush()
         del out
         check.finish(str(source))
+    return digest.hexdigest()
 
 
 def _read_record(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-@contextlib.contextmanager
-def _lock(path: Path):
-    """An exclusive lock on ``path`` between processes, where the filesystem offers one."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: processes may build the map twice; each write is atomic
-        yield
-        return
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError:  # a filesystem without locks: as above
-            pass
-        yield
+    return record if isinstance(record, dict) else None

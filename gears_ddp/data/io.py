@@ -61,6 +61,31 @@ def _flush_to_disk(path: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created, with its folder, if need be)
+    while the block runs, so that processes which would build the same files at the same
+    moment take turns. Where the filesystem offers no lock (or Windows), the block runs unlocked: every file
+    is written atomically, so the cost is work done twice, never a damaged file."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError:  # a folder this process may read but not write: nothing will be built here
+        yield
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+
+
 def write_pickle(obj: Any, dest: str | os.PathLike) -> None:
     """Pickle ``obj`` to ``dest`` atomically."""
     with atomic_path(dest) as tmp, open(tmp, "wb") as handle:

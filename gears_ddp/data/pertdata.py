@@ -182,12 +182,13 @@ class PertData:
         self.dataset_name = folder.name
         self.dataset_path = str(folder)
         if self.expression_storage == "mapped":
-            values, path = mapped_expression(folder, data.X, keep, self.expression_dtype)
+            values, path, digest = mapped_expression(folder, data.X, keep, self.expression_dtype)
             expression, mapped_from = as_tensor(values), str(path)
-        else:
-            expression, mapped_from = _in_memory(data.X, keep, self.expression_dtype), None
+        else:  # the digest of values in memory is computed when first asked for (CellTable.identity)
+            expression, mapped_from, digest = _in_memory(data.X, keep, self.expression_dtype), None, None
         self.var, self.uns = data.var.copy(), dict(data.uns)
         self.cells = _cell_table(data.obs, keep, self.uns, self.var.index, self.node_map_pert, expression, mapped_from)
+        self.cells.expression_digest = digest
         self._adata = None  # built from the h5ad when first asked for (the cells' names cost memory)
         self.gene_names = self.var["gene_name"]
         self.node_map = {g: i for i, g in enumerate(self.gene_names)}

@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data import download
-from gears_ddp.data.io import loads_plain_data
+from gears_ddp.data.io import file_lock, loads_plain_data
 from gears_ddp.data.pertdata import PertData
 from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
 from gears_ddp.distributed.messages import WorkerMessages, replay_log
@@ -59,12 +59,21 @@ def load_dataset(pert_data_path, dataset_name: str, expression_storage: str = "m
 
 
 def prepare_data(pert_data_path, dataset_name: str, split: SplitConfig, args: TrainingArgs) -> PertData:
-    """Load the data, prepare the split and build (cache) the graphs, once, for all workers."""
-    pert_data = load_dataset(pert_data_path, dataset_name, args.expression_storage, args.expression_dtype)
-    pert_data.prepare_split(**split.options)
-    options = {**MODEL_DEFAULTS, **args.model_config}  # the graphs model_initialize will ask for
-    pert_data.coexpression_graph(options["coexpress_threshold"], options["num_similar_genes_co_express_graph"])
-    pert_data.go_graph(options["num_similar_genes_go_graph"])
+    """Load the data, prepare the split and build (cache) the graphs, once, for all workers.
+
+    Processes that prepare the same dataset at the same moment (the torchrun or srun ranks
+    of one machine, or jobs sharing a data folder) take turns on a lock file beside the
+    dataset: the first downloads, maps and builds what is missing, the others find it built
+    and only read it, so a fresh folder costs one build per machine, not one per rank.
+    """
+    dataset = Path(pert_data_path) / dataset_name
+    with file_lock(dataset.parent / f".{dataset.name}.prepare.lock"):
+        pert_data = load_dataset(pert_data_path, dataset_name, args.expression_storage, args.expression_dtype)
+        pert_data.prepare_split(**split.options)
+        options = {**MODEL_DEFAULTS, **args.model_config}  # the graphs model_initialize will ask for
+        pert_data.coexpression_graph(options["coexpress_threshold"], options["num_similar_genes_co_express_graph"])
+        pert_data.go_graph(options["num_similar_genes_go_graph"])
+    pert_data.cells.identity()  # values in memory are hashed here, once, not in every spawned worker
     return pert_data
 
 

@@ -9,14 +9,12 @@ spawns one per device (``spawned_worker``), torchrun and srun start them through
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
+import socket
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import torch
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, get_logger
@@ -46,32 +44,36 @@ class Placement:
     master_port: int
 
 
-def data_fingerprint(pert_data) -> str:
-    """A digest of the processed data and the split (expression, conditions, sets). A mapped
-    expression is identified by what its map was built from (the h5ad's size and time, the
-    cells, the dtype), which every rank reads without reading the values."""
-    digest = hashlib.blake2b(digest_size=16)
-    cells = pert_data.cells
-    if cells.mapped_from is not None:
-        record = json.loads(Path(cells.mapped_from).with_suffix(".json").read_text())
-        digest.update(json.dumps(record, sort_keys=True).encode())
-    else:
-        digest.update(np.ascontiguousarray(cells.expression.numpy()).data)
-    digest.update(cells.condition_codes.numpy().tobytes())
-    digest.update(repr((cells.conditions, sorted((k, list(v)) for k, v in pert_data.set2conditions.items()))).encode())
-    return digest.hexdigest()
+IDENTITY_PARTS = {"expression": "the expression values", "cells": "the cells, their conditions and DE genes",
+                  "split": "the train / val / test conditions"}
+
+
+def data_identity(pert_data) -> dict[str, str]:
+    """What this rank trains on, by content: a digest each of the expression values, the
+    cells (``CellTable.identity``) and the split. Copies of the same dataset files, in any
+    folder and with any file times, give the same identity; reading it costs no pass over
+    the values (a map's record holds their digest)."""
+    split = repr(sorted((name, list(conditions)) for name, conditions in pert_data.set2conditions.items()))
+    return {**pert_data.cells.identity(), "split": hashlib.blake2b(split.encode(), digest_size=16).hexdigest()}
 
 
 def check_same_data(pert_data, ranks: ProcessGroupRanks) -> None:
-    """Stop every rank, naming the ranks that differ, unless all hold the same data and split."""
-    fingerprints = ranks.gather(data_fingerprint(pert_data))
-    if len(set(fingerprints)) > 1:
+    """Stop every rank unless all hold the same data and split; the message names the ranks
+    that differ, in what, and where each read its data."""
+    identities = ranks.gather({**data_identity(pert_data), "where": f"{socket.gethostname()}:{pert_data.dataset_path}"})
+    differences, readers = [], {}
+    for part, meaning in IDENTITY_PARTS.items():
         groups: dict[str, list[int]] = {}
-        for rank, fingerprint in enumerate(fingerprints):
-            groups.setdefault(fingerprint, []).append(rank)
-        described = "; ".join(f"ranks {members} hold data {fp[:8]}" for fp, members in groups.items())
-        raise RuntimeError(f"ranks do not hold the same processed data and split ({described}); every rank "
-                           "must load the same dataset files with the same split options")
+        for rank, identity in enumerate(identities):
+            groups.setdefault(identity[part], []).append(rank)
+        if len(groups) > 1:
+            differences.append(f"{part} ({meaning}): " + ", ".join(f"ranks {members} hold {digest[:8]}"
+                                                                    for digest, members in groups.items()))
+            readers.update({members[0]: identities[members[0]]["where"] for members in groups.values()})
+    if differences:
+        where = ", ".join(f"rank {rank} read {place}" for rank, place in sorted(readers.items()))
+        raise RuntimeError(f"ranks do not hold the same data: {'; '.join(differences)} ({where}); every rank must "
+                           "load the same dataset files (a copy on each machine is fine) with the same split options")
 
 
 def spawned_worker(local_rank: int, placements: list[Placement], pert_data, args: TrainingArgs,
