@@ -157,6 +157,9 @@ def test_a_killed_rank_fails_the_run_quickly_naming_it(data_folder, tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert time.monotonic() - killed_at < 60
     assert process.returncode != 0 and "rank 1 of 2 was killed by SIGKILL" in stderr
+    # the error naming the rank is the last thing shown: no warning of semaphores the killed rank left
+    assert "leaked semaphore" not in stderr
+    assert stderr.rstrip().splitlines()[-1] == "(the cause: rank 1 of 2 was killed by SIGKILL)"
     assert not any(Path(f"/proc/{pid}").exists() for pid in ranks)
     path, state = latest_checkpoint(save_path)
     assert state["position"]["global_step"] >= 2 and path.stat().st_size > 0

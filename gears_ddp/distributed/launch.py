@@ -31,7 +31,7 @@ import torch
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, enable_console_logging
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import launch_environment
-from gears_ddp.distributed.worker import Placement, train_ddp_worker
+from gears_ddp.distributed.worker import Placement, progress_bars_without_semaphores, train_ddp_worker
 from gears_ddp.training.options import check_save_path
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
@@ -73,6 +73,7 @@ def run_launched_rank(pert_data_path, dataset_name: str, split_config: dict, arg
     (``runtime.launch_environment()``), with ``train_multi_gpu``'s parameters; rank 0 writes
     the run folder's ``config.yaml`` and returns the report (None on the other ranks). A stop
     signal exits with status 75 (after a requeue under Slurm on SIGUSR1)."""
+    progress_bars_without_semaphores()
     given = dict(args)
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and given.get("resume_from") is None:
         given["resume_from"] = "auto"  # a restarted worker continues from the latest checkpoint

@@ -236,15 +236,17 @@ def _failure(failed: list[tuple[int, int]], errors: list, nprocs: int,
     if killed:
         rank, code = killed[0]
         others = sorted(r for r in reported if r != rank)
-        return DistributedTrainingError(
-            f"rank {rank} of {nprocs} was killed by {signal.Signals(-code).name} (out of memory, or stopped from "
-            "outside?)" + (f"; ranks {others} failed after it, the first with:\n{reported[others[0]]}" if others
-                           else ""))
+        killed_by = f"rank {rank} of {nprocs} was killed by {signal.Signals(-code).name}"
+        if not others:
+            return DistributedTrainingError(f"{killed_by} (out of memory, or stopped from outside?)")
+        return DistributedTrainingError(  # the last line names the cause again, below the other rank's traceback
+            f"{killed_by} (out of memory, or stopped from outside?); ranks {others} failed after it, the first "
+            f"with:\n{reported[others[0]].rstrip()}\n(the cause: {killed_by})")
     if errors:
         _, _, rank, trace = errors[0]
         later = sorted({m[2] for m in errors[1:]})
         return DistributedTrainingError(f"rank {rank} of {nprocs} failed first; its traceback:\n{trace}"
-                                        + (f"\nranks {later} failed after it" if later else ""))
+                                        + (f"\nranks {later} failed after rank {rank}" if later else ""))
     rank, code = failed[0]
     if raised:
         return DistributedTrainingError(f"rank {rank} of {nprocs} failed; its traceback:\n{raised}")

@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import socket
+import threading
 import time
 import traceback
 from dataclasses import dataclass
 
 import torch
+from tqdm import tqdm
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, get_logger
 from gears_ddp.distributed.config import TrainingArgs
@@ -76,11 +78,22 @@ def check_same_data(pert_data, ranks: ProcessGroupRanks) -> None:
                            "load the same dataset files (a copy on each machine is fine) with the same split options")
 
 
+def progress_bars_without_semaphores() -> None:
+    """Give tqdm a thread lock in this rank's process (call it where the process starts).
+
+    tqdm's default lock holds a multiprocessing lock too: a named semaphore, which a rank
+    killed from outside never unlinks, so when the run ends the resource tracker warns of a
+    leaked semaphore after the run's real error. A rank draws its progress bars from one
+    process, for which a thread lock is enough."""
+    tqdm.set_lock(threading.RLock())
+
+
 def spawned_worker(local_rank: int, placements: list[Placement], pert_data, args: TrainingArgs,
                    messages) -> None:
     """The ``torch.multiprocessing.spawn`` target: rank ``local_rank`` of ``placements``. A
     stop on a signal is a clean exit: rank 0 tells the parent with ``("interrupted",
     message, signal name, checkpoint)``."""
+    progress_bars_without_semaphores()
     try:
         train_ddp_worker(placements[local_rank], pert_data, args, messages)
     except TrainingInterrupted as stop:
