@@ -8,6 +8,8 @@ runs), scoring is ``evaluation.scoring.score``, predictions come from
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pandas as pd
 import torch
@@ -19,7 +21,7 @@ from gears_ddp.training.engine import evaluate
 from gears_ddp.model.losses import LossContext
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, MetricContext
 from gears_ddp.model.network import GEARSModel
-from gears_ddp.model.folder import check_vocabulary, model_from_config, read_config, read_weights, \
+from gears_ddp.model.folder import check_vocabulary, load_weights, model_from_config, read_config, \
     save_model_folder
 from gears_ddp.training.options import TrainingOptions
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
@@ -281,11 +283,11 @@ class GEARS:
     def load_pretrained(self, path) -> None:
         """Load a model folder written by ``save_model``, by a distributed run or by the
         published GEARS (a ``module.`` prefix is stripped)."""
-        config = read_config(path)
+        config = read_config(path, inspect.signature(self.model_initialize).parameters)
         check_vocabulary(path, config, self.gene_list, self.pert_list)
         options = {k: v for k, v in config.items() if k not in ("device", "num_genes", "num_perts")}
         self.model_initialize(**options)
-        self.model.load_state_dict(read_weights(path))
+        load_weights(self.model, path)
         self.best_model = self.model
         self.weights_from = str(path)
 

@@ -1,15 +1,23 @@
 """Bad input gets a clear error naming the problem, and nothing is overwritten silently."""
 import logging
-import re
 import pickle
+import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import toy_data
 from gears_ddp import PertData
+from gears_ddp.cli import main
+from gears_ddp.data import io
 from gears_ddp.data.conditions import coded_conditions
+from gears_ddp.distributed.config import SplitConfig, TrainingArgs
+from gears_ddp.gears import GEARS
+from gears_ddp.distributed.run_config import resolved_config, write_run_config
 
 
 @pytest.mark.parametrize("column,where", [("condition", "obs"), ("cell_type", "obs"), ("gene_name", "var")])
@@ -177,3 +185,99 @@ def test_loaders_before_split(data_root):
 def test_batch_larger_than_train_set(toy):
     with pytest.raises(ValueError, match="fewer than one batch"):
         toy.get_dataloader(100_000)
+
+
+# ----------------------------------------------------------------------------- files that are not what they claim
+
+
+def _refused_in_one_line(capsys, argv, *expected):
+    """The command exits with status 2, and the last line of its stderr, which is no
+    traceback, says what is wrong with ``expected`` in it (the file, the problem)."""
+    library = logging.getLogger("gears_ddp")  # the command's log handler writes to this test's captured stderr
+    for handler in [h for h in library.handlers if getattr(h, "_gears_ddp_console", False)]:
+        library.removeHandler(handler)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"gears-ddp {argv[0]}: ")
+    for text in expected:
+        assert text in last, last
+
+
+@pytest.fixture(scope="module")
+def run_folder(data_folder, tmp_path_factory):
+    """A run folder as gears-ddp train leaves it: the model files and config.yaml."""
+    folder = tmp_path_factory.mktemp("run")
+    pert_data = PertData(data_folder)
+    pert_data.load(data_path=data_folder / "toy")
+    pert_data.prepare_split("simulation", seed=1)
+    pert_data.get_dataloader(16)
+    gears = GEARS(pert_data)
+    gears.model_initialize(hidden_size=8)
+    gears.save_model(folder)
+    args = TrainingArgs.from_dict({"batch_size": 16, "model_config": {"hidden_size": 8}, "save_path": str(folder)})
+    write_run_config(folder, resolved_config(str(data_folder), "toy", SplitConfig.from_dict({}), args))
+    return folder
+
+
+def _garbage(path):
+    Path(path).write_bytes(bytes(range(256)) * 4)
+
+
+@pytest.mark.parametrize("name, spoil, message", [
+    ("model.pt", _garbage, "cannot read model weights"),
+    ("model.pt", lambda path: torch.save({"x": torch.zeros(2)}, path), "does not hold the weights of the network"),
+    ("config.pkl", _garbage, "cannot read GEARS model config"),
+    ("config.pkl", lambda path: io.write_pickle({"hidden_size": 8}, path), "is not a GEARS model config"),
+    ("vocabulary.json", _garbage, "is not a model's vocabulary"),
+    ("vocabulary.json", lambda path: Path(path).write_text('{"genes": 3}'), "is not a model's vocabulary"),
+    ("config.yaml", _garbage, "is not a YAML configuration file"),
+])
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_a_run_folder_with_a_spoilt_file_is_refused_in_one_line_naming_it(run_folder, tmp_path, capsys, name,
+                                                                           spoil, message, command):
+    folder = tmp_path / "run"
+    shutil.copytree(run_folder, folder)
+    spoil(folder / name)
+    argv = [command, "--run", str(folder)] + (["--perturbations", "G0", "--out", str(tmp_path / "p.h5ad")]
+                                              if command == "predict" else [])
+    _refused_in_one_line(capsys, argv, str(folder / name), message)
+
+
+def test_process_refuses_inputs_that_are_no_h5ad_or_annotation_in_one_line(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a plain text file\n")
+    data = ["--data-path", str(tmp_path / "data"), "--name", "screen"]
+    _refused_in_one_line(capsys, ["process", "--adata", str(notes), *data], str(notes), "is not an h5ad file")
+    _refused_in_one_line(capsys, ["process", "--adata", str(tmp_path), *data], str(tmp_path), "is a folder")
+    raw = tmp_path / "raw.h5ad"
+    toy_data.make_raw().write_h5ad(raw)
+    for annotation, content in (("binary.tsv", bytes(range(256))), ("empty.tsv", b""), ("binary.gaf", bytes(range(256)))):
+        (tmp_path / annotation).write_bytes(content)
+        _refused_in_one_line(capsys, ["process", "--adata", str(raw), *data, "--go-annotation", str(tmp_path / annotation)],
+                             f"cannot read the GO annotation {tmp_path / annotation}")
+    assert not (tmp_path / "data" / "screen").exists()
+
+
+def test_train_and_demo_refuse_a_binary_config_and_a_file_for_a_folder_in_one_line(tmp_path, capsys):
+    _garbage(tmp_path / "run.yaml")
+    _refused_in_one_line(capsys, ["train", "--config", str(tmp_path / "run.yaml")], str(tmp_path / "run.yaml"),
+                         "is not a YAML configuration file")
+    _refused_in_one_line(capsys, ["demo", "--data-path", str(tmp_path / "run.yaml"), "--save-path", str(tmp_path / "x")],
+                         str(tmp_path / "run.yaml"), "is a file")
+
+
+@pytest.mark.parametrize("content, message", [(bytes(range(256)) * 4, "cannot read the co-expression graph"),
+                                              (b"just,some\ntext,here\n", "is not a co-expression graph")])
+def test_a_spoilt_graph_file_is_named_with_what_to_do(toy, content, message):
+    toy.coexpression_graph()
+    cache = next(Path(toy.dataset_path).glob("*_co_expression_network.csv"))
+    cache.write_bytes(content)
+    with pytest.raises(ValueError, match=f"{re.escape(str(cache))}.*delete it and it is built again") as refused:
+        toy.coexpression_graph()
+    assert message in str(refused.value)
+    go_edges = Path(toy.data_path) / "go_essential_all" / "go_essential_all.csv"
+    go_edges.write_bytes(content)
+    with pytest.raises(ValueError, match=f"{re.escape(str(go_edges))}.*delete it to download it again"):
+        toy.go_graph()

@@ -110,6 +110,20 @@ def test_copies_of_a_dataset_are_one_dataset_whatever_their_folder_file_times_or
     assert data_identity(_loaded(copies[0])) == original  # a built map's record holds the digest
 
 
+def test_a_damaged_map_is_built_again(data_root, caplog):
+    caplog.set_level("INFO", logger="gears_ddp")
+    PertData(data_root).new_data_process("toy", toy_data.make_raw())
+    path = map_file(data_root / "toy")
+    expected = np.load(path)
+    for damage in (b"not a numpy file" * 64, path.read_bytes()[:1000]):  # another file; a truncated map
+        path.write_bytes(damage)
+        caplog.clear()
+        again = PertData(data_root)
+        again.load(data_path=data_root / "toy")
+        assert "writing the expression map" in caplog.text
+        np.testing.assert_array_equal(again.cells.expression.numpy(), expected)
+
+
 def test_float16_storage_halves_the_file_and_batches_stay_float32(data_folder):
     wide = _loaded(data_folder)
     half = _loaded(data_folder, expression_dtype="float16")

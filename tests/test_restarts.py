@@ -257,3 +257,6 @@ def test_a_missing_checkpoint_fails_before_any_process_starts(data_folder, tmp_p
         _multi(data_folder, save_path=str(tmp_path), resume_from=str(tmp_path / "nothing.pt"))
     with pytest.raises(ValueError, match=r"args\['resume_from'\]='auto' needs args\['save_path'\]"):
         _multi(data_folder, save_path=None, resume_from="auto")
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    with pytest.raises(ValueError, match=f"cannot read training checkpoint {tmp_path / 'notes.pt'}: .*damaged"):
+        _multi(data_folder, save_path=str(tmp_path), resume_from=str(tmp_path / "notes.pt"))

@@ -217,19 +217,19 @@ def predict(options) -> int:
 
 
 def process(options) -> int:
-    import anndata
-
     from gears_ddp.data.go_files import read_annotation, write_go_files
+    from gears_ddp.data.io import read_h5ad
     from gears_ddp.data.pertdata import PertData
 
-    if options.go_annotation:
-        write_go_files(options.data_path, read_annotation(options.go_annotation), overwrite=True)
-        print(f"GO files built from {options.go_annotation} in {options.data_path}")
     source = Path(options.adata)
     if not source.exists():
         raise FileNotFoundError(f"--adata {source} does not exist")
+    adata = read_h5ad(source, backed=True)  # a file that is no h5ad fails here, before anything is written
+    if options.go_annotation:
+        write_go_files(options.data_path, read_annotation(options.go_annotation), overwrite=True)
+        print(f"GO files built from {options.go_annotation} in {options.data_path}")
     pert_data = PertData(options.data_path)
-    pert_data.new_data_process(options.name, anndata.read_h5ad(source, backed="r"), overwrite=options.overwrite)
+    pert_data.new_data_process(options.name, adata, overwrite=options.overwrite)
     print(f"dataset {options.name}: {pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, "
           f"{len(pert_data.cells.conditions)} conditions, written to {pert_data.dataset_path}")
     return 0

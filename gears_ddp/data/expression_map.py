@@ -88,29 +88,39 @@ def mapped_expression(folder, matrix, keep: np.ndarray, dtype: str = "float32") 
     folder = Path(folder)
     path, record = map_file(folder, dtype), record_file(folder, dtype)
     wanted = wanted_record(folder / io.PROCESSED_FILE, keep, matrix.shape[1], dtype)
-    built = _current(path, record, wanted)
-    if built is None:
+    current = _current(path, record, wanted)
+    if current is None:
         try:
             with io.file_lock(folder / f".{path.name}.lock"):
-                built = _current(path, record, wanted)
-                if built is None:
-                    built = {**wanted, DIGEST_KEY: _write_map(path, matrix, keep, DTYPES[dtype],
-                                                              folder / io.PROCESSED_FILE)}
+                current = _current(path, record, wanted)
+                if current is None:
+                    digest = _write_map(path, matrix, keep, DTYPES[dtype], folder / io.PROCESSED_FILE)
                     with io.atomic_path(record) as tmp:
-                        tmp.write_text(json.dumps(built, indent=1))
+                        tmp.write_text(json.dumps({**wanted, DIGEST_KEY: digest}, indent=1))
+                    current = open_map(path), digest
         except PermissionError as err:
             raise PermissionError(f"cannot write the expression map of {folder} ({err}); make the folder writable "
                                   "once, or keep the expression in memory (PertData(..., "
                                   "expression_storage='memory'))") from None
-    return open_map(path), path, built[DIGEST_KEY]
+    values, digest = current
+    return values, path, digest
 
 
-def _current(path: Path, record: Path, wanted: dict) -> dict | None:
-    """The record of the map at ``path`` if it was built from what ``wanted`` describes."""
+def _current(path: Path, record: Path, wanted: dict) -> tuple[np.ndarray, str] | None:
+    """The map at ``path`` and the digest of its values, if its record says it was built from
+    what ``wanted`` describes and the file opens as an array of that shape and dtype (a
+    damaged file is built again)."""
     found = _read_record(record) if path.is_file() else None
-    if found is None or not isinstance(found.get(DIGEST_KEY), str):
+    if found is None or not isinstance(found.get(DIGEST_KEY), str) \
+            or {key: value for key, value in found.items() if key != DIGEST_KEY} != wanted:
         return None
-    return found if {k: v for k, v in found.items() if k != DIGEST_KEY} == wanted else None
+    try:
+        values = open_map(path)
+    except (OSError, ValueError):  # not a .npy file (numpy refuses pickled contents with a ValueError)
+        return None
+    if list(values.shape) != wanted["shape"] or values.dtype != DTYPES[wanted["dtype"]]:
+        return None
+    return values, found[DIGEST_KEY]
 
 
 def open_map(path) -> np.ndarray:

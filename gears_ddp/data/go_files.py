@@ -33,12 +33,20 @@ def read_annotation(path) -> dict[str, set[str]]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"GO annotation file {path} does not exist")
-    if ".gaf" in path.name:
-        table = pd.read_csv(path, sep="\t", comment="!", header=None, dtype=str, usecols=range(5))
+    gaf = ".gaf" in path.name
+    try:
+        if gaf:
+            table = pd.read_csv(path, sep="\t", comment="!", header=None, dtype=str, usecols=range(5))
+        else:
+            table = pd.read_csv(path, sep=None, engine="python", dtype=str)
+    except Exception as err:  # pandas, csv, gzip and codecs raise many types for a file of another kind
+        raise ValueError(f"cannot read the GO annotation {path} ({type(err).__name__}: {err}): expected "
+                         + ("a GAF file (tab-separated, 15+ columns)" if gaf else "a text table with a header "
+                            "and two columns, gene symbol and GO id (comma- or tab-separated)")) from None
+    if gaf:
         table = table[~table[GAF_QUALIFIER_COLUMN].fillna("").str.contains("NOT")]
         pairs = table[[GAF_SYMBOL_COLUMN, GAF_GO_COLUMN]]
     else:
-        table = pd.read_csv(path, sep=None, engine="python", dtype=str)
         if table.shape[1] < 2:
             raise ValueError(f"{path}: a GO annotation table needs two columns (gene symbol, GO id), "
                              f"found {list(table.columns)}")
@@ -47,7 +55,7 @@ def read_annotation(path) -> dict[str, set[str]]:
     bad = pairs[~pairs.iloc[:, 1].str.startswith("GO:")]
     if len(bad):
         raise ValueError(f"{path}: {len(bad)} rows have no GO id (GO:nnnnnnn) in the "
-                         f"{'fifth' if '.gaf' in path.name else 'second'} column, e.g. {bad.iloc[0].tolist()}")
+                         f"{'fifth' if gaf else 'second'} column, e.g. {bad.iloc[0].tolist()}")
     gene2go: dict[str, set[str]] = {}
     for gene, term in pairs.itertuples(index=False):
         gene2go.setdefault(gene, set()).add(term)

@@ -127,6 +127,20 @@ def coexpression_edge_list(expression, rows: np.ndarray, gene_names, threshold: 
                          "importance": values[keep]})
 
 
+def read_edge_list(path, what: str, advice: str) -> pd.DataFrame:
+    """The edge list (``source``, ``target``, ``importance``) in the CSV file ``path``; a file
+    that is not one is refused with an error naming it, ``what`` it should be, and ``advice``."""
+    try:
+        edges = pd.read_csv(path)
+    except Exception as err:  # pandas and codecs raise many types for a file of another kind
+        raise ValueError(f"cannot read the {what} {path} ({type(err).__name__}: {err}); {advice}") from None
+    missing = [column for column in EDGE_COLUMNS if column not in edges.columns]
+    if missing or not pd.api.types.is_numeric_dtype(edges["importance"]):
+        raise ValueError(f"{path} is not a {what}: it needs the columns {', '.join(EDGE_COLUMNS)} (numeric "
+                         f"importance), and has {list(edges.columns)[:10]}; {advice}")
+    return edges
+
+
 def to_gene_graph(edges: pd.DataFrame, node_index: dict) -> GeneGraph:
     """Tensors of an edge list whose genes are all in ``node_index`` (gene -> node id)."""
     unknown = sorted((set(edges["source"]) | set(edges["target"])) - set(node_index))

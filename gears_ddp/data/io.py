@@ -18,6 +18,7 @@ import contextlib
 import io
 import os
 import pickle
+import re
 import secrets
 import shutil
 from dataclasses import dataclass
@@ -146,6 +147,24 @@ def read_pickle(path: str | os.PathLike, what: str) -> Any:
                          "the file is corrupt or not a pickle, replace it") from err
 
 
+def read_torch_file(path: str | os.PathLike, what: str) -> Any:
+    """``torch.load`` of ``path`` admitting plain data and tensors only (``weights_only``:
+    nothing in the file runs), with errors that name the file and say what is wrong in one
+    line: a file asking for code, or one that ``torch.save`` did not write (or damaged)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for damaged or refused files
+        text = str(err)
+        refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if refused:
+            raise ValueError(f"cannot read {what} {path}: refused, since it asks to call {refused.group(1)}, which "
+                             "saved weights and checkpoints never need (a pickle can run code when it is read)") from None
+        reason = re.search(r"WeightsUnpickler error: (.+?)(?:\n\s*\n|$)", text, re.S)
+        detail = (reason.group(1) if reason else text).strip().splitlines()[0] if text.strip() else ""
+        raise ValueError(f"cannot read {what} {path}: {type(err).__name__}: {detail}; the file is damaged, or "
+                         "not one that torch.save wrote") from None
+
+
 def write_h5ad(adata: anndata.AnnData, dest: str | os.PathLike) -> None:
     """Write an AnnData file atomically. A backed AnnData's file is copied and its ``obs``,
     ``var`` and ``uns`` replaced, so its expression is never read into memory."""
@@ -182,9 +201,7 @@ class H5adParts:
 def h5ad_parts(path: str | os.PathLike, obs_columns) -> Iterator[H5adParts]:
     """Open an h5ad file for ``H5adParts`` (the ``obs_columns`` it has), with clear errors
     for a missing, truncated or corrupt file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no {path.name} at {path}")
+    path = _existing_file(path)
     try:
         handle = h5py.File(path, "r")
         obs_group = handle["obs"]
@@ -194,8 +211,7 @@ def h5ad_parts(path: str | os.PathLike, obs_columns) -> Iterator[H5adParts]:
                           sparse_dataset(matrix) if isinstance(matrix, h5py.Group) else matrix,
                           int(matrix.attrs["shape"][0]) if isinstance(matrix, h5py.Group) else matrix.shape[0])
     except Exception as err:  # h5py/anndata raise many types for damaged files
-        raise ValueError(f"cannot read {path}: {type(err).__name__}: {err}; the file is truncated "
-                         "or corrupt: download it again or re-run PertData.new_data_process") from err
+        raise unreadable_h5ad(path, err, "download it again or re-run PertData.new_data_process") from err
     try:
         yield parts
     finally:
@@ -210,12 +226,28 @@ def read_obs(path: str | os.PathLike) -> pd.DataFrame:
 
 def read_h5ad(path: str | os.PathLike, backed: bool = False) -> anndata.AnnData:
     """Read an h5ad file (``backed``: all but the expression, which stays on disk), turning
-    a missing, truncated or corrupt file into a clear error."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no {path.name} at {path}")
+    a missing, truncated or corrupt file, or one that is no h5ad at all, into a clear error."""
+    path = _existing_file(path)
     try:
         return anndata.read_h5ad(path, backed="r" if backed else None)
     except Exception as err:  # h5py/anndata raise many types for damaged files
-        raise ValueError(f"cannot read {path}: {type(err).__name__}: {err}; the file is truncated "
-                         "or corrupt: download it again or re-run PertData.new_data_process") from err
+        raise unreadable_h5ad(path, err, "write it again from its source") from err
+
+
+def _existing_file(path: str | os.PathLike) -> Path:
+    """``path``, which must be a file (not missing, not a folder)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not an h5ad file")
+    if not path.is_file():
+        raise FileNotFoundError(f"no {path.name} at {path}")
+    return path
+
+
+def unreadable_h5ad(path: Path, err: Exception, advice: str) -> ValueError:
+    """The error for an h5ad file that cannot be read: one that is no HDF5 file at all (a
+    text file, a web page saved in its place), or a damaged one, with ``advice``."""
+    if not h5py.is_hdf5(path):
+        return ValueError(f"{path} is not an h5ad file: h5ad files are HDF5, and it does not start with HDF5's "
+                          "signature (a text file, a web page, or another format under this name?)")
+    return ValueError(f"cannot read {path}: {type(err).__name__}: {err}; the file is truncated or corrupt: {advice}")

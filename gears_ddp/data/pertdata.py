@@ -35,6 +35,7 @@ logger = get_logger(__name__)
 SETS_OF_SPLIT = {"no_split": ("test",), "no_test": ("train", "val")}
 STORAGES = ("mapped", "memory")
 ALL_SETS = ("train", "val", "test")
+CACHE_ADVICE = "it is a cache of this dataset folder: delete it and it is built again"
 
 
 class PertData:
@@ -339,7 +340,8 @@ class PertData:
         cache = Path(self.dataset_path) / (f"{self.split}_{self.seed}_{self.train_gene_set_size}_"
                                            f"{threshold}_{k}_co_expression_network.csv")
         if self.split != "custom" and cache.exists():  # the name cannot tell custom split files apart
-            return graphs.to_gene_graph(pd.read_csv(cache), self.node_map)
+            edges = graphs.read_edge_list(cache, "co-expression graph", CACHE_ADVICE)
+            return graphs.to_gene_graph(edges, self.node_map)
         conditions = [c for c in self.set2conditions["train"] if c == CONTROL or is_single(c)]
         rows = self.cells.cells_of(conditions).numpy()
         edges = graphs.coexpression_edge_list(self.cells.expression, rows, self.gene_names.to_numpy(), threshold, k)
@@ -352,11 +354,13 @@ class PertData:
         """GO-similarity graph over the perturbation vocabulary (top ``k + 1`` sources per gene)."""
         self._require_data()
         if self.default_pert_graph:
-            edges = pd.read_csv(download.ensure_go_file(GO_EDGES_NAME, self.data_path))
+            edges = graphs.read_edge_list(download.ensure_go_file(GO_EDGES_NAME, self.data_path), "GO graph",
+                                          "replace it: delete it to download it again, or build it with "
+                                          "gears-ddp process --go-annotation")
         else:
             cache = Path(self.dataset_path) / f"go_essential_{self.dataset_name}.csv"
             if cache.exists():
-                edges = pd.read_csv(cache)
+                edges = graphs.read_edge_list(cache, "GO graph", CACHE_ADVICE)
             else:
                 edges = graphs.jaccard_edge_list(self.gene2go, self.pert_names)
                 with io.atomic_path(cache) as tmp:

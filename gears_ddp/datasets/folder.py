@@ -50,6 +50,8 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
     regenerate it).
     """
     data_path = Path(data_path)
+    if data_path.exists() and not data_path.is_dir():
+        raise ValueError(f"data path {data_path} is a file; the synthetic dataset needs a folder")
     folder = data_path / name.lower()
     if (folder / io.PROCESSED_FILE).exists() and (folder / TRUE_MEANS_FILE).exists() and not overwrite:
         logger.info("synthetic dataset already at %s", folder)

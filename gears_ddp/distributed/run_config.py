@@ -67,6 +67,8 @@ def read_run_config(path, overrides=()) -> dict:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise RunConfigError(f"cannot read the configuration file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise RunConfigError(f"{path} is not a YAML configuration file: it is not text (UTF-8)") from None
     try:
         config = load_yaml(text)
     except yaml.YAMLError as err:

@@ -36,6 +36,7 @@ from gears_ddp.training.options import check_save_path
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
 from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted
 from gears_ddp.runtime.threads import passive_openmp_environment
+from gears_ddp.training.checkpoint import resolve_resume
 
 __all__ = ["train_multi_gpu", "setup_ddp", "cleanup_ddp", "train_ddp_worker", "DistributedTrainingError"]
 
@@ -91,6 +92,8 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
     options = TrainingArgs.from_dict(args)
     devices = resolve_devices(n_gpus, gpu_ids, options.cpu_processes)
     Precision.for_mode(options.amp, devices[0])  # an impossible precision fails before any process starts
+    if options.resume_from not in (None, "auto"):
+        resolve_resume(options.resume_from, options.save_path)  # an unreadable checkpoint fails before any worker
     if options.save_path is not None:
         check_save_path(options.save_path)
         write_run_config(options.save_path, resolved_config(str(pert_data_path), dataset_name, split, options,

@@ -44,9 +44,19 @@ def save_model_folder(path, config: dict, state_dict: dict, gene_names, pert_nam
         tmp.write_text(json.dumps({"genes": list(gene_names), "perturbations": list(pert_names)}))
 
 
-def read_config(path) -> dict:
-    """The ``config.pkl`` of a model folder."""
-    return io.read_pickle(Path(path) / CONFIG_FILE, "GEARS model config")
+def read_config(path, options=()) -> dict:
+    """The ``config.pkl`` of a model folder: a dict with ``num_genes``, ``num_perts`` and
+    model options, each of which must be one of ``options`` when they are given."""
+    file = Path(path) / CONFIG_FILE
+    config = io.read_pickle(file, "GEARS model config")
+    if not isinstance(config, dict) or not {"num_genes", "num_perts"} <= set(config):
+        raise ValueError(f"{file} is not a GEARS model config: it holds "
+                         + (f"a dict without {sorted({'num_genes', 'num_perts'} - set(config))}"
+                            if isinstance(config, dict) else f"a {type(config).__name__}, not a dict"))
+    unknown = sorted(set(config) - set(options) - {"device", "num_genes", "num_perts"}) if options else []
+    if unknown:
+        raise ValueError(f"{file} is not a GEARS model config: unknown option(s) {unknown}")
+    return config
 
 
 def read_weights(path) -> dict:
@@ -54,10 +64,24 @@ def read_weights(path) -> dict:
     weights = Path(path) / WEIGHTS_FILE
     if not weights.is_file():
         raise FileNotFoundError(f"no {WEIGHTS_FILE} in the model folder {path}")
-    try:
-        return strip_module_prefix(torch.load(weights, map_location="cpu", weights_only=True))
-    except Exception as err:  # torch raises many types for damaged or refused files
-        raise ValueError(f"cannot read model weights {weights}: {type(err).__name__}: {err}") from err
+    state = io.read_torch_file(weights, "model weights")
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{weights} holds a {type(state).__name__}, not model weights (a dict of tensors)")
+    return strip_module_prefix(state)
+
+
+def load_weights(model: torch.nn.Module, path) -> None:
+    """Load the weights of the model folder ``path`` into ``model``, refusing, with the file
+    named, weights of another network (other parameter names or shapes)."""
+    weights, expected = read_weights(path), model.state_dict()
+    problems = [f"{what} {names[:5]}{' ...' if len(names) > 5 else ''}" for what, names in (
+        ("missing", sorted(set(expected) - set(weights))), ("unexpected", sorted(set(weights) - set(expected))),
+        ("of another shape", sorted(name for name in set(expected) & set(weights)
+                                    if weights[name].shape != expected[name].shape))) if names]
+    if problems:
+        raise ValueError(f"{Path(path) / WEIGHTS_FILE} does not hold the weights of the network its {CONFIG_FILE} "
+                         f"describes: tensors {'; '.join(problems)}")
+    model.load_state_dict(weights)
 
 
 def check_vocabulary(path, config: dict, gene_names, pert_names) -> None:
@@ -65,7 +89,12 @@ def check_vocabulary(path, config: dict, gene_names, pert_names) -> None:
     path = Path(path)
     saved = path / VOCABULARY_FILE
     if saved.exists():
-        vocabulary = json.loads(saved.read_text())
+        try:
+            vocabulary = json.loads(saved.read_text(encoding="utf-8"))
+            vocabulary = {key: [str(name) for name in vocabulary[key]] for key in ("genes", "perturbations")}
+        except (ValueError, KeyError, TypeError) as err:  # not JSON, not text, or other content
+            raise ValueError(f"{saved} is not a model's vocabulary (JSON with lists 'genes' and 'perturbations'): "
+                             f"{type(err).__name__}: {err}") from None
         for what, theirs, ours in (("gene", vocabulary["genes"], list(gene_names)),
                                    ("perturbation", vocabulary["perturbations"], list(pert_names))):
             if theirs != ours:

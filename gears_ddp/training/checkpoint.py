@@ -81,15 +81,7 @@ def load_training_checkpoint(path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no training checkpoint at {path}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for damaged or refused files
-        refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
-        if refused:
-            raise ValueError(f"cannot read training checkpoint {path}: refused, since it asks to call "
-                             f"{refused.group(1)}, which a gears_ddp checkpoint never holds (a pickle can run code "
-                             "when it is read)") from None
-        raise ValueError(f"cannot read training checkpoint {path}: {type(err).__name__}: {err}") from err
+    payload = io.read_torch_file(path, "training checkpoint")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
         raise ValueError(f"{path} is not a gears_ddp training checkpoint (format {FORMAT_VERSION})")
     return payload
