@@ -10,8 +10,12 @@
 # GPUS_PER_NODE defaults to the GPUs torch sees (1 process on a machine without GPUs, which
 # then trains on CPU with gloo). Environment overrides: DATA_PATH (./data), DATASET (norman,
 # or a folder under DATA_PATH such as the synthetic one), SAVE_PATH, ARGS_JSON (the training
-# options of gears_ddp/distributed/config.py). DATA_PATH must hold the same files on both
-# machines (a shared filesystem, or a copy on each); rank 0 (node 0) writes the model.
+# options of gears_ddp/distributed/config.py). DATA_PATH must hold the same dataset files on
+# both machines: a shared filesystem, or a copy on each (file times may differ: the ranks
+# compare the data by content, and name the ranks whose data differ). Both machines need the
+# same gears_ddp version, and node 1 must reach MASTER_ADDR:29500. Rank 0 (node 0) writes the
+# model. The processes of a node prepare the data once between them (expression map, split
+# file, graphs; a published dataset is downloaded once): the first builds, the others wait.
 #
 # One machine needs no second node and no address:
 #
@@ -45,14 +49,6 @@ SAVE_PATH=${SAVE_PATH:-./runs/${DATASET}_torchrun}
 ARGS_JSON=${ARGS_JSON:-"{\"epochs\": 20, \"batch_size\": 32, \"lr_scaling\": \"sqrt\", \"checkpoint_every\": 1,
  \"checkpoint_every_steps\": 200, \"save_path\": \"$SAVE_PATH\"}"}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # CPU ranks: OpenMP threads sleep while they wait
-
-# Download a published dataset and prepare the split before the processes start, so that
-# the GPUS processes of this node read the files instead of all downloading them at once.
-python - "$DATA_PATH" "$DATASET" <<'PY'
-import sys
-from gears_ddp.distributed.spawn import load_dataset
-load_dataset(sys.argv[1], sys.argv[2]).prepare_split(split="simulation", seed=1, train_gene_set_size=0.75)
-PY
 
 # 2 nodes x GPUS processes; torchrun gives each its RANK, WORLD_SIZE, LOCAL_RANK and the
 # rendezvous address, which python -m gears_ddp.launch reads (one GPU per local rank). If a worker
