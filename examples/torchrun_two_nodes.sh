@@ -23,7 +23,7 @@
 #         --args-json '{"epochs": 20, "batch_size": 32}'
 #
 # (or, simpler and sharing one copy of the data between the processes,
-# examples/train_ddp_example.py / gears_ddp.distributed.spawn.train_multi_gpu).
+# examples/train_ddp_example.py / gears_ddp.train_multi_gpu).
 set -euo pipefail
 
 usage="usage: bash $0 NODE_RANK MASTER_ADDR [GPUS_PER_NODE]   (NODE_RANK: 0 on the master node, 1 on the other)"

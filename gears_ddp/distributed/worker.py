@@ -15,6 +15,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -62,7 +63,8 @@ def data_identity(pert_data) -> dict[str, str]:
 def check_same_data(pert_data, ranks: ProcessGroupRanks) -> None:
     """Stop every rank unless all hold the same data and split; the message names the ranks
     that differ, in what, and where each read its data."""
-    identities = ranks.gather({**data_identity(pert_data), "where": f"{socket.gethostname()}:{pert_data.dataset_path}"})
+    where = f"{socket.gethostname()}:{Path(pert_data.dataset_path).resolve()}"
+    identities = ranks.gather({**data_identity(pert_data), "where": where})
     differences, readers = [], {}
     for part, meaning in IDENTITY_PARTS.items():
         groups: dict[str, list[int]] = {}
