@@ -7,6 +7,7 @@ however they were produced (a trained model, a baseline, saved outputs).
   relates to its two singles' changes. The scores and their definitions are those of the
   published GEARS (``GI_predict``): a Theil-Sen fit, without intercept, of the double's
   change on the singles' changes, plus distance correlations between the three changes.
+  They are computed by ``interaction_scores``, which scores many combinations at once.
 - ``read_gene_list``: reads the optional list of genes the GI scores are restricted to
   (usually genes with a high mean expression).
 """
@@ -16,11 +17,9 @@ import os
 import pickle
 from pathlib import Path
 
-import dcor
 import numpy as np
-from sklearn.linear_model import TheilSenRegressor
 
-MIN_GI_GENES = 3
+from gears_ddp.interaction_scores import MIN_GI_GENES, interaction_scores
 
 
 def _as_change_vector(name: str, values) -> np.ndarray:
@@ -44,8 +43,9 @@ def genetic_interaction_scores(
     ``first``, ``second`` and ``double`` are the (predicted) mean expression changes from the
     control mean after perturbing A, B and A+B, over the same genes (optionally a subset,
     see ``read_gene_list``). The double's change is fitted as ``c1 * first + c2 * second``
-    with scikit-learn's Theil-Sen regression (robust to the few genes with extreme changes),
-    using the published GEARS settings so the scores match it. Returned keys:
+    by Theil-Sen regression (robust to the few genes with extreme changes) with the
+    published GEARS settings, whose results (scikit-learn's) the scores match. Returned
+    keys:
 
     - ``c1``, ``c2``: the fitted coefficients; ``mag``: ``sqrt(c1**2 + c2**2)`` (magnitude of
       the combined effect relative to additivity, which is ``c1 = c2 = 1``);
@@ -79,34 +79,8 @@ def genetic_interaction_scores(
             f"got {first.shape[0]}"
         )
 
-    singles = np.column_stack([first, second])
-    regression = TheilSenRegressor(
-        fit_intercept=False, max_subpopulation=1e5, max_iter=1000, random_state=1000
-    )
-    regression.fit(singles, double)
-    fitted = regression.predict(singles)
-    c1, c2 = regression.coef_
-
-    dcor_first = dcor.distance_correlation(first, double)
-    dcor_second = dcor.distance_correlation(second, double)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        corr_fit = np.corrcoef(fitted, double)[0, 1]
-        dominance = np.abs(np.log10(c1 / c2))
-        eq_contr = min(dcor_first, dcor_second) / max(dcor_first, dcor_second)
-
-    scores = {
-        "c1": c1,
-        "c2": c2,
-        "mag": np.sqrt(c1**2 + c2**2),
-        "dcor": dcor.distance_correlation(singles, double),
-        "dcor_singles": dcor.distance_correlation(first, second),
-        "dcor_first": dcor_first,
-        "dcor_second": dcor_second,
-        "corr_fit": corr_fit,
-        "dominance": dominance,
-        "eq_contr": eq_contr,
-    }
-    return {key: float(value) for key, value in scores.items()}
+    scores = interaction_scores(first[np.newaxis], second[np.newaxis], double[np.newaxis])
+    return {key: float(values[0]) for key, values in scores.items()}
 
 
 def read_gene_list(path: str | os.PathLike) -> list[str]:

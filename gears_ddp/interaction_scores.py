@@ -1,0 +1,420 @@
+"""Genetic-interaction (GI) scores of many two-gene combinations at once, exactly as the
+published GEARS scores one combination (its ``get_GI_params``), on CPU or GPU.
+
+The published scores fit the double's change from control as ``c1 * first + c2 * second``
+with scikit-learn's ``TheilSenRegressor(fit_intercept=False, max_subpopulation=1e5,
+max_iter=1000, random_state=1000)`` and take four distance correlations with ``dcor``. Per
+pair that is 100,000 small least-squares solves, a spatial median and an O(genes^2)
+distance matrix, all in Python loops or on one core. Here a batch of pairs (rows of
+``(pairs, genes)`` tensors) is scored together with the same arithmetic:
+
+- ``theil_sen_subsets``: the gene pairs whose least-squares solutions Theil-Sen takes the
+  median of. They depend only on the number of genes (scikit-learn enumerates all pairs up
+  to 100,000 and otherwise draws 100,000 from its seeded generator), so they are drawn once,
+  the way scikit-learn draws them, and shared by every combination.
+- ``theil_sen_coefficients``: the 2 x 2 least-squares solution of every subset in closed
+  form (LAPACK ``gelss``'s minimum-norm answer, including its rank cut-off), then
+  ``spatial_median``: scikit-learn's modified Weiszfeld iterations, from the same start,
+  with the same update and stopping rule, for every pair until each has converged.
+- ``distance_correlation``: dcor's biased distance correlation from the same terms dcor
+  uses (the matrix of pairwise distances enters only through its row sums and its inner
+  product with the other matrix). For two 1-D variables the inner product is found in
+  O(genes log genes) from sorted orders (``_lower_row_sums_1d``); for the two-column
+  singles matrix only the matrix's row sums need the O(genes^2) pairwise distances, which
+  are computed block by block (``_planar_distance_sums``).
+- ``interaction_scores``: every score ``GI_predict`` returns, under the same names, for a
+  batch of pairs.
+
+Results equal the published ones to rounding: summation orders differ, so the last digits
+can, and Theil-Sen's iterations agree as long as no iterate falls within rounding of its
+stopping tolerance.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+
+MIN_GI_GENES = 3
+GI_SCORE_NAMES = (
+    "c1", "c2", "mag", "dcor", "dcor_singles", "dcor_first", "dcor_second",
+    "corr_fit", "dominance", "eq_contr",
+)
+
+# The published settings of scikit-learn's TheilSenRegressor (gears.utils.get_coeffs); tol
+# and the rank cut-off are scikit-learn's and LAPACK's defaults.
+THEIL_SEN_MAX_SUBSETS = 100_000
+THEIL_SEN_SEED = 1000
+SPATIAL_MEDIAN_MAX_ITER = 1000
+SPATIAL_MEDIAN_TOL = 1.0e-3
+_EPSILON = float(np.finfo(np.float64).eps)
+
+# Pairs scored together and pairwise distances held at once: on CPU small enough to stay in
+# cache, on GPU large enough to fill the device.
+CPU_BATCH_SIZE = 2
+GPU_BATCH_SIZE = 256
+CPU_DISTANCES_PER_BLOCK = 1 << 18
+GPU_DISTANCES_PER_BLOCK = 1 << 26
+
+
+@functools.lru_cache(maxsize=4)
+def theil_sen_subsets(n_genes: int) -> np.ndarray:
+    """The (subsets x 2) gene indices of the pairs of genes whose least-squares fits the
+    published Theil-Sen regression takes the spatial median of, in scikit-learn's order.
+
+    With two coefficients and no intercept each subset is two genes. When the number of
+    gene pairs is at most 100,000 all of them are used, in ``itertools.combinations``
+    order; otherwise 100,000 are drawn with ``RandomState(1000).choice(n_genes, 2,
+    replace=False)``, which shuffles all genes per draw. That costs seconds for thousands
+    of genes, hence the cache (the array is read-only).
+    """
+    if n_genes < 2:
+        raise ValueError(f"Theil-Sen subsets need at least 2 genes, got {n_genes}")
+    if math.comb(n_genes, 2) <= THEIL_SEN_MAX_SUBSETS:
+        subsets = np.stack(np.triu_indices(n_genes, 1), axis=1)
+    else:
+        # RandomState.choice(n, 2, replace=False) is permutation(n)[:2], which shuffles
+        # arange(n) in place: the same draws, without allocating a permutation each time.
+        generator = np.random.RandomState(THEIL_SEN_SEED)
+        genes = np.arange(n_genes)
+        shuffled = np.empty_like(genes)
+        subsets = np.empty((THEIL_SEN_MAX_SUBSETS, 2), dtype=np.int64)
+        for row in subsets:
+            shuffled[:] = genes
+            generator.shuffle(shuffled)
+            row[:] = shuffled[:2]
+    subsets = subsets.astype(np.int64, copy=False)
+    subsets.flags.writeable = False
+    return subsets
+
+
+def _subset_solutions(changes: torch.Tensor, subsets: torch.Tensor) -> torch.Tensor:
+    """Least-squares coefficients (pairs x 2 x subsets) of ``double ~ [first, second]`` on each
+    two-gene subset, ``changes`` being (pairs x 3 x genes) ``[first, second, double]``, as
+    LAPACK ``gelss`` (scikit-learn's solver) returns them: the exact solution when the 2 x 2
+    system has full rank, the minimum-norm one otherwise.
+
+    The rank is ``gelss``'s: a singular value at or below machine epsilon times the largest
+    counts as zero. With ``det`` the determinant and ``frob`` the squared Frobenius norm,
+    the smaller singular value is ``|det| / s1``, ``s1**2`` is the larger root of ``s**2 -
+    frob * s + det**2`` (between ``frob / 2`` and ``frob``), and a rank-1 matrix's
+    pseudo-inverse is its transpose over ``frob``. Only subsets with ``|det| <= eps * frob``
+    can be rank-deficient; they are rare and settled apart."""
+    pairs, _, genes = changes.shape
+    gene_major = changes.reshape(pairs * 3, genes).t().contiguous()
+    picked = gene_major.index_select(0, subsets.t().reshape(-1)).t().reshape(pairs, 3, 2, -1)
+    first, second, double = picked.unbind(dim=1)
+    a11, a21 = first.unbind(dim=1)
+    a12, a22 = second.unbind(dim=1)
+    y1, y2 = double.unbind(dim=1)
+    det = torch.addcmul(a11 * a22, a12, a21, value=-1.0)
+    solutions = torch.empty_like(first)
+    torch.mul(a22, y1, out=solutions[:, 0]).addcmul_(a12, y2, value=-1.0)
+    torch.mul(a11, y2, out=solutions[:, 1]).addcmul_(a21, y1, value=-1.0)
+    solutions /= det.unsqueeze(1)
+    frob = (first.square() + second.square()).sum(dim=1)
+    doubtful = det.abs() <= _EPSILON * frob
+    if bool(doubtful.any()):
+        pair, subset = doubtful.nonzero(as_tuple=True)
+        d, f = det[pair, subset], frob[pair, subset]
+        largest_sq = 0.5 * (f + torch.sqrt(torch.clamp(f * f - 4.0 * d * d, min=0.0)))
+        deficient = d.abs() <= _EPSILON * largest_sq
+        pair, subset, f = pair[deficient], subset[deficient], f[deficient]
+        b11, b12, b21, b22 = (x[pair, subset] for x in (a11, a12, a21, a22))
+        c1, c2 = y1[pair, subset], y2[pair, subset]
+        scale = torch.where(f > 0, 1.0 / torch.where(f > 0, f, 1.0), 0.0)
+        solutions[pair, 0, subset] = (b11 * c1 + b21 * c2) * scale
+        solutions[pair, 1, subset] = (b12 * c1 + b22 * c2) * scale
+    return solutions
+
+
+def spatial_median(points: torch.Tensor, max_iter: int = SPATIAL_MEDIAN_MAX_ITER,
+                   tol: float = SPATIAL_MEDIAN_TOL) -> torch.Tensor:
+    """Spatial (L1) median (batch x 2) of each batch row of ``points`` (batch x 2 x points)
+    by scikit-learn's modified Weiszfeld iterations (``_spatial_median``): start at the
+    mean; each step moves to the inverse-distance-weighted mean of the points, damped when
+    the current estimate coincides (within machine epsilon) with a point; stop after the
+    first step shorter than ``tol`` or after ``max_iter`` steps. Each row iterates until its
+    own stop, as if it were alone."""
+    current = points.mean(dim=2)
+    active = torch.arange(points.shape[0], device=points.device)
+    for _ in range(max_iter):
+        rows = points if len(active) == points.shape[0] else points[active]
+        previous = current[active]
+        step = _weiszfeld_step(rows, previous)
+        current[active] = step
+        moved = (previous - step).square().sum(dim=1)
+        active = active[moved >= tol * tol]
+        if len(active) == 0:
+            break
+    return current
+
+
+def _weiszfeld_step(points: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """One modified Weiszfeld step of scikit-learn (``_modified_weiszfeld_step``) per row:
+    points at distance below epsilon are left out of the weighted mean, and when there are
+    any the step is damped towards the previous estimate. The weighted mean of the points
+    is taken as the previous estimate plus the weighted mean of their differences from
+    it (the same value; one weighted sum serves both it and the damping)."""
+    diff = points - previous.unsqueeze(2)
+    squares = diff.square()
+    distance = torch.add(squares[:, 0], squares[:, 1]).sqrt_()
+    inverse = distance.reciprocal()
+    close = distance < _EPSILON
+    coincides = close.any(dim=1)
+    if bool(coincides.any()):
+        inverse.masked_fill_(close, 0.0)
+    pull = torch.stack([row @ weights for row, weights in zip(diff, inverse)])
+    quotient_norm = pull.square().sum(dim=1).sqrt()
+    direction = previous + pull / inverse.sum(dim=1, keepdim=True)
+    degenerate = quotient_norm <= _EPSILON
+    direction[degenerate] = 1.0
+    ratio = (coincides.to(points.dtype) / torch.where(degenerate, 1.0, quotient_norm)).unsqueeze(1)
+    return torch.clamp(1.0 - ratio, min=0.0) * direction + torch.clamp(ratio, max=1.0) * previous
+
+
+def theil_sen_coefficients(first: torch.Tensor, second: torch.Tensor, double: torch.Tensor) -> torch.Tensor:
+    """Theil-Sen coefficients (pairs x 2) of ``double`` on ``first`` and ``second`` (each
+    pairs x genes) without intercept, equal to scikit-learn's ``TheilSenRegressor(
+    fit_intercept=False, max_subpopulation=1e5, max_iter=1000, random_state=1000)`` fitted
+    on each pair: the spatial median of the least-squares solutions over the same subsets."""
+    subsets = torch.tensor(theil_sen_subsets(first.shape[1]), device=first.device)
+    return spatial_median(_subset_solutions(torch.stack((first, second, double), dim=1), subsets))
+
+
+def _exclusive_cumsum(values: torch.Tensor, dim: int) -> torch.Tensor:
+    return values.cumsum(dim=dim) - values
+
+
+def _row_sums_1d(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row sums ``sum_j |v_i - v_j|`` (rows x n) of the 1-D distance matrices of ``values``,
+    from the sorted order (``(2 r_i - n) v_i + total - 2 * (sum of the values ranked below
+    v_i)``), and that order."""
+    n = values.shape[1]
+    ordered, order = values.sort(dim=1)
+    ranks = torch.arange(n, device=values.device, dtype=values.dtype)
+    ordered_sums = (2.0 * ranks - n) * ordered + ordered.sum(dim=1, keepdim=True) \
+        - 2.0 * _exclusive_cumsum(ordered, dim=1)
+    return torch.empty_like(values).scatter_(1, order, ordered_sums), order
+
+
+def _earlier_smaller_sums(ranks: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """For each position i, the sum of ``features`` (rows x n x k) over the earlier
+    positions j < i with a smaller rank, ``ranks`` (rows x n) being a permutation of 0..n-1.
+
+    Divide and conquer on positions, top down: each pair j < i is split by exactly one
+    level, where j lies in the left half of an aligned block and i in its right half.
+    Within a block the elements are kept in rank order, so a running sum over the block's
+    left elements, read at i, is i's sum at that level; a stable partition of each block
+    into its two halves keeps rank order for the next level. O(n log n) per row, in
+    vectorised steps."""
+    rows, n, k = features.shape
+    size = 1 << max(1, (n - 1).bit_length())
+    padding = torch.arange(n, size, device=ranks.device).expand(rows, -1)
+    ranks = torch.cat((ranks, padding), dim=1)
+    features = torch.nn.functional.pad(features, (0, 0, 0, size - n))
+    # positions in rank order, and their features and sums so far, kept in the same order
+    order = torch.empty_like(ranks).scatter_(1, ranks, torch.arange(size, device=ranks.device).expand(rows, -1))
+    carried = torch.cat((features.gather(1, order.unsqueeze(-1).expand(-1, -1, k)), torch.zeros_like(features)), 2)
+    span = size
+    while span > 1:
+        half, blocks = span // 2, size // span
+        positions = order.view(rows, blocks, span)
+        block_carried = carried.view(rows, blocks, span, 2 * k)
+        is_left = (positions & (span - 1)) < half
+        left_features = block_carried[..., :k] * is_left.unsqueeze(-1)
+        block_carried[..., k:] += (left_features.cumsum(dim=2) - left_features) * (~is_left).unsqueeze(-1)
+        lefts_before = is_left.cumsum(dim=2) - is_left.long()
+        within = torch.arange(span, device=ranks.device)
+        destination = torch.where(is_left, lefts_before, half + within - lefts_before)
+        order = torch.empty_like(positions).scatter_(2, destination, positions).view(rows, size)
+        carried = torch.empty_like(block_carried).scatter_(
+            2, destination.unsqueeze(-1).expand(-1, -1, -1, 2 * k), block_carried).view(rows, size, 2 * k)
+        span = half
+    return carried[:, :n, k:]  # blocks of one: rank order within a block is position order
+
+
+def _lower_row_sums_1d(values: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor:
+    """``sum_{j<i} |v_i - v_j|`` per position i of ``values`` (rows x n), ``ranks`` being
+    the values' ranks (ties in any order: equal values are 0 apart). With ``c`` and ``s``
+    the count and sum of the earlier smaller values: ``v_i (2 c - i) - 2 s + (sum of the
+    earlier values)``."""
+    counts, sums = _earlier_smaller_sums(ranks, torch.stack((torch.ones_like(values), values), dim=-1)).unbind(-1)
+    earlier = torch.arange(values.shape[1], device=values.device, dtype=values.dtype)
+    return values * (2.0 * counts - earlier) - 2.0 * sums + _exclusive_cumsum(values, dim=1)
+
+
+def _planar_distance_sums(points: torch.Tensor, distances_per_block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row sums ``sum_j a_ij`` and lower sums ``sum_{j<i} a_ij`` (rows x n) of the Euclidean
+    distance matrices ``a`` of ``points`` (rows x n x 2). The lower triangle is computed
+    once, in blocks of about ``distances_per_block`` distances, each as ``sqrt(dx**2 + dy**2)`` of the
+    coordinate differences (as scipy's ``cdist``)."""
+    rows, n, _ = points.shape
+    block = max(1, distances_per_block // (rows * n))
+    lower = torch.zeros(rows, n, dtype=points.dtype, device=points.device)
+    upper = torch.zeros_like(lower)
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        distances = torch.cdist(points[:, start:stop], points[:, :stop],
+                                compute_mode="donot_use_mm_for_euclid_dist")
+        distances[:, :, start:stop].tril_(diagonal=-1)
+        lower[:, start:stop] += distances.sum(dim=2)
+        upper[:, :stop] += distances.sum(dim=1)
+    return lower + upper, lower
+
+
+def _distance_correlation_from_terms(product, x_row_sums, x_squares, y_row_sums, y_squares):
+    """dcor's biased distance correlation from the terms of its naive and AVL methods:
+    ``product = sum_ij a_ij b_ij``, the row sums of ``a`` and ``b``, and ``sum_ij a_ij**2``,
+    ``sum_ij b_ij**2`` (all per row of a batch), combined in dcor's order of operations
+    (``_dcov_from_terms``), 0 when a variable is constant, and the square root of its
+    positive part."""
+    n = x_row_sums.shape[1]
+    x_total, y_total = x_row_sums.sum(dim=1), y_row_sums.sum(dim=1)
+
+    def covariance(prod, a_sums, a_total, b_sums, b_total):
+        first = prod / n / n
+        second = (a_sums / n * b_sums).sum(dim=1) / n**2
+        third = a_total / n * b_total / n**3
+        return first - 2 * second + third
+
+    covariance_xy = covariance(product, x_row_sums, x_total, y_row_sums, y_total)
+    variance_x = covariance(x_squares, x_row_sums, x_total, x_row_sums, x_total)
+    variance_y = covariance(y_squares, y_row_sums, y_total, y_row_sums, y_total)
+    denominator = torch.sqrt((variance_x * variance_y).abs())
+    correlation_sq = torch.where(denominator == 0, torch.zeros_like(covariance_xy),
+                                 covariance_xy / torch.where(denominator == 0, 1.0, denominator))
+    return torch.sqrt(torch.clamp(correlation_sq, min=0.0))
+
+
+def _squared_distance_sum(values: torch.Tensor) -> torch.Tensor:
+    """``sum_ij |v_i - v_j|**2 = 2 n sum_i |v_i - mean|**2`` per row of (rows x n [x dims])."""
+    n = values.shape[1]
+    centred = values - values.mean(dim=1, keepdim=True)
+    squares = centred.square()
+    if squares.dim() == 3:
+        squares = squares.sum(dim=2)
+    return 2.0 * n * squares.sum(dim=1)
+
+
+def distance_correlation(x: torch.Tensor, y: torch.Tensor,
+                         distances_per_block: int = CPU_DISTANCES_PER_BLOCK) -> torch.Tensor:
+    """dcor's ``distance_correlation(x_p, y_p)`` for each row p of a batch: ``y`` is (rows x
+    n), ``x`` is (rows x n) or (rows x n x 2) (two-column samples, the singles matrix).
+
+    dcor takes the 1-D case with its O(n log n) AVL method and the 2-D one with its naive
+    O(n^2) method; both combine the same terms: the row sums of the two distance
+    matrices, their squared sums and their inner product ``sum_ij a_ij b_ij``. In y-sorted
+    order ``b_ij = |y_i - y_j|`` makes the inner product ``2 sum_i y_i (lower_i -
+    upper_i)``, with ``lower_i``, ``upper_i`` the sums of row i of ``a`` left and right of
+    the diagonal. For 1-D ``x`` these come from sorted orders in O(n log n); for 2-D ``x``
+    they take the O(n^2) pairwise distances, ``distances_per_block`` at a time. Inputs are centred
+    first: distances do not change, and sums of products lose fewer digits.
+    """
+    x = x - x.mean(dim=1, keepdim=True)
+    y = y - y.mean(dim=1, keepdim=True)
+    y_row_sums, order = _row_sums_1d(y)
+    y_sorted = y.gather(1, order)
+    if x.dim() == 2:
+        x_row_sums, x_order = _row_sums_1d(x)
+        x_ranks = torch.empty_like(x_order).scatter_(
+            1, x_order, torch.arange(x.shape[1], device=x.device).expand_as(x_order))
+        lower = _lower_row_sums_1d(x.gather(1, order), x_ranks.gather(1, order))
+        row_sums = x_row_sums.gather(1, order)
+    else:
+        row_sums, lower = _planar_distance_sums(x.gather(1, order.unsqueeze(-1).expand_as(x)), distances_per_block)
+        x_row_sums = torch.empty_like(row_sums).scatter_(1, order, row_sums)
+    product = 2.0 * (y_sorted * (2.0 * lower - row_sums)).sum(dim=1)
+    return _distance_correlation_from_terms(
+        product, x_row_sums, _squared_distance_sum(x), y_row_sums, _squared_distance_sum(y))
+
+
+def _pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Pearson correlation per row as ``np.corrcoef(x, y)[0, 1]``: covariance over the two
+    standard deviations, clipped to [-1, 1]; NaN when either row is constant."""
+    xc = x - x.mean(dim=1, keepdim=True)
+    yc = y - y.mean(dim=1, keepdim=True)
+    scale = x.shape[1] - 1
+    covariance = (xc * yc).sum(dim=1) / scale
+    std_x = torch.sqrt((xc * xc).sum(dim=1) / scale)
+    std_y = torch.sqrt((yc * yc).sum(dim=1) / scale)
+    return torch.clamp(covariance / std_x / std_y, -1.0, 1.0)
+
+
+def _as_change_matrix(name: str, values, device) -> torch.Tensor:
+    """One (pairs x genes) change-from-control input as a finite float64 tensor, or raise."""
+    try:
+        matrix = torch.as_tensor(np.asarray(values, dtype=np.float64) if not torch.is_tensor(values) else values,
+                                 dtype=torch.float64, device=device)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"`{name}` must be numeric: {err}") from err
+    if matrix.dim() != 2:
+        raise ValueError(f"`{name}` must be 2-D (pairs x genes), got shape {tuple(matrix.shape)}")
+    if not bool(torch.isfinite(matrix).all()):
+        raise ValueError(f"`{name}` contains NaN or infinite values")
+    return matrix
+
+
+def interaction_scores(first, second, double, *, device: str | torch.device | None = None,
+                       batch_size: int | None = None) -> dict[str, np.ndarray]:
+    """Genetic-interaction scores of a batch of combinations A+B, one per row.
+
+    ``first``, ``second`` and ``double`` (pairs x genes, arrays or tensors) are the changes
+    from control after perturbing A, B and A+B, over the same genes. Returns, under the
+    names ``GI_predict`` uses (``GI_SCORE_NAMES``; see
+    ``inference.genetic_interaction_scores`` for their meaning), a float64 array of one
+    score per pair, equal to what the published ``get_GI_params`` gives pair by pair.
+
+    The work runs on ``device`` (default: the inputs' device, else CPU) in float64,
+    ``batch_size`` pairs at a time (default: a few on CPU, where small batches stay in
+    cache, and hundreds on GPU; Theil-Sen holds about 15 MB per pair).
+    Raises ``ValueError`` unless the inputs are finite, numeric, 2-D, of the same shape and
+    cover at least ``MIN_GI_GENES`` genes.
+    """
+    if device is None:
+        device = first.device if torch.is_tensor(first) else "cpu"
+    device = torch.device(device)
+    first = _as_change_matrix("first", first, device)
+    second = _as_change_matrix("second", second, device)
+    double = _as_change_matrix("double", double, device)
+    if not first.shape == second.shape == double.shape:
+        raise ValueError(
+            "`first`, `second` and `double` must have the same shape, got "
+            f"{tuple(first.shape)}, {tuple(second.shape)} and {tuple(double.shape)}")
+    if first.shape[1] < MIN_GI_GENES:
+        raise ValueError(f"genetic-interaction scores need at least {MIN_GI_GENES} genes, got {first.shape[1]}")
+    on_cpu = device.type == "cpu"
+    if batch_size is None:
+        batch_size = CPU_BATCH_SIZE if on_cpu else GPU_BATCH_SIZE
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    distances_per_block = CPU_DISTANCES_PER_BLOCK if on_cpu else GPU_DISTANCES_PER_BLOCK
+    parts = [_score_batch(first[start:start + batch_size], second[start:start + batch_size],
+                          double[start:start + batch_size], distances_per_block)
+             for start in range(0, first.shape[0], batch_size)]
+    return {name: torch.cat([part[name] for part in parts]).cpu().numpy() if parts else np.empty(0)
+            for name in GI_SCORE_NAMES}
+
+
+def _score_batch(first: torch.Tensor, second: torch.Tensor, double: torch.Tensor,
+                 distances_per_block: int) -> dict[str, torch.Tensor]:
+    """The scores of one batch of pairs, as ``gears.utils.get_coeffs`` computes them."""
+    singles = torch.stack((first, second), dim=-1)
+    c1, c2 = theil_sen_coefficients(first, second, double).unbind(dim=-1)
+    fitted = c1.unsqueeze(1) * first + c2.unsqueeze(1) * second
+    dcor_first, dcor_second, dcor_singles = distance_correlation(
+        torch.cat((first, second, first)), torch.cat((double, double, second))).chunk(3)
+    return {
+        "c1": c1,
+        "c2": c2,
+        "mag": torch.sqrt(c1**2 + c2**2),
+        "dcor": distance_correlation(singles, double, distances_per_block),
+        "dcor_singles": dcor_singles,
+        "dcor_first": dcor_first,
+        "dcor_second": dcor_second,
+        "corr_fit": _pearson(fitted, double),
+        "dominance": torch.abs(torch.log10(c1 / c2)),
+        "eq_contr": torch.minimum(dcor_first, dcor_second) / torch.maximum(dcor_first, dcor_second),
+    }
