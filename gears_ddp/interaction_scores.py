@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 import torch
+from scipy.linalg.lapack import get_lapack_funcs
 
 MIN_GI_GENES = 3
 GI_SCORE_NAMES = (
@@ -50,6 +51,9 @@ THEIL_SEN_SEED = 1000
 SPATIAL_MEDIAN_MAX_ITER = 1000
 SPATIAL_MEDIAN_TOL = 1.0e-3
 _EPSILON = float(np.finfo(np.float64).eps)
+# 2 x 2 systems with |det| at or below this times their squared Frobenius norm (a ratio of
+# singular values below about 2e-10) are solved by LAPACK itself: see _subset_solutions.
+SINGULAR_SUSPECT = 2.0**20 * _EPSILON
 
 # Pairs scored together and pairwise distances held at once: on CPU small enough to stay in
 # cache, on GPU large enough to fill the device.
@@ -93,15 +97,18 @@ def theil_sen_subsets(n_genes: int) -> np.ndarray:
 def _subset_solutions(changes: torch.Tensor, subsets: torch.Tensor) -> torch.Tensor:
     """Least-squares coefficients (pairs x 2 x subsets) of ``double ~ [first, second]`` on each
     two-gene subset, ``changes`` being (pairs x 3 x genes) ``[first, second, double]``, as
-    LAPACK ``gelss`` (scikit-learn's solver) returns them: the exact solution when the 2 x 2
-    system has full rank, the minimum-norm one otherwise.
+    LAPACK ``gelss`` (scikit-learn's solver) returns them.
 
-    The rank is ``gelss``'s: a singular value at or below machine epsilon times the largest
-    counts as zero. With ``det`` the determinant and ``frob`` the squared Frobenius norm,
-    the smaller singular value is ``|det| / s1``, ``s1**2`` is the larger root of ``s**2 -
-    frob * s + det**2`` (between ``frob / 2`` and ``frob``), and a rank-1 matrix's
-    pseudo-inverse is its transpose over ``frob``. Only subsets with ``|det| <= eps * frob``
-    can be rank-deficient; they are rare and settled apart."""
+    A well-conditioned 2 x 2 system is solved in closed form (Cramer's rule), which agrees
+    with ``gelss`` to rounding. ``gelss`` treats a singular value at or below machine
+    epsilon times the largest as zero and returns the minimum-norm solution; for a
+    singular system without a zero row or column the smaller singular value it computes is
+    rounding noise, so whether its answer is the minimum-norm one or a huge one cannot be
+    known without running it. Systems near singular (``|det| <= SINGULAR_SUSPECT *
+    ||A||_F**2``; rare outside degenerate data) are therefore handed to ``gelss`` itself
+    (``_gelss_solutions``), except those with a zero row or column, where its smaller
+    singular value is exactly 0 and the answer is the minimum-norm ``A^T y / ||A||_F**2``
+    (0 for the zero matrix)."""
     pairs, _, genes = changes.shape
     gene_major = changes.reshape(pairs * 3, genes).t().contiguous()
     picked = gene_major.index_select(0, subsets.t().reshape(-1)).t().reshape(pairs, 3, 2, -1)
@@ -115,18 +122,34 @@ def _subset_solutions(changes: torch.Tensor, subsets: torch.Tensor) -> torch.Ten
     torch.mul(a11, y2, out=solutions[:, 1]).addcmul_(a21, y1, value=-1.0)
     solutions /= det.unsqueeze(1)
     frob = (first.square() + second.square()).sum(dim=1)
-    doubtful = det.abs() <= _EPSILON * frob
-    if bool(doubtful.any()):
-        pair, subset = doubtful.nonzero(as_tuple=True)
-        d, f = det[pair, subset], frob[pair, subset]
-        largest_sq = 0.5 * (f + torch.sqrt(torch.clamp(f * f - 4.0 * d * d, min=0.0)))
-        deficient = d.abs() <= _EPSILON * largest_sq
-        pair, subset, f = pair[deficient], subset[deficient], f[deficient]
-        b11, b12, b21, b22 = (x[pair, subset] for x in (a11, a12, a21, a22))
-        c1, c2 = y1[pair, subset], y2[pair, subset]
-        scale = torch.where(f > 0, 1.0 / torch.where(f > 0, f, 1.0), 0.0)
-        solutions[pair, 0, subset] = (b11 * c1 + b21 * c2) * scale
-        solutions[pair, 1, subset] = (b12 * c1 + b22 * c2) * scale
+    suspect = det.abs() <= SINGULAR_SUSPECT * frob
+    if not bool(suspect.any()):
+        return solutions
+    pair, subset = suspect.nonzero(as_tuple=True)
+    system = torch.stack([value[pair, subset] for value in (a11, a12, a21, a22, y1, y2)], dim=1)
+    b11, b12, b21, b22, c1, c2 = system.unbind(dim=1)
+    zero_line = ((b11 == 0) & (b12 == 0)) | ((b21 == 0) & (b22 == 0)) \
+        | ((b11 == 0) & (b21 == 0)) | ((b12 == 0) & (b22 == 0))
+    norm_sq = frob[pair, subset]
+    scale = torch.where(norm_sq > 0, 1.0 / torch.where(norm_sq > 0, norm_sq, 1.0), 0.0)
+    answer = torch.stack(((b11 * c1 + b21 * c2) * scale, (b12 * c1 + b22 * c2) * scale), dim=1)
+    noisy = (~zero_line).nonzero(as_tuple=True)[0]
+    if len(noisy):
+        answer[noisy] = torch.from_numpy(_gelss_solutions(system[noisy].cpu().numpy())).to(answer.device)
+    solutions[pair, :, subset] = answer
+    return solutions
+
+
+def _gelss_solutions(systems: np.ndarray) -> np.ndarray:
+    """LAPACK ``gelss`` solutions (k x 2) of 2 x 2 systems given as rows ``a11, a12, a21,
+    a22, y1, y2``, called as scikit-learn's ``_lstsq`` calls it."""
+    matrix, target = np.ones((2, 2)), np.zeros(2)
+    (gelss,) = get_lapack_funcs(("gelss",), (matrix, target))
+    solutions = np.empty((len(systems), 2))
+    for row, system in enumerate(systems):
+        matrix[:] = system[:4].reshape(2, 2)
+        target[:] = system[4:]
+        solutions[row] = gelss(matrix, target)[1][:2]
     return solutions
 
 
