@@ -208,7 +208,7 @@ def test_tensor_inputs_stay_on_their_device(device):
     from_tensors = interaction_scores(first, second, double)
     from_arrays = interaction_scores(first.cpu().numpy(), second.cpu().numpy(), double.cpu().numpy(), device=device)
     for name in GI_SCORE_NAMES:
-        np.testing.assert_array_equal(from_tensors[name], from_arrays[name])
+        np.testing.assert_allclose(from_tensors[name], from_arrays[name], rtol=1e-12, atol=1e-12)
 
 
 def test_no_pairs_give_empty_scores():
