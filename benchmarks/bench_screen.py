@@ -64,12 +64,12 @@ class Timing:
 def random_changes(n_pairs: int, n_genes: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pairs x genes) changes of two singles and their double with an interaction term."""
     rng = np.random.default_rng(seed)
-    first = rng.normal(0.0, 1.0, (n_pairs, n_genes))
-    second = rng.normal(0.0, 1.0, (n_pairs, n_genes))
-    weights = rng.uniform(0.2, 2.0, (n_pairs, 2, 1))
-    double = weights[:, 0] * first + weights[:, 1] * second + 0.3 * first * second \
-        + rng.normal(0.0, 0.3, (n_pairs, n_genes))
-    return tuple(values.astype(np.float32).astype(np.float64) for values in (first, second, double))
+    first, second, noise = rng.normal(0.0, 1.0, (3, n_pairs, n_genes))
+    weight_first, weight_second = rng.uniform(0.2, 2.0, (2, n_pairs, 1))
+    double = weight_first * first + weight_second * second + 0.3 * first * second + 0.3 * noise
+    # predictions are float32
+    return first.astype(np.float32).astype(float), second.astype(np.float32).astype(float), \
+        double.astype(np.float32).astype(float)
 
 
 def published_scoring(first, second, double) -> tuple[Timing, list[dict]]:
