@@ -25,17 +25,16 @@ setup(
         "scipy>=1.9",
         "pandas>=1.5",
         "tqdm>=4.60",
-        "scikit-learn>=1.0",
         "joblib>=1.3",  # cpu_count: the cores a process may use (affinity, cgroup quota)
-        "dcor>=0.6",
         "matplotlib>=3.5",
         "pyyaml>=6",  # run configuration files (gears-ddp train --config)
     ],
     entry_points={"console_scripts": ["gears-ddp = gears_ddp.cli:main"]},
     extras_require={
-        # scanpy and torch-geometric: the tests compare gears_ddp's DE ranking and graph operator with theirs
+        # scanpy, torch-geometric, scikit-learn and dcor: the tests compare gears_ddp's DE ranking,
+        # graph operator and genetic-interaction scores with theirs
         "test": ["pytest>=7", "pytest-timeout>=2", "cell-gears==0.1.2", "scanpy>=1.9", "torch-geometric>=2.4",
-                 "networkx", "cell-eval"],
+                 "scikit-learn>=1.0", "dcor>=0.6", "networkx", "cell-eval"],
         "wandb": ["wandb"],
     },
 )
