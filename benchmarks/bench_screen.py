@@ -13,7 +13,7 @@ predicted changes.
 - published: ``gears.utils.get_GI_params`` called pair after pair, as ``GI_predict`` does
   (scikit-learn's ``TheilSenRegressor`` over 100,000 gene pairs, then four ``dcor``
   distance correlations), on the first ``--published-pairs`` pairs.
-- gears_ddp: ``gears_ddp.interaction_scores.interaction_scores`` on all ``--pairs`` pairs
+- gears_ddp: ``gears_ddp.evaluation.interaction_scores.interaction_scores`` on all ``--pairs`` pairs
   at once, on ``--device``, with each of the ``--threads`` torch thread counts (default:
   1 and every usable core; the published loop runs with every core, as scikit-learn and
   dcor choose). The Theil-Sen subsets are drawn once per gene count (seconds, then
@@ -92,7 +92,7 @@ def published_scoring(first, second, double) -> tuple[Timing, list[dict]]:
 
 def subsets_draw(n_genes: int) -> Timing:
     """The one-time draw of the Theil-Sen subsets for this gene count."""
-    from gears_ddp.interaction_scores import theil_sen_subsets
+    from gears_ddp.evaluation.interaction_scores import theil_sen_subsets
 
     theil_sen_subsets.cache_clear()
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -105,7 +105,7 @@ def batched_scoring(first, second, double, device: str, threads: int) -> tuple[T
     """gears_ddp's batched scores with ``threads`` torch threads (subsets drawn before)."""
     import torch
 
-    from gears_ddp.interaction_scores import interaction_scores
+    from gears_ddp.evaluation.interaction_scores import interaction_scores
 
     torch.set_num_threads(threads)
     _synchronise(device)
@@ -120,7 +120,7 @@ def scoring_parts(first, second, double, device: str) -> list[Timing]:
     """Each part of the batched scores alone, in the batches ``interaction_scores`` uses."""
     import torch
 
-    from gears_ddp import interaction_scores as scores
+    from gears_ddp.evaluation import interaction_scores as scores
 
     first, second, double = (torch.tensor(values, device=device) for values in (first, second, double))
     batch = scores.CPU_BATCH_SIZE if torch.device(device).type == "cpu" else scores.GPU_BATCH_SIZE
@@ -153,7 +153,7 @@ def _synchronise(device: str) -> None:
 
 def largest_differences(batched: dict, published: list[dict]) -> dict[str, float]:
     """Largest |gears_ddp - published| per score over the pairs both scored."""
-    from gears_ddp.interaction_scores import GI_SCORE_NAMES
+    from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
 
     return {name: max(abs(float(batched[name][pair]) - float(reference[name]))
                       for pair, reference in enumerate(published)) for name in GI_SCORE_NAMES}

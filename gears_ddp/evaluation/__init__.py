@@ -1,6 +1,8 @@
 """Scoring predictions against the truth: the published metrics accumulated per condition
 (``metrics``), the cells' spread at DE genes (``truth_spread``), the no-change, mean-effect
-and additive baselines (``baselines``) and the summary of a pass over a set (``scoring``).
+and additive baselines (``baselines``), the summary of a pass over a set (``scoring``), and
+the genetic-interaction scores of many two-gene combinations at once
+(``interaction_scores``).
 
 May import: ``runtime``, ``data``.
 """

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gears_ddp.interaction_scores import MIN_GI_GENES, interaction_scores
+from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_scores
 
 
 def _as_change_vector(name: str, values) -> np.ndarray:
