@@ -176,7 +176,7 @@ def main() -> None:
 
     import torch
 
-    from gears_ddp.threads import usable_cores
+    from gears_ddp.runtime.threads import usable_cores
 
     thread_counts = args.threads or sorted({1, usable_cores()})
     first, second, double = random_changes(args.pairs, args.genes, args.seed)
