@@ -276,19 +276,22 @@ def _failure(failed: list[tuple[int, int]], errors: list, nprocs: int,
 @contextlib.contextmanager
 def signals_passed_on(numbers, processes):
     """While active (in the main thread), pass the signals ``numbers`` on to ``processes``
-    (a list, read when a signal arrives: processes added to it later receive them too)."""
+    (a list, read when a signal arrives: processes added to it later receive them too).
+    Yields the list of the signal numbers received so far."""
+    received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield received
         return
 
     def pass_on(number, frame):
+        received.append(number)
         for process in processes:
             if process.is_alive():
                 os.kill(process.pid, number)
 
     previous = {number: signal.signal(number, pass_on) for number in numbers}
     try:
-        yield
+        yield received
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
