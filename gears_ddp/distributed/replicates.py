@@ -74,9 +74,10 @@ class Replicate:
     split_seed: int
     folder: Path
 
-    def described(self, status: str, error: str | None = None) -> dict:
+    def described(self, status: str, error: str | None = None, seconds: float | None = None) -> dict:
+        """As the summary lists it; ``seconds``: its wall time in this run (None when it did not run)."""
         return {"name": self.name, "seed": self.seed, "split_seed": self.split_seed, "folder": str(self.folder),
-                "status": status, "error": error}
+                "status": status, "error": error, "seconds": seconds}
 
 
 def plan_replicates(replicates: ReplicateOptions, split: SplitConfig, options: TrainingArgs) -> list[Replicate]:
@@ -220,11 +221,10 @@ def _summarise(top: Path, config: dict, runs: list[Replicate], reports: dict, ou
     finished."""
     described = []
     for run in runs:
-        if reports[run.name] is not None:
-            described.append(run.described("finished"))
-        else:
-            outcome = outcomes.get(run.name, {"status": "not started"})
-            described.append(run.described(outcome["status"], outcome.get("error")))
+        outcome = outcomes.get(run.name, {"status": "finished" if reports[run.name] is not None else "not started"})
+        if outcome["status"] == "finished" and reports[run.name] is None:
+            outcome = {**outcome, "status": "failed", "error": f"its {REPORT_FILE} cannot be read"}
+        described.append(run.described(outcome["status"], outcome.get("error"), outcome.get("seconds")))
     finished = {name: report for name, report in reports.items() if report is not None}
     page = write_replicate_report(top, config, described, finished)
     summary = {**json.loads((top / REPORT_FILE).read_text(encoding="utf-8")), "report_path": str(page)}
@@ -317,17 +317,17 @@ class _ReplicateScheduler:
             messages = entry.workers.result()
         except DistributedTrainingError as error:
             logger.error("%s: failed after %.0f s: %s", name, seconds, error)
-            return {"status": "failed", "error": str(error)}
+            return {"status": "failed", "error": str(error), "seconds": seconds}
         finally:
             entry.workers.close()
         stopped = [message for message in messages if message[0] == "interrupted"]
         if stopped:
             logger.warning("%s: %s", name, stopped[0][1])
-            return {"status": "interrupted", "error": stopped[0][1]}
+            return {"status": "interrupted", "error": stopped[0][1], "seconds": seconds}
         if not any(message[0] == "report" for message in messages):
-            return {"status": "failed", "error": "its workers ended without a report"}
+            return {"status": "failed", "error": "its workers ended without a report", "seconds": seconds}
         logger.info("%s: finished in %.0f s", name, seconds)
-        return {"status": "finished"}
+        return {"status": "finished", "seconds": seconds}
 
     def _release_data(self, queue, running: dict) -> None:
         """Drop the data of split seeds no waiting or running replicate needs."""

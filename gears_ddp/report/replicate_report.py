@@ -11,7 +11,7 @@ folder lies below it):
 
 ``replicates`` describes each replicate as plain data: ``name``, ``seed``, ``split_seed``,
 ``folder`` (its run folder), ``status`` (``'finished'``, ``'failed'``, ``'interrupted'`` or
-``'not started'``) and ``error``; ``reports`` holds the run report of each finished one.
+``'not started'``), ``error`` and ``seconds`` (its wall time, None when it did not run now); ``reports`` holds the run report of each finished one.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from html import escape
 from pathlib import Path
 
 from gears_ddp.data.io import atomic_path
-from gears_ddp.report.page import STYLE, format_number, settings_section
+from gears_ddp.report.page import STYLE, format_duration, format_number, settings_section
 from gears_ddp.report.replicate_summary import (BEATS, GEARS, INTERVAL_METHOD, LOSES, ReplicateVerdict,
                                                 summarise_replicates, summary_records)
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE, write_json
@@ -181,12 +181,13 @@ def _pictures_section(pictures: dict[str, str]) -> str:
 def _replicates_section(replicates: list[dict], folder: Path) -> str:
     rows = []
     for replicate in replicates:
+        seconds = replicate.get("seconds")
         page = Path(replicate["folder"]) / PAGE_FILE
         link = (f'<a href="{escape(Path(os.path.relpath(page, folder)).as_posix())}">report</a>'
                 if replicate["status"] == "finished" else "")
         rows.append(f"<tr><td>{escape(replicate['name'])}</td><td>{escape(str(replicate['seed']))}</td>"
                     f"<td>{escape(str(replicate['split_seed']))}</td><td>{escape(replicate['status'])}</td>"
-                    f"<td>{link}</td></tr>")
+                    f"<td>{format_duration(seconds) if seconds is not None else 'not run now'}</td><td>{link}</td></tr>")
     return ("<h2>Replicates</h2>\n<p>Each is a complete run folder with its own model, metrics, log and "
             "report.</p>\n<table>\n<tr><th>replicate</th><th>model seed</th><th>split seed</th><th>status</th>"
-            "<th>its report</th></tr>\n" + "\n".join(rows) + "\n</table>")
+            "<th>wall time, start to end</th><th>its report</th></tr>\n" + "\n".join(rows) + "\n</table>")
