@@ -44,14 +44,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import BATCH_SIZE, SPLIT, add_size_arguments, synthetic_options  # noqa: E402
+from bench_data import BATCH_SIZE, SPLIT, add_size_arguments, prepared_synthetic  # noqa: E402
 from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY  # noqa: E402
 from results import add_record_argument, recorded  # noqa: E402
 
 from gears_ddp import train_replicates  # noqa: E402
-from gears_ddp.datasets import write_synthetic_dataset  # noqa: E402
-from gears_ddp.distributed.config import SplitConfig, TrainingArgs  # noqa: E402
-from gears_ddp.distributed.spawn import prepare_data  # noqa: E402
 from gears_ddp.runtime.threads import usable_cores  # noqa: E402
 
 CPU_TARGET, GPU_TARGET = 1.15, 1.1
@@ -103,9 +100,7 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_synthetic_dataset(tmp / "data", **synthetic_options(args))
-        options = TrainingArgs.from_dict({"model_config": {"hidden_size": HIDDEN_SIZE}})
-        prepare_data(tmp / "data", "synthetic", SplitConfig.from_dict(SPLIT), options)  # split and graphs cached
+        prepared_synthetic(tmp / "data", args, HIDDEN_SIZE)  # the split and graphs cached before any timing
         settings = {"epochs": args.epochs}
         load = os.getloadavg()
         if args.gpus:

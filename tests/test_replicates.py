@@ -16,7 +16,7 @@ from gears_ddp import train_multi_gpu, train_replicates
 from gears_ddp.cli import main
 from gears_ddp.distributed import replicates as replicates_module
 from gears_ddp.distributed.config import ReplicateOptions
-from gears_ddp.distributed.replicates import ReplicatesFailed, device_groups
+from gears_ddp.distributed.replicates import device_groups
 from gears_ddp.report.plots import figure_replicate_values
 from gears_ddp.report.replicate_report import TABLE_COLUMNS, TABLE_FILE, write_replicate_report
 from gears_ddp.report.replicate_summary import (BEATS, LOSES, NO_CLEAR, NO_INTERVAL, interval_verdict,

@@ -133,13 +133,7 @@ def _verdict_section(report: dict, verdicts: list[MetricVerdict]) -> str:
                 "scored on test conditions nor compared with the baselines.</p>")
     names = list(dict.fromkeys(name for verdict in verdicts for name in verdict.beats))
     header = "".join(f"<th>{escape(name)}</th>" for name in names)
-    rows, subgroup = [], object()
-    for verdict in verdicts:
-        if verdict.subgroup != subgroup:
-            subgroup = verdict.subgroup
-            heading = SUBGROUP_NAMES.get(subgroup, subgroup).capitalize()
-            rows.append(f'<tr class="subgroup"><th colspan="{len(names) + 4}">{escape(str(heading))}</th></tr>')
-        rows.append(verdict_row(verdict, names))
+    rows = rows_by_subgroup(verdicts, lambda verdict: verdict_row(verdict, names), len(names) + 4)
     return ("<h2>Test metrics beside the baselines</h2>\n"
             "<p>Each baseline predicts from the training data only: <i>no_change</i> the control mean, "
             "<i>mean_effect</i> control plus the average effect of all training perturbations, "
@@ -148,6 +142,19 @@ def _verdict_section(report: dict, verdicts: list[MetricVerdict]) -> str:
             f'<p class="note">{escape(ONE_SEED_NOTE)}</p>\n'
             f"<table>\n<tr><th>metric</th><th>better</th><th>GEARS</th>{header}<th>verdict</th></tr>\n"
             + "\n".join(rows) + "\n</table>")
+
+
+def rows_by_subgroup(verdicts: list, row, columns: int) -> list[str]:
+    """Each verdict's table row (``row(verdict)``), under a heading row spanning ``columns``
+    columns where a new subgroup starts."""
+    rows, subgroup = [], object()
+    for verdict in verdicts:
+        if verdict.subgroup != subgroup:
+            subgroup = verdict.subgroup
+            heading = SUBGROUP_NAMES.get(subgroup, subgroup).capitalize()
+            rows.append(f'<tr class="subgroup"><th colspan="{columns}">{escape(str(heading))}</th></tr>')
+        rows.append(row(verdict))
+    return rows
 
 
 def verdict_row(verdict: MetricVerdict, names: list[str]) -> str:

@@ -21,11 +21,11 @@ from html import escape
 from pathlib import Path
 
 from gears_ddp.data.io import atomic_path
-from gears_ddp.report.page import STYLE, format_duration, format_number, settings_section
+from gears_ddp.report.page import STYLE, format_duration, format_number, rows_by_subgroup, settings_section
 from gears_ddp.report.replicate_summary import (BEATS, GEARS, INTERVAL_METHOD, LOSES, ReplicateVerdict,
                                                 summarise_replicates, summary_records)
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE, write_json
-from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES
+from gears_ddp.report.verdicts import MEANINGS
 
 TABLE_FILE = "replicates.csv"
 PICTURE_FOLDER = "plots"
@@ -132,13 +132,7 @@ def _verdict_section(verdicts: list[ReplicateVerdict]) -> str:
         return "<h2>Test metrics</h2>\n<p>No finished replicate has test metrics to summarise.</p>"
     names = list(verdicts[0].baselines)
     header = "".join(f"<th>{escape(name)}: mean ± sd<br>GEARS - {escape(name)} [95% interval]</th>" for name in names)
-    rows, subgroup = [], object()
-    for verdict in verdicts:
-        if verdict.subgroup != subgroup:
-            subgroup = verdict.subgroup
-            heading = SUBGROUP_NAMES.get(subgroup, subgroup).capitalize()
-            rows.append(f'<tr class="subgroup"><th colspan="{len(names) + 4}">{escape(str(heading))}</th></tr>')
-        rows.append(_verdict_row(verdict, names))
+    rows = rows_by_subgroup(verdicts, lambda verdict: _verdict_row(verdict, names), len(names) + 4)
     return ("<h2>Test metrics over the replicates</h2>\n"
             f"<table>\n<tr><th>metric</th><th>better</th><th>GEARS: mean ± sd</th>{header}<th>verdict</th></tr>\n"
             + "\n".join(rows) + "\n</table>")
