@@ -133,6 +133,8 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     assert main(["train", "--config", str(config), "--set", "args.epochs=3"]) == 0
     out = capsys.readouterr().out
     assert "better" in out and "verdict" in out and "GEARS beats every baseline on" in out and "report.html" in out
+    assert (f"These verdicts come from one seed; for 95% intervals over seeds: gears-ddp train --config "
+            f"{save / 'config.yaml'} --seeds 1 2 3 4 5 --set args.save_path={save}-replicates") in out
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(report["history"]) == 3
     with open(save / "metrics.csv") as handle:
