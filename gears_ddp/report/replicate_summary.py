@@ -194,22 +194,19 @@ def replicate_table(records: list[dict]) -> str:
     its direction, GEARS's mean ± sd, and for each baseline the mean difference GEARS -
     baseline, its 95% interval and the verdict."""
     names = list(dict.fromkeys(name for record in records for name in record["differences"]))
-    labels = [f"{r['subgroup'] + ': ' if r['subgroup'] else ''}{r['metric']}" for r in records]
-    width = max([len("metric"), *map(len, labels)]) + 2
-    cell = 44
-    lines = [f"{'metric':{width}}{'better':>7}  {'GEARS mean ± sd':<19}"
-             + "".join(f"{'GEARS - ' + name + ' [95% interval]':<{cell}}" for name in names)]
-    for label, record in zip(labels, records):
-        cells = []
+    header = ["metric", "better", "GEARS mean ± sd", *(f"GEARS - {name} [95% interval]" for name in names)]
+    rows = [header]
+    for record in records:
+        gears = record["methods"][GEARS]
+        row = [f"{record['subgroup'] + ': ' if record['subgroup'] else ''}{record['metric']}",
+               "higher" if record["higher_is_better"] else "lower", f"{_number(gears['mean'])} ± {_number(gears['sd'])}"]
         for name in names:
             d = record["differences"][name]
-            text = f"{_number(d['mean'], '+')} [{_number(d['ci_low'], '+')}, {_number(d['ci_high'], '+')}] {d['verdict']}"
-            cells.append(text.ljust(cell))
-        gears = record["methods"][GEARS]
-        spread = f"{_number(gears['mean'])} ± {_number(gears['sd'])}"
-        lines.append(f"{label:{width}}{'higher' if record['higher_is_better'] else 'lower':>7}  {spread:<19}"
-                     + "".join(cells))
-    return "\n".join(lines)
+            row.append(f"{_number(d['mean'], '+')} [{_number(d['ci_low'], '+')}, {_number(d['ci_high'], '+')}] "
+                       f"{d['verdict']}")
+        rows.append(row)
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
 def _number(value, sign: str = "") -> str:
