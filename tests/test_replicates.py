@@ -4,6 +4,9 @@ of each against the same run alone)."""
 import csv
 import json
 import math
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from gears_ddp.distributed.config import ReplicateOptions
 from gears_ddp.distributed.replicates import device_groups
 from gears_ddp.report.plots import figure_replicate_values
 from gears_ddp.report.replicate_report import TABLE_COLUMNS, TABLE_FILE, write_replicate_report
+from gears_ddp.runtime.stopping import EXIT_INTERRUPTED
 from gears_ddp.report.replicate_summary import (BEATS, LOSES, NO_CLEAR, NO_INTERVAL, interval_verdict,
                                                 replicate_table, summarise_replicates, t_interval)
 
@@ -276,3 +280,28 @@ def test_a_replicate_of_two_ranks_trains_on_a_group_of_two_processes(data_folder
     assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
     assert "group 1: cpu, cpu" in caplog.text
     assert yaml.safe_load((tmp_path / "run" / "split-2" / "config.yaml").read_text())["split_config"]["seed"] == 2
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_stop_signal_stops_the_running_replicate_with_a_checkpoint_and_starts_no_other(data_folder, tmp_path):
+    from test_launch import _clean_environment
+    from test_restarts import _wait_for_step
+
+    run = tmp_path / "run"
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy",
+                                      "split_config": SPLIT, "args": _args(run, cpu_processes=1, epochs=500,
+                                                                           max_steps=None, checkpoint_every_steps=5)}))
+    process = subprocess.Popen([sys.executable, "-m", "gears_ddp", "train", "--config", str(config), "--seeds", "1",
+                                "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=_clean_environment())
+    _wait_for_step(run / "seed-1", 5, process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert "replicates stopped on SIGTERM: 0 of 2 finished; run the same command again" in err
+    summary = json.loads((run / "report.json").read_text())
+    assert [(r["name"], r["status"]) for r in summary["replicates"]] == [("seed-1", "interrupted"),
+                                                                          ("seed-2", "not started")]
+    assert "checkpoint" in summary["replicates"][0]["error"] and not (run / "seed-2").exists()

@@ -203,7 +203,7 @@ def train_replicates(pert_data_path, dataset_name: str, split_config: dict, args
         waiting = [run for run in runs if reports[run.name] is None]
         outcomes, stop = _ReplicateScheduler(config, groups, options, split).run(waiting)
         for run in waiting:
-            if outcomes[run.name]["status"] == "finished":
+            if outcomes.get(run.name, {}).get("status") == "finished":  # none for those a stop signal kept waiting
                 reports[run.name] = finished_report(run.folder)
         return _summarise(top, config, runs, reports, outcomes, stop)
 
