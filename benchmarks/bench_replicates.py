@@ -26,9 +26,9 @@ each process's start.
 On GPUs (``--gpus N``): one replicate on ``cuda:0`` against N replicates on N GPUs, one
 each. Expected: within 1.1 x of one. Each replicate has its own process, GPU and CUDA
 context, no collective crosses replicates, and the expression is shared read-only (mapped
-or in shared memory), so nothing but the host is shared: each process gets cores // N
-threads for its loader and kernel launches, and the batches cross the PCIe links of their
-own GPUs. With a few cores per GPU, the N replicates run as one does.
+or in shared memory), so nothing but the host is shared: its cores, which assemble each
+replicate's batches and launch its kernels, and its memory bandwidth; the batches cross the
+PCIe links of their own GPUs. With a few cores per GPU, the N replicates run as one does.
 
 The synthetic dataset (defaults: ``make_synthetic_perturb_seq``'s sizes, 7,300 cells x
 1,000 genes) is written once to a temporary folder and its split and graphs cached before
