@@ -4,6 +4,7 @@ of each against the same run alone)."""
 import csv
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -219,7 +220,8 @@ def test_a_failing_replicate_leaves_the_others_finished_and_a_rerun_skips_them_a
     blocker.mkdir(parents=True)
     assert main(["train", "--config", str(config), "--seeds", "1", "2"]) == 1
     err = capsys.readouterr().err
-    assert "1 of 2 replicates did not finish" in err and "seed-2 failed" in err and ".checkpoint-blocker.tmp" in err
+    assert "1 of 2 replicates did not finish" in err and "seed-2 failed" in err and ".checkpoint-blocker.tmp" in err, \
+        err[-3000:]
     assert (run / "seed-1" / "report.html").exists() and not (run / "seed-2" / "report.html").exists()
     summary = json.loads((run / "report.json").read_text())
     assert [(r["name"], r["status"]) for r in summary["replicates"]] == [("seed-1", "finished"), ("seed-2", "failed")]
@@ -305,3 +307,21 @@ def test_a_stop_signal_stops_the_running_replicate_with_a_checkpoint_and_starts_
     assert [(r["name"], r["status"]) for r in summary["replicates"]] == [("seed-1", "interrupted"),
                                                                           ("seed-2", "not started")]
     assert "checkpoint" in summary["replicates"][0]["error"] and not (run / "seed-2").exists()
+
+
+def _worker_failing_as_it_ends(local_rank, *args):
+    """A rank that does all its work, report included, and then exits with an error."""
+    replicates_module.spawned_worker(local_rank, *args)
+    os._exit(3)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_replicate_whose_worker_fails_after_its_complete_report_counts_as_finished(data_folder, tmp_path,
+                                                                                     monkeypatch, caplog):
+    monkeypatch.setattr(replicates_module, "spawned_worker", _worker_failing_as_it_ends)
+    summary = train_replicates(data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1, max_steps=2),
+                               {"seeds": [7]})
+    assert [r["status"] for r in summary["replicates"]] == ["finished"]
+    assert "seed-7: finished in" in caplog.text and "a worker failed as it ended: rank 0 of 1 exited with code 3" \
+        in caplog.text

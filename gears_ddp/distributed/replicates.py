@@ -316,6 +316,11 @@ class _ReplicateScheduler:
         try:
             messages = entry.workers.result()
         except DistributedTrainingError as error:
+            if any(message[0] == "report" for message in entry.workers.received) \
+                    and finished_report(entry.run.folder) is not None:  # it failed while exiting, its work done
+                logger.warning("%s: finished in %.0f s (its report is complete), but a worker failed as it ended: "
+                               "%s", name, seconds, error)
+                return {"status": "finished", "seconds": seconds}
             logger.error("%s: failed after %.0f s: %s", name, seconds, error)
             return {"status": "failed", "error": str(error), "seconds": seconds}
         finally:
