@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -79,15 +80,23 @@ def timed(data_path: Path, save_path: Path, replicates: int, args: dict, devices
                "model_config": {"hidden_size": HIDDEN_SIZE}, "save_path": str(save_path),
                **devices.get("args", {})}
     with threads_per_process(threads):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
         summary = train_replicates(data_path, "synthetic", SPLIT, options, {"seeds": list(range(1, replicates + 1))},
                                    gpu_ids=devices.get("gpu_ids"))
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     epochs = []
     for replicate in summary["replicates"]:
         history = json.loads((Path(replicate["folder"]) / "report.json").read_text())["history"]
         epochs.append(sum(record["seconds"] for record in history))
-    return {"wall": wall, "epoch_seconds": epochs, "replicate_seconds": [r["seconds"] for r in summary["replicates"]]}
+    return {"wall": wall, "cpu": cpu, "epoch_seconds": epochs,
+            "replicate_seconds": [r["seconds"] for r in summary["replicates"]]}
+
+
+def cpu_seconds() -> float:
+    """CPU time (user and system) of this process and of its ended, joined children: the
+    parent and every worker it spawned."""
+    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 
 def main():
@@ -138,15 +147,19 @@ def print_table(best: dict, measured: dict, ratio: float, bound: float, target: 
     print(f"synthetic data ({args.genes} genes, {args.cells_per_condition} cells per condition), split simulation "
           f"(seed 1); {args.epochs} epochs, batch {BATCH_SIZE}, hidden {HIDDEN_SIZE}; timed end to end around "
           f"train_replicates, side by side in one run, {args.repeats} interleaved repeat(s), the fastest kept\n")
-    print("| run                                                   | wall time (s) | per replicate: wall (s) | "
-          "of which epochs (s) | every repeat (s) |")
-    print("|-------------------------------------------------------|--------------:|------------------------:|"
-          "--------------------:|-----------------:|")
+    print("| run                                                   | wall time (s) | every repeat (s) | CPU time per "
+          "replicate (s) | per replicate: wall (s) | of which epochs (s) |")
+    print("|-------------------------------------------------------|--------------:|-----------------:|-------------"
+          "------------:|------------------------:|--------------------:|")
     for name, result in best.items():
         replicate = statistics.mean(result["replicate_seconds"])
         epochs = statistics.mean(result["epoch_seconds"])
         repeats = ", ".join(f"{r['wall']:.1f}" for r in measured[name])
-        print(f"| {name:<53} | {result['wall']:13.1f} | {replicate:23.1f} | {epochs:19.1f} | {repeats:>16} |")
+        cpu = result["cpu"] / len(result["replicate_seconds"])
+        print(f"| {name:<53} | {result['wall']:13.1f} | {repeats:>16} | {cpu:25.1f} | {replicate:23.1f} | "
+              f"{epochs:19.1f} |")
+    print("\nCPU time: of the parent and all workers (user + system), divided by the replicates; equal CPU time per "
+          "replicate means training several at once adds no work, whatever else shares the machine.")
     print(f"\ntarget: {target}: measured {ratio:.2f} x ({'met' if ratio <= bound else 'NOT met'}, bound {bound})")
     print(f"load average (1 min) before and after: {load[0][0]:.2f}, {load[1][0]:.2f} on {usable_cores()} core(s) "
           "(above 0: other work shared the machine, and the times are not reliable)")
