@@ -93,10 +93,11 @@ def timed(data_path: Path, save_path: Path, replicates: int, args: dict, devices
 
 
 def cpu_seconds() -> float:
-    """CPU time (user and system) of this process and of its ended, joined children: the
-    parent and every worker it spawned."""
-    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
-               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    """CPU time (user and system) of this process's ended, joined children: every worker
+    ``train_replicates`` spawned (the parent's own work is left out: it is shared by the
+    replicates)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main():
@@ -147,19 +148,20 @@ def print_table(best: dict, measured: dict, ratio: float, bound: float, target: 
     print(f"synthetic data ({args.genes} genes, {args.cells_per_condition} cells per condition), split simulation "
           f"(seed 1); {args.epochs} epochs, batch {BATCH_SIZE}, hidden {HIDDEN_SIZE}; timed end to end around "
           f"train_replicates, side by side in one run, {args.repeats} interleaved repeat(s), the fastest kept\n")
-    print("| run                                                   | wall time (s) | every repeat (s) | CPU time per "
-          "replicate (s) | per replicate: wall (s) | of which epochs (s) |")
+    print("| run                                                   | wall time (s) | every repeat (s) | workers' CPU "
+          "time per replicate (s) | per replicate: wall (s) | of which epochs (s) |")
     print("|-------------------------------------------------------|--------------:|-----------------:|-------------"
-          "------------:|------------------------:|--------------------:|")
+          "----------------------:|------------------------:|--------------------:|")
     for name, result in best.items():
         replicate = statistics.mean(result["replicate_seconds"])
         epochs = statistics.mean(result["epoch_seconds"])
         repeats = ", ".join(f"{r['wall']:.1f}" for r in measured[name])
         cpu = result["cpu"] / len(result["replicate_seconds"])
-        print(f"| {name:<53} | {result['wall']:13.1f} | {repeats:>16} | {cpu:25.1f} | {replicate:23.1f} | "
+        print(f"| {name:<53} | {result['wall']:13.1f} | {repeats:>16} | {cpu:35.1f} | {replicate:23.1f} | "
               f"{epochs:19.1f} |")
-    print("\nCPU time: of the parent and all workers (user + system), divided by the replicates; equal CPU time per "
-          "replicate means training several at once adds no work, whatever else shares the machine.")
+    print("\nworkers' CPU time: user + system of every worker process, divided by the replicates. Equal CPU time per "
+          "replicate means that training several at once adds no work and that they do not slow each other through "
+          "the memory (a core stalled on memory still counts as CPU time), whatever else shares the machine.")
     print(f"\ntarget: {target}: measured {ratio:.2f} x ({'met' if ratio <= bound else 'NOT met'}, bound {bound})")
     print(f"load average (1 min) before and after: {load[0][0]:.2f}, {load[1][0]:.2f} on {usable_cores()} core(s) "
           "(above 0: other work shared the machine, and the times are not reliable)")
