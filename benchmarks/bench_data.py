@@ -49,6 +49,19 @@ def synthetic_options(args) -> dict:
             "n_control_cells": args.control_cells, "seed": 0}
 
 
+def prepared_synthetic(folder: Path, args, hidden_size: int):
+    """The synthetic dataset of the size options written to ``folder/synthetic``, loaded and
+    prepared as ``train_multi_gpu`` prepares it (split ``SPLIT``, graphs built and cached),
+    in shared memory."""
+    from gears_ddp.datasets import write_synthetic_dataset
+    from gears_ddp.distributed.config import SplitConfig, TrainingArgs
+    from gears_ddp.distributed.spawn import prepare_data
+
+    write_synthetic_dataset(folder, **synthetic_options(args))
+    options = TrainingArgs.from_dict({"model_config": {"hidden_size": hidden_size}})
+    return prepare_data(folder, "synthetic", SplitConfig.from_dict(SPLIT), options).share_memory_()
+
+
 def make_input(folder: Path, args) -> Path:
     """The raw AnnData (h5ad) and GO files both implementations start from."""
     from gears_ddp.data.graphs import jaccard_edge_list

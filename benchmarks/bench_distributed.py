@@ -66,15 +66,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import SPLIT, add_size_arguments, synthetic_options  # noqa: E402
+from bench_data import add_size_arguments, prepared_synthetic  # noqa: E402
 from results import add_record_argument, recorded  # noqa: E402
 from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY  # noqa: E402
 
-from gears_ddp.datasets import write_synthetic_dataset  # noqa: E402
-from gears_ddp.distributed.config import SplitConfig, TrainingArgs  # noqa: E402
+from gears_ddp.distributed.config import TrainingArgs  # noqa: E402
 from gears_ddp.distributed.runtime import find_free_port  # noqa: E402
 from gears_ddp.distributed.worker import Placement, spawned_worker  # noqa: E402
-from gears_ddp.distributed.spawn import prepare_data, spawn_workers  # noqa: E402
+from gears_ddp.distributed.spawn import spawn_workers  # noqa: E402
 
 TARGET_EXTRA_RANK_MIB = 0.3e9 / 2**20  # 0.3 GB
 
@@ -225,9 +224,7 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_synthetic_dataset(tmp / "data", **synthetic_options(args))
-        options = TrainingArgs.from_dict({"model_config": {"hidden_size": HIDDEN_SIZE}})
-        pert_data = prepare_data(tmp / "data", "synthetic", SplitConfig.from_dict(SPLIT), options).share_memory_()
+        pert_data = prepared_synthetic(tmp / "data", args, HIDDEN_SIZE)
         status = proc_status_mib()
         expression = pert_data.cells.expression
         parent = {"rss_mib": status["VmRSS"], "shared_mib": status["RssShmem"],

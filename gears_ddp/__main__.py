@@ -3,4 +3,5 @@ import sys
 
 from gears_ddp.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # spawned workers import this module first: they must not run the command again
+    sys.exit(main())

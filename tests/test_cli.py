@@ -133,6 +133,8 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     assert main(["train", "--config", str(config), "--set", "args.epochs=3"]) == 0
     out = capsys.readouterr().out
     assert "better" in out and "verdict" in out and "GEARS beats every baseline on" in out and "report.html" in out
+    assert (f"These verdicts come from one seed; for 95% intervals over seeds: gears-ddp train --config "
+            f"{save / 'config.yaml'} --seeds 1 2 3 4 5 --set args.save_path={save}-replicates") in out
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(report["history"]) == 3
     with open(save / "metrics.csv") as handle:
@@ -182,7 +184,7 @@ def test_train_under_torchrun_runs_one_rank_per_process(tmp_path, data_folder):
                "-m", "gears_ddp", "train", "--config", str(config)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_environment())
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("verdict") == 1  # the summary comes from rank 0 only
+    assert result.stdout.count("overall: GEARS beats every baseline on") == 1  # the summary comes from rank 0 only
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
     assert (save / "report.html").exists() and (save / "model.pt").exists()

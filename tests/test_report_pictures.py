@@ -227,6 +227,8 @@ def test_page_shows_every_metric_with_its_verdict(tmp_path):
     assert "one gene seen in training" in page
     assert "GEARS beats every baseline on 1 of 2 metrics" in page
     assert "correlation of predicted and true change over control" in page  # the metric's meaning
+    assert "These verdicts come from one run: one model seed and one split seed" in page
+    assert "gears-ddp train --config config.yaml --seeds 1 2 3 4 5" in page  # how to run replicates
 
 
 def test_page_links_pictures_and_shows_history_and_settings(tmp_path):

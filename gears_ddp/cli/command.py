@@ -2,6 +2,7 @@
 
     gears-ddp demo                                  the README's main job, no download
     gears-ddp train --config run.yaml [--set args.epochs=5 ...]
+    gears-ddp train --config run.yaml --seeds 1 2 3 4 5 [--split-seeds 1 2 3 4 5]   replicates
     gears-ddp evaluate --run ./runs/my_run [--set split_config.seed=2] [--out scores.json]
     gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
     gears-ddp predict --run ./runs/my_run --split test --format cell-eval --out test.h5ad
@@ -9,10 +10,13 @@
 
 ``train`` on one machine starts one worker per GPU (or ``args.cpu_processes`` CPU
 processes) as ``train_multi_gpu`` does; under torchrun or srun it runs this process's rank,
-with the same configuration. ``evaluate`` and ``predict`` read a run folder: its
+with the same configuration. ``--seeds`` (or a ``replicates`` key) trains one run per seed
+concurrently over the devices, as ``train_replicates`` does, and summarises them.
+``evaluate`` and ``predict`` read a run folder: its
 ``config.yaml`` says where the data is and how it was split, its model folder holds the
 weights. Exit status: 0 done, 2 a bad configuration or input, 75 stopped by a signal with a
-checkpoint (continue with ``--set args.resume_from=auto``), 1 anything else.
+checkpoint (continue with ``--set args.resume_from=auto``; replicates: the same command), 1
+anything else (a replicate that failed included).
 """
 from __future__ import annotations
 
@@ -41,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
                                             "keys are train_multi_gpu's parameters: pert_data_path, dataset_name, "
                                             "split_config, args, n_gpus, gpu_ids.")
     train.add_argument("--config", help="the YAML file (a run folder's config.yaml repeats that run)")
+    train.add_argument("--seeds", nargs="+", type=int, metavar="SEED",
+                       help="replicates: one run per model seed in save_path/seed-N, summarised in save_path "
+                            "(replicates.seeds)")
+    train.add_argument("--split-seeds", nargs="+", type=int, metavar="SEED",
+                       help="replicates: one run per split seed (replicates.split_seeds); with --seeds, the lists "
+                            "pair up")
     _add_set(train)
 
     demo = commands.add_parser("demo", help="train on the built-in synthetic dataset and write a run report")
@@ -107,8 +117,12 @@ def main(argv=None) -> int:
 def train(options) -> int:
     if options.config is None and not options.overrides:
         raise RunConfigError("give --config run.yaml (or at least --set pert_data_path=... --set dataset_name=...)")
-    config = read_run_config(options.config, options.overrides) if options.config else \
-        resolve_with_overrides({}, options.overrides, "--set")
+    overrides = list(options.overrides)
+    for key, seeds in (("seeds", options.seeds), ("split_seeds", options.split_seeds)):
+        if seeds is not None:
+            overrides.append(f"replicates.{key}={seeds}")
+    config = read_run_config(options.config, overrides) if options.config else \
+        resolve_with_overrides({}, overrides, "--set")
     return _train(config)
 
 
@@ -132,6 +146,11 @@ def _train(config: dict) -> int:
     from gears_ddp.distributed.runtime import launch_environment
 
     environment = launch_environment()
+    if config.get("replicates") is not None:
+        if environment is not None:
+            raise RunConfigError(f"replicates run on one machine, started by gears-ddp train itself, not under "
+                                 f"{environment.source}: start it without the launcher")
+        return _train_replicates(config)
     if environment is not None:
         from gears_ddp.distributed.launch import run_launched_rank
 
@@ -147,12 +166,33 @@ def _train(config: dict) -> int:
     return 0
 
 
+def _train_replicates(config: dict) -> int:
+    """Train the replicates and print their summary; 1 when some did not finish."""
+    from gears_ddp.distributed.replicates import ReplicatesFailed, train_replicates
+    from gears_ddp.report.replicate_summary import replicate_table
+
+    try:
+        summary, status = train_replicates(**config), 0
+    except ReplicatesFailed as failure:
+        print(f"gears-ddp train: {failure}", file=sys.stderr)
+        summary, status = failure.summary, 1
+    print(f"\n{summary['finished']} of {len(summary['replicates'])} replicates finished")
+    overall = [record for record in summary["metrics"] if record["subgroup"] is None]
+    if overall:
+        print(replicate_table(overall))
+    print(f"\nsummary with every subgroup, plots and each replicate's report: {summary['report_path']}")
+    return status
+
+
 def _print_summary(report: dict) -> None:
     from gears_ddp.report.verdicts import compare, verdict_table
 
     print(f"\nbest epoch {report['best_epoch']} of {len(report['history'])}, {report['world_size']} process(es)")
     if "model" in report:  # the log above has the subgroups too
         print(verdict_table(compare(report["model"], report["baselines"], subgroups=(None,))))
+        run = Path(report.get("model_path", "."))
+        print(f"These verdicts come from one seed; for 95% intervals over seeds: gears-ddp train --config "
+              f"{run / CONFIG_FILE} --seeds 1 2 3 4 5 --set args.save_path={run}-replicates")
     if "model_path" in report:
         print(f"\nmodel and run report in {report['model_path']} (open {Path(report['model_path']) / PAGE_FILE})")
 

@@ -1,5 +1,6 @@
 """Training on many processes: ``train_multi_gpu`` spawning one worker per device
-(``spawn``), one rank (``worker``), the torchrun / Slurm entry (``launch``), process groups
+(``spawn``), ``train_replicates`` training several seeds of a run at once (``replicates``),
+one rank (``worker``), the torchrun / Slurm entry (``launch``), process groups
 and launch variables (``runtime``), the options of a run (``config``) and its YAML file
 (``run_config``), and what workers tell the parent (``messages``).
 

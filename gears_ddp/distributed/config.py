@@ -9,12 +9,12 @@ the model options (``model_config``) and the options of the launch itself.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from gears_ddp.data.expression_map import DTYPES
 from gears_ddp.data.pertdata import STORAGES, PertData
 from gears_ddp.gears import GEARS
-from gears_ddp.training.options import TrainingOptions, option, reject_unknown
+from gears_ddp.training.options import TrainingOptions, _is_int, option, reject_unknown
 
 
 def _parameters(function) -> list[str]:
@@ -88,3 +88,55 @@ class TrainingArgs(TrainingOptions):
         if not isinstance(self.find_unused_parameters, bool):
             raise ValueError(f"args['find_unused_parameters'] must be True or False, "
                              f"got {self.find_unused_parameters!r}")
+
+
+@dataclass
+class ReplicateOptions:
+    """What a ``replicates`` key (``train_replicates``' ``replicates``) may hold: the seeds
+    that make the replicates and how they share the devices."""
+
+    seeds: list | None = option(None, "model seeds (args.seed: initial weights, shuffling, control pairing); one "
+                                      "replicate per seed")
+    split_seeds: list | None = option(None, "split seeds (split_config.seed); given with seeds, the lists pair up: "
+                                            "replicate i uses split_seeds[i] and seeds[i]")
+    ranks_per_replicate: int = option(1, "devices (DDP ranks) each replicate trains on")
+    parallel: int | None = option(None, "replicates training at once (None: as many groups of ranks_per_replicate "
+                                        "devices as the devices given make)")
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "ReplicateOptions":
+        if not isinstance(values, dict):
+            raise ValueError(f"replicates must be a mapping such as {{seeds: [1, 2, 3]}}, got {values!r}")
+        reject_unknown(values, [item.name for item in fields(cls)], "replicates")
+        options = cls(**values)
+        options.check()
+        return options
+
+    def check(self) -> None:
+        """Raise a ValueError naming the first bad value."""
+        if self.seeds is None and self.split_seeds is None:
+            raise ValueError("replicates needs seeds and/or split_seeds, e.g. {seeds: [1, 2, 3]}")
+        for key in ("seeds", "split_seeds"):
+            values = getattr(self, key)
+            if values is None:
+                continue
+            if not isinstance(values, (list, tuple)) or not values:
+                raise ValueError(f"replicates.{key} must be a non-empty list of seeds, got {values!r}")
+            bad = [value for value in values if not (_is_int(value) and value >= 0)]
+            if bad:
+                raise ValueError(f"replicates.{key} must hold non-negative integers; {bad} are not")
+            repeated = sorted({value for value in values if list(values).count(value) > 1})
+            if repeated:
+                raise ValueError(f"replicates.{key} {list(values)} lists {repeated} more than once: each seed makes "
+                                 "one replicate")
+            setattr(self, key, list(values))
+        if self.seeds is not None and self.split_seeds is not None and len(self.seeds) != len(self.split_seeds):
+            raise ValueError(f"replicates.seeds ({len(self.seeds)}) and replicates.split_seeds "
+                             f"({len(self.split_seeds)}) pair up, one replicate per pair: give lists of equal length")
+        for key in ("ranks_per_replicate", "parallel"):
+            value = getattr(self, key)
+            if (value is not None or key == "ranks_per_replicate") and not (_is_int(value) and value >= 1):
+                raise ValueError(f"replicates.{key} must be a positive integer, got {value!r}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)

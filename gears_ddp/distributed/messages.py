@@ -119,9 +119,10 @@ class _ForwardingHandler(logging.Handler):
             self.handleError(record)
 
 
-def replay_log(fields: dict) -> None:
-    """In the parent: hand a forwarded record to the parent's logger of the same name."""
-    record = logging.makeLogRecord(fields)
+def replay_log(fields: dict, prefix: str = "") -> None:
+    """In the parent: hand a forwarded record to the parent's logger of the same name, its
+    message prefixed with ``prefix`` (which says whose it is when several runs log at once)."""
+    record = logging.makeLogRecord({**fields, "msg": prefix + fields["msg"]} if prefix else fields)
     target = logging.getLogger(record.name)
     if target.isEnabledFor(record.levelno):
         target.handle(record)

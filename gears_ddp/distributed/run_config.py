@@ -1,8 +1,9 @@
 """A run's configuration as a YAML file: what ``gears-ddp train --config run.yaml`` reads.
 
 The top-level keys are ``train_multi_gpu``'s parameters (``pert_data_path``,
-``dataset_name``, ``split_config``, ``args``, ``n_gpus``, ``gpu_ids``), so a file and a
-Python call say the same thing in the same words::
+``dataset_name``, ``split_config``, ``args``, ``n_gpus``, ``gpu_ids``), and
+``train_replicates``' ``replicates`` (``{seeds: [1, 2, 3]}``), so a file and a Python call
+say the same thing in the same words::
 
     pert_data_path: ./data
     dataset_name: norman
@@ -25,16 +26,19 @@ import yaml
 
 from gears_ddp.data.io import atomic_path
 from gears_ddp.data.splits import SPLIT_OPTION_HELP
-from gears_ddp.distributed.config import MODEL_DEFAULTS, MODEL_OPTION_HELP, SPLIT_DEFAULTS, SplitConfig, TrainingArgs
+from gears_ddp.distributed.config import (MODEL_DEFAULTS, MODEL_OPTION_HELP, SPLIT_DEFAULTS, ReplicateOptions,
+                                          SplitConfig, TrainingArgs)
 from gears_ddp.distributed.runtime import check_device_request
 from gears_ddp.training.options import TrainingOptions
 from gears_ddp.report.run_folder import CONFIG_FILE
 
-RUN_KEYS = ("pert_data_path", "dataset_name", "split_config", "args", "n_gpus", "gpu_ids")
+RUN_KEYS = ("pert_data_path", "dataset_name", "split_config", "args", "n_gpus", "gpu_ids", "replicates")
 RUN_KEY_HELP = {"pert_data_path": "the data folder (GO files, datasets); required",
                 "dataset_name": "a published dataset's name, or a dataset folder in pert_data_path; required",
                 "n_gpus": "use the first N visible GPUs (None: all of them)",
-                "gpu_ids": "use these GPUs; rank r runs on gpu_ids[r]"}
+                "gpu_ids": "use these GPUs; rank r runs on gpu_ids[r]",
+                "replicates": "train one run per seed, in save_path/seed-N/, and summarise them (train_replicates; "
+                              "see the replicates keys below)"}
 REQUIRED_KEYS = ("pert_data_path", "dataset_name")
 
 
@@ -120,27 +124,31 @@ def resolve(config: dict, source: str) -> dict:
     for key in ("split_config", "args"):
         if config.get(key) is not None and not isinstance(config[key], dict):
             raise RunConfigError(f"{source}: {key} must be a mapping, got {config[key]!r}")
+    n_gpus, gpu_ids = config.get("n_gpus"), config.get("gpu_ids")
     try:
         split = SplitConfig.from_dict(config.get("split_config"))
         args = TrainingArgs.from_dict(config.get("args"))
+        replicates = None if config.get("replicates") is None else ReplicateOptions.from_dict(config["replicates"])
+        check_device_request(n_gpus, gpu_ids)
     except (ValueError, FileNotFoundError) as err:
         raise RunConfigError(f"{source}: {err}") from None
-    n_gpus, gpu_ids = config.get("n_gpus"), config.get("gpu_ids")
-    try:
-        check_device_request(n_gpus, gpu_ids)
-    except ValueError as err:
-        raise RunConfigError(f"{source}: {err}") from None
-    return resolved_config(str(config["pert_data_path"]), str(config["dataset_name"]), split, args, n_gpus, gpu_ids)
+    return resolved_config(str(config["pert_data_path"]), str(config["dataset_name"]), split, args, n_gpus, gpu_ids,
+                           replicates)
 
 
 def resolved_config(pert_data_path: str, dataset_name: str, split: SplitConfig, args: TrainingArgs,
-                    n_gpus: int | None = None, gpu_ids: list[int] | None = None) -> dict:
-    """The configuration with every default filled in: what the run folder keeps."""
+                    n_gpus: int | None = None, gpu_ids: list[int] | None = None,
+                    replicates: ReplicateOptions | None = None) -> dict:
+    """The configuration with every default filled in: what the run folder keeps. A single
+    run's has no ``replicates`` key."""
     values = args.as_dict()
     values["model_config"] = {**MODEL_DEFAULTS, **values["model_config"]}
-    return {"pert_data_path": pert_data_path, "dataset_name": dataset_name,
-            "split_config": {**SPLIT_DEFAULTS, **split.options}, "args": values, "n_gpus": n_gpus,
-            "gpu_ids": None if gpu_ids is None else [int(i) for i in gpu_ids]}
+    config = {"pert_data_path": pert_data_path, "dataset_name": dataset_name,
+              "split_config": {**SPLIT_DEFAULTS, **split.options}, "args": values, "n_gpus": n_gpus,
+              "gpu_ids": None if gpu_ids is None else [int(i) for i in gpu_ids]}
+    if replicates is not None:
+        config["replicates"] = replicates.as_dict()
+    return config
 
 
 def write_run_config(folder, config: dict) -> Path:
@@ -154,8 +162,8 @@ def write_run_config(folder, config: dict) -> Path:
 
 def option_sections(with_train_defaults: bool = True) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
     """Every option of a run, from the options' own definitions: (title, key prefix, [(name,
-    default, meaning)]) for the top-level keys, ``args``, ``args.model_config`` and
-    ``split_config``. ``with_train_defaults``: an ``args`` default also says where
+    default, meaning)]) for the top-level keys, ``args``, ``args.model_config``,
+    ``split_config`` and ``replicates``. ``with_train_defaults``: an ``args`` default also says where
     ``GEARS.train``'s differs, or that ``GEARS.train`` does not take it. ``gears-ddp train
     --help`` and docs/options.md are written from it."""
     in_train = {item.name: _default(item) for item in fields(TrainingOptions)}
@@ -168,7 +176,7 @@ def option_sections(with_train_defaults: bool = True) -> list[tuple[str, str, li
             default += f" (GEARS.train: {in_train[item.name]!r})"
         args.append((item.name, default, item.metadata.get("help", "")))
     return [
-        ("Top-level keys (train_multi_gpu's parameters)", "",
+        ("Top-level keys (train_multi_gpu's parameters, and train_replicates' replicates)", "",
          [(name, "required" if name in REQUIRED_KEYS else "None", RUN_KEY_HELP[name])
           for name in RUN_KEYS if name not in ("split_config", "args")]),
         ("args (GEARS.train's keyword arguments, but those marked args only)", "args.", args),
@@ -176,6 +184,8 @@ def option_sections(with_train_defaults: bool = True) -> list[tuple[str, str, li
          [(name, repr(value), MODEL_OPTION_HELP[name]) for name, value in MODEL_DEFAULTS.items()]),
         ("split_config (PertData.prepare_split)", "split_config.",
          [(name, repr(value), SPLIT_OPTION_HELP[name]) for name, value in SPLIT_DEFAULTS.items()]),
+        ("replicates (train_replicates)", "replicates.",
+         [(item.name, repr(_default(item)), item.metadata["help"]) for item in fields(ReplicateOptions)]),
     ]
 
 
@@ -197,7 +207,8 @@ def option_reference() -> str:
     lines = ["# Options", "", "<!-- Written from the options' own definitions by `python tests/test_docs.py "
              "--write`; the test suite checks that it is current. -->", "",
              "A configuration file (`gears-ddp train --config run.yaml`) has the top-level keys below, which "
-             "are `train_multi_gpu`'s parameters. `GEARS.train` takes the `args` options as keyword "
+             "are `train_multi_gpu`'s parameters, and `replicates` (`train_replicates`, see "
+             "[replicates](replicates.md)). `GEARS.train` takes the `args` options as keyword "
              "arguments, but those marked *args only*; where its default differs, the table says so (its "
              "loader options default to what `get_dataloader` was given, and it saves nothing without a "
              "`save_path`). `gears-ddp train --help` prints the same list."]

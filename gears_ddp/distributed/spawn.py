@@ -152,60 +152,88 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
     ``messages.put`` (a :class:`WorkerMessages`), except their log records, which go to this
     process's loggers as they arrive.
 
+    SIGTERM and SIGUSR1 sent to this process while the workers run are passed on to them (a
+    scheduler's warning reaches every rank). A failed worker raises the
+    :class:`DistributedTrainingError` of :meth:`SpawnedWorkers.result`.
+    """
+    workers = SpawnedWorkers(worker, worker_args, nprocs)
+    try:
+        with signals_passed_on(STOP_SIGNALS, workers.processes):
+            while not workers.finished():
+                multiprocessing.connection.wait(workers.sentinels(), timeout=poll_s)
+        return workers.result()
+    finally:
+        workers.close()
+
+
+class SpawnedWorkers:
+    """``nprocs`` processes running ``worker(local_rank, *worker_args, messages)``, started
+    with ``mp.spawn`` and watched without blocking, so that one parent can watch several
+    sets at once (``train_replicates``).
+
     The messages are read while the workers run (a worker writing more than a pipe holds
     would otherwise wait forever for a parent that waits for it), and reading never waits
-    for a message a dead worker left half-written. SIGTERM and SIGUSR1 sent to this process
-    while the workers run are passed on to them (a scheduler's warning reaches every rank).
-    The workers' OpenMP threads wait passively unless the user chose otherwise
-    (``threads.passive_openmp_environment``).
+    for a message a dead worker left half-written. Log records go to this process's loggers
+    as they arrive, their messages prefixed with ``log_prefix``. The workers' OpenMP threads
+    wait passively unless the user chose otherwise (``threads.passive_openmp_environment``).
 
     When a worker fails, the others get ``SHUTDOWN_GRACE_S`` to stop on their own (a peer's
-    loss usually stops them at once), then SIGTERM, then SIGKILL: a lost rank ends the run
+    loss usually stops them at once), then SIGTERM, then SIGKILL: a lost rank ends the set
     within a bounded time and leaves no process behind. The error names the rank that failed
     first: one killed by a signal before it could report anything, else the one whose
     reported failure (``("error", time, rank, traceback)``) came first.
     """
-    messages = WorkerMessages(mp.get_context("spawn"))
-    received = []
 
-    def collect() -> list:
-        for message in messages.receive():
+    def __init__(self, worker, worker_args: tuple, nprocs: int, log_prefix: str = ""):
+        self.nprocs, self.log_prefix = nprocs, log_prefix
+        self.messages = WorkerMessages(mp.get_context("spawn"))
+        self.received: list = []
+        self.failed: list[tuple[int, int]] = []  # (rank, exit code) of the workers failed when a failure was seen
+        try:
+            with passive_openmp_environment():
+                self.context = mp.spawn(worker, args=(*worker_args, self.messages), nprocs=nprocs, join=False)
+        except BaseException:
+            self.messages.close()
+            raise
+        self.processes = self.context.processes
+
+    def collect(self) -> list:
+        """Every message but the log records received so far (those are handed on)."""
+        for message in self.messages.receive():
             if message[0] == "log":
-                replay_log(message[1])
+                replay_log(message[1], self.log_prefix)
             else:
-                received.append(message)
-        return received
+                self.received.append(message)
+        return self.received
 
-    processes = []
-    try:
-        with passive_openmp_environment():
-            context = mp.spawn(worker, args=(*worker_args, messages), nprocs=nprocs, join=False)
-        processes = context.processes
-        with _passed_on(STOP_SIGNALS, processes):
-            failed = _wait_for_workers(processes, collect, poll_s)
-        if failed:
-            _stop_workers(processes, collect)
-            errors = sorted(m for m in collect() if m[0] == "error")
-            raise _failure(failed, errors, nprocs, _raised_before_reporting(context.error_files[failed[0][0]]))
-        return collect()
-    finally:
-        for process in processes:  # whatever happened here, no worker outlives this call
+    def sentinels(self) -> list:
+        """What ``multiprocessing.connection.wait`` waits on: the workers still running."""
+        return [process.sentinel for process in self.processes if process.exitcode is None]
+
+    def finished(self) -> bool:
+        """Whether every worker exited or one failed (remembered in ``failed``)."""
+        self.collect()
+        self.failed = [(rank, p.exitcode) for rank, p in enumerate(self.processes) if p.exitcode not in (None, 0)]
+        return bool(self.failed) or not self.sentinels()
+
+    def result(self) -> list:
+        """Once ``finished``: the workers' messages, or, when one failed, the others stopped
+        and a :class:`DistributedTrainingError` naming the first failure."""
+        if not self.failed:
+            return self.collect()
+        _stop_workers(self.processes, self.collect)
+        errors = sorted(m for m in self.collect() if m[0] == "error")
+        raise _failure(self.failed, errors, self.nprocs,
+                       _raised_before_reporting(self.context.error_files[self.failed[0][0]]))
+
+    def close(self) -> None:
+        """End any worker still running (whatever happened, none outlives its set) and close
+        the channel."""
+        for process in self.processes:
             if process.is_alive():
                 process.kill()
             process.join()
-        messages.close()
-
-
-def _wait_for_workers(processes, collect, poll_s: float) -> list[tuple[int, int]]:
-    """Wait until every worker exited; returns ``(rank, exit code)`` of those that had failed
-    when the first failure was seen (empty when all succeeded)."""
-    while True:
-        collect()
-        failed = [(rank, p.exitcode) for rank, p in enumerate(processes) if p.exitcode not in (None, 0)]
-        running = [p for p in processes if p.exitcode is None]
-        if failed or not running:
-            return failed
-        multiprocessing.connection.wait([p.sentinel for p in running], timeout=poll_s)
+        self.messages.close()
 
 
 def _stop_workers(processes, collect) -> None:
@@ -260,20 +288,24 @@ def _failure(failed: list[tuple[int, int]], errors: list, nprocs: int,
 
 
 @contextlib.contextmanager
-def _passed_on(numbers, processes):
-    """While active (in the main thread), pass the signals ``numbers`` on to ``processes``."""
+def signals_passed_on(numbers, processes):
+    """While active (in the main thread), pass the signals ``numbers`` on to ``processes``
+    (a list, read when a signal arrives: processes added to it later receive them too).
+    Yields the list of the signal numbers received so far."""
+    received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield received
         return
 
     def pass_on(number, frame):
+        received.append(number)
         for process in processes:
             if process.is_alive():
                 os.kill(process.pid, number)
 
     previous = {number: signal.signal(number, pass_on) for number in numbers}
     try:
-        yield
+        yield received
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)

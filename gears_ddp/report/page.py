@@ -39,6 +39,11 @@ figcaption { color: #555; }
 .note { background: #f6f6f6; padding: 0.6em 1em; border-left: 4px solid #999; }
 """
 
+ONE_SEED_NOTE = ("These verdicts come from one run: one model seed and one split seed. Seed to seed, the metrics "
+                 "can move by more than the gaps judged here. For verdicts that hold across seeds, run replicates "
+                 "(gears-ddp train --config config.yaml --seeds 1 2 3 4 5 --set args.save_path=NEW_FOLDER): their "
+                 "summary gives each difference with a 95% interval (docs/replicates.md).")
+
 
 def write_report_page(path, settings: dict, report: dict, pictures: dict[str, str]) -> Path:
     """Write the page to ``path`` (a run folder's ``report.html``) and return the path.
@@ -59,7 +64,7 @@ def render_report_page(settings: dict, report: dict, pictures: dict[str, str]) -
     dataset = escape(str(settings.get("dataset_name", "unknown dataset")))
     verdicts = compare(report["model"], report.get("baselines", {})) if "model" in report else []
     sections = [_heading(settings, report, verdicts), _verdict_section(report, verdicts),
-                _pictures_section(pictures), _history_section(report), _settings_section(settings)]
+                _pictures_section(pictures), _history_section(report), settings_section(settings)]
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f"<title>GEARS run report: {dataset}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
             + "\n".join(sections) + "\n</body>\n</html>\n")
@@ -128,20 +133,28 @@ def _verdict_section(report: dict, verdicts: list[MetricVerdict]) -> str:
                 "scored on test conditions nor compared with the baselines.</p>")
     names = list(dict.fromkeys(name for verdict in verdicts for name in verdict.beats))
     header = "".join(f"<th>{escape(name)}</th>" for name in names)
-    rows, subgroup = [], object()
-    for verdict in verdicts:
-        if verdict.subgroup != subgroup:
-            subgroup = verdict.subgroup
-            heading = SUBGROUP_NAMES.get(subgroup, subgroup).capitalize()
-            rows.append(f'<tr class="subgroup"><th colspan="{len(names) + 4}">{escape(str(heading))}</th></tr>')
-        rows.append(verdict_row(verdict, names))
+    rows = rows_by_subgroup(verdicts, lambda verdict: verdict_row(verdict, names), len(names) + 4)
     return ("<h2>Test metrics beside the baselines</h2>\n"
             "<p>Each baseline predicts from the training data only: <i>no_change</i> the control mean, "
             "<i>mean_effect</i> control plus the average effect of all training perturbations, "
             "<i>additive</i> control plus the sum of each gene's single-gene effect. A baseline value in red "
             "is at least as good as GEARS.</p>\n"
+            f'<p class="note">{escape(ONE_SEED_NOTE)}</p>\n'
             f"<table>\n<tr><th>metric</th><th>better</th><th>GEARS</th>{header}<th>verdict</th></tr>\n"
             + "\n".join(rows) + "\n</table>")
+
+
+def rows_by_subgroup(verdicts: list, row, columns: int) -> list[str]:
+    """Each verdict's table row (``row(verdict)``), under a heading row spanning ``columns``
+    columns where a new subgroup starts."""
+    rows, subgroup = [], object()
+    for verdict in verdicts:
+        if verdict.subgroup != subgroup:
+            subgroup = verdict.subgroup
+            heading = SUBGROUP_NAMES.get(subgroup, subgroup).capitalize()
+            rows.append(f'<tr class="subgroup"><th colspan="{columns}">{escape(str(heading))}</th></tr>')
+        rows.append(row(verdict))
+    return rows
 
 
 def verdict_row(verdict: MetricVerdict, names: list[str]) -> str:
@@ -183,7 +196,7 @@ def _history_section(report: dict) -> str:
             + "\n".join(rows) + "\n</table></div>")
 
 
-def _settings_section(settings: dict) -> str:
+def settings_section(settings: dict) -> str:
     """The run's configuration, one row per setting, nested keys dotted as ``--set`` writes them."""
     if not settings:
         return "<h2>Settings</h2>\n<p>The run's settings were not recorded (no config.yaml).</p>"

@@ -1,5 +1,6 @@
 """The run report's pictures: training curves, test metrics beside the baselines, and
-predicted against true change at the top DE genes of a few test conditions.
+predicted against true change at the top DE genes of a few test conditions; and, for
+replicates, each metric's value in every replicate, GEARS beside the baselines.
 
 Each picture has a ``figure_...`` builder that returns the ``matplotlib.figure.Figure`` (so
 tests and notebooks can inspect what was drawn) and a ``plot_...`` function that builds it
@@ -21,6 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from gears_ddp.report.replicate_summary import BEATS, LOSES, NO_CLEAR, NO_INTERVAL
 from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, SUBGROUPS, higher_is_better
 
 GEARS_COLOUR = "#c62828"
@@ -30,6 +32,8 @@ BASELINE_COLOURS = {"no_change": "#c8c8c8", "mean_effect": "#a9c1d9", "additive"
 FALLBACK_BASELINE_COLOURS = ("#c9b3d6", "#b5d3b0", "#e3b6a8")
 TRUE_CHANGE_FILL = "#dfe7f0"
 BASE_FONT_SIZE = 11
+VERDICT_LABELS = {BEATS: "beats", LOSES: "loses", NO_CLEAR: "unclear", NO_INTERVAL: "n/a"}
+VERDICT_COLOURS = {BEATS: "#1b5e20", LOSES: "#b71c1c"}
 DPI = 150
 
 
@@ -298,3 +302,60 @@ def _prediction_legend_handles(with_additive: bool) -> list:
 def plot_predictions(examples: list[dict], path) -> Path:
     """Write ``figure_predictions`` as a PNG at ``path``; returns the path."""
     return save_figure(figure_predictions(examples), path)
+
+
+# ------------------------------------------------------------------ replicates
+def figure_replicate_values(verdicts: list) -> Figure:
+    """One metric over the replicates (``replicate_summary.ReplicateVerdict`` of each
+    subgroup): for all test conditions and each subgroup, every replicate's value of GEARS
+    and of each baseline as a point, side by side, with each method's mean as a bar across
+    its points. The title says which way is better."""
+    metric = verdicts[0].metric
+    names = ["GEARS", *verdicts[0].baselines]
+    colours = [GEARS_COLOUR] + [baseline_colour(name, position) for position, name in enumerate(names[1:])]
+    width = max(6.5, 2.2 * len(verdicts) + 3)
+    figure = new_figure(width, 4.9)
+    axes = figure.subplots()
+    slot = 0.8 / len(names)
+    jitter = np.random.default_rng(0)  # the same picture every time it is drawn
+    for group, verdict in enumerate(verdicts):
+        spreads = [verdict.gears, *(verdict.baselines[name] for name in names[1:])]
+        for position, (spread, colour) in enumerate(zip(spreads, colours)):
+            centre = group + (position - (len(names) - 1) / 2) * slot
+            values = spread.finite
+            offsets = centre + jitter.uniform(-0.22, 0.22, values.size) * slot
+            axes.scatter(offsets, values, s=30, color=colour, edgecolors="#333333", linewidths=0.7, zorder=3)
+            if values.size:
+                axes.hlines(values.mean(), centre - 0.45 * slot, centre + 0.45 * slot, color="#222222",
+                            linewidth=2, zorder=2)
+            if position:  # the verdict of GEARS against this baseline, under its points
+                verdict_text = verdict.differences[names[position]].verdict
+                axes.text(centre, 0.01, VERDICT_LABELS[verdict_text], transform=axes.get_xaxis_transform(),
+                          ha="center", va="bottom", fontsize=BASE_FONT_SIZE - 3,
+                          color=VERDICT_COLOURS.get(verdict_text, "#777777"))
+    axes.set_xticks(np.arange(len(verdicts)), labels=[subgroup_label(v.subgroup) for v in verdicts],
+                    fontsize=BASE_FONT_SIZE)
+    axes.set_xlim(-0.6, len(verdicts) - 0.4)
+    low, high = axes.get_ylim()
+    axes.set_ylim(low - 0.18 * (high - low), high)  # room for the verdicts under the points
+    axes.set_ylabel(metric, fontsize=BASE_FONT_SIZE)
+    axes.set_xlabel("under each baseline: GEARS beats it, loses to it, or the difference is unclear (the 95% "
+                    "t-interval of the paired differences holds zero)", fontsize=BASE_FONT_SIZE - 1, color="#555555")
+    direction = "higher is better" if higher_is_better(metric) else "lower is better"
+    meaning = MEANINGS.get(metric)
+    count = max(verdict.gears.n for verdict in verdicts)
+    axes.set_title(f"{metric} ({direction}), {count} replicates" + (f"\n{meaning}" if meaning else ""),
+                   fontsize=BASE_FONT_SIZE + 1)
+    axes.grid(axis="y", color="#e6e6e6")
+    axes.set_axisbelow(True)
+    _style(axes)
+    handles = [Line2D([], [], marker="o", linestyle="none", color=colour, markeredgecolor="#333333",
+                      label="GEARS" if name == "GEARS" else display_name(name)) for name, colour in zip(names, colours)]
+    handles.append(Line2D([], [], color="#222222", linewidth=2, label="mean over replicates"))
+    figure.legend(handles=handles, loc="outside upper center", ncol=3, frameon=False, fontsize=BASE_FONT_SIZE)
+    return figure
+
+
+def plot_replicate_values(verdicts: list, path) -> Path:
+    """Write ``figure_replicate_values`` as a PNG at ``path``; returns the path."""
+    return save_figure(figure_replicate_values(verdicts), path)

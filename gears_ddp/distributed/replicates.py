@@ -1,0 +1,341 @@
+"""``train_replicates``: several replicates of one run, trained concurrently over the devices
+given, and one summary of them.
+
+A replicate is the run the configuration describes with its own model seed (``args.seed``)
+and/or split seed (``split_config.seed``). Each is a complete run in its own folder under
+``save_path`` (``seed-1``, ``split-2``, ``split-2-seed-1``), holding everything a run folder
+holds; its ``config.yaml`` repeats it alone. Each is trained as ``train_multi_gpu`` trains a
+run: workers started by ``spawn.SpawnedWorkers`` running ``worker.spawned_worker``, the
+recipe every run uses, on a process group of its own (of one rank or more).
+
+The devices given (``gpu_ids`` / ``n_gpus``, or ``args.cpu_processes``) are cut into groups
+of ``replicates.ranks_per_replicate``; each group trains one replicate at a time and takes
+the next waiting one when it is done. The parent loads the data of each split seed once
+and shares it with the workers, and watches every group at once: a replicate that fails
+ends its own workers only, and the others go on.
+
+Re-running the same command continues: a replicate whose report is complete is skipped,
+every other one trains with ``resume_from='auto'`` (from its newest checkpoint, when it
+wrote one). The summary (``report.replicate_report``) goes to ``save_path`` itself. A stop
+signal (SIGTERM, SIGUSR1) reaches every running replicate, which stops with a checkpoint;
+no new one starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing.connection
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gears_ddp._logging import get_logger
+from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.distributed.run_config import resolved_config, write_run_config
+from gears_ddp.distributed.runtime import find_free_port, resolve_devices
+from gears_ddp.distributed.spawn import (DistributedTrainingError, SpawnedWorkers, check_main_guard, prepare_data,
+                                         signals_passed_on)
+from gears_ddp.distributed.worker import Placement, spawned_worker
+from gears_ddp.report.page import flatten_settings
+from gears_ddp.report.replicate_report import write_replicate_report
+from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE, REPORT_FILE, log_file, read_settings
+from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted, signal_name
+from gears_ddp.training.engine import Precision
+from gears_ddp.training.options import check_save_path
+
+__all__ = ["train_replicates", "ReplicatesFailed"]
+
+logger = get_logger(__name__)
+POLL_S = 0.2
+# settings that say where a run trains, not what it computes: a save path may be continued with others
+PLACEMENT_SETTINGS = ("n_gpus", "gpu_ids", "args.cpu_processes", "args.resume_from", "args.save_path",
+                      "replicates.seeds", "replicates.split_seeds", "replicates.parallel")
+
+
+class ReplicatesFailed(DistributedTrainingError):
+    """Some replicates failed; the message names each with its error, ``summary`` is what
+    ``train_replicates`` would have returned (the finished replicates' summary)."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message)
+        self.summary = summary
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """One replicate: its name, model seed, split seed and run folder."""
+
+    name: str
+    seed: int
+    split_seed: int
+    folder: Path
+
+    def described(self, status: str, error: str | None = None, seconds: float | None = None) -> dict:
+        """As the summary lists it; ``seconds``: its wall time in this run (None when it did not run)."""
+        return {"name": self.name, "seed": self.seed, "split_seed": self.split_seed, "folder": str(self.folder),
+                "status": status, "error": error, "seconds": seconds}
+
+
+def plan_replicates(replicates: ReplicateOptions, split: SplitConfig, options: TrainingArgs) -> list[Replicate]:
+    """The replicates, in the order given: one per seed, per split seed, or per pair."""
+    count = len(replicates.seeds or replicates.split_seeds)
+    seeds = replicates.seeds or [options.seed] * count
+    split_seeds = replicates.split_seeds or [split.options.get("seed", 1)] * count
+    runs = []
+    for seed, split_seed in zip(seeds, split_seeds):
+        if replicates.seeds is not None and replicates.split_seeds is not None:
+            name = f"split-{split_seed}-seed-{seed}"
+        else:
+            name = f"seed-{seed}" if replicates.seeds is not None else f"split-{split_seed}"
+        runs.append(Replicate(name, seed, split_seed, Path(options.save_path) / name))
+    return runs
+
+
+def device_groups(devices: list[torch.device], replicates: ReplicateOptions) -> list[list[torch.device]]:
+    """The devices cut into the groups that train one replicate each; more groups (or a
+    larger group) than the devices make is refused, naming the devices."""
+    size = replicates.ranks_per_replicate
+    count = replicates.parallel if replicates.parallel is not None else len(devices) // size
+    needed = max(count, 1) * size
+    if needed > len(devices):
+        asked = f"replicates.parallel={count} group(s)" if replicates.parallel is not None else "one group"
+        raise ValueError(f"{asked} of replicates.ranks_per_replicate={size} device(s) need {needed} devices, but "
+                         f"{len(devices)} are given ({', '.join(map(str, devices))}): give more devices (gpu_ids, "
+                         "n_gpus or args.cpu_processes) or ask for fewer")
+    groups = [devices[index * size:(index + 1) * size] for index in range(count)]
+    idle = devices[count * size:]
+    if idle:
+        logger.warning("replicates: %s stay idle (%d group(s) of %d device(s) use %d of the %d devices given)",
+                       ", ".join(map(str, idle)), count, size, count * size, len(devices))
+    return groups
+
+
+def replicate_config(config: dict, run: Replicate, group: list[torch.device]) -> dict:
+    """The configuration of one replicate alone, on ``group`` (what its ``config.yaml``
+    holds: ``gears-ddp train --config`` on it repeats the replicate)."""
+    args = {**config["args"], "seed": run.seed, "save_path": str(run.folder), "resume_from": "auto",
+            "cpu_processes": len(group) if group[0].type == "cpu" else None}
+    gpu_ids = None if group[0].type == "cpu" else [device.index for device in group]
+    return {**{key: value for key, value in config.items() if key != "replicates"},
+            "split_config": {**config["split_config"], "seed": run.split_seed}, "args": args, "n_gpus": None,
+            "gpu_ids": gpu_ids}
+
+
+def check_same_configuration(folder: Path, config: dict, what: str) -> None:
+    """Refuse ``folder`` when its ``config.yaml`` describes another run than ``config``: a
+    single run where replicates go (or the reverse), or different settings, but those that
+    only place the run (``PLACEMENT_SETTINGS``)."""
+    if not (folder / CONFIG_FILE).exists():
+        return
+    held = read_settings(folder)
+    if not isinstance(held, dict) or ("replicates" in held) != ("replicates" in config):
+        kind = "replicates" if isinstance(held, dict) and "replicates" in held else "a single run"
+        raise ValueError(f"{what} {folder} holds {kind} (its {CONFIG_FILE}), not this configuration: choose another "
+                         "save_path")
+    there = {key: value for key, value in flatten_settings(held) if key not in PLACEMENT_SETTINGS}
+    here = {key: value for key, value in flatten_settings(config) if key not in PLACEMENT_SETTINGS}
+    differing = [f"{key}: {there.get(key, 'absent')} there, {here.get(key, 'absent')} here"
+                 for key in sorted(set(there) | set(here)) if there.get(key) != here.get(key)]
+    if differing:
+        raise ValueError(f"{what} {folder} holds a run of another configuration ({'; '.join(differing)}): choose "
+                         "another save_path, or give the configuration it holds to continue it")
+
+
+def finished_report(folder: Path) -> dict | None:
+    """The replicate's report when it is complete (``report.json`` readable and the page,
+    written after it, present), else None."""
+    if not (folder / PAGE_FILE).is_file():
+        return None
+    try:
+        report = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) and "history" in report else None
+
+
+def train_replicates(pert_data_path, dataset_name: str, split_config: dict, args: dict, replicates: dict,
+                     n_gpus: int | None = None, gpu_ids=None) -> dict:
+    """Train one run per seed (``replicates``: ``{'seeds': [...]}`` and/or ``{'split_seeds':
+    [...]}``, see ``ReplicateOptions``) in ``args['save_path']/<name>``, concurrently over
+    the devices (as ``train_multi_gpu`` takes them), and summarise them in ``save_path``.
+
+    Returns the summary (``report.json`` of ``save_path``): ``'replicates'`` (each one's
+    seeds, folder and status), ``'finished'``, ``'metrics'`` (per metric and subgroup: each
+    method's mean and sd, each baseline's paired difference with its 95% t-interval and
+    verdict), ``'interval_method'`` and ``'report_path'``. Raises ``ReplicatesFailed``
+    (with the summary) when some failed, ``TrainingInterrupted`` when a signal stopped them.
+    Every check runs before any process starts.
+    """
+    check_main_guard("train_replicates")
+    split = SplitConfig.from_dict(split_config)
+    options = TrainingArgs.from_dict(args)
+    plan = ReplicateOptions.from_dict(replicates)
+    if options.save_path is None:
+        raise ValueError("replicates need args['save_path']: each replicate writes its run folder under it")
+    if options.resume_from not in (None, "auto"):
+        raise ValueError(f"args['resume_from']={options.resume_from!r} names one run's checkpoint, but each replicate "
+                         "continues from its own folder: leave resume_from out (running the same command again "
+                         "continues every unfinished replicate)")
+    if plan.split_seeds is not None and split.options.get("split_dict_path") is not None:
+        raise ValueError("replicates.split_seeds with split_config.split_dict_path: the split is read from that file, "
+                         "so every split seed would give the same split")
+    devices = resolve_devices(n_gpus, gpu_ids, options.cpu_processes)
+    groups = device_groups(devices, plan)
+    Precision.for_mode(options.amp, devices[0])  # an impossible precision fails before any process starts
+    top = Path(options.save_path)
+    config = resolved_config(str(pert_data_path), dataset_name, split, options, n_gpus, gpu_ids, plan)
+    runs = plan_replicates(plan, split, options)
+    check_save_path(top)
+    check_same_configuration(top, config, "save_path")
+    for run in runs:
+        check_same_configuration(run.folder, replicate_config(config, run, groups[0]), f"replicate {run.name}:")
+    write_run_config(top, config)
+    with log_file(top):
+        _log_layout(runs, groups)
+        reports = {run.name: finished_report(run.folder) for run in runs}
+        for run in runs:
+            if reports[run.name] is not None:
+                logger.info("%s: finished before (its report is complete in %s), skipped", run.name, run.folder)
+        waiting = [run for run in runs if reports[run.name] is None]
+        outcomes, stop = _ReplicateScheduler(config, groups, options, split).run(waiting)
+        for run in waiting:
+            if outcomes.get(run.name, {}).get("status") == "finished":  # none for those a stop signal kept waiting
+                reports[run.name] = finished_report(run.folder)
+        return _summarise(top, config, runs, reports, outcomes, stop)
+
+
+def _log_layout(runs: list[Replicate], groups: list[list[torch.device]]) -> None:
+    layout = "; ".join(f"group {index + 1}: {', '.join(map(str, group))}" for index, group in enumerate(groups))
+    logger.info("%d replicate(s) (%s) on %d device group(s) of %d rank(s), %d training at once: %s", len(runs),
+                ", ".join(run.name for run in runs), len(groups), len(groups[0]), min(len(groups), len(runs)),
+                layout)
+
+
+def _summarise(top: Path, config: dict, runs: list[Replicate], reports: dict, outcomes: dict,
+               stop: int) -> dict:
+    """Write the summary, log the outcome and return the summary, or raise when not all
+    finished."""
+    described = []
+    for run in runs:
+        outcome = outcomes.get(run.name, {"status": "finished" if reports[run.name] is not None else "not started"})
+        if outcome["status"] == "finished" and reports[run.name] is None:
+            outcome = {**outcome, "status": "failed", "error": f"its {REPORT_FILE} cannot be read"}
+        described.append(run.described(outcome["status"], outcome.get("error"), outcome.get("seconds")))
+    finished = {name: report for name, report in reports.items() if report is not None}
+    page = write_replicate_report(top, config, described, finished)
+    summary = {**json.loads((top / REPORT_FILE).read_text(encoding="utf-8")), "report_path": str(page)}
+    logger.info("replicates: %d of %d finished; summary %s", len(finished), len(runs), page)
+    unfinished = [entry for entry in described if entry["status"] != "finished"]
+    if stop:
+        raise TrainingInterrupted(f"replicates stopped on {signal_name(stop)}: {len(finished)} of {len(runs)} "
+                                  "finished; run the same command again to continue the others", signal_name(stop),
+                                  None)
+    if unfinished:
+        failures = "\n".join(f"- {entry['name']} {entry['status']}: {entry['error']}" for entry in unfinished)
+        raise ReplicatesFailed(f"{len(unfinished)} of {len(runs)} replicates did not finish:\n{failures}\nThe summary "
+                               f"of the {len(finished)} finished ones: {page}. Run the same command again to retry "
+                               "them (the finished ones are skipped).", summary)
+    return summary
+
+
+@dataclass
+class _Running:
+    run: Replicate
+    workers: SpawnedWorkers
+    started: float
+
+
+class _ReplicateScheduler:
+    """Trains waiting replicates on free device groups until none waits, watching every
+    running group at once."""
+
+    def __init__(self, config: dict, groups: list[list[torch.device]], options: TrainingArgs, split: SplitConfig):
+        self.config, self.groups, self.options, self.split = config, groups, options, split
+        self.data: dict[int, object] = {}  # the prepared data of each split seed in use
+
+    def run(self, waiting: list[Replicate]) -> tuple[dict[str, dict], int]:
+        """Each replicate's outcome (``{'status': ..., 'error': ...}``) and the stop signal
+        received (0 when none)."""
+        queue, running, live, outcomes = deque(waiting), {}, [], {}
+        with signals_passed_on(STOP_SIGNALS, live) as received:
+            try:
+                while queue or running:
+                    for index in range(len(self.groups)):
+                        if index in running or not queue or received:
+                            continue
+                        run = queue.popleft()
+                        try:
+                            running[index] = _Running(run, self._start(run, index), time.monotonic())
+                        except Exception:  # this replicate cannot start (its split, its folder): the others go on
+                            outcomes[run.name] = {"status": "failed", "error": traceback.format_exc()}
+                            logger.error("%s: failed to start:\n%s", run.name, outcomes[run.name]["error"])
+                            continue
+                        live.extend(running[index].workers.processes)
+                    if not running:
+                        break
+                    sentinels = [sentinel for entry in running.values() for sentinel in entry.workers.sentinels()]
+                    multiprocessing.connection.wait(sentinels, timeout=POLL_S)
+                    for index, entry in list(running.items()):
+                        if entry.workers.finished():
+                            outcomes[entry.run.name] = self._settle(entry)
+                            del running[index]
+                            for process in entry.workers.processes:
+                                live.remove(process)
+                            self._release_data(queue, running)
+            finally:
+                for entry in running.values():
+                    entry.workers.close()
+        return outcomes, received[0] if received else 0
+
+    def _start(self, run: Replicate, index: int) -> SpawnedWorkers:
+        """Write the replicate's configuration and start its workers on group ``index``."""
+        group = self.groups[index]
+        write_run_config(run.folder, replicate_config(self.config, run, group))
+        if run.split_seed not in self.data:
+            split = SplitConfig({**self.split.options, "seed": run.split_seed})
+            self.data[run.split_seed] = prepare_data(self.config["pert_data_path"], self.config["dataset_name"],
+                                                     split, self.options).share_memory_()
+        options = dataclasses.replace(self.options, seed=run.seed, save_path=str(run.folder), resume_from="auto")
+        if options.wandb:
+            options.wandb = {**options.wandb, "name": f"{options.wandb.get('name', 'GEARS')}-{run.name}"}
+        port, processes = find_free_port(), sum(map(len, self.groups))
+        placements = [Placement(rank, len(group), index * len(group) + rank, processes, device, "127.0.0.1", port)
+                      for rank, device in enumerate(group)]
+        logger.info("%s: training on group %d (%s), run folder %s", run.name, index + 1,
+                    ", ".join(map(str, group)), run.folder)
+        return SpawnedWorkers(spawned_worker, (placements, self.data[run.split_seed], options), len(group),
+                              log_prefix=f"{run.name}: ")
+
+    def _settle(self, entry: _Running) -> dict:
+        """A replicate's outcome once its workers ended; its workers are closed."""
+        name, seconds = entry.run.name, time.monotonic() - entry.started
+        try:
+            messages = entry.workers.result()
+        except DistributedTrainingError as error:
+            if any(message[0] == "report" for message in entry.workers.received) \
+                    and finished_report(entry.run.folder) is not None:  # it failed while exiting, its work done
+                logger.warning("%s: finished in %.0f s (its report is complete), but a worker failed as it ended: "
+                               "%s", name, seconds, error)
+                return {"status": "finished", "seconds": seconds}
+            logger.error("%s: failed after %.0f s: %s", name, seconds, error)
+            return {"status": "failed", "error": str(error), "seconds": seconds}
+        finally:
+            entry.workers.close()
+        stopped = [message for message in messages if message[0] == "interrupted"]
+        if stopped:
+            logger.warning("%s: %s", name, stopped[0][1])
+            return {"status": "interrupted", "error": stopped[0][1], "seconds": seconds}
+        if not any(message[0] == "report" for message in messages):
+            return {"status": "failed", "error": "its workers ended without a report", "seconds": seconds}
+        logger.info("%s: finished in %.0f s", name, seconds)
+        return {"status": "finished", "seconds": seconds}
+
+    def _release_data(self, queue, running: dict) -> None:
+        """Drop the data of split seeds no waiting or running replicate needs."""
+        needed = {run.split_seed for run in queue} | {entry.run.split_seed for entry in running.values()}
+        for split_seed in set(self.data) - needed:
+            del self.data[split_seed]

@@ -1,0 +1,214 @@
+"""Verdicts that hold beyond one seed: the test metrics of several replicates of a run (the
+same configuration trained with other model or split seeds), summarised per metric and
+subgroup.
+
+For GEARS and each baseline, the mean and standard deviation (n - 1 in the denominator)
+over the replicates. For each baseline, the paired differences GEARS - baseline: every
+replicate scores GEARS and the baselines on the same test conditions of the same split, so
+what moves both from one replicate to the next cancels in the difference. Their mean and a
+95% t-interval on them (``INTERVAL_METHOD``) give the verdict, read in the metric's own
+direction (``verdicts.higher_is_better``): "beats" when the whole interval lies on GEARS's
+better side of zero, "loses to" when it lies wholly on the worse side, "no clear
+difference" when it holds zero. A replicate missing either value of a pair is left out of
+that pair's interval; fewer than two pairs give no interval and no verdict.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from gears_ddp.report.verdicts import HEADLINE_METRICS, SUBGROUPS, higher_is_better
+
+CONFIDENCE = 0.95
+INTERVAL_METHOD = ("95% t-interval on the paired differences GEARS - baseline over the replicates: mean difference "
+                   "± t(0.975, n - 1) x sd / sqrt(n), where sd is the differences' standard deviation (n - 1 in the "
+                   "denominator) and n the number of replicates")
+BEATS, LOSES, NO_CLEAR, NO_INTERVAL = "beats", "loses to", "no clear difference", "no interval"
+GEARS = "GEARS"
+
+
+@dataclass
+class Spread:
+    """One method's values of one metric, one per replicate (NaN where missing)."""
+
+    values: list[float]
+
+    @property
+    def finite(self) -> np.ndarray:
+        values = np.asarray(self.values, dtype=np.float64)
+        return values[np.isfinite(values)]
+
+    @property
+    def n(self) -> int:
+        return int(self.finite.size)
+
+    @property
+    def mean(self) -> float:
+        return float(self.finite.mean()) if self.n else math.nan
+
+    @property
+    def sd(self) -> float:
+        return standard_deviation(self.finite)
+
+
+@dataclass
+class PairedDifference:
+    """GEARS - one baseline, replicate by replicate, with the t-interval of the mean
+    difference and the verdict it gives."""
+
+    differences: list[float]
+    mean: float
+    sd: float
+    low: float
+    high: float
+    verdict: str
+
+    @property
+    def n(self) -> int:
+        return len(self.differences)
+
+
+@dataclass
+class ReplicateVerdict:
+    """One metric (and subgroup) over the replicates: GEARS's and each baseline's spread and
+    each baseline's paired difference."""
+
+    key: str
+    subgroup: str | None
+    metric: str
+    higher_is_better: bool
+    gears: Spread
+    baselines: dict[str, Spread]
+    differences: dict[str, PairedDifference]
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+    @property
+    def summary(self) -> str:
+        """``'beats all 3 baselines'``, ``'loses to additive; beats no_change'``, ..."""
+        by_verdict: dict[str, list[str]] = {}
+        for name, difference in self.differences.items():
+            by_verdict.setdefault(difference.verdict, []).append(name)
+        if list(by_verdict) == [BEATS] and len(self.differences) > 1:
+            return f"beats all {len(self.differences)} baselines"
+        words = {BEATS: "beats", LOSES: "loses to", NO_CLEAR: "no clear difference from",
+                 NO_INTERVAL: "no interval (fewer than 2 replicates) for"}
+        parts = [f"{words[verdict]} {', '.join(by_verdict[verdict])}" for verdict in words if verdict in by_verdict]
+        return "; ".join(parts) if parts else "no baseline to compare"
+
+
+def standard_deviation(values: np.ndarray) -> float:
+    """The sample standard deviation (n - 1), exactly 0 for equal values (a baseline that no
+    seed changes), NaN for fewer than two."""
+    if values.size < 2:
+        return math.nan
+    return 0.0 if np.ptp(values) == 0 else float(values.std(ddof=1))
+
+
+def t_interval(differences, confidence: float = CONFIDENCE) -> tuple[float, float, float, float]:
+    """Mean, standard deviation and the two ends of the ``confidence`` t-interval of the mean
+    of ``differences`` (NaN ends for fewer than two)."""
+    values = np.asarray(differences, dtype=np.float64)
+    n = values.size
+    if n == 0:
+        return math.nan, math.nan, math.nan, math.nan
+    mean = float(values.mean())
+    if n < 2:
+        return mean, math.nan, math.nan, math.nan
+    sd = standard_deviation(values)
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return mean, sd, mean - half, mean + half
+
+
+def interval_verdict(low: float, high: float, higher: bool) -> str:
+    """What an interval of GEARS - baseline says, for a metric better high (``higher``) or low."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return NO_INTERVAL
+    if low > 0 or high < 0:
+        gears_larger = low > 0
+        return BEATS if gears_larger == higher else LOSES
+    return NO_CLEAR
+
+
+def paired_difference(gears: Spread, baseline: Spread, higher: bool) -> PairedDifference:
+    """The differences of the replicates where both values are known, their interval and verdict."""
+    pairs = [(a, b) for a, b in zip(gears.values, baseline.values) if math.isfinite(a) and math.isfinite(b)]
+    differences = [a - b for a, b in pairs]
+    mean, sd, low, high = t_interval(differences)
+    return PairedDifference(differences, mean, sd, low, high, interval_verdict(low, high, higher))
+
+
+def summary_value(summary: dict, key: str) -> float:
+    """``summary[key]`` as a float; NaN when absent or null (a report read from JSON)."""
+    value = summary.get(key)
+    return math.nan if value is None else float(value)
+
+
+def summarise_replicates(reports: dict[str, dict], metrics=HEADLINE_METRICS,
+                         subgroups=(None, *SUBGROUPS)) -> list[ReplicateVerdict]:
+    """One ``ReplicateVerdict`` for each (subgroup, metric) some replicate's model summary
+    has, in the order given. ``reports`` maps each replicate's name to its run report
+    (``'model'`` and ``'baselines'`` test summaries); the values keep the mapping's order."""
+    baseline_names = list(dict.fromkeys(name for report in reports.values() for name in report.get("baselines", {})))
+    verdicts = []
+    for subgroup in subgroups:
+        for metric in metrics:
+            key = f"test_{subgroup + '_' if subgroup else ''}{metric}"
+            if not any(key in report.get("model", {}) for report in reports.values()):
+                continue
+            higher = higher_is_better(metric)
+            gears = Spread([summary_value(report.get("model", {}), key) for report in reports.values()])
+            baselines = {name: Spread([summary_value(report.get("baselines", {}).get(name, {}), key)
+                                       for report in reports.values()]) for name in baseline_names}
+            differences = {name: paired_difference(gears, spread, higher) for name, spread in baselines.items()}
+            verdicts.append(ReplicateVerdict(key, subgroup, metric, higher, gears, baselines, differences))
+    return verdicts
+
+
+def summary_records(verdicts: list[ReplicateVerdict]) -> list[dict]:
+    """The verdicts as plain data (``report.json``): per metric and subgroup, each method's
+    values, mean and sd, and each baseline's paired difference, interval and verdict."""
+    records = []
+    for verdict in verdicts:
+        methods = {GEARS: verdict.gears, **verdict.baselines}
+        records.append({
+            "key": verdict.key, "subgroup": verdict.subgroup, "metric": verdict.metric,
+            "higher_is_better": verdict.higher_is_better,
+            "methods": {name: {"values": spread.values, "n": spread.n, "mean": spread.mean, "sd": spread.sd}
+                        for name, spread in methods.items()},
+            "differences": {name: {"gears_minus_baseline": difference.differences, "n": difference.n,
+                                   "mean": difference.mean, "sd": difference.sd, "ci_low": difference.low,
+                                   "ci_high": difference.high, "verdict": difference.verdict}
+                            for name, difference in verdict.differences.items()},
+            "summary": verdict.summary})
+    return records
+
+
+def replicate_table(records: list[dict]) -> str:
+    """A text table of ``summary_records`` (as ``report.json`` holds them): each metric with
+    its direction, GEARS's mean ± sd, and for each baseline the mean difference GEARS -
+    baseline, its 95% interval and the verdict."""
+    names = list(dict.fromkeys(name for record in records for name in record["differences"]))
+    header = ["metric", "better", "GEARS mean ± sd", *(f"GEARS - {name} [95% interval]" for name in names)]
+    rows = [header]
+    for record in records:
+        gears = record["methods"][GEARS]
+        row = [f"{record['subgroup'] + ': ' if record['subgroup'] else ''}{record['metric']}",
+               "higher" if record["higher_is_better"] else "lower", f"{_number(gears['mean'])} ± {_number(gears['sd'])}"]
+        for name in names:
+            d = record["differences"][name]
+            row.append(f"{_number(d['mean'], '+')} [{_number(d['ci_low'], '+')}, {_number(d['ci_high'], '+')}] "
+                       f"{d['verdict']}")
+        rows.append(row)
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def _number(value, sign: str = "") -> str:
+    """4 decimals, ``n/a`` for a missing value (null in JSON) or NaN."""
+    return "n/a" if value is None or value != value else f"{value:{sign}.4f}"
