@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from gears_ddp.model import weighted_norm
-from gears_ddp.model.network import PERT_EMB_LAMBDA, GEARSModel, distinct_perturbation_sets, renormed_table
+from gears_ddp.data.perturbation_sets import distinct_perturbation_sets
+from gears_ddp.model.network import PERT_EMB_LAMBDA, GEARSModel, renormed_table
 from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, model_graphs, random_batch
 from reference_package import import_reference
 

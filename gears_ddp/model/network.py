@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.model.graph_conv import NormalisedAdjacency, SimpleGraphConv
 from gears_ddp.model.set_decoder import decode_sets
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
@@ -71,29 +72,6 @@ def renormed_table(embedding: nn.Embedding) -> torch.Tensor:
         max_norm = float(embedding.max_norm)
         weight.mul_(torch.where(norms > max_norm, max_norm / (norms + 1e-7), torch.ones_like(norms)))
     return weight
-
-
-def distinct_perturbation_sets(pert_idx: torch.Tensor, n_perts: int):
-    """Distinct perturbation sets of a batch.
-
-    ``pert_idx`` (B x k, indices below ``n_perts``, -1 padded) -> ``sets`` (S x k, each row
-    sorted, rows in lexicographic order), ``cell_set`` (B, the set of each cell) and
-    ``counts`` (S, cells per set). ``[A, B]`` and ``[B, A]`` are the same set, as the model
-    sums the genes' embeddings.
-    """
-    canonical, _ = torch.sort(pert_idx, dim=1)
-    # Each row as one integer whose digits in base n_perts + 1 are its shifted indices, the first
-    # most significant: a one-dimensional unique (a few operations, where unique over rows takes
-    # one per cell) that orders the keys as the rows.
-    base, key = n_perts + 1, torch.zeros_like(canonical[:, 0])
-    for column in canonical.unbind(1):
-        key = key * base + (column + 1)
-    keys, cell_set, counts = torch.unique(key, return_inverse=True, return_counts=True)
-    digits = []
-    for _ in range(canonical.shape[1]):
-        digits.append(keys % base - 1)
-        keys = keys // base
-    return torch.stack(digits[::-1], dim=1), cell_set, counts
 
 
 class GEARSModel(nn.Module):
@@ -170,26 +148,33 @@ class GEARSModel(nn.Module):
         The whole table is renormalised either way, as the published model looks it all up."""
         return self._propagate(renormed_table(self.pert_emb), self.sim_layers, self.go_graph, genes)
 
-    def set_effects(self, sets: torch.Tensor, counts: torch.Tensor):
-        """Predicted change from control (S x G) for each perturbation set, and the
-        log-variance (S x G) in uncertainty mode (else None). ``counts`` weight BatchNorm.
-        With ``no_perturb`` the change is zero."""
-        n_sets, n_genes = sets.shape[0], self.num_genes
+    def set_effects(self, sets: PerturbationSets):
+        """Predicted change from control (S x G) for each of ``sets.sets``, and the
+        log-variance (S x G) in uncertainty mode (else None). In training mode the sets are
+        a batch's distinct sets (``PerturbationSets.of``), whose ``counts`` weight BatchNorm;
+        in evaluation mode any sets (``PerturbationSets.each_once``). With ``no_perturb``
+        the change is zero."""
+        codes, counts = sets.sets, sets.counts
+        n_sets, n_genes = codes.shape[0], self.num_genes
         if self.no_perturb:
             zeros = self.indv_b2.new_zeros(n_sets, n_genes)
             return zeros, (zeros if self.uncertainty else None)
-        present = sets >= 0
-        used, position = torch.unique(sets.clamp(min=0), return_inverse=True)  # (padding reads gene 0)
-        summed = (self.perturbation_embeddings(used)[position] * present.unsqueeze(-1)).sum(1)
-        perturbed = torch.nonzero(present.any(1)).flatten()
-        shift = torch.zeros_like(summed)
-        if len(perturbed):
-            shift = shift.index_copy(0, perturbed, self.pert_fuse(summed[perturbed], counts[perturbed]))
+        present = codes >= 0
+        members = self.perturbation_embeddings(codes.clamp(min=0).view(-1))  # (padding reads gene 0)
+        summed = (members.view(*codes.shape, -1) * present.unsqueeze(-1)).sum(1)
+        if self.training:
+            # pert_fuse's BatchNorm sees the perturbed cells only, as in the published model;
+            # the unperturbed set, if any, sorts first
+            first = sets.n_unperturbed
+            fused = self.pert_fuse(summed[first:], counts[first:]) if first < n_sets else summed[first:]
+            shift = F.pad(fused, (0, 0, first, 0))
+        else:  # rows are independent: fuse every set, then zero the unperturbed ones
+            shift = self.pert_fuse(summed) * present.any(1, keepdim=True)
 
         genes = self.gene_embeddings(counts.sum().reshape(1))
         if self.training and not self.uncertainty and self.fused_decoder:
-            gene_out = decode_sets(genes, shift, counts, self.bn_pert_base, self.recovery_w, self.indv_w1[:, :, 0],
-                                   self.indv_b1[:, 0], self.bn_pert_base.synchronizing())
+            gene_out = decode_sets(genes, shift, counts, sets.n_cells, self.bn_pert_base, self.recovery_w,
+                                   self.indv_w1[:, :, 0], self.indv_b1[:, 0], self.bn_pert_base.synchronizing())
             logvar = None
         else:
             hidden = (genes.unsqueeze(0) + shift.unsqueeze(1)).reshape(n_sets * n_genes, -1)  # (S * G) x H
@@ -202,10 +187,13 @@ class GEARSModel(nn.Module):
         effect = gene_out * w2[:, 0] + cross @ w2[:, 1:].T + self.indv_b2[0]
         return effect, logvar
 
-    def forward(self, x: torch.Tensor, pert_idx: torch.Tensor):
+    def forward(self, x: torch.Tensor, pert_idx: torch.Tensor, sets: PerturbationSets | None = None):
+        """``sets``: the batch's distinct perturbation sets, found on the host by the loaders;
+        without them they are found here (on a GPU the host then waits for the device)."""
         if self.no_perturb:
             return x
-        sets, cell_set, counts = distinct_perturbation_sets(pert_idx, self.num_perts)
-        effect, logvar = self.set_effects(sets, counts)
-        prediction = effect[cell_set] + x
-        return (prediction, logvar[cell_set]) if self.uncertainty else prediction
+        if sets is None:
+            sets = PerturbationSets.of(pert_idx, self.num_perts)
+        effect, logvar = self.set_effects(sets)
+        prediction = effect.index_select(0, sets.cell_set) + x
+        return (prediction, logvar.index_select(0, sets.cell_set)) if self.uncertainty else prediction

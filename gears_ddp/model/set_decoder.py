@@ -80,13 +80,13 @@ def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 
 class _SetDecoder(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, genes, shifts, counts, gamma0, beta0, weight1, bias1, gamma1, beta1, weight2, bias2,
-                gamma2, beta2, out_weight, out_bias, eps: tuple[float, float, float], synchronize: bool):
+    def forward(ctx, genes, shifts, counts, n_cells: int, gamma0, beta0, weight1, bias1, gamma1, beta1, weight2,
+                bias2, gamma2, beta2, out_weight, out_bias, eps: tuple[float, float, float], synchronize: bool):
         ctx.input_dtypes = genes.dtype, shifts.dtype
         genes, shifts = full_precision(genes), full_precision(shifts)  # the tables' statistics, as for any row
         (n_sets, n_genes), weight = (shifts.shape[0], genes.shape[0]), counts.to(genes.dtype)
         # row buffers sized for one set per cell, which is constant from step to step
-        n_rows, capacity = n_sets * n_genes, int(counts.sum()) * n_genes
+        n_rows, capacity = n_sets * n_genes, n_cells * n_genes
         pieces = _pieces(n_sets, n_genes, genes.device)
         # bn_pert_base, from the gene and set tables (the set rows weighted by their cells)
         genes_centred = genes - genes.mean(0)
@@ -187,17 +187,19 @@ class _SetDecoder(torch.autograd.Function):
         slope = grad_gamma0 * invstd0
         grad_genes = scale0 * (over_sets - share.sum() * (grad_beta0 + slope * genes_centred))
         grad_shifts = scale0 * (over_genes - (n_genes * share).unsqueeze(1) * (grad_beta0 + slope * shifts_centred))
-        return (grad_genes.to(ctx.input_dtypes[0]), grad_shifts.to(ctx.input_dtypes[1]), None, local0[1], local0[0],
+        return (grad_genes.to(ctx.input_dtypes[0]), grad_shifts.to(ctx.input_dtypes[1]), None, None, local0[1], local0[0],
                 grad_weight1.to(weight1.dtype), grad_bias1, grad_gamma1, grad_beta1, grad_weight2.to(weight2.dtype),
                 grad_bias2, local2[1], local2[0], grad_out_weight, grad_out_bias, None, None)
 
 
-def decode_sets(genes, shifts, counts, bn_pert_base, recovery_w, out_weight, out_bias, synchronize: bool):
+def decode_sets(genes, shifts, counts, n_cells: int, bn_pert_base, recovery_w, out_weight, out_bias,
+                synchronize: bool):
     """Training-mode ``gene_out`` (S x G) of the per-set rows ``genes[g] + shifts[s]`` (see the
-    module docstring); updates the three BatchNorms' running statistics."""
+    module docstring) of a batch of ``n_cells`` cells (``counts.sum()``); updates the three
+    BatchNorms' running statistics."""
     norm0, linear1, norm1, _, linear2, norm2 = bn_pert_base, *recovery_w.network
     gene_out, mean0, var0, mean1, var1, mean2, var2, n_rows = _SetDecoder.apply(
-        genes, shifts, counts, norm0.weight, norm0.bias, linear1.weight, linear1.bias, norm1.weight, norm1.bias,
+        genes, shifts, counts, n_cells, norm0.weight, norm0.bias, linear1.weight, linear1.bias, norm1.weight, norm1.bias,
         linear2.weight, linear2.bias, norm2.weight, norm2.bias, out_weight, out_bias, (norm0.eps, norm1.eps, norm2.eps),
         synchronize)
     for norm, mean, var in ((norm0, mean0, var0), (norm1, mean1, var1), (norm2, mean2, var2)):

@@ -1,0 +1,73 @@
+"""The distinct perturbation sets of a batch of cells.
+
+GEARS computes everything before a cell's ``+ x`` from its set of perturbed genes alone, so
+the model computes it once per distinct set of a batch (``model.network``). Finding those
+sets is a ``unique``: its result's size depends on the data, so on a GPU the host would wait
+for the device to find them, every step. The loaders therefore find them on the host while
+they gather the batch (``loaders.EpochPlan``), and they reach the device with the batch's
+other tensors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def distinct_perturbation_sets(pert_idx: torch.Tensor, n_perts: int):
+    """Distinct perturbation sets of a batch.
+
+    ``pert_idx`` (B x k, indices below ``n_perts``, -1 padded) -> ``sets`` (S x k, each row
+    sorted, rows in lexicographic order), ``cell_set`` (B, the set of each cell) and
+    ``counts`` (S, cells per set). ``[A, B]`` and ``[B, A]`` are the same set, as the model
+    sums the genes' embeddings.
+    """
+    canonical, _ = torch.sort(pert_idx, dim=1)
+    # Each row as one integer whose digits in base n_perts + 1 are its shifted indices, the first
+    # most significant: a one-dimensional unique (a few operations, where unique over rows takes
+    # one per cell) that orders the keys as the rows.
+    base, key = n_perts + 1, torch.zeros_like(canonical[:, 0])
+    for column in canonical.unbind(1):
+        key = key * base + (column + 1)
+    keys, cell_set, counts = torch.unique(key, return_inverse=True, return_counts=True)
+    digits = []
+    for _ in range(canonical.shape[1]):
+        digits.append(keys % base - 1)
+        keys = keys // base
+    return torch.stack(digits[::-1], dim=1), cell_set, counts
+
+
+@dataclass
+class PerturbationSets:
+    """A batch's distinct perturbation sets: ``sets`` (S x k, -1 padded, sorted as
+    ``distinct_perturbation_sets`` sorts them), each cell's set ``cell_set`` (B) and the
+    cells per set ``counts`` (S); ``n_unperturbed`` (a host integer, 0 or 1) is the number of
+    leading sets that perturb no gene (the control cells' set sorts first)."""
+
+    sets: torch.Tensor
+    cell_set: torch.Tensor
+    counts: torch.Tensor
+    n_unperturbed: int
+
+    @classmethod
+    def of(cls, pert_idx: torch.Tensor, n_perts: int) -> "PerturbationSets":
+        """The sets of a batch's ``pert_idx`` (B x k, indices below ``n_perts``), computed
+        where ``pert_idx`` is (on a GPU this waits for the device: use it on the host)."""
+        sets, cell_set, counts = distinct_perturbation_sets(pert_idx, n_perts)
+        n_unperturbed = int(len(sets) > 0 and bool((sets[0] < 0).all()))
+        return cls(sets, cell_set, counts, n_unperturbed)
+
+    @classmethod
+    def each_once(cls, sets: torch.Tensor) -> "PerturbationSets":
+        """``sets`` (K x k) as they are, one cell each: the sets of an evaluation, where the
+        model runs in evaluation mode (not sorted or distinct, as training mode needs)."""
+        ones = torch.ones(len(sets), dtype=torch.long, device=sets.device)
+        return cls(sets, torch.arange(len(sets), device=sets.device), ones, 0)
+
+    @property
+    def n_cells(self) -> int:
+        return self.cell_set.shape[0]
+
+    def map(self, fn) -> "PerturbationSets":
+        """The same sets with ``fn`` applied to each tensor (a copy to a device, pinning)."""
+        return PerturbationSets(fn(self.sets), fn(self.cell_set), fn(self.counts), self.n_unperturbed)
