@@ -58,20 +58,32 @@ class MLP(nn.Module):
             x = norm.relu_linear(x, set_counts, linear)
         return layers[-1](x, set_counts)
 
+    def per_cell(self, x: torch.Tensor, cells: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+        """The layers with one row per cell: the first Linear on ``x``'s rows (one per set),
+        the rest on those rows repeated for each cell (``cells``: the row of ``x`` of each
+        cell), so that each BatchNorm's own kernel computes the per-cell statistics; returns
+        the result's rows ``picked`` (one per set)."""
+        layers = list(self.network)
+        x = layers[0](x).index_select(0, cells)
+        for layer in layers[1:]:
+            x = layer(x)
+        return x.index_select(0, picked)
+
+    def synchronizing(self) -> bool:
+        """Whether its BatchNorms' statistics are those of all ranks (``sync_batchnorm``)."""
+        return self.network[1].synchronizing()
+
 
 def renormed_table(embedding: nn.Embedding) -> torch.Tensor:
     """The whole table of a ``max_norm`` embedding after its renormalisation.
 
     Looking up every row of ``nn.Embedding(max_norm=...)`` rescales, in place and without
     gradient, each row whose norm exceeds ``max_norm`` to ``max_norm / (norm + 1e-7)`` times
-    itself, one row at a time. This does the same for all rows in one vectorised step.
+    itself, one row at a time; ``Tensor.renorm_`` does the same to all rows in one operation.
     """
-    weight = embedding.weight
     with torch.no_grad():
-        norms = torch.linalg.vector_norm(weight, ord=embedding.norm_type, dim=1, keepdim=True)
-        max_norm = float(embedding.max_norm)
-        weight.mul_(torch.where(norms > max_norm, max_norm / (norms + 1e-7), torch.ones_like(norms)))
-    return weight
+        embedding.weight.renorm_(embedding.norm_type, 0, embedding.max_norm)
+    return embedding.weight
 
 
 class GEARSModel(nn.Module):
@@ -134,14 +146,14 @@ class GEARSModel(nn.Module):
             h = layer(h, adjacency).relu()
         return layers[-1](h, adjacency, rows)
 
-    def gene_embeddings(self, n_cells: torch.Tensor) -> torch.Tensor:
+    def gene_embeddings(self, n_cells: int) -> torch.Tensor:
         """Per-gene base embedding (G x H), the same for every cell of a batch of
-        ``n_cells`` (a 1-element tensor). Its BatchNorms count the G rows ``n_cells`` times,
+        ``n_cells``. Its BatchNorms count the G rows ``n_cells`` times,
         as the published model runs them on the rows of every cell: the batch statistics are
         those of G rows, the running variance's unbiased correction that of n_cells x G."""
         base = F.relu(self.bn_emb(renormed_table(self.gene_emb), n_cells))
         positional = self._propagate(renormed_table(self.emb_pos), self.layers_emb_pos, self.coexpress_graph)
-        return self.emb_trans_v2(base + PERT_EMB_LAMBDA * positional, n_cells)
+        return self.emb_trans_v2(torch.add(base, positional, alpha=PERT_EMB_LAMBDA), n_cells)
 
     def perturbation_embeddings(self, genes: torch.Tensor | None = None) -> torch.Tensor:
         """GO-propagated embedding of every vocabulary gene (P x H), or of ``genes`` only.
@@ -166,12 +178,11 @@ class GEARSModel(nn.Module):
             # pert_fuse's BatchNorm sees the perturbed cells only, as in the published model;
             # the unperturbed set, if any, sorts first
             first = sets.n_unperturbed
-            fused = self.pert_fuse(summed[first:], counts[first:]) if first < n_sets else summed[first:]
-            shift = F.pad(fused, (0, 0, first, 0))
+            shift = F.pad(self._per_set_rows(self.pert_fuse, summed, sets, first), (0, 0, first, 0))
         else:  # rows are independent: fuse every set, then zero the unperturbed ones
             shift = self.pert_fuse(summed) * present.any(1, keepdim=True)
 
-        genes = self.gene_embeddings(counts.sum().reshape(1))
+        genes = self.gene_embeddings(sets.n_cells)
         if self.training and not self.uncertainty and self.fused_decoder:
             gene_out = decode_sets(genes, shift, counts, sets.n_cells, self.bn_pert_base, self.recovery_w,
                                    self.indv_w1[:, :, 0], self.indv_b1[:, 0], self.bn_pert_base.synchronizing())
@@ -182,10 +193,27 @@ class GEARSModel(nn.Module):
             logvar = self.uncertainty_w(hidden, counts).reshape(n_sets, n_genes) if self.uncertainty else None
             decoded = self.recovery_w(hidden, counts).reshape(n_sets, n_genes, -1)
             gene_out = (decoded * self.indv_w1[:, :, 0]).sum(-1) + self.indv_b1[:, 0]
-        cross = self.cross_gene_state(gene_out, counts)                              # S x H
+        if self.training:
+            cross = self._per_set_rows(self.cross_gene_state, gene_out, sets)                 # S x H
+        else:
+            cross = self.cross_gene_state(gene_out)
         w2 = self.indv_w2[0]
         effect = gene_out * w2[:, 0] + cross @ w2[:, 1:].T + self.indv_b2[0]
         return effect, logvar
+
+    @staticmethod
+    def _per_set_rows(mlp: MLP, rows: torch.Tensor, sets: PerturbationSets, first: int = 0) -> torch.Tensor:
+        """Training-mode ``mlp`` on the rows of the sets from ``first`` on (``rows`` holds one
+        row per set), with the BatchNorm statistics of their cells' rows, as the published
+        model computes it: on the rows repeated for each cell, or, synchronised across ranks,
+        on rows weighted by their cells. A lone row is repeated (BatchNorm's kernel needs two
+        rows; the statistics are the same), as the published model repeats it."""
+        if mlp.synchronizing() or first == len(rows):
+            return mlp(rows[first:], sets.counts[first:]) if first < len(rows) else rows[first:]
+        skipped = sets.n_unperturbed_cells if first else 0
+        cells = sets.cells_by_set[skipped:] if skipped else sets.cells_by_set
+        picked = sets.first_cell[first:] - skipped if skipped else sets.first_cell
+        return mlp.per_cell(rows, cells.expand(2) if len(cells) == 1 else cells, picked)
 
     def forward(self, x: torch.Tensor, pert_idx: torch.Tensor, sets: PerturbationSets | None = None):
         """``sets``: the batch's distinct perturbation sets, found on the host by the loaders;
