@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gears_ddp.model.linear import linear
+
 
 def normalised_edges(edge_index: torch.Tensor, edge_weight: torch.Tensor, num_nodes: int, dtype: torch.dtype):
     """(source, target, weight) of ``A_hat``'s edges (see the module docstring), weights in ``dtype``."""
@@ -85,4 +87,4 @@ class SimpleGraphConv(nn.Module):
 
     def forward(self, x: torch.Tensor, adjacency: NormalisedAdjacency, rows: torch.Tensor | None = None):
         """``lin(A_hat @ x)``, or only its ``rows``."""
-        return self.lin(adjacency(x, rows))
+        return linear(adjacency(x, rows), self.lin)

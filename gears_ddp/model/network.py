@@ -31,8 +31,9 @@ from torch import nn
 
 from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.model.graph_conv import NormalisedAdjacency, SimpleGraphConv
+from gears_ddp.model.linear import linear
 from gears_ddp.model.set_decoder import decode_sets
-from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
+from gears_ddp.model.weighted_norm import WeightedBatchNorm1d, running_statistics_together
 
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
 
@@ -48,26 +49,24 @@ class MLP(nn.Module):
             layers += [nn.Linear(n_in, n_out), WeightedBatchNorm1d(n_out), nn.ReLU()]
         self.network = nn.Sequential(*layers[:-1])
 
-    def forward(self, x: torch.Tensor, set_counts: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, set_counts: torch.Tensor | int | None = None) -> torch.Tensor:
         """Each (BatchNorm, ReLU, Linear) step through ``WeightedBatchNorm1d.relu_linear``;
         ``set_counts`` weight the BatchNorms' rows (see ``WeightedBatchNorm1d``)."""
-        layers = list(self.network)
-        x = layers[0](x)
-        for step in range(1, len(layers) - 1, 3):
-            norm, _, linear = layers[step:step + 3]
-            x = norm.relu_linear(x, set_counts, linear)
-        return layers[-1](x, set_counts)
+        return self._after_first(linear(x, self.network[0]), set_counts)
 
     def per_cell(self, x: torch.Tensor, cells: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
         """The layers with one row per cell: the first Linear on ``x``'s rows (one per set),
         the rest on those rows repeated for each cell (``cells``: the row of ``x`` of each
         cell), so that each BatchNorm's own kernel computes the per-cell statistics; returns
         the result's rows ``picked`` (one per set)."""
+        return self._after_first(linear(x, self.network[0]).index_select(0, cells), None).index_select(0, picked)
+
+    def _after_first(self, x: torch.Tensor, set_counts) -> torch.Tensor:
         layers = list(self.network)
-        x = layers[0](x).index_select(0, cells)
-        for layer in layers[1:]:
-            x = layer(x)
-        return x.index_select(0, picked)
+        for step in range(1, len(layers) - 1, 3):
+            norm, _, next_linear = layers[step:step + 3]
+            x = norm.relu_linear(x, set_counts, next_linear)
+        return layers[-1](x, set_counts)
 
     def synchronizing(self) -> bool:
         """Whether its BatchNorms' statistics are those of all ranks (``sync_batchnorm``)."""
@@ -165,7 +164,12 @@ class GEARSModel(nn.Module):
         log-variance (S x G) in uncertainty mode (else None). In training mode the sets are
         a batch's distinct sets (``PerturbationSets.of``), whose ``counts`` weight BatchNorm;
         in evaluation mode any sets (``PerturbationSets.each_once``). With ``no_perturb``
-        the change is zero."""
+        the change is zero. The running statistics of the BatchNorms that this model
+        weights are updated together at the end."""
+        with running_statistics_together():
+            return self._set_effects(sets)
+
+    def _set_effects(self, sets: PerturbationSets):
         codes, counts = sets.sets, sets.counts
         n_sets, n_genes = codes.shape[0], self.num_genes
         if self.no_perturb:

@@ -204,7 +204,7 @@ def _linear_backward(grad, grad_input, weight, pieces, matmul_dtype, input_of):
         activated = input_of(sets, rows)
         grad_rows = _part(grad, rows).to(matmul_dtype)
         piece = grad_rows.T.mm(activated.to(matmul_dtype))
-        total = piece.to(torch.promote_types(weight.dtype, torch.float32)) if total is None else total.add_(piece)
+        total = full_precision(piece) if total is None else total.add_(piece)
         _mm_into(_part(grad_input, rows), grad_rows, matmul_weight)
         relu_mask_(_part(grad_input, rows), activated)
     return total.to(weight.dtype)

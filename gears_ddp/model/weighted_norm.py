@@ -14,10 +14,14 @@ number of cells (the per-gene rows) need no weights: BatchNorm's own kernels nor
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+from gears_ddp.model.linear import linear as linear_function
 
 
 def blocks_of(x: torch.Tensor, n_blocks: int) -> torch.Tensor:
@@ -251,7 +255,7 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
         """``linear(relu(self(x, set_counts)))``; with weighted rows in training mode, fused so
         that the backward pass keeps one tensor of ``x``'s size instead of three."""
         if set_counts is None or not self.training or (isinstance(set_counts, int) and not self.synchronizing()):
-            return linear(F.relu(self(x, set_counts)))
+            return linear_function(F.relu(self(x, set_counts)), linear)
         shares, weights, total = self._shares(x, set_counts)
         out, mean, var = _WeightedBatchNormReluLinear.apply(
             x, shares, weights, self.weight, self.bias, self.eps, self.synchronizing(), linear.weight, linear.bias)
@@ -281,12 +285,46 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
         return out
 
 
-@torch.no_grad()
 def update_running_statistics(norms: list[nn.BatchNorm1d], means, variances, n_rows) -> None:
     """Fold each BatchNorm's batch mean and biased variance over ``n_rows`` rows (a number, or
-    a 0-dim tensor) into its running estimates, as ``BatchNorm1d`` does: for all of them in a
-    few operations on lists, and without a host synchronisation (with ``momentum=None``,
-    the cumulative average, as a tensor weight)."""
+    a 0-dim tensor) into its running estimates, as ``BatchNorm1d`` does; inside
+    ``running_statistics_together`` at its end, with the other updates of the same number of
+    rows."""
+    if _together:
+        _together[-1].append((norms, means, variances, n_rows))
+    else:
+        _apply_running_statistics(norms, means, variances, n_rows)
+
+
+_together: list[list] = []  # the updates each open running_statistics_together holds back
+
+
+@contextlib.contextmanager
+def running_statistics_together():
+    """Holds back ``update_running_statistics`` until the block ends, then applies the updates
+    of the same number of rows together: a few operations on lists for all the BatchNorms of
+    a forward pass instead of a few for each."""
+    held: list = []
+    _together.append(held)
+    try:
+        yield
+    finally:
+        _together.pop()
+    groups: dict = {}
+    for norms, means, variances, n_rows in held:
+        key = n_rows if not isinstance(n_rows, torch.Tensor) else id(n_rows)
+        group = groups.setdefault(key, ([], [], [], n_rows))
+        for collected, values in zip(group, (norms, means, variances)):
+            collected.extend(values)
+    for norms, means, variances, n_rows in groups.values():
+        _apply_running_statistics(norms, means, variances, n_rows)
+
+
+@torch.no_grad()
+def _apply_running_statistics(norms, means, variances, n_rows) -> None:
+    """The updates of ``update_running_statistics``, in a few operations on lists and without
+    a host synchronisation (with ``momentum=None``, the cumulative average, as a tensor
+    weight)."""
     norms_means_vars = [(n, m, v) for n, m, v in zip(norms, means, variances) if n.track_running_stats]
     if not norms_means_vars:
         return
