@@ -40,18 +40,20 @@ INDEXING_OPERATORS = frozenset({"aten.index", "aten.index_put", "aten.index_put_
 
 
 class DispatchCount:
-    """Counts, while active, the operators dispatched (``operators``, by overload name) and
-    the host synchronisations (``synchronisations``, by what caused them).
+    """Counts, while active, the operators dispatched (``operators``, by overload name; of
+    which ``views``, the operators that return a view and launch no kernel) and the host
+    synchronisations (``synchronisations``, by what caused them).
 
         with DispatchCount() as count:
             step()
-        count.total_operators, count.total_synchronisations
+        count.total_operators, count.total_views, count.total_synchronisations
 
     ``paused()`` stops counting for a block (host-side work such as gathering a batch).
     """
 
     def __init__(self):
         self.operators: collections.Counter[str] = collections.Counter()
+        self.views: collections.Counter[str] = collections.Counter()
         self.synchronisations: collections.Counter[str] = collections.Counter()
         self._paused = False
         self._in_host_read = False
@@ -60,6 +62,10 @@ class DispatchCount:
     @property
     def total_operators(self) -> int:
         return sum(self.operators.values())
+
+    @property
+    def total_views(self) -> int:
+        return sum(self.views.values())
 
     @property
     def total_synchronisations(self) -> int:
@@ -120,6 +126,8 @@ class _OperatorCount(TorchDispatchMode):
         count = self.count
         if not count._paused:
             count.operators[str(func)] += 1
+            if func.is_view:
+                count.views[str(func)] += 1
             packet = str(func.overloadpacket)
             if packet in DATA_DEPENDENT_OPERATORS and not (packet == "aten._local_scalar_dense"
                                                            and count._in_host_read):
