@@ -24,12 +24,11 @@ import time
 from pathlib import Path
 
 import torch
-from bench_data import add_size_arguments, synthetic_options
+from bench_data import add_size_arguments, load_synthetic
 from results import add_record_argument, recorded
 
 import gears_ddp
 from gears_ddp import GEARS, PertData
-from gears_ddp.datasets import write_synthetic_dataset
 from gears_ddp.model import weighted_norm
 from gears_ddp.runtime.dispatch_count import DispatchCount
 from gears_ddp.training.engine import evaluate, training_step
@@ -104,12 +103,7 @@ def main() -> None:
 
 def measure(args) -> None:
     start = time.perf_counter()
-    options = synthetic_options(args)
-    name = "synthetic_" + "_".join(f"{key}{value}" for key, value in options.items())
-    folder = write_synthetic_dataset(args.data_path, name=name, **options)
-    pert_data = PertData(args.data_path)
-    pert_data.load(data_path=folder)
-    pert_data.prepare_split(split="simulation", seed=1)
+    pert_data = load_synthetic(args.data_path, args)
     print(f"code: {code_version()}")
     print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
           f"{time.perf_counter() - start:.0f} s; hidden {args.hidden}; each figure per optimiser step, the mean "

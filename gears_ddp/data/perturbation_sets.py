@@ -41,39 +41,42 @@ def distinct_perturbation_sets(pert_idx: torch.Tensor, n_perts: int):
 class PerturbationSets:
     """A batch's distinct perturbation sets: ``sets`` (S x k, -1 padded, sorted as
     ``distinct_perturbation_sets`` sorts them), each cell's set ``cell_set`` (B) and the
-    cells per set ``counts`` (S).
+    cells per set ``counts`` (S). ``n_unperturbed`` (a host integer, 0 or 1) is the number of
+    leading sets that perturb no gene (the control cells' set sorts first).
 
     For the layers whose BatchNorm runs over one row per cell: ``cells_by_set`` (B), the set
     of each cell with the cells grouped by set (a set's row repeated for each of its cells),
-    and ``first_cell`` (S), where each set's cells start in it. ``n_unperturbed`` (0 or 1)
-    is the number of leading sets that perturb no gene (the control cells' set sorts first)
-    and ``n_unperturbed_cells`` their cells; both are host integers.
+    and ``first_cell`` (S), where each set's cells start in it; ``perturbed_cells_by_set``
+    and ``first_perturbed_cell``, the same for the cells of the perturbed sets only.
     """
 
     sets: torch.Tensor
     cell_set: torch.Tensor
     counts: torch.Tensor
+    n_unperturbed: int
     cells_by_set: torch.Tensor
     first_cell: torch.Tensor
-    n_unperturbed: int
-    n_unperturbed_cells: int
+    perturbed_cells_by_set: torch.Tensor
+    first_perturbed_cell: torch.Tensor
 
     @classmethod
     def of(cls, pert_idx: torch.Tensor, n_perts: int) -> "PerturbationSets":
         """The sets of a batch's ``pert_idx`` (B x k, indices below ``n_perts``), computed
         where ``pert_idx`` is (on a GPU this waits for the device: use it on the host)."""
         sets, cell_set, counts = distinct_perturbation_sets(pert_idx, n_perts)
-        cells_by_set = torch.repeat_interleave(torch.arange(len(sets), device=sets.device), counts)
         n_unperturbed = int(len(sets) > 0 and bool((sets[0] < 0).all()))
-        return cls(sets, cell_set, counts, cells_by_set, torch.cumsum(counts, 0) - counts, n_unperturbed,
-                   int(counts[0]) if n_unperturbed else 0)
+        cells_by_set = torch.repeat_interleave(torch.arange(len(sets), device=sets.device), counts)
+        first_cell = torch.cumsum(counts, 0) - counts
+        unperturbed_cells = int(counts[0]) if n_unperturbed else 0
+        return cls(sets, cell_set, counts, n_unperturbed, cells_by_set, first_cell,
+                   cells_by_set[unperturbed_cells:], first_cell[n_unperturbed:] - unperturbed_cells)
 
     @classmethod
     def each_once(cls, sets: torch.Tensor) -> "PerturbationSets":
         """``sets`` (K x k) as they are, one cell each: the sets of an evaluation, where the
         model runs in evaluation mode (not sorted or distinct, as training mode needs)."""
         each = torch.arange(len(sets), device=sets.device)
-        return cls(sets, each, torch.ones_like(each), each, each, 0, 0)
+        return cls(sets, each, torch.ones_like(each), 0, each, each, each, each)
 
     @property
     def n_cells(self) -> int:
@@ -81,5 +84,6 @@ class PerturbationSets:
 
     def map(self, fn) -> "PerturbationSets":
         """The same sets with ``fn`` applied to each tensor (a copy to a device, pinning)."""
-        return PerturbationSets(fn(self.sets), fn(self.cell_set), fn(self.counts), fn(self.cells_by_set),
-                                fn(self.first_cell), self.n_unperturbed, self.n_unperturbed_cells)
+        return PerturbationSets(fn(self.sets), fn(self.cell_set), fn(self.counts), self.n_unperturbed,
+                                fn(self.cells_by_set), fn(self.first_cell), fn(self.perturbed_cells_by_set),
+                                fn(self.first_perturbed_cell))

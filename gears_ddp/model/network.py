@@ -73,16 +73,19 @@ class MLP(nn.Module):
         return self.network[1].synchronizing()
 
 
-def renormed_table(embedding: nn.Embedding) -> torch.Tensor:
-    """The whole table of a ``max_norm`` embedding after its renormalisation.
+@torch.compiler.disable
+def renormalise(*embeddings: nn.Embedding) -> None:
+    """Renormalise ``max_norm`` embedding tables in place, as looking up all their rows does.
 
-    Looking up every row of ``nn.Embedding(max_norm=...)`` rescales, in place and without
-    gradient, each row whose norm exceeds ``max_norm`` to ``max_norm / (norm + 1e-7)`` times
-    itself, one row at a time; ``Tensor.renorm_`` does the same to all rows in one operation.
+    Looking up a row of ``nn.Embedding(max_norm=...)`` rescales it, in place and without
+    gradient, to ``max_norm / (norm + 1e-7)`` times itself when its norm exceeds
+    ``max_norm``; ``Tensor.renorm_`` does the same to every row of a table in one operation.
+    It runs outside ``torch.compile``'s graphs: their inductor backend gives wrong gradients
+    for a parameter changed in place within a compiled forward pass.
     """
     with torch.no_grad():
-        embedding.weight.renorm_(embedding.norm_type, 0, embedding.max_norm)
-    return embedding.weight
+        for embedding in embeddings:
+            embedding.weight.renorm_(embedding.norm_type, 0, embedding.max_norm)
 
 
 class GEARSModel(nn.Module):
@@ -146,18 +149,20 @@ class GEARSModel(nn.Module):
         return layers[-1](h, adjacency, rows)
 
     def gene_embeddings(self, n_cells: int) -> torch.Tensor:
-        """Per-gene base embedding (G x H), the same for every cell of a batch of
-        ``n_cells``. Its BatchNorms count the G rows ``n_cells`` times,
-        as the published model runs them on the rows of every cell: the batch statistics are
-        those of G rows, the running variance's unbiased correction that of n_cells x G."""
-        base = F.relu(self.bn_emb(renormed_table(self.gene_emb), n_cells))
-        positional = self._propagate(renormed_table(self.emb_pos), self.layers_emb_pos, self.coexpress_graph)
+        """Per-gene base embedding (G x H) from the renormalised tables (``renormalise``), the
+        same for every cell of a batch of ``n_cells``. Its BatchNorms count the G rows
+        ``n_cells`` times, as the published model runs them on the rows of every cell: the
+        batch statistics are those of G rows, the running variance's unbiased correction that
+        of n_cells x G."""
+        base = F.relu(self.bn_emb(self.gene_emb.weight, n_cells))
+        positional = self._propagate(self.emb_pos.weight, self.layers_emb_pos, self.coexpress_graph)
         return self.emb_trans_v2(torch.add(base, positional, alpha=PERT_EMB_LAMBDA), n_cells)
 
     def perturbation_embeddings(self, genes: torch.Tensor | None = None) -> torch.Tensor:
-        """GO-propagated embedding of every vocabulary gene (P x H), or of ``genes`` only.
-        The whole table is renormalised either way, as the published model looks it all up."""
-        return self._propagate(renormed_table(self.pert_emb), self.sim_layers, self.go_graph, genes)
+        """GO-propagated embedding of every vocabulary gene (P x H), or of ``genes`` only,
+        from the renormalised table (``renormalise``: all of it, as the published model looks
+        it all up)."""
+        return self._propagate(self.pert_emb.weight, self.sim_layers, self.go_graph, genes)
 
     def set_effects(self, sets: PerturbationSets):
         """Predicted change from control (S x G) for each of ``sets.sets``, and the
@@ -166,6 +171,8 @@ class GEARSModel(nn.Module):
         in evaluation mode any sets (``PerturbationSets.each_once``). With ``no_perturb``
         the change is zero. The running statistics of the BatchNorms that this model
         weights are updated together at the end."""
+        if not self.no_perturb:
+            renormalise(self.gene_emb, self.emb_pos, self.pert_emb)
         with running_statistics_together():
             return self._set_effects(sets)
 
@@ -182,7 +189,7 @@ class GEARSModel(nn.Module):
             # pert_fuse's BatchNorm sees the perturbed cells only, as in the published model;
             # the unperturbed set, if any, sorts first
             first = sets.n_unperturbed
-            shift = F.pad(self._per_set_rows(self.pert_fuse, summed, sets, first), (0, 0, first, 0))
+            shift = F.pad(self._per_set_rows(self.pert_fuse, summed, sets, perturbed_only=True), (0, 0, first, 0))
         else:  # rows are independent: fuse every set, then zero the unperturbed ones
             shift = self.pert_fuse(summed) * present.any(1, keepdim=True)
 
@@ -206,17 +213,19 @@ class GEARSModel(nn.Module):
         return effect, logvar
 
     @staticmethod
-    def _per_set_rows(mlp: MLP, rows: torch.Tensor, sets: PerturbationSets, first: int = 0) -> torch.Tensor:
-        """Training-mode ``mlp`` on the rows of the sets from ``first`` on (``rows`` holds one
-        row per set), with the BatchNorm statistics of their cells' rows, as the published
-        model computes it: on the rows repeated for each cell, or, synchronised across ranks,
-        on rows weighted by their cells. A lone row is repeated (BatchNorm's kernel needs two
-        rows; the statistics are the same), as the published model repeats it."""
-        if mlp.synchronizing() or first == len(rows):
-            return mlp(rows[first:], sets.counts[first:]) if first < len(rows) else rows[first:]
-        skipped = sets.n_unperturbed_cells if first else 0
-        cells = sets.cells_by_set[skipped:] if skipped else sets.cells_by_set
-        picked = sets.first_cell[first:] - skipped if skipped else sets.first_cell
+    def _per_set_rows(mlp: MLP, rows: torch.Tensor, sets: PerturbationSets, perturbed_only: bool = False):
+        """Training-mode ``mlp`` on the rows of the sets (``rows``: one per set), or of the
+        perturbed sets only, with the BatchNorm statistics of their cells' rows, as the
+        published model computes it: on the rows repeated for each cell, or, synchronised
+        across ranks, on rows weighted by their cells. A lone row is repeated (BatchNorm's
+        kernel needs two rows; the statistics are the same), as the published model repeats it."""
+        first = sets.n_unperturbed if perturbed_only else 0
+        if first == len(rows):
+            return rows[first:]
+        if mlp.synchronizing():
+            return mlp(rows[first:], sets.counts[first:])
+        cells, picked = ((sets.perturbed_cells_by_set, sets.first_perturbed_cell) if perturbed_only
+                         else (sets.cells_by_set, sets.first_cell))
         return mlp.per_cell(rows, cells.expand(2) if len(cells) == 1 else cells, picked)
 
     def forward(self, x: torch.Tensor, pert_idx: torch.Tensor, sets: PerturbationSets | None = None):

@@ -41,7 +41,12 @@ def rows_per_pass(device: torch.device) -> int:
 
 
 def block_slices(n_blocks: int, rows_per_block: int, device: torch.device) -> list[slice]:
-    """Consecutive slices of blocks of about ``rows_per_pass(device)`` rows (at least one block)."""
+    """Consecutive slices of blocks of about ``rows_per_pass(device)`` rows (at least one block).
+    In a ``torch.compile``d graph, one slice of all: its kernels fuse the pieces' temporaries
+    away, and a loop over a number of pieces that changes with the batch would recompile it
+    for every number of perturbation sets."""
+    if torch.compiler.is_compiling():
+        return [slice(0, n_blocks)]
     step = max(1, rows_per_pass(device) // max(1, rows_per_block))
     return [slice(start, min(start + step, n_blocks)) for start in range(0, n_blocks, step)]
 

@@ -27,7 +27,9 @@ GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
 
 
 def unwrapped(model: nn.Module) -> nn.Module:
-    """The network itself: ``DistributedDataParallel`` keeps it as ``.module``."""
+    """The network itself: ``torch.compile`` keeps what it compiled as ``._orig_mod``,
+    ``DistributedDataParallel`` the network as ``.module``."""
+    model = getattr(model, "_orig_mod", model)
     return getattr(model, "module", model)
 
 
