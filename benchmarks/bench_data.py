@@ -62,6 +62,21 @@ def prepared_synthetic(folder: Path, args, hidden_size: int):
     return prepare_data(folder, "synthetic", SplitConfig.from_dict(SPLIT), options).share_memory_()
 
 
+def load_synthetic(data_path, args):
+    """The synthetic dataset of the size options, written once under ``data_path`` (one
+    folder per set of options, reused as it is) and loaded with its simulation split (seed 1)."""
+    from gears_ddp import PertData
+    from gears_ddp.datasets import write_synthetic_dataset
+
+    options = synthetic_options(args)
+    name = "synthetic_" + "_".join(f"{key}{value}" for key, value in options.items())
+    folder = write_synthetic_dataset(data_path, name=name, **options)
+    pert_data = PertData(data_path)
+    pert_data.load(data_path=folder)
+    pert_data.prepare_split(split="simulation", seed=1)
+    return pert_data
+
+
 def make_input(folder: Path, args) -> Path:
     """The raw AnnData (h5ad) and GO files both implementations start from."""
     from gears_ddp.data.graphs import jaccard_edge_list

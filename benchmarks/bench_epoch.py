@@ -36,12 +36,11 @@ import time
 from pathlib import Path
 
 import torch
-from bench_data import add_size_arguments, synthetic_options
+from bench_data import add_size_arguments, load_synthetic
 from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY
 from results import add_record_argument, recorded
 
 from gears_ddp import PertData
-from gears_ddp.datasets import write_synthetic_dataset
 from gears_ddp.training.engine import evaluate
 from gears_ddp.gears import GEARS
 
@@ -104,13 +103,7 @@ def main() -> None:
 def measure_epochs(args, device: torch.device) -> None:
     """Write (once) and load the dataset, then train and print a row per batch size and precision."""
     start = time.perf_counter()
-    options = synthetic_options(args)
-    # one folder per set of options: an existing folder is reused as it is
-    name = "synthetic_" + "_".join(f"{key}{value}" for key, value in options.items())
-    folder = write_synthetic_dataset(args.data_path, name=name, **options)
-    pert_data = PertData(args.data_path)
-    pert_data.load(data_path=folder)
-    pert_data.prepare_split(split="simulation", seed=1)
+    pert_data = load_synthetic(args.data_path, args)
     print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
           f"{time.perf_counter() - start:.0f} s; device {device}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else

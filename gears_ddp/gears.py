@@ -24,6 +24,7 @@ from gears_ddp.model.network import GEARSModel
 from gears_ddp.model.folder import check_vocabulary, load_weights, model_from_config, read_config, \
     save_model_folder
 from gears_ddp.training.options import TrainingOptions
+from gears_ddp.runtime.devices import best_device, mps_available
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.training.recipe import TrainingRecipe
 from gears_ddp.report.verdicts import summary_verdicts, verdict_table
@@ -50,7 +51,8 @@ TUNABLE_PARAMETERS = {
 class GEARS:
     """Train and use GEARS on a ``PertData`` that has a split and loaders.
 
-    ``device``: where the model runs ('cpu', 'cuda', 'cuda:1', ...). ``weight_bias_track``
+    ``device``: where the model runs ('cpu', 'cuda', 'cuda:1', ..., 'mps' for Apple silicon's
+    GPU, or 'auto': CUDA, else MPS, else the CPU). ``weight_bias_track``
     logs to Weights & Biases (the optional ``wandb`` package).
     """
 
@@ -149,7 +151,7 @@ class GEARS:
               lr_scaling: str = "none", warmup_steps: int = 0, checkpoint_every: int = 0,
               checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, resume_from: str | None = None,
               save_path: str | None = None, sync_batchnorm: bool = False,
-              fused_decoder: bool = True, wandb: dict | None = None) -> dict:
+              fused_decoder: bool = True, compile: bool = False, wandb: dict | None = None) -> dict:
         """Train, keep the model with the lowest val ``mse_de`` (``best_model``), score it and
         the baselines on test, and return the report: ``'model'`` and ``'baselines'`` test
         summaries, ``'best_epoch'``, ``'history'`` and, with ``save_path``, ``'model_path'``.
@@ -157,12 +159,14 @@ class GEARS:
         The options are ``train_multi_gpu``'s ``args`` under the same names (the README's
         table). ``seed``, ``batch_size``, ``test_batch_size``, ``num_workers`` and
         ``resample_controls`` default to what ``pert_data.get_dataloader`` was given; a value
-        here rebuilds the loaders with it.
+        here rebuilds the loaders with it (as does a CUDA device, whose loaders gather batches
+        into pinned memory).
         """
         options = TrainingOptions.from_dict({k: v for k, v in locals().items() if k != "self"}, where="train")
         self._require_model()
         built = self.pert_data.loader_options
-        wanted = {**built, **options.loader_options()}
+        # batches for a GPU are gathered into page-locked memory, from which the copy does not block
+        wanted = {**built, **options.loader_options(), "pin_memory": self.device.type == "cuda"}
         if wanted != built:
             self.pert_data.get_dataloader_distributed(**wanted)
         self.dataloader = self.pert_data.dataloader
@@ -293,12 +297,15 @@ class GEARS:
 
 
 def checked_device(device) -> torch.device:
-    """``device`` as a torch device that this machine has; otherwise an error that says what
-    there is."""
+    """``device`` as a torch device that this machine has (``'auto'``: CUDA, else Apple
+    silicon's MPS, else the CPU); otherwise an error that says what there is."""
+    if device == "auto":
+        return best_device()
     try:
         checked = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device={device!r} is not a device: use 'cpu', 'cuda' or 'cuda:N' ({err})") from None
+        raise ValueError(f"device={device!r} is not a device: use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto' "
+                         f"({err})") from None
     if checked.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
@@ -306,6 +313,10 @@ def checked_device(device) -> torch.device:
                              f"torch {torch.__version__}): use device='cpu', or install a CUDA build of torch")
         if (checked.index or 0) >= count:
             raise ValueError(f"device={device!r}, but torch sees {count} CUDA GPU(s) (cuda:0..cuda:{count - 1})")
+    if checked.type == "mps" and not mps_available():
+        raise ValueError(f"device={device!r}, but torch cannot use Apple silicon's GPU here "
+                         f"(torch.backends.mps.is_available() is False; torch {torch.__version__}): use "
+                         f"device='cpu' or 'auto'")
     return checked
 
 

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from gears_ddp.model import weighted_norm
-from gears_ddp.model.network import PERT_EMB_LAMBDA, GEARSModel, distinct_perturbation_sets, renormed_table
+from gears_ddp.data.perturbation_sets import distinct_perturbation_sets
+from gears_ddp.model.network import PERT_EMB_LAMBDA, GEARSModel, renormalise
 from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, model_graphs, random_batch
 from reference_package import import_reference
 
@@ -105,8 +106,9 @@ def test_training_step_equals_the_published_model_on_every_cell_without_coexpres
 def _naive_gene_embeddings(model, n_cells):
     """The per-gene part on the rows of every cell (n_cells x G x H), as the published model
     runs it, with the co-expression messages for every cell."""
-    positional = model._propagate(renormed_table(model.emb_pos), model.layers_emb_pos, model.coexpress_graph)
-    base = F.relu(model.bn_emb(renormed_table(model.gene_emb).repeat(n_cells, 1)))
+    renormalise(model.gene_emb, model.emb_pos, model.pert_emb)
+    positional = model._propagate(model.emb_pos.weight, model.layers_emb_pos, model.coexpress_graph)
+    base = F.relu(model.bn_emb(model.gene_emb.weight.repeat(n_cells, 1)))
     return model.emb_trans_v2(base + PERT_EMB_LAMBDA * positional.repeat(n_cells, 1)).reshape(n_cells, N_GENES, -1)
 
 

@@ -19,6 +19,7 @@ from typing import Sequence
 import torch
 
 from gears_ddp.data.conditions import CONTROL
+from gears_ddp.data.perturbation_sets import PerturbationSets
 
 N_DE_GENES = 20
 VALUES_PER_BLOCK = 2**21  # expression values read at once by a statistic over many cells
@@ -30,7 +31,9 @@ class PertBatch:
     """One batch. ``x``: paired control expression (B x G); ``y``: observed expression (B x G);
     ``pert_idx``: perturbed genes in the perturbation vocabulary (B x 2, -1 padded);
     ``condition``: condition code of each cell (B); ``de_idx``: the condition's top-20 DE
-    gene indices (B x 20, -1 padded); ``condition_names``: code -> condition string."""
+    gene indices (B x 20, -1 padded); ``condition_names``: code -> condition string;
+    ``sets``: the batch's distinct perturbation sets, found on the host by the loaders (None:
+    the model finds them)."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -38,6 +41,7 @@ class PertBatch:
     condition: torch.Tensor
     de_idx: torch.Tensor
     condition_names: Sequence[str]
+    sets: PerturbationSets | None = None
 
     _TENSORS = ("x", "y", "pert_idx", "condition", "de_idx")
 
@@ -52,6 +56,8 @@ class PertBatch:
     def _map(self, fn) -> "PertBatch":
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update({name: fn(values[name]) for name in self._TENSORS})
+        if self.sets is not None:
+            values["sets"] = self.sets.map(fn)
         return PertBatch(**values)
 
     def to(self, device, non_blocking: bool = False) -> "PertBatch":

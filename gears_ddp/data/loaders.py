@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from gears_ddp.data.cells import CellTable, PertBatch
+from gears_ddp.data.perturbation_sets import PerturbationSets
 
 EPOCH_SEED_STRIDE = 1_000_003  # separates the partner streams of successive epochs
 
@@ -56,8 +57,9 @@ class EpochPlan(Dataset):
     """The batches of one epoch: item ``i`` is batch ``i``.
 
     The epoch is one tensor of cell indices (8 bytes a cell); a batch looks up its cells'
-    control partners, condition codes, perturbed genes and DE genes, and gathers its input
-    and target rows with one ``index_select`` (returned as two views of one tensor).
+    control partners, condition codes, perturbed genes and DE genes, gathers its input and
+    target rows with one ``index_select`` (returned as two views of one tensor) and finds its
+    distinct perturbation sets (on the host, so that the step does not wait for them).
     """
 
     def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor | slice, batch_size: int,
@@ -70,6 +72,7 @@ class EpochPlan(Dataset):
         self.batch_size = batch_size
         self.pin_memory = pin_memory
         self.cells = cells
+        self.n_perts = int(self.table.condition_pert_idx.max()) + 1 if len(self.table.condition_pert_idx) else 0
 
     def __len__(self) -> int:
         return math.ceil(len(self.cells) / self.batch_size)
@@ -79,8 +82,10 @@ class EpochPlan(Dataset):
         cells = self.cells[i * self.batch_size:(i + 1) * self.batch_size]
         codes = table.condition_codes[cells]
         rows = self._gather(torch.cat((self.partners[cells], cells)))
-        batch = PertBatch(x=rows[:len(cells)], y=rows[len(cells):], pert_idx=table.condition_pert_idx[codes],
-                          condition=codes, de_idx=table.condition_de_idx[codes], condition_names=table.conditions)
+        pert_idx = table.condition_pert_idx[codes]
+        batch = PertBatch(x=rows[:len(cells)], y=rows[len(cells):], pert_idx=pert_idx, condition=codes,
+                          de_idx=table.condition_de_idx[codes], condition_names=table.conditions,
+                          sets=PerturbationSets.of(pert_idx, self.n_perts))
         return batch.pin_memory() if self.pin_memory else batch  # (the rows are pinned already)
 
     def _gather(self, index: torch.Tensor) -> torch.Tensor:

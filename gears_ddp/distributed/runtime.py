@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from gears_ddp._logging import get_logger
+from gears_ddp.runtime.devices import mps_available
 
 logger = get_logger(__name__)
 
@@ -173,8 +174,16 @@ def _cpu_devices(cpu_processes: int, n_gpus: int | None, gpu_ids: Sequence[int] 
 
 
 def _visible_cuda_devices() -> int:
-    """Number of CUDA devices this process can use, raising when there are none."""
+    """Number of CUDA devices this process can use, raising when there are none (with what
+    to do instead on a Mac, whose one GPU, MPS, distributed training does not use)."""
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < 1 and mps_available():
+        raise ValueError(
+            "no CUDA device is visible; this machine's GPU is Apple silicon's (MPS), one device that "
+            "distributed training does not run on (no NCCL, nothing to share the work with): train in one "
+            "process with GEARS(pert_data, device='mps') (or device='auto') and gears.train(...), or pass "
+            "cpu_processes=N (args['cpu_processes']) for N CPU processes with gloo"
+        )
     if count < 1:
         raise ValueError(
             "no CUDA device is visible (torch.cuda.is_available() is False or no device is "

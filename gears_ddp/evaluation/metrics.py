@@ -102,8 +102,9 @@ class EvaluationAccumulator:
     """Per-condition sums of predictions and truth, fed batch by batch.
 
     ``add`` takes a batch's condition codes (B,), predictions and truth (B x G) and, with
-    ``uncertainty``, the predicted log-variance. Sums are float64 on ``device`` (pass the
-    model's device to avoid copying B x G predictions to the host every batch).
+    ``uncertainty``, the predicted log-variance. Sums are float64 on ``device`` (float32 on
+    Apple silicon's MPS, which has no float64; pass the model's device to avoid copying B x G
+    predictions to the host every batch).
 
     Distributed evaluation: each rank accumulates its cells, then the ranks add up the
     tensors of ``state()`` (``ranks.merge_evaluation``; with ``torch.distributed``, an
@@ -116,6 +117,7 @@ class EvaluationAccumulator:
         self.n_genes = n_genes
         self.uncertainty = uncertainty
         self.device = torch.device(device)
+        self.dtype = torch.float32 if self.device.type == "mps" else torch.float64  # MPS has no float64
         self.tables = {"de": de_idx_table.to(self.device, torch.long),
                        "non_dropout_de": non_dropout_de_table.to(self.device, torch.long)}
         n_conditions = len(self.condition_names)
@@ -123,11 +125,11 @@ class EvaluationAccumulator:
             if table.shape != (n_conditions, N_DE_GENES):
                 raise ValueError(f"the {name} gene table has shape {tuple(table.shape)}, "
                                  f"expected ({n_conditions}, {N_DE_GENES})")
-        sums = {"pred": torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device),
-                "truth": torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device),
+        sums = {"pred": torch.zeros(n_conditions, n_genes, dtype=self.dtype, device=self.device),
+                "truth": torch.zeros(n_conditions, n_genes, dtype=self.dtype, device=self.device),
                 "count": torch.zeros(n_conditions, dtype=torch.long, device=self.device)}
         if uncertainty:
-            sums["logvar"] = torch.zeros(n_conditions, n_genes, dtype=torch.float64, device=self.device)
+            sums["logvar"] = torch.zeros(n_conditions, n_genes, dtype=self.dtype, device=self.device)
         self._sums = sums
 
     @classmethod
@@ -146,7 +148,7 @@ class EvaluationAccumulator:
                              f"logvar must be {'given' if self.uncertainty else 'None'}")
         codes = self._add_cells(codes, pred, truth)
         if logvar is not None:
-            self._sums["logvar"].index_add_(0, codes, logvar.detach().to(self.device, torch.float64))
+            self._sums["logvar"].index_add_(0, codes, logvar.detach().to(self.device, self.dtype))
 
     def add_inputs(self, codes: torch.Tensor, inputs: torch.Tensor, truth: torch.Tensor) -> None:
         """Add a batch of cells whose prediction is ``input + effect(condition)`` (a model in
@@ -162,17 +164,17 @@ class EvaluationAccumulator:
             raise ValueError(f"this accumulator was built with uncertainty={self.uncertainty}; "
                              f"logvar must be {'given' if self.uncertainty else 'None'}")
         codes = codes.to(self.device, torch.long)
-        cells = self._sums["count"][codes].to(torch.float64).unsqueeze(1)
-        self._sums["pred"].index_add_(0, codes, cells * effect.detach().to(self.device, torch.float64))
+        cells = self._sums["count"][codes].to(self.dtype).unsqueeze(1)
+        self._sums["pred"].index_add_(0, codes, cells * effect.detach().to(self.device, self.dtype))
         if logvar is not None:
-            self._sums["logvar"].index_add_(0, codes, cells * logvar.detach().to(self.device, torch.float64))
+            self._sums["logvar"].index_add_(0, codes, cells * logvar.detach().to(self.device, self.dtype))
 
     def _add_cells(self, codes: torch.Tensor, pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
         """Count the cells, sum predictions and truth; returns the codes."""
         codes = codes.to(self.device, torch.long)
         self._sums["count"].index_add_(0, codes, torch.ones_like(codes))
-        self._sums["pred"].index_add_(0, codes, pred.detach().to(self.device, torch.float64))
-        self._sums["truth"].index_add_(0, codes, truth.detach().to(self.device, torch.float64))
+        self._sums["pred"].index_add_(0, codes, pred.detach().to(self.device, self.dtype))
+        self._sums["truth"].index_add_(0, codes, truth.detach().to(self.device, self.dtype))
         return codes
 
     def state(self) -> dict[str, torch.Tensor]:

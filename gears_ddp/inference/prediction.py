@@ -12,6 +12,8 @@ from typing import Mapping, Sequence
 
 import torch
 
+from gears_ddp.data.perturbation_sets import PerturbationSets
+
 PREDICTION_CELLS = 300  # control cells a prediction averages over, as in the published GEARS
 QUERY_EXAMPLE = "e.g. [['FEV'], ['FEV', 'SAMD1']]"
 
@@ -49,7 +51,7 @@ def set_effects(network, sets: torch.Tensor, device: torch.device) -> tuple[torc
     -1 padded) in evaluation mode, and its log-variance in uncertainty mode (else None), on
     ``device``."""
     network.eval()
-    return network.set_effects(sets.to(device), torch.ones(len(sets), device=device))
+    return network.set_effects(PerturbationSets.each_once(sets.to(device)))
 
 
 def drawn_control_cells(cell_table, seed: int, n_cells: int = PREDICTION_CELLS) -> torch.Tensor:

@@ -2,8 +2,9 @@
 its own.
 
 - ``network``: ``GEARSModel``, computed once per distinct perturbation set;
-- ``set_decoder``, ``weighted_norm``, ``graph_conv``: its fused per-gene decoder, the
-  BatchNorm weighted by cells per set, and the graph convolution (torch_geometric's SGConv);
+- ``set_decoder``, ``weighted_norm``, ``graph_conv``, ``linear``: its fused per-gene
+  decoder, the BatchNorm weighted by cells per set, the graph convolution
+  (torch_geometric's SGConv) and a Linear with its backward pass written out;
 - ``losses``: the GEARS loss (autofocus and direction terms, uncertainty);
 - ``folder``: saved models in the published format (``model.pt``, ``config.pkl``).
 

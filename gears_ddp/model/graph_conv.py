@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gears_ddp.model.linear import linear
+
 
 def normalised_edges(edge_index: torch.Tensor, edge_weight: torch.Tensor, num_nodes: int, dtype: torch.dtype):
     """(source, target, weight) of ``A_hat``'s edges (see the module docstring), weights in ``dtype``."""
@@ -40,42 +42,37 @@ class NormalisedAdjacency(nn.Module):
     """``x -> A_hat @ x`` for one fixed graph, with ``A_hat``'s edges computed once, when the
     module is built, instead of on every forward pass (the graphs never change in training).
 
-    Messages are gathered with ``index_select`` and summed with ``index_add_``: the backward
-    pass of that pair is another gather and sum, where plain tensor indexing would scatter
-    its gradient with a sorting ``index_put_``. Edges are kept sorted by target with each
-    node's first edge (``first_edge``), so that a few rows of ``A_hat @ x`` cost only the
-    edges entering them. The edges are non-persistent buffers: they move with the module and
-    stay out of its ``state_dict``.
+    Each node's incoming edges are one row of a (nodes x most incoming edges) table of
+    sources and weights, padded with weight 0: ``A_hat @ x``, or a few of its rows, is a
+    gather of the sources' rows of ``x`` and one batched product with the weights. Every
+    size is fixed when the module is built, so nothing waits for the device to learn a
+    size, and the backward pass is a gather and a sum (``index_select``'s), not a sorting
+    scatter. The tables are non-persistent buffers: they move with the module and stay out
+    of its ``state_dict``.
     """
 
     def __init__(self, edge_index: torch.Tensor, edge_weight: torch.Tensor, num_nodes: int):
         super().__init__()
         source, target, weight = normalised_edges(edge_index.long(), edge_weight, num_nodes, edge_weight.dtype)
         order = torch.argsort(target, stable=True)
-        self.register_buffer("source", source[order], persistent=False)
-        self.register_buffer("target", target[order], persistent=False)
-        self.register_buffer("weight", weight[order], persistent=False)
-        first_edge = torch.zeros(num_nodes + 1, dtype=torch.long, device=target.device)
-        first_edge[1:] = torch.cumsum(torch.bincount(target, minlength=num_nodes), 0)
-        self.register_buffer("first_edge", first_edge, persistent=False)
+        source, target, weight = source[order], target[order], weight[order]
+        incoming = torch.bincount(target, minlength=num_nodes)
+        slot = torch.arange(len(target), device=target.device) - (torch.cumsum(incoming, 0) - incoming)[target]
+        width = int(incoming.max()) if num_nodes else 1
+        sources = torch.zeros(num_nodes, width, dtype=torch.long, device=target.device)
+        weights = torch.zeros(num_nodes, 1, width, dtype=weight.dtype, device=target.device)
+        sources[target, slot] = source
+        weights[target, 0, slot] = weight
+        self.register_buffer("sources", sources, persistent=False)  # nodes x width
+        self.register_buffer("weights", weights, persistent=False)  # nodes x 1 x width
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``A_hat @ x``, or only its ``rows`` (a 1-D index tensor) in that order."""
-        if rows is None:
-            source, target, weight, n_out = self.source, self.target, self.weight, x.shape[0]
-        else:
-            edges, target = self._edges_into(rows)
-            source, weight, n_out = self.source[edges], self.weight[edges], len(rows)
-        messages = x.index_select(0, source) * weight.to(x.dtype).unsqueeze(1)
-        return x.new_zeros(n_out, x.shape[1]).index_add_(0, target, messages)
-
-    def _edges_into(self, rows: torch.Tensor):
-        """The edges entering ``rows`` and, for each, the position of its target in ``rows``."""
-        starts = self.first_edge[rows]
-        counts = self.first_edge[rows + 1] - starts
-        position = torch.repeat_interleave(torch.arange(len(rows), device=rows.device), counts)
-        offset_in_row = torch.arange(len(position), device=rows.device) - (torch.cumsum(counts, 0) - counts)[position]
-        return starts[position] + offset_in_row, position
+        sources, weights = self.sources, self.weights
+        if rows is not None:
+            sources, weights = sources.index_select(0, rows), weights.index_select(0, rows)
+        messages = x.index_select(0, sources.view(-1)).view(*sources.shape, x.shape[1])
+        return torch.bmm(weights.to(x.dtype), messages).view(len(sources), x.shape[1])
 
 
 class SimpleGraphConv(nn.Module):
@@ -90,4 +87,4 @@ class SimpleGraphConv(nn.Module):
 
     def forward(self, x: torch.Tensor, adjacency: NormalisedAdjacency, rows: torch.Tensor | None = None):
         """``lin(A_hat @ x)``, or only its ``rows``."""
-        return self.lin(adjacency(x, rows))
+        return linear(adjacency(x, rows), self.lin)

@@ -11,7 +11,7 @@ and the loss is the mean of the group terms. In uncertainty mode the first term 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,6 +30,10 @@ class LossContext:
     ctrl_mean: torch.Tensor
     direction_lambda: float = 1e-1
     uncertainty_reg: float = 1.0
+    genes_per_condition: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.genes_per_condition = self.retained_genes.sum(1)
 
     @classmethod
     def from_pert_data(cls, pert_data, direction_lambda: float = 1e-1, uncertainty_reg: float = 1.0):
@@ -53,15 +57,20 @@ class LossContext:
 
 def gears_loss(pred: torch.Tensor, y: torch.Tensor, condition: torch.Tensor, context: LossContext,
                logvar: torch.Tensor | None = None) -> torch.Tensor:
-    """The GEARS loss of a batch (``condition``: each cell's condition code)."""
-    groups, group_of_cell, cells_per_group = torch.unique(condition, return_inverse=True, return_counts=True)
-    retained = context.retained_genes[condition]
+    """The GEARS loss of a batch (``condition``: each cell's condition code).
+
+    The group terms are summed into one slot per condition of the dataset, and their mean
+    is over the slots that received cells: no operation's size depends on which conditions
+    the batch holds, so a GPU never waits to learn it."""
+    retained = context.retained_genes.index_select(0, condition)
     error = (pred - y) ** (2 + GAMMA)
     if logvar is not None:
         error = error + context.uncertainty_reg * torch.exp(-logvar) * error
     direction = (torch.sign(y - context.ctrl_mean) - torch.sign(pred - context.ctrl_mean)) ** 2
     per_cell = torch.where(retained, error + context.direction_lambda * direction, 0).sum(1)
-    per_group = torch.zeros(len(groups), dtype=per_cell.dtype, device=per_cell.device)
-    per_group = per_group.index_add(0, group_of_cell, per_cell)
-    genes_per_group = context.retained_genes[groups].sum(1)
-    return (per_group / (cells_per_group * genes_per_group)).mean()
+    slots = per_cell.new_zeros(2, len(context.retained_genes))
+    per_condition = slots[0].index_add(0, condition, per_cell)
+    cells = slots[1].index_add(0, condition, torch.ones_like(per_cell))
+    present = cells > 0
+    terms = per_condition / torch.where(present, cells * context.genes_per_condition, 1)
+    return terms.sum() / present.sum()

@@ -11,16 +11,23 @@ not:
   co-expression messages; here every cell does, which is the model the paper describes.
   At batch size 1 the two agree.)
 - Everything before ``+ x`` depends only on a cell's set of perturbed genes. It is computed
-  once per distinct set in the batch; every BatchNorm that the published model runs over
-  per-cell rows is given each set's cell count as a weight, so its batch statistics,
-  running statistics, outputs and gradients equal the per-cell computation. In evaluation
-  mode a batch of one condition costs one pass.
+  once per distinct set in the batch (the loaders find the sets on the host:
+  ``gears_ddp.data.perturbation_sets``). Every BatchNorm that the published model runs over
+  per-cell rows gets the same statistics: those of ``pert_fuse`` and ``cross_gene_state``
+  run on the per-set rows repeated once per cell (narrow rows, by BatchNorm's own kernels),
+  the decoder's over (set, gene) rows weight each row by its set's cells, and the per-gene
+  part's count their G rows once per cell. Batch statistics, running statistics, outputs
+  and gradients equal the per-cell computation. In evaluation mode a batch of one
+  condition costs one pass.
 - In training mode (without the uncertainty head) the per-gene decoder over the (set, gene)
   rows is one autograd function (``gears_ddp.model.set_decoder``) that computes ``bn_pert_base``
   from the gene and set tables and keeps two row-sized tensors for the backward pass;
-  elsewhere each BatchNorm -> ReLU -> Linear step on per-set rows is fused
+  elsewhere each weighted BatchNorm -> ReLU -> Linear step is fused
   (``gears_ddp.model.weighted_norm``). ``fused_decoder = False`` runs the plain module chain
   instead (the same function; a test holds the two equal), so a device can pick the faster.
+- A training step never makes the host wait for the device (no operator whose result's size
+  depends on the data, no value read back), and its Linears and BatchNorm statistics take
+  few operators (``tests/test_device_work.py`` counts them).
 - The graphs' normalised adjacencies are computed once, when the model is built.
 """
 from __future__ import annotations
@@ -29,9 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.model.graph_conv import NormalisedAdjacency, SimpleGraphConv
+from gears_ddp.model.linear import linear
 from gears_ddp.model.set_decoder import decode_sets
-from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
+from gears_ddp.model.weighted_norm import WeightedBatchNorm1d, running_statistics_together
 
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
 
@@ -47,53 +56,43 @@ class MLP(nn.Module):
             layers += [nn.Linear(n_in, n_out), WeightedBatchNorm1d(n_out), nn.ReLU()]
         self.network = nn.Sequential(*layers[:-1])
 
-    def forward(self, x: torch.Tensor, set_counts: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, set_counts: torch.Tensor | int | None = None) -> torch.Tensor:
         """Each (BatchNorm, ReLU, Linear) step through ``WeightedBatchNorm1d.relu_linear``;
         ``set_counts`` weight the BatchNorms' rows (see ``WeightedBatchNorm1d``)."""
+        return self._after_first(linear(x, self.network[0]), set_counts)
+
+    def per_cell(self, x: torch.Tensor, cells: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+        """The layers with one row per cell: the first Linear on ``x``'s rows (one per set),
+        the rest on those rows repeated for each cell (``cells``: the row of ``x`` of each
+        cell), so that each BatchNorm's own kernel computes the per-cell statistics; returns
+        the result's rows ``picked`` (one per set)."""
+        return self._after_first(linear(x, self.network[0]).index_select(0, cells), None).index_select(0, picked)
+
+    def _after_first(self, x: torch.Tensor, set_counts) -> torch.Tensor:
         layers = list(self.network)
-        x = layers[0](x)
         for step in range(1, len(layers) - 1, 3):
-            norm, _, linear = layers[step:step + 3]
-            x = norm.relu_linear(x, set_counts, linear)
+            norm, _, next_linear = layers[step:step + 3]
+            x = norm.relu_linear(x, set_counts, next_linear)
         return layers[-1](x, set_counts)
 
+    def synchronizing(self) -> bool:
+        """Whether its BatchNorms' statistics are those of all ranks (``sync_batchnorm``)."""
+        return self.network[1].synchronizing()
 
-def renormed_table(embedding: nn.Embedding) -> torch.Tensor:
-    """The whole table of a ``max_norm`` embedding after its renormalisation.
 
-    Looking up every row of ``nn.Embedding(max_norm=...)`` rescales, in place and without
-    gradient, each row whose norm exceeds ``max_norm`` to ``max_norm / (norm + 1e-7)`` times
-    itself, one row at a time. This does the same for all rows in one vectorised step.
+@torch.compiler.disable
+def renormalise(*embeddings: nn.Embedding) -> None:
+    """Renormalise ``max_norm`` embedding tables in place, as looking up all their rows does.
+
+    Looking up a row of ``nn.Embedding(max_norm=...)`` rescales it, in place and without
+    gradient, to ``max_norm / (norm + 1e-7)`` times itself when its norm exceeds
+    ``max_norm``; ``Tensor.renorm_`` does the same to every row of a table in one operation.
+    It runs outside ``torch.compile``'s graphs: their inductor backend gives wrong gradients
+    for a parameter changed in place within a compiled forward pass.
     """
-    weight = embedding.weight
     with torch.no_grad():
-        norms = torch.linalg.vector_norm(weight, ord=embedding.norm_type, dim=1, keepdim=True)
-        max_norm = float(embedding.max_norm)
-        weight.mul_(torch.where(norms > max_norm, max_norm / (norms + 1e-7), torch.ones_like(norms)))
-    return weight
-
-
-def distinct_perturbation_sets(pert_idx: torch.Tensor, n_perts: int):
-    """Distinct perturbation sets of a batch.
-
-    ``pert_idx`` (B x k, indices below ``n_perts``, -1 padded) -> ``sets`` (S x k, each row
-    sorted, rows in lexicographic order), ``cell_set`` (B, the set of each cell) and
-    ``counts`` (S, cells per set). ``[A, B]`` and ``[B, A]`` are the same set, as the model
-    sums the genes' embeddings.
-    """
-    canonical, _ = torch.sort(pert_idx, dim=1)
-    # Each row as one integer whose digits in base n_perts + 1 are its shifted indices, the first
-    # most significant: a one-dimensional unique (a few operations, where unique over rows takes
-    # one per cell) that orders the keys as the rows.
-    base, key = n_perts + 1, torch.zeros_like(canonical[:, 0])
-    for column in canonical.unbind(1):
-        key = key * base + (column + 1)
-    keys, cell_set, counts = torch.unique(key, return_inverse=True, return_counts=True)
-    digits = []
-    for _ in range(canonical.shape[1]):
-        digits.append(keys % base - 1)
-        keys = keys // base
-    return torch.stack(digits[::-1], dim=1), cell_set, counts
+        for embedding in embeddings:
+            embedding.weight.renorm_(embedding.norm_type, 0, embedding.max_norm)
 
 
 class GEARSModel(nn.Module):
@@ -156,40 +155,55 @@ class GEARSModel(nn.Module):
             h = layer(h, adjacency).relu()
         return layers[-1](h, adjacency, rows)
 
-    def gene_embeddings(self, n_cells: torch.Tensor) -> torch.Tensor:
-        """Per-gene base embedding (G x H), the same for every cell of a batch of
-        ``n_cells`` (a 1-element tensor). Its BatchNorms count the G rows ``n_cells`` times,
-        as the published model runs them on the rows of every cell: the batch statistics are
-        those of G rows, the running variance's unbiased correction that of n_cells x G."""
-        base = F.relu(self.bn_emb(renormed_table(self.gene_emb), n_cells))
-        positional = self._propagate(renormed_table(self.emb_pos), self.layers_emb_pos, self.coexpress_graph)
-        return self.emb_trans_v2(base + PERT_EMB_LAMBDA * positional, n_cells)
+    def gene_embeddings(self, n_cells: int) -> torch.Tensor:
+        """Per-gene base embedding (G x H) from the renormalised tables (``renormalise``), the
+        same for every cell of a batch of ``n_cells``. Its BatchNorms count the G rows
+        ``n_cells`` times, as the published model runs them on the rows of every cell: the
+        batch statistics are those of G rows, the running variance's unbiased correction that
+        of n_cells x G."""
+        base = F.relu(self.bn_emb(self.gene_emb.weight, n_cells))
+        positional = self._propagate(self.emb_pos.weight, self.layers_emb_pos, self.coexpress_graph)
+        return self.emb_trans_v2(torch.add(base, positional, alpha=PERT_EMB_LAMBDA), n_cells)
 
     def perturbation_embeddings(self, genes: torch.Tensor | None = None) -> torch.Tensor:
-        """GO-propagated embedding of every vocabulary gene (P x H), or of ``genes`` only.
-        The whole table is renormalised either way, as the published model looks it all up."""
-        return self._propagate(renormed_table(self.pert_emb), self.sim_layers, self.go_graph, genes)
+        """GO-propagated embedding of every vocabulary gene (P x H), or of ``genes`` only,
+        from the renormalised table (``renormalise``: all of it, as the published model looks
+        it all up)."""
+        return self._propagate(self.pert_emb.weight, self.sim_layers, self.go_graph, genes)
 
-    def set_effects(self, sets: torch.Tensor, counts: torch.Tensor):
-        """Predicted change from control (S x G) for each perturbation set, and the
-        log-variance (S x G) in uncertainty mode (else None). ``counts`` weight BatchNorm.
-        With ``no_perturb`` the change is zero."""
-        n_sets, n_genes = sets.shape[0], self.num_genes
+    def set_effects(self, sets: PerturbationSets):
+        """Predicted change from control (S x G) for each of ``sets.sets``, and the
+        log-variance (S x G) in uncertainty mode (else None). In training mode the sets are
+        a batch's distinct sets (``PerturbationSets.of``), whose ``counts`` weight BatchNorm;
+        in evaluation mode any sets (``PerturbationSets.each_once``). With ``no_perturb``
+        the change is zero. The running statistics of the BatchNorms that this model
+        weights are updated together at the end."""
+        if not self.no_perturb:
+            renormalise(self.gene_emb, self.emb_pos, self.pert_emb)
+        with running_statistics_together():
+            return self._set_effects(sets)
+
+    def _set_effects(self, sets: PerturbationSets):
+        codes, counts = sets.sets, sets.counts
+        n_sets, n_genes = codes.shape[0], self.num_genes
         if self.no_perturb:
             zeros = self.indv_b2.new_zeros(n_sets, n_genes)
             return zeros, (zeros if self.uncertainty else None)
-        present = sets >= 0
-        used, position = torch.unique(sets.clamp(min=0), return_inverse=True)  # (padding reads gene 0)
-        summed = (self.perturbation_embeddings(used)[position] * present.unsqueeze(-1)).sum(1)
-        perturbed = torch.nonzero(present.any(1)).flatten()
-        shift = torch.zeros_like(summed)
-        if len(perturbed):
-            shift = shift.index_copy(0, perturbed, self.pert_fuse(summed[perturbed], counts[perturbed]))
+        present = codes >= 0
+        members = self.perturbation_embeddings(codes.clamp(min=0).view(-1))  # (padding reads gene 0)
+        summed = (members.view(*codes.shape, -1) * present.unsqueeze(-1)).sum(1)
+        if self.training:
+            # pert_fuse's BatchNorm sees the perturbed cells only, as in the published model;
+            # the unperturbed set, if any, sorts first
+            first = sets.n_unperturbed
+            shift = F.pad(self._per_set_rows(self.pert_fuse, summed, sets, perturbed_only=True), (0, 0, first, 0))
+        else:  # rows are independent: fuse every set, then zero the unperturbed ones
+            shift = self.pert_fuse(summed) * present.any(1, keepdim=True)
 
-        genes = self.gene_embeddings(counts.sum().reshape(1))
+        genes = self.gene_embeddings(sets.n_cells)
         if self.training and not self.uncertainty and self.fused_decoder:
-            gene_out = decode_sets(genes, shift, counts, self.bn_pert_base, self.recovery_w, self.indv_w1[:, :, 0],
-                                   self.indv_b1[:, 0], self.bn_pert_base.synchronizing())
+            gene_out = decode_sets(genes, shift, counts, sets.n_cells, self.bn_pert_base, self.recovery_w,
+                                   self.indv_w1[:, :, 0], self.indv_b1[:, 0], self.bn_pert_base.synchronizing())
             logvar = None
         else:
             hidden = (genes.unsqueeze(0) + shift.unsqueeze(1)).reshape(n_sets * n_genes, -1)  # (S * G) x H
@@ -197,15 +211,37 @@ class GEARSModel(nn.Module):
             logvar = self.uncertainty_w(hidden, counts).reshape(n_sets, n_genes) if self.uncertainty else None
             decoded = self.recovery_w(hidden, counts).reshape(n_sets, n_genes, -1)
             gene_out = (decoded * self.indv_w1[:, :, 0]).sum(-1) + self.indv_b1[:, 0]
-        cross = self.cross_gene_state(gene_out, counts)                              # S x H
+        if self.training:
+            cross = self._per_set_rows(self.cross_gene_state, gene_out, sets)                 # S x H
+        else:
+            cross = self.cross_gene_state(gene_out)
         w2 = self.indv_w2[0]
         effect = gene_out * w2[:, 0] + cross @ w2[:, 1:].T + self.indv_b2[0]
         return effect, logvar
 
-    def forward(self, x: torch.Tensor, pert_idx: torch.Tensor):
+    @staticmethod
+    def _per_set_rows(mlp: MLP, rows: torch.Tensor, sets: PerturbationSets, perturbed_only: bool = False):
+        """Training-mode ``mlp`` on the rows of the sets (``rows``: one per set), or of the
+        perturbed sets only, with the BatchNorm statistics of their cells' rows, as the
+        published model computes it: on the rows repeated for each cell, or, synchronised
+        across ranks, on rows weighted by their cells. A lone row is repeated (BatchNorm's
+        kernel needs two rows; the statistics are the same), as the published model repeats it."""
+        first = sets.n_unperturbed if perturbed_only else 0
+        if first == len(rows):
+            return rows[first:]
+        if mlp.synchronizing():
+            return mlp(rows[first:], sets.counts[first:])
+        cells, picked = ((sets.perturbed_cells_by_set, sets.first_perturbed_cell) if perturbed_only
+                         else (sets.cells_by_set, sets.first_cell))
+        return mlp.per_cell(rows, cells.expand(2) if len(cells) == 1 else cells, picked)
+
+    def forward(self, x: torch.Tensor, pert_idx: torch.Tensor, sets: PerturbationSets | None = None):
+        """``sets``: the batch's distinct perturbation sets, found on the host by the loaders;
+        without them they are found here (on a GPU the host then waits for the device)."""
         if self.no_perturb:
             return x
-        sets, cell_set, counts = distinct_perturbation_sets(pert_idx, self.num_perts)
-        effect, logvar = self.set_effects(sets, counts)
-        prediction = effect[cell_set] + x
-        return (prediction, logvar[cell_set]) if self.uncertainty else prediction
+        if sets is None:
+            sets = PerturbationSets.of(pert_idx, self.num_perts)
+        effect, logvar = self.set_effects(sets)
+        prediction = effect.index_select(0, sets.cell_set) + x
+        return (prediction, logvar.index_select(0, sets.cell_set)) if self.uncertainty else prediction

@@ -1,19 +1,27 @@
-"""Training-mode BatchNorm over count-weighted rows, and its fusion with ReLU and Linear.
+"""Training-mode BatchNorm over rows that stand for several cells each, and its fusion with
+ReLU and Linear.
 
-GEARS computes its per-cell layers once per distinct perturbation set (``gears_ddp.model.network``).
+GEARS computes its per-cell layers once per distinct perturbation set (``model.network``).
 A BatchNorm over those rows must weight each one by how many cells share its set, so that
 batch statistics, running statistics, outputs and gradients equal those of the per-cell
 rows. The rows come in ``len(set_counts)`` consecutive blocks of equal size (one row per
 set, or one row per (set, gene)); every row of block ``i`` stands for ``set_counts[i]``
-identical rows. Sums over rows are taken per block first: a weighted sum over the blocks
-of a (blocks, rows, features) view reads the rows once.
+identical rows, that is for a share ``set_counts[i] / rows stood for`` of the batch
+(``block_shares``). The statistics are sums weighted by those shares (matrix-vector
+products, in full precision even under autocast), and the backward passes are written out
+(a few fused operations instead of autograd's chain). Rows that all stand for the same
+number of cells (the per-gene rows) need no weights: BatchNorm's own kernels normalise them.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+from gears_ddp.model.linear import linear as linear_function
 
 
 def blocks_of(x: torch.Tensor, n_blocks: int) -> torch.Tensor:
@@ -33,22 +41,14 @@ def rows_per_pass(device: torch.device) -> int:
 
 
 def block_slices(n_blocks: int, rows_per_block: int, device: torch.device) -> list[slice]:
-    """Consecutive slices of blocks of about ``rows_per_pass(device)`` rows (at least one block)."""
+    """Consecutive slices of blocks of about ``rows_per_pass(device)`` rows (at least one block).
+    In a ``torch.compile``d graph, one slice of all: its kernels fuse the pieces' temporaries
+    away, and a loop over a number of pieces that changes with the batch would recompile it
+    for every number of perturbation sets."""
+    if torch.compiler.is_compiling():
+        return [slice(0, n_blocks)]
     step = max(1, rows_per_pass(device) // max(1, rows_per_block))
     return [slice(start, min(start + step, n_blocks)) for start in range(0, n_blocks, step)]
-
-
-def block_dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Per block and feature, the sum over the block's rows of ``a * b`` ((blocks, rows,
-    features) -> (blocks, features)), a few blocks at a time: the product's temporary is
-    one piece, not a copy of the rows."""
-    return torch.cat([torch.linalg.vecdot(a[part], b[part], dim=1)
-                      for part in block_slices(*a.shape[:2], a.device)])
-
-
-def row_dot(a: torch.Tensor, b: torch.Tensor, n_blocks: int) -> torch.Tensor:
-    """``(a * b).sum(0)`` for two (rows x features) tensors (see ``block_dots``)."""
-    return block_dots(blocks_of(a, n_blocks), blocks_of(b, n_blocks)).sum(0)
 
 
 def all_reduce_if(tensor: torch.Tensor, synchronize: bool) -> torch.Tensor:
@@ -58,58 +58,105 @@ def all_reduce_if(tensor: torch.Tensor, synchronize: bool) -> torch.Tensor:
     return tensor
 
 
+def summed_over_ranks(tensors: list[torch.Tensor], synchronize: bool) -> list[torch.Tensor]:
+    """Equally shaped ``tensors``, each summed over all ranks (one all-reduce) when
+    ``synchronize``; as they are otherwise."""
+    if not synchronize:
+        return tensors
+    return list(all_reduce_if(torch.stack(tensors), True).unbind(0))
+
+
 def full_precision(x: torch.Tensor) -> torch.Tensor:
     """Half-precision ``x`` in float32 (as autocast runs BatchNorm: half-precision sums over
     many rows overflow); other dtypes unchanged."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
-def weighted_statistics(x, set_counts, eps: float, synchronize: bool, in_place: bool = False):
-    """Count-weighted batch statistics of the rows of ``x`` (in float32 for half inputs).
+def block_shares(set_counts: torch.Tensor, rows_per_block: int, dtype: torch.dtype, synchronize: bool):
+    """Each block's rows' share of all the rows they stand for, ``set_counts[i] / total``
+    (blocks,), and ``total``, the number of rows stood for (a 0-dim tensor): over all ranks'
+    blocks when ``synchronize``."""
+    weight = set_counts.to(dtype)
+    total = weight.sum() if rows_per_block == 1 else weight.sum() * rows_per_block
+    all_reduce_if(total, synchronize)
+    return weight / total, total
 
-    Returns ``centred = x - mean``, each block's ``share = count / total`` (blocks x 1 x 1),
-    ``invstd``, and ``mean``, the biased ``var`` and ``total`` (the number of rows stood
-    for). With ``synchronize`` the sums run over the rows of all ranks. With ``in_place``
-    the mean is subtracted from ``x`` itself (for a caller that needs ``x`` no more).
-    """
+
+def row_shares(shares: torch.Tensor, rows_per_block: int) -> torch.Tensor:
+    """Each row's share (1 x rows) from its block's ``shares``: the weights of the
+    statistics' matrix-vector products."""
+    if rows_per_block == 1:
+        return shares.view(1, -1)
+    return shares.repeat_interleave(rows_per_block, output_size=len(shares) * rows_per_block).view(1, -1)
+
+
+def minus_block_shares(shares: torch.Tensor) -> torch.Tensor:
+    """``-shares`` as (blocks, 1, 1), to broadcast over a (blocks, rows, features) view."""
+    return -shares.view(-1, 1, 1)
+
+
+def weighted_moments(x, weights, synchronize: bool, in_place: bool = False):
+    """``centred = x - mean``, ``mean`` and biased ``var`` (vectors of features) of the rows
+    of ``x`` (in float32 for half inputs), row ``i`` weighted by ``weights[0, i]``
+    (``row_shares``). With ``synchronize`` the sums run over the rows of all ranks. With
+    ``in_place`` the mean is subtracted from ``x`` itself (for a caller that needs ``x`` no
+    more)."""
     x = full_precision(x)
-    n_blocks = len(set_counts)
-    weight = set_counts.to(x.dtype)
-    rows_per_block = x.shape[0] // n_blocks
-    sums = all_reduce_if(torch.cat([(weight.sum() * rows_per_block).unsqueeze(0),
-                                    weight @ blocks_of(x, n_blocks).sum(1)]), synchronize)
-    total, mean = sums[0], sums[1:] / sums[0]
-    centred = x.sub_(mean) if in_place else x - mean
-    squares = blocks_of(centred, n_blocks)
-    var = all_reduce_if(weight @ block_dots(squares, squares), synchronize) / total
-    return centred, (weight / total).view(-1, 1, 1), torch.rsqrt(var + eps), mean, var, total
+    with torch.autocast(x.device.type, enabled=False):  # sums of many rows: in full precision
+        mean = all_reduce_if(weights.mm(x).view(-1), synchronize)
+        centred = x.sub_(mean) if in_place else x - mean
+        var = all_reduce_if(weighted_squares(weights, centred).view(-1), synchronize)
+    return centred, mean, var
 
 
-def normalisation_backward(grad, centred, share, invstd, gamma, synchronize: bool, in_place: bool = False):
+def weighted_squares(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``weights @ (x * x)`` (1 x features), a piece of rows at a time: the square's
+    temporary is one piece, not a copy of the rows."""
+    pieces = block_slices(x.shape[0], 1, x.device)
+    if len(pieces) == 1:
+        return weights.mm(x * x)
+    return sum(weights[:, part].mm(x[part] * x[part]) for part in pieces)
+
+
+def weighted_statistics(x, weights, eps: float, synchronize: bool, in_place: bool = False):
+    """``weighted_moments`` and ``invstd``."""
+    centred, mean, var = weighted_moments(x, weights, synchronize, in_place)
+    return centred, mean, var, torch.rsqrt(var + eps)
+
+
+def column_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``(a * b).sum(0)`` for two (rows x features) tensors, a piece of rows at a time."""
+    pieces = block_slices(a.shape[0], 1, a.device)
+    if len(pieces) == 1:
+        return (a * b).sum(0)
+    return sum(torch.linalg.vecdot(a[part], b[part], dim=0) for part in pieces)
+
+
+def normalisation_backward(grad, centred, minus_shares, invstd, gamma, synchronize: bool, in_place: bool = False):
     """Gradients of ``gamma * centred * invstd + beta`` through the weighted statistics.
 
     ``dx = a * g - share * (a * sum(g) + centred * a * invstd * sum(g * xhat))`` with
     ``a = gamma * invstd``; each row's gradient ``g`` is already the sum over the identical
-    rows it stands for. Returns ``(dx, dgamma, dbeta)`` (this rank's sums); with
-    ``synchronize`` the sums in ``dx`` run over all ranks' rows. With ``in_place`` ``dx``
-    is written into ``centred`` (for a caller that needs it no more), else into a new tensor.
+    rows it stands for (``minus_shares``: ``minus_block_shares``). Returns ``(dx, dgamma,
+    dbeta)`` (this rank's sums); with ``synchronize`` the sums in ``dx`` run over all ranks'
+    rows. With ``in_place`` ``dx`` is written into ``centred`` (for a caller that needs it no
+    more), else into a new tensor.
     """
     grad = grad.to(centred.dtype)
-    n_blocks = share.shape[0]
-    local = torch.stack([grad.sum(0), row_dot(grad, centred, n_blocks) * invstd])
-    grad_beta, grad_gamma = all_reduce_if(local.clone(), synchronize)
+    local_beta, local_gamma = grad.sum(0), column_dot(grad, centred) * invstd
+    grad_beta, grad_gamma = summed_over_ranks([local_beta, local_gamma], synchronize)
     scale = gamma * invstd
-    out = statistics_gradient(centred, share, scale, invstd, grad_gamma, grad_beta, in_place)
-    return out.addcmul_(grad, scale), local[1], local[0]
+    out = statistics_gradient(centred, minus_shares, scale, invstd, grad_gamma, grad_beta, in_place)
+    return out.addcmul_(grad, scale), local_gamma, local_beta
 
 
-def statistics_gradient(centred, share, scale, invstd, grad_gamma, grad_beta, in_place: bool):
+def statistics_gradient(centred, minus_shares, scale, invstd, grad_gamma, grad_beta, in_place: bool):
     """The part of a weighted BatchNorm's input gradient that flows through its batch
     statistics, ``-share * scale * (grad_beta + centred * invstd * grad_gamma)``, in one
     pass, written over ``centred`` when ``in_place`` (the caller adds ``scale`` times the
     rows' own gradient)."""
-    blocks = blocks_of(centred, share.shape[0])
-    terms = (-share * (scale * grad_beta), blocks, -share * (scale * invstd * grad_gamma))
+    blocks = blocks_of(centred, minus_shares.shape[0])
+    terms = (minus_shares * (scale * grad_beta), blocks, minus_shares * (scale * invstd * grad_gamma))
     return (torch.addcmul(*terms, out=blocks) if in_place else torch.addcmul(*terms)).view_as(centred)
 
 
@@ -120,28 +167,29 @@ def relu_mask_(grad: torch.Tensor, activated: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten.threshold_backward.grad_input(grad, activated, 0, grad_input=grad)
 
 
-class _WeightedBatchNorm(torch.autograd.Function):
-    """Training-mode BatchNorm over count-weighted rows, with its analytic backward: a few
-    fused passes instead of autograd's chain of elementwise operations."""
-
-    @staticmethod
-    def forward(ctx, x, set_counts, gamma, beta, eps: float, synchronize: bool):
-        ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
-        centred, share, invstd, mean, var, total = weighted_statistics(x, set_counts, eps, synchronize)
-        ctx.save_for_backward(centred, share, invstd, gamma)
-        ctx.mark_non_differentiable(mean, var, total)
-        return torch.addcmul(beta, centred, invstd * gamma), mean, var, total
-
-    @staticmethod
-    def backward(ctx, grad, *_):
-        centred, share, invstd, gamma = ctx.saved_tensors
-        grad_x, grad_gamma, grad_beta = normalisation_backward(grad, centred, share, invstd, gamma, ctx.synchronize)
-        return grad_x.to(ctx.input_dtype), None, grad_gamma, grad_beta, None, None
-
-
 def relu_normalised(centred, invstd, gamma, beta):
     """``relu(gamma * centred * invstd + beta)``, the activation after a BatchNorm."""
     return torch.addcmul(beta, centred, invstd * gamma).relu_()
+
+
+class _WeightedBatchNorm(torch.autograd.Function):
+    """Training-mode BatchNorm over weighted rows, with its analytic backward."""
+
+    @staticmethod
+    def forward(ctx, x, shares, weights, gamma, beta, eps: float, synchronize: bool):
+        ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
+        ctx.set_materialize_grads(False)  # the statistics' (absent) gradients need no zeros
+        centred, mean, var, invstd = weighted_statistics(x, weights, eps, synchronize)
+        ctx.save_for_backward(centred, shares, invstd, gamma)
+        ctx.mark_non_differentiable(mean, var)
+        return torch.addcmul(beta, centred, invstd * gamma), mean, var
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        centred, shares, invstd, gamma = ctx.saved_tensors
+        grad_x, grad_gamma, grad_beta = normalisation_backward(grad, centred, minus_block_shares(shares), invstd,
+                                                               gamma, ctx.synchronize)
+        return grad_x.to(ctx.input_dtype), None, None, grad_gamma, grad_beta, None, None
 
 
 class _WeightedBatchNormReluLinear(torch.autograd.Function):
@@ -154,27 +202,28 @@ class _WeightedBatchNormReluLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, set_counts, gamma, beta, eps: float, synchronize: bool, weight, bias):
+    def forward(ctx, x, shares, weights, gamma, beta, eps: float, synchronize: bool, weight, bias):
         ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
-        centred, share, invstd, mean, var, total = weighted_statistics(x, set_counts, eps, synchronize)
+        ctx.set_materialize_grads(False)  # the statistics' (absent) gradients need no zeros
+        centred, mean, var, invstd = weighted_statistics(x, weights, eps, synchronize)
         out = F.linear(relu_normalised(centred, invstd, gamma, beta), weight, bias)
         ctx.matmul_dtype = out.dtype
-        ctx.save_for_backward(centred, share, invstd, gamma, beta, weight, bias)
-        ctx.mark_non_differentiable(mean, var, total)
-        return out, mean, var, total
+        ctx.save_for_backward(centred, shares, invstd, gamma, beta, weight)
+        ctx.mark_non_differentiable(mean, var)
+        return out, mean, var
 
     @staticmethod
     def backward(ctx, grad, *_):
-        centred, share, invstd, gamma, beta, weight, bias = ctx.saved_tensors
+        centred, shares, invstd, gamma, beta, weight = ctx.saved_tensors
         activated = relu_normalised(centred, invstd, gamma, beta)
         grad = grad.to(ctx.matmul_dtype)
         grad_weight = grad.T.mm(activated.to(ctx.matmul_dtype)).to(weight.dtype)
-        grad_bias = grad.sum(0).to(bias.dtype)
+        grad_bias = grad.sum(0).to(weight.dtype)
         grad_activated = relu_mask_(grad.mm(weight.to(ctx.matmul_dtype)).to(centred.dtype), activated)
         del activated
-        grad_x, grad_gamma, grad_beta = normalisation_backward(grad_activated, centred, share, invstd, gamma,
-                                                               ctx.synchronize)
-        return grad_x.to(ctx.input_dtype), None, grad_gamma, grad_beta, None, None, grad_weight, grad_bias
+        grad_x, grad_gamma, grad_beta = normalisation_backward(grad_activated, centred, minus_block_shares(shares),
+                                                               invstd, gamma, ctx.synchronize)
+        return grad_x.to(ctx.input_dtype), None, None, grad_gamma, grad_beta, None, None, grad_weight, grad_bias
 
 
 class WeightedBatchNorm1d(nn.BatchNorm1d):
@@ -183,7 +232,9 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
     ``set_counts`` splits the rows into that many equal consecutive blocks; a row of block
     ``i`` counts as ``set_counts[i]`` identical rows. Mean, biased variance (used to
     normalise) and the unbiased variance fed to the running estimate are those of the
-    expanded batch. Without counts, or in evaluation mode, it is ``BatchNorm1d``.
+    expanded batch. A number instead of a tensor counts every row that many times: the
+    normalisation is BatchNorm's own, only the running variance's unbiased correction
+    changes. Without counts, or in evaluation mode, it is ``BatchNorm1d``.
 
     With ``synchronize`` set (distributed ``sync_batchnorm``), weighted statistics are those
     of the batches of all ranks together. (The per-gene part's rows are the same on every
@@ -194,36 +245,106 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
 
     synchronize = False
 
-    def forward(self, x: torch.Tensor, set_counts: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, set_counts: torch.Tensor | int | None = None) -> torch.Tensor:
         if set_counts is None or not self.training:
             return super().forward(x)
-        out, mean, var, total = _WeightedBatchNorm.apply(x, set_counts, self.weight, self.bias, self.eps,
-                                                         self.synchronizing())
-        self.update_running_stats(mean, var, total)
+        if isinstance(set_counts, int) and not self.synchronizing():
+            return self._repeated_rows(x, set_counts)
+        shares, weights, total = self._shares(x, set_counts)
+        out, mean, var = _WeightedBatchNorm.apply(x, shares, weights, self.weight, self.bias, self.eps,
+                                                  self.synchronizing())
+        update_running_statistics([self], [mean], [var], total)
         return out
 
-    def relu_linear(self, x: torch.Tensor, set_counts: torch.Tensor | None, linear: nn.Linear) -> torch.Tensor:
-        """``linear(relu(self(x, set_counts)))``; with counts in training mode, fused so that
-        the backward pass keeps one tensor of ``x``'s size instead of three."""
-        if set_counts is None or not self.training:
-            return linear(F.relu(self(x, set_counts)))
-        out, mean, var, total = _WeightedBatchNormReluLinear.apply(
-            x, set_counts, self.weight, self.bias, self.eps, self.synchronizing(), linear.weight, linear.bias)
-        self.update_running_stats(mean, var, total)
+    def relu_linear(self, x: torch.Tensor, set_counts: torch.Tensor | int | None, linear: nn.Linear) -> torch.Tensor:
+        """``linear(relu(self(x, set_counts)))``; with weighted rows in training mode, fused so
+        that the backward pass keeps one tensor of ``x``'s size instead of three."""
+        if set_counts is None or not self.training or (isinstance(set_counts, int) and not self.synchronizing()):
+            return linear_function(F.relu(self(x, set_counts)), linear)
+        shares, weights, total = self._shares(x, set_counts)
+        out, mean, var = _WeightedBatchNormReluLinear.apply(
+            x, shares, weights, self.weight, self.bias, self.eps, self.synchronizing(), linear.weight, linear.bias)
+        update_running_statistics([self], [mean], [var], total)
         return out
 
     def synchronizing(self) -> bool:
         return self.synchronize and dist.is_initialized()
 
-    @torch.no_grad()
-    def update_running_stats(self, mean, var, n_rows) -> None:
-        """Fold a batch's weighted mean and biased variance over ``n_rows`` rows (a tensor)
-        into the running estimates, as ``BatchNorm1d`` does; with a momentum (the default),
-        in tensor operations only, so without a host synchronisation on a GPU."""
-        if not self.track_running_stats:
-            return
-        self.num_batches_tracked.add_(1)
-        factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-        correction = n_rows / (n_rows - 1).clamp(min=1)  # the unbiased variance (of one row: as it is)
-        self.running_mean.lerp_(mean.to(self.running_mean.dtype), factor)
-        self.running_var.lerp_((var * correction).to(self.running_var.dtype), factor)
+    def _shares(self, x: torch.Tensor, set_counts: torch.Tensor | int):
+        """The blocks' shares, the rows' shares and the rows stood for (``block_shares``)."""
+        if isinstance(set_counts, int):
+            set_counts = torch.tensor([set_counts], device=x.device)
+        rows_per_block = x.shape[0] // len(set_counts)
+        shares, total = block_shares(set_counts, rows_per_block, full_precision(x).dtype, self.synchronizing())
+        return shares, row_shares(shares, rows_per_block), total
+
+    def _repeated_rows(self, x: torch.Tensor, copies: int) -> torch.Tensor:
+        """Training mode on rows that each stand for ``copies`` identical rows: BatchNorm's
+        kernel normalises them (the copies change no statistic), and the running estimates
+        take the variance's unbiased correction of ``copies`` times as many rows."""
+        x = full_precision(x)
+        out = torch.batch_norm(x, self.weight, self.bias, None, None, True, 0.0, self.eps, torch.backends.cudnn.enabled)
+        with torch.no_grad():
+            var, mean = torch.var_mean(x, 0, correction=0)
+        update_running_statistics([self], [mean], [var], copies * x.shape[0])
+        return out
+
+
+def update_running_statistics(norms: list[nn.BatchNorm1d], means, variances, n_rows) -> None:
+    """Fold each BatchNorm's batch mean and biased variance over ``n_rows`` rows (a number, or
+    a 0-dim tensor) into its running estimates, as ``BatchNorm1d`` does; inside
+    ``running_statistics_together`` at its end, with the other updates of the same number of
+    rows."""
+    if _together:
+        _together[-1].append((norms, means, variances, n_rows))
+    else:
+        _apply_running_statistics(norms, means, variances, n_rows)
+
+
+_together: list[list] = []  # the updates each open running_statistics_together holds back
+
+
+@contextlib.contextmanager
+def running_statistics_together():
+    """Holds back ``update_running_statistics`` until the block ends, then applies the updates
+    of the same number of rows together: a few operations on lists for all the BatchNorms of
+    a forward pass instead of a few for each."""
+    held: list = []
+    _together.append(held)
+    try:
+        yield
+    finally:
+        _together.pop()
+    groups: dict = {}
+    for norms, means, variances, n_rows in held:
+        key = n_rows if not isinstance(n_rows, torch.Tensor) else id(n_rows)
+        group = groups.setdefault(key, ([], [], [], n_rows))
+        for collected, values in zip(group, (norms, means, variances)):
+            collected.extend(values)
+    for norms, means, variances, n_rows in groups.values():
+        _apply_running_statistics(norms, means, variances, n_rows)
+
+
+@torch.no_grad()
+def _apply_running_statistics(norms, means, variances, n_rows) -> None:
+    """The updates of ``update_running_statistics``, in a few operations on lists and without
+    a host synchronisation (with ``momentum=None``, the cumulative average, as a tensor
+    weight)."""
+    norms_means_vars = [(n, m, v) for n, m, v in zip(norms, means, variances) if n.track_running_stats]
+    if not norms_means_vars:
+        return
+    norms, means, variances = map(list, zip(*norms_means_vars))
+    torch._foreach_add_([norm.num_batches_tracked for norm in norms], 1)
+    if isinstance(n_rows, torch.Tensor):
+        correction = n_rows / (n_rows - 1).clamp(min=1)
+    else:
+        correction = n_rows / max(n_rows - 1, 1)  # the unbiased variance (of one row: as it is)
+    unbiased = torch._foreach_mul(variances, correction)
+    if all(norm.momentum == norms[0].momentum for norm in norms) and norms[0].momentum is not None:
+        torch._foreach_lerp_([norm.running_mean for norm in norms], means, norms[0].momentum)
+        torch._foreach_lerp_([norm.running_var for norm in norms], unbiased, norms[0].momentum)
+        return
+    for norm, mean, var in zip(norms, means, unbiased):
+        factor = 1.0 / norm.num_batches_tracked if norm.momentum is None else norm.momentum
+        norm.running_mean.lerp_(mean, factor)
+        norm.running_var.lerp_(var, factor)

@@ -17,6 +17,7 @@ from torch import nn
 from tqdm import tqdm
 
 from gears_ddp.data.cells import PertBatch
+from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.model.losses import LossContext, gears_loss
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.training.options import AMP_MODES
@@ -26,7 +27,9 @@ GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
 
 
 def unwrapped(model: nn.Module) -> nn.Module:
-    """The network itself: ``DistributedDataParallel`` keeps it as ``.module``."""
+    """The network itself: ``torch.compile`` keeps what it compiled as ``._orig_mod``,
+    ``DistributedDataParallel`` the network as ``.module``."""
+    model = getattr(model, "_orig_mod", model)
     return getattr(model, "module", model)
 
 
@@ -60,7 +63,7 @@ class Precision:
 
 def batch_loss(model: nn.Module, batch: PertBatch, context: LossContext, uncertainty: bool) -> torch.Tensor:
     """Forward pass and GEARS loss of one batch (already on the model's device)."""
-    out = model(batch.x, batch.pert_idx)
+    out = model(batch.x, batch.pert_idx, batch.sets)
     if uncertainty:
         pred, logvar = out
         return gears_loss(pred.float(), batch.y, batch.condition, context, logvar.float())
@@ -149,7 +152,7 @@ def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncer
     conditions_per_pass = max(1, rows_per_pass // network.num_genes)
     for codes in torch.nonzero(seen).flatten().split(conditions_per_pass):
         with precision.autocast(device):
-            effect, logvar = network.set_effects(perturbation_set[codes], torch.ones_like(codes))
+            effect, logvar = network.set_effects(PerturbationSets.each_once(perturbation_set[codes]))
         accumulator.add_condition_effects(codes, effect.float(), logvar.float() if uncertainty else None)
     accumulator.load_state(ranks.merge_evaluation(accumulator.state()))
     return accumulator.result()

@@ -63,6 +63,8 @@ class TrainingOptions:
     sync_batchnorm: bool = option(False, "BatchNorm statistics over all ranks' batches")
     fused_decoder: bool = option(True, "the per-gene decoder as one autograd function; False runs the plain module "
                                        "chain (the same function)")
+    compile: bool = option(False, "torch.compile the model for the training steps (its forward and backward "
+                                  "passes; evaluation runs eagerly); the first steps wait for the compilation")
     wandb: dict | None = option(None, "{'project': ..., 'name': ...}: the main rank logs each epoch and the test "
                                       "summary to Weights & Biases (pip install wandb)")
 
@@ -97,7 +99,7 @@ class TrainingOptions:
             if not _is_number(value) or value < 0 or (key == "lr" and value == 0):
                 raise ValueError(f"{name(key)} must be a {'positive' if key == 'lr' else 'non-negative'} "
                                  f"number, got {value!r}")
-        for key in ("resample_controls", "sync_batchnorm", "fused_decoder"):
+        for key in ("resample_controls", "sync_batchnorm", "fused_decoder", "compile"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name(key)} must be True or False, got {value!r}")

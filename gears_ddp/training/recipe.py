@@ -117,6 +117,8 @@ class TrainingRecipe:
         self._resume()
         add_warmup(self.optimizer, options.warmup_steps, self.position.global_step)
         self.model = ranks.wrap(network, self.device)
+        if options.compile:
+            self.model = torch.compile(self.model)
         self.context = gears.loss_context()
         self.tracker = None
         if ranks.is_main:
@@ -176,7 +178,7 @@ class TrainingRecipe:
                 if self._steps_done():
                     break
         self.scheduler.step()
-        totals = self.ranks.sum(torch.stack([loss_sum.detach().double().cpu(),
+        totals = self.ranks.sum(torch.stack([loss_sum.detach().cpu().double(),
                                              torch.tensor(float(position.step_in_epoch), dtype=torch.float64)]))
         train_loss = float(totals[0] / totals[1].clamp(min=1))
         train_seconds = time.perf_counter() - tick

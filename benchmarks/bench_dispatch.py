@@ -1,0 +1,134 @@
+"""What one training step and one evaluation pass ask of the device, counted on any machine:
+aten operators per optimiser step (each a kernel launch on a GPU, or a view the dispatcher
+still walks through) and host synchronisations (each a stall of the GPU's queue).
+
+    python benchmarks/bench_dispatch.py [--batch-sizes 32 256] [--hidden 64] [--steps 5]
+                                        [--genes 1000 ...] [--data-path ./data/bench_dispatch]
+
+The data are the built-in synthetic dataset (``write_synthetic_dataset``, seed 0; 1,000 genes
+by default), ``prepare_split('simulation', seed=1)``. For each batch size: ``torch.manual_seed(0)``,
+``model_initialize(hidden_size)``, the published optimiser, one uncounted optimiser step, then
+``--steps`` steps counted by ``gears_ddp.runtime.dispatch_count.DispatchCount`` on batches
+gathered beforehand (the loaders' work is the host's). The fused decoder cuts its rows into
+pieces by device (``model.weighted_norm.rows_per_pass``): each row is counted with a CPU's
+pieces and with a GPU's (one piece up to about a million rows), the count a GPU launches.
+Then one evaluation pass over the val set (the model in evaluation mode), with its
+synchronisations (those at its end: the conditions seen, the result read back).
+
+The counts depend on the code, not on the machine's speed; they run on a 2-core CPU as on a
+GPU machine. ``--record`` appends the output to ``benchmarks/RESULTS.md``.
+"""
+import argparse
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+from bench_data import add_size_arguments, load_synthetic
+from results import add_record_argument, recorded
+
+import gears_ddp
+from gears_ddp import GEARS, PertData
+from gears_ddp.model import weighted_norm
+from gears_ddp.runtime.dispatch_count import DispatchCount
+from gears_ddp.training.engine import evaluate, training_step
+from gears_ddp.training.optimization import make_optimizer
+
+LR, WEIGHT_DECAY = 1e-3, 5e-4
+PIECES = {"CPU": weighted_norm.ROWS_PER_PASS, "GPU": weighted_norm.ROWS_PER_PASS_ACCELERATOR}
+
+
+def code_version() -> str:
+    """Where the measured package lives, and its commit when it is a git checkout."""
+    folder = Path(gears_ddp.__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "not a git checkout"
+    return f"{folder} (commit {commit})"
+
+
+def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, rows_per_pass: int) -> dict:
+    """Operators and synchronisations per optimiser step (see the module docstring)."""
+    weighted_norm.ROWS_PER_PASS = rows_per_pass
+    pert_data.get_dataloader(batch_size=batch_size, test_batch_size=256)
+    torch.manual_seed(0)
+    gears = GEARS(pert_data, device="cpu")
+    gears.model_initialize(hidden_size=hidden)
+    optimizer, _ = make_optimizer(gears.model, LR, WEIGHT_DECAY)
+    context, device = gears.loss_context(), torch.device("cpu")
+    batches = [batch for _, batch in zip(range(steps + 1), pert_data.dataloader["train_loader"])]
+    gears.model.train()
+    training_step(gears.model, batches[:1], optimizer, context, False, device)
+    with DispatchCount() as count:
+        for batch in batches[1:]:
+            training_step(gears.model, [batch], optimizer, context, False, device)
+    n = len(batches) - 1
+    return {"operators": count.total_operators / n, "views": count.total_views / n, "distinct": len(count.operators),
+            "syncs": count.total_synchronisations / n, "top": count.operators.most_common(8), "n": n}
+
+
+def count_evaluation(pert_data: PertData, hidden: int) -> dict:
+    """Operators and synchronisations of one evaluation pass over the val set."""
+    pert_data.get_dataloader(batch_size=32, test_batch_size=256)
+    torch.manual_seed(0)
+    gears = GEARS(pert_data, device="cpu")
+    gears.model_initialize(hidden_size=hidden)
+    loader = pert_data.dataloader["val_loader"]
+    batches = list(loader)  # gathered beforehand, as for the steps
+
+    class Gathered:
+        def __iter__(self):
+            return iter(batches)
+
+    with DispatchCount() as count:
+        evaluate(gears.model, Gathered(), gears.new_accumulator(), False, torch.device("cpu"))
+    return {"batches": len(batches), "operators": count.total_operators, "syncs": dict(count.synchronisations)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 256])
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=5)
+    add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80,
+                       control_cells=1000)
+    parser.add_argument("--data-path", default="./data/bench_dispatch")
+    add_record_argument(parser)
+    args = parser.parse_args()
+    with recorded(args.record):
+        measure(args)
+
+
+def measure(args) -> None:
+    start = time.perf_counter()
+    pert_data = load_synthetic(args.data_path, args)
+    print(f"code: {code_version()}")
+    print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
+          f"{time.perf_counter() - start:.0f} s; hidden {args.hidden}; each figure per optimiser step, the mean "
+          f"of {args.steps} steps after one")
+    print()
+    print(f"| batch | row pieces | operators | of which views | kernels | distinct | host syncs |")
+    print(f"|---:|---|---:|---:|---:|---:|---:|")
+    tops = []
+    for batch_size in args.batch_sizes:
+        for pieces, rows in PIECES.items():
+            r = count_steps(pert_data, batch_size, args.hidden, args.steps, rows)
+            print(f"| {batch_size} | {pieces} ({rows:,} rows) | {r['operators']:,.0f} | {r['views']:,.0f} | "
+                  f"{r['operators'] - r['views']:,.0f} | {r['distinct']} | {r['syncs']:g} |", flush=True)
+            tops.append((batch_size, pieces, r))
+    weighted_norm.ROWS_PER_PASS = PIECES["CPU"]
+    print()
+    for batch_size, pieces, r in tops:
+        if pieces == "GPU":
+            common = ", ".join(f"{name.removeprefix('aten.')} {count / r['n']:.0f}" for name, count in r["top"])
+            print(f"most frequent at batch {batch_size}, GPU pieces: {common}")
+    e = count_evaluation(pert_data, args.hidden)
+    syncs = ", ".join(f"{name} {count}" for name, count in sorted(e["syncs"].items())) or "none"
+    print(f"evaluation pass over val ({e['batches']} batches of up to 256 cells): {e['operators']:,} operators; "
+          f"host syncs: {syncs}")
+
+
+if __name__ == "__main__":
+    main()
