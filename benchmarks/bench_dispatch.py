@@ -109,8 +109,8 @@ def measure(args) -> None:
           f"{time.perf_counter() - start:.0f} s; hidden {args.hidden}; each figure per optimiser step, the mean "
           f"of {args.steps} steps after one")
     print()
-    print(f"| batch | row pieces | operators | of which views | kernels | distinct | host syncs |")
-    print(f"|---:|---|---:|---:|---:|---:|---:|")
+    print("| batch | row pieces | operators | of which views | kernels | distinct | host syncs |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     tops = []
     for batch_size in args.batch_sizes:
         for pieces, rows in PIECES.items():
