@@ -26,7 +26,7 @@ from gears_ddp.run_config import RunConfigError, option_help, read_run_config, r
 from gears_ddp.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 
 EXIT_BAD_INPUT = 2
-DEMO_DATA_PATH, DEMO_RUN_PATH = "./data", "./runs/demo"
+DEMO_DATA_PATH, DEMO_RUN_PATH, DEMO_PRESET = "./data/demo", "./runs/demo", "norman"
 FORMATS = ("anndata", "cell-eval", "csv")
 
 
@@ -113,12 +113,13 @@ def train(options) -> int:
 
 
 def demo(options) -> int:
-    """The main job: the synthetic dataset, 2 CPU processes (or every GPU), a run report."""
+    """The main job: the synthetic dataset calibrated to the Norman screen, 2 CPU processes
+    (or every GPU), a run report, and whether the model learned."""
     import torch
 
-    from gears_ddp.datasets import write_synthetic_dataset
+    from gears_ddp.datasets import preset, write_synthetic_dataset
 
-    write_synthetic_dataset(options.data_path)
+    write_synthetic_dataset(options.data_path, **preset(DEMO_PRESET))
     args = {"epochs": options.epochs, "save_path": options.save_path}
     if not torch.cuda.is_available():
         args["cpu_processes"] = options.cpu_processes
@@ -148,11 +149,13 @@ def _train(config: dict) -> int:
 
 
 def _print_summary(report: dict) -> None:
+    from gears_ddp.report.learning import learning_checks
     from gears_ddp.report.verdicts import compare, verdict_table
 
     print(f"\nbest epoch {report['best_epoch']} of {len(report['history'])}, {report['world_size']} process(es)")
     if "model" in report:  # the log above has the subgroups too
         print(verdict_table(compare(report["model"], report["baselines"], subgroups=(None,))))
+    print("\n" + "\n".join(learning_checks(report)))
     if "model_path" in report:
         print(f"\nmodel and run report in {report['model_path']} (open {Path(report['model_path']) / PAGE_FILE})")
 
