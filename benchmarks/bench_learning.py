@@ -42,12 +42,18 @@ What is measured, and how:
   packages pair them), scored with the GEARS loss (``gears_ddp.losses.gears_loss``, the
   published value, tested) for three predictions of each cell: its control partner plus
   zero (no change), plus the condition's noise-free effect, and plus its observed training
-  effect (condition mean minus control mean). The 'reducible' share is how much of the
-  no-change loss the noise-free effect removes; the rest is noise no model can fit. The
-  same with the exponent 2 (squared error) in place of the published 2 + gamma = 4, for
-  comparison only. The loss is a sum over genes, so the share of each group of genes
-  (grouped by the fraction of control cells in which the gene is zero) is the loss with the
-  prediction set to the truth outside the group.
+  effect (condition mean minus control mean). The loss is shown as its two terms: the
+  error term, ``|pred - y|^(2 + gamma)``, and the direction term (the loss with
+  ``direction_lambda = 0`` is the error term). The 'reducible' share is how much of the
+  no-change error term the noise-free effect removes; the rest is noise no model can fit.
+  The same with the exponent 2 (squared error) in place of the published 2 + gamma = 4, for
+  comparison only. The error term is a sum over genes, so the share of each group of genes
+  (grouped by the fraction of control cells in which the gene is zero) is the error term
+  with the prediction set to the truth outside the group. Last, per training condition and
+  gene, the constant effect that minimises each error term over the condition's cells of
+  that pass (what a model free to fit every condition would learn from the loss): the
+  quartic term's minimiser is a root found by bisection, the squared term's is the mean
+  shift; both are scored as the training-set fit below is.
 - **Training-set fit over optimiser steps.** At the start, at every quarter of the first
   two epochs and at the end of every epoch, the model's predicted effect of each training
   condition is read in evaluation mode: gears_ddp's ``set_effects`` for the condition's
@@ -180,10 +186,39 @@ def paired_controls(pert_data, truth: dict, batches: list) -> dict:
             "noise_free_mse": noise_free["mse"]}
 
 
+def loss_optimal_effects(pert_data, truth: dict, batches: list) -> dict:
+    """Per training condition and gene, the effect e that minimises the published error term
+    over the condition's cells of one pass, ``sum_i |x_i + e - y_i|^4`` (x_i the cell's
+    control partner; the unique root of ``sum_i (x_i + e - y_i)^3``, by bisection), and the
+    one that minimises the squared error (``mean(y) - mean(x)``); each scored as the
+    training-set fit is (control mean plus the effect against the observed means)."""
+    import torch
+
+    names = pert_data.cells.conditions
+    x = torch.cat([b.x for b in batches]).double()
+    y = torch.cat([b.y for b in batches]).double()
+    condition = torch.cat([b.condition for b in batches])
+    quartic, squared = [], []
+    for name in truth["conditions"]:
+        cells = condition == names.index(name)
+        gap = x[cells] - y[cells]
+        low, high = -gap.max(0).values, -gap.min(0).values  # the root lies between
+        for _ in range(60):
+            middle = (low + high) / 2
+            above = ((gap + middle) ** 3).sum(0) > 0
+            high, low = torch.where(above, middle, high), torch.where(above, low, middle)
+        quartic.append(((low + high) / 2).numpy())
+        squared.append((-gap.mean(0)).numpy())
+    return {"quartic": fit_figures(np.array(quartic), truth), "squared": fit_figures(np.array(squared), truth)}
+
+
 def loss_shares(pert_data, true_means, truth: dict, batches: list) -> dict:
     """The GEARS loss of no change, of the noise-free effect and of the observed training
-    effect over one pass of the training loader, with exponents 4 (published) and 2, in all
-    and per group of genes (see the module docstring)."""
+    effect over one pass of the training loader, with exponents 4 (published) and 2: its
+    error term, its direction term, and the error term per group of genes (see the module
+    docstring)."""
+    import dataclasses
+
     import torch
 
     import gears_ddp.losses as losses
@@ -198,17 +233,18 @@ def loss_shares(pert_data, true_means, truth: dict, batches: list) -> dict:
     for condition, observed in zip(truth["conditions"], truth["observed"]):
         observed_effect[names.index(condition)] = torch.as_tensor(observed - truth["control"])
     context = losses.LossContext.from_pert_data(pert_data)
+    error_only = dataclasses.replace(context, direction_lambda=0.0)
     control = cells.expression[cells.control_cells()].numpy()
     zero_fraction = torch.as_tensor((control == 0).mean(0))
     groups = {label: (zero_fraction >= low) & (zero_fraction < high) for low, high, label in ZERO_FRACTION_GROUPS}
 
-    def loss(effect, genes=None):
+    def loss(effect, loss_context, genes=None):
         total = 0.0
         for batch in batches:
             pred = batch.x + effect[batch.condition]
             if genes is not None:
                 pred = torch.where(genes, pred, batch.y)
-            total += float(losses.gears_loss(pred, batch.y, batch.condition, context))
+            total += float(losses.gears_loss(pred, batch.y, batch.condition, loss_context))
         return total / len(batches)
 
     shares = {}
@@ -216,13 +252,14 @@ def loss_shares(pert_data, true_means, truth: dict, batches: list) -> dict:
     try:
         for exponent in (4, 2):
             losses.GAMMA = exponent - 2
-            zero = torch.zeros_like(true_effect)
-            figures = {"no_change": loss(zero), "noise_free": loss(true_effect),
-                       "observed": loss(observed_effect)}
-            figures["groups"] = {label: {"genes": float(genes.float().mean()),
-                                         "noise_free_share": loss(true_effect, genes) / figures["noise_free"]}
-                                 for label, genes in groups.items()}
-            shares[exponent] = figures
+            effects = {"no_change": torch.zeros_like(true_effect), "noise_free": true_effect,
+                       "observed": observed_effect}
+            error = {name: loss(effect, error_only) for name, effect in effects.items()}
+            direction = {name: loss(effect, context) - error[name] for name, effect in effects.items()}
+            groups_share = {label: {"genes": float(genes.float().mean()),
+                                    "noise_free_share": loss(true_effect, error_only, genes) / error["noise_free"]}
+                            for label, genes in groups.items()}
+            shares[exponent] = {"error": error, "direction": direction, "groups": groups_share}
     finally:
         losses.GAMMA = original
     return shares
@@ -447,19 +484,30 @@ def print_noise(stats: dict) -> None:
 
 
 def print_loss(shares: dict) -> None:
-    print("\nThe GEARS loss over one pass of the training cells, each predicted as its control partner plus:\n")
+    print("\nThe GEARS loss over one pass of the training cells, each predicted as its control partner plus "
+          "an effect: its error term, and its direction term (weight 0.1, the published default); "
+          "'reducible' is the share of the error term that the noise-free effect removes:\n")
     rows = []
     for exponent, label in ((4, "|err|^4 (published, gamma = 2)"), (2, "|err|^2 (for comparison)")):
-        s = shares[exponent]
-        reducible = (s["no_change"] - s["noise_free"]) / s["no_change"]
-        rows.append([label, f"{s['no_change']:.4f}", f"{s['noise_free']:.4f}", f"{s['observed']:.4f}",
-                     f"{reducible:.2%}"])
-    _table(["loss", "zero effect", "noise-free effect", "observed train effect", "reducible"], rows)
-    print("\nShare of the loss left with the noise-free effect (noise no model can fit), by group of genes:\n")
+        for term in ("error", "direction"):
+            s = shares[exponent][term]
+            reducible = (s["no_change"] - s["noise_free"]) / s["no_change"] if term == "error" else None
+            rows.append([label if term == "error" else "", f"{term} term", f"{s['no_change']:.4f}",
+                         f"{s['noise_free']:.4f}", f"{s['observed']:.4f}",
+                         "" if reducible is None else f"{reducible:.2%}"])
+    _table(["loss", "term", "zero effect", "noise-free effect", "observed train effect", "reducible"], rows)
+    print("\nShare of the error term left with the noise-free effect (noise no model can fit), by group of genes:\n")
     rows = [[label, f"{shares[4]['groups'][label]['genes']:.1%}",
              f"{shares[4]['groups'][label]['noise_free_share']:.1%}",
              f"{shares[2]['groups'][label]['noise_free_share']:.1%}"] for _, _, label in ZERO_FRACTION_GROUPS]
-    _table(["genes", "share of genes", "share of |err|^4 loss", "share of |err|^2 loss"], rows)
+    _table(["genes", "share of genes", "share of |err|^4", "share of |err|^2"], rows)
+    optimal = shares["optimal"]
+    print("\nThe effect that minimises each error term, per training condition and gene, over the condition's "
+          "cells and their control partners, scored as the training-set fit is:\n")
+    rows = [[label, *(f"{optimal[key][figure]:.4f}" for figure in ("pearson_delta", "mse", "true_r"))]
+            for key, label in (("quartic", "minimises |err|^4 (published)"),
+                               ("squared", "minimises |err|^2 (the mean shift)"))]
+    _table(["effect", "pearson_delta", "mse", "true r"], rows)
 
 
 def print_fit(results: dict, stats: dict) -> None:
@@ -535,6 +583,7 @@ def main():
         batches = list(pert_data.get_dataloader(args.batch_size, seed=args.seed)["train_loader"])
         stats["paired"] = paired_controls(pert_data, truth, batches)
         shares = loss_shares(pert_data, true_means, truth, batches)
+        shares["optimal"] = loss_optimal_effects(pert_data, truth, batches)
         train_cells = len(pert_data.cells.cells_of(pert_data.set2conditions["train"]))
         implementations = ["ours"] if args.skip_reference or args.passes_per_epoch > 1 or not reference_available() \
             else ["ours", "reference"]
