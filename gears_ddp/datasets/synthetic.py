@@ -93,6 +93,38 @@ Generative model (every random draw comes from one ``numpy.random.default_rng(se
 
 ``adata.var`` also records each gene's ``module`` and ``perturbation``
 (``'knockdown'``, ``'activation'`` or ``'none'``) for evaluation.
+
+Presets (``preset(name)`` gives the options, ``PRESETS`` lists them):
+
+- ``"benchmark"``: the defaults above (7,300 cells x 1,000 genes). Speed and parity
+  benchmarks and most tests use it. Its effects are small against the count noise (45 cells
+  per condition, about 1,100 counts per cell), so models learn little from it:
+  ``benchmarks/bench_learning.py`` measures why (``benchmarks/RESULTS.md``).
+- ``"norman"``: calibrated to the Norman screen as GEARS ships it (91,205 cells x 5,045
+  genes), scaled down so that ``gears-ddp demo`` trains on it in minutes on 2 CPU cores:
+  500 genes, 48 CRISPRa-activated genes (direct log effect 2-4), 60 two-gene combinations
+  (15% non-additive), a shared response of sd 1.0, a library of 10,000 counts per cell of
+  which 0.6% fall on the measured genes; 23,500 cells. Targets and the values
+  ``gears_ddp.datasets.calibration`` measures on it (split ``simulation``, seed 1; the
+  test ``tests/test_synthetic_calibration.py`` holds it to them at seeds 1-3):
+
+  ==============================================  ======================  ============
+  statistic                                       Norman                  preset
+  ==============================================  ======================  ============
+  genes; singles; two-gene combinations           5,045; 105; 131         500; 48; 60
+  median cells per perturbed condition            272                     200
+  share of the cells that are controls            0.081                   0.081
+  share of the expression matrix not zero         0.081                   0.087
+  median share of genes DE (t-test, FDR 5%)       no figure found         0.10
+  mean-effect baseline, test pearson_delta        0.570                   0.564
+  two-gene combinations of seen genes,            additive above          0.909 against
+  pearson_delta of additive against mean effect   mean effect             0.635
+  ==============================================  ======================  ============
+
+  Sources: GEARS's processed Norman file (cell counts, controls, non-zero entries); the
+  mean-effect baseline's 0.570 from GEARS issue #82; the additive baseline as the strongest
+  for combinations from Ahlmann-Eltze et al., Nature Methods 2025. The DE share has no
+  published figure we could find; the preset is held to 0.03-0.2.
 """
 from __future__ import annotations
 
