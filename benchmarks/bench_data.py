@@ -31,22 +31,35 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+SIZE_OPTIONS = {"genes": "n_genes", "cells_per_condition": "cells_per_condition",  # argument -> generator option
+                "perturbed_genes": "n_perturbed_genes", "combos": "n_combos", "control_cells": "n_control_cells"}
+
+
 def add_size_arguments(parser: argparse.ArgumentParser, genes: int, cells_per_condition: int,
                        perturbed_genes: int, combos: int, control_cells: int) -> None:
-    """The synthetic data's size options of every benchmark (each with its own defaults)."""
-    parser.add_argument("--genes", type=int, default=genes)
-    parser.add_argument("--cells-per-condition", type=int, default=cells_per_condition)
-    parser.add_argument("--perturbed-genes", type=int, default=perturbed_genes)
-    parser.add_argument("--combos", type=int, default=combos)
-    parser.add_argument("--control-cells", type=int, default=control_cells)
+    """The synthetic data's options of every benchmark (each with its own default sizes):
+    ``--preset NAME`` takes every generator setting from that preset of
+    ``gears_ddp.datasets.PRESETS`` instead; a size given explicitly wins either way."""
+    from gears_ddp.datasets import PRESETS
+
+    defaults = {"genes": genes, "cells_per_condition": cells_per_condition, "perturbed_genes": perturbed_genes,
+                "combos": combos, "control_cells": control_cells}
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="a synthetic preset (default: the generator's defaults at the sizes below)")
+    for name, default in defaults.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"default {default}, or the preset's")
+    parser.set_defaults(size_defaults=defaults)
 
 
 def synthetic_options(args) -> dict:
-    """``make_synthetic_perturb_seq`` (or ``write_synthetic_dataset``) keywords of the size
-    options (``add_size_arguments``), seed 0."""
-    return {"n_genes": args.genes, "cells_per_condition": args.cells_per_condition,
-            "n_perturbed_genes": args.perturbed_genes, "n_combos": args.combos,
-            "n_control_cells": args.control_cells, "seed": 0}
+    """``make_synthetic_perturb_seq`` (or ``write_synthetic_dataset``) keywords of the data
+    options (``add_size_arguments``), generator seed 0."""
+    from gears_ddp.datasets import preset
+
+    options = preset(args.preset) if args.preset else {SIZE_OPTIONS[name]: value
+                                                       for name, value in args.size_defaults.items()}
+    options.update({key: getattr(args, name) for name, key in SIZE_OPTIONS.items() if getattr(args, name) is not None})
+    return {**options, "seed": 0}
 
 
 def prepared_synthetic(folder: Path, args, hidden_size: int):
@@ -78,9 +91,11 @@ def load_synthetic(data_path, args):
 
 
 def make_input(folder: Path, args) -> Path:
-    """The raw AnnData (h5ad) and GO files both implementations start from."""
+    """The raw AnnData (h5ad) and GO files both implementations start from, and the
+    noise-free mean profile of every condition beside them (``read_true_means(folder)``)."""
     from gears_ddp.data.graphs import jaccard_edge_list
     from gears_ddp.datasets import make_synthetic_perturb_seq
+    from gears_ddp.datasets.folder import TRUE_MEANS_FILE
 
     synthetic = make_synthetic_perturb_seq(**synthetic_options(args))
     folder.mkdir(parents=True, exist_ok=True)
@@ -91,6 +106,7 @@ def make_input(folder: Path, args) -> Path:
     (folder / "go_essential_all").mkdir(exist_ok=True)
     jaccard_edge_list(synthetic.gene2go, synthetic.pert_genes).to_csv(
         folder / "go_essential_all" / "go_essential_all.csv", index=False)
+    synthetic.true_means.to_csv(folder / TRUE_MEANS_FILE, compression="gzip")
     raw = folder / "raw.h5ad"
     synthetic.adata.write_h5ad(raw)
     return raw

@@ -254,9 +254,10 @@ def _paired_controls_summary(g, loader) -> dict:
 
 
 def _test_figures(summary: dict) -> dict:
-    """``mse_de``, ``pearson_delta`` and the subgroups' ``pearson_delta`` (NaN for a subgroup
+    """``mse``, ``mse_de``, ``pearson_delta`` and the subgroups' ``pearson_delta`` (NaN for a subgroup
     without conditions) from a gears_ddp test summary (``GEARS.test``)."""
-    return {"mse_de": summary["test_mse_de"], "pearson_delta": summary["test_pearson_delta"],
+    return {"mse": summary["test_mse"], "mse_de": summary["test_mse_de"],
+            "pearson_delta": summary["test_pearson_delta"],
             "subgroups": {name: summary.get(f"test_{name}_pearson_delta", math.nan) for name in SUBGROUPS}}
 
 
@@ -337,7 +338,7 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
 
 
 def _reference_figures(pert_data, result: dict, overall: dict, compute_metrics, deeper_analysis) -> dict:
-    """``mse_de`` (from ``compute_metrics``'s ``overall``) and the mean ``pearson_delta`` of
+    """``mse`` and ``mse_de`` (from ``compute_metrics``'s ``overall``) and the mean ``pearson_delta`` of
     ``deeper_analysis``, over all test conditions and per subgroup, of a published-package
     evaluation result."""
     import numpy as np
@@ -350,7 +351,7 @@ def _reference_figures(pert_data, result: dict, overall: dict, compute_metrics, 
         values = [pearson[c] for c in conditions if c in pearson]
         return float(np.mean(values)) if values else math.nan
 
-    return {"mse_de": float(overall["mse_de"]), "pearson_delta": mean_of(pearson),
+    return {"mse": float(overall["mse"]), "mse_de": float(overall["mse_de"]), "pearson_delta": mean_of(pearson),
             "subgroups": {name: mean_of(subgroups.get(name, [])) for name in SUBGROUPS}}
 
 

@@ -36,6 +36,7 @@ How each figure is measured:
   test cells (``compute_metrics``). gears_ddp: ``test_mse_de`` of the summary
   ``GEARS.train`` returns. Published: ``gears.inference.compute_metrics`` on
   ``gears.inference.evaluate(test_loader, best_model)``.
+- test ``mse``: the same over all genes (``compute_metrics``'s ``mse``).
 - test ``pearson_delta``: per test condition, the Pearson correlation over all genes of
   (predicted mean - control mean) with (true mean - control mean) (``deeper_analysis``),
   averaged over all test conditions. gears_ddp: ``test_pearson_delta`` of the summary.
@@ -95,12 +96,13 @@ from bench_model import HIDDEN_SIZE, LR, SUBGROUPS, WEIGHT_DECAY, add_data_optio
 IMPLEMENTATIONS = {"ours": "gears_ddp", "reference": "published"}
 BASELINES = ("no_change", "mean_effect", "additive")
 # (metric, higher is better)
-METRICS = (("mse_de", False), ("pearson_delta", True), *((f"{name} pearson_delta", True) for name in SUBGROUPS))
+METRICS = (("mse", False), ("mse_de", False), ("pearson_delta", True),
+           *((f"{name} pearson_delta", True) for name in SUBGROUPS))
 
 
 def figures(result: dict) -> dict:
     """The metrics of one child's result (or of one baseline in it), by METRICS name."""
-    return {"mse_de": result["mse_de"], "pearson_delta": result["pearson_delta"],
+    return {"mse": result["mse"], "mse_de": result["mse_de"], "pearson_delta": result["pearson_delta"],
             **{f"{name} pearson_delta": result["subgroups"][name] for name in SUBGROUPS}}
 
 

@@ -1,17 +1,18 @@
 """Train GEARS with DistributedDataParallel on the built-in synthetic dataset (no download),
 one process per device, and check that the saved model works in the single-process API.
 
-    python examples/train_ddp_example.py [--data-path ./data] [--epochs 10] [--batch-size 32]
+    python examples/train_ddp_example.py [--data-path ./data/demo] [--epochs 10] [--batch-size 32]
                                          [--gpus N | --cpu-processes 2] [--amp off|fp16|bf16]
                                          [--grad-accum-steps 1] [--lr-scaling none|linear|sqrt]
                                          [--save-path ./runs/gears_ddp_synthetic]
 
 On a machine with GPUs it trains on all of them (or the first ``--gpus N``), one process
 each with NCCL; without GPUs it runs ``--cpu-processes`` processes (default 2) with gloo,
-which is how the distributed path is exercised on a laptop or CI (about 4 minutes with the
-defaults on 2 CPU cores). ``--batch-size`` is per process, so the effective batch is
-batch size x processes x ``--grad-accum-steps``; ``--lr-scaling linear`` (or ``sqrt``)
-scales the learning rate with it. ``--amp fp16`` needs GPUs; ``bf16`` works on CPU too.
+which is how the distributed path is exercised on a laptop or CI. The dataset is the
+demo's: the synthetic preset calibrated to the Norman screen (``gears_ddp.datasets.preset``).
+``--batch-size`` is per process, so the effective batch is batch size x processes x
+``--grad-accum-steps``; ``--lr-scaling linear`` (or ``sqrt``) scales the learning rate with
+it. ``--amp fp16`` needs GPUs; ``bf16`` works on CPU too.
 
 The parent process writes the dataset, loads it once, shares the expression matrix with the
 workers and waits; rank 0 saves the best model (published checkpoint format). At the end
@@ -26,7 +27,7 @@ import time
 import torch
 
 from gears_ddp import GEARS, PertData, enable_console_logging, train_multi_gpu
-from gears_ddp.datasets import write_synthetic_dataset
+from gears_ddp.datasets import preset, write_synthetic_dataset
 from gears_ddp.report.verdicts import summary_verdicts, verdict_table
 
 SPLIT = {"split": "simulation", "seed": 1}
@@ -34,7 +35,7 @@ SPLIT = {"split": "simulation", "seed": 1}
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-path", default="./data")
+    parser.add_argument("--data-path", default="./data/demo")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
     parser.add_argument("--save-path", default="./runs/gears_ddp_synthetic")
@@ -46,7 +47,7 @@ def main():
     args = parser.parse_args()
     enable_console_logging()
 
-    write_synthetic_dataset(args.data_path)
+    write_synthetic_dataset(args.data_path, **preset("norman"))
     use_gpus = torch.cuda.is_available() and torch.cuda.device_count() > 0
     options = {"epochs": args.epochs, "batch_size": args.batch_size, "save_path": args.save_path,
                "amp": args.amp, "grad_accum_steps": args.grad_accum_steps, "lr_scaling": args.lr_scaling}

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import toy_data
-from gears_ddp.cli import main
+from gears_ddp.cli.command import DEMO_FINDING, _print_summary, main
 from gears_ddp.data import io
 from gears_ddp.data.go_files import read_annotation
 from gears_ddp.report.verdicts import compare, higher_is_better, split_key, verdict_table
@@ -123,6 +123,15 @@ def test_verdicts_know_which_way_is_better_and_who_won():
     assert "GEARS beats every baseline on 0 of 2 metrics" in table
 
 
+def test_the_summary_says_whether_the_model_learned_then_the_note(capsys):
+    summary = {"test_mse": 0.5, "test_mse_de": 0.5, "test_pearson_delta": 0.5}
+    report = {"best_epoch": 2, "world_size": 2, "history": [{"train_loss": 2.0}, {"train_loss": 1.0}],
+              "model": summary, "baselines": {"no_change": dict(summary, test_mse=0.6), "mean_effect": summary}}
+    _print_summary(report, note=DEMO_FINDING)
+    out = capsys.readouterr().out
+    assert out.index("Training loss fell") < out.index("mse 0.5 against 0.6 (better)") < out.index(DEMO_FINDING)
+
+
 # ----------------------------------------------------------------------------- training runs
 
 
@@ -135,6 +144,7 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     assert "better" in out and "verdict" in out and "GEARS beats every baseline on" in out and "report.html" in out
     assert (f"These verdicts come from one seed; for 95% intervals over seeds: gears-ddp train --config "
             f"{save / 'config.yaml'} --seeds 1 2 3 4 5 --set args.save_path={save}-replicates") in out
+    assert "Training loss" in out and "Against predicting no change: mse " in out and DEMO_FINDING not in out
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(report["history"]) == 3
     with open(save / "metrics.csv") as handle:

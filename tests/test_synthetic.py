@@ -233,7 +233,48 @@ def test_h5ad_round_trip(data, tmp_path):
     ({"cell_type": ""}, "cell_type must be a non-empty string"),
     ({"program_sd": -0.1}, "program_sd must be a finite number >= 0"),
     ({"program_sd": float("nan")}, "program_sd must be a finite number >= 0"),
+    ({"activation_range": (2.0, 1.0)}, "activation_range must be"),
+    ({"activation_range": (0.0, 1.0)}, "activation_range must be"),
+    ({"activation_range": 2.0}, "activation_range must be"),
+    ({"shared_response": -1.0}, "shared_response must be a finite number >= 0"),
+    ({"library_size": 0}, "library_size must be > 0"),
+    ({"library_size": 1e4, "measured_share": 0.0}, "measured_share must be in"),
+    ({"measured_share": 0.5}, "and 1 unless library_size is given"),
 ])
 def test_invalid_parameters_raise(overrides, message):
     with pytest.raises(ValueError, match=message):
         make_synthetic_perturb_seq(**{**SMALL, **overrides})
+
+
+def _mean_effect_share(true_means: pd.DataFrame) -> float:
+    """Mean over perturbed conditions of the Pearson correlation of the condition's true
+    effect with the mean true effect: how much of a perturbation the average one explains."""
+    effects = true_means.drop(index="ctrl") - true_means.loc["ctrl"]
+    mean = effects.mean()
+    return float(np.mean([np.corrcoef(row, mean)[0, 1] for _, row in effects.iterrows()]))
+
+
+def test_a_shared_response_makes_perturbations_alike(data):
+    shared = make_synthetic_perturb_seq(**{**SMALL, "shared_response": 1.0})
+    assert _mean_effect_share(data.true_means) < 0.3 < 0.6 < _mean_effect_share(shared.true_means)
+    assert shared.params["shared_response"] == 1.0 and data.params["shared_response"] == 0.0
+
+
+def test_unmeasured_counts_enter_each_cells_total_and_the_truth(data):
+    shallow = make_synthetic_perturb_seq(**{**SMALL, "library_size": 2e4, "measured_share": 0.01})
+    measured_total = np.asarray(shallow.adata.X.expm1().sum(axis=1)).ravel()  # 1e4 x the measured share of each cell
+    assert 0.007e4 < np.median(measured_total) < 0.014e4
+    control_truth = np.expm1(shallow.true_means.loc["ctrl"]).sum()
+    assert control_truth == pytest.approx(0.01e4, rel=1e-6)  # a control cell's expected measured share
+    assert shallow.adata.X.nnz < 0.8 * data.adata.X.nnz  # 200 measured counts per cell instead of about 340
+
+
+def test_presets_are_named_option_sets():
+    from gears_ddp.datasets import PRESETS, preset
+
+    assert preset("benchmark") == {} and {"benchmark", "norman"} <= set(PRESETS)
+    norman = preset("norman")
+    norman["interaction_fractions"]["synergy"] = 1.0  # a copy: the preset itself is unchanged
+    assert PRESETS["norman"]["interaction_fractions"]["synergy"] != 1.0
+    with pytest.raises(ValueError, match=r"unknown synthetic preset 'nope'; known: \['benchmark', 'norman'\]"):
+        preset("nope")

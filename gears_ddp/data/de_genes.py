@@ -35,6 +35,12 @@ def welch_t_scores(matrix, codes: np.ndarray, groups: Sequence[str], reference: 
     ``codes`` gives each row of ``matrix`` (cells x genes, dense or sparse) its position in
     ``groups``; negative codes are left out. Every group needs at least two cells.
     """
+    return welch_t_test(matrix, codes, groups, reference)[0]
+
+
+def welch_t_test(matrix, codes: np.ndarray, groups: Sequence[str], reference: int) -> tuple[np.ndarray, np.ndarray]:
+    """``welch_t_scores`` and the two-sided p-values of the same tests (1 where the
+    statistic is NaN, and for the reference group)."""
     n_groups = len(groups)
     counts = np.bincount(codes[codes >= 0], minlength=n_groups)
     small = [groups[code] for code in np.flatnonzero(counts < 2)]
@@ -45,12 +51,15 @@ def welch_t_scores(matrix, codes: np.ndarray, groups: Sequence[str], reference: 
     mean_square = condition_means(matrix, codes, n_groups, of=np.square)
     variance = (mean_square - mean * mean) * (counts / (counts - 1))[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
-        scores, _ = stats.ttest_ind_from_stats(mean, np.sqrt(variance), counts[:, None],
-                                               mean[reference], np.sqrt(variance[reference]), counts[reference],
-                                               equal_var=False)
-    scores[np.isnan(scores)] = 0.0
+        scores, pvalues = stats.ttest_ind_from_stats(mean, np.sqrt(variance), counts[:, None],
+                                                     mean[reference], np.sqrt(variance[reference]),
+                                                     counts[reference], equal_var=False)
+    undefined = np.isnan(scores)
+    scores[undefined] = 0.0
+    pvalues[undefined | np.isnan(pvalues)] = 1.0
     scores[reference] = 0.0
-    return scores
+    pvalues[reference] = 1.0
+    return scores, pvalues
 
 
 def order_by_magnitude(scores: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ writer of a complete data folder.
 May import: ``data``.
 """
 from gears_ddp.datasets.folder import read_true_means, write_synthetic_dataset, write_synthetic_screen
-from gears_ddp.datasets.synthetic import SyntheticPerturbSeq, make_synthetic_perturb_seq
+from gears_ddp.datasets.synthetic import PRESETS, SyntheticPerturbSeq, make_synthetic_perturb_seq, preset
 
-__all__ = ["SyntheticPerturbSeq", "make_synthetic_perturb_seq", "read_true_means", "write_synthetic_dataset",
-           "write_synthetic_screen"]
+__all__ = ["PRESETS", "SyntheticPerturbSeq", "make_synthetic_perturb_seq", "preset", "read_true_means",
+           "write_synthetic_dataset", "write_synthetic_screen"]

@@ -30,7 +30,7 @@ Generative model (every random draw comes from one ``numpy.random.default_rng(se
    perturbations have downstream effects, as for the transcription factors of real screens.
    Each is knocked down (CRISPRi, direct log effect uniform in [-2.5, -1.5], its own
    expression falling about 5-12 fold) or, with probability ``frac_activation``, activated
-   (CRISPRa, uniform in [1.0, 2.0]).
+   (CRISPRa, uniform in ``activation_range``, default [1.0, 2.0]).
 5. **Two-gene combos.** ``n_combos`` distinct pairs of perturbed genes (so every combo gene
    also appears as a single; some perturbed genes appear in no combo), written ``'A+B'``
    with ``A < B``. With direct effects ``s_A, s_B`` and downstream effects ``d_A, d_B``
@@ -40,6 +40,15 @@ Generative model (every random draw comes from one ``numpy.random.default_rng(se
    buffering ``(1 - u)(d_A + d_B)``, u ~ U[0.5, 0.8]; epistasis ``d_dom + u * d_other``,
    u ~ U[0, 0.2], with the dominant gene picked at random. Direct (guide) effects stay
    additive: a guide's knock-down efficiency does not depend on the other guide.
+   **Shared response** (``shared_response`` > 0; off by default). Real screens also move
+   most perturbed cells the same way, whatever the target (a common differentiation or
+   stress state, and everything perturbed cells share against controls): on the Norman
+   screen the average effect of the training perturbations alone reaches a test
+   ``pearson_delta`` of 0.57. Here 15% of the modules (at least one), drawn at random, form
+   a response program: each of their genes gets a log-rate effect ``r_g ~ Normal(0,
+   shared_response)``. Perturbed gene A pushes cells along it with a strength ``a_A ~
+   U[0.3, 0.9]``; a combo with ``1 - (1 - a_A)(1 - a_B)`` (two pushes saturate, as cells
+   cannot be more than fully in the state). A condition's log rates gain ``strength * r``.
 6. **Cellular programs.** Each module is a program whose activity varies from cell to cell,
    independently of the condition: ``z[i, m] ~ Normal(0, program_sd)`` (default 1.0) for
    cell ``i`` and module ``m``. Gene ``g`` of module ``m(g)`` responds with a loading
@@ -57,15 +66,21 @@ Generative model (every random draw comes from one ``numpy.random.default_rng(se
    mean) perturbation responses.
 7. **Counts.** Each condition has ``cells_per_condition`` cells (``n_control_cells`` for
    control), in shuffled order. Cell ``i`` of condition ``c`` has counts
-   ``NegativeBinomial(mean = f_i * exp(b + x_c) * program factor, inverse dispersion theta_g)``
+   ``NegativeBinomial(mean = f_i * m_c * program factor, inverse dispersion theta_g)``
    with size factor ``f_i ~ LogNormal(0, 0.3)`` and ``theta_g ~ LogNormal(log 4, 0.5)`` per
-   gene. ``X = log1p(1e4 * counts / total counts of the cell)`` stored as float32 CSR (a
-   cell whose counts are all zero, possible only for tiny ``n_genes``, stays all zero).
-   Sampling is vectorised over chunks of cells.
+   gene, where the expected count ``m_c`` is ``exp(b + x_c)`` by default. With
+   ``library_size`` L, a control cell of size factor one has L counts in all, a
+   ``measured_share`` of them on the measured genes (``m_c = exp(b + x_c) * L *
+   measured_share / sum(exp(b))``); the rest, on genes that are not measured, are drawn as
+   one Poisson(``f_i * L * (1 - measured_share)``) count that enters only the cell's total,
+   as in real data normalised before its genes were selected (GEARS's Norman file:
+   normalised over 24,665 genes, then cut to 5,045). ``X = log1p(1e4 * counts / total
+   counts of the cell)`` stored as float32 CSR (a cell whose counts are all zero, possible
+   only for tiny ``n_genes``, stays all zero). Sampling is vectorised over chunks of cells.
 8. **Ground truth.** ``true_means`` is the plug-in noise-free profile
-   ``log1p(1e4 * rate_c / sum(rate_c))`` with ``rate_c = exp(b + x_c)``: the program-free
-   rates, which are also the expected rates over cells since the program factor has mean
-   one. It is not a Monte-Carlo mean: for lowly expressed genes the mean of ``X`` over
+   ``log1p(1e4 * m_c / (sum(m_c) + u))`` with ``u`` the expected unmeasured count (0 by
+   default): the program-free rates, which are also the expected rates over cells since the
+   program factor has mean one. It is not a Monte-Carlo mean: for lowly expressed genes the mean of ``X`` over
    cells is lower, by Jensen's inequality, and program variation (more log-rate spread)
    widens that gap somewhat; it is the same in every condition, so effects relative to
    control are hardly biased.
@@ -78,6 +93,38 @@ Generative model (every random draw comes from one ``numpy.random.default_rng(se
 
 ``adata.var`` also records each gene's ``module`` and ``perturbation``
 (``'knockdown'``, ``'activation'`` or ``'none'``) for evaluation.
+
+Presets (``preset(name)`` gives the options, ``PRESETS`` lists them):
+
+- ``"benchmark"``: the defaults above (7,300 cells x 1,000 genes). Speed and parity
+  benchmarks and most tests use it. Its effects are small against the count noise (45 cells
+  per condition, about 1,100 counts per cell), so models learn little from it:
+  ``benchmarks/bench_learning.py`` measures why (``benchmarks/RESULTS.md``).
+- ``"norman"``: calibrated to the Norman screen as GEARS ships it (91,205 cells x 5,045
+  genes), scaled down so that ``gears-ddp demo`` trains on it in minutes on 2 CPU cores:
+  500 genes, 48 CRISPRa-activated genes (direct log effect 2-4), 60 two-gene combinations
+  (15% non-additive), a shared response of sd 1.0, a library of 10,000 counts per cell of
+  which 0.6% fall on the measured genes; 23,500 cells. Targets and the values
+  ``gears_ddp.evaluation.calibration`` measures on it (split ``simulation``, seed 1; the
+  test ``tests/test_synthetic_calibration.py`` holds it to them at seeds 1-3):
+
+  ==============================================  ======================  ============
+  statistic                                       Norman                  preset
+  ==============================================  ======================  ============
+  genes; singles; two-gene combinations           5,045; 105; 131         500; 48; 60
+  median cells per perturbed condition            272                     200
+  share of the cells that are controls            0.081                   0.081
+  share of the expression matrix not zero         0.081                   0.087
+  median share of genes DE (t-test, FDR 5%)       no figure found         0.10
+  mean-effect baseline, test pearson_delta        0.570                   0.564
+  two-gene combinations of seen genes,            additive above          0.909 against
+  pearson_delta of additive against mean effect   mean effect             0.635
+  ==============================================  ======================  ============
+
+  Sources: GEARS's processed Norman file (cell counts, controls, non-zero entries); the
+  mean-effect baseline's 0.570 from GEARS issue #82; the additive baseline as the strongest
+  for combinations from Ahlmann-Eltze et al., Nature Methods 2025. The DE share has no
+  published figure we could find; the preset is held to 0.03-0.2.
 """
 from __future__ import annotations
 
@@ -121,6 +168,8 @@ SIZE_FACTOR_LOG_SD = 0.3
 DEFAULT_PROGRAM_SD = 1.0
 PROGRAM_LOADING_RANGE = (0.5, 1.5)
 NEGATIVE_LOADING_FRACTION = 0.2
+SHARED_RESPONSE_MODULE_FRACTION = 0.15
+SHARED_RESPONSE_STRENGTH_RANGE = (0.3, 0.9)
 GO_MODULE_TERM_BETA = (2.0, 1.5)
 GO_NOISE_TERMS_MEAN = 1.0
 UNANNOTATED_FRACTION = 0.03
@@ -168,7 +217,8 @@ def _check_non_negative(name: str, value) -> None:
 
 def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition,
               n_control_cells, n_go_terms, seed, frac_activation, frac_unmeasured,
-              interaction_fractions, cell_type, program_sd) -> None:
+              interaction_fractions, cell_type, program_sd, activation_range, shared_response, library_size,
+              measured_share) -> None:
     """Check every argument of ``make_synthetic_perturb_seq``, naming the offending one."""
     for name, value in (("n_genes", n_genes), ("n_modules", n_modules),
                         ("n_perturbed_genes", n_perturbed_genes),
@@ -195,6 +245,18 @@ def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_conditi
     _check_fraction("frac_activation", frac_activation)
     _check_fraction("frac_unmeasured", frac_unmeasured)
     _check_non_negative("program_sd", program_sd)
+    _check_non_negative("shared_response", shared_response)
+    if (not isinstance(activation_range, (tuple, list)) or len(activation_range) != 2
+            or not all(isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) for v in activation_range)
+            or not 0 < activation_range[0] <= activation_range[1]):
+        raise ValueError(f"activation_range must be (low, high) with 0 < low <= high, got {activation_range!r}")
+    if library_size is not None:
+        _check_non_negative("library_size", library_size)
+        if library_size == 0:
+            raise ValueError("library_size must be > 0 (or None: counts of the measured genes only)")
+    _check_fraction("measured_share", measured_share)
+    if measured_share == 0 or (library_size is None and measured_share != 1):
+        raise ValueError(f"measured_share must be in (0, 1], and 1 unless library_size is given; got {measured_share!r}")
     unknown = set(interaction_fractions) - set(NON_ADDITIVE_TYPES)
     if unknown:
         raise ValueError(f"interaction_fractions has unknown types {sorted(unknown)}; "
@@ -321,11 +383,11 @@ def _baseline(rng: np.random.Generator, n_genes: int, perturbed: np.ndarray) -> 
     return baseline
 
 
-def _direct_effects(rng: np.random.Generator, n_perturbed: int,
-                    frac_activation: float) -> tuple[np.ndarray, np.ndarray]:
+def _direct_effects(rng: np.random.Generator, n_perturbed: int, frac_activation: float,
+                    activation_range: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
     """Direct log effect on each perturbed gene and whether it is activated (else knocked down)."""
     activated = rng.random(n_perturbed) < frac_activation
-    effect = np.where(activated, rng.uniform(*ACTIVATION_RANGE, size=n_perturbed),
+    effect = np.where(activated, rng.uniform(*activation_range, size=n_perturbed),
                       rng.uniform(*KNOCKDOWN_RANGE, size=n_perturbed))
     return effect, activated
 
@@ -390,35 +452,58 @@ def _program_loadings(rng: np.random.Generator, n_genes: int) -> np.ndarray:
     return sign * rng.uniform(*PROGRAM_LOADING_RANGE, size=n_genes)
 
 
-def _sample_expression(rng: np.random.Generator, rates: np.ndarray, cells_of: np.ndarray, modules: np.ndarray,
-                       loadings: np.ndarray, program_sd: float) -> tuple[np.ndarray, Iterator[sp.csr_matrix]]:
+def _sample_expression(rng: np.random.Generator, expected: np.ndarray, other: np.ndarray, cells_of: np.ndarray,
+                       modules: np.ndarray, loadings: np.ndarray,
+                       program_sd: float) -> tuple[np.ndarray, Iterator[sp.csr_matrix]]:
     """Each cell's condition index (cells in shuffled order), and their log-normalised
     expression as CSR blocks of ``CELL_CHUNK`` cells, drawn as they are consumed.
 
-    Negative-binomial counts with per-gene dispersion, log-normal size factors and per-cell
-    module (program) activities, sampled a chunk of cells at a time (vectorised within a
-    chunk), so memory is bounded by a chunk, not by the number of cells. The activity factor
-    ``exp(l_g z - (l_g sigma)^2 / 2)`` has mean one, so a condition's expected rate stays
-    ``rates[c]`` (times the cell's size factor).
+    ``expected``: each condition's expected count of every measured gene in a cell of size
+    factor one; ``other``: its expected count of the unmeasured genes (0: none). Negative-
+    binomial counts with per-gene dispersion, log-normal size factors and per-cell module
+    (program) activities, sampled a chunk of cells at a time (vectorised within a chunk), so
+    memory is bounded by a chunk, not by the number of cells. The activity factor
+    ``exp(l_g z - (l_g sigma)^2 / 2)`` has mean one, so a condition's expected count stays
+    ``expected[c]`` (times the cell's size factor). Unmeasured counts are Poisson and enter
+    only the cell's total, as in data normalised before the genes were selected.
     """
-    n_genes = rates.shape[1]
-    condition = rng.permutation(np.repeat(np.arange(len(rates)), cells_of))
+    n_genes = expected.shape[1]
+    condition = rng.permutation(np.repeat(np.arange(len(expected)), cells_of))
     size_factor = rng.lognormal(0.0, SIZE_FACTOR_LOG_SD, size=len(condition))
     theta = rng.lognormal(math.log(INVERSE_DISPERSION_MEDIAN), INVERSE_DISPERSION_LOG_SD, size=n_genes)
     activity = rng.normal(0.0, 1.0, size=(len(condition), int(modules.max()) + 1)) * program_sd
     correction = 0.5 * (loadings * program_sd) ** 2
+    unmeasured = bool(other.any())
 
     def blocks() -> Iterator[sp.csr_matrix]:
         for start in range(0, len(condition), CELL_CHUNK):
             stop = start + CELL_CHUNK
             program = np.exp(activity[start:stop][:, modules] * loadings - correction)
-            mean = size_factor[start:stop, None] * rates[condition[start:stop]] * program
+            mean = size_factor[start:stop, None] * expected[condition[start:stop]] * program
             counts = rng.negative_binomial(theta, theta / (theta + mean)).astype(np.float32)
             total = counts.sum(axis=1, keepdims=True)
+            if unmeasured:
+                total = total + rng.poisson(size_factor[start:stop] * other[condition[start:stop]])[:, None]
             scaled = np.divide(counts * np.float32(TARGET_SUM), total, out=np.zeros_like(counts), where=total > 0)
             yield sp.csr_matrix(np.log1p(scaled))
 
     return condition, blocks()
+
+
+def _shared_response(rng: np.random.Generator, modules: np.ndarray, pairs: np.ndarray, n_perturbed: int,
+                     sd: float) -> np.ndarray:
+    """The shared perturbation response's log-rate effect (conditions x genes: control,
+    singles, combos); all zero when ``sd`` is 0 (then nothing is drawn)."""
+    n_conditions = 1 + n_perturbed + len(pairs)
+    if sd == 0:
+        return np.zeros((n_conditions, len(modules)))
+    n_modules = int(modules.max()) + 1
+    chosen = rng.choice(n_modules, size=max(1, int(round(SHARED_RESPONSE_MODULE_FRACTION * n_modules))),
+                        replace=False)
+    response = np.where(np.isin(modules, chosen), rng.normal(0.0, sd, size=len(modules)), 0.0)
+    single = rng.uniform(*SHARED_RESPONSE_STRENGTH_RANGE, size=n_perturbed)
+    combo = 1 - (1 - single[pairs[:, 0]]) * (1 - single[pairs[:, 1]])
+    return np.concatenate([[0.0], single, combo])[:, None] * response[None, :]
 
 
 def _log_rates(rng: np.random.Generator, baseline: np.ndarray, grn: sp.csr_matrix, rank: np.ndarray,
@@ -473,6 +558,25 @@ def _obs_and_var(cell_conditions: np.ndarray, conditions: list[str], symbols: np
     return obs, var
 
 
+PRESETS = {
+    # the generator's defaults: the data of the speed and parity benchmarks, and of most tests
+    "benchmark": {},
+    # calibrated to the Norman screen (see "Presets" in the module docstring); the demo's data
+    "norman": {"n_genes": 500, "n_modules": 20, "n_perturbed_genes": 48, "n_combos": 60,
+               "cells_per_condition": 200, "n_control_cells": 1900, "frac_activation": 1.0,
+               "interaction_fractions": {"synergy": 0.05, "buffering": 0.05, "epistasis": 0.05},
+               "activation_range": (2.0, 4.0), "shared_response": 1.0, "library_size": 10000.0,
+               "measured_share": 0.006},
+}
+
+
+def preset(name: str) -> dict:
+    """The ``make_synthetic_perturb_seq`` options of a named preset (a copy to change freely)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown synthetic preset {name!r}; known: {sorted(PRESETS)}")
+    return {key: dict(value) if isinstance(value, dict) else value for key, value in PRESETS[name].items()}
+
+
 def in_memory(obs: pd.DataFrame, var: pd.DataFrame, blocks: Iterator[sp.csr_matrix]) -> anndata.AnnData:
     """The default ``expression_to`` of ``make_synthetic_perturb_seq``: an AnnData in memory."""
     return anndata.AnnData(X=sp.vstack(list(blocks), format="csr"), obs=obs, var=var)
@@ -483,6 +587,9 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
                                n_go_terms: int | None = None, seed: int = 0, frac_activation: float = 0.2,
                                frac_unmeasured: float = 0.15, interaction_fractions: dict | None = None,
                                cell_type: str = "synthetic", program_sd: float = DEFAULT_PROGRAM_SD,
+                               activation_range: tuple[float, float] = ACTIVATION_RANGE,
+                               shared_response: float = 0.0, library_size: float | None = None,
+                               measured_share: float = 1.0,
                                expression_to: Callable = in_memory) -> SyntheticPerturbSeq:
     """Generate a synthetic Perturb-seq dataset (see the module docstring for the model).
 
@@ -501,7 +608,8 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     """
     fractions = dict(DEFAULT_INTERACTION_FRACTIONS if interaction_fractions is None else interaction_fractions)
     _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition, n_control_cells,
-              n_go_terms, seed, frac_activation, frac_unmeasured, fractions, cell_type, program_sd)
+              n_go_terms, seed, frac_activation, frac_unmeasured, fractions, cell_type, program_sd, activation_range,
+              shared_response, library_size, measured_share)
     n_go_terms = GO_TERMS_PER_MODULE * n_modules if n_go_terms is None else n_go_terms
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -512,10 +620,11 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     grn, rank = _make_grn(rng, modules)
     perturbed = _choose_perturbed(rng, grn, rank, n_perturbed_genes)
     baseline = _baseline(rng, n_genes, perturbed)
-    direct_values, activated = _direct_effects(rng, n_perturbed_genes, frac_activation)
+    direct_values, activated = _direct_effects(rng, n_perturbed_genes, frac_activation, activation_range)
     pairs = _choose_pairs(rng, n_perturbed_genes, n_combos)
     labels = _interaction_labels(rng, n_combos, fractions)
-    log_rates = _log_rates(rng, baseline, grn, rank, perturbed, direct_values, pairs, labels)
+    log_rates = _log_rates(rng, baseline, grn, rank, perturbed, direct_values, pairs, labels) \
+        + _shared_response(rng, modules, pairs, n_perturbed_genes, float(shared_response))
 
     symbols = np.array(measured_genes)
     pert_symbols = symbols[perturbed]
@@ -523,20 +632,28 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     conditions = [CONTROL] + [f"{gene}+{CONTROL}" for gene in pert_symbols] + combo_names
     cells_of = np.array([n_control_cells] + [cells_per_condition] * (len(conditions) - 1))
     rates = np.exp(log_rates)
+    if library_size is None:
+        expected, other = rates, np.zeros(len(rates))
+    else:  # a control cell of size factor one has library_size counts, measured_share of them measured
+        expected = rates * (library_size * measured_share / rates[0].sum())
+        other = np.full(len(rates), library_size * (1 - measured_share))
     loadings = _program_loadings(rng, n_genes)
-    condition_index, blocks = _sample_expression(rng, rates, cells_of, modules, loadings, float(program_sd))
+    condition_index, blocks = _sample_expression(rng, expected, other, cells_of, modules, loadings, float(program_sd))
     obs, var = _obs_and_var(np.array(conditions)[condition_index], conditions, symbols, modules, perturbed, activated,
                             cell_type)
     adata = expression_to(obs, var, blocks)  # consumes every block before the GO draws below (None: written)
     gene2go = _gene2go(rng, measured_genes, unmeasured_genes, modules, n_modules, n_go_terms, perturbed)
-    true_means = pd.DataFrame(np.log1p(TARGET_SUM * rates / rates.sum(axis=1, keepdims=True)),
+    true_means = pd.DataFrame(np.log1p(TARGET_SUM * expected / (expected.sum(axis=1, keepdims=True) + other[:, None])),
                               index=pd.Index(conditions, name="condition"), columns=pd.Index(symbols, name="gene"))
     params = {"n_genes": int(n_genes), "n_modules": int(n_modules), "n_perturbed_genes": int(n_perturbed_genes),
               "n_combos": int(n_combos), "cells_per_condition": int(cells_per_condition),
               "n_control_cells": int(n_control_cells), "n_go_terms": int(n_go_terms), "seed": int(seed),
               "frac_activation": float(frac_activation), "frac_unmeasured": float(frac_unmeasured),
               "interaction_fractions": {k: float(v) for k, v in fractions.items()}, "cell_type": cell_type,
-              "program_sd": float(program_sd),
+              "program_sd": float(program_sd), "activation_range": [float(v) for v in activation_range],
+              "shared_response": float(shared_response),
+              "library_size": None if library_size is None else float(library_size),
+              "measured_share": float(measured_share),
               "n_cells": int(cells_of.sum()), "n_unmeasured_genes": n_unmeasured}
     logger.info("synthetic Perturb-seq: %d cells x %d genes, %d conditions, %d GO-annotated genes (%.1f s)",
                 int(cells_of.sum()), n_genes, len(conditions), len(gene2go), time.perf_counter() - started)

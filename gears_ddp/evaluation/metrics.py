@@ -223,7 +223,7 @@ def _is_constant(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask, x, -np.inf).max(1) == np.where(mask, x, np.inf).min(1)
 
 
-def _pearson_rows(x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+def pearson_rows(x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """Pearson correlation of each row of ``x`` with the same row of ``y`` over ``mask`` (all
     entries if None), as ``scipy.stats.pearsonr``; where that is NaN (a constant input, NaN
     values, fewer than two entries) the value is 0, as the reference sets it."""
@@ -351,9 +351,9 @@ def compute_metrics(result: EvaluationResult) -> tuple[dict, dict]:
     valid = result.de_idx >= 0
     control = np.array([c == CONTROL for c in result.conditions], dtype=bool)
     pred_de, truth_de = _gather(pred, result.de_idx), _gather(truth, result.de_idx)
-    columns = {"mse": _mse_rows(pred, truth), "pearson": _pearson_rows(pred, truth),
+    columns = {"mse": _mse_rows(pred, truth), "pearson": pearson_rows(pred, truth),
                "mse_de": np.where(control, 0.0, _mse_rows(pred_de, truth_de, valid)),
-               "pearson_de": np.where(control, 0.0, _pearson_rows(pred_de, truth_de, valid))}
+               "pearson_de": np.where(control, 0.0, pearson_rows(pred_de, truth_de, valid))}
     metrics_pert = _per_condition(result.conditions, {k: (v, None) for k, v in columns.items()})
     metrics = {}
     for name in ("mse", "pearson"):
@@ -468,18 +468,18 @@ def deeper_analysis(context: MetricContext, result: EvaluationResult) -> dict[st
     columns = {key: (values, None) for key, values in columns.items()}
     columns.update({key: (values, nonzero.any(1)) for key, values in spread_columns.items()})
 
-    delta_pearson_top = {k: _pearson_rows(pred_delta, truth_delta, top[k]) for k in TOP_DE_SIZES}
-    columns["pearson_delta"] = (_pearson_rows(pred_delta, truth_delta), None)
+    delta_pearson_top = {k: pearson_rows(pred_delta, truth_delta, top[k]) for k in TOP_DE_SIZES}
+    columns["pearson_delta"] = (pearson_rows(pred_delta, truth_delta), None)
     columns["pearson_delta_de"] = (delta_pearson_top[20], None)
     columns.update(_fold_change_gaps(pred, truth, control))
     hvg = np.zeros(pred.shape, dtype=bool)
     hvg[:, context.most_variable_genes] = True
-    columns["pearson_delta_top200_hvg"] = (_pearson_rows(pred_delta, truth_delta, hvg), None)
-    columns["pearson_top200_hvg"] = (_pearson_rows(pred, truth, hvg), None)
+    columns["pearson_delta_top200_hvg"] = (pearson_rows(pred_delta, truth_delta, hvg), None)
+    columns["pearson_top200_hvg"] = (pearson_rows(pred, truth, hvg), None)
     columns["mse_top200_hvg"] = (_mse_rows(pred, truth, hvg), None)
     for k in (20, 200, 100, 50):  # the reference's order
         columns[f"pearson_delta_top{k}_de"] = (delta_pearson_top[k], None)
-        columns[f"pearson_top{k}_de"] = (_pearson_rows(pred, truth, top[k]), None)
+        columns[f"pearson_top{k}_de"] = (pearson_rows(pred, truth, top[k]), None)
         columns[f"mse_top{k}_de"] = (_mse_rows(pred_delta, truth_delta, top[k]), None)
     return _per_condition(conditions, columns)
 
@@ -506,9 +506,9 @@ def non_dropout_analysis(context: MetricContext, result: EvaluationResult) -> di
     spread = _stacked_spread(context.spreads["non_dropout_de"], conditions)
     spread_columns, nonzero = _spread_metrics(pred_de, truth_de, spread, valid, "_non_dropout")
     columns.update({key: (values, nonzero.any(1)) for key, values in spread_columns.items()})
-    columns["pearson_delta_top20_de_non_dropout"] = (_pearson_rows(pred_de - control_de, truth_de - control_de,
+    columns["pearson_delta_top20_de_non_dropout"] = (pearson_rows(pred_de - control_de, truth_de - control_de,
                                                                    valid), None)
-    columns["pearson_top20_de_non_dropout"] = (_pearson_rows(pred_de, truth_de, valid), None)
+    columns["pearson_top20_de_non_dropout"] = (pearson_rows(pred_de, truth_de, valid), None)
     columns["mse_top20_de_non_dropout"] = (_mse_rows(pred_de - control_de, truth_de - control_de, valid), None)
     return _per_condition(conditions, columns)
 

@@ -13,6 +13,7 @@ import math
 from html import escape
 from pathlib import Path
 
+from gears_ddp.report.learning import learning_checks
 from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, MetricVerdict, compare
 
 STYLE = """
@@ -63,7 +64,7 @@ def render_report_page(settings: dict, report: dict, pictures: dict[str, str]) -
     """The page's HTML text."""
     dataset = escape(str(settings.get("dataset_name", "unknown dataset")))
     verdicts = compare(report["model"], report.get("baselines", {})) if "model" in report else []
-    sections = [_heading(settings, report, verdicts), _verdict_section(report, verdicts),
+    sections = [_heading(settings, report, verdicts), _learning_section(report), _verdict_section(report, verdicts),
                 _pictures_section(pictures), _history_section(report), settings_section(settings)]
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f"<title>GEARS run report: {dataset}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
@@ -110,6 +111,12 @@ def _heading(settings: dict, report: dict, verdicts: list[MetricVerdict]) -> str
     return (f"<h1>GEARS run report: {dataset}</h1>\n"
             f"<p>Dataset <b>{dataset}</b>{f', split <b>{escape(str(split))}</b>' if split else ''}</p>\n"
             f'<p class="outcome">{escape(outcome)}</p>\n<p class="facts">{" &middot; ".join(facts)}</p>')
+
+
+def _learning_section(report: dict) -> str:
+    """Whether the model learned: ``report.learning.learning_checks`` as a list."""
+    items = "".join(f"<li>{escape(line)}</li>" for line in learning_checks(report))
+    return f"<h2>Did the model learn?</h2>\n<ul>{items}</ul>" if items else ""
 
 
 def _run_facts(report: dict) -> list[str]:

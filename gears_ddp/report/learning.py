@@ -1,0 +1,42 @@
+"""Did the model learn? Three checks on a finished run, in plain sentences.
+
+The verdict table says which baseline won each metric; these say whether training did
+anything at all: whether the training loss fell, whether the model beat predicting no
+change (``mse`` and ``mse_de``), and how its ``pearson_delta`` compares with the
+mean-effect baseline's (the same average change for every perturbation: on real screens
+GEARS is about level with it). ``gears-ddp demo`` prints them and the run report page shows
+them.
+"""
+from __future__ import annotations
+
+import math
+
+
+def _compare(model: float, baseline: float, higher_is_better: bool) -> str:
+    if math.isnan(model) or math.isnan(baseline):
+        return "not comparable"
+    if model == baseline:
+        return "level"
+    return "better" if (model > baseline) == higher_is_better else "worse"
+
+
+def learning_checks(report: dict) -> list[str]:
+    """The checks of the module docstring as sentences; a check whose figures the report
+    lacks (no test set, no baseline) is left out."""
+    losses = [record["train_loss"] for record in report.get("history") or [] if record.get("train_loss") is not None]
+    lines = []
+    if len(losses) >= 2:
+        fell = "fell" if losses[-1] < losses[0] else "did not fall"
+        lines.append(f"Training loss {fell}: {losses[0]:.4g} in epoch 1, {losses[-1]:.4g} in epoch {len(losses)}.")
+    model, baselines = report.get("model") or {}, report.get("baselines") or {}
+    no_change = baselines.get("no_change", {})
+    parts = [f"{metric} {model[key]:.4g} against {no_change[key]:.4g} ({_compare(model[key], no_change[key], False)})"
+             for metric in ("mse", "mse_de") for key in [f"test_{metric}"] if key in model and key in no_change]
+    if parts:
+        lines.append("Against predicting no change: " + ", ".join(parts) + ".")
+    key = "test_pearson_delta"
+    if key in model and key in baselines.get("mean_effect", {}):
+        ours, theirs = model[key], baselines["mean_effect"][key]
+        lines.append(f"pearson_delta {ours:.4f} against the mean-effect baseline's {theirs:.4f} "
+                     f"({ours - theirs:+.4f}; {_compare(ours, theirs, True)}).")
+    return lines

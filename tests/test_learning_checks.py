@@ -1,0 +1,47 @@
+"""Tests for gears_ddp.report.learning: the sentences that say whether a run learned."""
+import math
+
+from gears_ddp.report.learning import learning_checks
+from gears_ddp.report.page import render_report_page
+
+
+def _report(losses, model, no_change, mean_effect):
+    return {"history": [{"epoch": i + 1, "train_loss": loss} for i, loss in enumerate(losses)],
+            "model": model, "baselines": {"no_change": no_change, "mean_effect": mean_effect},
+            "best_epoch": len(losses), "world_size": 1}
+
+
+def test_a_run_that_learned():
+    report = _report([0.5, 0.4, 0.3], {"test_mse": 0.001, "test_mse_de": 0.01, "test_pearson_delta": 0.55},
+                     {"test_mse": 0.002, "test_mse_de": 0.02, "test_pearson_delta": math.nan},
+                     {"test_mse": 0.0015, "test_mse_de": 0.015, "test_pearson_delta": 0.5})
+    loss, no_change, pearson = learning_checks(report)
+    assert loss == "Training loss fell: 0.5 in epoch 1, 0.3 in epoch 3."
+    assert no_change == ("Against predicting no change: mse 0.001 against 0.002 (better), "
+                         "mse_de 0.01 against 0.02 (better).")
+    assert pearson == "pearson_delta 0.5500 against the mean-effect baseline's 0.5000 (+0.0500; better)."
+
+
+def test_a_run_that_did_not_learn():
+    report = _report([32.3, 32.4], {"test_mse": 0.084, "test_mse_de": 0.25, "test_pearson_delta": 0.01},
+                     {"test_mse": 0.042, "test_mse_de": 0.24}, {"test_pearson_delta": 0.16})
+    loss, no_change, pearson = learning_checks(report)
+    assert loss.startswith("Training loss did not fall")
+    assert "mse 0.084 against 0.042 (worse)" in no_change and "mse_de 0.25 against 0.24 (worse)" in no_change
+    assert pearson.endswith("(-0.1500; worse).")
+
+
+def test_missing_figures_leave_their_check_out():
+    assert learning_checks({"history": [{"train_loss": 1.0}], "best_epoch": 1}) == []
+    report = _report([2.0, 1.0], {"test_mse_de": 0.1}, {"test_mse_de": 0.2}, {})
+    assert learning_checks(report)[1] == "Against predicting no change: mse_de 0.1 against 0.2 (better)."
+    assert len(learning_checks(report)) == 2
+
+
+def test_the_report_page_shows_the_checks():
+    report = _report([0.5, 0.3], {"test_mse": 0.001, "test_mse_de": 0.01, "test_pearson_delta": 0.55},
+                     {"test_mse": 0.002, "test_mse_de": 0.02}, {"test_pearson_delta": 0.5})
+    page = render_report_page({}, report, {})
+    assert "<h2>Did the model learn?</h2>" in page
+    assert "<li>Training loss fell: 0.5 in epoch 1, 0.3 in epoch 2.</li>" in page
+    assert "the mean-effect baseline&#x27;s 0.5000" in page
