@@ -1,5 +1,5 @@
-"""The run report: verdicts against the baselines, the run folder's files, plots and the
-page.
+"""The run report: verdicts against the baselines, whether the model learned, the summary
+of replicates, the run folder's files, plots and the page.
 
 May import: ``evaluation``, ``runtime``, ``data``.
 """
