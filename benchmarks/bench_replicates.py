@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import BATCH_SIZE, SPLIT, add_size_arguments, prepared_synthetic  # noqa: E402
+from bench_data import BATCH_SIZE, SPLIT, add_size_arguments, prepared_synthetic, synthetic_options  # noqa: E402
 from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY  # noqa: E402
 from results import add_record_argument, recorded  # noqa: E402
 
@@ -145,7 +145,8 @@ def main():
 
 
 def print_table(best: dict, measured: dict, ratio: float, bound: float, target: str, load, args) -> None:
-    print(f"synthetic data ({args.genes} genes, {args.cells_per_condition} cells per condition), split simulation "
+    sizes = synthetic_options(args)
+    print(f"synthetic data ({sizes['n_genes']} genes, {sizes['cells_per_condition']} cells per condition), split simulation "
           f"(seed 1); {args.epochs} epochs, batch {BATCH_SIZE}, hidden {HIDDEN_SIZE}; timed end to end around "
           f"train_replicates, side by side in one run, {args.repeats} interleaved repeat(s), the fastest kept\n")
     print("| run                                                   | wall time (s) | every repeat (s) | workers' CPU "
