@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gears_ddp.data.io import RefusedPickle, loads_plain_data
 from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_scores
 
 
@@ -86,25 +87,50 @@ def genetic_interaction_scores(
 def read_gene_list(path: str | os.PathLike) -> list[str]:
     """Read a list of gene names, e.g. the genes GI scores are restricted to.
 
-    A ``.npy`` file is loaded as the published GEARS saves it (an array of names, possibly
-    of dtype object, hence ``allow_pickle=True``: only load files you trust). Any other
-    file is read as UTF-8 text with one gene name per line; surrounding whitespace and
-    blank lines are ignored.
+    A ``.npy`` file is read as the published GEARS saves it: an array of names, possibly of
+    dtype object, whose values numpy stores as a pickle; that pickle is read admitting plain
+    data only (``data.io.loads_plain_data``), so a file that asks to run code is refused.
+    Any other file is read as UTF-8 text with one gene name per line; surrounding whitespace
+    and blank lines are ignored.
 
     Raises ``FileNotFoundError`` when the file does not exist and ``ValueError`` when it
-    cannot be read or holds no gene name; both messages name the file.
+    cannot be read, holds anything but names or holds no name; the messages name the file.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"gene list file not found: {path}")
     try:
         if path.suffix == ".npy":
-            genes = [str(gene) for gene in np.load(path, allow_pickle=True).ravel()]
+            genes = _npy_names(path)
         else:
             lines = path.read_text(encoding="utf-8").splitlines()
             genes = [line.strip() for line in lines if line.strip()]
+    except RefusedPickle as err:
+        raise ValueError(f"refused to read gene list file {path}: its array asks to call {err}, which an array "
+                         "of names never needs (a pickle can run code when it is read)") from None
     except (OSError, ValueError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(f"cannot read gene list file {path}: {err}") from err
     if not genes:
         raise ValueError(f"gene list file {path} contains no gene names")
     return genes
+
+
+def _npy_names(path: Path) -> list[str]:
+    """The names in a .npy file: an array of strings, or of objects that are all strings."""
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        _, _, dtype = read_header(handle)
+        if dtype.hasobject:
+            array = loads_plain_data(handle.read())
+        else:
+            handle.seek(0)
+            array = np.load(handle, allow_pickle=False)
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"it holds a {type(array).__name__}, not an array of gene names")
+    values = array.ravel().tolist()
+    if not all(isinstance(value, str) for value in values):
+        kinds = sorted({type(value).__name__ for value in values if not isinstance(value, str)})
+        raise ValueError(f"it holds values that are not gene names ({', '.join(kinds)})")
+    return values
