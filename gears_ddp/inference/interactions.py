@@ -8,6 +8,8 @@ however they were produced (a trained model, a baseline, saved outputs).
   published GEARS (``GI_predict``): a Theil-Sen fit, without intercept, of the double's
   change on the singles' changes, plus distance correlations between the three changes.
   They are computed by ``interaction_scores``, which scores many combinations at once.
+- ``interaction_types``: the kinds of genetic interaction the scores imply, read as the
+  published GEARS analysis reads them (``INTERACTION_THRESHOLDS``).
 - ``read_gene_list``: reads the optional list of genes the GI scores are restricted to
   (usually genes with a high mean expression).
 """
@@ -16,11 +18,20 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from gears_ddp.data.io import RefusedPickle, loads_plain_data
 from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_scores
+
+# The published GEARS analysis of predicted genetic interactions (its GI_accuracy script)
+# calls a combination synergistic when mag > 1, suppressive when mag < 1, additive when
+# |mag - 1| <= 0.3, neomorphic when corr_fit < 0.85, redundant when dcor > 0.8 and
+# epistatic when dominance > 0.25.
+INTERACTION_THRESHOLDS = {"additive_band": 0.3, "neomorphic_below": 0.85, "redundant_above": 0.8,
+                          "epistasis_above": 0.25}
+MAGNITUDE_TYPES = ("synergy", "additive", "suppressor")
 
 
 def _as_change_vector(name: str, values) -> np.ndarray:
@@ -82,6 +93,34 @@ def genetic_interaction_scores(
 
     scores = interaction_scores(first[np.newaxis], second[np.newaxis], double[np.newaxis])
     return {key: float(values[0]) for key, values in scores.items()}
+
+
+def interaction_types(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The kinds of genetic interaction the scores of each pair imply, with the published
+    analysis's thresholds (``INTERACTION_THRESHOLDS``), under the published names:
+
+    - ``magnitude_type``: ``'synergy'`` (``mag`` above 1.3: the double changes more than
+      the singles' sum), ``'suppressor'`` (below 0.7: less) or ``'additive'`` (within 0.3
+      of 1). The published analysis tests synergy as mag > 1, suppression as mag < 1 and
+      additivity as |mag - 1| <= 0.3; one label per pair needs the band to take precedence;
+    - ``neomorphic``: ``corr_fit`` below 0.85 (the double is not a combination of the
+      singles' changes: a new phenotype);
+    - ``redundant``: ``dcor`` above 0.8 (the double is what the singles already do);
+    - ``epistasis``: ``dominance`` above 0.25 (one single's change dominates the double).
+
+    NaN scores (degenerate changes) imply no type (``False``; ``magnitude_type`` needs
+    ``mag``, which is always finite).
+    """
+    limits = INTERACTION_THRESHOLDS
+    mag = np.asarray(scores["mag"], dtype=float)
+    with np.errstate(invalid="ignore"):
+        return {
+            "magnitude_type": np.where(np.abs(mag - 1.0) <= limits["additive_band"], "additive",
+                                       np.where(mag > 1.0, "synergy", "suppressor")),
+            "neomorphic": np.asarray(scores["corr_fit"], dtype=float) < limits["neomorphic_below"],
+            "redundant": np.asarray(scores["dcor"], dtype=float) > limits["redundant_above"],
+            "epistasis": np.asarray(scores["dominance"], dtype=float) > limits["epistasis_above"],
+        }
 
 
 def read_gene_list(path: str | os.PathLike) -> list[str]:
