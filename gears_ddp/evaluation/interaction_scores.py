@@ -221,6 +221,8 @@ def _subsets_tensor(n_genes: int, subsets, device: torch.device) -> torch.Tensor
     subsets drawn for another gene count are an error."""
     if subsets is None:
         subsets = theil_sen_subsets(n_genes)
+    if isinstance(subsets, np.ndarray) and not subsets.flags.writeable:
+        subsets = subsets.copy()  # the cached array is read-only; torch would warn about sharing it
     subsets = torch.as_tensor(subsets, dtype=torch.long, device=device)
     expected = min(math.comb(n_genes, 2), THEIL_SEN_MAX_SUBSETS)
     if subsets.dim() != 2 or subsets.shape != (expected, 2) or (len(subsets) and int(subsets.max()) >= n_genes):
