@@ -105,12 +105,14 @@ def plot_screen(table, save_file: str | os.PathLike | None = None, top: int = 10
     over every pair of its genes (red: synergy, the double changes more than the singles'
     sum; blue: suppression, less; white: additive), the genes ordered by similarity of
     their rows (average-linkage clustering), pairs seen in training dotted, and beside it
-    the ``top`` most synergistic and most suppressive pairs by ``mag``, marked on the map
-    with triangles (up and down) and named with their ``mag`` and interaction types.
+    the ``top`` pairs of highest and of lowest ``mag`` (the most synergistic and the most
+    suppressive), marked on the map with triangles (up and down) and named with their
+    ``mag`` and interaction types.
 
     Written to ``save_file`` when given (atomically; the format follows the suffix, PNG
     when it has none). Returns the ``matplotlib.figure.Figure``.
     """
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -130,20 +132,24 @@ def plot_screen(table, save_file: str | os.PathLike | None = None, top: int = 10
     grid = figure.add_gridspec(1, 2, width_ratios=(20, 10), wspace=0.3)
     axes, text_axes = figure.add_subplot(grid[0, 0]), figure.add_subplot(grid[0, 1])
     limit = max(float(np.nanpercentile(np.abs(log_mag), 99)), 0.1) if len(log_mag) else 1.0
-    image = axes.imshow(matrix[np.ix_(order, order)], cmap="RdBu_r", vmin=-limit, vmax=limit,
+    colours = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.8")  # the empty diagonal grey, not additive white
+    image = axes.imshow(matrix[np.ix_(order, order)], cmap=colours, vmin=-limit, vmax=limit,
                         interpolation="nearest")
     colorbar = figure.colorbar(image, ax=axes, fraction=0.046, pad=0.03)
     colorbar.set_label("log2(mag): 0 additive, > 0 synergy, < 0 suppression")
     # each pair marked once, above the diagonal
     rows, columns = np.minimum(rank[first], rank[second]), np.maximum(rank[first], rank[second])
     seen = table["seen_in_training"].to_numpy(dtype=bool)
-    axes.scatter(columns[seen], rows[seen], s=14, color="black", marker=".", linewidths=0,
+    # white edges keep the marks visible on the darkest cells
+    axes.scatter(columns[seen], rows[seen], s=16, color="black", marker="o", edgecolors="white", linewidths=0.6,
                  label="pair seen in training")
     by_mag = np.argsort(-log_mag, kind="stable")
-    lists = {"most synergistic": by_mag[:top], "most suppressive": by_mag[::-1][:top]}
+    # by mag alone: a short list can reach additive pairs, which the text names as such
+    lists = {"highest mag (most synergistic first)": by_mag[:top],
+             "lowest mag (most suppressive first)": by_mag[::-1][:top]}
     for (title, picked), marker in zip(lists.items(), ("^", "v")):
-        axes.scatter(columns[picked], rows[picked], s=30, facecolors="none", edgecolors="black",
-                     marker=marker, linewidths=0.9, label=f"{title} {len(picked)}")
+        axes.scatter(columns[picked], rows[picked], s=34, facecolors="white", edgecolors="black",
+                     marker=marker, linewidths=0.9, label=f"{title.split(' (')[0]}: {len(picked)} pairs")
     if len(genes) <= 60:
         labels = [genes[i] for i in order]
         axes.set_xticks(range(len(genes)), labels=labels, rotation=90, fontsize=7)
@@ -181,7 +187,7 @@ def _named_pairs(table, lists: dict) -> str:
     """The text beside the map: each list's pairs with their mag and interaction types."""
     lines = []
     for title, rows in lists.items():
-        lines += [f"{title} (mag)", ""]
+        lines += [title, ""]
         for row in rows:
             pair = table.iloc[int(row)]
             kinds = [kind for kind in ("neomorphic", "redundant", "epistasis") if bool(pair[kind])]
