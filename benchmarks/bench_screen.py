@@ -198,14 +198,17 @@ def load() -> str:
 # ----------------------------------------------------------------------------- the whole screen
 
 
-def norman_size_model(data_path: Path, train_steps: int):
-    """GEARS (hidden 64) on the Norman-size synthetic dataset, trained ``train_steps`` steps."""
+def trained_synthetic_model(data_path: Path, name: str, dataset: dict, epochs: int = 1,
+                            max_steps: int | None = None):
+    """GEARS (hidden 64) on the synthetic dataset ``dataset`` (``write_synthetic_dataset``'s
+    options, written once as ``data_path/name``), simulation split (seed 1), trained
+    ``epochs`` epochs or ``max_steps`` optimiser steps; and its training report."""
     import torch
 
     from gears_ddp import GEARS, PertData
     from gears_ddp.datasets import write_synthetic_dataset
 
-    folder = write_synthetic_dataset(data_path, name="norman_size", **NORMAN_SIZE)
+    folder = write_synthetic_dataset(data_path, name=name, **dataset)
     pert_data = PertData(data_path)
     pert_data.load(data_path=folder)
     pert_data.prepare_split("simulation", seed=1)
@@ -213,8 +216,8 @@ def norman_size_model(data_path: Path, train_steps: int):
     torch.manual_seed(0)
     gears = GEARS(pert_data)
     gears.model_initialize(hidden_size=64)
-    gears.train(epochs=1, max_steps=train_steps)
-    return gears
+    report = gears.train(epochs=epochs, max_steps=max_steps)
+    return gears, report
 
 
 def perturbed_genes(gears) -> list[str]:
@@ -275,7 +278,7 @@ def screen_part(args) -> None:
 
     processes = args.processes or usable_cores()
     load_before = load()
-    gears = norman_size_model(Path(args.data_path), args.train_steps)
+    gears, _ = trained_synthetic_model(Path(args.data_path), "norman_size", NORMAN_SIZE, max_steps=args.train_steps)
     genes = perturbed_genes(gears)[:args.screen_genes]
     published, single, published_scores = published_screen(gears, genes, args.published_screen_pairs)
     load_between = load()
