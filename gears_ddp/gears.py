@@ -16,7 +16,7 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.evaluation.baselines import baseline_results
-from gears_ddp.data.conditions import condition_genes
+from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.training.engine import evaluate
 from gears_ddp.model.losses import LossContext
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, MetricContext
@@ -29,7 +29,10 @@ from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.training.recipe import TrainingRecipe
 from gears_ddp.report.verdicts import summary_verdicts, verdict_table
 from gears_ddp.evaluation.scoring import score
-from gears_ddp.inference.prediction import PREDICTION_CELLS, drawn_control_cells, query_keys, query_sets, set_effects
+from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor, drawn_control_cells, \
+    query_keys, query_sets, set_effects
+from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenJob, model_record, run_screen, \
+    score_chunks_here, score_gene_positions
 from gears_ddp.training.tracking import start_wandb
 
 logger = get_logger(__name__)
@@ -248,22 +251,59 @@ class GEARS:
         self._require_weights()
         return set_effects(self.best_model, sets, self.device)
 
-    def GI_predict(self, combo, GI_genes_file=None) -> dict:
-        """Genetic-interaction scores of a two-gene combination from predicted changes over
-        control (optionally on the genes listed in ``GI_genes_file``)."""
-        from gears_ddp.inference.interactions import genetic_interaction_scores, read_gene_list
+    def GI_predict(self, combo, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0) -> dict:
+        """Genetic-interaction scores of a two-gene combination A+B (``inference.interactions.
+        genetic_interaction_scores``) from the predicted changes over control of A, B and A+B,
+        optionally on the genes listed in ``GI_genes_file`` only.
 
-        if len(combo) != 2:
-            raise ValueError(f"GI_predict takes two genes, got {combo}")
-        out = self.predict([[combo[0]], [combo[1]], list(combo)])
-        predictions = out[0] if isinstance(out, tuple) else out
-        genes = np.arange(self.num_genes)
-        if GI_genes_file is not None:
-            wanted = set(read_gene_list(GI_genes_file))
-            genes = np.array([i for i, g in enumerate(self.gene_list) if g in wanted])
-        control = self.ctrl_expression.cpu().numpy()
-        first, second, double = (predictions[k][genes] - control[genes] for k in (combo[0], combo[1], "_".join(combo)))
+        ``change='exact'`` scores the model's predicted changes; ``'drawn-cells-minus-control-
+        mean'`` those of the published ``GI_predict`` (each the mean prediction over 300
+        control cells drawn for it with ``seed``, minus the mean of all control cells), whose
+        sampling noise moves the scores (docs/screens.md)."""
+        from gears_ddp.inference.interactions import genetic_interaction_scores
+
+        if isinstance(combo, str) or len(combo) != 2:
+            raise ValueError(f"GI_predict takes two genes, got {combo!r}")
+        sets = query_sets([[combo[0]], [combo[1]], list(combo)], self.node_map_pert)
+        self._require_weights()
+        changes = self.change_predictor(change, seed).changes(sets)
+        genes = score_gene_positions(self.gene_list, GI_genes_file)
+        if genes is not None:
+            changes = changes[:, torch.as_tensor(genes, device=changes.device)]
+        first, second, double = changes.double().cpu().numpy()
         return genetic_interaction_scores(first, second, double)
+
+    def change_predictor(self, change: str = EXACT_CHANGE, seed: int = 0) -> ChangePredictor:
+        """The best model's predicted changes over control, exact or with the published
+        sampling noise (``inference.prediction.ChangePredictor``)."""
+        self._require_weights()
+        return ChangePredictor.for_data(self.best_model, self.device, self.pert_data.cells, change, seed)
+
+    def screen(self, genes, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0, out=None,
+               overwrite: bool = False, chunk_pairs: int = SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
+        """An in-silico combinatorial screen: every pair of ``genes`` predicted and scored as
+        ``GI_predict`` scores one pair, in this process (``gears-ddp screen`` spreads the
+        pairs over processes or GPUs). Returns one row per pair (``inference.screen.
+        screen_table``): the genes, the scores, whether the pair and its singles were in the
+        train set, and the interaction types the scores imply.
+
+        ``out`` (a .csv file): write the table there, with a record of the model, genes and
+        options beside it (``.json``); finished chunks of ``chunk_pairs`` pairs are kept in
+        ``<out>.partial/`` while it runs, so that a screen interrupted part way continues
+        from them when called again. An existing screen of another model, genes or options
+        is refused unless ``overwrite``."""
+        return run_screen(self.screen_job(genes, GI_genes_file, change, seed, chunk_pairs), out, overwrite,
+                          score_chunks_here)
+
+    def screen_job(self, genes, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0,
+                   chunk_pairs: int = SCREEN_CHUNK_PAIRS) -> ScreenJob:
+        """What ``screen`` computes, checked: the genes (unknown ones named all at once), the
+        pairs, the predictor, the genes scores are taken on, and the Theil-Sen subsets."""
+        self._require_weights()
+        train = self.pert_data.set2conditions.get("train", []) if self.pert_data.set2conditions else []
+        return ScreenJob.build(genes, self.node_map_pert, self.pert_data.gene2go, self.gene_list,
+                               self.change_predictor(change, seed), GI_genes_file,
+                               [c for c in train if c != CONTROL], model_record(self), chunk_pairs)
 
     def plot_perturbation(self, query: str, save_file=None):
         """Box plots of the true change over control at the condition's top-20 non-dropout DE

@@ -102,6 +102,35 @@ def test_read_gene_list_npy(tmp_path):
     assert read_gene_list(str(unicode_file)) == ["CEBPA", "SPI1"]
 
 
+class _RunsCode:
+    """Unpickled, it calls ``os.system``: what a hostile .npy file may hold."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_read_gene_list_refuses_an_npy_file_that_would_run_code(tmp_path):
+    """An object array's values are stored as a pickle, which ``np.load(allow_pickle=True)``
+    runs; the gene list is read admitting plain data only."""
+    hostile = tmp_path / "genes_with_hi_mean.npy"
+    marker = tmp_path / "ran"
+    array = np.empty(2, dtype=object)
+    array[:] = ["TP53", _RunsCode(marker)]
+    np.save(hostile, array, allow_pickle=True)
+    with pytest.raises(ValueError, match=r"refused to read gene list file .*genes_with_hi_mean.npy: its array asks to "
+                                         r"call (posix|os|nt)\.system"):
+        read_gene_list(hostile)
+    assert not marker.exists()
+    numbers = tmp_path / "numbers.npy"
+    np.save(numbers, np.array([1, "MYC"], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match=r"numbers.npy: it holds values that are not gene names \(int\)"):
+        read_gene_list(numbers)
+
+
 def test_read_gene_list_text(tmp_path):
     path = tmp_path / "genes.txt"
     path.write_text("TP53\n  MYC \n\nKLF1\n", encoding="utf-8")

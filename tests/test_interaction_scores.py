@@ -12,6 +12,7 @@ from sklearn.linear_model import TheilSenRegressor
 
 from gears_ddp.evaluation.interaction_scores import (
     GI_SCORE_NAMES,
+    _subsets_tensor,
     distance_correlation,
     interaction_scores,
     theil_sen_coefficients,
@@ -234,3 +235,21 @@ def test_invalid_inputs_raise(first, second, double, match):
 def test_batch_size_must_be_positive():
     with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
         interaction_scores(np.ones((1, 5)), np.ones((1, 5)), np.ones((1, 5)), batch_size=0)
+
+
+def test_subsets_drawn_elsewhere_give_the_same_scores_and_must_fit_the_gene_count():
+    """A parent process draws the subsets once and passes them to its workers."""
+    first, second, double = _changes(3, n_pairs=2, n_genes=60)
+    passed = torch.from_numpy(theil_sen_subsets(60).copy())
+    drawn_here = interaction_scores(first, second, double)
+    given = interaction_scores(first, second, double, subsets=passed)
+    as_array = interaction_scores(first, second, double, subsets=theil_sen_subsets(60))
+    assert all(np.array_equal(as_array[name], drawn_here[name], equal_nan=True) for name in GI_SCORE_NAMES)
+    tensor = _subsets_tensor(60, theil_sen_subsets(60), torch.device("cpu"))
+    tensor[0] = 7  # the cached array is read-only: the tensor is a copy, not a view torch warns about
+    assert theil_sen_subsets(60)[0].tolist() == [0, 1]
+    assert all(np.array_equal(given[name], drawn_here[name], equal_nan=True) for name in GI_SCORE_NAMES)
+    with pytest.raises(ValueError, match=r"subsets of shape \(1711, 2\) are not those of 60 genes \(1770 x 2"):
+        interaction_scores(first, second, double, subsets=theil_sen_subsets(59))
+    with pytest.raises(ValueError, match="indices below 60"):
+        interaction_scores(first, second, double, subsets=theil_sen_subsets(61)[:1770])

@@ -6,6 +6,7 @@
     gears-ddp evaluate --run ./runs/my_run [--set split_config.seed=2] [--out scores.json]
     gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
     gears-ddp predict --run ./runs/my_run --split test --format cell-eval --out test.h5ad
+    gears-ddp screen --run ./runs/my_run --genes FEV SAMD1 CBL --out screen.csv
     gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--go-annotation goa.gaf.gz]
 
 ``train`` on one machine starts one worker per GPU (or ``args.cpu_processes`` CPU
@@ -14,9 +15,15 @@ with the same configuration. ``--seeds`` (or a ``replicates`` key) trains one ru
 concurrently over the devices, as ``train_replicates`` does, and summarises them.
 ``evaluate`` and ``predict`` read a run folder: its
 ``config.yaml`` says where the data is and how it was split, its model folder holds the
+<<<<<<< HEAD
 weights. Exit status: 0 done, 2 a bad configuration or input, 75 stopped by a signal with a
 checkpoint (continue with ``--set args.resume_from=auto``; replicates: the same command), 1
 anything else (a replicate that failed included).
+=======
+weights; so does ``screen``, which scores every pair of a gene set for genetic
+interactions on every GPU (or one process per CPU core). Exit status: 0 done, 2 a bad configuration or input, 75 stopped by a signal with a
+checkpoint (continue with ``--set args.resume_from=auto``), 1 anything else.
+>>>>>>> issue25b
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from pathlib import Path
 from gears_ddp._logging import enable_console_logging
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
 from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
+from gears_ddp.inference.prediction import CHANGE_MODES, DRAWN_CELLS_CHANGE, EXACT_CHANGE
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 
 EXIT_BAD_INPUT = 2
@@ -79,6 +87,32 @@ def build_parser() -> argparse.ArgumentParser:
                               "csv: one row per query")
     predict.add_argument("--out", required=True, help="the file to write (.h5ad, or .csv)")
 
+    screen = commands.add_parser("screen", help="score every pair of a gene set for genetic interactions",
+                                 description="Predict every single and pair of the genes with a saved model and "
+                                             "score each pair as GI_predict does; writes the table (--out), its "
+                                             "record (.json beside it) and a picture (.png). Run again after an "
+                                             "interruption, it continues from the chunks it finished.")
+    _add_run(screen)
+    genes = screen.add_mutually_exclusive_group(required=True)
+    genes.add_argument("--genes", nargs="+", metavar="GENE", help="the genes whose pairs are screened")
+    genes.add_argument("--genes-file", help="the genes: one per line, or a .npy array of names")
+    genes.add_argument("--all-perturbable", action="store_true",
+                       help="every gene of the model's perturbation vocabulary (n genes: n(n-1)/2 pairs)")
+    screen.add_argument("--out", required=True, help="the table (.csv), one row per pair")
+    screen.add_argument("--gi-genes-file", help="take the scores on the genes listed here only (GI_predict's "
+                                                "GI_genes_file: one per line, or a .npy array)")
+    screen.add_argument("--change", choices=list(CHANGE_MODES), default=EXACT_CHANGE,
+                        help="; ".join(f"{mode}: {meaning}" for mode, meaning in CHANGE_MODES.items()))
+    screen.add_argument("--seed", type=int, default=0, help=f"seed of the drawn control cells (--change "
+                                                            f"{DRAWN_CELLS_CHANGE})")
+    screen.add_argument("--figure", help="the picture (default: --out with .png)")
+    screen.add_argument("--changes-out", help="also write the predicted changes (singles and pairs x genes) as "
+                                              "AnnData (.h5ad)")
+    screen.add_argument("--cpu-processes", type=int, help="CPU worker processes, one thread each (default without "
+                                                          "GPUs: one per usable core)")
+    screen.add_argument("--gpu-ids", type=int, nargs="+", help="GPUs for the workers (default: every visible GPU)")
+    screen.add_argument("--overwrite", action="store_true", help="replace an existing screen at --out")
+
     process = commands.add_parser("process", help="turn a raw AnnData into a GEARS-format dataset folder")
     process.add_argument("--adata", required=True, help="raw h5ad: obs['condition'], obs['cell_type'], "
                                                         "var['gene_name'], log-normalised X")
@@ -103,7 +137,8 @@ def _add_run(parser) -> None:
 def main(argv=None) -> int:
     options = build_parser().parse_args(argv)
     enable_console_logging()
-    command = {"train": train, "demo": demo, "evaluate": evaluate, "predict": predict, "process": process}
+    command = {"train": train, "demo": demo, "evaluate": evaluate, "predict": predict, "screen": screen,
+               "process": process}
     try:
         return command[options.command](options) or 0
     except (RunConfigError, FileNotFoundError, FileExistsError, ValueError) as err:
@@ -259,6 +294,31 @@ def predict(options) -> int:
     else:
         gears.predict(queries, return_type=options.format).write_h5ad(out)
     print(f"predictions for {len(queries)} perturbation(s) written to {out}")
+    return 0
+
+
+def screen(options) -> int:
+    from gears_ddp.data.io import write_h5ad
+    from gears_ddp.distributed.screen import screen_on_devices
+    from gears_ddp.inference.figures import plot_screen
+    from gears_ddp.inference.interactions import read_gene_list
+    from gears_ddp.inference.screen import ScreenFolder, screen_changes
+
+    out = ScreenFolder(options.out).table  # a bad name fails before the run is loaded
+    genes = read_gene_list(options.genes_file) if options.genes_file else options.genes
+    gears = _load_run(options)
+    genes = gears.pert_list if options.all_perturbable else genes
+    choice = {"GI_genes_file": options.gi_genes_file, "change": options.change, "seed": options.seed}
+    table = screen_on_devices(gears, genes, out, options.overwrite, options.cpu_processes, options.gpu_ids, **choice)
+    figure = Path(options.figure) if options.figure else out.with_suffix(".png")
+    plot_screen(table, figure)
+    print(f"screen of {len(genes)} genes: {len(table)} pairs written to {out} (its record: "
+          f"{out.with_suffix('.json')}), the picture to {figure}")
+    if options.changes_out:
+        write_h5ad(screen_changes(gears.screen_job(genes, **choice), gears.gene_list), options.changes_out)
+        print(f"predicted changes of {len(genes)} singles and {len(table)} pairs written to {options.changes_out}")
+    for title, row in (("highest mag", table["mag"].idxmax()), ("lowest mag", table["mag"].idxmin())):
+        print(f"{title}: {table.at[row, 'pair']} (mag {table.at[row, 'mag']:.3f}, {table.at[row, 'magnitude_type']})")
     return 0
 
 

@@ -204,13 +204,31 @@ def _weiszfeld_step(points: torch.Tensor, previous: torch.Tensor) -> torch.Tenso
     return torch.clamp(1.0 - ratio, min=0.0) * direction + torch.clamp(ratio, max=1.0) * previous
 
 
-def theil_sen_coefficients(first: torch.Tensor, second: torch.Tensor, double: torch.Tensor) -> torch.Tensor:
+def theil_sen_coefficients(first: torch.Tensor, second: torch.Tensor, double: torch.Tensor,
+                           subsets=None) -> torch.Tensor:
     """Theil-Sen coefficients (pairs x 2) of ``double`` on ``first`` and ``second`` (each
     pairs x genes) without intercept, equal to scikit-learn's ``TheilSenRegressor(
     fit_intercept=False, max_subpopulation=1e5, max_iter=1000, random_state=1000)`` fitted
-    on each pair: the spatial median of the least-squares solutions over the same subsets."""
-    subsets = torch.tensor(theil_sen_subsets(first.shape[1]), device=first.device)
+    on each pair: the spatial median of the least-squares solutions over the same subsets.
+    ``subsets``: ``theil_sen_subsets(genes)`` drawn before (an array or a tensor), else drawn
+    (or taken from the cache) here."""
+    subsets = _subsets_tensor(first.shape[1], subsets, first.device)
     return spatial_median(_subset_solutions(torch.stack((first, second, double), dim=1), subsets))
+
+
+def _subsets_tensor(n_genes: int, subsets, device: torch.device) -> torch.Tensor:
+    """``subsets`` (or ``theil_sen_subsets(n_genes)`` when None) as a tensor on ``device``;
+    subsets drawn for another gene count are an error."""
+    if subsets is None:
+        subsets = theil_sen_subsets(n_genes)
+    if isinstance(subsets, np.ndarray) and not subsets.flags.writeable:
+        subsets = subsets.copy()  # the cached array is read-only; torch would warn about sharing it
+    subsets = torch.as_tensor(subsets, dtype=torch.long, device=device)
+    expected = min(math.comb(n_genes, 2), THEIL_SEN_MAX_SUBSETS)
+    if subsets.dim() != 2 or subsets.shape != (expected, 2) or (len(subsets) and int(subsets.max()) >= n_genes):
+        raise ValueError(f"Theil-Sen subsets of shape {tuple(subsets.shape)} are not those of {n_genes} genes "
+                         f"({expected} x 2, indices below {n_genes}): draw them with theil_sen_subsets({n_genes})")
+    return subsets
 
 
 def _exclusive_cumsum(values: torch.Tensor, dim: int) -> torch.Tensor:
@@ -387,7 +405,7 @@ def _as_change_matrix(name: str, values, device) -> torch.Tensor:
 
 
 def interaction_scores(first, second, double, *, device: str | torch.device | None = None,
-                       batch_size: int | None = None) -> dict[str, np.ndarray]:
+                       batch_size: int | None = None, subsets=None) -> dict[str, np.ndarray]:
     """Genetic-interaction scores of a batch of combinations A+B, one per row.
 
     ``first``, ``second`` and ``double`` (pairs x genes, arrays or tensors) are the changes
@@ -399,6 +417,9 @@ def interaction_scores(first, second, double, *, device: str | torch.device | No
     The work runs on ``device`` (default: the inputs' device, else CPU) in float64,
     ``batch_size`` pairs at a time (default: a few on CPU, where small batches stay in
     cache, and hundreds on GPU; Theil-Sen holds about 15 MB per pair).
+    ``subsets``: the Theil-Sen subsets of this gene count (``theil_sen_subsets``) when they
+    were drawn before, by a parent process say; by default they are drawn, or taken from
+    this process's cache.
     Raises ``ValueError`` unless the inputs are finite, numeric, 2-D, of the same shape and
     cover at least ``MIN_GI_GENES`` genes.
     """
@@ -420,18 +441,19 @@ def interaction_scores(first, second, double, *, device: str | torch.device | No
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     distances_per_block = CPU_DISTANCES_PER_BLOCK if on_cpu else GPU_DISTANCES_PER_BLOCK
+    subsets = _subsets_tensor(first.shape[1], subsets, device)
     parts = [_score_batch(first[start:start + batch_size], second[start:start + batch_size],
-                          double[start:start + batch_size], distances_per_block)
+                          double[start:start + batch_size], subsets, distances_per_block)
              for start in range(0, first.shape[0], batch_size)]
     return {name: torch.cat([part[name] for part in parts]).cpu().numpy() if parts else np.empty(0)
             for name in GI_SCORE_NAMES}
 
 
-def _score_batch(first: torch.Tensor, second: torch.Tensor, double: torch.Tensor,
+def _score_batch(first: torch.Tensor, second: torch.Tensor, double: torch.Tensor, subsets: torch.Tensor,
                  distances_per_block: int) -> dict[str, torch.Tensor]:
     """The scores of one batch of pairs, as ``gears.utils.get_coeffs`` computes them."""
     singles = torch.stack((first, second), dim=-1)
-    c1, c2 = theil_sen_coefficients(first, second, double).unbind(dim=-1)
+    c1, c2 = theil_sen_coefficients(first, second, double, subsets).unbind(dim=-1)
     fitted = c1.unsqueeze(1) * first + c2.unsqueeze(1) * second
     dcor_first, dcor_second, dcor_singles = distance_correlation(
         torch.cat((first, second, first)), torch.cat((double, double, second))).chunk(3)

@@ -8,6 +8,8 @@ however they were produced (a trained model, a baseline, saved outputs).
   published GEARS (``GI_predict``): a Theil-Sen fit, without intercept, of the double's
   change on the singles' changes, plus distance correlations between the three changes.
   They are computed by ``interaction_scores``, which scores many combinations at once.
+- ``interaction_types``: the kinds of genetic interaction the scores imply, read as the
+  published GEARS analysis reads them (``INTERACTION_THRESHOLDS``).
 - ``read_gene_list``: reads the optional list of genes the GI scores are restricted to
   (usually genes with a high mean expression).
 """
@@ -16,10 +18,20 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
+from gears_ddp.data.io import RefusedPickle, loads_plain_data
 from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_scores
+
+# The published GEARS analysis of predicted genetic interactions (its GI_accuracy script)
+# calls a combination synergistic when mag > 1, suppressive when mag < 1, additive when
+# |mag - 1| <= 0.3, neomorphic when corr_fit < 0.85, redundant when dcor > 0.8 and
+# epistatic when dominance > 0.25.
+INTERACTION_THRESHOLDS = {"additive_band": 0.3, "neomorphic_below": 0.85, "redundant_above": 0.8,
+                          "epistasis_above": 0.25}
+MAGNITUDE_TYPES = ("synergy", "additive", "suppressor")
 
 
 def _as_change_vector(name: str, values) -> np.ndarray:
@@ -83,28 +95,81 @@ def genetic_interaction_scores(
     return {key: float(values[0]) for key, values in scores.items()}
 
 
+def interaction_types(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The kinds of genetic interaction the scores of each pair imply, with the published
+    analysis's thresholds (``INTERACTION_THRESHOLDS``), under the published names:
+
+    - ``magnitude_type``: ``'synergy'`` (``mag`` above 1.3: the double changes more than
+      the singles' sum), ``'suppressor'`` (below 0.7: less) or ``'additive'`` (within 0.3
+      of 1). The published analysis tests synergy as mag > 1, suppression as mag < 1 and
+      additivity as |mag - 1| <= 0.3; one label per pair needs the band to take precedence;
+    - ``neomorphic``: ``corr_fit`` below 0.85 (the double is not a combination of the
+      singles' changes: a new phenotype);
+    - ``redundant``: ``dcor`` above 0.8 (the double is what the singles already do);
+    - ``epistasis``: ``dominance`` above 0.25 (one single's change dominates the double).
+
+    NaN scores (degenerate changes) imply no type (``False``; ``magnitude_type`` needs
+    ``mag``, which is always finite).
+    """
+    limits = INTERACTION_THRESHOLDS
+    mag = np.asarray(scores["mag"], dtype=float)
+    with np.errstate(invalid="ignore"):
+        return {
+            "magnitude_type": np.where(np.abs(mag - 1.0) <= limits["additive_band"], "additive",
+                                       np.where(mag > 1.0, "synergy", "suppressor")),
+            "neomorphic": np.asarray(scores["corr_fit"], dtype=float) < limits["neomorphic_below"],
+            "redundant": np.asarray(scores["dcor"], dtype=float) > limits["redundant_above"],
+            "epistasis": np.asarray(scores["dominance"], dtype=float) > limits["epistasis_above"],
+        }
+
+
 def read_gene_list(path: str | os.PathLike) -> list[str]:
     """Read a list of gene names, e.g. the genes GI scores are restricted to.
 
-    A ``.npy`` file is loaded as the published GEARS saves it (an array of names, possibly
-    of dtype object, hence ``allow_pickle=True``: only load files you trust). Any other
-    file is read as UTF-8 text with one gene name per line; surrounding whitespace and
-    blank lines are ignored.
+    A ``.npy`` file is read as the published GEARS saves it: an array of names, possibly of
+    dtype object, whose values numpy stores as a pickle; that pickle is read admitting plain
+    data only (``data.io.loads_plain_data``), so a file that asks to run code is refused.
+    Any other file is read as UTF-8 text with one gene name per line; surrounding whitespace
+    and blank lines are ignored.
 
     Raises ``FileNotFoundError`` when the file does not exist and ``ValueError`` when it
-    cannot be read or holds no gene name; both messages name the file.
+    cannot be read, holds anything but names or holds no name; the messages name the file.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"gene list file not found: {path}")
     try:
         if path.suffix == ".npy":
-            genes = [str(gene) for gene in np.load(path, allow_pickle=True).ravel()]
+            genes = _npy_names(path)
         else:
             lines = path.read_text(encoding="utf-8").splitlines()
             genes = [line.strip() for line in lines if line.strip()]
+    except RefusedPickle as err:
+        raise ValueError(f"refused to read gene list file {path}: its array asks to call {err}, which an array "
+                         "of names never needs (a pickle can run code when it is read)") from None
     except (OSError, ValueError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(f"cannot read gene list file {path}: {err}") from err
     if not genes:
         raise ValueError(f"gene list file {path} contains no gene names")
     return genes
+
+
+def _npy_names(path: Path) -> list[str]:
+    """The names in a .npy file: an array of strings, or of objects that are all strings."""
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        _, _, dtype = read_header(handle)
+        if dtype.hasobject:
+            array = loads_plain_data(handle.read())
+        else:
+            handle.seek(0)
+            array = np.load(handle, allow_pickle=False)
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"it holds a {type(array).__name__}, not an array of gene names")
+    values = array.ravel().tolist()
+    if not all(isinstance(value, str) for value in values):
+        kinds = sorted({type(value).__name__ for value in values if not isinstance(value, str)})
+        raise ValueError(f"it holds values that are not gene names ({', '.join(kinds)})")
+    return values

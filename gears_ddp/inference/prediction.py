@@ -1,21 +1,41 @@
-"""What a trained network predicts for perturbation queries, as ``GEARS.predict`` and
-``GEARS.GI_predict`` use it.
+"""What a trained network predicts for perturbation queries, as ``GEARS.predict``,
+``GEARS.GI_predict`` and screens use it.
 
 A query is a list of one or two genes of the perturbation vocabulary. In evaluation mode a
 cell's prediction is its control expression plus the change its perturbation set causes
 (``GEARSModel.set_effects``), so one forward pass per batch of sets gives the change of
 every query, whatever control cells it is then added to.
+
+The change a set causes is therefore exact: the prediction over any set of control cells
+minus the mean of those same cells. The published ``GI_predict`` instead averages the
+prediction over 300 control cells drawn at random for each set and subtracts the mean of
+all control cells, which adds to each set's change the drawn cells' mean minus the full
+mean: sampling noise, different for every set. ``ChangePredictor`` gives either
+(``CHANGE_MODES``); the second only to reproduce published numbers.
 """
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from gears_ddp.data.perturbation_sets import PerturbationSets
 
 PREDICTION_CELLS = 300  # control cells a prediction averages over, as in the published GEARS
 QUERY_EXAMPLE = "e.g. [['FEV'], ['FEV', 'SAMD1']]"
+EXACT_CHANGE = "exact"
+DRAWN_CELLS_CHANGE = "drawn-cells-minus-control-mean"
+CHANGE_MODES = {
+    EXACT_CHANGE: "the model's predicted change over control: the prediction over any control cells minus "
+                  "their mean",
+    DRAWN_CELLS_CHANGE: f"as the published GI_predict: the mean prediction over {PREDICTION_CELLS} control cells "
+                        "drawn at random for each perturbation set, minus the mean of all control cells (adds "
+                        "sampling noise; for reproducing published numbers)",
+}
+SETS_PER_PASS = 64  # perturbation sets per forward pass: (sets x genes) rows of hidden width
 
 
 def query_sets(pert_list, node_map_pert: Mapping[str, int]) -> torch.Tensor:
@@ -60,3 +80,74 @@ def drawn_control_cells(cell_table, seed: int, n_cells: int = PREDICTION_CELLS) 
     controls = cell_table.control_cells()
     generator = torch.Generator().manual_seed(seed)
     return cell_table.rows(controls[torch.randint(len(controls), (n_cells,), generator=generator)])
+
+
+def checked_change_mode(change: str) -> str:
+    """``change`` if it is one of ``CHANGE_MODES``, else an error listing them."""
+    if change not in CHANGE_MODES:
+        raise ValueError(f"change must be one of {list(CHANGE_MODES)}, got {change!r}")
+    return change
+
+
+def control_draws(sets: torch.Tensor, n_controls: int, seed: int, n_cells: int = PREDICTION_CELLS) -> torch.Tensor:
+    """The control cells (sets x ``n_cells`` positions among ``n_controls``, drawn with
+    replacement) whose mean prediction the published ``GI_predict`` takes for each
+    perturbation set. Each set's draw depends only on ``seed`` and its genes (in either
+    order), so a set gets the same cells in a screen and in ``GI_predict``, in any process."""
+    canonical = torch.sort(sets.cpu(), dim=1).values + 1
+    draws = [np.random.default_rng([seed, *row]).integers(0, n_controls, n_cells) for row in canonical.tolist()]
+    return torch.from_numpy(np.stack(draws)) if draws else torch.empty(0, n_cells, dtype=torch.long)
+
+
+@dataclass
+class ChangePredictor:
+    """The change from control that ``network`` predicts for perturbation sets, on ``device``.
+
+    ``change`` (``CHANGE_MODES``): ``'exact'``, the network's change (``set_effects``); or
+    ``'drawn-cells-minus-control-mean'``, the published ``GI_predict``'s: that change plus,
+    for each set, the mean of ``PREDICTION_CELLS`` control cells drawn for it
+    (``control_draws`` with ``seed``) minus ``control_mean``. ``controls`` (control cells x
+    genes) and ``control_mean`` are needed for the second only. Picklable: spawned workers
+    receive one.
+
+    ``for_data`` evaluates a float64 copy of the network. In float32 a set's change depends,
+    by rounding (about 1e-8), on which other sets share its forward pass, and the Theil-Sen
+    coefficients of the scores amplify that: their spatial median stops at the first step
+    under 1e-3, and inputs moved by 1e-9 can change that step and the coefficients by 1e-3.
+    In float64 a pair scores the same in a screen and in ``GI_predict``.
+    """
+
+    network: torch.nn.Module
+    device: torch.device
+    change: str = EXACT_CHANGE
+    seed: int = 0
+    controls: torch.Tensor | None = None
+    control_mean: torch.Tensor | None = None
+
+    @classmethod
+    def for_data(cls, network, device, cell_table, change: str = EXACT_CHANGE, seed: int = 0) -> "ChangePredictor":
+        """A predictor of a float64 copy of ``network``, with the control cells of
+        ``cell_table`` when ``change`` needs them."""
+        network = copy.deepcopy(network).double().eval()
+        if checked_change_mode(change) == EXACT_CHANGE:
+            return cls(network, torch.device(device), change, seed)
+        return cls(network, torch.device(device), change, seed, cell_table.rows(cell_table.control_cells()),
+                   cell_table.control_mean())
+
+    def to(self, device) -> "ChangePredictor":
+        """The same predictor with its network on ``device`` (a copy when the device differs)."""
+        device = torch.device(device)
+        network = self.network if device == self.device else copy.deepcopy(self.network).to(device)
+        return ChangePredictor(network, device, self.change, self.seed, self.controls, self.control_mean)
+
+    def changes(self, sets: torch.Tensor, sets_per_pass: int = SETS_PER_PASS) -> torch.Tensor:
+        """The change (sets x genes, in the network's precision, on ``device``) of each
+        perturbation set (sets x 2 vocabulary indices, -1 padded), ``sets_per_pass`` sets per
+        forward pass."""
+        parts = [set_effects(self.network, batch, self.device)[0] for batch in sets.split(sets_per_pass)]
+        effects = torch.cat(parts) if parts else torch.empty(0, self.network.num_genes, device=self.device)
+        if self.change == EXACT_CHANGE:
+            return effects
+        draws = control_draws(sets, len(self.controls), self.seed)
+        drawn_means = torch.nn.functional.embedding_bag(draws, self.controls, mode="mean")
+        return effects + (drawn_means - self.control_mean).to(self.device, effects.dtype)

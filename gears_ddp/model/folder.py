@@ -7,15 +7,29 @@ into other data fails clearly instead of silently mis-assigning genes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
+from torch import nn
 
 from gears_ddp.data import io
 from gears_ddp.model.network import GEARSModel
 
 CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE = "config.pkl", "model.pt", "vocabulary.json"
+
+
+def parameter_digest(model: nn.Module) -> str:
+    """A digest of the model's parameters and buffers, the graphs' edges included (equal on
+    ranks holding equal weights; different for the same weights on other graphs)."""
+    digest = hashlib.blake2b(digest_size=16)
+    tensors = {**model.state_dict(), **{f"buffer:{name}": buffer for name, buffer in model.named_buffers()}}
+    for name, tensor in tensors.items():
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(tensor.detach().cpu().numpy()).data)
+    return digest.hexdigest()
 
 
 def model_from_config(config: dict) -> GEARSModel:

@@ -16,13 +16,11 @@ saving the model.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
@@ -31,7 +29,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, unwrapped
 from gears_ddp.runtime.host_memory import retained_host_memory
 from gears_ddp.evaluation.metrics import compute_metrics
-from gears_ddp.model.folder import model_from_config
+from gears_ddp.model.folder import model_from_config, parameter_digest
 from gears_ddp.training.optimization import add_warmup, make_optimizer
 from gears_ddp.training.options import TrainingOptions, check_save_path
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
@@ -75,15 +73,6 @@ class TrainingPosition:
         if len(self.epoch_loss_sums) == world_size:
             return self.epoch_loss_sums[rank]
         return float(sum(self.epoch_loss_sums)) if rank == 0 else 0.0
-
-
-def parameter_digest(model: nn.Module) -> str:
-    """A digest of the model's parameters and buffers (equal on ranks holding equal weights)."""
-    digest = hashlib.blake2b(digest_size=16)
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(np.ascontiguousarray(tensor.detach().cpu().numpy()).data)
-    return digest.hexdigest()
 
 
 class TrainingRecipe:

@@ -1,0 +1,94 @@
+"""Screens on several devices of one machine: the chunks of a screen's pairs shared among
+spawned workers, one per GPU or one single-thread process per CPU core.
+
+The parent builds the screen's job once (the genes checked, the Theil-Sen subsets drawn)
+and hands each worker the same job and its own chunks, every ``workers``-th of those left
+to compute. Pairs are independent, so the workers never talk to each other: each writes
+its finished chunks (or, without an output file, sends them to the parent), and the parent
+merges them into one table in pair order (``inference.screen.run_screen``). Chunk layout
+and forward passes do not depend on the number of workers, so the table does not either.
+
+On CPU one thread per process: the scores are many small operations, and on a busy
+machine threads that wait for each other lose far more than they gain (two threads on a
+shared 2-core machine scored 14x slower than one; benchmarks/RESULTS.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+
+import pandas as pd
+import torch
+
+from gears_ddp._logging import get_logger
+from gears_ddp.distributed.runtime import resolve_devices
+from gears_ddp.distributed.spawn import check_main_guard, spawn_workers
+from gears_ddp.inference.prediction import EXACT_CHANGE
+from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenFolder, ScreenJob, run_screen, score_chunks, \
+    score_chunks_here
+from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
+
+logger = get_logger(__name__)
+
+
+def screen_devices(cpu_processes: int | None = None, gpu_ids=None) -> list[torch.device]:
+    """The device of each worker: ``cpu_processes`` CPU processes when given; else the GPUs
+    ``gpu_ids`` (every visible one when None); without GPUs, one CPU process per usable core."""
+    if cpu_processes is None and gpu_ids is None and not torch.cuda.is_available():
+        cpu_processes = usable_cores()
+    return resolve_devices(None, gpu_ids, cpu_processes)
+
+
+def screen_on_devices(gears, genes, out=None, overwrite: bool = False, cpu_processes: int | None = None,
+                      gpu_ids=None, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0,
+                      chunk_pairs: int = SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
+    """``GEARS.screen`` with the pairs shared among workers on ``screen_devices(cpu_processes,
+    gpu_ids)``; the same table, the same resumable output. One device runs in this process;
+    several are spawned processes, so a script calling this needs ``if __name__ ==
+    "__main__":``."""
+    devices = screen_devices(cpu_processes, gpu_ids)
+    job = gears.screen_job(genes, GI_genes_file, change, seed, chunk_pairs)
+    if len(devices) == 1:
+        def execute(job, chunks, folder):
+            with at_most_usable_threads():
+                return score_chunks_here(job, chunks, folder, devices[0])
+    else:
+        check_main_guard("screen_on_devices")
+        execute = _spawning_executor(devices)
+    return run_screen(job, out, overwrite, execute)
+
+
+def _spawning_executor(devices: list[torch.device]):
+    """An executor for ``run_screen`` that shares the chunks among workers on ``devices``."""
+    def execute(job: ScreenJob, chunks: list[int], folder: ScreenFolder | None) -> dict[int, dict]:
+        if not chunks:
+            return {}
+        workers = min(len(devices), len(chunks))
+        shared = dataclasses.replace(job, predictor=job.predictor.to("cpu"))  # each worker moves it to its device
+        shares = [chunks[worker::workers] for worker in range(workers)]
+        logger.info("screen: %d chunks shared among %d %s worker(s)", len(chunks), workers, devices[0].type)
+        messages = spawn_workers(screen_worker, (shared, shares, devices[:workers], folder), workers)
+        return {message[1]: message[2] for message in messages if message[0] == "chunk"}
+    return execute
+
+
+def screen_worker(worker: int, job: ScreenJob, shares: list[list[int]], devices: list[torch.device],
+                  folder: ScreenFolder | None, messages) -> None:
+    """The ``torch.multiprocessing.spawn`` target: score the chunks ``shares[worker]`` on
+    ``devices[worker]``, writing each to ``folder`` (else putting ``("chunk", chunk,
+    scores)`` on ``messages``); a failure is put there as ``("error", time, worker,
+    traceback)`` before it is raised."""
+    messages.forward_logs(worker)
+    try:
+        device = devices[worker]
+        if device.type == "cpu":
+            torch.set_num_threads(cpu_threads(len(devices)))
+        else:
+            torch.cuda.set_device(device)
+        store = folder.write_chunk if folder is not None else \
+            (lambda chunk, scores: messages.put(("chunk", chunk, scores)))
+        score_chunks(job, shares[worker], store, device, label=f"screen worker {worker}")
+    except BaseException:
+        messages.put(("error", time.time(), worker, traceback.format_exc()))
+        raise

@@ -1,0 +1,391 @@
+"""In-silico combinatorial screens: every pair of a gene set predicted by a trained model and
+scored for genetic interactions, as ``GI_predict`` scores one pair.
+
+A screen of N genes has N(N-1)/2 pairs, in the order of ``itertools.combinations`` over the
+genes as given. The parts:
+
+- ``ScreenJob``: what is screened and how. The genes (checked against the perturbation
+  vocabulary and GO, every gene that cannot be screened named at once), the predictor of
+  the changes over control (``prediction.ChangePredictor``: exact, or with the published
+  sampling noise), the genes the scores are taken on, and the Theil-Sen subsets, drawn
+  once. It is picklable: each spawned worker receives one.
+- ``score_chunks``: the pairs come in chunks of ``chunk_pairs``. The singles' changes are
+  predicted once per process, each chunk's doubles in forward passes of
+  ``prediction.SETS_PER_PASS`` sets, and the chunk's pairs are scored in batches
+  (``evaluation.interaction_scores``); no Python work per pair.
+- ``ScreenFolder``: with an output file, each finished chunk is written atomically to
+  ``<out>.partial/`` beside a record of the model, genes and options. A screen run again
+  continues from the chunks there; one of another model, genes or options is refused
+  unless asked to overwrite. When every chunk is there the table is written, with the
+  record beside it (``<out>.json``), and the partial folder is removed.
+- ``run_screen``: all of it, the chunks computed by an executor: in this process
+  (``score_chunks_here``) or by spawned workers (``distributed.screen``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data.conditions import condition_genes
+from gears_ddp.data.io import atomic_path
+from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES, MIN_GI_GENES, interaction_scores, \
+    theil_sen_subsets
+from gears_ddp.inference.interactions import interaction_types, read_gene_list
+from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor
+from gears_ddp.model.folder import parameter_digest
+
+logger = get_logger(__name__)
+
+SCREEN_CHUNK_PAIRS = 256  # pairs per chunk: the work an interruption can lose, per process
+RECORD_FORMAT = "gears_ddp screen 1"
+# what makes two screens the same screen, with what to call a difference
+RECORD_IDENTITY = {"model": "the model's weights and graphs", "genes": "the screened genes",
+                   "score_genes": "the genes the scores are taken on", "change": "the change vectors scored",
+                   "seed": "the seed of the drawn control cells", "chunk_pairs": "the chunk size"}
+
+
+def model_record(gears) -> dict:
+    """The model a screen uses: a digest of its weights and graphs, and where they came from."""
+    return {"weights": parameter_digest(gears.best_model), "from": gears.weights_from}
+
+
+def checked_screen_genes(genes, node_map_pert: Mapping[str, int], gene2go: Mapping) -> list[str]:
+    """``genes`` as a list of names, or an error: fewer than 2 genes, a gene named twice, or
+    genes the model cannot perturb (all named at once, those without GO annotation apart)."""
+    if isinstance(genes, str) or not isinstance(genes, Sequence) or not all(isinstance(g, str) for g in genes):
+        raise ValueError(f"genes must be a list of gene names, e.g. ['FEV', 'SAMD1', 'CBL']; got {genes!r}")
+    genes = list(genes)
+    if len(genes) < 2:
+        raise ValueError(f"a screen needs at least 2 genes (it scores their pairs), got {len(genes)}: {genes}")
+    twice = sorted({g for g in genes if genes.count(g) > 1})
+    if twice:
+        raise ValueError(f"genes named more than once: {twice}; give each gene once")
+    unknown = [g for g in genes if g not in node_map_pert]
+    if unknown:
+        without_go = [g for g in unknown if g not in gene2go]
+        elsewhere = [g for g in unknown if g in gene2go]
+        reasons = ([f"without GO annotation (GEARS reaches a perturbed gene through its GO neighbours): {without_go}"]
+                   if without_go else []) + \
+                  ([f"annotated in GO but not in the model's perturbation vocabulary (GEARS.pert_list): {elsewhere}"]
+                   if elsewhere else [])
+        raise ValueError(f"{len(unknown)} of the {len(genes)} genes cannot be perturbed by this model; "
+                         + "; ".join(reasons))
+    return genes
+
+
+def score_gene_positions(gene_list: Sequence[str], genes_file) -> np.ndarray | None:
+    """Positions of the data's genes listed in ``genes_file`` (``read_gene_list``), which
+    scores are restricted to, as the published ``GI_genes_file`` does; None (every gene)
+    without a file. Fewer than ``MIN_GI_GENES`` matches is an error naming the file."""
+    if genes_file is None:
+        return None
+    wanted = set(read_gene_list(genes_file))
+    positions = np.array([i for i, gene in enumerate(gene_list) if gene in wanted], dtype=np.int64)
+    if len(positions) < MIN_GI_GENES:
+        raise ValueError(f"gene list file {genes_file} names {len(positions)} of the data's genes; genetic-"
+                         f"interaction scores need at least {MIN_GI_GENES}")
+    return positions
+
+
+@dataclass
+class ScreenJob:
+    """Everything a process needs to score any chunk of a screen (see the module docstring).
+
+    ``gene_sets``: the screened genes' perturbation-vocabulary indices; ``score_genes``:
+    positions of the genes the scores are taken on (None: all); ``subsets``: the Theil-Sen
+    subsets of that many genes; ``train_conditions``: the perturbed conditions of the train
+    set; ``model``: ``model_record``.
+    """
+
+    genes: list[str]
+    gene_sets: torch.Tensor
+    predictor: ChangePredictor
+    score_genes: np.ndarray | None
+    score_genes_from: str | None
+    subsets: np.ndarray
+    train_conditions: list[str]
+    model: dict
+    chunk_pairs: int = SCREEN_CHUNK_PAIRS
+
+    @classmethod
+    def build(cls, genes, node_map_pert: Mapping[str, int], gene2go: Mapping, gene_list: Sequence[str],
+              predictor: ChangePredictor, genes_file=None, train_conditions: Sequence[str] = (),
+              model: dict | None = None, chunk_pairs: int = SCREEN_CHUNK_PAIRS) -> "ScreenJob":
+        """Check the inputs and draw the Theil-Sen subsets (seconds for thousands of genes)."""
+        genes = checked_screen_genes(genes, node_map_pert, gene2go)
+        if not isinstance(chunk_pairs, int) or isinstance(chunk_pairs, bool) or chunk_pairs < 1:
+            raise ValueError(f"chunk_pairs must be a positive integer, got {chunk_pairs!r}")
+        score_genes = score_gene_positions(gene_list, genes_file)
+        n_score_genes = len(gene_list) if score_genes is None else len(score_genes)
+        return cls(genes, torch.tensor([node_map_pert[g] for g in genes]), predictor, score_genes,
+                   None if genes_file is None else str(genes_file), theil_sen_subsets(n_score_genes),
+                   list(train_conditions), model or {}, chunk_pairs)
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.genes) * (len(self.genes) - 1) // 2
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.n_pairs // self.chunk_pairs)
+
+    def pairs(self) -> np.ndarray:
+        """(pairs x 2) positions in ``genes`` of each pair's genes, in screen order."""
+        return np.stack(np.triu_indices(len(self.genes), 1), axis=1)
+
+    def chunk_bounds(self, chunk: int) -> tuple[int, int]:
+        """The first pair of ``chunk`` and the pair after its last."""
+        return chunk * self.chunk_pairs, min((chunk + 1) * self.chunk_pairs, self.n_pairs)
+
+    def record(self) -> dict:
+        """What this screen is, for its output's record: two screens with the same
+        ``RECORD_IDENTITY`` entries compute the same table."""
+        if self.score_genes is None:
+            score_genes = {"from": "all genes", "count": None, "digest": None}
+        else:
+            digest = hashlib.blake2b(self.score_genes.tobytes(), digest_size=16).hexdigest()
+            score_genes = {"from": self.score_genes_from, "count": len(self.score_genes), "digest": digest}
+        return {"format": RECORD_FORMAT, "model": self.model, "genes": self.genes, "score_genes": score_genes,
+                "change": self.predictor.change,
+                "seed": self.predictor.seed if self.predictor.change == DRAWN_CELLS_CHANGE else None,
+                "chunk_pairs": self.chunk_pairs, "pairs": self.n_pairs}
+
+    def restricted(self, changes: torch.Tensor) -> torch.Tensor:
+        """``changes`` (sets x genes) on the genes the scores are taken on."""
+        if self.score_genes is None:
+            return changes
+        return changes.index_select(1, torch.as_tensor(self.score_genes, device=changes.device))
+
+
+def pair_sets(gene_sets: torch.Tensor, pairs: np.ndarray) -> torch.Tensor:
+    """The perturbation sets (pairs x 2 vocabulary indices) of ``pairs`` of positions."""
+    return gene_sets[torch.as_tensor(pairs)]
+
+
+def single_sets(gene_sets: torch.Tensor) -> torch.Tensor:
+    """The perturbation sets (genes x 2, -1 padded) of each gene alone."""
+    return torch.stack((gene_sets, torch.full_like(gene_sets, -1)), dim=1)
+
+
+def score_chunks(job: ScreenJob, chunks: Sequence[int], store: Callable[[int, dict], None],
+                 device: torch.device | str | None = None, label: str = "screen") -> None:
+    """Predict and score the pairs of ``chunks``, handing each chunk's scores (score name ->
+    array over its pairs) to ``store(chunk, scores)`` as soon as it is done; on ``device``
+    (default: the predictor's)."""
+    if not len(chunks):
+        return
+    predictor = job.predictor if device is None else job.predictor.to(device)
+    singles = job.restricted(predictor.changes(single_sets(job.gene_sets)))
+    pairs = job.pairs()
+    started, done = time.perf_counter(), 0
+    for number, chunk in enumerate(chunks, 1):
+        start, stop = job.chunk_bounds(chunk)
+        rows = pairs[start:stop]
+        doubles = job.restricted(predictor.changes(pair_sets(job.gene_sets, rows)))
+        index = torch.as_tensor(rows, device=singles.device)
+        store(chunk, interaction_scores(singles[index[:, 0]], singles[index[:, 1]], doubles,
+                                        device=predictor.device, subsets=job.subsets))
+        done += stop - start
+        logger.info("%s: chunk %d of %d done (pairs %d-%d), %.2f pairs/s", label, number, len(chunks), start,
+                    stop - 1, done / (time.perf_counter() - started))
+
+
+def score_chunks_here(job: ScreenJob, chunks: Sequence[int], folder: "ScreenFolder | None",
+                      device: torch.device | str | None = None) -> dict[int, dict]:
+    """The executor of one process: score ``chunks`` here (on ``device``), writing each to
+    ``folder`` when there is one (the result is then empty), else returning them."""
+    results: dict[int, dict] = {}
+    score_chunks(job, chunks, results.__setitem__ if folder is None else folder.write_chunk, device)
+    return results
+
+
+def run_screen(job: ScreenJob, out=None, overwrite: bool = False,
+               execute: Callable[[ScreenJob, list[int], "ScreenFolder | None"], dict] = score_chunks_here
+               ) -> pd.DataFrame:
+    """The screen's table (``screen_table``), its chunks computed by ``execute(job, chunks,
+    folder)``; with ``out``, resumable and written there (see ``ScreenFolder``)."""
+    folder = None if out is None else ScreenFolder(out)
+    record = job.record()
+    done = folder.prepare(record, overwrite) if folder is not None else set()
+    if done is None:
+        logger.info("%s already holds this screen; nothing to compute (overwrite to compute it again)", folder.table)
+        return folder.read_table()
+    remaining = [chunk for chunk in range(job.n_chunks) if chunk not in done]
+    logger.info("screen of %d genes: %d pairs in %d chunks, %d to compute", len(job.genes), job.n_pairs,
+                job.n_chunks, len(remaining))
+    started = time.perf_counter()
+    results = execute(job, remaining, folder)
+    chunks = [folder.read_chunk(chunk, job) for chunk in range(job.n_chunks)] if folder is not None \
+        else [results[chunk] for chunk in range(job.n_chunks)]
+    scores = {name: np.concatenate([chunk[name] for chunk in chunks]) for name in GI_SCORE_NAMES}
+    table = screen_table(job, scores)
+    if folder is not None:
+        folder.finish(table, {**record, "seconds": round(time.perf_counter() - started, 1)})
+    return table
+
+
+def screen_table(job: ScreenJob, scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """One row per pair, in screen order: ``pair`` (``'A+B'``), ``first_gene``,
+    ``second_gene``, the ``GI_predict`` scores, ``seen_in_training`` (A+B or B+A is a train
+    condition), ``singles_in_training`` (how many of A+ctrl and B+ctrl are), and the
+    interaction types the scores imply (``interactions.interaction_types``)."""
+    pairs = job.pairs()
+    first = [job.genes[i] for i in pairs[:, 0]]
+    second = [job.genes[j] for j in pairs[:, 1]]
+    trained = [set(condition_genes(c)) for c in job.train_conditions]
+    seen_pairs = {frozenset(genes) for genes in trained if len(genes) == 2}
+    seen_singles = {next(iter(genes)) for genes in trained if len(genes) == 1}
+    table = pd.DataFrame({"pair": [f"{a}+{b}" for a, b in zip(first, second)], "first_gene": first,
+                          "second_gene": second, **{name: scores[name] for name in GI_SCORE_NAMES}})
+    table["seen_in_training"] = [frozenset(pair) in seen_pairs for pair in zip(first, second)]
+    table["singles_in_training"] = [int(a in seen_singles) + int(b in seen_singles) for a, b in zip(first, second)]
+    for name, values in interaction_types(scores).items():
+        table[name] = values
+    return table
+
+
+def screen_changes(job: ScreenJob, gene_names: Sequence[str]):
+    """The predicted changes the screen scores, over every gene, as an AnnData: one row per
+    single (``'A+ctrl'``) then per pair (``'A+B'``, screen order), ``obs`` naming the genes,
+    ``var['gene_name']``, the screen's record in ``uns['gears_ddp_screen']``. Rows x genes
+    float32 in memory: for big screens, a lot."""
+    import anndata
+
+    pairs = job.pairs()
+    sets = torch.cat((single_sets(job.gene_sets), pair_sets(job.gene_sets, pairs)))
+    changes = job.predictor.changes(sets).cpu().numpy()
+    first = job.genes + [job.genes[i] for i in pairs[:, 0]]
+    second = ["ctrl"] * len(job.genes) + [job.genes[j] for j in pairs[:, 1]]
+    conditions = [f"{a}+{b}" for a, b in zip(first, second)]
+    obs = pd.DataFrame({"condition": conditions, "first_gene": first,
+                        "second_gene": [None if b == "ctrl" else b for b in second]},
+                       index=pd.Index(conditions, name="perturbation"))
+    var = pd.DataFrame({"gene_name": list(gene_names)}, index=pd.Index(list(gene_names)))
+    return anndata.AnnData(X=changes, obs=obs, var=var, uns={"gears_ddp_screen": _without_none(job.record())})
+
+
+def _without_none(value):
+    """``value`` with None dictionary entries left out (h5ad cannot store None)."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+class ScreenFolder:
+    """Where a screen writing to ``out`` (a .csv file) keeps its work.
+
+    ``<out>.partial/record.json`` and ``chunk-NNNNNNN.npz`` (one per finished chunk, written
+    atomically, numbers only) while it runs; then ``out`` (the table) and ``<out>.json``
+    (the record), and the partial folder is removed.
+    """
+
+    def __init__(self, out):
+        self.table = Path(out)
+        if self.table.suffix.lower() != ".csv":
+            raise ValueError(f"the screen's table is written as CSV: name it *.csv (got {self.table})")
+        if self.table.is_dir():
+            raise ValueError(f"{self.table} is a folder; the screen's table needs a file name")
+        self.record_file = self.table.with_suffix(".json")
+        self.partial = self.table.with_suffix(".partial")
+
+    def prepare(self, record: dict, overwrite: bool) -> set[int] | None:
+        """Get ready to compute ``record``'s screen: the chunks already done (None when the
+        whole table is there). Work of another screen is refused unless ``overwrite``,
+        which removes it."""
+        found, where = self._existing_record()
+        if found is None and self.table.exists() and not overwrite:
+            raise FileExistsError(f"{self.table} exists and is not a screen's table (no {self.record_file.name} "
+                                  f"beside it): pass overwrite=True (--overwrite) to replace it")
+        differences = [] if found is None else record_differences(found, record)
+        if differences and not overwrite:
+            raise FileExistsError(f"{where} holds a screen with other {'; other '.join(differences)}; pass "
+                                  f"overwrite=True (--overwrite) to replace it, or write to another file")
+        if overwrite or differences:
+            shutil.rmtree(self.partial, ignore_errors=True)
+            self.record_file.unlink(missing_ok=True)
+            found = None
+        if found is not None and where == self.record_file and self.table.exists():
+            return None
+        self.partial.mkdir(parents=True, exist_ok=True)
+        _write_json(self.partial / "record.json", record)
+        return {int(path.stem.split("-")[1]) for path in self.partial.glob("chunk-*.npz")}
+
+    def _existing_record(self) -> tuple[dict | None, Path | None]:
+        """The record of the screen found here (finished, else under way) and its file."""
+        for path in (self.record_file, self.partial / "record.json"):
+            if path.exists():
+                try:
+                    found = json.loads(path.read_text())
+                except (OSError, ValueError) as err:
+                    raise ValueError(f"cannot read the screen record {path}: {err}; remove it (or pass "
+                                     "overwrite=True) to start the screen again") from None
+                if not isinstance(found, dict) or found.get("format") != RECORD_FORMAT:
+                    raise ValueError(f"{path} is not a screen record of this version ({RECORD_FORMAT!r}); remove "
+                                     "it, or pass overwrite=True")
+                return found, path
+        return None, None
+
+    def chunk_path(self, chunk: int) -> Path:
+        return self.partial / f"chunk-{chunk:07d}.npz"
+
+    def write_chunk(self, chunk: int, scores: Mapping[str, np.ndarray]) -> None:
+        with atomic_path(self.chunk_path(chunk)) as tmp, open(tmp, "wb") as handle:
+            np.savez(handle, **{name: np.asarray(scores[name], dtype=np.float64) for name in GI_SCORE_NAMES})
+
+    def read_chunk(self, chunk: int, job: ScreenJob) -> dict[str, np.ndarray]:
+        """The scores of a finished chunk; a missing, unreadable or wrong-sized file is an
+        error naming it."""
+        path = self.chunk_path(chunk)
+        start, stop = job.chunk_bounds(chunk)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                scores = {name: data[name] for name in GI_SCORE_NAMES}
+        except (OSError, ValueError, KeyError) as err:
+            raise ValueError(f"cannot read the screen chunk {path}: {err}; delete it and run the screen again to "
+                             "recompute it") from None
+        if any(values.shape != (stop - start,) for values in scores.values()):
+            raise ValueError(f"the screen chunk {path} does not hold the {stop - start} pairs of chunk {chunk}; "
+                             "delete it and run the screen again to recompute it")
+        return scores
+
+    def finish(self, table: pd.DataFrame, record: dict) -> None:
+        """Write the table and the record; remove the partial folder."""
+        with atomic_path(self.table) as tmp:
+            table.to_csv(tmp, index=False, float_format="%.17g")  # reads back to the same floats
+        _write_json(self.record_file, record)
+        shutil.rmtree(self.partial, ignore_errors=True)
+        logger.info("screen table written to %s (%d pairs), its record to %s", self.table, len(table),
+                    self.record_file)
+
+    def read_table(self) -> pd.DataFrame:
+        return pd.read_csv(self.table, float_precision="round_trip")
+
+
+def record_differences(found: dict, wanted: dict) -> list[str]:
+    """What differs between two screen records, in words (``RECORD_IDENTITY``)."""
+    differences = []
+    for key, meaning in RECORD_IDENTITY.items():
+        old, new = found.get(key), wanted.get(key)
+        if key == "model":
+            old, new = (old or {}).get("weights"), (new or {}).get("weights")
+        elif key == "score_genes":
+            old, new = ([(value or {}).get(part) for part in ("count", "digest")] for value in (old, new))
+        if old != new:
+            differences.append(meaning + (f" ({found.get('model', {}).get('from')} there, "
+                                          f"{wanted.get('model', {}).get('from')} here)" if key == "model" else ""))
+    return differences
+
+
+def _write_json(path: Path, value: dict) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(value, indent=1))

@@ -1,0 +1,312 @@
+"""In-silico combinatorial screens: the change vectors scored (exact, or the published
+drawn-cells ones, equal to the published GI_predict), the screen's table, its resumable
+output, its refusals, several processes, the command and the picture."""
+import copy
+import json
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from gears_ddp import PertData
+from gears_ddp.cli import main
+from gears_ddp.distributed.config import SplitConfig, TrainingArgs
+from gears_ddp.distributed.run_config import resolved_config, write_run_config
+from gears_ddp.distributed.screen import screen_on_devices
+from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
+from gears_ddp.gears import GEARS
+from gears_ddp.inference.figures import plot_screen
+from gears_ddp.inference.interactions import interaction_types
+from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, PREDICTION_CELLS, control_draws, query_sets
+from gears_ddp.inference.screen import ScreenFolder, checked_screen_genes
+from reference_package import published_gears
+
+GENES = [f"G{i}" for i in range(9)]  # 36 pairs
+NO_EDGES = (torch.zeros(2, 0, dtype=torch.long), torch.zeros(0))
+
+
+def _trained(data_folder, seed=0, epochs=2):
+    """A small GEARS trained on the toy data, without co-expression edges: the published model
+    gives only the first cell of a batch the co-expression messages, so without edges its
+    predictions of 300 cells equal ours cell by cell."""
+    pert_data = PertData(data_folder)
+    pert_data.load(data_path=data_folder / "toy")
+    pert_data.prepare_split("simulation", seed=1)
+    pert_data.get_dataloader(16, test_batch_size=64)
+    torch.manual_seed(seed)
+    gears = GEARS(pert_data)
+    gears.model_initialize(hidden_size=8, G_coexpress=NO_EDGES[0], G_coexpress_weight=NO_EDGES[1])
+    gears.train(epochs=epochs)
+    return gears
+
+
+@pytest.fixture(scope="module")
+def gears(data_folder):
+    return _trained(data_folder)
+
+
+@pytest.fixture(scope="module")
+def table(gears):
+    """The screen of ``GENES`` in this process, in chunks of 5 pairs (8 chunks)."""
+    return gears.screen(GENES, chunk_pairs=5)
+
+
+def _assert_close_scores(got, expected, what="", distance=1e-5):
+    """Scores of change vectors that differ by float32 rounding. The distance correlations
+    and ``corr_fit`` move by about that much (``distance``). The Theil-Sen coefficients are
+    a spatial median that stops at the first step under 1e-3 (scikit-learn's tolerance):
+    inputs moved by 1e-9 change the step it stops at and the coefficients by up to about
+    5e-4, so they agree to 1e-3, and ``dominance`` (``|log10(c1 / c2)|``) to what that
+    implies."""
+    tolerance = {"c1": 1e-3, "c2": 1e-3, "mag": 1e-3,
+                 "dominance": 1e-3 * (1 / abs(expected["c1"]) + 1 / abs(expected["c2"])) / np.log(10)}
+    for name in GI_SCORE_NAMES:
+        assert got[name] == pytest.approx(float(expected[name]), abs=tolerance.get(name, distance), nan_ok=True), \
+            (what, name)
+
+
+# ----------------------------------------------------------------------------- change vectors
+
+
+def test_exact_change_is_the_prediction_over_control_cells_minus_their_mean(gears):
+    """In float64, as the predictor evaluates the model."""
+    sets = query_sets([["G3"], ["G3", "G8"]], gears.node_map_pert)
+    changes = gears.change_predictor().changes(sets)
+    cells = gears.pert_data.cells.rows(gears.pert_data.cells.control_cells()[:50]).double()
+    model = copy.deepcopy(gears.best_model).double()
+    with torch.no_grad():
+        for row, query in enumerate(sets):
+            predicted = model(cells, query.repeat(len(cells), 1))
+            torch.testing.assert_close(changes[row], (predicted - cells).mean(0), rtol=0, atol=1e-12)
+            float32 = gears.best_model(cells.float(), query.repeat(len(cells), 1)) - cells.float()
+            torch.testing.assert_close(changes[row].float(), float32.mean(0), rtol=0, atol=2e-6)
+
+
+def test_drawn_cells_change_is_the_mean_over_drawn_cells_minus_the_control_mean(gears):
+    sets = query_sets([["G3"], ["G8", "G3"], ["G3", "G8"]], gears.node_map_pert)
+    table = gears.pert_data.cells
+    controls = table.control_cells()
+    draws = control_draws(sets, len(controls), seed=4)
+    assert draws.shape == (3, PREDICTION_CELLS) and torch.equal(draws[1], draws[2])  # a set, in either order
+    assert not torch.equal(draws[0], draws[1])
+    changes = gears.change_predictor(DRAWN_CELLS_CHANGE, seed=4).changes(sets)
+    model = copy.deepcopy(gears.best_model).double()
+    with torch.no_grad():
+        for row, query in enumerate(sets):
+            cells = table.rows(controls[draws[row]]).double()
+            expected = model(cells, query.repeat(len(cells), 1)).mean(0) - table.control_mean().double()
+            torch.testing.assert_close(changes[row], expected, rtol=0, atol=1e-5)  # the cells summed in float32
+    exact = gears.change_predictor().changes(sets)
+    assert float((changes - exact).abs().max()) > 1e-3  # the drawn cells' noise
+
+
+def test_published_option_equals_the_published_gi_predict_with_the_same_control_cells(gears, monkeypatch):
+    """The published GI_predict, unchanged, on the same weights, fed the control cells our
+    option draws (its np.random.randint answers with them, in its order: A, B, A+B).
+
+    Its predictions are float32 means over 300 cells; ours are the same sums in another
+    order, so the changes differ by float32 rounding (about 1e-6 of the expression). That,
+    not dcor's float32 arithmetic (1e-7 here), sets the tolerance (``_assert_close_scores``):
+    the distance correlations and the fit's correlation move by about 1e-6. On identical
+    change vectors the scores agree to 1e-9 (test_interaction_scores.py)."""
+    combo = ["G2", "G7"]
+    sets = query_sets([[combo[0]], [combo[1]], combo], gears.node_map_pert)
+    draws = iter(control_draws(sets, len(gears.pert_data.cells.control_cells()), seed=3).numpy())
+    published = published_gears(gears)
+    monkeypatch.setattr(np.random, "randint", lambda *args, **kwargs: next(draws))
+    theirs = published.GI_predict(combo, GI_genes_file=None)
+    monkeypatch.undo()
+    ours = gears.GI_predict(combo, change=DRAWN_CELLS_CHANGE, seed=3)
+    exact = gears.GI_predict(combo)
+    _assert_close_scores(ours, theirs, "published GI_predict")
+    assert max(abs(exact[name] - ours[name]) for name in GI_SCORE_NAMES) > 0.05  # the noise the option keeps
+
+
+# ----------------------------------------------------------------------------- the screen's table
+
+
+def test_screen_table_rows_are_the_gi_predict_scores_of_each_pair(gears, table):
+    assert len(table) == 36 and list(table["pair"][:3]) == ["G0+G1", "G0+G2", "G0+G3"]
+    assert list(table.columns[:3]) == ["pair", "first_gene", "second_gene"]
+    for row in table.sample(4, random_state=0).itertuples():
+        single = gears.GI_predict([row.first_gene, row.second_gene])  # another forward pass: float32 rounding
+        _assert_close_scores(row._asdict(), single, row.pair, distance=1e-7)
+    train = set(gears.pert_data.set2conditions["train"])
+    for row in table.itertuples():
+        assert row.seen_in_training == (f"{row.first_gene}+{row.second_gene}" in train
+                                        or f"{row.second_gene}+{row.first_gene}" in train)
+        assert row.singles_in_training == sum(f"{g}+ctrl" in train for g in (row.first_gene, row.second_gene))
+    assert table["seen_in_training"].any() and not table["seen_in_training"].all()
+    types = interaction_types(table)
+    assert all((table[name] == values).all() for name, values in types.items())
+
+
+def test_scores_on_a_gene_list_are_those_of_gi_genes_file(gears, tmp_path):
+    listed = tmp_path / "genes.txt"
+    listed.write_text("\n".join(f"G{i}" for i in range(0, 40, 2)) + "\nNOT_A_GENE\n")
+    table = gears.screen(GENES[:4], GI_genes_file=listed)
+    everything = gears.screen(GENES[:4])
+    for row in table.itertuples():
+        _assert_close_scores(row._asdict(), gears.GI_predict([row.first_gene, row.second_gene], GI_genes_file=listed),
+                             row.pair, distance=1e-7)
+    assert not np.allclose(table["dcor"], everything["dcor"], atol=1e-6)
+    listed.write_text("G1\nG2\n")
+    with pytest.raises(ValueError, match=r"genes.txt names 2 of the data's genes.*at least 3"):
+        gears.screen(GENES[:4], GI_genes_file=listed)
+
+
+def test_interaction_types_follow_the_published_thresholds():
+    scores = {"mag": np.array([1.31, 1.29, 0.71, 0.69, 1.0]), "corr_fit": np.array([0.84, 0.85, np.nan, 0.9, 0.9]),
+              "dcor": np.array([0.81, 0.8, 0.5, 0.9, 0.2]), "dominance": np.array([0.26, 0.25, np.inf, np.nan, 0])}
+    types = interaction_types(scores)
+    assert list(types["magnitude_type"]) == ["synergy", "additive", "additive", "suppressor", "additive"]
+    assert list(types["neomorphic"]) == [True, False, False, False, False]
+    assert list(types["redundant"]) == [True, False, False, True, False]
+    assert list(types["epistasis"]) == [True, False, True, False, False]
+
+
+# ----------------------------------------------------------------------------- resumable output
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_screen_resumes_to_the_same_table(gears, table, tmp_path, monkeypatch):
+    whole = table
+    out = tmp_path / "screen.csv"
+    written = []
+    original = ScreenFolder.write_chunk
+
+    def write_then_stop(folder, chunk, scores):
+        if len(written) == 3:
+            raise Interrupted
+        original(folder, chunk, scores)
+        written.append(chunk)
+
+    monkeypatch.setattr(ScreenFolder, "write_chunk", write_then_stop)
+    with pytest.raises(Interrupted):
+        gears.screen(GENES, out=out, chunk_pairs=5)
+    assert not out.exists() and len(list((tmp_path / "screen.partial").glob("chunk-*.npz"))) == 3
+    monkeypatch.undo()
+    computed = []
+    monkeypatch.setattr(ScreenFolder, "write_chunk",
+                        lambda folder, chunk, scores: (computed.append(chunk), original(folder, chunk, scores)))
+    resumed = gears.screen(GENES, out=out, chunk_pairs=5)
+    assert sorted(computed) == [3, 4, 5, 6, 7]  # only what was missing
+    pd.testing.assert_frame_equal(resumed, whole, check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_csv(out, float_precision="round_trip"), whole, check_exact=True)  # the file holds every digit
+    record = json.loads((tmp_path / "screen.json").read_text())
+    assert record["genes"] == GENES and record["pairs"] == 36 and record["change"] == "exact"
+    assert not (tmp_path / "screen.partial").exists()
+    computed.clear()
+    pd.testing.assert_frame_equal(gears.screen(GENES, out=out, chunk_pairs=5), whole, check_exact=True)
+    assert computed == []  # a finished screen is read back, not computed again
+
+
+def test_a_screen_of_another_model_or_options_is_refused_unless_overwritten(gears, data_folder, tmp_path):
+    out = tmp_path / "screen.csv"
+    gears.screen(GENES[:4], out=out)
+    other = _trained(data_folder, seed=1, epochs=1)
+    with pytest.raises(FileExistsError, match=r"screen.json holds a screen with other the model's weights and graphs "
+                                              r"\(training there, training here\); pass overwrite=True"):
+        other.screen(GENES[:4], out=out)
+    with pytest.raises(FileExistsError, match=r"other the screened genes; other the change vectors scored"):
+        gears.screen(GENES[:5], out=out, change=DRAWN_CELLS_CHANGE)
+    replaced = other.screen(GENES[:4], out=out, overwrite=True)
+    pd.testing.assert_frame_equal(pd.read_csv(out, float_precision="round_trip"), replaced, check_exact=True)
+    assert json.loads((tmp_path / "screen.json").read_text())["model"]["weights"] != \
+        gears.screen_job(GENES[:4]).model["weights"]
+    foreign = tmp_path / "mine.csv"
+    foreign.write_text("my,own\n1,2\n")
+    with pytest.raises(FileExistsError, match=r"mine.csv exists and is not a screen's table"):
+        gears.screen(GENES[:4], out=foreign)
+    assert foreign.read_text() == "my,own\n1,2\n"
+    with pytest.raises(ValueError, match=r"name it \*.csv"):
+        gears.screen(GENES[:4], out=tmp_path / "screen.tsv")
+
+
+@pytest.mark.parametrize("genes, message", [
+    (["G1"], r"at least 2 genes .* got 1: \['G1'\]"),
+    ("G1 G2", "must be a list of gene names"),
+    (["G1", "G2", "G1"], r"named more than once: \['G1'\]"),
+    (["G1", "NOPE", "G2", "ALSO_NOT"], r"2 of the 4 genes cannot be perturbed by this model; without GO annotation "
+                                       r".*\['NOPE', 'ALSO_NOT'\]"),
+])
+def test_bad_gene_lists_are_refused_naming_the_problem(gears, genes, message):
+    with pytest.raises(ValueError, match=message):
+        gears.screen(genes)
+
+
+def test_genes_without_go_and_outside_the_vocabulary_are_named_apart():
+    with pytest.raises(ValueError, match=r"3 of the 4 genes cannot be perturbed by this model; without GO annotation "
+                                         r".*: \['X', 'Z'\]; annotated in GO but not in the model's perturbation "
+                                         r"vocabulary \(GEARS.pert_list\): \['Y'\]"):
+        checked_screen_genes(["A", "X", "Y", "Z"], {"A": 0, "B": 1}, {"A": {"GO:1"}, "Y": {"GO:2"}})
+
+
+# ----------------------------------------------------------------------------- several processes, the command
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_screen_split_over_two_processes_equals_the_one_process_table(gears, table, tmp_path):
+    """Chunks are shared between 2 spawned processes: sent to the parent, or written to the
+    output (here with the published change vectors), the table is the one-process table."""
+    pd.testing.assert_frame_equal(screen_on_devices(gears, GENES, cpu_processes=2, chunk_pairs=5), table,
+                                  check_exact=True)
+    options = {"chunk_pairs": 3, "change": DRAWN_CELLS_CHANGE, "seed": 2}
+    written = screen_on_devices(gears, GENES[:6], tmp_path / "screen.csv", cpu_processes=2, **options)
+    pd.testing.assert_frame_equal(written, gears.screen(GENES[:6], **options), check_exact=True)
+    assert json.loads((tmp_path / "screen.json").read_text())["seed"] == 2
+
+
+def test_the_screen_command_writes_the_table_record_picture_and_changes(gears, data_folder, tmp_path, capsys,
+                                                                        monkeypatch):
+    import anndata
+
+    library_logger = logging.getLogger("gears_ddp")  # the command's console handler leaves with the test
+    monkeypatch.setattr(library_logger, "handlers", list(library_logger.handlers))
+    monkeypatch.setattr(library_logger, "level", library_logger.level)
+
+    run = tmp_path / "run"
+    gears.save_model(run)
+    args = TrainingArgs.from_dict({"batch_size": 16, "model_config": {"hidden_size": 8}})
+    write_run_config(run, resolved_config(str(data_folder), "toy", SplitConfig.from_dict({"split": "simulation",
+                                                                                          "seed": 1}), args))
+    genes_file = tmp_path / "genes.txt"
+    genes_file.write_text("\n".join(GENES[:6]))
+    out = tmp_path / "out" / "screen.csv"
+    command = ["screen", "--run", str(run), "--genes-file", str(genes_file), "--out", str(out), "--cpu-processes", "1",
+               "--changes-out", str(tmp_path / "changes.h5ad")]
+    assert main(command) == 0
+    printed = capsys.readouterr().out
+    table = pd.read_csv(out, float_precision="round_trip")
+    expected = gears.screen(GENES[:6])
+    pd.testing.assert_frame_equal(table, expected, check_exact=True)  # the same chunks and forward passes
+    assert f"highest mag: {expected.at[expected['mag'].idxmax(), 'pair']}" in printed
+    assert (tmp_path / "out" / "screen.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "out" / "screen.json").read_text())["genes"] == GENES[:6]
+    changes = anndata.read_h5ad(tmp_path / "changes.h5ad")
+    assert list(changes.obs_names[:7]) == [f"{g}+ctrl" for g in GENES[:6]] + ["G0+G1"] and changes.n_obs == 6 + 15
+    sets = query_sets([["G0"], ["G0", "G1"]], gears.node_map_pert)
+    np.testing.assert_allclose(changes.X[[0, 6]], gears.change_predictor().changes(sets).numpy(), atol=1e-6)
+    assert main(command[:3] + ["--genes", "G1", "NOPE", "--out", str(out)]) == 2
+    assert "cannot be perturbed by this model" in capsys.readouterr().err
+    other = command[:3] + ["--genes", "G1", "G2", "G3", "--out", str(out), "--cpu-processes", "1"]
+    assert main(other) == 2 and "holds a screen with other the screened genes" in capsys.readouterr().err
+    assert main(other + ["--overwrite"]) == 0 and len(pd.read_csv(out, float_precision="round_trip")) == 3
+
+
+def test_the_picture_names_the_most_synergistic_and_suppressive_pairs(table, tmp_path):
+    figure = plot_screen(table, tmp_path / "map.png", top=3)
+    text = figure.axes[1].texts[0].get_text()
+    by_mag = table.sort_values("mag")
+    for pair in [*by_mag["pair"][:3], *by_mag["pair"][-3:]]:
+        assert pair in text
+    assert (tmp_path / "map.png").stat().st_size > 20_000
+    heatmap = np.ma.filled(figure.axes[0].images[0].get_array(), np.nan)  # genes clustered: any order
+    assert np.isnan(np.diag(heatmap)).all() and np.array_equal(heatmap, heatmap.T, equal_nan=True)
+    np.testing.assert_allclose(np.sort(heatmap[np.triu_indices(len(GENES), 1)]), np.sort(np.log2(table["mag"])))
