@@ -260,3 +260,29 @@ def test_a_missing_checkpoint_fails_before_any_process_starts(data_folder, tmp_p
     (tmp_path / "notes.pt").write_text("not a checkpoint")
     with pytest.raises(ValueError, match=f"cannot read training checkpoint {tmp_path / 'notes.pt'}: .*damaged"):
         _multi(data_folder, save_path=str(tmp_path), resume_from=str(tmp_path / "notes.pt"))
+
+
+def test_a_run_stopped_right_after_its_last_optimiser_step_resumes_to_the_same_report(toy, tmp_path):
+    """A checkpoint written at the step where ``max_steps`` is reached (a stop signal or a
+    kill can leave that one last) is before the epoch's evaluation: resumed, the run still
+    evaluates that epoch and ends as the uninterrupted run did."""
+    toy.get_dataloader(16)
+
+    def train(save_path, **options):
+        torch.manual_seed(0)
+        gears = GEARS(toy)
+        gears.model_initialize(hidden_size=8)
+        return gears.train(epochs=3, save_path=str(save_path), checkpoint_every_steps=1, keep_checkpoints=100,
+                           **options)
+
+    whole = train(tmp_path / "whole")
+    steps_per_epoch = latest_checkpoint(tmp_path / "whole")[1]["position"]["global_step"] // 3
+    max_steps = steps_per_epoch + 2  # in epoch 2
+    whole = train(tmp_path / "whole_max", max_steps=max_steps)
+    assert len(whole["history"]) == 2
+    last_step = next(p for p in checkpoint_files(tmp_path / "whole_max") if int(p.stem.split("-")[1]) == max_steps)
+    stopped = tmp_path / "stopped"
+    (stopped / last_step.parent.name).mkdir(parents=True)
+    (stopped / last_step.parent.name / last_step.name).write_bytes(last_step.read_bytes())
+    resumed = train(stopped, max_steps=max_steps, resume_from="auto")
+    _assert_same_run(resumed, whole)

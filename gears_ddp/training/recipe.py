@@ -132,7 +132,7 @@ class TrainingRecipe:
                     self.signals if self.save_path is not None else contextlib.nullcontext(), \
                     tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
                          disable=not self.ranks.is_main or None) as epochs:
-                while self.position.epoch < self.options.epochs and not self._steps_done():
+                while self.position.epoch < self.options.epochs and self._epoch_to_run():
                     self._train_epoch(loaders)
                     epochs.update()
             return self._finish()
@@ -151,10 +151,11 @@ class TrainingRecipe:
                                 device=self.device)
         # freed memory is retained for the optimiser steps only: an evaluation's batch blocks,
         # alternating with small pieces, would keep a retaining heap growing with the cells
+        steps_left = not self._steps_done()  # none when resumed from the step that reached max_steps
         with retained_host_memory() if self.device.type == "cpu" else contextlib.nullcontext():
             for loss in optimizer_steps(self.model, batches, self.optimizer, self.context,
                                         self.gears.config["uncertainty"], self.device, self.precision,
-                                        options.grad_accum_steps, self.ranks):
+                                        options.grad_accum_steps, self.ranks) if steps_left else ():
                 loss_sum += loss
                 position.step_in_epoch += 1
                 position.global_step += 1
@@ -198,6 +199,11 @@ class TrainingRecipe:
     def _steps_done(self) -> bool:
         """Whether ``max_steps`` optimiser steps are done."""
         return self.options.max_steps is not None and self.position.global_step >= self.options.max_steps
+
+    def _epoch_to_run(self) -> bool:
+        """Whether the current epoch has work left: steps to take, or, begun (a run resumed
+        from a checkpoint of its last step), its end: the scheduler step and the evaluation."""
+        return not self._steps_done() or self.position.step_in_epoch > 0
 
     def _metrics(self, loader, progress: str) -> dict:
         result = evaluate(self.model, loader, self.gears.new_accumulator(),
