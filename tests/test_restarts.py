@@ -241,6 +241,7 @@ def test_checkpoint_history_keeps_the_last_k_and_skips_an_unreadable_latest(toy,
     steps = [int(p.stem.split("-")[1]) for p in files]
     assert len(files) == 2 and steps[1] == steps[0] + 1
     files[-1].write_bytes(files[-1].read_bytes()[:100])  # a truncated latest checkpoint
+    (files[-1].parent / f"checkpoint-{steps[1] + 1:09d}.pt").mkdir()  # a folder named like a newer one
     caplog.set_level(logging.INFO, logger="gears_ddp")
     path, state = latest_checkpoint(tmp_path)
     assert path == files[0] and state["position"]["global_step"] == steps[0]

@@ -56,9 +56,10 @@ def checkpoint_folder(save_path) -> Path:
 
 
 def checkpoint_files(save_path) -> list[Path]:
-    """The checkpoints in ``save_path``, oldest first."""
+    """The checkpoint files in ``save_path``, oldest first (a folder named like one is not)."""
     folder = checkpoint_folder(save_path)
-    found = [(int(m.group(1)), path) for path in folder.glob("checkpoint-*.pt") if (m := _NAME.fullmatch(path.name))]
+    found = [(int(m.group(1)), path) for path in folder.glob("checkpoint-*.pt")
+             if (m := _NAME.fullmatch(path.name)) and path.is_file()]
     return [path for _, path in sorted(found)]
 
 
