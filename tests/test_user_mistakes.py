@@ -38,6 +38,24 @@ def test_a_script_without_the_main_guard_fails_at_once_saying_what_to_add(data_f
     assert "starting 2 cpu process(es)" not in done.stderr and not (tmp_path / "run").exists()
 
 
+def test_a_guarded_script_edited_while_it_runs_is_not_taken_for_an_unguarded_one(tmp_path):
+    """The guard is found by reading the script's source at the caller's line; a script whose
+    file changed since it started (its lines moved) is not read."""
+    script = tmp_path / "edited.py"
+    script.write_text(
+        "import pathlib, time\n"
+        "from gears_ddp.distributed.spawn import check_main_guard\n"
+        "if __name__ == '__main__':\n"
+        "    path = pathlib.Path(__file__)\n"
+        "    time.sleep(0.05)\n"
+        "    path.write_text('\\n' * 50 + path.read_text())  # an edit that moves every line\n"
+        "    check_main_guard('train_multi_gpu')\n"
+        "    print('started')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env=_clean_environment())
+    assert done.returncode == 0 and done.stdout.strip() == "started", done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_written_files_follow_the_umask(toy, tmp_path, umask, mode):
     previous = os.umask(umask)

@@ -110,6 +110,9 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
     return next(message[1] for message in messages if message[0] == "report")
 
 
+_IMPORTED_AT = time.time()  # a main script whose file is newer was edited while it ran
+
+
 def check_main_guard(caller: str) -> None:
     """Refuse to start workers from a script whose call is not under ``if __name__ ==
     "__main__":``. Each spawned worker imports the main script first, so without the guard
@@ -128,7 +131,7 @@ def check_main_guard(caller: str) -> None:
 def _unguarded_call_site() -> str | None:
     """``'file, line N'`` where the main script's top level leads to this call outside an
     ``if __name__ == "__main__":`` block; None when guarded or when the source is unknown
-    (an interactive session, ``python -c``)."""
+    (an interactive session, ``python -c``, a script edited since it started)."""
     frame = sys._getframe(1)
     while frame is not None and not (frame.f_code.co_name == "<module>"
                                      and frame.f_globals.get("__name__") == "__main__"):
@@ -137,6 +140,8 @@ def _unguarded_call_site() -> str | None:
         return None
     path, line = frame.f_code.co_filename, frame.f_lineno
     try:
+        if Path(path).stat().st_mtime > _IMPORTED_AT:  # edited since it started: its lines may have moved
+            return None
         tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return None
