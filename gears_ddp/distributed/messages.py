@@ -21,6 +21,8 @@ import logging
 import os
 import pickle
 import struct
+import time
+import traceback
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME
 
@@ -62,6 +64,12 @@ class WorkerMessages:
             frame = memoryview(_LENGTH.pack(len(payload)) + payload)
             while frame:
                 frame = frame[os.write(self._writer.fileno(), frame):]
+
+    def put_failure(self, worker: int) -> None:
+        """Tell the parent that ``worker`` failed: ``("error", time, worker, traceback)`` of
+        the exception being handled. The time lets the parent tell the first failure from
+        those of the workers that failed because a peer went away."""
+        self.put(("error", time.time(), worker, traceback.format_exc()))
 
     def receive(self) -> list:
         """The messages completed since the last call, without ever waiting for more bytes."""

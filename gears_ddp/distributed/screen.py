@@ -15,8 +15,6 @@ shared 2-core machine scored 14x slower than one; benchmarks/RESULTS.md).
 from __future__ import annotations
 
 import dataclasses
-import time
-import traceback
 
 import pandas as pd
 import torch
@@ -90,5 +88,5 @@ def screen_worker(worker: int, job: ScreenJob, shares: list[list[int]], devices:
             (lambda chunk, scores: messages.put(("chunk", chunk, scores)))
         score_chunks(job, shares[worker], store, device, label=f"screen worker {worker}")
     except BaseException:
-        messages.put(("error", time.time(), worker, traceback.format_exc()))
+        messages.put_failure(worker)
         raise

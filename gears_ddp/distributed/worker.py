@@ -12,8 +12,6 @@ import hashlib
 import logging
 import socket
 import threading
-import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,7 +131,7 @@ def train_ddp_worker(placement: Placement, pert_data, args: TrainingArgs, messag
         raise
     except BaseException:
         if messages is not None:
-            messages.put(("error", time.time(), rank, traceback.format_exc()))
+            messages.put_failure(rank)
         raise
     finally:
         cleanup_ddp()
