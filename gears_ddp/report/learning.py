@@ -9,15 +9,14 @@ them.
 """
 from __future__ import annotations
 
-import math
+from gears_ddp.report.verdicts import higher_is_better, is_better
 
 
-def _compare(model: float, baseline: float, higher_is_better: bool) -> str:
-    if math.isnan(model) or math.isnan(baseline):
+def _compare(model: float, baseline: float, metric: str) -> str:
+    better = is_better(model, baseline, higher_is_better(metric))
+    if better is None:
         return "not comparable"
-    if model == baseline:
-        return "level"
-    return "better" if (model > baseline) == higher_is_better else "worse"
+    return "level" if model == baseline else ("better" if better else "worse")
 
 
 def learning_checks(report: dict) -> list[str]:
@@ -30,7 +29,7 @@ def learning_checks(report: dict) -> list[str]:
         lines.append(f"Training loss {fell}: {losses[0]:.4g} in epoch 1, {losses[-1]:.4g} in epoch {len(losses)}.")
     model, baselines = report.get("model") or {}, report.get("baselines") or {}
     no_change = baselines.get("no_change", {})
-    parts = [f"{metric} {model[key]:.4g} against {no_change[key]:.4g} ({_compare(model[key], no_change[key], False)})"
+    parts = [f"{metric} {model[key]:.4g} against {no_change[key]:.4g} ({_compare(model[key], no_change[key], metric)})"
              for metric in ("mse", "mse_de") for key in [f"test_{metric}"] if key in model and key in no_change]
     if parts:
         lines.append("Against predicting no change: " + ", ".join(parts) + ".")
@@ -38,5 +37,5 @@ def learning_checks(report: dict) -> list[str]:
     if key in model and key in baselines.get("mean_effect", {}):
         ours, theirs = model[key], baselines["mean_effect"][key]
         lines.append(f"pearson_delta {ours:.4f} against the mean-effect baseline's {theirs:.4f} "
-                     f"({ours - theirs:+.4f}; {_compare(ours, theirs, True)}).")
+                     f"({ours - theirs:+.4f}; {_compare(ours, theirs, 'pearson_delta')}).")
     return lines

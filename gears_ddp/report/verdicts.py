@@ -88,12 +88,14 @@ def compare(model: dict, baselines: dict[str, dict], metrics=HEADLINE_METRICS, s
                 continue
             value, higher = float(model[key]), higher_is_better(metric)
             others = {name: float(summary[key]) for name, summary in baselines.items() if key in summary}
-            beats = {name: _better(value, others.get(name), higher) for name in baselines}
+            beats = {name: is_better(value, others.get(name), higher) for name in baselines}
             verdicts.append(MetricVerdict(key, subgroup, metric, higher, value, others, beats))
     return verdicts
 
 
-def _better(value: float, other: float | None, higher: bool) -> bool | None:
+def is_better(value: float, other: float | None, higher: bool) -> bool | None:
+    """Whether ``value`` is better than ``other`` in the metric's direction; None when
+    either is missing or NaN."""
     if other is None or value != value or other != other:  # NaN: no verdict
         return None
     return value > other if higher else value < other
