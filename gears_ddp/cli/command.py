@@ -15,15 +15,11 @@ with the same configuration. ``--seeds`` (or a ``replicates`` key) trains one ru
 concurrently over the devices, as ``train_replicates`` does, and summarises them.
 ``evaluate`` and ``predict`` read a run folder: its
 ``config.yaml`` says where the data is and how it was split, its model folder holds the
-<<<<<<< HEAD
-weights. Exit status: 0 done, 2 a bad configuration or input, 75 stopped by a signal with a
-checkpoint (continue with ``--set args.resume_from=auto``; replicates: the same command), 1
-anything else (a replicate that failed included).
-=======
 weights; so does ``screen``, which scores every pair of a gene set for genetic
-interactions on every GPU (or one process per CPU core). Exit status: 0 done, 2 a bad configuration or input, 75 stopped by a signal with a
-checkpoint (continue with ``--set args.resume_from=auto``), 1 anything else.
->>>>>>> issue25b
+interactions on every GPU (or one process per CPU core). Exit status: 0 done, 2 a bad
+configuration or input, 75 stopped by a signal with a checkpoint (continue with ``--set
+args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
+failed included).
 """
 from __future__ import annotations
 

@@ -1,0 +1,58 @@
+"""The repository as a user receives it: no merge-conflict markers in any file, and a clean
+``gears-ddp --help`` (the parser's description is the command module's docstring)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIPPED_FOLDERS = {".git", ".venv", "build", "dist", "__pycache__", ".pytest_cache"}
+MARKER = re.compile(r"^(<{7}|>{7})( |$)|^={7}$", re.MULTILINE)
+
+
+def repository_files() -> list[Path]:
+    """Every file of the working tree but version-control, environment and build folders."""
+    return [path for path in ROOT.rglob("*") if path.is_file()
+            and not SKIPPED_FOLDERS.intersection(path.relative_to(ROOT).parts[:-1])
+            and not any(part.endswith(".egg-info") for part in path.relative_to(ROOT).parts)]
+
+
+def conflict_markers(paths) -> list[str]:
+    """``path:line`` of each merge-conflict marker line in the text files among ``paths``."""
+    found = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # not text
+        for match in MARKER.finditer(text):
+            found.append(f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}")
+    return found
+
+
+def test_no_file_holds_a_merge_conflict_marker():
+    assert conflict_markers(repository_files()) == []
+
+
+def test_the_check_finds_a_conflict(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    conflicted = tmp_path / "module.py"
+    conflicted.write_text('"""Doc.\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> branch\n"""\n', encoding="utf-8")
+    (tmp_path / "clean.md").write_text("# Title\n\n=== not a marker ===\n", encoding="utf-8")
+    assert conflict_markers(repository_files()) == ["module.py:2", "module.py:4", "module.py:6"]
+
+
+def test_the_command_help_is_clean():
+    done = subprocess.run([sys.executable, "-m", "gears_ddp", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage: gears-ddp" in done.stdout
+    assert conflict_markers_in_text(done.stdout) == []
+    for command in ("demo", "train", "evaluate", "predict", "screen", "process"):
+        assert command in done.stdout
+
+
+def conflict_markers_in_text(text: str) -> list[str]:
+    return [match.group(0) for match in MARKER.finditer(text)]
