@@ -1,54 +1,49 @@
 """``GEARS``: the single-process API of the published package (model_initialize, train,
 predict, GI_predict, plot_perturbation, save_model, load_pretrained, uncertainty mode).
 
-The class is thin: the network is ``model.network.GEARSModel``, training is
-``training.recipe.TrainingRecipe`` with one rank (the code every rank of a distributed run
-runs), scoring is ``evaluation.scoring.score``, predictions come from
-``inference.prediction`` and saved models are the published format (``model.folder``).
+The class is a thin front that keeps the state a user sees (the data, the options, the
+network, the best model, the history, the last test scores) and hands explicit inputs to
+the parts that do the work: the network is ``model.network.GEARSModel`` with options
+``model.options.ModelOptions``, training is ``training.recipe.TrainingRecipe`` (the code
+every rank of a distributed run runs, through ``train_with``), scoring is
+``evaluation.scoring.score``, predictions come from ``inference``, and saved models are the
+published format (``model.folder``).
 """
 from __future__ import annotations
 
-import inspect
+import contextlib
 
 import numpy as np
 import pandas as pd
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.evaluation.baselines import baseline_results
+from gears_ddp._options import signature_with
+from gears_ddp._version import __version__
 from gears_ddp.data.conditions import CONTROL, condition_genes
-from gears_ddp.training.engine import evaluate
-from gears_ddp.model.losses import LossContext
-from gears_ddp.evaluation.metrics import EvaluationAccumulator, MetricContext
-from gears_ddp.model.network import GEARSModel
-from gears_ddp.model.folder import check_vocabulary, load_weights, model_from_config, read_config, \
-    save_model_folder
-from gears_ddp.training.options import TrainingOptions
-from gears_ddp.runtime.devices import best_device, mps_available
-from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
-from gears_ddp.training.recipe import TrainingRecipe
-from gears_ddp.report.verdicts import summary_verdicts, verdict_table
+from gears_ddp.evaluation.baselines import baseline_results
+from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, MetricContext
 from gears_ddp.evaluation.scoring import score
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor, drawn_control_cells, \
     query_keys, query_sets, set_effects
 from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenJob, model_record, run_screen, \
     score_chunks_here, score_gene_positions
+from gears_ddp.model.folder import GRAPH_KEYS, check_vocabulary, load_weights, model_from_config, read_config, \
+    save_model_folder
+from gears_ddp.model.losses import LossContext
+from gears_ddp.model.network import GEARSModel
+from gears_ddp.model.options import ModelOptions
+from gears_ddp.report.examples import prediction_examples
+from gears_ddp.report.run_folder import log_file, write_run_report
+from gears_ddp.report.verdicts import summary_verdicts, verdict_table
+from gears_ddp.runtime.devices import checked_device
+from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.training.engine import evaluate
+from gears_ddp.training.options import TrainingOptions, check_save_path
+from gears_ddp.training.recipe import TrainingInputs, TrainingRecipe
 from gears_ddp.training.tracking import start_wandb
 
 logger = get_logger(__name__)
-
-TUNABLE_PARAMETERS = {
-    "hidden_size": "hidden dimension, default 64",
-    "num_go_gnn_layers": "number of GNN layers for GO graph, default 1",
-    "num_gene_gnn_layers": "number of GNN layers for co-expression gene graph, default 1",
-    "decoder_hidden_size": "hidden dimension for gene-specific decoder, default 16",
-    "num_similar_genes_go_graph": "number of maximum similar K genes in the GO graph, default 20",
-    "num_similar_genes_co_express_graph": "number of maximum similar K genes in the co expression graph, default 20",
-    "coexpress_threshold": "pearson correlation threshold when constructing coexpression graph, default 0.4",
-    "uncertainty": "whether or not to turn on uncertainty mode, default False",
-    "uncertainty_reg": "regularization term to balance uncertainty loss and prediction loss, default 1",
-    "direction_lambda": "regularization term to balance direction loss and prediction loss, default 0.1",
-}
 
 
 class GEARS:
@@ -86,37 +81,26 @@ class GEARS:
 
     @staticmethod
     def tunable_parameters() -> dict[str, str]:
-        """The model options and what they mean."""
-        return dict(TUNABLE_PARAMETERS)
+        """The model options, each with what it means and its default."""
+        defaults = ModelOptions.defaults()
+        return {name: f"{meaning}, default {defaults[name]!r}" for name, meaning in ModelOptions.help().items()}
 
-    def model_initialize(self, hidden_size: int = 64, num_go_gnn_layers: int = 1, num_gene_gnn_layers: int = 1,
-                         decoder_hidden_size: int = 16, num_similar_genes_go_graph: int = 20,
-                         num_similar_genes_co_express_graph: int = 20, coexpress_threshold: float = 0.4,
-                         uncertainty: bool = False, uncertainty_reg: float = 1, direction_lambda: float = 1e-1,
-                         G_go=None, G_go_weight=None, G_coexpress=None, G_coexpress_weight=None,
-                         no_perturb: bool = False) -> None:
-        """Build the gene graphs (unless given) and the network, with the published options."""
-        _check_model_options(hidden_size=hidden_size, num_go_gnn_layers=num_go_gnn_layers,
-                             num_gene_gnn_layers=num_gene_gnn_layers, decoder_hidden_size=decoder_hidden_size,
-                             num_similar_genes_go_graph=num_similar_genes_go_graph,
-                             num_similar_genes_co_express_graph=num_similar_genes_co_express_graph,
-                             coexpress_threshold=coexpress_threshold, uncertainty_reg=uncertainty_reg,
-                             direction_lambda=direction_lambda)
+    def model_initialize(self, G_go=None, G_go_weight=None, G_coexpress=None, G_coexpress_weight=None,
+                         **options) -> None:
+        """Build the gene graphs (unless given) and the network. ``options`` are the
+        published model options (``ModelOptions``: ``hidden_size``, ``uncertainty``, ...;
+        ``tunable_parameters()`` lists them), checked before anything is built."""
+        options = ModelOptions.from_dict(options, "model_initialize")
         if G_coexpress is None:
-            graph = self.pert_data.coexpression_graph(coexpress_threshold, num_similar_genes_co_express_graph)
+            graph = self.pert_data.coexpression_graph(options.coexpress_threshold,
+                                                      options.num_similar_genes_co_express_graph)
             G_coexpress, G_coexpress_weight = graph.edge_index, graph.edge_weight
         if G_go is None:
-            graph = self.pert_data.go_graph(num_similar_genes_go_graph)
+            graph = self.pert_data.go_graph(options.num_similar_genes_go_graph)
             G_go, G_go_weight = graph.edge_index, graph.edge_weight
-        self.config = {"hidden_size": hidden_size, "num_go_gnn_layers": num_go_gnn_layers,
-                       "num_gene_gnn_layers": num_gene_gnn_layers, "decoder_hidden_size": decoder_hidden_size,
-                       "num_similar_genes_go_graph": num_similar_genes_go_graph,
-                       "num_similar_genes_co_express_graph": num_similar_genes_co_express_graph,
-                       "coexpress_threshold": coexpress_threshold, "uncertainty": uncertainty,
-                       "uncertainty_reg": uncertainty_reg, "direction_lambda": direction_lambda,
-                       "G_go": G_go, "G_go_weight": G_go_weight, "G_coexpress": G_coexpress,
+        self.config = {**options.as_dict(), "G_go": G_go, "G_go_weight": G_go_weight, "G_coexpress": G_coexpress,
                        "G_coexpress_weight": G_coexpress_weight, "device": str(self.device),
-                       "num_genes": self.num_genes, "num_perts": self.num_perts, "no_perturb": no_perturb}
+                       "num_genes": self.num_genes, "num_perts": self.num_perts}
         self.model = model_from_config(self.config).to(self.device)
         self.best_model = self.model
         if self.wandb:
@@ -148,24 +132,19 @@ class GEARS:
         """An empty per-condition accumulator for one evaluation pass."""
         return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device)
 
-    def train(self, epochs: int = 20, lr: float = 1e-3, weight_decay: float = 5e-4, amp: str = "off",
-              seed: int | None = None, *, max_steps: int | None = None, batch_size: int | None = None, test_batch_size: int | None = None,
-              num_workers: int | None = None, resample_controls: bool | None = None, grad_accum_steps: int = 1,
-              lr_scaling: str = "none", warmup_steps: int = 0, checkpoint_every: int = 0,
-              checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, resume_from: str | None = None,
-              save_path: str | None = None, sync_batchnorm: bool = False,
-              fused_decoder: bool = True, compile: bool = False, wandb: dict | None = None) -> dict:
+    def train(self, **options) -> dict:
         """Train, keep the model with the lowest val ``mse_de`` (``best_model``), score it and
         the baselines on test, and return the report: ``'model'`` and ``'baselines'`` test
         summaries, ``'best_epoch'``, ``'history'`` and, with ``save_path``, ``'model_path'``.
 
-        The options are ``train_multi_gpu``'s ``args`` under the same names (the README's
-        table). ``seed``, ``batch_size``, ``test_batch_size``, ``num_workers`` and
-        ``resample_controls`` default to what ``pert_data.get_dataloader`` was given; a value
-        here rebuilds the loaders with it (as does a CUDA device, whose loaders gather batches
-        into pinned memory).
+        The options are ``TrainingOptions`` (``epochs``, ``lr``, ``amp``, ...), which are
+        ``train_multi_gpu``'s ``args`` under the same names (docs/options.md). ``seed``,
+        ``batch_size``, ``test_batch_size``, ``num_workers`` and ``resample_controls``
+        default to what ``pert_data.get_dataloader`` was given; a value here rebuilds the
+        loaders with it (as does a CUDA device, whose loaders gather batches into pinned
+        memory).
         """
-        options = TrainingOptions.from_dict({k: v for k, v in locals().items() if k != "self"}, where="train")
+        options = TrainingOptions.from_dict(options, where="train")
         self._require_model()
         built = self.pert_data.loader_options
         # batches for a GPU are gathered into page-locked memory, from which the copy does not block
@@ -173,24 +152,61 @@ class GEARS:
         if wanted != built:
             self.pert_data.get_dataloader_distributed(**wanted)
         self.dataloader = self.pert_data.dataloader
-        report = TrainingRecipe(self, options, SINGLE_PROCESS).run()
-        self.saved_pred, self.saved_logvar_sum = {}, {}
-        self.weights_from = "training"
+        return self.train_with(options, SINGLE_PROCESS)
+
+    def train_with(self, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS) -> dict:
+        """The training every process runs, one alone (``train``) or each rank of a
+        distributed run (``ranks``): the recipe on this object's network and loaders, then
+        the best model kept, scored on test beside the baselines, saved with the run report
+        by the main rank when ``options.save_path`` is set. Returns ``train``'s report with
+        ``'world_size'`` and ``'parameter_digests'`` (each rank's final weights)."""
+        self._require_model()
+        if ranks.is_main and self.wandb is None and options.wandb:
+            self.wandb = start_wandb(**options.wandb)
+        writes = options.save_path is not None and ranks.is_main
+        if writes:
+            check_save_path(options.save_path)
+        with log_file(options.save_path) if writes else contextlib.nullcontext():
+            result = TrainingRecipe(self._training_inputs(ranks), options, ranks).run()
+            self.best_model, self.history = result.best_network, result.history
+            self.weights_from = "training"
+            self.saved_pred, self.saved_logvar_sum = {}, {}
+            report = {}
+            if result.test_result is not None:
+                report = self._score_test(result.test_result, ranks)
+            elif ranks.is_main:
+                logger.info("no test set (split %r): training done", self.split)
+            report.update(best_epoch=result.best_epoch, history=result.history, world_size=ranks.world_size,
+                          parameter_digests=result.parameter_digests)
+            if options.save_path is not None:
+                report["model_path"] = str(options.save_path)
+                if ranks.is_main:
+                    self.save_model(options.save_path)
+                    logger.info("model of epoch %d saved to %s", result.best_epoch, options.save_path)
+                    logger.info("run report: %s", write_run_report(options.save_path, report, self._examples()))
+                ranks.barrier()
         return report
+
+    def _training_inputs(self, ranks: SingleProcess) -> TrainingInputs:
+        return TrainingInputs(self.model, self.dataloader, self.loss_context(), self.new_accumulator,
+                              self.config["uncertainty"], self.device, self.wandb if ranks.is_main else None)
 
     def test(self, ranks: SingleProcess = SINGLE_PROCESS) -> dict:
         """Score the best model and the baselines on the test set (with subgroups for the
         simulation split); the main rank logs each metric beside the baselines with its
         verdict. In a distributed run every rank scores its share of the cells and ``ranks``
-        merges them. Keeps the per-condition metrics (``test_metrics_per_condition``) and the
-        evaluation results of the model and the baselines (``test_result``,
-        ``test_baseline_results``) for the report's pictures."""
+        merges them. Keeps the evaluation results of the model and the baselines
+        (``test_result``, ``test_baseline_results``) for the report's pictures."""
         self._require_model()
         result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
                           self.config["uncertainty"], self.device, ranks=ranks, progress="evaluating test")
+        return self._score_test(result, ranks)
+
+    def _score_test(self, result: EvaluationResult, ranks: SingleProcess) -> dict:
+        """The test summaries of the model's evaluation ``result`` and of the baselines."""
         context = MetricContext.from_pert_data(self.pert_data, result.conditions, ranks)
         subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
-        model_summary, self.test_metrics_per_condition = score(result, context, subgroups)
+        model_summary = score(result, context, subgroups)[0]
         self.test_result, self.test_baseline_results = result, baseline_results(self.pert_data, result)
         baselines = {name: score(res, context, subgroups)[0] for name, res in self.test_baseline_results.items()}
         if ranks.is_main:
@@ -198,6 +214,14 @@ class GEARS:
         if self.wandb:
             self.wandb.log(model_summary)
         return {"model": model_summary, "baselines": baselines}
+
+    def _examples(self) -> list[dict]:
+        """The test conditions the report's predictions picture shows (none without a test set)."""
+        if self.test_result is None:
+            return []
+        subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
+        return prediction_examples(self.test_result, self.test_baseline_results, self.pert_data.cells, self.gene_list,
+                                   self.ctrl_expression.cpu().numpy(), subgroups)
 
     # ------------------------------------------------------------------ using a model
     def predict(self, pert_list, return_type: str = "dict", seed: int = 0):
@@ -235,12 +259,30 @@ class GEARS:
             return pd.DataFrame(prediction, index=keys, columns=self.gene_list)
         if return_type == "anndata":
             from gears_ddp.inference.cell_eval_export import mean_predictions
-            return mean_predictions(self, pert_list, prediction, uncertainty, seed, PREDICTION_CELLS)
+            return mean_predictions(self.pert_data, self.provenance(), pert_list, prediction, uncertainty, seed,
+                                    PREDICTION_CELLS)
         if return_type == "cell-eval":
             from gears_ddp.inference.cell_eval_export import cell_predictions
-            return cell_predictions(self, pert_list, picked, effect.cpu(), seed)
+            return cell_predictions(self.pert_data, self.provenance(), pert_list, picked, effect.cpu(), seed)
         predictions = dict(zip(keys, prediction))
         return predictions if uncertainty is None else (predictions, dict(zip(keys, uncertainty.tolist())))
+
+    def predict_split(self, split: str = "test", clip_at_zero: bool = True):
+        """Predicted and real AnnData of every cell of ``split`` in cell-eval's layout
+        (``inference.cell_eval_export.split_predictions``; ``gears-ddp predict --split``)."""
+        from gears_ddp.inference.cell_eval_export import split_predictions
+
+        self._require_weights()
+        return split_predictions(self.pert_data, self.dataloader, self.perturbation_effects, self.provenance(), split,
+                                 clip_at_zero)
+
+    def provenance(self) -> dict:
+        """What produces this object's predictions, for their ``uns['gears_ddp']``: the
+        library version, the dataset, where the weights came from and the model options
+        (graph tensors left out)."""
+        self._require_model()
+        return {"version": __version__, "dataset": self.pert_data.dataset_name, "weights_from": str(self.weights_from),
+                "config": {k: v for k, v in self.config.items() if k not in GRAPH_KEYS}}
 
     def perturbation_effects(self, sets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The best model's predicted change from control (K x G) of each perturbation set
@@ -303,7 +345,8 @@ class GEARS:
         train = self.pert_data.set2conditions.get("train", []) if self.pert_data.set2conditions else []
         return ScreenJob.build(genes, self.node_map_pert, self.pert_data.gene2go, self.gene_list,
                                self.change_predictor(change, seed), GI_genes_file,
-                               [c for c in train if c != CONTROL], model_record(self), chunk_pairs)
+                               [c for c in train if c != CONTROL], model_record(self.best_model, self.weights_from),
+                               chunk_pairs)
 
     def plot_perturbation(self, query: str, save_file=None):
         """Box plots of the true change over control at the condition's top-20 non-dropout DE
@@ -327,7 +370,7 @@ class GEARS:
     def load_pretrained(self, path) -> None:
         """Load a model folder written by ``save_model``, by a distributed run or by the
         published GEARS (a ``module.`` prefix is stripped)."""
-        config = read_config(path, inspect.signature(self.model_initialize).parameters)
+        config = read_config(path, [*ModelOptions.names(), *GRAPH_KEYS])
         check_vocabulary(path, config, self.gene_list, self.pert_list)
         options = {k: v for k, v in config.items() if k not in ("device", "num_genes", "num_perts")}
         self.model_initialize(**options)
@@ -336,42 +379,6 @@ class GEARS:
         self.weights_from = str(path)
 
 
-def checked_device(device) -> torch.device:
-    """``device`` as a torch device that this machine has (``'auto'``: CUDA, else Apple
-    silicon's MPS, else the CPU); otherwise an error that says what there is."""
-    if device == "auto":
-        return best_device()
-    try:
-        checked = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device={device!r} is not a device: use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto' "
-                         f"({err})") from None
-    if checked.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ValueError(f"device={device!r}, but torch sees no CUDA GPU (torch.cuda.is_available() is False; "
-                             f"torch {torch.__version__}): use device='cpu', or install a CUDA build of torch")
-        if (checked.index or 0) >= count:
-            raise ValueError(f"device={device!r}, but torch sees {count} CUDA GPU(s) (cuda:0..cuda:{count - 1})")
-    if checked.type == "mps" and not mps_available():
-        raise ValueError(f"device={device!r}, but torch cannot use Apple silicon's GPU here "
-                         f"(torch.backends.mps.is_available() is False; torch {torch.__version__}): use "
-                         f"device='cpu' or 'auto'")
-    return checked
 
-
-def _check_model_options(**options) -> None:
-    """A ValueError naming the first ``model_initialize`` option out of its range."""
-    smallest = {"hidden_size": 1, "decoder_hidden_size": 1, "num_similar_genes_go_graph": 1,
-                "num_similar_genes_co_express_graph": 1, "num_go_gnn_layers": 0, "num_gene_gnn_layers": 0}
-    for name, minimum in smallest.items():
-        value = options[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ValueError(f"model_initialize: {name} must be an integer >= {minimum}, got {value!r}")
-    for name in ("coexpress_threshold", "uncertainty_reg", "direction_lambda"):
-        value = options[name]
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value) or value < 0:
-            raise ValueError(f"model_initialize: {name} must be a non-negative number, got {value!r}")
-    if options["coexpress_threshold"] > 1:
-        raise ValueError(f"model_initialize: coexpress_threshold is a correlation in [0, 1], "
-                         f"got {options['coexpress_threshold']!r}")
+GEARS.model_initialize.__signature__ = signature_with(GEARS.model_initialize, ModelOptions)
+GEARS.train.__signature__ = signature_with(GEARS.train, TrainingOptions)

@@ -14,7 +14,7 @@ import torch
 import gears_ddp
 from gears_ddp import GEARS, PertData
 from gears_ddp.inference.cell_eval_export import CONTROL_LABEL, PERT_COLUMN, PROVENANCE_KEY, condition_obs, gene_var, \
-    split_predictions, target_of
+    target_of
 from gears_ddp.data.conditions import CONTROL, condition_genes, is_combo
 from gears_ddp.datasets import write_synthetic_dataset
 from gears_ddp.evaluation.metrics import MetricContext
@@ -117,7 +117,7 @@ def test_cell_eval_predictions_are_control_cells_plus_the_change(trained):
 def test_cell_eval_metrics_equal_ours_on_the_same_predictions(trained):
     """On the unclipped split predictions, cell-eval's ``pearson_delta`` and ``mse``
     functions give, per perturbation, what ``GEARS.test`` scored."""
-    pred, real = split_predictions(trained, clip_at_zero=False)
+    pred, real = trained.predict_split(clip_at_zero=False)
     result = trained.test_result
     for condition, pred_mean, truth_mean in zip(result.conditions, result.pred_mean, result.truth_mean):
         np.testing.assert_allclose(_rows(pred, "condition", condition).mean(0), pred_mean, atol=1e-5)
@@ -128,7 +128,7 @@ def test_cell_eval_metrics_equal_ours_on_the_same_predictions(trained):
                                atol=1e-6)
     pair = PerturbationAnndataPair(real=real, pred=pred, pert_col=PERT_COLUMN, control_pert=CONTROL_LABEL)
     theirs = {"pearson_delta": pearson_delta(pair), "mse": mse(pair)}
-    ours = trained.test_metrics_per_condition
+    ours = score(result, MetricContext.from_pert_data(trained.pert_data, result.conditions))[1]
     assert set(theirs["mse"]) == {target_of(c) for c in trained.pert_data.set2conditions["test"]}
     for condition, metrics in ours.items():
         for name, values in theirs.items():
@@ -139,7 +139,7 @@ def test_cell_eval_evaluator_scores_the_written_files_as_we_score_them(trained, 
     """The default (clipped) files, written and read back by ``MetricsEvaluator`` with its
     default column names, score as our metrics score the clipped means; the unclipped
     prediction is refused."""
-    pred, real = split_predictions(trained)
+    pred, real = trained.predict_split()
     paths = {"pred": tmp_path / "pred.h5ad", "real": tmp_path / "real.h5ad"}
     pred.write_h5ad(paths["pred"])
     real.write_h5ad(paths["real"])
@@ -161,7 +161,7 @@ def test_cell_eval_evaluator_scores_the_written_files_as_we_score_them(trained, 
         for name in COMPARED:
             assert theirs[target_of(condition)][name] == pytest.approx(metrics[name], abs=1e-5), (condition, name)
 
-    raw, _ = split_predictions(trained, clip_at_zero=False)
+    raw, _ = trained.predict_split(clip_at_zero=False)
     with pytest.raises(ValueError, match="negative"):
         MetricsEvaluator(raw, real, pert_col=PERT_COLUMN, num_threads=1, outdir=str(outdir), skip_de=True)
 
@@ -170,7 +170,7 @@ def test_predictions_round_trip_through_h5ad(trained, tmp_path):
     queries = list(_queries(trained).values())
     written = {"anndata": trained.predict(queries, return_type="anndata"),
                "cell-eval": trained.predict(queries, return_type="cell-eval"),
-               "split": split_predictions(trained)[0]}
+               "split": trained.predict_split()[0]}
     for name, adata in written.items():
         adata.write_h5ad(tmp_path / f"{name}.h5ad")
         back = anndata.read_h5ad(tmp_path / f"{name}.h5ad")
@@ -184,7 +184,7 @@ def test_two_spellings_of_one_perturbation_and_unknown_splits_are_refused(traine
     with pytest.raises(ValueError, match=r"'A\+ctrl' and 'ctrl\+A' both perturb 'A'"):
         condition_obs(["A+ctrl", "ctrl+A"], index=["0", "1"])
     with pytest.raises(ValueError, match=r"no 'validation_loader'; this split's sets are \['test', 'train', 'val'\]"):
-        split_predictions(trained, split="validation")
+        trained.predict_split(split="validation")
 
 
 def test_var_is_indexed_by_gene_name_keeping_other_ids():

@@ -5,8 +5,7 @@ import torch
 
 from gears_ddp import GEARS, train_multi_gpu
 from gears_ddp.distributed.runtime import resolve_devices
-from gears_ddp.gears import checked_device
-from gears_ddp.runtime.devices import best_device
+from gears_ddp.runtime.devices import best_device, checked_device
 
 
 def _machine(monkeypatch, cuda: bool, mps: bool) -> None:

@@ -216,8 +216,8 @@ def test_bad_options_fail_before_any_process_starts(data_folder, tmp_path, monke
         train_multi_gpu(data_folder, "toy", {"split": "simulation", "sed": 1}, {})
     with pytest.raises(ValueError, match="cpu_processes"):
         train_multi_gpu(data_folder, "toy", SPLIT, {"save_path": str(tmp_path)}, gpu_ids=[0, 1])
-    with pytest.raises(ValueError, match="'fp16' needs a CUDA device"):
-        train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path, amp="fp16"))
+    with pytest.raises(ValueError, match=r"args\['amp'\] must be one of \('off', 'fp16', 'bf16'\)"):
+        train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path, amp="fp8"))
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     with pytest.raises(PermissionError, match="cannot write to save_path"):

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gears_ddp"
 
 # Lowest first. A module may import its own folder and the layers below its own.
 LAYERS = (
-    ("_logging", "_version"),
+    ("_logging", "_options", "_version"),
     ("data",),
     ("datasets", "model", "runtime"),
     ("evaluation",),

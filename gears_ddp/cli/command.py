@@ -270,14 +270,12 @@ def evaluate(options) -> int:
 
 
 def predict(options) -> int:
-    from gears_ddp.inference.cell_eval_export import split_predictions
-
     gears = _load_run(options)
     out = Path(options.out)
     if options.split is not None:
         if options.format == "csv":
             raise ValueError("--split writes cells: use --format cell-eval or anndata")
-        predicted, real = split_predictions(gears, options.split)
+        predicted, real = gears.predict_split(options.split)
         truth = out.with_name(out.name.replace(".h5ad", "") + ".truth.h5ad")
         predicted.write_h5ad(out)
         real.write_h5ad(truth)

@@ -9,24 +9,15 @@ the model options (``model_config``) and the options of the launch itself.
 from __future__ import annotations
 
 import inspect
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 
+from gears_ddp._options import Options, is_int, option, reject_unknown
 from gears_ddp.data.expression_map import DTYPES
 from gears_ddp.data.pertdata import STORAGES, PertData
-from gears_ddp.gears import GEARS
-from gears_ddp.training.options import TrainingOptions, _is_int, option, reject_unknown
+from gears_ddp.model.options import ModelOptions
+from gears_ddp.training.options import TrainingOptions
 
-
-def _parameters(function) -> list[str]:
-    return [name for name in inspect.signature(function).parameters if name != "self"]
-
-
-MODEL_OPTIONS = tuple(name for name in _parameters(GEARS.model_initialize) if not name.startswith("G_"))
-MODEL_DEFAULTS = {name: parameter.default for name, parameter in
-                  inspect.signature(GEARS.model_initialize).parameters.items() if name in MODEL_OPTIONS}
-MODEL_OPTION_HELP = {**GEARS.tunable_parameters(),
-                     "no_perturb": "predict no change for every perturbation (a control model), default False"}
-SPLIT_OPTIONS = tuple(_parameters(PertData.prepare_split))
+SPLIT_OPTIONS = tuple(name for name in inspect.signature(PertData.prepare_split).parameters if name != "self")
 SPLIT_DEFAULTS = {name: parameter.default for name, parameter in
                   inspect.signature(PertData.prepare_split).parameters.items() if name in SPLIT_OPTIONS}
 
@@ -78,7 +69,7 @@ class TrainingArgs(TrainingOptions):
         if not isinstance(self.model_config, dict):
             raise ValueError(f"args['model_config'] must be a dict of GEARS.model_initialize options, "
                              f"got {self.model_config!r}")
-        reject_unknown(self.model_config, MODEL_OPTIONS, "args['model_config']")
+        self.model_config = ModelOptions.from_dict(self.model_config, "args['model_config']").as_dict()
         for key, allowed in (("expression_storage", STORAGES), ("expression_dtype", tuple(DTYPES))):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"args['{key}'] must be one of {allowed}, got {getattr(self, key)!r}")
@@ -91,7 +82,7 @@ class TrainingArgs(TrainingOptions):
 
 
 @dataclass
-class ReplicateOptions:
+class ReplicateOptions(Options):
     """What a ``replicates`` key (``train_replicates``' ``replicates``) may hold: the seeds
     that make the replicates and how they share the devices."""
 
@@ -104,15 +95,12 @@ class ReplicateOptions:
                                         "devices as the devices given make)")
 
     @classmethod
-    def from_dict(cls, values: dict | None) -> "ReplicateOptions":
+    def from_dict(cls, values: dict | None, where: str = "replicates") -> "ReplicateOptions":
         if not isinstance(values, dict):
             raise ValueError(f"replicates must be a mapping such as {{seeds: [1, 2, 3]}}, got {values!r}")
-        reject_unknown(values, [item.name for item in fields(cls)], "replicates")
-        options = cls(**values)
-        options.check()
-        return options
+        return super().from_dict(values, where)
 
-    def check(self) -> None:
+    def check(self, where: str = "replicates") -> None:
         """Raise a ValueError naming the first bad value."""
         if self.seeds is None and self.split_seeds is None:
             raise ValueError("replicates needs seeds and/or split_seeds, e.g. {seeds: [1, 2, 3]}")
@@ -122,7 +110,7 @@ class ReplicateOptions:
                 continue
             if not isinstance(values, (list, tuple)) or not values:
                 raise ValueError(f"replicates.{key} must be a non-empty list of seeds, got {values!r}")
-            bad = [value for value in values if not (_is_int(value) and value >= 0)]
+            bad = [value for value in values if not (is_int(value) and value >= 0)]
             if bad:
                 raise ValueError(f"replicates.{key} must hold non-negative integers; {bad} are not")
             repeated = sorted({value for value in values if list(values).count(value) > 1})
@@ -135,8 +123,5 @@ class ReplicateOptions:
                              f"({len(self.split_seeds)}) pair up, one replicate per pair: give lists of equal length")
         for key in ("ranks_per_replicate", "parallel"):
             value = getattr(self, key)
-            if (value is not None or key == "ranks_per_replicate") and not (_is_int(value) and value >= 1):
+            if (value is not None or key == "ranks_per_replicate") and not (is_int(value) and value >= 1):
                 raise ValueError(f"replicates.{key} must be a positive integer, got {value!r}")
-
-    def as_dict(self) -> dict:
-        return asdict(self)

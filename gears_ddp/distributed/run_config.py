@@ -19,16 +19,15 @@ file. The run folder keeps the resolved configuration (every default filled in) 
 from __future__ import annotations
 
 import re
-from dataclasses import fields
 from pathlib import Path
 
 import yaml
 
 from gears_ddp.data.io import atomic_path
 from gears_ddp.data.splits import SPLIT_OPTION_HELP
-from gears_ddp.distributed.config import (MODEL_DEFAULTS, MODEL_OPTION_HELP, SPLIT_DEFAULTS, ReplicateOptions,
-                                          SplitConfig, TrainingArgs)
+from gears_ddp.distributed.config import SPLIT_DEFAULTS, ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.distributed.runtime import check_device_request
+from gears_ddp.model.options import ModelOptions
 from gears_ddp.training.options import TrainingOptions
 from gears_ddp.report.run_folder import CONFIG_FILE
 
@@ -142,7 +141,6 @@ def resolved_config(pert_data_path: str, dataset_name: str, split: SplitConfig, 
     """The configuration with every default filled in: what the run folder keeps. A single
     run's has no ``replicates`` key."""
     values = args.as_dict()
-    values["model_config"] = {**MODEL_DEFAULTS, **values["model_config"]}
     config = {"pert_data_path": pert_data_path, "dataset_name": dataset_name,
               "split_config": {**SPLIT_DEFAULTS, **split.options}, "args": values, "n_gpus": n_gpus,
               "gpu_ids": None if gpu_ids is None else [int(i) for i in gpu_ids]}
@@ -166,31 +164,27 @@ def option_sections(with_train_defaults: bool = True) -> list[tuple[str, str, li
     ``split_config`` and ``replicates``. ``with_train_defaults``: an ``args`` default also says where
     ``GEARS.train``'s differs, or that ``GEARS.train`` does not take it. ``gears-ddp train
     --help`` and docs/options.md are written from it."""
-    in_train = {item.name: _default(item) for item in fields(TrainingOptions)}
+    in_train = TrainingOptions.defaults()
     args = []
-    for item in fields(TrainingArgs):
-        default = repr(_default(item))
-        if with_train_defaults and item.name not in in_train:
+    for name, value in TrainingArgs.defaults().items():
+        default = repr(value)
+        if with_train_defaults and name not in in_train:
             default += " (args only)"
-        elif with_train_defaults and in_train[item.name] != _default(item):
-            default += f" (GEARS.train: {in_train[item.name]!r})"
-        args.append((item.name, default, item.metadata.get("help", "")))
+        elif with_train_defaults and in_train[name] != value:
+            default += f" (GEARS.train: {in_train[name]!r})"
+        args.append((name, default, TrainingArgs.help()[name]))
     return [
         ("Top-level keys (train_multi_gpu's parameters, and train_replicates' replicates)", "",
          [(name, "required" if name in REQUIRED_KEYS else "None", RUN_KEY_HELP[name])
           for name in RUN_KEYS if name not in ("split_config", "args")]),
         ("args (GEARS.train's keyword arguments, but those marked args only)", "args.", args),
         ("args.model_config (GEARS.model_initialize)", "args.model_config.",
-         [(name, repr(value), MODEL_OPTION_HELP[name]) for name, value in MODEL_DEFAULTS.items()]),
+         [(name, repr(value), ModelOptions.help()[name]) for name, value in ModelOptions.defaults().items()]),
         ("split_config (PertData.prepare_split)", "split_config.",
          [(name, repr(value), SPLIT_OPTION_HELP[name]) for name, value in SPLIT_DEFAULTS.items()]),
         ("replicates (train_replicates)", "replicates.",
-         [(item.name, repr(_default(item)), item.metadata["help"]) for item in fields(ReplicateOptions)]),
+         [(name, repr(value), ReplicateOptions.help()[name]) for name, value in ReplicateOptions.defaults().items()]),
     ]
-
-
-def _default(item):
-    return item.default_factory() if callable(item.default_factory) else item.default
 
 
 def option_help() -> str:

@@ -27,7 +27,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp.data import download
 from gears_ddp.data.io import file_lock, loads_plain_data
 from gears_ddp.data.pertdata import PertData
-from gears_ddp.distributed.config import MODEL_DEFAULTS, SplitConfig, TrainingArgs
+from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.messages import WorkerMessages, replay_log
 from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, resolve_devices, setup_ddp
 from gears_ddp.distributed.worker import Placement, spawned_worker, train_ddp_worker
@@ -71,7 +71,7 @@ def prepare_data(pert_data_path, dataset_name: str, split: SplitConfig, args: Tr
     with file_lock(dataset.parent / f".{dataset.name}.prepare.lock"):
         pert_data = load_dataset(pert_data_path, dataset_name, args.expression_storage, args.expression_dtype)
         pert_data.prepare_split(**split.options)
-        options = {**MODEL_DEFAULTS, **args.model_config}  # the graphs model_initialize will ask for
+        options = args.model_config  # the graphs model_initialize will ask for
         pert_data.coexpression_graph(options["coexpress_threshold"], options["num_similar_genes_co_express_graph"])
         pert_data.go_graph(options["num_similar_genes_go_graph"])
     pert_data.cells.identity()  # values in memory are hashed here, once, not in every spawned worker

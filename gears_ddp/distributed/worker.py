@@ -23,7 +23,6 @@ from gears_ddp.distributed.config import TrainingArgs
 from gears_ddp.distributed.runtime import cleanup_ddp, setup_ddp
 from gears_ddp.gears import GEARS
 from gears_ddp.runtime.ranks import ProcessGroupRanks
-from gears_ddp.training.recipe import TrainingRecipe
 from gears_ddp.runtime.stopping import TrainingInterrupted
 from gears_ddp.runtime.threads import cpu_threads
 
@@ -149,4 +148,4 @@ def train_rank(pert_data, args: TrainingArgs, device: torch.device, ranks: Proce
                                          resample_controls=args.resample_controls)
     gears = GEARS(pert_data, device=str(device))
     gears.model_initialize(**args.model_config)
-    return TrainingRecipe(gears, args, ranks).run()
+    return gears.train_with(args, ranks)

@@ -78,7 +78,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gears_ddp._version import __version__
 from gears_ddp.data.conditions import CONTROL, condition_genes
 
 PERT_COLUMN = "target_gene"      # the default --pert-col of `cell-eval run`
@@ -144,31 +143,24 @@ def gene_var(pert_data) -> pd.DataFrame:
     return var
 
 
-def provenance(gears, **details) -> dict:
-    """What produced a prediction, for ``uns['gears_ddp']``: library version, dataset, where
-    the weights came from, the model options (graph tensors left out) and ``details``."""
-    config = {k: v for k, v in gears.config.items() if not k.startswith("G_")}
-    return {"version": __version__, "dataset": gears.pert_data.dataset_name,
-            "weights_from": str(gears.weights_from), "config": config, **details}
-
-
 # ---------------------------------------------------------------------------- GEARS.predict
-def mean_predictions(gears, pert_list, prediction: np.ndarray, uncertainty: np.ndarray | None, seed: int,
-                     control_cells: int) -> anndata.AnnData:
+def mean_predictions(pert_data, provenance: dict, pert_list, prediction: np.ndarray,
+                     uncertainty: np.ndarray | None, seed: int, control_cells: int) -> anndata.AnnData:
     """``GEARS.predict(..., return_type='anndata')``: one row per query, its mean prediction
     (Q x G) over ``control_cells`` control cells drawn with ``seed``, named by its condition
     as the data writes it (``A+ctrl``, ``A+B``), with the queried genes and cell-eval's
     target in ``obs`` (and ``uncertainty``, exp(-mean log-variance), in uncertainty mode),
-    the genes as ``var`` and provenance in ``uns['gears_ddp']``."""
-    conditions = query_conditions(gears.pert_data, pert_list)
+    the genes as ``var`` and ``provenance`` (``GEARS.provenance()``) in ``uns['gears_ddp']``."""
+    conditions = query_conditions(pert_data, pert_list)
     obs = condition_obs(conditions, index=conditions)
     if uncertainty is not None:
         obs["uncertainty"] = uncertainty
-    uns = {PROVENANCE_KEY: provenance(gears, seed=seed, control_cells=control_cells)}
-    return anndata.AnnData(X=prediction, obs=obs, var=gene_var(gears.pert_data), uns=uns)
+    uns = {PROVENANCE_KEY: {**provenance, "seed": seed, "control_cells": control_cells}}
+    return anndata.AnnData(X=prediction, obs=obs, var=gene_var(pert_data), uns=uns)
 
 
-def cell_predictions(gears, pert_list, controls: torch.Tensor, effect: torch.Tensor, seed: int) -> anndata.AnnData:
+def cell_predictions(pert_data, provenance: dict, pert_list, controls: torch.Tensor, effect: torch.Tensor,
+                     seed: int) -> anndata.AnnData:
     """``GEARS.predict(..., return_type='cell-eval')``: for each query, the drawn control
     cells ``controls`` (N x G, drawn with ``seed``) each with the query's predicted change
     ``effect`` (Q x G), clipped at 0; then the same control cells unchanged, as
@@ -176,24 +168,24 @@ def cell_predictions(gears, pert_list, controls: torch.Tensor, effect: torch.Ten
 
     Memory: (Q + 1) x N x G float32 (N = 300: 1,000 queries of 5,000 genes take 6 GB).
     """
-    conditions = query_conditions(gears.pert_data, pert_list)
+    conditions = query_conditions(pert_data, pert_list)
     n_cells = len(controls)
     shifted = (controls.unsqueeze(0) + effect.unsqueeze(1)).clamp_(min=0).reshape(-1, controls.shape[1])
     rows = [c for c in conditions for _ in range(n_cells)] + [CONTROL] * n_cells
     obs = condition_obs(rows, index=[f"{c}:{k % n_cells}" for k, c in enumerate(rows)])
-    uns = {PROVENANCE_KEY: provenance(gears, seed=seed, control_cells=n_cells, clipped_at_zero=True)}
-    return anndata.AnnData(X=torch.cat((shifted, controls)).numpy(), obs=obs, var=gene_var(gears.pert_data), uns=uns)
+    uns = {PROVENANCE_KEY: {**provenance, "seed": seed, "control_cells": n_cells, "clipped_at_zero": True}}
+    return anndata.AnnData(X=torch.cat((shifted, controls)).numpy(), obs=obs, var=gene_var(pert_data), uns=uns)
 
 
 # ---------------------------------------------------------------------------- a split
-def _split_dataset(gears, split: str):
+def _split_dataset(loaders: dict, split: str):
     """The cells of ``split`` and their control partners, as its evaluation loader holds them
     (``train``: the training cells in evaluation order, whose pairing does not resample)."""
     key = "train_eval_loader" if split == "train" else f"{split}_loader"
-    if key not in gears.dataloader:
-        sets = sorted(k.removesuffix("_loader") for k in gears.dataloader if k != "train_eval_loader")
+    if key not in loaders:
+        sets = sorted(k.removesuffix("_loader") for k in loaders if k != "train_eval_loader")
         raise ValueError(f"split={split!r}: the loaders have no {key!r}; this split's sets are {sets}")
-    return gears.dataloader[key].dataset
+    return loaders[key].dataset
 
 
 def _add_effects(rows: torch.Tensor, effect: torch.Tensor, which: torch.Tensor) -> None:
@@ -204,10 +196,14 @@ def _add_effects(rows: torch.Tensor, effect: torch.Tensor, which: torch.Tensor) 
         rows[start:start + len(block)] += effect[block]
 
 
-def split_predictions(gears, split: str = "test", clip_at_zero: bool = True) -> tuple[anndata.AnnData, anndata.AnnData]:
+def split_predictions(pert_data, loaders: dict, effects, provenance: dict, split: str = "test",
+                      clip_at_zero: bool = True) -> tuple[anndata.AnnData, anndata.AnnData]:
     """Predicted and real AnnData of every cell of ``split`` (``'train'``, ``'val'`` or
     ``'test'``) in cell-eval's layout (what ``gears-ddp predict --format cell-eval --split``
-    writes); score them with ``cell-eval run -ap pred.h5ad -ar real.h5ad``.
+    writes); score them with ``cell-eval run -ap pred.h5ad -ar real.h5ad``. ``loaders`` are
+    the data's loaders (``PertData.dataloader``), ``effects`` maps perturbation sets to the
+    model's predicted changes (``GEARS.perturbation_effects``) and ``provenance`` says what
+    made them (``GEARS.provenance()``).
 
     - predicted: each perturbed cell of the split is the control cell its loader pairs it
       with plus its condition's predicted change (the best model in evaluation mode), so a
@@ -225,26 +221,26 @@ def split_predictions(gears, split: str = "test", clip_at_zero: bool = True) -> 
     Memory: each file is (split cells + control cells) x genes float32, both held at once
     (e.g. 20,000 test cells + 10,000 controls x 5,000 genes: 600 MB each).
     """
-    table = gears.pert_data.cells
+    table = pert_data.cells
     controls = table.control_cells()
     if len(controls) == 0:
         raise ValueError("the dataset has no control cells ('ctrl'); cell-eval measures changes from control")
-    dataset = _split_dataset(gears, split)
+    dataset = _split_dataset(loaders, split)
     cells = dataset.cell_indices[table.condition_codes[dataset.cell_indices] != table.conditions.index(CONTROL)]
     if len(cells) == 0:
         raise ValueError(f"split={split!r} has no perturbed cells to predict")
     codes, which = torch.unique(table.condition_codes[cells], return_inverse=True)
-    effect, _ = gears.perturbation_effects(table.condition_pert_idx[codes])
+    effect, _ = effects(table.condition_pert_idx[codes])
     predicted = table.rows(torch.cat((dataset.partners[cells], controls)))
     _add_effects(predicted, effect.cpu(), which)
     if clip_at_zero:
         predicted[:len(cells)].clamp_(min=0)
     conditions = [table.conditions[c] for c in table.condition_codes[cells].tolist()] + [CONTROL] * len(controls)
     obs = condition_obs(conditions, index=[str(i) for i in torch.cat((cells, controls)).tolist()])
-    var = gene_var(gears.pert_data)
-    uns = {PROVENANCE_KEY: provenance(gears, split=split, split_mode=gears.pert_data.split,
-                                      split_seed=gears.pert_data.seed, pairing_seed=dataset.pairing_seed,
-                                      control_cells=len(controls), clipped_at_zero=clip_at_zero)}
+    var = gene_var(pert_data)
+    uns = {PROVENANCE_KEY: {**provenance, "split": split, "split_mode": pert_data.split, "split_seed": pert_data.seed,
+                            "pairing_seed": dataset.pairing_seed, "control_cells": len(controls),
+                            "clipped_at_zero": clip_at_zero}}
     real = table.rows(torch.cat((cells, controls)))
     return (anndata.AnnData(X=predicted.numpy(), obs=obs, var=var, uns=uns),
             anndata.AnnData(X=real.numpy(), obs=obs.copy(), var=var.copy(), uns=copy.deepcopy(uns)))

@@ -31,7 +31,6 @@ from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_sc
 # epistatic when dominance > 0.25.
 INTERACTION_THRESHOLDS = {"additive_band": 0.3, "neomorphic_below": 0.85, "redundant_above": 0.8,
                           "epistasis_above": 0.25}
-MAGNITUDE_TYPES = ("synergy", "additive", "suppressor")
 
 
 def _as_change_vector(name: str, values) -> np.ndarray:

@@ -54,9 +54,9 @@ RECORD_IDENTITY = {"model": "the model's weights and graphs", "genes": "the scre
                    "seed": "the seed of the drawn control cells", "chunk_pairs": "the chunk size"}
 
 
-def model_record(gears) -> dict:
+def model_record(network, weights_from: str | None) -> dict:
     """The model a screen uses: a digest of its weights and graphs, and where they came from."""
-    return {"weights": parameter_digest(gears.best_model), "from": gears.weights_from}
+    return {"weights": parameter_digest(network), "from": weights_from}
 
 
 def checked_screen_genes(genes, node_map_pert: Mapping[str, int], gene2go: Mapping) -> list[str]:

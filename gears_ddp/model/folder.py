@@ -19,6 +19,7 @@ from gears_ddp.data import io
 from gears_ddp.model.network import GEARSModel
 
 CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE = "config.pkl", "model.pt", "vocabulary.json"
+GRAPH_KEYS = ("G_go", "G_go_weight", "G_coexpress", "G_coexpress_weight")  # the config's graph tensors
 
 
 def parameter_digest(model: nn.Module) -> str:

@@ -36,23 +36,22 @@ def unwrapped(model: nn.Module) -> nn.Module:
 @dataclass
 class Precision:
     """Mixed precision of a step: ``dtype`` None (full precision), torch.float16 or torch.bfloat16;
-    ``scaler`` a ``torch.amp.GradScaler`` for float16 on CUDA."""
+    ``scaler`` a ``torch.amp.GradScaler`` for float16."""
 
     dtype: torch.dtype | None = None
     scaler: torch.amp.GradScaler | None = None
 
     @classmethod
     def for_mode(cls, amp: str, device: torch.device) -> "Precision":
-        """The precision of an ``amp`` option (``AMP_MODES``) on ``device``: bfloat16 autocast
-        (CPU or GPU), float16 autocast with a gradient scaler (CUDA only), or none."""
+        """The precision of an ``amp`` option (``AMP_MODES``) on ``device``: bfloat16 autocast,
+        float16 autocast with a gradient scaler (which scales the loss so that small float16
+        gradients do not flush to zero, and skips a step whose gradients overflowed), or none."""
         if amp not in AMP_MODES:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {amp!r}")
         if amp == "bf16":
             return cls(torch.bfloat16)
         if amp == "fp16":
-            if device.type != "cuda":
-                raise ValueError(f"amp='fp16' needs a CUDA device, not {device}; use 'bf16' on CPU")
-            return cls(torch.float16, torch.amp.GradScaler("cuda"))
+            return cls(torch.float16, torch.amp.GradScaler(torch.device(device).type))
         return cls()
 
     def autocast(self, device: torch.device):

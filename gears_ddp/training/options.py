@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
+
+from gears_ddp._options import Options, is_int, is_number, option, option_name
 
 AMP_MODES = ("off", "fp16", "bf16")
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -19,16 +21,8 @@ LOADER_OPTIONS = ("batch_size", "test_batch_size", "seed", "num_workers", "resam
 MIN_FREE_BYTES = 50 * 2**20  # room a save folder needs for checkpoints
 
 
-def option(default, help: str):
-    """A dataclass field with its one-line help (``gears-ddp train --help`` lists them); a
-    dict default is copied for each instance."""
-    if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
-class TrainingOptions:
+class TrainingOptions(Options):
     """What ``GEARS.train`` accepts; see the README's options table.
 
     The loader options (``LOADER_OPTIONS``) default to None here, meaning "as the loaders
@@ -40,8 +34,8 @@ class TrainingOptions:
                              "gradient values clipped at 1.0)")
     lr: float = option(1e-3, "learning rate (Adam), halved every epoch")
     weight_decay: float = option(5e-4, "Adam weight decay")
-    amp: str = option("off", "'off', 'bf16' (CPU or GPU) or 'fp16' (CUDA, with a gradient scaler, unscaled before "
-                             "clipping)")
+    amp: str = option("off", "'off', 'bf16' or 'fp16' (with a gradient scaler: gradients unscaled before clipping, "
+                             "a step whose gradients overflow skipped and the scale lowered)")
     seed: int | None = option(None, "shuffling and control pairing (and, in args, the initial weights)")
     max_steps: int | None = option(None, "stop after this many optimiser steps in all (the epoch then ends with its "
                                          "evaluation)")
@@ -70,33 +64,26 @@ class TrainingOptions:
 
     @classmethod
     def from_dict(cls, values: dict | None, where: str = "args"):
-        """Checked options from a dict; errors name a key as ``args['key']`` (``where='args'``)
-        or as the argument of ``where`` (``train(lr=...)``)."""
-        values = dict(values or {})
-        reject_unknown(values, [f.name for f in fields(cls)], where)
-        options = cls(**values)
-        options.check(where)
-        return options
+        return super().from_dict(values, where)
 
     def check(self, where: str) -> None:
-        """Raise a ValueError naming the first bad option."""
         def name(key: str) -> str:
-            return f"{where}['{key}']" if where == "args" else f"{where}({key}=...)"
+            return option_name(where, key)
 
         for key in ("epochs", "max_steps", "grad_accum_steps", "batch_size", "test_batch_size", "keep_checkpoints"):
             value = getattr(self, key)
-            if value is not None and not (_is_int(value) and value >= 1):
+            if value is not None and not (is_int(value) and value >= 1):
                 raise ValueError(f"{name(key)} must be a positive integer, got {value!r}")
         for key in ("num_workers", "checkpoint_every", "checkpoint_every_steps", "warmup_steps", "seed"):
             value = getattr(self, key)
-            if value is not None and not (_is_int(value) and value >= 0):
+            if value is not None and not (is_int(value) and value >= 0):
                 raise ValueError(f"{name(key)} must be a non-negative integer, got {value!r}")
         for key, allowed in (("amp", AMP_MODES), ("lr_scaling", LR_SCALINGS)):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"{name(key)} must be one of {allowed}, got {getattr(self, key)!r}")
         for key in ("lr", "weight_decay"):
             value = getattr(self, key)
-            if not _is_number(value) or value < 0 or (key == "lr" and value == 0):
+            if not is_number(value) or value < 0 or (key == "lr" and value == 0):
                 raise ValueError(f"{name(key)} must be a {'positive' if key == 'lr' else 'non-negative'} "
                                  f"number, got {value!r}")
         for key in ("resample_controls", "sync_batchnorm", "fused_decoder", "compile"):
@@ -133,16 +120,6 @@ class TrainingOptions:
         """The loader options that are set (not None)."""
         return {key: getattr(self, key) for key in LOADER_OPTIONS if getattr(self, key) is not None}
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def reject_unknown(given: dict, known, where: str) -> None:
-    """A ValueError naming the keys of ``given`` that are not in ``known``."""
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ValueError(f"unknown {where} key(s) {unknown}; known keys: {sorted(known)}")
-
 
 def check_save_path(save_path) -> Path:
     """Create the save folder and make sure it is writable with room for checkpoints, before
@@ -160,11 +137,3 @@ def check_save_path(save_path) -> Path:
         raise OSError(f"save_path {path} has only {free / 2**20:.0f} MiB free; checkpoints need at least "
                       f"{MIN_FREE_BYTES / 2**20:.0f} MiB")
     return path
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,48 +1,89 @@
 """The GEARS training recipe, the one place where training happens.
 
-``GEARS.train`` runs it in one process; every rank of ``train_multi_gpu`` and of
-``python -m gears_ddp.launch`` runs it too, with a ``ProcessGroupRanks`` instead of
-``SingleProcess`` (``gears_ddp.runtime.ranks``). Nothing else differs, so a run prototyped in one
-process gives the same weights and metrics as the same run on one rank of a distributed job.
+``GEARS.train`` runs it in one process; every rank of ``train_multi_gpu`` and of a torchrun
+or Slurm job runs it too, with a ``ProcessGroupRanks`` instead of ``SingleProcess``
+(``gears_ddp.runtime.ranks``). Nothing else differs, so a run prototyped in one process
+gives the same weights and metrics as the same run on one rank of a distributed job.
+
+The recipe takes what it trains explicitly (``TrainingInputs``: the network, the loaders,
+the loss context, a factory of evaluation accumulators, the device, an optional tracker)
+and returns what training produced (``TrainingResult``: the best network, its epoch, the
+history, the best network's test evaluation). It never sees the ``GEARS`` object: keeping
+the best model, saving it and writing the report are the caller's (``GEARS.train_with``).
 
 As in the published GEARS: Adam, ``StepLR(step_size=1, gamma=0.5)`` stepped every epoch,
 gradient values clipped at 1.0; after every epoch the model is evaluated on train and val,
 and the model with the lowest val ``mse_de`` is kept; the kept model is scored on test at
-the end, beside the baselines. Added: mixed precision, gradient accumulation, learning-rate
-warmup and scaling with the effective batch, checkpoints every N epochs or optimiser steps
-with exact resume (mid-epoch too), stopping cleanly on SIGTERM / SIGUSR1, and the main rank
-saving the model.
+the end. Added: mixed precision, gradient accumulation, learning-rate warmup and scaling
+with the effective batch, checkpoints every N epochs or optimiser steps with exact resume
+(mid-epoch too), stopping cleanly on SIGTERM / SIGUSR1, and stopping every rank at a
+non-finite loss before anything is evaluated or saved (``finite_loss``).
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
 from gears_ddp._logging import get_logger
-from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, unwrapped
+from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, compute_metrics
+from gears_ddp.model.folder import parameter_digest
+from gears_ddp.model.losses import LossContext
+from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
+from gears_ddp.report.run_folder import write_history
 from gears_ddp.runtime.host_memory import retained_host_memory
-from gears_ddp.evaluation.metrics import compute_metrics
-from gears_ddp.model.folder import model_from_config, parameter_digest
-from gears_ddp.training.optimization import add_warmup, make_optimizer
-from gears_ddp.training.options import TrainingOptions, check_save_path
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
-from gears_ddp.report.examples import prediction_examples
-from gears_ddp.report.run_folder import log_file, write_history, write_run_report
 from gears_ddp.runtime.stopping import StopSignals, TrainingInterrupted, signal_name
 from gears_ddp.runtime.threads import at_most_usable_threads
-from gears_ddp.training.tracking import start_wandb
 from gears_ddp.training.checkpoint import resolve_resume, restore_rng_states, save_training_checkpoint
-from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
+from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, unwrapped
+from gears_ddp.training.finite_loss import LossWatch
+from gears_ddp.training.optimization import add_warmup, make_optimizer
+from gears_ddp.training.options import TrainingOptions
 
 logger = get_logger(__name__)
 LOG_EVERY_STEPS = 50
+
+
+@dataclass
+class TrainingInputs:
+    """What the recipe trains: the ``network`` (initialised, on ``device``), this rank's
+    ``loaders`` (``train_loader``, ``train_eval_loader``, ``val_loader`` and, when the split
+    has one, ``test_loader``), the loss's per-condition gene sets (``loss_context``), a
+    factory of empty evaluation accumulators (``new_accumulator``), whether the network is
+    in ``uncertainty`` mode, and an optional ``tracker`` (an experiment tracker with
+    ``log(dict)`` and ``config.update(dict)``, such as a Weights & Biases run; the main
+    rank's only)."""
+
+    network: nn.Module
+    loaders: dict
+    loss_context: LossContext
+    new_accumulator: Callable[[], EvaluationAccumulator]
+    uncertainty: bool
+    device: torch.device
+    tracker: object | None = None
+
+
+@dataclass
+class TrainingResult:
+    """What ``TrainingRecipe.run`` returns: the network with the best weights (lowest val
+    ``mse_de``; in evaluation mode), their epoch (1-based), the per-epoch history, the best
+    network's evaluation on the test set (all ranks' cells; None without a test set) and
+    each rank's digest of its final weights (equal on every rank of a sound run)."""
+
+    best_network: nn.Module
+    best_epoch: int
+    history: list[dict]
+    test_result: EvaluationResult | None
+    parameter_digests: list[str]
 
 
 @dataclass
@@ -76,25 +117,20 @@ class TrainingPosition:
 
 
 class TrainingRecipe:
-    """Train ``gears.model`` on ``gears.dataloader`` as this process's rank of ``ranks``.
+    """Train ``inputs.network`` on ``inputs.loaders`` as this process's rank of ``ranks``.
 
-    ``gears`` is a ``GEARS`` with an initialised model and loaders for this rank. ``run()``
-    trains, keeps the best model as ``gears.best_model``, scores it on test (all ranks
-    together), saves it on the main rank when ``options.save_path`` is set, and returns the
-    report: ``'model'`` and ``'baselines'`` test summaries (when the split has a test set),
-    ``'best_epoch'`` (1-based), ``'history'``, ``'world_size'``, ``'parameter_digests'``
-    (each rank's final weights) and ``'model_path'`` when saved. With a ``save_path``, a
-    SIGTERM or SIGUSR1 stops every rank at the next optimiser step with a checkpoint, and
-    ``run()`` raises ``TrainingInterrupted``.
+    ``run()`` trains the remaining epochs and returns a ``TrainingResult``. With
+    ``options.save_path`` (a folder the caller checked with ``options.check_save_path``), the main rank writes the per-epoch metrics and the checkpoints
+    there, and a SIGTERM or SIGUSR1 stops every rank at the next optimiser step with a
+    checkpoint (``run()`` raises ``TrainingInterrupted``). A non-finite loss stops every
+    rank with ``NonFiniteLoss`` before anything else is evaluated or saved.
     """
 
-    def __init__(self, gears, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS):
-        self.gears, self.options, self.ranks = gears, options, ranks
-        self.device = gears.device
+    def __init__(self, inputs: TrainingInputs, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS):
+        self.inputs, self.options, self.ranks = inputs, options, ranks
+        self.device = inputs.device
         self.save_path = Path(options.save_path) if options.save_path is not None else None
-        if self.save_path is not None and ranks.is_main:
-            check_save_path(self.save_path)
-        network = gears.model
+        network = inputs.network
         network.fused_decoder = options.fused_decoder
         for module in network.modules():
             if isinstance(module, WeightedBatchNorm1d):
@@ -108,34 +144,28 @@ class TrainingRecipe:
         self.model = ranks.wrap(network, self.device)
         if options.compile:
             self.model = torch.compile(self.model)
-        self.context = gears.loss_context()
-        self.tracker = None
-        if ranks.is_main:
-            if gears.wandb is None and options.wandb:
-                gears.wandb = start_wandb(**options.wandb)
-            self.tracker = gears.wandb
+        self.tracker = inputs.tracker if ranks.is_main else None
         if self.tracker is not None:
             self.tracker.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
         self.signals = StopSignals()
+        self.losses = LossWatch(self.device, self.precision.scaler, self.position.global_step)
 
-    def run(self) -> dict:
-        """Train the remaining epochs, then test, save and report."""
-        loaders = self.gears.dataloader
+    def run(self) -> TrainingResult:
+        """Train the remaining epochs; then the best network and its test evaluation."""
+        loaders = self.inputs.loaders
         if self.ranks.is_main:
             logger.info("training epochs %d-%d on %d %s rank(s), %d optimiser step(s) per epoch and rank",
                         self.position.epoch + 1, self.options.epochs, self.ranks.world_size, self.device.type,
                         math.ceil(len(loaders["train_loader"]) / self.options.grad_accum_steps))
         on_cpu = self.device.type == "cpu"
-        writes = self.save_path is not None and self.ranks.is_main
-        with log_file(self.save_path) if writes else contextlib.nullcontext():
-            with at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
-                    self.signals if self.save_path is not None else contextlib.nullcontext(), \
-                    tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
-                         disable=not self.ranks.is_main or None) as epochs:
-                while self.position.epoch < self.options.epochs and self._epoch_to_run():
-                    self._train_epoch(loaders)
-                    epochs.update()
-            return self._finish()
+        with at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
+                self.signals if self.save_path is not None else contextlib.nullcontext(), \
+                tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
+                     disable=not self.ranks.is_main or None) as epochs:
+            while self.position.epoch < self.options.epochs and self._epoch_to_run():
+                self._train_epoch(loaders)
+                epochs.update()
+        return self._finish()
 
     def _train_epoch(self, loaders: dict) -> None:
         """The rest of the current epoch, its evaluation on train and val, the best-model
@@ -153,20 +183,25 @@ class TrainingRecipe:
         # alternating with small pieces, would keep a retaining heap growing with the cells
         steps_left = not self._steps_done()  # none when resumed from the step that reached max_steps
         with retained_host_memory() if self.device.type == "cpu" else contextlib.nullcontext():
-            for loss in optimizer_steps(self.model, batches, self.optimizer, self.context,
-                                        self.gears.config["uncertainty"], self.device, self.precision,
+            for loss in optimizer_steps(self.model, batches, self.optimizer, self.inputs.loss_context,
+                                        self.inputs.uncertainty, self.device, self.precision,
                                         options.grad_accum_steps, self.ranks) if steps_left else ():
                 loss_sum += loss
+                self.losses.record(loss)
                 position.step_in_epoch += 1
                 position.global_step += 1
-                if self.ranks.is_main and position.step_in_epoch % LOG_EVERY_STEPS == 1:
-                    logger.info("epoch %d step %d: train loss %.4f", epoch + 1, position.step_in_epoch, loss.item())
+                if position.step_in_epoch % LOG_EVERY_STEPS == 1:
+                    self.losses.check(self.ranks, position)
+                    if self.ranks.is_main:
+                        logger.info("epoch %d step %d: train loss %.4f", epoch + 1, position.step_in_epoch,
+                                    loss.item())
                 if options.checkpoint_every_steps and position.global_step % options.checkpoint_every_steps == 0:
                     self._save_checkpoint(loss_sum)
                 if self.save_path is not None:
                     self._stop_if_asked(loss_sum)
                 if self._steps_done():
                     break
+        self.losses.check(self.ranks, position)  # before the epoch's evaluation, best-model choice and checkpoint
         self.scheduler.step()
         totals = self.ranks.sum(torch.stack([loss_sum.detach().cpu().double(),
                                              torch.tensor(float(position.step_in_epoch), dtype=torch.float64)]))
@@ -206,8 +241,8 @@ class TrainingRecipe:
         return not self._steps_done() or self.position.step_in_epoch > 0
 
     def _metrics(self, loader, progress: str) -> dict:
-        result = evaluate(self.model, loader, self.gears.new_accumulator(),
-                          self.gears.config["uncertainty"], self.device, self.precision, self.ranks, progress=progress)
+        result = evaluate(self.model, loader, self.inputs.new_accumulator(), self.inputs.uncertainty, self.device,
+                          self.precision, self.ranks, progress=progress)
         return compute_metrics(result)[0]
 
     def _stop_if_asked(self, loss_sum: torch.Tensor) -> None:
@@ -225,7 +260,9 @@ class TrainingRecipe:
 
     def _save_checkpoint(self, loss_sum: torch.Tensor | None = None) -> Path:
         """The main rank writes the training state, with every rank's ``loss_sum`` of the
-        epoch so far (mid-epoch); every rank waits for it. Returns its path."""
+        epoch so far (mid-epoch); every rank waits for it. Returns its path. A checkpoint
+        never holds the weights of a non-finite loss: the losses are checked first."""
+        self.losses.check(self.ranks, self.position)
         if loss_sum is not None:
             self.position.epoch_loss_sums = self.ranks.gather(float(loss_sum))
         path = None
@@ -250,7 +287,7 @@ class TrainingRecipe:
                 logger.info("resume_from='auto': no checkpoint in %s, starting from the beginning", self.save_path)
             return
         path, state = found
-        self.gears.model.load_state_dict(state["model"])
+        self.inputs.network.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.precision.scaler is not None and state["scaler"] is not None:
@@ -264,41 +301,21 @@ class TrainingRecipe:
             logger.info("resuming from %s: epoch %d, after optimiser step %d of the epoch", path,
                         self.position.epoch + 1, self.position.step_in_epoch)
 
-    def _finish(self) -> dict:
-        """Keep the best model, score it on test, save it (main rank) and build the report."""
+    def _finish(self) -> TrainingResult:
+        """The best network (the current one when no epoch chose one: none ran, or val
+        ``mse_de`` was NaN) and its evaluation on the test set."""
         network = unwrapped(self.model)
-        if self.outcome.best_state is None:  # no epoch ran, or val mse_de was NaN: keep the current weights
+        if self.outcome.best_state is None:
             self.outcome.best_state = _cpu_state(network)
         digests = self.ranks.gather(parameter_digest(network))
-        gears = self.gears
-        gears.best_model = model_from_config(gears.config).to(self.device)
-        gears.best_model.load_state_dict(self.outcome.best_state)
-        gears.history = self.outcome.history
-        report = {}
-        if "test_loader" in gears.dataloader:
-            report = gears.test(self.ranks)
-        elif self.ranks.is_main:
-            logger.info("no test set (split %r): training done", gears.split)
-        report.update(best_epoch=self.outcome.best_epoch + 1, history=self.outcome.history,
-                      world_size=self.ranks.world_size, parameter_digests=digests)
-        if self.save_path is not None:
-            report["model_path"] = str(self.save_path)
-            if self.ranks.is_main:
-                gears.save_model(self.save_path)
-                logger.info("model of epoch %d saved to %s", self.outcome.best_epoch + 1, self.save_path)
-                page = write_run_report(self.save_path, report, self._examples())
-                logger.info("run report: %s", page)
-            self.ranks.barrier()
-        return report
-
-    def _examples(self) -> list[dict]:
-        """The test conditions the report's predictions picture shows (none without a test set)."""
-        gears = self.gears
-        if gears.test_result is None:
-            return []
-        subgroups = gears.subgroup["test_subgroup"] if gears.subgroup else None
-        return prediction_examples(gears.test_result, gears.test_baseline_results, gears.pert_data.cells,
-                                   gears.gene_list, gears.ctrl_expression.cpu().numpy(), subgroups)
+        best = copy.deepcopy(network)
+        best.load_state_dict(self.outcome.best_state)
+        best.eval()
+        test_loader = self.inputs.loaders.get("test_loader")
+        test_result = None if test_loader is None else evaluate(
+            best, test_loader, self.inputs.new_accumulator(), self.inputs.uncertainty, self.device, ranks=self.ranks,
+            progress="evaluating test")
+        return TrainingResult(best, self.outcome.best_epoch + 1, self.outcome.history, test_result, digests)
 
 
 def _cpu_state(model: nn.Module) -> dict:
