@@ -4,6 +4,6 @@ from gears_ddp._version import __version__
 from gears_ddp.data import PertData
 from gears_ddp.gears import GEARS
 from gears_ddp.distributed.replicates import train_replicates
-from gears_ddp.distributed.spawn import train_multi_gpu
+from gears_ddp.train_distributed import train_multi_gpu
 
 __all__ = ["GEARS", "PertData", "enable_console_logging", "train_multi_gpu", "train_replicates", "__version__"]

@@ -1,6 +1,11 @@
-"""``python -m gears_ddp.launch``: one rank of a run started by torchrun or srun
-(``gears_ddp.distributed.launch``)."""
-from gears_ddp.distributed.launch import main
+"""``python -m gears_ddp.launch``: the same as ``python -m gears_ddp train`` (``gears-ddp
+train``), kept for torchrun and srun command lines written with it::
+
+    torchrun --standalone --nproc_per_node=4 -m gears_ddp.launch --config run.yaml
+"""
+import sys
+
+from gears_ddp.cli import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(["train", *sys.argv[1:]]))

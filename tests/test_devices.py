@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from gears_ddp import GEARS, train_multi_gpu
-from gears_ddp.distributed.runtime import resolve_devices
-from gears_ddp.runtime.devices import best_device, checked_device
+from gears_ddp.runtime.devices import best_device, checked_device, resolve_devices
 
 
 def _machine(monkeypatch, cuda: bool, mps: bool) -> None:

@@ -9,13 +9,16 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gears_ddp import PertData
 from gears_ddp.data.cells import PertBatch
+from gears_ddp.distributed.before_spawn import local_placements, shared_data
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, setup_ddp
-from gears_ddp.distributed.worker import Placement, spawned_worker
+from gears_ddp.distributed.messages import RunReport
+from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
+from gears_ddp.distributed.rank import spawned_rank
+from gears_ddp.distributed.supervisor import DistributedTrainingError, spawn_workers
 from gears_ddp.training.engine import batch_loss, training_step
 from gears_ddp.gears import GEARS
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, ProcessGroupRanks
-from gears_ddp.distributed.spawn import DistributedTrainingError, prepare_data, spawn_workers, train_multi_gpu
+from gears_ddp.train_distributed import train_multi_gpu
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
 from model_fixtures import make_model, random_batch
@@ -67,16 +70,15 @@ def _worker_refusing_writes_off_rank_zero(local_rank, *args):
             return save(obj, target, *rest, **options)
         library_io.atomic_path = refuse
         torch.save = save_unless_file
-    spawned_worker(local_rank, *args)
+    spawned_rank(local_rank, *args)
 
 
 def _spawn_on_toy(data_folder, worker, save_path, **overrides):
     options = TrainingArgs.from_dict(_args(save_path, **overrides))
-    pert_data = prepare_data(data_folder, "toy", SplitConfig.from_dict(SPLIT), options).share_memory_()
-    port = find_free_port()
-    placements = [Placement(rank, 2, rank, 2, torch.device("cpu"), "127.0.0.1", port) for rank in range(2)]
+    pert_data = shared_data(data_folder, "toy", SplitConfig.from_dict(SPLIT), options)
+    placements = local_placements([torch.device("cpu")] * 2, find_free_port())
     messages = spawn_workers(worker, (placements, pert_data, options), 2)
-    return next(m[1] for m in messages if m[0] == "report")
+    return next(m.report for m in messages if isinstance(m, RunReport))
 
 
 def test_only_rank_zero_writes(data_folder, tmp_path):
@@ -179,7 +181,7 @@ def test_accumulation_synchronises_once_per_optimizer_step():
 def _worker_with_another_split(local_rank, placements, pert_data, *args):
     if local_rank == 1:
         pert_data.prepare_split("simulation", seed=2)
-    spawned_worker(local_rank, placements, pert_data, *args)
+    spawned_rank(local_rank, placements, pert_data, *args)
 
 
 def test_ranks_with_another_split_stop_with_a_message_naming_them_and_the_split(data_folder, tmp_path):
@@ -198,7 +200,7 @@ def _worker_failing_on_rank_one(local_rank, *args):
         def fail(*_, **__):
             raise ValueError("injected failure in rank 1")
         recipe.evaluate = fail
-    spawned_worker(local_rank, *args)
+    spawned_rank(local_rank, *args)
 
 
 def test_a_failing_rank_stops_all_and_the_parent_shows_its_traceback(data_folder, tmp_path):

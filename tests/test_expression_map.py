@@ -17,7 +17,7 @@ from gears_ddp import PertData
 from gears_ddp.data.expression_map import map_file, record_file
 from gears_ddp.datasets import make_synthetic_perturb_seq, write_synthetic_screen
 from gears_ddp.gears import GEARS
-from test_launch import _clean_environment
+from test_launch import _clean_environment, _launch_arguments
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
 
@@ -82,7 +82,7 @@ def test_copies_of_a_dataset_are_one_dataset_whatever_their_folder_file_times_or
     rebuilt), for the same values written dense, and for expression in memory; a changed
     value changes the expression part only, another split the split part only."""
     import gears_ddp.data.expression_map as expression_map
-    from gears_ddp.distributed.worker import data_identity
+    from gears_ddp.distributed.rank import data_identity
 
     copies = [toy_data.copy_data_folder(data_folder, tmp_path / f"node{i}", mtime_ns=(i + 1) * 10**18)
               for i in range(2)]
@@ -199,10 +199,9 @@ def test_a_folder_where_the_map_cannot_be_written_is_named(data_root, monkeypatc
 def test_two_torchrun_ranks_map_one_file_without_private_copies(data_folder, tmp_path):
     """Each rank reports, while both are alive, its mapping of the expression file: the same
     file, read-only, its resident pages shared with the other rank, none private."""
-    args = {"epochs": 1, "batch_size": 8, "model_config": {"hidden_size": 8}, "save_path": str(tmp_path / "run")}
+    config = _launch_arguments(data_folder, tmp_path / "run")[-2:]  # --config FILE
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               os.path.join(SCRIPTS, "launch_reporting_maps.py"), "--data-path", str(data_folder), "--dataset", "toy",
-               "--args-json", json.dumps(args)]
+               os.path.join(SCRIPTS, "launch_reporting_maps.py"), *config]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300,
                           env=_clean_environment(MAPS_REPORT=str(tmp_path / "maps")))
     assert done.returncode == 0, done.stderr[-3000:]

@@ -21,6 +21,7 @@ LAYERS = (
     ("training", "inference"),
     ("gears",),
     ("distributed",),
+    ("train_distributed",),  # the seed guide's module: train_multi_gpu and the functions it names
     ("cli",),
     ("__init__", "__main__", "launch"),  # the public names and the entry points
 )

@@ -9,7 +9,7 @@ import torch
 import torch.multiprocessing as mp
 
 from gears_ddp.distributed.messages import WorkerMessages
-from gears_ddp.distributed.spawn import DistributedTrainingError, spawn_workers
+from gears_ddp.distributed.supervisor import DistributedTrainingError, spawn_workers
 
 pytestmark = pytest.mark.distributed
 

@@ -1,5 +1,5 @@
-"""Several machines, simulated on one: two torchrun nodes (``python -m gears_ddp.launch`` and
-``gears-ddp train --config``) and a two-host Slurm step, 1 CPU process per node, each node
+"""Several machines, simulated on one: two torchrun nodes (``python -m gears_ddp.launch
+--config`` and ``gears-ddp train --config``) and a two-host Slurm step, 1 CPU process per node, each node
 with its own copy of the dataset folder carrying other file times, as a copy to another
 machine has. The run must equal a one-node run of 2 processes bit for bit, only node 0
 writes the run folder, and a node whose copy differs in one value is refused by name."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import toy_data
-from gears_ddp.distributed.runtime import find_free_port
+from gears_ddp.distributed.process_group import find_free_port
 from gears_ddp.model.folder import read_weights
 from test_cli import _write_config
 from test_launch import _clean_environment, _launch_arguments, _report
@@ -71,7 +71,7 @@ def test_two_torchrun_nodes_with_their_own_copies_train_as_one_node(data_folder,
     save_paths = [tmp_path / f"run{node}" for node in range(2)]  # each node's own disk
     runs = _torchrun_nodes([_launch_arguments(copies[n], save_paths[n]) for n in range(2)])
     _assert_node_zero_wrote_the_run_of_one_node(runs, save_paths, one_node_weights)
-    assert _report(runs[0][1])["world_size"] == 2 and runs[1][1].strip() == ""  # node 1 prints no report
+    assert _report(save_paths[0])["world_size"] == 2 and runs[1][1].strip() == ""  # node 1 prints no summary
     assert (save_paths[0] / "config.yaml").exists() and (save_paths[0] / "report.html").exists()
 
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, setup_ddp
+from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
 from gears_ddp.evaluation.metrics import EvaluationAccumulator
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, ProcessGroupRanks
-from gears_ddp.distributed.spawn import spawn_workers
+from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.evaluation.truth_spread import condition_spreads
 from model_fixtures import make_model
 

@@ -139,7 +139,7 @@ def no_processes(monkeypatch):
     def refuse(*_, **__):
         raise AssertionError("a process or the data was started before the input was checked")
     monkeypatch.setattr(replicates_module, "SpawnedWorkers", refuse)
-    monkeypatch.setattr(replicates_module, "prepare_data", refuse)
+    monkeypatch.setattr(replicates_module, "shared_data", refuse)
 
 
 @pytest.mark.parametrize("replicates, args, message", [
@@ -311,7 +311,7 @@ def test_a_stop_signal_stops_the_running_replicate_with_a_checkpoint_and_starts_
 
 def _worker_failing_as_it_ends(local_rank, *args):
     """A rank that does all its work, report included, and then exits with an error."""
-    replicates_module.spawned_worker(local_rank, *args)
+    replicates_module.spawned_rank(local_rank, *args)
     os._exit(3)
 
 
@@ -319,7 +319,7 @@ def _worker_failing_as_it_ends(local_rank, *args):
 @pytest.mark.slow
 def test_a_replicate_whose_worker_fails_after_its_complete_report_counts_as_finished(data_folder, tmp_path,
                                                                                      monkeypatch, caplog):
-    monkeypatch.setattr(replicates_module, "spawned_worker", _worker_failing_as_it_ends)
+    monkeypatch.setattr(replicates_module, "spawned_rank", _worker_failing_as_it_ends)
     summary = train_replicates(data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1, max_steps=2),
                                {"seeds": [7]})
     assert [r["status"] for r in summary["replicates"]] == ["finished"]

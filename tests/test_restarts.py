@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from gears_ddp import PertData, train_multi_gpu
-from gears_ddp.distributed.runtime import find_free_port
+from gears_ddp.distributed.process_group import find_free_port
 from gears_ddp.gears import GEARS
 from gears_ddp.model.folder import read_weights
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.training.checkpoint import checkpoint_files, latest_checkpoint, load_training_checkpoint
-from test_launch import _clean_environment
+from test_launch import _clean_environment, _launch_arguments, _report
 
 SPLIT = {"split": "simulation", "seed": 1}
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -166,11 +166,9 @@ def test_a_killed_rank_fails_the_run_quickly_naming_it(data_folder, tmp_path):
 
 
 def _torchrun(data_folder, save_path, script, max_restarts=0, **extra_environment):
-    args = {"epochs": 2, "batch_size": 8, "model_config": {"hidden_size": 8}, "save_path": str(save_path),
-            "checkpoint_every_steps": 1}
+    config = _launch_arguments(data_folder, save_path, epochs=2, checkpoint_every_steps=1)[-2:]  # --config FILE
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               f"--max-restarts={max_restarts}", script, "--data-path", str(data_folder), "--dataset", "toy",
-               "--args-json", json.dumps(args)]
+               f"--max-restarts={max_restarts}", script, *config]
     return subprocess.run(command, capture_output=True, text=True, timeout=600,
                           env=_clean_environment(**extra_environment))
 
@@ -185,7 +183,7 @@ def test_a_restarted_torchrun_job_ends_with_the_weights_of_an_uninterrupted_one(
                           max_restarts=1, DIE_AFTER_STEPS=6)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "resuming from" in restarted.stderr  # the restarted workers continued from a checkpoint
-    reports = [json.loads(run.stdout.strip().splitlines()[-1]) for run in (whole, restarted)]
+    reports = [_report(tmp_path / name) for name in ("whole", "restarted")]
     assert reports[0]["parameter_digests"] == reports[1]["parameter_digests"]
     assert reports[0]["model"] == reports[1]["model"]
     best = [read_weights(tmp_path / name) for name in ("whole", "restarted")]
@@ -200,14 +198,12 @@ def test_slurm_sigusr1_checkpoints_requeues_and_the_job_continues(data_folder, t
     (bin_folder / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {requeued}\n")
     (bin_folder / "scontrol").chmod(0o755)
     save_path = tmp_path / "run"
-    args = {"epochs": 2, "batch_size": 8, "model_config": {"hidden_size": 8}, "save_path": str(save_path),
-            "checkpoint_every_steps": 1, "resume_from": "auto"}
+    arguments = _launch_arguments(data_folder, save_path, epochs=2, checkpoint_every_steps=1, resume_from="auto")
 
     def tasks():
         port = find_free_port()
         return [subprocess.Popen(
-            [sys.executable, "-m", "gears_ddp.launch", "--data-path", str(data_folder), "--dataset", "toy",
-             "--args-json", json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=_clean_environment(SLURM_PROCID=rank, SLURM_NTASKS=2, SLURM_LOCALID=rank, SLURM_NODEID=0,
                                    SLURM_STEP_TASKS_PER_NODE=2, SLURM_JOB_ID=42, MASTER_ADDR="127.0.0.1",
                                    MASTER_PORT=port, PATH=f"{bin_folder}:{os.environ['PATH']}"))
@@ -224,7 +220,7 @@ def test_slurm_sigusr1_checkpoints_requeues_and_the_job_continues(data_folder, t
     outputs = [task.communicate(timeout=300) for task in again]
     assert [task.returncode for task in again] == [0, 0], outputs[0][1][-3000:]
     assert "resuming from" in outputs[0][1]
-    assert json.loads(outputs[0][0].strip().splitlines()[-1])["best_epoch"] in (1, 2)
+    assert _report(save_path)["best_epoch"] in (1, 2)
 
 
 def test_checkpoint_history_keeps_the_last_k_and_skips_an_unreadable_latest(toy, tmp_path, caplog):

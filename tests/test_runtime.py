@@ -1,4 +1,4 @@
-"""Tests for the process-group plumbing: launch variables, devices and gloo groups."""
+"""The process-group plumbing: launch variables, devices and gloo groups."""
 import gc
 import os
 import socket
@@ -10,16 +10,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from gears_ddp.distributed.runtime import (
-    LaunchEnvironment,
-    backend_for,
-    cleanup_ddp,
-    find_free_port,
-    first_slurm_host,
-    launch_environment,
-    resolve_devices,
-    setup_ddp,
-)
+from gears_ddp.distributed.launch_environment import LaunchEnvironment, first_slurm_host, launch_environment
+from gears_ddp.distributed.process_group import backend_for, cleanup_ddp, find_free_port, setup_ddp
+from gears_ddp.runtime.devices import resolve_devices
 
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "host0",
             "MASTER_PORT": "29500"}

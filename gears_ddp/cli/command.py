@@ -32,8 +32,9 @@ from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
 from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
 from gears_ddp.inference.prediction import CHANGE_MODES, DRAWN_CELLS_CHANGE, EXACT_CHANGE
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
+from gears_ddp.training.finite_loss import NonFiniteLoss
 
-EXIT_BAD_INPUT = 2
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 DEMO_DATA_PATH, DEMO_RUN_PATH, DEMO_PRESET = "./data/demo", "./runs/demo", "norman"
 DEMO_FINDING = ("Measured in benchmarks/RESULTS.md: on this Norman-calibrated data GEARS, the published package "
                 "too, beats predicting no change on mse_de but not on mse, and stays below the mean-effect "
@@ -143,6 +144,9 @@ def main(argv=None) -> int:
     except TrainingInterrupted as stop:
         print(f"gears-ddp {options.command}: {stop}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except NonFiniteLoss as diverged:
+        print(f"gears-ddp {options.command}: {diverged}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 # ----------------------------------------------------------------------------- commands
@@ -178,7 +182,7 @@ def demo(options) -> int:
 
 def _train(config: dict, note: str | None = None) -> int:
     """Train with a resolved configuration: spawned workers, or this rank under a launcher."""
-    from gears_ddp.distributed.runtime import launch_environment
+    from gears_ddp.distributed.launch_environment import launch_environment
 
     environment = launch_environment()
     if config.get("replicates") is not None:
@@ -194,7 +198,7 @@ def _train(config: dict, note: str | None = None) -> int:
         if report is not None:
             _print_summary(report, note)
         return 0
-    from gears_ddp.distributed.spawn import train_multi_gpu
+    from gears_ddp.train_distributed import train_multi_gpu
 
     report = train_multi_gpu(**config)
     _print_summary(report, note)
@@ -210,7 +214,7 @@ def _train_replicates(config: dict) -> int:
         summary, status = train_replicates(**config), 0
     except ReplicatesFailed as failure:
         print(f"gears-ddp train: {failure}", file=sys.stderr)
-        summary, status = failure.summary, 1
+        summary, status = failure.summary, EXIT_FAILED
     print(f"\n{summary['finished']} of {len(summary['replicates'])} replicates finished")
     overall = [record for record in summary["metrics"] if record["subgroup"] is None]
     if overall:
@@ -239,7 +243,7 @@ def _load_run(options):
     import torch
 
     from gears_ddp.gears import GEARS
-    from gears_ddp.distributed.spawn import load_dataset
+    from gears_ddp.data.preparation import load_dataset
 
     folder = Path(options.run)
     if not (folder / CONFIG_FILE).exists():

@@ -1,9 +1,17 @@
-"""Training on many processes: ``train_multi_gpu`` spawning one worker per device
-(``spawn``), ``train_replicates`` training several seeds of a run at once (``replicates``),
-one rank (``worker``), the torchrun / Slurm entry (``launch``), process groups
-and launch variables (``runtime``), the options of a run (``config``) and its YAML file
-(``run_config``), and what workers tell the parent (``messages``); screens whose pairs are
-shared among spawned workers (``screen``).
+"""Training on many processes, one module per job:
+
+- ``config`` and ``run_config``: the options of a run, checked, and its YAML file;
+- ``before_spawn``: what a spawned run checks and prepares before any process starts;
+- ``supervisor``: spawned workers watched, their logs handed on, a failure named by rank;
+- ``main_guard``: refusing to spawn from a script without ``if __name__ == "__main__":``;
+- ``messages``: the typed messages workers send their parent, on a channel that cannot hang;
+- ``rank``: one rank of a run (join the group, check the data, train);
+- ``process_group``: joining and leaving the ``torch.distributed`` process group;
+- ``launch_environment`` and ``launch``: ranks started by torchrun or Slurm;
+- ``replicates``: several seeds of a run trained at once over the devices;
+- ``screen``: a screen's pairs shared among spawned workers.
+
+``train_multi_gpu`` itself is in ``gears_ddp.train_distributed``, the seed guide's module.
 
 May import: ``gears`` (the API) and every layer below it.
 """

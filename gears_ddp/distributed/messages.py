@@ -14,6 +14,8 @@ there the channel uses the ``Connection`` API (``send_bytes`` / ``recv_bytes``) 
 Log records travel the same way: spawned processes do not inherit the parent's logging
 set-up, so a worker's records are sent to the parent (``forward_logs``), which hands them
 to its own loggers (``replay_log``), where its handlers and levels decide what to show.
+
+What travels is typed: each kind of message is a small dataclass below, read by its fields.
 """
 from __future__ import annotations
 
@@ -23,8 +25,57 @@ import pickle
 import struct
 import time
 import traceback
+from dataclasses import dataclass
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """A worker's log record, as the fields of a ``logging.LogRecord`` (made picklable)."""
+
+    fields: dict
+
+
+@dataclass(frozen=True, order=True)
+class WorkerFailed:
+    """A worker failed at ``time`` (seconds since the epoch) with ``traceback``. The time
+    tells the first failure from those of workers that failed because a peer went away."""
+
+    time: float
+    worker: int
+    traceback: str
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Rank 0's report of a finished training run."""
+
+    report: dict
+
+
+@dataclass(frozen=True)
+class RunInterrupted:
+    """Training stopped on a signal (``signal_name``) after writing ``checkpoint``."""
+
+    message: str
+    signal_name: str
+    checkpoint: str | None
+
+
+@dataclass(frozen=True)
+class RunDiverged:
+    """Training stopped at a non-finite loss; ``message`` names the epoch and step."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class ScreenChunk:
+    """The scores of one finished chunk of a screen's pairs."""
+
+    chunk: int
+    scores: dict
 
 _LENGTH = struct.Struct("!Q")
 _READ_BYTES = 1 << 20
@@ -66,10 +117,8 @@ class WorkerMessages:
                 frame = frame[os.write(self._writer.fileno(), frame):]
 
     def put_failure(self, worker: int) -> None:
-        """Tell the parent that ``worker`` failed: ``("error", time, worker, traceback)`` of
-        the exception being handled. The time lets the parent tell the first failure from
-        those of the workers that failed because a peer went away."""
-        self.put(("error", time.time(), worker, traceback.format_exc()))
+        """Tell the parent that ``worker`` failed with the exception being handled."""
+        self.put(WorkerFailed(time.time(), worker, traceback.format_exc()))
 
     def receive(self) -> list:
         """The messages completed since the last call, without ever waiting for more bytes."""
@@ -94,7 +143,7 @@ class WorkerMessages:
         return messages
 
     def forward_logs(self, rank: int) -> None:
-        """In a worker: send the library's log records to the parent as ``("log", record)``
+        """In a worker: send the library's log records to the parent as ``LogRecord``
         messages, rank 0's from the parent's level, other ranks' warnings and errors (their
         messages prefixed with the rank)."""
         library_logger = logging.getLogger(LIBRARY_LOGGER_NAME)
@@ -122,7 +171,7 @@ class _ForwardingHandler(logging.Handler):
             if record.exc_info:
                 message += "\n" + logging.Formatter().formatException(record.exc_info)
             fields.update(msg=self.prefix + message, args=None, exc_info=None, exc_text=None)
-            self.messages.put(("log", fields))
+            self.messages.put(LogRecord(fields))
         except Exception:  # a log record must never break training
             self.handleError(record)
 

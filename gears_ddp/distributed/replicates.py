@@ -5,7 +5,7 @@ A replicate is the run the configuration describes with its own model seed (``ar
 and/or split seed (``split_config.seed``). Each is a complete run in its own folder under
 ``save_path`` (``seed-1``, ``split-2``, ``split-2-seed-1``), holding everything a run folder
 holds; its ``config.yaml`` repeats it alone. Each is trained as ``train_multi_gpu`` trains a
-run: workers started by ``spawn.SpawnedWorkers`` running ``worker.spawned_worker``, the
+run: workers started by ``supervisor.SpawnedWorkers`` running ``rank.spawned_rank``, the
 recipe every run uses, on a process group of its own (of one rank or more).
 
 The devices given (``gpu_ids`` / ``n_gpus``, or ``args.cpu_processes``) are cut into groups
@@ -34,17 +34,17 @@ from pathlib import Path
 import torch
 
 from gears_ddp._logging import get_logger
+from gears_ddp.distributed.before_spawn import checked_run, local_placements, shared_data
 from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
+from gears_ddp.distributed.process_group import find_free_port
+from gears_ddp.distributed.rank import spawned_rank
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
-from gears_ddp.distributed.runtime import find_free_port, resolve_devices
-from gears_ddp.distributed.spawn import (DistributedTrainingError, SpawnedWorkers, check_main_guard, prepare_data,
-                                         signals_passed_on)
-from gears_ddp.distributed.worker import Placement, spawned_worker
+from gears_ddp.distributed.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
 from gears_ddp.report.page import flatten_settings
 from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE, REPORT_FILE, log_file, read_settings
 from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted, signal_name
-from gears_ddp.training.engine import Precision
 from gears_ddp.training.options import check_save_path
 
 __all__ = ["train_replicates", "ReplicatesFailed"]
@@ -170,9 +170,8 @@ def train_replicates(pert_data_path, dataset_name: str, split_config: dict, args
     (with the summary) when some failed, ``TrainingInterrupted`` when a signal stopped them.
     Every check runs before any process starts.
     """
-    check_main_guard("train_replicates")
-    split = SplitConfig.from_dict(split_config)
-    options = TrainingArgs.from_dict(args)
+    run = checked_run("train_replicates", split_config, args, n_gpus, gpu_ids)
+    split, options = run.split, run.options
     plan = ReplicateOptions.from_dict(replicates)
     if options.save_path is None:
         raise ValueError("replicates need args['save_path']: each replicate writes its run folder under it")
@@ -183,9 +182,7 @@ def train_replicates(pert_data_path, dataset_name: str, split_config: dict, args
     if plan.split_seeds is not None and split.options.get("split_dict_path") is not None:
         raise ValueError("replicates.split_seeds with split_config.split_dict_path: the split is read from that file, "
                          "so every split seed would give the same split")
-    devices = resolve_devices(n_gpus, gpu_ids, options.cpu_processes)
-    groups = device_groups(devices, plan)
-    Precision.for_mode(options.amp, devices[0])  # an impossible precision fails before any process starts
+    groups = device_groups(run.devices, plan)
     top = Path(options.save_path)
     config = resolved_config(str(pert_data_path), dataset_name, split, options, n_gpus, gpu_ids, plan)
     runs = plan_replicates(plan, split, options)
@@ -297,17 +294,15 @@ class _ReplicateScheduler:
         write_run_config(run.folder, replicate_config(self.config, run, group))
         if run.split_seed not in self.data:
             split = SplitConfig({**self.split.options, "seed": run.split_seed})
-            self.data[run.split_seed] = prepare_data(self.config["pert_data_path"], self.config["dataset_name"],
-                                                     split, self.options).share_memory_()
+            self.data[run.split_seed] = shared_data(self.config["pert_data_path"], self.config["dataset_name"], split,
+                                                    self.options)
         options = dataclasses.replace(self.options, seed=run.seed, save_path=str(run.folder), resume_from="auto")
         if options.wandb:
             options.wandb = {**options.wandb, "name": f"{options.wandb.get('name', 'GEARS')}-{run.name}"}
-        port, processes = find_free_port(), sum(map(len, self.groups))
-        placements = [Placement(rank, len(group), index * len(group) + rank, processes, device, "127.0.0.1", port)
-                      for rank, device in enumerate(group)]
+        placements = local_placements(group, find_free_port(), index * len(group), sum(map(len, self.groups)))
         logger.info("%s: training on group %d (%s), run folder %s", run.name, index + 1,
                     ", ".join(map(str, group)), run.folder)
-        return SpawnedWorkers(spawned_worker, (placements, self.data[run.split_seed], options), len(group),
+        return SpawnedWorkers(spawned_rank, (placements, self.data[run.split_seed], options), len(group),
                               log_prefix=f"{run.name}: ")
 
     def _settle(self, entry: _Running) -> dict:
@@ -316,7 +311,7 @@ class _ReplicateScheduler:
         try:
             messages = entry.workers.result()
         except DistributedTrainingError as error:
-            if any(message[0] == "report" for message in entry.workers.received) \
+            if any(isinstance(message, RunReport) for message in entry.workers.received) \
                     and finished_report(entry.run.folder) is not None:  # it failed while exiting, its work done
                 logger.warning("%s: finished in %.0f s (its report is complete), but a worker failed as it ended: "
                                "%s", name, seconds, error)
@@ -325,11 +320,15 @@ class _ReplicateScheduler:
             return {"status": "failed", "error": str(error), "seconds": seconds}
         finally:
             entry.workers.close()
-        stopped = [message for message in messages if message[0] == "interrupted"]
+        stopped = [message for message in messages if isinstance(message, RunInterrupted)]
         if stopped:
-            logger.warning("%s: %s", name, stopped[0][1])
-            return {"status": "interrupted", "error": stopped[0][1], "seconds": seconds}
-        if not any(message[0] == "report" for message in messages):
+            logger.warning("%s: %s", name, stopped[0].message)
+            return {"status": "interrupted", "error": stopped[0].message, "seconds": seconds}
+        diverged = [message for message in messages if isinstance(message, RunDiverged)]
+        if diverged:
+            logger.error("%s: %s", name, diverged[0].message)
+            return {"status": "failed", "error": diverged[0].message, "seconds": seconds}
+        if not any(isinstance(message, RunReport) for message in messages):
             return {"status": "failed", "error": "its workers ended without a report", "seconds": seconds}
         logger.info("%s: finished in %.0f s", name, seconds)
         return {"status": "finished", "seconds": seconds}

@@ -20,11 +20,13 @@ import pandas as pd
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.runtime import resolve_devices
-from gears_ddp.distributed.spawn import check_main_guard, spawn_workers
+from gears_ddp.distributed.main_guard import check_main_guard
+from gears_ddp.distributed.messages import ScreenChunk
+from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenFolder, ScreenJob, run_screen, score_chunks, \
     score_chunks_here
+from gears_ddp.runtime.devices import resolve_devices
 from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
 
 logger = get_logger(__name__)
@@ -67,16 +69,15 @@ def _spawning_executor(devices: list[torch.device]):
         shares = [chunks[worker::workers] for worker in range(workers)]
         logger.info("screen: %d chunks shared among %d %s worker(s)", len(chunks), workers, devices[0].type)
         messages = spawn_workers(screen_worker, (shared, shares, devices[:workers], folder), workers)
-        return {message[1]: message[2] for message in messages if message[0] == "chunk"}
+        return {message.chunk: message.scores for message in messages if isinstance(message, ScreenChunk)}
     return execute
 
 
 def screen_worker(worker: int, job: ScreenJob, shares: list[list[int]], devices: list[torch.device],
                   folder: ScreenFolder | None, messages) -> None:
     """The ``torch.multiprocessing.spawn`` target: score the chunks ``shares[worker]`` on
-    ``devices[worker]``, writing each to ``folder`` (else putting ``("chunk", chunk,
-    scores)`` on ``messages``); a failure is put there as ``("error", time, worker,
-    traceback)`` before it is raised."""
+    ``devices[worker]``, writing each to ``folder`` (else putting a ``ScreenChunk`` on
+    ``messages``); a failure is put there (``WorkerFailed``) before it is raised."""
     messages.forward_logs(worker)
     try:
         device = devices[worker]
@@ -85,7 +86,7 @@ def screen_worker(worker: int, job: ScreenJob, shares: list[list[int]], devices:
         else:
             torch.cuda.set_device(device)
         store = folder.write_chunk if folder is not None else \
-            (lambda chunk, scores: messages.put(("chunk", chunk, scores)))
+            (lambda chunk, scores: messages.put(ScreenChunk(chunk, scores)))
         score_chunks(job, shares[worker], store, device, label=f"screen worker {worker}")
     except BaseException:
         messages.put_failure(worker)

@@ -9,7 +9,7 @@ gather of small objects, and the largest of an integer over ranks (a stop reques
 
 ``SingleProcess`` is one process: every operation is the identity. ``ProcessGroupRanks``
 is the member of a ``torch.distributed`` process group that the current process already
-joined (``distributed.runtime.setup_ddp``).
+joined (``distributed.process_group.setup_ddp``).
 """
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""``python -m gears_ddp.launch`` for a torchrun test: on the first attempt
+"""``gears-ddp train`` for a torchrun test: on the first attempt
 (``TORCHELASTIC_RESTART_COUNT`` 0), rank 1 kills itself with SIGKILL after its
 ``DIE_AFTER_STEPS``-th optimiser step, as a node lost mid-epoch would."""
 import os
 import signal
+import sys
 
 import gears_ddp.training.recipe as recipe
-from gears_ddp.distributed import launch
+from gears_ddp.cli import main
 
 DIE_AFTER_STEPS = int(os.environ.get("DIE_AFTER_STEPS", "6"))
 
@@ -21,4 +22,4 @@ if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0" and os.environ.get("RANK"
     recipe.optimizer_steps = steps_then_die
 
 if __name__ == "__main__":
-    launch.main()
+    sys.exit(main(["train", *sys.argv[1:]]))

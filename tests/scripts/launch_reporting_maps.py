@@ -1,14 +1,15 @@
-"""``python -m gears_ddp.launch`` for a torchrun test: when training is done, and while every
+"""``gears-ddp train`` for a torchrun test: when training is done, and while every
 rank is still alive, each rank writes ``$MAPS_REPORT/rank<r>.json`` describing its mapping
 of the dataset's expression file (from ``/proc/self/smaps``)."""
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch.distributed as dist
 
-import gears_ddp.training.recipe as recipe
-from gears_ddp.distributed import launch
+from gears_ddp.cli import main
+from gears_ddp.gears import GEARS
 
 
 def mapping_of(path: str) -> dict:
@@ -26,20 +27,20 @@ def mapping_of(path: str) -> dict:
             "private_kib": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)}
 
 
-finish = recipe.TrainingRecipe._finish
+train_with = GEARS.train_with
 
 
-def finish_and_report(self):
-    report = finish(self)
+def train_and_report(self, options, ranks):
+    report = train_with(self, options, ranks)
     folder = Path(os.environ["MAPS_REPORT"])
     folder.mkdir(exist_ok=True)
-    mapped = self.gears.pert_data.cells.mapped_from
-    (folder / f"rank{self.ranks.rank}.json").write_text(json.dumps(mapping_of(mapped)))
+    mapped = self.pert_data.cells.mapped_from
+    (folder / f"rank{ranks.rank}.json").write_text(json.dumps(mapping_of(mapped)))
     dist.barrier()  # both ranks read their mappings before either leaves
     return report
 
 
-recipe.TrainingRecipe._finish = finish_and_report
+GEARS.train_with = train_and_report
 
 if __name__ == "__main__":
-    launch.main()
+    sys.exit(main(["train", *sys.argv[1:]]))

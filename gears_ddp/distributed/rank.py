@@ -1,10 +1,10 @@
 """One rank of a distributed run: join the process group, check that every rank holds the
-same data, build this rank's loaders and model, and run the training recipe
-(``recipe.TrainingRecipe``, the code ``GEARS.train`` runs with one rank).
+same data, build this rank's loaders and model, and train as ``GEARS.train`` trains
+(``GEARS.train_with``, the recipe with this rank's ``ProcessGroupRanks``).
 
-``train_ddp_worker`` is what every rank runs, whoever started it: ``train_multi_gpu``
-spawns one per device (``spawned_worker``), torchrun and srun start them through
-``python -m gears_ddp.launch``.
+``run_rank`` is what every rank runs, whoever started it: ``train_multi_gpu`` spawns one
+per device (``spawned_rank``), torchrun and srun start them through ``gears-ddp train``
+(``distributed.launch``).
 """
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ from tqdm import tqdm
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, get_logger
 from gears_ddp.distributed.config import TrainingArgs
-from gears_ddp.distributed.runtime import cleanup_ddp, setup_ddp
+from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
+from gears_ddp.distributed.process_group import cleanup_ddp, setup_ddp
 from gears_ddp.gears import GEARS
 from gears_ddp.runtime.ranks import ProcessGroupRanks
 from gears_ddp.runtime.stopping import TrainingInterrupted
 from gears_ddp.runtime.threads import cpu_threads
+from gears_ddp.training.finite_loss import NonFiniteLoss
 
 logger = get_logger(__name__)
 
@@ -87,28 +89,31 @@ def progress_bars_without_semaphores() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def spawned_worker(local_rank: int, placements: list[Placement], pert_data, args: TrainingArgs,
-                   messages) -> None:
-    """The ``torch.multiprocessing.spawn`` target: rank ``local_rank`` of ``placements``. A
-    stop on a signal is a clean exit: rank 0 tells the parent with ``("interrupted",
-    message, signal name, checkpoint)``."""
+def spawned_rank(local_rank: int, placements: list[Placement], pert_data, args: TrainingArgs,
+                 messages) -> None:
+    """The ``torch.multiprocessing.spawn`` target: rank ``local_rank`` of ``placements``.
+    Stopping on a signal or at a non-finite loss (every rank stops together) is a clean
+    exit: rank 0 tells the parent why (``RunInterrupted``, ``RunDiverged``)."""
     progress_bars_without_semaphores()
     try:
-        train_ddp_worker(placements[local_rank], pert_data, args, messages)
+        run_rank(placements[local_rank], pert_data, args, messages)
     except TrainingInterrupted as stop:
         if local_rank == 0:
-            messages.put(("interrupted", str(stop), stop.signal_name, stop.checkpoint))
+            messages.put(RunInterrupted(str(stop), stop.signal_name, stop.checkpoint))
+    except NonFiniteLoss as stop:
+        if local_rank == 0:
+            messages.put(RunDiverged(str(stop)))
 
 
-def train_ddp_worker(placement: Placement, pert_data, args: TrainingArgs, messages=None) -> dict | None:
+def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None) -> dict | None:
     """Train as one rank; returns the report on rank 0, None elsewhere.
 
     ``pert_data`` has its split prepared. With ``messages`` (a
     :class:`~gears_ddp.distributed.messages.WorkerMessages` from a spawning parent), this
     rank's log records go to the parent (rank 0's from the parent's level, the others'
-    warnings and errors), rank 0 puts ``("report", report)`` there, and a rank that fails
-    puts ``("error", time, rank, traceback)`` there first, so the parent can tell the first
-    failure from the ranks that failed because a peer went away.
+    warnings and errors), rank 0 puts its ``RunReport`` there, and a rank that fails puts
+    a ``WorkerFailed`` there first, so the parent can tell the first failure from the ranks
+    that failed because a peer went away.
     """
     rank, device = placement.rank, torch.device(placement.device)
     if messages is not None:
@@ -126,7 +131,7 @@ def train_ddp_worker(placement: Placement, pert_data, args: TrainingArgs, messag
             logger.info("%d rank(s); rank 0 on %s, one of %d rank(s) on its machine, with %d thread(s)",
                         placement.world_size, device, placement.local_world_size, torch.get_num_threads())
         report = train_rank(pert_data, args, device, ranks)
-    except TrainingInterrupted:
+    except (TrainingInterrupted, NonFiniteLoss):  # every rank stops there together: not a failure
         raise
     except BaseException:
         if messages is not None:
@@ -135,7 +140,7 @@ def train_ddp_worker(placement: Placement, pert_data, args: TrainingArgs, messag
     finally:
         cleanup_ddp()
     if rank == 0 and messages is not None:
-        messages.put(("report", report))
+        messages.put(RunReport(report))
     return report if rank == 0 else None
 
 

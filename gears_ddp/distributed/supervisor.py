@@ -1,155 +1,32 @@
-"""``train_multi_gpu``: train GEARS on several devices of one machine with DDP.
-
-The parent process validates the options, checks the devices and the save folder, loads
-the data once, prepares the split and the graphs, moves the expression to shared memory
-and starts one worker per device with ``torch.multiprocessing.spawn``; it does not train.
-A worker that fails stops the others, and the parent raises an error with that rank's
-traceback. Runs across several machines use ``python -m gears_ddp.launch`` under torchrun
-or Slurm (same worker, same options).
+"""Supervising spawned worker processes: start them with ``torch.multiprocessing.spawn``,
+watch them without blocking, hand their log records to this process's loggers, pass stop
+signals on, and turn a failure into one error that names the rank that failed first, with
+its traceback. ``train_multi_gpu``, ``train_replicates`` and screens use it.
 """
 from __future__ import annotations
 
-import ast
 import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 
 import torch.multiprocessing as mp
 
-from gears_ddp._logging import get_logger
-from gears_ddp.data import download
-from gears_ddp.data.io import file_lock, loads_plain_data
-from gears_ddp.data.pertdata import PertData
-from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-from gears_ddp.distributed.messages import WorkerMessages, replay_log
-from gears_ddp.distributed.runtime import cleanup_ddp, find_free_port, resolve_devices, setup_ddp
-from gears_ddp.distributed.worker import Placement, spawned_worker, train_ddp_worker
-from gears_ddp.training.engine import Precision
-from gears_ddp.training.options import check_save_path
-from gears_ddp.distributed.run_config import resolved_config, write_run_config
-from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted
+from gears_ddp.data.io import loads_plain_data
+from gears_ddp.distributed.messages import LogRecord, WorkerFailed, WorkerMessages, replay_log
+from gears_ddp.runtime.stopping import STOP_SIGNALS
 from gears_ddp.runtime.threads import passive_openmp_environment
-from gears_ddp.training.checkpoint import resolve_resume
 
-__all__ = ["train_multi_gpu", "setup_ddp", "cleanup_ddp", "train_ddp_worker", "DistributedTrainingError"]
-
-logger = get_logger(__name__)
 SHUTDOWN_GRACE_S = 5.0  # after a rank fails, how long the others get to stop before they are ended
 
 
 class DistributedTrainingError(RuntimeError):
     """A worker process failed; the message holds its rank and traceback."""
-
-
-def load_dataset(pert_data_path, dataset_name: str, expression_storage: str = "mapped",
-                 expression_dtype: str = "float32") -> PertData:
-    """A published dataset by name (downloaded if absent) or ``pert_data_path/dataset_name``."""
-    pert_data = PertData(pert_data_path, expression_storage=expression_storage, expression_dtype=expression_dtype)
-    if dataset_name in download.DATASET_FILE_IDS:
-        pert_data.load(data_name=dataset_name)
-    else:
-        pert_data.load(data_path=Path(pert_data_path) / dataset_name)
-    return pert_data
-
-
-def prepare_data(pert_data_path, dataset_name: str, split: SplitConfig, args: TrainingArgs) -> PertData:
-    """Load the data, prepare the split and build (cache) the graphs, once, for all workers.
-
-    Processes that prepare the same dataset at the same moment (the torchrun or srun ranks
-    of one machine, or jobs sharing a data folder) take turns on a lock file beside the
-    dataset: the first downloads, maps and builds what is missing, the others find it built
-    and only read it, so a fresh folder costs one build per machine, not one per rank.
-    """
-    dataset = Path(pert_data_path) / dataset_name
-    with file_lock(dataset.parent / f".{dataset.name}.prepare.lock"):
-        pert_data = load_dataset(pert_data_path, dataset_name, args.expression_storage, args.expression_dtype)
-        pert_data.prepare_split(**split.options)
-        options = args.model_config  # the graphs model_initialize will ask for
-        pert_data.coexpression_graph(options["coexpress_threshold"], options["num_similar_genes_co_express_graph"])
-        pert_data.go_graph(options["num_similar_genes_go_graph"])
-    pert_data.cells.identity()  # values in memory are hashed here, once, not in every spawned worker
-    return pert_data
-
-
-def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args: dict, n_gpus: int | None = None,
-                    gpu_ids=None) -> dict:
-    """Train GEARS with one process per device and return rank 0's report: test metrics of
-    the model and the baselines (``'model'``, ``'baselines'``), ``'model_path'``,
-    ``'best_epoch'`` and the per-epoch ``'history'``.
-
-    ``gpu_ids`` picks CUDA devices (rank r uses ``gpu_ids[r]``); ``n_gpus=None`` uses every
-    visible GPU; ``args['cpu_processes'] = N`` runs N CPU processes with gloo instead.
-    """
-    check_main_guard("train_multi_gpu")
-    split = SplitConfig.from_dict(split_config)
-    options = TrainingArgs.from_dict(args)
-    devices = resolve_devices(n_gpus, gpu_ids, options.cpu_processes)
-    Precision.for_mode(options.amp, devices[0])  # an impossible precision fails before any process starts
-    if options.resume_from not in (None, "auto"):
-        resolve_resume(options.resume_from, options.save_path)  # an unreadable checkpoint fails before any worker
-    if options.save_path is not None:
-        check_save_path(options.save_path)
-        write_run_config(options.save_path, resolved_config(str(pert_data_path), dataset_name, split, options,
-                                                            n_gpus, gpu_ids))
-    pert_data = prepare_data(pert_data_path, dataset_name, split, options).share_memory_()
-    port = int(os.environ.get("MASTER_PORT") or find_free_port())
-    placements = [Placement(rank, len(devices), rank, len(devices), device, "127.0.0.1", port)
-                  for rank, device in enumerate(devices)]
-    logger.info("starting %d %s process(es): %s", len(devices), devices[0].type, [str(d) for d in devices])
-    messages = spawn_workers(spawned_worker, (placements, pert_data, options), len(devices))
-    for message in messages:
-        if message[0] == "interrupted":
-            raise TrainingInterrupted(*message[1:])
-    return next(message[1] for message in messages if message[0] == "report")
-
-
-_IMPORTED_AT = time.time()  # a main script whose file is newer was edited while it ran
-
-
-def check_main_guard(caller: str) -> None:
-    """Refuse to start workers from a script whose call is not under ``if __name__ ==
-    "__main__":``. Each spawned worker imports the main script first, so without the guard
-    every worker would run the script, and the call, again."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        where = "the script, which a starting worker process is importing"
-    else:
-        where = _unguarded_call_site()
-        if where is None:
-            return
-    raise RuntimeError(f"{caller} is called at the top level of {where}, outside `if __name__ == \"__main__\":`. "
-                       "The worker processes it starts import the script first, so they would call it again: "
-                       "put the call (or the main() that makes it) under that guard")
-
-
-def _unguarded_call_site() -> str | None:
-    """``'file, line N'`` where the main script's top level leads to this call outside an
-    ``if __name__ == "__main__":`` block; None when guarded or when the source is unknown
-    (an interactive session, ``python -c``, a script edited since it started)."""
-    frame = sys._getframe(1)
-    while frame is not None and not (frame.f_code.co_name == "<module>"
-                                     and frame.f_globals.get("__name__") == "__main__"):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    path, line = frame.f_code.co_filename, frame.f_lineno
-    try:
-        if Path(path).stat().st_mtime > _IMPORTED_AT:  # edited since it started: its lines may have moved
-            return None
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and node.lineno <= line <= node.end_lineno \
-                and ast.unparse(node.test).replace("'", '"') in ('__name__ == "__main__"', '"__main__" == __name__'):
-            return None
-    return f"{path}, line {line}"
 
 
 def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) -> list:
@@ -186,7 +63,7 @@ class SpawnedWorkers:
     loss usually stops them at once), then SIGTERM, then SIGKILL: a lost rank ends the set
     within a bounded time and leaves no process behind. The error names the rank that failed
     first: one killed by a signal before it could report anything, else the one whose
-    reported failure (``("error", time, rank, traceback)``) came first.
+    reported failure (a ``WorkerFailed`` message) came first.
     """
 
     def __init__(self, worker, worker_args: tuple, nprocs: int, log_prefix: str = ""):
@@ -205,8 +82,8 @@ class SpawnedWorkers:
     def collect(self) -> list:
         """Every message but the log records received so far (those are handed on)."""
         for message in self.messages.receive():
-            if message[0] == "log":
-                replay_log(message[1], self.log_prefix)
+            if isinstance(message, LogRecord):
+                replay_log(message.fields, self.log_prefix)
             else:
                 self.received.append(message)
         return self.received
@@ -227,7 +104,7 @@ class SpawnedWorkers:
         if not self.failed:
             return self.collect()
         _stop_workers(self.processes, self.collect)
-        errors = sorted(m for m in self.collect() if m[0] == "error")
+        errors = sorted(m for m in self.collect() if isinstance(m, WorkerFailed))
         raise _failure(self.failed, errors, self.nprocs,
                        _raised_before_reporting(self.context.error_files[self.failed[0][0]]))
 
@@ -264,10 +141,10 @@ def _raised_before_reporting(error_file: str) -> str | None:
         return None
 
 
-def _failure(failed: list[tuple[int, int]], errors: list, nprocs: int,
+def _failure(failed: list[tuple[int, int]], errors: list[WorkerFailed], nprocs: int,
              raised: str | None = None) -> DistributedTrainingError:
     """The error that tells the user which rank failed first, and why."""
-    reported = {m[2]: m[3] for m in errors}
+    reported = {m.worker: m.traceback for m in errors}
     killed = [(rank, code) for rank, code in failed if code < 0 and rank not in reported]  # could not say why
     if killed:
         rank, code = killed[0]
@@ -279,8 +156,8 @@ def _failure(failed: list[tuple[int, int]], errors: list, nprocs: int,
             f"{killed_by} (out of memory, or stopped from outside?); ranks {others} failed after it, the first "
             f"with:\n{reported[others[0]].rstrip()}\n(the cause: {killed_by})")
     if errors:
-        _, _, rank, trace = errors[0]
-        later = sorted({m[2] for m in errors[1:]})
+        rank, trace = errors[0].worker, errors[0].traceback
+        later = sorted({m.worker for m in errors[1:]})
         return DistributedTrainingError(f"rank {rank} of {nprocs} failed first; its traceback:\n{trace}"
                                         + (f"\nranks {later} failed after rank {rank}" if later else ""))
     rank, code = failed[0]

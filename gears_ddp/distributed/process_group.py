@@ -1,0 +1,107 @@
+"""The ``torch.distributed`` process group of a run: joining it (``setup_ddp``), leaving it
+(``cleanup_ddp``), its backend, and a free rendezvous port for ranks spawned on one machine.
+Only these two functions touch the process group.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from gears_ddp._logging import get_logger
+from gears_ddp.distributed.launch_environment import environment_integer
+
+logger = get_logger(__name__)
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port the OS reports free on ``host`` (bind to port 0, read it, close).
+
+    The port is free when this returns; another process could take it before the rendezvous
+    binds it, which is unlikely enough for launching workers on one machine.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def backend_for(device: torch.device) -> str:
+    """The collective backend for a device: NCCL for CUDA, gloo for everything else."""
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def _rendezvous_port(master_port: int | None) -> int:
+    """The given port, else ``MASTER_PORT`` from the environment; a TCP port either way."""
+    port = int(master_port) if master_port is not None else environment_integer(os.environ, "MASTER_PORT")
+    if not 1 <= port <= 65535:
+        raise ValueError(f"rendezvous port {port} is not a TCP port (1..65535)")
+    return port
+
+
+def setup_ddp(
+    rank: int,
+    world_size: int,
+    device: torch.device | str = "cpu",
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    timeout_s: float = 600.0,
+) -> None:
+    """Join the default process group as ``rank`` of ``world_size`` on ``device``.
+
+    Sets ``MASTER_ADDR``/``MASTER_PORT`` for the ``env://`` rendezvous, selects the CUDA device
+    first (so NCCL binds to the right GPU) and initialises NCCL for CUDA or gloo otherwise.
+    ``timeout_s`` bounds both the rendezvous and later collectives: a rank that never joins
+    becomes a clear RuntimeError rather than a silent hang.
+
+    Under torchrun the ranks meet in the agent's store, which outlives a restart of the
+    workers; the keys of each attempt (``TORCHELASTIC_RESTART_COUNT``) get a prefix of their
+    own, so restarted ranks never read the addresses the previous attempt left there.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside 0..{world_size - 1} (world_size={world_size})")
+    if dist.is_initialized():
+        raise RuntimeError(
+            f"rank {rank}: a process group is already initialised; call cleanup_ddp() first"
+        )
+    device = torch.device(device)
+    port = _rendezvous_port(master_port)
+    os.environ["MASTER_ADDR"] = master_addr
+    os.environ["MASTER_PORT"] = str(port)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = backend_for(device)
+    logger.debug(
+        "rank %d/%d joining %s process group at %s:%d on %s",
+        rank, world_size, backend, master_addr, port, device,
+    )
+    timeout = timedelta(seconds=timeout_s)
+    try:
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        dist.init_process_group(backend, store=dist.PrefixStore(f"gears_ddp/attempt_{attempt}", store), rank=rank,
+                                world_size=world_size, timeout=timeout)
+    except (RuntimeError, TimeoutError, OSError) as error:
+        raise RuntimeError(
+            f"rank {rank} of world size {world_size} could not initialise the {backend} process "
+            f"group at {master_addr}:{port} within the {timeout_s:g} s timeout: some rank did not "
+            f"join (check that all {world_size} processes started and agree on the master "
+            f"address and port) [{type(error).__name__}: {error}]"
+        ) from error
+
+
+def cleanup_ddp() -> None:
+    """Destroy the default process group if there is one (safe to call more than once).
+
+    Unreachable objects are collected first, while Python still runs: a DDP model, which
+    lives in reference cycles, is otherwise collected during interpreter shutdown, where
+    releasing its collectives can make a gloo thread wait for the interpreter lock that
+    shutdown has given up, and the process aborts after its work is done.
+    """
+    if dist.is_available() and dist.is_initialized():
+        gc.collect()
+        dist.destroy_process_group()
