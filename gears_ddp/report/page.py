@@ -98,7 +98,7 @@ def outcome_line(verdicts: list[MetricVerdict]) -> str:
     overall = [verdict for verdict in verdicts if verdict.subgroup is None]
     if not any(verdict.beats for verdict in overall):
         return "GEARS was tested; there is no baseline to compare it with"
-    won = sum(all(beat is not False for beat in verdict.beats.values()) for verdict in overall)
+    won = sum(verdict.beats_every_baseline for verdict in overall)
     return f"GEARS beats every baseline on {won} of {len(overall)} metrics (all test conditions)"
 
 
@@ -172,8 +172,7 @@ def verdict_row(verdict: MetricVerdict, names: list[str]) -> str:
     for name in names:
         lost_to = ' class="number beats-gears"' if verdict.beats.get(name) is False else ' class="number"'
         cells.append(f"<td{lost_to}>{format_number(verdict.baselines.get(name))}</td>")
-    beats = verdict.beats.values()
-    cue = "lose" if False in beats else "win" if any(beat for beat in beats) else "unknown"
+    cue = "lose" if False in verdict.beats.values() else "win" if verdict.beats_every_baseline else "unknown"
     return (f'<tr><td><b>{escape(verdict.metric)}</b><br><span class="meaning">{escape(meaning)}</span></td>'
             f"<td>{escape(verdict.direction)}</td><td class=\"number\">{format_number(verdict.model)}</td>"
             + "".join(cells) + f'<td class="{cue}">{escape(verdict.summary)}</td></tr>')

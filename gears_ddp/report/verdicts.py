@@ -66,6 +66,14 @@ class MetricVerdict:
         return "higher is better" if self.higher_is_better else "lower is better"
 
     @property
+    def beats_every_baseline(self) -> bool:
+        """True when the model was compared with at least one baseline and beat each one
+        compared; a NaN value or a baseline without the metric is no comparison, so a
+        metric with none is not a win."""
+        compared = [won for won in self.beats.values() if won is not None]
+        return bool(compared) and all(compared)
+
+    @property
     def summary(self) -> str:
         """``'beats all 3 baselines'``, ``'loses to mean_effect, additive'``, ..."""
         lost = [name for name, won in self.beats.items() if won is False]
@@ -121,6 +129,6 @@ def verdict_table(verdicts: list[MetricVerdict]) -> str:
                      f"{v.summary}")
     overall = [v for v in verdicts if v.subgroup is None]
     if overall:
-        won = sum(all(b is not False for b in v.beats.values()) for v in overall)
+        won = sum(v.beats_every_baseline for v in overall)
         lines.append(f"overall: GEARS beats every baseline on {won} of {len(overall)} metrics")
     return "\n".join(lines)
