@@ -5,7 +5,23 @@ import math
 import pytest
 
 from gears_ddp.report.page import render_report_page
-from gears_ddp.report.verdicts import MetricVerdict, compare, verdict_table
+from gears_ddp.report.verdicts import MetricVerdict, compare, higher_is_better, verdict_table
+
+
+def test_verdicts_know_which_way_is_better_and_who_won():
+    assert higher_is_better("pearson_delta") and not higher_is_better("mse_de")
+    assert not higher_is_better("frac_opposite_direction_top20_non_dropout")
+    model = {"test_pearson_delta": 0.02, "test_mse_de": 0.30, "test_unseen_single_pearson_delta": 0.5}
+    baselines = {"no_change": {"test_pearson_delta": 0.0, "test_mse_de": 0.40},
+                 "mean_effect": {"test_pearson_delta": 0.16, "test_mse_de": 0.20,
+                                 "test_unseen_single_pearson_delta": 0.1}}
+    verdicts = {v.key: v for v in compare(model, baselines)}
+    assert verdicts["test_pearson_delta"].beats == {"no_change": True, "mean_effect": False}
+    assert verdicts["test_mse_de"].beats == {"no_change": True, "mean_effect": False}
+    assert verdicts["test_unseen_single_pearson_delta"].beats == {"no_change": None, "mean_effect": True}
+    table = verdict_table(list(verdicts.values()))
+    assert "loses to mean_effect" in table and "lower" in table and "higher" in table
+    assert "GEARS beats every baseline on 0 of 2 metrics" in table
 
 
 def _verdict(beats: dict) -> MetricVerdict:

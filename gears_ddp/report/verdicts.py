@@ -39,15 +39,6 @@ def higher_is_better(metric: str) -> bool:
     return not metric.startswith(LOWER_IS_BETTER_PREFIXES)
 
 
-def split_key(key: str, prefix: str = "test_") -> tuple[str | None, str]:
-    """``'test_combo_seen1_mse_de'`` -> ``('combo_seen1', 'mse_de')``; no subgroup -> ``None``."""
-    name = key[len(prefix):] if key.startswith(prefix) else key
-    for subgroup in SUBGROUPS:
-        if name.startswith(subgroup + "_"):
-            return subgroup, name[len(subgroup) + 1:]
-    return None, name
-
-
 @dataclass
 class MetricVerdict:
     """One metric of the model beside the baselines: ``beats[name]`` is True where the model
