@@ -40,7 +40,7 @@ from gears_ddp.distributed.runtime import find_free_port, resolve_devices
 from gears_ddp.distributed.spawn import (DistributedTrainingError, SpawnedWorkers, check_main_guard, prepare_data,
                                          signals_passed_on)
 from gears_ddp.distributed.worker import Placement, spawned_worker
-from gears_ddp.report.page import flatten_settings
+from gears_ddp.report.page_builder import flatten_settings
 from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE, REPORT_FILE, log_file, read_settings
 from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted, signal_name

@@ -11,7 +11,6 @@ Colours mean the same in every picture: GEARS in red, the baselines in muted ton
 """
 from __future__ import annotations
 
-import math
 import textwrap
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from gears_ddp.report.replicate_summary import BEATS, LOSES, NO_CLEAR, NO_INTERVAL
-from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, SUBGROUPS, higher_is_better
+from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, SUBGROUPS, higher_is_better, metric_key, summary_value
 
 GEARS_COLOUR = "#c62828"
 TRAIN_COLOUR = "#5b7fa6"
@@ -65,7 +64,7 @@ def _style(axes) -> None:
 
 def _values(history: list[dict], key: str) -> np.ndarray:
     """``key`` of every epoch as floats, NaN where missing (or null in a JSON report)."""
-    return np.array([math.nan if record.get(key) is None else float(record[key]) for record in history])
+    return np.array([summary_value(record, key) for record in history])
 
 
 # ------------------------------------------------------------------ training curves
@@ -158,13 +157,7 @@ def figure_test_metrics(model: dict, baselines: dict[str, dict], metrics=("pears
 def present_subgroups(model: dict, metrics) -> list[str | None]:
     """``None`` (all test conditions), then each subgroup the model's summary has a value of."""
     return [None] + [subgroup for subgroup in SUBGROUPS
-                     if any(f"test_{subgroup}_{metric}" in model for metric in metrics)]
-
-
-def summary_value(summary: dict, subgroup: str | None, metric: str) -> float:
-    """``summary['test_<subgroup_>metric']`` as a float; NaN when absent or null."""
-    value = summary.get(f"test_{subgroup + '_' if subgroup else ''}{metric}")
-    return math.nan if value is None else float(value)
+                     if any(metric_key(metric, subgroup) in model for metric in metrics)]
 
 
 def baseline_colour(name: str, position: int) -> str:
@@ -184,7 +177,7 @@ def _draw_metric_panel(axes, metric: str, groups: list, model: dict, baselines: 
     width = 0.8 / len(summaries)
     centres = np.arange(len(groups))
     for slot, (name, summary, colour) in enumerate(summaries):
-        heights = np.array([summary_value(summary, group, metric) for group in groups])
+        heights = np.array([summary_value(summary, metric_key(metric, group)) for group in groups])
         offsets = centres + (slot - (len(summaries) - 1) / 2) * width
         _draw_bars(axes, offsets, heights, width, colour, label=name)
     axes.axhline(0, color="#555555", linewidth=0.8)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from gears_ddp.report.verdicts import HEADLINE_METRICS, SUBGROUPS, higher_is_better
+from gears_ddp.report.numbers import format_interval, format_mean_sd
+from gears_ddp.report.verdicts import HEADLINE_METRICS, SUBGROUPS, higher_is_better, metric_key, summary_value
 
 CONFIDENCE = 0.95
 INTERVAL_METHOD = ("95% t-interval on the paired differences GEARS - baseline over the replicates: mean difference "
@@ -89,6 +90,15 @@ class ReplicateVerdict:
         return "higher is better" if self.higher_is_better else "lower is better"
 
     @property
+    def beats_every_baseline(self) -> bool:
+        """True when there is at least one baseline and GEARS beats each one, interval and all."""
+        return bool(self.differences) and all(d.verdict == BEATS for d in self.differences.values())
+
+    @property
+    def loses_to_a_baseline(self) -> bool:
+        return any(d.verdict == LOSES for d in self.differences.values())
+
+    @property
     def summary(self) -> str:
         """``'beats all 3 baselines'``, ``'loses to additive; beats no_change'``, ..."""
         by_verdict: dict[str, list[str]] = {}
@@ -143,12 +153,6 @@ def paired_difference(gears: Spread, baseline: Spread, higher: bool) -> PairedDi
     return PairedDifference(differences, mean, sd, low, high, interval_verdict(low, high, higher))
 
 
-def summary_value(summary: dict, key: str) -> float:
-    """``summary[key]`` as a float; NaN when absent or null (a report read from JSON)."""
-    value = summary.get(key)
-    return math.nan if value is None else float(value)
-
-
 def summarise_replicates(reports: dict[str, dict], metrics=HEADLINE_METRICS,
                          subgroups=(None, *SUBGROUPS)) -> list[ReplicateVerdict]:
     """One ``ReplicateVerdict`` for each (subgroup, metric) some replicate's model summary
@@ -158,7 +162,7 @@ def summarise_replicates(reports: dict[str, dict], metrics=HEADLINE_METRICS,
     verdicts = []
     for subgroup in subgroups:
         for metric in metrics:
-            key = f"test_{subgroup + '_' if subgroup else ''}{metric}"
+            key = metric_key(metric, subgroup)
             if not any(key in report.get("model", {}) for report in reports.values()):
                 continue
             higher = higher_is_better(metric)
@@ -199,16 +203,11 @@ def replicate_table(records: list[dict]) -> str:
     for record in records:
         gears = record["methods"][GEARS]
         row = [f"{record['subgroup'] + ': ' if record['subgroup'] else ''}{record['metric']}",
-               "higher" if record["higher_is_better"] else "lower", f"{_number(gears['mean'])} ± {_number(gears['sd'])}"]
+               "higher" if record["higher_is_better"] else "lower",
+               format_mean_sd(gears["mean"], gears["sd"], gears["n"])]
         for name in names:
             d = record["differences"][name]
-            row.append(f"{_number(d['mean'], '+')} [{_number(d['ci_low'], '+')}, {_number(d['ci_high'], '+')}] "
-                       f"{d['verdict']}")
+            row.append(f"{format_interval(d['mean'], d['ci_low'], d['ci_high'])} {d['verdict']}")
         rows.append(row)
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
-
-
-def _number(value, sign: str = "") -> str:
-    """4 decimals, ``n/a`` for a missing value (null in JSON) or NaN."""
-    return "n/a" if value is None or value != value else f"{value:{sign}.4f}"

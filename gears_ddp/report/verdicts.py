@@ -8,6 +8,7 @@ its plots share.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
@@ -39,6 +40,18 @@ def higher_is_better(metric: str) -> bool:
     return not metric.startswith(LOWER_IS_BETTER_PREFIXES)
 
 
+def metric_key(metric: str, subgroup: str | None = None, prefix: str = "test_") -> str:
+    """``('mse_de', 'combo_seen1')`` -> ``'test_combo_seen1_mse_de'``: the key of a metric
+    in a test summary, as the reference logs it."""
+    return f"{prefix}{subgroup + '_' if subgroup else ''}{metric}"
+
+
+def summary_value(summary: dict, key: str) -> float:
+    """``summary[key]`` as a float; NaN when absent or null (a report read from JSON)."""
+    value = summary.get(key)
+    return math.nan if value is None else float(value)
+
+
 @dataclass
 class MetricVerdict:
     """One metric of the model beside the baselines: ``beats[name]`` is True where the model
@@ -65,6 +78,10 @@ class MetricVerdict:
         return bool(compared) and all(compared)
 
     @property
+    def loses_to_a_baseline(self) -> bool:
+        return False in self.beats.values()
+
+    @property
     def summary(self) -> str:
         """``'beats all 3 baselines'``, ``'loses to mean_effect, additive'``, ..."""
         lost = [name for name, won in self.beats.items() if won is False]
@@ -82,11 +99,11 @@ def compare(model: dict, baselines: dict[str, dict], metrics=HEADLINE_METRICS, s
     verdicts = []
     for subgroup in subgroups:
         for metric in metrics:
-            key = f"{prefix}{subgroup + '_' if subgroup else ''}{metric}"
+            key = metric_key(metric, subgroup, prefix)
             if key not in model:
                 continue
-            value, higher = float(model[key]), higher_is_better(metric)
-            others = {name: float(summary[key]) for name, summary in baselines.items() if key in summary}
+            value, higher = summary_value(model, key), higher_is_better(metric)
+            others = {name: summary_value(summary, key) for name, summary in baselines.items() if key in summary}
             beats = {name: is_better(value, others.get(name), higher) for name in baselines}
             verdicts.append(MetricVerdict(key, subgroup, metric, higher, value, others, beats))
     return verdicts
@@ -118,8 +135,19 @@ def verdict_table(verdicts: list[MetricVerdict]) -> str:
         cells = "".join(f"{v.baselines[n]:13.4f}" if n in v.baselines else f"{'-':>13}" for n in names)
         lines.append(f"{label:{width}}{'higher' if v.higher_is_better else 'lower':>7}{v.model:10.4f}{cells}  "
                      f"{v.summary}")
-    overall = [v for v in verdicts if v.subgroup is None]
-    if overall:
-        won = sum(v.beats_every_baseline for v in overall)
-        lines.append(f"overall: GEARS beats every baseline on {won} of {len(overall)} metrics")
+    if any(v.subgroup is None for v in verdicts):
+        lines.append("overall: " + outcome_line(verdicts))
     return "\n".join(lines)
+
+
+def outcome_line(verdicts: list, basis: str = "all test conditions") -> str:
+    """``'GEARS beats every baseline on 2 of 7 metrics and loses to one on 3 (all test
+    conditions)'``, counted over the verdicts without subgroup. The console table and both
+    report pages say it; ``verdicts`` are a run's ``MetricVerdict`` or the replicates'
+    ``ReplicateVerdict`` (both say ``beats_every_baseline`` and ``loses_to_a_baseline``)."""
+    overall = [verdict for verdict in verdicts if verdict.subgroup is None]
+    if not any(verdict.baselines for verdict in overall):
+        return "GEARS has no test metric with a baseline to compare it with"
+    won = sum(verdict.beats_every_baseline for verdict in overall)
+    lost = sum(verdict.loses_to_a_baseline for verdict in overall)
+    return f"GEARS beats every baseline on {won} of {len(overall)} metrics and loses to one on {lost} ({basis})"
