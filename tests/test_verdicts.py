@@ -16,7 +16,7 @@ def test_verdicts_know_which_way_is_better_and_who_won():
                  "mean_effect": {"test_pearson_delta": 0.16, "test_mse_de": 0.20,
                                  "test_unseen_single_pearson_delta": 0.1}}
     verdicts = {v.key: v for v in compare(model, baselines)}
-    assert verdicts["test_pearson_delta"].beats == {"no_change": True, "mean_effect": False}
+    assert verdicts["test_pearson_delta"].beats == {"no_change": None, "mean_effect": False}  # n/a: no change
     assert verdicts["test_mse_de"].beats == {"no_change": True, "mean_effect": False}
     assert verdicts["test_unseen_single_pearson_delta"].beats == {"no_change": None, "mean_effect": True}
     table = verdict_table(list(verdicts.values()))

@@ -13,14 +13,15 @@ from pathlib import Path
 
 from gears_ddp.report.learning import learning_checks
 from gears_ddp.report.numbers import format_duration, format_number
-from gears_ddp.report.page_builder import pictures_section, report_page, verdict_section
+from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
 from gears_ddp.report.verdicts import MetricVerdict, compare, outcome_line
 
 TITLE = "GEARS run report"
 BASELINES_NOTE = ("Each baseline predicts from the training data only: <i>no_change</i> the control mean, "
                   "<i>mean_effect</i> control plus the average effect of all training perturbations, "
                   "<i>additive</i> control plus the sum of each gene's single-gene effect. A baseline value in red "
-                  "is at least as good as GEARS.")
+                  "is at least as good as GEARS; n/a marks a comparison that is no verdict, as the baseline's value "
+                  "there is fixed by how it predicts.")
 ONE_SEED_NOTE = ("These verdicts come from one run: one model seed and one split seed. Seed to seed, the metrics "
                  "can move by more than the gaps judged here. For verdicts that hold across seeds, run replicates "
                  "(gears-ddp train --config config.yaml --seeds 1 2 3 4 5 --set args.save_path=NEW_FOLDER): their "
@@ -77,14 +78,16 @@ def _run_facts(report: dict) -> list[str]:
 
 def _verdict_section(verdicts: list[MetricVerdict]) -> str:
     """The test metrics: GEARS's value beside each baseline's, a baseline's in red where it is
-    at least as good."""
+    at least as good, n/a where the comparison is not applicable."""
     names = list(dict.fromkeys(name for verdict in verdicts for name in verdict.beats))
 
     def values(verdict: MetricVerdict) -> list[str]:
         cells = [f'<td class="number">{format_number(verdict.model)}</td>']
         for name in names:
+            reason = verdict.not_applicable.get(name)
             lost_to = " beats-gears" if verdict.beats.get(name) is False else ""
-            cells.append(f'<td class="number{lost_to}">{format_number(verdict.baselines.get(name))}</td>')
+            cells.append(not_applicable_cell(reason) if reason else
+                         f'<td class="number{lost_to}">{format_number(verdict.baselines.get(name))}</td>')
         return cells
 
     intro = f'<p>{BASELINES_NOTE}</p>\n<p class="note">{escape(ONE_SEED_NOTE)}</p>\n'

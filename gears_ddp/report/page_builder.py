@@ -4,8 +4,9 @@ summary of its replicates (``replicate_page``).
 Both pages have the same frame, so a reader who knows one reads the other: a title naming
 the dataset, the split and the outcome in one line; a table of the test metrics, grouped by
 test subgroup, each with its meaning, its direction, GEARS's figure beside each baseline's
-and a verdict (green where GEARS beats every baseline compared, red where it loses to one,
-grey otherwise); the pictures; and last the run's settings. What differs is what a cell of
+(n/a, with the reason, where the comparison is not applicable) and a verdict (green where
+GEARS beats every baseline compared, red where it loses to one, grey otherwise); the
+pictures; and last the run's settings. What differs is what a cell of
 that table holds (one value, or a mean ± sd with an interval) and the page's own sections.
 
 Pages are plain HTML with inline CSS, no JavaScript and nothing fetched from elsewhere;
@@ -36,6 +37,7 @@ tr.subgroup th { background: #e8eef5; }
 td.win { background: #e3f4e1; color: #1b5e20; font-weight: 600; }
 td.lose { background: #fbe3e1; color: #b71c1c; font-weight: 600; }
 td.unknown { color: #777; }
+td.na { color: #777; }
 td.beats-gears { color: #b71c1c; font-weight: 600; }
 tr.best td { font-weight: 600; background: #fff7d6; }
 figure { margin: 1em 0 2em; }
@@ -92,6 +94,11 @@ def verdict_cue(verdict) -> str:
     if verdict.loses_to_a_baseline:
         return "lose"
     return "win" if verdict.beats_every_baseline else "unknown"
+
+
+def not_applicable_cell(reason: str) -> str:
+    """The cell of a baseline whose comparison with GEARS is no verdict: n/a and why."""
+    return f'<td class="na">n/a<br><span class="meaning">{escape(reason)}</span></td>'
 
 
 def pictures_section(title: str, figures: Sequence[tuple[str, str, str]]) -> str:

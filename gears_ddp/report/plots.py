@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from gears_ddp.report.not_applicable import NOT_APPLICABLE
 from gears_ddp.report.replicate_summary import BEATS, LOSES, NO_CLEAR, NO_INTERVAL
 from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, SUBGROUPS, higher_is_better, metric_key, summary_value
 
@@ -31,7 +32,8 @@ BASELINE_COLOURS = {"no_change": "#c8c8c8", "mean_effect": "#a9c1d9", "additive"
 FALLBACK_BASELINE_COLOURS = ("#c9b3d6", "#b5d3b0", "#e3b6a8")
 TRUE_CHANGE_FILL = "#dfe7f0"
 BASE_FONT_SIZE = 11
-VERDICT_LABELS = {BEATS: "beats", LOSES: "loses", NO_CLEAR: "unclear", NO_INTERVAL: "n/a"}
+VERDICT_LABELS = {BEATS: "beats", LOSES: "loses", NO_CLEAR: "unclear", NO_INTERVAL: "no interval",
+                  NOT_APPLICABLE: "n/a"}
 VERDICT_COLOURS = {BEATS: "#1b5e20", LOSES: "#b71c1c"}
 DPI = 150
 
@@ -332,13 +334,18 @@ def figure_replicate_values(verdicts: list) -> Figure:
     low, high = axes.get_ylim()
     axes.set_ylim(low - 0.18 * (high - low), high)  # room for the verdicts under the points
     axes.set_ylabel(metric, fontsize=BASE_FONT_SIZE)
-    axes.set_xlabel("under each baseline: GEARS beats it, loses to it, or the difference is unclear (the 95% "
-                    "t-interval of the paired differences holds zero)", fontsize=BASE_FONT_SIZE - 1, color="#555555")
+    explained = ["under each baseline: GEARS beats it, loses to it, or the difference is unclear (the 95% "
+                 "t-interval of the paired differences holds zero)"]
+    if any(d.verdict == NOT_APPLICABLE for verdict in verdicts for d in verdict.differences.values()):
+        explained.append("n/a: no verdict, as the baseline's value is fixed by how it predicts")
+    line_length = int(width * 11)  # characters that fit the figure's width at this font size
+    axes.set_xlabel("\n".join(textwrap.fill(text, line_length) for text in explained), fontsize=BASE_FONT_SIZE - 1,
+                    color="#555555")
     direction = "higher is better" if higher_is_better(metric) else "lower is better"
     meaning = MEANINGS.get(metric)
     count = max(verdict.gears.n for verdict in verdicts)
-    axes.set_title(f"{metric} ({direction}), {count} replicates" + (f"\n{meaning}" if meaning else ""),
-                   fontsize=BASE_FONT_SIZE + 1)
+    title = textwrap.fill(f"{metric} ({direction}), {count} replicates", int(width * 9))
+    axes.set_title(title + (f"\n{meaning}" if meaning else ""), fontsize=BASE_FONT_SIZE + 1)
     axes.grid(axis="y", color="#e6e6e6")
     axes.set_axisbelow(True)
     _style(axes)

@@ -12,7 +12,7 @@ from html import escape
 from pathlib import Path
 
 from gears_ddp.report.numbers import format_duration, format_interval, format_mean_sd
-from gears_ddp.report.page_builder import pictures_section, report_page, verdict_section
+from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
 from gears_ddp.report.replicate_summary import BEATS, INTERVAL_METHOD, LOSES, ReplicateVerdict
 from gears_ddp.report.run_folder import PAGE_FILE
 from gears_ddp.report.verdicts import outcome_line
@@ -27,7 +27,8 @@ def render_replicate_page(settings: dict, replicates: list[dict], verdicts: list
     finished = sum(replicate["status"] == "finished" for replicate in replicates)
     names = ", ".join(escape(replicate["name"]) for replicate in replicates)
     outcome = f"Over {finished} replicates, " + outcome_line(verdicts, "all test conditions, 95% intervals")
-    figures = [(relative, f"{metric} in every replicate", f"{metric}: every replicate's value (points) and the mean (bar)")
+    figures = [(relative, f"{metric} in every replicate",
+                f"{metric}: every replicate's value (points) and the mean (bar)")
                for metric, relative in pictures.items()]
     sections = [_failures_section(replicates), _verdict_section(verdicts), pictures_section("Every replicate", figures),
                 _replicates_section(replicates, folder)]
@@ -42,7 +43,8 @@ def _how_to_read() -> str:
             "the replicates and the mean paired difference GEARS - baseline with its interval, a "
             f"{escape(INTERVAL_METHOD)}. GEARS <i>beats</i> a baseline when the whole interval lies on its better "
             "side of zero, <i>loses to</i> it when the interval lies wholly on the worse side, and there is <i>no "
-            "clear difference</i> when the interval holds zero.")
+            "clear difference</i> when the interval holds zero; n/a marks a comparison that is no verdict, as the "
+            "baseline's value there is fixed by how it predicts.")
 
 
 def _failures_section(replicates: list[dict]) -> str:
@@ -59,7 +61,8 @@ def _failures_section(replicates: list[dict]) -> str:
 
 def _verdict_section(verdicts: list[ReplicateVerdict]) -> str:
     """The test metrics: GEARS's mean ± sd, and per baseline its mean ± sd and the paired
-    difference with its interval, coloured by that difference's verdict."""
+    difference with its interval, coloured by that difference's verdict (n/a, with the
+    reason, where the comparison is not applicable)."""
     if not verdicts:
         return "<h2>Test metrics</h2>\n<p>No finished replicate has test metrics to summarise.</p>"
     names = list(verdicts[0].baselines)
@@ -70,7 +73,8 @@ def _verdict_section(verdicts: list[ReplicateVerdict]) -> str:
         for name in names:
             spread, difference = verdict.baselines[name], verdict.differences[name]
             cue = {BEATS: "win", LOSES: "lose"}.get(difference.verdict, "unknown")
-            cells.append(f'<td class="number {cue}">{format_mean_sd(spread.mean, spread.sd, spread.n)}<br>'
+            cells.append(not_applicable_cell(difference.reason) if difference.reason else
+                         f'<td class="number {cue}">{format_mean_sd(spread.mean, spread.sd, spread.n)}<br>'
                          f"{format_interval(difference.mean, difference.low, difference.high)}<br>"
                          f"{escape(difference.verdict)}</td>")
         return cells
