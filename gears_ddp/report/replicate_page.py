@@ -11,7 +11,7 @@ import os
 from html import escape
 from pathlib import Path
 
-from gears_ddp.report.numbers import format_duration, format_interval, format_mean_sd
+from gears_ddp.report.numbers import format_duration, format_interval
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
 from gears_ddp.report.replicate_summary import BEATS, INTERVAL_METHOD, LOSES, ReplicateVerdict
 from gears_ddp.report.run_folder import PAGE_FILE
@@ -68,13 +68,12 @@ def _verdict_section(verdicts: list[ReplicateVerdict]) -> str:
     names = list(verdicts[0].baselines)
 
     def values(verdict: ReplicateVerdict) -> list[str]:
-        gears = verdict.gears
-        cells = [f'<td class="number">{format_mean_sd(gears.mean, gears.sd, gears.n)}</td>']
+        cells = [f'<td class="number">{verdict.gears.text}</td>']
         for name in names:
             spread, difference = verdict.baselines[name], verdict.differences[name]
             cue = {BEATS: "win", LOSES: "lose"}.get(difference.verdict, "unknown")
             cells.append(not_applicable_cell(difference.reason) if difference.reason else
-                         f'<td class="number {cue}">{format_mean_sd(spread.mean, spread.sd, spread.n)}<br>'
+                         f'<td class="number {cue}">{spread.text}<br>'
                          f"{format_interval(difference.mean, difference.low, difference.high)}<br>"
                          f"{escape(difference.verdict)}</td>")
         return cells

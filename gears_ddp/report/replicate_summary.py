@@ -57,6 +57,11 @@ class Spread:
     def sd(self) -> float:
         return standard_deviation(self.finite)
 
+    @property
+    def text(self) -> str:
+        """``'0.3 ± 0.02 (n=5)'``, as the pages and tables write it (``numbers.format_mean_sd``)."""
+        return format_mean_sd(self.mean, self.sd, self.n)
+
 
 @dataclass
 class PairedDifference:
