@@ -78,13 +78,9 @@ def dataset_statistics(data_path: Path) -> dict:
     return calibration_statistics(pert_data)
 
 
-def _mean_sd(values: list[float]) -> str:
-    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
-    return f"{statistics.mean(values):.4f} +- {sd:.4f}"
-
-
 def print_report(statistics_: dict, runs: dict) -> None:
     from gears_ddp.evaluation.calibration import NORMAN_TARGETS
+    from gears_ddp.report.replicate_summary import Spread
 
     print("\nThe demo's dataset (preset 'norman'), measured at split seed 1, beside the Norman screen:\n")
     print("| statistic | Norman | held to | demo dataset |")
@@ -111,11 +107,11 @@ def print_report(statistics_: dict, runs: dict) -> None:
         print(f"\n{len(runs) - len(rows)} run(s) failed; the summary covers the others.")
     if not rows:
         return
-    print("\nMean +- sd over the seeds:\n")
+    print("\nMean ± sd over the seeds (n: the seeds with a value):\n")
     print("| metric | GEARS | " + " | ".join(BASELINES) + " |")
     print("|---|---|" + "|".join("---" for _ in BASELINES) + "|")
     for m in METRICS:
-        cells = [_mean_sd([r[f"{who} {m}"] for r in rows.values()]) for who in ("GEARS", *BASELINES)]
+        cells = [Spread([r[f"{who} {m}"] for r in rows.values()]).text for who in ("GEARS", *BASELINES)]
         print(f"| {m} | " + " | ".join(cells) + " |")
 
     values = list(rows.values())

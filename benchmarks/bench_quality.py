@@ -57,8 +57,9 @@ How each figure is measured:
 
 Summary, per metric, over the seeds:
 
-- mean +- sd of each implementation (and of each baseline): mean and sample standard
-  deviation (n - 1) over the seeds where it has a value.
+- mean ± sd (n) of each implementation (and of each baseline): mean and sample standard
+  deviation (n - 1) over the n seeds where it has a value, written as the replicates'
+  summary writes it (``report.replicate_summary.Spread``).
 - difference: per seed d = gears_ddp - published, over the seeds where both have a value
   ('seeds' counts them); shown as mean(d) +- its standard error sd(d) / sqrt(n). Pairing by
   seed removes the split's effect (both see the same split at a seed).
@@ -91,6 +92,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import make_input, reference_available  # noqa: E402
 from results import add_record_argument, recorded  # noqa: E402
 from bench_model import HIDDEN_SIZE, LR, SUBGROUPS, WEIGHT_DECAY, add_data_options, measure  # noqa: E402
+from gears_ddp.report.replicate_summary import Spread  # noqa: E402
 
 
 IMPLEMENTATIONS = {"ours": "gears_ddp", "reference": "published"}
@@ -170,15 +172,6 @@ def _conditions(seed_runs: dict, metric: str) -> str:
     return str(count(ours))
 
 
-def _mean_sd(values: list[float]) -> str:
-    """'mean +- sample sd' of the values that are not NaN ('-' where there are none)."""
-    values = [v for v in values if not math.isnan(v)]
-    if not values:
-        return "-"
-    sd = statistics.stdev(values) if len(values) > 1 else math.nan
-    return f"{statistics.mean(values):.4f} +- {_number(sd)}"
-
-
 def paired_difference(ours: list[float], published: list[float], higher_is_better: bool) -> tuple[int, str, str]:
     """(paired seeds, 'mean +- standard error' of ours - published over them, verdict)."""
     diffs = [a - b for a, b in zip(ours, published) if not (math.isnan(a) or math.isnan(b))]
@@ -201,8 +194,8 @@ def _paired_rows(runs: dict, value_of) -> list[list[str]]:
         ours = [value_of(r, "ours", metric) for r in runs.values()]
         published = [value_of(r, "reference", metric) for r in runs.values()]
         n, diff, verdict = paired_difference(ours, published, higher_is_better)
-        rows.append([f"test {metric}", "higher" if higher_is_better else "lower", _mean_sd(ours),
-                     _mean_sd(published), str(n), diff, verdict])
+        rows.append([f"test {metric}", "higher" if higher_is_better else "lower", Spread(ours).text,
+                     Spread(published).text, str(n), diff, verdict])
     return rows
 
 
@@ -250,9 +243,9 @@ def print_tables(runs: dict, args) -> None:
                              f"(best epoch {best}; run {result['wall_s']:.0f} s)")
         print(f"seed {seed}, val mse_de by epoch: " + "; ".join(parts))
 
-    print(f"\nSummary over seeds {' '.join(map(str, args.seeds))} (mean +- sd; difference: mean +- standard "
+    print(f"\nSummary over seeds {' '.join(map(str, args.seeds))} (mean ± sd (n); difference: mean +- standard "
           "error of the per-seed gears_ddp - published):\n")
-    rows = [row + [_mean_sd([_value(r, "ours", metric, name) for r in runs.values()]) for name in BASELINES]
+    rows = [row + [Spread([_value(r, "ours", metric, name) for r in runs.values()]).text for name in BASELINES]
             for (metric, _), row in zip(METRICS, _paired_rows(runs, _value))]
     _table(["metric", "better", "gears_ddp", "published", "seeds", "gears_ddp - published", "verdict",
             *BASELINES], rows, 2)

@@ -13,7 +13,6 @@ import toy_data
 from gears_ddp.cli.command import DEMO_FINDING, _print_summary, main
 from gears_ddp.data import io
 from gears_ddp.data.go_files import read_annotation
-from gears_ddp.report.verdicts import compare, higher_is_better, split_key, verdict_table
 from gears_ddp.distributed.run_config import RunConfigError, apply_override, read_run_config
 from test_launch import _clean_environment
 
@@ -104,23 +103,6 @@ def test_train_help_lists_every_option_with_its_default():
 
 
 # ----------------------------------------------------------------------------- verdicts
-
-
-def test_verdicts_know_which_way_is_better_and_who_won():
-    assert higher_is_better("pearson_delta") and not higher_is_better("mse_de")
-    assert not higher_is_better("frac_opposite_direction_top20_non_dropout")
-    assert split_key("test_combo_seen1_mse_de") == ("combo_seen1", "mse_de")
-    model = {"test_pearson_delta": 0.02, "test_mse_de": 0.30, "test_unseen_single_pearson_delta": 0.5}
-    baselines = {"no_change": {"test_pearson_delta": 0.0, "test_mse_de": 0.40},
-                 "mean_effect": {"test_pearson_delta": 0.16, "test_mse_de": 0.20,
-                                 "test_unseen_single_pearson_delta": 0.1}}
-    verdicts = {v.key: v for v in compare(model, baselines)}
-    assert verdicts["test_pearson_delta"].beats == {"no_change": True, "mean_effect": False}
-    assert verdicts["test_mse_de"].beats == {"no_change": True, "mean_effect": False}
-    assert verdicts["test_unseen_single_pearson_delta"].beats == {"no_change": None, "mean_effect": True}
-    table = verdict_table(list(verdicts.values()))
-    assert "loses to mean_effect" in table and "lower" in table and "higher" in table
-    assert "GEARS beats every baseline on 0 of 2 metrics" in table
 
 
 def test_the_summary_says_whether_the_model_learned_then_the_note(capsys):

@@ -1,7 +1,8 @@
 """Tests for gears_ddp.report.learning: the sentences that say whether a run learned."""
 import math
 
-from gears_ddp.report.learning import learning_checks
+from gears_ddp.report.learning import NO_CHANGE_METRICS, learning_checks
+from gears_ddp.report.not_applicable import not_applicable_reason
 from gears_ddp.report.page import render_report_page
 
 
@@ -45,3 +46,10 @@ def test_the_report_page_shows_the_checks():
     assert "<h2>Did the model learn?</h2>" in page
     assert "<li>Training loss fell: 0.5 in epoch 1, 0.3 in epoch 2.</li>" in page
     assert "the mean-effect baseline&#x27;s 0.5000" in page
+
+
+def test_the_checks_compare_with_a_baseline_only_where_that_is_a_verdict():
+    # pearson_delta against no change would be no verdict (its change is zero); the checks do not make it
+    assert [metric for metric in NO_CHANGE_METRICS if not_applicable_reason("no_change", metric)] == []
+    assert not_applicable_reason("mean_effect", "pearson_delta") is None
+    assert not_applicable_reason("no_change", "pearson_delta") is not None

@@ -14,7 +14,8 @@ import pytest
 from matplotlib.container import BarContainer
 from matplotlib.image import imread
 
-from gears_ddp.report.page import format_number, write_report_page
+from gears_ddp.report.numbers import format_number
+from gears_ddp.report.page import write_report_page
 from gears_ddp.report.plots import (subgroup_label, figure_predictions, figure_test_metrics, figure_training_curves,
                                     plot_predictions, plot_test_metrics, plot_training_curves, true_change_per_gene)
 from gears_ddp.report.run_folder import PAGE_FILE

@@ -41,7 +41,7 @@ from gears_ddp.distributed.process_group import find_free_port
 from gears_ddp.distributed.rank import spawned_rank
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
 from gears_ddp.distributed.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
-from gears_ddp.report.page import flatten_settings
+from gears_ddp.report.page_builder import flatten_settings
 from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE, REPORT_FILE, log_file, read_settings
 from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted, signal_name

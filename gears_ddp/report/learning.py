@@ -9,7 +9,11 @@ them.
 """
 from __future__ import annotations
 
-from gears_ddp.report.verdicts import higher_is_better, is_better
+from gears_ddp.report.verdicts import higher_is_better, is_better, metric_key
+
+# compared with the no-change baseline; comparisons that are verdicts (report.not_applicable
+# rules out no change's correlations with the change and its share of genes moved the wrong way)
+NO_CHANGE_METRICS = ("mse", "mse_de")
 
 
 def _compare(model: float, baseline: float, metric: str) -> str:
@@ -30,10 +34,10 @@ def learning_checks(report: dict) -> list[str]:
     model, baselines = report.get("model") or {}, report.get("baselines") or {}
     no_change = baselines.get("no_change", {})
     parts = [f"{metric} {model[key]:.4g} against {no_change[key]:.4g} ({_compare(model[key], no_change[key], metric)})"
-             for metric in ("mse", "mse_de") for key in [f"test_{metric}"] if key in model and key in no_change]
+             for metric in NO_CHANGE_METRICS for key in [metric_key(metric)] if key in model and key in no_change]
     if parts:
         lines.append("Against predicting no change: " + ", ".join(parts) + ".")
-    key = "test_pearson_delta"
+    key = metric_key("pearson_delta")
     if key in model and key in baselines.get("mean_effect", {}):
         ours, theirs = model[key], baselines["mean_effect"][key]
         lines.append(f"pearson_delta {ours:.4f} against the mean-effect baseline's {theirs:.4f} "

@@ -11,7 +11,6 @@ Colours mean the same in every picture: GEARS in red, the baselines in muted ton
 """
 from __future__ import annotations
 
-import math
 import textwrap
 from pathlib import Path
 
@@ -22,8 +21,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from gears_ddp.report.not_applicable import NOT_APPLICABLE
 from gears_ddp.report.replicate_summary import BEATS, LOSES, NO_CLEAR, NO_INTERVAL
-from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, SUBGROUPS, higher_is_better
+from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, SUBGROUPS, higher_is_better, metric_key, summary_value
 
 GEARS_COLOUR = "#c62828"
 TRAIN_COLOUR = "#5b7fa6"
@@ -32,7 +32,8 @@ BASELINE_COLOURS = {"no_change": "#c8c8c8", "mean_effect": "#a9c1d9", "additive"
 FALLBACK_BASELINE_COLOURS = ("#c9b3d6", "#b5d3b0", "#e3b6a8")
 TRUE_CHANGE_FILL = "#dfe7f0"
 BASE_FONT_SIZE = 11
-VERDICT_LABELS = {BEATS: "beats", LOSES: "loses", NO_CLEAR: "unclear", NO_INTERVAL: "n/a"}
+VERDICT_LABELS = {BEATS: "beats", LOSES: "loses", NO_CLEAR: "unclear", NO_INTERVAL: "no interval",
+                  NOT_APPLICABLE: "n/a"}
 VERDICT_COLOURS = {BEATS: "#1b5e20", LOSES: "#b71c1c"}
 DPI = 150
 
@@ -65,7 +66,7 @@ def _style(axes) -> None:
 
 def _values(history: list[dict], key: str) -> np.ndarray:
     """``key`` of every epoch as floats, NaN where missing (or null in a JSON report)."""
-    return np.array([math.nan if record.get(key) is None else float(record[key]) for record in history])
+    return np.array([summary_value(record, key) for record in history])
 
 
 # ------------------------------------------------------------------ training curves
@@ -158,13 +159,7 @@ def figure_test_metrics(model: dict, baselines: dict[str, dict], metrics=("pears
 def present_subgroups(model: dict, metrics) -> list[str | None]:
     """``None`` (all test conditions), then each subgroup the model's summary has a value of."""
     return [None] + [subgroup for subgroup in SUBGROUPS
-                     if any(f"test_{subgroup}_{metric}" in model for metric in metrics)]
-
-
-def summary_value(summary: dict, subgroup: str | None, metric: str) -> float:
-    """``summary['test_<subgroup_>metric']`` as a float; NaN when absent or null."""
-    value = summary.get(f"test_{subgroup + '_' if subgroup else ''}{metric}")
-    return math.nan if value is None else float(value)
+                     if any(metric_key(metric, subgroup) in model for metric in metrics)]
 
 
 def baseline_colour(name: str, position: int) -> str:
@@ -184,7 +179,7 @@ def _draw_metric_panel(axes, metric: str, groups: list, model: dict, baselines: 
     width = 0.8 / len(summaries)
     centres = np.arange(len(groups))
     for slot, (name, summary, colour) in enumerate(summaries):
-        heights = np.array([summary_value(summary, group, metric) for group in groups])
+        heights = np.array([summary_value(summary, metric_key(metric, group)) for group in groups])
         offsets = centres + (slot - (len(summaries) - 1) / 2) * width
         _draw_bars(axes, offsets, heights, width, colour, label=name)
     axes.axhline(0, color="#555555", linewidth=0.8)
@@ -339,13 +334,18 @@ def figure_replicate_values(verdicts: list) -> Figure:
     low, high = axes.get_ylim()
     axes.set_ylim(low - 0.18 * (high - low), high)  # room for the verdicts under the points
     axes.set_ylabel(metric, fontsize=BASE_FONT_SIZE)
-    axes.set_xlabel("under each baseline: GEARS beats it, loses to it, or the difference is unclear (the 95% "
-                    "t-interval of the paired differences holds zero)", fontsize=BASE_FONT_SIZE - 1, color="#555555")
+    explained = ["under each baseline: GEARS beats it, loses to it, or the difference is unclear (the 95% "
+                 "t-interval of the paired differences holds zero)"]
+    if any(d.verdict == NOT_APPLICABLE for verdict in verdicts for d in verdict.differences.values()):
+        explained.append("n/a: no verdict, as the baseline's value is fixed by how it predicts")
+    line_length = int(width * 11)  # characters that fit the figure's width at this font size
+    axes.set_xlabel("\n".join(textwrap.fill(text, line_length) for text in explained), fontsize=BASE_FONT_SIZE - 1,
+                    color="#555555")
     direction = "higher is better" if higher_is_better(metric) else "lower is better"
     meaning = MEANINGS.get(metric)
     count = max(verdict.gears.n for verdict in verdicts)
-    axes.set_title(f"{metric} ({direction}), {count} replicates" + (f"\n{meaning}" if meaning else ""),
-                   fontsize=BASE_FONT_SIZE + 1)
+    title = textwrap.fill(f"{metric} ({direction}), {count} replicates", int(width * 9))
+    axes.set_title(title + (f"\n{meaning}" if meaning else ""), fontsize=BASE_FONT_SIZE + 1)
     axes.grid(axis="y", color="#e6e6e6")
     axes.set_axisbelow(True)
     _style(axes)

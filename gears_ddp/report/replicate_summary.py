@@ -10,7 +10,9 @@ what moves both from one replicate to the next cancels in the difference. Their 
 direction (``verdicts.higher_is_better``): "beats" when the whole interval lies on GEARS's
 better side of zero, "loses to" when it lies wholly on the worse side, "no clear
 difference" when it holds zero. A replicate missing either value of a pair is left out of
-that pair's interval; fewer than two pairs give no interval and no verdict.
+that pair's interval; fewer than two pairs give no interval and no verdict. A pair that
+``not_applicable`` rules out (a baseline whose value is fixed by how it predicts) keeps its
+numbers but gives no verdict either: "not applicable", with the reason.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from gears_ddp.report.verdicts import HEADLINE_METRICS, SUBGROUPS, higher_is_better
+from gears_ddp.report.not_applicable import NOT_APPLICABLE, not_applicable_notes, not_applicable_reason
+from gears_ddp.report.numbers import format_interval, format_mean_sd
+from gears_ddp.report.verdicts import HEADLINE_METRICS, SUBGROUPS, higher_is_better, metric_key, summary_value
 
 CONFIDENCE = 0.95
 INTERVAL_METHOD = ("95% t-interval on the paired differences GEARS - baseline over the replicates: mean difference "
@@ -53,11 +57,17 @@ class Spread:
     def sd(self) -> float:
         return standard_deviation(self.finite)
 
+    @property
+    def text(self) -> str:
+        """``'0.3 ± 0.02 (n=5)'``, as the pages and tables write it (``numbers.format_mean_sd``)."""
+        return format_mean_sd(self.mean, self.sd, self.n)
+
 
 @dataclass
 class PairedDifference:
     """GEARS - one baseline, replicate by replicate, with the t-interval of the mean
-    difference and the verdict it gives."""
+    difference and the verdict it gives; ``reason`` says why the comparison is not
+    applicable (None when it is)."""
 
     differences: list[float]
     mean: float
@@ -65,6 +75,7 @@ class PairedDifference:
     low: float
     high: float
     verdict: str
+    reason: str | None = None
 
     @property
     def n(self) -> int:
@@ -89,16 +100,29 @@ class ReplicateVerdict:
         return "higher is better" if self.higher_is_better else "lower is better"
 
     @property
+    def beats_every_baseline(self) -> bool:
+        """True when GEARS was compared with at least one baseline and beats each one
+        compared, interval and all; a comparison that is not applicable does not count."""
+        compared = [d.verdict for d in self.differences.values() if d.verdict != NOT_APPLICABLE]
+        return bool(compared) and all(verdict == BEATS for verdict in compared)
+
+    @property
+    def loses_to_a_baseline(self) -> bool:
+        return any(d.verdict == LOSES for d in self.differences.values())
+
+    @property
     def summary(self) -> str:
-        """``'beats all 3 baselines'``, ``'loses to additive; beats no_change'``, ..."""
+        """``'beats all 3 baselines'``, ``'beats mean_effect; loses to additive'``, ``'beats
+        all 2 baselines; n/a for no_change'``, ..."""
         by_verdict: dict[str, list[str]] = {}
         for name, difference in self.differences.items():
             by_verdict.setdefault(difference.verdict, []).append(name)
-        if list(by_verdict) == [BEATS] and len(self.differences) > 1:
-            return f"beats all {len(self.differences)} baselines"
+        parts = []
+        if set(by_verdict) - {NOT_APPLICABLE} == {BEATS} and len(by_verdict[BEATS]) > 1:
+            parts.append(f"beats all {len(by_verdict.pop(BEATS))} baselines")
         words = {BEATS: "beats", LOSES: "loses to", NO_CLEAR: "no clear difference from",
-                 NO_INTERVAL: "no interval (fewer than 2 replicates) for"}
-        parts = [f"{words[verdict]} {', '.join(by_verdict[verdict])}" for verdict in words if verdict in by_verdict]
+                 NO_INTERVAL: "no interval (fewer than 2 replicates) for", NOT_APPLICABLE: "n/a for"}
+        parts += [f"{words[verdict]} {', '.join(by_verdict[verdict])}" for verdict in words if verdict in by_verdict]
         return "; ".join(parts) if parts else "no baseline to compare"
 
 
@@ -135,18 +159,14 @@ def interval_verdict(low: float, high: float, higher: bool) -> str:
     return NO_CLEAR
 
 
-def paired_difference(gears: Spread, baseline: Spread, higher: bool) -> PairedDifference:
-    """The differences of the replicates where both values are known, their interval and verdict."""
+def paired_difference(gears: Spread, baseline: Spread, higher: bool, reason: str | None = None) -> PairedDifference:
+    """The differences of the replicates where both values are known, their interval and
+    verdict; "not applicable" instead when there is a ``reason`` the comparison is none."""
     pairs = [(a, b) for a, b in zip(gears.values, baseline.values) if math.isfinite(a) and math.isfinite(b)]
     differences = [a - b for a, b in pairs]
     mean, sd, low, high = t_interval(differences)
-    return PairedDifference(differences, mean, sd, low, high, interval_verdict(low, high, higher))
-
-
-def summary_value(summary: dict, key: str) -> float:
-    """``summary[key]`` as a float; NaN when absent or null (a report read from JSON)."""
-    value = summary.get(key)
-    return math.nan if value is None else float(value)
+    verdict = NOT_APPLICABLE if reason else interval_verdict(low, high, higher)
+    return PairedDifference(differences, mean, sd, low, high, verdict, reason)
 
 
 def summarise_replicates(reports: dict[str, dict], metrics=HEADLINE_METRICS,
@@ -158,21 +178,23 @@ def summarise_replicates(reports: dict[str, dict], metrics=HEADLINE_METRICS,
     verdicts = []
     for subgroup in subgroups:
         for metric in metrics:
-            key = f"test_{subgroup + '_' if subgroup else ''}{metric}"
+            key = metric_key(metric, subgroup)
             if not any(key in report.get("model", {}) for report in reports.values()):
                 continue
             higher = higher_is_better(metric)
             gears = Spread([summary_value(report.get("model", {}), key) for report in reports.values()])
             baselines = {name: Spread([summary_value(report.get("baselines", {}).get(name, {}), key)
                                        for report in reports.values()]) for name in baseline_names}
-            differences = {name: paired_difference(gears, spread, higher) for name, spread in baselines.items()}
+            differences = {name: paired_difference(gears, spread, higher, not_applicable_reason(name, metric))
+                           for name, spread in baselines.items()}
             verdicts.append(ReplicateVerdict(key, subgroup, metric, higher, gears, baselines, differences))
     return verdicts
 
 
 def summary_records(verdicts: list[ReplicateVerdict]) -> list[dict]:
     """The verdicts as plain data (``report.json``): per metric and subgroup, each method's
-    values, mean and sd, and each baseline's paired difference, interval and verdict."""
+    values, mean and sd, and each baseline's paired difference, interval, verdict and, for a
+    comparison that is not applicable, the reason."""
     records = []
     for verdict in verdicts:
         methods = {GEARS: verdict.gears, **verdict.baselines}
@@ -183,7 +205,8 @@ def summary_records(verdicts: list[ReplicateVerdict]) -> list[dict]:
                         for name, spread in methods.items()},
             "differences": {name: {"gears_minus_baseline": difference.differences, "n": difference.n,
                                    "mean": difference.mean, "sd": difference.sd, "ci_low": difference.low,
-                                   "ci_high": difference.high, "verdict": difference.verdict}
+                                   "ci_high": difference.high, "verdict": difference.verdict,
+                                   "reason": difference.reason}
                             for name, difference in verdict.differences.items()},
             "summary": verdict.summary})
     return records
@@ -192,23 +215,23 @@ def summary_records(verdicts: list[ReplicateVerdict]) -> list[dict]:
 def replicate_table(records: list[dict]) -> str:
     """A text table of ``summary_records`` (as ``report.json`` holds them): each metric with
     its direction, GEARS's mean ± sd, and for each baseline the mean difference GEARS -
-    baseline, its 95% interval and the verdict."""
+    baseline, its 95% interval and the verdict (n/a where the comparison is not applicable,
+    explained under the table)."""
     names = list(dict.fromkeys(name for record in records for name in record["differences"]))
     header = ["metric", "better", "GEARS mean ± sd", *(f"GEARS - {name} [95% interval]" for name in names)]
     rows = [header]
     for record in records:
         gears = record["methods"][GEARS]
         row = [f"{record['subgroup'] + ': ' if record['subgroup'] else ''}{record['metric']}",
-               "higher" if record["higher_is_better"] else "lower", f"{_number(gears['mean'])} ± {_number(gears['sd'])}"]
+               "higher" if record["higher_is_better"] else "lower",
+               format_mean_sd(gears["mean"], gears["sd"], gears["n"])]
         for name in names:
             d = record["differences"][name]
-            row.append(f"{_number(d['mean'], '+')} [{_number(d['ci_low'], '+')}, {_number(d['ci_high'], '+')}] "
-                       f"{d['verdict']}")
+            row.append("n/a" if d["verdict"] == NOT_APPLICABLE else
+                       f"{format_interval(d['mean'], d['ci_low'], d['ci_high'])} {d['verdict']}")
         rows.append(row)
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
-
-
-def _number(value, sign: str = "") -> str:
-    """4 decimals, ``n/a`` for a missing value (null in JSON) or NaN."""
-    return "n/a" if value is None or value != value else f"{value:{sign}.4f}"
+    notes = not_applicable_notes((name, record["metric"]) for record in records
+                                 for name, d in record["differences"].items() if d["verdict"] == NOT_APPLICABLE)
+    return "\n".join(["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+                     + notes)

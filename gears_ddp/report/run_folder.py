@@ -5,7 +5,8 @@
 - ``metrics.csv``: one row per epoch (training loss, train and val metrics, seconds),
   rewritten after every epoch, so it is complete after a resume too;
 - ``train.log``: the library's log records of the main rank (appended across resumes);
-- ``report.json``: the final report (NaN written as null);
+- ``report.json``: the final report (NaN written as null) and, with a test set, the
+  verdicts against the baselines (``verdicts.verdict_records``);
 - ``plots/*.png`` and ``report.html``: the curves, the test metrics beside the baselines,
   predicted against true changes, and one page that shows them with the run's settings.
 """
@@ -23,6 +24,7 @@ import yaml
 from gears_ddp._logging import LIBRARY_LOGGER_NAME
 from gears_ddp.data.io import atomic_path
 from gears_ddp.report.page import write_report_page
+from gears_ddp.report.verdicts import compare, verdict_records
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.csv"
@@ -89,14 +91,19 @@ def json_safe(value):
 
 
 def write_run_report(folder, report: dict, examples: list[dict]) -> Path:
-    """``report.json``, the pictures and ``report.html``; returns the page's path.
-    ``examples`` are the test conditions of the predictions picture
-    (``report.examples.prediction_examples``); without a test set there are only curves."""
+    """``report.json`` (the report and its verdicts), the pictures and ``report.html``;
+    returns the page's path. ``examples`` are the test conditions of the predictions
+    picture (``report.examples.prediction_examples``); without a test set there are only
+    curves."""
     # matplotlib is imported here, by the main rank only, not by every rank that imports this module
     from gears_ddp.report.plots import plot_predictions, plot_test_metrics, plot_training_curves
 
     folder = Path(folder)
-    write_json(folder / REPORT_FILE, report)
+    if "model" in report:
+        write_json(folder / REPORT_FILE,
+                   {**report, "verdicts": verdict_records(compare(report["model"], report["baselines"]))})
+    else:
+        write_json(folder / REPORT_FILE, report)
     titles = list(PICTURES)
     pictures = {titles[0]: PICTURES[titles[0]]}
     plot_training_curves(report["history"], report["best_epoch"], folder / PICTURES[titles[0]])

@@ -3,12 +3,16 @@
 A table of numbers alone does not say that GEARS lost to a baseline: ``mse`` is better
 low, ``pearson_delta`` high, and a model can win one and lose the other. ``compare`` turns
 the test summaries of the model and the baselines into one ``MetricVerdict`` per metric
-(and subgroup), which the console summary (``verdict_table``), the run report page and
-its plots share.
+(and subgroup), which the console summary (``verdict_table``), the run's ``report.json``
+(``verdict_records``), the run report page and its plots share. A comparison that
+``not_applicable`` rules out is neither a win nor a loss.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+
+from gears_ddp.report.not_applicable import not_applicable_notes, not_applicable_reason
 
 SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
 SUBGROUP_NAMES = {None: "all test conditions",  # the simulation split's test subgroups, in words
@@ -39,19 +43,23 @@ def higher_is_better(metric: str) -> bool:
     return not metric.startswith(LOWER_IS_BETTER_PREFIXES)
 
 
-def split_key(key: str, prefix: str = "test_") -> tuple[str | None, str]:
-    """``'test_combo_seen1_mse_de'`` -> ``('combo_seen1', 'mse_de')``; no subgroup -> ``None``."""
-    name = key[len(prefix):] if key.startswith(prefix) else key
-    for subgroup in SUBGROUPS:
-        if name.startswith(subgroup + "_"):
-            return subgroup, name[len(subgroup) + 1:]
-    return None, name
+def metric_key(metric: str, subgroup: str | None = None, prefix: str = "test_") -> str:
+    """``('mse_de', 'combo_seen1')`` -> ``'test_combo_seen1_mse_de'``: the key of a metric
+    in a test summary, as the reference logs it."""
+    return f"{prefix}{subgroup + '_' if subgroup else ''}{metric}"
+
+
+def summary_value(summary: dict, key: str) -> float:
+    """``summary[key]`` as a float; NaN when absent or null (a report read from JSON)."""
+    value = summary.get(key)
+    return math.nan if value is None else float(value)
 
 
 @dataclass
 class MetricVerdict:
     """One metric of the model beside the baselines: ``beats[name]`` is True where the model
-    is better than that baseline, False where it is not, None where either value is missing."""
+    is better than that baseline, False where it is not, None where either value is missing
+    or the comparison is not applicable (``not_applicable[name]`` then says why)."""
 
     key: str
     subgroup: str | None
@@ -60,21 +68,39 @@ class MetricVerdict:
     model: float
     baselines: dict[str, float]
     beats: dict[str, bool | None]
+    not_applicable: dict[str, str] = field(default_factory=dict)
 
     @property
     def direction(self) -> str:
         return "higher is better" if self.higher_is_better else "lower is better"
 
     @property
+    def beats_every_baseline(self) -> bool:
+        """True when the model was compared with at least one baseline and beat each one
+        compared; a NaN value, a baseline without the metric and a comparison that is not
+        applicable are no comparison, so a metric with none is not a win."""
+        compared = [won for won in self.beats.values() if won is not None]
+        return bool(compared) and all(compared)
+
+    @property
+    def loses_to_a_baseline(self) -> bool:
+        return False in self.beats.values()
+
+    @property
     def summary(self) -> str:
-        """``'beats all 3 baselines'``, ``'loses to mean_effect, additive'``, ..."""
+        """``'beats all 3 baselines'``, ``'loses to mean_effect, additive'``, ``'beats all 2
+        baselines; n/a for no_change'``, ..."""
         lost = [name for name, won in self.beats.items() if won is False]
         known = [name for name, won in self.beats.items() if won is not None]
-        if not known:
-            return "no baseline to compare"
-        if not lost:
-            return f"beats all {len(known)} baselines" if len(known) > 1 else f"beats {known[0]}"
-        return "loses to " + ", ".join(lost)
+        if lost:
+            parts = ["loses to " + ", ".join(lost)]
+        elif known:
+            parts = [f"beats all {len(known)} baselines" if len(known) > 1 else f"beats {known[0]}"]
+        else:
+            parts = []
+        if self.not_applicable:
+            parts.append("n/a for " + ", ".join(self.not_applicable))
+        return "; ".join(parts) or "no baseline to compare"
 
 
 def compare(model: dict, baselines: dict[str, dict], metrics=HEADLINE_METRICS, subgroups=(None, *SUBGROUPS),
@@ -83,13 +109,15 @@ def compare(model: dict, baselines: dict[str, dict], metrics=HEADLINE_METRICS, s
     verdicts = []
     for subgroup in subgroups:
         for metric in metrics:
-            key = f"{prefix}{subgroup + '_' if subgroup else ''}{metric}"
+            key = metric_key(metric, subgroup, prefix)
             if key not in model:
                 continue
-            value, higher = float(model[key]), higher_is_better(metric)
-            others = {name: float(summary[key]) for name, summary in baselines.items() if key in summary}
-            beats = {name: is_better(value, others.get(name), higher) for name in baselines}
-            verdicts.append(MetricVerdict(key, subgroup, metric, higher, value, others, beats))
+            value, higher = summary_value(model, key), higher_is_better(metric)
+            others = {name: summary_value(summary, key) for name, summary in baselines.items() if key in summary}
+            reasons = {name: reason for name in others if (reason := not_applicable_reason(name, metric))}
+            beats = {name: None if name in reasons else is_better(value, others.get(name), higher)
+                     for name in baselines}
+            verdicts.append(MetricVerdict(key, subgroup, metric, higher, value, others, beats, reasons))
     return verdicts
 
 
@@ -109,18 +137,43 @@ def summary_verdicts(model: dict, baselines: dict[str, dict]) -> list[MetricVerd
 
 
 def verdict_table(verdicts: list[MetricVerdict]) -> str:
-    """A text table: each metric with its direction, the model beside each baseline, and the
-    verdict; then how many of the overall metrics the model won."""
+    """A text table: each metric with its direction, the model beside each baseline (n/a
+    where the comparison is not applicable), and the verdict; then how many of the overall
+    metrics the model won, and why the n/a ones are no verdict."""
     names = list(dict.fromkeys(name for v in verdicts for name in v.beats))
     labels = [f"{v.subgroup + ': ' if v.subgroup else ''}{v.metric}" for v in verdicts]
     width = max([len("metric"), *map(len, labels)]) + 2
     lines = [f"{'metric':{width}}{'better':>7}{'GEARS':>10}" + "".join(f"{n:>13}" for n in names) + "  verdict"]
     for label, v in zip(labels, verdicts):
-        cells = "".join(f"{v.baselines[n]:13.4f}" if n in v.baselines else f"{'-':>13}" for n in names)
+        cells = "".join(f"{'n/a':>13}" if n in v.not_applicable else f"{v.baselines[n]:13.4f}" if n in v.baselines
+                        else f"{'-':>13}" for n in names)
         lines.append(f"{label:{width}}{'higher' if v.higher_is_better else 'lower':>7}{v.model:10.4f}{cells}  "
                      f"{v.summary}")
-    overall = [v for v in verdicts if v.subgroup is None]
-    if overall:
-        won = sum(all(b is not False for b in v.beats.values()) for v in overall)
-        lines.append(f"overall: GEARS beats every baseline on {won} of {len(overall)} metrics")
+    if any(v.subgroup is None for v in verdicts):
+        lines.append("overall: " + outcome_line(verdicts))
+    lines += not_applicable_notes((name, v.metric) for v in verdicts for name in v.not_applicable)
     return "\n".join(lines)
+
+
+def verdict_records(verdicts: list[MetricVerdict]) -> list[dict]:
+    """The verdicts as plain data (a run's ``report.json``): per metric and subgroup, the
+    model's value and, per baseline, its value, whether the model beats it (null: no
+    comparison) and why the comparison is not applicable (null when it is)."""
+    return [{"key": v.key, "subgroup": v.subgroup, "metric": v.metric, "higher_is_better": v.higher_is_better,
+             "model": v.model,
+             "baselines": {name: {"value": v.baselines.get(name), "beats": beats,
+                                  "not_applicable": v.not_applicable.get(name)} for name, beats in v.beats.items()},
+             "beats_every_baseline": v.beats_every_baseline, "summary": v.summary} for v in verdicts]
+
+
+def outcome_line(verdicts: list, basis: str = "all test conditions") -> str:
+    """``'GEARS beats every baseline on 2 of 7 metrics and loses to one on 3 (all test
+    conditions)'``, counted over the verdicts without subgroup. The console table and both
+    report pages say it; ``verdicts`` are a run's ``MetricVerdict`` or the replicates'
+    ``ReplicateVerdict`` (both say ``beats_every_baseline`` and ``loses_to_a_baseline``)."""
+    overall = [verdict for verdict in verdicts if verdict.subgroup is None]
+    if not any(verdict.baselines for verdict in overall):
+        return "GEARS has no test metric with a baseline to compare it with"
+    won = sum(verdict.beats_every_baseline for verdict in overall)
+    lost = sum(verdict.loses_to_a_baseline for verdict in overall)
+    return f"GEARS beats every baseline on {won} of {len(overall)} metrics and loses to one on {lost} ({basis})"

@@ -1,0 +1,48 @@
+"""Tests for gears_ddp.report.verdicts: which way each metric is better, who won, and what
+counts as beating every baseline."""
+import math
+
+import pytest
+
+from gears_ddp.report.page import render_report_page
+from gears_ddp.report.verdicts import MetricVerdict, compare, higher_is_better, verdict_table
+
+
+def test_verdicts_know_which_way_is_better_and_who_won():
+    assert higher_is_better("pearson_delta") and not higher_is_better("mse_de")
+    assert not higher_is_better("frac_opposite_direction_top20_non_dropout")
+    model = {"test_pearson_delta": 0.02, "test_mse_de": 0.30, "test_unseen_single_pearson_delta": 0.5}
+    baselines = {"no_change": {"test_pearson_delta": 0.0, "test_mse_de": 0.40},
+                 "mean_effect": {"test_pearson_delta": 0.16, "test_mse_de": 0.20,
+                                 "test_unseen_single_pearson_delta": 0.1}}
+    verdicts = {v.key: v for v in compare(model, baselines)}
+    assert verdicts["test_pearson_delta"].beats == {"no_change": None, "mean_effect": False}  # n/a: no change
+    assert verdicts["test_mse_de"].beats == {"no_change": True, "mean_effect": False}
+    assert verdicts["test_unseen_single_pearson_delta"].beats == {"no_change": None, "mean_effect": True}
+    table = verdict_table(list(verdicts.values()))
+    assert "loses to mean_effect" in table and "lower" in table and "higher" in table
+    assert "GEARS beats every baseline on 0 of 2 metrics" in table
+
+
+def _verdict(beats: dict) -> MetricVerdict:
+    return MetricVerdict("test_mse_de", None, "mse_de", False, 0.1, {name: 0.2 for name in beats}, beats)
+
+
+@pytest.mark.parametrize("beats, expected", [
+    ({"no_change": True, "additive": True}, True),
+    ({"no_change": True, "additive": None}, True),    # a missing baseline value is no comparison
+    ({"no_change": True, "additive": False}, False),
+    ({"no_change": None, "additive": None}, False),   # nothing compared is no win
+    ({}, False)])
+def test_beating_every_baseline_needs_a_comparison_and_no_loss(beats, expected):
+    assert _verdict(beats).beats_every_baseline is expected
+
+
+def test_a_nan_metric_or_one_no_baseline_has_is_not_counted_as_a_win():
+    model = {"test_pearson_delta": math.nan, "test_mse_de": 0.1, "test_mse": 0.01}
+    baselines = {"mean_effect": {"test_pearson_delta": 0.2, "test_mse_de": 0.3}}  # no test_mse
+    verdicts = compare(model, baselines, metrics=("pearson_delta", "mse_de", "mse"), subgroups=(None,))
+    assert "GEARS beats every baseline on 1 of 3 metrics" in verdict_table(verdicts)
+    report = {"model": model, "baselines": baselines, "best_epoch": 1, "history": [], "world_size": 1}
+    assert "GEARS beats every baseline on 1 of 3 metrics" in render_report_page({}, report, {})
+    assert [verdict.beats_every_baseline for verdict in verdicts] == [False, True, False]
