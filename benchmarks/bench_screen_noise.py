@@ -37,15 +37,15 @@ median stops at the first step under 1e-3), and to rounding in the distance corr
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_screen import perturbed_genes, trained_synthetic_model  # noqa: E402
-from results import add_record_argument, recorded  # noqa: E402
+from harness.machine import load_average
+from harness.models import perturbed_genes, trained_synthetic_model
+from harness.record import add_record_argument, recorded
+from harness.settings import HIDDEN_SIZE
+from harness.tables import print_table
 
 DATASET = {"n_control_cells": 3000, "seed": 0}  # otherwise the generator's defaults: 1,000 genes, 60 perturbed
 SCORES = ("c1", "c2", "mag", "dcor", "dcor_singles", "corr_fit", "dominance", "eq_contr")
@@ -68,9 +68,10 @@ def noise_of_sets(gears, genes: list[str], seed: int) -> tuple[np.ndarray, np.nd
     return noise.max(1).values.numpy(), (noise.norm(dim=1) / exact.norm(dim=1)).numpy()
 
 
-def quantiles(values: np.ndarray) -> str:
+def quantiles(values: np.ndarray) -> list[str]:
+    """The median, 95th percentile and largest of the finite values."""
     values = values[np.isfinite(values)]
-    return f"{np.median(values):.3g} | {np.quantile(values, 0.95):.3g} | {values.max():.3g}"
+    return [f"{np.median(values):.3g}", f"{np.quantile(values, 0.95):.3g}", f"{values.max():.3g}"]
 
 
 def main() -> None:
@@ -101,30 +102,33 @@ def main() -> None:
 
     with recorded(args.record):
         print(f"\nPublished sampling noise over a screen: synthetic data, {gears.num_genes:,} genes, "
-              f"{len(gears.pert_data.cells.control_cells()):,} control cells; GEARS hidden 64, {args.epochs} epochs "
+              f"{len(gears.pert_data.cells.control_cells()):,} control cells; GEARS hidden {HIDDEN_SIZE}, "
+              f"{args.epochs} epochs "
               f"(best epoch {report['best_epoch']}, test pearson_delta {report['model']['test_pearson_delta']:.3f}); "
               f"every pair of the {len(genes)} perturbed genes ({len(exact):,} pairs); published change with seeds "
-              f"{args.seeds}; load average {os.getloadavg()[0]:.1f}\n")
-        print("| the noise, per perturbation set (singles and pairs, all seeds) | median | 95th percentile | largest |")
-        print("|---|---:|---:|---:|")
-        print(f"| largest \\|drawn cells' mean - control mean\\| over genes | {quantiles(largest)} |")
-        print(f"| noise norm / exact change norm | {quantiles(relative)} |")
-        print("\n| score | published - exact: median | \\|published - exact\\|: median | 95th pct | largest "
-              f"| \\|seed {first} - seed {second}\\|: median | 95th pct | largest |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+              f"{args.seeds}; load average {load_average()}\n")
+        print_table(["the noise, per perturbation set (singles and pairs, all seeds)", "median", "95th percentile",
+                     "largest"],
+                    [["largest \\|drawn cells' mean - control mean\\| over genes", *quantiles(largest)],
+                     ["noise norm / exact change norm", *quantiles(relative)]])
+        rows = []
         for name in SCORES:
             against_exact = np.concatenate([(table[name] - exact[name]).to_numpy() for table in published.values()])
             between = np.abs(published[first][name] - published[second][name]).to_numpy()
-            print(f"| {name} | {np.nanmedian(against_exact):.3g} | {quantiles(np.abs(against_exact))} "
-                  f"| {quantiles(between)} |")
-        print(f"\n| interaction type | pairs of the type, exact | published, seed {first} | published type differs "
-              f"from exact | seed {first} and seed {second} differ |")
-        print("|---|---:|---:|---:|---:|")
+            rows.append([name, f"{np.nanmedian(against_exact):.3g}", *quantiles(np.abs(against_exact)),
+                         *quantiles(between)])
+        print()
+        print_table(["score", "published - exact: median", "\\|published - exact\\|: median", "95th pct", "largest",
+                     f"\\|seed {first} - seed {second}\\|: median", "95th pct", "largest"], rows)
+        rows = []
         for name in TYPES:
             differs = np.mean([(table[name] != exact[name]).mean() for table in published.values()])
             between = (published[first][name] != published[second][name]).mean()
-            print(f"| {name} | {held_types(exact[name])} | {held_types(published[first][name])} | {differs:.1%} "
-                  f"| {between:.1%} |")
+            rows.append([name, held_types(exact[name]), held_types(published[first][name]), f"{differs:.1%}",
+                         f"{between:.1%}"])
+        print()
+        print_table(["interaction type", "pairs of the type, exact", f"published, seed {first}",
+                     "published type differs from exact", f"seed {first} and seed {second} differ"], rows)
 
 
 def held_types(column) -> str:
