@@ -47,7 +47,7 @@ from harness.timing import Stopwatch
 GENES, PERTURBED, COMBOS = 2000, 200, 300
 TARGET_PROCESSING_MIB = 2000
 SAMPLING_S = 0.1
-TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO gears_ddp\.recipe: epoch 1 step 1:", re.M)
+TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO gears_ddp\.training\.recipe: epoch 1 step 1:", re.M)
 
 
 def sizes(n_cells: int) -> dict:
