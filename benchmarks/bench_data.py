@@ -13,7 +13,6 @@ import io
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from harness.child import run_in_child
@@ -23,44 +22,45 @@ from harness.record import add_record_argument, recorded
 from harness.settings import BATCH_SIZE, SPLIT
 from harness.synthetic import add_size_arguments, work_folder, write_raw_input
 from harness.tables import print_table
-from harness.timing import median_seconds
+from harness.timing import Stopwatch, median_seconds
 
 
-def run_ours(raw: Path, workdir: Path) -> dict:
+def _ready_loaders(pert_data_class, raw: Path, folder: Path):
+    """(pert_data, seconds): either package's ``PertData`` from ``raw`` to loaders of batch
+    ``BATCH_SIZE``, split ``SPLIT``, processed in ``folder``."""
     import anndata
 
-    from gears_ddp import PertData
-
-    start = time.perf_counter()
-    pert_data = PertData(workdir)
-    pert_data.new_data_process("bench", anndata.read_h5ad(raw))
-    pert_data.prepare_split(**SPLIT)
-    loaders = pert_data.get_dataloader(BATCH_SIZE)
-    ready = time.perf_counter() - start
-    n_cells, n_genes = pert_data.adata.shape
-    return {"ready_s": ready, **_time_pass(loaders["train_loader"]), "copy_floor_s": _copy_floor(loaders),
-            "peak_rss_mib": peak_rss_mib(),
-            "dataset_mib": pert_data.cells.nbytes() / 2**20, "x_float32_mib": n_cells * n_genes * 4 / 2**20,
-            "cells": n_cells, "genes": n_genes}
-
-
-def run_reference(raw: Path, workdir: Path) -> dict:
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        import anndata
-        from gears import PertData
-
-        start = time.perf_counter()
-        pert_data = PertData(str(workdir))
+    with Stopwatch() as watch:
+        pert_data = pert_data_class(str(folder))
         pert_data.new_data_process("bench", anndata.read_h5ad(raw))
         pert_data.prepare_split(**SPLIT)
         pert_data.get_dataloader(BATCH_SIZE)
-        ready = time.perf_counter() - start
+    return pert_data, watch.seconds
+
+
+def _sizes(pert_data) -> dict:
+    n_cells, n_genes = pert_data.adata.shape
+    return {"x_float32_mib": n_cells * n_genes * 4 / 2**20, "cells": n_cells, "genes": n_genes}
+
+
+def run_ours(raw: Path, folder: Path) -> dict:
+    from gears_ddp import PertData
+
+    pert_data, ready = _ready_loaders(PertData, raw, folder)
+    loaders = pert_data.dataloader
+    return {"ready_s": ready, **_time_pass(loaders["train_loader"]), "copy_floor_s": _copy_floor(loaders),
+            "peak_rss_mib": peak_rss_mib(), "dataset_mib": pert_data.cells.nbytes() / 2**20, **_sizes(pert_data)}
+
+
+def run_reference(raw: Path, folder: Path) -> dict:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        from gears import PertData
+
+        pert_data, ready = _ready_loaders(PertData, raw, folder)
         timing = _time_pass(pert_data.dataloader["train_loader"])
     tensors = [t for graphs in pert_data.dataset_processed.values() for g in graphs for t in (g.x, g.y)]
-    n_cells, n_genes = pert_data.adata.shape
     return {"ready_s": ready, **timing, "peak_rss_mib": peak_rss_mib(),
-            "dataset_mib": sum(t.element_size() * t.numel() for t in tensors) / 2**20,
-            "x_float32_mib": n_cells * n_genes * 4 / 2**20, "cells": n_cells, "genes": n_genes}
+            "dataset_mib": sum(t.element_size() * t.numel() for t in tensors) / 2**20, **_sizes(pert_data)}
 
 
 def _time_pass(loader, repeats: int = 3) -> dict:

@@ -94,6 +94,7 @@ from harness.side_by_side import add_workflow_options
 from harness.spread import mean_sd, paired_difference
 from harness.synthetic import write_raw_input
 from harness.tables import format_number, print_table
+from harness.timing import Stopwatch
 
 BENCH_MODEL = Path(__file__).resolve().with_name("bench_model.py")  # whose run each seed repeats
 IMPLEMENTATIONS = {"ours": "gears_ddp", "reference": "published"}
@@ -119,9 +120,9 @@ def run_seeds(raw: Path, args) -> dict:
         seed_args = argparse.Namespace(**vars(args), seed=seed)
         runs[seed] = {}
         for impl in implementations:
-            start = time.perf_counter()
-            result = run_in_child(BENCH_MODEL, "measured_run", impl, str(raw), vars(seed_args), label=impl)
-            seconds = time.perf_counter() - start
+            with Stopwatch() as watch:
+                result = run_in_child(BENCH_MODEL, "measured_run", impl, str(raw), vars(seed_args), label=impl)
+            seconds = watch.seconds
             if result is not None:
                 result["wall_s"] = seconds
             runs[seed][impl] = result
