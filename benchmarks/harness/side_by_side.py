@@ -44,7 +44,7 @@ def split_seed(args) -> int:
     return SPLIT["seed"] if args.seed is None else args.seed
 
 
-def seed_globals(seed: int) -> None:
+def _seed_globals(seed: int) -> None:
     """Seed Python's, numpy's and torch's global random generators."""
     import random
 
@@ -66,7 +66,7 @@ def set_up(pert_data_class, gears_class, folder: Path, raw: Path, args, **loader
     import torch
 
     if args.seed is not None:
-        seed_globals(args.seed)
+        _seed_globals(args.seed)
     start = time.perf_counter()
     pert_data = pert_data_class(str(folder))
     pert_data.new_data_process("bench", anndata.read_h5ad(raw))
@@ -78,7 +78,7 @@ def set_up(pert_data_class, gears_class, folder: Path, raw: Path, args, **loader
     if args.seed is None:
         torch.manual_seed(MODEL_SEED)
     else:
-        seed_globals(args.seed)
+        _seed_globals(args.seed)
     gears.model_initialize(hidden_size=HIDDEN_SIZE, **_coexpression_graph(args))
     return pert_data, gears, data_s, time.perf_counter() - start
 
