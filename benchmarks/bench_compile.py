@@ -5,7 +5,7 @@ compilation), seconds per optimiser step after them, and the step losses of the 
     python benchmarks/bench_compile.py [--device cpu] [--batch-sizes 32 256] [--hidden 64]
                                        [--warmup 5] [--steps 10] [--genes 1000 ...]
 
-The data are the built-in synthetic dataset (``bench_data.load_synthetic``: 1,000 genes by
+The data are the built-in synthetic dataset (``harness.synthetic.load_synthetic``: 1,000 genes by
 default, simulation split, seed 1). For each batch size, two models from
 ``torch.manual_seed(0)`` and ``model_initialize(hidden_size)``, each with the published
 optimiser, one eager and one ``torch.compile(model)`` (the recipe's call), take
@@ -21,29 +21,22 @@ weighs it on both modes alike, and the median leaves out the steps it hit hardes
 """
 import argparse
 import statistics
-import time
 
 import torch
-from bench_data import add_size_arguments, load_synthetic
-from results import add_record_argument, recorded
 
-from gears_ddp import GEARS
 from gears_ddp.training.engine import optimizer_steps
 from gears_ddp.training.optimization import make_optimizer
-
-LR, WEIGHT_DECAY = 1e-3, 5e-4
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from harness.models import new_model
+from harness.record import add_record_argument, recorded
+from harness.settings import LR, WEIGHT_DECAY
+from harness.synthetic import add_size_arguments, load_synthetic
+from harness.tables import StreamedTable
+from harness.timing import Stopwatch
 
 
 def trained(pert_data, device, hidden: int, batches, compiled: bool):
     """The optimiser steps (a generator of losses) of a new model, compiled or not."""
-    torch.manual_seed(0)
-    gears = GEARS(pert_data, device=str(device))
-    gears.model_initialize(hidden_size=hidden)
+    gears = new_model(pert_data, device=device, hidden_size=hidden)
     optimizer, _ = make_optimizer(gears.model, LR, WEIGHT_DECAY)
     model = torch.compile(gears.model) if compiled else gears.model
     return optimizer_steps(model, batches, optimizer, gears.loss_context(), False, device)
@@ -63,10 +56,9 @@ def run(pert_data, device, batch_size: int, hidden: int, warmup: int, steps: int
     losses = {mode: [] for mode in modes}
     for _ in batches:
         for mode, step in modes.items():
-            synchronize(device)
-            start = time.perf_counter()
-            losses[mode].append(float(next(step)))  # waits for the step
-            times[mode].append(time.perf_counter() - start)
+            with Stopwatch(device) as watch:
+                losses[mode].append(float(next(step)))
+            times[mode].append(watch.seconds)
     return {mode: {"first_s": sum(times[mode][:warmup]), "step_s": statistics.median(times[mode][warmup:]),
                    "losses": losses[mode]} for mode in modes}
 
@@ -78,8 +70,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
-    add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80,
-                       control_cells=1000)
+    add_size_arguments(parser)
     parser.add_argument("--data-path", default="./data/bench_compile")
     add_record_argument(parser)
     args = parser.parse_args()
@@ -90,16 +81,14 @@ def main() -> None:
         print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes; hidden {args.hidden}; device "
               f"{device} ({where}); {args.warmup} first steps, then {args.steps} timed")
         print()
-        print("| batch | mode | first s | s/step | speed-up | max loss diff |")
-        print("|---:|---|---:|---:|---:|---:|")
+        table = StreamedTable(["batch", "mode", "first s", "s/step", "speed-up", "max loss diff"], left=2)
         for batch_size in args.batch_sizes:
             result = run(pert_data, device, batch_size, args.hidden, args.warmup, args.steps)
             eager, compiled = result["eager"], result["compiled"]
             difference = max(abs(a - b) / abs(a) for a, b in zip(eager["losses"], compiled["losses"]))
             for mode, r in (("eager", eager), ("compiled", compiled)):
-                print(f"| {batch_size} | {mode} | {r['first_s']:.1f} | {r['step_s']:.3f} | "
-                      f"{eager['step_s'] / r['step_s']:.2f} | {difference if mode == 'compiled' else 0:.1e} |",
-                      flush=True)
+                table.add([batch_size, mode, f"{r['first_s']:.1f}", f"{r['step_s']:.3f}",
+                           f"{eager['step_s'] / r['step_s']:.2f}", f"{difference if mode == 'compiled' else 0:.1e}"])
 
 
 if __name__ == "__main__":

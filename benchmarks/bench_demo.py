@@ -25,17 +25,17 @@ the demo is meant to show:
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import add_record_argument, recorded  # noqa: E402
+from harness.record import add_record_argument, recorded
+from harness.spread import mean_sd
+from harness.tables import print_table
+from harness.timing import Stopwatch
 
 BASELINES = ("no_change", "mean_effect", "additive")
 METRICS = ("mse", "mse_de", "pearson_delta")
@@ -45,10 +45,9 @@ def run_demo(folder: Path, seed: int, epochs: int) -> dict:
     """One ``gears-ddp demo`` in ``folder``: its report and wall seconds (None if it failed)."""
     command = [shutil.which("gears-ddp") or "gears-ddp", "demo", "--epochs", str(epochs),
                "--save-path", f"./runs/demo_{seed}", "--set", f"split_config.seed={seed}", "--set", f"args.seed={seed}"]
-    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(command, cwd=folder, capture_output=True, text=True)
-    seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    with Stopwatch(cpu_of="children") as watch:
+        proc = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+    seconds, cpu = watch.seconds, watch.cpu_seconds
     report_file = folder / "runs" / f"demo_{seed}" / "report.json"
     if proc.returncode != 0 or not report_file.exists():
         print(f"seed {seed}: gears-ddp demo failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
@@ -80,15 +79,13 @@ def dataset_statistics(data_path: Path) -> dict:
 
 def print_report(statistics_: dict, runs: dict) -> None:
     from gears_ddp.evaluation.calibration import NORMAN_TARGETS
-    from gears_ddp.report.replicate_summary import Spread
 
     print("\nThe demo's dataset (preset 'norman'), measured at split seed 1, beside the Norman screen:\n")
-    print("| statistic | Norman | held to | demo dataset |")
-    print("|---|---|---|---|")
-    for key, (label, target, (low, high)) in NORMAN_TARGETS.items():
-        print(f"| {label} | {target} | {low}-{high} | {statistics_[key]:.4g} |")
-    for key in ("mean_effect_combo_seen2_pearson_delta", "additive_combo_seen2_pearson_delta"):
-        print(f"| {key} | additive above mean effect | | {statistics_[key]:.4g} |")
+    rows = [[label, target, f"{low}-{high}", f"{statistics_[key]:.4g}"]
+            for key, (label, target, (low, high)) in NORMAN_TARGETS.items()]
+    rows += [[key, "additive above mean effect", "", f"{statistics_[key]:.4g}"]
+             for key in ("mean_effect_combo_seen2_pearson_delta", "additive_combo_seen2_pearson_delta")]
+    print_table(["statistic", "Norman", "held to", "demo dataset"], rows, left=3)
 
     done = {seed: r for seed, r in runs.items() if r["report"] is not None}
     rows = {seed: figures(r["report"]) for seed, r in done.items()}
@@ -96,23 +93,20 @@ def print_report(statistics_: dict, runs: dict) -> None:
           "the data:\n")
     header = ["seed", "wall s", "CPU s", "loss epoch 1", "loss last epoch"]
     header += [f"{who} {m}" for m in METRICS for who in ("GEARS", *BASELINES)]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
+    table = []
     for seed, row in rows.items():
         cells = [str(seed), f"{runs[seed]['seconds']:.0f}", f"{runs[seed]['cpu_seconds']:.0f}",
                  f"{row['first_loss']:.4f}", f"{row['last_loss']:.4f}"]
-        cells += [f"{row[f'{who} {m}']:.4f}" for m in METRICS for who in ("GEARS", *BASELINES)]
-        print("| " + " | ".join(cells) + " |")
+        table.append(cells + [f"{row[f'{who} {m}']:.4f}" for m in METRICS for who in ("GEARS", *BASELINES)])
+    print_table(header, table)
     if len(rows) < len(runs):
         print(f"\n{len(runs) - len(rows)} run(s) failed; the summary covers the others.")
     if not rows:
         return
-    print("\nMean ± sd over the seeds (n: the seeds with a value):\n")
-    print("| metric | GEARS | " + " | ".join(BASELINES) + " |")
-    print("|---|---|" + "|".join("---" for _ in BASELINES) + "|")
-    for m in METRICS:
-        cells = [Spread([r[f"{who} {m}"] for r in rows.values()]).text for who in ("GEARS", *BASELINES)]
-        print(f"| {m} | " + " | ".join(cells) + " |")
+    print("\nMean +- sd over the seeds:\n")
+    print_table(["metric", "GEARS", *BASELINES],
+                [[m, *(mean_sd([r[f"{who} {m}"] for r in rows.values()]) for who in ("GEARS", *BASELINES))]
+                 for m in METRICS])
 
     values = list(rows.values())
     falls = all(r["last_loss"] < r["first_loss"] for r in values)

@@ -20,21 +20,23 @@ GPU machine. ``--record`` appends the output to ``benchmarks/RESULTS.md``.
 """
 import argparse
 import subprocess
-import time
 from pathlib import Path
 
 import torch
-from bench_data import add_size_arguments, load_synthetic
-from results import add_record_argument, recorded
 
 import gears_ddp
-from gears_ddp import GEARS, PertData
+from gears_ddp import PertData
 from gears_ddp.model import weighted_norm
 from gears_ddp.runtime.dispatch_count import DispatchCount
 from gears_ddp.training.engine import evaluate, training_step
 from gears_ddp.training.optimization import make_optimizer
+from harness.models import new_model
+from harness.record import add_record_argument, recorded
+from harness.settings import LR, WEIGHT_DECAY
+from harness.synthetic import add_size_arguments, load_synthetic
+from harness.tables import StreamedTable
+from harness.timing import Stopwatch
 
-LR, WEIGHT_DECAY = 1e-3, 5e-4
 PIECES = {"CPU": weighted_norm.ROWS_PER_PASS, "GPU": weighted_norm.ROWS_PER_PASS_ACCELERATOR}
 
 
@@ -53,9 +55,7 @@ def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, r
     """Operators and synchronisations per optimiser step (see the module docstring)."""
     weighted_norm.ROWS_PER_PASS = rows_per_pass
     pert_data.get_dataloader(batch_size=batch_size, test_batch_size=256)
-    torch.manual_seed(0)
-    gears = GEARS(pert_data, device="cpu")
-    gears.model_initialize(hidden_size=hidden)
+    gears = new_model(pert_data, hidden_size=hidden)
     optimizer, _ = make_optimizer(gears.model, LR, WEIGHT_DECAY)
     context, device = gears.loss_context(), torch.device("cpu")
     batches = [batch for _, batch in zip(range(steps + 1), pert_data.dataloader["train_loader"])]
@@ -72,9 +72,7 @@ def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, r
 def count_evaluation(pert_data: PertData, hidden: int) -> dict:
     """Operators and synchronisations of one evaluation pass over the val set."""
     pert_data.get_dataloader(batch_size=32, test_batch_size=256)
-    torch.manual_seed(0)
-    gears = GEARS(pert_data, device="cpu")
-    gears.model_initialize(hidden_size=hidden)
+    gears = new_model(pert_data, hidden_size=hidden)
     loader = pert_data.dataloader["val_loader"]
     batches = list(loader)  # gathered beforehand, as for the steps
 
@@ -92,8 +90,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 256])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--steps", type=int, default=5)
-    add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80,
-                       control_cells=1000)
+    add_size_arguments(parser)
     parser.add_argument("--data-path", default="./data/bench_dispatch")
     add_record_argument(parser)
     args = parser.parse_args()
@@ -102,21 +99,21 @@ def main() -> None:
 
 
 def measure(args) -> None:
-    start = time.perf_counter()
-    pert_data = load_synthetic(args.data_path, args)
+    with Stopwatch() as loading:
+        pert_data = load_synthetic(args.data_path, args)
     print(f"code: {code_version()}")
     print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
-          f"{time.perf_counter() - start:.0f} s; hidden {args.hidden}; each figure per optimiser step, the mean "
+          f"{loading.seconds:.0f} s; hidden {args.hidden}; each figure per optimiser step, the mean "
           f"of {args.steps} steps after one")
     print()
-    print("| batch | row pieces | operators | of which views | kernels | distinct | host syncs |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    table = StreamedTable(["batch", "row pieces", "operators", "of which views", "kernels", "distinct", "host syncs"],
+                          left=2)
     tops = []
     for batch_size in args.batch_sizes:
         for pieces, rows in PIECES.items():
             r = count_steps(pert_data, batch_size, args.hidden, args.steps, rows)
-            print(f"| {batch_size} | {pieces} ({rows:,} rows) | {r['operators']:,.0f} | {r['views']:,.0f} | "
-                  f"{r['operators'] - r['views']:,.0f} | {r['distinct']} | {r['syncs']:g} |", flush=True)
+            table.add([batch_size, f"{pieces} ({rows:,} rows)", f"{r['operators']:,.0f}", f"{r['views']:,.0f}",
+                       f"{r['operators'] - r['views']:,.0f}", r["distinct"], f"{r['syncs']:g}"])
             tops.append((batch_size, pieces, r))
     weighted_norm.ROWS_PER_PASS = PIECES["CPU"]
     print()

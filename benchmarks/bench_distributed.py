@@ -58,55 +58,23 @@ evaluation, thread contention), not a speed-up. GPU figures need a GPU
 import argparse
 import json
 import os
-import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import add_size_arguments, prepared_synthetic  # noqa: E402
-from results import add_record_argument, recorded  # noqa: E402
-from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY  # noqa: E402
-
-from gears_ddp.distributed.config import TrainingArgs  # noqa: E402
-from gears_ddp.distributed.runtime import find_free_port  # noqa: E402
-from gears_ddp.distributed.worker import Placement, spawned_worker  # noqa: E402
-from gears_ddp.distributed.spawn import spawn_workers  # noqa: E402
+from gears_ddp.distributed.config import TrainingArgs
+from gears_ddp.distributed.runtime import find_free_port
+from gears_ddp.distributed.spawn import spawn_workers
+from gears_ddp.distributed.worker import Placement, spawned_worker
+from harness.memory import PeakSampler, status_mib
+from harness.record import add_record_argument, recorded
+from harness.settings import HIDDEN_SIZE, LR, WEIGHT_DECAY
+from harness.synthetic import add_size_arguments, prepared_synthetic
+from harness.tables import per_rank, print_table
 
 TARGET_EXTRA_RANK_MIB = 0.3e9 / 2**20  # 0.3 GB
-
-
-def proc_status_mib() -> dict:
-    """This process's memory lines of ``/proc/self/status`` (``VmRSS``, ``RssAnon``, ...), in MiB."""
-    values = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        name, _, rest = line.partition(":")
-        if rest.strip().endswith("kB"):
-            values[name] = int(rest.split()[0]) / 1024
-    return values
-
-
-class PrivateMemoryPeak:
-    """The peak of this process's private (anonymous) resident memory, sampled by a thread:
-    the kernel keeps a peak of the whole RSS only, which counts shared pages too."""
-
-    def __init__(self, interval_s: float = 0.01):
-        self.peak_mib = proc_status_mib()["RssAnon"]
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.peak_mib = max(self.peak_mib, proc_status_mib()["RssAnon"])
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        return max(self.peak_mib, proc_status_mib()["RssAnon"])
+PRIVATE_SAMPLING_S = 0.01
 
 
 def measured_worker(local_rank: int, out_dir: str, threads: int | None, placements, pert_data,
@@ -115,11 +83,11 @@ def measured_worker(local_rank: int, out_dir: str, threads: int | None, placemen
     torch threads); writes ``out_dir/rank<r>.json``."""
     if threads:
         torch.set_num_threads(threads)
-    start_private_mib = proc_status_mib()["RssAnon"]  # imports done, data handle unpickled
-    private = PrivateMemoryPeak()
+    start_private_mib = status_mib()["RssAnon"]  # imports done, data handle unpickled
+    private = PeakSampler(lambda: {"RssAnon": status_mib()["RssAnon"]}, PRIVATE_SAMPLING_S)
     spawned_worker(local_rank, placements, pert_data, *worker_args)
-    peak_private_mib = private.stop()
-    status = proc_status_mib()
+    peak_private_mib = private.stop()["RssAnon"]
+    status = status_mib()
     record = {"train_batches": len(pert_data.dataloader["train_loader"]),
               "peak_rss_mib": status["VmHWM"], "shared_mib": status["RssShmem"],
               "peak_private_mib": peak_private_mib, "start_private_mib": start_private_mib,
@@ -162,14 +130,11 @@ def derived(report: dict, ranks: list[dict], batch_size: int) -> dict:
             "threads": ranks[0]["threads"], "test_mse_de": report["model"]["test_mse_de"]}
 
 
-def print_table(runs: list[dict], parent: dict, args) -> None:
+def print_figures(runs: list[dict], parent: dict, args) -> None:
     base = runs[0]["throughput"]
     print(f"\n{parent['cells']} cells x {parent['genes']} genes (synthetic), split simulation (seed 1), "
           f"{runs[0]['cells_per_epoch']} training cells per epoch; batch {args.batch_size} per process, "
           f"{args.epochs} epochs, hidden_size {HIDDEN_SIZE}; CPU, {os.cpu_count()} cores, gloo\n")
-
-    def per_rank(values):
-        return " / ".join(f"{v:.0f}" for v in values)
 
     rows = [("torch threads per rank", lambda r: str(r["threads"])),
             ("training throughput (train cells / s, all ranks)", lambda r: f"{r['throughput']:.4g}"),
@@ -185,14 +150,8 @@ def print_table(runs: list[dict], parent: dict, args) -> None:
             ("memory the added rank costs, rise of summed private (MiB)",
              lambda r: f"{r['extra_mib']:.0f}" if r["processes"] > 1 else "-"),
             ("test mse_de of the best model", lambda r: f"{r['test_mse_de']:.4f}")]
-    header = "".join(f" {str(r['processes']) + (' processes' if r['processes'] > 1 else ' process'):>13} |"
-                     for r in runs)
-    width = 58
-    print(f"| {'measure':{width}} |{header}")
-    print(f"|{'-' * (width + 2)}|" + f"{'-' * 15}|" * len(runs))
-    for label, value in rows:
-        print(f"| {label:{width}} |" + "".join(f" {value(r):>13} |" for r in runs))
-
+    print_table(["measure", *(f"{r['processes']} process{'es' if r['processes'] > 1 else ''}" for r in runs)],
+                [[label, *(value(r) for r in runs)] for label, value in rows])
     print(f"\nparent process after preparing the data: RSS {parent['rss_mib']:.0f} MiB, of which shared memory "
           f"(RssShmem) {parent['shared_mib']:.0f} MiB; expression tensor {parent['expression_mib']:.1f} MiB "
           f"(float32), all shared tensors of the cell table {parent['table_mib']:.1f} MiB")
@@ -219,13 +178,13 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
     parser.add_argument("--threads-per-rank", type=int, default=None,
                         help="torch threads in each worker (default: torch's default, as in train_multi_gpu)")
-    add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80, control_cells=1000)
+    add_size_arguments(parser)
     add_record_argument(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         pert_data = prepared_synthetic(tmp / "data", args, HIDDEN_SIZE)
-        status = proc_status_mib()
+        status = status_mib()
         expression = pert_data.cells.expression
         parent = {"rss_mib": status["VmRSS"], "shared_mib": status["RssShmem"],
                   "expression_mib": expression.element_size() * expression.numel() / 2**20,
@@ -236,7 +195,7 @@ def main():
         more["extra_mib"] = sum(more["peak_private_mib"]) - sum(fewer["peak_private_mib"])
         more["extra_start_mib"] = sum(more["start_private_mib"]) - sum(fewer["start_private_mib"])
     with recorded(args.record):
-        print_table(runs, parent, args)
+        print_figures(runs, parent, args)
 
 
 if __name__ == "__main__":

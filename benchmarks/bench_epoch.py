@@ -29,31 +29,27 @@ during the run; CPU: the process's max RSS so far, earlier runs included) and th
 """
 import argparse
 import json
-import resource
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
-from bench_data import add_size_arguments, load_synthetic
-from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY
-from results import add_record_argument, recorded
 
 from gears_ddp import PertData
 from gears_ddp.training.engine import evaluate
-from gears_ddp.gears import GEARS
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from harness.memory import peak_rss_mib
+from harness.models import new_model
+from harness.record import add_record_argument, recorded
+from harness.settings import LR, WEIGHT_DECAY
+from harness.synthetic import add_size_arguments, load_synthetic
+from harness.tables import StreamedTable
+from harness.timing import Stopwatch
 
 
 def peak_memory_mib(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss_mib()
 
 
 def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, epochs: int) -> dict:
@@ -61,16 +57,11 @@ def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, ep
     pert_data.get_dataloader(batch_size=batch_size, test_batch_size=max(batch_size, 256))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    torch.manual_seed(0)
-    gears = GEARS(pert_data, device=str(device))
-    gears.model_initialize(hidden_size=HIDDEN_SIZE)
+    gears = new_model(pert_data, device=device)
     report = gears.train(epochs=epochs, lr=LR, weight_decay=WEIGHT_DECAY, amp=amp)
     test_loader = pert_data.dataloader["test_loader"]
-    synchronize(device)
-    start = time.perf_counter()
-    evaluate(gears.best_model, test_loader, gears.new_accumulator(), False, device)
-    synchronize(device)
-    test_eval_s = time.perf_counter() - start
+    with Stopwatch(device) as test_eval:
+        evaluate(gears.best_model, test_loader, gears.new_accumulator(), False, device)
     epoch_s = [record["seconds"] for record in gears.history]
     loop_s = [record["train_seconds"] for record in gears.history]
     steady = slice(1, None) if epochs > 1 else slice(None)
@@ -78,7 +69,7 @@ def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, ep
     return {"batch_size": batch_size, "amp": amp, "epochs": epochs, "first_epoch_s": epoch_s[0],
             "epoch_s": statistics.fmean(epoch_s[steady]), "loop_s": statistics.fmean(loop_s[steady]),
             "cells_per_s": cells_per_epoch / statistics.fmean(loop_s[steady]), "cells_per_epoch": cells_per_epoch,
-            "test_eval_s": test_eval_s, "peak_mib": peak_memory_mib(device),
+            "test_eval_s": test_eval.seconds, "peak_mib": peak_memory_mib(device),
             "test_pearson_delta": report["model"]["test_pearson_delta"]}
 
 
@@ -102,23 +93,23 @@ def main() -> None:
 
 def measure_epochs(args, device: torch.device) -> None:
     """Write (once) and load the dataset, then train and print a row per batch size and precision."""
-    start = time.perf_counter()
-    pert_data = load_synthetic(args.data_path, args)
+    with Stopwatch() as loading:
+        pert_data = load_synthetic(args.data_path, args)
     print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
-          f"{time.perf_counter() - start:.0f} s; device {device}"
+          f"{loading.seconds:.0f} s; device {device}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
              f" ({torch.get_num_threads()} threads)"), flush=True)
 
     results = []
-    print(f"{'batch':>6} {'amp':>5} {'epoch s':>8} {'loop s':>7} {'cells/s':>9} {'1st epoch s':>11} "
-          f"{'test eval s':>11} {'peak MiB':>9} {'pearson_delta':>13}", flush=True)
+    table = StreamedTable(["batch", "amp", "epoch s", "loop s", "cells/s", "1st epoch s", "test eval s", "peak MiB",
+                           "pearson_delta"], left=0)
     for batch_size in args.batch_sizes:
         for amp in args.amp:
             r = run(pert_data, device, batch_size, amp, args.epochs)
             results.append(r)
-            print(f"{r['batch_size']:>6} {r['amp']:>5} {r['epoch_s']:>8.2f} {r['loop_s']:>7.2f} "
-                  f"{r['cells_per_s']:>9.0f} {r['first_epoch_s']:>11.2f} {r['test_eval_s']:>11.2f} "
-                  f"{r['peak_mib']:>9.0f} {r['test_pearson_delta']:>13.4f}", flush=True)
+            table.add([r["batch_size"], r["amp"], f"{r['epoch_s']:.2f}", f"{r['loop_s']:.2f}",
+                       f"{r['cells_per_s']:.0f}", f"{r['first_epoch_s']:.2f}", f"{r['test_eval_s']:.2f}", f"{r['peak_mib']:.0f}",
+                       f"{r['test_pearson_delta']:.4f}"])
     if args.json:
         Path(args.json).write_text(json.dumps({"device": str(device), "command": sys.argv, "results": results},
                                               indent=1))

@@ -4,14 +4,14 @@ gears_ddp and the published GEARS side by side on the same data, split and optio
     python benchmarks/bench_learning.py [--epochs 10] [--seed 1] [--skip-reference]
                                         [--genes 1000 --cells-per-condition 45 ...] [--record]
 
-The data are made once, in the parent, by ``bench_data.make_input`` (by default the
-synthetic data of ``bench_model.py``: 7,300 cells x 1,000 genes, 60 singles and 80 combos of
+The data are made once, in the parent, by ``harness.synthetic.write_raw_input`` (by default
+the synthetic data of ``bench_model.py``: 7,300 cells x 1,000 genes, 60 singles and 80 combos of
 45 cells, 1,000 controls, generator seed 0), with the noise-free mean profile of every
 condition beside them. Each implementation then trains in its own child process exactly as
-``bench_model.py --seed S`` sets it up (``bench_model._set_up``: its own
+``bench_model.py --seed S`` sets it up (``harness.side_by_side.set_up``: its own
 ``new_data_process``, ``prepare_split('simulation', seed=S)``, loaders of batch 32, the
 global generators seeded with S, ``model_initialize(hidden_size=64)``) and runs its own
-``train(epochs, lr=1e-3, weight_decay=5e-4)``: every option is the published default.
+``train(epochs, lr=1e-3, weight_decay=WEIGHT_DECAY)``: every option is the published default.
 
 What is measured, and how:
 
@@ -72,10 +72,8 @@ What is measured, and how:
 import argparse
 import contextlib
 import io
-import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import types
@@ -83,10 +81,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import SPLIT, make_input, reference_available  # noqa: E402
-from bench_model import LR, _patch_csr_indexing, _reference_figures, _set_up, _workdir, add_data_options  # noqa: E402
-from results import add_record_argument, recorded  # noqa: E402
+from harness.child import run_in_child
+from harness.published import patch_csr_indexing, published_test_figures, reference_available
+from harness.record import add_record_argument, recorded
+from harness.settings import HIDDEN_SIZE, LR, SPLIT, WEIGHT_DECAY
+from harness.side_by_side import add_workflow_options, set_up
+from harness.synthetic import work_folder, write_raw_input
+from harness.tables import print_table
 
 NORMAN_STEPS_PER_EPOCH = 2800  # the Norman screen's training cells at batch 32
 PUBLISHED_EPOCHS = 20          # the published default of train()
@@ -305,7 +306,7 @@ def run_ours(raw: Path, workdir: Path, truth: dict, args) -> dict:
     from gears_ddp.gears import GEARS
     from gears_ddp.inference.prediction import set_effects
 
-    pert_data, g, _, _ = _set_up(PertData, GEARS, workdir, raw, args, seed=args.seed)
+    pert_data, g, _, _ = set_up(PertData, GEARS, workdir, raw, args, seed=args.seed)
     cells = pert_data.cells
     sets = cells.condition_pert_idx[[cells.conditions.index(c) for c in truth["conditions"]]]
 
@@ -335,7 +336,7 @@ def run_ours(raw: Path, workdir: Path, truth: dict, args) -> dict:
 
     recipe.make_optimizer, recipe.optimizer_steps = probed_optimizer, recorded_steps
     probe.probe()
-    report = g.train(epochs=passes, lr=LR, weight_decay=5e-4)
+    report = g.train(epochs=passes, lr=LR, weight_decay=WEIGHT_DECAY)
 
     def test_figures(summary):
         return {metric: summary[f"test_{metric}"] for metric in TEST_METRICS}
@@ -348,11 +349,11 @@ def run_reference(raw: Path, workdir: Path, truth: dict, args) -> dict:
     import torch
     from torch_geometric.loader import DataLoader
 
-    _patch_csr_indexing()
+    patch_csr_indexing()
     import gears.gears as reference
     from gears import GEARS, PertData
 
-    pert_data, g, _, _ = _set_up(PertData, GEARS, workdir, raw, args)
+    pert_data, g, _, _ = set_up(PertData, GEARS, workdir, raw, args)
     probe_cells = [cell for c in truth["conditions"] for cell in pert_data.dataset_processed[c][:PROBE_CELLS]]
     index = {c: i for i, c in enumerate(truth["conditions"])}
 
@@ -387,59 +388,44 @@ def run_reference(raw: Path, workdir: Path, truth: dict, args) -> dict:
     reference.optim = types.SimpleNamespace(Adam=probed_adam)
     reference.loss_fct = recorded_loss
     probe.probe()
-    g.train(epochs=args.epochs, lr=LR, weight_decay=5e-4)
+    g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)
     from gears.inference import compute_metrics, deeper_analysis, evaluate
 
     result = evaluate(pert_data.dataloader["test_loader"], g.best_model, False, "cpu")
     overall = compute_metrics(result)[0]
-    pearson = _reference_figures(pert_data, result, overall, compute_metrics, deeper_analysis)["pearson_delta"]
+    pearson = published_test_figures(pert_data, result, overall, compute_metrics, deeper_analysis)["pearson_delta"]
     return {**probe.result(), "test": {"mse": float(overall["mse"]), "mse_de": float(overall["mse_de"]),
                                        "pearson_delta": pearson}}
 
 
-def child(impl: str, raw: str, truth_file: str, args) -> None:
+def measured_run(impl: str, raw: str, truth_file: str, options: dict) -> dict:
+    """In a child process of its own (``run_in_child``): one package's training (``impl``:
+    'ours' or 'reference') on ``raw`` with the command-line options ``options``
+    (``vars(args)``), probed against the training truth in ``truth_file``; its figures."""
     import torch
 
+    args = argparse.Namespace(**options)
     torch.set_num_threads(os.cpu_count())
     with np.load(truth_file, allow_pickle=False) as data:
         truth = {key: data[key] for key in data.files}
     truth["conditions"] = truth["conditions"].tolist()
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = _workdir(Path(raw), tmp)
+        folder = work_folder(Path(raw), tmp)
         if impl == "ours":
-            result = run_ours(Path(raw), workdir, truth, args)
-        else:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                result = run_reference(Path(raw), workdir, truth, args)
-    print("RESULT " + json.dumps(result))
+            return run_ours(Path(raw), folder, truth, args)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return run_reference(Path(raw), folder, truth, args)
 
 
 def measure(impl: str, raw: Path, truth_file: Path, args) -> dict | None:
-    command = [sys.executable, __file__, "--child", impl, "--raw", str(raw), "--truth", str(truth_file),
-               "--epochs", str(args.epochs), "--seed", str(args.seed), "--batch-size", str(args.batch_size),
-               "--test-batch-size", str(args.test_batch_size), "--passes-per-epoch", str(args.passes_per_epoch)]
-    environment = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}  # threads that spin slow a shared machine down
-    proc = subprocess.run(command, capture_output=True, text=True, env=environment)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        print(f"{impl} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
-        return None
-    return json.loads(lines[-1][len("RESULT "):])
+    """``measured_run`` in a child process whose OpenMP threads sleep while they wait (threads
+    that spin slow a shared machine down), unless the environment says otherwise."""
+    environment = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    return run_in_child(__file__, "measured_run", impl, str(raw), str(truth_file), vars(args),
+                        environment=environment, label=impl)
 
 
 # ----------------------------------------------------------------------------- report
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    print(_row([h.ljust(w) for h, w in zip(header, widths)]))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in rows:
-        print(_row([c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]))
 
 
 def print_steps(steps_per_epoch: int, train_cells: int, args) -> None:
@@ -451,7 +437,7 @@ def print_steps(steps_per_epoch: int, train_cells: int, args) -> None:
             ("Norman, batch 32, 1 epoch", NORMAN_STEPS_PER_EPOCH, 1),
             (f"Norman, batch 32, {PUBLISHED_EPOCHS} epochs", NORMAN_STEPS_PER_EPOCH, PUBLISHED_EPOCHS)]
     print("\nOptimiser steps and learning rate (published schedule: lr 1e-3 halved every epoch):\n")
-    _table(["run", "steps / epoch", "epochs", "steps", "sum of lr", "full-rate steps", "of them in epochs 1-3"],
+    print_table(["run", "steps / epoch", "epochs", "steps", "sum of lr", "full-rate steps", "of them in epochs 1-3"],
            [[name, str(n), str(e), str(n * e), f"{lr_sum(n, e):.3f}", f"{lr_sum(n, e) / LR:.0f}",
              f"{min(1.0, lr_sum(n, min(e, 3)) / lr_sum(n, e)):.1%}"] for name, n, e in runs])
 
@@ -480,7 +466,7 @@ def print_noise(stats: dict) -> None:
              f"{stats['paired']['noise_free_pearson_delta']:.4f}"],
             ["train: noise-free effect on the paired control cells, mse", f"{stats['paired']['noise_free_mse']:.4f}"],
             ["rms of the true effect (train conditions)", f"{stats['true_effect_rms']:.4f}"]]
-    _table(["measure", "value"], rows)
+    print_table(["measure", "value"], rows)
 
 
 def print_loss(shares: dict) -> None:
@@ -495,19 +481,19 @@ def print_loss(shares: dict) -> None:
             rows.append([label if term == "error" else "", f"{term} term", f"{s['no_change']:.4f}",
                          f"{s['noise_free']:.4f}", f"{s['observed']:.4f}",
                          "" if reducible is None else f"{reducible:.2%}"])
-    _table(["loss", "term", "zero effect", "noise-free effect", "observed train effect", "reducible"], rows)
+    print_table(["loss", "term", "zero effect", "noise-free effect", "observed train effect", "reducible"], rows)
     print("\nShare of the error term left with the noise-free effect (noise no model can fit), by group of genes:\n")
     rows = [[label, f"{shares[4]['groups'][label]['genes']:.1%}",
              f"{shares[4]['groups'][label]['noise_free_share']:.1%}",
              f"{shares[2]['groups'][label]['noise_free_share']:.1%}"] for _, _, label in ZERO_FRACTION_GROUPS]
-    _table(["genes", "share of genes", "share of |err|^4", "share of |err|^2"], rows)
+    print_table(["genes", "share of genes", "share of |err|^4", "share of |err|^2"], rows)
     optimal = shares["optimal"]
     print("\nThe effect that minimises each error term, per training condition and gene, over the condition's "
           "cells and their control partners, scored as the training-set fit is:\n")
     rows = [[label, *(f"{optimal[key][figure]:.4f}" for figure in ("pearson_delta", "mse", "true_r"))]
             for key, label in (("quartic", "minimises |err|^4 (published)"),
                                ("squared", "minimises |err|^2 (the mean shift)"))]
-    _table(["effect", "pearson_delta", "mse", "true r"], rows)
+    print_table(["effect", "pearson_delta", "mse", "true r"], rows)
 
 
 def print_fit(results: dict, stats: dict) -> None:
@@ -528,7 +514,7 @@ def print_fit(results: dict, stats: dict) -> None:
                 "-" if math.isnan(r["loss"]) else f"{r['loss']:.3f}", f"{r['pearson_delta']:.4f}",
                 f"{r['mse'] / stats['no_change_mse']:.3f}", f"{r['true_r']:.4f}"]
         rows.append(row)
-    _table(header, rows)
+    print_table(header, rows)
     print("\nAt initialisation, rms of the predicted effect: "
           + ", ".join(f"{names[impl]} {r['rows'][0]['effect_rms']:.4f}" for impl, r in results.items())
           + f"; of the noise-free effect: {stats['true_effect_rms']:.4f}. At the end: "
@@ -543,12 +529,12 @@ def print_test(results: dict) -> None:
     header = ["metric", *(names[impl] for impl in results), *baselines]
     rows = [[metric, *(f"{r['test'][metric]:.4f}" if "test" in r else "-" for r in results.values()),
              *(f"{b[metric]:.4f}" for b in baselines.values())] for metric in TEST_METRICS]
-    _table(header, rows)
+    print_table(header, rows)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_data_options(parser)
+    add_workflow_options(parser)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=SPLIT["seed"], help="split, weights, pairing and shuffling")
     parser.add_argument("--skip-reference", action="store_true")
@@ -556,14 +542,8 @@ def main():
                         help="gears_ddp only (implies --skip-reference): halve the learning rate once every this "
                              "many passes over the training cells, as the published schedule would on a training set "
                              "this many times larger (a diagnostic; the published schedule is 1)")
-    parser.add_argument("--child", choices=["ours", "reference"], help=argparse.SUPPRESS)
-    parser.add_argument("--raw", help=argparse.SUPPRESS)
-    parser.add_argument("--truth", help=argparse.SUPPRESS)
     add_record_argument(parser)
     args = parser.parse_args()
-    if args.child:
-        child(args.child, args.raw, args.truth, args)
-        return
 
     import anndata
 
@@ -571,9 +551,9 @@ def main():
     from gears_ddp.datasets import read_true_means
 
     with tempfile.TemporaryDirectory() as tmp:
-        raw = make_input(Path(tmp) / "input", args)
+        raw = write_raw_input(Path(tmp) / "input", args)
         true_means = read_true_means(raw.parent)
-        pert_data = PertData(_workdir(raw, tmp))
+        pert_data = PertData(work_folder(raw, tmp))
         pert_data.new_data_process("bench", anndata.read_h5ad(raw))
         pert_data.prepare_split(SPLIT["split"], seed=args.seed)
         truth = training_truth(pert_data, true_means)
@@ -594,7 +574,8 @@ def main():
     with recorded(args.record):
         print(f"\n{pert_data.cells.n_cells} cells x {len(pert_data.var)} genes; split simulation, seed {args.seed}; "
               f"{len(truth['conditions'])} perturbed training conditions, {train_cells} training cells; batch "
-              f"{args.batch_size}, hidden_size 64, lr {LR:g}, weight_decay 5e-4, {args.epochs} epochs"
+              f"{args.batch_size}, hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}, "
+              f"{args.epochs} epochs"
               + (f" of {args.passes_per_epoch} passes over the training cells each (diagnostic)"
                  if args.passes_per_epoch > 1 else "") + "; CPU")
         print_steps(results["ours"]["steps_per_epoch"], train_cells, args)

@@ -8,7 +8,7 @@ side on the same data, split and hyperparameters.
 
 The data are made once, in the parent, by ``gears_ddp.datasets.make_synthetic_perturb_seq``
 (defaults: 7,300 cells x 1,000 genes; 60 singles and 80 combos of 45 cells, 1,000 controls)
-and written, with the GO files, exactly as ``bench_data.py`` does (its ``make_input``). Each
+and written, with the GO files, by ``harness.synthetic.write_raw_input``. Each
 implementation then runs in its own subprocess (so that its peak memory is its own), with
 ``torch.set_num_threads(os.cpu_count())``, and does the whole published workflow with its
 own library: ``PertData(...).new_data_process`` on the raw h5ad,
@@ -18,15 +18,15 @@ own library: ``PertData(...).new_data_process`` on the raw h5ad,
 ``train(epochs, lr=1e-3, weight_decay=5e-4)``. Results come back as one JSON line.
 
 ``--without-coexpression`` gives both models an empty co-expression graph
-(``model_initialize(G_coexpress=<no edges>, ...)``; each gene then keeps its own positional
-embedding). The published model runs its co-expression GNN with an edge index over one
-cell's genes on a batch of cells, so only the first cell of a batch gets the messages; with
+(``harness.side_by_side``; each gene then keeps its own positional embedding). The
+published model runs its co-expression GNN with an edge index over one cell's genes on a
+batch of cells, so only the first cell of a batch gets the messages; with
 no edges the two models compute the same function for every cell, which isolates that
 difference in quality comparisons.
 
-``--seed S`` (used by ``bench_quality.py``) makes a run reproducible and varies it with S:
-Python's, numpy's and torch's global generators are seeded with S before
-``new_data_process`` (the published package pairs each perturbed cell with a control cell
+``--seed S`` (used by ``bench_quality.py``) makes a run reproducible and varies it with S
+(``harness.side_by_side`` seeds both packages alike): Python's, numpy's and torch's global
+generators are seeded with S before ``new_data_process`` (the published package pairs each perturbed cell with a control cell
 drawn from numpy's global generator there, otherwise unseeded) and again right before
 ``model_initialize`` (in place of ``torch.manual_seed(0)``; initial weights, and the
 published training shuffle, which draws from torch's global generator), the split is
@@ -100,103 +100,22 @@ import argparse
 import contextlib
 import importlib
 import io
-import json
 import math
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import SPLIT, add_size_arguments, make_input, peak_rss_mib, reference_available  # noqa: E402
-from results import add_record_argument, recorded  # noqa: E402
-
-MODEL_SEED = 0  # torch's seed before model_initialize without --seed
-HIDDEN_SIZE, LR, WEIGHT_DECAY = 64, 1e-3, 5e-4
-SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
-
-
-def _timed(fn, log: list):
-    """``fn`` with the (start, end) perf_counter times of each call appended to ``log``."""
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        out = fn(*args, **kwargs)
-        log.append((start, time.perf_counter()))
-        return out
-    return wrapper
-
-
-def _median_time(fn, repeats: int):
-    """(median seconds of ``repeats`` calls of ``fn``, the last call's return value)."""
-    seconds, out = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), out
-
-
-def _workdir(raw: Path, tmp: str) -> Path:
-    """A fresh data folder holding (links to) the GO files next to ``raw``."""
-    workdir = Path(tmp) / "data"
-    workdir.mkdir()
-    for name in ("gene2go_all.pkl", "essential_all_data_pert_genes.pkl", "go_essential_all"):
-        os.symlink(raw.parent / name, workdir / name)
-    return workdir
-
-
-def split_seed(args) -> int:
-    """The simulation split's seed: ``--seed`` if given, else ``bench_data.SPLIT``'s (1)."""
-    return SPLIT["seed"] if args.seed is None else args.seed
-
-
-def _seed_globals(seed: int) -> None:
-    """Seed Python's, numpy's and torch's global random generators."""
-    import random
-
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def _set_up(pert_data_class, gears_class, workdir: Path, raw: Path, args, **loader_options):
-    """The same steps for either library: process the raw file, split, loaders (timed), then
-    the model (timed, seeded as the module docstring says). ``loader_options`` go to
-    ``get_dataloader``. Returns (pert_data, gears, data seconds, model seconds)."""
-    import anndata
-    import torch
-
-    if args.seed is not None:
-        _seed_globals(args.seed)
-    start = time.perf_counter()
-    pert_data = pert_data_class(str(workdir))
-    pert_data.new_data_process("bench", anndata.read_h5ad(raw))
-    pert_data.prepare_split(SPLIT["split"], seed=split_seed(args))
-    pert_data.get_dataloader(args.batch_size, test_batch_size=args.test_batch_size, **loader_options)
-    data_s = time.perf_counter() - start
-    start = time.perf_counter()
-    gears = gears_class(pert_data, device="cpu")
-    if args.seed is None:
-        torch.manual_seed(MODEL_SEED)
-    else:
-        _seed_globals(args.seed)
-    gears.model_initialize(hidden_size=HIDDEN_SIZE, **_coexpression_graph(args))
-    return pert_data, gears, data_s, time.perf_counter() - start
-
-
-def _coexpression_graph(args) -> dict:
-    """``model_initialize`` arguments for ``--without-coexpression``: an empty graph."""
-    if not args.without_coexpression:
-        return {}
-    import torch
-    return {"G_coexpress": torch.zeros(2, 0, dtype=torch.long), "G_coexpress_weight": torch.zeros(0)}
-
+from harness.child import run_in_child
+from harness.memory import peak_rss_mib, status_mib
+from harness.published import patch_csr_indexing, published_test_figures, reference_available
+from harness.record import add_record_argument, recorded
+from harness.settings import HIDDEN_SIZE, LR, SUBGROUPS, WEIGHT_DECAY
+from harness.side_by_side import add_workflow_options, set_up, split_seed
+from harness.synthetic import work_folder, write_raw_input
+from harness.tables import format_number, print_table
+from harness.timing import median_seconds, timed_calls
 
 def run_ours(raw: Path, workdir: Path, args) -> dict:
     import gears_ddp.training.recipe as recipe
@@ -206,17 +125,17 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
     from gears_ddp.evaluation.metrics import compute_metrics
 
     evals = []
-    recipe.evaluate = _timed(recipe.evaluate, evals)
+    recipe.evaluate = timed_calls(recipe.evaluate, evals)
 
     loader_seed = {} if args.seed is None else {"seed": args.seed}
-    pert_data, g, data_s, model_s = _set_up(PertData, GEARS, workdir, raw, args, **loader_seed)
+    pert_data, g, data_s, model_s = set_up(PertData, GEARS, workdir, raw, args, **loader_seed)
 
     report = g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)
 
     loader = pert_data.dataloader["test_loader"]
-    test_eval_s, result = _median_time(
+    test_eval_s, result = median_seconds(
         lambda: evaluate(g.best_model, loader, g.new_accumulator(), False, g.device), args.eval_repeats)
-    metrics_s, _ = _median_time(lambda: compute_metrics(result), args.eval_repeats)
+    metrics_s, _ = median_seconds(lambda: compute_metrics(result), args.eval_repeats)
 
     n_epochs = len(g.history)
     return {"paired_controls": _test_figures(_paired_controls_summary(g, loader)),
@@ -261,26 +180,8 @@ def _test_figures(summary: dict) -> dict:
             "subgroups": {name: summary.get(f"test_{name}_pearson_delta", math.nan) for name in SUBGROUPS}}
 
 
-def _patch_csr_indexing() -> None:
-    """Let scipy CSR matrices be indexed by pandas Series / Index (the published package's
-    ``GEARS.__init__`` does so, which current scipy refuses): keys become numpy arrays."""
-    import pandas as pd
-    import scipy.sparse as sp
-
-    def plain(key):
-        return key.to_numpy() if isinstance(key, (pd.Series, pd.Index)) else key
-
-    for cls in (sp.csr_matrix, sp.csr_array):
-        original = cls.__getitem__
-
-        def getitem(self, key, _original=original):
-            key = tuple(plain(k) for k in key) if isinstance(key, tuple) else plain(key)
-            return _original(self, key)
-        cls.__getitem__ = getitem
-
-
 def run_reference(raw: Path, workdir: Path, args) -> dict:
-    _patch_csr_indexing()
+    patch_csr_indexing()
     import gears.gears as reference
     from gears import GEARS, PertData
     from gears.inference import compute_metrics, deeper_analysis, evaluate
@@ -307,10 +208,10 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
         return out
 
     reference.StepLR = TimedStepLR
-    reference.evaluate = _timed(reference.evaluate, evals)
+    reference.evaluate = timed_calls(reference.evaluate, evals)
     reference.compute_metrics = metrics_hook
 
-    pert_data, g, data_s, model_s = _set_up(PertData, GEARS, workdir, raw, args)
+    pert_data, g, data_s, model_s = set_up(PertData, GEARS, workdir, raw, args)
 
     train_loader = pert_data.dataloader["train_loader"]
     g.dataloader["train_loader"] = _LoopStartProxy(train_loader, g.model, loop_starts)
@@ -320,11 +221,11 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
     epoch_ends = [[t for t in metric_calls if t > step][1] for step in steps]
     epoch_evals = [[(b, e) for b, e in evals if step < b < end] for step, end in zip(steps, epoch_ends)]
     loader = pert_data.dataloader["test_loader"]
-    test_eval_s, result = _median_time(lambda: evaluate(loader, g.best_model, False, "cpu"), args.eval_repeats)
-    metrics_s, (overall, _) = _median_time(lambda: compute_metrics(result), args.eval_repeats)
+    test_eval_s, result = median_seconds(lambda: evaluate(loader, g.best_model, False, "cpu"), args.eval_repeats)
+    metrics_s, (overall, _) = median_seconds(lambda: compute_metrics(result), args.eval_repeats)
     subgroups = pert_data.subgroup["test_subgroup"]
-    return {**_reference_figures(pert_data, result, overall, compute_metrics, deeper_analysis),
-            "paired_controls": _reference_figures(pert_data, *_reference_paired_controls(loader, compute_metrics),
+    return {**published_test_figures(pert_data, result, overall, compute_metrics, deeper_analysis),
+            "paired_controls": published_test_figures(pert_data, *_reference_paired_controls(loader, compute_metrics),
                                                   compute_metrics, deeper_analysis),
             "epoch_s": [end - begin for begin, end in zip(loop_starts, epoch_ends)],
             "loop_s": [step - begin for begin, step in zip(loop_starts, steps)],
@@ -335,24 +236,6 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
             "test_cells": len(result["pert_cat"]),
             "subgroup_sizes": {name: len(subgroups.get(name, [])) for name in SUBGROUPS},
             **_common(pert_data.adata)}
-
-
-def _reference_figures(pert_data, result: dict, overall: dict, compute_metrics, deeper_analysis) -> dict:
-    """``mse`` and ``mse_de`` (from ``compute_metrics``'s ``overall``) and the mean ``pearson_delta`` of
-    ``deeper_analysis``, over all test conditions and per subgroup, of a published-package
-    evaluation result."""
-    import numpy as np
-
-    per_condition = deeper_analysis(pert_data.adata, result)
-    pearson = {c: m["pearson_delta"] for c, m in per_condition.items() if "pearson_delta" in m}
-    subgroups = pert_data.subgroup["test_subgroup"]
-
-    def mean_of(conditions):
-        values = [pearson[c] for c in conditions if c in pearson]
-        return float(np.mean(values)) if values else math.nan
-
-    return {"mse": float(overall["mse"]), "mse_de": float(overall["mse_de"]), "pearson_delta": mean_of(pearson),
-            "subgroups": {name: mean_of(subgroups.get(name, [])) for name in SUBGROUPS}}
 
 
 def _reference_paired_controls(loader, compute_metrics) -> tuple[dict, dict]:
@@ -398,16 +281,13 @@ def _common(adata) -> dict:
     return {"cells": n_cells, "genes": n_genes, "threads": torch.get_num_threads()}
 
 
-def current_rss_mib() -> float:
-    """Resident memory of this process now (MiB), from /proc."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return math.nan
-
-
-def child(impl: str, raw: str, args) -> None:
+def measured_run(impl: str, raw: str, options: dict) -> dict:
+    """In a child process of its own (``run_in_child``): one package's run (``impl``: 'ours'
+    or 'reference') on ``raw`` with the command-line options ``options`` (``vars(args)``);
+    its figures."""
     import torch
+
+    args = argparse.Namespace(**options)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         # import the libraries' whole stacks before reading the baseline, including
         # torch._dynamo, which every torch.optim optimizer imports when it is built
@@ -415,34 +295,23 @@ def child(impl: str, raw: str, args) -> None:
         importlib.import_module("torch._dynamo")
         if impl != "ours":
             importlib.import_module("gears")
-    import_rss = current_rss_mib()
+    import_rss = status_mib()["VmRSS"]
     torch.set_num_threads(os.cpu_count())
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = _workdir(Path(raw), tmp)
+        folder = work_folder(Path(raw), tmp)
         if impl == "ours":
-            result = run_ours(Path(raw), workdir, args)
+            result = run_ours(Path(raw), folder, args)
         else:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                result = run_reference(Path(raw), workdir, args)
+                result = run_reference(Path(raw), folder, args)
     result["peak_rss_mib"] = peak_rss_mib()
     result["peak_above_imports_mib"] = result["peak_rss_mib"] - import_rss
-    print("RESULT " + json.dumps(result))
+    return result
 
 
 def measure(impl: str, raw: Path, args) -> dict | None:
-    command = [sys.executable, __file__, "--child", impl, "--raw", str(raw), "--epochs", str(args.epochs),
-               "--batch-size", str(args.batch_size), "--test-batch-size", str(args.test_batch_size),
-               "--eval-repeats", str(args.eval_repeats)]
-    if args.seed is not None:
-        command += ["--seed", str(args.seed)]
-    if args.without_coexpression:
-        command.append("--without-coexpression")
-    proc = subprocess.run(command, capture_output=True, text=True)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        print(f"{impl} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
-        return None
-    return json.loads(lines[-1][len("RESULT "):])
+    """``measured_run`` in a child process (None if it failed)."""
+    return run_in_child(__file__, "measured_run", impl, str(raw), vars(args), label=impl)
 
 
 def _derived(r: dict) -> dict:
@@ -454,8 +323,8 @@ def _derived(r: dict) -> dict:
             "eval_pass": sum(r["eval_pass_s"]) / epochs}
 
 
-def _fmt(value) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4g}"
+def _figure(value) -> str:
+    return format_number(value, ".4g")
 
 
 def print_tables(ours: dict, reference: dict | None, args) -> None:
@@ -474,23 +343,21 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
             ("seconds per epoch incl. train+val evaluation", "epoch", False),
             ("  of which per-epoch evaluation (s)", "epoch_eval", False),
             ("    of which evaluate() passes, train+val (s)", "eval_pass", False)]
-    width = 56
-    print(f"| {'measure':{width}} | {'gears_ddp':>10} | {'published GEARS':>15} | {'ratio':>7} |")
-    print(f"|{'-' * (width + 2)}|{'-' * 12}|{'-' * 17}|{'-' * 9}|")
+    not_run = "not run" if reference is None else None
 
-    def line(label, a, b, higher_is_better=False):
+    def row(label, a, b, higher_is_better=False):
         ratio = "-" if b is None or not a or not b else f"{(a / b if higher_is_better else b / a):.1f}x"
-        print(f"| {label:{width}} | {_fmt(a):>10} | {(_fmt(b) if reference else 'not run'):>15} | {ratio:>7} |")
+        return [label, _figure(a), not_run or _figure(b), ratio]
 
-    for label, key, higher in rows:
-        line(label, mine[key], theirs[key] if theirs else None, higher)
-    for label, key in ((f"test-set evaluation pass (s, median of {args.eval_repeats})", "test_eval_s"),
-                       ("compute_metrics on it (s)", "compute_metrics_s"),
-                       ("raw h5ad -> loaders (s)", "data_s"),
-                       ("GEARS(...) + model_initialize (s)", "model_s"),
-                       ("peak memory, max RSS (MiB)", "peak_rss_mib"),
-                       ("peak memory above the RSS after imports (MiB)", "peak_above_imports_mib")):
-        line(label, ours[key], reference[key] if reference else None)
+    table = [row(label, mine[key], theirs[key] if theirs else None, higher) for label, key, higher in rows]
+    table += [row(label, ours[key], reference[key] if reference else None)
+              for label, key in ((f"test-set evaluation pass (s, median of {args.eval_repeats})", "test_eval_s"),
+                                 ("compute_metrics on it (s)", "compute_metrics_s"),
+                                 ("raw h5ad -> loaders (s)", "data_s"),
+                                 ("GEARS(...) + model_initialize (s)", "model_s"),
+                                 ("peak memory, max RSS (MiB)", "peak_rss_mib"),
+                                 ("peak memory above the RSS after imports (MiB)", "peak_above_imports_mib"))]
+    print_table(["measure", "gears_ddp", "published GEARS", "ratio"], table)
     print("\nratio = published / gears_ddp for times and memory, gears_ddp / published for throughput "
           "(above 1: gears_ddp is better).")
     for r, name in ((ours, "gears_ddp"), (reference, "published")):
@@ -499,45 +366,29 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
                   f"{[round(s, 2) for s in r['loop_s']]}, val mse_de {[round(v, 4) for v in r['val_mse_de']]}")
 
     print(f"\nTest metrics of the best model (lowest val mse_de) after {epochs} epochs:\n")
-    print(f"| {'metric':40} | {'conditions':>10} | {'gears_ddp':>10} | {'published GEARS':>15} |")
-    print(f"|{'-' * 42}|{'-' * 12}|{'-' * 12}|{'-' * 17}|")
     n_test = sum(ours["subgroup_sizes"].values())
     metric_rows = [("test mse_de", n_test, lambda r: r["mse_de"]),
                    ("test pearson_delta", n_test, lambda r: r["pearson_delta"])]
     metric_rows += [(f"test {name} pearson_delta", ours["subgroup_sizes"][name],
                      lambda r, name=name: r["subgroups"][name]) for name in SUBGROUPS]
-    for label, n, value in metric_rows:
-        theirs_text = _fmt(value(reference)) if reference else "not run"
-        print(f"| {label:40} | {n:>10} | {_fmt(value(ours)):>10} | {theirs_text:>15} |")
+    print_table(["metric", "conditions", "gears_ddp", "published GEARS"],
+                [[label, str(n), _figure(value(ours)), not_run or _figure(value(reference))]
+                 for label, n, value in metric_rows])
     if reference and reference["subgroup_sizes"] != ours["subgroup_sizes"]:
         print(f"\nconditions per subgroup differ; published: {reference['subgroup_sizes']}")
 
 
-def add_data_options(parser: argparse.ArgumentParser) -> None:
-    """The synthetic data's size and the batch sizes (shared with ``bench_quality.py``)."""
-    add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80, control_cells=1000)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--test-batch-size", type=int, default=32)
-    parser.add_argument("--without-coexpression", action="store_true",
-                        help="give both models an empty co-expression graph (see the module docstring)")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_data_options(parser)
+    add_workflow_options(parser)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--seed", type=int, help="seed of the split, the models and the pairing (see above)")
     parser.add_argument("--eval-repeats", type=int, default=3, help="test-set evaluation passes (median)")
     parser.add_argument("--skip-reference", action="store_true")
-    parser.add_argument("--child", choices=["ours", "reference"], help=argparse.SUPPRESS)
-    parser.add_argument("--raw", help=argparse.SUPPRESS)
     add_record_argument(parser)
     args = parser.parse_args()
-    if args.child:
-        child(args.child, args.raw, args)
-        return
     with tempfile.TemporaryDirectory() as tmp:
-        raw = make_input(Path(tmp) / "input", args)
+        raw = write_raw_input(Path(tmp) / "input", args)
         ours = measure("ours", raw, args)
         reference = None if args.skip_reference or not reference_available() else measure("reference", raw, args)
     if ours is None:

@@ -8,12 +8,12 @@ and their test metrics of the best-val model are compared seed by seed.
                                        [--batch-size 32 --test-batch-size 32]
                                        [--without-coexpression]
 
-The data are made once, in the parent, by ``bench_data.make_input`` (the synthetic data of
+The data are made once, in the parent, by ``harness.synthetic.write_raw_input`` (the data of
 ``bench_model.py``: by default 7,300 cells x 1,000 genes, 60 singles and 80 combos of 45
 cells, 1,000 controls, generator seed 0) and are the same for every seed. For each seed S,
 each implementation then runs in its own child process exactly as
-``bench_model.py --seed S --epochs E --eval-repeats 1`` runs it (``bench_model.measure``;
-its docstring describes the workflow, the seeding and the patch the published package
+``bench_model.py --seed S --epochs E --eval-repeats 1`` runs it (``bench_model.measured_run``,
+in a child process of its own; its docstring describes the workflow, the seeding and the patch the published package
 needs on current scipy): its own ``PertData.new_data_process`` on the raw h5ad,
 ``prepare_split('simulation', seed=S)``, ``get_dataloader(32, test_batch_size=32)``
 (gears_ddp's with ``seed=S``), ``GEARS(pert_data, device='cpu')``, Python's, numpy's and
@@ -30,7 +30,7 @@ How each figure is measured:
 - best-val model: the model after the epoch with the lowest val ``mse_de``, as both
   libraries' ``train`` keep it. The val ``mse_de`` of each epoch is printed under the
   per-seed table (gears_ddp: ``GEARS.history``; published: its ``compute_metrics`` calls on
-  val, recorded by ``bench_model.run_reference``).
+  val, recorded by ``bench_model.py``).
 - test ``mse_de``: mean over test conditions of the mean squared error, on the condition's
   top-20 DE genes, between the predicted and the true mean expression of the condition's
   test cells (``compute_metrics``). gears_ddp: ``test_mse_de`` of the summary
@@ -57,9 +57,8 @@ How each figure is measured:
 
 Summary, per metric, over the seeds:
 
-- mean ± sd (n) of each implementation (and of each baseline): mean and sample standard
-  deviation (n - 1) over the n seeds where it has a value, written as the replicates'
-  summary writes it (``report.replicate_summary.Spread``).
+- mean +- sd of each implementation (and of each baseline): mean and sample standard
+  deviation (n - 1) over the seeds where it has a value.
 - difference: per seed d = gears_ddp - published, over the seeds where both have a value
   ('seeds' counts them); shown as mean(d) +- its standard error sd(d) / sqrt(n). Pairing by
   seed removes the split's effect (both see the same split at a seed).
@@ -76,25 +75,28 @@ Summary, per metric, over the seeds:
   4.3 SE for 95%).
 
 The published package prints freely and seeds torch on import; its child's output is
-discarded (``bench_model.child``). A child that fails is reported on stderr with its exit
+discarded (``bench_model.measured_run``). A child that fails is reported on stderr with its exit
 status and its stderr's end, and its figures are shown as 'failed'.
 """
 import argparse
 import math
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import make_input, reference_available  # noqa: E402
-from results import add_record_argument, recorded  # noqa: E402
-from bench_model import HIDDEN_SIZE, LR, SUBGROUPS, WEIGHT_DECAY, add_data_options, measure  # noqa: E402
-from gears_ddp.report.replicate_summary import Spread  # noqa: E402
+from harness.child import run_in_child
+from harness.published import reference_available
+from harness.record import add_record_argument, recorded
+from harness.settings import HIDDEN_SIZE, LR, SUBGROUPS, WEIGHT_DECAY
+from harness.side_by_side import add_workflow_options
+from harness.spread import mean_sd, paired_difference
+from harness.synthetic import write_raw_input
+from harness.tables import format_number, print_table
+from harness.timing import Stopwatch
 
-
+BENCH_MODEL = Path(__file__).resolve().with_name("bench_model.py")  # whose run each seed repeats
 IMPLEMENTATIONS = {"ours": "gears_ddp", "reference": "published"}
 BASELINES = ("no_change", "mean_effect", "additive")
 # (metric, higher is better)
@@ -110,27 +112,23 @@ def figures(result: dict) -> dict:
 
 def run_seeds(raw: Path, args) -> dict:
     """``{seed: {impl: result}}`` for the implementations run ('ours', and 'reference'
-    unless skipped or not installed); a result is what ``bench_model.child`` returns plus
-    its wall seconds, None where the child failed."""
+    unless skipped or not installed); a result is what ``bench_model.measured_run`` returns
+    plus its wall seconds, None where the child failed."""
     implementations = ["ours"] if args.skip_reference or not reference_available() else ["ours", "reference"]
     runs = {}
     for seed in args.seeds:
         seed_args = argparse.Namespace(**vars(args), seed=seed)
         runs[seed] = {}
         for impl in implementations:
-            start = time.perf_counter()
-            result = measure(impl, raw, seed_args)
-            seconds = time.perf_counter() - start
+            with Stopwatch() as watch:
+                result = run_in_child(BENCH_MODEL, "measured_run", impl, str(raw), vars(seed_args), label=impl)
+            seconds = watch.seconds
             if result is not None:
                 result["wall_s"] = seconds
             runs[seed][impl] = result
             print(f"seed {seed}: {IMPLEMENTATIONS[impl]} {'failed' if result is None else 'done'} in {seconds:.0f} s",
                   file=sys.stderr, flush=True)
     return runs
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.4f}"
 
 
 def _value(seed_runs: dict, impl: str, metric: str, baseline: str | None = None) -> float:
@@ -152,7 +150,7 @@ def _gain(seed_runs: dict, impl: str, metric: str) -> float:
 def _cell(seed_runs: dict, impl: str, metric: str) -> str:
     if impl not in seed_runs:
         return "not run"
-    return "failed" if seed_runs[impl] is None else _number(_value(seed_runs, impl, metric))
+    return "failed" if seed_runs[impl] is None else format_number(_value(seed_runs, impl, metric))
 
 
 def _conditions(seed_runs: dict, metric: str) -> str:
@@ -172,19 +170,6 @@ def _conditions(seed_runs: dict, metric: str) -> str:
     return str(count(ours))
 
 
-def paired_difference(ours: list[float], published: list[float], higher_is_better: bool) -> tuple[int, str, str]:
-    """(paired seeds, 'mean +- standard error' of ours - published over them, verdict)."""
-    diffs = [a - b for a, b in zip(ours, published) if not (math.isnan(a) or math.isnan(b))]
-    if len(diffs) < 2:
-        return len(diffs), (f"{diffs[0]:+.4f}" if diffs else "-"), "-"
-    mean, se = statistics.mean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
-    if abs(mean) <= 2 * se:
-        verdict = "within noise"
-    else:
-        verdict = "gears_ddp better" if (mean > 0) == higher_is_better else "published better"
-    return len(diffs), f"{mean:+.4f} +- {se:.4f}", verdict
-
-
 def _paired_rows(runs: dict, value_of) -> list[list[str]]:
     """Per metric of METRICS: its name, which way is better, each implementation's mean +- sd
     over the seeds, the paired difference and its verdict; ``value_of(seed_runs, impl,
@@ -193,24 +178,10 @@ def _paired_rows(runs: dict, value_of) -> list[list[str]]:
     for metric, higher_is_better in METRICS:
         ours = [value_of(r, "ours", metric) for r in runs.values()]
         published = [value_of(r, "reference", metric) for r in runs.values()]
-        n, diff, verdict = paired_difference(ours, published, higher_is_better)
-        rows.append([f"test {metric}", "higher" if higher_is_better else "lower", Spread(ours).text,
-                     Spread(published).text, str(n), diff, verdict])
+        n, diff, verdict = paired_difference(ours, published, higher_is_better, ("gears_ddp", "published"))
+        rows.append([f"test {metric}", "higher" if higher_is_better else "lower", mean_sd(ours),
+                     mean_sd(published), str(n), diff, verdict])
     return rows
-
-
-def _table(header: list[str], rows: list[list[str]], left: int) -> None:
-    """A markdown table; the first ``left`` columns left-aligned, the others right-aligned."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(cells):
-        return "| " + " | ".join(c.ljust(w) if i < left else c.rjust(w)
-                                 for i, (c, w) in enumerate(zip(cells, widths))) + " |"
-
-    print(line(header))
-    print("|" + "|".join("-" * (w + 2) if i < left else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|")
-    for row in rows:
-        print(line(row))
 
 
 def print_tables(runs: dict, args) -> None:
@@ -230,8 +201,9 @@ def print_tables(runs: dict, args) -> None:
             rows.append([str(seed), f"test {metric}", _conditions(seed_runs, metric),
                          _cell(seed_runs, "ours", metric), _cell(seed_runs, "reference", metric),
                          "-" if math.isnan(diff) else f"{diff:+.4f}",
-                         *(_number(_value(seed_runs, "ours", metric, name)) for name in BASELINES)])
-    _table(["seed", "metric", "conditions", "gears_ddp", "published", "gears_ddp - published", *BASELINES], rows, 2)
+                         *(format_number(_value(seed_runs, "ours", metric, name)) for name in BASELINES)])
+    print_table(["seed", "metric", "conditions", "gears_ddp", "published", "gears_ddp - published", *BASELINES],
+                rows, 2)
     print()
     for seed, seed_runs in runs.items():
         parts = []
@@ -243,24 +215,24 @@ def print_tables(runs: dict, args) -> None:
                              f"(best epoch {best}; run {result['wall_s']:.0f} s)")
         print(f"seed {seed}, val mse_de by epoch: " + "; ".join(parts))
 
-    print(f"\nSummary over seeds {' '.join(map(str, args.seeds))} (mean ± sd (n); difference: mean +- standard "
+    print(f"\nSummary over seeds {' '.join(map(str, args.seeds))} (mean +- sd; difference: mean +- standard "
           "error of the per-seed gears_ddp - published):\n")
-    rows = [row + [Spread([_value(r, "ours", metric, name) for r in runs.values()]).text for name in BASELINES]
+    rows = [row + [mean_sd([_value(r, "ours", metric, name) for r in runs.values()]) for name in BASELINES]
             for (metric, _), row in zip(METRICS, _paired_rows(runs, _value))]
-    _table(["metric", "better", "gears_ddp", "published", "seeds", "gears_ddp - published", "verdict",
+    print_table(["metric", "better", "gears_ddp", "published", "seeds", "gears_ddp - published", "verdict",
             *BASELINES], rows, 2)
     print("\nverdict: 'within noise' when |mean difference| <= 2 standard errors, else the better side.")
 
     print("\nGain over each implementation's paired controls (per seed: model - zero effect, each test cell "
           "predicted by its paired control; this cancels which control cells each package paired with the "
           "test cells):\n")
-    _table(["metric", "better", "gears_ddp gain", "published gain", "seeds", "gears_ddp - published", "verdict"],
+    print_table(["metric", "better", "gears_ddp gain", "published gain", "seeds", "gears_ddp - published", "verdict"],
            _paired_rows(runs, _gain), 2)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_data_options(parser)
+    add_workflow_options(parser)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--skip-reference", action="store_true")
@@ -271,7 +243,7 @@ def main():
         parser.error("--seeds must differ")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        raw = make_input(Path(tmp) / "input", args)
+        raw = write_raw_input(Path(tmp) / "input", args)
         runs = run_seeds(raw, args)
     with recorded(args.record):
         print_tables(runs, args)

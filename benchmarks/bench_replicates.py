@@ -38,20 +38,17 @@ import argparse
 import contextlib
 import json
 import os
-import resource
 import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import BATCH_SIZE, SPLIT, add_size_arguments, prepared_synthetic, synthetic_options  # noqa: E402
-from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY  # noqa: E402
-from results import add_record_argument, recorded  # noqa: E402
-
-from gears_ddp import train_replicates  # noqa: E402
-from gears_ddp.runtime.threads import usable_cores  # noqa: E402
+from gears_ddp import train_replicates
+from gears_ddp.runtime.threads import usable_cores
+from harness.record import add_record_argument, recorded
+from harness.settings import BATCH_SIZE, HIDDEN_SIZE, LR, SPLIT, WEIGHT_DECAY
+from harness.synthetic import add_size_arguments, prepared_synthetic, synthetic_options
+from harness.tables import print_table
+from harness.timing import Stopwatch
 
 CPU_TARGET, GPU_TARGET = 1.15, 1.1
 
@@ -73,31 +70,22 @@ def threads_per_process(threads):
 
 
 def timed(data_path: Path, save_path: Path, replicates: int, args: dict, devices: dict, threads=None) -> dict:
-    """Wall time of ``train_replicates`` for seeds 1..replicates; each replicate's wall time
-    (its workers' start to their end) and its seconds in its epochs (training and the
-    per-epoch evaluation)."""
+    """Wall time of ``train_replicates`` for seeds 1..replicates, and the CPU time of every
+    worker it spawned (the parent's own work is left out: the replicates share it); each
+    replicate's wall time (its workers' start to their end) and its seconds in its epochs
+    (training and the per-epoch evaluation)."""
     options = {"epochs": args["epochs"], "batch_size": BATCH_SIZE, "lr": LR, "weight_decay": WEIGHT_DECAY,
                "model_config": {"hidden_size": HIDDEN_SIZE}, "save_path": str(save_path),
                **devices.get("args", {})}
-    with threads_per_process(threads):
-        start, cpu = time.perf_counter(), cpu_seconds()
+    with threads_per_process(threads), Stopwatch(cpu_of="children") as watch:
         summary = train_replicates(data_path, "synthetic", SPLIT, options, {"seeds": list(range(1, replicates + 1))},
                                    gpu_ids=devices.get("gpu_ids"))
-        wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     epochs = []
     for replicate in summary["replicates"]:
         history = json.loads((Path(replicate["folder"]) / "report.json").read_text())["history"]
         epochs.append(sum(record["seconds"] for record in history))
-    return {"wall": wall, "cpu": cpu, "epoch_seconds": epochs,
+    return {"wall": watch.seconds, "cpu": watch.cpu_seconds, "epoch_seconds": epochs,
             "replicate_seconds": [r["seconds"] for r in summary["replicates"]]}
-
-
-def cpu_seconds() -> float:
-    """CPU time (user and system) of this process's ended, joined children: every worker
-    ``train_replicates`` spawned (the parent's own work is left out: it is shared by the
-    replicates)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def main():
@@ -107,7 +95,7 @@ def main():
     parser.add_argument("--gpus", type=int, default=None, help="N replicates on N GPUs against one on one GPU")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats of each run; the fastest is kept")
-    add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80, control_cells=1000)
+    add_size_arguments(parser)
     add_record_argument(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -141,25 +129,22 @@ def main():
     one, many = list(best.values())[:2]
     ratio = many["wall"] / (rounds * one["wall"])
     with recorded(args.record):
-        print_table(best, measured, ratio, bound, target, load, args)
+        print_figures(best, measured, ratio, bound, target, load, args)
 
 
-def print_table(best: dict, measured: dict, ratio: float, bound: float, target: str, load, args) -> None:
+def print_figures(best: dict, measured: dict, ratio: float, bound: float, target: str, load, args) -> None:
     sizes = synthetic_options(args)
     print(f"synthetic data ({sizes['n_genes']} genes, {sizes['cells_per_condition']} cells per condition), split simulation "
           f"(seed 1); {args.epochs} epochs, batch {BATCH_SIZE}, hidden {HIDDEN_SIZE}; timed end to end around "
           f"train_replicates, side by side in one run, {args.repeats} interleaved repeat(s), the fastest kept\n")
-    print("| run                                                   | wall time (s) | every repeat (s) | workers' CPU "
-          "time per replicate (s) | per replicate: wall (s) | of which epochs (s) |")
-    print("|-------------------------------------------------------|--------------:|-----------------:|-------------"
-          "----------------------:|------------------------:|--------------------:|")
+    rows = []
     for name, result in best.items():
-        replicate = statistics.mean(result["replicate_seconds"])
-        epochs = statistics.mean(result["epoch_seconds"])
-        repeats = ", ".join(f"{r['wall']:.1f}" for r in measured[name])
-        cpu = result["cpu"] / len(result["replicate_seconds"])
-        print(f"| {name:<53} | {result['wall']:13.1f} | {repeats:>16} | {cpu:35.1f} | {replicate:23.1f} | "
-              f"{epochs:19.1f} |")
+        rows.append([name, f"{result['wall']:.1f}", ", ".join(f"{r['wall']:.1f}" for r in measured[name]),
+                     f"{result['cpu'] / len(result['replicate_seconds']):.1f}",
+                     f"{statistics.mean(result['replicate_seconds']):.1f}",
+                     f"{statistics.mean(result['epoch_seconds']):.1f}"])
+    print_table(["run", "wall time (s)", "every repeat (s)", "workers' CPU time per replicate (s)",
+                 "per replicate: wall (s)", "of which epochs (s)"], rows)
     print("\nworkers' CPU time: user + system of every worker process, divided by the replicates. Equal CPU time per "
           "replicate means that training several at once adds no work and that they do not slow each other through "
           "the memory (a core stalled on memory still counts as CPU time), whatever else shares the machine.")

@@ -36,17 +36,18 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import add_record_argument, recorded  # noqa: E402
+from harness.memory import PeakSampler, status_mib
+from harness.record import add_record_argument, recorded
+from harness.settings import BATCH_SIZE, HIDDEN_SIZE, SPLIT
+from harness.tables import format_number, per_rank, print_table
+from harness.timing import Stopwatch
 
-GENES, PERTURBED, COMBOS, BATCH, HIDDEN = 2000, 200, 300, 32, 64
-SPLIT = {"split": "simulation", "seed": 1}
+GENES, PERTURBED, COMBOS = 2000, 200, 300
 TARGET_PROCESSING_MIB = 2000
-TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO gears_ddp\.recipe: epoch 1 step 1:", re.M)
+SAMPLING_S = 0.1
+TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO gears_ddp\.training\.recipe: epoch 1 step 1:", re.M)
 
 
 def sizes(n_cells: int) -> dict:
@@ -72,13 +73,6 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _private_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _map_mib(pid: int, suffix: str) -> tuple[float, float]:
     """Resident and shared MiB of the process's mappings of files whose name ends with ``suffix``."""
     resident = shared = 0
@@ -95,37 +89,29 @@ def _map_mib(pid: int, suffix: str) -> tuple[float, float]:
     return resident / 1024, shared / 1024
 
 
-class Sampler:
+def sample_ranks(root: int, is_rank, map_suffix: str = ".npy") -> PeakSampler:
     """Peaks of private memory and of the map's resident and shared pages, per process of the
-    tree under ``root``, for the processes ``is_rank(cmdline)`` picks."""
-
-    def __init__(self, root: int, is_rank, map_suffix: str = ".npy"):
-        self.root, self.is_rank, self.suffix = root, is_rank, map_suffix
-        self.private, self.resident, self.shared = {}, {}, {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            for pid in [self.root] + _descendants(self.root):
-                try:
-                    if not self.is_rank(Path(f"/proc/{pid}/cmdline").read_bytes()):
-                        continue
-                    private = _private_mib(pid)
-                    resident, shared = _map_mib(pid, self.suffix)
-                except OSError:  # the process ended meanwhile
+    tree under ``root``, for the processes ``is_rank(cmdline)`` picks (``per_process`` reads
+    them)."""
+    def sample() -> dict:
+        figures = {}
+        for pid in [root] + _descendants(root):
+            try:
+                if not is_rank(Path(f"/proc/{pid}/cmdline").read_bytes()):
                     continue
-                self.private[pid] = max(self.private.get(pid, 0.0), private)
-                self.resident[pid] = max(self.resident.get(pid, 0.0), resident)
-                self.shared[pid] = max(self.shared.get(pid, 0.0), shared)
+                private = status_mib(pid).get("RssAnon", 0.0)
+                resident, shared = _map_mib(pid, map_suffix)
+            except OSError:  # the process ended meanwhile
+                continue
+            figures.update({(pid, "private"): private, (pid, "resident"): resident, (pid, "shared"): shared})
+        return figures
+    return PeakSampler(sample, SAMPLING_S)
 
-    def stop(self) -> dict:
-        self._stop.set()
-        self._thread.join()
-        pids = sorted(self.private)
-        return {"private": [self.private[p] for p in pids], "resident": [self.resident[p] for p in pids],
-                "shared": [self.shared[p] for p in pids]}
+
+def per_process(peaks: dict) -> dict:
+    """``sample_ranks``'s peaks as a list per figure, in process id order."""
+    pids = sorted({pid for pid, _ in peaks})
+    return {kind: [peaks[(pid, kind)] for pid in pids] for kind in ("private", "resident", "shared")}
 
 
 # ----------------------------------------------------------------------------- the runs
@@ -138,9 +124,9 @@ def make_screen(data_path: Path, n_cells: int) -> tuple[str, float]:
     name = f"screen_{n_cells}"
     if (data_path / f"{name}.h5ad").exists():
         return name, 0.0
-    start = time.perf_counter()
-    write_synthetic_screen(data_path, name=name, **sizes(n_cells))
-    return name, time.perf_counter() - start
+    with Stopwatch() as writing:
+        write_synthetic_screen(data_path, name=name, **sizes(n_cells))
+    return name, writing.seconds
 
 
 def process(data_path: Path, name: str) -> dict:
@@ -150,25 +136,26 @@ def process(data_path: Path, name: str) -> dict:
         return {"seconds": None, "private": None}
     code = ("import sys, anndata; from gears_ddp import PertData; path, name = sys.argv[1:3];"
             "p = PertData(path); p.new_data_process(name, anndata.read_h5ad(f'{path}/{name}.h5ad', backed='r'));"
-            "p.prepare_split('simulation', seed=1); p.coexpression_graph(); p.go_graph()")
-    start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", code, str(data_path), name], stderr=subprocess.PIPE, text=True)
-    sampler = Sampler(child.pid, lambda cmdline: b"new_data_process" in cmdline)
-    _, stderr = child.communicate()
-    peaks = sampler.stop()
+            f"p.prepare_split(**{SPLIT!r}); p.coexpression_graph(); p.go_graph()")
+    with Stopwatch() as processing:
+        child = subprocess.Popen([sys.executable, "-c", code, str(data_path), name], stderr=subprocess.PIPE,
+                                 text=True)
+        sampler = sample_ranks(child.pid, lambda cmdline: b"new_data_process" in cmdline)
+        _, stderr = child.communicate()
+        peaks = per_process(sampler.stop())
     if child.returncode:
         raise RuntimeError(f"processing failed:\n{stderr[-3000:]}")
-    return {"seconds": time.perf_counter() - start, "private": max(peaks["private"])}
+    return {"seconds": processing.seconds, "private": max(peaks["private"])}
 
 
 def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, storage: str, run: Path) -> dict:
     """One training run; its figures."""
-    args = {"epochs": 1, "max_steps": steps, "batch_size": BATCH, "test_batch_size": 1024,
-            "model_config": {"hidden_size": HIDDEN}, "save_path": str(run), "expression_storage": storage}
+    args = {"epochs": 1, "max_steps": steps, "batch_size": BATCH_SIZE, "test_batch_size": 1024,
+            "model_config": {"hidden_size": HIDDEN_SIZE}, "save_path": str(run), "expression_storage": storage}
     if launcher == "spawn":
         code = ("import sys, json; from gears_ddp import train_multi_gpu, enable_console_logging\n"
                 "if __name__ == '__main__':\n    enable_console_logging()\n"
-                "    r = train_multi_gpu(sys.argv[1], sys.argv[2], {'split': 'simulation', 'seed': 1}, "
+                f"    r = train_multi_gpu(sys.argv[1], sys.argv[2], {SPLIT!r}, "
                 "json.loads(sys.argv[3]))\n    print(json.dumps(r))")
         command = [sys.executable, "-c", code, str(data_path), name, json.dumps({**args, "cpu_processes": ranks})]
         def is_rank(cmdline: bytes) -> bool:
@@ -181,9 +168,9 @@ def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, sto
             return b"gears_ddp.launch" in cmdline and b"torch.distributed.run" not in cmdline
     started = datetime.datetime.now()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = Sampler(child.pid, is_rank)
+    sampler = sample_ranks(child.pid, is_rank)
     stdout, stderr = child.communicate()
-    peaks = sampler.stop()
+    peaks = per_process(sampler.stop())
     if child.returncode:
         raise RuntimeError(f"{launcher} x {ranks} failed:\n{stderr[-3000:]}")
     report = json.loads(stdout.strip().splitlines()[-1])
@@ -192,39 +179,28 @@ def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, sto
         if first else float("nan")
     loop = report["history"][0]["train_seconds"]
     return {"launcher": launcher, "ranks": ranks, "storage": storage, "first_step_s": first_step,
-            "cells_per_s": steps * BATCH * ranks / loop, **peaks,
+            "cells_per_s": steps * BATCH_SIZE * ranks / loop, **peaks,
             "test_pearson_delta": report["model"]["test_pearson_delta"]}
 
 
 # ----------------------------------------------------------------------------- the tables
 
 
-def _per_rank(values, digits: int = 0) -> str:
-    return " / ".join(f"{v:.{digits}f}" for v in values) if values else "-"
-
-
 def print_tables(processing: dict, runs: dict, args) -> None:
     print(f"\nsynthetic screens of {GENES} genes, {PERTURBED} singles and {COMBOS} combos (a tenth of the cells "
-          f"controls), simulation split; {args.steps} optimiser steps of batch {BATCH} per rank, hidden {HIDDEN}, "
-          f"then the train / val evaluation and the test scoring; {os.cpu_count()} CPU cores, gloo\n")
-    print("| cells | writing the raw screen (s) | processing (s) | processing, peak private memory (MiB) |")
-    print("|------:|---------------------------:|---------------:|--------------------------------------:|")
-    for n, figures in processing.items():
-        writing = f"{figures['writing']:.0f}" if figures["writing"] else "- (written before)"
-        seconds = "-" if figures["seconds"] is None else f"{figures['seconds']:.0f}"
-        private = "-" if figures["private"] is None else f"{figures['private']:.0f}"
-        print(f"| {n:,} | {writing} | {seconds} | {private} |")
-    print("\n| cells | launcher | ranks | expression | time to first step (s) | training cells / s | "
-          "peak private memory per rank (MiB) | map resident per rank (MiB) | of which shared (MiB) | "
-          "test pearson_delta |")
-    print("|------:|----------|------:|------------|-----------------------:|-------------------:|"
-          "-----------------------------------:|----------------------------:|----------------------:|"
-          "-------------------:|")
-    for n, results in runs.items():
-        for r in results:
-            print(f"| {n:,} | {r['launcher']} | {r['ranks']} | {r['storage']} | {r['first_step_s']:.1f} | "
-                  f"{r['cells_per_s']:.0f} | {_per_rank(r['private'])} | {_per_rank(r['resident'])} | "
-                  f"{_per_rank(r['shared'])} | {r['test_pearson_delta']:.4f} |")
+          f"controls), simulation split; {args.steps} optimiser steps of batch {BATCH_SIZE} per rank, hidden "
+          f"{HIDDEN_SIZE}, then the train / val evaluation and the test scoring; {os.cpu_count()} CPU cores, gloo\n")
+    print_table(["cells", "writing the raw screen (s)", "processing (s)", "processing, peak private memory (MiB)"],
+                [[f"{n:,}", f"{figures['writing']:.0f}" if figures["writing"] else "- (written before)",
+                  format_number(figures["seconds"], ".0f"), format_number(figures["private"], ".0f")]
+                 for n, figures in processing.items()])
+    print()
+    print_table(["cells", "launcher", "ranks", "expression", "time to first step (s)", "training cells / s",
+                 "peak private memory per rank (MiB)", "map resident per rank (MiB)", "of which shared (MiB)",
+                 "test pearson_delta"],
+                [[f"{n:,}", r["launcher"], r["ranks"], r["storage"], f"{r['first_step_s']:.1f}",
+                  f"{r['cells_per_s']:.0f}", per_rank(r["private"]), per_rank(r["resident"]), per_rank(r["shared"]),
+                  f"{r['test_pearson_delta']:.4f}"] for n, results in runs.items() for r in results])
     _verdicts(processing, runs)
 
 

@@ -20,7 +20,7 @@ depend on the weights). Then:
   (default: every usable core). Timed from the call to the table: the Theil-Sen subsets'
   draw, every prediction, starting the workers, the scores and the merge.
 - published: ``GEARS.GI_predict`` of the published package, unchanged, on the same weights
-  (``tests/reference_package.published_gears``: its ``predict`` and ``GI_predict`` bound to
+  (``harness.published.published_gears``: its ``predict`` and ``GI_predict`` bound to
   our data and its ``GEARS_Model``), over the first ``--published-screen-pairs`` pairs in
   screen order, each a prediction of the double over 300 control cells and the scores. Its
   singles are predicted first, apart (a screen predicts each single once: 102 against
@@ -56,21 +56,21 @@ loop's pairs per second, and Norman's 5,151 pairs in under 15 minutes on 2 CPU c
 from __future__ import annotations
 
 import argparse
-import os
-import resource
-import sys
+import itertools
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import add_record_argument, recorded  # noqa: E402
-
-TESTS = Path(__file__).resolve().parents[1] / "tests"  # the published package's stand-in lives there
+from harness.machine import load_average
+from harness.models import perturbed_genes, trained_synthetic_model
+from harness.published import published_gears
+from harness.record import add_record_argument, recorded
+from harness.settings import HIDDEN_SIZE
+from harness.tables import print_table
+from harness.timing import Stopwatch
 
 NORMAN_GENES = 5045
 NORMAN_PERTURBED = 102
@@ -89,6 +89,10 @@ class Timing:
     pairs: int
     seconds: float
     cpu_seconds: float
+
+    @classmethod
+    def of(cls, what: str, pairs: int, watch: Stopwatch) -> "Timing":
+        return cls(what, pairs, watch.seconds, watch.cpu_seconds)
 
     @property
     def pairs_per_second(self) -> float:
@@ -111,14 +115,12 @@ def published_scoring(first, second, double) -> tuple[Timing, list[dict]]:
     from gears.utils import get_GI_params
 
     scores = []
-    start, cpu_start = time.perf_counter(), time.process_time()
-    with warnings.catch_warnings():
+    with Stopwatch() as watch, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for pair in range(len(first)):
             predictions = {"A": first[pair], "B": second[pair], "A_B": double[pair]}
             scores.append(get_GI_params(predictions, ["A", "B"]))
-    return Timing("published get_GI_params, pair by pair", len(first), time.perf_counter() - start,
-                  time.process_time() - cpu_start), scores
+    return Timing.of("published get_GI_params, pair by pair", len(first), watch), scores
 
 
 def subsets_draw(n_genes: int) -> Timing:
@@ -126,10 +128,9 @@ def subsets_draw(n_genes: int) -> Timing:
     from gears_ddp.evaluation.interaction_scores import theil_sen_subsets
 
     theil_sen_subsets.cache_clear()
-    start, cpu_start = time.perf_counter(), time.process_time()
-    theil_sen_subsets(n_genes)
-    return Timing(f"Theil-Sen subsets for {n_genes:,} genes (once per gene count)", 0, time.perf_counter() - start,
-                  time.process_time() - cpu_start)
+    with Stopwatch() as watch:
+        theil_sen_subsets(n_genes)
+    return Timing.of(f"Theil-Sen subsets for {n_genes:,} genes (once per gene count)", 0, watch)
 
 
 def batched_scoring(first, second, double, device: str, threads: int) -> tuple[Timing, dict]:
@@ -139,12 +140,10 @@ def batched_scoring(first, second, double, device: str, threads: int) -> tuple[T
     from gears_ddp.evaluation.interaction_scores import interaction_scores
 
     torch.set_num_threads(threads)
-    _synchronise(device)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    scores = interaction_scores(first, second, double, device=device)
-    _synchronise(device)
-    return Timing(f"gears_ddp interaction_scores, batched on {device}, {threads} thread(s)", len(first),
-                  time.perf_counter() - start, time.process_time() - cpu_start), scores
+    with Stopwatch(device) as watch:
+        scores = interaction_scores(first, second, double, device=device)
+    return Timing.of(f"gears_ddp interaction_scores, batched on {device}, {threads} thread(s)", len(first),
+                     watch), scores
 
 
 def scoring_parts(first, second, double, device: str) -> list[Timing]:
@@ -166,20 +165,11 @@ def scoring_parts(first, second, double, device: str) -> list[Timing]:
     }
     timings = []
     for what, part in parts.items():
-        _synchronise(device)
-        start, cpu_start = time.perf_counter(), time.process_time()
-        for begin in range(0, len(first), batch):
-            part(first[begin:begin + batch], second[begin:begin + batch], double[begin:begin + batch])
-        _synchronise(device)
-        timings.append(Timing(what, len(first), time.perf_counter() - start, time.process_time() - cpu_start))
+        with Stopwatch(device) as watch:
+            for begin in range(0, len(first), batch):
+                part(first[begin:begin + batch], second[begin:begin + batch], double[begin:begin + batch])
+        timings.append(Timing.of(what, len(first), watch))
     return timings
-
-
-def _synchronise(device: str) -> None:
-    import torch
-
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
 
 
 def largest_differences(batched: dict, published: list[dict]) -> dict[str, float]:
@@ -190,47 +180,7 @@ def largest_differences(batched: dict, published: list[dict]) -> dict[str, float
                       for pair, reference in enumerate(published)) for name in GI_SCORE_NAMES}
 
 
-def load() -> str:
-    """The 1-minute load average, as ``uptime`` prints it."""
-    return f"{os.getloadavg()[0]:.1f}"
-
-
 # ----------------------------------------------------------------------------- the whole screen
-
-
-def trained_synthetic_model(data_path: Path, name: str, dataset: dict, epochs: int = 1,
-                            max_steps: int | None = None):
-    """GEARS (hidden 64) on the synthetic dataset ``dataset`` (``write_synthetic_dataset``'s
-    options, written once as ``data_path/name``), simulation split (seed 1), trained
-    ``epochs`` epochs or ``max_steps`` optimiser steps; and its training report."""
-    import torch
-
-    from gears_ddp import GEARS, PertData
-    from gears_ddp.datasets import write_synthetic_dataset
-
-    folder = write_synthetic_dataset(data_path, name=name, **dataset)
-    pert_data = PertData(data_path)
-    pert_data.load(data_path=folder)
-    pert_data.prepare_split("simulation", seed=1)
-    pert_data.get_dataloader(batch_size=32, test_batch_size=256)
-    torch.manual_seed(0)
-    gears = GEARS(pert_data)
-    gears.model_initialize(hidden_size=64)
-    report = gears.train(epochs=epochs, max_steps=max_steps)
-    return gears, report
-
-
-def perturbed_genes(gears) -> list[str]:
-    """The genes perturbed in the data (singly or in a combination), in vocabulary order."""
-    from gears_ddp.data.conditions import condition_genes
-
-    perturbed = {gene for condition in gears.pert_data.cells.conditions for gene in condition_genes(condition)}
-    return [gene for gene in gears.pert_list if gene in perturbed]
-
-
-def children_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def our_screen(gears, genes: list[str], processes: int) -> tuple[Timing, object]:
@@ -240,64 +190,53 @@ def our_screen(gears, genes: list[str], processes: int) -> tuple[Timing, object]
 
     theil_sen_subsets.cache_clear()
     with tempfile.TemporaryDirectory() as folder:
-        start, cpu_start, children_start = time.perf_counter(), time.process_time(), children_cpu_seconds()
-        table = screen_on_devices(gears, genes, Path(folder) / "screen.csv", cpu_processes=processes)
-        seconds = time.perf_counter() - start
-        cpu = time.process_time() - cpu_start + children_cpu_seconds() - children_start
-    return Timing(f"gears_ddp screen, {processes} single-thread CPU process(es), all {len(table):,} pairs",
-                  len(table), seconds, cpu), table
+        with Stopwatch(cpu_of="self and children") as watch:
+            table = screen_on_devices(gears, genes, Path(folder) / "screen.csv", cpu_processes=processes)
+    return Timing.of(f"gears_ddp screen, {processes} single-thread CPU process(es), all {len(table):,} pairs",
+                     len(table), watch), table
 
 
 def published_screen(gears, genes: list[str], n_pairs: int) -> tuple[Timing, Timing, list[dict]]:
     """The published ``GI_predict`` over the first ``n_pairs`` pairs in screen order, its
     singles predicted before (timed apart, per single)."""
-    import itertools
-
-    sys.path.insert(0, str(TESTS))
-    from reference_package import published_gears
-
     published = published_gears(gears)
     pairs = list(itertools.islice(itertools.combinations(genes, 2), n_pairs))
     singles = sorted({gene for pair in pairs for gene in pair}, key=genes.index)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    published.predict([[gene] for gene in singles])
-    single_timing = Timing("published predict of one single (300 control cells)", len(singles),
-                           time.perf_counter() - start, time.process_time() - cpu_start)
+    with Stopwatch() as watch:
+        published.predict([[gene] for gene in singles])
+    single_timing = Timing.of("published predict of one single (300 control cells)", len(singles), watch)
     scores = []
-    start, cpu_start = time.perf_counter(), time.process_time()
-    with warnings.catch_warnings():
+    with Stopwatch() as watch, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for pair in pairs:
             scores.append(published.GI_predict(list(pair), GI_genes_file=None))
-    return Timing("published GI_predict loop (the double predicted, then scored)", n_pairs,
-                  time.perf_counter() - start, time.process_time() - cpu_start), single_timing, scores
+    return Timing.of("published GI_predict loop (the double predicted, then scored)", n_pairs, watch), \
+        single_timing, scores
 
 
 def screen_part(args) -> None:
     from gears_ddp.runtime.threads import usable_cores
 
     processes = args.processes or usable_cores()
-    load_before = load()
+    load_before = load_average()
     gears, _ = trained_synthetic_model(Path(args.data_path), "norman_size", NORMAN_SIZE, max_steps=args.train_steps)
     genes = perturbed_genes(gears)[:args.screen_genes]
     published, single, published_scores = published_screen(gears, genes, args.published_screen_pairs)
-    load_between = load()
+    load_between = load_average()
     ours, table = our_screen(gears, genes, processes)
-    load_after = load()
+    load_after = load_average()
     n_pairs = len(table)
     published_screen_s = n_pairs / published.pairs_per_second + len(genes) * single.seconds / single.pairs
     speedup = ours.pairs_per_second / published.pairs_per_second
     print(f"\nWhole screen on a Norman-size model: {gears.num_genes:,} genes, {len(perturbed_genes(gears))} "
-          f"perturbed in the data, hidden 64, trained {args.train_steps} steps; {len(genes)} of them screened "
-          f"({n_pairs:,} pairs); "
+          f"perturbed in the data, hidden {HIDDEN_SIZE}, trained {args.train_steps} steps; {len(genes)} of them "
+          f"screened ({n_pairs:,} pairs); "
           f"{usable_cores()} usable cores; load average {load_before} before, {load_between} between the two, "
           f"{load_after} after\n")
-    print("| screen | pairs | seconds | s / pair | pairs / s | vs published | CPU s / pair |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for row in (published, ours):
-        print(f"| {row.what} | {row.pairs:,} | {row.seconds:.1f} | {row.seconds / row.pairs:.3f} "
-              f"| {row.pairs_per_second:.3f} | {row.pairs_per_second / published.pairs_per_second:.0f}x "
-              f"| {row.cpu_seconds / row.pairs:.3f} |")
+    print_table(["screen", "pairs", "seconds", "s / pair", "pairs / s", "vs published", "CPU s / pair"],
+                [[row.what, f"{row.pairs:,}", f"{row.seconds:.1f}", f"{row.seconds / row.pairs:.3f}",
+                  f"{row.pairs_per_second:.3f}", f"{row.pairs_per_second / published.pairs_per_second:.0f}x",
+                  f"{row.cpu_seconds / row.pairs:.3f}"] for row in (published, ours)])
     print(f"\npublished predict of one single: {single.seconds / single.pairs:.2f} s "
           f"({single.pairs} singles, predicted before its loop)")
     print(f"published loop over all {n_pairs:,} pairs at this rate, with its {len(genes)} singles: "
@@ -323,7 +262,7 @@ def scoring_part(args) -> None:
     from gears_ddp.runtime.threads import usable_cores
 
     thread_counts = args.threads or sorted({1, usable_cores()})
-    load_before = load()
+    load_before = load_average()
     first, second, double = random_changes(args.pairs, args.genes, args.seed)
     published, published_scores = published_scoring(*(v[:args.published_pairs] for v in (first, second, double)))
     subsets = subsets_draw(args.genes)
@@ -334,21 +273,19 @@ def scoring_part(args) -> None:
     fastest = max((timing for timing, _ in runs), key=lambda timing: timing.pairs_per_second)
 
     print(f"\nGI scoring alone, of random change vectors over {args.genes:,} genes; {usable_cores()} usable cores; "
-          f"gears_ddp on {args.device}; load average {load_before} before, {load()} after\n")
-    print("| scoring | pairs | seconds | ms / pair | pairs / s | vs published | CPU ms / pair | vs published, CPU |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for row in (published, *(timing for timing, _ in runs)):
-        print(f"| {row.what} | {row.pairs} | {row.seconds:.2f} | {1e3 / row.pairs_per_second:.1f} "
-              f"| {row.pairs_per_second:.3f} | {row.pairs_per_second / published.pairs_per_second:.0f}x "
-              f"| {1e3 * row.cpu_seconds / row.pairs:.1f} "
-              f"| {published.cpu_seconds / published.pairs / (row.cpu_seconds / row.pairs):.0f}x |")
+          f"gears_ddp on {args.device}; load average {load_before} before, {load_average()} after\n")
+    print_table(["scoring", "pairs", "seconds", "ms / pair", "pairs / s", "vs published", "CPU ms / pair",
+                 "vs published, CPU"],
+                [[row.what, row.pairs, f"{row.seconds:.2f}", f"{1e3 / row.pairs_per_second:.1f}",
+                  f"{row.pairs_per_second:.3f}", f"{row.pairs_per_second / published.pairs_per_second:.0f}x",
+                  f"{1e3 * row.cpu_seconds / row.pairs:.1f}",
+                  f"{published.cpu_seconds / published.pairs / (row.cpu_seconds / row.pairs):.0f}x"]
+                 for row in (published, *(timing for timing, _ in runs))])
     print(f"\n{subsets.what}: {subsets.seconds:.1f} s\n")
-    print(f"| part of gears_ddp's scores, {thread_counts[0]} thread(s) | ms / pair | CPU ms / pair | share |")
-    print("|---|---:|---:|---:|")
     total = sum(part.seconds for part in parts)
-    for part in parts:
-        print(f"| {part.what} | {1e3 * part.seconds / part.pairs:.1f} | {1e3 * part.cpu_seconds / part.pairs:.1f} "
-              f"| {part.seconds / total:.0%} |")
+    print_table([f"part of gears_ddp's scores, {thread_counts[0]} thread(s)", "ms / pair", "CPU ms / pair", "share"],
+                [[part.what, f"{1e3 * part.seconds / part.pairs:.1f}", f"{1e3 * part.cpu_seconds / part.pairs:.1f}",
+                  f"{part.seconds / total:.0%}"] for part in parts])
     print(f"\nlargest |gears_ddp - published| over {args.published_pairs} pairs: "
           + ", ".join(f"{name} {value:.1e}" for name, value in differences.items()))
     speedup = fastest.pairs_per_second / published.pairs_per_second

@@ -1,7 +1,7 @@
 """How far the published ``GI_predict``'s sampling noise moves the genetic-interaction scores,
 and the interaction types they imply, over a whole screen.
 
-    python benchmarks/bench_screen_noise.py [--epochs 8] [--seeds 0 1 2] [--processes N]
+    python benchmarks/bench_screen_noise.py [--epochs 8] [--seeds 0 1 2] [--processes N] [--screen-genes N]
                                             [--data-path ./data/bench_screen_noise] [--exact-out F.csv]
                                             [--record]
 
@@ -15,9 +15,9 @@ Model: the synthetic dataset (``gears_ddp.datasets.write_synthetic_dataset``: 1,
 60 perturbed genes, 80 combinations of 45 cells; here 3,000 control cells, so that the
 drawn 300 are a tenth of them; written once under ``--data-path``), simulation split (seed
 1), GEARS with hidden size 64 trained ``--epochs`` epochs (the model of the lowest val
-``mse_de`` is kept). Screen: every pair of the 60 perturbed genes (1,770 pairs), once with
-the exact change and once with the published change for each of ``--seeds``, on
-``--processes`` CPU worker processes.
+``mse_de`` is kept). Screen: every pair of the 60 perturbed genes (1,770 pairs; of the
+first ``--screen-genes`` of them for a quick check), once with the exact change and once
+with the published change for each of ``--seeds``, on ``--processes`` CPU worker processes.
 
 Printed:
 
@@ -37,15 +37,15 @@ median stops at the first step under 1e-3), and to rounding in the distance corr
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_screen import perturbed_genes, trained_synthetic_model  # noqa: E402
-from results import add_record_argument, recorded  # noqa: E402
+from harness.machine import load_average
+from harness.models import perturbed_genes, trained_synthetic_model
+from harness.record import add_record_argument, recorded
+from harness.settings import HIDDEN_SIZE
+from harness.tables import print_table
 
 DATASET = {"n_control_cells": 3000, "seed": 0}  # otherwise the generator's defaults: 1,000 genes, 60 perturbed
 SCORES = ("c1", "c2", "mag", "dcor", "dcor_singles", "corr_fit", "dominance", "eq_contr")
@@ -68,9 +68,10 @@ def noise_of_sets(gears, genes: list[str], seed: int) -> tuple[np.ndarray, np.nd
     return noise.max(1).values.numpy(), (noise.norm(dim=1) / exact.norm(dim=1)).numpy()
 
 
-def quantiles(values: np.ndarray) -> str:
+def quantiles(values: np.ndarray) -> list[str]:
+    """The median, 95th percentile and largest of the finite values."""
     values = values[np.isfinite(values)]
-    return f"{np.median(values):.3g} | {np.quantile(values, 0.95):.3g} | {values.max():.3g}"
+    return [f"{np.median(values):.3g}", f"{np.quantile(values, 0.95):.3g}", f"{values.max():.3g}"]
 
 
 def main() -> None:
@@ -79,11 +80,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--processes", type=int, help="CPU worker processes (default: usable cores)")
     parser.add_argument("--data-path", default="./data/bench_screen_noise")
+    parser.add_argument("--screen-genes", type=int,
+                        help="screen every pair of this many of the perturbed genes (default: all 60)")
     parser.add_argument("--exact-out", help="also write the exact screen there, as gears-ddp screen writes it (.csv)")
     add_record_argument(parser)
     args = parser.parse_args()
     if len(args.seeds) < 2:
         parser.error("give at least 2 seeds: two published runs are compared too")
+    if args.screen_genes is not None and args.screen_genes < 2:
+        parser.error("--screen-genes must be at least 2 (one pair)")
 
     from gears_ddp.distributed.screen import screen_on_devices
     from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
@@ -91,7 +96,7 @@ def main() -> None:
 
     processes = args.processes or usable_cores()
     gears, report = trained_synthetic_model(Path(args.data_path), "noise", DATASET, epochs=args.epochs)
-    genes = perturbed_genes(gears)
+    genes = perturbed_genes(gears)[:args.screen_genes]
     exact = screen_on_devices(gears, genes, args.exact_out, overwrite=True, cpu_processes=processes)
     published = {seed: screen_on_devices(gears, genes, cpu_processes=processes, change=DRAWN_CELLS_CHANGE, seed=seed)
                  for seed in args.seeds}
@@ -101,30 +106,33 @@ def main() -> None:
 
     with recorded(args.record):
         print(f"\nPublished sampling noise over a screen: synthetic data, {gears.num_genes:,} genes, "
-              f"{len(gears.pert_data.cells.control_cells()):,} control cells; GEARS hidden 64, {args.epochs} epochs "
+              f"{len(gears.pert_data.cells.control_cells()):,} control cells; GEARS hidden {HIDDEN_SIZE}, "
+              f"{args.epochs} epochs "
               f"(best epoch {report['best_epoch']}, test pearson_delta {report['model']['test_pearson_delta']:.3f}); "
               f"every pair of the {len(genes)} perturbed genes ({len(exact):,} pairs); published change with seeds "
-              f"{args.seeds}; load average {os.getloadavg()[0]:.1f}\n")
-        print("| the noise, per perturbation set (singles and pairs, all seeds) | median | 95th percentile | largest |")
-        print("|---|---:|---:|---:|")
-        print(f"| largest \\|drawn cells' mean - control mean\\| over genes | {quantiles(largest)} |")
-        print(f"| noise norm / exact change norm | {quantiles(relative)} |")
-        print("\n| score | published - exact: median | \\|published - exact\\|: median | 95th pct | largest "
-              f"| \\|seed {first} - seed {second}\\|: median | 95th pct | largest |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+              f"{args.seeds}; load average {load_average()}\n")
+        print_table(["the noise, per perturbation set (singles and pairs, all seeds)", "median", "95th percentile",
+                     "largest"],
+                    [["largest \\|drawn cells' mean - control mean\\| over genes", *quantiles(largest)],
+                     ["noise norm / exact change norm", *quantiles(relative)]])
+        rows = []
         for name in SCORES:
             against_exact = np.concatenate([(table[name] - exact[name]).to_numpy() for table in published.values()])
             between = np.abs(published[first][name] - published[second][name]).to_numpy()
-            print(f"| {name} | {np.nanmedian(against_exact):.3g} | {quantiles(np.abs(against_exact))} "
-                  f"| {quantiles(between)} |")
-        print(f"\n| interaction type | pairs of the type, exact | published, seed {first} | published type differs "
-              f"from exact | seed {first} and seed {second} differ |")
-        print("|---|---:|---:|---:|---:|")
+            rows.append([name, f"{np.nanmedian(against_exact):.3g}", *quantiles(np.abs(against_exact)),
+                         *quantiles(between)])
+        print()
+        print_table(["score", "published - exact: median", "\\|published - exact\\|: median", "95th pct", "largest",
+                     f"\\|seed {first} - seed {second}\\|: median", "95th pct", "largest"], rows)
+        rows = []
         for name in TYPES:
             differs = np.mean([(table[name] != exact[name]).mean() for table in published.values()])
             between = (published[first][name] != published[second][name]).mean()
-            print(f"| {name} | {held_types(exact[name])} | {held_types(published[first][name])} | {differs:.1%} "
-                  f"| {between:.1%} |")
+            rows.append([name, held_types(exact[name]), held_types(published[first][name]), f"{differs:.1%}",
+                         f"{between:.1%}"])
+        print()
+        print_table(["interaction type", "pairs of the type, exact", f"published, seed {first}",
+                     "published type differs from exact", f"seed {first} and seed {second} differ"], rows)
 
 
 def held_types(column) -> str:

@@ -39,10 +39,11 @@ from pathlib import Path
 
 import h5py
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import SPLIT, add_size_arguments, synthetic_options  # noqa: E402
-from bench_model import HIDDEN_SIZE  # noqa: E402
-from results import add_record_argument, machine, recorded  # noqa: E402
+from harness.machine import describe_machine
+from harness.record import add_record_argument, recorded
+from harness.settings import HIDDEN_SIZE, SPLIT
+from harness.synthetic import add_size_arguments, synthetic_options
+from harness.tables import print_table
 
 RANK_REPORTS = "GEARS_DDP_BENCH_RANK_REPORTS"  # where each rank writes its figures
 WITHOUT_LOCK = "GEARS_DDP_BENCH_WITHOUT_PREPARE_LOCK"
@@ -151,15 +152,12 @@ def main() -> None:
     with recorded(args.record):
         print(f"\ntime to the first optimiser step of `torchrun --standalone --nproc_per_node=N -m gears_ddp.launch`, "
               f"synthetic data {shape[0]:,} cells x {shape[1]:,} genes (map {shape[0] * shape[1] * 4 / 2**20:.0f} MiB), "
-              f"CPU ranks; {machine()}\n")
-        print("| ranks | folder | time to first step (s) | preparation (s, slowest rank) | preparation CPU (s, all "
-              "ranks) | map builds | split builds | co-expression graph builds |")
-        print("|------:|--------|------:|------:|------:|------:|------:|------:|")
-        for ranks, kind, figures in rows:
-            builds = figures["builds"]
-            print(f"| {ranks} | {kind} | {figures['first_step_s']:.1f} | {figures['prepare_s']:.2f} | "
-                  f"{figures['prepare_cpu_s']:.2f} | {builds['map']} | {builds['split']} | "
-                  f"{builds['co-expression graph']} |")
+              f"CPU ranks; {describe_machine()}\n")
+        print_table(["ranks", "folder", "time to first step (s)", "preparation (s, slowest rank)",
+                     "preparation CPU (s, all ranks)", "map builds", "split builds", "co-expression graph builds"],
+                    [[ranks, kind, f"{figures['first_step_s']:.1f}", f"{figures['prepare_s']:.2f}",
+                      f"{figures['prepare_cpu_s']:.2f}", figures["builds"]["map"], figures["builds"]["split"],
+                      figures["builds"]["co-expression graph"]] for ranks, kind, figures in rows], left=2)
 
 
 if __name__ == "__main__":

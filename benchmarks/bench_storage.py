@@ -14,16 +14,14 @@ standard error; "within noise" means that mean is within two standard errors of 
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_data import add_size_arguments, synthetic_options  # noqa: E402
-from bench_model import HIDDEN_SIZE, LR, WEIGHT_DECAY  # noqa: E402
-from results import add_record_argument, recorded  # noqa: E402
+from harness.models import trained_model
+from harness.record import add_record_argument, recorded
+from harness.spread import paired_difference
+from harness.synthetic import add_size_arguments, load_dataset, synthetic_options
+from harness.tables import print_table
 
 METRICS = ("test_mse_de", "test_pearson_delta", "test_pearson_delta_de", "test_frac_opposite_direction_top20_non_dropout",
            "test_mse_top20_de_non_dropout")
@@ -31,26 +29,17 @@ LOWER_IS_BETTER = {"test_mse_de", "test_frac_opposite_direction_top20_non_dropou
 
 
 def run(data_path: Path, dtype: str, seed: int, epochs: int) -> dict:
-    import torch
-
-    from gears_ddp import PertData
-    from gears_ddp.gears import GEARS
-
-    pert_data = PertData(data_path, expression_dtype=dtype)
-    pert_data.load(data_path=data_path / "synthetic")
-    pert_data.prepare_split(split="simulation", seed=seed)
-    pert_data.get_dataloader(batch_size=32, test_batch_size=256, seed=seed)
-    torch.manual_seed(seed)
-    gears = GEARS(pert_data)
-    gears.model_initialize(hidden_size=HIDDEN_SIZE)
-    return gears.train(epochs=epochs, lr=LR, weight_decay=WEIGHT_DECAY)["model"]
+    """The test metrics of the best model of one run (seed ``seed``, expression stored as ``dtype``)."""
+    pert_data = load_dataset(data_path, data_path / "synthetic", seed, expression_dtype=dtype)
+    _, report = trained_model(pert_data, epochs, seed=seed, loader_seed=seed)
+    return report["model"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--epochs", type=int, default=5)
-    add_size_arguments(parser, genes=1000, cells_per_condition=45, perturbed_genes=60, combos=80, control_cells=1000)
+    add_size_arguments(parser)
     add_record_argument(parser)
     args = parser.parse_args()
     from gears_ddp.datasets import write_synthetic_dataset
@@ -62,17 +51,13 @@ def main() -> None:
     with recorded(args.record):
         print(f"\ntest metrics of the best model after {args.epochs} epochs, float32 vs float16 expression storage, "
               f"seeds {' '.join(map(str, args.seeds))}\n")
-        print("| metric | " + " | ".join(f"seed {s} (32 / 16)" for s in args.seeds) + " | 16 - 32 | verdict |")
-        print("|---|" + "---:|" * len(args.seeds) + "---:|---|")
+        rows = []
         for metric in METRICS:
             values = [(runs[s]["float32"][metric], runs[s]["float16"][metric]) for s in args.seeds]
-            differences = [b - a for a, b in values]
-            mean = statistics.fmean(differences)
-            error = statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else math.nan
-            verdict = "within noise" if abs(mean) <= 2 * error else (
-                "float16 better" if (mean < 0) == (metric in LOWER_IS_BETTER) else "float32 better")
-            cells = " | ".join(f"{a:.4f} / {b:.4f}" for a, b in values)
-            print(f"| {metric} | {cells} | {mean:+.4f} +- {error:.4f} | {verdict} |")
+            _, difference, verdict = paired_difference([b for _, b in values], [a for a, _ in values],
+                                                       metric not in LOWER_IS_BETTER, ("float16", "float32"))
+            rows.append([metric, *(f"{a:.4f} / {b:.4f}" for a, b in values), difference, verdict])
+        print_table(["metric", *(f"seed {s} (32 / 16)" for s in args.seeds), "16 - 32", "verdict"], rows)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,12 @@ fails there instead of skipping when the package cannot be imported.
 import contextlib
 import io
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"  # the stand-in is shared with bench_screen.py
 
 
 def import_reference(module: str = "gears"):
@@ -22,24 +26,12 @@ def import_reference(module: str = "gears"):
 
 
 def published_gears(gears):
-    """The published ``GEARS.predict`` and ``GEARS.GI_predict``, unchanged, bound to a stand-in
-    for the published ``GEARS`` that holds ``gears``'s data (an AnnData with CSR expression,
-    as the published predict reads it), perturbation vocabulary and weights (in the
-    published ``GEARS_Model``). Building the published ``GEARS`` itself needs its own
-    ``PertData``; these two methods read only the attributes set here."""
-    import types
+    """The benchmarks' stand-in for the published ``GEARS`` (its ``predict`` and ``GI_predict``
+    bound to ``gears``'s data and weights: ``benchmarks/harness/published.py``), skipped or
+    failed as configured when the published package cannot be imported."""
+    import_reference("gears.gears")
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
+    from harness.published import published_gears as stand_in
 
-    import anndata
-    import scipy.sparse as sp
-
-    published = import_reference("gears.gears")
-    model = import_reference("gears.model").GEARS_Model(dict(gears.config, device="cpu"))
-    model.load_state_dict({k: v.cpu() for k, v in gears.best_model.state_dict().items()})
-    cells = gears.pert_data.cells
-    obs = {"condition": [cells.conditions[code] for code in cells.condition_codes.tolist()]}
-    adata = anndata.AnnData(X=sp.csr_matrix(cells.expression.float().numpy()), obs=obs, var=gears.pert_data.var)
-    stand_in = types.SimpleNamespace(adata=adata, pert_list=list(gears.pert_list), config=model.args,
-                                     best_model=model, device="cpu", saved_pred={}, saved_logvar_sum={})
-    stand_in.predict = types.MethodType(published.GEARS.predict, stand_in)
-    stand_in.GI_predict = types.MethodType(published.GEARS.GI_predict, stand_in)
-    return stand_in
+    return stand_in(gears)

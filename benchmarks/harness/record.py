@@ -10,33 +10,18 @@ import contextlib
 import datetime
 import io
 import os
-import platform
 import shlex
 import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+from harness.machine import describe_machine
+
+RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
 
 
 def add_record_argument(parser) -> None:
     parser.add_argument("--record", action="store_true",
                         help=f"also append the printed tables to {RESULTS.relative_to(RESULTS.parents[1])}")
-
-
-def machine() -> str:
-    """The machine in words: CPU model and cores, GPU, torch and CUDA versions."""
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    gpu = (f"{torch.cuda.get_device_name(0)} x {torch.cuda.device_count()}, CUDA {torch.version.cuda}"
-           if torch.cuda.is_available() else "no GPU")
-    return f"{cpu}, {cores} cores; {gpu}; torch {torch.__version__}"
 
 
 @contextlib.contextmanager
@@ -59,7 +44,7 @@ def recorded(enabled: bool):
         yield
     arguments = [os.path.relpath(sys.argv[0]), *(a for a in sys.argv[1:] if a != "--record")]
     command = " ".join(["python", *map(shlex.quote, arguments)])
-    section = (f"\n## {datetime.date.today().isoformat()}: `{command}`\n\nMachine: {machine()}.\n\n"
+    section = (f"\n## {datetime.date.today().isoformat()}: `{command}`\n\nMachine: {describe_machine()}.\n\n"
                f"{captured.getvalue().strip()}\n")
     with open(RESULTS, "a", encoding="utf-8") as handle:
         handle.write(section)
