@@ -11,7 +11,7 @@ the graphs; then ``share_memory_``). The same prepared data then trains with 1, 
 ``--max-processes`` CPU processes in turn (``cpu_processes`` = N; published
 hyperparameters, hidden size 64), the same per-process batch size and epochs each time,
 so N processes see N times the cells per optimiser step and the same cells per epoch.
-The benchmark starts the workers itself with ``train_distributed.spawn_workers``, as
+The benchmark starts the workers itself with ``distributed.supervisor.spawn_workers``, as
 ``train_multi_gpu`` does, so that each worker can be wrapped (``measured_worker``) to
 time its training loop and read its own memory; the library is not modified.
 
@@ -64,9 +64,11 @@ from pathlib import Path
 import torch
 
 from gears_ddp.distributed.config import TrainingArgs
-from gears_ddp.distributed.runtime import find_free_port
-from gears_ddp.distributed.spawn import spawn_workers
-from gears_ddp.distributed.worker import Placement, spawned_worker
+from gears_ddp.distributed.before_spawn import local_placements
+from gears_ddp.distributed.messages import RunReport
+from gears_ddp.distributed.process_group import find_free_port
+from gears_ddp.distributed.rank import spawned_rank
+from gears_ddp.distributed.supervisor import spawn_workers
 from harness.memory import PeakSampler, status_mib
 from harness.record import add_record_argument, recorded
 from harness.settings import HIDDEN_SIZE, LR, WEIGHT_DECAY
@@ -79,13 +81,13 @@ PRIVATE_SAMPLING_S = 0.01
 
 def measured_worker(local_rank: int, out_dir: str, threads: int | None, placements, pert_data,
                     *worker_args) -> None:
-    """``spawned_worker`` with its memory read (and, when ``threads`` is given, that many
+    """``spawned_rank`` with its memory read (and, when ``threads`` is given, that many
     torch threads); writes ``out_dir/rank<r>.json``."""
     if threads:
         torch.set_num_threads(threads)
     start_private_mib = status_mib()["RssAnon"]  # imports done, data handle unpickled
     private = PeakSampler(lambda: {"RssAnon": status_mib()["RssAnon"]}, PRIVATE_SAMPLING_S)
-    spawned_worker(local_rank, placements, pert_data, *worker_args)
+    spawned_rank(local_rank, placements, pert_data, *worker_args)
     peak_private_mib = private.stop()["RssAnon"]
     status = status_mib()
     record = {"train_batches": len(pert_data.dataloader["train_loader"]),
@@ -103,12 +105,10 @@ def run(pert_data, n_processes: int, args, tmp: Path) -> dict:
         "save_path": str(tmp / f"run{n_processes}")})
     out_dir = tmp / f"ranks{n_processes}"
     out_dir.mkdir()
-    port = find_free_port()
-    placements = [Placement(rank, n_processes, rank, n_processes, torch.device("cpu"), "127.0.0.1", port)
-                  for rank in range(n_processes)]
+    placements = local_placements([torch.device("cpu")] * n_processes, find_free_port())
     worker_args = (str(out_dir), args.threads_per_rank, placements, pert_data, options)
     messages = spawn_workers(measured_worker, worker_args, n_processes)
-    report = next(message[1] for message in messages if message[0] == "report")
+    report = next(message.report for message in messages if isinstance(message, RunReport))
     ranks = [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(n_processes)]
     return derived(report, ranks, args.batch_size)
 

@@ -13,7 +13,7 @@ gene sets, the expression map), ``prepare_split('simulation', seed=1)`` and the 
 graphs. Then, for each launcher and number of ranks, it trains ``--steps`` optimiser steps
 (batch 32 per rank, hidden 64), with the evaluation of train and val that ends an epoch,
 and scores the test set: ``train_multi_gpu(..., cpu_processes=R)`` ("spawn") or
-``torchrun --nproc_per_node=R -m gears_ddp.launch`` ("torchrun"). At the smallest size
+``torchrun --nproc_per_node=R -m gears_ddp.launch --config`` ("torchrun"). At the smallest size
 it also trains from an in-memory copy of the expression
 (``expression_storage='memory'``), the comparison the throughput target is about.
 
@@ -41,6 +41,7 @@ from pathlib import Path
 from harness.memory import PeakSampler, status_mib
 from harness.record import add_record_argument, recorded
 from harness.settings import BATCH_SIZE, HIDDEN_SIZE, SPLIT
+from harness.synthetic import write_run_config
 from harness.tables import format_number, per_rank, print_table
 from harness.timing import Stopwatch
 
@@ -161,9 +162,9 @@ def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, sto
         def is_rank(cmdline: bytes) -> bool:
             return b"spawn_main" in cmdline
     else:
+        config = write_run_config(run.parent / f"{run.name}.yaml", data_path, name, args)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-                   "-m", "gears_ddp.launch", "--data-path", str(data_path), "--dataset", name,
-                   "--args-json", json.dumps(args)]
+                   "-m", "gears_ddp.launch", "--config", str(config)]
         def is_rank(cmdline: bytes) -> bool:
             return b"gears_ddp.launch" in cmdline and b"torch.distributed.run" not in cmdline
     started = datetime.datetime.now()
@@ -173,7 +174,7 @@ def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, sto
     peaks = per_process(sampler.stop())
     if child.returncode:
         raise RuntimeError(f"{launcher} x {ranks} failed:\n{stderr[-3000:]}")
-    report = json.loads(stdout.strip().splitlines()[-1])
+    report = json.loads((run / "report.json").read_text(encoding="utf-8"))
     first = TIMESTAMP.search(stderr)
     first_step = (datetime.datetime.strptime(first.group(1), "%Y-%m-%d %H:%M:%S,%f") - started).total_seconds() \
         if first else float("nan")

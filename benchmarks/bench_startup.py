@@ -7,7 +7,7 @@ graphs) adds to the start, and that the ranks of a machine prepare it once betwe
 The synthetic dataset is written once (``write_synthetic_dataset``: the processed h5ad and
 the GO files). Each run copies those files alone into a fresh folder (no expression map, no
 split file, no graphs), starts ``torchrun --standalone --nproc_per_node=N`` on this script,
-which runs the rank of ``python -m gears_ddp.launch`` with timers around it, and then starts
+which runs the rank of ``gears-ddp train --config`` with timers around it, and then starts
 the same job again on the folder it prepared (warm). Each job trains one optimiser step
 (batch 32 per rank, hidden 64; then it evaluates and writes its run folder, which no figure
 includes). Measured in each rank (``time.time``, one clock
@@ -41,8 +41,8 @@ import h5py
 
 from harness.machine import describe_machine
 from harness.record import add_record_argument, recorded
-from harness.settings import HIDDEN_SIZE, SPLIT
-from harness.synthetic import add_size_arguments, synthetic_options
+from harness.settings import HIDDEN_SIZE
+from harness.synthetic import add_size_arguments, synthetic_options, write_run_config
 from harness.tables import print_table
 
 RANK_REPORTS = "GEARS_DDP_BENCH_RANK_REPORTS"  # where each rank writes its figures
@@ -50,13 +50,14 @@ WITHOUT_LOCK = "GEARS_DDP_BENCH_WITHOUT_PREPARE_LOCK"
 
 
 def rank() -> None:
-    """Run this process's rank of ``python -m gears_ddp.launch`` with timers: write the
+    """Run this process's rank of ``gears-ddp train --config`` with timers: write the
     figures to ``$GEARS_DDP_BENCH_RANK_REPORTS/rank<r>.json`` at the end of the first step."""
     import gears_ddp.data.graphs as graphs
     import gears_ddp.data.pertdata as pertdata
+    import gears_ddp.data.preparation as preparation
     import gears_ddp.distributed.launch as launch
-    import gears_ddp.distributed.spawn as spawn
     import gears_ddp.training.recipe as recipe
+    from gears_ddp.cli import main
     from gears_ddp.data import expression_map
 
     figures = {"builds": {"map": 0, "split": 0, "co-expression graph": 0}}
@@ -73,7 +74,7 @@ def rank() -> None:
     counted(pertdata, "split_conditions", "split")
     counted(graphs, "coexpression_edge_list", "co-expression graph")
     if os.environ.get(WITHOUT_LOCK):
-        spawn.file_lock = lambda path: contextlib.nullcontext()
+        preparation.file_lock = lambda path: contextlib.nullcontext()
     prepare = launch.prepare_data
 
     def timed_prepare(*args, **kwargs):
@@ -93,7 +94,7 @@ def rank() -> None:
                 path.write_text(json.dumps(figures))
             yield loss
     recipe.optimizer_steps = report_first_step
-    launch.main(sys.argv[2:])
+    main(["train", *sys.argv[2:]])
 
 
 def job(data_path: Path, ranks: int, without_lock: bool, work: Path) -> dict:
@@ -106,9 +107,9 @@ def job(data_path: Path, ranks: int, without_lock: bool, work: Path) -> dict:
     environment.update({RANK_REPORTS: str(reports), "OMP_WAIT_POLICY": "PASSIVE"})
     if without_lock:
         environment[WITHOUT_LOCK] = "1"
+    config = write_run_config(reports / "run.yaml", data_path, "synthetic", args)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", __file__,
-               "--rank", "--data-path", str(data_path), "--dataset", "synthetic", "--split", SPLIT["split"],
-               "--seed", str(SPLIT["seed"]), "--args-json", json.dumps(args)]
+               "--rank", "--config", str(config)]
     started = time.time()
     done = subprocess.run(command, capture_output=True, text=True, env=environment)
     if done.returncode:

@@ -1,7 +1,6 @@
 """The gears-ddp command: configuration files, the run folder, evaluate, predict, process."""
 import csv
 import json
-import os
 import subprocess
 import sys
 

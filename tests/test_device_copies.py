@@ -2,7 +2,6 @@
 without blocking the host; on a CPU nothing is pinned. A CPU plays the GPU here: torch's CUDA
 checks are patched, tensors asked for on 'cuda' are made on the CPU, and pinning is recorded
 instead of done."""
-import contextlib
 
 import pytest
 import torch

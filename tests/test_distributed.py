@@ -115,7 +115,7 @@ def test_bf16_autocast_and_sync_batchnorm_train_on_cpu(data_folder, tmp_path):
 def _count_syncs(local_rank, port, messages):
     """In each rank: how many gradient buckets DDP reduces for one accumulated step of two
     micro-batches, with and without ``no_sync``; and the accumulated gradient."""
-    from model_fixtures import make_model, random_batch
+    from model_fixtures import random_batch
     from gears_ddp.model.losses import LossContext
     setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
     try:

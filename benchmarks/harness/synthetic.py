@@ -100,6 +100,17 @@ def write_raw_input(folder: Path, args) -> Path:
     return raw
 
 
+def write_run_config(path: Path, data_path, dataset_name: str, args: dict) -> Path:
+    """A configuration file for ``gears-ddp train --config`` (and torchrun or srun running
+    it) that trains ``dataset_name`` of ``data_path`` with ``args``, on the split ``SPLIT``."""
+    import yaml
+
+    config = {"pert_data_path": str(data_path), "dataset_name": dataset_name, "split_config": dict(SPLIT),
+              "args": args}
+    Path(path).write_text(yaml.safe_dump(config), encoding="utf-8")
+    return Path(path)
+
+
 def work_folder(raw: Path, parent) -> Path:
     """A fresh data folder ``parent/data`` holding links to the GO files beside ``raw``: where
     a package processes ``raw`` (``PertData(folder).new_data_process``) without touching the
