@@ -22,7 +22,7 @@ import scipy.sparse as sp
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data import download, graphs, io, processing
+from gears_ddp.data import cache_settings, download, graphs, io, processing
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
 from gears_ddp.data.expression_map import DTYPES, as_tensor, mapped_expression
 from gears_ddp.data.go_files import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME
@@ -228,6 +228,14 @@ class PertData:
         Same parameters and results as the published GEARS; splits are cached in
         ``<dataset>/splits/`` under the reference's file names. ``test_perts`` and
         ``test_pert_genes`` take a list or the reference's ``'_'``-joined string.
+
+        Those names hold the split, seed, ``train_gene_set_size`` and ``test_perts`` only, so
+        every setting is also written beside the split (``cache_settings``). A cached split
+        built with other settings is built again and replaces the cache (logged, naming the
+        settings that differ), rather than refused: a split is a pure function of the
+        conditions and the settings, the cache only saves its computation, and whoever asks
+        for other settings wants their split, not a request to delete files. A split file
+        without settings (as the published GEARS writes it) is used when its name matches.
         """
         self._require_data()
         if split not in SPLIT_TYPES:
@@ -254,13 +262,22 @@ class PertData:
             self.set2conditions = sets
             return
 
-        test_perts = test_perts.split("_") if isinstance(test_perts, str) else test_perts
-        test_pert_genes = test_pert_genes.split("_") if isinstance(test_pert_genes, str) else test_pert_genes
+        test_perts = _gene_list(test_perts)
+        test_pert_genes = _gene_list(test_pert_genes)
         split_path = Path(self.dataset_path) / "splits" / (
             f"{self.dataset_name}_{split}_{seed}_{train_gene_set_size}"
             + (f"_{'_'.join(test_perts)}" if test_perts else "") + ".pkl")
         subgroup_path = split_path.with_name(split_path.stem + "_subgroup.pkl")
-        if split_path.exists():
+        settings = {"split": split, "seed": seed, "train_gene_set_size": train_gene_set_size,
+                    "combo_seen2_train_frac": combo_seen2_train_frac,
+                    "combo_single_split_test_set_fraction": combo_single_split_test_set_fraction,
+                    "test_perts": test_perts, "only_test_set_perts": only_test_set_perts,
+                    "test_pert_genes": test_pert_genes}
+        other_settings = cache_settings.differences(split_path, settings) if split_path.exists() else []
+        if other_settings:
+            logger.info("cached split %s was built with other settings (%s): building it again",
+                        split_path, "; ".join(other_settings))
+        if split_path.exists() and not other_settings:
             logger.info("using cached split %s", split_path)
             sets = {k: [str(c) for c in v] for k, v in io.read_pickle(split_path, "cached split").items()}
             check_split_sets(sets, self.cells.conditions, required,
@@ -273,10 +290,12 @@ class PertData:
                                       test_perts, only_test_set_perts, test_pert_genes)
             sets = result.set2conditions
             check_split_sets(sets, self.cells.conditions, required, f"split {split!r} with seed {seed}")
+            cache_settings.forget(split_path)
             io.write_pickle(sets, split_path)
             if result.subgroup is not None:
                 io.write_pickle(result.subgroup, subgroup_path)
                 self.subgroup = result.subgroup
+            cache_settings.write_settings(split_path, settings)
             logger.info("saved split to %s", split_path)
         self.set2conditions = sets
         logger.info("split %s (seed %s): %s conditions", split, seed,
@@ -394,7 +413,8 @@ def write_processed_dataset(adata: anndata.AnnData, folder: Path) -> None:
     one without reading its expression) and delete the split and graph caches that an
     earlier version of the data left there."""
     io.write_h5ad(adata, folder / io.PROCESSED_FILE)
-    stale = list((folder / "splits").glob("*.pkl")) + list(folder.glob("*_co_expression_network.csv")) \
+    stale = list((folder / "splits").glob("*.pkl")) + list((folder / "splits").glob(f"*{cache_settings.SUFFIX}")) \
+        + list(folder.glob("*_co_expression_network.csv")) \
         + list(folder.glob("go_essential_*.csv"))
     for path in stale:
         path.unlink()
@@ -419,6 +439,13 @@ def _condition_tables(conditions: list[str], condition_names: dict, uns: dict, v
             top = np.flatnonzero(var_names.isin(list(ranked[condition_names[condition]])[:N_DE_GENES]))
             de_idx[code, :len(top)] = torch.from_numpy(top)
     return pert_idx, de_idx
+
+
+def _gene_list(value) -> list[str] | None:
+    """A list of names given as a list or as the published package's ``'_'``-joined string."""
+    if value is None:
+        return None
+    return value.split("_") if isinstance(value, str) else [str(name) for name in value]
 
 
 def _in_memory(matrix, keep: np.ndarray, dtype: str) -> torch.Tensor:
