@@ -5,7 +5,9 @@ import logging
 import pickle
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import torch
 
 import toy_data
 from gears_ddp import PertData
@@ -79,3 +81,37 @@ def test_a_split_file_without_settings_is_used_when_its_name_matches(screen):
     screen.prepare_split("single", seed=1, combo_single_split_test_set_fraction=0.3)
     assert screen.set2conditions == written
     assert written != _fresh_split(screen, "single", {"combo_single_split_test_set_fraction": 0.3}).set2conditions
+
+
+def _graph_files(pert_data):
+    return sorted(Path(pert_data.dataset_path).glob("*_co_expression_network*"))
+
+
+def test_the_coexpression_graph_cache_follows_the_split(screen):
+    """The published name of the co-expression graph holds the split, seed and
+    ``train_gene_set_size`` only; another split under those (here: other test genes) has
+    other training cells, and so its own graph."""
+    screen.prepare_split("simulation", seed=1)
+    first = screen.coexpression_graph()
+    screen.prepare_split("simulation", seed=1, test_perts="G0_G1")
+    answered = screen.coexpression_graph()
+    for path in _graph_files(screen):
+        path.unlink()
+    fresh = screen.coexpression_graph()
+    assert not torch.equal(first.edge_weight, fresh.edge_weight)  # the training cells changed the graph
+    assert torch.equal(answered.edge_index, fresh.edge_index) and torch.equal(answered.edge_weight, fresh.edge_weight)
+    screen.prepare_split("simulation", seed=1)  # and back, from the split's cache
+    again = screen.coexpression_graph()
+    assert torch.equal(again.edge_index, first.edge_index) and torch.equal(again.edge_weight, first.edge_weight)
+
+
+def test_a_coexpression_graph_file_without_settings_is_used_when_its_name_matches(screen):
+    screen.prepare_split("simulation", seed=1)
+    screen.coexpression_graph()
+    graph_file, = [p for p in _graph_files(screen) if p.suffix == ".csv"]
+    for path in _graph_files(screen):
+        if path != graph_file:
+            path.unlink()
+    edges = pd.read_csv(graph_file)
+    edges.iloc[: len(edges) // 2].to_csv(graph_file, index=False)  # as another package might have written it
+    assert screen.coexpression_graph().num_edges == len(edges) // 2

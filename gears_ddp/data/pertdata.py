@@ -13,6 +13,7 @@ shares through the page cache, whatever started it, and which may be larger than
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import anndata
@@ -353,20 +354,31 @@ class PertData:
     def coexpression_graph(self, threshold: float = 0.4, k: int = 20) -> graphs.GeneGraph:
         """Gene co-expression graph from the training cells of control and single conditions
         (cached, except for custom splits, as the reference's
-        ``<split>_<seed>_<size>_<threshold>_<k>_co_expression_network.csv``)."""
+        ``<split>_<seed>_<size>_<threshold>_<k>_co_expression_network.csv``).
+
+        Splits with other ``test_perts`` or other settings share that name, so the training
+        conditions the graph was built from are written beside it (``cache_settings``): a
+        cache built from other ones is built again; one without them is used on its name."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before building the co-expression graph")
         cache = Path(self.dataset_path) / (f"{self.split}_{self.seed}_{self.train_gene_set_size}_"
                                            f"{threshold}_{k}_co_expression_network.csv")
-        if self.split != "custom" and cache.exists():  # the name cannot tell custom split files apart
+        conditions = [c for c in self.set2conditions["train"] if c == CONTROL or is_single(c)]
+        settings = {"training_conditions_sha256": hashlib.sha256("\n".join(sorted(conditions)).encode()).hexdigest()}
+        cached = self.split != "custom" and cache.exists()  # the name cannot tell custom split files apart
+        if cached and not cache_settings.differences(cache, settings):
             edges = graphs.read_edge_list(cache, "co-expression graph", CACHE_ADVICE)
             return graphs.to_gene_graph(edges, self.node_map)
-        conditions = [c for c in self.set2conditions["train"] if c == CONTROL or is_single(c)]
+        if cached:
+            logger.info("cached co-expression graph %s was built from other training conditions: building it again",
+                        cache)
         rows = self.cells.cells_of(conditions).numpy()
         edges = graphs.coexpression_edge_list(self.cells.expression, rows, self.gene_names.to_numpy(), threshold, k)
         if self.split != "custom":
+            cache_settings.forget(cache)
             with io.atomic_path(cache) as tmp:
                 edges.to_csv(tmp, index=False)
+            cache_settings.write_settings(cache, settings)
         return graphs.to_gene_graph(edges, self.node_map)
 
     def go_graph(self, k: int = 20) -> graphs.GeneGraph:
@@ -413,9 +425,9 @@ def write_processed_dataset(adata: anndata.AnnData, folder: Path) -> None:
     one without reading its expression) and delete the split and graph caches that an
     earlier version of the data left there."""
     io.write_h5ad(adata, folder / io.PROCESSED_FILE)
-    stale = list((folder / "splits").glob("*.pkl")) + list((folder / "splits").glob(f"*{cache_settings.SUFFIX}")) \
-        + list(folder.glob("*_co_expression_network.csv")) \
-        + list(folder.glob("go_essential_*.csv"))
+    splits = folder / "splits"
+    stale = list(splits.glob("*.pkl")) + list(splits.glob(f"*{cache_settings.SUFFIX}")) \
+        + list(folder.glob("*_co_expression_network*")) + list(folder.glob("go_essential_*.csv"))
     for path in stale:
         path.unlink()
     logger.info("wrote %s (%d cells x %d genes)%s", folder / io.PROCESSED_FILE, adata.n_obs, adata.n_vars,
