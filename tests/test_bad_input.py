@@ -20,7 +20,7 @@ from gears_ddp.gears import GEARS
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
 
 
-@pytest.mark.parametrize("column,where", [("condition", "obs"), ("cell_type", "obs"), ("gene_name", "var")])
+@pytest.mark.parametrize("column,where", [("condition", "obs"), ("gene_name", "var")])  # (cell_type: one is given)
 def test_missing_column_is_named(data_root, column, where):
     adata = toy_data.make_raw()
     del getattr(adata, where)[column]

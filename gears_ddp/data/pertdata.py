@@ -23,11 +23,11 @@ import scipy.sparse as sp
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data import cache_settings, download, graphs, io, processing
+from gears_ddp.data import cache_settings, download, graphs, io, normalization, processing, raw_screens
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
 from gears_ddp.data.expression_map import DTYPES, as_tensor, mapped_expression
 from gears_ddp.data.go_files import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME
-from gears_ddp.data.conditions import CONTROL, coded_conditions, condition_genes, is_single
+from gears_ddp.data.conditions import CONTROL, coded_conditions, condition_genes, genes_of_conditions, is_single
 from gears_ddp.data.loaders import build_loaders
 from gears_ddp.data.splits import SPLIT_TYPES, check_split_sets, split_conditions
 
@@ -119,15 +119,35 @@ class PertData:
             self._use_dataset(parts, folder, self._cells_in_vocabulary(parts, folder.name))
 
     def new_data_process(self, dataset_name: str, adata: anndata.AnnData | None = None,
-                         skip_calc_de: bool = False, overwrite: bool = False) -> None:
-        """Process a raw AnnData (``obs['condition']``, ``obs['cell_type']``, ``var['gene_name']``,
-        log-normalised ``X``) into ``data_path/<dataset_name>/perturb_processed.h5ad`` and load it.
+                         skip_calc_de: bool = False, overwrite: bool = False, *,
+                         perturbation_column: str | None = None, control_label: str | None = None,
+                         combination_separator: str | None = None, normalize: bool = False,
+                         n_top_genes: int | None = None, drop_unannotated: bool = True) -> None:
+        """Process a screen into ``data_path/<dataset_name>/perturb_processed.h5ad`` and load it.
 
-        ``adata`` gains the processed columns in place. It may be backed by its h5ad file
-        (``anndata.read_h5ad(path, backed='r')``): its expression is then read a block of
-        cells at a time, so a screen larger than memory can be processed. An existing
-        processed file is only replaced with ``overwrite=True``; split and graph caches in
-        the folder are removed.
+        The published GEARS takes ``obs['condition']`` (``'ctrl'``, ``'A+ctrl'``, ``'A+B'``),
+        ``obs['cell_type']``, ``var['gene_name']`` and log-normalised ``X``. A screen as it
+        comes is taken too:
+
+        - ``perturbation_column``: the ``obs`` column naming each cell's perturbed gene(s),
+          with ``control_label`` the label of control cells and ``combination_separator``
+          the text joining two genes (``'+'``, ``'_'``); ``obs['condition']`` is written
+          from it. Without ``obs['cell_type']`` every cell gets one cell type, the dataset's
+          name (GEARS models one cell type).
+        - ``normalize=True``: ``X`` holds raw counts, normalised as scanpy does (each cell to
+          1e4 counts, then log1p); ``n_top_genes`` keeps only that many highly variable
+          genes, chosen on the counts (scanpy's ``seurat_v3``), plus every perturbed gene the
+          screen measures. Raw counts without ``normalize`` are refused.
+        - ``drop_unannotated``: cells whose perturbed genes are outside the perturbation
+          vocabulary (no GO annotation) are dropped with a warning that names them, as the
+          published GEARS drops them; ``False`` refuses the screen instead, naming them.
+
+        Without ``normalize``, ``adata`` gains the processed columns in place; with it, a
+        normalised copy is processed in memory (a backed AnnData is read) and ``adata``
+        keeps its counts. A backed ``adata`` (``anndata.read_h5ad(path, backed='r')``) that
+        needs no normalisation is read a block of cells at a time, so a screen larger than
+        memory can be processed. An existing processed file is only replaced with
+        ``overwrite=True``; split and graph caches in the folder are removed.
         """
         if adata is None:
             raise ValueError("new_data_process needs the raw AnnData as `adata`")
@@ -136,9 +156,20 @@ class PertData:
         if target.exists() and not overwrite:
             raise FileExistsError(f"{target} already exists; load it with PertData.load(data_path="
                                   f"'{folder}') or pass overwrite=True to replace it")
+        source = f"AnnData for dataset {dataset_name!r}"
+        raw_screens.add_gears_columns(adata, dataset_name, perturbation_column, control_label,
+                                      combination_separator, source)
+        processing.check_columns(adata, source)
+        if normalize:
+            perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
+            adata = normalization.normalized_screen(adata, n_top_genes, perturbed, source)
+        elif n_top_genes is not None:
+            raise ValueError("n_top_genes chooses genes on the raw counts: give the screen's counts with "
+                             "normalize=True (gears-ddp process --normalize)")
+        processing.validate_raw(adata, source)
         self.ensure_go_inputs()
-        processing.process_raw(adata, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
-        keep = self._cells_in_vocabulary(adata, dataset_name)  # all that can refuse the data does, before writing
+        keep = self._cells_in_vocabulary(adata, dataset_name, drop_unannotated)
+        processing.add_processed_entries(adata, skip_calc_de)  # all that can refuse the data did, before writing
         write_processed_dataset(adata, folder)
         self._use_dataset(adata, folder, keep)
         self._adata = _view(self.cells.expression, _kept(adata.obs, keep), self.var, self.uns)
@@ -161,18 +192,30 @@ class PertData:
         path = download.ensure_go_file(ESSENTIAL_GENES_FILE, self.data_path)
         return list(io.read_pickle(path, "default perturbation gene list"))
 
-    def _cells_in_vocabulary(self, adata: anndata.AnnData, name: str) -> np.ndarray:
-        """Set the perturbation vocabulary; returns which cells it can represent (the others'
-        conditions are dropped, with a warning naming them)."""
+    def _cells_in_vocabulary(self, adata: anndata.AnnData, name: str, drop_unannotated: bool = True) -> np.ndarray:
+        """Set the perturbation vocabulary; returns which cells it can represent. The others'
+        conditions are dropped with a warning naming them, or (``drop_unannotated=False``)
+        refused naming their genes and the ways to keep them."""
         self.pert_names = graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(adata))
         self.node_map_pert = {g: i for i, g in enumerate(self.pert_names)}
         conditions, codes = coded_conditions(adata.obs["condition"], f"dataset {name!r} obs['condition']")
         known = {c: all(g in self.node_map_pert for g in condition_genes(c)) for c in conditions}
         dropped = [c for c, ok in known.items() if not ok]
+        perturbed = genes_of_conditions(conditions)
+        outside = [g for g in perturbed if g not in self.node_map_pert]
+        logger.info("dataset %s: %d of %d perturbed genes are in the perturbation vocabulary (genes with GO "
+                    "annotations)", name, len(perturbed) - len(outside), len(perturbed))
+        if dropped and not drop_unannotated:
+            cells = int(np.isin(codes, [conditions.index(c) for c in dropped]).sum())
+            raise ValueError(f"dataset {name!r}: {len(outside)} perturbed gene(s) are outside the perturbation "
+                             f"vocabulary (no GO annotation in {self.data_path}): {raw_screens.listed(outside)}, "
+                             f"in {cells} cells; drop those cells (drop_unannotated=True; gears-ddp process "
+                             "--drop-unannotated) or build the GO files from annotations that cover them "
+                             "(gears-ddp process --go-annotation FILE.gaf or --go-gene-sets FILE.gmt)")
         if dropped:
             logger.warning("dropping %d conditions whose genes are not in the perturbation vocabulary "
-                           "(no GO annotation), so their effect cannot be predicted: %s",
-                           len(dropped), dropped)
+                           "(no GO annotation: %s), so their effect cannot be predicted: %s",
+                           len(dropped), raw_screens.listed(outside), dropped)
         if not any(ok and c != CONTROL for c, ok in known.items()):
             raise ValueError(f"no perturbation of dataset {name!r} is in the perturbation vocabulary; check gene "
                              "symbols against the GO annotations")
