@@ -98,17 +98,24 @@ class PertData:
             self._gene2go = io.read_pickle(path, "gene -> GO terms mapping")
         return self._gene2go
 
-    def load(self, data_name: str | None = None, data_path: str | None = None) -> None:
+    def load(self, data_name: str | None = None, data_path: str | None = None, archive=None,
+             go_archive=None) -> None:
         """Load a dataset: one of the paper's by ``data_name`` (downloaded into ``data_path``
-        of the constructor if absent), or a local folder holding ``perturb_processed.h5ad``."""
-        self.ensure_go_inputs()
-        if data_name is not None and data_name in download.DATASET_FILE_IDS:
-            folder = download.ensure_dataset(data_name, self.data_path)
+        of the constructor if absent), or a local folder holding ``perturb_processed.h5ad``.
+
+        Where the download is refused, the files can come from local archives (zip or
+        tar.gz, extracted into the constructor's ``data_path`` as a download is):
+        ``archive`` holds the dataset's folder (``data_name`` may then be any name), and
+        ``go_archive`` the Gene Ontology files at their published paths."""
+        self.ensure_go_inputs(go_archive)
+        if data_name is not None and (data_name in download.DATASET_FILE_IDS or archive is not None):
+            folder = download.ensure_dataset(data_name, self.data_path, archive)
         elif data_path is not None and Path(data_path).is_dir():
             folder = Path(data_path)
         else:
             raise ValueError(f"nothing to load: data_name must be one of {sorted(download.DATASET_FILE_IDS)} "
-                             f"(got {data_name!r}), or data_path an existing folder (got {data_path!r})")
+                             f"(got {data_name!r}) or come with an archive, or data_path must be an existing "
+                             f"folder (got {data_path!r})")
         h5ad = folder / io.PROCESSED_FILE
         columns = ("condition", "cell_type", "condition_name")
         with io.h5ad_parts(h5ad, columns) as parts:  # X stays on disk, read a block at a time if need be
@@ -174,13 +181,13 @@ class PertData:
         self._use_dataset(adata, folder, keep)
         self._adata = _view(self.cells.expression, _kept(adata.obs, keep), self.var, self.uns)
 
-    def ensure_go_inputs(self) -> None:
-        """Have every Gene Ontology file this PertData will read (downloaded if absent), or
-        fail at once naming all that are missing."""
+    def ensure_go_inputs(self, archive=None) -> None:
+        """Have every Gene Ontology file this PertData will read (from the local ``archive``
+        or downloaded, if absent), or fail at once naming all that are missing."""
         names = [GENE2GO_FILE]
         if self.default_pert_graph:
             names += [ESSENTIAL_GENES_FILE, GO_EDGES_NAME]
-        download.ensure_go_files(names, self.data_path)
+        download.ensure_go_files(names, self.data_path, archive)
 
     def _pert_vocabulary_candidates(self, adata) -> list[str]:
         """Genes that may form the perturbation vocabulary, by the constructor's choice."""
