@@ -439,3 +439,14 @@ def test_a_local_archive_that_is_not_one_or_lacks_the_dataset_is_named(tmp_path)
         dl.ensure_dataset("norman", tmp_path / "data", archive=tmp_path / "absent.zip")
     with pytest.raises(ValueError, match="holds none of the GO files"):
         dl.ensure_go_files(["gene2go_all.pkl"], tmp_path / "data", archive=tmp_path / "other.zip")
+
+
+def test_the_process_command_reports_a_refused_download_in_one_line(refusing, tmp_path, capsys):
+    import toy_data
+    from test_bad_input import _refused_in_one_line
+
+    raw = tmp_path / "raw.h5ad"
+    toy_data.make_raw().write_h5ad(raw)
+    data = tmp_path / "data"
+    _refused_in_one_line(capsys, ["process", "--adata", str(raw), "--data-path", str(data), "--name", "toy"],
+                         "403", str(data / "gene2go_all.pkl"), dl.DATAVERSE_URL_ENV, "go_archive=", "--go-gene-sets")

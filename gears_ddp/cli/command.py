@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from gears_ddp._logging import enable_console_logging
+from gears_ddp.data.download import DownloadError
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
 from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
 from gears_ddp.inference.prediction import CHANGE_MODES, DRAWN_CELLS_CHANGE, EXACT_CHANGE
@@ -173,7 +174,7 @@ def main(argv=None) -> int:
                "process": process}
     try:
         return command[options.command](options) or 0
-    except (RunConfigError, FileNotFoundError, FileExistsError, ValueError) as err:
+    except (RunConfigError, FileNotFoundError, FileExistsError, ValueError, DownloadError) as err:
         print(f"gears-ddp {options.command}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except TrainingInterrupted as stop:
