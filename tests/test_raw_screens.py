@@ -227,3 +227,18 @@ def test_importing_the_package_and_its_training_parts_does_not_import_scanpy():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_a_log_normalised_screen_in_its_own_column_is_processed_from_its_backed_file(tmp_path, capsys):
+    raw = toy_data.make_raw()
+    path = tmp_path / "screen.h5ad"
+    _own_columns(raw, "+", "control").write_h5ad(path)
+    data_path = tmp_path / "data"
+    toy_data.write_go_files(data_path)
+    line = main_ok(["process", "--adata", str(path), "--data-path", str(data_path), "--name", "own",
+                    "--perturbation-column", "target", "--control-label", "control", "--combination-separator", "+"],
+                   capsys)
+    assert line.endswith("10 of 10 perturbed genes have GO terms")
+    written = anndata.read_h5ad(data_path / "own" / io.PROCESSED_FILE)
+    assert written.obs["condition"].astype(str).tolist() == raw.obs["condition"].astype(str).tolist()
+    assert np.array_equal(written.X.toarray(), raw.X.toarray())

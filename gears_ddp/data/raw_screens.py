@@ -20,7 +20,7 @@ logger = get_logger(__name__)
 def gears_condition(label: str, control_label: str, separator: str | None) -> str:
     """The GEARS condition of one screen label: ``'ctrl'`` for the control label, ``'A+ctrl'``
     for one gene, ``'A+B'`` for two joined by ``separator``; a part equal to the control
-    label (``'A_non-targeting'``) stands for no gene. ``ValueError`` for a label of more than
+    label (``'A_non-targeting'``) or to GEARS's ``'ctrl'`` stands for no gene. ``ValueError`` for a label of more than
     two genes, an empty gene, or one holding GEARS's ``'+'`` that no separator splits."""
     if label == control_label:
         return CONTROL
