@@ -28,12 +28,16 @@ setup(
         "joblib>=1.3",  # cpu_count: the cores a process may use (affinity, cgroup quota)
         "matplotlib>=3.5",
         "pyyaml>=6",  # run configuration files (gears-ddp train --config)
+        # screens as they come (gears-ddp process --normalize, --n-top-genes): imported by
+        # gears_ddp.data.normalization only, never by the training processes
+        "scanpy>=1.9",
+        "scikit-misc>=0.3",  # scanpy's highly variable genes, flavor seurat_v3
     ],
     entry_points={"console_scripts": ["gears-ddp = gears_ddp.cli:main"]},
     extras_require={
-        # scanpy, torch-geometric, scikit-learn and dcor: the tests compare gears_ddp's DE ranking,
-        # graph operator and genetic-interaction scores with theirs
-        "test": ["pytest>=7", "pytest-timeout>=2", "cell-gears==0.1.2", "scanpy>=1.9", "torch-geometric>=2.4",
+        # torch-geometric, scikit-learn and dcor: the tests compare gears_ddp's graph operator and
+        # genetic-interaction scores with theirs (and the DE ranking with scanpy's)
+        "test": ["pytest>=7", "pytest-timeout>=2", "cell-gears==0.1.2", "torch-geometric>=2.4",
                  "scikit-learn>=1.0", "dcor>=0.6", "networkx", "cell-eval"],
         "wandb": ["wandb"],
     },

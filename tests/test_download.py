@@ -9,6 +9,7 @@ import tarfile
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -61,12 +62,18 @@ ROUTES = {
 }
 
 
+REFUSING_PREFIX = "/refusing/"
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Serves ``ROUTES`` by the last path component and counts requests on the server."""
 
     def do_GET(self):  # noqa: N802 (http.server naming)
         self.server.requests.append(self.path)
-        status, ctype, body, length = ROUTES[self.path.rsplit("/", 1)[-1]]
+        if self.path.startswith(REFUSING_PREFIX):  # as Harvard Dataverse answers scripted requests
+            status, ctype, body, length = 403, "text/html", b"<html><body>Forbidden</body></html>", None
+        else:
+            status, ctype, body, length = ROUTES[self.path.rsplit("/", 1)[-1]]
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(length or len(body)))
@@ -226,13 +233,23 @@ def test_ensure_dataset_uses_local_copy_of_unlisted_name(tmp_path):
     assert dl.ensure_dataset("custom", tmp_path) == tmp_path / "custom"
 
 
+def _one_message_with_three_ways(message: str, *files) -> None:
+    """A refusal's message: one line naming the missing files, then the mirror variable,
+    a local archive and the folder."""
+    assert "\n" not in message
+    for path in files:
+        assert str(path) in message
+    assert dl.DATAVERSE_URL_ENV in message and "archive=" in message and "put " in message
+
+
 def test_ensure_dataset_offline_explains_local_alternatives(closed_port_url, tmp_path):
     with pytest.raises(dl.DownloadError) as info:
         dl.ensure_dataset("norman", tmp_path)
     message = str(info.value)
     assert "could not reach" in message and closed_port_url + "6154020" in message
-    assert f"Missing local file: {tmp_path / 'norman' / 'perturb_processed.h5ad'}" in message
-    assert f"copy perturb_processed.h5ad into {tmp_path / 'norman'}/" in message
+    _one_message_with_three_ways(message, tmp_path / "norman" / "perturb_processed.h5ad")
+    assert f"load(data_name='norman', archive='norman.zip')" in message
+    assert f"put perturb_processed.h5ad in {tmp_path / 'norman'}/" in message and "load(data_path=...)" in message
     assert "gears_ddp.datasets.write_synthetic_dataset" in message
     assert _files(tmp_path) == []
 
@@ -246,7 +263,7 @@ def test_ensure_go_file_pickle(server, tmp_path, monkeypatch):
 
 def test_ensure_go_file_rejects_html_error_page(server, tmp_path, monkeypatch):
     monkeypatch.setitem(dl.GO_FILE_IDS, "gene2go_all.pkl", "html")
-    with pytest.raises(dl.DownloadError, match=rf"(?s)HTML page.*place gene2go_all\.pkl in {re.escape(str(tmp_path))}"):
+    with pytest.raises(dl.DownloadError, match=rf"HTML page.*Missing: {re.escape(str(tmp_path / 'gene2go_all.pkl'))}"):
         dl.ensure_go_file("gene2go_all.pkl", tmp_path)
     assert _files(tmp_path) == []
 
@@ -272,8 +289,8 @@ def test_ensure_go_file_offline_explains_local_alternatives(closed_port_url, tmp
         dl.ensure_go_file("go_essential_all", tmp_path)
     message = str(info.value)
     assert closed_port_url + "6934319" in message
-    assert f"Missing local file: {tmp_path / 'go_essential_all' / 'go_essential_all.csv'}" in message
-    assert f"place go_essential_all/go_essential_all.csv in {tmp_path}" in message
+    _one_message_with_three_ways(message, tmp_path / "go_essential_all" / "go_essential_all.csv")
+    assert "go_archive=" in message and f"put them in {tmp_path}" in message and "--go-gene-sets" in message
     assert "write_synthetic_dataset" in message
 
 
@@ -302,3 +319,134 @@ def test_every_missing_go_file_is_named_at_once(closed_port_url, tmp_path):
     assert "3 Gene Ontology input file(s) are missing" in message
     for relative in ("gene2go_all.pkl", "essential_all_data_pert_genes.pkl", "go_essential_all/go_essential_all.csv"):
         assert str(tmp_path / relative) in message
+
+
+# --------------------------------------------------------------------------- a server that refuses (403)
+
+
+@pytest.fixture
+def refusing(server, monkeypatch):
+    """GEARS_DDP_DATAVERSE_URL pointing at a file API that answers 403 Forbidden to every request."""
+    monkeypatch.setenv(dl.DATAVERSE_URL_ENV, f"http://127.0.0.1:{server.server_address[1]}{REFUSING_PREFIX}api")
+    return server
+
+
+GO_RELATIVE = ("gene2go_all.pkl", "essential_all_data_pert_genes.pkl", "go_essential_all/go_essential_all.csv")
+
+
+def _archive(path, files: dict, kind: str):
+    """Write ``files`` (name in the archive -> file on disk) as a zip or tar.gz at ``path``."""
+    members = {name: Path(source).read_bytes() for name, source in files.items()}
+    path.write_bytes(_zip_bytes(members) if kind == "zip" else _tar_gz_bytes(members))
+    return path
+
+
+def test_a_refused_dataset_and_go_files_get_one_message_each(refusing, tmp_path):
+    from gears_ddp import PertData
+
+    with pytest.raises(dl.DownloadError) as info:
+        PertData(tmp_path).load(data_name="norman")
+    message = str(info.value)
+    assert "3 Gene Ontology input file(s) are missing" in message and message.count("HTTP status 403") == 3
+    _one_message_with_three_ways(message, *(tmp_path / relative for relative in GO_RELATIVE))
+    assert all(str(file_id) in message for file_id in dl.GO_FILE_IDS.values())
+    with pytest.raises(dl.DownloadError) as info:
+        dl.ensure_dataset("norman", tmp_path)
+    assert "HTTP status 403 (Forbidden)" in str(info.value)
+    _one_message_with_three_ways(str(info.value), tmp_path / "norman" / "perturb_processed.h5ad")
+    assert _files(tmp_path) == []
+
+
+def test_a_mirror_supplies_what_the_server_refuses(refusing, tmp_path, monkeypatch):
+    with pytest.raises(dl.DownloadError, match="403"):
+        dl.ensure_dataset("norman", tmp_path)
+    monkeypatch.setitem(ROUTES, str(dl.DATASET_FILE_IDS["norman"]),
+                        (200, OCTET, _zip_bytes({"norman/perturb_processed.h5ad": b"h5ad bytes"}), None))
+    monkeypatch.setenv(dl.DATAVERSE_URL_ENV, f"http://127.0.0.1:{refusing.server_address[1]}/mirror/datafile")
+    assert (dl.ensure_dataset("norman", tmp_path) / "perturb_processed.h5ad").read_bytes() == b"h5ad bytes"
+    assert refusing.requests[-1] == f"/mirror/datafile/{dl.DATASET_FILE_IDS['norman']}"
+
+
+@pytest.mark.parametrize("kind,with_folder", [("zip", True), ("tar", True), ("zip", False)])
+def test_local_archives_supply_a_dataset_and_its_go_files_without_the_network(refusing, data_folder, tmp_path,
+                                                                              kind, with_folder):
+    from gears_ddp import PertData
+
+    prefix = "norman/" if with_folder else ""
+    dataset = _archive(tmp_path / f"norman.{kind}", {f"{prefix}perturb_processed.h5ad":
+                                                     data_folder / "toy" / "perturb_processed.h5ad"}, kind)
+    go = _archive(tmp_path / f"go.{kind}", {name: data_folder / name for name in GO_RELATIVE}, kind)
+    pert_data = PertData(tmp_path / "data")
+    pert_data.load(data_name="norman", archive=dataset, go_archive=go)
+    reference = PertData(data_folder)
+    reference.load(data_path=data_folder / "toy")
+    assert pert_data.cells.conditions == reference.cells.conditions
+    assert pert_data.cells.n_cells == reference.cells.n_cells
+    assert refusing.requests == []
+    assert dataset.exists() and go.exists()  # the user's archives are kept
+
+
+def test_a_folder_supplies_what_the_server_refuses(refusing, data_folder, tmp_path):
+    from gears_ddp import PertData
+
+    data = tmp_path / "data"
+    with pytest.raises(dl.DownloadError):
+        PertData(data).load(data_name="norman")
+    for relative in (*GO_RELATIVE, "toy/perturb_processed.h5ad"):
+        target = data / relative.replace("toy/", "norman/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((data_folder / relative).read_bytes())
+    requests = len(refusing.requests)
+    pert_data = PertData(data)
+    pert_data.load(data_name="norman")
+    assert pert_data.cells.n_cells > 0 and len(refusing.requests) == requests
+
+
+@pytest.mark.parametrize("members,links,message", [
+    ({"norman/perturb_processed.h5ad": b"x", "../evil.txt": b"pwned"}, {}, "would escape"),
+    ({"norman/perturb_processed.h5ad": b"x", "/tmp/gears_ddp_evil.txt": b"pwned"}, {}, "would escape"),
+    ({"norman/perturb_processed.h5ad": b"x"}, {"norman/splits": "/etc"}, "is a link"),
+])
+def test_an_unsafe_local_archive_is_refused_before_anything_is_written(tmp_path, members, links, message):
+    archive = tmp_path / "norman.tar.gz"
+    archive.write_bytes(_tar_gz_bytes(members, links))
+    with pytest.raises(dl.DownloadError, match=message):
+        dl.ensure_dataset("norman", tmp_path / "data", archive=archive)
+    assert _files(tmp_path) == ["norman.tar.gz"]
+    assert not os.path.lexists("/tmp/gears_ddp_evil.txt")
+
+
+def test_a_zip_link_is_refused(tmp_path):
+    info = zipfile.ZipInfo("norman/perturb_processed.h5ad")
+    info.external_attr = (0o120777 << 16)  # a symbolic link, as zip -y stores one
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(info, "/etc/passwd")
+    (tmp_path / "norman.zip").write_bytes(buf.getvalue())
+    with pytest.raises(dl.DownloadError, match="is a link"):
+        dl.ensure_dataset("norman", tmp_path / "data", archive=tmp_path / "norman.zip")
+    assert _files(tmp_path) == ["norman.zip"]
+
+
+def test_a_local_archive_that_is_not_one_or_lacks_the_dataset_is_named(tmp_path):
+    (tmp_path / "notes.zip").write_text("just text")
+    with pytest.raises(ValueError, match=r"notes\.zip is neither a zip nor a tar archive"):
+        dl.ensure_dataset("norman", tmp_path / "data", archive=tmp_path / "notes.zip")
+    (tmp_path / "other.zip").write_bytes(_zip_bytes({"other/readme.txt": b"x"}))
+    with pytest.raises(ValueError, match=r"holds neither norman/perturb_processed\.h5ad nor .* other/readme\.txt"):
+        dl.ensure_dataset("norman", tmp_path / "data", archive=tmp_path / "other.zip")
+    with pytest.raises(FileNotFoundError, match="absent.zip does not exist"):
+        dl.ensure_dataset("norman", tmp_path / "data", archive=tmp_path / "absent.zip")
+    with pytest.raises(ValueError, match="holds none of the GO files"):
+        dl.ensure_go_files(["gene2go_all.pkl"], tmp_path / "data", archive=tmp_path / "other.zip")
+
+
+def test_the_process_command_reports_a_refused_download_in_one_line(refusing, tmp_path, capsys):
+    import toy_data
+    from test_bad_input import _refused_in_one_line
+
+    raw = tmp_path / "raw.h5ad"
+    toy_data.make_raw().write_h5ad(raw)
+    data = tmp_path / "data"
+    _refused_in_one_line(capsys, ["process", "--adata", str(raw), "--data-path", str(data), "--name", "toy"],
+                         "403", str(data / "gene2go_all.pkl"), dl.DATAVERSE_URL_ENV, "go_archive=", "--go-gene-sets")

@@ -16,14 +16,15 @@ SINGLES = [f"G{i}+ctrl" for i in range(10)]
 COMBOS = ["G0+G1", "G2+G3", "G4+G5", "G6+G7", "G8+G9", "G0+G5", "G1+G6", "G2+G9"]
 
 
-def make_raw(n_ctrl=120, cells_per_condition=12, seed=0):
-    """Controls plus every single and combo condition, shuffled, log-normalised Poisson counts.
+def make_raw(n_ctrl=120, cells_per_condition=12, seed=0, singles=SINGLES, combos=COMBOS):
+    """Controls plus every single and combo condition (of ``GENES``), shuffled, log-normalised
+    Poisson counts.
 
     Perturbing gene Gi lowers its own expression so DE genes are meaningful; genes in
     blocks of five share a per-cell program, so the co-expression graph has real edges.
     """
     rng = np.random.default_rng(seed)
-    conditions = ["ctrl"] * n_ctrl + [c for c in SINGLES + COMBOS for _ in range(cells_per_condition)]
+    conditions = ["ctrl"] * n_ctrl + [c for c in list(singles) + list(combos) for _ in range(cells_per_condition)]
     rng.shuffle(conditions)
     programs = rng.normal(scale=0.8, size=(len(conditions), len(GENES) // 5))
     rates = 3.0 * np.exp(np.repeat(programs, 5, axis=1))

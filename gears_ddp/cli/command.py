@@ -7,7 +7,7 @@
     gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
     gears-ddp predict --run ./runs/my_run --split test --format cell-eval --out test.h5ad
     gears-ddp screen --run ./runs/my_run --genes FEV SAMD1 CBL --out screen.csv
-    gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--go-annotation goa.gaf.gz]
+    gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--normalize --go-gene-sets go.gmt]
 
 ``train`` on one machine starts one worker per GPU (or ``args.cpu_processes`` CPU
 processes) as ``train_multi_gpu`` does; under torchrun or srun it runs this process's rank,
@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from gears_ddp._logging import enable_console_logging
+from gears_ddp.data.download import DownloadError
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
 from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
 from gears_ddp.inference.prediction import CHANGE_MODES, DRAWN_CELLS_CHANGE, EXACT_CHANGE
@@ -110,13 +111,45 @@ def build_parser() -> argparse.ArgumentParser:
     screen.add_argument("--gpu-ids", type=int, nargs="+", help="GPUs for the workers (default: every visible GPU)")
     screen.add_argument("--overwrite", action="store_true", help="replace an existing screen at --out")
 
-    process = commands.add_parser("process", help="turn a raw AnnData into a GEARS-format dataset folder")
-    process.add_argument("--adata", required=True, help="raw h5ad: obs['condition'], obs['cell_type'], "
-                                                        "var['gene_name'], log-normalised X")
+    process = commands.add_parser(
+        "process", help="turn a screen (h5ad) into a GEARS-format dataset folder",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Process a screen into DATA_PATH/NAME/perturb_processed.h5ad, as PertData.new_data_process "
+                    "does. The screen may come as screens come: its perturbations in a column of its own, raw "
+                    "counts, no cell type; GO files may be built from a GAF annotation or from GMT gene sets.",
+        epilog="example (a screen with raw counts, its targets in obs['target_gene'], GO from Enrichr gene sets):\n"
+               "  gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen \\\n"
+               "      --perturbation-column target_gene --control-label non-targeting --normalize \\\n"
+               "      --go-gene-sets GO_Biological_Process_2021.gmt.gz --drop-unannotated")
+    process.add_argument("--adata", required=True, help="the screen (h5ad): X log-normalised, or raw counts with "
+                                                        "--normalize; var['gene_name'] the gene symbols")
     process.add_argument("--data-path", required=True, help="data folder (GO files, datasets)")
     process.add_argument("--name", required=True, help="dataset name: the folder under --data-path")
-    process.add_argument("--go-annotation", help="build the GO files of --data-path from this gene-to-GO "
-                                                 "annotation (a GAF file, or a two-column table gene, GO id)")
+    columns = process.add_argument_group("the screen's perturbations (default: obs['condition'] written 'ctrl', "
+                                         "'A+ctrl', 'A+B'; without obs['cell_type'], one cell type is given)")
+    columns.add_argument("--perturbation-column", metavar="COLUMN",
+                         help="the obs column naming each cell's perturbed gene(s), e.g. target_gene")
+    columns.add_argument("--control-label", metavar="LABEL", help="its label of control cells, e.g. non-targeting")
+    columns.add_argument("--combination-separator", metavar="TEXT",
+                         help="the text joining two genes in its labels, e.g. + or _ (default: one gene per label)")
+    counts = process.add_argument_group("raw counts")
+    counts.add_argument("--normalize", action="store_true",
+                        help="X holds raw counts: normalise each cell to 1e4 counts, then log1p (scanpy's "
+                             "normalize_total and log1p); counts without it are refused")
+    counts.add_argument("--n-top-genes", type=int, metavar="N",
+                        help="with --normalize: keep the N highly variable genes (scanpy, flavor seurat_v3, on the "
+                             "counts) and every perturbed gene")
+    go = process.add_argument_group("Gene Ontology (perturbed genes without GO terms are named and refused unless "
+                                    "--drop-unannotated)")
+    go_source = go.add_mutually_exclusive_group()
+    go_source.add_argument("--go-annotation", metavar="FILE",
+                           help="build the GO files of --data-path from this gene-to-GO annotation (a GAF file, or "
+                                "a two-column table gene, GO id)")
+    go_source.add_argument("--go-gene-sets", metavar="FILE",
+                           help="build the GO files of --data-path from gene sets (GMT: name, description, genes; "
+                                "tab-separated; .gmt or .gmt.gz, as Enrichr and MSigDB publish them)")
+    go.add_argument("--drop-unannotated", action="store_true",
+                    help="drop the cells of perturbed genes without GO terms (the published GEARS drops them)")
     process.add_argument("--overwrite", action="store_true", help="replace an existing processed dataset")
     return parser
 
@@ -138,7 +171,7 @@ def main(argv=None) -> int:
                "process": process}
     try:
         return command[options.command](options) or 0
-    except (RunConfigError, FileNotFoundError, FileExistsError, ValueError) as err:
+    except (RunConfigError, FileNotFoundError, FileExistsError, ValueError, DownloadError) as err:
         print(f"gears-ddp {options.command}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except TrainingInterrupted as stop:
@@ -321,6 +354,8 @@ def screen(options) -> int:
 
 
 def process(options) -> int:
+    from gears_ddp.data.conditions import genes_of_conditions
+    from gears_ddp.data.gene_sets import read_gene_sets
     from gears_ddp.data.go_files import read_annotation, write_go_files
     from gears_ddp.data.io import read_h5ad
     from gears_ddp.data.pertdata import PertData
@@ -328,14 +363,24 @@ def process(options) -> int:
     source = Path(options.adata)
     if not source.exists():
         raise FileNotFoundError(f"--adata {source} does not exist")
-    adata = read_h5ad(source, backed=True)  # a file that is no h5ad fails here, before anything is written
-    if options.go_annotation:
-        write_go_files(options.data_path, read_annotation(options.go_annotation), overwrite=True)
-        print(f"GO files built from {options.go_annotation} in {options.data_path}")
+    # a file that is no h5ad fails here, before anything is written; normalisation works in memory
+    adata = read_h5ad(source, backed=not options.normalize)
+    annotation = options.go_annotation or options.go_gene_sets
+    if annotation:
+        gene2go = read_annotation(annotation) if options.go_annotation else read_gene_sets(annotation)
+        write_go_files(options.data_path, gene2go, overwrite=True)
+        print(f"GO files built from {annotation} ({len(gene2go)} genes) in {options.data_path}")
     pert_data = PertData(options.data_path)
-    pert_data.new_data_process(options.name, adata, overwrite=options.overwrite)
+    pert_data.new_data_process(options.name, adata, overwrite=options.overwrite,
+                               perturbation_column=options.perturbation_column, control_label=options.control_label,
+                               combination_separator=options.combination_separator, normalize=options.normalize,
+                               n_top_genes=options.n_top_genes, drop_unannotated=options.drop_unannotated)
+    perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
+    dropped = [gene for gene in perturbed if gene not in pert_data.node_map_pert]
     print(f"dataset {options.name}: {pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, "
-          f"{len(pert_data.cells.conditions)} conditions, written to {pert_data.dataset_path}")
+          f"{len(pert_data.cells.conditions)} conditions, written to {pert_data.dataset_path}; "
+          f"{len(perturbed) - len(dropped)} of {len(perturbed)} perturbed genes have GO terms"
+          + (f" (cells dropped: {', '.join(dropped)})" if dropped else ""))
     return 0
 
 

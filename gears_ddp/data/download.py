@@ -6,18 +6,24 @@ next run. Here every download goes to a temporary file next to its destination, 
 (HTTP status, content type, length, and that the content parses as the expected kind), and
 only then moved into place with ``os.replace``; archives are extracted without letting any
 member escape the data folder. Files already present locally are reused without any network
-access, and a failed download says which local files are missing and how to supply them.
+access.
+
+Harvard Dataverse may refuse (it answers 403 Forbidden to scripted requests), so every
+failure gives one message naming the missing files, the folder they belong in, and the
+three ways to supply them: a mirror (``GEARS_DDP_DATAVERSE_URL``), a local archive
+(``PertData.load(data_name=..., archive=...)``, ``go_archive=...`` for the GO files,
+unpacked here as a download is), or the files placed in the folder by hand.
 """
 import contextlib
 import functools
 import http.client
 import os
 import shutil
+import stat
 import tarfile
 import urllib.error
 import urllib.request
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from tqdm import tqdm
@@ -46,6 +52,7 @@ GO_FILE_IDS = {
 
 DATASET_FILE = "perturb_processed.h5ad"
 _GO_ARCHIVES = {"go_essential_all": "go_essential_all/go_essential_all.csv"}
+_GO_PATHS = {name: _GO_ARCHIVES.get(name, name) for name in GO_FILE_IDS}  # where each GO input lies in a data folder
 _ARCHIVE_SUFFIXES = {"zip": ".zip", "tar": ".tar.gz"}
 _CHUNK_BYTES = 1 << 20
 _HTML_PREFIXES = (b"<!doctype", b"<html")
@@ -185,6 +192,9 @@ def _archive_entries(archive: Path, kind: str):
     """
     if kind == "zip":
         with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                if stat.S_ISLNK(info.external_attr >> 16):
+                    raise DownloadError(f"refusing to extract {archive}: member {info.filename!r} is a link")
             yield [(i.filename, i.is_dir(), functools.partial(zf.open, i)) for i in zf.infolist()]
         return
     with tarfile.open(archive, "r:*") as tf:
@@ -223,25 +233,68 @@ def _extract_archive(archive: Path, root: Path, kind: str) -> None:
                 shutil.copyfileobj(src, out)
 
 
+# --------------------------------------------------------------------------- local archives
+
+
+def archive_kind(archive: Path) -> str:
+    """``'zip'`` or ``'tar'`` (plain or compressed) by the archive's content, whatever its name."""
+    if zipfile.is_zipfile(archive):
+        return "zip"
+    if tarfile.is_tarfile(archive):
+        return "tar"
+    raise ValueError(f"{archive} is neither a zip nor a tar archive (.zip, .tar.gz)")
+
+
+def _local_archive(archive) -> tuple[Path, str]:
+    """An archive the user gave: its path and kind, checked whole before anything is extracted."""
+    archive = Path(archive)
+    if not archive.is_file():
+        raise FileNotFoundError(f"archive {archive} does not exist" + (" (it is a folder)" if archive.is_dir() else ""))
+    kind = archive_kind(archive)
+    try:
+        _VALIDATORS[kind](archive)
+    except Exception as exc:  # a parser may raise almost anything on a damaged archive
+        raise ValueError(f"archive {archive} is damaged ({exc!r})") from None
+    return archive, kind
+
+
+def _member_names(archive: Path, kind: str) -> list[str]:
+    with _archive_entries(archive, kind) as entries:
+        return [name.replace("\\", "/").strip("/") for name, _, _ in entries]
+
+
+def unpack_dataset_archive(archive, name: str, data_path) -> Path:
+    """Extract a local archive of a dataset folder (zip or tar.gz, as the published files are)
+    so that ``data_path/name/perturb_processed.h5ad`` exists; the archive may hold the folder
+    ``name/`` or the folder's files. Returns the dataset folder."""
+    archive, kind = _local_archive(archive)
+    names = _member_names(archive, kind)
+    if f"{name}/{DATASET_FILE}" in names:
+        root = Path(data_path)
+    elif DATASET_FILE in names:
+        root = Path(data_path) / name
+    else:
+        raise ValueError(f"archive {archive} holds neither {name}/{DATASET_FILE} nor {DATASET_FILE} (it holds "
+                         f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''})")
+    _extract_archive(archive, root, kind)
+    logger.info("extracted %s from %s", Path(data_path) / name / DATASET_FILE, archive)
+    return Path(data_path) / name
+
+
+def unpack_go_archive(archive, data_path) -> None:
+    """Extract a local archive holding Gene Ontology files at their published paths
+    (``gene2go_all.pkl``, ``essential_all_data_pert_genes.pkl``,
+    ``go_essential_all/go_essential_all.csv``; the published ``go_essential_all`` tar.gz is
+    one) into ``data_path``."""
+    archive, kind = _local_archive(archive)
+    known = set(_GO_PATHS.values())
+    if not known & set(_member_names(archive, kind)):
+        raise ValueError(f"archive {archive} holds none of the GO files {', '.join(sorted(known))}")
+    _extract_archive(archive, Path(data_path), kind)
+    logger.info("extracted GO files from %s into %s", archive, data_path)
+
+
 # --------------------------------------------------------------------------- ensure_* entry points
-
-
-@dataclass(frozen=True)
-class _Remote:
-    """One downloadable item: its URL, what it must produce locally, and how a user can supply it instead."""
-
-    url: str
-    kind: str
-    expected: Path
-    hint: str
-
-    @property
-    def download_to(self) -> Path:
-        """Where the downloaded file is saved: the expected file itself, or an archive in the data folder."""
-        if self.kind not in _ARCHIVE_SUFFIXES:
-            return self.expected
-        top = self.expected.parent.name
-        return self.expected.parent.parent / f"{top}{_ARCHIVE_SUFFIXES[self.kind]}"
 
 
 def _found(path: Path) -> bool:
@@ -259,76 +312,86 @@ def _lookup(table: dict, name: str, what: str, extra: str = "") -> str:
     return str(table[name])
 
 
-def _download_and_unpack(item: _Remote) -> None:
-    """Download ``item`` (extracting it if it is an archive) and check that its expected file now exists."""
-    archive = item.download_to
-    download_file(item.url, archive, item.kind)
-    if archive == item.expected:
+def _download(url: str, kind: str, expected: Path) -> None:
+    """Download ``url`` to provide ``expected``: the file itself, or an archive (saved beside
+    the folder it unpacks to, then removed) whose extraction must produce it."""
+    if kind not in _ARCHIVE_SUFFIXES:
+        download_file(url, expected, kind)
         return
+    archive = expected.parent.parent / f"{expected.parent.name}{_ARCHIVE_SUFFIXES[kind]}"
+    download_file(url, archive, kind)
     try:
-        _extract_archive(archive, archive.parent, item.kind)
+        _extract_archive(archive, archive.parent, kind)
     finally:
         archive.unlink(missing_ok=True)
-    if not item.expected.is_file():
-        raise DownloadError(f"{archive.name} from {item.url} was extracted but {item.expected} is missing")
-    logger.info("extracted %s", item.expected)
+    if not expected.is_file():
+        raise DownloadError(f"{archive.name} from {url} was extracted but {expected} is missing")
+    logger.info("extracted %s", expected)
 
 
-def _fetch_missing(item: _Remote) -> None:
-    """Provide ``item.expected`` by downloading it, explaining how to supply it locally if that fails."""
-    try:
-        _download_and_unpack(item)
-    except DownloadError as exc:
-        raise DownloadError(
-            f"{exc}\nMissing local file: {item.expected}. To work without downloading, {item.hint}. "
-            f"{_SYNTHETIC_HINT}"
-        ) from exc
+def _mirror_advice(file_ids) -> str:
+    return (f"a mirror of the published files: set {DATAVERSE_URL_ENV} to its file API (it serves each file by "
+            f"its Dataverse id: {', '.join(str(i) for i in file_ids)})")
 
 
-def ensure_dataset(name: str, data_path) -> Path:
-    """Return ``data_path/name`` holding ``perturb_processed.h5ad``, downloading it only if absent.
-
-    A local copy is always used first, so any dataset folder prepared by hand works; only a
-    missing file of a name outside ``DATASET_FILE_IDS`` is a ``ValueError``.
-    """
+def ensure_dataset(name: str, data_path, archive=None) -> Path:
+    """Return ``data_path/name`` holding ``perturb_processed.h5ad``: the local copy if there
+    is one, else extracted from ``archive`` (a local zip or tar.gz of the dataset folder),
+    else downloaded. Only a missing file of a name outside ``DATASET_FILE_IDS`` without an
+    archive is a ``ValueError``; a refused download is one ``DownloadError`` saying how to
+    supply the file."""
     folder = Path(data_path) / name
     expected = folder / DATASET_FILE
     if _found(expected):
         return folder
+    if archive is not None:
+        return unpack_dataset_archive(archive, name, data_path)
     file_id = _lookup(DATASET_FILE_IDS, name, "dataset", f" (or place {DATASET_FILE} in {folder})")
-    hint = f"copy {DATASET_FILE} into {folder}/ and call PertData.load(data_path=...)"
-    _fetch_missing(_Remote(dataverse_url() + file_id, "zip", expected, hint))
+    try:
+        _download(dataverse_url() + file_id, "zip", expected)
+    except DownloadError as exc:
+        raise DownloadError(
+            f"{exc}. Missing: {expected}. Supply it in one of three ways: {_mirror_advice([file_id])}; a local "
+            f"archive of the published folder (zip or tar.gz): PertData({str(data_path)!r}).load(data_name={name!r}, "
+            f"archive='{name}.zip'); or the folder itself: put {DATASET_FILE} in {folder}/ (any folder holding it "
+            f"loads with PertData.load(data_path=...)). {_SYNTHETIC_HINT}") from exc
     return folder
 
 
-def ensure_go_files(names, data_path) -> list[Path]:
-    """``ensure_go_file`` for each of ``names``; when some cannot be had, one error names every
-    missing file (not the first only), before any work depends on them."""
-    paths, missing = [], []
+def ensure_go_files(names, data_path, archive=None) -> list[Path]:
+    """The local paths of the Gene Ontology inputs ``names`` (keys of ``GO_FILE_IDS``; for
+    ``'go_essential_all'``, a tar.gz archive, the extracted csv): local copies if there are,
+    else extracted from ``archive`` (a local zip or tar.gz holding them at their published
+    paths), else downloaded. When some cannot be had, one ``DownloadError`` names every
+    missing file and how to supply them, before any work depends on them."""
+    data_path = Path(data_path)
     for name in names:
+        _lookup(GO_FILE_IDS, name, "GO file")
+    expected = {name: data_path / _GO_PATHS[name] for name in names}
+    if archive is not None and not all(path.is_file() for path in expected.values()):
+        unpack_go_archive(archive, data_path)
+    failures = {}
+    for name, path in expected.items():
+        if _found(path):
+            continue
         try:
-            paths.append(ensure_go_file(name, data_path))
-        except DownloadError as err:
-            missing.append(f"{Path(data_path) / _GO_ARCHIVES.get(name, name)} ({str(err).splitlines()[0]})")
-    if missing:
-        raise DownloadError(f"{len(missing)} Gene Ontology input file(s) are missing and could not be downloaded:\n  "
-                            + "\n  ".join(missing) + f"\nPlace them in {data_path} (the published GEARS files), "
-                            f"or build them from your own gene-to-GO annotation. {_SYNTHETIC_HINT}")
-    return paths
+            _download(dataverse_url() + str(GO_FILE_IDS[name]), "tar" if name in _GO_ARCHIVES else "pickle", path)
+        except DownloadError as exc:
+            failures[name] = exc
+    if failures:
+        missing = [str(expected[name]) for name in failures]
+        reasons = "; ".join(str(exc) for exc in failures.values())
+        raise DownloadError(
+            f"{len(failures)} Gene Ontology input file(s) are missing and could not be downloaded ({reasons}). "
+            f"Missing: {', '.join(missing)}. Supply them in one of three ways: "
+            f"{_mirror_advice(GO_FILE_IDS[name] for name in failures)}; a local archive holding them at these paths "
+            f"under {data_path} (zip or tar.gz; the published go_essential_all.tar.gz holds the graph): "
+            f"PertData({str(data_path)!r}).load(..., go_archive='go_files.zip'); or the folder itself: put them in "
+            f"{data_path}, or build them from a gene-to-GO annotation of your own (gears-ddp process --go-annotation "
+            f"FILE.gaf or --go-gene-sets FILE.gmt). {_SYNTHETIC_HINT}")
+    return list(expected.values())
 
 
 def ensure_go_file(name: str, data_path) -> Path:
-    """Return the local path of Gene Ontology input ``name`` (a key of ``GO_FILE_IDS``), downloading it only if absent.
-
-    For ``'go_essential_all'`` (a tar.gz archive) the returned path is the extracted csv.
-    """
-    file_id = _lookup(GO_FILE_IDS, name, "GO file")
-    data_path = Path(data_path)
-    relative = _GO_ARCHIVES.get(name, name)
-    expected = data_path / relative
-    if _found(expected):
-        return expected
-    kind = "tar" if name in _GO_ARCHIVES else "pickle"
-    hint = f"place {relative} in {data_path}"
-    _fetch_missing(_Remote(dataverse_url() + file_id, kind, expected, hint))
-    return expected
+    """``ensure_go_files`` for one file."""
+    return ensure_go_files([name], data_path)[0]

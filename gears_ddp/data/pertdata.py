@@ -13,6 +13,7 @@ shares through the page cache, whatever started it, and which may be larger than
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import anndata
@@ -22,11 +23,11 @@ import scipy.sparse as sp
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data import download, graphs, io, processing
+from gears_ddp.data import cache_settings, download, graphs, io, normalization, processing, raw_screens
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
 from gears_ddp.data.expression_map import DTYPES, as_tensor, mapped_expression
 from gears_ddp.data.go_files import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME
-from gears_ddp.data.conditions import CONTROL, coded_conditions, condition_genes, is_single
+from gears_ddp.data.conditions import CONTROL, coded_conditions, condition_genes, genes_of_conditions, is_single
 from gears_ddp.data.loaders import build_loaders
 from gears_ddp.data.splits import SPLIT_TYPES, check_split_sets, split_conditions
 
@@ -97,17 +98,24 @@ class PertData:
             self._gene2go = io.read_pickle(path, "gene -> GO terms mapping")
         return self._gene2go
 
-    def load(self, data_name: str | None = None, data_path: str | None = None) -> None:
+    def load(self, data_name: str | None = None, data_path: str | None = None, archive=None,
+             go_archive=None) -> None:
         """Load a dataset: one of the paper's by ``data_name`` (downloaded into ``data_path``
-        of the constructor if absent), or a local folder holding ``perturb_processed.h5ad``."""
-        self.ensure_go_inputs()
-        if data_name is not None and data_name in download.DATASET_FILE_IDS:
-            folder = download.ensure_dataset(data_name, self.data_path)
+        of the constructor if absent), or a local folder holding ``perturb_processed.h5ad``.
+
+        Where the download is refused, the files can come from local archives (zip or
+        tar.gz, extracted into the constructor's ``data_path`` as a download is):
+        ``archive`` holds the dataset's folder (``data_name`` may then be any name), and
+        ``go_archive`` the Gene Ontology files at their published paths."""
+        self.ensure_go_inputs(go_archive)
+        if data_name is not None and (data_name in download.DATASET_FILE_IDS or archive is not None):
+            folder = download.ensure_dataset(data_name, self.data_path, archive)
         elif data_path is not None and Path(data_path).is_dir():
             folder = Path(data_path)
         else:
             raise ValueError(f"nothing to load: data_name must be one of {sorted(download.DATASET_FILE_IDS)} "
-                             f"(got {data_name!r}), or data_path an existing folder (got {data_path!r})")
+                             f"(got {data_name!r}) or come with an archive, or data_path must be an existing "
+                             f"folder (got {data_path!r})")
         h5ad = folder / io.PROCESSED_FILE
         columns = ("condition", "cell_type", "condition_name")
         with io.h5ad_parts(h5ad, columns) as parts:  # X stays on disk, read a block at a time if need be
@@ -118,15 +126,35 @@ class PertData:
             self._use_dataset(parts, folder, self._cells_in_vocabulary(parts, folder.name))
 
     def new_data_process(self, dataset_name: str, adata: anndata.AnnData | None = None,
-                         skip_calc_de: bool = False, overwrite: bool = False) -> None:
-        """Process a raw AnnData (``obs['condition']``, ``obs['cell_type']``, ``var['gene_name']``,
-        log-normalised ``X``) into ``data_path/<dataset_name>/perturb_processed.h5ad`` and load it.
+                         skip_calc_de: bool = False, overwrite: bool = False, *,
+                         perturbation_column: str | None = None, control_label: str | None = None,
+                         combination_separator: str | None = None, normalize: bool = False,
+                         n_top_genes: int | None = None, drop_unannotated: bool = True) -> None:
+        """Process a screen into ``data_path/<dataset_name>/perturb_processed.h5ad`` and load it.
 
-        ``adata`` gains the processed columns in place. It may be backed by its h5ad file
-        (``anndata.read_h5ad(path, backed='r')``): its expression is then read a block of
-        cells at a time, so a screen larger than memory can be processed. An existing
-        processed file is only replaced with ``overwrite=True``; split and graph caches in
-        the folder are removed.
+        The published GEARS takes ``obs['condition']`` (``'ctrl'``, ``'A+ctrl'``, ``'A+B'``),
+        ``obs['cell_type']``, ``var['gene_name']`` and log-normalised ``X``. A screen as it
+        comes is taken too:
+
+        - ``perturbation_column``: the ``obs`` column naming each cell's perturbed gene(s),
+          with ``control_label`` the label of control cells and ``combination_separator``
+          the text joining two genes (``'+'``, ``'_'``); ``obs['condition']`` is written
+          from it. Without ``obs['cell_type']`` every cell gets one cell type, the dataset's
+          name (GEARS models one cell type).
+        - ``normalize=True``: ``X`` holds raw counts, normalised as scanpy does (each cell to
+          1e4 counts, then log1p); ``n_top_genes`` keeps only that many highly variable
+          genes, chosen on the counts (scanpy's ``seurat_v3``), plus every perturbed gene the
+          screen measures. Raw counts without ``normalize`` are refused.
+        - ``drop_unannotated``: cells whose perturbed genes are outside the perturbation
+          vocabulary (no GO annotation) are dropped with a warning that names them, as the
+          published GEARS drops them; ``False`` refuses the screen instead, naming them.
+
+        Without ``normalize``, ``adata`` gains the processed columns in place; with it, a
+        normalised copy is processed in memory (a backed AnnData is read) and ``adata``
+        keeps its counts. A backed ``adata`` (``anndata.read_h5ad(path, backed='r')``) that
+        needs no normalisation is read a block of cells at a time, so a screen larger than
+        memory can be processed. An existing processed file is only replaced with
+        ``overwrite=True``; split and graph caches in the folder are removed.
         """
         if adata is None:
             raise ValueError("new_data_process needs the raw AnnData as `adata`")
@@ -135,20 +163,31 @@ class PertData:
         if target.exists() and not overwrite:
             raise FileExistsError(f"{target} already exists; load it with PertData.load(data_path="
                                   f"'{folder}') or pass overwrite=True to replace it")
+        source = f"AnnData for dataset {dataset_name!r}"
+        raw_screens.add_gears_columns(adata, dataset_name, perturbation_column, control_label,
+                                      combination_separator, source)
+        processing.check_columns(adata, source)
+        if normalize:
+            perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
+            adata = normalization.normalized_screen(adata, n_top_genes, perturbed, source)
+        elif n_top_genes is not None:
+            raise ValueError("n_top_genes chooses genes on the raw counts: give the screen's counts with "
+                             "normalize=True (gears-ddp process --normalize)")
+        processing.validate_raw(adata, source)
         self.ensure_go_inputs()
-        processing.process_raw(adata, skip_calc_de, source=f"AnnData for dataset {dataset_name!r}")
-        keep = self._cells_in_vocabulary(adata, dataset_name)  # all that can refuse the data does, before writing
+        keep = self._cells_in_vocabulary(adata, dataset_name, drop_unannotated)
+        processing.add_processed_entries(adata, skip_calc_de)  # all that can refuse the data did, before writing
         write_processed_dataset(adata, folder)
         self._use_dataset(adata, folder, keep)
         self._adata = _view(self.cells.expression, _kept(adata.obs, keep), self.var, self.uns)
 
-    def ensure_go_inputs(self) -> None:
-        """Have every Gene Ontology file this PertData will read (downloaded if absent), or
-        fail at once naming all that are missing."""
+    def ensure_go_inputs(self, archive=None) -> None:
+        """Have every Gene Ontology file this PertData will read (from the local ``archive``
+        or downloaded, if absent), or fail at once naming all that are missing."""
         names = [GENE2GO_FILE]
         if self.default_pert_graph:
             names += [ESSENTIAL_GENES_FILE, GO_EDGES_NAME]
-        download.ensure_go_files(names, self.data_path)
+        download.ensure_go_files(names, self.data_path, archive)
 
     def _pert_vocabulary_candidates(self, adata) -> list[str]:
         """Genes that may form the perturbation vocabulary, by the constructor's choice."""
@@ -160,18 +199,30 @@ class PertData:
         path = download.ensure_go_file(ESSENTIAL_GENES_FILE, self.data_path)
         return list(io.read_pickle(path, "default perturbation gene list"))
 
-    def _cells_in_vocabulary(self, adata: anndata.AnnData, name: str) -> np.ndarray:
-        """Set the perturbation vocabulary; returns which cells it can represent (the others'
-        conditions are dropped, with a warning naming them)."""
+    def _cells_in_vocabulary(self, adata: anndata.AnnData, name: str, drop_unannotated: bool = True) -> np.ndarray:
+        """Set the perturbation vocabulary; returns which cells it can represent. The others'
+        conditions are dropped with a warning naming them, or (``drop_unannotated=False``)
+        refused naming their genes and the ways to keep them."""
         self.pert_names = graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(adata))
         self.node_map_pert = {g: i for i, g in enumerate(self.pert_names)}
         conditions, codes = coded_conditions(adata.obs["condition"], f"dataset {name!r} obs['condition']")
         known = {c: all(g in self.node_map_pert for g in condition_genes(c)) for c in conditions}
         dropped = [c for c, ok in known.items() if not ok]
+        perturbed = genes_of_conditions(conditions)
+        outside = [g for g in perturbed if g not in self.node_map_pert]
+        logger.info("dataset %s: %d of %d perturbed genes are in the perturbation vocabulary (genes with GO "
+                    "annotations)", name, len(perturbed) - len(outside), len(perturbed))
+        if dropped and not drop_unannotated:
+            cells = int(np.isin(codes, [conditions.index(c) for c in dropped]).sum())
+            raise ValueError(f"dataset {name!r}: {len(outside)} perturbed gene(s) are outside the perturbation "
+                             f"vocabulary (no GO annotation in {self.data_path}): {raw_screens.listed(outside)}, "
+                             f"in {cells} cells; drop those cells (drop_unannotated=True; gears-ddp process "
+                             "--drop-unannotated) or build the GO files from annotations that cover them "
+                             "(gears-ddp process --go-annotation FILE.gaf or --go-gene-sets FILE.gmt)")
         if dropped:
             logger.warning("dropping %d conditions whose genes are not in the perturbation vocabulary "
-                           "(no GO annotation), so their effect cannot be predicted: %s",
-                           len(dropped), dropped)
+                           "(no GO annotation: %s), so their effect cannot be predicted: %s",
+                           len(dropped), raw_screens.listed(outside), dropped)
         if not any(ok and c != CONTROL for c, ok in known.items()):
             raise ValueError(f"no perturbation of dataset {name!r} is in the perturbation vocabulary; check gene "
                              "symbols against the GO annotations")
@@ -228,6 +279,14 @@ class PertData:
         Same parameters and results as the published GEARS; splits are cached in
         ``<dataset>/splits/`` under the reference's file names. ``test_perts`` and
         ``test_pert_genes`` take a list or the reference's ``'_'``-joined string.
+
+        Those names hold the split, seed, ``train_gene_set_size`` and ``test_perts`` only, so
+        every setting is also written beside the split (``cache_settings``). A cached split
+        built with other settings is built again and replaces the cache (logged, naming the
+        settings that differ), rather than refused: a split is a pure function of the
+        conditions and the settings, the cache only saves its computation, and whoever asks
+        for other settings wants their split, not a request to delete files. A split file
+        without settings (as the published GEARS writes it) is used when its name matches.
         """
         self._require_data()
         if split not in SPLIT_TYPES:
@@ -254,13 +313,22 @@ class PertData:
             self.set2conditions = sets
             return
 
-        test_perts = test_perts.split("_") if isinstance(test_perts, str) else test_perts
-        test_pert_genes = test_pert_genes.split("_") if isinstance(test_pert_genes, str) else test_pert_genes
+        test_perts = _gene_list(test_perts)
+        test_pert_genes = _gene_list(test_pert_genes)
         split_path = Path(self.dataset_path) / "splits" / (
             f"{self.dataset_name}_{split}_{seed}_{train_gene_set_size}"
             + (f"_{'_'.join(test_perts)}" if test_perts else "") + ".pkl")
         subgroup_path = split_path.with_name(split_path.stem + "_subgroup.pkl")
-        if split_path.exists():
+        settings = {"split": split, "seed": seed, "train_gene_set_size": train_gene_set_size,
+                    "combo_seen2_train_frac": combo_seen2_train_frac,
+                    "combo_single_split_test_set_fraction": combo_single_split_test_set_fraction,
+                    "test_perts": test_perts, "only_test_set_perts": only_test_set_perts,
+                    "test_pert_genes": test_pert_genes}
+        other_settings = cache_settings.differences(split_path, settings) if split_path.exists() else []
+        if other_settings:
+            logger.info("cached split %s was built with other settings (%s): building it again",
+                        split_path, "; ".join(other_settings))
+        if split_path.exists() and not other_settings:
             logger.info("using cached split %s", split_path)
             sets = {k: [str(c) for c in v] for k, v in io.read_pickle(split_path, "cached split").items()}
             check_split_sets(sets, self.cells.conditions, required,
@@ -273,10 +341,12 @@ class PertData:
                                       test_perts, only_test_set_perts, test_pert_genes)
             sets = result.set2conditions
             check_split_sets(sets, self.cells.conditions, required, f"split {split!r} with seed {seed}")
+            cache_settings.forget(split_path)
             io.write_pickle(sets, split_path)
             if result.subgroup is not None:
                 io.write_pickle(result.subgroup, subgroup_path)
                 self.subgroup = result.subgroup
+            cache_settings.write_settings(split_path, settings)
             logger.info("saved split to %s", split_path)
         self.set2conditions = sets
         logger.info("split %s (seed %s): %s conditions", split, seed,
@@ -334,20 +404,31 @@ class PertData:
     def coexpression_graph(self, threshold: float = 0.4, k: int = 20) -> graphs.GeneGraph:
         """Gene co-expression graph from the training cells of control and single conditions
         (cached, except for custom splits, as the reference's
-        ``<split>_<seed>_<size>_<threshold>_<k>_co_expression_network.csv``)."""
+        ``<split>_<seed>_<size>_<threshold>_<k>_co_expression_network.csv``).
+
+        Splits with other ``test_perts`` or other settings share that name, so the training
+        conditions the graph was built from are written beside it (``cache_settings``): a
+        cache built from other ones is built again; one without them is used on its name."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before building the co-expression graph")
         cache = Path(self.dataset_path) / (f"{self.split}_{self.seed}_{self.train_gene_set_size}_"
                                            f"{threshold}_{k}_co_expression_network.csv")
-        if self.split != "custom" and cache.exists():  # the name cannot tell custom split files apart
+        conditions = [c for c in self.set2conditions["train"] if c == CONTROL or is_single(c)]
+        settings = {"training_conditions_sha256": hashlib.sha256("\n".join(sorted(conditions)).encode()).hexdigest()}
+        cached = self.split != "custom" and cache.exists()  # the name cannot tell custom split files apart
+        if cached and not cache_settings.differences(cache, settings):
             edges = graphs.read_edge_list(cache, "co-expression graph", CACHE_ADVICE)
             return graphs.to_gene_graph(edges, self.node_map)
-        conditions = [c for c in self.set2conditions["train"] if c == CONTROL or is_single(c)]
+        if cached:
+            logger.info("cached co-expression graph %s was built from other training conditions: building it again",
+                        cache)
         rows = self.cells.cells_of(conditions).numpy()
         edges = graphs.coexpression_edge_list(self.cells.expression, rows, self.gene_names.to_numpy(), threshold, k)
         if self.split != "custom":
+            cache_settings.forget(cache)
             with io.atomic_path(cache) as tmp:
                 edges.to_csv(tmp, index=False)
+            cache_settings.write_settings(cache, settings)
         return graphs.to_gene_graph(edges, self.node_map)
 
     def go_graph(self, k: int = 20) -> graphs.GeneGraph:
@@ -394,8 +475,9 @@ def write_processed_dataset(adata: anndata.AnnData, folder: Path) -> None:
     one without reading its expression) and delete the split and graph caches that an
     earlier version of the data left there."""
     io.write_h5ad(adata, folder / io.PROCESSED_FILE)
-    stale = list((folder / "splits").glob("*.pkl")) + list(folder.glob("*_co_expression_network.csv")) \
-        + list(folder.glob("go_essential_*.csv"))
+    splits = folder / "splits"
+    stale = list(splits.glob("*.pkl")) + list(splits.glob(f"*{cache_settings.SUFFIX}")) \
+        + list(folder.glob("*_co_expression_network*")) + list(folder.glob("go_essential_*.csv"))
     for path in stale:
         path.unlink()
     logger.info("wrote %s (%d cells x %d genes)%s", folder / io.PROCESSED_FILE, adata.n_obs, adata.n_vars,
@@ -419,6 +501,13 @@ def _condition_tables(conditions: list[str], condition_names: dict, uns: dict, v
             top = np.flatnonzero(var_names.isin(list(ranked[condition_names[condition]])[:N_DE_GENES]))
             de_idx[code, :len(top)] = torch.from_numpy(top)
     return pert_idx, de_idx
+
+
+def _gene_list(value) -> list[str] | None:
+    """A list of names given as a list or as the published package's ``'_'``-joined string."""
+    if value is None:
+        return None
+    return value.split("_") if isinstance(value, str) else [str(name) for name in value]
 
 
 def _in_memory(matrix, keep: np.ndarray, dtype: str) -> torch.Tensor:

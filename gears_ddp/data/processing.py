@@ -25,6 +25,7 @@ REQUIRED_OBS = ("condition", "cell_type")
 REQUIRED_VAR = ("gene_name",)
 N_TOP_DE = 20
 RANK_KEY = "rank_genes_groups_cov_all"
+LOG_NORMALISED_MAX = float(np.log1p(1e4))  # the largest log1p value of a cell normalised to 1e4 counts
 
 
 def check_columns(adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQUIRED_VAR) -> None:
@@ -38,12 +39,13 @@ def check_columns(adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQU
 
 class ExpressionCheck:
     """The expression checks, over blocks of cells: ``add`` each block, then ``finish``
-    raises ``ValueError`` for non-finite or negative values (with their counts) and warns
-    when the values look like raw counts."""
+    raises ``ValueError`` for non-finite or negative values (with their counts) and for raw
+    counts, and warns when the values look normalised but not log-transformed."""
 
     def __init__(self):
         self.non_finite = self.negative = 0
         self.minimum, self.maximum = np.inf, -np.inf
+        self.whole = True  # every finite value so far is a whole number
 
     def add(self, block: np.ndarray) -> None:
         finite = np.isfinite(block)
@@ -52,6 +54,12 @@ class ExpressionCheck:
         if values.size:
             self.negative += int(np.count_nonzero(values < 0))
             self.minimum, self.maximum = min(self.minimum, values.min()), max(self.maximum, values.max())
+            self.whole = self.whole and bool(np.all(np.mod(values, 1) == 0))
+
+    @property
+    def raw_counts(self) -> bool:
+        """Whole numbers above what log1p of a cell normalised to 1e4 counts can reach."""
+        return self.whole and self.maximum > LOG_NORMALISED_MAX
 
     def finish(self, source: str) -> None:
         if self.non_finite:
@@ -60,8 +68,12 @@ class ExpressionCheck:
         if self.negative:
             raise ValueError(f"{source} has {self.negative} negative expression values (min {self.minimum:.4g}); "
                              "GEARS needs non-negative log-normalised expression (normalise_total + log1p)")
+        if self.raw_counts:
+            raise ValueError(f"{source} holds raw counts (whole numbers up to {self.maximum:.0f}); GEARS needs "
+                             "log-normalised expression: process the screen with normalize=True (gears-ddp process "
+                             "--normalize), which normalises each cell to 1e4 counts and takes log1p")
         if self.maximum > 50:
-            logger.warning("%s: maximum expression %.1f looks like raw counts; GEARS expects "
+            logger.warning("%s: maximum expression %.1f looks normalised but not log-transformed; GEARS expects "
                            "log-normalised data (normalise_total to 1e4, then log1p)", source, self.maximum)
 
 
@@ -152,6 +164,11 @@ def add_dropout_gene_sets(adata) -> None:
 def process_raw(adata, skip_calc_de: bool = False, source: str = "the AnnData") -> None:
     """Validate ``adata`` and add every column and ``uns`` entry of the processed GEARS form."""
     validate_raw(adata, source)
+    add_processed_entries(adata, skip_calc_de)
+
+
+def add_processed_entries(adata, skip_calc_de: bool = False) -> None:
+    """Add every column and ``uns`` entry of the processed GEARS form to a validated ``adata``."""
     add_condition_columns(adata)
     if not skip_calc_de:
         logger.info("ranking differentially expressed genes for %d conditions",

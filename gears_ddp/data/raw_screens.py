@@ -1,0 +1,97 @@
+"""A screen's own annotations in GEARS's terms: the ``condition`` and ``cell_type`` columns.
+
+Screens name the perturbation of each cell in a column of their own (``target_gene``,
+``gene``, ``perturbation``...), with a label of their own for control cells
+(``non-targeting``, ``NT``, ``control``...) and, for combinations, genes joined by a
+separator of their own (``FEV_SAMD1``, ``FEV+SAMD1``). GEARS reads ``obs['condition']``
+written ``'ctrl'``, ``'A+ctrl'`` and ``'A+B'``, and one ``obs['cell_type']``.
+``add_gears_columns`` writes both from what the screen has.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data.conditions import CONTROL
+
+logger = get_logger(__name__)
+
+def gears_condition(label: str, control_label: str, separator: str | None) -> str:
+    """The GEARS condition of one screen label: ``'ctrl'`` for the control label, ``'A+ctrl'``
+    for one gene, ``'A+B'`` for two joined by ``separator``; a part equal to the control
+    label (``'A_non-targeting'``) or to GEARS's ``'ctrl'`` stands for no gene. ``ValueError`` for a label of more than
+    two genes, an empty gene, or one holding GEARS's ``'+'`` that no separator splits."""
+    if label == control_label:
+        return CONTROL
+    parts = [part.strip() for part in (label.split(separator) if separator else [label])]
+    genes = [part for part in parts if part not in (control_label, CONTROL)]
+    if "" in genes:
+        raise ValueError(f"label {label!r} has an empty gene name")
+    if any("+" in gene for gene in genes):
+        raise ValueError(f"label {label!r} holds '+', which GEARS reserves to join genes: give '+' as the "
+                         "combination separator if it joins two genes")
+    if len(genes) > 2:
+        raise ValueError(f"label {label!r} names {len(genes)} genes; GEARS models one or two per cell")
+    if len(genes) == 2 and genes[0] == genes[1]:
+        raise ValueError(f"label {label!r} names gene {genes[0]!r} twice")
+    if not genes:
+        return CONTROL
+    return genes[0] + "+" + (genes[1] if len(genes) == 2 else CONTROL)
+
+
+def gears_conditions(obs: pd.DataFrame, column: str, control_label: str, separator: str | None,
+                     source: str) -> pd.Categorical:
+    """Each cell's GEARS condition from its label in ``obs[column]`` (see ``gears_condition``),
+    with errors that name the column, the labels there are, or the label at fault."""
+    if column not in obs.columns:
+        raise ValueError(f"{source} has no obs column {column!r}; its columns: {listed(obs.columns)}")
+    labels = obs[column].astype("category").cat.remove_unused_categories()  # a string per label, not per cell
+    missing = int(labels.isna().sum())
+    if missing:
+        raise ValueError(f"{source}: {missing} cells have no label in obs[{column!r}]; label them (e.g. with the "
+                         "control label if they are controls) or remove them")
+    counts = labels.value_counts()
+    counts.index = counts.index.astype(str)
+    if control_label not in counts.index:
+        shown = listed(f"{label} ({n})" for label, n in counts.items())
+        raise ValueError(f"{source}: no cell of obs[{column!r}] has the control label {control_label!r}; its "
+                         f"labels, most frequent first: {shown}")
+    conditions = []
+    for label in labels.cat.categories.astype(str):
+        try:
+            conditions.append(gears_condition(label, control_label, separator))
+        except ValueError as err:
+            raise ValueError(f"{source} obs[{column!r}]: {err}") from None
+    return pd.Categorical(np.asarray(conditions, dtype=object)[labels.cat.codes.to_numpy()])
+
+
+def add_gears_columns(adata, cell_type: str, perturbation_column: str | None = None,
+                      control_label: str | None = None, combination_separator: str | None = None,
+                      source: str = "the AnnData") -> None:
+    """Write ``obs['condition']`` from ``obs[perturbation_column]`` (when given, with its
+    ``control_label`` and optional ``combination_separator``) and, when the screen has no
+    ``obs['cell_type']``, one cell type ``cell_type`` for every cell (logged)."""
+    if perturbation_column is None and (control_label is not None or combination_separator is not None):
+        raise ValueError("a control label or combination separator is read from a perturbation column: give "
+                         "perturbation_column (gears-ddp process --perturbation-column) too")
+    if perturbation_column is not None:
+        if control_label is None:
+            raise ValueError(f"perturbation_column {perturbation_column!r} needs the label of its control cells "
+                             "(control_label; gears-ddp process --control-label), e.g. 'non-targeting'")
+        conditions = gears_conditions(adata.obs, perturbation_column, control_label, combination_separator, source)
+        if "condition" in adata.obs.columns and perturbation_column != "condition":
+            logger.info("%s: obs['condition'] is replaced by the conditions of obs[%r]", source, perturbation_column)
+        adata.obs["condition"] = conditions
+        logger.info("%s: %d conditions from obs[%r] (control label %r%s)", source, len(conditions.categories),
+                    perturbation_column, control_label,
+                    f", combinations joined by {combination_separator!r}" if combination_separator else "")
+    if "cell_type" not in adata.obs.columns:
+        adata.obs["cell_type"] = pd.Categorical([cell_type] * adata.n_obs)
+        logger.info("%s has no obs['cell_type']: every cell is given the one cell type %r", source, cell_type)
+
+
+def listed(names, limit: int = 10) -> str:
+    """Names for a one-line message: the first ``limit``, then how many more."""
+    names = [str(name) for name in names]
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
