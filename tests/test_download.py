@@ -248,7 +248,7 @@ def test_ensure_dataset_offline_explains_local_alternatives(closed_port_url, tmp
     message = str(info.value)
     assert "could not reach" in message and closed_port_url + "6154020" in message
     _one_message_with_three_ways(message, tmp_path / "norman" / "perturb_processed.h5ad")
-    assert f"load(data_name='norman', archive='norman.zip')" in message
+    assert "load(data_name='norman', archive='norman.zip')" in message
     assert f"put perturb_processed.h5ad in {tmp_path / 'norman'}/" in message and "load(data_path=...)" in message
     assert "gears_ddp.datasets.write_synthetic_dataset" in message
     assert _files(tmp_path) == []

@@ -18,8 +18,8 @@ import anndata
 import numpy as np
 import pytest
 
+from gears_ddp import PertData
 from gears_ddp.cli import main
-from gears_ddp.data import io
 from test_bad_input import _refused_in_one_line
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"
@@ -60,10 +60,32 @@ def processed(real_files, tmp_path_factory):
 
 
 def test_the_real_screen_is_processed_from_its_raw_counts_in_one_command(processed):
+    """Each cell's expression is scanpy's normalisation of its counts (total 1e4, log1p);
+    each knockout becomes GEARS's ``GENE+ctrl`` and the controls ``ctrl``; the loaded data
+    leaves out the cells of knockouts without GO terms, which the summary names."""
     import scanpy as sc
 
     data, summary = processed
     raw = anndata.read_h5ad(SCREEN)
+    written = anndata.read_h5ad(data / "papalexi" / "perturb_processed.h5ad")
+    assert list(written.obs_names) == list(raw.obs_names) and list(written.var_names) == list(raw.var_names)
+    expected = raw.copy()
+    sc.pp.normalize_total(expected, target_sum=1e4)
+    sc.pp.log1p(expected)
+    np.testing.assert_allclose(written.X.toarray(), expected.X.toarray(), rtol=1e-6, atol=1e-6)
+    targets = raw.obs["target_gene"].astype(str)
+    expected_conditions = np.where(targets == "non-targeting", "ctrl", targets + "+ctrl")
+    assert list(written.obs["condition"].astype(str)) == list(expected_conditions)
+    without_sets = sorted(set(targets) - {"non-targeting"} - _genes_with_sets())
+    kept = int((~targets.isin(without_sets)).sum())
+    assert summary.startswith(f"dataset papalexi: {kept} cells x {raw.n_vars} genes, {len(set(targets)) - len(without_sets)} "
+                              "conditions")
+    assert f"cells dropped: {', '.join(without_sets)}" in summary
+    pert_data = PertData(data)
+    pert_data.load(data_path=data / "papalexi")
+    assert pert_data.cells.n_cells == kept
+
+
 def test_a_gene_without_go_terms_is_named_unless_its_cells_are_dropped(processed, capsys):
     data, _ = processed
     without_sets = sorted(set(anndata.read_h5ad(SCREEN, backed="r").obs["target_gene"].astype(str))
