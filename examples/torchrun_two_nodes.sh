@@ -9,8 +9,8 @@
 #
 # GPUS_PER_NODE defaults to the GPUs torch sees (1 process on a machine without GPUs, which
 # then trains on CPU with gloo). Environment overrides: DATA_PATH (./data), DATASET (norman,
-# or a folder under DATA_PATH such as the synthetic one), SAVE_PATH, ARGS_JSON (the training
-# options of gears_ddp/distributed/config.py). DATA_PATH must hold the same dataset files on
+# or a folder under DATA_PATH such as the synthetic one), SAVE_PATH, ARGS (the training
+# options, docs/options.md, as a YAML mapping). DATA_PATH must hold the same dataset files on
 # both machines: a shared filesystem, or a copy on each (file times may differ: the ranks
 # compare the data by content, and name the ranks whose data differ). Both machines need the
 # same gears_ddp version, and node 1 must reach MASTER_ADDR:29500. Rank 0 (node 0) writes the
@@ -19,8 +19,7 @@
 #
 # One machine needs no second node and no address:
 #
-#     torchrun --standalone --nproc_per_node=4 -m gears_ddp.launch --data-path ./data --dataset norman \
-#         --args-json '{"epochs": 20, "batch_size": 32}'
+#     torchrun --standalone --nproc_per_node=4 -m gears_ddp train --config run.yaml
 #
 # (or, simpler and sharing one copy of the data between the processes,
 # examples/train_ddp_example.py / gears_ddp.train_multi_gpu).
@@ -46,17 +45,23 @@ fi
 DATA_PATH=${DATA_PATH:-./data}
 DATASET=${DATASET:-norman}
 SAVE_PATH=${SAVE_PATH:-./runs/${DATASET}_torchrun}
-ARGS_JSON=${ARGS_JSON:-"{\"epochs\": 20, \"batch_size\": 32, \"lr_scaling\": \"sqrt\", \"checkpoint_every\": 1,
- \"checkpoint_every_steps\": 200, \"save_path\": \"$SAVE_PATH\"}"}
+ARGS=${ARGS:-"{epochs: 20, batch_size: 32, lr_scaling: sqrt, checkpoint_every: 1, checkpoint_every_steps: 200, save_path: $SAVE_PATH}"}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # CPU ranks: OpenMP threads sleep while they wait
 
+# The run's configuration, written on each node, which gears-ddp train --config reads.
+mkdir -p "$(dirname "$SAVE_PATH")"
+CONFIG="$SAVE_PATH.node$NODE_RANK.yaml"
+cat > "$CONFIG" <<EOF
+pert_data_path: $DATA_PATH
+dataset_name: $DATASET
+split_config: {split: simulation, seed: 1, train_gene_set_size: 0.75}
+args: $ARGS
+EOF
+
 # 2 nodes x GPUS processes; torchrun gives each its RANK, WORLD_SIZE, LOCAL_RANK and the
-# rendezvous address, which python -m gears_ddp.launch reads (one GPU per local rank). If a worker
+# rendezvous address, which gears-ddp train reads (one GPU per local rank). If a worker
 # fails, torchrun restarts all of them (up to 3 times); the restarted workers continue from
 # the newest checkpoint in SAVE_PATH (TORCHELASTIC_RESTART_COUNT > 0 means resume_from "auto").
 torchrun --nnodes=2 --node_rank="$NODE_RANK" --nproc_per_node="$GPUS" --max-restarts=3 \
     --master_addr="$MASTER_ADDR" --master_port=29500 \
-    -m gears_ddp.launch \
-    --data-path "$DATA_PATH" --dataset "$DATASET" \
-    --split simulation --seed 1 --train-gene-set-size 0.75 \
-    --args-json "$ARGS_JSON"
+    -m gears_ddp train --config "$CONFIG"

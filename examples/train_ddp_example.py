@@ -12,13 +12,13 @@ which is how the distributed path is exercised on a laptop or CI. The dataset is
 demo's: the synthetic preset calibrated to the Norman screen (``gears_ddp.datasets.preset``).
 ``--batch-size`` is per process, so the effective batch is batch size x processes x
 ``--grad-accum-steps``; ``--lr-scaling linear`` (or ``sqrt``) scales the learning rate with
-it. ``--amp fp16`` needs GPUs; ``bf16`` works on CPU too.
+it. ``--amp fp16`` (with its gradient scaler) and ``bf16`` run on CPU and GPU.
 
 The parent process writes the dataset, loads it once, shares the expression matrix with the
 workers and waits; rank 0 saves the best model (published checkpoint format). At the end
 the script prints the run's summary and test metrics beside the baselines, then reloads
 the saved model with ``GEARS(pert_data).load_pretrained(path)`` in this process and
-predicts one test condition. For several machines use ``python -m gears_ddp.launch`` under
+predicts one test condition. For several machines use ``gears-ddp train --config`` under
 torchrun or Slurm (``examples/torchrun_two_nodes.sh``, ``examples/slurm_train.sbatch``).
 """
 import argparse

@@ -15,7 +15,7 @@ Genes whose statistics differ only by rounding can swap places: scanpy's own sum
 order that depends on the matrix's format and on the number of threads, so no ranking
 reproduces its order of such genes everywhere. The per-condition sums come from blocks of
 cells (``grouped.condition_means``): no copy of the matrix per condition, and none of
-scanpy's compiled kernels (compiling them for sparse input holds about 45 MiB in every
+scanpy's compiled kernels (whose compilation for sparse input holds memory in every
 process that ranks genes).
 """
 from __future__ import annotations

@@ -79,9 +79,8 @@ def gene_correlation(expression, rows: np.ndarray, elements_per_chunk: int = 2**
     ``expression`` is a (cells x genes) tensor or array. Cells are read in chunks of about
     ``elements_per_chunk`` values and the sums are accumulated in float64, so no dense copy
     of the selected cells is made; the (genes x genes) result is then formed in place, a
-    block of genes at a time, so the peak is about one float64 genes x genes matrix (200 MB
-    for 5,000 genes) instead of several. Chunks of 2**20 values (a 12 MiB transient) ran as
-    fast as 2**22 (48 MiB) on 1,000 and 5,000 genes.
+    block of genes at a time, so the peak is about one float64 genes x genes matrix instead
+    of several.
     """
     n_genes = expression.shape[1]
     cells_per_chunk = max(1, elements_per_chunk // n_genes)

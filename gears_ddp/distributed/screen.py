@@ -9,8 +9,8 @@ merges them into one table in pair order (``inference.screen.run_screen``). Chun
 and forward passes do not depend on the number of workers, so the table does not either.
 
 On CPU one thread per process: the scores are many small operations, and on a busy
-machine threads that wait for each other lose far more than they gain (two threads on a
-shared 2-core machine scored 14x slower than one; benchmarks/RESULTS.md).
+machine threads that wait for each other lose far more than they gain (measured in
+benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ to ``edge_index[1]``.
 This is torch_geometric's ``SGConv(in, out, K=1)`` with its defaults, with the same
 parameter names (``lin.weight``, ``lin.bias``) and initialisation, so GEARS checkpoints
 load either way; the test suite checks outputs and gradients against it. It is written
-here because importing torch_geometric costs every process about 130 MiB of private
-memory and over a second (it imports ``torch._dynamo`` and sympy), which each
-distributed rank would pay for two sparse products.
+here because importing torch_geometric costs every distributed rank memory and start-up
+time (it imports ``torch._dynamo`` and sympy) for two sparse products (the README's
+dependencies section has the measured cost).
 """
 from __future__ import annotations
 

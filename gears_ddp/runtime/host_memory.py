@@ -2,9 +2,8 @@
 
 A CPU training step allocates and frees tensors of several MiB each (rows of sets x genes).
 With glibc's default settings the heap's free top is given back to the operating system
-whenever it exceeds twice the last large free, so the next step touches fresh pages again:
-about ten thousand page faults per step, a third of the step's time on the benchmark
-data. ``retained_host_memory()`` raises the threshold above which freed memory is returned
+whenever it exceeds twice the last large free, so the next step touches fresh pages again
+(thousands of page faults per step, a large share of its time; benchmarks/RESULTS.md). ``retained_host_memory()`` raises the threshold above which freed memory is returned
 (``M_TRIM_THRESHOLD``, 256 MiB) and serves allocations up to 32 MiB (glibc's maximum)
 from the heap (``M_MMAP_THRESHOLD``), for an epoch's optimiser steps, and then gives the
 retained memory back (``malloc_trim``). Peak memory is unchanged; it is reached once
@@ -15,9 +14,8 @@ own settings alone when the user chose them (``MALLOC_TRIM_THRESHOLD_`` or
 ``MALLOC_MMAP_THRESHOLD_`` in the environment). At the end of the block both thresholds
 go back to glibc's initial 128 KiB (glibc cannot report the previous values) and the
 retained memory is returned. Evaluations (of the epoch's train and val cells, and of the
-test set) run without: their 16 MiB batch blocks alternate with small pieces, which a
-retaining heap keeps growing with the number of cells (7.4 GB for a million-cell test
-set, against under 1 GB).
+test set) run without: their large batch blocks alternate with small pieces, which a
+retaining heap would keep growing with the number of cells.
 """
 from __future__ import annotations
 

@@ -1,0 +1,152 @@
+"""float16 with its gradient scaler, run for real on the CPU with 2 gloo processes: the loss
+is scaled, the gradients are unscaled before value clipping, a step whose gradients
+overflow is skipped on every rank (weights unchanged, the scale lowered), and the scaler's
+state travels in checkpoints so that a resumed run ends as the uninterrupted one.
+
+An overflow is forced with a huge initial loss scale (2^40), lowered by 2^-8 at each
+overflow, so that a few steps overflow and the later ones do not."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from gears_ddp.data.cells import PertBatch
+from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
+from gears_ddp.distributed.rank import spawned_rank
+from gears_ddp.distributed.supervisor import spawn_workers
+from gears_ddp.model.folder import read_weights
+from gears_ddp.model.losses import LossContext
+from gears_ddp.runtime.ranks import ProcessGroupRanks
+from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
+from gears_ddp.training.engine import Precision, batch_loss, training_step
+from model_fixtures import make_model, random_batch
+from test_distributed import _args, _spawn_on_toy
+
+pytestmark = pytest.mark.distributed
+
+HIGH_SCALE, BACKOFF = 2.0 ** 40, 2.0 ** -8
+STEPS = 6
+CPU = torch.device("cpu")
+
+
+def high_scale_scaler() -> torch.amp.GradScaler:
+    return torch.amp.GradScaler("cpu", init_scale=HIGH_SCALE, backoff_factor=BACKOFF)
+
+
+def _batch(seed: int) -> PertBatch:
+    x, pert_idx = random_batch(seed=seed)
+    return PertBatch(x=x, y=x + 0.1, pert_idx=pert_idx, condition=(pert_idx[:, 0] + 1) % 6,
+                     de_idx=torch.full((len(x), 20), -1), condition_names=[str(i) for i in range(6)])
+
+
+def _scaled_steps(local_rank, port, messages):
+    """``STEPS`` float16 optimiser steps of a DDP model on this rank's batches; for each:
+    the scale before and after, whether the weights changed, the largest gradient value that
+    clipping saw, and that of full-precision gradients of the same step (both ranks'
+    batches, as DDP averages them)."""
+    setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
+    try:
+        messages.put((local_rank, _steps(local_rank)))
+    finally:
+        cleanup_ddp()
+
+
+def _steps(local_rank) -> list[dict]:
+    ranks = ProcessGroupRanks()
+    network = make_model().train()
+    model = ranks.wrap(network, CPU)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    precision = Precision(torch.float16, high_scale_scaler())
+    context = LossContext(torch.ones(6, 40, dtype=torch.bool), torch.zeros(40))
+    seen_at_clipping = []
+    clip = torch.nn.utils.clip_grad_value_
+
+    def recording_clip(parameters, clip_value, **options):
+        parameters = list(parameters)
+        seen_at_clipping.append(max(float(p.grad.abs().max()) for p in parameters if p.grad is not None))
+        return clip(parameters, clip_value, **options)
+    torch.nn.utils.clip_grad_value_ = recording_clip
+    records = []
+    for step in range(STEPS):
+        batches = [_batch(seed=10 * step + rank) for rank in (0, 1)]
+        reference = copy.deepcopy(network)
+        ((batch_loss(reference, batches[0], context, False)
+          + batch_loss(reference, batches[1], context, False)) / 2).backward()
+        before = {name: p.detach().clone() for name, p in network.named_parameters()}
+        scale_before = precision.scaler.get_scale()
+        training_step(model, [batches[local_rank]], optimizer, context, False, CPU, precision, ranks)
+        records.append({
+            "scale_before": scale_before, "scale_after": precision.scaler.get_scale(),
+            "changed": any(not torch.equal(before[name], p) for name, p in network.named_parameters()),
+            "at_clipping": seen_at_clipping[-1],
+            "full_precision": max(float(p.grad.abs().max()) for p in reference.parameters() if p.grad is not None),
+            "weights": {name: p.detach().numpy().copy() for name, p in network.named_parameters()}})
+    return records
+
+
+def test_fp16_steps_scale_unscale_before_clipping_and_skip_overflows_on_every_rank():
+    results = dict(spawn_workers(_scaled_steps, (find_free_port(),), 2))
+    ours, theirs = results[0], results[1]
+    skipped = [not record["changed"] for record in ours]
+    assert skipped[0] and not skipped[-1], skipped  # the forced overflows, then steps that apply
+    for record, other in zip(ours, theirs):
+        assert record["changed"] == other["changed"] and record["scale_after"] == other["scale_after"]
+        for name, value in record["weights"].items():  # the ranks stay identical, skipped steps included
+            np.testing.assert_array_equal(value, other["weights"][name], err_msg=name)
+        if record["changed"]:  # an applied step keeps the scale (it grows only after 2000 clean steps)
+            assert record["scale_after"] == record["scale_before"]
+            # clipping saw the true gradients: unscaled, equal to full precision's to float16's rounding
+            assert record["at_clipping"] == pytest.approx(record["full_precision"], rel=0.05)
+        else:  # a skipped step: weights untouched (checked above), the scale lowered by the backoff
+            assert record["scale_after"] == record["scale_before"] * BACKOFF
+    assert ours[-1]["scale_after"] < HIGH_SCALE
+
+
+def test_a_forced_overflow_skips_the_step_and_lowers_the_scale_in_one_process():
+    network = make_model().train()
+    optimizer = torch.optim.Adam(network.parameters(), lr=1e-3)
+    precision = Precision(torch.float16, high_scale_scaler())
+    before = copy.deepcopy(network.state_dict())
+    loss = training_step(network, [_batch(seed=3)], optimizer, LossContext(torch.ones(6, 40, dtype=torch.bool),
+                                                                          torch.zeros(40)), False, CPU, precision)
+    assert torch.isfinite(loss)  # the loss is fine; its scaled gradients overflowed float16
+    assert precision.scaler.get_scale() == HIGH_SCALE * BACKOFF
+    assert all(torch.equal(before[name], value) for name, value in network.state_dict().items())
+
+
+def _worker_with_a_high_loss_scale(local_rank, *args):
+    """A rank whose float16 scaler starts at ``HIGH_SCALE``, so that its state matters."""
+    from gears_ddp.training import engine
+
+    for_mode = engine.Precision.for_mode.__func__
+
+    def high_scale(cls, amp, device):
+        precision = for_mode(cls, amp, device)
+        return cls(precision.dtype, high_scale_scaler()) if precision.scaler is not None else precision
+    engine.Precision.for_mode = classmethod(high_scale)
+    spawned_rank(local_rank, *args)
+
+
+def test_fp16_resumes_exactly_with_the_scaler_state_of_its_checkpoint(data_folder, tmp_path):
+    fp16 = {"amp": "fp16", "checkpoint_every": 1}
+    _spawn_on_toy(data_folder, _worker_with_a_high_loss_scale, tmp_path / "whole", epochs=2, **fp16)
+    _spawn_on_toy(data_folder, _worker_with_a_high_loss_scale, tmp_path / "part", epochs=1, **fp16)
+    after_one_epoch = load_training_checkpoint(checkpoint_files(tmp_path / "part")[-1])
+    assert after_one_epoch["scaler"]["scale"] < HIGH_SCALE  # steps were skipped: the state carries that
+    _spawn_on_toy(data_folder, _worker_with_a_high_loss_scale, tmp_path / "resumed", epochs=2,
+                  resume_from=str(tmp_path / "part"), **fp16)
+    whole, resumed = (load_training_checkpoint(checkpoint_files(tmp_path / name)[-1]) for name in ("whole", "resumed"))
+    assert whole["scaler"] == resumed["scaler"]
+    for name, value in whole["model"].items():
+        assert torch.equal(value, resumed["model"][name]), name
+    saved = [read_weights(tmp_path / name) for name in ("whole", "resumed")]
+    assert all(torch.equal(saved[0][name], saved[1][name]) for name in saved[0])
+
+
+def test_fp16_trains_two_cpu_ranks_through_train_multi_gpu(data_folder, tmp_path):
+    from gears_ddp import train_multi_gpu
+
+    report = train_multi_gpu(data_folder, "toy", {"split": "simulation", "seed": 1},
+                             _args(tmp_path / "fp16", epochs=1, amp="fp16"))
+    assert np.isfinite(report["model"]["test_mse_de"]) and len(set(report["parameter_digests"])) == 1
