@@ -163,6 +163,8 @@ class GEARS:
         self._require_model()
         if ranks.is_main and self.wandb is None and options.wandb:
             self.wandb = start_wandb(**options.wandb)
+        if ranks.is_main and self.wandb is not None:
+            self.wandb.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
         writes = options.save_path is not None and ranks.is_main
         if writes:
             check_save_path(options.save_path)

@@ -44,10 +44,11 @@ def _names_defined_in_classes(tree: ast.Module, only: str | None = None) -> set[
 
 
 def front_only_attributes() -> set[str]:
-    """What a ``GEARS`` object has that no class below the front defines."""
+    """What a ``GEARS`` object has that no class below the front defines, and that is not
+    a ``torch.nn.Module``'s (``train``, ``eval``: the networks' own)."""
     front = _names_defined_in_classes(ast.parse((PACKAGE / "gears.py").read_text(encoding="utf-8")), "GEARS")
     below = set().union(*(_names_defined_in_classes(tree) for tree in _modules_below_the_front().values()))
-    return {name for name in front - below if not name.startswith("__")}
+    return {name for name in front - below - set(dir(torch.nn.Module)) if not name.startswith("__")}
 
 
 def reaches_into_the_front(modules: dict[str, ast.Module], front_only: set[str]) -> list[str]:

@@ -159,10 +159,10 @@ def interval_verdict(low: float, high: float, higher: bool) -> str:
     return NO_CLEAR
 
 
-def paired_difference(gears: Spread, baseline: Spread, higher: bool, reason: str | None = None) -> PairedDifference:
+def paired_difference(model: Spread, baseline: Spread, higher: bool, reason: str | None = None) -> PairedDifference:
     """The differences of the replicates where both values are known, their interval and
     verdict; "not applicable" instead when there is a ``reason`` the comparison is none."""
-    pairs = [(a, b) for a, b in zip(gears.values, baseline.values) if math.isfinite(a) and math.isfinite(b)]
+    pairs = [(a, b) for a, b in zip(model.values, baseline.values) if math.isfinite(a) and math.isfinite(b)]
     differences = [a - b for a, b in pairs]
     mean, sd, low, high = t_interval(differences)
     verdict = NOT_APPLICABLE if reason else interval_verdict(low, high, higher)

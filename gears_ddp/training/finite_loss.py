@@ -50,7 +50,7 @@ class LossWatch:
         """Raise ``NonFiniteLoss`` on every rank when any rank recorded a non-finite loss
         (a collective: every rank calls it at the same steps). ``position`` is the recipe's
         ``TrainingPosition``, to name the epoch and its step."""
-        mine = int(self.first_bad_step)
+        mine = int(self.first_bad_step.item())
         if not ranks.largest(int(mine >= 0)):
             return
         bad = {rank: step for rank, step in enumerate(ranks.gather(mine)) if step >= 0}

@@ -60,7 +60,7 @@ class TrainingInputs:
     has one, ``test_loader``), the loss's per-condition gene sets (``loss_context``), a
     factory of empty evaluation accumulators (``new_accumulator``), whether the network is
     in ``uncertainty`` mode, and an optional ``tracker`` (an experiment tracker with
-    ``log(dict)`` and ``config.update(dict)``, such as a Weights & Biases run; the main
+    ``log(dict)``, such as a Weights & Biases run, that gets each epoch's record; the main
     rank's only)."""
 
     network: nn.Module
@@ -145,8 +145,6 @@ class TrainingRecipe:
         if options.compile:
             self.model = torch.compile(self.model)
         self.tracker = inputs.tracker if ranks.is_main else None
-        if self.tracker is not None:
-            self.tracker.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
         self.signals = StopSignals()
         self.losses = LossWatch(self.device, self.precision.scaler, self.position.global_step)
 
