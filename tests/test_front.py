@@ -6,7 +6,6 @@ with parts built by hand, no ``GEARS`` object anywhere."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import torch
 
