@@ -60,9 +60,13 @@ pairs each cell with the control cell its loader pairs it with, so the means are
   condition (``A+ctrl``, ``A+B``); ``A+B`` and ``B+A`` stay two perturbations in both.
   cell-eval's discrimination score leaves a single's target gene out of its distances
   (``var_names == target``) but no gene of a combination (no gene is named ``A+B``);
-- with ``GEARS.predict(..., return_type='cell-eval')`` the predicted controls are the 300
-  drawn control cells, so cell-eval's predicted change is exactly the model's, while the
-  real file's change is measured from that file's own control cells.
+- with ``GEARS.predict(..., return_type='cell-eval')`` the predicted controls are the drawn
+  control cells (300, or ``cells_per_perturbation``), so cell-eval's predicted change is
+  exactly the model's, while the real file's change is measured from that file's own
+  control cells; with ``split_predictions(..., cells_per_perturbation=N)`` the predicted
+  cells start from N drawn control cells and the controls of both files are all the
+  dataset's, so cell-eval's predicted change also carries the drawn cells' mean less the
+  control mean.
 
 cell-eval's ``mse_delta`` equals its ``mse`` on these files (the control means cancel). Our
 other metrics (top-20 DE genes, non-dropout genes, direction, spread) have no cell-eval
