@@ -226,9 +226,11 @@ class GEARS:
                                    self.ctrl_expression.cpu().numpy(), subgroups)
 
     # ------------------------------------------------------------------ using a model
-    def predict(self, pert_list, return_type: str = "dict", seed: int = 0):
-        """Mean predicted expression for each query (a list of 1 or 2 genes), over 300 control
-        cells drawn with ``seed`` (with replacement), each with the query's perturbation applied.
+    def predict(self, pert_list, return_type: str = "dict", seed: int = 0,
+                cells_per_perturbation: int = PREDICTION_CELLS):
+        """Mean predicted expression for each query (a list of 1 or 2 genes), over
+        ``cells_per_perturbation`` (300, as the published GEARS) control cells drawn with
+        ``seed`` (with replacement), each with the query's perturbation applied.
 
         ``return_type``:
 
@@ -240,8 +242,9 @@ class GEARS:
           genes as ``var``, provenance in ``uns['gears_ddp']``
           (``cell_eval_export.mean_predictions``);
         - ``'cell-eval'``: per-cell predictions in the layout of Arc Institute's cell-eval:
-          the 300 control cells each with each query's predicted change (clipped at 0), then
-          the same cells as control (``cell_eval_export.cell_predictions``).
+          the drawn control cells each with each query's predicted change (clipped at 0), so
+          ``cells_per_perturbation`` cells per query, then the same cells as control
+          (``cell_eval_export.cell_predictions``).
         """
         self._require_weights()
         return_types = ("dict", "dataframe", "anndata", "cell-eval")
@@ -249,7 +252,7 @@ class GEARS:
             raise ValueError(f"return_type must be one of {return_types}, got {return_type!r}")
         sets = query_sets(pert_list, self.node_map_pert)
         pert_list = [list(query) for query in pert_list]
-        picked = drawn_control_cells(self.pert_data.cells, seed)
+        picked = drawn_control_cells(self.pert_data.cells, seed, cells_per_perturbation)
         effect, logvar = self.perturbation_effects(sets)
         keys = query_keys(pert_list)
         prediction = (effect + picked.mean(0).to(self.device)).cpu().numpy()
@@ -262,21 +265,24 @@ class GEARS:
         if return_type == "anndata":
             from gears_ddp.inference.cell_eval_export import mean_predictions
             return mean_predictions(self.pert_data, self.provenance(), pert_list, prediction, uncertainty, seed,
-                                    PREDICTION_CELLS)
+                                    len(picked))
         if return_type == "cell-eval":
             from gears_ddp.inference.cell_eval_export import cell_predictions
             return cell_predictions(self.pert_data, self.provenance(), pert_list, picked, effect.cpu(), seed)
         predictions = dict(zip(keys, prediction))
         return predictions if uncertainty is None else (predictions, dict(zip(keys, uncertainty.tolist())))
 
-    def predict_split(self, split: str = "test", clip_at_zero: bool = True):
-        """Predicted and real AnnData of every cell of ``split`` in cell-eval's layout
+    def predict_split(self, split: str = "test", clip_at_zero: bool = True, cells_per_perturbation: int | None = None,
+                      seed: int = 0):
+        """Predicted and real AnnData of the perturbations of ``split`` in cell-eval's layout:
+        a predicted cell for every cell of the split, or ``cells_per_perturbation`` cells per
+        perturbation from control cells drawn with ``seed``
         (``inference.cell_eval_export.split_predictions``; ``gears-ddp predict --split``)."""
         from gears_ddp.inference.cell_eval_export import split_predictions
 
         self._require_weights()
         return split_predictions(self.pert_data, self.dataloader, self.perturbation_effects, self.provenance(), split,
-                                 clip_at_zero)
+                                 clip_at_zero, cells_per_perturbation, seed)
 
     def provenance(self) -> dict:
         """What produces this object's predictions, for their ``uns['gears_ddp']``: the

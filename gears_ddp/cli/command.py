@@ -5,7 +5,7 @@
     gears-ddp train --config run.yaml --seeds 1 2 3 4 5 [--split-seeds 1 2 3 4 5]   replicates
     gears-ddp evaluate --run ./runs/my_run [--set split_config.seed=2] [--out scores.json]
     gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
-    gears-ddp predict --run ./runs/my_run --split test --format cell-eval --out test.h5ad
+    gears-ddp predict --run ./runs/my_run --split test --format cell-eval [--cells-per-perturbation 100] --out test.h5ad
     gears-ddp screen --run ./runs/my_run --genes FEV SAMD1 CBL --out screen.csv
     gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--normalize --go-gene-sets go.gmt]
 
@@ -31,7 +31,7 @@ from gears_ddp._logging import enable_console_logging
 from gears_ddp.data.download import DownloadError
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
 from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
-from gears_ddp.inference.prediction import CHANGE_MODES, DRAWN_CELLS_CHANGE, EXACT_CHANGE
+from gears_ddp.inference.prediction import CHANGE_MODES, DRAWN_CELLS_CHANGE, EXACT_CHANGE, checked_cell_count
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss
 
@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--format", choices=FORMATS, default="anndata",
                          help="anndata: one row per query (mean); cell-eval: cells in cell-eval's layout; "
                               "csv: one row per query")
+    predict.add_argument("--cells-per-perturbation", type=int, metavar="N",
+                         help="predict N cells per perturbation, from N control cells drawn at random (seed 0): "
+                              "with --split, instead of one per cell of the set; with --perturbations, instead of "
+                              "300")
     predict.add_argument("--out", required=True, help="the file to write (.h5ad, or .csv)")
 
     screen = commands.add_parser("screen", help="score every pair of a gene set for genetic interactions",
@@ -307,23 +311,29 @@ def evaluate(options) -> int:
 
 
 def predict(options) -> int:
+    if options.cells_per_perturbation is not None:
+        checked_cell_count(options.cells_per_perturbation)  # before the run is loaded
     gears = _load_run(options)
     out = Path(options.out)
     if options.split is not None:
         if options.format == "csv":
             raise ValueError("--split writes cells: use --format cell-eval or anndata")
-        predicted, real = gears.predict_split(options.split)
+        predicted, real = gears.predict_split(options.split, cells_per_perturbation=options.cells_per_perturbation)
         truth = out.with_name(out.name.replace(".h5ad", "") + ".truth.h5ad")
         predicted.write_h5ad(out)
         real.write_h5ad(truth)
-        print(f"predictions for the {predicted.n_obs} cells of the {options.split} set written to {out}, "
-              f"their true expression to {truth}")
+        n_cells = options.cells_per_perturbation
+        what = f"{predicted.n_obs} cells" if n_cells is None else \
+            f"{predicted.obs['condition'].nunique() - 1} perturbations ({n_cells} cells each) and the control cells"
+        print(f"predictions for the {what} of the {options.split} set written to {out}, their true expression to "
+              f"{truth}")
         return 0
     queries = [[gene for gene in query.split("+") if gene != "ctrl"] for query in options.perturbations]
+    drawn = {} if options.cells_per_perturbation is None else {"cells_per_perturbation": options.cells_per_perturbation}
     if options.format == "csv":
-        gears.predict(queries, return_type="anndata").to_df().to_csv(out)
+        gears.predict(queries, return_type="anndata", **drawn).to_df().to_csv(out)
     else:
-        gears.predict(queries, return_type=options.format).write_h5ad(out)
+        gears.predict(queries, return_type=options.format, **drawn).write_h5ad(out)
     print(f"predictions for {len(queries)} perturbation(s) written to {out}")
     return 0
 

@@ -4,8 +4,8 @@ Screens name the perturbation of each cell in a column of their own (``target_ge
 ``gene``, ``perturbation``...), with a label of their own for control cells
 (``non-targeting``, ``NT``, ``control``...) and, for combinations, genes joined by a
 separator of their own (``FEV_SAMD1``, ``FEV+SAMD1``). GEARS reads ``obs['condition']``
-written ``'ctrl'``, ``'A+ctrl'`` and ``'A+B'``, and one ``obs['cell_type']``.
-``add_gears_columns`` writes both from what the screen has.
+written ``'ctrl'``, ``'A+ctrl'`` and ``'A+B'``, one ``obs['cell_type']`` and the gene symbols
+in ``var['gene_name']``. ``add_gears_columns`` writes them from what the screen has.
 """
 from __future__ import annotations
 
@@ -70,8 +70,11 @@ def add_gears_columns(adata, cell_type: str, perturbation_column: str | None = N
                       control_label: str | None = None, combination_separator: str | None = None,
                       source: str = "the AnnData") -> None:
     """Write ``obs['condition']`` from ``obs[perturbation_column]`` (when given, with its
-    ``control_label`` and optional ``combination_separator``) and, when the screen has no
-    ``obs['cell_type']``, one cell type ``cell_type`` for every cell (logged)."""
+    ``control_label`` and optional ``combination_separator``); when the screen has no
+    ``obs['cell_type']``, one cell type ``cell_type`` for every cell; and, for a screen with
+    its own perturbation column but no ``var['gene_name']`` (the Virtual Cell Challenge's
+    file names its genes by ``var_names`` and keeps Ensembl ids in ``var['gene_id']``), the
+    ``var_names`` as the gene symbols. Each filled-in column is logged."""
     if perturbation_column is None and (control_label is not None or combination_separator is not None):
         raise ValueError("a control label or combination separator is read from a perturbation column: give "
                          "perturbation_column (gears-ddp process --perturbation-column) too")
@@ -89,6 +92,10 @@ def add_gears_columns(adata, cell_type: str, perturbation_column: str | None = N
     if "cell_type" not in adata.obs.columns:
         adata.obs["cell_type"] = pd.Categorical([cell_type] * adata.n_obs)
         logger.info("%s has no obs['cell_type']: every cell is given the one cell type %r", source, cell_type)
+    if perturbation_column is not None and "gene_name" not in adata.var.columns:
+        adata.var["gene_name"] = np.asarray(adata.var_names, dtype=str)
+        logger.info("%s has no var['gene_name']: its var_names are taken as the gene symbols (%s)", source,
+                    listed(adata.var_names, 3))
 
 
 def listed(names, limit: int = 10) -> str:

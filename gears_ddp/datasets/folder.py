@@ -32,7 +32,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp.data import io, processing
 from gears_ddp.data.go_files import write_go_files
 from gears_ddp.data.pertdata import write_processed_dataset
-from gears_ddp.datasets.synthetic import make_synthetic_perturb_seq
+from gears_ddp.datasets.synthetic import GEARS_LAYOUT, make_synthetic_perturb_seq
 
 logger = get_logger(__name__)
 
@@ -52,6 +52,10 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
     data_path = Path(data_path)
     if data_path.exists() and not data_path.is_dir():
         raise ValueError(f"data path {data_path} is a file; the synthetic dataset needs a folder")
+    if generator_options.get("layout", GEARS_LAYOUT) != GEARS_LAYOUT:
+        raise ValueError(f"write_synthetic_dataset processes GEARS's layout; layout="
+                         f"{generator_options['layout']!r} is a screen as it comes: write it with "
+                         "write_synthetic_screen and process it (gears-ddp process)")
     folder = data_path / name.lower()
     if (folder / io.PROCESSED_FILE).exists() and (folder / TRUE_MEANS_FILE).exists() and not overwrite:
         logger.info("synthetic dataset already at %s", folder)
@@ -76,7 +80,9 @@ def write_synthetic_screen(data_path, name: str = "screen", overwrite: bool = Fa
     (CSR expression appended a block of cells at a time), with the GO files in
     ``data_path``; returns the h5ad's path. ``generator_options`` go to
     ``make_synthetic_perturb_seq``. Process it with ``PertData(data_path).new_data_process(
-    name, anndata.read_h5ad(path, backed='r'))``, which also reads it a block at a time."""
+    name, anndata.read_h5ad(path, backed='r'))``, which also reads it a block at a time; a
+    screen in the ``"screen"`` layout (raw counts, ``obs['target_gene']``) with ``gears-ddp
+    process --perturbation-column target_gene --control-label non-targeting --normalize``."""
     data_path = Path(data_path)
     data_path.mkdir(parents=True, exist_ok=True)
     path = data_path / f"{name}.h5ad"

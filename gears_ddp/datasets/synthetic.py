@@ -94,12 +94,30 @@ Generative model (every random draw comes from one ``numpy.random.default_rng(se
 ``adata.var`` also records each gene's ``module`` and ``perturbation``
 (``'knockdown'``, ``'activation'`` or ``'none'``) for evaluation.
 
+10. **Layout.** ``layout="gears"`` (the default) writes GEARS's raw input: the log-normalised
+    ``X`` above, ``obs['condition']`` (``ctrl``, ``A+ctrl``, ``A+B``), ``obs['cell_type']``
+    and ``var['gene_name']``. ``layout="screen"`` writes the same cells as a screen comes,
+    in the Virtual Cell Challenge's layout: ``X`` holds the raw counts of step 7 (whole
+    numbers, float32 CSR; the unmeasured count, which enters only a cell's total, is not
+    written), ``obs['target_gene']`` names each cell's perturbed gene (``A``, ``A+B`` for a
+    combination, ``non-targeting`` for control cells), and there is no ``condition``,
+    ``cell_type`` or ``gene_name`` column: the gene symbols are the ``var_names``. Every
+    random draw is the same in both layouts, so with ``library_size=None`` normalising the
+    screen's counts (1e4 per cell, log1p) gives the GEARS layout's ``X``.
+
 Presets (``preset(name)`` gives the options, ``PRESETS`` lists them):
 
 - ``"benchmark"``: the defaults above (7,300 cells x 1,000 genes). Speed and parity
   benchmarks and most tests use it. Its effects are small against the count noise (45 cells
   per condition, about 1,100 counts per cell), so models learn little from it:
   ``benchmarks/bench_learning.py`` measures why (``benchmarks/RESULTS.md``).
+- ``"vcc"``: the Virtual Cell Challenge's training file in shape, not in size or
+  statistics: ``layout="screen"`` (raw counts, ``obs['target_gene']``, ``non-targeting``
+  controls, one cell type, gene symbols as ``var_names``), CRISPRi knock-downs of single
+  genes only; 300 genes, 20 perturbed genes of 100 cells, 500 controls (2,500 cells), about
+  5,000 counts per control cell, a shared response of sd 1.0 (so that the mean-effect
+  baseline and a model trained for two epochs have something to find).
+  ``examples/vcc_workflow.py`` runs the VCC workflow on it.
 - ``"norman"``: calibrated to the Norman screen as GEARS ships it (91,205 cells x 5,045
   genes), scaled down so that ``gears-ddp demo`` trains on it in minutes on 2 CPU cores:
   500 genes, 48 CRISPRa-activated genes (direct log effect 2-4), 60 two-gene combinations
@@ -140,7 +158,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve_triangular
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.conditions import CONTROL
+from gears_ddp.data.conditions import CONTROL, condition_genes
 
 logger = get_logger(__name__)
 
@@ -148,6 +166,9 @@ ADDITIVE = "additive"
 NON_ADDITIVE_TYPES = ("synergy", "buffering", "epistasis")
 DEFAULT_INTERACTION_FRACTIONS = {"synergy": 0.15, "buffering": 0.15, "epistasis": 0.15}
 GO_TERMS_PER_MODULE = 8
+GEARS_LAYOUT, SCREEN_LAYOUT = "gears", "screen"
+SCREEN_PERTURBATION_COLUMN = "target_gene"  # the Virtual Cell Challenge's column (cell-eval's default)
+SCREEN_CONTROL_LABEL = "non-targeting"      # and its label of control cells
 TARGET_SUM = 1e4
 
 MODULE_SIZE_CONCENTRATION = 4.0
@@ -181,7 +202,8 @@ class SyntheticPerturbSeq:
     """A synthetic Perturb-seq dataset in GEARS raw input form, with its ground truth.
 
     ``adata``: log-normalised CSR expression, ``obs['condition']``, ``obs['cell_type']`` and
-    ``var['gene_name']`` (None when ``expression_to`` wrote the expression elsewhere). ``gene2go``: gene symbol -> set of GO term ids. ``pert_genes``: the
+    ``var['gene_name']``, or in the ``"screen"`` layout raw counts and ``obs['target_gene']``
+    (module docstring, step 10); None when ``expression_to`` wrote the expression elsewhere. ``gene2go``: gene symbol -> set of GO term ids. ``pert_genes``: the
     perturbable vocabulary (every annotated gene, measured or not). ``true_means``: noise-free
     log-normalised profile per condition (rows) and measured gene (columns).
     ``interaction_types``: combo condition -> 'additive' | 'synergy' | 'buffering' |
@@ -218,7 +240,7 @@ def _check_non_negative(name: str, value) -> None:
 def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition,
               n_control_cells, n_go_terms, seed, frac_activation, frac_unmeasured,
               interaction_fractions, cell_type, program_sd, activation_range, shared_response, library_size,
-              measured_share) -> None:
+              measured_share, layout) -> None:
     """Check every argument of ``make_synthetic_perturb_seq``, naming the offending one."""
     for name, value in (("n_genes", n_genes), ("n_modules", n_modules),
                         ("n_perturbed_genes", n_perturbed_genes),
@@ -242,6 +264,9 @@ def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_conditi
                              "so that every module has its own GO terms")
     if not isinstance(cell_type, str) or not cell_type:
         raise ValueError(f"cell_type must be a non-empty string, got {cell_type!r}")
+    if layout not in (GEARS_LAYOUT, SCREEN_LAYOUT):
+        raise ValueError(f"layout must be {GEARS_LAYOUT!r} (GEARS's raw input) or {SCREEN_LAYOUT!r} (raw counts "
+                         f"and obs[{SCREEN_PERTURBATION_COLUMN!r}], as a screen comes), got {layout!r}")
     _check_fraction("frac_activation", frac_activation)
     _check_fraction("frac_unmeasured", frac_unmeasured)
     _check_non_negative("program_sd", program_sd)
@@ -453,10 +478,11 @@ def _program_loadings(rng: np.random.Generator, n_genes: int) -> np.ndarray:
 
 
 def _sample_expression(rng: np.random.Generator, expected: np.ndarray, other: np.ndarray, cells_of: np.ndarray,
-                       modules: np.ndarray, loadings: np.ndarray,
-                       program_sd: float) -> tuple[np.ndarray, Iterator[sp.csr_matrix]]:
+                       modules: np.ndarray, loadings: np.ndarray, program_sd: float,
+                       raw_counts: bool = False) -> tuple[np.ndarray, Iterator[sp.csr_matrix]]:
     """Each cell's condition index (cells in shuffled order), and their log-normalised
-    expression as CSR blocks of ``CELL_CHUNK`` cells, drawn as they are consumed.
+    expression (``raw_counts``: their counts of the measured genes) as CSR blocks of
+    ``CELL_CHUNK`` cells, drawn as they are consumed.
 
     ``expected``: each condition's expected count of every measured gene in a cell of size
     factor one; ``other``: its expected count of the unmeasured genes (0: none). Negative-
@@ -482,8 +508,11 @@ def _sample_expression(rng: np.random.Generator, expected: np.ndarray, other: np
             mean = size_factor[start:stop, None] * expected[condition[start:stop]] * program
             counts = rng.negative_binomial(theta, theta / (theta + mean)).astype(np.float32)
             total = counts.sum(axis=1, keepdims=True)
-            if unmeasured:
+            if unmeasured:  # drawn in both forms, so that the later blocks are the same cells
                 total = total + rng.poisson(size_factor[start:stop] * other[condition[start:stop]])[:, None]
+            if raw_counts:
+                yield sp.csr_matrix(counts)
+                continue
             scaled = np.divide(counts * np.float32(TARGET_SUM), total, out=np.zeros_like(counts), where=total > 0)
             yield sp.csr_matrix(np.log1p(scaled))
 
@@ -542,19 +571,33 @@ def _gene2go(rng: np.random.Generator, measured: list[str], unmeasured: list[str
             if gene_terms}
 
 
-def _obs_and_var(cell_conditions: np.ndarray, conditions: list[str], symbols: np.ndarray, modules: np.ndarray,
-                 perturbed: np.ndarray, activated: np.ndarray, cell_type: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``obs`` and ``var`` in GEARS raw form, plus ``var['module']`` and
-    ``var['perturbation']`` ground truth."""
-    width = len(str(len(cell_conditions)))
-    obs = pd.DataFrame({"condition": pd.Categorical(cell_conditions, categories=conditions),
-                        "cell_type": pd.Categorical([cell_type] * len(cell_conditions))},
-                       index=pd.Index([f"cell{i:0{width}d}" for i in range(len(cell_conditions))]))
+def screen_label(condition: str) -> str:
+    """A condition's label in the ``"screen"`` layout: ``A`` for ``A+ctrl``, ``A+B`` for
+    ``A+B``, ``SCREEN_CONTROL_LABEL`` for ``ctrl``."""
+    return "+".join(condition_genes(condition)) or SCREEN_CONTROL_LABEL
+
+
+def _obs_and_var(condition_index: np.ndarray, conditions: list[str], symbols: np.ndarray, modules: np.ndarray,
+                 perturbed: np.ndarray, activated: np.ndarray, cell_type: str,
+                 layout: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``obs`` and ``var`` in the ``layout`` (module docstring, step 10), plus
+    ``var['module']`` and ``var['perturbation']`` ground truth."""
+    width = len(str(len(condition_index)))
+    index = pd.Index([f"cell{i:0{width}d}" for i in range(len(condition_index))])
+    if layout == SCREEN_LAYOUT:
+        labels = [screen_label(c) for c in conditions]
+        obs = pd.DataFrame({SCREEN_PERTURBATION_COLUMN: pd.Categorical.from_codes(condition_index, labels)},
+                           index=index)
+    else:
+        obs = pd.DataFrame({"condition": pd.Categorical.from_codes(condition_index, conditions),
+                            "cell_type": pd.Categorical([cell_type] * len(condition_index))}, index=index)
     mode = np.full(len(symbols), "none", dtype=object)
     mode[perturbed] = np.where(activated, "activation", "knockdown")
-    var = pd.DataFrame({"gene_name": symbols, "module": modules.astype(np.int64),
+    var = pd.DataFrame({"module": modules.astype(np.int64),
                         "perturbation": pd.Categorical(mode, categories=["none", "knockdown", "activation"])},
                        index=pd.Index(symbols))
+    if layout == GEARS_LAYOUT:
+        var.insert(0, "gene_name", symbols)
     return obs, var
 
 
@@ -567,6 +610,10 @@ PRESETS = {
                "interaction_fractions": {"synergy": 0.05, "buffering": 0.05, "epistasis": 0.05},
                "activation_range": (2.0, 4.0), "shared_response": 1.0, "library_size": 10000.0,
                "measured_share": 0.006},
+    # the Virtual Cell Challenge's file in shape (see "Presets"); examples/vcc_workflow.py's data
+    "vcc": {"n_genes": 300, "n_modules": 10, "n_perturbed_genes": 20, "n_combos": 0, "cells_per_condition": 100,
+            "n_control_cells": 500, "frac_activation": 0.0, "shared_response": 1.0, "library_size": 5000.0,
+            "layout": SCREEN_LAYOUT},
 }
 
 
@@ -589,7 +636,7 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
                                cell_type: str = "synthetic", program_sd: float = DEFAULT_PROGRAM_SD,
                                activation_range: tuple[float, float] = ACTIVATION_RANGE,
                                shared_response: float = 0.0, library_size: float | None = None,
-                               measured_share: float = 1.0,
+                               measured_share: float = 1.0, layout: str = GEARS_LAYOUT,
                                expression_to: Callable = in_memory) -> SyntheticPerturbSeq:
     """Generate a synthetic Perturb-seq dataset (see the module docstring for the model).
 
@@ -601,7 +648,8 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     maps 'synergy' / 'buffering' / 'epistasis' to fractions of the combos (default 0.15 each,
     the rest additive). ``program_sd`` is the standard deviation of the per-cell module
     (program) activities that create within-module co-expression (0 turns them off).
-    Deterministic for a given ``seed``. ``expression_to(obs, var, blocks)`` consumes the
+    ``layout``: ``"gears"`` (GEARS's raw input) or ``"screen"`` (raw counts and
+    ``obs['target_gene']``, as a screen comes; module docstring, step 10). Deterministic for a given ``seed``. ``expression_to(obs, var, blocks)`` consumes the
     expression, which arrives as CSR blocks of cells, and returns the AnnData to report: by
     default one in memory; ``datasets.write_synthetic_screen`` writes the blocks to a file
     instead, so a screen larger than memory can be generated.
@@ -609,7 +657,7 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     fractions = dict(DEFAULT_INTERACTION_FRACTIONS if interaction_fractions is None else interaction_fractions)
     _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition, n_control_cells,
               n_go_terms, seed, frac_activation, frac_unmeasured, fractions, cell_type, program_sd, activation_range,
-              shared_response, library_size, measured_share)
+              shared_response, library_size, measured_share, layout)
     n_go_terms = GO_TERMS_PER_MODULE * n_modules if n_go_terms is None else n_go_terms
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -638,9 +686,9 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
         expected = rates * (library_size * measured_share / rates[0].sum())
         other = np.full(len(rates), library_size * (1 - measured_share))
     loadings = _program_loadings(rng, n_genes)
-    condition_index, blocks = _sample_expression(rng, expected, other, cells_of, modules, loadings, float(program_sd))
-    obs, var = _obs_and_var(np.array(conditions)[condition_index], conditions, symbols, modules, perturbed, activated,
-                            cell_type)
+    condition_index, blocks = _sample_expression(rng, expected, other, cells_of, modules, loadings, float(program_sd),
+                                                 raw_counts=layout == SCREEN_LAYOUT)
+    obs, var = _obs_and_var(condition_index, conditions, symbols, modules, perturbed, activated, cell_type, layout)
     adata = expression_to(obs, var, blocks)  # consumes every block before the GO draws below (None: written)
     gene2go = _gene2go(rng, measured_genes, unmeasured_genes, modules, n_modules, n_go_terms, perturbed)
     true_means = pd.DataFrame(np.log1p(TARGET_SUM * expected / (expected.sum(axis=1, keepdims=True) + other[:, None])),
@@ -653,7 +701,7 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
               "program_sd": float(program_sd), "activation_range": [float(v) for v in activation_range],
               "shared_response": float(shared_response),
               "library_size": None if library_size is None else float(library_size),
-              "measured_share": float(measured_share),
+              "measured_share": float(measured_share), "layout": layout,
               "n_cells": int(cells_of.sum()), "n_unmeasured_genes": n_unmeasured}
     logger.info("synthetic Perturb-seq: %d cells x %d genes, %d conditions, %d GO-annotated genes (%.1f s)",
                 int(cells_of.sum()), n_genes, len(conditions), len(gene2go), time.perf_counter() - started)

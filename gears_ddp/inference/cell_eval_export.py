@@ -60,9 +60,13 @@ pairs each cell with the control cell its loader pairs it with, so the means are
   condition (``A+ctrl``, ``A+B``); ``A+B`` and ``B+A`` stay two perturbations in both.
   cell-eval's discrimination score leaves a single's target gene out of its distances
   (``var_names == target``) but no gene of a combination (no gene is named ``A+B``);
-- with ``GEARS.predict(..., return_type='cell-eval')`` the predicted controls are the 300
-  drawn control cells, so cell-eval's predicted change is exactly the model's, while the
-  real file's change is measured from that file's own control cells.
+- with ``GEARS.predict(..., return_type='cell-eval')`` the predicted controls are the drawn
+  control cells (300, or ``cells_per_perturbation``), so cell-eval's predicted change is
+  exactly the model's, while the real file's change is measured from that file's own
+  control cells; with ``split_predictions(..., cells_per_perturbation=N)`` the predicted
+  cells start from N drawn control cells and the controls of both files are all the
+  dataset's, so cell-eval's predicted change also carries the drawn cells' mean less the
+  control mean.
 
 cell-eval's ``mse_delta`` equals its ``mse`` on these files (the control means cancel). Our
 other metrics (top-20 DE genes, non-dropout genes, direction, spread) have no cell-eval
@@ -79,6 +83,7 @@ import pandas as pd
 import torch
 
 from gears_ddp.data.conditions import CONTROL, condition_genes
+from gears_ddp.inference.prediction import checked_cell_count, drawn_controls
 
 PERT_COLUMN = "target_gene"      # the default --pert-col of `cell-eval run`
 CONTROL_LABEL = "non-targeting"  # cell-eval's default control_pert
@@ -197,29 +202,38 @@ def _add_effects(rows: torch.Tensor, effect: torch.Tensor, which: torch.Tensor) 
 
 
 def split_predictions(pert_data, loaders: dict, effects, provenance: dict, split: str = "test",
-                      clip_at_zero: bool = True) -> tuple[anndata.AnnData, anndata.AnnData]:
-    """Predicted and real AnnData of every cell of ``split`` (``'train'``, ``'val'`` or
+                      clip_at_zero: bool = True, cells_per_perturbation: int | None = None,
+                      seed: int = 0) -> tuple[anndata.AnnData, anndata.AnnData]:
+    """Predicted and real AnnData of the perturbations of ``split`` (``'train'``, ``'val'`` or
     ``'test'``) in cell-eval's layout (what ``gears-ddp predict --format cell-eval --split``
     writes); score them with ``cell-eval run -ap pred.h5ad -ar real.h5ad``. ``loaders`` are
     the data's loaders (``PertData.dataloader``), ``effects`` maps perturbation sets to the
     model's predicted changes (``GEARS.perturbation_effects``) and ``provenance`` says what
     made them (``GEARS.provenance()``).
 
-    - predicted: each perturbed cell of the split is the control cell its loader pairs it
-      with plus its condition's predicted change (the best model in evaluation mode), so a
-      condition's mean is the one ``GEARS.test`` scores; ``clip_at_zero`` writes
-      ``max(prediction, 0)``, as cell-eval refuses negative expression (module docstring);
-    - real: the true expression of the same cells, in the same rows;
+    - predicted, by default: each perturbed cell of the split is the control cell its loader
+      pairs it with plus its condition's predicted change (the best model in evaluation
+      mode), so a condition's mean is the one ``GEARS.test`` scores;
+    - predicted, with ``cells_per_perturbation`` N (a challenge asks for a number of cells
+      per perturbation): each perturbation of the split gets N cells, the N control cells
+      drawn with ``seed`` (``prediction.drawn_controls``, the cells ``GEARS.predict(...,
+      return_type='cell-eval', seed=seed, cells_per_perturbation=N)`` starts from) each plus
+      its predicted change, whatever the number of its cells in the data;
+    - ``clip_at_zero`` writes ``max(prediction, 0)``, as cell-eval refuses negative
+      expression (module docstring);
+    - real: the true expression of every perturbed cell of the split;
     - both end with every control cell of the dataset, unchanged, as ``non-targeting``: the
       same cells in both files, so cell-eval's control mean is the dataset's control mean
       that our ``pearson_delta`` uses. Control cells of the split itself are not repeated.
 
-    ``obs`` index: the cell's row in ``pert_data.cells`` (the same in both files); ``obs``
-    and ``var`` as the module docstring describes; ``uns['gears_ddp']``: provenance with
-    the split, the loader's pairing seed and the number of control cells.
+    ``obs`` index: the cell's row in ``pert_data.cells`` (by default the same in both files;
+    a cell predicted from a drawn control cell is ``<condition>:<k>``); ``obs`` and ``var``
+    as the module docstring describes; ``uns['gears_ddp']``: provenance with the split, the
+    loader's pairing seed (or the number of cells per perturbation and their draw's seed)
+    and the number of control cells.
 
-    Memory: each file is (split cells + control cells) x genes float32, both held at once
-    (e.g. 20,000 test cells + 10,000 controls x 5,000 genes: 600 MB each).
+    Memory: each file is (predicted or real cells + control cells) x genes float32, both held
+    at once (e.g. 20,000 test cells + 10,000 controls x 5,000 genes: 600 MB each).
     """
     table = pert_data.cells
     controls = table.control_cells()
@@ -231,16 +245,27 @@ def split_predictions(pert_data, loaders: dict, effects, provenance: dict, split
         raise ValueError(f"split={split!r} has no perturbed cells to predict")
     codes, which = torch.unique(table.condition_codes[cells], return_inverse=True)
     effect, _ = effects(table.condition_pert_idx[codes])
-    predicted = table.rows(torch.cat((dataset.partners[cells], controls)))
-    _add_effects(predicted, effect.cpu(), which)
+    conditions = [table.conditions[c] for c in codes.tolist()]
+    if cells_per_perturbation is None:
+        starts, shifts, names = table.rows(dataset.partners[cells]), which, [str(i) for i in cells.tolist()]
+        drawn = {"pairing_seed": dataset.pairing_seed}
+    else:
+        n_cells = checked_cell_count(cells_per_perturbation)
+        starts = table.rows(drawn_controls(table, seed, n_cells)).repeat(len(codes), 1)
+        shifts = torch.arange(len(codes)).repeat_interleave(n_cells)
+        names = [f"{condition}:{k}" for condition in conditions for k in range(n_cells)]
+        drawn = {"cells_per_perturbation": n_cells, "seed": seed}
+    _add_effects(starts, effect.cpu(), shifts)
     if clip_at_zero:
-        predicted[:len(cells)].clamp_(min=0)
-    conditions = [table.conditions[c] for c in table.condition_codes[cells].tolist()] + [CONTROL] * len(controls)
-    obs = condition_obs(conditions, index=[str(i) for i in torch.cat((cells, controls)).tolist()])
+        starts.clamp_(min=0)
+    control_rows, control_names = table.rows(controls), [str(i) for i in controls.tolist()]
     var = gene_var(pert_data)
     uns = {PROVENANCE_KEY: {**provenance, "split": split, "split_mode": pert_data.split, "split_seed": pert_data.seed,
-                            "pairing_seed": dataset.pairing_seed, "control_cells": len(controls),
-                            "clipped_at_zero": clip_at_zero}}
-    real = table.rows(torch.cat((cells, controls)))
-    return (anndata.AnnData(X=predicted.numpy(), obs=obs, var=var, uns=uns),
-            anndata.AnnData(X=real.numpy(), obs=obs.copy(), var=var.copy(), uns=copy.deepcopy(uns)))
+                            **drawn, "control_cells": len(controls), "clipped_at_zero": clip_at_zero}}
+    controls_of = [CONTROL] * len(controls)
+    predicted_obs = condition_obs([conditions[i] for i in shifts.tolist()] + controls_of, index=names + control_names)
+    real_obs = condition_obs([conditions[i] for i in which.tolist()] + controls_of,
+                             index=[str(i) for i in cells.tolist()] + control_names)
+    return (anndata.AnnData(X=torch.cat((starts, control_rows)).numpy(), obs=predicted_obs, var=var, uns=uns),
+            anndata.AnnData(X=torch.cat((table.rows(cells), control_rows)).numpy(), obs=real_obs, var=var.copy(),
+                            uns=copy.deepcopy(uns)))

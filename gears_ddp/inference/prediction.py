@@ -74,12 +74,26 @@ def set_effects(network, sets: torch.Tensor, device: torch.device) -> tuple[torc
     return network.set_effects(PerturbationSets.each_once(sets.to(device)))
 
 
-def drawn_control_cells(cell_table, seed: int, n_cells: int = PREDICTION_CELLS) -> torch.Tensor:
-    """The expression (n_cells x G) of ``n_cells`` control cells drawn with replacement with
-    ``seed``: the cells a published prediction averages over."""
+def checked_cell_count(n_cells) -> int:
+    """``n_cells``, the number of cells predicted per perturbation, if it is a whole number
+    >= 1; else an error naming it."""
+    if isinstance(n_cells, bool) or not isinstance(n_cells, (int, np.integer)) or n_cells < 1:
+        raise ValueError(f"cells_per_perturbation must be a whole number >= 1, got {n_cells!r}")
+    return int(n_cells)
+
+
+def drawn_controls(cell_table, seed: int, n_cells: int = PREDICTION_CELLS) -> torch.Tensor:
+    """The rows in ``cell_table`` of ``n_cells`` control cells drawn with replacement with
+    ``seed``: the cells a published prediction averages over, and the cells each
+    perturbation's predicted cells start from."""
     controls = cell_table.control_cells()
     generator = torch.Generator().manual_seed(seed)
-    return cell_table.rows(controls[torch.randint(len(controls), (n_cells,), generator=generator)])
+    return controls[torch.randint(len(controls), (checked_cell_count(n_cells),), generator=generator)]
+
+
+def drawn_control_cells(cell_table, seed: int, n_cells: int = PREDICTION_CELLS) -> torch.Tensor:
+    """The expression (n_cells x G) of the control cells ``drawn_controls`` draws."""
+    return cell_table.rows(drawn_controls(cell_table, seed, n_cells))
 
 
 def checked_change_mode(change: str) -> str:
