@@ -90,6 +90,17 @@ def test_a_missing_value_leaves_its_pair_out_and_one_pair_gives_no_interval():
     assert t_interval([0.2])[0] == 0.2 and math.isnan(t_interval([0.2])[2])
 
 
+def test_the_interval_of_rows_of_values_is_that_of_each_row():
+    rows = np.array([[0.2, 0.5, 0.3, 0.9], [1.0, 1.0, 1.0, 1.0], [0.1, np.inf, 0.2, 0.3]])
+    mean, sd, low, high = t_interval(rows)
+    for row, values in enumerate(rows[:2]):
+        assert (mean[row], sd[row], low[row], high[row]) == pytest.approx(t_interval(values), rel=1e-12)
+    expected = stats.t.interval(0.95, 3, loc=np.mean(rows[0]), scale=stats.sem(rows[0]))
+    assert (low[0], high[0]) == pytest.approx(expected, rel=1e-10)
+    assert sd[1] == 0 and low[1] == high[1] == 1.0  # equal values: no spread
+    assert mean[2] == np.inf and np.isnan([sd[2], low[2], high[2]]).all()  # no interval with an infinite value
+
+
 def test_the_summary_files_hold_every_replicate_metric_subgroup_and_method(tmp_path):
     replicates = [{"name": f"seed-{i}", "seed": i, "split_seed": 1, "folder": str(tmp_path / f"seed-{i}"),
                    "status": "finished", "error": None} for i in range(5)]
