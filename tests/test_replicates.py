@@ -201,6 +201,22 @@ def test_the_command_line_refuses_a_duplicated_seed_with_status_2(tmp_path, data
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("save_path, message", [
+    ("a_file", "save_path {root}/a_file is a file, not a folder; choose another save_path"),
+    ("a_file/replicates", "save_path {root}/a_file/replicates cannot be made: {root}/a_file is a file, not a folder"),
+])
+def test_the_command_line_refuses_a_save_path_a_file_stands_in_with_status_2(tmp_path, data_folder, capsys,
+                                                                              save_path, message):
+    (tmp_path / "a_file").write_text("mine")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy",
+                                      "split_config": SPLIT, "args": _args(tmp_path / save_path)}))
+    assert main(["train", "--config", str(config), "--seeds", "1", "2"]) == 2
+    error = capsys.readouterr().err
+    assert message.format(root=tmp_path) in error and "Traceback" not in error and len(error.splitlines()) == 1
+    assert (tmp_path / "a_file").read_text() == "mine"
+
+
 def test_devices_are_cut_into_groups_of_the_ranks_a_replicate_asks_for(caplog):
     devices = [torch.device("cpu")] * 5
     groups = device_groups(devices, ReplicateOptions.from_dict({"seeds": [1], "ranks_per_replicate": 2}))
