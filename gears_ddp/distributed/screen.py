@@ -7,6 +7,8 @@ to compute. Pairs are independent, so the workers never talk to each other: each
 its finished chunks (or, without an output file, sends them to the parent), and the parent
 merges them into one table in pair order (``inference.screen.run_screen``). Chunk layout
 and forward passes do not depend on the number of workers, so the table does not either.
+A screen over replicates (``screen_replicates``) loads every model first, checking its
+genes, then screens one model after the other, each shared among the workers the same way.
 
 On CPU one thread per process: the scores are many small operations, and on a busy
 machine threads that wait for each other lose far more than they gain (two threads on a
