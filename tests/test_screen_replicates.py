@@ -14,7 +14,8 @@ from scipy import stats
 from gears_ddp.cli import main
 from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
-from gears_ddp.distributed.saved_runs import run_folders
+from gears_ddp.distributed import screen as screen_module
+from gears_ddp.distributed.saved_runs import load_run, run_folders
 from gears_ddp.distributed.screen import screen_replicates
 from gears_ddp.evaluation.interaction_scores import GI_SCORE_MEANINGS, GI_SCORE_NAMES
 from gears_ddp.inference import figures
@@ -297,6 +298,24 @@ def test_the_screen_command_over_a_replicates_folder_writes_the_summary_and_the_
     two = ["screen", "--run", str(replicates / "seed-1"), str(replicates / "seed-2"), "--genes", *SCREENED[:3],
            "--out", str(tmp_path / "two.csv"), "--cpu-processes", "1"]
     assert main(two) == 0 and (read_table(tmp_path / "two.csv")["models"] == 2).all()
+
+
+def test_all_perturbable_genes_over_replicates_are_those_of_the_first_models_vocabulary(replicates, tmp_path, capsys,
+                                                                                          command_logging,
+                                                                                          monkeypatch):
+    loaded = []
+
+    def load_with_a_short_vocabulary(folder, overrides=()):
+        gears = load_run(folder, overrides)
+        gears.pert_list = gears.pert_list[len(loaded):len(loaded) + 4]  # each model another list: the first counts
+        loaded.append(gears)
+        return gears
+
+    monkeypatch.setattr(screen_module, "load_run", load_with_a_short_vocabulary)
+    out = tmp_path / "all.csv"
+    assert main(["screen", "--run", str(replicates), "--all-perturbable", "--out", str(out), "--cpu-processes", "1"]) == 0
+    assert json.loads(out.with_suffix(".json").read_text())["genes"] == loaded[0].pert_list
+    assert len(read_table(out)) == 6
 
 
 @pytest.mark.parametrize("options, message", [

@@ -62,7 +62,8 @@ def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_proces
                       chunk_pairs: int = SCREEN_CHUNK_PAIRS, overrides: Sequence[str] = ()) -> pd.DataFrame:
     """A screen over replicates (``inference.replicate_screen``): every model of ``runs`` (a
     replicates folder, or several run folders: ``saved_runs.run_folders``) screens every
-    pair of ``genes`` as ``screen_on_devices`` does, its pairs shared among the workers, and
+    pair of ``genes`` (None: every gene of the first model's perturbation vocabulary) as
+    ``screen_on_devices`` does, its pairs shared among the workers, and
     the table summarises the models: per pair and score the mean, sd and 95% interval over
     the models, per interaction type the majority call, the models' agreement and whether it
     is confident (``inference.screen_statistics``). With the drawn-cells ``change`` each model
@@ -73,6 +74,8 @@ def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_proces
     and its genes checked before any pair is computed. Needs ``if __name__ == "__main__":``
     in a script when several devices are used."""
     seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must name at least one seed of the drawn control cells")
     if change == EXACT_CHANGE and len(seeds) > 1:
         raise ValueError(f"several seeds ({seeds}) draw control cells for the drawn-cells change only; the exact "
                          "change draws none")
@@ -80,7 +83,9 @@ def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_proces
     devices = screen_devices(cpu_processes, gpu_ids)
     jobs = {}
     for name, folder in folders.items():
-        job = load_run(folder, overrides).screen_job(genes, GI_genes_file, change, seeds[0], chunk_pairs)
+        gears = load_run(folder, overrides)
+        genes = list(gears.pert_list) if genes is None else genes
+        job = gears.screen_job(genes, GI_genes_file, change, seeds[0], chunk_pairs)
         jobs[name] = [job] if change == EXACT_CHANGE else [job.with_draw_seed(seed) for seed in seeds]
     return run_replicate_screen(jobs, out, overwrite, _executor(devices, "screen_replicates"))
 

@@ -102,7 +102,7 @@ def plot_perturbation_figure(
     return figure
 
 
-GREYED_WEIGHT, GREYED_TO = 0.25, 0.85  # a greyed-out cell keeps a quarter of its colour, on light grey
+GREYED_WEIGHT, GREYED_TO = 0.2, 0.8  # a greyed-out cell keeps a fifth of its colour, on light grey
 
 
 def plot_screen(table, save_file: str | os.PathLike | None = None, top: int = 10):
