@@ -107,7 +107,8 @@ def test_the_spread_within_a_model_is_over_its_draws_and_apart_from_the_spread_a
     scales = [[1.0, 1.2], [0.9, 0.9], [1.1, 1.4]]
     tables = {f"seed-{model}": [_table(model, scale) for scale in scales[model]] for model in range(3)}
     summary = summarise_models(tables, DRAWN_CELLS_CHANGE)
-    draws = np.array([[np.array(MAG[model]) * scale for scale in scales[model]] for model in range(3)])  # models x draws x pairs
+    # models x draws x pairs
+    draws = np.array([[np.array(MAG[model]) * scale for scale in scales[model]] for model in range(3)])
     means = draws.mean(axis=1)
     np.testing.assert_allclose(summary["mag_mean"], means.mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(summary["mag_sd_models"], means.std(axis=0, ddof=1), rtol=1e-12)
@@ -246,8 +247,8 @@ def test_a_replicates_folder_stands_for_its_finished_replicates(replicates, tmp_
         {"seed-2": replicates / "seed-2", "seed-1": replicates / "seed-1"}
     other = tmp_path / "other" / "seed-1"
     other.mkdir(parents=True)
-    assert list(run_folders([replicates / "seed-1", other])) == [str(replicates / "seed-1").strip("/").replace("/", "_"),
-                                                                 str(other).strip("/").replace("/", "_")]
+    by_path = [str(folder).strip("/").replace("/", "_") for folder in (replicates / "seed-1", other)]
+    assert list(run_folders([replicates / "seed-1", other])) == by_path  # two seed-1: named by their paths
     with pytest.raises(ValueError, match=r"run folders given more than once: \[.*seed-1'\]"):
         run_folders([replicates, replicates / "seed-1"])
     with pytest.raises(FileNotFoundError, match="run folder .*nowhere does not exist"):
@@ -313,7 +314,8 @@ def test_all_perturbable_genes_over_replicates_are_those_of_the_first_models_voc
 
     monkeypatch.setattr(screen_module, "load_run", load_with_a_short_vocabulary)
     out = tmp_path / "all.csv"
-    assert main(["screen", "--run", str(replicates), "--all-perturbable", "--out", str(out), "--cpu-processes", "1"]) == 0
+    command = ["screen", "--run", str(replicates), "--all-perturbable", "--out", str(out), "--cpu-processes", "1"]
+    assert main(command) == 0
     assert json.loads(out.with_suffix(".json").read_text())["genes"] == loaded[0].pert_list
     assert len(read_table(out)) == 6
 
@@ -325,7 +327,8 @@ def test_all_perturbable_genes_over_replicates_are_those_of_the_first_models_voc
     (["--out", "{tmp}/screen.tsv"], r"the screen's table is written as CSV: name it *.csv (got {tmp}/screen.tsv)"),
     (["--out", "{tmp}/folder.csv"], "{tmp}/folder.csv is a folder; the screen's table needs a file name"),
     (["--figure", "{tmp}/map.jpgx"], "--figure is written as a picture: name it *."),
-    (["--figure", "{tmp}/a_file/map.png"], "--figure cannot be written to {tmp}/a_file/map.png: {tmp}/a_file is a file"),
+    (["--figure", "{tmp}/a_file/map.png"], "--figure cannot be written to {tmp}/a_file/map.png: {tmp}/a_file is a "
+                                           "file"),
     (["--changes-out", "{tmp}/changes.csv"], "--changes-out is written as AnnData: name it *.h5ad"),
     (["--changes-out", "{tmp}/a_file/changes.h5ad"], "{tmp}/a_file is a file, not a folder"),
     (["--run", "{replicates}", "--changes-out", "{tmp}/changes.h5ad"], "--changes-out writes the changes one model "
