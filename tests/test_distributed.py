@@ -222,8 +222,11 @@ def test_bad_options_fail_before_any_process_starts(data_folder, tmp_path, monke
         train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path, amp="fp8"))
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    with pytest.raises(PermissionError, match="cannot write to save_path"):
+    with pytest.raises(FileExistsError, match=r"save_path .*a_file/run cannot be made: .*a_file is a file, not a "
+                                              r"folder; choose another save_path"):
         train_multi_gpu(data_folder, "toy", SPLIT, _args(blocker / "run"))
+    with pytest.raises(FileExistsError, match=r"save_path .*a_file is a file, not a folder"):
+        train_multi_gpu(data_folder, "toy", SPLIT, _args(blocker))
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10, 9, 2**20))
     with pytest.raises(OSError, match="has only 1 MiB free"):
         train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "full"))

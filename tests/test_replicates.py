@@ -90,6 +90,17 @@ def test_a_missing_value_leaves_its_pair_out_and_one_pair_gives_no_interval():
     assert t_interval([0.2])[0] == 0.2 and math.isnan(t_interval([0.2])[2])
 
 
+def test_the_interval_of_rows_of_values_is_that_of_each_row():
+    rows = np.array([[0.2, 0.5, 0.3, 0.9], [1.0, 1.0, 1.0, 1.0], [0.1, np.inf, 0.2, 0.3]])
+    mean, sd, low, high = t_interval(rows)
+    for row, values in enumerate(rows[:2]):
+        assert (mean[row], sd[row], low[row], high[row]) == pytest.approx(t_interval(values), rel=1e-12)
+    expected = stats.t.interval(0.95, 3, loc=np.mean(rows[0]), scale=stats.sem(rows[0]))
+    assert (low[0], high[0]) == pytest.approx(expected, rel=1e-10)
+    assert sd[1] == 0 and low[1] == high[1] == 1.0  # equal values: no spread
+    assert mean[2] == np.inf and np.isnan([sd[2], low[2], high[2]]).all()  # no interval with an infinite value
+
+
 def test_the_summary_files_hold_every_replicate_metric_subgroup_and_method(tmp_path):
     replicates = [{"name": f"seed-{i}", "seed": i, "split_seed": 1, "folder": str(tmp_path / f"seed-{i}"),
                    "status": "finished", "error": None} for i in range(5)]
@@ -188,6 +199,22 @@ def test_the_command_line_refuses_a_duplicated_seed_with_status_2(tmp_path, data
     assert main(["train", "--config", str(config), "--seeds", "4", "4"]) == 2
     assert "replicates.seeds [4, 4] lists [4] more than once" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("save_path, message", [
+    ("a_file", "save_path {root}/a_file is a file, not a folder; choose another save_path"),
+    ("a_file/replicates", "save_path {root}/a_file/replicates cannot be made: {root}/a_file is a file, not a folder"),
+])
+def test_the_command_line_refuses_a_save_path_a_file_stands_in_with_status_2(tmp_path, data_folder, capsys,
+                                                                              save_path, message):
+    (tmp_path / "a_file").write_text("mine")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy",
+                                      "split_config": SPLIT, "args": _args(tmp_path / save_path)}))
+    assert main(["train", "--config", str(config), "--seeds", "1", "2"]) == 2
+    error = capsys.readouterr().err
+    assert message.format(root=tmp_path) in error and "Traceback" not in error and len(error.splitlines()) == 1
+    assert (tmp_path / "a_file").read_text() == "mine"
 
 
 def test_devices_are_cut_into_groups_of_the_ranks_a_replicate_asks_for(caplog):

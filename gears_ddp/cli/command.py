@@ -7,6 +7,7 @@
     gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
     gears-ddp predict --run ./runs/my_run --split test --format cell-eval [--cells-per-perturbation 100] --out test.h5ad
     gears-ddp screen --run ./runs/my_run --genes FEV SAMD1 CBL --out screen.csv
+    gears-ddp screen --run ./runs/my_replicates --genes FEV SAMD1 CBL --out screen.csv   intervals over models
     gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--normalize --go-gene-sets go.gmt]
 
 ``train`` on one machine starts one worker per GPU (or ``args.cpu_processes`` CPU
@@ -16,8 +17,9 @@ concurrently over the devices, as ``train_replicates`` does, and summarises them
 ``evaluate`` and ``predict`` read a run folder: its
 ``config.yaml`` says where the data is and how it was split, its model folder holds the
 weights; so does ``screen``, which scores every pair of a gene set for genetic
-interactions on every GPU (or one process per CPU core). Exit status: 0 done, 2 a bad
-configuration or input, 75 stopped by a signal with a checkpoint (continue with ``--set
+interactions on every GPU (or one process per CPU core), and given replicates (or several
+run folders) says how far the models agree on each call. Exit status: 0 done, 2 a bad
+configuration, input or path, 75 stopped by a signal with a checkpoint (continue with ``--set
 args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
 failed included).
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from gears_ddp._logging import enable_console_logging
@@ -90,26 +93,35 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--out", required=True, help="the file to write (.h5ad, or .csv)")
 
     screen = commands.add_parser("screen", help="score every pair of a gene set for genetic interactions",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=screen_help(),
                                  description="Predict every single and pair of the genes with a saved model and "
                                              "score each pair as GI_predict does; writes the table (--out), its "
-                                             "record (.json beside it) and a picture (.png). Run again after an "
-                                             "interruption, it continues from the chunks it finished.")
-    _add_run(screen)
+                                             "record (.json beside it) and a picture (.png). Given a replicates "
+                                             "folder or several run folders, every model screens the pairs and "
+                                             "the table says, per pair, how the models agree: mean, sd and 95% "
+                                             "interval of every score, and which calls are confident. Run again "
+                                             "after an interruption, it continues from the chunks it finished.")
+    screen.add_argument("--run", required=True, nargs="+", metavar="RUN",
+                        help="a run folder (config.yaml and the saved model); or a replicates folder (gears-ddp train "
+                             "--seeds ...) or several run folders: a screen over replicates")
+    _add_set(screen)
     genes = screen.add_mutually_exclusive_group(required=True)
     genes.add_argument("--genes", nargs="+", metavar="GENE", help="the genes whose pairs are screened")
     genes.add_argument("--genes-file", help="the genes: one per line, or a .npy array of names")
     genes.add_argument("--all-perturbable", action="store_true",
                        help="every gene of the model's perturbation vocabulary (n genes: n(n-1)/2 pairs)")
-    screen.add_argument("--out", required=True, help="the table (.csv), one row per pair")
+    screen.add_argument("--out", required=True, help="the table (.csv), one row per pair; over replicates each "
+                                                     "model's table goes to <out>.models/")
     screen.add_argument("--gi-genes-file", help="take the scores on the genes listed here only (GI_predict's "
                                                 "GI_genes_file: one per line, or a .npy array)")
     screen.add_argument("--change", choices=list(CHANGE_MODES), default=EXACT_CHANGE,
                         help="; ".join(f"{mode}: {meaning}" for mode, meaning in CHANGE_MODES.items()))
-    screen.add_argument("--seed", type=int, default=0, help=f"seed of the drawn control cells (--change "
-                                                            f"{DRAWN_CELLS_CHANGE})")
+    screen.add_argument("--seed", type=int, nargs="+", metavar="SEED",
+                        help=f"seed of the drawn control cells (--change {DRAWN_CELLS_CHANGE} only; default 0); "
+                             "over replicates several seeds measure the drawn cells' noise within each model")
     screen.add_argument("--figure", help="the picture (default: --out with .png)")
     screen.add_argument("--changes-out", help="also write the predicted changes (singles and pairs x genes) as "
-                                              "AnnData (.h5ad)")
+                                              "AnnData (.h5ad); one run only")
     screen.add_argument("--cpu-processes", type=int, help="CPU worker processes, one thread each (default without "
                                                           "GPUs: one per usable core)")
     screen.add_argument("--gpu-ids", type=int, nargs="+", help="GPUs for the workers (default: every visible GPU)")
@@ -175,7 +187,7 @@ def main(argv=None) -> int:
                "process": process}
     try:
         return command[options.command](options) or 0
-    except (RunConfigError, FileNotFoundError, FileExistsError, ValueError, DownloadError) as err:
+    except (RunConfigError, FileNotFoundError, FileExistsError, PermissionError, ValueError, DownloadError) as err:
         print(f"gears-ddp {options.command}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except TrainingInterrupted as stop:
@@ -275,32 +287,11 @@ def _print_summary(report: dict, note: str | None = None) -> None:
         print(f"\nmodel and run report in {report['model_path']} (open {Path(report['model_path']) / PAGE_FILE})")
 
 
-def _load_run(options):
-    """The run's data, split and loaders, and its model, from the run folder."""
-    import torch
-
-    from gears_ddp.gears import GEARS
-    from gears_ddp.data.preparation import load_dataset
-
-    folder = Path(options.run)
-    if not (folder / CONFIG_FILE).exists():
-        raise FileNotFoundError(f"{folder} is not a run folder: it has no {CONFIG_FILE}")
-    config = read_run_config(folder / CONFIG_FILE, options.overrides)
-    args = config["args"]
-    pert_data = load_dataset(config["pert_data_path"], config["dataset_name"], args["expression_storage"],
-                             args["expression_dtype"])
-    pert_data.prepare_split(**config["split_config"])
-    pert_data.get_dataloader(batch_size=args["batch_size"], test_batch_size=args["test_batch_size"],
-                             seed=args["seed"])
-    gears = GEARS(pert_data, device="cuda" if torch.cuda.is_available() else "cpu")
-    gears.load_pretrained(folder)
-    return gears
-
-
 def evaluate(options) -> int:
+    from gears_ddp.distributed.saved_runs import load_run
     from gears_ddp.report.run_folder import write_json
 
-    gears = _load_run(options)
+    gears = load_run(options.run, options.overrides)
     if "test_loader" not in gears.dataloader:
         raise ValueError(f"the split of {options.run} has no test set to score")
     scores = gears.test()  # logs the verdicts
@@ -311,9 +302,11 @@ def evaluate(options) -> int:
 
 
 def predict(options) -> int:
+    from gears_ddp.distributed.saved_runs import load_run
+
     if options.cells_per_perturbation is not None:
         checked_cell_count(options.cells_per_perturbation)  # before the run is loaded
-    gears = _load_run(options)
+    gears = load_run(options.run, options.overrides)
     out = Path(options.out)
     if options.split is not None:
         if options.format == "csv":
@@ -338,20 +331,62 @@ def predict(options) -> int:
     return 0
 
 
+def screen_help() -> str:
+    """The meaning of every column of a screen's table, for ``gears-ddp screen --help``."""
+    from gears_ddp.evaluation.interaction_scores import GI_SCORE_MEANINGS
+    from gears_ddp.inference.interactions import INTERACTION_TYPE_MEANINGS
+    from gears_ddp.inference.screen import SCREEN_COLUMN_MEANINGS
+    from gears_ddp.inference.screen_statistics import SUMMARY_COLUMN_MEANINGS
+
+    sections = (("the table, one row per pair", SCREEN_COLUMN_MEANINGS),
+                ("its scores (A, B, AB: the changes over control of the singles and the double, one value per gene; "
+                 "docs/screens.md reads an example)", GI_SCORE_MEANINGS),
+                ("the interaction types they imply (the published analysis's thresholds)", INTERACTION_TYPE_MEANINGS),
+                ("a screen over replicates: the pair's columns, then for each score (<score>) and each type "
+                 "(<type>)", SUMMARY_COLUMN_MEANINGS))
+    lines = []
+    for title, meanings in sections:
+        lines += ["", *textwrap.wrap(f"{title}:", 100, break_on_hyphens=False)]
+        width = max(map(len, meanings)) + 2
+        for name, meaning in meanings.items():
+            wrapped = textwrap.wrap(meaning, 100 - width - 2, break_on_hyphens=False)
+            lines += [f"  {name:<{width}}{wrapped[0]}", *(" " * (width + 2) + line for line in wrapped[1:])]
+    return "\n".join(lines[1:])
+
+
 def screen(options) -> int:
     from gears_ddp.data.io import write_h5ad
+    from gears_ddp.distributed.saved_runs import is_replicates_folder, load_run
     from gears_ddp.distributed.screen import screen_on_devices
     from gears_ddp.inference.figures import plot_screen
     from gears_ddp.inference.interactions import read_gene_list
-    from gears_ddp.inference.screen import ScreenFolder, screen_changes
+    from gears_ddp.inference.replicate_screen import ReplicateScreenFolder
+    from gears_ddp.inference.screen import ScreenFolder, checked_output_file, screen_changes
 
-    out = ScreenFolder(options.out).table  # a bad name fails before the run is loaded
+    replicates = len(options.run) > 1 or is_replicates_folder(options.run[0])
+    # bad names fail before the runs are loaded
+    out = (ReplicateScreenFolder if replicates else ScreenFolder)(options.out).table
+    figure = checked_output_file(options.figure or out.with_suffix(".png"), "--figure", "a picture",
+                                 figure_suffixes())
+    if options.changes_out is not None:
+        if replicates:
+            raise ValueError("--changes-out writes the changes one model predicts: give it with one run folder "
+                             "(e.g. one replicate's)")
+        checked_output_file(options.changes_out, "--changes-out", "AnnData", (".h5ad",))
+    if options.seed is not None and options.change == EXACT_CHANGE:
+        raise ValueError(f"--seed draws control cells for --change {DRAWN_CELLS_CHANGE} only; the exact change (the "
+                         "default) draws none")
+    seeds = options.seed or [0]
+    if len(seeds) > 1 and not replicates:
+        raise ValueError(f"several --seed values ({seeds}) measure the drawn cells' noise within the models of a "
+                         "screen over replicates; a screen of one run takes one")
     genes = read_gene_list(options.genes_file) if options.genes_file else options.genes
-    gears = _load_run(options)
+    if replicates:
+        return _screen_replicates(options, None if options.all_perturbable else genes, out, figure, seeds)
+    gears = load_run(options.run[0], options.overrides)
     genes = gears.pert_list if options.all_perturbable else genes
-    choice = {"GI_genes_file": options.gi_genes_file, "change": options.change, "seed": options.seed}
+    choice = {"GI_genes_file": options.gi_genes_file, "change": options.change, "seed": seeds[0]}
     table = screen_on_devices(gears, genes, out, options.overwrite, options.cpu_processes, options.gpu_ids, **choice)
-    figure = Path(options.figure) if options.figure else out.with_suffix(".png")
     plot_screen(table, figure)
     print(f"screen of {len(genes)} genes: {len(table)} pairs written to {out} (its record: "
           f"{out.with_suffix('.json')}), the picture to {figure}")
@@ -361,6 +396,32 @@ def screen(options) -> int:
     for title, row in (("highest mag", table["mag"].idxmax()), ("lowest mag", table["mag"].idxmin())):
         print(f"{title}: {table.at[row, 'pair']} (mag {table.at[row, 'mag']:.3f}, {table.at[row, 'magnitude_type']})")
     return 0
+
+
+def _screen_replicates(options, genes, out: Path, figure: Path, seeds: list[int]) -> int:
+    """A screen over replicates, its picture, and how many calls are confident."""
+    from gears_ddp.distributed.screen import screen_replicates
+    from gears_ddp.inference.figures import plot_replicate_screen
+    from gears_ddp.inference.screen_statistics import confident_counts
+
+    summary = screen_replicates(options.run, genes, out, options.overwrite, options.cpu_processes, options.gpu_ids,
+                                options.gi_genes_file, options.change, seeds, overrides=options.overrides)
+    plot_replicate_screen(summary, figure)
+    models = int(summary["models"].iloc[0])
+    print(f"screen over {models} models: {len(summary)} pairs summarised in {out} (its record: "
+          f"{out.with_suffix('.json')}; each model's table in {out.with_suffix('.models')}), the picture to {figure}")
+    print(f"confident calls (every model agrees and the 95% interval over the models lies on the call's side), of "
+          f"{len(summary)} pairs:")
+    for kind, counts in confident_counts(summary).items():
+        print(f"  {kind}: " + ", ".join(f"{call} {count}" for call, count in counts.items()))
+    return 0
+
+
+def figure_suffixes() -> tuple[str, ...]:
+    """The file suffixes matplotlib writes pictures as (.png, .pdf, .svg, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return tuple(f".{suffix}" for suffix in FigureCanvasBase.get_supported_filetypes())
 
 
 def process(options) -> int:

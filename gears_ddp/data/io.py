@@ -51,6 +51,16 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
+def file_in_the_way(folder: str | os.PathLike) -> Path | None:
+    """The file that stands where ``folder`` or one of the folders above it would have to be
+    (so nothing can be written in it), if any; None when the folder exists or can be made."""
+    folder = Path(folder)
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
 def _flush_to_disk(path: Path) -> None:
     """fsync a file, or a folder (which makes a rename in it durable; not possible on Windows)."""
     if path.is_dir() and os.name == "nt":

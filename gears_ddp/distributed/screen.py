@@ -7,6 +7,8 @@ to compute. Pairs are independent, so the workers never talk to each other: each
 its finished chunks (or, without an output file, sends them to the parent), and the parent
 merges them into one table in pair order (``inference.screen.run_screen``). Chunk layout
 and forward passes do not depend on the number of workers, so the table does not either.
+A screen over replicates (``screen_replicates``) loads every model first, checking its
+genes, then screens one model after the other, each shared among the workers the same way.
 
 On CPU one thread per process: the scores are many small operations, and on a busy
 machine threads that wait for each other lose far more than they gain (measured in
@@ -15,6 +17,7 @@ benchmarks/RESULTS.md).
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
 import pandas as pd
 import torch
@@ -22,8 +25,10 @@ import torch
 from gears_ddp._logging import get_logger
 from gears_ddp.distributed.main_guard import check_main_guard
 from gears_ddp.distributed.messages import ScreenChunk
+from gears_ddp.distributed.saved_runs import load_run, run_folders
 from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.inference.prediction import EXACT_CHANGE
+from gears_ddp.inference.replicate_screen import run_replicate_screen
 from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenFolder, ScreenJob, run_screen, score_chunks, \
     score_chunks_here
 from gears_ddp.runtime.devices import resolve_devices
@@ -49,14 +54,53 @@ def screen_on_devices(gears, genes, out=None, overwrite: bool = False, cpu_proce
     "__main__":``."""
     devices = screen_devices(cpu_processes, gpu_ids)
     job = gears.screen_job(genes, GI_genes_file, change, seed, chunk_pairs)
-    if len(devices) == 1:
-        def execute(job, chunks, folder):
-            with at_most_usable_threads():
-                return score_chunks_here(job, chunks, folder, devices[0])
-    else:
-        check_main_guard("screen_on_devices")
-        execute = _spawning_executor(devices)
-    return run_screen(job, out, overwrite, execute)
+    return run_screen(job, out, overwrite, _executor(devices, "screen_on_devices"))
+
+
+def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_processes: int | None = None,
+                      gpu_ids=None, GI_genes_file=None, change: str = EXACT_CHANGE, seeds: Sequence[int] = (0,),
+                      chunk_pairs: int = SCREEN_CHUNK_PAIRS, overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """A screen over replicates (``inference.replicate_screen``): every model of ``runs`` (a
+    replicates folder, or several run folders: ``saved_runs.run_folders``) screens every
+    pair of ``genes`` (None: every gene of the first model's perturbation vocabulary) as
+    ``screen_on_devices`` does, its pairs shared among the workers, and
+    the table summarises the models: per pair and score the mean, sd and 95% interval over
+    the models, per interaction type the majority call, the models' agreement and whether it
+    is confident (``inference.screen_statistics``). With the drawn-cells ``change`` each model
+    screens once per seed of ``seeds``, which measures the drawn cells' noise within a model.
+
+    ``out`` (a .csv file): the summary, with each model's table under ``<out>.models/``;
+    resumable as a screen is. Every model is loaded (``overrides`` as ``--set`` gives them)
+    and its genes checked before any pair is computed. Needs ``if __name__ == "__main__":``
+    in a script when several devices are used."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must name at least one seed of the drawn control cells")
+    if change == EXACT_CHANGE and len(seeds) > 1:
+        raise ValueError(f"several seeds ({seeds}) draw control cells for the drawn-cells change only; the exact "
+                         "change draws none")
+    folders = run_folders(runs)
+    devices = screen_devices(cpu_processes, gpu_ids)
+    jobs = {}
+    for name, folder in folders.items():
+        gears = load_run(folder, overrides)
+        genes = list(gears.pert_list) if genes is None else genes
+        job = gears.screen_job(genes, GI_genes_file, change, seeds[0], chunk_pairs)
+        jobs[name] = [job] if change == EXACT_CHANGE else [job.with_draw_seed(seed) for seed in seeds]
+    return run_replicate_screen(jobs, out, overwrite, _executor(devices, "screen_replicates"))
+
+
+def _executor(devices: list[torch.device], caller: str):
+    """An executor for ``run_screen`` on ``devices``: this process for one device, spawned
+    workers for several (which need ``caller``'s script to be guarded)."""
+    if len(devices) > 1:
+        check_main_guard(caller)
+        return _spawning_executor(devices)
+
+    def execute(job, chunks, folder):
+        with at_most_usable_threads():
+            return score_chunks_here(job, chunks, folder, devices[0])
+    return execute
 
 
 def _spawning_executor(devices: list[torch.device]):

@@ -49,6 +49,28 @@ GI_SCORE_NAMES = (
     "c1", "c2", "mag", "dcor", "dcor_singles", "dcor_first", "dcor_second",
     "corr_fit", "dominance", "eq_contr",
 )
+# What each score is and how to read it; A, B and AB are the changes over control of the two
+# singles and the double, one value per gene (docs/screens.md has a worked example).
+GI_SCORE_MEANINGS = {
+    "c1": "weight of A in the Theil-Sen fit AB ~ c1*A + c2*B over the genes (no intercept; a median over many "
+          "two-gene fits, so a few extreme genes do not move it). 1: A's change enters the double as it is; above "
+          "1 amplified, below 1 damped, near 0 absent.",
+    "c2": "the same weight for B.",
+    "mag": "sqrt(c1^2 + c2^2): how strong the double is against its singles. The plain sum AB = A + B has mag "
+           "1.41; for two singles of the same size and unrelated changes, mag 1 is a double as strong as one "
+           "single. The published analysis reads it against 1: synergy above, suppression below.",
+    "dcor": "distance correlation of the double with the two singles together (0 to 1; 0: unrelated, 1: the "
+            "double is a function of the singles). High: the double does what the singles already do.",
+    "dcor_singles": "distance correlation of A with B: how alike the two singles act (1: the same change).",
+    "dcor_first": "distance correlation of A with the double: how much of the double A alone shows.",
+    "dcor_second": "distance correlation of B with the double.",
+    "corr_fit": "Pearson correlation of the fit c1*A + c2*B with the double over the genes: how well the singles "
+                "combined explain the double (1: fully; low: the double does something new).",
+    "dominance": "|log10(c1 / c2)|: 0 when A and B weigh the same in the double, 1 when one weighs 10 times the "
+                 "other; high: one single dominates.",
+    "eq_contr": "min(dcor_first, dcor_second) / max(dcor_first, dcor_second): 1 when the double resembles both "
+                "singles equally, near 0 when it resembles one only.",
+}
 
 # The published settings of scikit-learn's TheilSenRegressor (gears.utils.get_coeffs); tol
 # and the rank cut-off are scikit-learn's and LAPACK's defaults.

@@ -31,6 +31,15 @@ from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_sc
 # epistatic when dominance > 0.25.
 INTERACTION_THRESHOLDS = {"additive_band": 0.3, "neomorphic_below": 0.85, "redundant_above": 0.8,
                           "epistasis_above": 0.25}
+INTERACTION_TYPE_MEANINGS = {
+    "magnitude_type": f"synergy (mag > {1 + INTERACTION_THRESHOLDS['additive_band']:g}), suppressor (mag < "
+                      f"{1 - INTERACTION_THRESHOLDS['additive_band']:g}) or additive (between)",
+    "neomorphic": f"corr_fit < {INTERACTION_THRESHOLDS['neomorphic_below']:g}: the double is not a combination of "
+                  "the singles' changes",
+    "redundant": f"dcor > {INTERACTION_THRESHOLDS['redundant_above']:g}: the double is what the singles already do",
+    "epistasis": f"dominance > {INTERACTION_THRESHOLDS['epistasis_above']:g}: one single's change dominates the "
+                 "double",
+}
 
 
 def _as_change_vector(name: str, values) -> np.ndarray:

@@ -103,6 +103,14 @@ def checked_change_mode(change: str) -> str:
     return change
 
 
+def checked_draw_seed(seed) -> int:
+    """``seed`` if it can seed the draws of control cells (a non-negative integer), else an
+    error naming it."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"the seed of the drawn control cells must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
 def control_draws(sets: torch.Tensor, n_controls: int, seed: int, n_cells: int = PREDICTION_CELLS) -> torch.Tensor:
     """The control cells (sets x ``n_cells`` positions among ``n_controls``, drawn with
     replacement) whose mean prediction the published ``GI_predict`` takes for each
@@ -145,8 +153,8 @@ class ChangePredictor:
         network = copy.deepcopy(network).double().eval()
         if checked_change_mode(change) == EXACT_CHANGE:
             return cls(network, torch.device(device), change, seed)
-        return cls(network, torch.device(device), change, seed, cell_table.rows(cell_table.control_cells()),
-                   cell_table.control_mean())
+        return cls(network, torch.device(device), change, checked_draw_seed(seed),
+                   cell_table.rows(cell_table.control_cells()), cell_table.control_mean())
 
     def to(self, device) -> "ChangePredictor":
         """The same predictor with its network on ``device`` (a copy when the device differs)."""

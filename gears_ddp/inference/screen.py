@@ -23,6 +23,7 @@ genes as given. The parts:
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -37,11 +38,11 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.conditions import condition_genes
-from gears_ddp.data.io import atomic_path
+from gears_ddp.data.io import atomic_path, file_in_the_way
 from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES, MIN_GI_GENES, interaction_scores, \
     theil_sen_subsets
 from gears_ddp.inference.interactions import interaction_types, read_gene_list
-from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor
+from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed
 from gears_ddp.model.folder import parameter_digest
 
 logger = get_logger(__name__)
@@ -52,6 +53,14 @@ RECORD_FORMAT = "gears_ddp screen 1"
 RECORD_IDENTITY = {"model": "the model's weights and graphs", "genes": "the screened genes",
                    "score_genes": "the genes the scores are taken on", "change": "the change vectors scored",
                    "seed": "the seed of the drawn control cells", "chunk_pairs": "the chunk size"}
+# the columns of a screen's table besides the scores and the interaction types
+SCREEN_COLUMN_MEANINGS = {
+    "pair, first_gene, second_gene": "the pair (A+B) and its genes, in the order of itertools.combinations over "
+                                     "the genes as given",
+    "seen_in_training": "whether A+B (or B+A) is a condition of the model's train set: if not, the pair's "
+                        "prediction is an extrapolation",
+    "singles_in_training": "how many of A+ctrl and B+ctrl are in the train set (0, 1 or 2)",
+}
 
 
 def model_record(network, weights_from: str | None) -> dict:
@@ -159,6 +168,12 @@ class ScreenJob:
                 "change": self.predictor.change,
                 "seed": self.predictor.seed if self.predictor.change == DRAWN_CELLS_CHANGE else None,
                 "chunk_pairs": self.chunk_pairs, "pairs": self.n_pairs}
+
+    def with_draw_seed(self, seed: int) -> "ScreenJob":
+        """The same screen with control cells drawn with ``seed`` (the drawn-cells change);
+        the network, control cells and Theil-Sen subsets are shared, not copied."""
+        predictor = dataclasses.replace(self.predictor, seed=checked_draw_seed(seed))
+        return dataclasses.replace(self, predictor=predictor)
 
     def restricted(self, changes: torch.Tensor) -> torch.Tensor:
         """``changes`` (sets x genes) on the genes the scores are taken on."""
@@ -290,11 +305,7 @@ class ScreenFolder:
     """
 
     def __init__(self, out):
-        self.table = Path(out)
-        if self.table.suffix.lower() != ".csv":
-            raise ValueError(f"the screen's table is written as CSV: name it *.csv (got {self.table})")
-        if self.table.is_dir():
-            raise ValueError(f"{self.table} is a folder; the screen's table needs a file name")
+        self.table = checked_output_file(out, "the screen's table", "CSV", (".csv",))
         self.record_file = self.table.with_suffix(".json")
         self.partial = self.table.with_suffix(".partial")
 
@@ -317,21 +328,17 @@ class ScreenFolder:
         if found is not None and where == self.record_file and self.table.exists():
             return None
         self.partial.mkdir(parents=True, exist_ok=True)
-        _write_json(self.partial / "record.json", record)
+        write_record(self.partial / "record.json", record)
         return {int(path.stem.split("-")[1]) for path in self.partial.glob("chunk-*.npz")}
 
     def _existing_record(self) -> tuple[dict | None, Path | None]:
         """The record of the screen found here (finished, else under way) and its file."""
         for path in (self.record_file, self.partial / "record.json"):
             if path.exists():
-                try:
-                    found = json.loads(path.read_text())
-                except (OSError, ValueError) as err:
-                    raise ValueError(f"cannot read the screen record {path}: {err}; remove it (or pass "
-                                     "overwrite=True) to start the screen again") from None
-                if not isinstance(found, dict) or found.get("format") != RECORD_FORMAT:
-                    raise ValueError(f"{path} is not a screen record of this version ({RECORD_FORMAT!r}); remove "
-                                     "it, or pass overwrite=True")
+                found = read_record(path)
+                if found.get("format") != RECORD_FORMAT:
+                    raise ValueError(f"{path} is not the record of a screen of one model ({RECORD_FORMAT!r}; it "
+                                     f"holds {found.get('format')!r}); remove it, or pass overwrite=True")
                 return found, path
         return None, None
 
@@ -360,15 +367,42 @@ class ScreenFolder:
 
     def finish(self, table: pd.DataFrame, record: dict) -> None:
         """Write the table and the record; remove the partial folder."""
-        with atomic_path(self.table) as tmp:
-            table.to_csv(tmp, index=False, float_format="%.17g")  # reads back to the same floats
-        _write_json(self.record_file, record)
+        write_table(table, self.table)
+        write_record(self.record_file, record)
         shutil.rmtree(self.partial, ignore_errors=True)
         logger.info("screen table written to %s (%d pairs), its record to %s", self.table, len(table),
                     self.record_file)
 
     def read_table(self) -> pd.DataFrame:
-        return pd.read_csv(self.table, float_precision="round_trip")
+        return read_table(self.table)
+
+
+def checked_output_file(path, what: str, kind: str, suffixes: Sequence[str]) -> Path:
+    """``path`` as a Path, or an error naming the problem before any work is done: a name
+    without one of ``suffixes`` (``kind`` says what they are), a folder at ``path``, or a
+    file where a folder above it would have to be."""
+    path = Path(path)
+    if path.suffix.lower() not in suffixes:
+        names = " or ".join(f"*{suffix}" for suffix in suffixes)
+        raise ValueError(f"{what} is written as {kind}: name it {names} (got {path})")
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; {what} needs a file name")
+    blocker = file_in_the_way(path.parent)
+    if blocker is not None:
+        raise ValueError(f"{what} cannot be written to {path}: {blocker} is a file, not a folder")
+    return path
+
+
+def write_table(table: pd.DataFrame, path: Path) -> None:
+    """A screen's table as CSV, atomically, each float as the shortest text that reads back
+    to it (``repr``: ``read_table`` gives the very values, and a float column of whole
+    numbers stays a float column)."""
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False, float_format=lambda value: repr(float(value)))
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, float_precision="round_trip")
 
 
 def record_differences(found: dict, wanted: dict) -> list[str]:
@@ -386,6 +420,18 @@ def record_differences(found: dict, wanted: dict) -> list[str]:
     return differences
 
 
-def _write_json(path: Path, value: dict) -> None:
+def read_record(path: Path) -> dict:
+    """A screen's record (a JSON object); one that cannot be read is an error naming it."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot read the screen record {path}: {err}; remove it (or pass overwrite=True) to start "
+                         "the screen again") from None
+    if not isinstance(found, dict):
+        raise ValueError(f"{path} is not a screen record; remove it, or pass overwrite=True")
+    return found
+
+
+def write_record(path: Path, value: dict) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(value, indent=1))

@@ -126,27 +126,38 @@ class ReplicateVerdict:
         return "; ".join(parts) if parts else "no baseline to compare"
 
 
-def standard_deviation(values: np.ndarray) -> float:
-    """The sample standard deviation (n - 1), exactly 0 for equal values (a baseline that no
-    seed changes), NaN for fewer than two."""
-    if values.size < 2:
-        return math.nan
-    return 0.0 if np.ptp(values) == 0 else float(values.std(ddof=1))
+def standard_deviation(values) -> float | np.ndarray:
+    """The sample standard deviation (n - 1) of the values along the last axis, exactly 0 for
+    equal values (a baseline that no seed changes), NaN for fewer than two: a float for one
+    row of values, an array for several (rows x replicates)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape[-1] < 2:
+        return _float_or_array(np.full(values.shape[:-1], math.nan))
+    with np.errstate(invalid="ignore"):  # infinite values: NaN
+        return _float_or_array(np.where(np.ptp(values, axis=-1) == 0, 0.0, values.std(ddof=1, axis=-1)))
 
 
-def t_interval(differences, confidence: float = CONFIDENCE) -> tuple[float, float, float, float]:
+def t_interval(differences, confidence: float = CONFIDENCE):
     """Mean, standard deviation and the two ends of the ``confidence`` t-interval of the mean
-    of ``differences`` (NaN ends for fewer than two)."""
+    of the values along the last axis of ``differences`` (NaN ends for fewer than two): floats
+    for one row of values, arrays for several (rows x replicates, e.g. pairs x models)."""
     values = np.asarray(differences, dtype=np.float64)
-    n = values.size
+    n = values.shape[-1]
     if n == 0:
-        return math.nan, math.nan, math.nan, math.nan
-    mean = float(values.mean())
-    if n < 2:
-        return mean, math.nan, math.nan, math.nan
-    sd = standard_deviation(values)
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
-    return mean, sd, mean - half, mean + half
+        nan = _float_or_array(np.full(values.shape[:-1], math.nan))
+        return nan, nan, nan, nan
+    with np.errstate(invalid="ignore"):  # infinite values: NaN where they meet
+        mean = _float_or_array(values.mean(axis=-1))
+        if n < 2:
+            nan = _float_or_array(np.full(values.shape[:-1], math.nan))
+            return mean, nan, nan, nan
+        sd = standard_deviation(values)
+        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+        return mean, sd, mean - half, mean + half
+
+
+def _float_or_array(values: np.ndarray) -> float | np.ndarray:
+    return float(values) if values.ndim == 0 else values
 
 
 def interval_verdict(low: float, high: float, higher: bool) -> str:

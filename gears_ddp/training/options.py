@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gears_ddp._options import Options, is_int, is_number, option, option_name
+from gears_ddp.data.io import file_in_the_way
 
 AMP_MODES = ("off", "fp16", "bf16")
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -125,6 +126,11 @@ def check_save_path(save_path) -> Path:
     """Create the save folder and make sure it is writable with room for checkpoints, before
     any training (a full disk must not surface after hours of it)."""
     path = Path(save_path)
+    blocker = file_in_the_way(path)
+    if blocker is not None:
+        where = "is a file" if blocker == path else f"cannot be made: {blocker} is a file"
+        raise FileExistsError(f"save_path {path} {where}, not a folder; choose another save_path (a run writes its "
+                              "folder there)")
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".gears_ddp_write_test"

@@ -1,0 +1,88 @@
+"""Trained runs read back from their folders: a run folder's model with its data and split
+(``load_run``), and the run folders a list of paths stands for, a replicates folder standing
+for its replicates (``run_folders``)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.distributed.replicates import finished_report, plan_replicates
+from gears_ddp.distributed.run_config import read_run_config
+from gears_ddp.report.run_folder import CONFIG_FILE
+
+
+def load_run(folder, overrides: Sequence[str] = ()):
+    """The ``GEARS`` of the run folder ``folder``: its data and split as its ``config.yaml``
+    says (with the ``--set`` ``overrides``), its saved model loaded."""
+    import torch
+
+    from gears_ddp.data.preparation import load_dataset
+    from gears_ddp.gears import GEARS
+
+    folder = Path(folder)
+    if not (folder / CONFIG_FILE).exists():
+        raise FileNotFoundError(f"{folder} is not a run folder: it has no {CONFIG_FILE}")
+    config = read_run_config(folder / CONFIG_FILE, overrides)
+    if config.get("replicates") is not None:
+        raise ValueError(f"{folder} holds replicates, not one run: name one of its run folders (e.g. "
+                         f"{folder / next(iter(replicate_folders(folder, config)))})")
+    args = config["args"]
+    pert_data = load_dataset(config["pert_data_path"], config["dataset_name"], args["expression_storage"],
+                             args["expression_dtype"])
+    pert_data.prepare_split(**config["split_config"])
+    pert_data.get_dataloader(batch_size=args["batch_size"], test_batch_size=args["test_batch_size"],
+                             seed=args["seed"])
+    gears = GEARS(pert_data, device="cuda" if torch.cuda.is_available() else "cpu")
+    gears.load_pretrained(folder)
+    return gears
+
+
+def is_replicates_folder(folder) -> bool:
+    """Whether ``folder``'s ``config.yaml`` describes replicates (a ``replicates`` key)."""
+    path = Path(folder) / CONFIG_FILE
+    return path.is_file() and read_run_config(path).get("replicates") is not None
+
+
+def replicate_folders(folder, config: dict | None = None) -> dict[str, Path]:
+    """The run folder of each replicate of the replicates folder ``folder``, by name, in the
+    order they were given (its ``config.yaml``, or ``config``)."""
+    folder = Path(folder)
+    config = config or read_run_config(folder / CONFIG_FILE)
+    plan = plan_replicates(ReplicateOptions.from_dict(config["replicates"]), SplitConfig(config["split_config"]),
+                           TrainingArgs.from_dict(config["args"], "args"))
+    return {run.name: folder / run.name for run in plan}
+
+
+def run_folders(paths) -> dict[str, Path]:
+    """The run folders ``paths`` (one path or several) stand for, by name: a replicates folder
+    stands for its replicates, each of which must have finished; any other path is a run
+    folder, named by its folder (by its path where two names are the same). A folder given
+    twice, or a replicate that has not finished, is an error naming it."""
+    paths = [Path(paths)] if isinstance(paths, (str, os.PathLike)) else [Path(path) for path in paths]
+    if not paths:
+        raise ValueError("no run folder given")
+    folders, unfinished = [], []
+    for path in paths:
+        if not path.exists():
+            raise FileNotFoundError(f"run folder {path} does not exist")
+        if is_replicates_folder(path):
+            replicates = replicate_folders(path)
+            unfinished += [str(folder) for folder in replicates.values() if finished_report(folder) is None]
+            folders += list(replicates.values())
+        else:
+            folders.append(path)
+    if unfinished:
+        finished = [str(folder) for folder in folders if str(folder) not in unfinished]
+        raise ValueError(f"replicates that have not finished (no complete report): {', '.join(unfinished)}; finish "
+                         "them (run the same train command again), or screen the finished ones by naming their "
+                         f"folders: {' '.join(finished) or 'none has finished'}")
+    resolved = [folder.resolve() for folder in folders]
+    twice = sorted({str(folder) for folder, real in zip(folders, resolved) if resolved.count(real) > 1})
+    if twice:
+        raise ValueError(f"run folders given more than once: {twice}; give each run once")
+    names = [folder.name for folder in folders]
+    if len(set(names)) < len(names):
+        names = [str(folder).strip(os.sep).replace(os.sep, "_") for folder in folders]
+    return dict(zip(names, folders))
