@@ -4,8 +4,26 @@ The library never prints; applications decide what to show by configuring ``logg
 ``enable_console_logging`` is the one-liner examples and scripts use for readable output.
 """
 import logging
+import sys
 
 LIBRARY_LOGGER_NAME = "gears_ddp"
+
+
+class CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record comes (as ``logging.lastResort``
+    does), so that stderr redirected after the handler was made (a notebook, a test's
+    capture) never leaves it writing to a closed stream."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        """The stream is always the current stderr."""
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -20,7 +38,7 @@ def enable_console_logging(level: int = logging.INFO) -> None:
     logger = logging.getLogger(LIBRARY_LOGGER_NAME)
     logger.setLevel(level)
     if not any(getattr(h, "_gears_ddp_console", False) for h in logger.handlers):
-        handler = logging.StreamHandler()
+        handler = CurrentStderrHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler._gears_ddp_console = True
         logger.addHandler(handler)
