@@ -17,6 +17,8 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["gears_ddp", "gears_ddp.*"]),
+    # the real screen of gears-ddp demo, its GO gene sets, and their sources and licences
+    package_data={"gears_ddp.datasets": ["papalexi2021/*.h5ad", "papalexi2021/*.gmt.gz", "papalexi2021/NOTICE.md"]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.4",  # fused Adam on CPU (training/optimization.py)

@@ -1,7 +1,7 @@
 """Train GEARS with DistributedDataParallel on the built-in synthetic dataset (no download),
 one process per device, and check that the saved model works in the single-process API.
 
-    python examples/train_ddp_example.py [--data-path ./data/demo] [--epochs 10] [--batch-size 32]
+    python examples/train_ddp_example.py [--data-path ./data/demo-synthetic] [--epochs 10] [--batch-size 32]
                                          [--gpus N | --cpu-processes 2] [--amp off|fp16|bf16]
                                          [--grad-accum-steps 1] [--lr-scaling none|linear|sqrt]
                                          [--save-path ./runs/gears_ddp_synthetic]
@@ -35,7 +35,7 @@ SPLIT = {"split": "simulation", "seed": 1}
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-path", default="./data/demo")
+    parser.add_argument("--data-path", default="./data/demo-synthetic")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
     parser.add_argument("--save-path", default="./runs/gears_ddp_synthetic")

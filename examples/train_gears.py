@@ -1,7 +1,7 @@
 """Train GEARS in one process on the built-in synthetic dataset (no download) and compare it
 with the baselines.
 
-    python examples/train_gears.py [--data-path ./data/demo] [--epochs 10] [--save-path ./runs/gears_synthetic]
+    python examples/train_gears.py [--data-path ./data/demo-synthetic] [--epochs 10] [--save-path ./runs/gears_synthetic]
 
 Writes the demo's synthetic dataset (the preset calibrated to the Norman screen), splits it (simulation split), trains with the published
 hyperparameters, prints the test metrics of the best model beside the no-change,
@@ -24,7 +24,7 @@ from gears_ddp.report.verdicts import summary_verdicts, verdict_table
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-path", default="./data/demo")
+    parser.add_argument("--data-path", default="./data/demo-synthetic")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--save-path", default="./runs/gears_synthetic")

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 import toy_data
-from gears_ddp.cli.command import DEMO_FINDING, _print_summary, main
+from gears_ddp.cli import command
+from gears_ddp.cli.command import DEMO_DATA_PATHS, DEMO_FINDINGS, _print_summary, main
 from gears_ddp.data import io
 from gears_ddp.data.go_files import read_annotation
 from gears_ddp.distributed.run_config import RunConfigError, apply_override, read_run_config
@@ -108,9 +109,44 @@ def test_the_summary_says_whether_the_model_learned_then_the_note(capsys):
     summary = {"test_mse": 0.5, "test_mse_de": 0.5, "test_pearson_delta": 0.5}
     report = {"best_epoch": 2, "world_size": 2, "history": [{"train_loss": 2.0}, {"train_loss": 1.0}],
               "model": summary, "baselines": {"no_change": dict(summary, test_mse=0.6), "mean_effect": summary}}
-    _print_summary(report, note=DEMO_FINDING)
+    _print_summary(report, note=DEMO_FINDINGS["real"])
     out = capsys.readouterr().out
-    assert out.index("Training loss fell") < out.index("mse 0.5 against 0.6 (better)") < out.index(DEMO_FINDING)
+    assert out.index("Training loss fell") < out.index("mse 0.5 against 0.6 (better)") < out.index(DEMO_FINDINGS["real"])
+
+
+# ----------------------------------------------------------------------------- the demo
+
+
+@pytest.mark.parametrize("data, dataset", [("real", "papalexi2021"), ("synthetic", "synthetic")])
+def test_the_demo_trains_on_the_data_it_names_in_its_own_folder(data, dataset, tmp_path, monkeypatch, capsys):
+    """Each choice writes its dataset (processed once) under its default folder and trains on
+    it with the demo's split, printing what the data is and closing with its own finding."""
+    trained = []
+    monkeypatch.setattr(command, "_train", lambda config, note: trained.append((config, note)) or 0)
+    monkeypatch.chdir(tmp_path)
+    arguments = ["demo"] + (["--data", data] if data != "real" else [])
+    assert main(arguments + ["--epochs", "3", "--set", "args.seed=5"]) == 0
+    config, note = trained[0]
+    assert (config["pert_data_path"], config["dataset_name"]) == (DEMO_DATA_PATHS[data], dataset)
+    assert (tmp_path / DEMO_DATA_PATHS[data] / dataset / "perturb_processed.h5ad").is_file()
+    assert config["split_config"]["split"] == "simulation" and config["split_config"]["seed"] == 1
+    assert config["args"]["epochs"] == 3 and config["args"]["seed"] == 5 and note == DEMO_FINDINGS[data]
+    assert capsys.readouterr().out.startswith(f"Data: {command.DEMO_DATA[data]}, in ")
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_the_demo_trains_on_the_packaged_real_screen_with_two_processes(tmp_path, capsys):
+    data, save = tmp_path / "data", tmp_path / "run"
+    settings = ["--set", "args.model_config.hidden_size=8", "--set", "args.batch_size=128"]
+    assert main(["demo", "--data-path", str(data), "--save-path", str(save), "--epochs", "2", *settings]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Data: {command.DEMO_DATA['real']}, in {data / 'papalexi2021'}.")
+    assert "Training loss" in out and "Against predicting no change: mse " in out and DEMO_FINDINGS["real"] in out
+    report = json.loads((save / "report.json").read_text())
+    assert report["world_size"] == 2 and len(report["history"]) == 2
+    assert yaml.safe_load((save / "config.yaml").read_text())["dataset_name"] == "papalexi2021"
+    assert "Did the model learn?" in (save / "report.html").read_text()
 
 
 # ----------------------------------------------------------------------------- training runs
@@ -125,7 +161,8 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     assert "better" in out and "verdict" in out and "GEARS beats every baseline on" in out and "report.html" in out
     assert (f"These verdicts come from one seed; for 95% intervals over seeds: gears-ddp train --config "
             f"{save / 'config.yaml'} --seeds 1 2 3 4 5 --set args.save_path={save}-replicates") in out
-    assert "Training loss" in out and "Against predicting no change: mse " in out and DEMO_FINDING not in out
+    assert "Training loss" in out and "Against predicting no change: mse " in out
+    assert not any(finding in out for finding in DEMO_FINDINGS.values())
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(report["history"]) == 3
     with open(save / "metrics.csv") as handle:
