@@ -124,3 +124,26 @@ def test_worker_log_records_follow_the_parents_level(caplog):
     spawn_workers(_log_from_each_rank, (), 2)
     messages = [r.getMessage() for r in caplog.records if r.name == "gears_ddp.worker_test"]
     assert "warning of rank 0" in messages and "progress of rank 0" not in messages
+
+
+class _ExitingBetweenReadings:
+    """A worker process that is running at the first reading of its exit code and has
+    exited with code 1 at every later one (it failed while the parent looked)."""
+
+    def __init__(self):
+        self.readings = 0
+
+    @property
+    def exitcode(self):
+        self.readings += 1
+        return None if self.readings == 1 else 1
+
+
+def test_a_worker_exiting_while_the_parent_looks_is_seen_as_failed():
+    from gears_ddp.distributed.supervisor import SpawnedWorkers
+
+    workers = SpawnedWorkers.__new__(SpawnedWorkers)  # the watching part alone, no process started
+    workers.processes, workers.received, workers.failed = [_ExitingBetweenReadings()], [], []
+    workers.collect = lambda: []
+    assert not workers.finished()  # running when looked at: not finished, not failed
+    assert workers.finished() and workers.failed == [(0, 1)]

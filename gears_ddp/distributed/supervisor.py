@@ -95,8 +95,11 @@ class SpawnedWorkers:
     def finished(self) -> bool:
         """Whether every worker exited or one failed (remembered in ``failed``)."""
         self.collect()
-        self.failed = [(rank, p.exitcode) for rank, p in enumerate(self.processes) if p.exitcode not in (None, 0)]
-        return bool(self.failed) or not self.sentinels()
+        # one reading of the exit codes: a worker that exits between two readings would
+        # count as neither failed nor running, and its failure would go unseen
+        exit_codes = [process.exitcode for process in self.processes]
+        self.failed = [(rank, code) for rank, code in enumerate(exit_codes) if code not in (None, 0)]
+        return bool(self.failed) or None not in exit_codes
 
     def result(self) -> list:
         """Once ``finished``: the workers' messages, or, when one failed, the others stopped
