@@ -88,7 +88,7 @@ def test_gradient_values_are_clipped(toy, device):
 def test_accumulator_refuses_missing_logvar(toy):
     accumulator = EvaluationAccumulator.from_pert_data(toy, uncertainty=True)
     with pytest.raises(ValueError, match="uncertainty=True; logvar must be given"):
-        accumulator.add_condition_effects(torch.tensor([0]), torch.zeros(1, toy.adata.n_vars))
+        accumulator.empty_effects().add(torch.tensor([0]), torch.zeros(1, toy.adata.n_vars))
 
 
 def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():

@@ -98,6 +98,33 @@ class EvaluationResult:
     non_dropout_de_idx: np.ndarray  # (C, 20)
 
 
+class ConditionEffects:
+    """Conditions' predicted effects (and log-variances), each times the condition's number
+    of cells ``counts``, summed per condition: what a model in evaluation mode adds to the
+    summed inputs (``EvaluationAccumulator.add_inputs``). Kept apart from the accumulator so
+    that ranks can compute the effects of different conditions and add up their ``state()``."""
+
+    def __init__(self, counts: torch.Tensor, n_genes: int, uncertainty: bool, dtype: torch.dtype):
+        self.counts, self.uncertainty, self.dtype = counts, uncertainty, dtype
+        names = ("pred", "logvar") if uncertainty else ("pred",)
+        self._sums = {name: torch.zeros(len(counts), n_genes, dtype=dtype, device=counts.device) for name in names}
+
+    def add(self, codes: torch.Tensor, effect: torch.Tensor, logvar: torch.Tensor | None = None) -> None:
+        """``effect`` / ``logvar`` (K x G) of the conditions ``codes`` (K,), once per cell."""
+        if (logvar is not None) != self.uncertainty:
+            raise ValueError(f"this accumulator was built with uncertainty={self.uncertainty}; "
+                             f"logvar must be {'given' if self.uncertainty else 'None'}")
+        codes = codes.to(self.counts.device, torch.long)
+        cells = self.counts[codes].to(self.dtype).unsqueeze(1)
+        self._sums["pred"].index_add_(0, codes, cells * effect.detach().to(self.counts.device, self.dtype))
+        if logvar is not None:
+            self._sums["logvar"].index_add_(0, codes, cells * logvar.detach().to(self.counts.device, self.dtype))
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The sums, which add up across ranks."""
+        return dict(self._sums)
+
+
 class EvaluationAccumulator:
     """Per-condition sums of predictions and truth, fed batch by batch.
 
@@ -152,22 +179,24 @@ class EvaluationAccumulator:
 
     def add_inputs(self, codes: torch.Tensor, inputs: torch.Tensor, truth: torch.Tensor) -> None:
         """Add a batch of cells whose prediction is ``input + effect(condition)`` (a model in
-        evaluation mode): the inputs are summed now, and ``add_condition_effects``, called once
-        after the last batch, adds each condition's effect (and log-variance) per cell."""
+        evaluation mode): the inputs are summed now; the effects, summed in ``empty_effects()``
+        once after the last batch, come in with ``add_effects``."""
         self._add_cells(codes, inputs, truth)
 
-    def add_condition_effects(self, codes: torch.Tensor, effect: torch.Tensor,
-                              logvar: torch.Tensor | None = None) -> None:
-        """Complete ``add_inputs``: ``effect`` / ``logvar`` (K x G) of the conditions ``codes`` (K,)
-        count once for every cell of those conditions added so far."""
-        if (logvar is not None) != self.uncertainty:
-            raise ValueError(f"this accumulator was built with uncertainty={self.uncertainty}; "
-                             f"logvar must be {'given' if self.uncertainty else 'None'}")
-        codes = codes.to(self.device, torch.long)
-        cells = self._sums["count"][codes].to(self.dtype).unsqueeze(1)
-        self._sums["pred"].index_add_(0, codes, cells * effect.detach().to(self.device, self.dtype))
-        if logvar is not None:
-            self._sums["logvar"].index_add_(0, codes, cells * logvar.detach().to(self.device, self.dtype))
+    def cell_counts(self) -> torch.Tensor:
+        """The number of cells added so far, per condition."""
+        return self._sums["count"]
+
+    def empty_effects(self) -> "ConditionEffects":
+        """Where to sum the effects that complete ``add_inputs`` (``ConditionEffects``): each
+        condition's effect counts once for every cell of it added so far."""
+        return ConditionEffects(self._sums["count"], self.n_genes, self.uncertainty, self.dtype)
+
+    def add_effects(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Add the ``ConditionEffects.state()`` of this accumulator's cells (summed over the
+        ranks that computed parts of it) to the prediction and log-variance sums."""
+        for name, sums in state.items():
+            self._sums[name] += sums.to(self.device)
 
     def _add_cells(self, codes: torch.Tensor, pred: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
         """Count the cells, sum predictions and truth; returns the codes."""

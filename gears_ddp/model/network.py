@@ -171,6 +171,13 @@ class GEARSModel(nn.Module):
         it all up)."""
         return self._propagate(self.pert_emb.weight, self.sim_layers, self.go_graph, genes)
 
+    def renormalise_embeddings(self) -> None:
+        """Renormalise the embedding tables a forward pass looks up (``renormalise``), as a
+        forward pass does first. A rank that runs no forward pass in an evaluation calls it,
+        so that its weights stay those of the ranks that do."""
+        if not self.no_perturb:
+            renormalise(self.gene_emb, self.emb_pos, self.pert_emb)
+
     def set_effects(self, sets: PerturbationSets):
         """Predicted change from control (S x G) for each of ``sets.sets``, and the
         log-variance (S x G) in uncertainty mode (else None). In training mode the sets are
@@ -178,8 +185,7 @@ class GEARSModel(nn.Module):
         in evaluation mode any sets (``PerturbationSets.each_once``). With ``no_perturb``
         the change is zero. The running statistics of the BatchNorms that this model
         weights are updated together at the end."""
-        if not self.no_perturb:
-            renormalise(self.gene_emb, self.emb_pos, self.pert_emb)
+        self.renormalise_embeddings()
         with running_statistics_together():
             return self._set_effects(sets)
 

@@ -134,24 +134,44 @@ def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncer
     runs once per condition at the end: the result equals running it on every cell. A pass
     takes as many conditions as fit in ``rows_per_pass`` (condition, gene) rows, at least
     one, which bounds evaluation memory whatever the number of genes. Each rank scores its
-    share of the cells; ``ranks.merge_evaluation`` gives every rank the result of all.
+    share of the cells; ``ranks.merge_evaluation`` gives every rank the sums of all. The
+    passes are then cut from the conditions of all ranks, as one process cuts them, and
+    shared out among the ranks, so each condition's effect comes from the same pass
+    whatever the number of ranks (a float32 product's rounding can depend on the other rows
+    it runs with) and no rank computes another's.
     ``progress`` names a progress bar the main rank shows (on a terminal).
     """
     network = unwrapped(model)
     network.eval()
     n_conditions = len(accumulator.condition_names)
     perturbation_set = torch.full((n_conditions, 2), -1, dtype=torch.long, device=device)
-    seen = torch.zeros(n_conditions, dtype=torch.bool, device=device)
     hidden = progress is None or not ranks.is_main
     for batch in tqdm(loader, desc=progress, leave=False, disable=True if hidden else None):
         batch = batch.to(device, non_blocking=True)
         accumulator.add_inputs(batch.condition, batch.x, batch.y)
         perturbation_set[batch.condition] = batch.pert_idx
-        seen[batch.condition] = True
+    accumulator.load_state(ranks.merge_evaluation(accumulator.state()))
+    perturbation_set = _sets_of_all_ranks(perturbation_set, accumulator.cell_counts(), ranks)
+    effects = accumulator.empty_effects()
+    network.renormalise_embeddings()  # as every pass does: ranks with no pass change their weights alike
     conditions_per_pass = max(1, rows_per_pass // network.num_genes)
-    for codes in torch.nonzero(seen).flatten().split(conditions_per_pass):
+    passes = torch.nonzero(accumulator.cell_counts() > 0).flatten().split(conditions_per_pass)
+    for codes in passes[ranks.rank::ranks.world_size]:
         with precision.autocast(device):
             effect, logvar = network.set_effects(PerturbationSets.each_once(perturbation_set[codes]))
-        accumulator.add_condition_effects(codes, effect.float(), logvar.float() if uncertainty else None)
-    accumulator.load_state(ranks.merge_evaluation(accumulator.state()))
+        effects.add(codes, effect.float(), logvar.float() if uncertainty else None)
+    accumulator.add_effects(ranks.merge_evaluation(effects.state()))
     return accumulator.result()
+
+
+def _sets_of_all_ranks(perturbation_set: torch.Tensor, cells_of_all_ranks: torch.Tensor,
+                       ranks: SingleProcess) -> torch.Tensor:
+    """Each condition's perturbation set (C x 2, -1 padded) as the ranks that had its cells
+    saw it: the rows of those ranks are equal, so their sum over ranks divided by how many
+    ranks had cells is that row (-1 for a condition no rank had)."""
+    if ranks.world_size == 1:
+        return perturbation_set
+    had_cells = (perturbation_set[:, :1] != -1) | (perturbation_set[:, 1:] != -1)
+    merged = ranks.merge_evaluation({"sets": (perturbation_set + 1) * had_cells, "ranks": had_cells.long()})
+    sets = merged["sets"] // merged["ranks"].clamp(min=1) - 1
+    return torch.where(cells_of_all_ranks.unsqueeze(1) > 0, sets, -1)
