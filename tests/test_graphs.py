@@ -29,8 +29,10 @@ def _as_set(edges):
     return {(s, t): w for s, t, w in edges[graphs.EDGE_COLUMNS].itertuples(index=False)}
 
 
-@pytest.mark.parametrize("elements_per_chunk", [2**22, 64])  # one chunk; chunks of 2 cells, blocks of 2 genes
-def test_coexpression_equals_straightforward_computation(elements_per_chunk):
+@pytest.mark.parametrize("cells_per_block, gene_block_elements", [(4096, 2**22), (7, 64)])
+def test_coexpression_equals_straightforward_computation(cells_per_block, gene_block_elements, monkeypatch):
+    """In one block, and in blocks of 7 cells and of 2 genes (the gram mirrored block by block)."""
+    monkeypatch.setattr(graphs, "GENE_BLOCK_ELEMENTS", gene_block_elements)
     rng = np.random.default_rng(0)
     latent = rng.normal(size=(300, 4))
     x = np.abs(latent @ rng.normal(size=(4, 30)) + rng.normal(scale=0.7, size=(300, 30))).astype(np.float32)
@@ -38,7 +40,7 @@ def test_coexpression_equals_straightforward_computation(elements_per_chunk):
     names = [f"g{i}" for i in range(30)]
     rows = np.arange(0, 300, 2)
     ours = _as_set(graphs.coexpression_edge_list(torch.from_numpy(x), rows, names, threshold=0.3, k=5,
-                                                 elements_per_chunk=elements_per_chunk))
+                                                 cells_per_block=cells_per_block))
     naive = _as_set(_naive_coexpression(x[rows], names, threshold=0.3, k=5))
     assert set(ours) == set(naive) and len(ours) > 30
     assert all(abs(ours[e] - naive[e]) < 1e-6 for e in ours)
@@ -90,6 +92,28 @@ def test_go_graph_keeps_top_k_plus_one_sources_within_vocabulary(toy):
     assert int(torch.bincount(targets).max()) <= 4
     assert int(graph.edge_index.max()) < len(toy.pert_names)
     assert bool(((graph.edge_weight > 0.1) & (graph.edge_weight <= 1)).all())
+
+
+def test_go_graph_is_cached_for_the_vocabulary_and_rebuilt_when_the_go_edges_change(toy, monkeypatch):
+    source = Path(toy.data_path) / "go_essential_all" / "go_essential_all.csv"
+    first = toy.go_graph(k=3)
+    cache = Path(toy.dataset_path) / "go_graph_3.csv"
+    assert cache.is_file() and len(pd.read_csv(cache)) == first.num_edges
+    read = graphs.read_edge_list
+
+    def only_the_cache(path, *args):
+        assert Path(path) != source, "the whole GO edge list was read again"
+        return read(path, *args)
+    monkeypatch.setattr(graphs, "read_edge_list", only_the_cache)
+    again = toy.go_graph(k=3)
+    assert torch.equal(again.edge_index, first.edge_index) and torch.equal(again.edge_weight, first.edge_weight)
+    monkeypatch.setattr(graphs, "read_edge_list", read)
+    edges = pd.read_csv(source)
+    edges = edges[edges["source"] != edges["target"]]  # the self edges gone: another GO graph
+    edges.to_csv(source, index=False)
+    changed = toy.go_graph(k=3)
+    assert not torch.equal(changed.edge_index, first.edge_index)
+    assert bool((changed.edge_index[0] != changed.edge_index[1]).all())
 
 
 def test_go_graph_computed_for_custom_vocabulary(data_root):

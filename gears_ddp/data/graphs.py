@@ -22,6 +22,7 @@ from scipy.linalg import blas
 import torch
 
 GO_JACCARD_THRESHOLD = 0.1
+GENE_BLOCK_ELEMENTS = 2**22  # genes x genes values handled at a time after the gram is formed
 EDGE_COLUMNS = ["source", "target", "importance"]
 
 
@@ -61,43 +62,78 @@ def jaccard_edge_list(gene2go: dict, genes, threshold: float = GO_JACCARD_THRESH
 
 
 def top_sources_per_target(edges: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Keep each target's ``k + 1`` highest-importance edges (ties: first listed wins)."""
-    ordered = edges.sort_values(["target", "importance"], ascending=[True, False], kind="stable")
-    return ordered.groupby("target", sort=False).head(k + 1).reset_index(drop=True)
+    """Keep each target's ``k + 1`` highest-importance edges (ties: first listed wins),
+    ordered by target, then by importance."""
+    targets = pd.factorize(edges["target"], sort=True)[0]
+    return edges.iloc[_top_rows_per_target(targets, edges["importance"].to_numpy(), k)].reset_index(drop=True)
+
+
+def _top_rows_per_target(targets: np.ndarray, importance: np.ndarray, k: int) -> np.ndarray:
+    """Positions of each target's ``k + 1`` highest-importance rows (ties: first listed
+    wins), ordered by target code, then by importance."""
+    order = np.lexsort((-importance, targets))  # stable: ties keep their order
+    sorted_targets = targets[order]
+    rank_within_target = np.arange(len(order)) - np.searchsorted(sorted_targets, sorted_targets)
+    return order[rank_within_target <= k]
 
 
 def go_edge_list(go_edges: pd.DataFrame, vocabulary, k: int) -> pd.DataFrame:
-    """GO edges restricted to the vocabulary, then the top ``k + 1`` sources per target."""
-    known = set(vocabulary)
-    inside = go_edges["source"].isin(known) & go_edges["target"].isin(known)
-    return top_sources_per_target(go_edges.loc[inside, EDGE_COLUMNS], k)
+    """GO edges restricted to the vocabulary, then the top ``k + 1`` sources per target
+    (ordered by target, then by importance)."""
+    known = pd.Index(vocabulary)
+    sources, targets = _positions_in(known, go_edges["source"]), _positions_in(known, go_edges["target"])
+    inside = np.flatnonzero((sources >= 0) & (targets >= 0))
+    importance = go_edges["importance"].to_numpy()[inside]
+    name_order = np.empty(len(known), dtype=np.int64)
+    name_order[known.argsort()] = np.arange(len(known))  # targets ordered by name
+    top = inside[_top_rows_per_target(name_order[targets[inside]], importance, k)]
+    return pd.DataFrame({"source": known[sources[top]].to_numpy(object), "target": known[targets[top]].to_numpy(object),
+                         "importance": go_edges["importance"].to_numpy()[top]})
 
 
-def gene_correlation(expression, rows: np.ndarray, elements_per_chunk: int = 2**20) -> np.ndarray:
-    """Absolute Pearson correlation between genes over the cells ``rows`` (NaN -> 0).
+def _positions_in(index: pd.Index, column: pd.Series) -> np.ndarray:
+    """Each value's position in ``index`` (-1 when absent); a categorical column is looked
+    up by its categories, once each."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        positions = np.append(index.get_indexer(column.cat.categories), -1)  # code -1 (missing) -> -1
+        return positions[codes]
+    return index.get_indexer(column)
 
-    ``expression`` is a (cells x genes) tensor or array. Cells are read in chunks of about
-    ``elements_per_chunk`` values and the sums are accumulated in float64, so no dense copy
-    of the selected cells is made; the (genes x genes) result is then formed in place, a
-    block of genes at a time, so the peak is about one float64 genes x genes matrix instead
-    of several.
+
+def gene_correlation(expression, rows: np.ndarray, cells_per_block: int = 2048) -> np.ndarray:
+    """Absolute Pearson correlation between genes over the cells ``rows`` (NaN -> 0), a
+    float32 genes x genes matrix.
+
+    In float32, as the published GEARS computes it, from centred values: one pass over the
+    cells sums each gene, a second adds each block of ``cells_per_block`` centred cells to
+    the gram matrix with a symmetric rank-k update (BLAS ``ssyrk``, half the work of a
+    general product), so the selected cells are never copied whole. The gram's upper half
+    is then mirrored and scaled in place, a block of genes at a time, so the peak is one
+    genes x genes float32 matrix.
     """
     n_genes = expression.shape[1]
-    cells_per_chunk = max(1, elements_per_chunk // n_genes)
-    total = np.zeros(n_genes)
-    gram = np.zeros((n_genes, n_genes))
-    for start in range(0, len(rows), cells_per_chunk):
-        chunk = rows[start:start + cells_per_chunk]
-        block = expression[torch.as_tensor(chunk)].numpy() if torch.is_tensor(expression) else expression[chunk]
-        block = np.asarray(block, dtype=np.float64)
-        total += block.sum(axis=0)
-        # gram += block.T @ block in place (the symmetric gram's transpose is its Fortran-order view)
-        blas.dgemm(1.0, block, block, beta=1.0, c=gram.T, trans_a=1, overwrite_c=1)
-    n = len(rows)
-    scale = np.sqrt(np.clip(np.diag(gram) - total * total / n, 0, None))
+    blocks = [rows[start:start + cells_per_block] for start in range(0, len(rows), cells_per_block)]
+
+    def read(block):
+        values = expression[torch.as_tensor(block)].numpy() if torch.is_tensor(expression) else expression[block]
+        return np.asarray(values, dtype=np.float32)
+
+    mean = (sum(read(block).sum(axis=0, dtype=np.float64) for block in blocks) / max(len(rows), 1)).astype(np.float32)
+    gram = np.zeros((n_genes, n_genes), dtype=np.float32)
+    for block in blocks:
+        centred = read(block) - mean
+        # gram.T is the Fortran-order view of the C-order gram: ssyrk fills its upper triangle
+        # with centred.T @ centred (centred.T is a Fortran-order genes x cells matrix)
+        blas.ssyrk(1.0, centred.T, beta=1.0, c=gram.T, trans=0, lower=0, overwrite_c=1)
+    # in C order the filled half is the lower triangle (row >= column)
+    scale = np.sqrt(np.clip(np.diag(gram), 0, None))
     scale[scale == 0] = np.inf  # a constant gene correlates 0 with every gene
-    for genes in _row_blocks(gram, elements_per_chunk):
-        gram[genes] -= np.outer(total[genes], total) / n
+    for genes in _row_blocks(gram, GENE_BLOCK_ELEMENTS):
+        start, stop = genes.start, min(genes.stop, n_genes)
+        diagonal = np.tril(gram[genes, genes])
+        gram[genes, genes] = diagonal + np.tril(diagonal, -1).T
+        gram[genes, stop:] = gram[stop:, genes].T  # rows below the block hold these columns' values
         gram[genes] /= np.outer(scale[genes], scale)
     np.clip(gram, -1.0, 1.0, out=gram)
     return np.abs(gram, out=gram)
@@ -110,16 +146,16 @@ def _row_blocks(matrix: np.ndarray, elements_per_block: int):
 
 
 def coexpression_edge_list(expression, rows: np.ndarray, gene_names, threshold: float, k: int,
-                           elements_per_chunk: int = 2**20) -> pd.DataFrame:
+                           cells_per_block: int = 2048) -> pd.DataFrame:
     """For each target gene, its ``k + 1`` most correlated genes with correlation above
-    ``threshold`` (``elements_per_chunk``: see ``gene_correlation``)."""
-    corr = gene_correlation(expression, rows, elements_per_chunk)
-    # per block of target genes; copied, as a view would keep the block's whole argsort alive
-    top = np.concatenate([np.argsort(corr[genes], axis=1)[:, -(k + 1):].copy()
-                          for genes in _row_blocks(corr, elements_per_chunk)])
-    values = np.take_along_axis(corr, top, axis=1)
-    targets = np.repeat(np.arange(corr.shape[0]), top.shape[1])
-    sources, values = top.ravel(), values.ravel()
+    ``threshold``, listed per target from the least to the most correlated, as the published
+    GEARS lists them (``cells_per_block``: see ``gene_correlation``)."""
+    corr = gene_correlation(expression, rows, cells_per_block)
+    top = [torch.from_numpy(corr[genes]).topk(k + 1, dim=1) for genes in _row_blocks(corr, GENE_BLOCK_ELEMENTS)]
+    values = torch.cat([block.values for block in top]).flip(1).numpy()
+    sources = torch.cat([block.indices for block in top]).flip(1).numpy()
+    targets = np.repeat(np.arange(corr.shape[0]), values.shape[1])
+    sources, values = sources.ravel(), values.ravel()
     keep = values > threshold
     names = np.asarray(gene_names, dtype=object)
     return pd.DataFrame({"source": names[sources[keep]], "target": names[targets[keep]],
@@ -130,7 +166,7 @@ def read_edge_list(path, what: str, advice: str) -> pd.DataFrame:
     """The edge list (``source``, ``target``, ``importance``) in the CSV file ``path``; a file
     that is not one is refused with an error naming it, ``what`` it should be, and ``advice``."""
     try:
-        edges = pd.read_csv(path)
+        edges = pd.read_csv(path, dtype={"source": "category", "target": "category"})
     except Exception as err:  # pandas and codecs raise many types for a file of another kind
         raise ValueError(f"cannot read the {what} {path} ({type(err).__name__}: {err}); {advice}") from None
     missing = [column for column in EDGE_COLUMNS if column not in edges.columns]

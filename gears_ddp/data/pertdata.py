@@ -37,6 +37,8 @@ SETS_OF_SPLIT = {"no_split": ("test",), "no_test": ("train", "val")}
 STORAGES = ("mapped", "memory")
 ALL_SETS = ("train", "val", "test")
 CACHE_ADVICE = "it is a cache of this dataset folder: delete it and it is built again"
+GO_EDGES_ADVICE = ("replace it: delete it to download it again, or build it with gears-ddp process --go-annotation "
+                   "or --go-gene-sets")
 
 
 class PertData:
@@ -432,20 +434,39 @@ class PertData:
         return graphs.to_gene_graph(edges, self.node_map)
 
     def go_graph(self, k: int = 20) -> graphs.GeneGraph:
-        """GO-similarity graph over the perturbation vocabulary (top ``k + 1`` sources per gene)."""
+        """GO-similarity graph over the perturbation vocabulary (top ``k + 1`` sources per gene).
+
+        From the GO edge list of the data folder (``go_essential_all.csv``, which holds every
+        annotated gene's edges), the vocabulary's graph is cached in the dataset folder as
+        ``go_graph_<k>.csv``, with the edge list's size and time and the vocabulary beside it
+        (``cache_settings``): the ranks of a run and later runs read the vocabulary's edges,
+        not the whole edge list again."""
         self._require_data()
         if self.default_pert_graph:
-            edges = graphs.read_edge_list(download.ensure_go_file(GO_EDGES_NAME, self.data_path), "GO graph",
-                                          "replace it: delete it to download it again, or build it with "
-                                          "gears-ddp process --go-annotation")
-        else:
-            cache = Path(self.dataset_path) / f"go_essential_{self.dataset_name}.csv"
-            if cache.exists():
+            source = download.ensure_go_file(GO_EDGES_NAME, self.data_path)
+            cache = Path(self.dataset_path) / f"go_graph_{k}.csv"
+            stat = source.stat()
+            settings = {"go_edges_size": stat.st_size,
+                        "go_edges_mtime_ns": stat.st_mtime_ns,
+                        "vocabulary_sha256": hashlib.sha256("\n".join(self.pert_names).encode()).hexdigest()}
+            if cache.exists() and cache_settings.settings_path(cache).is_file() \
+                    and not cache_settings.differences(cache, settings):
                 edges = graphs.read_edge_list(cache, "GO graph", CACHE_ADVICE)
             else:
-                edges = graphs.jaccard_edge_list(self.gene2go, self.pert_names)
+                edges = graphs.go_edge_list(graphs.read_edge_list(source, "GO graph", GO_EDGES_ADVICE),
+                                            self.pert_names, k)
+                cache_settings.forget(cache)
                 with io.atomic_path(cache) as tmp:
                     edges.to_csv(tmp, index=False)
+                cache_settings.write_settings(cache, settings)
+            return graphs.to_gene_graph(edges, self.node_map_pert)
+        cache = Path(self.dataset_path) / f"go_essential_{self.dataset_name}.csv"
+        if cache.exists():
+            edges = graphs.read_edge_list(cache, "GO graph", CACHE_ADVICE)
+        else:
+            edges = graphs.jaccard_edge_list(self.gene2go, self.pert_names)
+            with io.atomic_path(cache) as tmp:
+                edges.to_csv(tmp, index=False)
         return graphs.to_gene_graph(graphs.go_edge_list(edges, self.pert_names, k), self.node_map_pert)
 
     # ------------------------------------------------------------------ sharing
