@@ -77,15 +77,15 @@ def load_synthetic(data_path, args):
     return load_dataset(data_path, write_synthetic_dataset(data_path, name=name, **options))
 
 
-def write_raw_input(folder: Path, args) -> Path:
+def write_raw_input(folder: Path, args, **generator_options) -> Path:
     """The raw AnnData (h5ad) and GO files that both packages start from, and the noise-free
     mean profile of every condition beside them (``read_true_means(folder)``); returns the
-    h5ad's path."""
+    h5ad's path. ``generator_options`` are more ``make_synthetic_perturb_seq`` settings."""
     from gears_ddp.data.graphs import jaccard_edge_list
     from gears_ddp.datasets import make_synthetic_perturb_seq
     from gears_ddp.datasets.folder import TRUE_MEANS_FILE
 
-    synthetic = make_synthetic_perturb_seq(**synthetic_options(args))
+    synthetic = make_synthetic_perturb_seq(**synthetic_options(args), **generator_options)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "gene2go_all.pkl", "wb") as f:
         pickle.dump(synthetic.gene2go, f)

@@ -1,0 +1,308 @@
+"""gears_ddp and the published GEARS at the width of today's screens (18,000 genes), side by
+side on the same raw data: processing, loading, ``model_initialize`` (the gene graphs),
+seconds per training step, peak memory, and an epoch's estimated time at the size of the
+Virtual Cell Challenge's training file.
+
+    python benchmarks/bench_width.py [--genes 18000 --cells-per-condition 100 --perturbed-genes 60
+                                      --combos 30 --control-cells 2000 --modules 60]
+                                     [--steps 8] [--data-path /tmp/bench_width] [--skip-reference] [--record]
+
+The data (generator seed 0, ``make_synthetic_perturb_seq``; by default 11,000 cells x
+18,000 genes: 60 single and 30 two-gene perturbations of 100 cells, 2,000 controls) and the
+GO files are written once under ``--data-path`` and reused. ``--modules`` sets the
+generator's gene modules, whose genes share GO terms: 60 modules give a GO graph about as
+dense as a real one (the script prints its edges per gene; Enrichr's GO Biological Process
+2021 gene sets give 4.35 million edges over 14,937 genes, 291 per gene); with the
+generator's default of 20 modules every gene shares terms with 900 others.
+
+Each package runs in a child process of its own (its peak memory is its own), with all the
+machine's cores, and does, timing each stage:
+
+1. processing: ``PertData(folder).new_data_process`` on the raw h5ad;
+2. loading: a new ``PertData(folder).load(data_path=...)``, ``prepare_split('simulation',
+   seed=1)`` and ``get_dataloader(32, 32)``;
+3. ``GEARS(pert_data)`` and ``model_initialize(hidden_size=64)``, with the co-expression
+   graph (and gears_ddp's GO graph cache) built from nothing, and the time of each graph;
+4. ``--steps`` training steps at batch 32 after one warm-up step, their median. gears_ddp:
+   ``training.engine.training_step`` on the training loader's batches. The published GEARS:
+   its own ``train(epochs=1)`` on a loader that yields that many batches, timed between
+   batches (its epoch-end evaluation runs on those batches and one validation batch, outside
+   the timed steps);
+5. peak resident memory of the process (``getrusage``).
+
+The floor of a gears_ddp step is measured in its child, after the steps: the six matrix
+products of the recovery MLP on the steps' (set, gene) rows (two forward: 64 -> 128 -> 64;
+four backward: each Linear's input and weight gradients), on buffers of the mean number of
+rows of the steps, the median of as many repeats. An epoch at the challenge's size is
+estimated as (221,273 cells x this split's share of cells in training / 32) steps of the
+measured median.
+"""
+import argparse
+import contextlib
+import io
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness.child import run_in_child
+from harness.machine import load_average
+from harness.memory import peak_rss_mib
+from harness.published import patch_csr_indexing, reference_available
+from harness.record import add_record_argument, recorded
+from harness.synthetic import add_size_arguments, synthetic_options, work_folder, write_raw_input
+from harness.tables import format_number, print_table
+
+VCC_CELLS = 221_273
+BATCH_SIZE = 32
+HIDDEN_SIZE = 64
+
+
+def _timed(function, seconds: list):
+    """``function`` that appends the seconds of each call to ``seconds``."""
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+    return timed
+
+
+def _stage(figures: dict, name: str):
+    """A context that stores its wall seconds in ``figures[name]``."""
+    @contextlib.contextmanager
+    def timing():
+        start = time.perf_counter()
+        yield
+        figures[name] = time.perf_counter() - start
+    return timing()
+
+
+def _train_share(pert_data) -> float:
+    """The share of the dataset's cells that the split puts in training."""
+    conditions = pert_data.adata.obs["condition"].astype(str)
+    return float(conditions.isin(set(pert_data.set2conditions["train"])).mean())
+
+
+def run_ours(raw: str, folder: str, steps: int) -> dict:
+    import anndata
+    import torch
+
+    from gears_ddp import GEARS, PertData
+    from gears_ddp.data import pertdata
+    from gears_ddp.training.engine import training_step
+
+    figures, graph_s = {}, {"co-expression": [], "GO": []}
+    pertdata.PertData.coexpression_graph = _timed(pertdata.PertData.coexpression_graph, graph_s["co-expression"])
+    pertdata.PertData.go_graph = _timed(pertdata.PertData.go_graph, graph_s["GO"])
+    with _stage(figures, "processing_s"):
+        PertData(folder).new_data_process("wide", anndata.read_h5ad(raw))
+    with _stage(figures, "loading_s"):
+        pert_data = PertData(folder)
+        pert_data.load(data_path=Path(folder) / "wide")
+        pert_data.prepare_split("simulation", seed=1)
+        pert_data.get_dataloader(BATCH_SIZE, test_batch_size=BATCH_SIZE)
+    torch.manual_seed(0)
+    with _stage(figures, "model_initialize_s"):
+        gears = GEARS(pert_data, device="cpu")
+        gears.model_initialize(hidden_size=HIDDEN_SIZE)
+    figures["graph_s"] = {name: sum(seconds) for name, seconds in graph_s.items()}
+    optimizer = torch.optim.Adam(gears.model.parameters(), lr=1e-3, weight_decay=5e-4)
+    context, device = gears.loss_context(), torch.device("cpu")
+    step_s, rows = [], []
+    for _, batch in zip(range(steps + 1), pert_data.dataloader["train_loader"]):
+        start = time.perf_counter()
+        training_step(gears.model, [batch], optimizer, context, False, device)
+        step_s.append(time.perf_counter() - start)
+        rows.append(len(batch.sets.counts) * gears.model.num_genes)
+    figures["step_s"] = step_s[1:]
+    figures["rows"] = statistics.mean(rows[1:])
+    figures["floor_s"] = _six_products(int(figures["rows"]), HIDDEN_SIZE, steps)
+    figures["train_share"] = _train_share(pert_data)
+    go_edges = Path(folder) / "go_essential_all" / "go_essential_all.csv"
+    figures["go_edges_per_gene"] = (sum(1 for _ in go_edges.open()) - 1) / len(pert_data.pert_names)
+    return figures
+
+
+def _six_products(n_rows: int, hidden: int, repeats: int) -> float:
+    """Median seconds of the recovery MLP's six matrix products on ``n_rows`` rows (see the
+    module docstring)."""
+    import torch
+
+    a0, w1, z1 = torch.randn(n_rows, hidden), torch.randn(2 * hidden, hidden), torch.empty(n_rows, 2 * hidden)
+    a1, w2, z2 = torch.randn(n_rows, 2 * hidden), torch.randn(hidden, 2 * hidden), torch.empty(n_rows, hidden)
+    grad_z2, grad_a1 = torch.randn(n_rows, hidden), torch.empty(n_rows, 2 * hidden)
+    grad_z1, grad_a0 = torch.randn(n_rows, 2 * hidden), torch.empty(n_rows, hidden)
+    seconds = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        torch.mm(a0, w1.T, out=z1)
+        torch.mm(a1, w2.T, out=z2)
+        torch.mm(grad_z2, w2, out=grad_a1)
+        grad_z2.T.mm(a1)
+        torch.mm(grad_z1, w1, out=grad_a0)
+        grad_z1.T.mm(a0)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds[1:])
+
+
+class _TimedBatches:
+    """``batches`` as a loader: records the time each batch is handed out in training mode
+    (the published training loop; its evaluation iterates the same loader in eval mode)."""
+
+    def __init__(self, batches: list, model, times: list):
+        self.batches, self.model, self.times = batches, model, times
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __iter__(self):
+        for batch in self.batches:
+            if self.model.training:
+                self.times.append(time.perf_counter())
+            yield batch
+
+
+def run_published(raw: str, folder: str, steps: int) -> dict:
+    patch_csr_indexing()
+    import anndata
+    import torch
+    import gears.gears as published
+    from gears import GEARS, PertData
+
+    figures, graph_s, batch_times, epoch_ends = {}, {}, [], []
+    similarity = published.get_similarity_network
+
+    def timed_similarity(network_type, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return similarity(network_type, *args, **kwargs)
+        finally:
+            graph_s[{"co-express": "co-expression", "go": "GO"}[network_type]] = time.perf_counter() - start
+
+    class TimedStepLR(published.StepLR):
+        """Records when the epoch's loop ends (its ``step`` after the loop; not the constructor's)."""
+
+        def step(self, *args, **kwargs):
+            if getattr(self, "_constructed", False):
+                epoch_ends.append(time.perf_counter())
+            self._constructed = True
+            return super().step(*args, **kwargs)
+
+    published.get_similarity_network = timed_similarity
+    published.StepLR = TimedStepLR
+    with _stage(figures, "processing_s"):
+        PertData(folder).new_data_process("wide", anndata.read_h5ad(raw))
+    with _stage(figures, "loading_s"):
+        pert_data = PertData(folder)
+        pert_data.load(data_path=str(Path(folder) / "wide"))
+        pert_data.prepare_split("simulation", seed=1)
+        pert_data.get_dataloader(BATCH_SIZE, test_batch_size=BATCH_SIZE)
+    torch.manual_seed(0)
+    with _stage(figures, "model_initialize_s"):
+        gears = GEARS(pert_data, device="cpu")
+        gears.model_initialize(hidden_size=HIDDEN_SIZE)
+    figures["graph_s"] = graph_s
+    loaders = gears.dataloader
+    batches = [batch for _, batch in zip(range(steps + 1), loaders["train_loader"])]
+    loaders["train_loader"] = _TimedBatches(batches, gears.model, batch_times)
+    loaders["val_loader"] = [next(iter(loaders["val_loader"]))]
+    gears.train(epochs=1, lr=1e-3, weight_decay=5e-4)
+    ends = batch_times[1:] + epoch_ends[:1]  # a step ends when the next batch is asked for
+    figures["step_s"] = [end - begin for begin, end in zip(batch_times, ends)][1:]
+    figures["train_share"] = _train_share(pert_data)
+    return figures
+
+
+def measured(package: str, raw: str, steps: int) -> dict:
+    """In a child process of its own: one package's stages on ``raw`` (see the module
+    docstring), with its peak memory."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count())
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = str(work_folder(Path(raw), tmp))
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            figures = (run_ours if package == "gears_ddp" else run_published)(raw, folder, steps)
+    figures["peak_rss_gib"] = peak_rss_mib() / 1024
+    return figures
+
+
+def _raw_input(args) -> Path:
+    """The raw h5ad and GO files of the size options, written once under ``--data-path``."""
+    options = synthetic_options(args)
+    options["n_modules"] = args.modules
+    folder = Path(args.data_path) / ("width_" + "_".join(f"{key}{value}" for key, value in options.items()))
+    raw = folder / "raw.h5ad"
+    if not raw.exists():
+        write_raw_input(folder, args, n_modules=args.modules)
+    return raw
+
+
+def _ratio(published, ours) -> str:
+    return "-" if published is None or ours is None else f"{published / ours:.1f}x"
+
+
+def print_tables(ours: dict, published: dict | None, args) -> None:
+    def figure(result, key):
+        return None if result is None else result[key]
+
+    def step(result):
+        return None if result is None else statistics.median(result["step_s"])
+
+    rows = []
+    for label, key in (("processing: raw h5ad -> processed folder (s)", "processing_s"),
+                       ("loading: load, split, loaders (s)", "loading_s"),
+                       ("model_initialize (s)", "model_initialize_s")):
+        rows.append([label, format_number(figure(published, key), ".2f"), format_number(ours[key], ".2f"),
+                     _ratio(figure(published, key), ours[key])])
+    for graph in ("co-expression", "GO"):
+        theirs = None if published is None else published["graph_s"].get(graph)
+        rows.append([f"  of which the {graph} graph (s)", format_number(theirs, ".2f"),
+                     format_number(ours["graph_s"][graph], ".2f"), _ratio(theirs, ours["graph_s"][graph])])
+    rows.append(["training step, batch 32, median (s)", format_number(step(published), ".3f"),
+                 format_number(step(ours), ".3f"), _ratio(step(published), step(ours))])
+    rows.append(["peak resident memory (GiB)", format_number(figure(published, "peak_rss_gib"), ".2f"),
+                 format_number(ours["peak_rss_gib"], ".2f"), _ratio(figure(published, "peak_rss_gib"),
+                                                                    ours["peak_rss_gib"])])
+    vcc_steps = VCC_CELLS * ours["train_share"] / BATCH_SIZE
+    rows.append([f"an epoch at the challenge's size, estimated ({vcc_steps:,.0f} steps; min)",
+                 format_number(None if published is None else vcc_steps * step(published) / 60, ".0f"),
+                 format_number(vcc_steps * step(ours) / 60, ".0f"), _ratio(step(published), step(ours))])
+    print_table(["", "published GEARS", "gears_ddp", "published / gears_ddp"], rows)
+    print(f"\ngears_ddp's step against its floor: {step(ours) * 1e3:.0f} ms a step, {ours['floor_s'] * 1e3:.0f} ms "
+          f"for the recovery MLP's six matrix products on the steps' {ours['rows']:,.0f} (set, gene) rows: "
+          f"{step(ours) / ours['floor_s']:.2f}x the floor.")
+    print(f"Steps timed: {len(ours['step_s'])} per package after a warm-up step; GO graph "
+          f"{ours['go_edges_per_gene']:.0f} edges per gene ({args.modules} gene modules); load average at the end "
+          f"{load_average()}.")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_size_arguments(parser, genes=18000, cells_per_condition=100, perturbed_genes=60, combos=30,
+                       control_cells=2000)
+    parser.add_argument("--modules", type=int, default=60, help="the generator's gene modules (default 60)")
+    parser.add_argument("--steps", type=int, default=8, help="training steps timed after a warm-up step")
+    parser.add_argument("--data-path", default="/tmp/bench_width", help="where the raw data is written, once")
+    parser.add_argument("--skip-reference", action="store_true", help="gears_ddp only")
+    add_record_argument(parser)
+    args = parser.parse_args()
+    raw = _raw_input(args)
+    ours = run_in_child(__file__, "measured", "gears_ddp", str(raw), args.steps, label="gears_ddp")
+    published = None
+    if not args.skip_reference and reference_available():
+        published = run_in_child(__file__, "measured", "published", str(raw), args.steps, label="published GEARS")
+    if ours is None:
+        sys.exit(1)
+    with recorded(args.record):
+        print_tables(ours, published, args)
+
+
+if __name__ == "__main__":
+    main()
