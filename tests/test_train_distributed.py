@@ -65,3 +65,37 @@ def test_the_guide_worker_spawned_as_the_guide_does_trains_as_train_multi_gpu(da
     spawned, multi = read_weights(tmp_path / "spawned"), read_weights(tmp_path / "multi")
     assert spawned.keys() == multi.keys()
     assert all((spawned[name] == multi[name]).all() for name in spawned)
+
+
+def _guide_setup(rank, world_size, port, out):
+    """The guide's own calls in a spawned process: ``setup_ddp(rank, world_size)``, a
+    collective, ``cleanup_ddp()``."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from gears_ddp.train_distributed import cleanup_ddp, setup_ddp
+
+    os.environ["MASTER_PORT"] = str(port)  # a free port: the guide's 12355 may be taken on a test machine
+    setup_ddp(rank, world_size)
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)
+    with open(f"{out}/rank{rank}.txt", "w", encoding="utf-8") as file:
+        file.write(f"{dist.get_backend()} {dist.get_world_size()} {float(total)}")
+    cleanup_ddp()
+    assert not dist.is_initialized()
+
+
+def test_the_guides_setup_and_cleanup_join_and_leave_the_process_group(tmp_path):
+    mp.spawn(_guide_setup, args=(2, find_free_port(), str(tmp_path)), nprocs=2, join=True)
+    assert [(tmp_path / f"rank{rank}.txt").read_text() for rank in (0, 1)] == ["gloo 2 3.0"] * 2
+
+
+def test_the_guides_port_is_taken_when_none_is_given(monkeypatch):
+    from gears_ddp.distributed.process_group import GUIDE_PORT, rendezvous_port
+
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    assert rendezvous_port() == GUIDE_PORT == 12355
+    monkeypatch.setenv("MASTER_PORT", "23456")
+    assert rendezvous_port() == 23456 and rendezvous_port(34567) == 34567

@@ -14,8 +14,10 @@ import torch.distributed as dist
 
 from gears_ddp._logging import get_logger
 from gears_ddp.distributed.launch_environment import environment_integer
+from gears_ddp.runtime.devices import launched_rank_device
 
 logger = get_logger(__name__)
+GUIDE_PORT = 12355  # the seed guide's rendezvous port, taken when neither a port nor MASTER_PORT is given
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:
@@ -35,9 +37,15 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
-def _rendezvous_port(master_port: int | None) -> int:
-    """The given port, else ``MASTER_PORT`` from the environment; a TCP port either way."""
-    port = int(master_port) if master_port is not None else environment_integer(os.environ, "MASTER_PORT")
+def rendezvous_port(master_port: int | None = None) -> int:
+    """The given port, else ``MASTER_PORT`` from the environment, else the guide's 12355; a
+    TCP port either way."""
+    if master_port is not None:
+        port = int(master_port)
+    elif os.environ.get("MASTER_PORT"):
+        port = environment_integer(os.environ, "MASTER_PORT")
+    else:
+        port = GUIDE_PORT
     if not 1 <= port <= 65535:
         raise ValueError(f"rendezvous port {port} is not a TCP port (1..65535)")
     return port
@@ -46,14 +54,16 @@ def _rendezvous_port(master_port: int | None) -> int:
 def setup_ddp(
     rank: int,
     world_size: int,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     master_addr: str = "127.0.0.1",
     master_port: int | None = None,
     timeout_s: float = 600.0,
 ) -> None:
     """Join the default process group as ``rank`` of ``world_size`` on ``device``.
 
-    Sets ``MASTER_ADDR``/``MASTER_PORT`` for the ``env://`` rendezvous, selects the CUDA device
+    ``setup_ddp(rank, world_size)`` does what the seed guide's does: GPU ``rank`` with NCCL
+    (the CPU with gloo on a machine without a GPU), port ``MASTER_PORT``, else the guide's
+    12355. Sets ``MASTER_ADDR``/``MASTER_PORT`` for the ``env://`` rendezvous, selects the CUDA device
     first (so NCCL binds to the right GPU) and initialises NCCL for CUDA or gloo otherwise.
     ``timeout_s`` bounds both the rendezvous and later collectives: a rank that never joins
     becomes a clear RuntimeError rather than a silent hang.
@@ -68,8 +78,8 @@ def setup_ddp(
         raise RuntimeError(
             f"rank {rank}: a process group is already initialised; call cleanup_ddp() first"
         )
-    device = torch.device(device)
-    port = _rendezvous_port(master_port)
+    device = launched_rank_device(rank) if device is None else torch.device(device)
+    port = rendezvous_port(master_port)
     os.environ["MASTER_ADDR"] = master_addr
     os.environ["MASTER_PORT"] = str(port)
     if device.type == "cuda":
