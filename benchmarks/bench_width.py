@@ -40,7 +40,6 @@ measured median.
 import argparse
 import contextlib
 import io
-import math
 import os
 import statistics
 import sys

@@ -24,7 +24,7 @@ from gears_ddp.data.preparation import prepare_data
 from gears_ddp.distributed.before_spawn import checked_run, local_placements, rendezvous_port, shared_data
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
-from gears_ddp.distributed.process_group import cleanup_ddp, rendezvous_port, setup_ddp
+from gears_ddp.distributed.process_group import cleanup_ddp, guide_rendezvous_port, setup_ddp
 from gears_ddp.distributed.rank import Placement, run_rank, spawned_rank
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
 from gears_ddp.distributed.supervisor import DistributedTrainingError, spawn_workers
@@ -85,7 +85,7 @@ def train_ddp_worker(rank: int, world_size: int, pert_data_path, dataset_name: s
     nprocs=world_size)`` runs a job on one machine."""
     options, split = TrainingArgs.from_dict(args), SplitConfig.from_dict(split_config)
     device = torch.device("cpu") if options.cpu_processes is not None else launched_rank_device(rank)
-    port = rendezvous_port(master_port)
+    port = guide_rendezvous_port(master_port)
     pert_data = prepare_data(pert_data_path, dataset_name, split.options, options.model_config,
                              options.expression_storage, options.expression_dtype)
     return run_rank(Placement(rank, world_size, rank, world_size, device, master_addr, port), pert_data, options)

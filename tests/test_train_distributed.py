@@ -93,9 +93,9 @@ def test_the_guides_setup_and_cleanup_join_and_leave_the_process_group(tmp_path)
 
 
 def test_the_guides_port_is_taken_when_none_is_given(monkeypatch):
-    from gears_ddp.distributed.process_group import GUIDE_PORT, rendezvous_port
+    from gears_ddp.distributed.process_group import GUIDE_PORT, guide_rendezvous_port
 
     monkeypatch.delenv("MASTER_PORT", raising=False)
-    assert rendezvous_port() == GUIDE_PORT == 12355
+    assert guide_rendezvous_port() == GUIDE_PORT == 12355
     monkeypatch.setenv("MASTER_PORT", "23456")
-    assert rendezvous_port() == 23456 and rendezvous_port(34567) == 34567
+    assert guide_rendezvous_port() == 23456 and guide_rendezvous_port(34567) == 34567

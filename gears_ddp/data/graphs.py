@@ -130,7 +130,7 @@ def gene_correlation(expression, rows: np.ndarray, cells_per_block: int = 2048) 
     scale = np.sqrt(np.clip(np.diag(gram), 0, None))
     scale[scale == 0] = np.inf  # a constant gene correlates 0 with every gene
     for genes in _row_blocks(gram, GENE_BLOCK_ELEMENTS):
-        start, stop = genes.start, min(genes.stop, n_genes)
+        stop = min(genes.stop, n_genes)
         diagonal = np.tril(gram[genes, genes])
         gram[genes, genes] = diagonal + np.tril(diagonal, -1).T
         gram[genes, stop:] = gram[stop:, genes].T  # rows below the block hold these columns' values

@@ -37,7 +37,7 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
-def rendezvous_port(master_port: int | None = None) -> int:
+def guide_rendezvous_port(master_port: int | None = None) -> int:
     """The given port, else ``MASTER_PORT`` from the environment, else the guide's 12355; a
     TCP port either way."""
     if master_port is not None:
@@ -79,7 +79,7 @@ def setup_ddp(
             f"rank {rank}: a process group is already initialised; call cleanup_ddp() first"
         )
     device = launched_rank_device(rank) if device is None else torch.device(device)
-    port = rendezvous_port(master_port)
+    port = guide_rendezvous_port(master_port)
     os.environ["MASTER_ADDR"] = master_addr
     os.environ["MASTER_PORT"] = str(port)
     if device.type == "cuda":
