@@ -249,3 +249,13 @@ def test_a_gaf_file_is_read_without_its_negated_lines(tmp_path):
     table.write_text("gene,term\nFEV,not-a-term\n")
     with pytest.raises(ValueError, match="no GO id"):
         read_annotation(table)
+
+
+@pytest.mark.parametrize("command", [["train", "--config", "run.yaml", "--seed", "3"],
+                                     ["screen", "--run", "runs/x", "--all-perturbable", "--out", "s.csv", "--over"],
+                                     ["demo", "--epoch", "2"]])
+def test_options_are_never_abbreviated(command, capsys):
+    """`train --seed 3` is not `--seeds 3` (replicates): an option given in part is refused, exit 2."""
+    with pytest.raises(SystemExit) as stop:
+        main(command)
+    assert stop.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err

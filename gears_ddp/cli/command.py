@@ -59,11 +59,12 @@ FORMATS = ("anndata", "cell-eval", "csv")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gears-ddp", description=__doc__,
+    # no abbreviated options: `train --seed 3` must not be read as `--seeds 3`
+    parser = argparse.ArgumentParser(prog="gears-ddp", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    train = commands.add_parser("train", help="train from a YAML configuration", epilog=option_help(),
+    train = commands.add_parser("train", allow_abbrev=False, help="train from a YAML configuration", epilog=option_help(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Train GEARS as train_multi_gpu does, from a YAML file whose top-level "
                                             "keys are train_multi_gpu's parameters: pert_data_path, dataset_name, "
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "pair up")
     _add_set(train)
 
-    demo = commands.add_parser("demo", help="train on a built-in screen (no download) and write a run report",
+    demo = commands.add_parser("demo", allow_abbrev=False, help="train on a built-in screen (no download) and write a run report",
                                description="Train GEARS with DDP on a screen that ships with gears_ddp: by default "
                                            "the real one (Papalexi et al. 2021, CRISPR knockouts), processed from its "
                                            "raw counts as gears-ddp process does; --data synthetic for the synthetic "
@@ -92,11 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--cpu-processes", type=int, default=2, help="CPU processes when no GPU is visible")
     _add_set(demo)
 
-    evaluate = commands.add_parser("evaluate", help="score a saved model on the test set beside the baselines")
+    evaluate = commands.add_parser("evaluate", allow_abbrev=False, help="score a saved model on the test set beside the baselines")
     _add_run(evaluate)
     evaluate.add_argument("--out", help="also write the scores as JSON here")
 
-    predict = commands.add_parser("predict", help="predict perturbations with a saved model")
+    predict = commands.add_parser("predict", allow_abbrev=False, help="predict perturbations with a saved model")
     _add_run(predict)
     what = predict.add_mutually_exclusive_group(required=True)
     what.add_argument("--perturbations", nargs="+", metavar="GENES",
@@ -112,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "300")
     predict.add_argument("--out", required=True, help="the file to write (.h5ad, or .csv)")
 
-    screen = commands.add_parser("screen", help="score every pair of a gene set for genetic interactions",
+    screen = commands.add_parser("screen", allow_abbrev=False, help="score every pair of a gene set for genetic interactions",
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=screen_help(),
                                  description="Predict every single and pair of the genes with a saved model and "
                                              "score each pair as GI_predict does; writes the table (--out), its "
@@ -148,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     screen.add_argument("--overwrite", action="store_true", help="replace an existing screen at --out")
 
     process = commands.add_parser(
-        "process", help="turn a screen (h5ad) into a GEARS-format dataset folder",
+        "process", allow_abbrev=False, help="turn a screen (h5ad) into a GEARS-format dataset folder",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Process a screen into DATA_PATH/NAME/perturb_processed.h5ad, as PertData.new_data_process "
                     "does. The screen may come as screens come: its perturbations in a column of its own, raw "
