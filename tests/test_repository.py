@@ -56,3 +56,37 @@ def test_the_command_help_is_clean():
 
 def conflict_markers_in_text(text: str) -> list[str]:
     return [match.group(0) for match in MARKER.finditer(text)]
+
+
+def unresolved_imports(folders) -> list[str]:
+    """``path:line: name`` of each ``from gears_ddp... import name`` or ``from harness...
+    import name`` in the Python files of ``folders`` (imports inside functions too, which
+    only run when a script's option needs them) that does not resolve."""
+    import ast
+    import importlib
+
+    missing = []
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                        and node.module.split(".")[0] in ("gears_ddp", "harness")):
+                    continue
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                try:
+                    module = importlib.import_module(node.module)
+                except ImportError as err:
+                    missing.append(f"{where}: {node.module} ({err})")
+                    continue
+                for alias in node.names:
+                    if not hasattr(module, alias.name):
+                        try:
+                            importlib.import_module(f"{node.module}.{alias.name}")
+                        except ImportError:
+                            missing.append(f"{where}: {node.module}.{alias.name}")
+    return missing
+
+
+def test_every_import_of_the_benchmarks_and_examples_resolves(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    assert unresolved_imports(["benchmarks", "examples"]) == []

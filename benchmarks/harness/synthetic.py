@@ -48,12 +48,12 @@ def prepared_synthetic(folder: Path, args, hidden_size: int):
     prepared as ``train_multi_gpu`` prepares it (split ``SPLIT``, graphs built and cached),
     in shared memory."""
     from gears_ddp.datasets import write_synthetic_dataset
+    from gears_ddp.distributed.before_spawn import shared_data
     from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-    from gears_ddp.distributed.spawn import prepare_data
 
     write_synthetic_dataset(folder, **synthetic_options(args))
     options = TrainingArgs.from_dict({"model_config": {"hidden_size": hidden_size}})
-    return prepare_data(folder, "synthetic", SplitConfig.from_dict(SPLIT), options).share_memory_()
+    return shared_data(folder, "synthetic", SplitConfig.from_dict(SPLIT), options)
 
 
 def load_dataset(data_path, folder, split_seed: int = SPLIT["seed"], **pert_data_options):
