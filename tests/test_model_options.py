@@ -44,3 +44,16 @@ def test_model_initialize_and_args_check_the_same_way(toy, options, message):
         TrainingArgs.from_dict({"model_config": options})
     with pytest.raises(TypeError, match=r"model_initialize\(\) got unknown keyword argument\(s\) \['hidden'\]"):
         GEARS(toy).model_initialize(hidden=8)
+
+
+def test_the_network_and_the_loss_take_their_defaults_from_the_one_definition():
+    from gears_ddp.model.losses import LossContext
+    from gears_ddp.model.network import NETWORK_OPTIONS, GEARSModel
+
+    defaults = ModelOptions.defaults()
+    network = inspect.signature(GEARSModel).parameters
+    assert set(NETWORK_OPTIONS) <= set(defaults)
+    assert {name: network[name].default for name in NETWORK_OPTIONS} == {name: defaults[name] for name in NETWORK_OPTIONS}
+    loss = inspect.signature(LossContext.from_pert_data).parameters
+    for name in ("direction_lambda", "uncertainty_reg"):
+        assert loss[name].default == defaults[name] == LossContext.__dataclass_fields__[name].default

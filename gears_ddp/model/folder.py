@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from gears_ddp.data import io
-from gears_ddp.model.network import GEARSModel
+from gears_ddp.model.network import NETWORK_OPTIONS, GEARSModel
 
 CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE = "config.pkl", "model.pt", "vocabulary.json"
 GRAPH_KEYS = ("G_go", "G_go_weight", "G_coexpress", "G_coexpress_weight")  # the config's graph tensors
@@ -36,11 +36,7 @@ def parameter_digest(model: nn.Module) -> str:
 def model_from_config(config: dict) -> GEARSModel:
     """The network described by a published-format config dict (graphs included)."""
     return GEARSModel(config["num_genes"], config["num_perts"], config["G_coexpress"], config["G_coexpress_weight"],
-                      config["G_go"], config["G_go_weight"], hidden_size=config["hidden_size"],
-                      num_go_gnn_layers=config["num_go_gnn_layers"],
-                      num_gene_gnn_layers=config["num_gene_gnn_layers"],
-                      decoder_hidden_size=config["decoder_hidden_size"], uncertainty=config["uncertainty"],
-                      no_perturb=config["no_perturb"])
+                      config["G_go"], config["G_go_weight"], **{name: config[name] for name in NETWORK_OPTIONS})
 
 
 def strip_module_prefix(state_dict: dict) -> dict:

@@ -17,8 +17,10 @@ import numpy as np
 import torch
 
 from gears_ddp.data.conditions import CONTROL
+from gears_ddp.model.options import ModelOptions
 
 GAMMA = 2  # the error is raised to 2 + GAMMA
+DEFAULTS = ModelOptions.defaults()  # the loss's weights default to the model options' one definition
 
 
 @dataclass
@@ -28,15 +30,16 @@ class LossContext:
 
     retained_genes: torch.Tensor
     ctrl_mean: torch.Tensor
-    direction_lambda: float = 1e-1
-    uncertainty_reg: float = 1.0
+    direction_lambda: float = DEFAULTS["direction_lambda"]
+    uncertainty_reg: float = DEFAULTS["uncertainty_reg"]
     genes_per_condition: torch.Tensor = field(init=False, repr=False)
 
     def __post_init__(self):
         self.genes_per_condition = self.retained_genes.sum(1)
 
     @classmethod
-    def from_pert_data(cls, pert_data, direction_lambda: float = 1e-1, uncertainty_reg: float = 1.0):
+    def from_pert_data(cls, pert_data, direction_lambda: float = DEFAULTS["direction_lambda"],
+                       uncertainty_reg: float = DEFAULTS["uncertainty_reg"]):
         """Build it from a loaded ``PertData`` (needs the DE gene sets of ``new_data_process``)."""
         uns, cells = pert_data.uns, pert_data.cells
         if "non_zeros_gene_idx" not in uns:

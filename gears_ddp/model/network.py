@@ -39,10 +39,14 @@ from torch import nn
 from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.model.graph_conv import NormalisedAdjacency, SimpleGraphConv
 from gears_ddp.model.linear import linear
+from gears_ddp.model.options import ModelOptions
 from gears_ddp.model.set_decoder import decode_sets
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d, running_statistics_together
 
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
+DEFAULTS = ModelOptions.defaults()  # the network's options default to the model options' one definition
+NETWORK_OPTIONS = ("hidden_size", "num_go_gnn_layers", "num_gene_gnn_layers", "decoder_hidden_size", "uncertainty",
+                   "no_perturb")  # the model options the network itself takes
 
 
 class MLP(nn.Module):
@@ -105,8 +109,10 @@ class GEARSModel(nn.Module):
 
     def __init__(self, num_genes: int, num_perts: int, coexpress_edge_index: torch.Tensor,
                  coexpress_edge_weight: torch.Tensor, go_edge_index: torch.Tensor, go_edge_weight: torch.Tensor,
-                 hidden_size: int = 64, num_go_gnn_layers: int = 1, num_gene_gnn_layers: int = 1,
-                 decoder_hidden_size: int = 16, uncertainty: bool = False, no_perturb: bool = False):
+                 hidden_size: int = DEFAULTS["hidden_size"], num_go_gnn_layers: int = DEFAULTS["num_go_gnn_layers"],
+                 num_gene_gnn_layers: int = DEFAULTS["num_gene_gnn_layers"],
+                 decoder_hidden_size: int = DEFAULTS["decoder_hidden_size"], uncertainty: bool = DEFAULTS["uncertainty"],
+                 no_perturb: bool = DEFAULTS["no_perturb"]):
         super().__init__()
         self.num_genes, self.num_perts = num_genes, num_perts
         self.uncertainty, self.no_perturb = uncertainty, no_perturb
