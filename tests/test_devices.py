@@ -47,3 +47,13 @@ def test_distributed_training_refuses_mps_and_says_to_train_in_one_process(monke
     with pytest.raises(ValueError, match="no CUDA device is visible") as raised:
         resolve_devices()
     assert "MPS" not in str(raised.value)
+
+
+def test_work_spread_over_processes_runs_on_cuda_when_torch_sees_a_gpu_else_on_the_cpu(monkeypatch):
+    from gears_ddp.runtime import devices
+
+    monkeypatch.setattr(devices, "visible_cuda_devices", lambda: 0)
+    monkeypatch.setattr(devices, "mps_available", lambda: True)  # MPS runs no spawned workers
+    assert devices.cuda_or_cpu() == torch.device("cpu")
+    monkeypatch.setattr(devices, "visible_cuda_devices", lambda: 2)
+    assert devices.cuda_or_cpu() == torch.device("cuda")

@@ -237,9 +237,8 @@ def train(options) -> int:
 def demo(options) -> int:
     """The main job: a built-in screen (the real one, or the synthetic data calibrated to the
     Norman screen), 2 CPU processes (or every GPU), a run report, and whether the model learned."""
-    import torch
-
     from gears_ddp.datasets import preset, write_papalexi2021_dataset, write_synthetic_dataset
+    from gears_ddp.runtime.devices import cuda_or_cpu
 
     data_path = options.data_path or DEMO_DATA_PATHS[options.data]
     if options.data == "real":
@@ -248,7 +247,7 @@ def demo(options) -> int:
         folder = write_synthetic_dataset(data_path, **preset(DEMO_PRESET))
     print(f"Data: {DEMO_DATA[options.data]}, in {folder}.")
     args = {"epochs": options.epochs, "save_path": options.save_path}
-    if not torch.cuda.is_available():
+    if cuda_or_cpu().type == "cpu":
         args["cpu_processes"] = options.cpu_processes
     config = {"pert_data_path": data_path, "dataset_name": folder.name,
               "split_config": {"split": "simulation", "seed": 1}, "args": args}

@@ -16,10 +16,9 @@ from gears_ddp.report.run_folder import CONFIG_FILE
 def load_run(folder, overrides: Sequence[str] = ()):
     """The ``GEARS`` of the run folder ``folder``: its data and split as its ``config.yaml``
     says (with the ``--set`` ``overrides``), its saved model loaded."""
-    import torch
-
     from gears_ddp.data.preparation import load_dataset
     from gears_ddp.gears import GEARS
+    from gears_ddp.runtime.devices import cuda_or_cpu
 
     folder = Path(folder)
     if not (folder / CONFIG_FILE).exists():
@@ -34,7 +33,7 @@ def load_run(folder, overrides: Sequence[str] = ()):
     pert_data.prepare_split(**config["split_config"])
     pert_data.get_dataloader(batch_size=args["batch_size"], test_batch_size=args["test_batch_size"],
                              seed=args["seed"])
-    gears = GEARS(pert_data, device="cuda" if torch.cuda.is_available() else "cpu")
+    gears = GEARS(pert_data, device=cuda_or_cpu())
     gears.load_pretrained(folder)
     return gears
 

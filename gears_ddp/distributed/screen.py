@@ -31,7 +31,7 @@ from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.inference.replicate_screen import run_replicate_screen
 from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenFolder, ScreenJob, run_screen, score_chunks, \
     score_chunks_here
-from gears_ddp.runtime.devices import resolve_devices
+from gears_ddp.runtime.devices import cuda_or_cpu, resolve_devices
 from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
 
 logger = get_logger(__name__)
@@ -40,7 +40,7 @@ logger = get_logger(__name__)
 def screen_devices(cpu_processes: int | None = None, gpu_ids=None) -> list[torch.device]:
     """The device of each worker: ``cpu_processes`` CPU processes when given; else the GPUs
     ``gpu_ids`` (every visible one when None); without GPUs, one CPU process per usable core."""
-    if cpu_processes is None and gpu_ids is None and not torch.cuda.is_available():
+    if cpu_processes is None and gpu_ids is None and cuda_or_cpu().type == "cpu":
         cpu_processes = usable_cores()
     return resolve_devices(None, gpu_ids, cpu_processes)
 

@@ -56,6 +56,12 @@ def visible_cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def cuda_or_cpu() -> torch.device:
+    """CUDA when torch sees a GPU, else the CPU: the device of work that runs on the GPUs or
+    on CPU processes (a run's workers, a screen's), which Apple silicon's MPS does not."""
+    return torch.device("cuda") if visible_cuda_devices() else torch.device("cpu")
+
+
 def _cpu_devices(cpu_processes: int, n_gpus: int | None, gpu_ids: Sequence[int] | None) -> list[torch.device]:
     """``cpu_processes`` CPU devices (gloo workers); GPU arguments must not be combined with it."""
     if n_gpus is not None or gpu_ids is not None:
