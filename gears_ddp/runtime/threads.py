@@ -5,10 +5,9 @@ three ways: the process may be allowed fewer cores (CPU affinity, set by Slurm o
 or less CPU time (a cgroup quota, set by container runtimes and Slurm), other ranks of the
 same job share the node's cores, and other jobs may keep cores busy. An extra thread then
 waits for a core another process holds, and OpenMP threads spin while they wait, so the
-loss is far larger than the missing cores: on 2 cores beside one busy process, an epoch took
-3.3x as long as on the idle machine with torch's defaults, and 1.5x with
-``OMP_WAIT_POLICY=PASSIVE`` (threads sleep while they wait), which costs about 6% on the idle
-machine (``benchmarks/bench_threads.py``, ``benchmarks/RESULTS.md``).
+loss is far larger than the missing cores; ``OMP_WAIT_POLICY=PASSIVE`` (threads sleep while
+they wait) recovers most of it for a small cost on an idle machine
+(``benchmarks/bench_threads.py`` measures both; ``benchmarks/RESULTS.md`` has the figures).
 
 So: ranks share the usable cores evenly (``cpu_threads``); training in one process uses at
 most the usable cores (``at_most_usable_threads``); and the workers ``train_multi_gpu``
