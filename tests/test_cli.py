@@ -62,7 +62,7 @@ def test_a_bad_override_is_named(assignment, message):
     ("pert_data_path: d\ndataset_name: toy\ngpu_ids: [1, 1]\n", r"run.yaml: gpu_ids \[1, 1\] lists \[1\] more than once"),
     ("pert_data_path: d\ndataset_name: toy\nn_gpus: 3\ngpu_ids: [0, 1]\n", "run.yaml: n_gpus=3 disagrees with gpu_ids"),
     ("- a list\n", "must hold a mapping"),
-    ("args: {epochs: [}\n", "not valid YAML"),
+    ("args: {epochs: [}\n", r"run.yaml is not valid YAML: .+ at line 1, column \d+$"),  # one line
 ])
 def test_a_bad_file_names_the_file_and_the_key(tmp_path, text, message):
     path = tmp_path / "run.yaml"
@@ -91,6 +91,16 @@ def test_a_bad_command_line_exits_with_status_2_and_a_message(tmp_path, capsys):
     assert "run.yaml: args['epochs'] must be a positive integer, got 0" in capsys.readouterr().err
     assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read the configuration file" in capsys.readouterr().err
+
+
+def test_the_demo_checks_its_options_before_writing_any_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--epochs", "0"]) == 2
+    assert capsys.readouterr().err.strip() == ("gears-ddp demo: its options: args['epochs'] must be a positive "
+                                               "integer, got 0")
+    assert main(["demo", "--set", "args.lr=-1"]) == 2
+    assert "args['lr'] must be a positive number" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_train_help_lists_every_option_with_its_default():

@@ -39,7 +39,7 @@ from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
-DEMO_RUN_PATH, DEMO_PRESET = "./runs/demo", "norman"
+DEMO_RUN_PATH, DEMO_PRESET, DEMO_SYNTHETIC_NAME = "./runs/demo", "norman", "synthetic"
 DEMO_DATA_PATHS = {"real": "./data/demo", "synthetic": "./data/demo-synthetic"}
 DEMO_DATA = {
     "real": "the real screen of Papalexi et al. (Nature Genetics 2021): CRISPR knockouts in THP-1 cells, single "
@@ -236,22 +236,26 @@ def train(options) -> int:
 
 def demo(options) -> int:
     """The main job: a built-in screen (the real one, or the synthetic data calibrated to the
-    Norman screen), 2 CPU processes (or every GPU), a run report, and whether the model learned."""
+    Norman screen), 2 CPU processes (or every GPU), a run report, and whether the model learned.
+    Its configuration is checked before the data is written."""
     from gears_ddp.datasets import preset, write_papalexi2021_dataset, write_synthetic_dataset
+    from gears_ddp.datasets.real_screen import NAME as REAL_SCREEN_NAME
     from gears_ddp.runtime.devices import cuda_or_cpu
 
     data_path = options.data_path or DEMO_DATA_PATHS[options.data]
-    if options.data == "real":
-        folder = write_papalexi2021_dataset(data_path)
-    else:
-        folder = write_synthetic_dataset(data_path, **preset(DEMO_PRESET))
-    print(f"Data: {DEMO_DATA[options.data]}, in {folder}.")
     args = {"epochs": options.epochs, "save_path": options.save_path}
     if cuda_or_cpu().type == "cpu":
         args["cpu_processes"] = options.cpu_processes
-    config = {"pert_data_path": data_path, "dataset_name": folder.name,
+    config = {"pert_data_path": data_path,
+              "dataset_name": REAL_SCREEN_NAME if options.data == "real" else DEMO_SYNTHETIC_NAME,
               "split_config": {"split": "simulation", "seed": 1}, "args": args}
-    return _train(resolve_with_overrides(config, options.overrides, "gears-ddp demo"), note=DEMO_FINDINGS[options.data])
+    config = resolve_with_overrides(config, options.overrides, "its options")
+    if options.data == "real":
+        folder = write_papalexi2021_dataset(data_path)
+    else:
+        folder = write_synthetic_dataset(data_path, name=DEMO_SYNTHETIC_NAME, **preset(DEMO_PRESET))
+    print(f"Data: {DEMO_DATA[options.data]}, in {folder}.")
+    return _train(config, note=DEMO_FINDINGS[options.data])
 
 
 def _train(config: dict, note: str | None = None) -> int:

@@ -75,13 +75,20 @@ def read_run_config(path, overrides=()) -> dict:
     try:
         config = load_yaml(text)
     except yaml.YAMLError as err:
-        raise RunConfigError(f"{path} is not valid YAML: {err}") from None
+        raise RunConfigError(f"{path} is not valid YAML: {yaml_problem(err)}") from None
     if config is None:
         config = {}
     if not isinstance(config, dict):
         raise RunConfigError(f"{path} must hold a mapping of {', '.join(RUN_KEYS)}; it holds a "
                              f"{type(config).__name__}")
     return resolve_with_overrides(config, overrides, str(path))
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong, and where (line and column, from 1)."""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    mark = getattr(error, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 def resolve_with_overrides(config: dict, overrides, source: str) -> dict:
@@ -103,7 +110,7 @@ def apply_override(config: dict, assignment: str) -> None:
     try:
         value = load_yaml(text)
     except yaml.YAMLError as err:
-        raise RunConfigError(f"--set {assignment!r}: the value is not valid YAML ({err})") from None
+        raise RunConfigError(f"--set {assignment!r}: the value is not valid YAML ({yaml_problem(err)})") from None
     target = config
     for depth, key in enumerate(keys[:-1]):
         target = target.setdefault(key, {})
