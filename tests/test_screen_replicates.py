@@ -4,6 +4,7 @@ model's screen as an ordinary screen (resumable, 2 processes equal to 1), the ru
 replicates folder stands for, the command with its one-line refusals, and the picture."""
 import json
 import logging
+import os
 
 import numpy as np
 import pandas as pd
@@ -209,6 +210,53 @@ def test_an_interrupted_screen_over_replicates_resumes_to_the_same_summary(repli
     pd.testing.assert_frame_equal(screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4),
                                   whole, check_exact=True)
     assert written == []  # every model's table read back
+
+
+# a screen over replicates in a process of its own, each chunk followed by a pause, so that
+# the test can kill it part-way (argv: the replicates folder, the out file, the genes)
+KILLED_SCREEN = """
+import sys, time
+from gears_ddp.distributed.screen import screen_replicates
+from gears_ddp.inference.screen import ScreenFolder
+
+write_chunk = ScreenFolder.write_chunk
+
+def write_then_pause(folder, chunk, scores):
+    write_chunk(folder, chunk, scores)
+    time.sleep(0.3)
+
+ScreenFolder.write_chunk = write_then_pause
+if __name__ == "__main__":
+    screen_replicates(sys.argv[1], sys.argv[3:], sys.argv[2], cpu_processes=1, chunk_pairs=4)
+"""
+
+
+@pytest.mark.distributed
+def test_a_screen_over_replicates_killed_part_way_resumes_to_the_same_summary(replicates, summary, tmp_path):
+    """SIGKILL in the second model's screen: the run again reads the first model's table
+    and the finished chunks back, and ends with the summary of an uninterrupted run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    whole, _ = summary
+    out = tmp_path / "screen.csv"
+    script = tmp_path / "screen.py"
+    script.write_text(KILLED_SCREEN)
+    process = subprocess.Popen([sys.executable, str(script), str(replicates), str(out), *SCREENED],
+                               start_new_session=True, stderr=subprocess.PIPE)
+    second = out.with_suffix(".models") / "seed-2.partial"
+    deadline = time.monotonic() + 240
+    while not len(list(second.glob("chunk-*.npz"))) >= 2 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, f"the screen ended before it was killed: {process.stderr.read()[-2000:]!r}"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not out.exists() and (out.with_suffix(".models") / "seed-1.csv").exists() and not (
+        out.with_suffix(".models") / "seed-3.csv").exists()
+    pd.testing.assert_frame_equal(screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4),
+                                  whole, check_exact=True)
 
 
 @pytest.mark.distributed
