@@ -427,10 +427,7 @@ class PertData:
         rows = self.cells.cells_of(conditions).numpy()
         edges = graphs.coexpression_edge_list(self.cells.expression, rows, self.gene_names.to_numpy(), threshold, k)
         if self.split != "custom":
-            cache_settings.forget(cache)
-            with io.atomic_path(cache) as tmp:
-                edges.to_csv(tmp, index=False)
-            cache_settings.write_settings(cache, settings)
+            _cache_edges(cache, edges, settings)
         return graphs.to_gene_graph(edges, self.node_map)
 
     def go_graph(self, k: int = 20) -> graphs.GeneGraph:
@@ -455,18 +452,14 @@ class PertData:
             else:
                 edges = graphs.go_edge_list(graphs.read_edge_list(source, "GO graph", GO_EDGES_ADVICE),
                                             self.pert_names, k)
-                cache_settings.forget(cache)
-                with io.atomic_path(cache) as tmp:
-                    edges.to_csv(tmp, index=False)
-                cache_settings.write_settings(cache, settings)
+                _cache_edges(cache, edges, settings)
             return graphs.to_gene_graph(edges, self.node_map_pert)
         cache = Path(self.dataset_path) / f"go_essential_{self.dataset_name}.csv"
         if cache.exists():
             edges = graphs.read_edge_list(cache, "GO graph", CACHE_ADVICE)
         else:
             edges = graphs.jaccard_edge_list(self.gene2go, self.pert_names)
-            with io.atomic_path(cache) as tmp:
-                edges.to_csv(tmp, index=False)
+            _cache_edges(cache, edges)
         return graphs.to_gene_graph(graphs.go_edge_list(edges, self.pert_names, k), self.node_map_pert)
 
     # ------------------------------------------------------------------ sharing
@@ -489,6 +482,16 @@ class PertData:
         """Pickle without the loaders and without the per-cell AnnData (a process that
         unpickles it builds it from the h5ad if it asks for ``adata``)."""
         return {**self.__dict__, "dataloader": None, "loader_options": None, "_adata": None}
+
+
+def _cache_edges(cache: Path, edges, settings: dict | None = None) -> None:
+    """Write the edge list ``edges`` to the CSV file ``cache`` atomically, with the
+    ``settings`` it was built with beside it (``cache_settings``), if any."""
+    cache_settings.forget(cache)
+    with io.atomic_path(cache) as tmp:
+        edges.to_csv(tmp, index=False)
+    if settings is not None:
+        cache_settings.write_settings(cache, settings)
 
 
 def write_processed_dataset(adata: anndata.AnnData, folder: Path) -> None:
