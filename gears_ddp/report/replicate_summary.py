@@ -24,7 +24,8 @@ from scipy import stats
 
 from gears_ddp.report.not_applicable import NOT_APPLICABLE, not_applicable_notes, not_applicable_reason
 from gears_ddp.report.numbers import format_interval, format_mean_sd
-from gears_ddp.report.verdicts import HEADLINE_METRICS, SUBGROUPS, higher_is_better, metric_key, summary_value
+from gears_ddp.report.verdicts import (HEADLINE_METRICS, SUBGROUPS, direction_words, higher_is_better, metric_key,
+                                       summary_value)
 
 CONFIDENCE = 0.95
 INTERVAL_METHOD = ("95% t-interval on the paired differences GEARS - baseline over the replicates: mean difference "
@@ -97,7 +98,7 @@ class ReplicateVerdict:
 
     @property
     def direction(self) -> str:
-        return "higher is better" if self.higher_is_better else "lower is better"
+        return direction_words(self.higher_is_better)
 
     @property
     def beats_every_baseline(self) -> bool:

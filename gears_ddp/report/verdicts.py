@@ -72,7 +72,7 @@ class MetricVerdict:
 
     @property
     def direction(self) -> str:
-        return "higher is better" if self.higher_is_better else "lower is better"
+        return direction_words(self.higher_is_better)
 
     @property
     def beats_every_baseline(self) -> bool:
@@ -119,6 +119,11 @@ def compare(model: dict, baselines: dict[str, dict], metrics=HEADLINE_METRICS, s
                      for name in baselines}
             verdicts.append(MetricVerdict(key, subgroup, metric, higher, value, others, beats, reasons))
     return verdicts
+
+
+def direction_words(higher_is_better: bool) -> str:
+    """Which way a metric is better, in words."""
+    return "higher is better" if higher_is_better else "lower is better"
 
 
 def is_better(value: float, other: float | None, higher: bool) -> bool | None:
