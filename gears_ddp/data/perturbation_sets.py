@@ -192,7 +192,8 @@ def epoch_perturbation_sets(pert_idx: torch.Tensor, n_perts: int, batch_size: in
                        first_cell - unperturbed_cells.index_select(0, set_batch))
     at = (end - 2 * cells_per_batch).index_select(0, cell_batch) + torch.arange(n_cells) - cell_batch * batch_size
     packed.index_copy_(0, at, inverse - first_set.index_select(0, cell_batch))
-    packed.index_copy_(0, at + cells_per_batch.index_select(0, cell_batch), torch.repeat_interleave(set_in_batch, counts))
+    packed.index_copy_(0, at + cells_per_batch.index_select(0, cell_batch),
+                       torch.repeat_interleave(set_in_batch, counts))
     return [PerturbationSets(*fields) for fields in zip(
         packed[:-1].split(lengths.tolist()), sets_per_batch.tolist(), [n_columns] * n_batches,
         cells_per_batch.tolist(), n_unperturbed.tolist(), unperturbed_cells.tolist())]
