@@ -6,6 +6,7 @@ GEARS, side by side on the same file and split.
 
 Each implementation runs in its own subprocess so that peak memory (max RSS) is its own.
 The published package's import seeds torch and prints freely; its output is discarded.
+The children take torch's threads from the environment (``OMP_NUM_THREADS=1`` for one).
 
 gears_ddp's pass is every batch as training gets it (the epoch's plan laid out, each
 batch's rows gathered, its perturbation sets included). Its floor, measured in the same
@@ -90,7 +91,8 @@ def _pass_and_floor(loader, repeats: int) -> dict:
         for r in rows:
             expression.index_select(0, r)
     seconds = alternating_medians({"pass": lambda: sum(1 for _ in loader), "floor": copy_rows}, repeats)
-    return {"train_pass_s": seconds["pass"], "train_batches": len(rows), "copy_floor_s": seconds["floor"]}
+    return {"train_pass_s": seconds["pass"], "train_batches": len(rows), "copy_floor_s": seconds["floor"],
+            "threads": torch.get_num_threads()}
 
 
 def measured_run(impl: str, raw: str, repeats: int) -> dict:
@@ -104,7 +106,7 @@ def measured_run(impl: str, raw: str, repeats: int) -> dict:
 
 def print_figures(ours: dict, reference: dict | None) -> None:
     rows = [("raw AnnData -> ready loaders (s)", lambda r: r["ready_s"]),
-            ("one pass over the train loader (s, median of 3)", lambda r: r["train_pass_s"]),
+            ("one pass over the train loader (s, median)", lambda r: r["train_pass_s"]),
             ("peak memory, max RSS (MiB)", lambda r: r["peak_rss_mib"]),
             ("in-memory dataset (MiB)", lambda r: r["dataset_mib"]),
             ("in-memory dataset / one float32 copy of X", lambda r: r["dataset_mib"] / r["x_float32_mib"])]
@@ -119,7 +121,8 @@ def print_figures(ours: dict, reference: dict | None) -> None:
     print(f"\nratio = published / gears_ddp (higher is better for gears_ddp).\n\n"
           f"gears_ddp's train pass against its floor (a bare index_select of the same rows per batch), "
           f"alternating in one process, medians: {ours['train_pass_s']:.4g} s / {ours['copy_floor_s']:.4g} s = "
-          f"{ours['train_pass_s'] / ours['copy_floor_s']:.2f}x; load average {load_average()}.")
+          f"{ours['train_pass_s'] / ours['copy_floor_s']:.2f}x; {ours['threads']} torch threads, load average "
+          f"{load_average()}.")
 
 
 def main():
