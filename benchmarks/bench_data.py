@@ -79,8 +79,11 @@ def _time_pass(loader, repeats: int = 3) -> dict:
 def _pass_and_floor(loader, repeats: int) -> dict:
     """Median seconds of full passes over ``loader`` and of its floor, only copying the
     pass's input and target rows (one ``index_select`` per batch, of the rows laid out
-    beforehand), ``repeats`` of each, alternating."""
+    beforehand), ``repeats`` of each, alternating; with freed memory retained, as the
+    training loop on a CPU runs its loader (``retained_host_memory``)."""
     import torch
+
+    from gears_ddp.runtime.host_memory import retained_host_memory
 
     dataset = loader.dataset
     cells = dataset.cell_indices[loader.sampler.positions()]
@@ -90,7 +93,8 @@ def _pass_and_floor(loader, repeats: int) -> dict:
     def copy_rows():
         for r in rows:
             expression.index_select(0, r)
-    seconds = alternating_medians({"pass": lambda: sum(1 for _ in loader), "floor": copy_rows}, repeats)
+    with retained_host_memory():
+        seconds = alternating_medians({"pass": lambda: sum(1 for _ in loader), "floor": copy_rows}, repeats)
     return {"train_pass_s": seconds["pass"], "train_batches": len(rows), "copy_floor_s": seconds["floor"],
             "threads": torch.get_num_threads()}
 
