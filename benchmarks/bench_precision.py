@@ -25,6 +25,11 @@ and the ratios.
 rather than the step's time): matrix products, casts between dtypes, operators on
 row-sized tensors (at least ``ROW_SIZED`` elements: the per-(set, gene) rows), and the rest.
 
+With ``--breakdown`` it also times single operators on one piece of rows as the fused
+decoder cuts them on a CPU (``weighted_norm.ROWS_PER_PASS`` rows of width 128; the
+products from width 64): a product in each precision against the elementwise passes and
+casts that surround it, in turn, medians of ``PIECE_REPEATS``.
+
 **Test metrics over seeds** (``--seeds``): for each seed, a model trained ``--epochs``
 epochs in each precision (``harness.models.trained_model``: the seed sets the initial
 weights and the loaders' pairing and shuffling, the data and split are the same), and its
@@ -61,6 +66,7 @@ PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.mm.out, torch.ops.aten.add
             torch.ops.aten.bmm.default, torch.ops.aten.bmm.out, torch.ops.aten.baddbmm.default}
 CASTS = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default}
 ROW_SIZED = 2**17  # elements: a piece of (set, gene) rows is 4,096 x 64 or 128
+PIECE_REPEATS = 200
 MODES = {"off": "float32", "bf16": "bfloat16"}
 
 
@@ -164,6 +170,7 @@ def step_timings(pert_data, args) -> None:
     if args.breakdown:
         print()
         breakdown(model, batches, optimizer, context, precisions)
+        piece_costs()
 
 
 def breakdown(model, batches, optimizer, context, precisions) -> None:
@@ -182,6 +189,33 @@ def breakdown(model, batches, optimizer, context, precisions) -> None:
         rows.append([category] + [f"{times[amp][category] / len(batches) * 1e3:.1f} "
                                   f"({times[amp][category] / sum(times[amp].values()):.0%})" for amp in precisions])
     print_table(["operators timed one by one (ms a step, share)"] + [MODES.get(amp, amp) for amp in precisions], rows)
+
+
+def piece_costs() -> None:
+    """Microseconds of single operators on one piece of rows (see the module docstring), each
+    writing into a tensor made beforehand, so that only its own pass is timed."""
+    from gears_ddp.model.weighted_norm import ROWS_PER_PASS
+
+    generator = torch.Generator().manual_seed(0)
+    functions = {}
+    for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+        x = torch.randn(ROWS_PER_PASS, 128, generator=generator).to(dtype)
+        out = torch.empty(ROWS_PER_PASS, 128, dtype=dtype)
+        narrow, weight = torch.randn(ROWS_PER_PASS, 64, generator=generator).to(dtype), torch.randn(128, 64).to(dtype)
+        column = torch.randn(128, generator=generator).to(dtype)
+        other = torch.empty(ROWS_PER_PASS, 128, dtype=torch.bfloat16 if dtype == torch.float32 else torch.float32)
+        functions.update({
+            f"product (rows x 64) @ (64 x 128), {name}": lambda a=narrow, w=weight, o=out: torch.mm(a, w.T, out=o),
+            f"x * y, {name}": lambda x=x, o=out: torch.mul(x, x, out=o),
+            f"addcmul (a BatchNorm's affine), {name}": lambda x=x, c=column, o=out: torch.addcmul(c, x, c, out=o),
+            f"relu_, {name}": lambda o=out: o.relu_(),
+            f"sum over rows, {name}": lambda x=x: x.sum(0),
+            f"cast into the other precision, {name}": lambda x=x, o=other: o.copy_(x)})
+    with retained_host_memory():
+        seconds = alternating_medians(functions, PIECE_REPEATS)
+    print(f"\nSingle operators on one piece of {ROWS_PER_PASS:,} rows x 128 (the product: x 64 -> 128), "
+          f"{torch.get_num_threads()} threads, medians of {PIECE_REPEATS} in turn:\n")
+    print_table(["operator", "microseconds"], [[name, f"{value * 1e6:.0f}"] for name, value in seconds.items()])
 
 
 def quality(pert_data, args) -> None:
