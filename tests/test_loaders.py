@@ -6,6 +6,7 @@ import torch.multiprocessing as mp
 
 from gears_ddp import PertData
 from gears_ddp.data.conditions import CONTROL, condition_genes
+from gears_ddp.data.perturbation_sets import PerturbationSets, epoch_perturbation_sets
 
 
 def _all(loader):
@@ -31,6 +32,55 @@ def test_batch_contents_follow_the_reference_definition(toy):
         top20 = set(ranked[name_of[condition]][:20])
         expected_de = sorted(toy.node_map[g] for g in top20)
         assert batch.de_idx[row].tolist() == expected_de + [-1] * (20 - len(expected_de))
+
+
+SET_TENSORS = ("sets", "counts", "cell_set", "cells_by_set", "first_cell", "perturbed_cells_by_set",
+               "first_perturbed_cell")
+
+
+def _assert_same_sets(got: PerturbationSets, want: PerturbationSets) -> None:
+    """Every tensor the model reads, and the host integers beside them."""
+    for name in SET_TENSORS:
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    assert (got.n_unperturbed, got.n_cells) == (want.n_unperturbed, want.n_cells)
+
+
+@pytest.mark.parametrize("columns, batch_size", [(1, 1), (2, 5), (2, 32), (3, 7)])
+def test_the_sets_of_an_epoch_are_those_of_each_batch_found_alone(columns, batch_size):
+    """One search over the epoch gives each batch (the last one short) what
+    ``PerturbationSets.of`` gives it: batches with and without unperturbed cells, sets in
+    either gene order, a batch of one set."""
+    generator = torch.Generator().manual_seed(columns * 100 + batch_size)
+    n_perts = 6
+    pert_idx = torch.randint(-1, n_perts, (200, columns), generator=generator)
+    pert_idx[torch.rand(200, generator=generator) < 0.3] = -1
+    pert_idx[:batch_size] = n_perts - 1  # a first batch of one set, and no unperturbed cell
+    sets = epoch_perturbation_sets(pert_idx, n_perts, batch_size)
+    batches = pert_idx.split(batch_size)
+    assert len(sets) == len(batches)
+    for got, cells in zip(sets, batches):
+        _assert_same_sets(got, PerturbationSets.of(cells, n_perts))
+
+
+def test_loaders_give_each_batch_the_sets_of_its_cells(toy):
+    """Shuffled, sharded, with a short last batch, and resumed in the middle of an epoch."""
+    n_perts = len(toy.pert_names)
+    loaders = [toy.get_dataloader(8, test_batch_size=5)] + [
+        toy.get_dataloader_distributed(8, test_batch_size=5, world_size=2, rank=r) for r in range(2)]
+    short_last_batches = 0
+    for loader in (loader[name] for loader in loaders for name in ("train_loader", "test_loader", "val_loader")):
+        loader.set_epoch(3)
+        batches = list(loader)
+        short_last_batches += len(batches[-1]) < loader.batch_size
+        for batch in batches:
+            _assert_same_sets(batch.sets, PerturbationSets.of(batch.pert_idx, n_perts))
+        resumed = list(loader.batches(first=2))
+        assert len(resumed) == len(batches) - 2
+        for batch, again in zip(batches[2:], resumed):
+            assert torch.equal(batch.y, again.y)
+            _assert_same_sets(again.sets, batch.sets)
+    assert short_last_batches > 0
 
 
 def test_control_cells_are_their_own_input(toy):

@@ -211,6 +211,45 @@ def test_fused_and_plain_decoders_compute_the_same_training_step(device, monkeyp
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=name)
 
 
+def test_fused_and_plain_decoders_agree_under_bfloat16_autocast(device, monkeypatch):
+    """Under bfloat16 autocast the fused decoder runs its products in bfloat16 on inputs it
+    keeps for the backward pass (``set_decoder._inputs_buffer``), and its other arithmetic in
+    float32, as autocast runs the module chain: outputs, parameter gradients and running
+    statistics agree within bfloat16 rounding (8 bits: 2**-7 of each one's largest value; the
+    two add in other orders, and an input rounded the other way moves a product by a unit
+    of its last bit)."""
+    import gears_ddp.model.network as model_module
+    calls = []
+    decode_sets = model_module.decode_sets
+    monkeypatch.setattr(model_module, "decode_sets", lambda *args: calls.append(1) or decode_sets(*args))
+    fused = make_model().train().to(device)
+    plain = copy.deepcopy(fused)
+    plain.fused_decoder = False
+    x, pert_idx = random_batch(batch_size=16, seed=7)
+    x, pert_idx = x.to(device), pert_idx.to(device)
+    weights = torch.rand(16, N_GENES, generator=torch.Generator().manual_seed(2)).to(device)
+    outputs = []
+    for model in (fused, plain):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            out = model(x, pert_idx)
+        (out.float() * weights).sum().backward()
+        outputs.append(out.detach().float())
+    assert len(calls) == 1  # the fused path called decode_sets, the plain one did not
+
+    def assert_close(actual, expected, name):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=2**-7 * float(expected.abs().max()), msg=name)
+
+    assert_close(outputs[0], outputs[1], "output")
+    scale = max(float(p.grad.abs().max()) for p in plain.parameters() if p.grad is not None)
+    for (name, a), b in zip(fused.named_parameters(), plain.parameters()):
+        assert (a.grad is None) == (b.grad is None), name
+        if a.grad is not None:
+            assert a.grad.dtype == b.grad.dtype, name
+            torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=2**-7 * scale, msg=name)
+    for (name, a), b in zip(fused.named_buffers(), plain.buffers()):
+        assert_close(a, b.to(a.dtype), name)
+
+
 def test_a_single_perturbed_cell_in_training_mode_works():
     """The published model feeds ``pert_fuse`` that one row twice; a weighted single row is
     the same BatchNorm, running statistics included. Zero variance amplifies rounding by

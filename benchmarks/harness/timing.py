@@ -1,8 +1,8 @@
 """Seconds as the benchmarks measure them: wall clock (``time.perf_counter``) around work
 that the device has finished (a GPU runs asynchronously, so its queue is waited for at both
 ends), CPU seconds beside it (``time.process_time``: all threads of this process, and, where
-asked, of its ended children), medians of repeated calls, and the times of each call of a
-wrapped function."""
+asked, of its ended children), medians of repeated calls (of several functions in turn, for
+fair ratios), and the times of each call of a wrapped function."""
 from __future__ import annotations
 
 import resource
@@ -62,6 +62,20 @@ def median_seconds(function: Callable, repeats: int) -> tuple[float, object]:
         out = function()
         seconds.append(time.perf_counter() - start)
     return statistics.median(seconds), out
+
+
+def alternating_medians(functions: dict[str, Callable], repeats: int, device=None) -> dict[str, float]:
+    """Median wall seconds of ``repeats`` calls of each of ``functions`` (name -> function),
+    called in turn (one of each, then again), so that a change in the machine's load falls
+    on all of them alike: their ratios are then fair on a shared machine. ``device`` is
+    synchronised around each call."""
+    seconds: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, function in functions.items():
+            with Stopwatch(device) as watch:
+                function()
+            seconds[name].append(watch.seconds)
+    return {name: statistics.median(values) for name, values in seconds.items()}
 
 
 def timed_calls(function: Callable, log: list) -> Callable:

@@ -11,10 +11,9 @@ distributed training read data the same way.
   the blocks cover every cell exactly once (no padding duplicates), so metrics gathered
   from all ranks equal the single-process ones. Cells stay grouped by condition.
 
-At the start of an epoch the loader lays out the cells of every batch as one index tensor
-(``EpochPlan``: 8 bytes a cell of the rank's share for the shuffled train set, a view of
-the set's cells for the others); a batch is then a few lookups and one ``index_select``,
-with no per-cell work and no ``DataLoader`` machinery in the way. The gather reads a
+At the start of an epoch the loader lays out what every batch looks up, for all batches at
+once (``EpochPlan``); a batch is then one ``index_select`` and one lookup, with no per-cell
+work and no ``DataLoader`` machinery in the way. The gather reads a
 mapped expression file as easily as memory, and for a GPU writes straight into pinned
 memory, from which the step copies asynchronously. With ``num_workers > 0`` the same plan
 is served through a ``torch.utils.data.DataLoader``.
@@ -27,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from gears_ddp.data.cells import CellTable, PertBatch
-from gears_ddp.data.perturbation_sets import PerturbationSets
+from gears_ddp.data.perturbation_sets import epoch_perturbation_sets
 
 EPOCH_SEED_STRIDE = 1_000_003  # separates the partner streams of successive epochs
 
@@ -56,10 +55,14 @@ class PairedCellDataset:
 class EpochPlan(Dataset):
     """The batches of one epoch: item ``i`` is batch ``i``.
 
-    The epoch is one tensor of cell indices (8 bytes a cell); a batch looks up its cells'
-    control partners, condition codes, perturbed genes and DE genes, gathers its input and
-    target rows with one ``index_select`` (returned as two views of one tensor) and finds its
-    distinct perturbation sets (on the host, so that the step does not wait for them).
+    When the epoch's order is known, the plan lays out what every batch looks up, for all
+    batches at once (a few vectorised operations, then each batch's views of the results):
+    the rows to gather (the cells' control partners, then the cells), the cells' condition
+    codes and perturbed genes, and the distinct perturbation sets of every batch
+    (``epoch_perturbation_sets``: found on the host, so that the step does not wait for
+    them). That is 56 bytes a cell of the rank's share and 40 a distinct set of a batch. A
+    batch then only gathers its input and target rows with one ``index_select`` (returned
+    as two views of one tensor) and looks up its conditions' DE genes.
     """
 
     def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor | slice, batch_size: int,
@@ -67,25 +70,24 @@ class EpochPlan(Dataset):
         cells = dataset.cell_indices[positions]  # a view of the dataset's cells for a slice
         if drop_last:
             cells = cells[:len(cells) // batch_size * batch_size]
-        self.table = dataset.table
-        self.partners = dataset.partners
-        self.batch_size = batch_size
+        table = self.table = dataset.table
         self.pin_memory = pin_memory
-        self.cells = cells
-        self.n_perts = int(self.table.condition_pert_idx.max()) + 1 if len(self.table.condition_pert_idx) else 0
+        codes = table.condition_codes[cells]
+        pert_idx = table.condition_pert_idx[codes]
+        n_perts = int(table.condition_pert_idx.max()) + 1 if len(table.condition_pert_idx) else 0
+        self.rows = _rows_of_batches(dataset.partners[cells], cells, batch_size)
+        self.codes, self.pert_idx = codes.split(batch_size), pert_idx.split(batch_size)
+        self.sets = epoch_perturbation_sets(pert_idx, n_perts, batch_size)
 
     def __len__(self) -> int:
-        return math.ceil(len(self.cells) / self.batch_size)
+        return len(self.rows)
 
     def __getitem__(self, i: int) -> PertBatch:
-        table = self.table
-        cells = self.cells[i * self.batch_size:(i + 1) * self.batch_size]
-        codes = table.condition_codes[cells]
-        rows = self._gather(torch.cat((self.partners[cells], cells)))
-        pert_idx = table.condition_pert_idx[codes]
-        batch = PertBatch(x=rows[:len(cells)], y=rows[len(cells):], pert_idx=pert_idx, condition=codes,
-                          de_idx=table.condition_de_idx[codes], condition_names=table.conditions,
-                          sets=PerturbationSets.of(pert_idx, self.n_perts))
+        table, codes = self.table, self.codes[i]
+        x, y = self._gather(self.rows[i]).chunk(2)  # the inputs, then the targets
+        batch = PertBatch(x=x, y=y, pert_idx=self.pert_idx[i], condition=codes,
+                          de_idx=table.condition_de_idx.index_select(0, codes), condition_names=table.conditions,
+                          sets=self.sets[i])
         return batch.pin_memory() if self.pin_memory else batch  # (the rows are pinned already)
 
     def _gather(self, index: torch.Tensor) -> torch.Tensor:
@@ -97,6 +99,17 @@ class EpochPlan(Dataset):
         if expression.dtype == torch.float32:
             return torch.index_select(expression, 0, index, out=rows)
         return rows.copy_(expression.index_select(0, index))
+
+
+def _rows_of_batches(inputs: torch.Tensor, cells: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
+    """The rows each batch of ``batch_size`` consecutive ``cells`` gathers: its cells' inputs
+    (``inputs``, one per cell), then the cells themselves."""
+    n_full = len(cells) // batch_size * batch_size
+    full = torch.stack((inputs[:n_full].view(-1, batch_size), cells[:n_full].view(-1, batch_size)), 1)
+    rows = list(full.view(-1, 2 * batch_size).unbind(0))
+    if n_full < len(cells):
+        rows.append(torch.cat((inputs[n_full:], cells[n_full:])))
+    return rows
 
 
 def _keep_batch(batch: PertBatch) -> PertBatch:

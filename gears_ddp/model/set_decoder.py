@@ -19,6 +19,10 @@ it allocating and re-reading row-sized tensors. Here:
 - Only the centred inputs of ``bn1`` and ``bn2`` are kept for the backward pass; the ReLU
   outputs are recomputed there, and the normalisation backward passes overwrite those
   centred tensors in place (so the backward pass can run once, not with ``retain_graph``).
+  Under autocast the two Linears' products run in its precision, as autocast runs a
+  Linear, and their inputs (the ReLU outputs, cast for the products) are kept in that
+  precision instead (2 bytes a value in bfloat16): recomputing them would add a float32
+  pass and a cast per piece, and casts cost a CPU as much as the passes they feed.
 - The row-sized tensors are three buffers (``bn1``'s centred input, then its gradient;
   ``bn1``'s output gradient; ``bn2``'s centred input, then its gradient, then ``bn0``'s
   output gradient, which has the same width in GEARS), each allocated at a size that does
@@ -34,12 +38,12 @@ backward sums run over the rows of all ranks.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from gears_ddp.model.weighted_norm import (block_shares, block_slices, blocks_of, column_dot, full_precision,
-                                           minus_block_shares, normalisation_backward, relu_mask_, relu_normalised,
-                                           row_shares, statistics_gradient, summed_over_ranks,
-                                           update_running_statistics, weighted_moments, weighted_statistics)
+from gears_ddp.model.weighted_norm import (block_shares, block_slices, blocks_of, column_dot, first_dim_sum,
+                                           full_precision, mean_and_variance, minus_block_shares,
+                                           normalisation_backward, relu_mask_, relu_normalised, row_shares,
+                                           statistics_gradient, summed_over_ranks, update_running_statistics,
+                                           weighted_moments, weighted_statistics)
 
 
 def _first_activation(set_part, gene_part, part=None):
@@ -59,34 +63,45 @@ def _pieces(n_sets: int, n_genes: int, device: torch.device) -> list[tuple[slice
     return [(sets, slice(sets.start * n_genes, sets.stop * n_genes)) for sets in slices]
 
 
-def _part(tensor: torch.Tensor, part: slice | None) -> torch.Tensor:
-    return tensor if part is None else tensor[part]
-
-
-def _row_buffer(like: torch.Tensor, n_rows: int, capacity: int, width: int) -> torch.Tensor:
-    """An uninitialised (n_rows x width) tensor cut from one of ``capacity`` rows, so that
-    the allocation has the same size every step whatever the number of distinct sets: the
-    allocator can then reuse the previous step's block (only the rows used are touched, so
-    only they take memory)."""
-    buffer = like.new_empty(capacity, width)
+def _row_buffer(like: torch.Tensor, n_rows: int, capacity: int, width: int,
+                dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An uninitialised (n_rows x width) tensor (``like``'s dtype unless ``dtype``) cut from one
+    of ``capacity`` rows, so that the allocation has the same size every step whatever the
+    number of distinct sets: the allocator can then reuse the previous step's block (only
+    the rows used are touched, so only they take memory)."""
+    buffer = like.new_empty(capacity, width, dtype=dtype)
     return buffer if capacity == n_rows else buffer[:n_rows]
 
 
-def _linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> None:
-    """``out[:] = linear(x, weight, bias)``, computed as autocast computes it when enabled
-    (then cast into ``out``), else straight into ``out``."""
-    if torch.is_autocast_enabled(x.device.type):
-        out.copy_(F.linear(x, weight, bias))
-    else:
+def _inputs_buffer(like: torch.Tensor, n_rows: int, capacity: int, width: int, matmul_dtype: torch.dtype):
+    """Where a product's input rows are kept for the backward pass, in the product's precision,
+    when that is not the rows' own (under autocast); None otherwise (the backward pass
+    recomputes them)."""
+    return None if matmul_dtype == like.dtype else _row_buffer(like, n_rows, capacity, width, matmul_dtype)
+
+
+def _linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                 kept: torch.Tensor | None) -> None:
+    """``out[:] = linear(x, weight, bias)``. With ``kept`` (a piece of ``_inputs_buffer``) ``x`` is
+    cast into it and the product runs in its precision (``weight`` and ``bias`` given in it),
+    as autocast runs a Linear; else straight into ``out``."""
+    if kept is None:
         torch.addmm(bias, x, weight.T, out=out)
-
-
-def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``out[:] = a @ b`` (straight into ``out`` when the dtypes agree)."""
-    if a.dtype == out.dtype:
-        torch.mm(a, b, out=out)
     else:
-        out.copy_(a.mm(b))
+        out.copy_(torch.addmm(bias, kept.copy_(x), weight.T))
+
+
+def _masked_mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, activated: torch.Tensor) -> None:
+    """``out[:] = relu'(activated) * (a @ b)``: straight into ``out`` when the dtypes agree, else
+    masked in the product's precision (``activated`` is in it) and cast into ``out``."""
+    if a.dtype == out.dtype:
+        relu_mask_(torch.mm(a, b, out=out), activated)
+    else:
+        out.copy_(relu_mask_(a.mm(b), activated))
+
+
+def _part(tensor: torch.Tensor | None, part: slice | None) -> torch.Tensor | None:
+    return tensor if part is None or tensor is None else tensor[part]
 
 
 class _SetDecoder(torch.autograd.Function):
@@ -105,7 +120,7 @@ class _SetDecoder(torch.autograd.Function):
         shares = set_shares / n_genes
         weights = row_shares(shares, n_genes)
         # bn_pert_base, from the gene and set tables (the set rows weighted by their cells)
-        gene_var, gene_mean = torch.var_mean(genes, 0, correction=0)
+        gene_mean, gene_var = mean_and_variance(genes)
         genes_centred = genes - gene_mean
         shifts_centred, shift_mean, shift_var = weighted_moments(shifts, row_shares(set_shares, 1), synchronize)
         mean0, var0 = gene_mean + shift_mean, gene_var + shift_var
@@ -113,26 +128,34 @@ class _SetDecoder(torch.autograd.Function):
         scale0 = gamma0 * invstd0
         set_part, gene_part = torch.addcmul(beta0, shifts_centred, scale0), genes_centred * scale0
         # recovery_w: Linear, BatchNorm, ReLU, Linear, BatchNorm, a piece of rows at a time; each
-        # BatchNorm's input centred in place
+        # BatchNorm's input centred in place. The products run as autocast runs them, their
+        # inputs kept in their precision (``_inputs_buffer``)
+        matmul_dtype = (torch.get_autocast_dtype(genes.device.type)
+                        if torch.is_autocast_enabled(genes.device.type) else genes.dtype)
+        products = [t.to(matmul_dtype) for t in (weight1, bias1, weight2, bias2)]
         z1 = _row_buffer(genes, n_rows, capacity, weight1.shape[0])
+        inputs1 = _inputs_buffer(genes, n_rows, capacity, weight1.shape[1], matmul_dtype)
         for sets, rows in pieces:
-            _linear_into(_part(z1, rows), _first_activation(set_part, gene_part, sets), weight1, bias1)
+            _linear_into(_part(z1, rows), _first_activation(set_part, gene_part, sets), *products[:2],
+                         _part(inputs1, rows))
         centred1, mean1, var1, invstd1 = weighted_statistics(z1, weights, eps[1], synchronize, in_place=True)
         z2 = _row_buffer(genes, n_rows, capacity, weight2.shape[0])
+        inputs2 = _inputs_buffer(genes, n_rows, capacity, weight2.shape[1], matmul_dtype)
         for _, rows in pieces:
-            _linear_into(_part(z2, rows), relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1), weight2,
-                         bias2)
+            _linear_into(_part(z2, rows), relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1),
+                         *products[2:], _part(inputs2, rows))
         centred2, mean2, var2, invstd2 = weighted_statistics(z2, weights, eps[2], synchronize, in_place=True)
-        # gene_out = (gamma2 * invstd2 * centred2 + beta2) . out_weight[g] + out_bias[g]
+        # gene_out = (gamma2 * invstd2 * centred2 + beta2) . out_weight[g] + out_bias[g], in the rows' precision
         per_gene_weight, blocks2 = gamma2 * invstd2 * out_weight, blocks_of(centred2, n_sets)
-        gene_out = torch.cat([torch.linalg.vecdot(_part(blocks2, sets), per_gene_weight, dim=-1)
-                              for sets, _ in pieces]) if len(pieces) > 1 else (blocks2 * per_gene_weight).sum(-1)
+        with torch.autocast(genes.device.type, enabled=False):
+            gene_out = torch.cat([torch.linalg.vecdot(_part(blocks2, sets), per_gene_weight, dim=-1)
+                                  for sets, _ in pieces]) if len(pieces) > 1 else (blocks2 * per_gene_weight).sum(-1)
         gene_out += torch.addmv(out_bias, out_weight, beta2)
-        ctx.matmul_dtype = (torch.get_autocast_dtype(genes.device.type)
-                            if torch.is_autocast_enabled(genes.device.type) else genes.dtype)
+        ctx.matmul_dtype = matmul_dtype
         ctx.synchronize, ctx.capacity, ctx.backward_done = synchronize, capacity, False
         ctx.save_for_backward(genes_centred, shifts_centred, set_part, gene_part, shares, invstd0, scale0, weight1,
-                              centred1, invstd1, gamma1, beta1, weight2, centred2, invstd2, gamma2, beta2, out_weight)
+                              centred1, invstd1, gamma1, beta1, weight2, centred2, invstd2, gamma2, beta2, out_weight,
+                              inputs1, inputs2)
         statistics = (mean0, var0, mean1, var1, mean2, var2, cells)
         ctx.mark_non_differentiable(*statistics)
         return (gene_out, *statistics)
@@ -144,7 +167,7 @@ class _SetDecoder(torch.autograd.Function):
                                "can run once (no retain_graph)")
         ctx.backward_done = True
         (genes_centred, shifts_centred, set_part, gene_part, share, invstd0, scale0, weight1, centred1, invstd1,
-         gamma1, beta1, weight2, centred2, invstd2, gamma2, beta2, out_weight) = ctx.saved_tensors
+         gamma1, beta1, weight2, centred2, invstd2, gamma2, beta2, out_weight, inputs1, inputs2) = ctx.saved_tensors
         synchronize, matmul_dtype = ctx.synchronize, ctx.matmul_dtype
         n_sets, n_genes = shifts_centred.shape[0], genes_centred.shape[0]
         pieces = _pieces(n_sets, n_genes, grad_out.device)
@@ -154,7 +177,7 @@ class _SetDecoder(torch.autograd.Function):
         # output dot product and bn2: the gradient reaching bn2's output is grad_out[s, g] * out_weight[g]
         scale2 = gamma2 * invstd2
         blocks2, grad_rows_out = blocks_of(centred2, n_sets), grad_out.unsqueeze(-1)
-        per_gene = sum((_part(grad_rows_out, sets) * _part(blocks2, sets)).sum(0) for sets, _ in pieces)
+        per_gene = sum(first_dim_sum(_part(grad_rows_out, sets) * _part(blocks2, sets)) for sets, _ in pieces)
         grad_out_bias = grad_out.sum(0)
         grad_out_weight = torch.addcmul(torch.outer(grad_out_bias, beta2), per_gene, scale2)
         local_beta2, local_gamma2 = torch.mv(out_weight.T, grad_out_bias), (out_weight * per_gene).sum(0) * invstd2
@@ -163,20 +186,21 @@ class _SetDecoder(torch.autograd.Function):
         grad_z2 = statistics_gradient(centred2, minus_shares, scale2, invstd2, grad_gamma2, grad_beta2, in_place=True)
         blocks_of(grad_z2, n_sets).addcmul_(grad_rows_out, scale2 * out_weight)
 
-        # second Linear, then ReLU (its output recomputed a piece at a time) and bn1
+        # second Linear, then ReLU (its output kept, or recomputed a piece at a time) and bn1
         grad_a1 = _row_buffer(centred1, len(centred1), ctx.capacity, centred1.shape[1])
         grad_weight2 = _linear_backward(grad_z2, grad_a1, weight2, pieces, matmul_dtype, lambda sets, rows: (
+            _part(inputs2, rows) if inputs2 is not None else
             relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1)))
-        grad_bias2 = grad_z2.sum(0).to(weight2.dtype)
+        grad_bias2 = first_dim_sum(grad_z2).to(weight2.dtype)
         grad_z1, grad_gamma1, grad_beta1 = normalisation_backward(grad_a1, centred1, minus_shares, invstd1, gamma1,
                                                                   synchronize, in_place=True)
         del grad_a1
 
         # first Linear, then ReLU and bn0 (through the gene and set tables); the gradient at
         # bn0's output goes where grad_z2 was
-        grad_weight1 = _linear_backward(grad_z1, grad_z2, weight1, pieces, matmul_dtype,
-                                        lambda sets, rows: _first_activation(set_part, gene_part, sets))
-        grad_bias1 = grad_z1.sum(0).to(weight1.dtype)
+        grad_weight1 = _linear_backward(grad_z1, grad_z2, weight1, pieces, matmul_dtype, lambda sets, rows: (
+            _part(inputs1, rows) if inputs1 is not None else _first_activation(set_part, gene_part, sets)))
+        grad_bias1 = first_dim_sum(grad_z1).to(weight1.dtype)
         grad_a0 = blocks_of(grad_z2, n_sets)
         over_sets, over_genes = grad_a0.sum(0), grad_a0.sum(1)  # G x H, S x H
         local_beta0 = over_sets.sum(0)
@@ -198,15 +222,15 @@ def _linear_backward(grad, grad_input, weight, pieces, matmul_dtype, input_of):
     """Backward of a Linear followed by the ReLU that made its input, a piece of rows at a
     time: writes ``relu'(input) * (grad @ weight)`` into ``grad_input`` and returns the weight
     gradient ``grad.T @ input`` (summed over the pieces in float32 at least).
-    ``input_of(sets, rows)`` recomputes a piece's input (the ReLU's output)."""
+    ``input_of(sets, rows)`` gives a piece's input (the ReLU's output): kept in ``matmul_dtype``
+    by the forward pass, or recomputed in the rows' own dtype when that is ``matmul_dtype``."""
     matmul_weight, total = weight.to(matmul_dtype), None
     for sets, rows in pieces:
         activated = input_of(sets, rows)
         grad_rows = _part(grad, rows).to(matmul_dtype)
-        piece = grad_rows.T.mm(activated.to(matmul_dtype))
+        piece = grad_rows.T.mm(activated)
         total = full_precision(piece) if total is None else total.add_(piece)
-        _mm_into(_part(grad_input, rows), grad_rows, matmul_weight)
-        relu_mask_(_part(grad_input, rows), activated)
+        _masked_mm_into(_part(grad_input, rows), grad_rows, matmul_weight, activated)
     return total.to(weight.dtype)
 
 

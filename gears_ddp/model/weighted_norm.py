@@ -124,12 +124,39 @@ def weighted_statistics(x, weights, eps: float, synchronize: bool, in_place: boo
     return centred, mean, var, torch.rsqrt(var + eps)
 
 
+def in_cache_pieces(device: torch.device) -> bool:
+    """Whether row-wise passes on ``device`` run in cache-sized pieces (``rows_per_pass``: a
+    CPU). There a few operators have faster equivalents of several operators each
+    (``first_dim_sum``, ``mean_and_variance``); elsewhere each operator is a kernel launch,
+    and the one operator is kept."""
+    return rows_per_pass(device) < ROWS_PER_PASS_ACCELERATOR
+
+
+def first_dim_sum(x: torch.Tensor) -> torch.Tensor:
+    """``x.sum(0)``; in cache-sized pieces as a matrix-vector product with ones, as a CPU's
+    reduction over the first dimension runs slower than its matrix-vector kernel."""
+    if not in_cache_pieces(x.device):
+        return x.sum(0)
+    return torch.mv(x.reshape(x.shape[0], -1).T, x.new_ones(x.shape[0])).view(x.shape[1:])
+
+
+def mean_and_variance(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Column means and biased variances of ``x`` (rows x features); in cache-sized pieces in
+    two passes (the mean, then the centred squares' mean), as a CPU's ``var_mean`` over rows
+    updates its running moments one value at a time, several times slower."""
+    if not in_cache_pieces(x.device):
+        var, mean = torch.var_mean(x, 0, correction=0)
+        return mean, var
+    mean = x.mean(0)
+    return mean, (x - mean).square_().mean(0)
+
+
 def column_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``(a * b).sum(0)`` for two (rows x features) tensors, a piece of rows at a time."""
     pieces = block_slices(a.shape[0], 1, a.device)
     if len(pieces) == 1:
-        return (a * b).sum(0)
-    return sum(torch.linalg.vecdot(a[part], b[part], dim=0) for part in pieces)
+        return first_dim_sum(a * b)
+    return sum(first_dim_sum(a[part] * b[part]) for part in pieces)
 
 
 def normalisation_backward(grad, centred, minus_shares, invstd, gamma, synchronize: bool, in_place: bool = False):
@@ -143,7 +170,7 @@ def normalisation_backward(grad, centred, minus_shares, invstd, gamma, synchroni
     more), else into a new tensor.
     """
     grad = grad.to(centred.dtype)
-    local_beta, local_gamma = grad.sum(0), column_dot(grad, centred) * invstd
+    local_beta, local_gamma = first_dim_sum(grad), column_dot(grad, centred) * invstd
     grad_beta, grad_gamma = summed_over_ranks([local_beta, local_gamma], synchronize)
     scale = gamma * invstd
     out = statistics_gradient(centred, minus_shares, scale, invstd, grad_gamma, grad_beta, in_place)
@@ -285,7 +312,7 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
         x = full_precision(x)
         out = torch.batch_norm(x, self.weight, self.bias, None, None, True, 0.0, self.eps, torch.backends.cudnn.enabled)
         with torch.no_grad():
-            var, mean = torch.var_mean(x, 0, correction=0)
+            mean, var = mean_and_variance(x)
         update_running_statistics([self], [mean], [var], copies * x.shape[0])
         return out
 
