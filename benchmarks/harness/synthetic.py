@@ -47,13 +47,13 @@ def prepared_synthetic(folder: Path, args, hidden_size: int):
     """The synthetic dataset of the size options written to ``folder/synthetic``, loaded and
     prepared as ``train_multi_gpu`` prepares it (split ``SPLIT``, graphs built and cached),
     in shared memory."""
+    from gears_ddp.data.preparation import prepare_data
     from gears_ddp.datasets import write_synthetic_dataset
-    from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-    from gears_ddp.distributed.spawn import prepare_data
+    from gears_ddp.distributed.config import TrainingArgs
 
     write_synthetic_dataset(folder, **synthetic_options(args))
     options = TrainingArgs.from_dict({"model_config": {"hidden_size": hidden_size}})
-    return prepare_data(folder, "synthetic", SplitConfig.from_dict(SPLIT), options).share_memory_()
+    return prepare_data(folder, "synthetic", dict(SPLIT), options.model_config).share_memory_()
 
 
 def load_dataset(data_path, folder, split_seed: int = SPLIT["seed"], **pert_data_options):
@@ -100,12 +100,13 @@ def write_raw_input(folder: Path, args) -> Path:
     return raw
 
 
-def write_run_config(path: Path, data_path, dataset_name: str, args: dict) -> Path:
+def write_run_config(path: Path, data_path, dataset_name: str, args: dict, split: dict = SPLIT) -> Path:
     """A configuration file for ``gears-ddp train --config`` (and torchrun or srun running
-    it) that trains ``dataset_name`` of ``data_path`` with ``args``, on the split ``SPLIT``."""
+    it) that trains ``dataset_name`` of ``data_path`` with ``args``, on the split ``split``
+    (``SPLIT`` unless given)."""
     import yaml
 
-    config = {"pert_data_path": str(data_path), "dataset_name": dataset_name, "split_config": dict(SPLIT),
+    config = {"pert_data_path": str(data_path), "dataset_name": dataset_name, "split_config": dict(split),
               "args": args}
     Path(path).write_text(yaml.safe_dump(config), encoding="utf-8")
     return Path(path)
