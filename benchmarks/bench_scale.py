@@ -38,7 +38,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.memory import PeakSampler, status_mib
+from harness.memory import per_process, sample_tree
 from harness.record import add_record_argument, recorded
 from harness.settings import BATCH_SIZE, HIDDEN_SIZE, SPLIT
 from harness.synthetic import write_run_config
@@ -47,7 +47,6 @@ from harness.timing import Stopwatch
 
 GENES, PERTURBED, COMBOS = 2000, 200, 300
 TARGET_PROCESSING_MIB = 2000
-SAMPLING_S = 0.1
 TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO gears_ddp\.training\.recipe: epoch 1 step 1:", re.M)
 
 
@@ -56,63 +55,6 @@ def sizes(n_cells: int) -> dict:
     controls = n_cells // 10
     return {"n_genes": GENES, "n_perturbed_genes": PERTURBED, "n_combos": COMBOS, "n_control_cells": controls,
             "cells_per_condition": (n_cells - controls) // (PERTURBED + COMBOS), "seed": 0}
-
-
-# ----------------------------------------------------------------------------- what /proc says
-
-
-def _descendants(pid: int) -> list[int]:
-    found, queue = [], [pid]
-    while queue:
-        current = queue.pop()
-        try:
-            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
-        except OSError:
-            continue
-        found += [int(c) for c in children]
-        queue += [int(c) for c in children]
-    return found
-
-
-def _map_mib(pid: int, suffix: str) -> tuple[float, float]:
-    """Resident and shared MiB of the process's mappings of files whose name ends with ``suffix``."""
-    resident = shared = 0
-    inside = False
-    with open(f"/proc/{pid}/smaps") as smaps:
-        for line in smaps:
-            parts = line.split()
-            if parts and "-" in parts[0] and len(parts) >= 5:
-                inside = len(parts) > 5 and parts[5].endswith(suffix)
-            elif inside and parts[0] == "Rss:":
-                resident += int(parts[1])
-            elif inside and parts[0] == "Shared_Clean:":
-                shared += int(parts[1])
-    return resident / 1024, shared / 1024
-
-
-def sample_ranks(root: int, is_rank, map_suffix: str = ".npy") -> PeakSampler:
-    """Peaks of private memory and of the map's resident and shared pages, per process of the
-    tree under ``root``, for the processes ``is_rank(cmdline)`` picks (``per_process`` reads
-    them)."""
-    def sample() -> dict:
-        figures = {}
-        for pid in [root] + _descendants(root):
-            try:
-                if not is_rank(Path(f"/proc/{pid}/cmdline").read_bytes()):
-                    continue
-                private = status_mib(pid).get("RssAnon", 0.0)
-                resident, shared = _map_mib(pid, map_suffix)
-            except OSError:  # the process ended meanwhile
-                continue
-            figures.update({(pid, "private"): private, (pid, "resident"): resident, (pid, "shared"): shared})
-        return figures
-    return PeakSampler(sample, SAMPLING_S)
-
-
-def per_process(peaks: dict) -> dict:
-    """``sample_ranks``'s peaks as a list per figure, in process id order."""
-    pids = sorted({pid for pid, _ in peaks})
-    return {kind: [peaks[(pid, kind)] for pid in pids] for kind in ("private", "resident", "shared")}
 
 
 # ----------------------------------------------------------------------------- the runs
@@ -141,7 +83,7 @@ def process(data_path: Path, name: str) -> dict:
     with Stopwatch() as processing:
         child = subprocess.Popen([sys.executable, "-c", code, str(data_path), name], stderr=subprocess.PIPE,
                                  text=True)
-        sampler = sample_ranks(child.pid, lambda cmdline: b"new_data_process" in cmdline)
+        sampler = sample_tree(child.pid, lambda cmdline: b"new_data_process" in cmdline)
         _, stderr = child.communicate()
         peaks = per_process(sampler.stop())
     if child.returncode:
@@ -169,7 +111,7 @@ def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, sto
             return b"gears_ddp.launch" in cmdline and b"torch.distributed.run" not in cmdline
     started = datetime.datetime.now()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = sample_ranks(child.pid, is_rank)
+    sampler = sample_tree(child.pid, is_rank)
     stdout, stderr = child.communicate()
     peaks = per_process(sampler.stop())
     if child.returncode:

@@ -276,6 +276,6 @@ def test_condition_means_in_blocks_equal_the_per_condition_means(sparse):
         np.testing.assert_allclose(means[code], dense[codes == code].astype(np.float64).mean(0), rtol=1e-12)
     assert np.isnan(means[4]).all()  # no rows
     np.testing.assert_allclose(condition_means(matrix, codes, 5), means, rtol=1e-12, equal_nan=True)
-    nonzero = condition_means(matrix, codes, 5, of=lambda block: block != 0, block_elements=7)
+    nonzero = condition_means(matrix, codes, 5, statistic="nonzero", block_elements=7)
     for code in range(4):
         np.testing.assert_array_equal(nonzero[code], (dense[codes == code] != 0).mean(0))

@@ -100,12 +100,13 @@ def write_raw_input(folder: Path, args, **generator_options) -> Path:
     return raw
 
 
-def write_run_config(path: Path, data_path, dataset_name: str, args: dict) -> Path:
+def write_run_config(path: Path, data_path, dataset_name: str, args: dict, split: dict = SPLIT) -> Path:
     """A configuration file for ``gears-ddp train --config`` (and torchrun or srun running
-    it) that trains ``dataset_name`` of ``data_path`` with ``args``, on the split ``SPLIT``."""
+    it) that trains ``dataset_name`` of ``data_path`` with ``args``, on the split ``split``
+    (``SPLIT`` unless given)."""
     import yaml
 
-    config = {"pert_data_path": str(data_path), "dataset_name": dataset_name, "split_config": dict(SPLIT),
+    config = {"pert_data_path": str(data_path), "dataset_name": dataset_name, "split_config": dict(split),
               "args": args}
     Path(path).write_text(yaml.safe_dump(config), encoding="utf-8")
     return Path(path)

@@ -463,8 +463,9 @@ def process(options) -> int:
     source = Path(options.adata)
     if not source.exists():
         raise FileNotFoundError(f"--adata {source} does not exist")
-    # a file that is no h5ad fails here, before anything is written; normalisation works in memory
-    adata = read_h5ad(source, backed=not options.normalize)
+    # a file that is no h5ad fails here, before anything is written; its expression stays on
+    # disk, read a block of cells at a time
+    adata = read_h5ad(source, backed=True)
     annotation = options.go_annotation or options.go_gene_sets
     if annotation:
         gene2go = read_annotation(annotation) if options.go_annotation else read_gene_sets(annotation)

@@ -14,9 +14,9 @@ reference=<control>, n_genes=<all>, use_raw=False)``. This module computes the s
 Genes whose statistics differ only by rounding can swap places: scanpy's own sums run in an
 order that depends on the matrix's format and on the number of threads, so no ranking
 reproduces its order of such genes everywhere. The per-condition sums come from blocks of
-cells (``grouped.condition_means``): no copy of the matrix per condition, and none of
-scanpy's compiled kernels (whose compilation for sparse input holds memory in every
-process that ranks genes).
+cells (``grouped.ConditionSums``), for every condition in one pass: no copy of the matrix
+per condition, and none of scanpy's compiled kernels (whose compilation for sparse input
+holds memory in every process that ranks genes).
 """
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from gears_ddp.data.grouped import condition_means
+from gears_ddp.data.grouped import ConditionSums, row_blocks
+
+MOMENTS = ("sum", "sum_squares")  # the sums a t-test reads
 
 
 def welch_t_scores(matrix, codes: np.ndarray, groups: Sequence[str], reference: int) -> np.ndarray:
@@ -41,14 +43,28 @@ def welch_t_scores(matrix, codes: np.ndarray, groups: Sequence[str], reference: 
 def welch_t_test(matrix, codes: np.ndarray, groups: Sequence[str], reference: int) -> tuple[np.ndarray, np.ndarray]:
     """``welch_t_scores`` and the two-sided p-values of the same tests (1 where the
     statistic is NaN, and for the reference group)."""
-    n_groups = len(groups)
-    counts = np.bincount(codes[codes >= 0], minlength=n_groups)
+    check_group_sizes(np.bincount(codes[codes >= 0], minlength=len(groups)), groups)
+    sums = ConditionSums(codes, len(groups), matrix.shape[1], MOMENTS)
+    for start, block in row_blocks(matrix):
+        sums.add(start, block)
+    return welch_t_test_of_sums(sums.counts, sums.mean("sum"), sums.mean("sum_squares"), groups, reference)
+
+
+def check_group_sizes(counts: np.ndarray, groups: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the groups of fewer than two cells (``counts``): their
+    variances, so their t statistics, are undefined."""
     small = [groups[code] for code in np.flatnonzero(counts < 2)]
     if small:
         raise ValueError(f"conditions {small[:10]} have fewer than two cells: their gene variances, so their "
                          "DE genes, are undefined; remove them, or pass skip_calc_de=True")
-    mean = condition_means(matrix, codes, n_groups)
-    mean_square = condition_means(matrix, codes, n_groups, of=np.square)
+
+
+def welch_t_test_of_sums(counts: np.ndarray, mean: np.ndarray, mean_square: np.ndarray, groups: Sequence[str],
+                         reference: int) -> tuple[np.ndarray, np.ndarray]:
+    """``welch_t_test`` from each group's number of cells, mean and mean square (groups x
+    genes, float64: ``ConditionSums`` of the ``MOMENTS``), which one pass over the cells
+    gives for every group at once."""
+    check_group_sizes(counts, groups)
     variance = (mean_square - mean * mean) * (counts / (counts - 1))[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
         scores, pvalues = stats.ttest_ind_from_stats(mean, np.sqrt(variance), counts[:, None],

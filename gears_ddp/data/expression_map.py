@@ -141,17 +141,16 @@ def _write_map(path: Path, matrix, keep: np.ndarray, dtype, source: Path) -> str
     check, digest = ExpressionCheck(), hashlib.blake2b(digest_size=16)
     shape = (int(np.count_nonzero(keep)), matrix.shape[1])
     logger.info("writing the expression map %s (%d cells x %d genes, %s)", path, *shape, np.dtype(dtype).name)
-    with io.atomic_path(path) as tmp:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-        row = 0
+    with io.atomic_path(path) as tmp, open(tmp, "wb") as out:
+        # written, not mapped: pages written through a map count in the writer's resident memory
+        np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                   "fortran_order": False, "shape": shape})
         for start, block in row_blocks(matrix, block_elements=2**22):
             check.add(block)
             block = np.ascontiguousarray(block[keep[start:start + len(block)]], dtype=dtype)
             digest.update(block.data)
-            out[row:row + len(block)] = block
-            row += len(block)
+            out.write(block.data)
         out.flush()
-        del out
         check.finish(str(source))
     return digest.hexdigest()
 

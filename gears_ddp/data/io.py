@@ -27,11 +27,17 @@ from typing import Any, Iterator
 
 import anndata
 import h5py
+import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 import torch
 from anndata.io import read_elem, sparse_dataset, write_elem
 
 PROCESSED_FILE = "perturb_processed.h5ad"
+# HDF5 chunk of the sparse arrays of an h5ad file written a block of cells at a time (1 MiB of
+# float32): appended data in HDF5's default small chunks makes every later block read (and the
+# writing) hold metadata in proportion to the file
+CHUNK_VALUES = 2**18
 
 
 @contextlib.contextmanager
@@ -188,6 +194,54 @@ def write_h5ad(adata: anndata.AnnData, dest: str | os.PathLike) -> None:
                 if key in handle:
                     del handle[key]
                 write_elem(handle, key, value)
+
+
+class CsrRows:
+    """A CSR matrix in an h5ad file that grows a block of rows at a time (anndata's
+    ``sparse_dataset(...).append``). Its row pointers are int32 while the values they count
+    fit, as scipy makes them for a matrix in memory, and are widened to int64 when a block
+    would pass that (anndata's ``append`` refuses to)."""
+
+    INT32_VALUES = np.iinfo(np.int32).max  # the values int32 row pointers can count
+
+    def __init__(self, group: h5py.Group, key: str, n_columns: int, dtype):
+        write_elem(group, key, sp.csr_matrix((0, n_columns), dtype=dtype), dataset_kwargs={"chunks": (CHUNK_VALUES,)})
+        self.group = group[key]
+        self.matrix = sparse_dataset(self.group)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.group.attrs["shape"][0])
+
+    def append(self, block: sp.csr_matrix) -> None:
+        """Add the rows of ``block`` (CSR) below the others."""
+        indptr = self.group["indptr"]
+        if indptr.dtype == np.int32 and self.group["indices"].shape[0] + block.nnz >= self.INT32_VALUES:
+            values = indptr[:].astype(np.int64)
+            del self.group["indptr"]
+            self.group.create_dataset("indptr", data=values, maxshape=(None,), chunks=(CHUNK_VALUES,))
+            self.matrix = sparse_dataset(self.group)
+        self.matrix.append(block)
+
+
+@contextlib.contextmanager
+def h5ad_by_blocks(dest: str | os.PathLike, annotations: anndata.AnnData, dtype) -> Iterator[CsrRows]:
+    """Write an h5ad file atomically whose expression arrives a block of cells at a time, so
+    that it never is in memory whole: ``annotations`` (an AnnData without ``X``) is written
+    first, as ``AnnData.write_h5ad`` writes it; the caller appends CSR blocks of cells to the
+    yielded ``X`` (values of ``dtype``); when the block ends, ``X`` must have every cell, and
+    the ``uns`` that ``annotations`` holds then replaces the one written at the start (the
+    caller may compute it from the blocks)."""
+    with atomic_path(dest) as tmp:
+        annotations.write_h5ad(tmp)
+        with h5py.File(tmp, "r+") as handle:
+            expression = CsrRows(handle, "X", annotations.n_vars, dtype)
+            yield expression
+            if expression.n_rows != annotations.n_obs:
+                raise RuntimeError(f"{expression.n_rows} cells were written to {dest}, which annotates "
+                                   f"{annotations.n_obs}")
+            del handle["uns"]
+            write_elem(handle, "uns", dict(annotations.uns))
 
 
 @dataclass

@@ -1,33 +1,43 @@
-"""Raw counts to the expression GEARS reads, with scanpy: each cell normalised to 1e4
-counts (``sc.pp.normalize_total(target_sum=1e4)``), then ``sc.pp.log1p``; optionally the
-highly variable genes first, chosen on the counts (``sc.pp.highly_variable_genes``,
-``flavor='seurat_v3'``), always with every perturbed gene the screen measures.
+"""Raw counts to the expression GEARS reads, a block of cells at a time, as scanpy computes
+it: each cell normalised to 1e4 counts (``sc.pp.normalize_total(target_sum=1e4)``), then
+``sc.pp.log1p``; optionally the highly variable genes first, chosen on the counts
+(``highly_variable``: scanpy's ``seurat_v3`` flavour), always with every perturbed gene the
+screen measures.
 
-The genes are chosen on the counts (seurat_v3 models counts) and each cell is normalised
-over all its genes before the others are left out, so a cell's scale does not depend on
-which genes were kept. scanpy is imported inside these functions only: it takes seconds to
-import, and the processes that train (every DDP rank) read processed data and never need it.
+Both steps are per cell, so scanpy's own functions, run on each block of cells, give the
+values they give on the whole matrix, while only a block is in memory: a screen larger than
+memory is normalised from its backed file as its processed file is written
+(``PertData.new_data_process``). The genes are chosen on the counts (seurat_v3 models
+counts) and each cell is normalised over all its genes before the others are left out, so a
+cell's scale does not depend on which genes were kept. scanpy is imported inside these
+functions only: it takes seconds to import, and the processes that train (every DDP rank)
+read processed data and never need it.
 """
 from __future__ import annotations
 
+import copy
+from typing import Iterator
+
+import anndata
 import numpy as np
+import pandas as pd
+import scipy.sparse as sp
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.grouped import row_blocks
+from gears_ddp.data.grouped import block_rows, row_blocks
+from gears_ddp.data.highly_variable import highly_variable
 from gears_ddp.data.processing import ExpressionCheck
 
 logger = get_logger(__name__)
 
 TARGET_SUM = 1e4
 HVG_FLAVOR = "seurat_v3"
+COUNTS_PER_BLOCK = 2**24  # about this many counts (zeros included) normalised at once: scanpy's cost per call
 
 
-def check_counts(matrix, source: str) -> None:
-    """Raise ``ValueError`` when ``matrix`` cannot be raw counts (non-finite or negative
-    values); warn when it holds values that are not whole numbers (normalised already?)."""
-    check = ExpressionCheck()
-    for _, block in row_blocks(matrix):
-        check.add(block)
+def finish_counts_check(check: ExpressionCheck, source: str) -> None:
+    """Raise ``ValueError`` when the values ``check`` saw cannot be raw counts (non-finite or
+    negative values); warn when some are not whole numbers (normalised already?)."""
     if check.non_finite:
         raise ValueError(f"{source} has {check.non_finite} non-finite values (NaN or inf); raw counts are finite")
     if check.negative:
@@ -38,28 +48,71 @@ def check_counts(matrix, source: str) -> None:
                        "without normalisation", source)
 
 
-def normalized_screen(adata, n_top_genes: int | None, perturbed_genes, source: str = "the AnnData"):
-    """A normalised copy of the raw-count screen ``adata`` (in memory; ``adata`` is left as
-    it was), restricted to its ``n_top_genes`` highly variable genes and the
-    ``perturbed_genes`` it measures (``var['gene_name']``) when ``n_top_genes`` is given."""
-    import scanpy as sc
-
+def normalized_annotations(adata, n_top_genes: int | None, perturbed_genes,
+                           source: str = "the AnnData") -> tuple[anndata.AnnData, np.ndarray | None]:
+    """The annotations of the raw-count screen ``adata`` normalised (an AnnData without
+    ``X``: its ``obs``, ``var``, ``uns``, ``obsm`` and ``varm``, and ``uns['log1p']`` as scanpy
+    adds it), and which of its genes that
+    keeps: all (None) without ``n_top_genes``, else its ``n_top_genes`` highly variable genes
+    and the ``perturbed_genes`` it measures (``var['gene_name']``), described in ``var`` and
+    ``uns['hvg']`` as scanpy describes them. Choosing them reads the counts, which are
+    checked on the way (``finish_counts_check``)."""
     if n_top_genes is not None and (isinstance(n_top_genes, bool) or not isinstance(n_top_genes, (int, np.integer))
                                     or n_top_genes < 1):
         raise ValueError(f"n_top_genes must be a positive whole number, got {n_top_genes!r}")
-    check_counts(adata.X, source)
-    screen = adata.to_memory() if adata.isbacked else adata.copy()
-    if not np.issubdtype(screen.X.dtype, np.floating):
-        screen.X = screen.X.astype(np.float32)
-    keep = None
-    if n_top_genes is not None and n_top_genes < screen.n_vars:
-        sc.pp.highly_variable_genes(screen, n_top_genes=int(n_top_genes), flavor=HVG_FLAVOR)
-        perturbed = screen.var["gene_name"].astype(str).isin(set(perturbed_genes)).to_numpy()
-        keep = screen.var["highly_variable"].to_numpy(bool) | perturbed
+    var, uns, keep = adata.var.copy(), copy.deepcopy(dict(adata.uns)), None
+    uns["log1p"] = {"base": None}  # as sc.pp.log1p records it
+    if n_top_genes is not None and n_top_genes < adata.n_vars:
+        check = ExpressionCheck()
+        chosen = highly_variable(adata.X, int(n_top_genes), check)
+        finish_counts_check(check, source)
+        for column in chosen.columns:
+            var[column] = chosen[column].to_numpy()
+        uns["hvg"] = {"flavor": HVG_FLAVOR}
+        keep = chosen["highly_variable"].to_numpy() | var["gene_name"].astype(str).isin(set(perturbed_genes)).to_numpy()
         logger.info("%s: %d highly variable genes (%s, on the counts) and %d perturbed genes outside them: %d of "
                     "%d genes kept", source, n_top_genes, HVG_FLAVOR, int(np.count_nonzero(keep)) - n_top_genes,
-                    int(np.count_nonzero(keep)), screen.n_vars)
-    sc.pp.normalize_total(screen, target_sum=TARGET_SUM)
-    sc.pp.log1p(screen)
-    logger.info("%s: counts normalised to %g per cell, then log1p", source, TARGET_SUM)
-    return screen[:, keep].copy() if keep is not None else screen
+                    int(np.count_nonzero(keep)), adata.n_vars)
+    if keep is not None:  # as anndata subsets genes: the categories no kept gene has go
+        var = var[keep]
+        for column in var.columns:
+            if isinstance(var[column].dtype, pd.CategoricalDtype):
+                var[column] = var[column].cat.remove_unused_categories()
+    varm = {key: value if keep is None else value[keep] for key, value in adata.varm.items()}
+    return anndata.AnnData(obs=adata.obs.copy(), var=var, uns=uns, obsm=dict(adata.obsm), varm=varm), keep
+
+
+def normalized_dtype(counts) -> np.dtype:
+    """The dtype of normalised values of ``counts``: theirs if floating, else float32."""
+    return counts.dtype if np.issubdtype(counts.dtype, np.floating) else np.dtype(np.float32)
+
+
+def normalized_blocks(counts, genes: np.ndarray | None = None, source: str = "the AnnData",
+                      check_counts: bool = True) -> Iterator[tuple[int, sp.csr_matrix]]:
+    """``(first cell, block)`` for consecutive blocks of cells of the raw ``counts`` (cells x
+    genes, in memory or backed), normalised as ``sc.pp.normalize_total(target_sum=1e4)``
+    then ``sc.pp.log1p`` normalise them, cut to the ``genes`` (a mask; None: all), as CSR of
+    ``normalized_dtype``. A block has a whole number of the blocks ``grouped.row_blocks``
+    gives a matrix of the kept genes, so ``ConditionSums`` over these blocks are those over
+    the normalised matrix. With ``check_counts``, the counts are checked as they are read
+    (``finish_counts_check``, after the last block); from a block holding counts that
+    cannot be raw counts on, the blocks are only read, to count what is wrong, and none is
+    given."""
+    import scanpy as sc
+
+    check = ExpressionCheck()
+    dtype = normalized_dtype(counts)
+    summed = block_rows(counts.shape[1] if genes is None else int(np.count_nonzero(genes)))
+    rows = summed * max(1, block_rows(counts.shape[1], COUNTS_PER_BLOCK) // summed)
+    for start, block in row_blocks(counts, dense=False, rows=rows):
+        if check_counts:
+            check.add(block)
+            if check.negative or check.non_finite:
+                continue  # refused at the end: the rest is only read, to count what is wrong
+        cells = anndata.AnnData(block.astype(dtype, copy=True))  # normalised in place: never the caller's counts
+        sc.pp.normalize_total(cells, target_sum=TARGET_SUM)
+        sc.pp.log1p(cells)
+        normalised = cells.X if genes is None else cells.X[:, genes]
+        yield start, sp.csr_matrix(normalised)
+    if check_counts:
+        finish_counts_check(check, source)

@@ -151,12 +151,13 @@ class PertData:
           vocabulary (no GO annotation) are dropped with a warning that names them, as the
           published GEARS drops them; ``False`` refuses the screen instead, naming them.
 
-        Without ``normalize``, ``adata`` gains the processed columns in place; with it, a
-        normalised copy is processed in memory (a backed AnnData is read) and ``adata``
-        keeps its counts. A backed ``adata`` (``anndata.read_h5ad(path, backed='r')``) that
-        needs no normalisation is read a block of cells at a time, so a screen larger than
-        memory can be processed. An existing processed file is only replaced with
-        ``overwrite=True``; split and graph caches in the folder are removed.
+        Without ``normalize``, ``adata`` gains the processed columns in place; with it,
+        ``adata`` keeps its counts, and its cells are normalised a block at a time as the
+        processed file is written. Either way the expression is read a block of cells at a
+        time, from memory or from the file of a backed ``adata``
+        (``anndata.read_h5ad(path, backed='r')``), so a screen larger than memory can be
+        processed. An existing processed file is only replaced with ``overwrite=True``; split
+        and graph caches in the folder are removed.
         """
         if adata is None:
             raise ValueError("new_data_process needs the raw AnnData as `adata`")
@@ -169,19 +170,27 @@ class PertData:
         raw_screens.add_gears_columns(adata, dataset_name, perturbation_column, control_label,
                                       combination_separator, source)
         processing.check_columns(adata, source)
-        if normalize:
-            perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
-            adata = normalization.normalized_screen(adata, n_top_genes, perturbed, source)
-        elif n_top_genes is not None:
+        if n_top_genes is not None and not normalize:
             raise ValueError("n_top_genes chooses genes on the raw counts: give the screen's counts with "
                              "normalize=True (gears-ddp process --normalize)")
-        processing.validate_raw(adata, source)
-        self.ensure_go_inputs()
-        keep = self._cells_in_vocabulary(adata, dataset_name, drop_unannotated)
-        processing.add_processed_entries(adata, skip_calc_de)  # all that can refuse the data did, before writing
-        write_processed_dataset(adata, folder)
-        self._use_dataset(adata, folder, keep)
-        self._adata = _view(self.cells.expression, _kept(adata.obs, keep), self.var, self.uns)
+        processing.validate_annotations(adata, source)
+        de = not skip_calc_de
+        if normalize:  # the counts are read, so checked, as they are written: the cheap checks come first
+            perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
+            processed, genes = normalization.normalized_annotations(adata, n_top_genes, perturbed, source)
+            self.ensure_go_inputs()
+            keep = self._cells_in_vocabulary(adata, dataset_name, drop_unannotated)
+            write_normalized_dataset(processed, folder, normalization.normalized_blocks(
+                adata.X, genes, source, check_counts=genes is None), normalization.normalized_dtype(adata.X), de, source)
+            with io.h5ad_parts(target, ("condition", "cell_type", "condition_name")) as parts:
+                self._use_dataset(parts, folder, keep)
+        else:  # the expression is read, so checked, before anything is written
+            processed, reading = adata, read_processed_expression(adata, de, source)
+            self.ensure_go_inputs()
+            keep = self._cells_in_vocabulary(adata, dataset_name, drop_unannotated)
+            write_processed_dataset(adata, folder, reading)
+            self._use_dataset(adata, folder, keep)
+        self._adata = _view(self.cells.expression, _kept(processed.obs, keep), self.var, self.uns)
 
     def ensure_go_inputs(self, archive=None) -> None:
         """Have every Gene Ontology file this PertData will read (from the local ``archive``
@@ -494,11 +503,60 @@ def _cache_edges(cache: Path, edges, settings: dict | None = None) -> None:
         cache_settings.write_settings(cache, settings)
 
 
-def write_processed_dataset(adata: anndata.AnnData, folder: Path) -> None:
-    """Write a processed AnnData as ``folder/perturb_processed.h5ad`` (atomically; a backed
-    one without reading its expression) and delete the split and graph caches that an
-    earlier version of the data left there."""
+def read_processed_expression(adata: anndata.AnnData, de: bool = True,
+                              source: str = "the AnnData") -> processing.ExpressionReading:
+    """Add the processed columns to the validated ``adata`` (``processing.validate_annotations``)
+    and read its expression, a block of cells at a time: checked, and, with ``de``, summed for
+    the DE ranking and the gene sets (``write_processed_dataset`` writes them)."""
+    processing.add_condition_columns(adata)
+    if de:
+        processing.check_de_group_sizes(adata)  # before the expression is read
+    return processing.read_expression(adata, source, de)
+
+
+def write_processed_dataset(adata: anndata.AnnData, folder: Path, reading: processing.ExpressionReading) -> None:
+    """Add the DE ranking and the gene sets of ``reading`` (``read_processed_expression`` of
+    ``adata``) and write ``adata`` as ``folder/perturb_processed.h5ad`` (atomically; a backed
+    one by copying its file, never reading its expression into memory); delete the split and
+    graph caches that an earlier version of the data left there."""
+    processing.add_de_entries(adata, reading)
     io.write_h5ad(adata, folder / io.PROCESSED_FILE)
+    _written(adata, folder)
+
+
+def write_normalized_dataset(annotations: anndata.AnnData, folder: Path, blocks, dtype, de: bool = True,
+                             source: str = "the AnnData") -> None:
+    """Process and write ``folder/perturb_processed.h5ad`` from a screen's ``annotations`` (an
+    AnnData without ``X``, validated) and its expression, which ``blocks`` gives a block of
+    cells at a time (``(first cell, CSR block)``: ``normalization.normalized_blocks``), as
+    values of ``dtype``; delete the split and graph caches that an earlier version of the
+    data left there.
+
+    The blocks are read once: checked, summed for the DE ranking and the gene sets (``de``)
+    and appended to the file as they come, so the expression is never in memory whole. The
+    file is written atomically: nothing is left of it, nor of a folder made for it, when a
+    check fails."""
+    processing.add_condition_columns(annotations)
+    if de:
+        processing.check_de_group_sizes(annotations)  # before the expression is read
+    reading = processing.ExpressionReading(annotations.obs, annotations.n_vars, de)
+    made = not folder.exists()
+    try:
+        with io.h5ad_by_blocks(folder / io.PROCESSED_FILE, annotations, dtype) as expression:
+            for start, block in blocks:
+                reading.add(start, block)
+                expression.append(block)
+            reading.check.finish(source)
+            processing.add_de_entries(annotations, reading)
+    except BaseException:
+        if made and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
+    _written(annotations, folder)
+
+
+def _written(adata: anndata.AnnData, folder: Path) -> None:
+    """Delete the split and graph caches of an earlier version of the dataset just written."""
     splits = folder / "splits"
     stale = list(splits.glob("*.pkl")) + list(splits.glob(f"*{cache_settings.SUFFIX}")) \
         + list(folder.glob("*_co_expression_network*")) + list(folder.glob("go_essential_*.csv"))

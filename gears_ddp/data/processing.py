@@ -5,19 +5,24 @@ Input: log-normalised expression, ``obs['condition']``, ``obs['cell_type']`` and
 ``dose_val`` and ``control``; ``uns`` entries ``rank_genes_groups_cov_all`` (all genes
 ranked as scanpy's t-test against control with ``rankby_abs=True`` ranks them: see
 ``de_genes``), ``top_non_dropout_de_20``, ``top_non_zero_de_20``, ``non_zeros_gene_idx``
-and ``non_dropout_gene_idx``, exactly as the published GEARS writes them. The gene-set
-bookkeeping is vectorised over genes: per-condition sums over blocks of cells
-(``grouped.condition_means``) give which genes are non-zero in which condition.
+and ``non_dropout_gene_idx``, exactly as the published GEARS writes them.
+
+The expression is read once, a block of cells at a time (``ExpressionReading``): each block
+is checked and added to per-condition sums of the values, of their squares and of the
+non-zero values (``grouped.ConditionSums``), from which the DE ranking and the gene sets
+follow, vectorised over genes. Nothing holds the matrix whole, so a screen larger than
+memory is processed from its backed file, or from blocks as normalisation writes them.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.conditions import CONTROL, validate_conditions
-from gears_ddp.data.de_genes import order_by_magnitude, welch_t_scores
-from gears_ddp.data.grouped import condition_means, row_blocks
+from gears_ddp.data.conditions import CONTROL, coded_conditions, validate_conditions
+from gears_ddp.data.de_genes import MOMENTS, check_group_sizes, order_by_magnitude, welch_t_test_of_sums
+from gears_ddp.data.grouped import ConditionSums, row_blocks
 
 logger = get_logger(__name__)
 
@@ -47,14 +52,16 @@ class ExpressionCheck:
         self.minimum, self.maximum = np.inf, -np.inf
         self.whole = True  # every finite value so far is a whole number
 
-    def add(self, block: np.ndarray) -> None:
+    def add(self, block) -> None:
+        """Check a block of cells: dense, or sparse (its stored values: the others are zeros)."""
+        block = block.data if sp.issparse(block) else block
         finite = np.isfinite(block)
         self.non_finite += int(block.size - np.count_nonzero(finite))
         values = block if finite.all() else block[finite]
         if values.size:
             self.negative += int(np.count_nonzero(values < 0))
             self.minimum, self.maximum = min(self.minimum, values.min()), max(self.maximum, values.max())
-            self.whole = self.whole and bool(np.all(np.mod(values, 1) == 0))
+            self.whole = self.whole and bool(np.all(values == np.trunc(values)))
 
     @property
     def raw_counts(self) -> bool:
@@ -85,8 +92,9 @@ def check_expression(matrix, source: str) -> None:
     check.finish(source)
 
 
-def validate_raw(adata, source: str = "the AnnData") -> None:
-    """Check everything ``add_condition_columns`` and the DE step rely on, with clear errors."""
+def validate_annotations(adata, source: str = "the AnnData") -> None:
+    """Check the columns, conditions, control cells, cell type and gene names that
+    processing relies on, with clear errors (``validate_raw`` checks the expression too)."""
     check_columns(adata, source)
     conditions = adata.obs["condition"].astype(object)
     validate_conditions(conditions, f"{source} obs['condition']")
@@ -101,7 +109,53 @@ def validate_raw(adata, source: str = "the AnnData") -> None:
     duplicated = sorted(set(gene_names[gene_names.duplicated()]))
     if duplicated:
         raise ValueError(f"{source} var['gene_name'] repeats genes {duplicated[:10]}; gene names must be unique")
+
+
+def validate_raw(adata, source: str = "the AnnData") -> None:
+    """Check everything ``add_condition_columns`` and the DE step rely on, with clear errors."""
+    validate_annotations(adata, source)
     check_expression(adata.X, source)
+
+
+class ExpressionReading:
+    """What processing reads from the expression of ``obs``'s cells, a block of cells at a
+    time (``add``): the ``ExpressionCheck``, and, with ``de``, per condition (``conditions``,
+    in order of appearance) the sums of the values, of their squares and of the non-zero
+    values, which the DE ranking and the gene sets are computed from."""
+
+    def __init__(self, obs: pd.DataFrame, n_genes: int, de: bool = True):
+        self.conditions, codes = coded_conditions(obs["condition"])
+        self.check = ExpressionCheck()
+        self.sums = ConditionSums(codes, len(self.conditions), n_genes, (*MOMENTS, "nonzero") if de else ())
+
+    def add(self, start: int, block) -> None:
+        """Read the cells ``start, start + 1, ...`` (``block``, dense or CSR)."""
+        self.check.add(block)
+        if self.sums.sums:
+            self.sums.add(start, block)
+
+    def rows(self, conditions) -> np.ndarray:
+        """The rows of the sums of ``conditions``."""
+        row_of = {condition: row for row, condition in enumerate(self.conditions)}
+        return np.array([row_of[condition] for condition in conditions], dtype=np.int64)
+
+
+def read_expression(adata, source: str = "the AnnData", de: bool = True) -> ExpressionReading:
+    """The ``ExpressionReading`` of ``adata``'s expression (in memory or backed), read a block
+    of cells at a time, its checks passed."""
+    reading = ExpressionReading(adata.obs, adata.n_vars, de)
+    for start, block in row_blocks(adata.X, dense=False):
+        reading.add(start, block)
+    reading.check.finish(source)
+    return reading
+
+
+def check_de_group_sizes(adata) -> None:
+    """Refuse, before any expression is read, conditions whose DE genes are undefined (after
+    ``add_condition_columns``: they are named by their ``condition_name``)."""
+    conditions, codes = coded_conditions(adata.obs["condition"])
+    names = dict(zip(adata.obs["condition"].astype(str), adata.obs["condition_name"].astype(str)))
+    check_group_sizes(np.bincount(codes, minlength=len(conditions)), [names[c] for c in conditions])
 
 
 def add_condition_columns(adata) -> None:
@@ -115,34 +169,31 @@ def add_condition_columns(adata) -> None:
     adata.obs = adata.obs.astype("category")
 
 
-def rank_de_genes(adata) -> None:
+def rank_de_genes(adata, reading: ExpressionReading) -> None:
     """Rank all genes of each condition against control into ``uns[RANK_KEY]``
-    (``{condition_name: [gene ids]}``, scanpy's t-test ranking: see ``de_genes``)."""
+    (``{condition_name: [gene ids]}``, scanpy's t-test ranking: see ``de_genes``), from the
+    sums of ``reading``."""
     names = adata.obs["condition_name"].astype("category")
-    groups, codes = list(names.cat.categories), names.cat.codes.to_numpy(np.int64)
+    groups = [str(group) for group in names.cat.categories]
+    condition_of = dict(zip(adata.obs["condition_name"].astype(str), adata.obs["condition"].astype(str)))
+    rows = reading.rows([condition_of[group] for group in groups])
+    sums = reading.sums
     control = groups.index(str(names[(adata.obs["condition"] == CONTROL).to_numpy()].iloc[0]))
-    scores = welch_t_scores(adata.X, codes, groups, control)
+    scores, _ = welch_t_test_of_sums(sums.counts[rows], sums.mean("sum")[rows], sums.mean("sum_squares")[rows],
+                                     groups, control)
     gene_ids = np.asarray(adata.var_names).astype(str)
     adata.uns[RANK_KEY] = {group: gene_ids[order_by_magnitude(scores[code])].tolist()
                            for code, group in enumerate(groups) if code != control}
 
 
-def nonzero_by_condition(adata) -> tuple[list[str], np.ndarray]:
-    """Conditions (in order of appearance) and a (conditions x genes) mask of genes ever non-zero."""
-    conditions = pd.Categorical(adata.obs["condition"].astype(str),
-                                categories=pd.unique(adata.obs["condition"].astype(str)))
-    nonzero_share = condition_means(adata.X, conditions.codes, len(conditions.categories), of=lambda b: b != 0)
-    return list(conditions.categories), nonzero_share > 0
-
-
-def add_dropout_gene_sets(adata) -> None:
+def add_dropout_gene_sets(adata, reading: ExpressionReading) -> None:
     """Add the non-zero / non-dropout gene sets and their top-20 DE genes to ``uns``.
 
-    Non-zero genes of a condition: mean expression over its cells is not zero. Non-dropout
-    genes: non-zero, or zero both in the condition and in control.
+    Non-zero genes of a condition: some cell of it has a non-zero value. Non-dropout genes:
+    non-zero, or zero both in the condition and in control.
     """
-    conditions, nonzero = nonzero_by_condition(adata)
-    row_of = {c: i for i, c in enumerate(conditions)}
+    nonzero = reading.sums.sums["nonzero"] > 0
+    row_of = {c: i for i, c in enumerate(reading.conditions)}
     control_zero = ~nonzero[row_of[CONTROL]]
     name_to_condition = dict(zip(adata.obs["condition_name"].astype(str), adata.obs["condition"].astype(str)))
     gene_ids = np.asarray(adata.var_names)
@@ -161,17 +212,10 @@ def add_dropout_gene_sets(adata) -> None:
     adata.uns.update(sets)
 
 
-def process_raw(adata, skip_calc_de: bool = False, source: str = "the AnnData") -> None:
-    """Validate ``adata`` and add every column and ``uns`` entry of the processed GEARS form."""
-    validate_raw(adata, source)
-    add_processed_entries(adata, skip_calc_de)
-
-
-def add_processed_entries(adata, skip_calc_de: bool = False) -> None:
-    """Add every column and ``uns`` entry of the processed GEARS form to a validated ``adata``."""
-    add_condition_columns(adata)
-    if not skip_calc_de:
-        logger.info("ranking differentially expressed genes for %d conditions",
-                    adata.obs["condition"].nunique() - 1)
-        rank_de_genes(adata)
-        add_dropout_gene_sets(adata)
+def add_de_entries(adata, reading: ExpressionReading) -> None:
+    """Add the DE ranking and the gene sets to ``uns`` from the sums of ``reading`` (none
+    when it was read without them), after ``add_condition_columns``."""
+    if reading.sums.sums:
+        logger.info("ranking differentially expressed genes for %d conditions", len(reading.conditions) - 1)
+        rank_de_genes(adata, reading)
+        add_dropout_gene_sets(adata, reading)

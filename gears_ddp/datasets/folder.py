@@ -22,23 +22,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import h5py
+import anndata
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
-from anndata.io import sparse_dataset, write_elem
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data import io, processing
 from gears_ddp.data.go_files import write_go_files
-from gears_ddp.data.pertdata import write_processed_dataset
+from gears_ddp.data.pertdata import read_processed_expression, write_processed_dataset
 from gears_ddp.datasets.synthetic import GEARS_LAYOUT, make_synthetic_perturb_seq
 
 logger = get_logger(__name__)
 
 TRUE_MEANS_FILE = "true_means.csv.gz"
 GROUND_TRUTH_FILE = "ground_truth.json"
-CHUNK_VALUES = 2**18  # HDF5 chunk of the raw screen's sparse arrays (1 MiB of float32)
 
 
 def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool = False,
@@ -63,8 +60,9 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
     data_path.mkdir(parents=True, exist_ok=True)
     synthetic = make_synthetic_perturb_seq(**generator_options)
     write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
-    processing.process_raw(synthetic.adata, source=f"synthetic dataset {name!r}")
-    write_processed_dataset(synthetic.adata, folder)
+    source = f"synthetic dataset {name!r}"
+    processing.validate_annotations(synthetic.adata, source)
+    write_processed_dataset(synthetic.adata, folder, read_processed_expression(synthetic.adata, source=source))
     with io.atomic_path(folder / TRUE_MEANS_FILE) as tmp:
         synthetic.true_means.to_csv(tmp, compression="gzip")
     ground_truth = {"interaction_types": synthetic.interaction_types, "params": synthetic.params}
@@ -90,17 +88,9 @@ def write_synthetic_screen(data_path, name: str = "screen", overwrite: bool = Fa
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
 
     def to_file(obs: pd.DataFrame, var: pd.DataFrame, blocks) -> None:
-        with io.atomic_path(path) as tmp:
-            with h5py.File(tmp, "w") as handle:
-                for key, value in (("obs", obs), ("var", var), ("uns", {})):
-                    write_elem(handle, key, value)
-                # chunks of many values: appended data in HDF5's default small chunks makes every
-                # later block read (and the writing) hold metadata in proportion to the file
-                write_elem(handle, "X", sp.csr_matrix((0, len(var)), dtype=np.float32),
-                           dataset_kwargs={"chunks": (CHUNK_VALUES,)})
-                expression = sparse_dataset(handle["X"])
-                for block in blocks:
-                    expression.append(block)
+        with io.h5ad_by_blocks(path, anndata.AnnData(obs=obs, var=var), np.float32) as expression:
+            for block in blocks:
+                expression.append(block)
 
     synthetic = make_synthetic_perturb_seq(**generator_options, expression_to=to_file)
     write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)

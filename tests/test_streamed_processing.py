@@ -1,0 +1,164 @@
+"""Processing reads a screen a block of cells at a time, normalising, summing and writing each
+block as it comes: the result is scanpy's on the whole matrix, the same whatever the blocks,
+and bad counts are refused in one line with nothing left behind."""
+import anndata
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from gears_ddp import PertData
+from gears_ddp.data import grouped, io, normalization
+from gears_ddp.data.grouped import ConditionSums, row_blocks
+from gears_ddp.data.highly_variable import highly_variable
+from gears_ddp.data.processing import RANK_KEY
+from test_bad_input import _refused_in_one_line
+from test_raw_screens import _counts, _own_columns
+
+N_GENES = 40  # the toy screen's
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Sums over 7 cells at a time, normalisation 21 cells at a time (16 blocks of the toy screen)."""
+    monkeypatch.setattr(grouped, "BLOCK_ELEMENTS", 7 * N_GENES)
+    monkeypatch.setattr(normalization, "COUNTS_PER_BLOCK", 21 * N_GENES)
+
+
+def _scanpy_normalised(counts):
+    import scanpy as sc
+
+    expected = counts.copy()
+    sc.pp.normalize_total(expected, target_sum=1e4)
+    sc.pp.log1p(expected)
+    return expected
+
+
+def _processed(folder):
+    return anndata.read_h5ad(folder / io.PROCESSED_FILE)
+
+
+def test_counts_normalised_in_blocks_are_scanpy_s_whole_matrix_and_process_as_in_one_block(data_root, monkeypatch,
+                                                                                           small_blocks):
+    expected = _scanpy_normalised(_counts()).X
+    PertData(data_root).new_data_process("blocks", _counts(), normalize=True)
+    streamed = _processed(data_root / "blocks")
+    for part in ("data", "indices", "indptr"):  # the same CSR, value for value
+        np.testing.assert_array_equal(getattr(streamed.X, part), getattr(expected, part))
+    assert streamed.X.dtype == np.float32
+
+    monkeypatch.setattr(grouped, "BLOCK_ELEMENTS", 10**9)  # every cell in one block: the matrix in memory
+    monkeypatch.setattr(normalization, "COUNTS_PER_BLOCK", 10**9)
+    PertData(data_root).new_data_process("whole", _counts(), normalize=True)
+    whole = _processed(data_root / "whole")
+    assert len(whole.uns[RANK_KEY]) == 18
+    for key in (RANK_KEY, "non_zeros_gene_idx", "non_dropout_gene_idx", "top_non_zero_de_20", "top_non_dropout_de_20"):
+        assert streamed.uns[key].keys() == whole.uns[key].keys()
+        for name in whole.uns[key]:
+            np.testing.assert_array_equal(streamed.uns[key][name], whole.uns[key][name])
+
+    dense = expected.toarray()  # the gene sets, from their definition
+    conditions = streamed.obs["condition"].astype(str).to_numpy()
+    control_zero = ~(dense[conditions == "ctrl"] != 0).any(0)
+    for name, condition in zip(streamed.obs["condition_name"].astype(str), conditions):
+        if condition != "ctrl":
+            nonzero = (dense[conditions == condition] != 0).any(0)
+            np.testing.assert_array_equal(streamed.uns["non_zeros_gene_idx"][name], np.flatnonzero(nonzero))
+            np.testing.assert_array_equal(streamed.uns["non_dropout_gene_idx"][name],
+                                          np.flatnonzero(nonzero | control_zero))
+
+
+def test_highly_variable_genes_from_blocks_are_scanpy_s_to_the_bit(monkeypatch):
+    import scanpy as sc
+
+    monkeypatch.setattr(grouped, "BLOCK_ELEMENTS", 7 * N_GENES)
+    rng = np.random.default_rng(4)
+    counts = rng.negative_binomial(2, 2 / (2 + rng.lognormal(0, 1.5, N_GENES)), size=(1500, N_GENES))
+    outlying = rng.choice(N_GENES, 15, replace=False)  # a few cells far out: clipped, and squares float32 rounds
+    counts[rng.integers(0, 1500, (3, 15)), outlying] = rng.integers(5000, 30000, (3, 15))
+    counts = sp.csr_matrix(counts.astype(np.float32))
+    theirs = sc.pp.highly_variable_genes(anndata.AnnData(counts), n_top_genes=8, flavor="seurat_v3", inplace=False)
+    ours = highly_variable(counts, 8)
+    assert ours["highly_variable"].sum() == 8
+    for column in ("highly_variable", "highly_variable_rank", "means", "variances", "variances_norm"):
+        np.testing.assert_array_equal(ours[column].to_numpy(), theirs[column].to_numpy(), err_msg=column)
+
+
+def test_normalising_dense_counts_leaves_them_as_they_were(data_root, small_blocks):
+    counts = _counts()
+    counts.X = counts.X.toarray()
+    before = counts.X.copy()
+    pert_data = PertData(data_root, expression_storage="memory")
+    pert_data.new_data_process("dense", counts, normalize=True)
+    np.testing.assert_array_equal(counts.X, before)
+    np.testing.assert_array_equal(pert_data.adata.X, _scanpy_normalised(_counts()).X.toarray())
+
+
+def test_negative_counts_in_any_block_are_all_counted_and_nothing_is_left(data_root, small_blocks):
+    counts = _counts()
+    x = counts.X.toarray()
+    x[2, 3], x[300, 5] = -1, -2  # in the first and the last block of 21 cells
+    counts.X = sp.csr_matrix(x)
+    with pytest.raises(ValueError, match=r"has 2 negative values \(min -2\); raw counts are never negative"):
+        PertData(data_root).new_data_process("negative", counts, normalize=True)
+    assert not (data_root / "negative").exists()
+
+
+def test_the_process_command_refuses_bad_counts_in_one_line(tmp_path, capsys, small_blocks):
+    import toy_data
+
+    data_path = tmp_path / "data"
+    toy_data.write_go_files(data_path)
+    screen = _own_columns(_counts())
+    x = screen.X.toarray()
+    x[200, 7] = np.nan
+    screen.X = sp.csr_matrix(x)
+    raw = tmp_path / "screen.h5ad"
+    screen.write_h5ad(raw)
+    command = ["process", "--adata", str(raw), "--data-path", str(data_path), "--name", "own", "--normalize",
+               "--perturbation-column", "target", "--control-label", "NT", "--combination-separator", "_"]
+    _refused_in_one_line(capsys, command, "AnnData for dataset 'own' has 1 non-finite values", "raw counts are finite")
+    _refused_in_one_line(capsys, command[:-6] + ["--perturbation-column", "guide", "--control-label", "NT"],
+                         "no obs column 'guide'; its columns: target")
+    _refused_in_one_line(capsys, command[:-4] + ["--control-label", "control", "--combination-separator", "_"],
+                         "no cell of obs['target'] has the control label 'control'", "NT (120)")
+    assert not (data_path / "own").exists()
+
+
+def test_sums_of_blocks_depend_only_on_where_the_summed_blocks_start(monkeypatch):
+    monkeypatch.setattr(grouped, "BLOCK_ELEMENTS", 7 * N_GENES)
+    rng = np.random.default_rng(0)  # values of many magnitudes, so that sums round
+    values = rng.gamma(2.0, 1.5, (300, N_GENES)) * 2.0 ** rng.integers(-30, 30, (300, N_GENES))
+    dense = np.where(rng.random((300, N_GENES)) < 0.5, values, 0).astype(np.float32)
+    codes = rng.integers(-1, 6, size=300)
+    statistics = ("sum", "sum_squares", "nonzero")
+    by_row_blocks = ConditionSums(codes, 6, N_GENES, statistics)
+    for start, block in row_blocks(dense):  # 7 rows each
+        by_row_blocks.add(start, block)
+    in_threes = ConditionSums(codes, 6, N_GENES, statistics)
+    for start, block in row_blocks(sp.csr_matrix(dense), dense=False, rows=21):  # 3 summed blocks each, sparse
+        in_threes.add(start, block)
+    for name in statistics:
+        np.testing.assert_array_equal(in_threes.sums[name], by_row_blocks.sums[name], err_msg=name)
+    np.testing.assert_allclose(in_threes.mean("sum"), [dense[codes == c].astype(np.float64).mean(0) for c in range(6)],
+                               rtol=1e-12)
+
+
+def test_a_matrix_written_in_blocks_widens_its_row_pointers_when_int32_no_longer_holds_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(io.CsrRows, "INT32_VALUES", 50)  # as if int32 held 50 values
+    blocks = [sp.random(10, 8, density=0.5, format="csr", dtype=np.float32, random_state=seed) for seed in range(4)]
+    cells = anndata.AnnData(obs=pd.DataFrame(index=[f"c{i}" for i in range(40)]),
+                            var=pd.DataFrame(index=[f"g{i}" for i in range(8)]))
+    path = tmp_path / "blocks.h5ad"
+    with io.h5ad_by_blocks(path, cells, np.float32) as expression:
+        expression.append(blocks[0])
+        assert expression.group["indptr"].dtype == np.int32
+        for block in blocks[1:]:
+            expression.append(block)
+        cells.uns["written"] = "after the blocks"
+    with h5py.File(path) as handle:
+        assert handle["X/indptr"].dtype == np.int64
+    written = anndata.read_h5ad(path)
+    np.testing.assert_array_equal(written.X.toarray(), sp.vstack(blocks).toarray())
+    assert written.uns["written"] == "after the blocks"
