@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
 from gears_ddp.data.grouped import ConditionSums, row_blocks
 
@@ -64,6 +63,8 @@ def welch_t_test_of_sums(counts: np.ndarray, mean: np.ndarray, mean_square: np.n
     """``welch_t_test`` from each group's number of cells, mean and mean square (groups x
     genes, float64: ``ConditionSums`` of the ``MOMENTS``), which one pass over the cells
     gives for every group at once."""
+    from scipy import stats  # here, not at the top: seconds to import, and most users of this module never test
+
     check_group_sizes(counts, groups)
     variance = (mean_square - mean * mean) * (counts / (counts - 1))[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):

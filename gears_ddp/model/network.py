@@ -32,6 +32,8 @@ not:
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -84,7 +86,6 @@ class MLP(nn.Module):
         return self.network[1].synchronizing()
 
 
-@torch.compiler.disable
 def renormalise(*embeddings: nn.Embedding) -> None:
     """Renormalise ``max_norm`` embedding tables in place, as looking up all their rows does.
 
@@ -92,11 +93,26 @@ def renormalise(*embeddings: nn.Embedding) -> None:
     gradient, to ``max_norm / (norm + 1e-7)`` times itself when its norm exceeds
     ``max_norm``; ``Tensor.renorm_`` does the same to every row of a table in one operation.
     It runs outside ``torch.compile``'s graphs: their inductor backend gives wrong gradients
-    for a parameter changed in place within a compiled forward pass.
+    for a parameter changed in place within a compiled forward pass. (``torch.compiler.disable``
+    is applied when a graph is traced, not when this module is imported: applying it imports
+    the compiler and sympy, seconds added to every command that imports the library.)
     """
+    if torch.compiler.is_compiling():
+        _renormalise_outside_graphs()(*embeddings)
+    else:
+        _renormalise(*embeddings)
+
+
+def _renormalise(*embeddings: nn.Embedding) -> None:
     with torch.no_grad():
         for embedding in embeddings:
             embedding.weight.renorm_(embedding.norm_type, 0, embedding.max_norm)
+
+
+@functools.cache
+def _renormalise_outside_graphs():
+    """``_renormalise`` as ``torch.compile`` runs it: eagerly, between its graphs."""
+    return torch.compiler.disable(_renormalise)
 
 
 class GEARSModel(nn.Module):

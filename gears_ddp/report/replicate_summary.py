@@ -20,7 +20,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from gears_ddp.report.not_applicable import NOT_APPLICABLE, not_applicable_notes, not_applicable_reason
 from gears_ddp.report.numbers import format_interval, format_mean_sd
@@ -152,6 +151,8 @@ def t_interval(differences, confidence: float = CONFIDENCE):
         if n < 2:
             nan = _float_or_array(np.full(values.shape[:-1], math.nan))
             return mean, nan, nan, nan
+        from scipy import stats  # here, not at the top: seconds to import, and the library imports this module
+
         sd = standard_deviation(values)
         half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
         return mean, sd, mean - half, mean + half
