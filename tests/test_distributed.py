@@ -95,9 +95,10 @@ def test_only_rank_zero_writes(data_folder, tmp_path):
 @pytest.mark.slow
 def test_resume_ends_with_the_parameters_of_an_uninterrupted_run(data_folder, tmp_path):
     train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "whole", epochs=3, checkpoint_every=1))
-    train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "part", epochs=2, checkpoint_every=1))
+    after_two_epochs = checkpoint_files(tmp_path / "whole")[1]
+    assert load_training_checkpoint(after_two_epochs)["position"]["epoch"] == 2
     resumed = train_multi_gpu(data_folder, "toy", SPLIT, _args(
-        tmp_path / "resumed", epochs=3, checkpoint_every=1, resume_from=str(tmp_path / "part")))
+        tmp_path / "resumed", epochs=3, checkpoint_every=1, resume_from=str(after_two_epochs)))
     whole, again = (load_training_checkpoint(checkpoint_files(tmp_path / name)[-1]) for name in ("whole", "resumed"))
     assert whole["position"]["epoch"] == again["position"]["epoch"] == 3
     for name, tensor in whole["model"].items():
