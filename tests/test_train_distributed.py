@@ -29,16 +29,6 @@ def guide_arguments(save_path) -> tuple[dict, dict]:
     return split_config, args
 
 
-def test_the_guide_example_call_trains_and_saves(data_folder, tmp_path):
-    from gears_ddp.train_distributed import train_multi_gpu
-
-    split_config, args = guide_arguments(tmp_path / "models" / "gears_ddp")
-    report = train_multi_gpu(pert_data_path=str(data_folder), dataset_name="toy", split_config=split_config,
-                             args=args)
-    assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
-    assert (tmp_path / "models" / "gears_ddp" / "model.pt").is_file()
-
-
 def _guide_worker(rank, world_size, port, data_folder, split_config, args, out):
     """What a script written from the guide runs in each spawned process."""
     from gears_ddp.train_distributed import train_ddp_worker
@@ -49,20 +39,25 @@ def _guide_worker(rank, world_size, port, data_folder, split_config, args, out):
                                                            "digests": report["parameter_digests"]}}, file)
 
 
-def test_the_guide_worker_spawned_as_the_guide_does_trains_as_train_multi_gpu(data_folder, tmp_path):
-    """``mp.spawn(train_ddp_worker, args=(world_size, ...), nprocs=world_size)``: each rank
-    loads its data, joins, trains; rank 0 saves the same weights as ``train_multi_gpu``."""
+def test_the_guide_example_call_trains_and_saves_as_its_worker_spawned_as_the_guide_does(data_folder, tmp_path):
+    """The guide's example call of ``train_multi_gpu``; then ``mp.spawn(train_ddp_worker,
+    args=(world_size, ...), nprocs=world_size)``: each rank loads its data, joins, trains;
+    rank 0 saves the same weights as ``train_multi_gpu``."""
     from gears_ddp.train_distributed import train_multi_gpu
 
-    split_config, args = guide_arguments(tmp_path / "spawned")
-    mp.spawn(_guide_worker, args=(2, find_free_port(), str(data_folder), split_config, args, str(tmp_path)),
+    split_config, args = guide_arguments(tmp_path / "models" / "gears_ddp")
+    report = train_multi_gpu(pert_data_path=str(data_folder), dataset_name="toy", split_config=split_config,
+                             args=args)
+    assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
+    assert (tmp_path / "models" / "gears_ddp" / "model.pt").is_file()
+
+    _, spawned_args = guide_arguments(tmp_path / "spawned")
+    mp.spawn(_guide_worker, args=(2, find_free_port(), str(data_folder), split_config, spawned_args, str(tmp_path)),
              nprocs=2, join=True)
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert results[1]["report"] is None and results[0]["report"]["world_size"] == 2
     assert len(set(results[0]["report"]["digests"])) == 1
-    _, same_args = guide_arguments(tmp_path / "multi")
-    train_multi_gpu(str(data_folder), "toy", split_config, same_args)
-    spawned, multi = read_weights(tmp_path / "spawned"), read_weights(tmp_path / "multi")
+    spawned, multi = read_weights(tmp_path / "spawned"), read_weights(tmp_path / "models" / "gears_ddp")
     assert spawned.keys() == multi.keys()
     assert all((spawned[name] == multi[name]).all() for name in spawned)
 
