@@ -87,5 +87,5 @@ def train_ddp_worker(rank: int, world_size: int, pert_data_path, dataset_name: s
     device = torch.device("cpu") if options.cpu_processes is not None else launched_rank_device(rank)
     port = guide_rendezvous_port(master_port)
     pert_data = prepare_data(pert_data_path, dataset_name, split.options, options.model_config,
-                             options.expression_storage, options.expression_dtype)
+                             **options.pert_data_options())
     return run_rank(Placement(rank, world_size, rank, world_size, device, master_addr, port), pert_data, options)

@@ -86,7 +86,7 @@ def test_train_and_args_take_the_same_options():
     assert {name: p.default for name, p in parameters.items()} == options
     extra = {f.name for f in fields(TrainingArgs)} - set(options)
     assert extra == {"model_config", "cpu_processes", "timeout_s", "find_unused_parameters", "expression_storage",
-                     "expression_dtype"}
+                     "expression_dtype", "default_pert_graph"}
 
 
 def _first_losses(pert_data, train_seed, torch_seed=0):

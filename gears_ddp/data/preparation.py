@@ -11,10 +11,10 @@ from gears_ddp.data.io import file_lock
 from gears_ddp.data.pertdata import PertData
 
 
-def load_dataset(pert_data_path, dataset_name: str, expression_storage: str = "mapped",
-                 expression_dtype: str = "float32") -> PertData:
-    """A published dataset by name (downloaded if absent) or ``pert_data_path/dataset_name``."""
-    pert_data = PertData(pert_data_path, expression_storage=expression_storage, expression_dtype=expression_dtype)
+def load_dataset(pert_data_path, dataset_name: str, **pert_data_options) -> PertData:
+    """A published dataset by name (downloaded if absent) or ``pert_data_path/dataset_name``,
+    loaded by ``PertData(pert_data_path, **pert_data_options)``."""
+    pert_data = PertData(pert_data_path, **pert_data_options)
     if dataset_name in download.DATASET_FILE_IDS:
         pert_data.load(data_name=dataset_name)
     else:
@@ -23,7 +23,7 @@ def load_dataset(pert_data_path, dataset_name: str, expression_storage: str = "m
 
 
 def prepare_data(pert_data_path, dataset_name: str, split_options: dict, model_options: dict,
-                 expression_storage: str = "mapped", expression_dtype: str = "float32") -> PertData:
+                 **pert_data_options) -> PertData:
     """Load the data, prepare the split (``PertData.prepare_split``'s ``split_options``) and
     build (cache) the graphs that ``model_initialize`` with ``model_options`` will ask for,
     once, for all workers.
@@ -35,7 +35,7 @@ def prepare_data(pert_data_path, dataset_name: str, split_options: dict, model_o
     """
     dataset = Path(pert_data_path) / dataset_name
     with file_lock(dataset.parent / f".{dataset.name}.prepare.lock"):
-        pert_data = load_dataset(pert_data_path, dataset_name, expression_storage, expression_dtype)
+        pert_data = load_dataset(pert_data_path, dataset_name, **pert_data_options)
         pert_data.prepare_split(**split_options)
         pert_data.coexpression_graph(model_options["coexpress_threshold"],
                                      model_options["num_similar_genes_co_express_graph"])

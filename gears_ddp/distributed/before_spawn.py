@@ -42,7 +42,7 @@ def shared_data(pert_data_path, dataset_name: str, split: SplitConfig, options: 
     """The dataset with its split and graphs prepared, its tensors in shared memory, so that
     spawned workers receive it without a copy."""
     return prepare_data(pert_data_path, dataset_name, split.options, options.model_config,
-                        options.expression_storage, options.expression_dtype).share_memory_()
+                        **options.pert_data_options()).share_memory_()
 
 
 def rendezvous_port() -> int:

@@ -20,6 +20,7 @@ from gears_ddp.training.options import TrainingOptions
 SPLIT_OPTIONS = tuple(name for name in inspect.signature(PertData.prepare_split).parameters if name != "self")
 SPLIT_DEFAULTS = {name: parameter.default for name, parameter in
                   inspect.signature(PertData.prepare_split).parameters.items() if name in SPLIT_OPTIONS}
+PERT_DATA_OPTIONS = ("expression_storage", "expression_dtype", "default_pert_graph")  # args given to PertData
 
 
 @dataclass
@@ -55,6 +56,10 @@ class TrainingArgs(TrainingOptions):
                                                "machine in the page cache); 'memory': each process holds the "
                                                "expression")
     expression_dtype: str = option("float32", "'float32' or 'float16' (halves the map) expression storage")
+    default_pert_graph: bool = option(True, "the perturbations a model knows and its GO graph: True, every gene of "
+                                            "the GO files (the published GEARS's default); False, the dataset's "
+                                            "genes and its perturbed genes, with the GO graph among them (the "
+                                            "published PertData's default_pert_graph=False)")
     cpu_processes: int | None = option(None, "this many gloo processes on CPU instead of GPUs")
     timeout_s: float = option(600.0, "how long ranks wait for each other (s)")
     find_unused_parameters: bool = option(False, "passed to DistributedDataParallel")
@@ -76,10 +81,16 @@ class TrainingArgs(TrainingOptions):
         if not isinstance(self.timeout_s, (int, float)) or isinstance(self.timeout_s, bool) \
                 or not self.timeout_s > 0 or self.timeout_s == float("inf"):
             raise ValueError(f"args['timeout_s'] must be a positive number, got {self.timeout_s!r}")
+        if not isinstance(self.default_pert_graph, bool):
+            raise ValueError(f"args['default_pert_graph'] must be True or False, got {self.default_pert_graph!r}")
         if not isinstance(self.find_unused_parameters, bool):
             raise ValueError(f"args['find_unused_parameters'] must be True or False, "
                              f"got {self.find_unused_parameters!r}")
 
+
+    def pert_data_options(self) -> dict:
+        """The options of ``PertData`` that ``args`` holds (``PERT_DATA_OPTIONS``)."""
+        return {key: getattr(self, key) for key in PERT_DATA_OPTIONS}
 
 @dataclass
 class ReplicateOptions(Options):

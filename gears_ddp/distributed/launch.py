@@ -59,8 +59,8 @@ def run_launched_rank(pert_data_path, dataset_name: str, split_config: dict, arg
         logging.getLogger(LIBRARY_LOGGER_NAME).warning(
             "training on CPU with OpenMP threads that spin while they wait: on a node shared with other work, "
             "export OMP_WAIT_POLICY=PASSIVE before torchrun or srun (docs/long-runs.md)")
-    pert_data = prepare_data(pert_data_path, dataset_name, split.options, args.model_config, args.expression_storage,
-                             args.expression_dtype)
+    pert_data = prepare_data(pert_data_path, dataset_name, split.options, args.model_config,
+                             **args.pert_data_options())
     placement = Placement(environment.rank, environment.world_size, environment.local_rank,
                           environment.local_world_size, device, environment.master_addr, environment.master_port)
     try:
