@@ -104,8 +104,8 @@ def test_a_gene_without_go_terms_is_named_unless_its_cells_are_dropped(processed
 def test_the_processed_real_screen_trains_and_reports_finite_test_metrics(processed, tmp_path, capsys):
     data, _ = processed
     run = tmp_path / "run"
-    settings = {"pert_data_path": data, "dataset_name": "papalexi", "args.epochs": 1, "args.cpu_processes": 1,
-                "args.model_config.hidden_size": 16, "args.save_path": run}
+    settings = {"pert_data_path": data, "dataset_name": "papalexi", "args.epochs": 1, "args.max_steps": 20,
+                "args.cpu_processes": 1, "args.model_config.hidden_size": 16, "args.save_path": run}
     assert main(["train", *[part for key, value in settings.items() for part in ("--set", f"{key}={value}")]]) == 0
     assert (run / "report.html").is_file()
     report = json.loads((run / "report.json").read_text())
