@@ -508,9 +508,7 @@ def read_processed_expression(adata: anndata.AnnData, de: bool = True,
     """Add the processed columns to the validated ``adata`` (``processing.validate_annotations``)
     and read its expression, a block of cells at a time: checked, and, with ``de``, summed for
     the DE ranking and the gene sets (``write_processed_dataset`` writes them)."""
-    processing.add_condition_columns(adata)
-    if de:
-        processing.check_de_group_sizes(adata)  # before the expression is read
+    processing.prepare_for_reading(adata, de)
     return processing.read_expression(adata, source, de)
 
 
@@ -536,9 +534,7 @@ def write_normalized_dataset(annotations: anndata.AnnData, folder: Path, blocks,
     and appended to the file as they come, so the expression is never in memory whole. The
     file is written atomically: nothing is left of it, nor of a folder made for it, when a
     check fails."""
-    processing.add_condition_columns(annotations)
-    if de:
-        processing.check_de_group_sizes(annotations)  # before the expression is read
+    processing.prepare_for_reading(annotations, de)
     reading = processing.ExpressionReading(annotations.obs, annotations.n_vars, de)
     made = not folder.exists()
     try:

@@ -125,6 +125,7 @@ class ExpressionReading:
 
     def __init__(self, obs: pd.DataFrame, n_genes: int, de: bool = True):
         self.conditions, codes = coded_conditions(obs["condition"])
+        self.row_of = {condition: row for row, condition in enumerate(self.conditions)}
         self.check = ExpressionCheck()
         self.sums = ConditionSums(codes, len(self.conditions), n_genes, (*MOMENTS, "nonzero") if de else ())
 
@@ -136,8 +137,7 @@ class ExpressionReading:
 
     def rows(self, conditions) -> np.ndarray:
         """The rows of the sums of ``conditions``."""
-        row_of = {condition: row for row, condition in enumerate(self.conditions)}
-        return np.array([row_of[condition] for condition in conditions], dtype=np.int64)
+        return np.array([self.row_of[condition] for condition in conditions], dtype=np.int64)
 
 
 def read_expression(adata, source: str = "the AnnData", de: bool = True) -> ExpressionReading:
@@ -148,6 +148,14 @@ def read_expression(adata, source: str = "the AnnData", de: bool = True) -> Expr
         reading.add(start, block)
     reading.check.finish(source)
     return reading
+
+
+def prepare_for_reading(adata, de: bool = True) -> None:
+    """Add the processed condition columns to the validated ``adata`` and, with ``de``, refuse
+    the conditions whose DE genes are undefined: both before any expression is read."""
+    add_condition_columns(adata)
+    if de:
+        check_de_group_sizes(adata)
 
 
 def check_de_group_sizes(adata) -> None:
@@ -192,8 +200,7 @@ def add_dropout_gene_sets(adata, reading: ExpressionReading) -> None:
     Non-zero genes of a condition: some cell of it has a non-zero value. Non-dropout genes:
     non-zero, or zero both in the condition and in control.
     """
-    nonzero = reading.sums.sums["nonzero"] > 0
-    row_of = {c: i for i, c in enumerate(reading.conditions)}
+    nonzero, row_of = reading.sums.sums["nonzero"] > 0, reading.row_of
     control_zero = ~nonzero[row_of[CONTROL]]
     name_to_condition = dict(zip(adata.obs["condition_name"].astype(str), adata.obs["condition"].astype(str)))
     gene_ids = np.asarray(adata.var_names)
