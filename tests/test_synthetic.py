@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from gears_ddp.data.conditions import condition_genes, is_combo, is_single, validate_conditions
 from gears_ddp.data.graphs import coexpression_edge_list
-from gears_ddp.data.processing import validate_raw
+from gears_ddp.data.processing import check_expression, validate_annotations
 from gears_ddp.datasets import SyntheticPerturbSeq, make_synthetic_perturb_seq
 
 SMALL = dict(n_genes=300, n_modules=10, n_perturbed_genes=20, n_combos=20, cells_per_condition=30,
@@ -65,7 +65,8 @@ def test_shapes_columns_and_params(data):
     assert (counts.drop("ctrl") == SMALL["cells_per_condition"]).all()
     params = json.loads(json.dumps(data.params))
     assert {k: params[k] for k in SMALL} == SMALL
-    validate_raw(adata, "synthetic data")
+    validate_annotations(adata, "synthetic data")
+    check_expression(adata.X, "synthetic data")
 
 
 @pytest.fixture(scope="module")

@@ -94,7 +94,8 @@ def check_expression(matrix, source: str) -> None:
 
 def validate_annotations(adata, source: str = "the AnnData") -> None:
     """Check the columns, conditions, control cells, cell type and gene names that
-    processing relies on, with clear errors (``validate_raw`` checks the expression too)."""
+    processing relies on, with clear errors (the expression is checked as it is read:
+    ``ExpressionCheck``)."""
     check_columns(adata, source)
     conditions = adata.obs["condition"].astype(object)
     validate_conditions(conditions, f"{source} obs['condition']")
@@ -109,12 +110,6 @@ def validate_annotations(adata, source: str = "the AnnData") -> None:
     duplicated = sorted(set(gene_names[gene_names.duplicated()]))
     if duplicated:
         raise ValueError(f"{source} var['gene_name'] repeats genes {duplicated[:10]}; gene names must be unique")
-
-
-def validate_raw(adata, source: str = "the AnnData") -> None:
-    """Check everything ``add_condition_columns`` and the DE step rely on, with clear errors."""
-    validate_annotations(adata, source)
-    check_expression(adata.X, source)
 
 
 class ExpressionReading:
