@@ -73,6 +73,34 @@ def test_top_sources_per_target_equals_nlargest():
         assert set(group["source"]) == set(reference["source"])
 
 
+@pytest.mark.parametrize("n_targets", [50, 70_000])  # codes of 16 bits (a radix sort) and wider
+def test_top_rows_per_target_are_those_of_one_lexicographic_sort(n_targets):
+    rng = np.random.default_rng(n_targets)
+    targets = rng.integers(0, n_targets, 20_000)
+    importance = rng.integers(0, 8, 20_000) / 7  # many ties: the first listed must win
+    order = np.lexsort((-importance, targets))
+    sorted_targets = targets[order]
+    expected = order[np.arange(len(order)) - np.searchsorted(sorted_targets, sorted_targets) <= 3]
+    np.testing.assert_array_equal(graphs._top_rows_per_target(targets, importance, 3), expected)
+
+
+def test_edge_lists_are_written_as_pandas_writes_them_and_read_back_exactly(tmp_path):
+    rng = np.random.default_rng(3)
+    names = np.array(["A1", "B,2", 'C"3', "D\n4", "E5"], dtype=object)
+    edges = pd.DataFrame({"source": rng.choice(names, 300), "target": rng.choice(names, 300),
+                          "importance": rng.random(300)})
+    graphs.write_edge_list(edges, tmp_path / "ours.csv")
+    edges.to_csv(tmp_path / "pandas.csv", index=False)
+    assert (tmp_path / "ours.csv").read_text() == (tmp_path / "pandas.csv").read_text()
+    # float32 importances (the co-expression graph's) read back to the same float32 values
+    edges["importance"] = edges["importance"].astype(np.float32)
+    graphs.write_edge_list(edges, tmp_path / "single.csv")
+    back = graphs.read_edge_list(tmp_path / "single.csv", "graph", "")
+    assert back["source"].astype(str).tolist() == edges["source"].tolist()
+    assert back["target"].astype(str).tolist() == edges["target"].tolist()
+    np.testing.assert_array_equal(back["importance"].to_numpy(np.float32), edges["importance"].to_numpy())
+
+
 def test_coexpression_graph_uses_training_control_and_single_cells(toy):
     train = toy.set2conditions["train"]
     used = [c for c in train if c == CONTROL or "ctrl" in c.split("+")]

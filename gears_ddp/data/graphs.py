@@ -70,8 +70,15 @@ def top_sources_per_target(edges: pd.DataFrame, k: int) -> pd.DataFrame:
 
 def _top_rows_per_target(targets: np.ndarray, importance: np.ndarray, k: int) -> np.ndarray:
     """Positions of each target's ``k + 1`` highest-importance rows (ties: first listed
-    wins), ordered by target code, then by importance."""
-    order = np.lexsort((-importance, targets))  # stable: ties keep their order
+    wins), ordered by target code, then by importance.
+
+    Two stable sorts, by importance and then by target code (a radix sort for codes that
+    fit 16 bits), give the order of one lexicographic sort at about half its time."""
+    by_importance = np.argsort(-importance, kind="stable")
+    codes = targets[by_importance]
+    if len(codes) and 0 <= codes.min() and codes.max() < 2**16:
+        codes = codes.astype(np.uint16)
+    order = by_importance[np.argsort(codes, kind="stable")]
     sorted_targets = targets[order]
     rank_within_target = np.arange(len(order)) - np.searchsorted(sorted_targets, sorted_targets)
     return order[rank_within_target <= k]
@@ -166,7 +173,8 @@ def read_edge_list(path, what: str, advice: str) -> pd.DataFrame:
     """The edge list (``source``, ``target``, ``importance``) in the CSV file ``path``; a file
     that is not one is refused with an error naming it, ``what`` it should be, and ``advice``."""
     try:
-        edges = pd.read_csv(path, dtype={"source": "category", "target": "category"})
+        # in one piece (low_memory=False): no chunks of categories to merge after the parse
+        edges = pd.read_csv(path, dtype={"source": "category", "target": "category"}, low_memory=False)
     except Exception as err:  # pandas and codecs raise many types for a file of another kind
         raise ValueError(f"cannot read the {what} {path} ({type(err).__name__}: {err}); {advice}") from None
     missing = [column for column in EDGE_COLUMNS if column not in edges.columns]
@@ -174,6 +182,29 @@ def read_edge_list(path, what: str, advice: str) -> pd.DataFrame:
         raise ValueError(f"{path} is not a {what}: it needs the columns {', '.join(EDGE_COLUMNS)} (numeric "
                          f"importance), and has {list(edges.columns)[:10]}; {advice}")
     return edges
+
+
+def write_edge_list(edges: pd.DataFrame, path) -> None:
+    """Write ``edges`` to ``path`` as the CSV that ``read_edge_list`` and the published GEARS
+    read (``source,target,importance``, names quoted only where CSV needs it): each
+    importance as the shortest text that reads back to its value, as pandas writes a
+    float64, in a third of ``DataFrame.to_csv``'s time (one formatted line per edge)."""
+    codes, names = pd.factorize(pd.concat([edges["source"].astype(object), edges["target"].astype(object)],
+                                          ignore_index=True))
+    fields = [_csv_field(str(name)) for name in names]
+    sources, targets = codes[:len(edges)].tolist(), codes[len(edges):].tolist()
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(",".join(EDGE_COLUMNS) + "\n")
+        file.writelines(f"{fields[source]},{fields[target]},{importance!r}\n"
+                        for source, target, importance in zip(sources, targets, edges["importance"].tolist()))
+
+
+def _csv_field(text: str) -> str:
+    """``text`` as one CSV field: quoted, its quotes doubled, when it holds a comma, a quote
+    or a line break (pandas' and the csv module's minimal quoting)."""
+    if any(character in text for character in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 def to_gene_graph(edges: pd.DataFrame, node_index: dict) -> GeneGraph:

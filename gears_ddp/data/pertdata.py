@@ -498,7 +498,7 @@ def _cache_edges(cache: Path, edges, settings: dict | None = None) -> None:
     ``settings`` it was built with beside it (``cache_settings``), if any."""
     cache_settings.forget(cache)
     with io.atomic_path(cache) as tmp:
-        edges.to_csv(tmp, index=False)
+        graphs.write_edge_list(edges, tmp)
     if settings is not None:
         cache_settings.write_settings(cache, settings)
 
