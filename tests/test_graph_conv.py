@@ -73,3 +73,28 @@ def test_selected_rows_equal_those_of_the_whole_product():
     (whole * upstream).sum().backward()
     (selected * upstream).sum().backward()
     torch.testing.assert_close(x_rows.grad, x_whole.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_gathers_in_pieces_equal_one_gather(monkeypatch):
+    """On a CPU the gather runs a piece of nodes at a time (``MESSAGE_BYTES_PER_PIECE``): the
+    same outputs and gradients as one gather of every node, and each piece is that small."""
+    from gears_ddp.model import graph_conv
+
+    edge_index, edge_weight = _graph(5)
+    adjacency = NormalisedAdjacency(edge_index, edge_weight, N_NODES)
+    x = torch.randn(N_NODES, CHANNELS, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    x_whole, x_pieces = x.clone().requires_grad_(), x.clone().requires_grad_()
+    whole = adjacency(x_whole)
+    gathered = []
+    aggregated = graph_conv._aggregated
+    monkeypatch.setattr(graph_conv, "_aggregated", lambda x, sources, weights: gathered.append(len(sources))
+                        or aggregated(x, sources, weights))
+    node_bytes = adjacency.sources.shape[1] * CHANNELS * 8
+    monkeypatch.setattr(graph_conv, "MESSAGE_BYTES_PER_PIECE", 4 * node_bytes)
+    pieces = adjacency(x_pieces)
+    assert gathered == [4] * (N_NODES // 4) + [N_NODES % 4]
+    torch.testing.assert_close(pieces, whole, rtol=0, atol=0)
+    upstream = torch.randn_like(whole)
+    (whole * upstream).sum().backward()
+    (pieces * upstream).sum().backward()
+    torch.testing.assert_close(x_pieces.grad, x_whole.grad, rtol=1e-12, atol=1e-12)

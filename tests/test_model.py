@@ -211,6 +211,47 @@ def test_fused_and_plain_decoders_compute_the_same_training_step(device, monkeyp
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=name)
 
 
+def test_the_decoder_keeps_its_row_buffers_between_steps_and_lends_them_to_one_pass_at_a_time():
+    """The fused decoder's row buffers are the same memory from step to step; a second pass
+    before the first one's backward gets its own (both give the gradients each gives alone);
+    evaluation mode and copies of the network hold none."""
+    from gears_ddp.model.set_decoder import RowBuffers, decode_sets
+
+    model = make_model().train().double()
+    for seed in (3, 4):
+        model(*[t.double() if t.is_floating_point() else t for t in random_batch(batch_size=12, seed=seed)]) \
+            .square().sum().backward()
+        pointers = {name: buffer.data_ptr() for name, buffer in model.decoder_buffers._buffers.items()}
+        assert set(pointers) == {"centred1", "centred2", "grad_a1"} and not model.decoder_buffers.borrowed
+        assert seed == 3 or pointers == first
+        first = pointers
+    assert copy.deepcopy(model).decoder_buffers._buffers == {}
+
+    generator = torch.Generator().manual_seed(0)
+    inputs = [(torch.randn(N_GENES, HIDDEN, dtype=torch.float64, generator=generator).requires_grad_(),
+               torch.randn(3, HIDDEN, dtype=torch.float64, generator=generator).requires_grad_()) for _ in range(2)]
+    counts = torch.tensor([2, 1, 3])
+
+    def decoded(genes, shifts, buffers):
+        return decode_sets(genes, shifts, counts, 6, model.bn_pert_base, model.recovery_w, model.indv_w1[:, :, 0],
+                           model.indv_b1[:, 0], False, buffers)
+
+    alone = []
+    for genes, shifts in inputs:
+        decoded(genes, shifts, RowBuffers()).square().sum().backward()
+        alone.append((genes.grad.clone(), shifts.grad.clone()))
+        genes.grad = shifts.grad = None
+    kept = RowBuffers()
+    outputs = [decoded(genes, shifts, kept) for genes, shifts in inputs]  # both before either backward
+    sum(out.square().sum() for out in outputs).backward()
+    for (genes, shifts), (genes_grad, shifts_grad) in zip(inputs, alone):
+        torch.testing.assert_close(genes.grad, genes_grad, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(shifts.grad, shifts_grad, rtol=1e-12, atol=1e-12)
+    assert not kept.borrowed and set(kept._buffers) == {"centred1", "centred2", "grad_a1"}
+    model.eval()
+    assert model.decoder_buffers._buffers == {}
+
+
 def test_fused_and_plain_decoders_agree_under_bfloat16_autocast(device, monkeypatch):
     """Under bfloat16 autocast the fused decoder runs its products in bfloat16 on inputs it
     keeps for the backward pass (``set_decoder._inputs_buffer``), and its other arithmetic in

@@ -21,6 +21,8 @@ from torch import nn
 
 from gears_ddp.model.linear import linear
 
+MESSAGE_BYTES_PER_PIECE = 16 * 2**20  # below glibc's mmap thresholds (at most 32 MiB)
+
 
 def normalised_edges(edge_index: torch.Tensor, edge_weight: torch.Tensor, num_nodes: int, dtype: torch.dtype):
     """(source, target, weight) of ``A_hat``'s edges (see the module docstring), weights in ``dtype``."""
@@ -67,12 +69,29 @@ class NormalisedAdjacency(nn.Module):
         self.register_buffer("weights", weights, persistent=False)  # nodes x 1 x width
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """``A_hat @ x``, or only its ``rows`` (a 1-D index tensor) in that order."""
+        """``A_hat @ x``, or only its ``rows`` (a 1-D index tensor) in that order.
+
+        On a CPU the gathered rows are made a piece of nodes at a time, each piece at most
+        ``MESSAGE_BYTES_PER_PIECE``: a whole gather at 18,000 genes is about 100 MiB, above
+        glibc's largest mmap threshold, so each step would map it and fault its pages in
+        again; pieces come from the heap, which keeps them for the next step while training
+        (``runtime.host_memory``)."""
         sources, weights = self.sources, self.weights
         if rows is not None:
             sources, weights = sources.index_select(0, rows), weights.index_select(0, rows)
-        messages = x.index_select(0, sources.view(-1)).view(*sources.shape, x.shape[1])
-        return torch.bmm(weights.to(x.dtype), messages).view(len(sources), x.shape[1])
+        weights = weights.to(x.dtype)
+        node_bytes = sources.shape[1] * x.shape[1] * x.element_size()
+        per_piece = len(sources) if x.device.type != "cpu" else max(1, MESSAGE_BYTES_PER_PIECE // max(node_bytes, 1))
+        if per_piece >= len(sources):
+            return _aggregated(x, sources, weights)
+        return torch.cat([_aggregated(x, sources[start:start + per_piece], weights[start:start + per_piece])
+                          for start in range(0, len(sources), per_piece)])
+
+
+def _aggregated(x: torch.Tensor, sources: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Each row of ``sources`` (node indices into ``x``) gathered and summed with its ``weights``."""
+    messages = x.index_select(0, sources.view(-1)).view(*sources.shape, x.shape[1])
+    return torch.bmm(weights, messages).view(len(sources), x.shape[1])
 
 
 class SimpleGraphConv(nn.Module):

@@ -42,7 +42,7 @@ from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.model.graph_conv import NormalisedAdjacency, SimpleGraphConv
 from gears_ddp.model.linear import linear
 from gears_ddp.model.options import ModelOptions
-from gears_ddp.model.set_decoder import decode_sets
+from gears_ddp.model.set_decoder import RowBuffers, decode_sets
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d, running_statistics_together
 
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
@@ -133,6 +133,7 @@ class GEARSModel(nn.Module):
         self.num_genes, self.num_perts = num_genes, num_perts
         self.uncertainty, self.no_perturb = uncertainty, no_perturb
         self.fused_decoder = True  # training decodes with set_decoder.decode_sets (else the module chain)
+        self.decoder_buffers = RowBuffers()  # its row buffers, kept from step to step while training
         self.decoder_hidden_size = decoder_hidden_size  # kept in the config; unused, as in the reference
         h = hidden_size
         # Modules are created in the published order with the published initialisation,
@@ -231,7 +232,8 @@ class GEARSModel(nn.Module):
         genes = self.gene_embeddings(sets.n_cells)
         if self.training and not self.uncertainty and self.fused_decoder:
             gene_out = decode_sets(genes, shift, counts, sets.n_cells, self.bn_pert_base, self.recovery_w,
-                                   self.indv_w1[:, :, 0], self.indv_b1[:, 0], self.bn_pert_base.synchronizing())
+                                   self.indv_w1[:, :, 0], self.indv_b1[:, 0], self.bn_pert_base.synchronizing(),
+                                   self.decoder_buffers)
             logvar = None
         else:
             hidden = (genes.unsqueeze(0) + shift.unsqueeze(1)).reshape(n_sets * n_genes, -1)  # (S * G) x H
@@ -262,6 +264,13 @@ class GEARSModel(nn.Module):
         cells, picked = ((sets.perturbed_cells_by_set, sets.first_perturbed_cell) if perturbed_only
                          else (sets.cells_by_set, sets.first_cell))
         return mlp.per_cell(rows, cells.expand(2) if len(cells) == 1 else cells, picked)
+
+    def train(self, mode: bool = True) -> "GEARSModel":
+        """As ``nn.Module.train``; leaving training mode frees the decoder's kept row buffers, so
+        that evaluation does not hold them."""
+        if not mode:
+            self.decoder_buffers.release()
+        return super().train(mode)
 
     def forward(self, x: torch.Tensor, pert_idx: torch.Tensor, sets: PerturbationSets | None = None):
         """``sets``: the batch's distinct perturbation sets, found on the host by the loaders;

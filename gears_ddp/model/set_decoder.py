@@ -25,8 +25,9 @@ it allocating and re-reading row-sized tensors. Here:
   pass and a cast per piece, and casts cost a CPU as much as the passes they feed.
 - The row-sized tensors are three buffers (``bn1``'s centred input, then its gradient;
   ``bn1``'s output gradient; ``bn2``'s centred input, then its gradient, then ``bn0``'s
-  output gradient, which has the same width in GEARS), each allocated at a size that does
-  not change from step to step. Everything else runs a piece of rows at a time
+  output gradient, which has the same width in GEARS), sized for one set per cell, which
+  does not change from step to step, and kept from one step to the next (``RowBuffers``).
+  Everything else runs a piece of rows at a time
   (``rows_per_pass``: about 4,096 on a CPU, so its temporaries stay small and the step's
   live memory is those buffers; about a million on a GPU, where each piece costs kernel
   launches).
@@ -63,21 +64,65 @@ def _pieces(n_sets: int, n_genes: int, device: torch.device) -> list[tuple[slice
     return [(sets, slice(sets.start * n_genes, sets.stop * n_genes)) for sets in slices]
 
 
-def _row_buffer(like: torch.Tensor, n_rows: int, capacity: int, width: int,
+class RowBuffers:
+    """The decoder's row-sized buffers, kept by its network from one training step to the next.
+
+    At 18,000 genes each is 100-300 MiB, above glibc's largest mmap threshold (32 MiB):
+    allocated afresh, each step would map them and fault their pages in again (a third of
+    the step's time; benchmarks/RESULTS.md). A forward pass borrows them and its backward
+    pass gives them back; a forward pass that finds them borrowed (a second forward pass
+    before the first one's backward) gets buffers of its own. ``release`` frees them (the
+    network does when it leaves training mode, so evaluation does not hold them), and a
+    copy of the network starts with none."""
+
+    def __init__(self):
+        self._buffers: dict[str, torch.Tensor] = {}
+        self.borrowed = False
+
+    def borrow(self) -> "RowBuffers":
+        """These buffers, marked borrowed, or new ones when they are borrowed already."""
+        if self.borrowed:
+            return RowBuffers()
+        self.borrowed = True
+        return self
+
+    def give_back(self) -> None:
+        self.borrowed = False
+
+    def release(self) -> None:
+        self._buffers.clear()
+
+    def buffer(self, name: str, like: torch.Tensor, n_rows: int, capacity: int, width: int,
+               dtype: torch.dtype | None = None) -> torch.Tensor:
+        """An uninitialised (n_rows x width) tensor (``like``'s dtype unless ``dtype``, on its
+        device) cut from the buffer ``name`` of ``capacity`` rows, made when there is none of
+        that size yet (only the rows used are touched, so only they take memory)."""
+        dtype = like.dtype if dtype is None else dtype
+        kept = self._buffers.get(name)
+        if kept is None or kept.shape != (capacity, width) or kept.dtype != dtype or kept.device != like.device:
+            kept = self._buffers[name] = like.new_empty(capacity, width, dtype=dtype)
+        return kept if capacity == n_rows else kept[:n_rows]
+
+    def __deepcopy__(self, memo) -> "RowBuffers":
+        return RowBuffers()
+
+
+def _row_buffer(buffers: RowBuffers | None, name: str, like: torch.Tensor, n_rows: int, capacity: int, width: int,
                 dtype: torch.dtype | None = None) -> torch.Tensor:
-    """An uninitialised (n_rows x width) tensor (``like``'s dtype unless ``dtype``) cut from one
-    of ``capacity`` rows, so that the allocation has the same size every step whatever the
-    number of distinct sets: the allocator can then reuse the previous step's block (only
-    the rows used are touched, so only they take memory)."""
-    buffer = like.new_empty(capacity, width, dtype=dtype)
-    return buffer if capacity == n_rows else buffer[:n_rows]
+    """``buffers.buffer(...)``, or without ``buffers`` a new buffer of that size."""
+    if buffers is None:
+        buffer = like.new_empty(capacity, width, dtype=dtype)
+        return buffer if capacity == n_rows else buffer[:n_rows]
+    return buffers.buffer(name, like, n_rows, capacity, width, dtype)
 
 
-def _inputs_buffer(like: torch.Tensor, n_rows: int, capacity: int, width: int, matmul_dtype: torch.dtype):
+def _inputs_buffer(buffers: RowBuffers | None, name: str, like: torch.Tensor, n_rows: int, capacity: int, width: int,
+                   matmul_dtype: torch.dtype):
     """Where a product's input rows are kept for the backward pass, in the product's precision,
     when that is not the rows' own (under autocast); None otherwise (the backward pass
     recomputes them)."""
-    return None if matmul_dtype == like.dtype else _row_buffer(like, n_rows, capacity, width, matmul_dtype)
+    return None if matmul_dtype == like.dtype else _row_buffer(buffers, name, like, n_rows, capacity, width,
+                                                                matmul_dtype)
 
 
 def _linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
@@ -107,7 +152,8 @@ def _part(tensor: torch.Tensor | None, part: slice | None) -> torch.Tensor | Non
 class _SetDecoder(torch.autograd.Function):
     @staticmethod
     def forward(ctx, genes, shifts, counts, n_cells: int, gamma0, beta0, weight1, bias1, gamma1, beta1, weight2,
-                bias2, gamma2, beta2, out_weight, out_bias, eps: tuple[float, float, float], synchronize: bool):
+                bias2, gamma2, beta2, out_weight, out_bias, eps: tuple[float, float, float], synchronize: bool,
+                buffers: RowBuffers | None):
         ctx.input_dtypes = genes.dtype, shifts.dtype
         ctx.set_materialize_grads(False)  # the statistics' (absent) gradients need no zeros
         genes, shifts = full_precision(genes), full_precision(shifts)  # the tables' statistics, as for any row
@@ -133,14 +179,14 @@ class _SetDecoder(torch.autograd.Function):
         matmul_dtype = (torch.get_autocast_dtype(genes.device.type)
                         if torch.is_autocast_enabled(genes.device.type) else genes.dtype)
         products = [t.to(matmul_dtype) for t in (weight1, bias1, weight2, bias2)]
-        z1 = _row_buffer(genes, n_rows, capacity, weight1.shape[0])
-        inputs1 = _inputs_buffer(genes, n_rows, capacity, weight1.shape[1], matmul_dtype)
+        z1 = _row_buffer(buffers, "centred1", genes, n_rows, capacity, weight1.shape[0])
+        inputs1 = _inputs_buffer(buffers, "inputs1", genes, n_rows, capacity, weight1.shape[1], matmul_dtype)
         for sets, rows in pieces:
             _linear_into(_part(z1, rows), _first_activation(set_part, gene_part, sets), *products[:2],
                          _part(inputs1, rows))
         centred1, mean1, var1, invstd1 = weighted_statistics(z1, weights, eps[1], synchronize, in_place=True)
-        z2 = _row_buffer(genes, n_rows, capacity, weight2.shape[0])
-        inputs2 = _inputs_buffer(genes, n_rows, capacity, weight2.shape[1], matmul_dtype)
+        z2 = _row_buffer(buffers, "centred2", genes, n_rows, capacity, weight2.shape[0])
+        inputs2 = _inputs_buffer(buffers, "inputs2", genes, n_rows, capacity, weight2.shape[1], matmul_dtype)
         for _, rows in pieces:
             _linear_into(_part(z2, rows), relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1),
                          *products[2:], _part(inputs2, rows))
@@ -152,7 +198,7 @@ class _SetDecoder(torch.autograd.Function):
                                   for sets, _ in pieces]) if len(pieces) > 1 else (blocks2 * per_gene_weight).sum(-1)
         gene_out += torch.addmv(out_bias, out_weight, beta2)
         ctx.matmul_dtype = matmul_dtype
-        ctx.synchronize, ctx.capacity, ctx.backward_done = synchronize, capacity, False
+        ctx.synchronize, ctx.capacity, ctx.buffers, ctx.backward_done = synchronize, capacity, buffers, False
         ctx.save_for_backward(genes_centred, shifts_centred, set_part, gene_part, shares, invstd0, scale0, weight1,
                               centred1, invstd1, gamma1, beta1, weight2, centred2, invstd2, gamma2, beta2, out_weight,
                               inputs1, inputs2)
@@ -187,7 +233,7 @@ class _SetDecoder(torch.autograd.Function):
         blocks_of(grad_z2, n_sets).addcmul_(grad_rows_out, scale2 * out_weight)
 
         # second Linear, then ReLU (its output kept, or recomputed a piece at a time) and bn1
-        grad_a1 = _row_buffer(centred1, len(centred1), ctx.capacity, centred1.shape[1])
+        grad_a1 = _row_buffer(ctx.buffers, "grad_a1", centred1, len(centred1), ctx.capacity, centred1.shape[1])
         grad_weight2 = _linear_backward(grad_z2, grad_a1, weight2, pieces, matmul_dtype, lambda sets, rows: (
             _part(inputs2, rows) if inputs2 is not None else
             relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1)))
@@ -213,9 +259,11 @@ class _SetDecoder(torch.autograd.Function):
         grad_genes = scale0 * (over_sets - share.sum() * torch.addcmul(grad_beta0, slope, genes_centred))
         grad_shifts = scale0 * torch.addcmul(over_genes, n_genes * minus_shares.view(-1, 1),
                                              torch.addcmul(grad_beta0, slope, shifts_centred))
+        if ctx.buffers is not None:
+            ctx.buffers.give_back()
         return (grad_genes.to(ctx.input_dtypes[0]), grad_shifts.to(ctx.input_dtypes[1]), None, None, local_gamma0,
                 local_beta0, grad_weight1, grad_bias1, grad_gamma1, grad_beta1, grad_weight2, grad_bias2,
-                local_gamma2, local_beta2, grad_out_weight, grad_out_bias, None, None)
+                local_gamma2, local_beta2, grad_out_weight, grad_out_bias, None, None, None)
 
 
 def _linear_backward(grad, grad_input, weight, pieces, matmul_dtype, input_of):
@@ -235,15 +283,18 @@ def _linear_backward(grad, grad_input, weight, pieces, matmul_dtype, input_of):
 
 
 def decode_sets(genes, shifts, counts, n_cells: int, bn_pert_base, recovery_w, out_weight, out_bias,
-                synchronize: bool):
+                synchronize: bool, buffers: RowBuffers | None = None):
     """Training-mode ``gene_out`` (S x G) of the per-set rows ``genes[g] + shifts[s]`` (see the
     module docstring) of a batch of ``n_cells`` cells (``counts.sum()``); updates the three
-    BatchNorms' running statistics."""
+    BatchNorms' running statistics. ``buffers``: the row buffers kept between steps
+    (``RowBuffers``); used only when a backward pass will give them back (gradients on) and
+    not while compiling (the compiler traces no side effects), else the pass makes its own."""
     norm0, linear1, norm1, _, linear2, norm2 = bn_pert_base, *recovery_w.network
+    keep = buffers is not None and torch.is_grad_enabled() and not torch.compiler.is_compiling()
     gene_out, mean0, var0, mean1, var1, mean2, var2, cells = _SetDecoder.apply(
         genes, shifts, counts, n_cells, norm0.weight, norm0.bias, linear1.weight, linear1.bias, norm1.weight, norm1.bias,
         linear2.weight, linear2.bias, norm2.weight, norm2.bias, out_weight, out_bias, (norm0.eps, norm1.eps, norm2.eps),
-        synchronize)
+        synchronize, buffers.borrow() if keep else None)
     rows_stood = cells * genes.shape[0] if synchronize else n_cells * genes.shape[0]
     update_running_statistics([norm0, norm1, norm2], [mean0, mean1, mean2], [var0, var1, var2], rows_stood)
     return gene_out
