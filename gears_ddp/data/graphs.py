@@ -136,14 +136,16 @@ def gene_correlation(expression, rows: np.ndarray, cells_per_block: int = 2048) 
     # in C order the filled half is the lower triangle (row >= column)
     scale = np.sqrt(np.clip(np.diag(gram), 0, None))
     scale[scale == 0] = np.inf  # a constant gene correlates 0 with every gene
+    values, scale = torch.from_numpy(gram), torch.from_numpy(scale)
     for genes in _row_blocks(gram, GENE_BLOCK_ELEMENTS):
         stop = min(genes.stop, n_genes)
         diagonal = np.tril(gram[genes, genes])
         gram[genes, genes] = diagonal + np.tril(diagonal, -1).T
-        gram[genes, stop:] = gram[stop:, genes].T  # rows below the block hold these columns' values
-        gram[genes] /= np.outer(scale[genes], scale)
-    np.clip(gram, -1.0, 1.0, out=gram)
-    return np.abs(gram, out=gram)
+        # rows below the block hold these columns' values (torch's blocked transposing copy:
+        # about twice numpy's speed here)
+        values[genes, stop:].copy_(values[stop:, genes].T)
+        values[genes].div_(torch.outer(scale[genes], scale)).clamp_(-1.0, 1.0).abs_()
+    return gram
 
 
 def _row_blocks(matrix: np.ndarray, elements_per_block: int):
