@@ -3,6 +3,7 @@ distinct-set computation equal to the per-cell one (outputs, gradients, running 
 import contextlib
 import copy
 import io
+import pickle
 
 import pytest
 import torch
@@ -226,6 +227,7 @@ def test_the_decoder_keeps_its_row_buffers_between_steps_and_lends_them_to_one_p
         assert seed == 3 or pointers == first
         first = pointers
     assert copy.deepcopy(model).decoder_buffers._buffers == {}
+    assert pickle.loads(pickle.dumps(model)).decoder_buffers._buffers == {}
 
     generator = torch.Generator().manual_seed(0)
     inputs = [(torch.randn(N_GENES, HIDDEN, dtype=torch.float64, generator=generator).requires_grad_(),

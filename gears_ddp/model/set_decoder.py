@@ -73,7 +73,7 @@ class RowBuffers:
     pass gives them back; a forward pass that finds them borrowed (a second forward pass
     before the first one's backward) gets buffers of its own. ``release`` frees them (the
     network does when it leaves training mode, so evaluation does not hold them), and a
-    copy of the network starts with none."""
+    copy of the network (``copy.deepcopy``, pickling) starts with none."""
 
     def __init__(self):
         self._buffers: dict[str, torch.Tensor] = {}
@@ -105,6 +105,9 @@ class RowBuffers:
 
     def __deepcopy__(self, memo) -> "RowBuffers":
         return RowBuffers()
+
+    def __getstate__(self) -> dict:
+        return {"_buffers": {}, "borrowed": False}  # a pickled network carries no buffers
 
 
 def _row_buffer(buffers: RowBuffers | None, name: str, like: torch.Tensor, n_rows: int, capacity: int, width: int,
