@@ -87,10 +87,10 @@ class TrainingArgs(TrainingOptions):
             raise ValueError(f"args['find_unused_parameters'] must be True or False, "
                              f"got {self.find_unused_parameters!r}")
 
-
     def pert_data_options(self) -> dict:
         """The options of ``PertData`` that ``args`` holds (``PERT_DATA_OPTIONS``)."""
         return {key: getattr(self, key) for key in PERT_DATA_OPTIONS}
+
 
 @dataclass
 class ReplicateOptions(Options):

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from gears_ddp.distributed.config import PERT_DATA_OPTIONS, ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.distributed.replicates import finished_report, plan_replicates
 from gears_ddp.distributed.run_config import read_run_config
 from gears_ddp.report.run_folder import CONFIG_FILE
@@ -29,7 +29,7 @@ def load_run(folder, overrides: Sequence[str] = ()):
                          f"{folder / next(iter(replicate_folders(folder, config)))})")
     args = config["args"]
     pert_data = load_dataset(config["pert_data_path"], config["dataset_name"],
-                             **{key: args[key] for key in PERT_DATA_OPTIONS if key in args})
+                             **TrainingArgs.from_dict(args, "args").pert_data_options())
     pert_data.prepare_split(**config["split_config"])
     pert_data.get_dataloader(batch_size=args["batch_size"], test_batch_size=args["test_batch_size"],
                              seed=args["seed"])
