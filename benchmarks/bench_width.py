@@ -25,10 +25,10 @@ machine's cores, and does, timing each stage:
    graph (and gears_ddp's GO graph cache) built from nothing, and the time of each graph;
 4. ``--steps`` training steps at batch 32 after one warm-up step, their median. gears_ddp:
    ``training.engine.training_step`` on the training loader's batches, with freed memory
-   retained as its training loop does (``runtime.host_memory``), and the page faults a step. The published GEARS:
-   its own ``train(epochs=1)`` on a loader that yields that many batches, timed between
-   batches (its epoch-end evaluation runs on those batches and one validation batch, outside
-   the timed steps);
+   retained as its training loop does (``runtime.host_memory``), and the page faults a step.
+   The published GEARS: its own ``train(epochs=1)`` on a loader that yields that many
+   batches, timed between batches (its epoch-end evaluation runs on those batches and one
+   validation batch, outside the timed steps);
 5. peak resident memory of the process (``getrusage``).
 
 The floor of a gears_ddp step is measured in its child, after the steps: the six matrix
@@ -99,11 +99,9 @@ def run_ours(raw: str, folder: str, steps: int) -> dict:
     import torch
 
     from gears_ddp import GEARS, PertData
-    from gears_ddp.data import pertdata
+    from gears_ddp.data import graphs, pertdata
     from gears_ddp.runtime.host_memory import retained_host_memory
     from gears_ddp.training.engine import training_step
-
-    from gears_ddp.data import graphs
 
     figures, graph_s = {}, {"co-expression": [], "GO": []}
     floor_s = {"correlation products": [], "reading the GO edge file": []}

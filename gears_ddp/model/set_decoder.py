@@ -101,7 +101,7 @@ class RowBuffers:
         kept = self._buffers.get(name)
         if kept is None or kept.shape != (capacity, width) or kept.dtype != dtype or kept.device != like.device:
             kept = self._buffers[name] = like.new_empty(capacity, width, dtype=dtype)
-        return kept if capacity == n_rows else kept[:n_rows]
+        return _first_rows(kept, n_rows)
 
     def __deepcopy__(self, memo) -> "RowBuffers":
         return RowBuffers()
@@ -114,9 +114,12 @@ def _row_buffer(buffers: RowBuffers | None, name: str, like: torch.Tensor, n_row
                 dtype: torch.dtype | None = None) -> torch.Tensor:
     """``buffers.buffer(...)``, or without ``buffers`` a new buffer of that size."""
     if buffers is None:
-        buffer = like.new_empty(capacity, width, dtype=dtype)
-        return buffer if capacity == n_rows else buffer[:n_rows]
+        return _first_rows(like.new_empty(capacity, width, dtype=dtype), n_rows)
     return buffers.buffer(name, like, n_rows, capacity, width, dtype)
+
+
+def _first_rows(buffer: torch.Tensor, n_rows: int) -> torch.Tensor:
+    return buffer if len(buffer) == n_rows else buffer[:n_rows]
 
 
 def _inputs_buffer(buffers: RowBuffers | None, name: str, like: torch.Tensor, n_rows: int, capacity: int, width: int,
