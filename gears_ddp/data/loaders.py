@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from gears_ddp.data.cells import CellTable, PertBatch
-from gears_ddp.data.perturbation_sets import epoch_perturbation_sets
+from gears_ddp.data.perturbation_sets import epoch_perturbation_sets, set_keys
 
 EPOCH_SEED_STRIDE = 1_000_003  # separates the partner streams of successive epochs
 
@@ -62,11 +62,12 @@ class EpochPlan(Dataset):
     (``epoch_perturbation_sets``: found on the host, so that the step does not wait for
     them). That is 56 bytes a cell of the rank's share and 40 a distinct set of a batch. A
     batch then only gathers its input and target rows with one ``index_select`` (returned
-    as two views of one tensor) and looks up its conditions' DE genes.
+    as two views of one tensor) and looks up its conditions' DE genes. With ``pad_sets_to``,
+    each batch's sets are padded to that many (``PerturbationSets.padded_to``).
     """
 
     def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor | slice, batch_size: int,
-                 drop_last: bool, pin_memory: bool = False):
+                 drop_last: bool, pin_memory: bool = False, pad_sets_to: int | None = None):
         cells = dataset.cell_indices[positions]  # a view of the dataset's cells for a slice
         if drop_last:
             cells = cells[:len(cells) // batch_size * batch_size]
@@ -78,6 +79,7 @@ class EpochPlan(Dataset):
         self.rows = _rows_of_batches(dataset.partners[cells], cells, batch_size)
         self.codes, self.pert_idx = codes.split(batch_size), pert_idx.split(batch_size)
         self.sets = epoch_perturbation_sets(pert_idx, n_perts, batch_size)
+        self.pad_sets_to = pad_sets_to
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -85,9 +87,10 @@ class EpochPlan(Dataset):
     def __getitem__(self, i: int) -> PertBatch:
         table, codes = self.table, self.codes[i]
         x, y = self._gather(self.rows[i]).chunk(2)  # the inputs, then the targets
+        sets = self.sets[i] if self.pad_sets_to is None else self.sets[i].padded_to(self.pad_sets_to)
         batch = PertBatch(x=x, y=y, pert_idx=self.pert_idx[i], condition=codes,
                           de_idx=table.condition_de_idx.index_select(0, codes), condition_names=table.conditions,
-                          sets=self.sets[i])
+                          sets=sets)
         return batch.pin_memory() if self.pin_memory else batch  # (the rows are pinned already)
 
     def _gather(self, index: torch.Tensor) -> torch.Tensor:
@@ -188,16 +191,28 @@ class CellLoader:
     def __iter__(self):
         return self.batches()
 
-    def batches(self, first: int = 0):
-        """This epoch's batches from batch ``first`` on (a resumed epoch skips those it did)."""
+    def batches(self, first: int = 0, pad_sets_to: int | None = None):
+        """This epoch's batches from batch ``first`` on (a resumed epoch skips those it did),
+        their perturbation sets padded to ``pad_sets_to`` when given (``max_sets_per_batch``)."""
         if self.num_workers > 0:  # worker processes gather; the DataLoader pins in this process
-            plan = EpochPlan(self.dataset, self.sampler.positions(), self.batch_size, self.drop_last)
+            plan = EpochPlan(self.dataset, self.sampler.positions(), self.batch_size, self.drop_last,
+                             pad_sets_to=pad_sets_to)
             yield from DataLoader(plan, batch_size=None, sampler=range(first, len(plan)),
                                   num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=_keep_batch)
             return
-        plan = EpochPlan(self.dataset, self.sampler.positions(), self.batch_size, self.drop_last, self.pin_memory)
+        plan = EpochPlan(self.dataset, self.sampler.positions(), self.batch_size, self.drop_last, self.pin_memory,
+                         pad_sets_to)
         for i in range(first, len(plan)):
             yield plan[i]
+
+    def max_sets_per_batch(self) -> int:
+        """The most distinct perturbation sets a batch can hold: one per cell, and no more than
+        the dataset's cells have (the same on every rank: each rank's dataset is the whole set)."""
+        table = self.dataset.table
+        codes = torch.unique(table.condition_codes[self.dataset.cell_indices])
+        n_perts = int(table.condition_pert_idx.max()) + 1 if len(table.condition_pert_idx) else 0
+        keys, _ = set_keys(table.condition_pert_idx[codes], n_perts)
+        return min(self.batch_size, len(torch.unique(keys)))
 
 
 def build_loaders(table: CellTable, set2cells: dict[str, torch.Tensor], batch_size: int,

@@ -70,6 +70,11 @@ class PerturbationSets:
     ``first_cell``, ``first_perturbed_cell``, ``cell_set`` and ``cells_by_set`` one after
     the other (``pack``), so that a batch's sets are one tensor to lay out, pin and copy to
     a device. The host integers say where each one lies.
+
+    ``padded`` sets (``padded``) end with sets of no cell (-1 rows, count 0), and their host
+    integers do not depend on the batch: ``n_unperturbed`` and ``unperturbed_cells`` are 0
+    there, and the model tells the unperturbed set by its genes (none) instead (the
+    ``perturbed_*`` tensors are then those of all sets, and the model does not use them).
     """
 
     packed: torch.Tensor
@@ -78,13 +83,14 @@ class PerturbationSets:
     n_cells: int
     n_unperturbed: int
     unperturbed_cells: int  # the cells of the unperturbed set (0 without one)
+    padded: bool = False
 
     @classmethod
     def pack(cls, sets, counts, first_cell, first_perturbed_cell, cell_set, cells_by_set, n_unperturbed: int,
-             unperturbed_cells: int) -> "PerturbationSets":
+             unperturbed_cells: int, padded: bool = False) -> "PerturbationSets":
         """The sets of the given tensors (see the class docstring), packed into one."""
         packed = torch.cat((sets.reshape(-1), counts, first_cell, first_perturbed_cell, cell_set, cells_by_set))
-        return cls(packed, sets.shape[0], sets.shape[1], cell_set.shape[0], n_unperturbed, unperturbed_cells)
+        return cls(packed, sets.shape[0], sets.shape[1], cell_set.shape[0], n_unperturbed, unperturbed_cells, padded)
 
     @classmethod
     def of(cls, pert_idx: torch.Tensor, n_perts: int) -> "PerturbationSets":
@@ -104,6 +110,22 @@ class PerturbationSets:
         model runs in evaluation mode (not sorted or distinct, as training mode needs)."""
         each = torch.arange(len(sets), device=sets.device)
         return cls.pack(sets, torch.ones_like(each), each, each, each, each, 0, 0)
+
+    def padded_to(self, n_sets: int) -> "PerturbationSets":
+        """These sets followed by sets of no cell up to ``n_sets`` in all (``padded``): the same
+        predictions and statistics, in shapes that depend on ``n_sets`` and the number of cells
+        only. A padding set has no gene (-1), count 0 and its first cell at 0 (any cell: it
+        picks a row no cell reads)."""
+        if not self.n_sets <= n_sets <= self.n_cells:
+            raise ValueError(f"a batch of {self.n_cells} cells with {self.n_sets} distinct perturbation sets cannot be "
+                             f"padded to {n_sets} sets: from its own number up to one per cell")
+        extra = n_sets - self.n_sets
+        counts, first_cell = self.counts, self.first_cell
+        sets = torch.cat((self.sets, self.packed.new_full((extra, self.n_columns), -1)))
+        counts = torch.cat((counts, counts.new_zeros(extra)))
+        first_cell = torch.cat((first_cell, first_cell.new_zeros(extra)))
+        return PerturbationSets.pack(sets, counts, first_cell, first_cell, self.cell_set, self.cells_by_set, 0, 0,
+                                     padded=True)
 
     def _part(self, start: int, length: int) -> torch.Tensor:
         return self.packed[start:start + length]

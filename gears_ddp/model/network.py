@@ -221,9 +221,13 @@ class GEARSModel(nn.Module):
         present = codes >= 0
         members = self.perturbation_embeddings(codes.clamp(min=0).view(-1))  # (padding reads gene 0)
         summed = (members.view(*codes.shape, -1) * present.unsqueeze(-1)).sum(1)
-        if self.training:
-            # pert_fuse's BatchNorm sees the perturbed cells only, as in the published model;
-            # the unperturbed set, if any, sorts first
+        if self.training and sets.padded:
+            # pert_fuse's BatchNorm sees the perturbed cells only, as in the published model: the
+            # sets weighted by their cells, the unperturbed set and the padding by none
+            perturbed = present.any(1)
+            shift = self.pert_fuse(summed, sets.counts * perturbed) * perturbed.unsqueeze(1)
+        elif self.training:
+            # the same; the unperturbed set, if any, sorts first
             first = sets.n_unperturbed
             shift = F.pad(self._per_set_rows(self.pert_fuse, summed, sets, perturbed_only=True), (0, 0, first, 0))
         else:  # rows are independent: fuse every set, then zero the unperturbed ones

@@ -75,11 +75,12 @@ def full_precision(x: torch.Tensor) -> torch.Tensor:
 def block_shares(set_counts: torch.Tensor, rows_per_block: int, dtype: torch.dtype, synchronize: bool):
     """Each block's rows' share of all the rows they stand for, ``set_counts[i] / total``
     (blocks,), and ``total``, the number of rows stood for (a 0-dim tensor): over all ranks'
-    blocks when ``synchronize``."""
+    blocks when ``synchronize``. Rows that stand for no row at all (a padded batch with no
+    perturbed cell) get shares of 0, and ``total`` 0 tells their running statistics so."""
     weight = set_counts.to(dtype)
     total = weight.sum() if rows_per_block == 1 else weight.sum() * rows_per_block
     all_reduce_if(total, synchronize)
-    return weight / total, total
+    return weight / total.clamp(min=1), total
 
 
 def row_shares(shares: torch.Tensor, rows_per_block: int) -> torch.Tensor:
@@ -356,22 +357,31 @@ def running_statistics_together():
 def _apply_running_statistics(norms, means, variances, n_rows) -> None:
     """The updates of ``update_running_statistics``, in a few operations on lists and without
     a host synchronisation (with ``momentum=None``, the cumulative average, as a tensor
-    weight)."""
+    weight). ``n_rows`` as a tensor may be 0 (a padded batch's BatchNorm that no cell
+    reached): then nothing changes, as the published model runs no such BatchNorm."""
     norms_means_vars = [(n, m, v) for n, m, v in zip(norms, means, variances) if n.track_running_stats]
     if not norms_means_vars:
         return
     norms, means, variances = map(list, zip(*norms_means_vars))
-    torch._foreach_add_([norm.num_batches_tracked for norm in norms], 1)
     if isinstance(n_rows, torch.Tensor):
+        stood = n_rows > 0
+        torch._foreach_add_([norm.num_batches_tracked for norm in norms], [stood.long()] * len(norms))
+        stood = stood.to(norms[0].running_mean.dtype)  # a momentum times it keeps the statistics' precision
         correction = n_rows / (n_rows - 1).clamp(min=1)
     else:
+        stood = None
+        torch._foreach_add_([norm.num_batches_tracked for norm in norms], 1)
         correction = n_rows / max(n_rows - 1, 1)  # the unbiased variance (of one row: as it is)
     unbiased = torch._foreach_mul(variances, correction)
     if all(norm.momentum == norms[0].momentum for norm in norms) and norms[0].momentum is not None:
-        torch._foreach_lerp_([norm.running_mean for norm in norms], means, norms[0].momentum)
-        torch._foreach_lerp_([norm.running_var for norm in norms], unbiased, norms[0].momentum)
+        momentum = norms[0].momentum if stood is None else [stood * norms[0].momentum] * len(norms)
+        torch._foreach_lerp_([norm.running_mean for norm in norms], means, momentum)
+        torch._foreach_lerp_([norm.running_var for norm in norms], unbiased, momentum)
         return
     for norm, mean, var in zip(norms, means, unbiased):
-        factor = 1.0 / norm.num_batches_tracked if norm.momentum is None else norm.momentum
+        if stood is None:
+            factor = 1.0 / norm.num_batches_tracked if norm.momentum is None else norm.momentum
+        else:
+            factor = stood / norm.num_batches_tracked.clamp(min=1) if norm.momentum is None else stood * norm.momentum
         norm.running_mean.lerp_(mean, factor)
         norm.running_var.lerp_(var, factor)
