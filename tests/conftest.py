@@ -1,8 +1,11 @@
 """Shared pytest set-up: tests import helper modules that live beside them."""
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+# deterministic runs on a GPU need cuBLAS's fixed workspace, set before cuBLAS first runs
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

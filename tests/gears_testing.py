@@ -24,6 +24,7 @@ def suite_devices() -> list[str]:
 
 
 def exact_on(device: torch.device) -> bool:
-    """Whether repeated runs are bit-identical on ``device``: on CUDA, atomic additions
-    (``index_add_``, scatter) sum in a varying order, so only closeness can be asserted."""
+    """Whether repeated runs are bit-identical on ``device`` as they are: on CUDA, atomic
+    additions (``index_add_``, scatter) sum in a varying order, so only closeness can be
+    asserted, unless the runs use torch's deterministic algorithms (``deterministic``)."""
     return torch.device(device).type == "cpu"

@@ -92,18 +92,21 @@ def test_accumulator_refuses_missing_logvar(toy):
 
 
 def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():
-    from gears_ddp.training.optimization import add_warmup
+    from gears_ddp.training.optimization import Warmup
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=1.0)
-    add_warmup(optimizer, 3)
-    moves = []
+    warmup, moves = Warmup(3), []
     for _ in range(5):
         before = float(param)
         param.grad = torch.ones(1)
-        optimizer.step()
+        with warmup.scaled(optimizer):
+            optimizer.step()
         moves.append(before - float(param))
+        assert optimizer.param_groups[0]["lr"] == 1.0
     assert moves == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0, 1.0])
-    assert optimizer.param_groups[0]["lr"] == 1.0
+    resumed = Warmup(3, steps_done=1)  # a run resumed after its first step
+    with resumed.scaled(optimizer):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(2 / 3)
 
 
 def test_learning_rate_scaling_with_the_effective_batch():
@@ -114,3 +117,22 @@ def test_learning_rate_scaling_with_the_effective_batch():
     assert TrainingArgs.from_dict(args).scaled_lr(4) == pytest.approx(1e-3)
     with pytest.raises(ValueError, match=r"args\['lr_scaling'\] must be one of"):
         TrainingArgs.from_dict({"lr_scaling": "cubic"})
+
+
+def test_deterministic_algorithms_hold_for_the_block_and_the_setting_comes_back(monkeypatch):
+    from gears_ddp.runtime.determinism import CUBLAS_WORKSPACE_CONFIG, deterministic_algorithms
+    from gears_ddp.training.options import TrainingOptions
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    with deterministic_algorithms(False):
+        assert not torch.are_deterministic_algorithms_enabled()
+    with deterministic_algorithms(True):
+        assert torch.are_deterministic_algorithms_enabled()
+        import os
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE_CONFIG
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert TrainingOptions.from_dict({"deterministic": True}).deterministic is True
+    with pytest.raises(ValueError, match=r"args\['deterministic'\] must be True or False"):
+        TrainingOptions.from_dict({"deterministic": "yes"})
+    with pytest.raises(ValueError, match=r"args\['cuda_graphs'\] must be True or False"):
+        TrainingOptions.from_dict({"cuda_graphs": 1})

@@ -60,9 +60,9 @@ class PertBatch:
             values["sets"] = self.sets.map(fn)
         return PertBatch(**values)
 
-    def to(self, device, non_blocking: bool = False) -> "PertBatch":
-        """The batch on ``device``."""
-        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+    def to(self, device, non_blocking: bool = False, copy: bool = False) -> "PertBatch":
+        """The batch on ``device`` (with ``copy``, in new memory even where it is there already)."""
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking, copy=copy))
 
     def pin_memory(self) -> "PertBatch":
         """The batch in page-locked memory (called by ``DataLoader(pin_memory=True)``)."""

@@ -145,8 +145,9 @@ class EvaluationAccumulator:
         self.uncertainty = uncertainty
         self.device = torch.device(device)
         self.dtype = torch.float32 if self.device.type == "mps" else torch.float64  # MPS has no float64
-        self.tables = {"de": de_idx_table.to(self.device, torch.long),
-                       "non_dropout_de": non_dropout_de_table.to(self.device, torch.long)}
+        # the DE tables are read only by ``result``, on the host: they stay there
+        self.tables = {"de": de_idx_table.to("cpu", torch.long).numpy(),
+                       "non_dropout_de": non_dropout_de_table.to("cpu", torch.long).numpy()}
         n_conditions = len(self.condition_names)
         for name, table in self.tables.items():
             if table.shape != (n_conditions, N_DE_GENES):
@@ -216,16 +217,19 @@ class EvaluationAccumulator:
         self._sums = {name: t.to(self.device) for name, t in state.items()}
 
     def result(self) -> EvaluationResult:
-        """Means per condition that had cells, as numpy arrays."""
-        sums = {name: t.cpu().numpy() for name, t in self._sums.items()}
-        present = np.flatnonzero(sums["count"])
-        n_cells = sums["count"][present]
-        mean = {name: sums[name][present] / n_cells[:, None] for name in ("pred", "truth", "logvar") if name in sums}
+        """Means per condition that had cells, as numpy arrays. The sums come back to the host
+        in one copy (on a GPU, one wait for the device)."""
+        names = [name for name in ("pred", "truth", "logvar") if name in self._sums]
+        counts = self._sums["count"].to(self.dtype).unsqueeze(1)  # exact: far fewer cells than 2**24
+        together = torch.cat([counts] + [self._sums[name] for name in names], 1).cpu().numpy()
+        present = np.flatnonzero(together[:, 0])
+        n_cells = together[present, 0].astype(np.int64)
+        mean = {name: together[present, 1 + i * self.n_genes:1 + (i + 1) * self.n_genes] / n_cells[:, None]
+                for i, name in enumerate(names)}
         return EvaluationResult(
             conditions=[self.condition_names[code] for code in present], n_cells=n_cells,
             pred_mean=mean["pred"], truth_mean=mean["truth"], logvar_mean=mean.get("logvar"),
-            de_idx=self.tables["de"].cpu().numpy()[present],
-            non_dropout_de_idx=self.tables["non_dropout_de"].cpu().numpy()[present])
+            de_idx=self.tables["de"][present], non_dropout_de_idx=self.tables["non_dropout_de"][present])
 
 
 # ---------------------------------------------------------------------------- row-wise statistics

@@ -9,8 +9,9 @@ would: ``DispatchCount`` is a ``TorchDispatchMode`` (it sees each operator) toge
 A synchronisation is counted when the code
 
 - reads a value on the host: ``Tensor.item``, ``tolist``, ``__bool__``, ``__int__``,
-  ``__float__``, ``__index__``, ``__format__``, ``cpu``, ``numpy`` (on a CPU these are
-  free; on a GPU each waits for the queue);
+  ``__float__``, ``__index__``, ``__format__``, ``cpu`` (on a CPU these are free; on a GPU
+  each waits for the queue). ``numpy`` is not one: it takes a tensor on the host only, so
+  on a GPU the wait was the copy that brought the values there (``cpu``, counted once);
 - copies a tensor between devices without ``non_blocking=True`` (only a run on a GPU has
   two devices to see this);
 - dispatches an operator whose result's size depends on the data (``nonzero``, ``unique``,
@@ -29,8 +30,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "cpu",
-                        "numpy"})
+HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "cpu"})
 DEVICE_COPIES = frozenset({"to", "cuda", "copy_"})
 DATA_DEPENDENT_OPERATORS = frozenset({
     "aten._local_scalar_dense", "aten.nonzero", "aten.argwhere", "aten._unique", "aten._unique2",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -20,6 +20,7 @@ from gears_ddp.data.cells import PertBatch
 from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.model.losses import LossContext, gears_loss
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
+from gears_ddp.training.optimization import Warmup
 from gears_ddp.training.options import AMP_MODES
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 
@@ -36,10 +37,13 @@ def unwrapped(model: nn.Module) -> nn.Module:
 @dataclass
 class Precision:
     """Mixed precision of a step: ``dtype`` None (full precision), torch.float16 or torch.bfloat16;
-    ``scaler`` a ``torch.amp.GradScaler`` for float16."""
+    ``scaler`` a ``torch.amp.GradScaler`` for float16; ``cache_casts``: autocast keeps the
+    half-precision copies of the weights for the rest of its block (off for a step captured in
+    a CUDA graph, as capture requires)."""
 
     dtype: torch.dtype | None = None
     scaler: torch.amp.GradScaler | None = None
+    cache_casts: bool = True
 
     @classmethod
     def for_mode(cls, amp: str, device: torch.device) -> "Precision":
@@ -57,7 +61,7 @@ class Precision:
     def autocast(self, device: torch.device):
         if self.dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=self.dtype)
+        return torch.autocast(device_type=device.type, dtype=self.dtype, cache_enabled=self.cache_casts)
 
 
 def batch_loss(model: nn.Module, batch: PertBatch, context: LossContext, uncertainty: bool) -> torch.Tensor:
@@ -104,21 +108,30 @@ def training_step(model: nn.Module, micro_batches: Sequence[PertBatch], optimize
 
 def optimizer_steps(model: nn.Module, batches: Iterable[PertBatch], optimizer: torch.optim.Optimizer,
                     context: LossContext, uncertainty: bool, device: torch.device, precision: Precision = Precision(),
-                    accumulation_steps: int = 1, ranks: SingleProcess = SINGLE_PROCESS) -> Iterator[torch.Tensor]:
+                    accumulation_steps: int = 1, ranks: SingleProcess = SINGLE_PROCESS, warmup: Warmup | None = None,
+                    step: Callable[..., torch.Tensor] = training_step) -> Iterator[torch.Tensor]:
     """Train on ``batches``, grouped ``accumulation_steps`` at a time into one optimiser step
     (a short last group still steps); yields each step's mean loss, a tensor on ``device``.
+    ``warmup`` scales the learning rate of the steps it covers; ``step`` runs one optimiser
+    step: ``training_step``, or the same step replayed from a CUDA graph
+    (``cuda_graphs.CapturedStep``, which takes the same arguments).
 
     The caller sees every step boundary: it counts steps, writes checkpoints and stops there.
     """
     model.train()
+
+    def one_step(micro_batches: list[PertBatch]) -> torch.Tensor:
+        with warmup.scaled(optimizer) if warmup is not None else contextlib.nullcontext():
+            return step(model, micro_batches, optimizer, context, uncertainty, device, precision, ranks)
+
     group = []
     for batch in batches:
         group.append(batch)
         if len(group) == accumulation_steps:
-            yield training_step(model, group, optimizer, context, uncertainty, device, precision, ranks)
+            yield one_step(group)
             group = []
     if group:
-        yield training_step(model, group, optimizer, context, uncertainty, device, precision, ranks)
+        yield one_step(group)
 
 
 @torch.no_grad()

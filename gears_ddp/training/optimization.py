@@ -2,6 +2,8 @@
 every epoch), and the linear warmup added here for large effective batches."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -13,27 +15,31 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float):
     return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
 
 
-def add_warmup(optimizer, warmup_steps: int, steps_done: int = 0) -> None:
-    """Scale the learning rate linearly from ``1 / warmup_steps`` to 1 over the first
-    ``warmup_steps`` optimiser steps, of which ``steps_done`` are behind (a resumed run).
-    The scale is applied just before each step and undone just after, so the per-epoch
-    schedule is unaffected."""
-    if warmup_steps <= 0:
-        return
-    state = {"step": steps_done, "scheduled": None}
+class Warmup:
+    """Linear learning-rate warmup: over the first ``steps`` optimiser steps, of which
+    ``steps_done`` are behind (a resumed run), the learning rate is scaled from
+    ``1 / steps`` to 1.
 
-    def before_step(opt, *_):
-        if state["step"] < warmup_steps:
-            state["scheduled"] = [group["lr"] for group in opt.param_groups]
-            for group in opt.param_groups:
-                group["lr"] *= (state["step"] + 1) / warmup_steps
+    ``scaled(optimizer)`` wraps one optimiser step: the scale is applied to the learning rates
+    on entry and undone on exit, so the per-epoch schedule is unaffected. It wraps the whole
+    step, not ``optimizer.step`` alone (as a hook would), so that a step replayed from a CUDA
+    graph, which runs no Python, reads the scaled rate as an eager step does
+    (``cuda_graphs.CapturedStep``)."""
 
-    def after_step(opt, *_):
-        if state["scheduled"] is not None:
-            for group, lr in zip(opt.param_groups, state["scheduled"]):
-                group["lr"] = lr
-            state["scheduled"] = None
-        state["step"] += 1
+    def __init__(self, steps: int, steps_done: int = 0):
+        self.steps, self.done = steps, steps_done
 
-    optimizer.register_step_pre_hook(before_step)
-    optimizer.register_step_post_hook(after_step)
+    @contextlib.contextmanager
+    def scaled(self, optimizer):
+        scheduled = None
+        if self.done < self.steps:
+            scheduled = [group["lr"] for group in optimizer.param_groups]
+            for group in optimizer.param_groups:
+                group["lr"] *= (self.done + 1) / self.steps
+        try:
+            yield
+        finally:
+            if scheduled is not None:
+                for group, lr in zip(optimizer.param_groups, scheduled):
+                    group["lr"] = lr
+            self.done += 1

@@ -60,6 +60,11 @@ class TrainingOptions(Options):
                                        "chain (the same function)")
     compile: bool = option(False, "torch.compile the model for the training steps (its forward and backward "
                                   "passes; evaluation runs eagerly); the first steps wait for the compilation")
+    cuda_graphs: bool = option(True, "on a GPU, replay each optimiser step from one CUDA graph (batches' perturbation "
+                                     "sets padded to a fixed number; the first steps run eagerly, then the step is "
+                                     "captured); False launches its operators one by one. Not with compile")
+    deterministic: bool = option(False, "torch's deterministic algorithms (on a GPU, sums without atomic additions): "
+                                        "the same run gives the same weights bit for bit, somewhat slower")
     wandb: dict | None = option(None, "{'project': ..., 'name': ...}: the main rank logs each epoch and the test "
                                       "summary to Weights & Biases (pip install wandb)")
 
@@ -87,7 +92,7 @@ class TrainingOptions(Options):
             if not is_number(value) or value < 0 or (key == "lr" and value == 0):
                 raise ValueError(f"{name(key)} must be a {'positive' if key == 'lr' else 'non-negative'} "
                                  f"number, got {value!r}")
-        for key in ("resample_controls", "sync_batchnorm", "fused_decoder", "compile"):
+        for key in ("resample_controls", "sync_batchnorm", "fused_decoder", "compile", "cuda_graphs", "deterministic"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name(key)} must be True or False, got {value!r}")

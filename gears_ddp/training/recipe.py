@@ -44,9 +44,11 @@ from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.runtime.stopping import StopSignals, TrainingInterrupted, signal_name
 from gears_ddp.runtime.threads import at_most_usable_threads
 from gears_ddp.training.checkpoint import resolve_resume, restore_rng_states, save_training_checkpoint
-from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, unwrapped
+from gears_ddp.runtime.determinism import deterministic_algorithms
+from gears_ddp.training.cuda_graphs import CapturedStep, use_cuda_graphs
+from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, training_step, unwrapped
 from gears_ddp.training.finite_loss import LossWatch
-from gears_ddp.training.optimization import add_warmup, make_optimizer
+from gears_ddp.training.optimization import Warmup, make_optimizer
 from gears_ddp.training.options import TrainingOptions
 
 logger = get_logger(__name__)
@@ -140,8 +142,13 @@ class TrainingRecipe:
                                                         options.weight_decay)
         self.outcome, self.position = TrainingOutcome(), TrainingPosition()
         self._resume()
-        add_warmup(self.optimizer, options.warmup_steps, self.position.global_step)
-        self.model = ranks.wrap(network, self.device)
+        self.warmup = Warmup(options.warmup_steps, self.position.global_step)
+        # on a GPU each step replays a CUDA graph, on batches of a fixed number of perturbation sets
+        self.captured = (CapturedStep.for_ranks(self.device, ranks, options.grad_accum_steps)
+                         if use_cuda_graphs(options.cuda_graphs, options.compile, self.device) else None)
+        self.pad_sets_to = inputs.loaders["train_loader"].max_sets_per_batch() if self.captured else None
+        with self.captured.side_stream() if self.captured else contextlib.nullcontext():
+            self.model = ranks.wrap(network, self.device)  # (DDP is built where the eager steps run)
         if options.compile:
             self.model = torch.compile(self.model)
         self.tracker = inputs.tracker if ranks.is_main else None
@@ -156,14 +163,15 @@ class TrainingRecipe:
                         self.position.epoch + 1, self.options.epochs, self.ranks.world_size, self.device.type,
                         math.ceil(len(loaders["train_loader"]) / self.options.grad_accum_steps))
         on_cpu = self.device.type == "cpu"
-        with at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
-                self.signals if self.save_path is not None else contextlib.nullcontext(), \
-                tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
-                     disable=not self.ranks.is_main or None) as epochs:
-            while self.position.epoch < self.options.epochs and self._epoch_to_run():
-                self._train_epoch(loaders)
-                epochs.update()
-        return self._finish()
+        with deterministic_algorithms(self.options.deterministic):
+            with at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
+                    self.signals if self.save_path is not None else contextlib.nullcontext(), \
+                    tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
+                         disable=not self.ranks.is_main or None) as epochs:
+                while self.position.epoch < self.options.epochs and self._epoch_to_run():
+                    self._train_epoch(loaders)
+                    epochs.update()
+            return self._finish()
 
     def _train_epoch(self, loaders: dict) -> None:
         """The rest of the current epoch, its evaluation on train and val, the best-model
@@ -173,8 +181,8 @@ class TrainingRecipe:
         loader = loaders["train_loader"]
         loader.set_epoch(epoch)
         first = position.step_in_epoch * options.grad_accum_steps
-        batches = tqdm(loader.batches(first), total=len(loader), initial=first, desc=f"epoch {epoch + 1}",
-                       disable=not self.ranks.is_main or None, leave=False)
+        batches = tqdm(loader.batches(first, self.pad_sets_to), total=len(loader), initial=first,
+                       desc=f"epoch {epoch + 1}", disable=not self.ranks.is_main or None, leave=False)
         loss_sum = torch.tensor(position.loss_sum_of(self.ranks.rank, self.ranks.world_size), dtype=torch.float32,
                                 device=self.device)
         # freed memory is retained for the optimiser steps only: an evaluation's batch blocks,
@@ -183,7 +191,8 @@ class TrainingRecipe:
         with retained_host_memory() if self.device.type == "cpu" else contextlib.nullcontext():
             for loss in optimizer_steps(self.model, batches, self.optimizer, self.inputs.loss_context,
                                         self.inputs.uncertainty, self.device, self.precision,
-                                        options.grad_accum_steps, self.ranks) if steps_left else ():
+                                        options.grad_accum_steps, self.ranks, self.warmup,
+                                        self.captured or training_step) if steps_left else ():
                 loss_sum += loss
                 self.losses.record(loss)
                 position.step_in_epoch += 1
