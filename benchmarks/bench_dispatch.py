@@ -12,7 +12,12 @@ by default), ``prepare_split('simulation', seed=1)``. For each batch size: ``tor
 gathered beforehand (the loaders' work is the host's). The fused decoder cuts its rows into
 pieces by device (``model.weighted_norm.rows_per_pass``): each row is counted with a CPU's
 pieces and with a GPU's (one piece up to about a million rows), the count a GPU launches.
-Then one evaluation pass over the val set (the model in evaluation mode), with its
+Each is counted for three steps: ``eager`` (batches as a CPU trains on them), ``padded``
+(the batches' perturbation sets padded to a fixed number, as for a CUDA graph), and
+``replayed``: a step replayed from a CUDA graph (``training.cuda_graphs.CapturedStep``),
+counted with a stand-in graph that launches nothing, so the count is what the step
+dispatches besides the graph's one launch (the batch's copies into the graph's tensors, the
+learning rate, the loss). Then one evaluation pass over the val set (the model in evaluation mode), with its
 synchronisations (those at its end: the conditions seen, the result read back).
 
 The counts depend on the code, not on the machine's speed; they run on a 2-core CPU as on a
@@ -28,6 +33,7 @@ import gears_ddp
 from gears_ddp import PertData
 from gears_ddp.model import weighted_norm
 from gears_ddp.runtime.dispatch_count import DispatchCount
+from gears_ddp.training.cuda_graphs import CapturedStep
 from gears_ddp.training.engine import evaluate, training_step
 from gears_ddp.training.optimization import make_optimizer
 from harness.models import new_model
@@ -38,6 +44,19 @@ from harness.tables import StreamedTable
 from harness.timing import Stopwatch
 
 PIECES = {"CPU": weighted_norm.ROWS_PER_PASS, "GPU": weighted_norm.ROWS_PER_PASS_ACCELERATOR}
+STEPS = ("eager", "padded", "replayed")
+
+
+class GraphLaunch:
+    """Stands in for ``cuda_graphs.CudaGraph`` when counting a replayed step: its capture
+    records nothing and its replay launches nothing, so what is counted is the step's work
+    outside the graph (a GPU adds the graph's one launch)."""
+
+    def capture(self, step):
+        return torch.zeros(())
+
+    def replay(self) -> None:
+        pass
 
 
 def code_version() -> str:
@@ -51,19 +70,25 @@ def code_version() -> str:
     return f"{folder} (commit {commit})"
 
 
-def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, rows_per_pass: int) -> dict:
-    """Operators and synchronisations per optimiser step (see the module docstring)."""
+def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, rows_per_pass: int,
+                step_kind: str) -> dict:
+    """Operators and synchronisations per optimiser step of ``step_kind`` (``STEPS``; see the
+    module docstring)."""
     weighted_norm.ROWS_PER_PASS = rows_per_pass
     pert_data.get_dataloader(batch_size=batch_size, test_batch_size=256)
     gears = new_model(pert_data, hidden_size=hidden)
     optimizer, _ = make_optimizer(gears.model, LR, WEIGHT_DECAY)
     context, device = gears.loss_context(), torch.device("cpu")
-    batches = [batch for _, batch in zip(range(steps + 1), pert_data.dataloader["train_loader"])]
+    loader = pert_data.dataloader["train_loader"]
+    padded = step_kind != "eager"
+    batches = [batch for _, batch in zip(range(steps + 1),
+                                         loader.batches(0, loader.max_sets_per_batch() if padded else None))]
+    step = CapturedStep(device, warmup_steps=0, graph_factory=GraphLaunch) if step_kind == "replayed" else training_step
     gears.model.train()
-    training_step(gears.model, batches[:1], optimizer, context, False, device)
+    step(gears.model, batches[:1], optimizer, context, False, device)  # (the replayed step: its capture)
     with DispatchCount() as count:
         for batch in batches[1:]:
-            training_step(gears.model, [batch], optimizer, context, False, device)
+            step(gears.model, [batch], optimizer, context, False, device)
     n = len(batches) - 1
     return {"operators": count.total_operators / n, "views": count.total_views / n, "distinct": len(count.operators),
             "syncs": count.total_synchronisations / n, "top": count.operators.most_common(8), "n": n}
@@ -106,15 +131,18 @@ def measure(args) -> None:
           f"{loading.seconds:.0f} s; hidden {args.hidden}; each figure per optimiser step, the mean "
           f"of {args.steps} steps after one")
     print()
-    table = StreamedTable(["batch", "row pieces", "operators", "of which views", "kernels", "distinct", "host syncs"],
-                          left=2)
+    table = StreamedTable(["batch", "step", "row pieces", "operators", "of which views", "kernels", "distinct",
+                           "host syncs"], left=3)
     tops = []
     for batch_size in args.batch_sizes:
-        for pieces, rows in PIECES.items():
-            r = count_steps(pert_data, batch_size, args.hidden, args.steps, rows)
-            table.add([batch_size, f"{pieces} ({rows:,} rows)", f"{r['operators']:,.0f}", f"{r['views']:,.0f}",
-                       f"{r['operators'] - r['views']:,.0f}", r["distinct"], f"{r['syncs']:g}"])
-            tops.append((batch_size, pieces, r))
+        for step_kind in STEPS:
+            for pieces, rows in PIECES.items():
+                r = count_steps(pert_data, batch_size, args.hidden, args.steps, rows, step_kind)
+                table.add([batch_size, step_kind, f"{pieces} ({rows:,} rows)", f"{r['operators']:,.0f}",
+                           f"{r['views']:,.0f}", f"{r['operators'] - r['views']:,.0f}", r["distinct"],
+                           f"{r['syncs']:g}"])
+                if step_kind == "eager":
+                    tops.append((batch_size, pieces, r))
     weighted_norm.ROWS_PER_PASS = PIECES["CPU"]
     print()
     for batch_size, pieces, r in tops:

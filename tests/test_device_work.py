@@ -80,8 +80,8 @@ def counting_without_loading(monkeypatch):
     active = []
     batches = CellLoader.batches
 
-    def uncounted(loader, first=0):
-        source = batches(loader, first)
+    def uncounted(loader, first=0, pad_sets_to=None):
+        source = batches(loader, first, pad_sets_to)
         while True:
             with active[-1].paused():
                 batch = next(source, None)
