@@ -1,4 +1,6 @@
 """Batches are gathered correctly; distributed loaders split the data as promised."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -63,6 +65,25 @@ def test_the_sets_of_an_epoch_are_those_of_each_batch_found_alone(columns, batch
         _assert_same_sets(got, PerturbationSets.of(cells, n_perts))
 
 
+@pytest.mark.parametrize("columns, batch_size", [(1, 4), (2, 32), (3, 7)])
+def test_padded_sets_of_an_epoch_are_each_batch_padded_alone(columns, batch_size):
+    """``pad_to``: every batch's sets padded to the same number, as ``padded_to`` pads them one
+    batch at a time (the packed layout and its host integers); no more than a batch has cells."""
+    generator = torch.Generator().manual_seed(columns * 100 + batch_size)
+    n_perts = 6
+    pert_idx = torch.randint(-1, n_perts, (batch_size * 12, columns), generator=generator)
+    pert_idx[torch.rand(len(pert_idx), generator=generator) < 0.3] = -1
+    batches = pert_idx.split(batch_size)
+    alone = [PerturbationSets.of(cells, n_perts) for cells in batches]
+    pad_to = min(batch_size, max(sets.n_sets for sets in alone) + 1)
+    for got, sets in zip(epoch_perturbation_sets(pert_idx, n_perts, batch_size, pad_to), alone):
+        want = sets.padded_to(pad_to)
+        assert torch.equal(got.packed, want.packed)
+        assert dataclasses.astuple(got)[1:] == dataclasses.astuple(want)[1:] == (pad_to, columns, batch_size, 0, 0, True)
+    with pytest.raises(ValueError, match=f"cannot be padded to {batch_size + 1} sets"):
+        epoch_perturbation_sets(pert_idx, n_perts, batch_size, batch_size + 1)
+
+
 def test_loaders_give_each_batch_the_sets_of_its_cells(toy):
     """Shuffled, sharded, with a short last batch, and resumed in the middle of an epoch."""
     n_perts = len(toy.pert_names)
@@ -81,6 +102,12 @@ def test_loaders_give_each_batch_the_sets_of_its_cells(toy):
             assert torch.equal(batch.y, again.y)
             _assert_same_sets(again.sets, batch.sets)
     assert short_last_batches > 0
+    train = loaders[0]["train_loader"]
+    pad_to = train.max_sets_per_batch()
+    assert pad_to == min(8, len({tuple(sorted(p)) for p in toy.cells.condition_pert_idx[
+        torch.unique(toy.cells.condition_codes[train.dataset.cell_indices])].tolist()}))
+    for batch, padded in zip(train.batches(), train.batches(0, pad_to)):
+        assert torch.equal(padded.sets.packed, batch.sets.padded_to(pad_to).packed) and padded.sets.padded
 
 
 def test_control_cells_are_their_own_input(toy):

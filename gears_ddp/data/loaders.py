@@ -78,8 +78,7 @@ class EpochPlan(Dataset):
         n_perts = int(table.condition_pert_idx.max()) + 1 if len(table.condition_pert_idx) else 0
         self.rows = _rows_of_batches(dataset.partners[cells], cells, batch_size)
         self.codes, self.pert_idx = codes.split(batch_size), pert_idx.split(batch_size)
-        self.sets = epoch_perturbation_sets(pert_idx, n_perts, batch_size)
-        self.pad_sets_to = pad_sets_to
+        self.sets = epoch_perturbation_sets(pert_idx, n_perts, batch_size, pad_sets_to)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -87,10 +86,9 @@ class EpochPlan(Dataset):
     def __getitem__(self, i: int) -> PertBatch:
         table, codes = self.table, self.codes[i]
         x, y = self._gather(self.rows[i]).chunk(2)  # the inputs, then the targets
-        sets = self.sets[i] if self.pad_sets_to is None else self.sets[i].padded_to(self.pad_sets_to)
         batch = PertBatch(x=x, y=y, pert_idx=self.pert_idx[i], condition=codes,
                           de_idx=table.condition_de_idx.index_select(0, codes), condition_names=table.conditions,
-                          sets=sets)
+                          sets=self.sets[i])
         return batch.pin_memory() if self.pin_memory else batch  # (the rows are pinned already)
 
     def _gather(self, index: torch.Tensor) -> torch.Tensor:

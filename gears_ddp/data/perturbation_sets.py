@@ -116,9 +116,7 @@ class PerturbationSets:
         predictions and statistics, in shapes that depend on ``n_sets`` and the number of cells
         only. A padding set has no gene (-1), count 0 and its first cell at 0 (any cell: it
         picks a row no cell reads)."""
-        if not self.n_sets <= n_sets <= self.n_cells:
-            raise ValueError(f"a batch of {self.n_cells} cells with {self.n_sets} distinct perturbation sets cannot be "
-                             f"padded to {n_sets} sets: from its own number up to one per cell")
+        _check_padding(n_sets, torch.tensor([self.n_sets]), torch.tensor([self.n_cells]))
         extra = n_sets - self.n_sets
         counts, first_cell = self.counts, self.first_cell
         sets = torch.cat((self.sets, self.packed.new_full((extra, self.n_columns), -1)))
@@ -168,9 +166,10 @@ class PerturbationSets:
         return dataclasses.replace(self, packed=fn(self.packed))
 
 
-def epoch_perturbation_sets(pert_idx: torch.Tensor, n_perts: int, batch_size: int) -> list[PerturbationSets]:
+def epoch_perturbation_sets(pert_idx: torch.Tensor, n_perts: int, batch_size: int,
+                            pad_to: int | None = None) -> list[PerturbationSets]:
     """The ``PerturbationSets`` of every batch of an epoch, found at once: item ``i`` equals
-    ``PerturbationSets.of`` of batch ``i``'s ``pert_idx``.
+    ``PerturbationSets.of`` of batch ``i``'s ``pert_idx`` (``.padded_to(pad_to)`` with ``pad_to``).
 
     ``pert_idx`` (N x k) holds the epoch's cells in batch order; batch ``i`` is cells
     ``[i * batch_size, (i + 1) * batch_size)`` (the last may be short). Each cell's key
@@ -195,27 +194,51 @@ def epoch_perturbation_sets(pert_idx: torch.Tensor, n_perts: int, batch_size: in
     n_unperturbed = (key == 0).long().index_select(0, first_set)  # key 0, no gene, is a batch's first set
     unperturbed_cells = counts.index_select(0, first_set) * n_unperturbed
     first_cell = torch.cumsum(counts, 0) - counts - set_batch * batch_size
+    if pad_to is None:
+        slots, dropped = sets_per_batch, n_unperturbed  # a batch's sets; the unperturbed one has no first_perturbed
+    else:
+        _check_padding(pad_to, sets_per_batch, cells_per_batch)
+        slots, dropped = torch.full_like(sets_per_batch, pad_to), torch.zeros_like(n_unperturbed)
 
     # every batch's packed tensor (laid out as PerturbationSets.pack lays it out), written for all batches at
-    # once; an unperturbed set's first_perturbed_cell goes to one element past them all, dropped
-    lengths = sets_per_batch * (n_columns + 3) - n_unperturbed + 2 * cells_per_batch
+    # once; an unperturbed set's first_perturbed_cell goes to one element past them all, dropped. Padding
+    # sets (pad_to) have no gene (-1), count 0 and first cells 0
+    lengths = slots * (n_columns + 3) - dropped + 2 * cells_per_batch
     end = torch.cumsum(lengths, 0)
-    packed = torch.empty(int(end[-1]) + 1 if n_batches else 1, dtype=torch.long)
-    n_sets = sets_per_batch.index_select(0, set_batch)  # in each set's batch
+    packed = torch.zeros(int(end[-1]) + 1 if n_batches else 1, dtype=torch.long)
+    if pad_to is not None:
+        packed.index_fill_(0, ((end - lengths).unsqueeze(1) + torch.arange(pad_to * n_columns)).view(-1), -1)
+    n_slots = slots.index_select(0, set_batch)  # in each set's batch
     at = (end - lengths).index_select(0, set_batch) + set_in_batch  # each set's place in a part of one item a set
     at_genes = (at + set_in_batch * (n_columns - 1)).unsqueeze(1) + torch.arange(n_columns)
     packed.index_copy_(0, at_genes.view(-1), sets_of_keys(key, n_columns, n_perts).view(-1))
-    at += n_sets * n_columns
+    at += n_slots * n_columns
     packed.index_copy_(0, at, counts)
-    at += n_sets
+    at += n_slots
     packed.index_copy_(0, at, first_cell)
-    at += n_sets - n_unperturbed.index_select(0, set_batch)
-    packed.index_copy_(0, torch.where(key == 0, len(packed) - 1, at),
-                       first_cell - unperturbed_cells.index_select(0, set_batch))
+    at += n_slots - dropped.index_select(0, set_batch)
+    if pad_to is None:
+        packed.index_copy_(0, torch.where(key == 0, len(packed) - 1, at),
+                           first_cell - unperturbed_cells.index_select(0, set_batch))
+    else:  # the perturbed-cells tensors of padded sets are those of all sets
+        packed.index_copy_(0, at, first_cell)
     at = (end - 2 * cells_per_batch).index_select(0, cell_batch) + torch.arange(n_cells) - cell_batch * batch_size
     packed.index_copy_(0, at, inverse - first_set.index_select(0, cell_batch))
     packed.index_copy_(0, at + cells_per_batch.index_select(0, cell_batch),
                        torch.repeat_interleave(set_in_batch, counts))
-    return [PerturbationSets(*fields) for fields in zip(
-        packed[:-1].split(lengths.tolist()), sets_per_batch.tolist(), [n_columns] * n_batches,
+    if pad_to is not None:
+        n_unperturbed, unperturbed_cells = dropped, dropped
+    return [PerturbationSets(*fields, padded=pad_to is not None) for fields in zip(
+        packed[:-1].split(lengths.tolist()), slots.tolist(), [n_columns] * n_batches,
         cells_per_batch.tolist(), n_unperturbed.tolist(), unperturbed_cells.tolist())]
+
+
+def _check_padding(n_sets: int, sets_per_batch: torch.Tensor, cells_per_batch: torch.Tensor) -> None:
+    """Refuse a padded number of sets below a batch's own or above its number of cells (the
+    model's row buffers hold one set per cell)."""
+    too_few = torch.nonzero((sets_per_batch > n_sets) | (cells_per_batch < n_sets)).flatten()
+    if len(too_few):
+        batch = int(too_few[0])
+        raise ValueError(f"a batch of {int(cells_per_batch[batch])} cells with {int(sets_per_batch[batch])} distinct "
+                         f"perturbation sets cannot be padded to {n_sets} sets: from its own number up to one per "
+                         "cell")
