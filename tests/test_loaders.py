@@ -65,10 +65,24 @@ def test_the_sets_of_an_epoch_are_those_of_each_batch_found_alone(columns, batch
         _assert_same_sets(got, PerturbationSets.of(cells, n_perts))
 
 
+def _assert_padded(got: PerturbationSets, alone: PerturbationSets, pad_to: int) -> None:
+    """``got`` is ``alone`` followed by sets of no cell up to ``pad_to`` sets: no gene (-1),
+    count 0, first cell 0; the per-cell tensors and the host integers fixed by the shapes."""
+    extra = pad_to - alone.n_sets
+    assert (got.padded, got.n_sets, got.n_columns, got.n_cells, got.n_unperturbed, got.unperturbed_cells) == (
+        True, pad_to, alone.n_columns, alone.n_cells, 0, 0)
+    assert len(got.packed) == pad_to * (alone.n_columns + 3) + 2 * alone.n_cells
+    assert torch.equal(got.sets, torch.cat((alone.sets, torch.full((extra, alone.n_columns), -1))))
+    padding = torch.zeros(extra, dtype=torch.long)
+    assert torch.equal(got.counts, torch.cat((alone.counts, padding)))
+    assert torch.equal(got.first_cell, torch.cat((alone.first_cell, padding)))
+    assert torch.equal(got.cell_set, alone.cell_set) and torch.equal(got.cells_by_set, alone.cells_by_set)
+
+
 @pytest.mark.parametrize("columns, batch_size", [(1, 4), (2, 32), (3, 7)])
-def test_padded_sets_of_an_epoch_are_each_batch_padded_alone(columns, batch_size):
-    """``pad_to``: every batch's sets padded to the same number, as ``padded_to`` pads them one
-    batch at a time (the packed layout and its host integers); no more than a batch has cells."""
+def test_padded_sets_of_an_epoch_are_each_batch_padded(columns, batch_size):
+    """``pad_to``: every batch's sets padded to the same number with sets of no cell; from a
+    batch's own number of sets up to one per cell, else refused."""
     generator = torch.Generator().manual_seed(columns * 100 + batch_size)
     n_perts = 6
     pert_idx = torch.randint(-1, n_perts, (batch_size * 12, columns), generator=generator)
@@ -77,11 +91,11 @@ def test_padded_sets_of_an_epoch_are_each_batch_padded_alone(columns, batch_size
     alone = [PerturbationSets.of(cells, n_perts) for cells in batches]
     pad_to = min(batch_size, max(sets.n_sets for sets in alone) + 1)
     for got, sets in zip(epoch_perturbation_sets(pert_idx, n_perts, batch_size, pad_to), alone):
-        want = sets.padded_to(pad_to)
-        assert torch.equal(got.packed, want.packed)
-        assert dataclasses.astuple(got)[1:] == dataclasses.astuple(want)[1:] == (pad_to, columns, batch_size, 0, 0, True)
-    with pytest.raises(ValueError, match=f"cannot be padded to {batch_size + 1} sets"):
-        epoch_perturbation_sets(pert_idx, n_perts, batch_size, batch_size + 1)
+        _assert_padded(got, sets, pad_to)
+    fewest = min(sets.n_sets for sets in alone)
+    for refused in {batch_size + 1, max(1, fewest - 1)} - set(range(max(s.n_sets for s in alone), batch_size + 1)):
+        with pytest.raises(ValueError, match=f"cannot be padded to {refused} sets: from its own number up to one"):
+            epoch_perturbation_sets(pert_idx, n_perts, batch_size, refused)
 
 
 def test_loaders_give_each_batch_the_sets_of_its_cells(toy):
@@ -107,7 +121,7 @@ def test_loaders_give_each_batch_the_sets_of_its_cells(toy):
     assert pad_to == min(8, len({tuple(sorted(p)) for p in toy.cells.condition_pert_idx[
         torch.unique(toy.cells.condition_codes[train.dataset.cell_indices])].tolist()}))
     for batch, padded in zip(train.batches(), train.batches(0, pad_to)):
-        assert torch.equal(padded.sets.packed, batch.sets.padded_to(pad_to).packed) and padded.sets.padded
+        _assert_padded(padded.sets, batch.sets, pad_to)
 
 
 def test_control_cells_are_their_own_input(toy):

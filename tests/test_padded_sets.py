@@ -1,4 +1,4 @@
-"""Padded perturbation sets (``PerturbationSets.padded_to``): the fixed shapes a step replayed
+"""Padded perturbation sets (``epoch_perturbation_sets(pad_to=...)``): the fixed shapes a step replayed
 from a CUDA graph needs, with the step of the unpadded sets: loss, gradients and BatchNorm
 running statistics (float64, so that equality is tested well below float32 rounding; the tolerances of
 ``test_model.py``'s float64 comparisons, as a lone perturbed cell's zero variance amplifies
@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from gears_ddp.data.perturbation_sets import PerturbationSets
+from gears_ddp.data.perturbation_sets import PerturbationSets, epoch_perturbation_sets
 from gears_ddp.model.losses import LossContext, gears_loss
 from model_fixtures import N_GENES, make_model, random_batch
 
@@ -58,7 +58,7 @@ def test_a_padded_step_equals_the_unpadded_one(batch, uncertainty, fused_decoder
     unpadded_model.fused_decoder = fused_decoder
     padded_model = copy.deepcopy(unpadded_model)
     unpadded = PerturbationSets.of(pert_idx, 25)
-    padded = unpadded.padded_to(n_cells)  # as many as a batch can have, one per cell
+    padded = epoch_perturbation_sets(pert_idx, 25, n_cells, pad_to=n_cells)[0]  # as many as it can have: one a cell
     assert padded.padded and padded.n_sets == n_cells > unpadded.n_sets
     results = [_step(model, x, y, pert_idx, sets, context)
                for model, sets in ((unpadded_model, unpadded), (padded_model, padded))]
@@ -74,17 +74,3 @@ def test_a_padded_step_equals_the_unpadded_one(batch, uncertainty, fused_decoder
         torch.testing.assert_close(padded_buffers[name], buffer, rtol=1e-10, atol=1e-10, msg=name)
     if batch == "controls only":  # pert_fuse saw no cell: its running statistics did not move
         assert int(padded_buffers["pert_fuse.network.1.num_batches_tracked"]) == 0
-
-
-def test_padding_adds_sets_of_no_cell_and_fixes_the_host_integers():
-    pert_idx = BATCHES["mixed"]
-    sets = PerturbationSets.of(pert_idx, 25)
-    padded = sets.padded_to(9)
-    assert sets.n_unperturbed == 1 and (padded.n_unperturbed, padded.unperturbed_cells) == (0, 0)
-    assert torch.equal(padded.sets[:sets.n_sets], sets.sets) and (padded.sets[sets.n_sets:] == -1).all()
-    assert torch.equal(padded.counts, torch.cat((sets.counts, torch.zeros(9 - sets.n_sets, dtype=torch.long))))
-    assert torch.equal(padded.cell_set, sets.cell_set) and torch.equal(padded.cells_by_set, sets.cells_by_set)
-    assert padded.packed.shape == PerturbationSets.of(torch.tensor([[1, -1]] * 16), 25).padded_to(9).packed.shape
-    for n_sets in (4, 17):
-        with pytest.raises(ValueError, match=f"16 cells with 5 distinct perturbation sets cannot be padded to {n_sets}"):
-            sets.padded_to(n_sets)

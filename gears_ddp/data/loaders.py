@@ -63,7 +63,7 @@ class EpochPlan(Dataset):
     them). That is 56 bytes a cell of the rank's share and 40 a distinct set of a batch. A
     batch then only gathers its input and target rows with one ``index_select`` (returned
     as two views of one tensor) and looks up its conditions' DE genes. With ``pad_sets_to``,
-    each batch's sets are padded to that many (``PerturbationSets.padded_to``).
+    each batch's sets are padded to that many (``epoch_perturbation_sets``).
     """
 
     def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor | slice, batch_size: int,

@@ -71,7 +71,7 @@ class PerturbationSets:
     the other (``pack``), so that a batch's sets are one tensor to lay out, pin and copy to
     a device. The host integers say where each one lies.
 
-    ``padded`` sets (``padded``) end with sets of no cell (-1 rows, count 0), and their host
+    ``padded`` sets end with sets of no cell (-1 rows, count 0), and their host
     integers do not depend on the batch: ``n_unperturbed`` and ``unperturbed_cells`` are 0
     there, and the model tells the unperturbed set by its genes (none) instead (the
     ``perturbed_*`` tensors are then those of all sets, and the model does not use them).
@@ -87,10 +87,10 @@ class PerturbationSets:
 
     @classmethod
     def pack(cls, sets, counts, first_cell, first_perturbed_cell, cell_set, cells_by_set, n_unperturbed: int,
-             unperturbed_cells: int, padded: bool = False) -> "PerturbationSets":
+             unperturbed_cells: int) -> "PerturbationSets":
         """The sets of the given tensors (see the class docstring), packed into one."""
         packed = torch.cat((sets.reshape(-1), counts, first_cell, first_perturbed_cell, cell_set, cells_by_set))
-        return cls(packed, sets.shape[0], sets.shape[1], cell_set.shape[0], n_unperturbed, unperturbed_cells, padded)
+        return cls(packed, sets.shape[0], sets.shape[1], cell_set.shape[0], n_unperturbed, unperturbed_cells)
 
     @classmethod
     def of(cls, pert_idx: torch.Tensor, n_perts: int) -> "PerturbationSets":
@@ -110,20 +110,6 @@ class PerturbationSets:
         model runs in evaluation mode (not sorted or distinct, as training mode needs)."""
         each = torch.arange(len(sets), device=sets.device)
         return cls.pack(sets, torch.ones_like(each), each, each, each, each, 0, 0)
-
-    def padded_to(self, n_sets: int) -> "PerturbationSets":
-        """These sets followed by sets of no cell up to ``n_sets`` in all (``padded``): the same
-        predictions and statistics, in shapes that depend on ``n_sets`` and the number of cells
-        only. A padding set has no gene (-1), count 0 and its first cell at 0 (any cell: it
-        picks a row no cell reads)."""
-        _check_padding(n_sets, torch.tensor([self.n_sets]), torch.tensor([self.n_cells]))
-        extra = n_sets - self.n_sets
-        counts, first_cell = self.counts, self.first_cell
-        sets = torch.cat((self.sets, self.packed.new_full((extra, self.n_columns), -1)))
-        counts = torch.cat((counts, counts.new_zeros(extra)))
-        first_cell = torch.cat((first_cell, first_cell.new_zeros(extra)))
-        return PerturbationSets.pack(sets, counts, first_cell, first_cell, self.cell_set, self.cells_by_set, 0, 0,
-                                     padded=True)
 
     def _part(self, start: int, length: int) -> torch.Tensor:
         return self.packed[start:start + length]
@@ -169,7 +155,9 @@ class PerturbationSets:
 def epoch_perturbation_sets(pert_idx: torch.Tensor, n_perts: int, batch_size: int,
                             pad_to: int | None = None) -> list[PerturbationSets]:
     """The ``PerturbationSets`` of every batch of an epoch, found at once: item ``i`` equals
-    ``PerturbationSets.of`` of batch ``i``'s ``pert_idx`` (``.padded_to(pad_to)`` with ``pad_to``).
+    ``PerturbationSets.of`` of batch ``i``'s ``pert_idx``. With ``pad_to``, every batch's sets
+    are ``padded``: followed by sets of no cell (no gene, -1; count 0; first cells 0) up to
+    ``pad_to`` sets, from its own number up to one per cell.
 
     ``pert_idx`` (N x k) holds the epoch's cells in batch order; batch ``i`` is cells
     ``[i * batch_size, (i + 1) * batch_size)`` (the last may be short). Each cell's key

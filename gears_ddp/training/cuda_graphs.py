@@ -11,7 +11,7 @@ plus the copies of the batch into the graph's input tensors and the learning rat
 What capture needs, and where it is met:
 
 - The same shapes every step: the loaders pad each batch's perturbation sets to a fixed
-  number (``PerturbationSets.padded_to``) and drop the short last batch; a step of other
+  number (``epoch_perturbation_sets(pad_to=...)``) and drop the short last batch; a step of other
   shapes (the short last group of ``grad_accum_steps``) runs eagerly.
 - No host synchronisation inside the step (``tests/test_device_work.py`` counts them).
 - The same memory every replay: the batch is copied into static tensors on the device
