@@ -214,11 +214,11 @@ def epoch_perturbation_sets(pert_idx: torch.Tensor, n_perts: int, batch_size: in
     packed.index_copy_(0, at, inverse - first_set.index_select(0, cell_batch))
     packed.index_copy_(0, at + cells_per_batch.index_select(0, cell_batch),
                        torch.repeat_interleave(set_in_batch, counts))
-    if pad_to is not None:
-        n_unperturbed, unperturbed_cells = dropped, dropped
+    # padded sets' host integers do not depend on the batch: no unperturbed set is set apart
+    apart = (n_unperturbed, unperturbed_cells) if pad_to is None else (dropped, dropped)
     return [PerturbationSets(*fields, padded=pad_to is not None) for fields in zip(
         packed[:-1].split(lengths.tolist()), slots.tolist(), [n_columns] * n_batches,
-        cells_per_batch.tolist(), n_unperturbed.tolist(), unperturbed_cells.tolist())]
+        cells_per_batch.tolist(), apart[0].tolist(), apart[1].tolist())]
 
 
 def _check_padding(n_sets: int, sets_per_batch: torch.Tensor, cells_per_batch: torch.Tensor) -> None:
