@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gears_ddp.data.conditions import CONTROL, condition_genes, genes_of_conditions
-from gears_ddp.data.raw_screens import listed
-from gears_ddp.data.screen_report import Problem
+from gears_ddp.data.screen_report import Problem, listed
 
 GO_FILES_ADVICE = "gears-ddp process --go-annotation FILE.gaf or --go-gene-sets FILE.gmt"
 

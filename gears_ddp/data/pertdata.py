@@ -228,10 +228,15 @@ class PertData:
         the data folder's GO files, unknown when they are absent (nothing is downloaded)."""
         names = [GENE2GO_FILE] + ([ESSENTIAL_GENES_FILE] if self.default_pert_graph else [])
         absent = [name for name in names if download.local_go_file(name, self.data_path) is None]
-        local = screen_check.GoVocabulary(None, f"{self.data_path} lacks {', '.join(absent)}, which processing "
-                                                "downloads") if absent else screen_check.GoVocabulary(
-            frozenset(graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(annotations))),
-            f"the GO files of {self.data_path}")
+        if absent:
+            local = screen_check.GoVocabulary(None, f"{self.data_path} lacks {', '.join(absent)}, which processing "
+                                                    "downloads; give the data folder that holds the GO files, or a "
+                                                    "GO annotation (gears-ddp check --go-gene-sets FILE.gmt or "
+                                                    "--go-annotation FILE.gaf)")
+        else:
+            local = screen_check.GoVocabulary(
+                frozenset(graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(annotations))),
+                f"the GO files of {self.data_path}")
         if gene2go is None:
             return local
         candidates = self._pert_vocabulary_candidates(annotations, annotated=sorted(gene2go))

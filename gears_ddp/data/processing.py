@@ -23,7 +23,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp.data.conditions import CONTROL, coded_conditions, malformed_conditions_problem
 from gears_ddp.data.de_genes import MOMENTS, check_group_sizes, order_by_magnitude, welch_t_test_of_sums
 from gears_ddp.data.grouped import ConditionSums, row_blocks
-from gears_ddp.data.screen_report import Problem, refuse
+from gears_ddp.data.screen_report import Problem, listed, refuse
 
 logger = get_logger(__name__)
 
@@ -41,8 +41,13 @@ def missing_columns_problem(adata, source: str, obs_columns=REQUIRED_OBS, var_co
     missing += [f"var[{c!r}]" for c in var_columns if c not in adata.var.columns]
     if not missing:
         return None
+    own_column = (f"; or name the screen's own column of perturbations and its control label (perturbation_column "
+                  f"and control_label; gears-ddp process --perturbation-column, --control-label): its obs columns "
+                  f"are {listed(adata.obs.columns) or 'none'}" if "condition" in obs_columns
+                  and "condition" not in adata.obs.columns else "")
     return Problem("columns", f"{source} lacks required column(s) {', '.join(missing)}; GEARS data needs "
-                              "obs['condition'] ('ctrl', 'A+ctrl', 'A+B'), obs['cell_type'] and var['gene_name']")
+                              "obs['condition'] ('ctrl', 'A+ctrl', 'A+B'), obs['cell_type'] and var['gene_name']"
+                              + own_column)
 
 
 def check_columns(adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQUIRED_VAR) -> None:

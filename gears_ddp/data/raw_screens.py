@@ -14,7 +14,7 @@ import pandas as pd
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.conditions import CONTROL
-from gears_ddp.data.screen_report import Problem, refuse
+from gears_ddp.data.screen_report import Problem, listed, refuse
 
 logger = get_logger(__name__)
 
@@ -142,8 +142,3 @@ def write_gears_columns(adata, cell_type: str, perturbation_column: str | None, 
                      f"({listed(adata.var_names, 3)})")
     return notes
 
-
-def listed(names, limit: int = 10) -> str:
-    """Names for a one-line message: the first ``limit``, then how many more."""
-    names = [str(name) for name in names]
-    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -25,8 +25,7 @@ from gears_ddp.data.conditions import CONTROL, coded_conditions, genes_of_condit
 from gears_ddp.data.de_genes import small_groups_problem
 from gears_ddp.data.go_coverage import coverage_problems, go_coverage
 from gears_ddp.data.grouped import row_blocks
-from gears_ddp.data.raw_screens import listed
-from gears_ddp.data.screen_report import Problem, ScreenReport
+from gears_ddp.data.screen_report import Problem, ScreenReport, listed
 from gears_ddp.data.splits import (SUBGROUP_NAMES, TOO_FEW_PERTURBATIONS, read_custom_split, sets_of_split,
                                    split_conditions, split_option_problems, split_set_problems)
 
@@ -63,7 +62,7 @@ def check_screen(adata, name: str = "screen", *, perturbation_column: str | None
     ``skip_calc_de``), and split with each of ``splits`` (``prepare_split``'s options, all
     of them given). ``vocabulary`` gives, for the screen's annotations (``obs`` with GEARS's
     ``condition`` column, ``var`` with ``gene_name``), the ``GoVocabulary`` processing would
-    use; without it the GO terms are not checked. ``read_expression=False`` leaves out the
+    use; without it the GO terms are not checked (a warning says so). ``read_expression=False`` leaves out the
     one check that reads the expression (a pass over every cell)."""
     source = screen_source(name)
     report = ScreenReport(source)
@@ -74,8 +73,13 @@ def check_screen(adata, name: str = "screen", *, perturbation_column: str | None
     if annotations is not None:
         cells = _check_cells(annotations, perturbation_column, de, report)
         _check_measured(annotations, cells, report)
-        kept = _check_go_terms(cells, None if vocabulary is None else vocabulary(annotations), name,
-                               drop_unannotated, report)
+        if vocabulary is None:
+            go = GoVocabulary(None, "no GO files were given")
+        elif "gene_name" not in annotations.var.columns:
+            go = GoVocabulary(None, "they are checked once var['gene_name'] is there")
+        else:
+            go = vocabulary(annotations)
+        kept = _check_go_terms(cells, go, name, drop_unannotated, report)
         if any(condition != CONTROL for condition in kept):
             for options in splits:
                 _check_split(kept, options, report)
@@ -161,9 +165,8 @@ def _check_measured(annotations, cells: dict[str, int], report: ScreenReport) ->
     perturbed = set(genes_of_conditions(cells))
     if not perturbed or "gene_name" not in annotations.var.columns:
         return
-    columns = {f"var[{column!r}]": annotations.var[column] for column in annotations.var.columns
-               if annotations.var[column].dtype == object or isinstance(annotations.var[column].dtype,
-                                                                         pd.CategoricalDtype)}
+    columns = {f"var[{column!r}]": values for column, values in annotations.var.items()
+               if not pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)}
     columns["var_names"] = annotations.var_names
     found = {column: perturbed & set(values.astype(str)) for column, values in columns.items()}
     measured = found["var['gene_name']"]
@@ -181,16 +184,14 @@ def _check_measured(annotations, cells: dict[str, int], report: ScreenReport) ->
                         stops=False)])
 
 
-def _check_go_terms(cells: dict[str, int], vocabulary: GoVocabulary | None, name: str, drop_unannotated: bool,
+def _check_go_terms(cells: dict[str, int], vocabulary: GoVocabulary, name: str, drop_unannotated: bool,
                     report: ScreenReport) -> list[str]:
     """The conditions processing keeps (in order): those whose genes have GO terms
     (``go_coverage``), or all of them when the GO terms are not known; what a GO file of
     the user's adds to the data folder's GO files."""
-    if vocabulary is None or vocabulary.genes is None:
-        why = "" if vocabulary is None else f": {vocabulary.origin}"
-        report.add([Problem("GO terms", f"the perturbed genes' GO terms are not checked{why}; give the data folder "
-                                        "that holds the GO files, or a GO annotation (gears-ddp check "
-                                        "--go-gene-sets FILE.gmt or --go-annotation FILE.gaf)", stops=False)])
+    if vocabulary.genes is None:
+        report.add([Problem("GO terms", f"the perturbed genes' GO terms are not checked: {vocabulary.origin}",
+                            stops=False)])
         return list(cells)
     coverage = go_coverage(cells, vocabulary.genes)
     covered = len(coverage.perturbed) - len(coverage.outside)
@@ -263,7 +264,7 @@ def _advice(conditions: list[str], options: dict) -> str:
         if not split_set_problems(sets, conditions, sets_of_split(split), ""):
             working.append(seed)
     if working:
-        return f"split seeds that give every set perturbations: {listed(working)} (of 0 to {SEEDS_TRIED - 1})"
+        return f"split seeds that give every set perturbations: {listed(working, 5)} (of 0 to {SEEDS_TRIED - 1})"
     return f"{TOO_FEW_PERTURBATIONS} (it has {_perturbations(conditions)} perturbations)"
 
 

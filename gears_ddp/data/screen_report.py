@@ -41,9 +41,6 @@ class ScreenProblems(ValueError):
                        + "\n".join(f"  - {problem.topic}: {problem.text}" for problem in self.problems))
         super().__init__(message)
 
-    def __reduce__(self):  # picklable, as exceptions that cross processes must be
-        return type(self), (self.source, self.problems)
-
 
 def refuse(problems: Iterable[Problem | None], source: str) -> None:
     """Raise ``ScreenProblems`` naming every problem among ``problems`` (None: nothing
@@ -86,15 +83,29 @@ class ScreenReport:
         refuse(self.problems, self.source)
 
     def lines(self) -> list[str]:
-        """The report as text: the facts, the warnings, the stopping problems, the verdict."""
+        """The report as text, an entry a line: the facts, the warnings, the stopping
+        problems, the verdict."""
         lines = [f"{self.source}:"] + [f"  {topic}: {text}" for topic, text in self.facts]
-        for title, problems in (("warnings (training goes on)", self.warnings),
-                                ("problems that stop it, each with its fix", self.stopping)):
-            if problems:
-                lines += [f"{len(problems)} {title}:"] + [f"  - {p.topic}: {p.text}" for p in problems]
-        lines.append("it would train" + (f", with {len(self.warnings)} warning(s)" if self.warnings else "")
-                     if self.would_train else f"it would not train: {len(self.stopping)} problem(s) to fix")
+        if self.warnings:
+            lines += [f"{counted(len(self.warnings), 'warning')} (training goes on):"]
+            lines += [f"  - {p.topic}: {p.text}" for p in self.warnings]
+        if self.stopping:
+            lines += [f"{counted(len(self.stopping), 'problem')} that stop{'s' if len(self.stopping) == 1 else ''} "
+                      f"it, each with its fix:"] + [f"  - {p.topic}: {p.text}" for p in self.stopping]
+        lines.append(("it would train" + (f", with {counted(len(self.warnings), 'warning')}" if self.warnings else ""))
+                     if self.would_train else f"it would not train: {counted(len(self.stopping), 'problem')} to fix")
         return lines
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
+
+
+def listed(names, limit: int = 10) -> str:
+    """Names for a one-line message: the first ``limit``, then how many more."""
+    names = [str(name) for name in names]
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def counted(n: int, noun: str) -> str:
+    """``'1 warning'``, ``'2 warnings'``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
