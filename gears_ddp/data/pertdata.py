@@ -199,7 +199,7 @@ class PertData:
                      perturbation_column: str | None = None, control_label: str | None = None,
                      combination_separator: str | None = None, normalize: bool = False,
                      n_top_genes: int | None = None, drop_unannotated: bool = True, skip_calc_de: bool = False,
-                     go_annotation: dict | None = None, go_annotation_origin: str = "the given GO annotation",
+                     go_annotation: dict | None = None, go_annotation_origin: str = "go_annotation",
                      splits: list[dict] | None = None, read_expression: bool = True) -> ScreenReport:
         """Check a screen whole, as ``new_data_process(dataset_name, adata, ...)`` with the same
         options would take it and as ``prepare_split`` would split it with each of ``splits``

@@ -90,8 +90,10 @@ class ScreenReport:
             lines += [f"{counted(len(self.warnings), 'warning')} (training goes on):"]
             lines += [f"  - {p.topic}: {p.text}" for p in self.warnings]
         if self.stopping:
-            lines += [f"{counted(len(self.stopping), 'problem')} that stop{'s' if len(self.stopping) == 1 else ''} "
-                      f"it, each with its fix:"] + [f"  - {p.topic}: {p.text}" for p in self.stopping]
+            one = len(self.stopping) == 1
+            lines += [f"{counted(len(self.stopping), 'problem')} that stop{'s' if one else ''} it, "
+                      f"{'with its fix' if one else 'each with its fix'}:"]
+            lines += [f"  - {p.topic}: {p.text}" for p in self.stopping]
         lines.append(("it would train" + (f", with {counted(len(self.warnings), 'warning')}" if self.warnings else ""))
                      if self.would_train else f"it would not train: {counted(len(self.stopping), 'problem')} to fix")
         return lines
