@@ -549,43 +549,58 @@ def _go_annotation(options) -> tuple[dict, str] | None:
 def check(options) -> int:
     """Report everything a screen (``--adata``) or processed dataset holds that matters to
     processing and training it, and every problem; 0 when it would train, else 2."""
-    from gears_ddp.data.download import DATASET_FILE_IDS
-    from gears_ddp.data.io import PROCESSED_FILE, read_h5ad
     from gears_ddp.data.pertdata import PertData
 
-    if options.config is None and options.data_path is None:
-        raise ValueError("give the data folder (--data-path: its GO files) or a run's configuration (--config)")
-    if options.adata is None and options.config is None and options.name is None:
-        raise ValueError("give the screen (--adata), or name the processed dataset of --data-path (--name)")
-    name = options.name or (Path(options.adata).stem if options.adata else None)
-    config = read_run_config(options.config, options.overrides) if options.config else resolve_with_overrides(
-        {"pert_data_path": options.data_path, "dataset_name": name}, options.overrides, "--set")
-    data_path, name = options.data_path or config["pert_data_path"], name or config["dataset_name"]
-    screen = _screen_options(options)
-    if options.adata is not None:
-        adata, screen["drop_unannotated"] = read_h5ad(options.adata, backed=True), options.drop_unannotated
-    else:
-        given = [f"--{key.replace('_', '-')}" for key, value in screen.items() if value not in (None, False)]
-        if given:
-            raise ValueError(f"{', '.join(given)} read a screen as it comes: give it with --adata")
-        processed = Path(data_path) / name / PROCESSED_FILE
-        if not processed.is_file():
-            raise FileNotFoundError(f"no processed dataset at {processed}: check the screen itself (--adata), or "
-                                    "process it first (gears-ddp process)"
-                                    + (f"; {name!r} is a published dataset, which gears-ddp train downloads"
-                                       if name in DATASET_FILE_IDS else ""))
-        adata, screen = read_h5ad(processed, backed=True), {"skip_calc_de": True}  # as PertData.load reads it
-    annotation = _go_annotation(options)
+    config, data_path, name = _check_config(options)
+    adata, screen = _screen_to_check(options, data_path, name)
+    gene2go, origin = _go_annotation(options) or (None, "")
     seeds = options.split_seeds or (config.get("replicates") or {}).get("split_seeds") or \
         [config["split_config"]["seed"]]
     splits = [{**config["split_config"], "split": split, "seed": seed}
               for split in options.split or [config["split_config"]["split"]] for seed in seeds]
     pert_data = PertData(data_path, default_pert_graph=config["args"]["default_pert_graph"])
-    report = pert_data.check_screen(adata, name, **screen, splits=splits,
-                                    **({} if annotation is None else
-                                       {"go_annotation": annotation[0], "go_annotation_origin": annotation[1]}))
+    report = pert_data.check_screen(adata, name, **screen, splits=splits, go_annotation=gene2go,
+                                    go_annotation_origin=origin)
     print(report)
     return 0 if report.would_train else EXIT_BAD_INPUT
+
+
+def _check_config(options) -> tuple[dict, str, str]:
+    """The run configuration a check reads (``--config``, or one of ``--set`` alone), the
+    data folder and the dataset's name."""
+    if options.config is None and options.data_path is None:
+        raise ValueError("give the data folder (--data-path: its GO files) or a run's configuration (--config)")
+    if options.config is not None:
+        config = read_run_config(options.config, options.overrides)
+        return config, options.data_path or config["pert_data_path"], options.name or config["dataset_name"]
+    if options.adata is None and options.name is None:
+        raise ValueError("give the screen (--adata), or name the processed dataset of --data-path (--name)")
+    name = options.name or Path(options.adata).stem
+    config = resolve_with_overrides({"pert_data_path": options.data_path, "dataset_name": name}, options.overrides,
+                                    "--set")
+    return config, options.data_path, name
+
+
+def _screen_to_check(options, data_path: str, name: str) -> tuple:
+    """The screen to check (backed: its expression read a block at a time) and
+    ``PertData.check_screen``'s options for it: the screen of ``--adata`` as ``gears-ddp
+    process`` reads it, or the processed dataset ``data_path/name`` as ``PertData.load`` does."""
+    from gears_ddp.data.download import DATASET_FILE_IDS
+    from gears_ddp.data.io import PROCESSED_FILE, read_h5ad
+
+    screen = _screen_options(options)
+    if options.adata is not None:
+        return read_h5ad(options.adata, backed=True), {**screen, "drop_unannotated": options.drop_unannotated}
+    given = [f"--{key.replace('_', '-')}" for key, value in screen.items() if value not in (None, False)]
+    if given:
+        raise ValueError(f"{', '.join(given)} read a screen as it comes: give it with --adata")
+    processed = Path(data_path) / name / PROCESSED_FILE
+    if not processed.is_file():
+        raise FileNotFoundError(f"no processed dataset at {processed}: check the screen itself (--adata), or process "
+                                "it first (gears-ddp process)" + (f"; {name!r} is a published dataset, which "
+                                                                  "gears-ddp train downloads"
+                                                                  if name in DATASET_FILE_IDS else ""))
+    return read_h5ad(processed, backed=True), {"skip_calc_de": True}
 
 
 if __name__ == "__main__":

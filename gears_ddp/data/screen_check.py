@@ -26,8 +26,9 @@ from gears_ddp.data.de_genes import small_groups_problem
 from gears_ddp.data.go_coverage import coverage_problems, go_coverage
 from gears_ddp.data.grouped import row_blocks
 from gears_ddp.data.screen_report import Problem, ScreenReport, listed
-from gears_ddp.data.splits import (SUBGROUP_NAMES, TOO_FEW_PERTURBATIONS, read_custom_split, sets_of_split,
-                                   split_conditions, split_option_problems, split_set_problems)
+from gears_ddp.data.splits import (ALL_SETS, SUBGROUP_NAMES, TOO_FEW_PERTURBATIONS, read_custom_split,
+                                   sets_of_split, sets_without_perturbations, split_conditions, split_option_problems,
+                                   split_set_problems)
 
 FEW_CELLS = 10  # a condition of fewer cells has a mean (what training fits and metrics score) of little weight
 SEEDS_TRIED = 20  # split seeds tried for one that gives every set perturbations, when the one asked for does not
@@ -62,8 +63,9 @@ def check_screen(adata, name: str = "screen", *, perturbation_column: str | None
     ``skip_calc_de``), and split with each of ``splits`` (``prepare_split``'s options, all
     of them given). ``vocabulary`` gives, for the screen's annotations (``obs`` with GEARS's
     ``condition`` column, ``var`` with ``gene_name``), the ``GoVocabulary`` processing would
-    use; without it the GO terms are not checked (a warning says so). ``read_expression=False`` leaves out the
-    one check that reads the expression (a pass over every cell)."""
+    use; without it the GO terms are not checked (a warning says so).
+    ``read_expression=False`` leaves out the one check that reads the expression (a pass
+    over every cell)."""
     source = screen_source(name)
     report = ScreenReport(source)
     report.fact("cells and genes", f"{adata.n_obs} cells x {adata.n_vars} genes")
@@ -73,13 +75,7 @@ def check_screen(adata, name: str = "screen", *, perturbation_column: str | None
     if annotations is not None:
         cells = _check_cells(annotations, perturbation_column, de, report)
         _check_measured(annotations, cells, report)
-        if vocabulary is None:
-            go = GoVocabulary(None, "no GO files were given")
-        elif "gene_name" not in annotations.var.columns:
-            go = GoVocabulary(None, "they are checked once var['gene_name'] is there")
-        else:
-            go = vocabulary(annotations)
-        kept = _check_go_terms(cells, go, name, drop_unannotated, report)
+        kept = _check_go_terms(cells, _screen_vocabulary(annotations, vocabulary), name, drop_unannotated, report)
         if any(condition != CONTROL for condition in kept):
             for options in splits:
                 _check_split(kept, options, report)
@@ -184,6 +180,16 @@ def _check_measured(annotations, cells: dict[str, int], report: ScreenReport) ->
                         stops=False)])
 
 
+def _screen_vocabulary(annotations, vocabulary: Callable[[anndata.AnnData], GoVocabulary] | None) -> GoVocabulary:
+    """The ``GoVocabulary`` ``vocabulary`` gives the screen's ``annotations``, or one that
+    says why there is none to check against."""
+    if vocabulary is None:
+        return GoVocabulary(None, "no GO files were given")
+    if "gene_name" not in annotations.var.columns:
+        return GoVocabulary(None, "they are checked once var['gene_name'] is there")
+    return vocabulary(annotations)
+
+
 def _check_go_terms(cells: dict[str, int], vocabulary: GoVocabulary, name: str, drop_unannotated: bool,
                     report: ScreenReport) -> list[str]:
     """The conditions processing keeps (in order): those whose genes have GO terms
@@ -220,14 +226,10 @@ def _check_split(conditions: list[str], options: dict, report: ScreenReport) -> 
         except (ValueError, FileNotFoundError) as refused:  # a split type the screen cannot have, a bad split file
             problems = [Problem("split", str(refused))]
         else:
+            empty = sets_without_perturbations(sets, sets_of_split(split))
             problems = split_set_problems(sets, conditions, sets_of_split(split), f"split {split!r} with seed {seed}",
-                                          _advice(conditions, options))
-            report.fact(topic, ", ".join(f"{name} {_perturbations(sets.get(name, []))}"
-                                         for name in ("train", "val", "test") if name in sets) + " perturbations"
-                        + "".join(f"; {where.split('_')[0]}: " + ", ".join(f"{group} {len(members)}"
-                                                                         for group, members in groups.items()
-                                                                         if members)
-                                  for where, groups in (subgroups or {}).items()))
+                                          _advice(conditions, options) if empty else TOO_FEW_PERTURBATIONS)
+            report.fact(topic, _split_summary(sets, subgroups))
             problems += _empty_subgroup_problems(conditions, subgroups)
     report.add(replace(problem, topic=topic) for problem in problems)
 
@@ -246,6 +248,17 @@ def _perturbations(conditions) -> int:
     return sum(condition != CONTROL for condition in conditions)
 
 
+def _split_summary(sets: dict, subgroups: dict | None) -> str:
+    """The perturbations of each set, then of each subgroup of a simulation split that has
+    some: ``'train 16, val 2, test 6 perturbations; test: unseen_single 6; ...'``."""
+    text = ", ".join(f"{name} {_perturbations(sets[name])}" for name in ALL_SETS if name in sets) + " perturbations"
+    for where, groups in (subgroups or {}).items():  # test_subgroup, val_subgroup
+        sizes = [f"{group} {len(members)}" for group, members in groups.items() if members]
+        if sizes:
+            text += f"; {where.removesuffix('_subgroup')}: {', '.join(sizes)}"
+    return text
+
+
 def _advice(conditions: list[str], options: dict) -> str:
     """What to do when a split leaves a set it needs empty: another split type for a screen
     without the combinations the split tests, the seeds that work, or more perturbations."""
@@ -261,7 +274,7 @@ def _advice(conditions: list[str], options: dict) -> str:
             sets, _ = _split_sets(conditions, {**options, "seed": seed})
         except ValueError:  # test genes this seed cannot make room for
             continue
-        if not split_set_problems(sets, conditions, sets_of_split(split), ""):
+        if not sets_without_perturbations(sets, sets_of_split(split)):
             working.append(seed)
     if working:
         return f"split seeds that give every set perturbations: {listed(working, 5)} (of 0 to {SEEDS_TRIED - 1})"

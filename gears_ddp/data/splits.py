@@ -256,6 +256,11 @@ def split_option_problems(split: str, seed, **fractions) -> list[Problem]:
     return problems
 
 
+def sets_without_perturbations(set2conditions: dict, required_sets: Sequence[str]) -> list[str]:
+    """The sets among ``required_sets`` that a split leaves without perturbations."""
+    return [name for name in required_sets if not [c for c in set2conditions.get(name, []) if c != CONTROL]]
+
+
 def split_set_problems(set2conditions: dict, known_conditions, required_sets: Sequence[str], source: str,
                        advice: str = TOO_FEW_PERTURBATIONS) -> list[Problem]:
     """The problems of a split: required sets without perturbations (then ``advice``),
@@ -263,8 +268,7 @@ def split_set_problems(set2conditions: dict, known_conditions, required_sets: Se
     split came from (a file, or the split type and seed), so the text tells the user what
     to change."""
     problems = []
-    missing_sets = [name for name in required_sets
-                    if not [c for c in set2conditions.get(name, []) if c != CONTROL]]
+    missing_sets = sets_without_perturbations(set2conditions, required_sets)
     if missing_sets:
         sizes = {name: len(conds) for name, conds in set2conditions.items()}
         problems.append(Problem("split", f"{source} leaves the {' and '.join(missing_sets)} set(s) without "

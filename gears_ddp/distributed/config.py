@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from gears_ddp._options import Options, is_int, option, reject_unknown
 from gears_ddp.data.expression_map import DTYPES
-from gears_ddp.data.pertdata import SPLIT_DEFAULTS, SPLIT_OPTIONS, STORAGES
+from gears_ddp.data.pertdata import SPLIT_OPTIONS, STORAGES
 from gears_ddp.model.options import ModelOptions
 from gears_ddp.training.options import TrainingOptions
 
