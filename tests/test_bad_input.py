@@ -205,6 +205,23 @@ def _refused_in_one_line(capsys, argv, *expected):
         assert text in last, last
 
 
+def _refused_naming(capsys, argv, *problems):
+    """The command exits with status 2 and, with no traceback, refuses in one message, which
+    starts ``gears-ddp <command>: `` and counts them, every one of ``problems``: each a tuple
+    of texts that one line of the message holds together (the file, column or gene, and
+    the fix)."""
+    library = logging.getLogger("gears_ddp")
+    for handler in [h for h in library.handlers if getattr(h, "_gears_ddp_console", False)]:
+        library.removeHandler(handler)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    message = err[err.index(f"gears-ddp {argv[0]}: "):].strip()
+    assert f": {len(problems)} problems stop it, each with its fix:" in message.splitlines()[0]
+    for texts in problems:
+        assert any(all(text in line for text in texts) for line in message.splitlines()), (texts, message)
+
+
 @pytest.fixture(scope="module")
 def run_folder(data_folder, tmp_path_factory):
     """A run folder as gears-ddp train leaves it: the model files and config.yaml."""

@@ -63,5 +63,23 @@ def test_the_screen_page_says_what_every_score_and_column_means():
     assert [name for name in columns if f"`{name}`" not in page] == []
 
 
+def test_the_readme_shows_what_gears_ddp_check_prints_on_the_real_screen(monkeypatch, capsys):
+    """The README's own-screen section: its command, run from the repository's root, prints
+    the output shown beside it, and exits with status 2 (a gene without GO terms)."""
+    import re
+    import shlex
+
+    from gears_ddp.cli import main
+
+    readme = DOCUMENTS[0].read_text(encoding="utf-8")
+    command, shown = re.search(r"```bash\n(S=[^\n]*\ngears-ddp check .*?)\n```\n\n```\n(.*?)\n```", readme,
+                               re.S).groups()
+    folder = command.splitlines()[0].split("=", 1)[1]
+    argv = shlex.split(command.split("\n", 1)[1].replace("\\\n", " ").replace("$S", folder))
+    monkeypatch.chdir(DOCUMENTS[0].parent)
+    assert argv[:2] == ["gears-ddp", "check"] and main(argv[1:]) == 2
+    assert capsys.readouterr().out.rstrip("\n") == shown
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     OPTIONS_PAGE.write_text(option_reference(), encoding="utf-8")

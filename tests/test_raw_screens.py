@@ -19,7 +19,7 @@ from gears_ddp.data import io
 from gears_ddp.data.gene_sets import read_gene_sets
 from gears_ddp.data.go_files import GO_EDGES_NAME, read_annotation, write_go_files
 from gears_ddp.data.raw_screens import gears_condition
-from test_bad_input import _refused_in_one_line
+from test_bad_input import _refused_in_one_line, _refused_naming
 
 
 @pytest.mark.parametrize("label,separator,condition", [
@@ -192,7 +192,7 @@ def test_bad_gene_set_files_are_refused_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "data").exists()
 
 
-def test_the_process_command_refuses_a_bad_screen_in_one_line(tmp_path, capsys):
+def test_the_process_command_names_every_problem_of_a_bad_screen_at_once(tmp_path, capsys):
     screen = _own_columns(_counts())
     raw = tmp_path / "screen.h5ad"
     screen.write_h5ad(raw)
@@ -200,11 +200,12 @@ def test_the_process_command_refuses_a_bad_screen_in_one_line(tmp_path, capsys):
     toy_data.write_go_files(data_path)
     data = ["process", "--adata", str(raw), "--data-path", str(data_path), "--name", "own"]
     own = ["--perturbation-column", "target", "--control-label", "NT", "--combination-separator", "_"]
-    _refused_in_one_line(capsys, [*data, "--perturbation-column", "gene", "--control-label", "NT"],
-                         "no obs column 'gene'; its columns: target")
-    _refused_in_one_line(capsys, [*data, *own[:2], "--control-label", "control"],
-                         "no cell of obs['target'] has the control label 'control'", "NT (120)")
-    _refused_in_one_line(capsys, [*data, *own], "holds raw counts", "--normalize")
+    counts = ("holds raw counts", "--normalize")  # the counts are not normalised in any of these
+    _refused_naming(capsys, [*data, "--perturbation-column", "gene", "--control-label", "NT"],
+                    ("no obs column 'gene'; its columns: target",), counts)
+    _refused_naming(capsys, [*data, *own[:2], "--control-label", "control"],
+                    ("no cell of obs['target'] has the control label 'control'", "NT (120)"), counts)
+    _refused_in_one_line(capsys, [*data, *own], *counts)
     assert not (data_path / "own").exists()
     assert main_ok([*data, *own, "--normalize"], capsys).startswith("dataset own: ")
 

@@ -20,7 +20,7 @@ import pytest
 
 from gears_ddp import PertData
 from gears_ddp.cli import main
-from test_bad_input import _refused_in_one_line
+from test_bad_input import _refused_in_one_line, _refused_naming
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"
 SCREEN = REAL / "papalexi2021_thp1_raw.h5ad"
@@ -93,11 +93,12 @@ def test_a_gene_without_go_terms_is_named_unless_its_cells_are_dropped(processed
     assert without_sets  # the README: MARCH8 is MARCHF8 in the gene sets
     _refused_in_one_line(capsys, ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again",
                                   *OWN_COLUMNS, "--normalize"], *without_sets, "--drop-unannotated")
-    _refused_in_one_line(capsys, ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again",
-                                  *OWN_COLUMNS], "holds raw counts", "--normalize")
-    _refused_in_one_line(capsys, ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again",
-                                  "--perturbation-column", "gene", "--control-label", "non-targeting"],
-                         "no obs column 'gene'; its columns: target_gene, grna, bio_rep")
+    counts = ("holds raw counts", "--normalize")  # named with every other problem, at once
+    _refused_naming(capsys, ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again",
+                             *OWN_COLUMNS], (*without_sets, "--drop-unannotated"), counts)
+    _refused_naming(capsys, ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again",
+                             "--perturbation-column", "gene", "--control-label", "non-targeting"],
+                    ("no obs column 'gene'; its columns: target_gene, grna, bio_rep",), counts)
     assert not (data / "again").exists()
 
 

@@ -50,7 +50,7 @@ def test_the_command_help_is_clean():
     assert done.returncode == 0, done.stderr
     assert "usage: gears-ddp" in done.stdout
     assert conflict_markers_in_text(done.stdout) == []
-    for command in ("demo", "train", "evaluate", "predict", "screen", "process"):
+    for command in ("demo", "train", "evaluate", "predict", "screen", "process", "check"):
         assert command in done.stdout
 
 

@@ -13,7 +13,7 @@ from gears_ddp.data import grouped, io, normalization
 from gears_ddp.data.grouped import ConditionSums, row_blocks
 from gears_ddp.data.highly_variable import highly_variable
 from gears_ddp.data.processing import RANK_KEY
-from test_bad_input import _refused_in_one_line
+from test_bad_input import _refused_in_one_line, _refused_naming
 from test_raw_screens import _counts, _own_columns
 
 N_GENES = 40  # the toy screen's
@@ -105,7 +105,7 @@ def test_negative_counts_in_any_block_are_all_counted_and_nothing_is_left(data_r
     assert not (data_root / "negative").exists()
 
 
-def test_the_process_command_refuses_bad_counts_in_one_line(tmp_path, capsys, small_blocks):
+def test_the_process_command_refuses_bad_counts_naming_every_problem(tmp_path, capsys, small_blocks):
     import toy_data
 
     data_path = tmp_path / "data"
@@ -119,10 +119,11 @@ def test_the_process_command_refuses_bad_counts_in_one_line(tmp_path, capsys, sm
     command = ["process", "--adata", str(raw), "--data-path", str(data_path), "--name", "own", "--normalize",
                "--perturbation-column", "target", "--control-label", "NT", "--combination-separator", "_"]
     _refused_in_one_line(capsys, command, "AnnData for dataset 'own' has 1 non-finite values", "raw counts are finite")
-    _refused_in_one_line(capsys, command[:-6] + ["--perturbation-column", "guide", "--control-label", "NT"],
-                         "no obs column 'guide'; its columns: target")
-    _refused_in_one_line(capsys, command[:-4] + ["--control-label", "control", "--combination-separator", "_"],
-                         "no cell of obs['target'] has the control label 'control'", "NT (120)")
+    nan = ("AnnData for dataset 'own' has 1 non-finite values", "raw counts are finite")  # named with the others
+    _refused_naming(capsys, command[:-6] + ["--perturbation-column", "guide", "--control-label", "NT"],
+                    ("no obs column 'guide'; its columns: target",), nan)
+    _refused_naming(capsys, command[:-4] + ["--control-label", "control", "--combination-separator", "_"],
+                    ("no cell of obs['target'] has the control label 'control'", "NT (120)"), nan)
     assert not (data_path / "own").exists()
 
 

@@ -8,6 +8,8 @@
     gears-ddp predict --run ./runs/my_run --split test --format cell-eval [--cells-per-perturbation 100] --out test.h5ad
     gears-ddp screen --run ./runs/my_run --genes FEV SAMD1 CBL --out screen.csv
     gears-ddp screen --run ./runs/my_replicates --genes FEV SAMD1 CBL --out screen.csv   intervals over models
+    gears-ddp check --adata screen.h5ad --data-path ./data [--normalize --go-gene-sets go.gmt --split-seeds 1 2 3]
+    gears-ddp check --config run.yaml                 the processed dataset and the splits a run would use
     gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--normalize --go-gene-sets go.gmt]
 
 ``train`` on one machine starts one worker per GPU (or ``args.cpu_processes`` CPU
@@ -18,20 +20,24 @@ concurrently over the devices, as ``train_replicates`` does, and summarises them
 ``config.yaml`` says where the data is and how it was split, its model folder holds the
 weights; so does ``screen``, which scores every pair of a gene set for genetic
 interactions on every GPU (or one process per CPU core), and given replicates (or several
-run folders) says how far the models agree on each call. Exit status: 0 done, 2 a bad
-configuration, input or path, 75 stopped by a signal with a checkpoint (continue with ``--set
+run folders) says how far the models agree on each call. ``check`` reads a screen (or a
+processed dataset) as ``process`` and ``train`` would, processes nothing, and lists every
+problem at once, each with its fix. Exit status: 0 done (``check``: the screen would
+train), 2 a bad configuration, input or path (``check``: a problem stops the screen), 75 stopped by a signal with a checkpoint (continue with ``--set
 args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
 failed included).
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import textwrap
 from pathlib import Path
 
 from gears_ddp._logging import enable_console_logging
 from gears_ddp.data.download import DownloadError
+from gears_ddp.data.splits import SPLIT_TYPES
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
 from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
 from gears_ddp.inference.prediction import CHANGE_MODES, DRAWN_CELLS_CHANGE, EXACT_CHANGE, checked_cell_count
@@ -161,37 +167,74 @@ def build_parser() -> argparse.ArgumentParser:
                "  gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen \\\n"
                "      --perturbation-column target_gene --control-label non-targeting --normalize \\\n"
                "      --go-gene-sets GO_Biological_Process_2021.gmt.gz --drop-unannotated")
-    process.add_argument("--adata", required=True, help="the screen (h5ad): X log-normalised, or raw counts with "
-                                                        "--normalize; var['gene_name'] the gene symbols")
+    process.add_argument("--adata", required=True, help=SCREEN_HELP)
     process.add_argument("--data-path", required=True, help="data folder (GO files, datasets)")
     process.add_argument("--name", required=True, help="dataset name: the folder under --data-path")
-    columns = process.add_argument_group("the screen's perturbations (default: obs['condition'] written 'ctrl', "
-                                         "'A+ctrl', 'A+B'; without obs['cell_type'], one cell type is given)")
+    _add_screen_options(process, "build the GO files of --data-path from")
+    process.add_argument("--overwrite", action="store_true", help="replace an existing processed dataset")
+
+    check = commands.add_parser(
+        "check", allow_abbrev=False, help="check a screen whole before it is processed: every problem, each with "
+                                          "its fix", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "Read a screen as gears-ddp process would (--adata, with process's options), or a processed dataset as "
+            "gears-ddp train would (--data-path and --name, or --config), and process nothing: report its "
+            "conditions and their cells, its perturbed genes (measured? with GO terms?), its expression (raw "
+            "counts or log-normalised, and what normalisation will do), repeated genes or cells, and the sets of "
+            "each split asked for; then every problem at once, each with its fix. Exit status 0 when the screen "
+            "would train (its warnings printed), 2 when a problem stops it.", 100),
+        epilog="example (the screen of gears-ddp process --help, three split seeds):\n"
+               "  gears-ddp check --adata screen.h5ad --data-path ./data \\\n"
+               "      --perturbation-column target_gene --control-label non-targeting --normalize \\\n"
+               "      --go-gene-sets GO_Biological_Process_2021.gmt.gz --drop-unannotated --split-seeds 1 2 3")
+    check.add_argument("--adata", help=SCREEN_HELP + "; without it, the processed dataset DATA_PATH/NAME")
+    check.add_argument("--data-path", help="data folder: its GO files, and without --adata the dataset (default: "
+                                           "--config's pert_data_path)")
+    check.add_argument("--name", help="dataset name (default: --config's dataset_name; with --adata, the file's "
+                                      "name): with --adata, the cell type given to a screen without one")
+    check.add_argument("--config", help="a run's YAML file (gears-ddp train --config): its dataset, split_config, "
+                                        "replicates.split_seeds and args.default_pert_graph")
+    _add_screen_options(check, "check as if the GO files of --data-path were built from")
+    splits = check.add_argument_group("splits (each type with each seed; default: --config's split_config, else "
+                                      "the simulation split with seed 1, as gears-ddp train)")
+    splits.add_argument("--split", nargs="+", choices=SPLIT_TYPES, metavar="TYPE",
+                        help=f"split types: {', '.join(SPLIT_TYPES)}")
+    splits.add_argument("--split-seeds", nargs="+", type=int, metavar="SEED", help="split seeds")
+    _add_set(check)
+    return parser
+
+
+SCREEN_HELP = "the screen (h5ad): X log-normalised, or raw counts with --normalize; var['gene_name'] the gene symbols"
+
+
+def _add_screen_options(parser, go_meaning: str) -> None:
+    """The options that say how a screen is read (gears-ddp process and check); a GO file's
+    ``go_meaning`` (what the command does with it)."""
+    columns = parser.add_argument_group("the screen's perturbations (default: obs['condition'] written 'ctrl', "
+                                        "'A+ctrl', 'A+B'; without obs['cell_type'], one cell type is given)")
     columns.add_argument("--perturbation-column", metavar="COLUMN",
                          help="the obs column naming each cell's perturbed gene(s), e.g. target_gene")
     columns.add_argument("--control-label", metavar="LABEL", help="its label of control cells, e.g. non-targeting")
     columns.add_argument("--combination-separator", metavar="TEXT",
                          help="the text joining two genes in its labels, e.g. + or _ (default: one gene per label)")
-    counts = process.add_argument_group("raw counts")
+    counts = parser.add_argument_group("raw counts")
     counts.add_argument("--normalize", action="store_true",
                         help="X holds raw counts: normalise each cell to 1e4 counts, then log1p (scanpy's "
                              "normalize_total and log1p); counts without it are refused")
     counts.add_argument("--n-top-genes", type=int, metavar="N",
                         help="with --normalize: keep the N highly variable genes (scanpy, flavor seurat_v3, on the "
                              "counts) and every perturbed gene")
-    go = process.add_argument_group("Gene Ontology (perturbed genes without GO terms are named and refused unless "
-                                    "--drop-unannotated)")
+    go = parser.add_argument_group("Gene Ontology (perturbed genes without GO terms are named and refused unless "
+                                   "--drop-unannotated)")
     go_source = go.add_mutually_exclusive_group()
     go_source.add_argument("--go-annotation", metavar="FILE",
-                           help="build the GO files of --data-path from this gene-to-GO annotation (a GAF file, or "
-                                "a two-column table gene, GO id)")
+                           help=f"{go_meaning} this gene-to-GO annotation (a GAF file, or a two-column table gene, "
+                                "GO id)")
     go_source.add_argument("--go-gene-sets", metavar="FILE",
-                           help="build the GO files of --data-path from gene sets (GMT: name, description, genes; "
-                                "tab-separated; .gmt or .gmt.gz, as Enrichr and MSigDB publish them)")
+                           help=f"{go_meaning} gene sets (GMT: name, description, genes; tab-separated; .gmt or "
+                                ".gmt.gz, as Enrichr and MSigDB publish them)")
     go.add_argument("--drop-unannotated", action="store_true",
                     help="drop the cells of perturbed genes without GO terms (the published GEARS drops them)")
-    process.add_argument("--overwrite", action="store_true", help="replace an existing processed dataset")
-    return parser
 
 
 def _add_set(parser) -> None:
@@ -206,9 +249,9 @@ def _add_run(parser) -> None:
 
 def main(argv=None) -> int:
     options = build_parser().parse_args(argv)
-    enable_console_logging()
+    enable_console_logging(logging.WARNING if options.command == "check" else logging.INFO)  # check: its report
     command = {"train": train, "demo": demo, "evaluate": evaluate, "predict": predict, "screen": screen,
-               "process": process}
+               "process": process, "check": check}
     try:
         return command[options.command](options) or 0
     except (RunConfigError, FileNotFoundError, FileExistsError, PermissionError, ValueError, DownloadError) as err:
@@ -458,8 +501,7 @@ def figure_suffixes() -> tuple[str, ...]:
 
 def process(options) -> int:
     from gears_ddp.data.conditions import genes_of_conditions
-    from gears_ddp.data.gene_sets import read_gene_sets
-    from gears_ddp.data.go_files import read_annotation, write_go_files
+    from gears_ddp.data.go_files import write_go_files
     from gears_ddp.data.io import read_h5ad
     from gears_ddp.data.pertdata import PertData
 
@@ -469,16 +511,14 @@ def process(options) -> int:
     # a file that is no h5ad fails here, before anything is written; its expression stays on
     # disk, read a block of cells at a time
     adata = read_h5ad(source, backed=True)
-    annotation = options.go_annotation or options.go_gene_sets
-    if annotation:
-        gene2go = read_annotation(annotation) if options.go_annotation else read_gene_sets(annotation)
+    annotation = _go_annotation(options)
+    if annotation is not None:
+        gene2go, path = annotation
         write_go_files(options.data_path, gene2go, overwrite=True)
-        print(f"GO files built from {annotation} ({len(gene2go)} genes) in {options.data_path}")
+        print(f"GO files built from {path} ({len(gene2go)} genes) in {options.data_path}")
     pert_data = PertData(options.data_path)
-    pert_data.new_data_process(options.name, adata, overwrite=options.overwrite,
-                               perturbation_column=options.perturbation_column, control_label=options.control_label,
-                               combination_separator=options.combination_separator, normalize=options.normalize,
-                               n_top_genes=options.n_top_genes, drop_unannotated=options.drop_unannotated)
+    pert_data.new_data_process(options.name, adata, overwrite=options.overwrite, **_screen_options(options),
+                               drop_unannotated=options.drop_unannotated)
     perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
     dropped = [gene for gene in perturbed if gene not in pert_data.node_map_pert]
     print(f"dataset {options.name}: {pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, "
@@ -486,6 +526,81 @@ def process(options) -> int:
           f"{len(perturbed) - len(dropped)} of {len(perturbed)} perturbed genes have GO terms"
           + (f" (cells dropped: {', '.join(dropped)})" if dropped else ""))
     return 0
+
+
+def _screen_options(options) -> dict:
+    """How the screen is read: ``new_data_process``'s options from the command line."""
+    return {"perturbation_column": options.perturbation_column, "control_label": options.control_label,
+            "combination_separator": options.combination_separator, "normalize": options.normalize,
+            "n_top_genes": options.n_top_genes}
+
+
+def _go_annotation(options) -> tuple[dict, str] | None:
+    """The GO annotation (gene -> GO terms) of --go-annotation or --go-gene-sets and its file, or None."""
+    from gears_ddp.data.gene_sets import read_gene_sets
+    from gears_ddp.data.go_files import read_annotation
+
+    path = options.go_annotation or options.go_gene_sets
+    if path is None:
+        return None
+    return (read_annotation(path) if options.go_annotation else read_gene_sets(path)), path
+
+
+def check(options) -> int:
+    """Report everything a screen (``--adata``) or processed dataset holds that matters to
+    processing and training it, and every problem; 0 when it would train, else 2."""
+    from gears_ddp.data.pertdata import PertData
+
+    config, data_path, name = _check_config(options)
+    adata, screen = _screen_to_check(options, data_path, name)
+    gene2go, origin = _go_annotation(options) or (None, "")
+    seeds = options.split_seeds or (config.get("replicates") or {}).get("split_seeds") or \
+        [config["split_config"]["seed"]]
+    splits = [{**config["split_config"], "split": split, "seed": seed}
+              for split in options.split or [config["split_config"]["split"]] for seed in seeds]
+    pert_data = PertData(data_path, default_pert_graph=config["args"]["default_pert_graph"])
+    report = pert_data.check_screen(adata, name, **screen, splits=splits, go_annotation=gene2go,
+                                    go_annotation_origin=origin)
+    print(report)
+    return 0 if report.would_train else EXIT_BAD_INPUT
+
+
+def _check_config(options) -> tuple[dict, str, str]:
+    """The run configuration a check reads (``--config``, or one of ``--set`` alone), the
+    data folder and the dataset's name."""
+    if options.config is None and options.data_path is None:
+        raise ValueError("give the data folder (--data-path: its GO files) or a run's configuration (--config)")
+    if options.config is not None:
+        config = read_run_config(options.config, options.overrides)
+        return config, options.data_path or config["pert_data_path"], options.name or config["dataset_name"]
+    if options.adata is None and options.name is None:
+        raise ValueError("give the screen (--adata), or name the processed dataset of --data-path (--name)")
+    name = options.name or Path(options.adata).stem
+    config = resolve_with_overrides({"pert_data_path": options.data_path, "dataset_name": name}, options.overrides,
+                                    "--set")
+    return config, options.data_path, name
+
+
+def _screen_to_check(options, data_path: str, name: str) -> tuple:
+    """The screen to check (backed: its expression read a block at a time) and
+    ``PertData.check_screen``'s options for it: the screen of ``--adata`` as ``gears-ddp
+    process`` reads it, or the processed dataset ``data_path/name`` as ``PertData.load`` does."""
+    from gears_ddp.data.download import DATASET_FILE_IDS
+    from gears_ddp.data.io import PROCESSED_FILE, read_h5ad
+
+    screen = _screen_options(options)
+    if options.adata is not None:
+        return read_h5ad(options.adata, backed=True), {**screen, "drop_unannotated": options.drop_unannotated}
+    given = [f"--{key.replace('_', '-')}" for key, value in screen.items() if value not in (None, False)]
+    if given:
+        raise ValueError(f"{', '.join(given)} read a screen as it comes: give it with --adata")
+    processed = Path(data_path) / name / PROCESSED_FILE
+    if not processed.is_file():
+        raise FileNotFoundError(f"no processed dataset at {processed}: check the screen itself (--adata), or process "
+                                "it first (gears-ddp process)" + (f"; {name!r} is a published dataset, which "
+                                                                  "gears-ddp train downloads"
+                                                                  if name in DATASET_FILE_IDS else ""))
+    return read_h5ad(processed, backed=True), {"skip_calc_de": True}
 
 
 if __name__ == "__main__":

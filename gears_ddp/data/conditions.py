@@ -12,6 +12,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from gears_ddp.data.screen_report import Problem, refuse
+
 CONTROL = "ctrl"
 
 
@@ -48,16 +50,26 @@ def condition_problem(condition: object) -> str | None:
     return None
 
 
+def malformed_conditions(conditions: Iterable[object]) -> dict[object, str]:
+    """Each distinct malformed condition string of ``conditions`` and what is wrong with it."""
+    found = {condition: condition_problem(condition) for condition in dict.fromkeys(conditions)}
+    return {condition: problem for condition, problem in found.items() if problem is not None}
+
+
+def malformed_conditions_problem(conditions: Iterable[object], source: str = "obs['condition']") -> Problem | None:
+    """The ``Problem`` listing every malformed condition string (at most 10 shown), or None."""
+    bad = [f"{condition!r}: {problem}" for condition, problem in malformed_conditions(conditions).items()]
+    if not bad:
+        return None
+    shown = "; ".join(bad[:10]) + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
+    return Problem("conditions", f"malformed condition strings in {source}: {shown}; write each as 'ctrl', "
+                                 "'GENE+ctrl' or 'GENE1+GENE2', or read the screen's own labels (gears-ddp process "
+                                 "--perturbation-column and --control-label)")
+
+
 def validate_conditions(conditions: Iterable[object], source: str = "obs['condition']") -> None:
     """Raise ``ValueError`` listing every malformed condition string (at most 10 shown)."""
-    bad = []
-    for condition in dict.fromkeys(conditions):
-        problem = condition_problem(condition)
-        if problem is not None:
-            bad.append(f"{condition!r}: {problem}")
-    if bad:
-        shown = "; ".join(bad[:10]) + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
-        raise ValueError(f"malformed condition strings in {source}: {shown}")
+    refuse([malformed_conditions_problem(conditions, source)], source)
 
 
 def genes_of_conditions(conditions: Iterable[str]) -> np.ndarray:

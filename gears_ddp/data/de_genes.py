@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from gears_ddp.data.grouped import ConditionSums, row_blocks
+from gears_ddp.data.screen_report import Problem, refuse
 
 MOMENTS = ("sum", "sum_squares")  # the sums a t-test reads
 
@@ -49,13 +50,20 @@ def welch_t_test(matrix, codes: np.ndarray, groups: Sequence[str], reference: in
     return welch_t_test_of_sums(sums.counts, sums.mean("sum"), sums.mean("sum_squares"), groups, reference)
 
 
-def check_group_sizes(counts: np.ndarray, groups: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming the groups of fewer than two cells (``counts``): their
-    variances, so their t statistics, are undefined."""
+def small_groups_problem(counts: np.ndarray, groups: Sequence[str]) -> Problem | None:
+    """The ``Problem`` naming the groups of fewer than two cells (``counts``), whose
+    variances, so whose t statistics, are undefined; None when there are none."""
     small = [groups[code] for code in np.flatnonzero(counts < 2)]
-    if small:
-        raise ValueError(f"conditions {small[:10]} have fewer than two cells: their gene variances, so their "
-                         "DE genes, are undefined; remove them, or pass skip_calc_de=True")
+    if not small:
+        return None
+    return Problem("cells per condition", f"conditions {small[:10]} have fewer than two cells: their gene "
+                                          "variances, so their DE genes, are undefined; remove them, or pass "
+                                          "skip_calc_de=True")
+
+
+def check_group_sizes(counts: np.ndarray, groups: Sequence[str]) -> None:
+    """Raise ``ValueError`` for the ``small_groups_problem`` of ``counts``, if there is one."""
+    refuse([small_groups_problem(counts, groups)], "the conditions")
 
 
 def welch_t_test_of_sums(counts: np.ndarray, mean: np.ndarray, mean_square: np.ndarray, groups: Sequence[str],

@@ -392,6 +392,14 @@ def ensure_go_files(names, data_path, archive=None) -> list[Path]:
     return list(expected.values())
 
 
+def local_go_file(name: str, data_path) -> Path | None:
+    """The local copy of the Gene Ontology input ``name`` (a key of ``GO_FILE_IDS``) in
+    ``data_path``, or None when there is none: nothing is downloaded."""
+    _lookup(GO_FILE_IDS, name, "GO file")
+    path = Path(data_path) / _GO_PATHS[name]
+    return path if path.is_file() else None
+
+
 def ensure_go_file(name: str, data_path) -> Path:
     """``ensure_go_files`` for one file."""
     return ensure_go_files([name], data_path)[0]

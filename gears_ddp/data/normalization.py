@@ -27,6 +27,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp.data.grouped import block_rows, row_blocks
 from gears_ddp.data.highly_variable import highly_variable
 from gears_ddp.data.processing import ExpressionCheck
+from gears_ddp.data.screen_report import Problem, refuse
 
 logger = get_logger(__name__)
 
@@ -35,17 +36,42 @@ HVG_FLAVOR = "seurat_v3"
 COUNTS_PER_BLOCK = 2**24  # about this many counts (zeros included) normalised at once: scanpy's cost per call
 
 
-def finish_counts_check(check: ExpressionCheck, source: str) -> None:
-    """Raise ``ValueError`` when the values ``check`` saw cannot be raw counts (non-finite or
-    negative values); warn when some are not whole numbers (normalised already?)."""
+def option_problems(normalize: bool, n_top_genes) -> list[Problem]:
+    """The problems of the normalisation options: ``n_top_genes`` must be a positive whole
+    number, and chooses genes on counts, so needs ``normalize``."""
+    problems = []
+    if n_top_genes is not None and (isinstance(n_top_genes, bool) or not isinstance(n_top_genes, (int, np.integer))
+                                    or n_top_genes < 1):
+        problems.append(Problem("options", f"n_top_genes must be a positive whole number, got {n_top_genes!r}"))
+    if n_top_genes is not None and not normalize:
+        problems.append(Problem("options", "n_top_genes chooses genes on the raw counts: give the screen's counts "
+                                           "with normalize=True (gears-ddp process --normalize)"))
+    return problems
+
+
+def counts_problems(check: ExpressionCheck, source: str) -> list[Problem]:
+    """What the values ``check`` saw say of raw counts: non-finite or negative values stop
+    them; values that are not whole numbers (normalised already?) are a warning."""
+    problems = []
     if check.non_finite:
-        raise ValueError(f"{source} has {check.non_finite} non-finite values (NaN or inf); raw counts are finite")
+        problems.append(Problem("expression", f"{source} has {check.non_finite} non-finite values (NaN or inf); raw "
+                                              "counts are finite"))
     if check.negative:
-        raise ValueError(f"{source} has {check.negative} negative values (min {check.minimum:.4g}); raw counts are "
-                         "never negative: normalisation needs the screen's raw counts")
+        problems.append(Problem("expression", f"{source} has {check.negative} negative values (min "
+                                              f"{check.minimum:.4g}); raw counts are never negative: normalisation "
+                                              "needs the screen's raw counts"))
     if not check.whole:
-        logger.warning("%s holds values that are not whole numbers: if it is normalised already, process it "
-                       "without normalisation", source)
+        problems.append(Problem("expression", f"{source} holds values that are not whole numbers: if it is normalised "
+                                              "already, process it without normalisation", stops=False))
+    return problems
+
+
+def finish_counts_check(check: ExpressionCheck, source: str) -> None:
+    """Raise ``ScreenProblems`` for the ``counts_problems`` that stop the counts; log the warnings."""
+    problems = counts_problems(check, source)
+    refuse(problems, source)
+    for problem in problems:
+        logger.warning("%s", problem)
 
 
 def normalized_annotations(adata, n_top_genes: int | None, perturbed_genes,
@@ -55,11 +81,8 @@ def normalized_annotations(adata, n_top_genes: int | None, perturbed_genes,
     adds it), and which of its genes that
     keeps: all (None) without ``n_top_genes``, else its ``n_top_genes`` highly variable genes
     and the ``perturbed_genes`` it measures (``var['gene_name']``), described in ``var`` and
-    ``uns['hvg']`` as scanpy describes them. Choosing them reads the counts, which are
-    checked on the way (``finish_counts_check``)."""
-    if n_top_genes is not None and (isinstance(n_top_genes, bool) or not isinstance(n_top_genes, (int, np.integer))
-                                    or n_top_genes < 1):
-        raise ValueError(f"n_top_genes must be a positive whole number, got {n_top_genes!r}")
+    ``uns['hvg']`` as scanpy describes them (``n_top_genes`` checked: ``option_problems``).
+    Choosing them reads the counts, which are checked on the way (``finish_counts_check``)."""
     var, uns, keep = adata.var.copy(), copy.deepcopy(dict(adata.uns)), None
     uns["log1p"] = {"base": None}  # as sc.pp.log1p records it
     if n_top_genes is not None and n_top_genes < adata.n_vars:

@@ -14,6 +14,7 @@ shares through the page cache, whatever started it, and which may be larger than
 from __future__ import annotations
 
 import hashlib
+import inspect
 from pathlib import Path
 
 import anndata
@@ -23,19 +24,21 @@ import scipy.sparse as sp
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data import cache_settings, download, graphs, io, normalization, processing, raw_screens
+from gears_ddp.data import (cache_settings, download, graphs, io, normalization, processing, raw_screens,
+                            screen_check)
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
 from gears_ddp.data.expression_map import DTYPES, as_tensor, mapped_expression
 from gears_ddp.data.go_files import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME
 from gears_ddp.data.conditions import CONTROL, coded_conditions, condition_genes, genes_of_conditions, is_single
 from gears_ddp.data.loaders import build_loaders
-from gears_ddp.data.splits import SPLIT_TYPES, check_split_sets, split_conditions
+from gears_ddp.data.go_coverage import coverage_problems, go_coverage
+from gears_ddp.data.screen_report import ScreenReport, refuse
+from gears_ddp.data.splits import (check_split_sets, read_custom_split, sets_of_split, split_conditions,
+                                   split_option_problems)
 
 logger = get_logger(__name__)
 
-SETS_OF_SPLIT = {"no_split": ("test",), "no_test": ("train", "val")}
 STORAGES = ("mapped", "memory")
-ALL_SETS = ("train", "val", "test")
 CACHE_ADVICE = "it is a cache of this dataset folder: delete it and it is built again"
 GO_EDGES_ADVICE = ("replace it: delete it to download it again, or build it with gears-ddp process --go-annotation "
                    "or --go-gene-sets")
@@ -46,7 +49,8 @@ class PertData:
 
     Parameters
     ----------
-    data_path: folder holding the datasets (one sub-folder each) and the GO files.
+    data_path: folder holding the datasets (one sub-folder each) and the GO files; made when
+        something is first written there (a GO file downloaded, a dataset processed).
     gene_set_path: optional pickle of a gene list that defines the perturbation vocabulary.
     default_pert_graph: use the published GEARS vocabulary and GO graph
         (``essential_all_data_pert_genes.pkl``, ``go_essential_all``); if False the
@@ -69,7 +73,6 @@ class PertData:
         if Path(self.data_path).exists() and not Path(self.data_path).is_dir():
             raise ValueError(f"data_path {self.data_path} is a file; PertData needs a folder (for the GO files and "
                              "the datasets)")
-        Path(self.data_path).mkdir(parents=True, exist_ok=True)
         self.gene_set_path = gene_set_path
         self.default_pert_graph = default_pert_graph and gene_set_path is None
         self.dataset_name: str | None = None
@@ -166,14 +169,14 @@ class PertData:
         if target.exists() and not overwrite:
             raise FileExistsError(f"{target} already exists; load it with PertData.load(data_path="
                                   f"'{folder}') or pass overwrite=True to replace it")
-        source = f"AnnData for dataset {dataset_name!r}"
+        source = screen_check.screen_source(dataset_name)
+        screen = {"perturbation_column": perturbation_column, "control_label": control_label,
+                  "combination_separator": combination_separator, "normalize": normalize, "n_top_genes": n_top_genes,
+                  "drop_unannotated": drop_unannotated, "skip_calc_de": skip_calc_de, "splits": []}
+        if not self.check_screen(adata, dataset_name, read_expression=False, **screen).would_train:
+            self.check_screen(adata, dataset_name, **screen).refuse()  # the expression's problems named too
         raw_screens.add_gears_columns(adata, dataset_name, perturbation_column, control_label,
                                       combination_separator, source)
-        processing.check_columns(adata, source)
-        if n_top_genes is not None and not normalize:
-            raise ValueError("n_top_genes chooses genes on the raw counts: give the screen's counts with "
-                             "normalize=True (gears-ddp process --normalize)")
-        processing.validate_annotations(adata, source)
         de = not skip_calc_de
         if normalize:  # the counts are read, so checked, as they are written: the cheap checks come first
             perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
@@ -192,6 +195,53 @@ class PertData:
             self._use_dataset(adata, folder, keep)
         self._adata = _view(self.cells.expression, _kept(processed.obs, keep), self.var, self.uns)
 
+    def check_screen(self, adata: anndata.AnnData, dataset_name: str = "screen", *,
+                     perturbation_column: str | None = None, control_label: str | None = None,
+                     combination_separator: str | None = None, normalize: bool = False,
+                     n_top_genes: int | None = None, drop_unannotated: bool = True, skip_calc_de: bool = False,
+                     go_annotation: dict | None = None, go_annotation_origin: str = "go_annotation",
+                     splits: list[dict] | None = None, read_expression: bool = True) -> ScreenReport:
+        """Check a screen whole, as ``new_data_process(dataset_name, adata, ...)`` with the same
+        options would take it and as ``prepare_split`` would split it with each of ``splits``
+        (dicts of its options; None: its defaults, the simulation split with seed 1), and
+        process nothing: no file is written, nothing downloaded, ``adata`` left as it is.
+
+        Returns the ``ScreenReport``: what the screen holds and every problem, each with its
+        fix (``print(report)``; ``report.would_train``; ``report.refuse()`` raises them all).
+        The GO terms are those of the GO files in ``data_path``, when they are there; or, given
+        ``go_annotation`` (gene -> GO terms, as ``read_gene_sets`` and ``read_annotation``
+        read a GMT or GAF file, named by ``go_annotation_origin``), those the GO files built
+        from it would hold, and the report says what it adds. ``read_expression=False`` leaves
+        out the one check that reads every cell's expression. A processed dataset is checked
+        as one: its ``perturb_processed.h5ad`` read backed, with ``skip_calc_de=True``."""
+        return screen_check.check_screen(
+            adata, dataset_name, perturbation_column=perturbation_column, control_label=control_label,
+            combination_separator=combination_separator, normalize=normalize, n_top_genes=n_top_genes,
+            de=not skip_calc_de, drop_unannotated=drop_unannotated,
+            vocabulary=lambda annotations: self._go_vocabulary(annotations, go_annotation, go_annotation_origin),
+            splits=[_split_request(options) for options in ([{}] if splits is None else splits)],
+            read_expression=read_expression)
+
+    def _go_vocabulary(self, annotations, gene2go: dict | None, origin: str) -> screen_check.GoVocabulary:
+        """The perturbation vocabulary of the screen ``annotations`` (GEARS's columns): that
+        of ``gene2go`` when given, as the GO files built from it would make it, else that of
+        the data folder's GO files, unknown when they are absent (nothing is downloaded)."""
+        names = [GENE2GO_FILE] + ([ESSENTIAL_GENES_FILE] if self.default_pert_graph else [])
+        absent = [name for name in names if download.local_go_file(name, self.data_path) is None]
+        if absent:
+            local = screen_check.GoVocabulary(None, f"{self.data_path} lacks {', '.join(absent)}, which processing "
+                                                    "downloads; give the data folder that holds the GO files, or a "
+                                                    "GO annotation (gears-ddp check --go-gene-sets FILE.gmt or "
+                                                    "--go-annotation FILE.gaf)")
+        else:
+            local = screen_check.GoVocabulary(
+                frozenset(graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(annotations))),
+                f"the GO files of {self.data_path}")
+        if gene2go is None:
+            return local
+        candidates = self._pert_vocabulary_candidates(annotations, annotated=sorted(gene2go))
+        return screen_check.GoVocabulary(frozenset(graphs.pert_vocabulary(gene2go, candidates)), origin, local)
+
     def ensure_go_inputs(self, archive=None) -> None:
         """Have every Gene Ontology file this PertData will read (from the local ``archive``
         or downloaded, if absent), or fail at once naming all that are missing."""
@@ -200,44 +250,36 @@ class PertData:
             names += [ESSENTIAL_GENES_FILE, GO_EDGES_NAME]
         download.ensure_go_files(names, self.data_path, archive)
 
-    def _pert_vocabulary_candidates(self, adata) -> list[str]:
-        """Genes that may form the perturbation vocabulary, by the constructor's choice."""
+    def _pert_vocabulary_candidates(self, adata, annotated: list[str] | None = None) -> list[str]:
+        """Genes that may form the perturbation vocabulary, by the constructor's choice; for
+        the default graph, the list of ``data_path``, or ``annotated`` when given (GO files
+        built from an annotation list every annotated gene)."""
         if self.gene_set_path is not None:
             return list(io.read_pickle(self.gene_set_path, "perturbation gene set"))
         if not self.default_pert_graph:
             perturbed = {g for c in adata.obs["condition"].astype(str).unique() for g in condition_genes(c)}
             return list(adata.var["gene_name"].astype(str)) + sorted(perturbed)
+        if annotated is not None:
+            return annotated
         path = download.ensure_go_file(ESSENTIAL_GENES_FILE, self.data_path)
         return list(io.read_pickle(path, "default perturbation gene list"))
 
     def _cells_in_vocabulary(self, adata: anndata.AnnData, name: str, drop_unannotated: bool = True) -> np.ndarray:
         """Set the perturbation vocabulary; returns which cells it can represent. The others'
         conditions are dropped with a warning naming them, or (``drop_unannotated=False``)
-        refused naming their genes and the ways to keep them."""
+        refused naming their genes and the ways to keep them (``go_coverage``)."""
         self.pert_names = graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(adata))
         self.node_map_pert = {g: i for i, g in enumerate(self.pert_names)}
         conditions, codes = coded_conditions(adata.obs["condition"], f"dataset {name!r} obs['condition']")
-        known = {c: all(g in self.node_map_pert for g in condition_genes(c)) for c in conditions}
-        dropped = [c for c, ok in known.items() if not ok]
-        perturbed = genes_of_conditions(conditions)
-        outside = [g for g in perturbed if g not in self.node_map_pert]
+        coverage = go_coverage(dict(zip(conditions, np.bincount(codes, minlength=len(conditions)).tolist())),
+                               self.node_map_pert)
         logger.info("dataset %s: %d of %d perturbed genes are in the perturbation vocabulary (genes with GO "
-                    "annotations)", name, len(perturbed) - len(outside), len(perturbed))
-        if dropped and not drop_unannotated:
-            cells = int(np.isin(codes, [conditions.index(c) for c in dropped]).sum())
-            raise ValueError(f"dataset {name!r}: {len(outside)} perturbed gene(s) are outside the perturbation "
-                             f"vocabulary (no GO annotation in {self.data_path}): {raw_screens.listed(outside)}, "
-                             f"in {cells} cells; drop those cells (drop_unannotated=True; gears-ddp process "
-                             "--drop-unannotated) or build the GO files from annotations that cover them "
-                             "(gears-ddp process --go-annotation FILE.gaf or --go-gene-sets FILE.gmt)")
-        if dropped:
-            logger.warning("dropping %d conditions whose genes are not in the perturbation vocabulary "
-                           "(no GO annotation: %s), so their effect cannot be predicted: %s",
-                           len(dropped), raw_screens.listed(outside), dropped)
-        if not any(ok and c != CONTROL for c, ok in known.items()):
-            raise ValueError(f"no perturbation of dataset {name!r} is in the perturbation vocabulary; check gene "
-                             "symbols against the GO annotations")
-        return np.array([known[c] for c in conditions], dtype=bool)[codes]
+                    "annotations)", name, len(coverage.perturbed) - len(coverage.outside), len(coverage.perturbed))
+        problems = coverage_problems(coverage, name, self.data_path, drop_unannotated)
+        refuse(problems, f"dataset {name!r}")
+        for warning in problems:
+            logger.warning("%s", warning)
+        return np.isin(np.asarray(conditions, dtype=object), coverage.kept)[codes]
 
     def _use_dataset(self, data, folder: Path, keep: np.ndarray) -> None:
         """Build the cell table of the cells ``keep`` of ``data`` (an AnnData, or the parts of
@@ -300,26 +342,14 @@ class PertData:
         without settings (as the published GEARS writes it) is used when its name matches.
         """
         self._require_data()
-        if split not in SPLIT_TYPES:
-            raise ValueError(f"unknown split {split!r}; available splits: {', '.join(SPLIT_TYPES)}")
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"prepare_split: seed must be a non-negative integer, got {seed!r}")
-        for name, value in (("train_gene_set_size", train_gene_set_size), ("combo_seen2_train_frac",
-                            combo_seen2_train_frac), ("combo_single_split_test_set_fraction",
-                                                      combo_single_split_test_set_fraction)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
-                raise ValueError(f"prepare_split: {name} must be a fraction in (0, 1], got {value!r}")
+        refuse(split_option_problems(split, seed, train_gene_set_size=train_gene_set_size,
+                                     combo_seen2_train_frac=combo_seen2_train_frac,
+                                     combo_single_split_test_set_fraction=combo_single_split_test_set_fraction),
+               "prepare_split")
         self.split, self.seed, self.train_gene_set_size, self.subgroup = split, seed, train_gene_set_size, None
-        required = SETS_OF_SPLIT.get(split, ALL_SETS)
+        required = sets_of_split(split)
         if split == "custom":
-            if split_dict_path is None:
-                raise ValueError("split='custom' needs split_dict_path, a pickled dict "
-                                 "{'train': [...], 'val': [...], 'test': [...]} of conditions")
-            loaded = io.read_pickle(split_dict_path, "custom split")
-            if not isinstance(loaded, dict):
-                raise ValueError(f"custom split file {split_dict_path} holds a {type(loaded).__name__}, "
-                                 "expected a dict {'train': [...], 'val': [...], 'test': [...]}")
-            sets = {name: [str(c) for c in conds] for name, conds in loaded.items()}
+            sets = read_custom_split(split_dict_path)
             check_split_sets(sets, self.cells.conditions, required, f"custom split file {split_dict_path}")
             self.set2conditions = sets
             return
@@ -371,7 +401,7 @@ class PertData:
         """Cell indices of each set the split defines (control excluded from a ``no_split`` test)."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before asking for loaders or graphs")
-        names = SETS_OF_SPLIT.get(self.split, ALL_SETS)
+        names = sets_of_split(self.split)
         out = {}
         for name in names:
             conditions = self.set2conditions[name]
@@ -491,6 +521,22 @@ class PertData:
         """Pickle without the loaders and without the per-cell AnnData (a process that
         unpickles it builds it from the h5ad if it asks for ``adata``)."""
         return {**self.__dict__, "dataloader": None, "loader_options": None, "_adata": None}
+
+
+SPLIT_OPTIONS = tuple(name for name in inspect.signature(PertData.prepare_split).parameters if name != "self")
+SPLIT_DEFAULTS = {name: parameter.default for name, parameter in
+                  inspect.signature(PertData.prepare_split).parameters.items() if name in SPLIT_OPTIONS}
+
+
+def _split_request(options: dict) -> dict:
+    """``prepare_split``'s options for a split to check: ``options`` (names checked) over its
+    defaults, the gene and condition lists as ``prepare_split`` reads them."""
+    unknown = sorted(set(options) - set(SPLIT_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown split option(s) {unknown}; prepare_split's options: {', '.join(SPLIT_OPTIONS)}")
+    request = {**SPLIT_DEFAULTS, **options}
+    return {**request, "test_perts": _gene_list(request["test_perts"]),
+            "test_pert_genes": _gene_list(request["test_pert_genes"])}
 
 
 def _cache_edges(cache: Path, edges, settings: dict | None = None) -> None:

@@ -20,9 +20,10 @@ import pandas as pd
 import scipy.sparse as sp
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.conditions import CONTROL, coded_conditions, validate_conditions
+from gears_ddp.data.conditions import CONTROL, coded_conditions, malformed_conditions_problem
 from gears_ddp.data.de_genes import MOMENTS, check_group_sizes, order_by_magnitude, welch_t_test_of_sums
 from gears_ddp.data.grouped import ConditionSums, row_blocks
+from gears_ddp.data.screen_report import Problem, listed, refuse
 
 logger = get_logger(__name__)
 
@@ -31,15 +32,27 @@ REQUIRED_VAR = ("gene_name",)
 N_TOP_DE = 20
 RANK_KEY = "rank_genes_groups_cov_all"
 LOG_NORMALISED_MAX = float(np.log1p(1e4))  # the largest log1p value of a cell normalised to 1e4 counts
+NOT_LOG_TRANSFORMED = 50  # a larger maximum looks normalised but not log-transformed
+
+
+def missing_columns_problem(adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQUIRED_VAR) -> Problem | None:
+    """The ``Problem`` naming every required ``obs`` / ``var`` column that is missing, or None."""
+    missing = [f"obs[{c!r}]" for c in obs_columns if c not in adata.obs.columns]
+    missing += [f"var[{c!r}]" for c in var_columns if c not in adata.var.columns]
+    if not missing:
+        return None
+    own_column = (f"; or name the screen's own column of perturbations and its control label (perturbation_column "
+                  f"and control_label; gears-ddp process --perturbation-column, --control-label): its obs columns "
+                  f"are {listed(adata.obs.columns) or 'none'}" if "condition" in obs_columns
+                  and "condition" not in adata.obs.columns else "")
+    return Problem("columns", f"{source} lacks required column(s) {', '.join(missing)}; GEARS data needs "
+                              "obs['condition'] ('ctrl', 'A+ctrl', 'A+B'), obs['cell_type'] and var['gene_name']"
+                              + own_column)
 
 
 def check_columns(adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQUIRED_VAR) -> None:
     """Raise ``ValueError`` naming every required ``obs`` / ``var`` column that is missing."""
-    missing = [f"obs[{c!r}]" for c in obs_columns if c not in adata.obs.columns]
-    missing += [f"var[{c!r}]" for c in var_columns if c not in adata.var.columns]
-    if missing:
-        raise ValueError(f"{source} lacks required column(s) {', '.join(missing)}; GEARS data needs "
-                         "obs['condition'] ('ctrl', 'A+ctrl', 'A+B'), obs['cell_type'] and var['gene_name']")
+    refuse([missing_columns_problem(adata, source, obs_columns, var_columns)], source)
 
 
 class ExpressionCheck:
@@ -68,20 +81,35 @@ class ExpressionCheck:
         """Whole numbers above what log1p of a cell normalised to 1e4 counts can reach."""
         return self.whole and self.maximum > LOG_NORMALISED_MAX
 
-    def finish(self, source: str) -> None:
+    def problems(self, source: str) -> list[Problem]:
+        """What the values seen say of log-normalised expression: non-finite or negative
+        values and raw counts stop it; normalised values that look not log-transformed are a
+        warning."""
+        problems = []
         if self.non_finite:
-            raise ValueError(f"{source} has {self.non_finite} non-finite expression values (NaN or inf); "
-                             "GEARS needs log-normalised, finite expression")
+            problems.append(Problem("expression", f"{source} has {self.non_finite} non-finite expression values "
+                                                  "(NaN or inf); GEARS needs log-normalised, finite expression"))
         if self.negative:
-            raise ValueError(f"{source} has {self.negative} negative expression values (min {self.minimum:.4g}); "
-                             "GEARS needs non-negative log-normalised expression (normalise_total + log1p)")
+            problems.append(Problem("expression", f"{source} has {self.negative} negative expression values (min "
+                                                  f"{self.minimum:.4g}); GEARS needs non-negative log-normalised "
+                                                  "expression (normalise_total + log1p)"))
         if self.raw_counts:
-            raise ValueError(f"{source} holds raw counts (whole numbers up to {self.maximum:.0f}); GEARS needs "
-                             "log-normalised expression: process the screen with normalize=True (gears-ddp process "
-                             "--normalize), which normalises each cell to 1e4 counts and takes log1p")
-        if self.maximum > 50:
-            logger.warning("%s: maximum expression %.1f looks normalised but not log-transformed; GEARS expects "
-                           "log-normalised data (normalise_total to 1e4, then log1p)", source, self.maximum)
+            problems.append(Problem("expression", f"{source} holds raw counts (whole numbers up to {self.maximum:.0f}); "
+                                                  "GEARS needs log-normalised expression: process the screen with "
+                                                  "normalize=True (gears-ddp process --normalize), which normalises "
+                                                  "each cell to 1e4 counts and takes log1p"))
+        elif self.maximum > NOT_LOG_TRANSFORMED:
+            problems.append(Problem("expression", f"{source}: maximum expression {self.maximum:.1f} looks normalised but "
+                                                  "not log-transformed; GEARS expects log-normalised data "
+                                                  "(normalise_total to 1e4, then log1p)", stops=False))
+        return problems
+
+    def finish(self, source: str) -> None:
+        """Raise ``ScreenProblems`` for the ``problems`` that stop the expression; log the warnings."""
+        problems = self.problems(source)
+        refuse(problems, source)
+        for problem in problems:
+            logger.warning("%s", problem)
 
 
 def check_expression(matrix, source: str) -> None:
@@ -92,24 +120,37 @@ def check_expression(matrix, source: str) -> None:
     check.finish(source)
 
 
+def annotation_problems(adata, source: str = "the AnnData") -> list[Problem]:
+    """The problems of the columns, conditions, control cells, cell type and gene names that
+    processing relies on (the expression is checked as it is read: ``ExpressionCheck``)."""
+    problems = [missing_columns_problem(adata, source)]
+    if "condition" in adata.obs.columns:
+        conditions = adata.obs["condition"].astype(object)
+        problems.append(malformed_conditions_problem(conditions, f"{source} obs['condition']"))
+        if not (conditions == CONTROL).any():
+            problems.append(Problem("control label", f"{source} has no control cells (obs['condition'] == 'ctrl'); "
+                                                     "GEARS pairs each perturbed cell with a control cell: label "
+                                                     "them 'ctrl', or name the screen's own column and control "
+                                                     "label (gears-ddp process --perturbation-column, "
+                                                     "--control-label)"))
+    if "cell_type" in adata.obs.columns:
+        cell_types = pd.unique(adata.obs["cell_type"].astype(object))
+        if len(cell_types) != 1:
+            problems.append(Problem("cell type", f"{source} has {len(cell_types)} cell types {list(cell_types)[:10]}; "
+                                                 "GEARS models one cell type per dataset: subset the AnnData first"))
+    if "gene_name" in adata.var.columns:
+        gene_names = adata.var["gene_name"].astype(str)
+        duplicated = sorted(set(gene_names[gene_names.duplicated()]))
+        if duplicated:
+            problems.append(Problem("duplicates", f"{source} var['gene_name'] repeats genes {duplicated[:10]}; gene "
+                                                  "names must be unique: keep one row per gene (drop or sum the "
+                                                  "repeats)"))
+    return [problem for problem in problems if problem is not None]
+
+
 def validate_annotations(adata, source: str = "the AnnData") -> None:
-    """Check the columns, conditions, control cells, cell type and gene names that
-    processing relies on, with clear errors (the expression is checked as it is read:
-    ``ExpressionCheck``)."""
-    check_columns(adata, source)
-    conditions = adata.obs["condition"].astype(object)
-    validate_conditions(conditions, f"{source} obs['condition']")
-    if not (conditions == CONTROL).any():
-        raise ValueError(f"{source} has no control cells (obs['condition'] == 'ctrl'); GEARS pairs "
-                         "each perturbed cell with a control cell")
-    cell_types = pd.unique(adata.obs["cell_type"].astype(object))
-    if len(cell_types) != 1:
-        raise ValueError(f"{source} has {len(cell_types)} cell types {list(cell_types)[:10]}; "
-                         "GEARS models one cell type per dataset: subset the AnnData first")
-    gene_names = adata.var["gene_name"].astype(str)
-    duplicated = sorted(set(gene_names[gene_names.duplicated()]))
-    if duplicated:
-        raise ValueError(f"{source} var['gene_name'] repeats genes {duplicated[:10]}; gene names must be unique")
+    """Refuse, naming them all, the ``annotation_problems`` of ``adata``."""
+    refuse(annotation_problems(adata, source), source)
 
 
 class ExpressionReading:

@@ -25,7 +25,9 @@ from typing import Sequence
 
 import numpy as np
 
+from gears_ddp.data import io
 from gears_ddp.data.conditions import CONTROL, condition_genes, genes_of_conditions, is_combo, is_single
+from gears_ddp.data.screen_report import Problem, refuse
 
 SPLIT_TYPES = (
     "simulation",
@@ -49,6 +51,8 @@ SPLIT_OPTION_HELP = {  # PertData.prepare_split's options, in words
     "test_pert_genes": "genes (a list, or '_'-joined) whose perturbations go to the test set",
     "split_dict_path": "split='custom': a pickle of {'train': [...], 'val': [...], 'test': [...]} conditions",
 }
+SETS_OF_SPLIT = {"no_split": ("test",), "no_test": ("train", "val")}  # the sets of the others: ALL_SETS
+ALL_SETS = ("train", "val", "test")
 SUBGROUP_NAMES = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
 VAL_FRACTION = 0.1  # the reference's fixed val_size for the random-draw split types
 
@@ -216,28 +220,75 @@ def split_conditions(conditions_in_order: Sequence[str], split: str, seed: int =
     return SplitResult(set2conditions, subgroup)
 
 
-def check_split_sets(set2conditions: dict, known_conditions, required_sets: Sequence[str], source: str) -> None:
-    """Validate a split: required sets hold perturbations, conditions are known, sets are disjoint.
+TOO_FEW_PERTURBATIONS = ("the dataset has too few perturbations for this split: use more perturbations, another "
+                         "split type or seed, or a custom split")
 
-    ``source`` names where the split came from (a file, or the split type and seed), so
-    the error tells the user what to change.
-    """
-    missing_sets = [name for name in required_sets
-                    if not [c for c in set2conditions.get(name, []) if c != CONTROL]]
+
+def read_custom_split(split_dict_path) -> dict[str, list[str]]:
+    """The sets of a custom split: the pickled dict ``{'train': [...], 'val': [...], 'test':
+    [...]}`` of conditions at ``split_dict_path`` (plain data only: ``io.read_pickle``)."""
+    if split_dict_path is None:
+        raise ValueError("split='custom' needs split_dict_path, a pickled dict "
+                         "{'train': [...], 'val': [...], 'test': [...]} of conditions")
+    loaded = io.read_pickle(split_dict_path, "custom split")
+    if not isinstance(loaded, dict):
+        raise ValueError(f"custom split file {split_dict_path} holds a {type(loaded).__name__}, "
+                         "expected a dict {'train': [...], 'val': [...], 'test': [...]}")
+    return {name: [str(c) for c in conds] for name, conds in loaded.items()}
+
+
+def sets_of_split(split: str) -> tuple[str, ...]:
+    """The sets a split of this type must give perturbations to (``SETS_OF_SPLIT``)."""
+    return SETS_OF_SPLIT.get(split, ALL_SETS)
+
+
+def split_option_problems(split: str, seed, **fractions) -> list[Problem]:
+    """The problems of ``prepare_split``'s options: an unknown split type, a seed that is no
+    non-negative integer, ``fractions`` (``train_gene_set_size``, ...) outside (0, 1]."""
+    problems = []
+    if split not in SPLIT_TYPES:
+        problems.append(Problem("split", f"unknown split {split!r}; available splits: {', '.join(SPLIT_TYPES)}"))
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        problems.append(Problem("split", f"prepare_split: seed must be a non-negative integer, got {seed!r}"))
+    for name, value in fractions.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
+            problems.append(Problem("split", f"prepare_split: {name} must be a fraction in (0, 1], got {value!r}"))
+    return problems
+
+
+def sets_without_perturbations(set2conditions: dict, required_sets: Sequence[str]) -> list[str]:
+    """The sets among ``required_sets`` that a split leaves without perturbations."""
+    return [name for name in required_sets if not [c for c in set2conditions.get(name, []) if c != CONTROL]]
+
+
+def split_set_problems(set2conditions: dict, known_conditions, required_sets: Sequence[str], source: str,
+                       advice: str = TOO_FEW_PERTURBATIONS) -> list[Problem]:
+    """The problems of a split: required sets without perturbations (then ``advice``),
+    conditions absent from the data, conditions in two sets. ``source`` names where the
+    split came from (a file, or the split type and seed), so the text tells the user what
+    to change."""
+    problems = []
+    missing_sets = sets_without_perturbations(set2conditions, required_sets)
     if missing_sets:
         sizes = {name: len(conds) for name, conds in set2conditions.items()}
-        raise ValueError(
-            f"{source} leaves the {' and '.join(missing_sets)} set(s) without perturbations "
-            f"(conditions per set: {sizes}); the dataset has too few perturbations for this split: "
-            "use more perturbations, another split type or seed, or a custom split")
+        problems.append(Problem("split", f"{source} leaves the {' and '.join(missing_sets)} set(s) without "
+                                         f"perturbations (conditions per set: {sizes}); {advice}"))
     known = set(known_conditions)
     unknown = sorted({c for conds in set2conditions.values() for c in conds} - known)
     if unknown:
-        raise ValueError(f"{source} names conditions absent from the data: {unknown[:20]}"
-                         + (f" and {len(unknown) - 20} more" if len(unknown) > 20 else ""))
+        problems.append(Problem("split", f"{source} names conditions absent from the data: {unknown[:20]}"
+                                         + (f" and {len(unknown) - 20} more" if len(unknown) > 20 else "")
+                                         + "; split the conditions the data has"))
     names = list(set2conditions)
     for i, first in enumerate(names):
         for second in names[i + 1:]:
             shared = sorted(set(set2conditions[first]) & set(set2conditions[second]))
             if shared:
-                raise ValueError(f"{source} puts conditions in both {first!r} and {second!r}: {shared[:20]}")
+                problems.append(Problem("split", f"{source} puts conditions in both {first!r} and {second!r}: "
+                                                 f"{shared[:20]}; put each condition in one set"))
+    return problems
+
+
+def check_split_sets(set2conditions: dict, known_conditions, required_sets: Sequence[str], source: str) -> None:
+    """Refuse a split with ``split_set_problems``, naming them all."""
+    refuse(split_set_problems(set2conditions, known_conditions, required_sets, source), source)

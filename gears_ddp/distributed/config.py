@@ -8,18 +8,14 @@ the model options (``model_config``) and the options of the launch itself.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 
 from gears_ddp._options import Options, is_int, option, reject_unknown
 from gears_ddp.data.expression_map import DTYPES
-from gears_ddp.data.pertdata import STORAGES, PertData
+from gears_ddp.data.pertdata import SPLIT_OPTIONS, STORAGES
 from gears_ddp.model.options import ModelOptions
 from gears_ddp.training.options import TrainingOptions
 
-SPLIT_OPTIONS = tuple(name for name in inspect.signature(PertData.prepare_split).parameters if name != "self")
-SPLIT_DEFAULTS = {name: parameter.default for name, parameter in
-                  inspect.signature(PertData.prepare_split).parameters.items() if name in SPLIT_OPTIONS}
 PERT_DATA_OPTIONS = ("expression_storage", "expression_dtype", "default_pert_graph")  # args given to PertData
 
 

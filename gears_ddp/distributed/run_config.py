@@ -25,7 +25,8 @@ import yaml
 
 from gears_ddp.data.io import atomic_path
 from gears_ddp.data.splits import SPLIT_OPTION_HELP
-from gears_ddp.distributed.config import SPLIT_DEFAULTS, ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.data.pertdata import SPLIT_DEFAULTS
+from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.runtime.devices import check_device_request
 from gears_ddp.model.options import ModelOptions
 from gears_ddp.training.options import TrainingOptions
