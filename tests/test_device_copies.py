@@ -83,11 +83,14 @@ def batch_copies(monkeypatch):
 
 
 def _train(pert_data, device: str) -> None:
+    """Three eager steps (a CPU cannot play CUDA's streams and graphs: ``cuda_graphs=False``;
+    a replayed step copies each batch into its graph's tensors without blocking,
+    ``cuda_graphs.StaticBatches.load``) and the evaluation passes."""
     pert_data.get_dataloader(16, test_batch_size=16)
     torch.manual_seed(0)
     gears = GEARS(pert_data, device=device)
     gears.model_initialize(hidden_size=8)
-    gears.train(epochs=1, max_steps=3)
+    gears.train(epochs=1, max_steps=3, cuda_graphs=False)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
