@@ -12,7 +12,8 @@ built-in synthetic one (``write_synthetic_dataset``, seed 0) at Norman size by d
 single-gene and 130 two-gene perturbations of 350 cells each and 10,000 control cells
 (90,500 cells), 5,000 genes. It is written once under ``--data-path`` (kept for later runs)
 and loaded with ``PertData.load``; ``prepare_split('simulation', seed=1)``; ``--data-only``
-writes it and stops (a later run reuses it). For each batch
+writes and loads it once (its expression map and split files too) and stops, for a later
+run to reuse. For each batch
 size, precision and ``--cuda-graphs`` setting: ``torch.manual_seed(0)``,
 ``model_initialize(hidden_size=64)`` and ``train(epochs, lr=1e-3, weight_decay=5e-4,
 amp=..., cuda_graphs=...)``, as a user runs it. ``--cuda-graphs on`` (the default, as
@@ -50,7 +51,7 @@ from harness.memory import peak_rss_mib
 from harness.models import new_model
 from harness.record import add_json_argument, add_record_argument, recorded, write_figures
 from harness.settings import LR, WEIGHT_DECAY
-from harness.synthetic import add_size_arguments, load_synthetic, synthetic_folder
+from harness.synthetic import add_size_arguments, load_synthetic
 from harness.tables import StreamedTable
 from harness.timing import Stopwatch
 
@@ -126,12 +127,12 @@ def main() -> None:
     add_size_arguments(parser, genes=5000, cells_per_condition=350, perturbed_genes=100, combos=130,
                        control_cells=10000)
     parser.add_argument("--data-path", default="./data/bench_epoch")
-    parser.add_argument("--data-only", action="store_true", help="write the dataset and stop")
+    parser.add_argument("--data-only", action="store_true", help="write and load the dataset once, and stop")
     add_json_argument(parser)
     add_record_argument(parser)
     args = parser.parse_args()
     if args.data_only:
-        print(f"dataset at {synthetic_folder(args.data_path, args)}")
+        print(f"dataset ready: {load_synthetic(args.data_path, args).adata.shape}")
         return
     device = torch.device(args.device)
 

@@ -14,6 +14,8 @@
 # to the current folder; the data and runs are written under $GPU_CHECK_WORK (default: a new
 # temporary folder, removed at the end). The script ends with a table of each stage's key
 # figures, exit status, wall and CPU seconds and time limit, and exits 1 when a stage failed.
+# Other settings: PYTHON (default python3), GPU_CHECK_WHEELS (default .whl/),
+# GPU_CHECK_TEST_WORKERS (pytest-xdist workers of the tests stage, default 4).
 #
 # On the workplace's device machine (no package index there: the packages it lacks travel
 # as wheels), from the repository root:
@@ -43,19 +45,19 @@ WHEELS=(
 )
 #
 # Stages, in order, each with its budget in seconds (a stage that ends early leaves the
-# seconds it did not use to the stages after it, so the total never exceeds the sum, 465 s,
+# seconds it did not use to the stages after it, so together they take at most the sum, 460 s,
 # and a slow stage cannot eat the others' own budgets; --small gives each 300 s, which on a
 # CPU only stops a stage that hangs). A stage that fails or runs out of time is recorded
 # with its exit status (124: out of time) and the next one runs.
 #
-#   environment  15  nvidia-smi; Python, torch, CUDA, cuDNN, NCCL, the GPU        env.json
-#   wheels       40  install .whl/ (if any); the versions that import              wheels.json
+#   environment  10  nvidia-smi; Python, torch, CUDA, cuDNN, NCCL, the GPU        env.json
+#   wheels       35  install .whl/ (if any); the versions that import              wheels.json
 #   data        240  beside the next three stages, on a few CPU cores: the datasets of
 #                    epoch, width and screen (their scripts' --data-only)
 #   tests        70  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
 #                    pytest-xdist is there); --small: the CPU cases of the CUDA-graph and
 #                    padded-set tests                                               tests.xml
-#   demo         75  gears-ddp demo as it comes, timed end to end (--small: 1 epoch)
+#   demo         80  gears-ddp demo as it comes, timed end to end (--small: 1 epoch)
 #                                                                              demo_report.json
 #   resume       45  benchmarks/bench_resume.py: a torchrun job stopped after 30 steps,
 #                    then resumed from its checkpoint (resume/: both jobs' logs)  resume.json
@@ -77,7 +79,7 @@ WHEEL_DIR=${GPU_CHECK_WHEELS:-$REPO/.whl}
 BENCH=$REPO/benchmarks
 
 STAGES=(environment wheels tests demo resume epoch width screen published)
-declare -A BUDGET=([environment]=15 [wheels]=40 [data]=240 [tests]=70 [demo]=75 [resume]=45 [epoch]=100
+declare -A BUDGET=([environment]=10 [wheels]=35 [data]=240 [tests]=70 [demo]=80 [resume]=45 [epoch]=100
                    [width]=35 [screen]=25 [published]=60)
 SMALL_BUDGET=300
 MIN_LIMIT=10  # the least time a stage is given, even when those before it overran
@@ -87,7 +89,7 @@ usage() {  # the comment at the top, up to the wheels
 }
 
 download_wheels() {
-    # The platforms are those the device machine's pip accepts (manylinux up to 2.28).
+    # CPython 3.12 wheels for x86-64 Linux, the platform tags the device machine's notes name
     mkdir -p "$WHEEL_DIR"
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \

@@ -276,6 +276,8 @@ def printed_tables(log: Path) -> str:
 def record(results: Path) -> None:
     """Append the run in ``results`` to RESULTS.md (see the module docstring)."""
     env = json.loads((results / "env.json").read_text())
+    if env["gpu"] is None:
+        raise SystemExit(f"{results} is a run on a CPU (--small, say): only a GPU's figures are recorded")
     day = json.loads((results / "summary.json").read_text())["date"]
     machine = (f"{env['machine']}; CUDA {env['cuda']}, cuDNN {env['cudnn']}, NCCL {env['nccl']}"
                + (f"; nvidia-smi: {' / '.join(env['nvidia_smi'].splitlines()[1:])}" if env["nvidia_smi"] else ""))

@@ -1,6 +1,7 @@
 """``benchmarks/gpu_check.sh --small``: every stage of the GPU check, at small sizes on the
-CPU, and the archive it writes. (What it measures on a GPU is recorded in
-``benchmarks/RESULTS.md``, never asserted here.)"""
+CPU, and the archive it writes; and how a GPU run's archive is recorded in
+``benchmarks/RESULTS.md`` (what it measures on a GPU is recorded there, never asserted here)."""
+import importlib
 import json
 import os
 import re
@@ -109,3 +110,35 @@ def test_the_demo_reports_and_the_resumed_job_says_it_resumed(small_run):
     logged = (results / "resume" / "resumed.log").read_text()
     assert re.search(r"resuming from \S+checkpoint-000000006\.pt: epoch 1, after optimiser step 6", logged)
     assert "resuming from" not in (results / "resume" / "stopped.log").read_text()
+
+
+@pytest.fixture
+def gpu_check_report(monkeypatch, tmp_path):
+    """benchmarks/gpu_check_report.py as a module, recording into a RESULTS.md of its own."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    module = importlib.import_module("gpu_check_report")
+    monkeypatch.setattr(module, "RESULTS", tmp_path / "RESULTS.md")
+    return module
+
+
+def _archive_of(folder: Path, gpu: str | None) -> Path:
+    """An extracted archive's folder as gpu_check.sh leaves it, with the files record reads."""
+    folder.mkdir()
+    (folder / "env.json").write_text(json.dumps({
+        "machine": "a test machine", "gpu": gpu, "cuda": "13.0", "cudnn": 91000, "nccl": "2.27.7",
+        "nvidia_smi": f"name, driver_version\n{gpu}, 580.159.04" if gpu else None}))
+    (folder / "summary.json").write_text(json.dumps({"date": "2026-11-27"}))
+    (folder / "summary.txt").write_text("| stage | key figures |\n|---|---|\n| epoch | an epoch 1.2 s |\n")
+    (folder / "epoch.log").write_text("data: ready\n| batch | epoch s |\n|---:|---:|\n| 32 | 1.20 |\nprogress\n")
+    return folder
+
+
+def test_a_gpu_run_is_recorded_with_its_gpu_and_tables_and_a_cpu_run_is_not(gpu_check_report, tmp_path):
+    gpu_check_report.record(_archive_of(tmp_path / "gpu", "NVIDIA H100 80GB HBM3"))
+    recorded = (tmp_path / "RESULTS.md").read_text()
+    assert "## 2026-11-27: `bash benchmarks/gpu_check.sh`" in recorded
+    assert "NVIDIA H100 80GB HBM3, 580.159.04" in recorded and "CUDA 13.0" in recorded
+    assert "| epoch | an epoch 1.2 s |" in recorded and "| 32 | 1.20 |" in recorded and "progress" not in recorded
+    with pytest.raises(SystemExit, match="only a GPU's figures are recorded"):
+        gpu_check_report.record(_archive_of(tmp_path / "cpu", None))
+    assert (tmp_path / "RESULTS.md").read_text() == recorded
