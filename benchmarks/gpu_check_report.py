@@ -42,7 +42,7 @@ TIMED_OUT = 124  # the exit status of `timeout` when the budget ran out
 PACKAGES = {"numpy": ("numpy", True), "pandas": ("pandas", True), "anndata": ("anndata", True),
             "scanpy": ("scanpy", True), "skmisc": ("scikit-misc", True), "torch_geometric": ("torch-geometric", False),
             "gears": ("cell-gears", False), "dcor": ("dcor", False)}
-STAGE_FILES = {"environment": ["env.json"], "wheels": ["wheels.json"], "tests": ["tests.xml"],
+STAGE_FILES = {"environment": ["env.json"], "wheels": ["wheels.json"], "data": [], "tests": ["tests.xml"],
                "demo": ["demo_report.json"], "resume": ["resume.json"],
                "epoch": ["epoch_graphs.json", "epoch_eager.json"], "width": ["width.json"],
                "screen": ["screen.json"], "published": ["published.json"]}
@@ -118,6 +118,16 @@ def _wheels(results: Path) -> tuple[dict, str]:
     return ({"wheels": len(found["wheels"]), "missing": found["missing"], "versions": versions},
             f"{len(found['wheels'])} wheels installed; {shown}" + (f"; missing {found['missing']}"
                                                                    if found["missing"] else ""))
+
+
+def _data(results: Path) -> tuple[dict, str]:
+    """The datasets the data stage's scripts said they left ready (a line each)."""
+    try:
+        ready = [line for line in (results / "data.log").read_text().splitlines()
+                 if line.startswith(("dataset ready", "raw data at", "dataset at"))]
+    except OSError:
+        return {}, ""
+    return {"ready": ready}, f"{len(ready)} of 3 datasets ready (epoch, width, screen)"
 
 
 def _tests(results: Path) -> tuple[dict, str]:
@@ -218,7 +228,7 @@ def _number(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-HEADLINES = {"environment": _environment, "wheels": _wheels, "tests": _tests, "demo": _demo, "resume": _resume,
+HEADLINES = {"environment": _environment, "wheels": _wheels, "data": _data, "tests": _tests, "demo": _demo, "resume": _resume,
              "epoch": _epoch, "width": _width, "screen": _screen, "published": _published}
 
 
