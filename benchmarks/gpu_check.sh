@@ -24,8 +24,9 @@
 #     device tool:  run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=540)
 #
 # and the reply's files are gpu_check.tar.gz and summary.json (at most 8 files come back;
-# everything else is inside the archive). benchmarks/RESULTS.md says how its figures are
-# recorded.
+# everything else is inside the archive). The machine's start adds a minute or two, so a
+# task's 15 minutes of device time hold one run: give the machine back after it.
+# benchmarks/RESULTS.md says how its figures are recorded.
 #
 # The GPU machine's image has torch with CUDA, torch-geometric, numpy, scipy, scikit-learn,
 # numba, h5py, matplotlib, statsmodels, seaborn, pytest-xdist and pandas 3, but not anndata
