@@ -1,10 +1,11 @@
-"""Model benchmark on CPU: training throughput, seconds per epoch, test-set evaluation time,
-peak memory and test metrics of gears_ddp and (when installed) the published GEARS, side by
-side on the same data, split and hyperparameters.
+"""Model benchmark: training throughput, seconds per epoch, test-set evaluation time, peak
+memory and test metrics of gears_ddp and (when installed) the published GEARS, side by side
+on the same data, split, hyperparameters and device.
 
     python benchmarks/bench_model.py [--epochs 3] [--genes 1000 --cells-per-condition 45 ...]
                                      [--batch-size 32 --test-batch-size 32] [--seed S]
-                                     [--skip-reference]
+                                     [--device cpu] [--eval-repeats 3] [--skip-reference]
+                                     [--json F] [--record]
 
 The data are made once, in the parent, by ``gears_ddp.datasets.make_synthetic_perturb_seq``
 (defaults: 7,300 cells x 1,000 genes; 60 singles and 80 combos of 45 cells, 1,000 controls)
@@ -13,9 +14,11 @@ implementation then runs in its own subprocess (so that its peak memory is its o
 ``torch.set_num_threads(os.cpu_count())``, and does the whole published workflow with its
 own library: ``PertData(...).new_data_process`` on the raw h5ad,
 ``prepare_split('simulation', seed=1)``, ``get_dataloader(batch_size, test_batch_size)``,
-``GEARS(pert_data, device='cpu')``, ``torch.manual_seed(0)``,
-``model_initialize(hidden_size=64)`` (all other model options default) and
-``train(epochs, lr=1e-3, weight_decay=5e-4)``. Results come back as one JSON line.
+``GEARS(pert_data, device=D)`` (``--device``, the CPU by default; both packages on the same
+one), ``torch.manual_seed(0)``, ``model_initialize(hidden_size=64)`` (all other model
+options default) and ``train(epochs, lr=1e-3, weight_decay=5e-4)``. Results come back as
+one JSON line; ``--json F`` writes both sides' figures to ``F``
+(``harness.record.write_figures``).
 
 ``--without-coexpression`` gives both models an empty co-expression graph
 (``harness.side_by_side``; each gene then keeps its own positional embedding). The
@@ -68,10 +71,11 @@ monkeypatched into the child process only):
   ``gears_ddp.training.engine.evaluate(best_model, test_loader, accumulator, False, device)`` (the
   accumulator's construction is inside the timed region, as the published ``evaluate``
   builds its result containers inside its own call). Published:
-  ``gears.inference.evaluate(test_loader, best_model, False, 'cpu')``.
+  ``gears.inference.evaluate(test_loader, best_model, False, device)``.
   ``compute_metrics`` on that result is timed separately (median of as many calls).
 - data + model setup (s): raw h5ad -> loaders (``new_data_process`` + ``prepare_split`` +
   ``get_dataloader``), and ``GEARS(...)`` + ``model_initialize`` (graphs + network).
+- peak GPU memory (on a GPU): ``torch.cuda.max_memory_allocated`` of the child, in MiB.
 - peak memory: max RSS of the child process at its end (``getrusage``), in MiB; and the
   same minus the process's RSS right after its imports (torch; ``torch._dynamo``, which any
   torch optimizer imports when built and the published stack imports through
@@ -110,7 +114,7 @@ from pathlib import Path
 from harness.child import run_in_child
 from harness.memory import peak_rss_mib, status_mib
 from harness.published import patch_csr_indexing, published_test_figures, reference_available
-from harness.record import add_record_argument, recorded
+from harness.record import add_json_argument, add_record_argument, recorded, write_figures
 from harness.settings import HIDDEN_SIZE, LR, SUBGROUPS, WEIGHT_DECAY
 from harness.side_by_side import add_workflow_options, set_up, split_seed
 from harness.synthetic import work_folder, write_raw_input
@@ -128,7 +132,7 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
     recipe.evaluate = timed_calls(recipe.evaluate, evals)
 
     loader_seed = {} if args.seed is None else {"seed": args.seed}
-    pert_data, g, data_s, model_s = set_up(PertData, GEARS, workdir, raw, args, **loader_seed)
+    pert_data, g, data_s, model_s = set_up(PertData, GEARS, workdir, raw, args, args.device, **loader_seed)
 
     report = g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)
 
@@ -205,7 +209,7 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
     reference.evaluate = timed_calls(reference.evaluate, evals)
     reference.compute_metrics = metrics_hook
 
-    pert_data, g, data_s, model_s = set_up(PertData, GEARS, workdir, raw, args)
+    pert_data, g, data_s, model_s = set_up(PertData, GEARS, workdir, raw, args, args.device)
 
     train_loader = pert_data.dataloader["train_loader"]
     g.dataloader["train_loader"] = _LoopStartProxy(train_loader, g.model, loop_starts)
@@ -215,7 +219,8 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
     epoch_ends = [[t for t in metric_calls if t > step][1] for step in steps]
     epoch_evals = [[(b, e) for b, e in evals if step < b < end] for step, end in zip(steps, epoch_ends)]
     loader = pert_data.dataloader["test_loader"]
-    test_eval_s, result = median_seconds(lambda: evaluate(loader, g.best_model, False, "cpu"), args.eval_repeats)
+    test_eval_s, result = median_seconds(lambda: evaluate(loader, g.best_model, False, args.device),
+                                         args.eval_repeats)
     metrics_s, (overall, _) = median_seconds(lambda: compute_metrics(result), args.eval_repeats)
     subgroups = pert_data.subgroup["test_subgroup"]
     return {**published_test_figures(pert_data, result, overall, compute_metrics, deeper_analysis),
@@ -300,6 +305,8 @@ def measured_run(impl: str, raw: str, options: dict) -> dict:
                 result = run_reference(Path(raw), folder, args)
     result["peak_rss_mib"] = peak_rss_mib()
     result["peak_above_imports_mib"] = result["peak_rss_mib"] - import_rss
+    if torch.device(args.device).type == "cuda":
+        result["peak_gpu_mib"] = torch.cuda.max_memory_allocated(args.device) / 2**20
     return result
 
 
@@ -331,7 +338,7 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
           f"batch {args.batch_size}, test batch {args.test_batch_size}; "
           f"hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}; "
           f"{epochs} epochs of {ours['cells_per_epoch']} training cells; {test_cells}; "
-          f"CPU, {os.cpu_count()} cores, torch threads {ours['threads']}\n")
+          f"device {args.device}; CPU, {os.cpu_count()} cores, torch threads {ours['threads']}\n")
     rows = [("training throughput (train cells / s) [ours/published]", "throughput", True),
             ("training loop (s / epoch)", "loop", False),
             ("seconds per epoch incl. train+val evaluation", "epoch", False),
@@ -344,13 +351,15 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
         return [label, _figure(a), not_run or _figure(b), ratio]
 
     table = [row(label, mine[key], theirs[key] if theirs else None, higher) for label, key, higher in rows]
+    memory = [("peak memory, max RSS (MiB)", "peak_rss_mib"),
+              ("peak memory above the RSS after imports (MiB)", "peak_above_imports_mib")]
+    if "peak_gpu_mib" in ours:
+        memory.append(("peak GPU memory, allocated (MiB)", "peak_gpu_mib"))
     table += [row(label, ours[key], reference[key] if reference else None)
               for label, key in ((f"test-set evaluation pass (s, median of {args.eval_repeats})", "test_eval_s"),
                                  ("compute_metrics on it (s)", "compute_metrics_s"),
                                  ("raw h5ad -> loaders (s)", "data_s"),
-                                 ("GEARS(...) + model_initialize (s)", "model_s"),
-                                 ("peak memory, max RSS (MiB)", "peak_rss_mib"),
-                                 ("peak memory above the RSS after imports (MiB)", "peak_above_imports_mib"))]
+                                 ("GEARS(...) + model_initialize (s)", "model_s"), *memory)]
     print_table(["measure", "gears_ddp", "published GEARS", "ratio"], table)
     print("\nratio = published / gears_ddp for times and memory, gears_ddp / published for throughput "
           "(above 1: gears_ddp is better).")
@@ -379,16 +388,26 @@ def main():
     parser.add_argument("--seed", type=int, help="seed of the split, the models and the pairing (see above)")
     parser.add_argument("--eval-repeats", type=int, default=3, help="test-set evaluation passes (median)")
     parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--device", default="cpu", help="both packages' device (default: the CPU)")
+    add_json_argument(parser)
     add_record_argument(parser)
     args = parser.parse_args()
+    published_installed = reference_available()
+    run_published = published_installed and not args.skip_reference
     with tempfile.TemporaryDirectory() as tmp:
         raw = write_raw_input(Path(tmp) / "input", args)
         ours = measure("ours", raw, args)
-        reference = None if args.skip_reference or not reference_available() else measure("reference", raw, args)
+        reference = measure("reference", raw, args) if run_published else None
     if ours is None:
         sys.exit(1)
     with recorded(args.record):
         print_tables(ours, reference, args)
+    if args.json:
+        write_figures(args.json, {"device": args.device, "published_installed": published_installed,
+                                  "gears_ddp": {**ours, **_derived(ours)},
+                                  "published": reference and {**reference, **_derived(reference)}})
+    if run_published and reference is None:
+        sys.exit(1)  # the published side failed (its error is above)
 
 
 if __name__ == "__main__":

@@ -2,29 +2,32 @@
 included) and of the genetic-interaction (GI) scoring alone, the published per-pair
 ``GI_predict`` loop against gears_ddp, side by side in one run.
 
-    python benchmarks/bench_screen.py [--parts screen scoring] [--record]
-        screen:  [--screen-genes 102] [--published-screen-pairs 3] [--processes N]
+    python benchmarks/bench_screen.py [--parts screen scoring] [--genes 5045] [--json F] [--record]
+                                      [--data-only]
+        screen:  [--screen-genes 102] [--published-screen-pairs 3] [--processes N | --gpu-ids 0]
                  [--train-steps 20] [--data-path ./data/bench_screen]
-        scoring: [--genes 5045] [--published-pairs 3] [--pairs 64] [--device cpu]
-                 [--threads 1 2] [--seed 0]
+        scoring: [--published-pairs 3] [--pairs 64] [--device cpu] [--threads 1 2] [--seed 0]
 
 **screen** (issue 25's targets). A Norman-size model: the synthetic dataset
-(``gears_ddp.datasets.write_synthetic_dataset``) with 5,045 genes and 102 perturbed genes
-(131 combinations, 20 cells each, 2,000 control cells; written once under ``--data-path``),
-GEARS with hidden size 64 trained ``--train-steps`` optimiser steps (the timings hardly
-depend on the weights). Then:
+(``gears_ddp.datasets.write_synthetic_dataset``) with ``--genes`` genes (5,045, Norman's, by
+default) and 102 perturbed genes (131 combinations, 20 cells each, 2,000 control cells;
+written once under ``--data-path``; ``--data-only`` writes it and stops), GEARS with hidden
+size 64 trained ``--train-steps``
+optimiser steps on the CPU (the timings hardly depend on the weights). Then:
 
 - gears_ddp: ``gears_ddp.distributed.screen.screen_on_devices`` over every pair of the
   ``--screen-genes`` first genes the data perturbs (102: 5,151 pairs), written to a table as
   ``gears-ddp screen`` writes it, with ``--processes`` single-thread CPU worker processes
-  (default: every usable core). Timed from the call to the table: the Theil-Sen subsets'
-  draw, every prediction, starting the workers, the scores and the merge.
+  (default: every usable core), or on the GPUs ``--gpu-ids`` names (one GPU: in this
+  process). Timed from the call to the table: the Theil-Sen subsets' draw, every
+  prediction, starting the workers, the scores and the merge.
 - published: ``GEARS.GI_predict`` of the published package, unchanged, on the same weights
   (``harness.published.published_gears``: its ``predict`` and ``GI_predict`` bound to
   our data and its ``GEARS_Model``), over the first ``--published-screen-pairs`` pairs in
   screen order, each a prediction of the double over 300 control cells and the scores. Its
   singles are predicted first, apart (a screen predicts each single once: 102 against
-  5,151 doubles), and counted in its estimate of the whole screen.
+  5,151 doubles), and counted in its estimate of the whole screen. ``--published-screen-pairs
+  0`` runs gears_ddp alone.
 
 **scoring** (the floor). Random change vectors (pairs x genes; two singles and their
 double, rounded to float32 as predictions are), over 5,045 genes by default, Norman's gene
@@ -52,6 +55,8 @@ threads spin waiting for each other.
 
 Issue 25's targets for the whole screen, prediction included: at least 100x the published
 loop's pairs per second, and Norman's 5,151 pairs in under 15 minutes on 2 CPU cores.
+
+``--json F`` writes each part's figures (``harness.record.write_figures``).
 """
 from __future__ import annotations
 
@@ -67,7 +72,7 @@ import numpy as np
 from harness.machine import load_average
 from harness.models import perturbed_genes, trained_synthetic_model
 from harness.published import published_gears
-from harness.record import add_record_argument, recorded
+from harness.record import add_json_argument, add_record_argument, recorded, write_figures
 from harness.settings import HIDDEN_SIZE
 from harness.tables import print_table
 from harness.timing import Stopwatch
@@ -75,8 +80,8 @@ from harness.timing import Stopwatch
 NORMAN_GENES = 5045
 NORMAN_PERTURBED = 102
 NORMAN_PAIRS = 5151  # all pairs of Norman's 102 perturbed genes
-NORMAN_SIZE = {"n_genes": NORMAN_GENES, "n_perturbed_genes": NORMAN_PERTURBED, "n_combos": 131,
-               "cells_per_condition": 20, "n_control_cells": 2000, "seed": 0}
+NORMAN_SIZE = {"n_perturbed_genes": NORMAN_PERTURBED, "n_combos": 131, "cells_per_condition": 20,
+               "n_control_cells": 2000, "seed": 0}  # and the genes, --genes
 TARGET_SPEEDUP = 100.0
 TARGET_SCREEN_SECONDS = 15 * 60
 
@@ -183,17 +188,24 @@ def largest_differences(batched: dict, published: list[dict]) -> dict[str, float
 # ----------------------------------------------------------------------------- the whole screen
 
 
-def our_screen(gears, genes: list[str], processes: int) -> tuple[Timing, object]:
-    """The whole screen as ``gears-ddp screen`` runs it, subsets drawn afresh."""
+def screen_dataset(args) -> tuple[str, dict]:
+    """The name and ``write_synthetic_dataset`` options of the screen's dataset."""
+    return f"norman_size_{args.genes}_genes", {**NORMAN_SIZE, "n_genes": args.genes}
+
+
+def our_screen(gears, genes: list[str], processes: int | None, gpu_ids: list[int] | None) -> tuple[Timing, object]:
+    """The whole screen as ``gears-ddp screen`` runs it, subsets drawn afresh, on the GPUs
+    ``gpu_ids`` or else ``processes`` CPU processes."""
     from gears_ddp.distributed.screen import screen_on_devices
     from gears_ddp.evaluation.interaction_scores import theil_sen_subsets
 
     theil_sen_subsets.cache_clear()
+    devices = {"gpu_ids": gpu_ids} if gpu_ids else {"cpu_processes": processes}
+    on = f"GPU(s) {', '.join(map(str, gpu_ids))}" if gpu_ids else f"{processes} single-thread CPU process(es)"
     with tempfile.TemporaryDirectory() as folder:
-        with Stopwatch(cpu_of="self and children") as watch:
-            table = screen_on_devices(gears, genes, Path(folder) / "screen.csv", cpu_processes=processes)
-    return Timing.of(f"gears_ddp screen, {processes} single-thread CPU process(es), all {len(table):,} pairs",
-                     len(table), watch), table
+        with Stopwatch(gpu_ids and f"cuda:{gpu_ids[0]}", cpu_of="self and children") as watch:
+            table = screen_on_devices(gears, genes, Path(folder) / "screen.csv", **devices)
+    return Timing.of(f"gears_ddp screen on {on}, all {len(table):,} pairs", len(table), watch), table
 
 
 def published_screen(gears, genes: list[str], n_pairs: int) -> tuple[Timing, Timing, list[dict]]:
@@ -214,35 +226,47 @@ def published_screen(gears, genes: list[str], n_pairs: int) -> tuple[Timing, Tim
         single_timing, scores
 
 
-def screen_part(args) -> None:
+def screen_part(args) -> dict:
+    """The whole screen, printed; its figures returned."""
     from gears_ddp.runtime.threads import usable_cores
 
     processes = args.processes or usable_cores()
     load_before = load_average()
-    gears, _ = trained_synthetic_model(Path(args.data_path), "norman_size", NORMAN_SIZE, max_steps=args.train_steps)
+    gears, _ = trained_synthetic_model(Path(args.data_path), *screen_dataset(args), max_steps=args.train_steps)
     genes = perturbed_genes(gears)[:args.screen_genes]
-    published, single, published_scores = published_screen(gears, genes, args.published_screen_pairs)
+    published = None
+    if args.published_screen_pairs:
+        published, single, published_scores = published_screen(gears, genes, args.published_screen_pairs)
     load_between = load_average()
-    ours, table = our_screen(gears, genes, processes)
+    ours, table = our_screen(gears, genes, processes, args.gpu_ids)
     load_after = load_average()
     n_pairs = len(table)
-    published_screen_s = n_pairs / published.pairs_per_second + len(genes) * single.seconds / single.pairs
-    speedup = ours.pairs_per_second / published.pairs_per_second
     print(f"\nWhole screen on a Norman-size model: {gears.num_genes:,} genes, {len(perturbed_genes(gears))} "
           f"perturbed in the data, hidden {HIDDEN_SIZE}, trained {args.train_steps} steps; {len(genes)} of them "
           f"screened ({n_pairs:,} pairs); "
           f"{usable_cores()} usable cores; load average {load_before} before, {load_between} between the two, "
           f"{load_after} after\n")
+    figures = {"genes": gears.num_genes, "screened_genes": len(genes), "pairs": n_pairs, "seconds": ours.seconds,
+               "pairs_per_s": ours.pairs_per_second, "on": ours.what}
+    reference_rate = published.pairs_per_second if published else None
     print_table(["screen", "pairs", "seconds", "s / pair", "pairs / s", "vs published", "CPU s / pair"],
                 [[row.what, f"{row.pairs:,}", f"{row.seconds:.1f}", f"{row.seconds / row.pairs:.3f}",
-                  f"{row.pairs_per_second:.3f}", f"{row.pairs_per_second / published.pairs_per_second:.0f}x",
-                  f"{row.cpu_seconds / row.pairs:.3f}"] for row in (published, ours)])
+                  f"{row.pairs_per_second:.3f}",
+                  f"{row.pairs_per_second / reference_rate:.0f}x" if reference_rate else "-",
+                  f"{row.cpu_seconds / row.pairs:.3f}"] for row in (published, ours) if row])
+    target = "met" if ours.seconds < TARGET_SCREEN_SECONDS else "not met"
+    if published is None:
+        print(f"\ngears_ddp: {n_pairs:,} pairs in {ours.seconds / 60:.1f} min, prediction included (target: under "
+              f"{TARGET_SCREEN_SECONDS / 60:.0f} min on 2 CPU cores: {target}); the published loop not run")
+        return figures
+    published_screen_s = n_pairs / published.pairs_per_second + len(genes) * single.seconds / single.pairs
+    speedup = ours.pairs_per_second / published.pairs_per_second
     print(f"\npublished predict of one single: {single.seconds / single.pairs:.2f} s "
           f"({single.pairs} singles, predicted before its loop)")
     print(f"published loop over all {n_pairs:,} pairs at this rate, with its {len(genes)} singles: "
           f"{published_screen_s / 3600:.1f} h")
     print(f"gears_ddp: {n_pairs:,} pairs in {ours.seconds / 60:.1f} min, prediction included (target: under "
-          f"{TARGET_SCREEN_SECONDS / 60:.0f} min on 2 CPU cores: {'met' if ours.seconds < TARGET_SCREEN_SECONDS else 'not met'}); "
+          f"{TARGET_SCREEN_SECONDS / 60:.0f} min on 2 CPU cores: {target}); "
           f"{speedup:.0f}x the published loop's pairs per second (target {TARGET_SPEEDUP:.0f}x: "
           f"{'met' if speedup >= TARGET_SPEEDUP else 'not met'})")
     exact = table.iloc[:len(published_scores)]
@@ -251,12 +275,14 @@ def screen_part(args) -> None:
     print("largest |gears_ddp - published| over those pairs (gears_ddp scores the exact change, the published its "
           "change over 300 drawn control cells: sampling noise, see docs/screens.md): "
           + ", ".join(f"{name} {value:.2g}" for name, value in differences.items()))
+    return {**figures, "published_pairs_per_s": published.pairs_per_second, "speedup": speedup}
 
 
 # ----------------------------------------------------------------------------- the scores alone
 
 
-def scoring_part(args) -> None:
+def scoring_part(args) -> dict:
+    """The scores alone, printed; their figures returned."""
     import torch
 
     from gears_ddp.runtime.threads import usable_cores
@@ -290,6 +316,8 @@ def scoring_part(args) -> None:
           + ", ".join(f"{name} {value:.1e}" for name, value in differences.items()))
     speedup = fastest.pairs_per_second / published.pairs_per_second
     print(f"\nscoring speed-up over the published loop, fastest setting: {speedup:.0f}x")
+    return {"genes": args.genes, "pairs": args.pairs, "fastest": fastest.what,
+            "pairs_per_s": fastest.pairs_per_second, "speedup": speedup}
 
 
 def main() -> None:
@@ -298,11 +326,15 @@ def main() -> None:
     parser.add_argument("--screen-genes", type=int, default=NORMAN_PERTURBED,
                         help="screen every pair of this many of the genes the data perturbs (102: 5,151 pairs)")
     parser.add_argument("--published-screen-pairs", type=int, default=3,
-                        help="pairs the published GI_predict loop runs (about 15 s each at 5,045 genes)")
-    parser.add_argument("--processes", type=int, help="gears_ddp's CPU worker processes (default: usable cores)")
+                        help="pairs the published GI_predict loop runs (about 15 s each at 5,045 genes; 0: none)")
+    devices = parser.add_mutually_exclusive_group()
+    devices.add_argument("--processes", type=int, help="gears_ddp's CPU worker processes (default: usable cores)")
+    devices.add_argument("--gpu-ids", type=int, nargs="+", help="screen on these GPUs instead of CPU processes")
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--data-path", default="./data/bench_screen")
-    parser.add_argument("--genes", type=int, default=NORMAN_GENES)
+    parser.add_argument("--data-only", action="store_true", help="write the screen's dataset and stop")
+    parser.add_argument("--genes", type=int, default=NORMAN_GENES,
+                        help="genes of the screen's model and of the scored change vectors (default: Norman's)")
     parser.add_argument("--published-pairs", type=int, default=3,
                         help="pairs the published loop scores (about 10 s each at 5,045 genes on a CPU core)")
     parser.add_argument("--pairs", type=int, default=64, help="pairs gears_ddp scores")
@@ -310,18 +342,28 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", help="torch thread counts for gears_ddp "
                         "(default: 1 and every usable core)")
     parser.add_argument("--seed", type=int, default=0)
+    add_json_argument(parser)
     add_record_argument(parser)
     args = parser.parse_args()
     if not 1 <= args.published_pairs <= args.pairs:
         parser.error("--published-pairs must be between 1 and --pairs")
-    if not 2 <= args.screen_genes <= NORMAN_PERTURBED or args.published_screen_pairs < 1:
-        parser.error(f"--screen-genes must be between 2 and {NORMAN_PERTURBED}, --published-screen-pairs at least 1")
+    if not 2 <= args.screen_genes <= NORMAN_PERTURBED or args.published_screen_pairs < 0:
+        parser.error(f"--screen-genes must be between 2 and {NORMAN_PERTURBED}, --published-screen-pairs at least 0")
 
+    if args.data_only:
+        from gears_ddp.datasets import write_synthetic_dataset
+
+        name, options = screen_dataset(args)
+        print(f"dataset at {write_synthetic_dataset(args.data_path, name=name, **options)}")
+        return
+    figures = {}
     with recorded(args.record):
         if "screen" in args.parts:
-            screen_part(args)
+            figures["screen"] = screen_part(args)
         if "scoring" in args.parts:
-            scoring_part(args)
+            figures["scoring"] = scoring_part(args)
+    if args.json:
+        write_figures(args.json, figures)
 
 
 if __name__ == "__main__":

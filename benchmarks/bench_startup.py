@@ -44,6 +44,7 @@ from harness.record import add_record_argument, recorded
 from harness.settings import HIDDEN_SIZE
 from harness.synthetic import add_size_arguments, synthetic_options, write_run_config
 from harness.tables import print_table
+from harness.torchrun import job_environment, torchrun_command
 
 RANK_REPORTS = "GEARS_DDP_BENCH_RANK_REPORTS"  # where each rank writes its figures
 WITHOUT_LOCK = "GEARS_DDP_BENCH_WITHOUT_PREPARE_LOCK"
@@ -103,13 +104,11 @@ def job(data_path: Path, ranks: int, without_lock: bool, work: Path) -> dict:
     reports.mkdir()
     args = {"epochs": 1, "max_steps": 1, "batch_size": 32, "model_config": {"hidden_size": HIDDEN_SIZE},
             "save_path": str(work / "run")}
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD_", "MASTER_"))}
-    environment.update({RANK_REPORTS: str(reports), "OMP_WAIT_POLICY": "PASSIVE"})
+    environment = job_environment({RANK_REPORTS: reports, "OMP_WAIT_POLICY": "PASSIVE"})
     if without_lock:
         environment[WITHOUT_LOCK] = "1"
     config = write_run_config(reports / "run.yaml", data_path, "synthetic", args)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", __file__,
-               "--rank", "--config", str(config)]
+    command = torchrun_command(ranks, __file__, "--rank", "--config", str(config))
     started = time.time()
     done = subprocess.run(command, capture_output=True, text=True, env=environment)
     if done.returncode:

@@ -5,11 +5,13 @@ Virtual Cell Challenge's training file.
 
     python benchmarks/bench_width.py [--genes 18000 --cells-per-condition 100 --perturbed-genes 60
                                       --combos 30 --control-cells 2000 --modules 60]
-                                     [--steps 8] [--data-path /tmp/bench_width] [--skip-reference] [--record]
+                                     [--steps 8] [--data-path /tmp/bench_width] [--skip-reference]
+                                     [--device cuda] [--amp off bf16] [--json F] [--record] [--data-only]
 
 The data (generator seed 0, ``make_synthetic_perturb_seq``; by default 11,000 cells x
 18,000 genes: 60 single and 30 two-gene perturbations of 100 cells, 2,000 controls) and the
-GO files are written once under ``--data-path`` and reused. ``--modules`` sets the
+GO files are written once under ``--data-path`` and reused (``--data-only`` writes them and
+stops). ``--modules`` sets the
 generator's gene modules, whose genes share GO terms: 60 modules give a GO graph about as
 dense as a real one (the script prints its edges per gene; Enrichr's GO Biological Process
 2021 gene sets give 4.35 million edges over 14,937 genes, 291 per gene); with the
@@ -24,8 +26,17 @@ machine's cores, and does, timing each stage:
 3. ``GEARS(pert_data)`` and ``model_initialize(hidden_size=64)``, with the co-expression
    graph (and gears_ddp's GO graph cache) built from nothing, and the time of each graph;
 4. ``--steps`` training steps at batch 32 after one warm-up step, their median. gears_ddp:
-   ``training.engine.training_step`` on the training loader's batches, with freed memory
+   ``training.engine.training_step`` on the training loader's batches with the training
+   loop's optimiser (``training.optimization.make_optimizer``), with freed memory
    retained as its training loop does (``runtime.host_memory``), and the page faults a step.
+   On a GPU (``--device cuda``) the step is the one training replays
+   (``training.cuda_graphs.CapturedStep`` on batches whose perturbation sets are padded as
+   the loop pads them): its eager warm-up steps and the captured step come first, untimed,
+   then each timed step is waited for (``torch.cuda.synchronize``); the peak GPU memory
+   (``torch.cuda.max_memory_allocated``) is reported beside the host's. ``--amp`` times the
+   steps once per precision (``engine.Precision.for_mode``: off, bf16, fp16), each with a
+   new optimiser, on the same batches; the floor and the estimates below are the first
+   precision's. The published GEARS trains in float32.
    The published GEARS: its own ``train(epochs=1)`` on a loader that yields that many
    batches, timed between batches (its epoch-end evaluation runs on those batches and one
    validation batch, outside the timed steps);
@@ -42,6 +53,10 @@ the co-expression graph's correlation products alone (BLAS ``ssyrk`` calls) and 
 the GO edge file alone (``go_essential_all.csv``), from the same calls. An epoch at the
 challenge's size is estimated as (221,273 cells x this split's share of cells in training /
 32) steps of the measured median.
+
+``--device`` is gears_ddp's (its model, steps and floors); the published GEARS runs on the
+CPU, so with another device give ``--skip-reference``. ``--json F`` writes the figures
+(``harness.record.write_figures``).
 """
 import argparse
 import contextlib
@@ -58,9 +73,10 @@ from harness.child import run_in_child
 from harness.machine import load_average
 from harness.memory import peak_rss_mib
 from harness.published import patch_csr_indexing, reference_available
-from harness.record import add_record_argument, recorded
+from harness.record import add_json_argument, add_record_argument, recorded, write_figures
 from harness.synthetic import add_size_arguments, synthetic_options, work_folder, write_raw_input
 from harness.tables import format_number, print_table
+from harness.timing import synchronize
 
 VCC_CELLS = 221_273
 BATCH_SIZE = 32
@@ -94,14 +110,12 @@ def _train_share(pert_data) -> float:
     return float(conditions.isin(set(pert_data.set2conditions["train"])).mean())
 
 
-def run_ours(raw: str, folder: str, steps: int) -> dict:
+def run_ours(raw: str, folder: str, steps: int, device: str, amps: list[str]) -> dict:
     import anndata
     import torch
 
     from gears_ddp import GEARS, PertData
     from gears_ddp.data import graphs, pertdata
-    from gears_ddp.runtime.host_memory import retained_host_memory
-    from gears_ddp.training.engine import training_step
 
     figures, graph_s = {}, {"co-expression": [], "GO": []}
     floor_s = {"correlation products": [], "reading the GO edge file": []}
@@ -124,43 +138,74 @@ def run_ours(raw: str, folder: str, steps: int) -> dict:
         pert_data.get_dataloader(BATCH_SIZE, test_batch_size=BATCH_SIZE)
     torch.manual_seed(0)
     with _stage(figures, "model_initialize_s"):
-        gears = GEARS(pert_data, device="cpu")
+        gears = GEARS(pert_data, device=device)
         gears.model_initialize(hidden_size=HIDDEN_SIZE)
     figures["graph_s"] = {name: sum(seconds) for name, seconds in graph_s.items()}
     figures["graph_floor_s"] = {name: sum(seconds) for name, seconds in floor_s.items()}
-    optimizer = torch.optim.Adam(gears.model.parameters(), lr=1e-3, weight_decay=5e-4)
-    context, device = gears.loss_context(), torch.device("cpu")
-    step_s, rows, faults = [], [], []
-    with retained_host_memory():  # as the recipe trains on a CPU
-        for _, batch in zip(range(steps + 1), pert_data.dataloader["train_loader"]):
-            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
-            start = time.perf_counter()
-            training_step(gears.model, [batch], optimizer, context, False, device)
-            step_s.append(time.perf_counter() - start)
-            rows.append(len(batch.sets.counts) * gears.model.num_genes)
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
-    figures["step_s"] = step_s[1:]
-    figures["faults_per_step"] = (faults[-1] - faults[1]) / steps
-    figures["rows"] = statistics.mean(rows[1:])
-    figures["floor_s"] = _six_products(int(figures["rows"]), HIDDEN_SIZE, steps)
-    figures["pass_s"] = _one_pass(int(figures["rows"]), 2 * HIDDEN_SIZE, steps)
+    by_amp = {amp: _timed_steps(gears, pert_data.dataloader["train_loader"], steps, torch.device(device), amp)
+              for amp in amps}
+    figures.update(by_amp[amps[0]])
+    figures["step_s_by_amp"] = {amp: statistics.median(timed["step_s"]) for amp, timed in by_amp.items()}
+    figures["floor_s"] = _six_products(int(figures["rows"]), HIDDEN_SIZE, steps, device)
+    figures["pass_s"] = _one_pass(int(figures["rows"]), 2 * HIDDEN_SIZE, steps, device)
     figures["train_share"] = _train_share(pert_data)
     go_edges = Path(folder) / "go_essential_all" / "go_essential_all.csv"
     figures["go_edges_per_gene"] = (sum(1 for _ in go_edges.open()) - 1) / len(pert_data.pert_names)
     return figures
 
 
-def _six_products(n_rows: int, hidden: int, repeats: int) -> float:
-    """Median seconds of the recovery MLP's six matrix products on ``n_rows`` rows (see the
-    module docstring)."""
+def _timed_steps(gears, loader, steps: int, device, amp: str) -> dict:
+    """``steps`` training steps in precision ``amp`` on ``device`` after the untimed ones (see
+    the module docstring): their seconds, the (set, gene) rows of each, the page faults a
+    step and, on a GPU, the peak memory."""
     import torch
 
-    a0, w1, z1 = torch.randn(n_rows, hidden), torch.randn(2 * hidden, hidden), torch.empty(n_rows, 2 * hidden)
-    a1, w2, z2 = torch.randn(n_rows, 2 * hidden), torch.randn(hidden, 2 * hidden), torch.empty(n_rows, hidden)
-    grad_z2, grad_a1 = torch.randn(n_rows, hidden), torch.empty(n_rows, 2 * hidden)
-    grad_z1, grad_a0 = torch.randn(n_rows, 2 * hidden), torch.empty(n_rows, hidden)
+    from gears_ddp.runtime.host_memory import retained_host_memory
+    from gears_ddp.training.cuda_graphs import WARMUP_STEPS, CapturedStep
+    from gears_ddp.training.engine import Precision, training_step
+    from gears_ddp.training.optimization import make_optimizer
+
+    optimizer, _ = make_optimizer(gears.model, lr=1e-3, weight_decay=5e-4)
+    context, on_gpu, precision = gears.loss_context(), device.type == "cuda", Precision.for_mode(amp, device)
+    # on a GPU the step training replays: eager warm-up steps, then one captured
+    step, untimed, pad_sets_to = ((CapturedStep(device), WARMUP_STEPS + 1, loader.max_sets_per_batch()) if on_gpu
+                                  else (training_step, 1, None))
+    step_s, rows, faults = [], [], []
+    with contextlib.nullcontext() if on_gpu else retained_host_memory():  # as the recipe trains on a CPU
+        for _, batch in zip(range(steps + untimed), loader.batches(0, pad_sets_to)):
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+            synchronize(device)
+            start = time.perf_counter()
+            step(gears.model, [batch], optimizer, context, False, device, precision)
+            synchronize(device)
+            step_s.append(time.perf_counter() - start)
+            rows.append(len(batch.sets.counts) * gears.model.num_genes)  # padded sets too: the step computes them
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+    figures = {"step_s": step_s[untimed:], "faults_per_step": (faults[-1] - faults[untimed]) / steps,
+               "rows": statistics.mean(rows[untimed:]), "device": str(device)}
+    if on_gpu:
+        figures["peak_gpu_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return figures
+
+
+def _six_products(n_rows: int, hidden: int, repeats: int, device: str) -> float:
+    """Median seconds of the recovery MLP's six matrix products on ``n_rows`` rows (see the
+    module docstring), on ``device``."""
+    import torch
+
+    def randn(*shape):
+        return torch.randn(*shape, device=device)
+
+    def empty(*shape):
+        return torch.empty(*shape, device=device)
+
+    a0, w1, z1 = randn(n_rows, hidden), randn(2 * hidden, hidden), empty(n_rows, 2 * hidden)
+    a1, w2, z2 = randn(n_rows, 2 * hidden), randn(hidden, 2 * hidden), empty(n_rows, hidden)
+    grad_z2, grad_a1 = randn(n_rows, hidden), empty(n_rows, 2 * hidden)
+    grad_z1, grad_a0 = randn(n_rows, 2 * hidden), empty(n_rows, hidden)
     seconds = []
     for _ in range(repeats + 1):
+        synchronize(device)
         start = time.perf_counter()
         torch.mm(a0, w1.T, out=z1)
         torch.mm(a1, w2.T, out=z2)
@@ -168,19 +213,21 @@ def _six_products(n_rows: int, hidden: int, repeats: int) -> float:
         grad_z2.T.mm(a1)
         torch.mm(grad_z1, w1, out=grad_a0)
         grad_z1.T.mm(a0)
+        synchronize(device)
         seconds.append(time.perf_counter() - start)
     return statistics.median(seconds[1:])
 
 
-def _one_pass(n_rows: int, width: int, repeats: int) -> dict:
+def _one_pass(n_rows: int, width: int, repeats: int, device: str) -> dict:
     """Median seconds of one elementwise pass (``relu_``) over ``n_rows`` rows of ``width``
-    float32 values: over the whole tensor at once, and a piece of ``ROWS_PER_PASS`` rows at a
-    time, as the fused decoder cuts its passes (each piece small enough for the CPU's caches)."""
+    float32 values on ``device``: over the whole tensor at once, and a piece of
+    ``ROWS_PER_PASS`` rows at a time, as the fused decoder cuts its passes on a CPU (each
+    piece small enough for the CPU's caches)."""
     import torch
 
     from gears_ddp.model.weighted_norm import ROWS_PER_PASS
 
-    rows = torch.randn(n_rows, width)
+    rows = torch.randn(n_rows, width, device=device)
 
     def in_pieces():
         for start in range(0, n_rows, ROWS_PER_PASS):
@@ -189,8 +236,10 @@ def _one_pass(n_rows: int, width: int, repeats: int) -> dict:
     seconds = {"whole": [], "in pieces": []}
     for _ in range(repeats + 1):
         for name, one_pass in (("whole", rows.relu_), ("in pieces", in_pieces)):
+            synchronize(device)
             start = time.perf_counter()
             one_pass()
+            synchronize(device)
             seconds[name].append(time.perf_counter() - start)
     return {name: statistics.median(values[1:]) for name, values in seconds.items()}
 
@@ -263,16 +312,18 @@ def run_published(raw: str, folder: str, steps: int) -> dict:
     return figures
 
 
-def measured(package: str, raw: str, steps: int) -> dict:
+def measured(package: str, raw: str, steps: int, device: str, amps: list[str]) -> dict:
     """In a child process of its own: one package's stages on ``raw`` (see the module
-    docstring), with its peak memory."""
+    docstring), with its peak memory; gears_ddp's on ``device``, its steps in each precision
+    of ``amps``."""
     import torch
 
     torch.set_num_threads(os.cpu_count())
     with tempfile.TemporaryDirectory() as tmp:
         folder = str(work_folder(Path(raw), tmp))
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            figures = (run_ours if package == "gears_ddp" else run_published)(raw, folder, steps)
+            figures = (run_ours(raw, folder, steps, device, amps) if package == "gears_ddp"
+                       else run_published(raw, folder, steps))
     figures["peak_rss_gib"] = peak_rss_mib() / 1024
     return figures
 
@@ -309,17 +360,24 @@ def print_tables(ours: dict, published: dict | None, args) -> None:
         theirs = None if published is None else published["graph_s"].get(graph)
         rows.append([f"  of which the {graph} graph (s)", format_number(theirs, ".2f"),
                      format_number(ours["graph_s"][graph], ".2f"), _ratio(theirs, ours["graph_s"][graph])])
-    rows.append(["training step, batch 32, median (s)", format_number(step(published), ".3f"),
+    first_amp, *other_amps = args.amp
+    precision = "" if first_amp == "off" else f", {first_amp}"
+    rows.append([f"training step, batch 32, median{precision} (s)", format_number(step(published), ".3f"),
                  format_number(step(ours), ".3f"), _ratio(step(published), step(ours))])
+    for amp in other_amps:
+        rows.append([f"training step, batch 32, median, {amp} (s)", "-",
+                     format_number(ours["step_s_by_amp"][amp], ".3f"), "-"])
     rows.append(["peak resident memory (GiB)", format_number(figure(published, "peak_rss_gib"), ".2f"),
                  format_number(ours["peak_rss_gib"], ".2f"), _ratio(figure(published, "peak_rss_gib"),
                                                                     ours["peak_rss_gib"])])
+    if "peak_gpu_gib" in ours:
+        rows.append(["peak GPU memory (GiB)", "-", format_number(ours["peak_gpu_gib"], ".2f"), "-"])
     vcc_steps = VCC_CELLS * ours["train_share"] / BATCH_SIZE
     rows.append([f"an epoch at the challenge's size, estimated ({vcc_steps:,.0f} steps; min)",
                  format_number(None if published is None else vcc_steps * step(published) / 60, ".0f"),
                  format_number(vcc_steps * step(ours) / 60, ".0f"), _ratio(step(published), step(ours))])
     print_table(["", "published GEARS", "gears_ddp", "published / gears_ddp"], rows)
-    print(f"\ngears_ddp's step against its floor: {step(ours) * 1e3:.0f} ms a step, {ours['floor_s'] * 1e3:.0f} ms "
+    print(f"\ngears_ddp on {ours['device']}; its step against its floor: {step(ours) * 1e3:.0f} ms a step, {ours['floor_s'] * 1e3:.0f} ms "
           f"for the recovery MLP's six matrix products on the steps' {ours['rows']:,.0f} (set, gene) rows: "
           f"{step(ours) / ours['floor_s']:.2f}x the floor.")
     print(f"Page faults a step (minor, after the warm-up step): {ours['faults_per_step']:,.0f}.")
@@ -345,18 +403,36 @@ def main():
     parser.add_argument("--modules", type=int, default=60, help="the generator's gene modules (default 60)")
     parser.add_argument("--steps", type=int, default=8, help="training steps timed after a warm-up step")
     parser.add_argument("--data-path", default="/tmp/bench_width", help="where the raw data is written, once")
+    parser.add_argument("--data-only", action="store_true", help="write the raw data and stop")
     parser.add_argument("--skip-reference", action="store_true", help="gears_ddp only")
+    parser.add_argument("--device", default="cpu", help="gears_ddp's device (the published GEARS runs on the CPU)")
+    parser.add_argument("--amp", nargs="+", default=["off"], choices=["off", "bf16", "fp16"],
+                        help="gears_ddp's step precisions, timed in turn (the first: the floor and the estimates)")
+    add_json_argument(parser)
     add_record_argument(parser)
     args = parser.parse_args()
+    if args.device != "cpu" and not args.skip_reference:
+        parser.error("the published GEARS runs on the CPU here: with --device other than cpu, give --skip-reference")
     raw = _raw_input(args)
-    ours = run_in_child(__file__, "measured", "gears_ddp", str(raw), args.steps, label="gears_ddp")
+    if args.data_only:
+        print(f"raw data at {raw}")
+        return
+    ours = run_in_child(__file__, "measured", "gears_ddp", str(raw), args.steps, args.device, args.amp,
+                        label="gears_ddp")
     published = None
     if not args.skip_reference and reference_available():
-        published = run_in_child(__file__, "measured", "published", str(raw), args.steps, label="published GEARS")
+        published = run_in_child(__file__, "measured", "published", str(raw), args.steps, "cpu", ["off"],
+                                 label="published GEARS")
     if ours is None:
         sys.exit(1)
     with recorded(args.record):
         print_tables(ours, published, args)
+    if args.json:
+        vcc_steps = VCC_CELLS * ours["train_share"] / BATCH_SIZE
+        write_figures(args.json, {"device": args.device, "genes": synthetic_options(args)["n_genes"],
+                                  "step_s": ours["step_s_by_amp"],
+                                  "vcc_epoch_s": {amp: vcc_steps * s for amp, s in ours["step_s_by_amp"].items()},
+                                  "gears_ddp": ours, "published": published})
 
 
 if __name__ == "__main__":

@@ -9,12 +9,14 @@ helpers and no measurement is written twice:
 - ``published``: what the published GEARS needs to run here, and its figures read as
   gears_ddp reports them;
 - ``child``: a function of a benchmark script run in a child process, its figures back;
+- ``torchrun``: a torchrun job's command line and an environment free of launcher variables;
 - ``memory``: peak and current resident memory, and a thread that samples peaks;
 - ``timing``: device synchronisation, wall and CPU seconds, medians of repeats;
 - ``tables``: markdown tables and numbers as the scripts print them;
 - ``spread``: mean +- sd over seeds and the paired difference of two sides;
 - ``machine``: the machine in words and its load;
-- ``record``: ``--record``, appending what a script prints to ``benchmarks/RESULTS.md``.
+- ``record``: ``--record``, appending what a script prints to ``benchmarks/RESULTS.md``, and
+  ``--json``, its figures in a file.
 
 The scripts run as ``python benchmarks/bench_x.py``, so ``benchmarks/`` is on ``sys.path``
 and they import ``harness.<module>``.

@@ -1,8 +1,10 @@
 """``--record``: append what a benchmark prints to ``benchmarks/RESULTS.md``, so that no
-figure is copied by hand.
+figure is copied by hand; ``--json FILE``: write its figures to a file another program
+reads (``benchmarks/gpu_check.sh`` collects them).
 
 A recorded section starts with the date, the command and the machine (CPU, cores, GPU,
-torch and CUDA versions); its body is exactly what the script printed to stdout.
+torch and CUDA versions); its body is exactly what the script printed to stdout. A JSON
+file holds the command, the machine and the script's figures, NaN written as null.
 """
 from __future__ import annotations
 
@@ -22,6 +24,19 @@ RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
 def add_record_argument(parser) -> None:
     parser.add_argument("--record", action="store_true",
                         help=f"also append the printed tables to {RESULTS.relative_to(RESULTS.parents[1])}")
+
+
+def add_json_argument(parser) -> None:
+    parser.add_argument("--json", metavar="FILE",
+                        help="also write the figures to FILE as JSON, with the command and the machine")
+
+
+def write_figures(path, figures: dict) -> None:
+    """``--json``: ``figures`` with the command line and the machine, as strict JSON (NaN and
+    infinities as null) at ``path``."""
+    from gears_ddp.report.run_folder import write_json
+
+    write_json(path, {"command": sys.argv, "machine": describe_machine(), **figures})
 
 
 @contextlib.contextmanager

@@ -56,10 +56,10 @@ def _seed_globals(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def set_up(pert_data_class, gears_class, folder: Path, raw: Path, args, **loader_options):
+def set_up(pert_data_class, gears_class, folder: Path, raw: Path, args, device: str = "cpu", **loader_options):
     """The same steps with either package's ``PertData`` and ``GEARS``: process ``raw`` in
-    ``folder``, split, loaders (timed), then the model (timed, seeded as the module docstring
-    says). ``args`` holds ``seed``, ``batch_size``, ``test_batch_size`` and
+    ``folder``, split, loaders (timed), then the model on ``device`` (timed, seeded as the
+    module docstring says). ``args`` holds ``seed``, ``batch_size``, ``test_batch_size`` and
     ``without_coexpression``; ``loader_options`` go to ``get_dataloader``. Returns
     (pert_data, gears, data seconds, model seconds)."""
     import anndata
@@ -74,7 +74,7 @@ def set_up(pert_data_class, gears_class, folder: Path, raw: Path, args, **loader
     pert_data.get_dataloader(args.batch_size, test_batch_size=args.test_batch_size, **loader_options)
     data_s = time.perf_counter() - start
     start = time.perf_counter()
-    gears = gears_class(pert_data, device="cpu")
+    gears = gears_class(pert_data, device=device)
     if args.seed is None:
         torch.manual_seed(MODEL_SEED)
     else:

@@ -67,14 +67,20 @@ def load_dataset(data_path, folder, split_seed: int = SPLIT["seed"], **pert_data
     return pert_data
 
 
-def load_synthetic(data_path, args):
-    """The synthetic dataset of the size options, written once under ``data_path`` (one
-    folder per set of options, reused as it is) and loaded with the split ``SPLIT``."""
+def synthetic_folder(data_path, args) -> Path:
+    """The folder of the synthetic dataset of the size options, written once under
+    ``data_path`` (one folder per set of options, reused as it is), the GO files beside it."""
     from gears_ddp.datasets import write_synthetic_dataset
 
     options = synthetic_options(args)
     name = "synthetic_" + "_".join(f"{key}{value}" for key, value in options.items())
-    return load_dataset(data_path, write_synthetic_dataset(data_path, name=name, **options))
+    return write_synthetic_dataset(data_path, name=name, **options)
+
+
+def load_synthetic(data_path, args):
+    """The synthetic dataset of the size options (``synthetic_folder``), loaded with the
+    split ``SPLIT``."""
+    return load_dataset(data_path, synthetic_folder(data_path, args))
 
 
 def write_raw_input(folder: Path, args, **generator_options) -> Path:

@@ -1,0 +1,369 @@
+#!/usr/bin/env bash
+# The GPU check in one command: on one H100 or H200 in at most 8 minutes, the suite's CUDA
+# tests, the demo, a torchrun job resumed from its GPU checkpoint, epochs at Norman size
+# (eager and CUDA graphs; fp32, bf16, fp16; batch 32 and 256), a step at 18,000 genes, a
+# 5,151-pair screen, and the published GEARS side by side; one archive of logs and JSON.
+#
+#     bash benchmarks/gpu_check.sh [--small]        every stage; the archive gpu_check.tar.gz
+#     bash benchmarks/gpu_check.sh --download-wheels  the wheels the GPU machine lacks, into .whl/
+#
+# --small runs the same stages at small sizes on a CPU, its OpenMP threads waiting passively
+# (OMP_WAIT_POLICY=PASSIVE unless set); tests/test_gpu_check.py runs it in the suite. The
+# archive (gpu_check.tar.gz: the folder gpu_check/ of every stage's log and JSON,
+# summary.json and summary.txt) and summary.json beside it go to $OUT when it is set, else
+# to the current folder; the data and runs are written under $GPU_CHECK_WORK (default: a new
+# temporary folder, removed at the end). The script ends with a table of each stage's key
+# figures, exit status, wall and CPU seconds and time limit, and exits 1 when a stage failed.
+# Other settings: PYTHON (default python3), GPU_CHECK_WHEELS (default .whl/),
+# GPU_CHECK_TEST_WORKERS (pytest-xdist workers of the tests stage, default 4).
+#
+# On the workplace's device machine (no package index there: the packages it lacks travel
+# as wheels), from the repository root:
+#
+#     here, once:   bash benchmarks/gpu_check.sh --download-wheels      (.whl/ is ignored by git)
+#     device tool:  run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=540)
+#
+# and the reply's files are gpu_check.tar.gz and summary.json (at most 8 files come back;
+# everything else is inside the archive). The machine's start adds a minute or two, so a
+# task's 15 minutes of device time hold one run: give the machine back after it.
+# benchmarks/RESULTS.md says how its figures are recorded.
+#
+# The GPU machine's image has torch with CUDA, torch-geometric, numpy, scipy, scikit-learn,
+# numba, h5py, matplotlib, statsmodels, seaborn, pytest-xdist and pandas 3, but not anndata
+# (whose 0.12 needs pandas < 3), scanpy or the published GEARS. The wheels below, for
+# CPython 3.12 on x86-64, are what they need beyond the image (each one's Requires-Dist read
+# from the wheel); when $GPU_CHECK_WHEELS (default .whl/) holds wheels, the wheels stage
+# installs them with pip, no index and no dependencies, into a folder put first on
+# PYTHONPATH, before the repository itself (gears_ddp runs from the checkout, installed by
+# nothing: `pip install -e` would look for its dependencies on an index).
+WHEELS=(
+    pandas==2.3.3 pytz==2026.6 tzdata==2026.6                       # pandas < 3, for anndata
+    anndata==0.12.19 zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0
+    array-api-compat==1.16.0 legacy-api-wrap==1.5 natsort==8.4.0 scverse-misc==0.0.3
+    scanpy==1.11.5 session-info2==0.4.1 pynndescent==0.7.0 umap-learn==0.5.12
+    scikit-misc==0.5.3                                                # scanpy's seurat_v3 genes
+    cell-gears==0.1.2 dcor==0.7                                       # the published GEARS
+)
+#
+# Stages, in order, each with its budget in seconds (a stage that ends early leaves the
+# seconds it did not use to the stages after it, so together they take at most the sum, 460 s,
+# and a slow stage cannot eat the others' own budgets; --small gives each 300 s, which on a
+# CPU only stops a stage that hangs). A stage that fails or runs out of time is recorded
+# with its exit status (124: out of time) and the next one runs.
+#
+#   environment  10  nvidia-smi; Python, torch, CUDA, cuDNN, NCCL, the GPU        env.json
+#   wheels       35  install .whl/ (if any); the versions that import              wheels.json
+#   data        240  beside the next three stages, on a few CPU cores: the datasets of
+#                    epoch, width and screen (their scripts' --data-only)
+#   tests        70  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
+#                    pytest-xdist is there); --small: the CPU cases of the CUDA-graph and
+#                    padded-set tests                                               tests.xml
+#   demo         80  gears-ddp demo as it comes, timed end to end (--small: 1 epoch)
+#                                                                              demo_report.json
+#   resume       45  benchmarks/bench_resume.py: a torchrun job stopped after 30 steps,
+#                    then resumed from its checkpoint (resume/: both jobs' logs)  resume.json
+#   epoch       100  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes):
+#                    CUDA graphs at fp32, bf16, fp16 and batch 32, 256, 2 epochs each (the
+#                    second timed); eager at fp32, batch 32, 1 epoch (launch-bound: about
+#                    20 s, its one-time set-up a second of it)
+#                                                           epoch_graphs.json, epoch_eager.json
+#   width        35  benchmarks/bench_width.py on the GPU at 18,000 genes, gears_ddp alone,
+#                    fp32 and bf16 steps                                             width.json
+#   screen       25  benchmarks/bench_screen.py: 102 genes' 5,151 pairs on GPU 0   screen.json
+#   published    60  benchmarks/bench_model.py on the GPU: one epoch of 18,000 cells x 2,000
+#                    genes, the published GEARS beside gears_ddp (no published GEARS: gears_ddp
+#                    alone, said so)                                             published.json
+set -uo pipefail  # no -e: a failed stage is recorded and the next one runs
+
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+REPO=$(cd "$(dirname "$SELF")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+WHEEL_DIR=${GPU_CHECK_WHEELS:-$REPO/.whl}
+BENCH=$REPO/benchmarks
+
+STAGES=(environment wheels tests demo resume epoch width screen published)
+declare -A BUDGET=([environment]=10 [wheels]=35 [data]=240 [tests]=70 [demo]=80 [resume]=45 [epoch]=100
+                   [width]=35 [screen]=25 [published]=60)
+SMALL_BUDGET=300
+MIN_LIMIT=10  # the least time a stage is given, even when those before it overran
+
+usage() {  # the comment at the top, up to the wheels
+    sed -n '2,/^[^#]/p' "$SELF" | sed '$d; s/^# \{0,1\}//'
+}
+
+download_wheels() {
+    # CPython 3.12 wheels for x86-64 Linux, the platform tags the device machine's notes name
+    mkdir -p "$WHEEL_DIR"
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$WHEEL_DIR" "${WHEELS[@]}"
+}
+
+# ----------------------------------------------------------------------------- the sizes
+
+# Options of each benchmark: the GPU's sizes, or --small's (a few hundred cells and genes).
+sizes() {
+    if (( SMALL )); then
+        case $1 in
+            epoch) echo --genes 200 --cells-per-condition 30 --perturbed-genes 10 --combos 10 --control-cells 300 ;;
+            width) echo --genes 300 --cells-per-condition 20 --perturbed-genes 10 --combos 5 --control-cells 200 \
+                        --modules 5 --steps 3 ;;
+            screen) echo --genes 300 --screen-genes 10 --train-steps 2 ;;
+            resume) echo --genes 200 --cells-per-condition 20 --perturbed-genes 10 --combos 10 --control-cells 300 \
+                         --stop-after 6 --checkpoint-every 3 ;;
+            published) echo --genes 200 --cells-per-condition 10 --perturbed-genes 10 --combos 10 --control-cells 200 ;;
+        esac
+    else
+        case $1 in
+            epoch) echo ;;  # bench_epoch's defaults: Norman size
+            width) echo --steps 20 ;;  # bench_width's defaults: 11,000 cells x 18,000 genes
+            screen) echo --screen-genes 102 ;;  # 5,151 pairs on a model of Norman's 5,045 genes
+            resume) echo ;;  # bench_resume's defaults: 7,300 cells x 1,000 genes, stopped after 30 steps
+            published) echo --genes 2000 --cells-per-condition 120 --control-cells 1200 ;;  # 18,000 cells
+        esac
+    fi
+}
+
+# ----------------------------------------------------------------------------- the stages
+# Each runs in a process of its own (this script with --stage NAME) under `timeout`, in
+# $WORK, its output to $RESULTS/NAME.log.
+
+stage_environment() {
+    if command -v nvidia-smi > /dev/null; then
+        nvidia-smi
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
+            > "$RESULTS/nvidia-smi.csv"
+    else
+        echo "nvidia-smi: not on this machine"
+    fi
+    uname -a
+    echo "cores: $(nproc)"
+    "$PYTHON" "$BENCH/gpu_check_report.py" environment "$RESULTS/env.json" --nvidia-smi "$RESULTS/nvidia-smi.csv"
+}
+
+stage_wheels() {
+    if compgen -G "$WHEEL_DIR/*.whl" > /dev/null; then
+        echo "installing $(ls "$WHEEL_DIR"/*.whl | wc -l) wheels from $WHEEL_DIR into $SITE"
+        "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+            "$WHEEL_DIR"/*.whl || return
+    else
+        echo "no wheels in $WHEEL_DIR: the packages this Python has"
+    fi
+    "$PYTHON" "$BENCH/gpu_check_report.py" packages "$RESULTS/wheels.json" --wheels "$WHEEL_DIR"
+}
+
+stage_data() {
+    local pids=() failed=0
+    "$PYTHON" "$BENCH/bench_epoch.py" --data-only --data-path "$WORK/data/epoch" $(sizes epoch) &
+    pids+=($!)
+    "$PYTHON" "$BENCH/bench_width.py" --data-only --data-path "$WORK/data/width" $(sizes width) &
+    pids+=($!)
+    "$PYTHON" "$BENCH/bench_screen.py" --data-only --data-path "$WORK/data/screen" $(sizes screen) &
+    pids+=($!)
+    for pid in "${pids[@]}"; do
+        wait "$pid" || failed=1
+    done
+    return $failed
+}
+
+stage_tests() {
+    cd "$REPO" || return
+    local common=(-q -p no:cacheprovider --timeout 300 --junitxml "$RESULTS/tests.xml")
+    if (( SMALL )); then  # the same stage on a CPU, never tests/test_gpu_check.py (no recursion)
+        GEARS_DDP_TEST_DEVICES=cpu "$PYTHON" -m pytest "${common[@]}" -k "cpu and (cuda_graphs or padded)" \
+            tests/test_cuda_graphs.py tests/test_padded_sets.py
+        return
+    fi
+    local workers=()
+    if "$PYTHON" -c "import xdist" 2> /dev/null; then  # the workers' OpenMP threads sleep while they wait
+        workers=(-n "${GPU_CHECK_TEST_WORKERS:-4}")
+        export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+    fi
+    GEARS_DDP_TEST_DEVICES=cuda "$PYTHON" -m pytest "${common[@]}" "${workers[@]}" -k cuda \
+        --ignore tests/test_gpu_check.py tests/
+}
+
+stage_demo() {
+    local epochs=()
+    if (( SMALL )); then epochs=(--epochs 1); fi
+    "$PYTHON" -m gears_ddp demo --data-path "$WORK/data/demo" --save-path "$WORK/runs/demo" "${epochs[@]}" \
+        || return
+    cp "$WORK/runs/demo/report.json" "$RESULTS/demo_report.json"
+}
+
+stage_resume() {
+    "$PYTHON" "$BENCH/bench_resume.py" --data-path "$WORK/data/resume" --logs "$RESULTS/resume" \
+        --json "$RESULTS/resume.json" $(sizes resume)
+}
+
+stage_epoch() {  # graphed runs: their second epoch, after the capture; the eager run: its only one
+    local bench=("$PYTHON" "$BENCH/bench_epoch.py" --data-path "$WORK/data/epoch" $(sizes epoch))
+    local epochs=2 failed=0
+    if (( SMALL )); then epochs=1; fi
+    "${bench[@]}" --cuda-graphs on --amp off bf16 fp16 --batch-sizes 32 256 --epochs $epochs \
+        --json "$RESULTS/epoch_graphs.json" || failed=1
+    "${bench[@]}" --cuda-graphs off --amp off --batch-sizes 32 --epochs 1 \
+        --json "$RESULTS/epoch_eager.json" || failed=1
+    return $failed
+}
+
+stage_width() {
+    "$PYTHON" "$BENCH/bench_width.py" --device "$DEVICE" --skip-reference --amp off bf16 \
+        --data-path "$WORK/data/width" --json "$RESULTS/width.json" $(sizes width)
+}
+
+stage_screen() {
+    local devices=()
+    if [[ $DEVICE == cuda ]]; then devices=(--gpu-ids 0); fi
+    "$PYTHON" "$BENCH/bench_screen.py" --parts screen --published-screen-pairs 0 "${devices[@]}" \
+        --data-path "$WORK/data/screen" --json "$RESULTS/screen.json" $(sizes screen)
+}
+
+stage_published() {
+    if ! "$PYTHON" -c "import gears" > /dev/null 2>&1; then
+        echo "published GEARS not installed (import gears fails): gears_ddp alone"
+    fi
+    "$PYTHON" "$BENCH/bench_model.py" --device "$DEVICE" --epochs 1 --eval-repeats 1 \
+        --json "$RESULTS/published.json" $(sizes published)
+}
+
+# ----------------------------------------------------------------------------- running them
+
+BANK=0  # seconds the stages so far left unused (negative: what waiting for the data took)
+FAILED=()
+
+limit_of() {  # the seconds stage $1 may take: its budget and what the stages before left
+    local budget=${BUDGET[$1]} limit
+    if (( SMALL )); then budget=$SMALL_BUDGET; fi
+    limit=$(( budget + BANK ))
+    echo $(( limit < MIN_LIMIT ? MIN_LIMIT : limit ))
+}
+
+now_ms() {
+    echo $(( $(date +%s%N) / 1000000 ))
+}
+
+record() {  # record NAME RC MILLISECONDS CPU_SECONDS LIMIT: a line of stages.tsv, and the console's
+    local seconds
+    seconds=$(printf '%d.%03d' $(( $3 / 1000 )) $(( $3 % 1000 )))
+    printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$seconds" "$4" "$5" >> "$RESULTS/stages.tsv"
+    if (( $2 == 0 )); then
+        echo "[$1] done in $seconds s (CPU $4 s; limit $5 s)"
+    else
+        FAILED+=("$1")
+        echo "[$1] FAILED with exit status $2$( (( $2 == 124 )) && echo ', out of time') after $seconds s" \
+             "(limit $5 s); the end of $1.log:"
+        tail -n 20 "$RESULTS/$1.log" | sed 's/^/    /'
+    fi
+}
+
+run_in_stage() {  # run_in_stage NAME LIMIT: this script's stage NAME under timeout, in $WORK
+    # timeout runs the stage in a process group of its own, and stops the whole group; its
+    # process id goes to $WORK/NAME.pid (exec keeps the subshell's)
+    (
+        echo "$BASHPID" > "$WORK/$1.pid"
+        cd "$WORK" && exec timeout --signal=INT --kill-after=10 "$2" bash "$SELF" --stage "$1" \
+            > "$RESULTS/$1.log" 2>&1
+    )
+}
+
+timed_stage() {  # timed_stage NAME LIMIT: run_in_stage; writes "rc end_ms cpu_seconds" to $WORK/NAME.status
+    local rc cpu user system TIMEFORMAT='%U %S'
+    cpu=$( { time run_in_stage "$1" "$2" 2> /dev/null; } 2>&1 )
+    rc=$?
+    read -r user system <<< "$cpu"
+    echo "$rc $(now_ms) $(awk -v u="$user" -v s="$system" 'BEGIN { printf "%.1f", u + s }')" > "$WORK/$1.status"
+}
+
+run_stage() {  # run_stage NAME: run it, record it, and carry what it left unused
+    local limit start rc end cpu elapsed
+    limit=$(limit_of "$1")
+    echo "[$1] started, limit $limit s"
+    start=$(now_ms)
+    timed_stage "$1" "$limit"
+    read -r rc end cpu < "$WORK/$1.status"
+    elapsed=$(( end - start ))
+    record "$1" "$rc" "$elapsed" "$cpu" "$limit"
+    BANK=$(( limit - (elapsed + 999) / 1000 ))
+    if (( BANK < 0 )); then BANK=0; fi
+}
+
+DATA_PID=""  # the data stage, while it runs in the background
+DATA_START=0
+DATA_LIMIT=0
+start_data() {
+    DATA_LIMIT=${BUDGET[data]}
+    if (( SMALL )); then DATA_LIMIT=$SMALL_BUDGET; fi
+    echo "[data] started beside the next stages, limit $DATA_LIMIT s"
+    DATA_START=$(now_ms)
+    timed_stage data "$DATA_LIMIT" &
+    DATA_PID=$!
+}
+
+wait_for_data() {  # wait for the data stage and record it; the wait is taken from the bank
+    if [[ -z $DATA_PID ]]; then return; fi
+    local waited rc end cpu
+    waited=$(now_ms)
+    wait "$DATA_PID"
+    DATA_PID=""
+    BANK=$(( BANK - ($(now_ms) - waited) / 1000 ))
+    read -r rc end cpu < "$WORK/data.status"
+    record data "$rc" "$(( end - DATA_START ))" "$cpu" "$DATA_LIMIT"
+}
+
+finish() {  # the summary and the archive, whatever happened before; exit 1 if a stage failed
+    local status=$?
+    trap - EXIT INT TERM
+    if [[ -n $DATA_PID ]]; then  # stopped early: stop the data stage too (timeout passes INT on)
+        kill -INT "$(cat "$WORK/data.pid")" 2> /dev/null
+        wait_for_data
+    fi
+    "$PYTHON" "$BENCH/gpu_check_report.py" summary "$RESULTS" | tee "$RESULTS/summary.txt"
+    tar -czf "$DEST/gpu_check.tar.gz" -C "$WORK" gpu_check && cp "$RESULTS/summary.json" "$DEST/summary.json"
+    echo "archive: $DEST/gpu_check.tar.gz"
+    if [[ -n ${REMOVE_WORK:-} ]]; then rm -rf "$WORK"; fi
+    if (( ${#FAILED[@]} )); then status=1; fi
+    exit "$status"
+}
+
+main() {
+    SMALL=0
+    case ${1:-} in
+        --small) SMALL=1 ;;
+        --download-wheels) download_wheels; exit ;;
+        -h|--help) usage; exit 0 ;;
+        "") ;;
+        *) usage >&2; exit 2 ;;
+    esac
+    if [[ -z ${GPU_CHECK_WORK:-} ]]; then
+        GPU_CHECK_WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
+        REMOVE_WORK=1
+    fi
+    export SMALL PYTHON REPO BENCH WHEEL_DIR
+    export WORK=$GPU_CHECK_WORK RESULTS=$GPU_CHECK_WORK/gpu_check SITE=$GPU_CHECK_WORK/site
+    export PYTHONPATH=$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+    if (( SMALL )); then  # on a small shared CPU, OpenMP threads that spin while they wait cost the most
+        export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+    fi
+    DEST=${OUT:-$PWD}
+    rm -rf "$RESULTS"
+    mkdir -p "$RESULTS" "$SITE" "$DEST" || exit
+    : > "$RESULTS/stages.tsv"
+    DEVICE=$("$PYTHON" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")') || exit
+    export DEVICE
+    trap finish EXIT
+    trap 'exit 130' INT TERM
+    echo "GPU check$( (( SMALL )) && echo ', small') on $DEVICE; work folder $WORK; archive to $DEST"
+    for stage in "${STAGES[@]}"; do
+        if [[ $stage == epoch ]]; then wait_for_data; fi  # the data stage started after the wheels
+        run_stage "$stage"
+        if [[ $stage == wheels ]]; then start_data; fi
+    done
+    exit 0  # finish (the EXIT trap) sets the status
+}
+
+if [[ ${1:-} == --stage ]]; then  # one stage, in a process of its own (run_in_stage)
+    "stage_$2"
+    exit
+fi
+main "$@"

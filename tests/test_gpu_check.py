@@ -1,0 +1,144 @@
+"""``benchmarks/gpu_check.sh --small``: every stage of the GPU check, at small sizes on the
+CPU, and the archive it writes; and how a GPU run's archive is recorded in
+``benchmarks/RESULTS.md`` (what it measures on a GPU is recorded there, never asserted here)."""
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+STAGES = {"environment", "wheels", "data", "tests", "demo", "resume", "epoch", "width", "screen", "published"}
+EIGHT_MINUTES = 480
+
+
+def _budgets() -> dict[str, int]:
+    """The stage budgets the script declares (``BUDGET=([name]=seconds ...)``)."""
+    declared = re.search(r"declare -A BUDGET=\((.*?)\)", SCRIPT.read_text(encoding="utf-8"), re.DOTALL).group(1)
+    return {name: int(seconds) for name, seconds in re.findall(r"\[(\w+)\]=(\d+)", declared)}
+
+
+def test_the_stages_in_turn_fit_in_eight_minutes():
+    budgets = _budgets()
+    assert set(budgets) == STAGES
+    # the data stage runs beside tests, demo and resume; the others one after another
+    assert sum(seconds for name, seconds in budgets.items() if name != "data") <= EIGHT_MINUTES - 15
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """The small check run once: (its completed process, the archive's extracted folder, $OUT)."""
+    folder = tmp_path_factory.mktemp("gpu_check")
+    out = folder / "out"
+    environment = {**os.environ, "OUT": str(out), "GPU_CHECK_WORK": str(folder / "work"),
+                   "GPU_CHECK_WHEELS": str(folder / "no-wheels"), "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(SCRIPT), "--small"], cwd=folder, env=environment, capture_output=True,
+                          text=True, timeout=1500)
+    extracted = folder / "extracted"
+    if (out / "gpu_check.tar.gz").exists():
+        with tarfile.open(out / "gpu_check.tar.gz") as archive:
+            archive.extractall(extracted, filter="data")
+    return done, extracted / "gpu_check", out
+
+
+def _json(results: Path, name: str) -> dict:
+    return json.loads((results / name).read_text(encoding="utf-8"))
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(1500)
+def test_every_stage_runs_and_passes_and_the_summary_says_so(small_run):
+    done, results, out = small_run
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    summary = _json(results, "summary.json")
+    assert {stage["stage"] for stage in summary["stages"]} == STAGES
+    assert {stage["stage"]: stage["rc"] for stage in summary["stages"]} == dict.fromkeys(STAGES, 0)
+    assert summary["failed"] == [] and json.loads((out / "summary.json").read_text()) == summary
+    for stage in summary["stages"]:
+        assert 0 < stage["seconds"] <= stage["limit_s"], stage
+        assert (results / f"{stage['stage']}.log").exists()
+    table = done.stdout[done.stdout.index("| stage"):]
+    assert all(f"| {stage}" in table for stage in STAGES) and "all passed" in table
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(1500)
+def test_the_archive_holds_each_stage_s_figures(small_run):
+    _, results, _ = small_run
+    env = _json(results, "env.json")
+    assert env["torch"] and env["python"] and env["gpu"] is None  # a CPU machine
+    assert _json(results, "wheels.json")["missing"] == []
+    suite = ElementTree.parse(results / "tests.xml").getroot().find("testsuite")
+    assert int(suite.get("tests")) > 0 and int(suite.get("failures")) == int(suite.get("errors")) == 0
+
+    graphs, eager = _json(results, "epoch_graphs.json"), _json(results, "epoch_eager.json")
+    assert {(r["batch_size"], r["amp"]) for r in graphs["results"]} == {(b, a) for b in (32, 256)
+                                                                        for a in ("off", "bf16", "fp16")}
+    assert {r["cuda_graphs"] for r in graphs["results"]} == {"on"} and eager["results"][0]["cuda_graphs"] == "off"
+    assert {r["steps"] for r in graphs["results"] + eager["results"]} == {"eager"}  # no graph on a CPU
+    assert all(r["epoch_s"] > 0 for r in graphs["results"] + eager["results"])
+
+    width = _json(results, "width.json")
+    assert set(width["step_s"]) == {"off", "bf16"} and width["vcc_epoch_s"]["off"] > 0
+    screen = _json(results, "screen.json")["screen"]
+    assert screen["pairs"] == 45 and screen["pairs_per_s"] > 0  # 10 genes
+    published = _json(results, "published.json")
+    assert published["gears_ddp"]["epoch"] > 0
+    assert published["published"] is not None if published["published_installed"] else "not installed" in \
+        (results / "published.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(1500)
+def test_the_demo_reports_and_the_resumed_job_says_it_resumed(small_run):
+    _, results, _ = small_run
+    report = _json(results, "demo_report.json")
+    assert len(report["history"]) == 1 and "test_pearson_delta" in report["model"]
+    resume = _json(results, "resume.json")
+    assert resume["failures"] == [] and resume["resumed"]["resumed_from"]["checkpoint"] == "checkpoint-000000006.pt"
+    assert resume["stopped"]["epochs"] == 1 and resume["resumed"]["epochs"] == 2
+    logged = (results / "resume" / "resumed.log").read_text()
+    assert re.search(r"resuming from \S+checkpoint-000000006\.pt: epoch 1, after optimiser step 6", logged)
+    assert "resuming from" not in (results / "resume" / "stopped.log").read_text()
+
+
+@pytest.fixture
+def gpu_check_report(monkeypatch, tmp_path):
+    """benchmarks/gpu_check_report.py as a module, recording into a RESULTS.md of its own."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    module = importlib.import_module("gpu_check_report")
+    monkeypatch.setattr(module, "RESULTS", tmp_path / "RESULTS.md")
+    return module
+
+
+def _archive_of(folder: Path, gpu: str | None) -> Path:
+    """An extracted archive's folder as gpu_check.sh leaves it, with the files record reads."""
+    folder.mkdir()
+    (folder / "env.json").write_text(json.dumps({
+        "machine": "a test machine", "gpu": gpu, "cuda": "13.0", "cudnn": 91000, "nccl": "2.27.7",
+        "nvidia_smi": f"name, driver_version\n{gpu}, 580.159.04" if gpu else None}))
+    (folder / "summary.json").write_text(json.dumps({"date": "2026-11-27"}))
+    (folder / "summary.txt").write_text("| stage | key figures |\n|---|---|\n| epoch | an epoch 1.2 s |\n")
+    (folder / "epoch.log").write_text("data: ready\n| batch | epoch s |\n|---:|---:|\n| 32 | 1.20 |\nprogress\n")
+    return folder
+
+
+def test_a_gpu_run_is_recorded_with_its_gpu_and_tables_and_a_cpu_run_is_not(gpu_check_report, tmp_path):
+    gpu_check_report.record(_archive_of(tmp_path / "gpu", "NVIDIA H100 80GB HBM3"))
+    recorded = (tmp_path / "RESULTS.md").read_text()
+    assert "## 2026-11-27: `bash benchmarks/gpu_check.sh`" in recorded
+    assert "NVIDIA H100 80GB HBM3, 580.159.04" in recorded and "CUDA 13.0" in recorded
+    assert "| epoch | an epoch 1.2 s |" in recorded and "| 32 | 1.20 |" in recorded and "progress" not in recorded
+    with pytest.raises(SystemExit, match="only a GPU's figures are recorded"):
+        gpu_check_report.record(_archive_of(tmp_path / "cpu", None))
+    assert (tmp_path / "RESULTS.md").read_text() == recorded
