@@ -326,7 +326,8 @@ def evaluate(options) -> int:
     gears = load_run(options.run, options.overrides)
     if "test_loader" not in gears.dataloader:
         raise ValueError(f"the split of {options.run} has no test set to score")
-    scores = gears.test()  # logs the verdicts
+    args = read_run_config(Path(options.run) / CONFIG_FILE, options.overrides)["args"]
+    scores = gears.test(linear_baseline_screen=args.get("linear_baseline_screen"))  # logs the verdicts
     if options.out:
         write_json(options.out, scores)
         print(f"scores written to {options.out}")
