@@ -21,7 +21,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
 from gears_ddp._version import __version__
 from gears_ddp.data.conditions import CONTROL, condition_genes
-from gears_ddp.evaluation.baselines import baseline_results
+from gears_ddp.evaluation.baselines import baseline_effects, baseline_results
 from gears_ddp.evaluation.linear_baseline import PerturbationEmbedding, other_screen_embedding
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, MetricContext
 from gears_ddp.evaluation.scoring import score
@@ -286,16 +286,23 @@ class GEARS:
         return predictions if uncertainty is None else (predictions, dict(zip(keys, uncertainty.tolist())))
 
     def predict_split(self, split: str = "test", clip_at_zero: bool = True, cells_per_perturbation: int | None = None,
-                      seed: int = 0):
+                      seed: int = 0, baseline: str | None = None, linear_baseline_screen=None):
         """Predicted and real AnnData of the perturbations of ``split`` in cell-eval's layout:
         a predicted cell for every cell of the split, or ``cells_per_perturbation`` cells per
         perturbation from control cells drawn with ``seed``
-        (``inference.cell_eval_export.split_predictions``; ``gears-ddp predict --split``)."""
+        (``inference.cell_eval_export.split_predictions``; ``gears-ddp predict --split``).
+        ``baseline``: the cells of that baseline (``'linear'``, ...; ``'linear_pretrained'``
+        with ``linear_baseline_screen``) instead of the model's, built the same way from its
+        predicted changes, so cell-eval scores the two files alike."""
         from gears_ddp.inference.cell_eval_export import split_predictions
 
         self._require_weights()
-        return split_predictions(self.pert_data, self.dataloader, self.perturbation_effects, self.provenance(), split,
-                                 clip_at_zero, cells_per_perturbation, seed)
+        effects, provenance = self.perturbation_effects, self.provenance()
+        if baseline is not None:
+            effects = baseline_effects(self.pert_data, baseline, self._other_screen(linear_baseline_screen))
+            provenance["baseline"] = baseline
+        return split_predictions(self.pert_data, self.dataloader, effects, provenance, split, clip_at_zero,
+                                 cells_per_perturbation, seed)
 
     def provenance(self) -> dict:
         """What produces this object's predictions, for their ``uns['gears_ddp']``: the

@@ -17,13 +17,15 @@ Each baseline predicts a condition's mean expression from the training data only
   (``linear_baseline.other_screen_embedding``; the ``linear_baseline_screen`` option).
 
 A baseline is an ``EvaluationResult`` identical to the model's but for ``pred_mean``, so the
-same metric functions score it.
+same metric functions score it. ``baseline_effects`` gives a baseline's predicted changes as
+the model's come, so the cell-eval export writes a baseline's cells as it writes the model's.
 """
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+import torch
 
 from gears_ddp.data.conditions import CONTROL, condition_genes, is_single
 from gears_ddp.data.grouped import condition_means
@@ -78,3 +80,25 @@ def baseline_results(pert_data, result: EvaluationResult,
     (``other_screen``: see ``baseline_predictions``)."""
     return {name: dataclasses.replace(result, pred_mean=pred, logvar_mean=None)
             for name, pred in baseline_predictions(pert_data, result.conditions, other_screen).items()}
+
+
+def baseline_effects(pert_data, name: str, other_screen: PerturbationEmbedding | None = None):
+    """Baseline ``name``'s predictions in the form ``GEARS.perturbation_effects`` gives the
+    model's: a function of perturbation sets (K x 2 perturbation-vocabulary indices, as
+    ``CellTable.condition_pert_idx`` holds them) returning each set's predicted change over
+    the training control mean (K x G float32) and no log-variance. An error names an unknown
+    baseline, and ``linear_pretrained`` without ``other_screen``."""
+    names = BASELINES + ((PRETRAINED,) if other_screen is not None else ())
+    if name not in names:
+        needs = f"; {PRETRAINED} needs another screen (linear_baseline_screen)" if name == PRETRAINED else ""
+        raise ValueError(f"no baseline {name!r} here: the baselines are {', '.join(names)}{needs}")
+    table = pert_data.cells
+    condition_of = {tuple(pert_set): condition
+                    for condition, pert_set in zip(table.conditions, table.condition_pert_idx.tolist())}
+
+    def effects(sets: torch.Tensor) -> tuple[torch.Tensor, None]:
+        predictions = baseline_predictions(pert_data, [condition_of[tuple(s)] for s in sets.tolist()], other_screen)
+        # no_change predicts the training control mean: the change is the difference from it
+        return torch.as_tensor(predictions[name] - predictions["no_change"], dtype=torch.float32), None
+
+    return effects
