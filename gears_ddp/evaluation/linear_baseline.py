@@ -158,8 +158,8 @@ class LinearModel:
         missing = [condition for condition in conditions if not self.embedding.covers(condition)]
         if missing:
             logger.info("linear baseline (the PCA of %s): %d of %d conditions perturb a gene without a row there (not "
-                        "measured, or not perturbed in that screen), predicted from their other genes' rows "
-                        "plus the mean change b: %s", self.embedding.source, len(missing), len(conditions),
-                        listed(missing))
+                        "measured, or not perturbed in that screen), which adds nothing to P; one of such genes "
+                        "alone is predicted as control + b: %s", self.embedding.source, len(missing),
+                        len(conditions), listed(missing))
         perturbations = np.stack([self.embedding.of(condition) for condition in conditions], axis=1)
         return self.control + (self.gene_scores @ self.weights @ perturbations).T + self.offset
