@@ -21,7 +21,8 @@ from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
 from gears_ddp._version import __version__
 from gears_ddp.data.conditions import CONTROL, condition_genes
-from gears_ddp.evaluation.baselines import baseline_results
+from gears_ddp.evaluation.baselines import baseline_effects, baseline_results
+from gears_ddp.evaluation.linear_baseline import PerturbationEmbedding, other_screen_embedding
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, MetricContext
 from gears_ddp.evaluation.scoring import score
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor, drawn_control_cells, \
@@ -168,6 +169,7 @@ class GEARS:
         writes = options.save_path is not None and ranks.is_main
         if writes:
             check_save_path(options.save_path)
+        other_screen = self._other_screen(options.linear_baseline_screen)  # read (and checked) before training
         with log_file(options.save_path) if writes else contextlib.nullcontext():
             result = TrainingRecipe(self._training_inputs(ranks), options, ranks).run()
             self.best_model, self.history = result.best_network, result.history
@@ -175,7 +177,7 @@ class GEARS:
             self.saved_pred, self.saved_logvar_sum = {}, {}
             report = {}
             if result.test_result is not None:
-                report = self._score_test(result.test_result, ranks)
+                report = self._score_test(result.test_result, ranks, other_screen)
             elif ranks.is_main:
                 logger.info("no test set (split %r): training done", self.split)
             report.update(best_epoch=result.best_epoch, history=result.history, world_size=ranks.world_size,
@@ -193,23 +195,34 @@ class GEARS:
         return TrainingInputs(self.model, self.dataloader, self.loss_context(), self.new_accumulator,
                               self.config["uncertainty"], self.device, self.wandb if ranks.is_main else None)
 
-    def test(self, ranks: SingleProcess = SINGLE_PROCESS) -> dict:
+    def test(self, ranks: SingleProcess = SINGLE_PROCESS, linear_baseline_screen=None) -> dict:
         """Score the best model and the baselines on the test set (with subgroups for the
         simulation split); the main rank logs each metric beside the baselines with its
         verdict. In a distributed run every rank scores its share of the cells and ``ranks``
         merges them. Keeps the evaluation results of the model and the baselines
-        (``test_result``, ``test_baseline_results``) for the report's pictures."""
+        (``test_result``, ``test_baseline_results``) for the report's pictures.
+        ``linear_baseline_screen``: the training option of that name (another screen whose PCA
+        places the perturbations of the ``linear_pretrained`` baseline)."""
         self._require_model()
+        other_screen = self._other_screen(linear_baseline_screen)
         result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
                           self.config["uncertainty"], self.device, ranks=ranks, progress="evaluating test")
-        return self._score_test(result, ranks)
+        return self._score_test(result, ranks, other_screen)
 
-    def _score_test(self, result: EvaluationResult, ranks: SingleProcess) -> dict:
-        """The test summaries of the model's evaluation ``result`` and of the baselines."""
+    def _other_screen(self, path) -> PerturbationEmbedding | None:
+        """The perturbations of the screen at ``path`` placed by its PCA, checked against this
+        screen's training conditions (None without a path)."""
+        return None if path is None else other_screen_embedding(path, self.pert_data.set2conditions["train"])
+
+    def _score_test(self, result: EvaluationResult, ranks: SingleProcess,
+                    other_screen: PerturbationEmbedding | None = None) -> dict:
+        """The test summaries of the model's evaluation ``result`` and of the baselines
+        (``linear_pretrained`` too with ``other_screen``)."""
         context = MetricContext.from_pert_data(self.pert_data, result.conditions, ranks)
         subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
         model_summary = score(result, context, subgroups)[0]
-        self.test_result, self.test_baseline_results = result, baseline_results(self.pert_data, result)
+        self.test_result = result
+        self.test_baseline_results = baseline_results(self.pert_data, result, other_screen)
         baselines = {name: score(res, context, subgroups)[0] for name, res in self.test_baseline_results.items()}
         if ranks.is_main:
             logger.info("test set, best model vs baselines:\n%s", verdict_table(summary_verdicts(model_summary, baselines)))
@@ -273,16 +286,23 @@ class GEARS:
         return predictions if uncertainty is None else (predictions, dict(zip(keys, uncertainty.tolist())))
 
     def predict_split(self, split: str = "test", clip_at_zero: bool = True, cells_per_perturbation: int | None = None,
-                      seed: int = 0):
+                      seed: int = 0, baseline: str | None = None, linear_baseline_screen=None):
         """Predicted and real AnnData of the perturbations of ``split`` in cell-eval's layout:
         a predicted cell for every cell of the split, or ``cells_per_perturbation`` cells per
         perturbation from control cells drawn with ``seed``
-        (``inference.cell_eval_export.split_predictions``; ``gears-ddp predict --split``)."""
+        (``inference.cell_eval_export.split_predictions``; ``gears-ddp predict --split``).
+        ``baseline``: the cells of that baseline (``'linear'``, ...; ``'linear_pretrained'``
+        with ``linear_baseline_screen``) instead of the model's, built the same way from its
+        predicted changes, so cell-eval scores the two files alike."""
         from gears_ddp.inference.cell_eval_export import split_predictions
 
         self._require_weights()
-        return split_predictions(self.pert_data, self.dataloader, self.perturbation_effects, self.provenance(), split,
-                                 clip_at_zero, cells_per_perturbation, seed)
+        effects, provenance = self.perturbation_effects, self.provenance()
+        if baseline is not None:
+            effects = baseline_effects(self.pert_data, baseline, self._other_screen(linear_baseline_screen))
+            provenance["baseline"] = baseline
+        return split_predictions(self.pert_data, self.dataloader, effects, provenance, split, clip_at_zero,
+                                 cells_per_perturbation, seed)
 
     def provenance(self) -> dict:
         """What produces this object's predictions, for their ``uns['gears_ddp']``: the

@@ -91,6 +91,9 @@ def test_a_bad_command_line_exits_with_status_2_and_a_message(tmp_path, capsys):
     assert "run.yaml: args['epochs'] must be a positive integer, got 0" in capsys.readouterr().err
     assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read the configuration file" in capsys.readouterr().err
+    assert main(["predict", "--run", str(tmp_path), "--perturbations", "G0", "--baseline", "linear", "--out",
+                 str(tmp_path / "p.h5ad")]) == 2
+    assert "--baseline writes a baseline's cells of a split: give --split too" in capsys.readouterr().err
 
 
 def test_the_demo_checks_its_options_before_writing_any_data(tmp_path, monkeypatch, capsys):
@@ -191,7 +194,8 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     assert main(["evaluate", "--run", str(save), "--out", str(tmp_path / "scores.json")]) == 0
     scores = json.loads((tmp_path / "scores.json").read_text())
     assert scores["model"]["test_pearson_delta"] == pytest.approx(report["model"]["test_pearson_delta"], abs=1e-6)
-    assert scores["baselines"]["additive"] == pytest.approx(report["baselines"]["additive"], nan_ok=True)
+    for name in ("additive", "linear"):
+        assert scores["baselines"][name] == pytest.approx(report["baselines"][name], nan_ok=True)
     # predictions of the saved model, for a query and in cell-eval's layout, which the real cell-eval reads
     assert main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out",
                  str(tmp_path / "queries.h5ad")]) == 0
@@ -211,6 +215,13 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     tested = {c.replace("+ctrl", "") for c in anndata.read_h5ad(truth).obs["condition"].astype(str) if c != "ctrl"}
     assert set(rows) == tested and len(tested) > 1
     assert all(-1 <= float(row["pearson_delta"]) <= 1 for row in rows.values())
+    # the linear baseline's cells in the same layout, beside the same truth
+    baseline = tmp_path / "test.linear.h5ad"
+    assert main(["predict", "--run", str(save), "--split", "test", "--format", "cell-eval", "--baseline", "linear",
+                 "--out", str(baseline)]) == 0
+    written = anndata.read_h5ad(baseline)
+    assert written.uns["gears_ddp"]["baseline"] == "linear" and written.n_obs == anndata.read_h5ad(predicted).n_obs
+    assert (tmp_path / "test.linear.truth.h5ad").is_file()
 
 
 @pytest.mark.distributed

@@ -25,7 +25,7 @@ def trained(toy, device):
 def test_train_reports_model_and_baselines_per_subgroup(trained):
     gears, outcome = trained
     model, baselines = outcome["model"], outcome["baselines"]
-    assert set(baselines) == {"no_change", "mean_effect", "additive"}
+    assert set(baselines) == {"no_change", "mean_effect", "additive", "linear"}
     for summary in (model, *baselines.values()):
         assert np.isfinite(summary["test_mse_de"]) and "test_pearson_delta" in summary
     groups = [g for g, conds in gears.subgroup["test_subgroup"].items() if conds]

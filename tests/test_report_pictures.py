@@ -21,7 +21,7 @@ from gears_ddp.report.plots import (subgroup_label, figure_predictions, figure_t
 from gears_ddp.report.run_folder import PAGE_FILE
 from gears_ddp.report.verdicts import compare
 
-BASELINE_NAMES = ("no_change", "mean_effect", "additive")
+BASELINE_NAMES = ("no_change", "mean_effect", "additive", "linear")
 GROUPS = (None, "combo_seen0", "combo_seen1", "unseen_single")
 
 

@@ -6,6 +6,7 @@
     gears-ddp evaluate --run ./runs/my_run [--set split_config.seed=2] [--out scores.json]
     gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
     gears-ddp predict --run ./runs/my_run --split test --format cell-eval [--cells-per-perturbation 100] --out test.h5ad
+    gears-ddp predict --run ./runs/my_run --split test --format cell-eval --baseline linear --out test.linear.h5ad
     gears-ddp screen --run ./runs/my_run --genes FEV SAMD1 CBL --out screen.csv
     gears-ddp screen --run ./runs/my_replicates --genes FEV SAMD1 CBL --out screen.csv   intervals over models
     gears-ddp check --adata screen.h5ad --data-path ./data [--normalize --go-gene-sets go.gmt --split-seeds 1 2 3]
@@ -40,6 +41,7 @@ from gears_ddp.data.download import DownloadError
 from gears_ddp.data.splits import SPLIT_TYPES
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
 from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
+from gears_ddp.evaluation.baselines import BASELINES, PRETRAINED
 from gears_ddp.inference.prediction import CHANGE_MODES, DRAWN_CELLS_CHANGE, EXACT_CHANGE, checked_cell_count
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss
@@ -120,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="predict N cells per perturbation, from N control cells drawn at random (seed 0): "
                               "with --split, instead of one per cell of the set; with --perturbations, instead of "
                               "300")
+    predict.add_argument("--baseline", choices=(*BASELINES, PRETRAINED),
+                         help="with --split: that baseline's cells instead of the model's, built the same way, to "
+                              "score with cell-eval beside the model's (linear_pretrained: the run's "
+                              "args.linear_baseline_screen)")
     predict.add_argument("--out", required=True, help="the file to write (.h5ad, or .csv)")
 
     screen = commands.add_parser("screen", allow_abbrev=False, help="score every pair of a gene set for genetic interactions",
@@ -369,11 +375,16 @@ def evaluate(options) -> int:
     gears = load_run(options.run, options.overrides)
     if "test_loader" not in gears.dataloader:
         raise ValueError(f"the split of {options.run} has no test set to score")
-    scores = gears.test()  # logs the verdicts
+    scores = gears.test(linear_baseline_screen=_linear_baseline_screen(options))  # logs the verdicts
     if options.out:
         write_json(options.out, scores)
         print(f"scores written to {options.out}")
     return 0
+
+
+def _linear_baseline_screen(options) -> str | None:
+    """The run's ``args.linear_baseline_screen`` (with the ``--set`` overrides)."""
+    return read_run_config(Path(options.run) / CONFIG_FILE, options.overrides)["args"].get("linear_baseline_screen")
 
 
 def predict(options) -> int:
@@ -381,12 +392,17 @@ def predict(options) -> int:
 
     if options.cells_per_perturbation is not None:
         checked_cell_count(options.cells_per_perturbation)  # before the run is loaded
+    if options.baseline is not None and options.split is None:
+        raise ValueError("--baseline writes a baseline's cells of a split: give --split too")
     gears = load_run(options.run, options.overrides)
     out = Path(options.out)
     if options.split is not None:
         if options.format == "csv":
             raise ValueError("--split writes cells: use --format cell-eval or anndata")
-        predicted, real = gears.predict_split(options.split, cells_per_perturbation=options.cells_per_perturbation)
+        baseline = {} if options.baseline is None else {"baseline": options.baseline,
+                                                        "linear_baseline_screen": _linear_baseline_screen(options)}
+        predicted, real = gears.predict_split(options.split, cells_per_perturbation=options.cells_per_perturbation,
+                                              **baseline)
         truth = out.with_name(out.name.replace(".h5ad", "") + ".truth.h5ad")
         predicted.write_h5ad(out)
         real.write_h5ad(truth)

@@ -19,9 +19,11 @@ from gears_ddp.report.verdicts import MetricVerdict, compare, outcome_line
 TITLE = "GEARS run report"
 BASELINES_NOTE = ("Each baseline predicts from the training data only: <i>no_change</i> the control mean, "
                   "<i>mean_effect</i> control plus the average effect of all training perturbations, "
-                  "<i>additive</i> control plus the sum of each gene's single-gene effect. A baseline value in red "
-                  "is at least as good as GEARS; n/a marks a comparison that is no verdict, as the baseline's value "
-                  "there is fixed by how it predicts.")
+                  "<i>additive</i> control plus the sum of each gene's single-gene effect, <i>linear</i> the linear "
+                  "model of Ahlmann-Eltze et al. (Nature Methods 2025) on the principal components of the training "
+                  "conditions (<i>linear_pretrained</i>: perturbations placed by another screen's). A baseline value "
+                  "in red is at least as good as GEARS; n/a marks a comparison that is no verdict, as the baseline's "
+                  "value there is fixed by how it predicts.")
 ONE_SEED_NOTE = ("These verdicts come from one run: one model seed and one split seed. Seed to seed, the metrics "
                  "can move by more than the gaps judged here. For verdicts that hold across seeds, run replicates "
                  "(gears-ddp train --config config.yaml --seeds 1 2 3 4 5 --set args.save_path=NEW_FOLDER): their "

@@ -28,7 +28,8 @@ from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, SUBGROUPS, highe
 GEARS_COLOUR = "#c62828"
 TRAIN_COLOUR = "#5b7fa6"
 BEST_EPOCH_COLOUR = "#333333"
-BASELINE_COLOURS = {"no_change": "#c8c8c8", "mean_effect": "#a9c1d9", "additive": "#d8c79e"}
+BASELINE_COLOURS = {"no_change": "#c8c8c8", "mean_effect": "#a9c1d9", "additive": "#d8c79e", "linear": "#a8d5c2",
+                    "linear_pretrained": "#cdb8dc"}
 FALLBACK_BASELINE_COLOURS = ("#c9b3d6", "#b5d3b0", "#e3b6a8")
 TRUE_CHANGE_FILL = "#dfe7f0"
 BASE_FONT_SIZE = 11

@@ -148,10 +148,12 @@ def verdict_table(verdicts: list[MetricVerdict]) -> str:
     names = list(dict.fromkeys(name for v in verdicts for name in v.beats))
     labels = [f"{v.subgroup + ': ' if v.subgroup else ''}{v.metric}" for v in verdicts]
     width = max([len("metric"), *map(len, labels)]) + 2
-    lines = [f"{'metric':{width}}{'better':>7}{'GEARS':>10}" + "".join(f"{n:>13}" for n in names) + "  verdict"]
+    column = {n: max(13, len(n) + 2) for n in names}
+    lines = [f"{'metric':{width}}{'better':>7}{'GEARS':>10}" + "".join(f"{n:>{column[n]}}" for n in names)
+             + "  verdict"]
     for label, v in zip(labels, verdicts):
-        cells = "".join(f"{'n/a':>13}" if n in v.not_applicable else f"{v.baselines[n]:13.4f}" if n in v.baselines
-                        else f"{'-':>13}" for n in names)
+        cells = "".join(f"{'n/a':>{column[n]}}" if n in v.not_applicable else f"{v.baselines[n]:{column[n]}.4f}"
+                        if n in v.baselines else f"{'-':>{column[n]}}" for n in names)
         lines.append(f"{label:{width}}{'higher' if v.higher_is_better else 'lower':>7}{v.model:10.4f}{cells}  "
                      f"{v.summary}")
     if any(v.subgroup is None for v in verdicts):

@@ -67,6 +67,11 @@ class TrainingOptions(Options):
                                         "the same run gives the same weights bit for bit, somewhat slower")
     wandb: dict | None = option(None, "{'project': ..., 'name': ...}: the main rank logs each epoch and the test "
                                       "summary to Weights & Biases (pip install wandb)")
+    linear_baseline_screen: str | None = option(None, "another Perturb-seq screen (a processed data folder, or an h5ad"
+                                                      " file with obs['condition'] and log-normalised X) whose PCA "
+                                                      "places the perturbations of the linear_pretrained baseline, "
+                                                      "as Ahlmann-Eltze et al.'s best linear model takes Replogle's "
+                                                      "K562 screen (docs/evaluation.md); None: no such baseline")
 
     @classmethod
     def from_dict(cls, values: dict | None, where: str = "args"):
@@ -102,7 +107,7 @@ class TrainingOptions(Options):
             if getattr(self, key) and self.save_path is None:
                 raise ValueError(f"{name(key)}={getattr(self, key)} needs {name('save_path')}: the folder the "
                                  "checkpoints go to")
-        for key in ("save_path", "resume_from"):
+        for key in ("save_path", "resume_from", "linear_baseline_screen"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise ValueError(f"{name(key)} must be a path{' or auto' if key == 'resume_from' else ''}, "
@@ -111,6 +116,9 @@ class TrainingOptions(Options):
                 setattr(self, key, str(value))  # checkpoints store plain types
         if self.resume_from not in (None, "auto") and not Path(self.resume_from).exists():
             raise FileNotFoundError(f"{name('resume_from')}={self.resume_from!r}: no such checkpoint file or folder")
+        if self.linear_baseline_screen is not None and not Path(self.linear_baseline_screen).exists():
+            raise FileNotFoundError(f"{name('linear_baseline_screen')}={self.linear_baseline_screen!r}: no such "
+                                    "processed data folder or h5ad file")
         if self.resume_from == "auto" and self.save_path is None:
             raise ValueError(f"{name('resume_from')}='auto' needs {name('save_path')}: the folder whose latest "
                              "checkpoint to continue from")
