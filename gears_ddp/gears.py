@@ -113,7 +113,7 @@ class GEARS:
     def _require_weights(self) -> None:
         """Predictions need trained weights, not the random initial ones."""
         self._require_model()
-        if self.weights_from is None:
+        if self.weights_from is None and not self.config["no_perturb"]:  # no_perturb predicts control as it is
             raise RuntimeError("the model still has its random initial weights: train it (train(...)) or load "
                                "trained weights (load_pretrained(path)) before predicting")
 
@@ -171,7 +171,8 @@ class GEARS:
         with log_file(options.save_path) if writes else contextlib.nullcontext():
             result = TrainingRecipe(self._training_inputs(ranks), options, ranks).run()
             self.best_model, self.history = result.best_network, result.history
-            self.weights_from = "training"
+            if result.history:  # train(epochs=0) leaves the weights, and where they came from, as they were
+                self.weights_from = "training"
             self.saved_pred, self.saved_logvar_sum = {}, {}
             report = {}
             if result.test_result is not None:

@@ -183,3 +183,27 @@ def test_errors_before_setup(data_root):
     pert_data.get_dataloader(8)
     with pytest.raises(RuntimeError, match="call model_initialize"):
         GEARS(pert_data).predict([["G0"]])
+
+
+def test_train_of_no_epoch_scores_the_model_as_it_is(toy, tmp_path):
+    """The published no-perturbation baseline: model_initialize(no_perturb=True), train(epochs=0):
+    no optimiser step, then the test scores and the run report of the model as it is. A
+    no_perturb model predicts its control input whatever its weights; any other model keeps
+    refusing to predict with its random initial weights."""
+    toy.get_dataloader(16, test_batch_size=64)
+    gears = GEARS(toy)
+    gears.model_initialize(hidden_size=8, no_perturb=True)
+    before = {k: v.clone() for k, v in gears.model.state_dict().items()}
+    report = gears.train(epochs=0, save_path=tmp_path / "run")
+    assert report["best_epoch"] == 0 and report["history"] == [] and np.isfinite(report["model"]["test_mse_de"])
+    assert all(torch.equal(before[k], v) for k, v in gears.best_model.state_dict().items())
+    assert "No epoch was trained" in (tmp_path / "run" / "report.html").read_text()
+    control = gears.pert_data.cells.control_mean().numpy()
+    np.testing.assert_allclose(gears.predict([["G0"]], cells_per_perturbation=20000)["G0"], control, atol=0.05)
+
+    gears.model_initialize(hidden_size=8)
+    gears.train(epochs=0)
+    with pytest.raises(RuntimeError, match="random initial weights"):
+        gears.predict([["G0"]])
+    with pytest.raises(ValueError, match=r"train\(epochs=...\) must be a non-negative integer"):
+        gears.train(epochs=-1)

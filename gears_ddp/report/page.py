@@ -65,9 +65,9 @@ def _learning_section(report: dict) -> str:
 def _run_facts(report: dict) -> list[str]:
     """Best epoch, world size, training time and the model's folder, as escaped phrases."""
     history = report.get("history") or []
-    facts = [f"model kept from epoch {escape(str(report.get('best_epoch')))} of {len(history)} "
-             "(lowest validation mse_de)",
-             f"world size {escape(str(report.get('world_size', 1)))} (training processes)"]
+    kept = f"model kept from epoch {escape(str(report.get('best_epoch')))} of {len(history)} (lowest validation " \
+        "mse_de)" if history else "no epoch trained: the model as it was"
+    facts = [kept, f"world size {escape(str(report.get('world_size', 1)))} (training processes)"]
     seconds = [record.get("seconds") for record in history if record.get("seconds") is not None]
     if seconds:
         facts.append(f"training time {format_duration(sum(seconds))}")
