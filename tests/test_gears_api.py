@@ -168,8 +168,11 @@ def test_plot_works_for_every_test_condition(trained, tmp_path):
 def test_gi_predict_scores(trained):
     gears, _ = trained
     scores = gears.GI_predict(["G0", "G1"])
-    assert {"c1", "c2", "mag", "dcor", "corr_fit", "dominance", "eq_contr"} <= set(scores)
-    assert all(isinstance(v, float) for v in scores.values())
+    assert list(scores) == ["ts", "c1", "c2", "mag", "dcor", "dcor_singles", "dcor_first", "dcor_second", "corr_fit",
+                            "dominance", "eq_contr"]  # the published keys, in its order
+    assert all(isinstance(v, float) for k, v in scores.items() if k != "ts")
+    np.testing.assert_array_equal(scores["ts"].coef_, [scores["c1"], scores["c2"]])
+    np.testing.assert_allclose(scores["ts"].predict([[1.0, 2.0]]), [scores["c1"] + 2 * scores["c2"]])
 
 
 def test_errors_before_setup(data_root):
