@@ -180,6 +180,9 @@ class GEARS:
             report = {}
             if result.test_result is not None:
                 report = self._score_test(result.test_result, ranks)
+                interactions = self._test_interactions() if ranks.is_main else None
+                if interactions is not None:
+                    report["interactions"] = interactions
             elif ranks.is_main:
                 logger.info("no test set (split %r): training done", self.split)
             report.update(best_epoch=result.best_epoch, history=result.history, world_size=ranks.world_size,
@@ -220,6 +223,21 @@ class GEARS:
         if self.wandb:
             self.wandb.log(model_summary)
         return {"model": model_summary, "baselines": baselines}
+
+    def _test_interactions(self) -> dict | None:
+        """For the run report: the test combinations whose singles were observed, scored from
+        their observed and from the best model's predicted changes, and how far the calls
+        agree (``interaction_agreement``); None without such combinations."""
+        from gears_ddp.inference.observed_interactions import interaction_records
+
+        check = self._interaction_agreement("test")
+        if not len(check["observed"]):
+            return None
+        return {"set": "test", "agreement": check["agreement"],
+                "pairs": [{"pair": pair, "observed": observed, "predicted": predicted}
+                          for pair, observed, predicted in zip(check["observed"]["pair"],
+                                                               interaction_records(check["observed"]),
+                                                               interaction_records(check["predicted"]))]}
 
     def _examples(self) -> list[dict]:
         """The test conditions the report's predictions picture shows (none without a test set)."""
@@ -367,6 +385,35 @@ class GEARS:
             changes = changes[:, torch.as_tensor(genes, device=changes.device)]
         first, second, double = changes.double().cpu().numpy()
         return with_theil_sen_fit(genetic_interaction_scores(first, second, double))
+
+    def observed_interactions(self, split: str | None = None, GI_genes_file=None) -> pd.DataFrame:
+        """The observed two-gene conditions (of the whole dataset, or of ``split``: 'train',
+        'val' or 'test') whose singles were observed too, scored from their observed changes
+        over control with the scores and interaction types of a screen, one row per pair
+        (``inference.observed_interactions``); no model needed."""
+        from gears_ddp.inference.observed_interactions import observed_interactions
+
+        return observed_interactions(self.pert_data, split, GI_genes_file)
+
+    def interaction_agreement(self, split: str | None = "test", GI_genes_file=None) -> dict:
+        """The observed pairs of ``split`` (``observed_interactions``) and the same pairs
+        scored from the model's predicted changes: ``{'observed': table, 'predicted':
+        table, 'agreement': ...}``, the agreement being, per score, the Pearson correlation
+        and mean absolute difference over the pairs and, per interaction type, how many calls
+        agree, with the confusion table (``observed_interactions.compare_calls``)."""
+        self._require_weights()
+        return self._interaction_agreement(split, GI_genes_file)
+
+    def _interaction_agreement(self, split: str | None, GI_genes_file=None) -> dict:
+        from gears_ddp.inference.observed_interactions import compare_calls, observed_interactions, \
+            predicted_interactions
+
+        observed = observed_interactions(self.pert_data, split, GI_genes_file)
+        predictor = ChangePredictor.for_data(self.best_model, self.device, self.pert_data.cells)
+        train = self.pert_data.set2conditions.get("train", []) if self.pert_data.set2conditions else []
+        predicted = predicted_interactions(observed, predictor, self.node_map_pert, self.gene_list, GI_genes_file,
+                                           train)
+        return {"observed": observed, "predicted": predicted, "agreement": compare_calls(observed, predicted)}
 
     def change_predictor(self, change: str = EXACT_CHANGE, seed: int = 0) -> ChangePredictor:
         """The best model's predicted changes over control, exact or with the published

@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from gears_ddp.report.interaction_section import interaction_section
 from gears_ddp.report.learning import learning_checks
 from gears_ddp.report.numbers import format_duration, format_number
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
@@ -51,7 +52,8 @@ def render_report_page(settings: dict, report: dict, pictures: dict[str, str]) -
     outcome = outcome_line(verdicts) if tested else "No test set: the model was not tested"
     figures = [(relative, title, title) for title, relative in pictures.items()]
     sections = [_learning_section(report), _verdict_section(verdicts) if tested else NO_TEST_SET,
-                pictures_section("Pictures", figures), _history_section(report)]
+                interaction_section(report.get("interactions")), pictures_section("Pictures", figures),
+                _history_section(report)]
     facts = f'<p class="facts">{" &middot; ".join(_run_facts(report))}</p>'
     return report_page(TITLE, settings, outcome, sections, below=facts)
 
