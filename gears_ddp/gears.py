@@ -249,7 +249,7 @@ class GEARS:
 
     # ------------------------------------------------------------------ using a model
     def predict(self, pert_list, return_type: str = "dict", seed: int = 0,
-                cells_per_perturbation: int = PREDICTION_CELLS):
+                cells_per_perturbation: int = PREDICTION_CELLS, all_samples: bool = False):
         """Mean predicted expression for each query (a list of 1 or 2 genes), over
         ``cells_per_perturbation`` (300, as the published GEARS) control cells drawn with
         ``seed`` (with replacement), each with the query's perturbation applied.
@@ -274,16 +274,23 @@ class GEARS:
         from another ``GEARS``; with uncertainty, its ``saved_logvar_sum`` entry too) is
         answered from it, weights or none (``inference.saved_predictions``); the others need
         trained weights.
+
+        ``all_samples=True`` (an option of the paper's scripts, with ``'dict'``): each query's
+        predicted cells, ``{'A_B': (cells_per_perturbation x genes)}``, instead of their mean;
+        they are not kept in ``saved_pred``.
         """
         return_types = ("dict", "dataframe", "anndata", "cell-eval")
         if return_type not in return_types:
             raise ValueError(f"return_type must be one of {return_types}, got {return_type!r}")
+        if all_samples and return_type != "dict":
+            raise ValueError("all_samples=True gives each query's predicted cells as arrays in a dict: it goes with "
+                             "return_type='dict' (return_type='cell-eval' gives them as an AnnData)")
         sets = query_sets(pert_list, self.node_map_pert)
         pert_list = [list(query) for query in pert_list]
         keys = query_keys(pert_list)
         uncertain = self.config is not None and self.config["uncertainty"]
-        saved = handed_in(self.saved_pred, self._own_predictions, keys) if return_type in ("dict", "dataframe") \
-            else {}
+        answers_from_saved = return_type in ("dict", "dataframe") and not all_samples
+        saved = handed_in(self.saved_pred, self._own_predictions, keys) if answers_from_saved else {}
         saved = {key: value for key, value in saved.items() if not uncertain or key in self.saved_logvar_sum}
         prediction = np.zeros((len(keys), self.num_genes), dtype=np.float32)
         uncertainty = np.zeros(len(keys)) if uncertain else None
@@ -295,6 +302,9 @@ class GEARS:
             prediction[computed] = (effect + picked.mean(0).to(self.device)).cpu().numpy()
             if uncertain:
                 uncertainty[computed] = torch.exp(-logvar.mean(1)).cpu().numpy()
+        if all_samples:
+            cells = {key: (picked.to(self.device) + effect[row]).cpu().numpy() for row, key in enumerate(keys)}
+            return cells if uncertainty is None else (cells, dict(zip(keys, uncertainty.tolist())))
         for row, key in enumerate(keys):
             if key in saved:
                 prediction[row] = saved_expression(saved, [key], self.num_genes)[0]
