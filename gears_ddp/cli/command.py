@@ -489,7 +489,8 @@ def interactions_help() -> str:
 def interactions(options) -> int:
     from gears_ddp.data.pertdata import PertData
     from gears_ddp.distributed.interaction_check import check_saved_runs
-    from gears_ddp.inference.observed_interactions import agreement_lines, observed_interactions
+    from gears_ddp.inference.observed_interactions import CALL_NAMES, agreement_lines, observed_interactions
+    from gears_ddp.inference.screen_statistics import CALL_ORDER
     from gears_ddp.inference.screen import checked_output_file, write_record, write_table
 
     out = checked_output_file(options.out, "--out", "CSV", (".csv",))
@@ -501,8 +502,10 @@ def interactions(options) -> int:
         table = observed_interactions(pert_data, None, options.gi_genes_file)
         write_table(table, out)
         print(f"{len(table)} observed pairs of {options.name} scored, written to {out}")
-        for kind in ("magnitude_type", "neomorphic", "redundant", "epistasis"):
-            print(f"  {kind}: " + ", ".join(f"{call} {count}" for call, count in table[kind].value_counts().items()))
+        for kind in CALL_ORDER:
+            counts = table[kind].value_counts()
+            print(f"  {kind}: " + ", ".join(f"{CALL_NAMES.get(call, call)} {counts.get(call, 0)}"
+                                            for call in CALL_ORDER[kind]))
         return 0
     if options.name is not None:
         raise ValueError("--name goes with --data-path; a run folder says its dataset itself")
