@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from gears_ddp import GEARS, PertData
 from gears_ddp.cli import main
@@ -26,39 +25,26 @@ def test_the_observed_pairs_are_the_combinations_whose_singles_were_observed():
                                           ("C+D", "C+ctrl", "D+ctrl")]
 
 
-@pytest.fixture(scope="module")
-def trained(data_folder):
-    pert_data = PertData(data_folder)
-    pert_data.load(data_path=data_folder / "toy")
-    pert_data.prepare_split("simulation", seed=1)
-    pert_data.get_dataloader(16, test_batch_size=64)
-    torch.manual_seed(0)
-    gears = GEARS(pert_data)
-    gears.model_initialize(hidden_size=8)
-    gears.train(epochs=1)
-    return gears
-
-
-def test_observed_scores_are_gi_predicts_of_the_observed_means(trained):
+def test_observed_scores_are_gi_predicts_of_the_observed_means(trained_toy):
     """The published route (paper/Ext_Fig_7.ipynb): each condition's mean in saved_pred of a
     model with random weights, GI_predict per pair. One call gives the same scores."""
-    table = trained.observed_interactions()
+    table = trained_toy.observed_interactions()
     assert list(table.columns[:4]) == ["pair", "first_gene", "second_gene", "set"]
-    assert list(table["pair"]) == [c for c in trained.pert_data.cells.conditions if "ctrl" not in c]  # toy: all
+    assert list(table["pair"]) == [c for c in trained_toy.pert_data.cells.conditions if "ctrl" not in c]  # toy: all
     assert set(table["set"]) <= {"train", "val", "test"} and (table["set"] == "test").any()
-    scorer = GEARS(trained.pert_data)
+    scorer = GEARS(trained_toy.pert_data)
     scorer.model_initialize(hidden_size=8)
-    cells = trained.pert_data.cells
+    cells = trained_toy.pert_data.cells
     for condition in cells.conditions:
         rows = cells.condition_codes == cells.conditions.index(condition)
         key = "_".join(g for g in condition.split("+") if g != "ctrl")
         scorer.saved_pred[key] = cells.expression[rows].double().mean(0).numpy()
     for row in table.itertuples():
         _assert_close_scores(row._asdict(), scorer.GI_predict([row.first_gene, row.second_gene]), row.pair)
-    test_only = trained.observed_interactions(split="test")
+    test_only = trained_toy.observed_interactions(split="test")
     assert list(test_only["pair"]) == list(table["pair"][table["set"] == "test"])
     with pytest.raises(ValueError, match="split must be one of"):
-        trained.observed_interactions(split="tests")
+        trained_toy.observed_interactions(split="tests")
 
 
 def test_the_agreement_of_tables_built_by_hand():
@@ -88,15 +74,15 @@ def test_the_agreement_of_tables_built_by_hand():
         compare_calls(observed, predicted.iloc[::-1])
 
 
-def test_the_predicted_calls_are_gi_predicts_and_the_run_report_shows_the_agreement(trained, tmp_path):
-    check = trained.interaction_agreement()
+def test_the_predicted_calls_are_gi_predicts_and_the_run_report_shows_the_agreement(trained_toy, tmp_path):
+    check = trained_toy.interaction_agreement()
     observed, predicted = check["observed"], check["predicted"]
     assert list(predicted["pair"]) == list(observed["pair"]) and (observed["set"] == "test").all()
     for row in predicted.itertuples():
-        _assert_close_scores(row._asdict(), trained.GI_predict([row.first_gene, row.second_gene]), row.pair)
+        _assert_close_scores(row._asdict(), trained_toy.GI_predict([row.first_gene, row.second_gene]), row.pair)
     assert check["agreement"] == compare_calls(observed, predicted)
 
-    gears = GEARS(trained.pert_data)
+    gears = GEARS(trained_toy.pert_data)
     gears.model_initialize(hidden_size=8)
     report = gears.train(epochs=1, save_path=tmp_path / "run")
     written = json.loads((tmp_path / "run" / "report.json").read_text())["interactions"]

@@ -34,6 +34,17 @@ def here(data_folder, tmp_path, monkeypatch):
     return tmp_path
 
 
+def saved_model(pert_data, folder):
+    """A model of ``pert_data`` trained one epoch and saved in ``folder``: what a script that
+    loads one found there."""
+    from gears_ddp import GEARS
+
+    trained = GEARS(pert_data, device='cpu')
+    trained.model_initialize(hidden_size=64)
+    trained.train(epochs=1)
+    trained.save_model(folder)
+
+
 def test_readme_block(data_folder, here):
     from gears_ddp import PertData, GEARS
 
@@ -95,10 +106,7 @@ def test_plot_top20_de_tutorial(data_folder, here):
     pert_data.load(data_path=str(data_folder / 'toy'))
     pert_data.prepare_split(split = 'simulation', seed = 1)
     pert_data.get_dataloader(batch_size = 32, test_batch_size = 128)
-    trained = GEARS(pert_data, device = 'cpu')
-    trained.model_initialize(hidden_size = 64)
-    trained.train(epochs = 1)
-    trained.save_model('gears_seed1_norman')  # the model tutorial's, which this one reads
+    saved_model(pert_data, 'gears_seed1_norman')  # the model tutorial's, which this one reads
 
     gears_model = GEARS(pert_data, device = 'cpu')
     gears_model.load_pretrained('gears_seed1_norman')
@@ -226,10 +234,7 @@ def test_predicting_gis_on_a_cpu_model_from_saved_predictions(data_folder, here)
     pert_data.load(data_path=str(data_folder / 'toy'))
     pert_data.prepare_split(split = 'no_test', seed = 1)
     pert_data.get_dataloader(batch_size = 32, test_batch_size = 128)
-    trained = GEARS(pert_data, device = 'cpu')
-    trained.model_initialize(hidden_size = 64)
-    trained.train(epochs = 1)
-    trained.save_model('./model_ckpt/' + model_name)
+    saved_model(pert_data, './model_ckpt/' + model_name)
 
     gears_model = GEARS(pert_data, device = 'cpu',
                             weight_bias_track = False,
@@ -328,10 +333,7 @@ def test_inference_tutorial_norman(data_folder, here):
     pert_data.load(data_path=str(data_folder / 'toy'))
     pert_data.prepare_split(split = 'no_test', seed = 1)
     pert_data.get_dataloader(batch_size = 32, test_batch_size = 128)
-    trained = GEARS(pert_data, device = 'cpu')
-    trained.model_initialize(hidden_size = 64)
-    trained.train(epochs = 1)
-    trained.save_model('model_ckpt')
+    saved_model(pert_data, 'model_ckpt')
     with tarfile.open('norman_umi_go.tar.gz', 'w:gz') as tar:  # the archives the tutorial downloads
         tar.add(str(data_folder / 'toy' / 'perturb_processed.h5ad'), arcname='norman_umi_go/perturb_processed.h5ad')
     with ZipFile('model.zip', 'w') as archive:
@@ -384,10 +386,7 @@ def test_paper_scripts_other_calls(data_folder, here):
     pert_data.load(data_path=str(data_folder / 'toy'))
     pert_data.prepare_split(split = 'simulation', seed = 1)
     pert_data.get_dataloader(batch_size = 128, test_batch_size = 128)
-    trained = GEARS(pert_data, device = 'cpu')
-    trained.model_initialize(hidden_size = 64)
-    trained.train(epochs = 1)
-    trained.save_model('norman_gears_run1')
+    saved_model(pert_data, 'norman_gears_run1')
 
     gears_model = GEARS(pert_data, device = 'cpu',
                             weight_bias_track = False,

@@ -7,16 +7,11 @@ import torch
 
 from gears_ddp.gears import GEARS
 from gears_ddp.inference import compute_metrics, deeper_analysis, evaluate, non_dropout_analysis
-from reference_package import import_reference
-from test_metrics import assert_same_metrics, edit_gene_sets, reference_style_results, run_reference
+from test_metrics import assert_same_metrics, published_case
 
 
 def test_same_values_as_the_published_functions(toy):
-    inference = import_reference("gears.inference")
-    conditions = toy.set2conditions["test"]
-    edit_gene_sets(toy.adata, conditions)
-    test_res = reference_style_results(toy, conditions)
-    (ref_metrics, ref_pert), ref_deeper, ref_non_dropout = run_reference(inference, toy.adata, test_res)
+    test_res, ((ref_metrics, ref_pert), ref_deeper, ref_non_dropout) = published_case(toy)
 
     metrics, metrics_pert = compute_metrics(test_res)
     assert list(metrics) == list(ref_metrics)
