@@ -228,16 +228,16 @@ class GEARS:
         """For the run report: the test combinations whose singles were observed, scored from
         their observed and from the best model's predicted changes, and how far the calls
         agree (``interaction_agreement``); None without such combinations."""
-        from gears_ddp.inference.observed_interactions import interaction_records
+        from gears_ddp.inference.observed_interactions import interaction_records, observed_interactions
 
-        check = self._interaction_agreement("test")
-        if not len(check["observed"]):
+        observed = observed_interactions(self.pert_data, "test")
+        if not len(observed):
             return None
+        check = self._interaction_agreement(observed)
         return {"set": "test", "agreement": check["agreement"],
-                "pairs": [{"pair": pair, "observed": observed, "predicted": predicted}
-                          for pair, observed, predicted in zip(check["observed"]["pair"],
-                                                               interaction_records(check["observed"]),
-                                                               interaction_records(check["predicted"]))]}
+                "pairs": [{"pair": pair, "observed": seen, "predicted": called}
+                          for pair, seen, called in zip(observed["pair"], interaction_records(observed),
+                                                        interaction_records(check["predicted"]))]}
 
     def _examples(self) -> list[dict]:
         """The test conditions the report's predictions picture shows (none without a test set)."""
@@ -411,18 +411,19 @@ class GEARS:
         table, 'agreement': ...}``, the agreement being, per score, the Pearson correlation
         and mean absolute difference over the pairs and, per interaction type, how many calls
         agree, with the confusion table (``observed_interactions.compare_calls``)."""
+        from gears_ddp.inference.observed_interactions import observed_interactions
+
         self._require_weights()
-        return self._interaction_agreement(split, GI_genes_file)
+        return self._interaction_agreement(observed_interactions(self.pert_data, split, GI_genes_file), GI_genes_file)
 
-    def _interaction_agreement(self, split: str | None, GI_genes_file=None) -> dict:
-        from gears_ddp.inference.observed_interactions import compare_calls, observed_interactions, \
-            predicted_interactions
+    def _interaction_agreement(self, observed: pd.DataFrame, GI_genes_file=None) -> dict:
+        """``interaction_agreement`` of the ``observed`` pairs (``observed_interactions``), by
+        the best model as it is."""
+        from gears_ddp.inference.observed_interactions import compare_calls, predicted_interactions
 
-        observed = observed_interactions(self.pert_data, split, GI_genes_file)
         predictor = ChangePredictor.for_data(self.best_model, self.device, self.pert_data.cells)
-        train = self.pert_data.set2conditions.get("train", []) if self.pert_data.set2conditions else []
         predicted = predicted_interactions(observed, predictor, self.node_map_pert, self.gene_list, GI_genes_file,
-                                           train)
+                                           self._train_conditions())
         return {"observed": observed, "predicted": predicted, "agreement": compare_calls(observed, predicted)}
 
     def change_predictor(self, change: str = EXACT_CHANGE, seed: int = 0) -> ChangePredictor:
@@ -452,11 +453,14 @@ class GEARS:
         """What ``screen`` computes, checked: the genes (unknown ones named all at once), the
         pairs, the predictor, the genes scores are taken on, and the Theil-Sen subsets."""
         self._require_weights()
-        train = self.pert_data.set2conditions.get("train", []) if self.pert_data.set2conditions else []
         return ScreenJob.build(genes, self.node_map_pert, self.pert_data.gene2go, self.gene_list,
-                               self.change_predictor(change, seed), GI_genes_file,
-                               [c for c in train if c != CONTROL], model_record(self.best_model, self.weights_from),
-                               chunk_pairs)
+                               self.change_predictor(change, seed), GI_genes_file, self._train_conditions(),
+                               model_record(self.best_model, self.weights_from), chunk_pairs)
+
+    def _train_conditions(self) -> list[str]:
+        """The perturbed conditions of the train set (none without a split)."""
+        train = self.pert_data.set2conditions.get("train", []) if self.pert_data.set2conditions else []
+        return [c for c in train if c != CONTROL]
 
     def plot_perturbation(self, query: str, save_file=None):
         """Box plots of the true change over control at the condition's top-20 non-dropout DE
