@@ -27,6 +27,7 @@ from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.evaluation.scoring import score
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor, drawn_control_cells, \
     query_keys, query_sets, set_effects
+from gears_ddp.inference.saved_predictions import forget_own, handed_in, saved_expression
 from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenJob, model_record, run_screen, \
     score_chunks_here, score_gene_positions
 from gears_ddp.model.folder import GRAPH_KEYS, check_vocabulary, load_weights, model_from_config, read_config, \
@@ -73,8 +74,9 @@ class GEARS:
         self.config: dict | None = None
         self.model: GEARSModel | None = None
         self.best_model: GEARSModel | None = None
-        self.saved_pred: dict[str, np.ndarray] = {}
+        self.saved_pred: dict[str, np.ndarray] = {}  # the published cache (inference.saved_predictions)
         self.saved_logvar_sum: dict[str, float] = {}
+        self._own_predictions: dict[str, np.ndarray] = {}  # the entries of saved_pred this object's predict wrote
         self.history: list[dict] = []
         self.test_result = None             # the last test evaluation (EvaluationResult), and the baselines'
         self.test_baseline_results: dict = {}
@@ -104,6 +106,7 @@ class GEARS:
                        "num_genes": self.num_genes, "num_perts": self.num_perts}
         self.model = model_from_config(self.config).to(self.device)
         self.best_model = self.model
+        forget_own(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
         if self.wandb:
             self.wandb.config.update({k: v for k, v in self.config.items() if not k.startswith("G_")})
 
@@ -114,7 +117,7 @@ class GEARS:
     def _require_weights(self) -> None:
         """Predictions need trained weights, not the random initial ones."""
         self._require_model()
-        if self.weights_from is None:
+        if self.weights_from is None and not self.config["no_perturb"]:  # no_perturb predicts control as it is
             raise RuntimeError("the model still has its random initial weights: train it (train(...)) or load "
                                "trained weights (load_pretrained(path)) before predicting")
 
@@ -173,11 +176,15 @@ class GEARS:
         with log_file(options.save_path) if writes else contextlib.nullcontext():
             result = TrainingRecipe(self._training_inputs(ranks), options, ranks).run()
             self.best_model, self.history = result.best_network, result.history
-            self.weights_from = "training"
-            self.saved_pred, self.saved_logvar_sum = {}, {}
+            if result.history:  # train(epochs=0) leaves the weights, and where they came from, as they were
+                self.weights_from = "training"
+            forget_own(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
             report = {}
             if result.test_result is not None:
                 report = self._score_test(result.test_result, ranks, other_screen)
+                interactions = self._test_interactions() if ranks.is_main else None
+                if interactions is not None:
+                    report["interactions"] = interactions
             elif ranks.is_main:
                 logger.info("no test set (split %r): training done", self.split)
             report.update(best_epoch=result.best_epoch, history=result.history, world_size=ranks.world_size,
@@ -230,6 +237,21 @@ class GEARS:
             self.wandb.log(model_summary)
         return {"model": model_summary, "baselines": baselines}
 
+    def _test_interactions(self) -> dict | None:
+        """For the run report: the test combinations whose singles were observed, scored from
+        their observed and from the best model's predicted changes, and how far the calls
+        agree (``interaction_agreement``); None without such combinations."""
+        from gears_ddp.inference.observed_interactions import interaction_records, observed_interactions
+
+        observed = observed_interactions(self.pert_data, "test")
+        if not len(observed):
+            return None
+        check = self._interaction_agreement(observed)
+        return {"set": "test", "agreement": check["agreement"],
+                "pairs": [{"pair": pair, "observed": seen, "predicted": called}
+                          for pair, seen, called in zip(observed["pair"], interaction_records(observed),
+                                                        interaction_records(check["predicted"]))]}
+
     def _examples(self) -> list[dict]:
         """The test conditions the report's predictions picture shows (none without a test set)."""
         if self.test_result is None:
@@ -240,7 +262,7 @@ class GEARS:
 
     # ------------------------------------------------------------------ using a model
     def predict(self, pert_list, return_type: str = "dict", seed: int = 0,
-                cells_per_perturbation: int = PREDICTION_CELLS):
+                cells_per_perturbation: int = PREDICTION_CELLS, all_samples: bool = False):
         """Mean predicted expression for each query (a list of 1 or 2 genes), over
         ``cells_per_perturbation`` (300, as the published GEARS) control cells drawn with
         ``seed`` (with replacement), each with the query's perturbation applied.
@@ -258,21 +280,53 @@ class GEARS:
           the drawn control cells each with each query's predicted change (clipped at 0), so
           ``cells_per_perturbation`` cells per query, then the same cells as control
           (``cell_eval_export.cell_predictions``).
+
+        Every prediction is kept in ``saved_pred`` (and its uncertainty in
+        ``saved_logvar_sum``) under its ``'A_B'`` key, as published. For ``'dict'`` and
+        ``'dataframe'`` a query whose entry was handed in there (written by you, or copied
+        from another ``GEARS``; with uncertainty, its ``saved_logvar_sum`` entry too) is
+        answered from it, weights or none (``inference.saved_predictions``); the others need
+        trained weights.
+
+        ``all_samples=True`` (an option of the paper's scripts, with ``'dict'``): each query's
+        predicted cells, ``{'A_B': (cells_per_perturbation x genes)}``, instead of their mean;
+        they are not kept in ``saved_pred``.
         """
-        self._require_weights()
         return_types = ("dict", "dataframe", "anndata", "cell-eval")
         if return_type not in return_types:
             raise ValueError(f"return_type must be one of {return_types}, got {return_type!r}")
+        if all_samples and return_type != "dict":
+            raise ValueError("all_samples=True gives each query's predicted cells as arrays in a dict: it goes with "
+                             "return_type='dict' (return_type='cell-eval' gives them as an AnnData)")
         sets = query_sets(pert_list, self.node_map_pert)
         pert_list = [list(query) for query in pert_list]
-        picked = drawn_control_cells(self.pert_data.cells, seed, cells_per_perturbation)
-        effect, logvar = self.perturbation_effects(sets)
         keys = query_keys(pert_list)
-        prediction = (effect + picked.mean(0).to(self.device)).cpu().numpy()
-        self.saved_pred.update(zip(keys, prediction))
-        uncertainty = None if logvar is None else torch.exp(-logvar.mean(1)).cpu().numpy()
-        if uncertainty is not None:
-            self.saved_logvar_sum.update(zip(keys, uncertainty.tolist()))
+        uncertain = self.config is not None and self.config["uncertainty"]
+        answers_from_saved = return_type in ("dict", "dataframe") and not all_samples
+        saved = handed_in(self.saved_pred, self._own_predictions, keys) if answers_from_saved else {}
+        saved = {key: value for key, value in saved.items() if not uncertain or key in self.saved_logvar_sum}
+        prediction = np.zeros((len(keys), self.num_genes), dtype=np.float32)
+        uncertainty = np.zeros(len(keys)) if uncertain else None
+        computed = [row for row, key in enumerate(keys) if key not in saved]
+        if computed:
+            self._require_weights()
+            picked = drawn_control_cells(self.pert_data.cells, seed, cells_per_perturbation)
+            effect, logvar = self.perturbation_effects(sets[computed])
+            prediction[computed] = (effect + picked.mean(0).to(self.device)).cpu().numpy()
+            if uncertain:
+                uncertainty[computed] = torch.exp(-logvar.mean(1)).cpu().numpy()
+        if all_samples:
+            cells = {key: (picked.to(self.device) + effect[row]).cpu().numpy() for row, key in enumerate(keys)}
+            return cells if uncertainty is None else (cells, dict(zip(keys, uncertainty.tolist())))
+        for row, key in enumerate(keys):
+            if key in saved:
+                prediction[row] = saved_expression(saved, [key], self.num_genes)[0]
+                if uncertain:
+                    uncertainty[row] = self.saved_logvar_sum[key]
+            elif key not in self.saved_pred or self.saved_pred[key] is self._own_predictions.get(key):
+                self.saved_pred[key] = self._own_predictions[key] = prediction[row].copy()
+                if uncertain:
+                    self.saved_logvar_sum[key] = float(uncertainty[row])
         if return_type == "dataframe":
             return pd.DataFrame(prediction, index=keys, columns=self.gene_list)
         if return_type == "anndata":
@@ -324,24 +378,73 @@ class GEARS:
     def GI_predict(self, combo, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0) -> dict:
         """Genetic-interaction scores of a two-gene combination A+B (``inference.interactions.
         genetic_interaction_scores``) from the predicted changes over control of A, B and A+B,
-        optionally on the genes listed in ``GI_genes_file`` only.
+        optionally on the genes listed in ``GI_genes_file`` only. As published, the dict
+        starts with ``'ts'``, the fitted Theil-Sen line (``interactions.TheilSenFit``).
 
         ``change='exact'`` scores the model's predicted changes; ``'drawn-cells-minus-control-
         mean'`` those of the published ``GI_predict`` (each the mean prediction over 300
         control cells drawn for it with ``seed``, minus the mean of all control cells), whose
-        sampling noise moves the scores (docs/screens.md)."""
-        from gears_ddp.inference.interactions import genetic_interaction_scores
+        sampling noise moves the scores (docs/screens.md).
 
-        if isinstance(combo, str) or len(combo) != 2:
+        When ``saved_pred`` holds entries handed in for ``'A'``, ``'B'`` and ``'A_B'``
+        (written by you, or copied from another ``GEARS``), they are scored instead, minus
+        the mean of all control cells, as published, weights or none: another model's
+        predictions, or the true mean expression of observed conditions
+        (``observed_interactions`` does the latter for every observed pair at once).
+        """
+        from gears_ddp.inference.interactions import genetic_interaction_scores, with_theil_sen_fit
+
+        if isinstance(combo, str) or len(combo) != 2 or not all(isinstance(gene, str) for gene in combo):
             raise ValueError(f"GI_predict takes two genes, got {combo!r}")
-        sets = query_sets([[combo[0]], [combo[1]], list(combo)], self.node_map_pert)
-        self._require_weights()
-        changes = self.change_predictor(change, seed).changes(sets)
+        keys = [combo[0], combo[1], "_".join(combo)]
+        saved = handed_in(self.saved_pred, self._own_predictions, keys)
+        if len(saved) == len(keys):
+            control = self.pert_data.cells.control_mean().double().numpy()
+            changes = torch.from_numpy(saved_expression(saved, keys, self.num_genes) - control)
+        else:
+            sets = query_sets([[combo[0]], [combo[1]], list(combo)], self.node_map_pert)
+            try:
+                self._require_weights()
+            except RuntimeError as err:
+                missing = [key for key in keys if key not in saved]
+                raise RuntimeError(f"{err}; or hand in the predictions GI_predict scores without weights: "
+                                   f"saved_pred needs {missing} beside {sorted(saved)}") from None
+            changes = self.change_predictor(change, seed).changes(sets)
         genes = score_gene_positions(self.gene_list, GI_genes_file)
         if genes is not None:
             changes = changes[:, torch.as_tensor(genes, device=changes.device)]
         first, second, double = changes.double().cpu().numpy()
-        return genetic_interaction_scores(first, second, double)
+        return with_theil_sen_fit(genetic_interaction_scores(first, second, double))
+
+    def observed_interactions(self, split: str | None = None, GI_genes_file=None) -> pd.DataFrame:
+        """The observed two-gene conditions (of the whole dataset, or of ``split``: 'train',
+        'val' or 'test') whose singles were observed too, scored from their observed changes
+        over control with the scores and interaction types of a screen, one row per pair
+        (``inference.observed_interactions``); no model needed."""
+        from gears_ddp.inference.observed_interactions import observed_interactions
+
+        return observed_interactions(self.pert_data, split, GI_genes_file)
+
+    def interaction_agreement(self, split: str | None = "test", GI_genes_file=None) -> dict:
+        """The observed pairs of ``split`` (``observed_interactions``) and the same pairs
+        scored from the model's predicted changes: ``{'observed': table, 'predicted':
+        table, 'agreement': ...}``, the agreement being, per score, the Pearson correlation
+        and mean absolute difference over the pairs and, per interaction type, how many calls
+        agree, with the confusion table (``observed_interactions.compare_calls``)."""
+        from gears_ddp.inference.observed_interactions import observed_interactions
+
+        self._require_weights()
+        return self._interaction_agreement(observed_interactions(self.pert_data, split, GI_genes_file), GI_genes_file)
+
+    def _interaction_agreement(self, observed: pd.DataFrame, GI_genes_file=None) -> dict:
+        """``interaction_agreement`` of the ``observed`` pairs (``observed_interactions``), by
+        the best model as it is."""
+        from gears_ddp.inference.observed_interactions import compare_calls, predicted_interactions
+
+        predictor = ChangePredictor.for_data(self.best_model, self.device, self.pert_data.cells)
+        predicted = predicted_interactions(observed, predictor, self.node_map_pert, self.gene_list, GI_genes_file,
+                                           self._train_conditions())
+        return {"observed": observed, "predicted": predicted, "agreement": compare_calls(observed, predicted)}
 
     def change_predictor(self, change: str = EXACT_CHANGE, seed: int = 0) -> ChangePredictor:
         """The best model's predicted changes over control, exact or with the published
@@ -370,11 +473,14 @@ class GEARS:
         """What ``screen`` computes, checked: the genes (unknown ones named all at once), the
         pairs, the predictor, the genes scores are taken on, and the Theil-Sen subsets."""
         self._require_weights()
-        train = self.pert_data.set2conditions.get("train", []) if self.pert_data.set2conditions else []
         return ScreenJob.build(genes, self.node_map_pert, self.pert_data.gene2go, self.gene_list,
-                               self.change_predictor(change, seed), GI_genes_file,
-                               [c for c in train if c != CONTROL], model_record(self.best_model, self.weights_from),
-                               chunk_pairs)
+                               self.change_predictor(change, seed), GI_genes_file, self._train_conditions(),
+                               model_record(self.best_model, self.weights_from), chunk_pairs)
+
+    def _train_conditions(self) -> list[str]:
+        """The perturbed conditions of the train set (none without a split)."""
+        train = self.pert_data.set2conditions.get("train", []) if self.pert_data.set2conditions else []
+        return [c for c in train if c != CONTROL]
 
     def plot_perturbation(self, query: str, save_file=None):
         """Box plots of the true change over control at the condition's top-20 non-dropout DE

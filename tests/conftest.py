@@ -49,3 +49,20 @@ def data_folder(tmp_path_factory):
     toy_data.write_go_files(root)
     PertData(root).new_data_process("toy", toy_data.make_raw())
     return root
+
+
+@pytest.fixture(scope="module")
+def trained_toy(data_folder):
+    """A ``GEARS`` on the toy data (simulation split, seed 1; batch 16), hidden size 8, trained
+    one epoch from torch seed 0; shared by a module."""
+    from gears_ddp import GEARS
+
+    pert_data = PertData(data_folder)
+    pert_data.load(data_path=data_folder / "toy")
+    pert_data.prepare_split("simulation", seed=1)
+    pert_data.get_dataloader(16, test_batch_size=64)
+    torch.manual_seed(0)
+    gears = GEARS(pert_data)
+    gears.model_initialize(hidden_size=8)
+    gears.train(epochs=1)
+    return gears

@@ -11,6 +11,7 @@ import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gears_ddp.data import download as dl
@@ -40,6 +41,12 @@ def _tar_gz_bytes(members: dict, symlinks: dict = None) -> bytes:
     return buf.getvalue()
 
 
+def _npy_bytes(array) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=True)
+    return buf.getvalue()
+
+
 PICKLED = {"GENE1": {"GO:0000001"}, "GENE2": {"GO:0000002"}}
 HTML = b"<!DOCTYPE html><html><body>Dataverse error</body></html>"
 OCTET = "application/octet-stream"
@@ -53,6 +60,7 @@ ROUTES = {
     "html": (200, "text/html; charset=utf-8", HTML, None),
     "html_body": (200, OCTET, b"\n  " + HTML, None),
     "not_pickle": (200, OCTET, b"definitely not a pickle", None),
+    "genes_npy": (200, OCTET, _npy_bytes(np.array(["G0", "G1"], dtype=object)), None),
     "missing": (404, "text/plain", b"not found", None),
     "broken": (500, "text/plain", b"server error", None),
     "truncated": (200, OCTET, pickle.dumps(PICKLED), 10_000),
@@ -450,3 +458,18 @@ def test_the_process_command_reports_a_refused_download_in_one_line(refusing, tm
     data = tmp_path / "data"
     _refused_in_one_line(capsys, ["process", "--adata", str(raw), "--data-path", str(data), "--name", "toy"],
                          "403", str(data / "gene2go_all.pkl"), dl.DATAVERSE_URL_ENV, "go_archive=", "--go-gene-sets")
+
+
+def test_the_published_dataverse_download_keeps_a_local_copy_and_checks_a_download(server, tmp_path):
+    """gears_ddp.utils.dataverse_download, as the published tutorials call it: a file already
+    there is kept without a request; a download is checked to be what its name says."""
+    from gears_ddp.utils import dataverse_download
+
+    genes = tmp_path / "genes_with_hi_mean.npy"
+    assert dataverse_download(_url("genes_npy"), genes) == genes
+    assert np.load(genes, allow_pickle=True).tolist() == ["G0", "G1"]
+    assert dataverse_download(_url("missing"), genes) == genes and len(server.requests) == 1  # the local copy
+    with pytest.raises(dl.DownloadError, match="not a valid npy file"):
+        dataverse_download(_url("pickle"), tmp_path / "other.npy")
+    with pytest.raises(ValueError, match=r"name .*data.csv \*.zip, \*.tar.gz, \*.pkl or \*.npy"):
+        dataverse_download(_url("pickle"), tmp_path / "data.csv")

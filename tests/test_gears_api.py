@@ -168,8 +168,11 @@ def test_plot_works_for_every_test_condition(trained, tmp_path):
 def test_gi_predict_scores(trained):
     gears, _ = trained
     scores = gears.GI_predict(["G0", "G1"])
-    assert {"c1", "c2", "mag", "dcor", "corr_fit", "dominance", "eq_contr"} <= set(scores)
-    assert all(isinstance(v, float) for v in scores.values())
+    assert list(scores) == ["ts", "c1", "c2", "mag", "dcor", "dcor_singles", "dcor_first", "dcor_second", "corr_fit",
+                            "dominance", "eq_contr"]  # the published keys, in its order
+    assert all(isinstance(v, float) for k, v in scores.items() if k != "ts")
+    np.testing.assert_array_equal(scores["ts"].coef_, [scores["c1"], scores["c2"]])
+    np.testing.assert_allclose(scores["ts"].predict([[1.0, 2.0]]), [scores["c1"] + 2 * scores["c2"]])
 
 
 def test_errors_before_setup(data_root):
@@ -183,3 +186,27 @@ def test_errors_before_setup(data_root):
     pert_data.get_dataloader(8)
     with pytest.raises(RuntimeError, match="call model_initialize"):
         GEARS(pert_data).predict([["G0"]])
+
+
+def test_train_of_no_epoch_scores_the_model_as_it_is(toy, tmp_path):
+    """The published no-perturbation baseline: model_initialize(no_perturb=True), train(epochs=0):
+    no optimiser step, then the test scores and the run report of the model as it is. A
+    no_perturb model predicts its control input whatever its weights; any other model keeps
+    refusing to predict with its random initial weights."""
+    toy.get_dataloader(16, test_batch_size=64)
+    gears = GEARS(toy)
+    gears.model_initialize(hidden_size=8, no_perturb=True)
+    before = {k: v.clone() for k, v in gears.model.state_dict().items()}
+    report = gears.train(epochs=0, save_path=tmp_path / "run")
+    assert report["best_epoch"] == 0 and report["history"] == [] and np.isfinite(report["model"]["test_mse_de"])
+    assert all(torch.equal(before[k], v) for k, v in gears.best_model.state_dict().items())
+    assert "No epoch was trained" in (tmp_path / "run" / "report.html").read_text()
+    control = gears.pert_data.cells.control_mean().numpy()
+    np.testing.assert_allclose(gears.predict([["G0"]], cells_per_perturbation=20000)["G0"], control, atol=0.05)
+
+    gears.model_initialize(hidden_size=8)
+    gears.train(epochs=0)
+    with pytest.raises(RuntimeError, match="random initial weights"):
+        gears.predict([["G0"]])
+    with pytest.raises(ValueError, match=r"train\(epochs=...\) must be a non-negative integer"):
+        gears.train(epochs=-1)

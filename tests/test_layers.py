@@ -23,7 +23,7 @@ LAYERS = (
     ("distributed",),
     ("train_distributed",),  # the seed guide's module: train_multi_gpu and the functions it names
     ("cli",),
-    ("__init__", "__main__", "launch"),  # the public names and the entry points
+    ("__init__", "__main__", "launch", "utils"),  # the public names, the entry points, the published gears.utils
 )
 LAYER_OF = {part: level for level, parts in enumerate(LAYERS) for part in parts}
 

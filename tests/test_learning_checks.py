@@ -53,3 +53,11 @@ def test_the_checks_compare_with_a_baseline_only_where_that_is_a_verdict():
     assert [metric for metric in NO_CHANGE_METRICS if not_applicable_reason("no_change", metric)] == []
     assert not_applicable_reason("mean_effect", "pearson_delta") is None
     assert not_applicable_reason("no_change", "pearson_delta") is not None
+
+
+def test_a_run_of_no_epoch_says_so():
+    """train(epochs=0) scores the model as it was: the checks say so first."""
+    report = _report([], {"test_mse_de": 0.3}, {"test_mse_de": 0.2}, {})
+    first, no_change = learning_checks(report)
+    assert first.startswith("No epoch was trained (epochs=0)")
+    assert no_change == "Against predicting no change: mse_de 0.3 against 0.2 (worse)."

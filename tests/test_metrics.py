@@ -124,12 +124,19 @@ def our_result(pert_data, test_res):
                              non_dropout_de_table(pert_data.uns, pert_data.var.index, cells.condition_names))
 
 
-def test_parity_with_published_gears(toy):
+def published_case(pert_data):
+    """Reference-style per-cell results of the test conditions of ``pert_data`` (two of them
+    with smaller gene sets: ``edit_gene_sets``) and the published functions' results of them."""
     inference = import_reference("gears.inference")
+    conditions = pert_data.set2conditions["test"]
+    edit_gene_sets(pert_data.adata, conditions)
+    test_res = reference_style_results(pert_data, conditions)
+    return test_res, run_reference(inference, pert_data.adata, test_res)
+
+
+def test_parity_with_published_gears(toy):
     conditions = toy.set2conditions["test"]
-    edit_gene_sets(toy.adata, conditions)
-    test_res = reference_style_results(toy, conditions)
-    (ref_metrics, ref_pert), ref_deeper, ref_non_dropout = run_reference(inference, toy.adata, test_res)
+    test_res, ((ref_metrics, ref_pert), ref_deeper, ref_non_dropout) = published_case(toy)
 
     result = our_result(toy, test_res)
     # the reference sees the edited truth: so must the spreads (read from the unedited data otherwise)

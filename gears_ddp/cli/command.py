@@ -11,6 +11,8 @@
     gears-ddp screen --run ./runs/my_replicates --genes FEV SAMD1 CBL --out screen.csv   intervals over models
     gears-ddp check --adata screen.h5ad --data-path ./data [--normalize --go-gene-sets go.gmt --split-seeds 1 2 3]
     gears-ddp check --config run.yaml                 the processed dataset and the splits a run would use
+    gears-ddp interactions --run ./runs/my_run --out interactions.csv   observed calls beside predicted ones
+    gears-ddp interactions --data-path ./data --name my_screen --out observed.csv   observed calls only
     gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--normalize --go-gene-sets go.gmt]
 
 ``train`` on one machine starts one worker per GPU (or ``args.cpu_processes`` CPU
@@ -163,6 +165,30 @@ def build_parser() -> argparse.ArgumentParser:
     screen.add_argument("--gpu-ids", type=int, nargs="+", help="GPUs for the workers (default: every visible GPU)")
     screen.add_argument("--overwrite", action="store_true", help="replace an existing screen at --out")
 
+    interactions = commands.add_parser(
+        "interactions", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="score the observed two-gene combinations for genetic interactions, beside a model's calls",
+        epilog=interactions_help(),
+        description="Score every observed two-gene combination A+B whose singles were observed too from its observed "
+                    "changes (its mean expression minus the mean of the control cells), with the scores and "
+                    "interaction types of a screen. Given a run folder, the model's predictions of the same pairs "
+                    "are scored beside them, and the agreement (per score the correlation and the mean absolute "
+                    "difference; per type how many calls agree, with the confusion table) is printed and written "
+                    "beside the table (.json); given a replicates folder or several run folders, the models' mean "
+                    "scores and majority calls are.")
+    source = interactions.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", nargs="+", metavar="RUN", help="a run folder, a replicates folder or several run "
+                                                                "folders: their models' calls beside the observed")
+    source.add_argument("--data-path", help="with --name: a processed dataset, its observed calls only")
+    interactions.add_argument("--name", help="with --data-path: the dataset (the folder under --data-path)")
+    interactions.add_argument("--pairs", choices=("test", "all"), default="test",
+                              help="with --run: the combinations of the run's test set (default) or every observed "
+                                   "one")
+    interactions.add_argument("--gi-genes-file", help="take the scores on the genes listed here only (GI_predict's "
+                                                      "GI_genes_file: one per line, or a .npy array)")
+    interactions.add_argument("--out", required=True, help="the table (.csv), one row per pair")
+    _add_set(interactions)
+
     process = commands.add_parser(
         "process", allow_abbrev=False, help="turn a screen (h5ad) into a GEARS-format dataset folder",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -257,7 +283,7 @@ def main(argv=None) -> int:
     options = build_parser().parse_args(argv)
     enable_console_logging(logging.WARNING if options.command == "check" else logging.INFO)  # check: its report
     command = {"train": train, "demo": demo, "evaluate": evaluate, "predict": predict, "screen": screen,
-               "process": process, "check": check}
+               "interactions": interactions, "process": process, "check": check}
     try:
         return command[options.command](options) or 0
     except (RunConfigError, FileNotFoundError, FileExistsError, PermissionError, ValueError, DownloadError) as err:
@@ -435,14 +461,17 @@ def screen_help() -> str:
                 ("the interaction types they imply (the published analysis's thresholds)", INTERACTION_TYPE_MEANINGS),
                 ("a screen over replicates: the pair's columns, then for each score (<score>) and each type "
                  "(<type>)", SUMMARY_COLUMN_MEANINGS))
-    lines = []
-    for title, meanings in sections:
-        lines += ["", *textwrap.wrap(f"{title}:", 100, break_on_hyphens=False)]
-        width = max(map(len, meanings)) + 2
-        for name, meaning in meanings.items():
-            wrapped = textwrap.wrap(meaning, 100 - width - 2, break_on_hyphens=False)
-            lines += [f"  {name:<{width}}{wrapped[0]}", *(" " * (width + 2) + line for line in wrapped[1:])]
-    return "\n".join(lines[1:])
+    return "\n\n".join(meanings_text(title, meanings) for title, meanings in sections)
+
+
+def meanings_text(title: str, meanings: dict[str, str]) -> str:
+    """``title:`` then one line per name, its meaning wrapped beside it (a command's epilog)."""
+    lines = textwrap.wrap(f"{title}:", 100, break_on_hyphens=False)
+    width = max(map(len, meanings)) + 2
+    for name, meaning in meanings.items():
+        wrapped = textwrap.wrap(meaning, 100 - width - 2, break_on_hyphens=False)
+        lines += [f"  {name:<{width}}{wrapped[0]}", *(" " * (width + 2) + line for line in wrapped[1:])]
+    return "\n".join(lines)
 
 
 def screen(options) -> int:
@@ -505,6 +534,46 @@ def _screen_replicates(options, genes, out: Path, figure: Path, seeds: list[int]
           f"{len(summary)} pairs:")
     for kind, counts in confident_counts(summary).items():
         print(f"  {kind}: " + ", ".join(f"{call} {count}" for call, count in counts.items()))
+    return 0
+
+
+def interactions_help() -> str:
+    """The columns of ``gears-ddp interactions``'s table, for its ``--help``."""
+    from gears_ddp.inference.observed_interactions import OBSERVED_COLUMN_MEANINGS
+
+    return meanings_text("the table, one row per observed pair (with --run, observed_<name> beside "
+                         "predicted_<name>)", OBSERVED_COLUMN_MEANINGS)
+
+
+def interactions(options) -> int:
+    from gears_ddp.data.pertdata import PertData
+    from gears_ddp.distributed.interaction_check import check_saved_runs
+    from gears_ddp.inference.observed_interactions import CALL_NAMES, agreement_lines, observed_interactions
+    from gears_ddp.inference.screen_statistics import CALL_ORDER
+    from gears_ddp.inference.screen import checked_output_file, write_record, write_table
+
+    out = checked_output_file(options.out, "--out", "CSV", (".csv",))
+    if options.data_path is not None:
+        if options.name is None:
+            raise ValueError("--data-path needs --name: the dataset's folder under it")
+        pert_data = PertData(options.data_path)
+        pert_data.load(data_path=str(Path(options.data_path) / options.name))
+        table = observed_interactions(pert_data, None, options.gi_genes_file)
+        write_table(table, out)
+        print(f"{len(table)} observed pairs of {options.name} scored, written to {out}")
+        for kind in CALL_ORDER:
+            counts = table[kind].value_counts()
+            print(f"  {kind}: " + ", ".join(f"{CALL_NAMES.get(call, call)} {counts.get(call, 0)}"
+                                            for call in CALL_ORDER[kind]))
+        return 0
+    if options.name is not None:
+        raise ValueError("--name goes with --data-path; a run folder says its dataset itself")
+    table, agreement = check_saved_runs(options.run, None if options.pairs == "all" else "test",
+                                        options.gi_genes_file, options.overrides)
+    write_table(table, out)
+    write_record(out.with_suffix(".json"), agreement)
+    print(f"observed and predicted calls written to {out}, their agreement to {out.with_suffix('.json')}")
+    print("\n".join(agreement_lines(agreement)))
     return 0
 
 

@@ -26,6 +26,7 @@ import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+import numpy as np
 from tqdm import tqdm
 
 from gears_ddp._logging import get_logger
@@ -155,13 +156,22 @@ def _validate_tar(path: Path) -> None:
         tf.getmembers()
 
 
-_VALIDATORS = {"pickle": _validate_pickle, "zip": _validate_zip, "tar": _validate_tar}
+def _validate_npy(path: Path) -> None:
+    """The file must start with a numpy array header (its values are not read: an array of
+    objects is a pickle, which only a reader that refuses code may open)."""
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)(handle)
+
+
+_VALIDATORS = {"pickle": _validate_pickle, "zip": _validate_zip, "tar": _validate_tar, "npy": _validate_npy}
+KIND_OF_SUFFIX = {".zip": "zip", ".gz": "tar", ".tgz": "tar", ".tar": "tar", ".pkl": "pickle", ".npy": "npy"}
 
 
 def download_file(url: str, dest, kind: str, timeout: float = 60) -> Path:
     """Download ``url`` to ``dest`` atomically, checking that the content is a valid ``kind`` file.
 
-    ``kind`` is ``'pickle'``, ``'zip'`` or ``'tar'``. Raises ``DownloadError`` on a non-200
+    ``kind`` is ``'pickle'``, ``'zip'``, ``'tar'`` or ``'npy'``. Raises ``DownloadError`` on a non-200
     status, an HTML page, a truncated body, an unreachable server or content that does not
     parse; in every failure case ``dest`` is left untouched and no temporary file remains.
     """

@@ -617,12 +617,11 @@ def _condition_tables(conditions: list[str], condition_names: dict, uns: dict, v
     """
     pert_idx = torch.full((len(conditions), MAX_PERTURBED_GENES), -1, dtype=torch.long)
     de_idx = torch.full((len(conditions), N_DE_GENES), -1, dtype=torch.long)
-    ranked = uns.get(processing.RANK_KEY)
     for code, condition in enumerate(conditions):
         genes = condition_genes(condition)
         pert_idx[code, :len(genes)] = torch.tensor([node_map_pert[g] for g in genes], dtype=torch.long)
-        if condition != CONTROL and ranked is not None:
-            top = np.flatnonzero(var_names.isin(list(ranked[condition_names[condition]])[:N_DE_GENES]))
+        if condition != CONTROL:
+            top = processing.top_de_positions(uns, var_names, condition_names[condition])
             de_idx[code, :len(top)] = torch.from_numpy(top)
     return pert_idx, de_idx
 

@@ -230,6 +230,15 @@ def rank_de_genes(adata, reading: ExpressionReading) -> None:
                            for code, group in enumerate(groups) if code != control}
 
 
+def top_de_positions(uns, var_names: pd.Index, condition_name: str) -> np.ndarray:
+    """Positions, in gene order, of the ``N_TOP_DE`` top-ranked genes of a condition in
+    ``uns[RANK_KEY]``: the published loaders' ``de_idx`` (empty without a ranking)."""
+    ranked = uns.get(RANK_KEY, {}).get(condition_name)
+    if ranked is None:
+        return np.empty(0, dtype=np.int64)
+    return np.flatnonzero(pd.Index(var_names).isin(list(ranked)[:N_TOP_DE]))
+
+
 def add_dropout_gene_sets(adata, reading: ExpressionReading) -> None:
     """Add the non-zero / non-dropout gene sets and their top-20 DE genes to ``uns``.
 

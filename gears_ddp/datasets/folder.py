@@ -102,3 +102,13 @@ def write_synthetic_screen(data_path, name: str = "screen", overwrite: bool = Fa
 def read_true_means(dataset_folder) -> pd.DataFrame:
     """The noise-free mean profile per condition (rows) and gene (columns) of a synthetic dataset."""
     return pd.read_csv(Path(dataset_folder) / TRUE_MEANS_FILE, index_col=0, compression="gzip")
+
+
+def read_ground_truth(dataset_folder) -> dict:
+    """What a synthetic dataset was made with: ``interaction_types`` (each combination's
+    planted type: additive, synergy, buffering or epistasis) and the generator's ``params``."""
+    path = Path(dataset_folder) / GROUND_TRUTH_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: {dataset_folder} is not a synthetic dataset folder "
+                                "(write_synthetic_dataset writes one)")
+    return json.loads(path.read_text())

@@ -381,13 +381,22 @@ def compute_metrics(result: EvaluationResult) -> tuple[dict, dict]:
     undefined Pearson correlation counts as 0.
     """
     pred, truth = result.pred_mean, result.truth_mean
-    valid = result.de_idx >= 0
-    control = np.array([c == CONTROL for c in result.conditions], dtype=bool)
-    pred_de, truth_de = _gather(pred, result.de_idx), _gather(truth, result.de_idx)
+    return condition_metrics(result.conditions, pred, truth, _gather(pred, result.de_idx),
+                             _gather(truth, result.de_idx), result.de_idx >= 0)
+
+
+def condition_metrics(conditions: Sequence[str], pred: np.ndarray, truth: np.ndarray, pred_de: np.ndarray,
+                      truth_de: np.ndarray, valid: np.ndarray | None = None) -> tuple[dict, dict]:
+    """``compute_metrics`` from each condition's mean prediction and truth (conditions x G)
+    and their values at its DE genes (conditions x 20; ``valid`` marks the genes that
+    exist, None: all): what the published ``compute_metrics`` computes from per-cell
+    ``pred_de`` / ``truth_de``, whose means these are."""
+    valid = np.ones(pred_de.shape, dtype=bool) if valid is None else valid
+    control = np.array([c == CONTROL for c in conditions], dtype=bool)
     columns = {"mse": _mse_rows(pred, truth), "pearson": pearson_rows(pred, truth),
                "mse_de": np.where(control, 0.0, _mse_rows(pred_de, truth_de, valid)),
                "pearson_de": np.where(control, 0.0, pearson_rows(pred_de, truth_de, valid))}
-    metrics_pert = _per_condition(result.conditions, {k: (v, None) for k, v in columns.items()})
+    metrics_pert = _per_condition(conditions, {k: (v, None) for k, v in columns.items()})
     metrics = {}
     for name in ("mse", "pearson"):
         metrics[name] = _mean_or_nan(columns[name])
@@ -430,30 +439,50 @@ class MetricContext:
         truth spreads are read for ``conditions`` (the evaluated ones; None: every condition
         the analyses cover), a share on each of ``ranks``."""
         uns, cells = pert_data.uns, pert_data.cells
-        missing = [k for k in (RANK_KEY, NON_ZERO_GENES_KEY, NON_DROPOUT_GENES_KEY) if k not in uns]
-        if missing:
-            raise ValueError(f"the dataset's uns lacks {missing}: the deeper analyses need DE genes "
-                             "(process the data without skip_calc_de)")
-        if CONTROL not in cells.conditions:
-            raise ValueError("the dataset has no control cells; the analyses compare with control")
+        check_analysis_entries(uns)
         means = condition_means(cells.expression, cells.condition_codes.numpy(), len(cells.conditions))
         names = dict(zip(cells.conditions, cells.condition_names))
-        ranked, var_names = uns[RANK_KEY], pert_data.var.index
         if conditions is None:
-            conditions = [c for c, n in names.items() if n in ranked or n in uns[NON_DROPOUT_GENES_KEY]]
+            conditions = [c for c, n in names.items() if n in uns[RANK_KEY] or n in uns[NON_DROPOUT_GENES_KEY]]
         tables = {"de": cells.condition_de_idx,
-                  "non_dropout_de": non_dropout_de_table(uns, var_names, cells.condition_names)}
+                  "non_dropout_de": non_dropout_de_table(uns, pert_data.var.index, cells.condition_names)}
+        return cls.from_tables(uns, pert_data.var.index, names, means,
+                               condition_spreads(cells, conditions, tables, ranks))
+
+    @classmethod
+    def from_tables(cls, uns: Mapping, var_names: pd.Index, condition_names: Mapping[str, str], means: np.ndarray,
+                    spreads: dict[str, dict[str, dict]], most_variable_genes=None) -> "MetricContext":
+        """Build from the dataset's ``uns`` gene sets, its ``var_names``, each condition's
+        ``condition_name`` (in the order of the rows of ``means``, the conditions' mean
+        expression, ``'ctrl'`` among them) and the truth ``spreads``; ``most_variable_genes``
+        (positions) replaces the 200 genes whose means vary most across the conditions, as
+        the published ``deeper_analysis`` lets it."""
+        check_analysis_entries(uns)
+        conditions = list(condition_names)
+        if CONTROL not in conditions:
+            raise ValueError("the dataset has no control cells; the analyses compare with control")
+        ranked = uns[RANK_KEY]
+        if most_variable_genes is None:
+            most_variable_genes = np.argsort(np.std(means, axis=0))[-N_VARIABLE_GENES:]
         return cls(
             n_genes=len(var_names),
-            control_mean=means[cells.conditions.index(CONTROL)],
-            most_variable_genes=np.argsort(np.std(means, axis=0))[-N_VARIABLE_GENES:],
+            control_mean=means[conditions.index(CONTROL)],
+            most_variable_genes=np.asarray(most_variable_genes, dtype=np.int64),
             ranked_de={c: _gene_positions(var_names, list(ranked[n])[:max(TOP_DE_SIZES)])
-                       for c, n in names.items() if n in ranked},
+                       for c, n in condition_names.items() if n in ranked},
             non_zero_genes={c: np.asarray(uns[NON_ZERO_GENES_KEY][n], dtype=np.int64)
-                            for c, n in names.items() if n in uns[NON_ZERO_GENES_KEY]},
+                            for c, n in condition_names.items() if n in uns[NON_ZERO_GENES_KEY]},
             non_dropout_genes={c: np.asarray(uns[NON_DROPOUT_GENES_KEY][n], dtype=np.int64)
-                               for c, n in names.items() if n in uns[NON_DROPOUT_GENES_KEY]},
-            spreads=condition_spreads(cells, conditions, tables, ranks))
+                               for c, n in condition_names.items() if n in uns[NON_DROPOUT_GENES_KEY]},
+            spreads=spreads)
+
+
+def check_analysis_entries(uns: Mapping) -> None:
+    """An error naming the ``uns`` entries the deeper analyses need and the data lacks."""
+    missing = [k for k in (RANK_KEY, NON_ZERO_GENES_KEY, NON_DROPOUT_GENES_KEY) if k not in uns]
+    if missing:
+        raise ValueError(f"the dataset's uns lacks {missing}: the deeper analyses need DE genes "
+                         "(process the data without skip_calc_de)")
 
 
 def _analysed_rows(result: EvaluationResult, available: Mapping, what: str) -> np.ndarray:

@@ -8,6 +8,8 @@ however they were produced (a trained model, a baseline, saved outputs).
   published GEARS (``GI_predict``): a Theil-Sen fit, without intercept, of the double's
   change on the singles' changes, plus distance correlations between the three changes.
   They are computed by ``interaction_scores``, which scores many combinations at once.
+- ``with_theil_sen_fit``: the published ``GI_predict``'s dict, whose ``'ts'`` entry is the
+  fitted line (``TheilSenFit``) before the scores.
 - ``interaction_types``: the kinds of genetic interaction the scores imply, read as the
   published GEARS analysis reads them (``INTERACTION_THRESHOLDS``).
 - ``read_gene_list``: reads the optional list of genes the GI scores are restricted to
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -101,6 +104,26 @@ def genetic_interaction_scores(
 
     scores = interaction_scores(first[np.newaxis], second[np.newaxis], double[np.newaxis])
     return {key: float(values[0]) for key, values in scores.items()}
+
+
+@dataclass(frozen=True, eq=False)
+class TheilSenFit:
+    """The fitted line ``double ~ c1 * first + c2 * second`` of a pair's scores, as the
+    published ``GI_predict`` returns it under ``'ts'`` (there a fitted scikit-learn
+    ``TheilSenRegressor``): ``coef_`` (c1, c2), ``intercept_`` (0: no intercept) and
+    ``predict(X)`` for X of (genes x 2) singles' changes."""
+
+    coef_: np.ndarray
+    intercept_: float = 0.0
+
+    def predict(self, X) -> np.ndarray:
+        return np.asarray(X, dtype=np.float64) @ self.coef_ + self.intercept_
+
+
+def with_theil_sen_fit(scores: Mapping[str, float]) -> dict:
+    """The published ``GI_predict``'s dict: ``'ts'`` (``TheilSenFit`` of ``c1``, ``c2``) first,
+    then the scores."""
+    return {"ts": TheilSenFit(np.array([scores["c1"], scores["c2"]])), **scores}
 
 
 def interaction_types(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

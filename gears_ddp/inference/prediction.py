@@ -74,6 +74,17 @@ def set_effects(network, sets: torch.Tensor, device: torch.device) -> tuple[torc
     return network.set_effects(PerturbationSets.each_once(sets.to(device)))
 
 
+def set_effects_in_passes(network, sets: torch.Tensor, device: torch.device,
+                          sets_per_pass: int = SETS_PER_PASS) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``set_effects`` of any number of sets, ``sets_per_pass`` sets per forward pass (which
+    bounds the (sets x genes) rows of hidden width a pass holds)."""
+    parts = [set_effects(network, batch, device) for batch in sets.split(sets_per_pass)]
+    if not parts:
+        return torch.empty(0, network.num_genes, device=device), None
+    logvar = None if parts[0][1] is None else torch.cat([part[1] for part in parts])
+    return torch.cat([part[0] for part in parts]), logvar
+
+
 def checked_cell_count(n_cells) -> int:
     """``n_cells``, the number of cells predicted per perturbation, if it is a whole number
     >= 1; else an error naming it."""
@@ -166,8 +177,7 @@ class ChangePredictor:
         """The change (sets x genes, in the network's precision, on ``device``) of each
         perturbation set (sets x 2 vocabulary indices, -1 padded), ``sets_per_pass`` sets per
         forward pass."""
-        parts = [set_effects(self.network, batch, self.device)[0] for batch in sets.split(sets_per_pass)]
-        effects = torch.cat(parts) if parts else torch.empty(0, self.network.num_genes, device=self.device)
+        effects = set_effects_in_passes(self.network, sets, self.device, sets_per_pass)[0]
         if self.change == EXACT_CHANGE:
             return effects
         draws = control_draws(sets, len(self.controls), self.seed)

@@ -250,20 +250,35 @@ def run_screen(job: ScreenJob, out=None, overwrite: bool = False,
 
 
 def screen_table(job: ScreenJob, scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
-    """One row per pair, in screen order: ``pair`` (``'A+B'``), ``first_gene``,
-    ``second_gene``, the ``GI_predict`` scores, ``seen_in_training`` (A+B or B+A is a train
-    condition), ``singles_in_training`` (how many of A+ctrl and B+ctrl are), and the
-    interaction types the scores imply (``interactions.interaction_types``)."""
+    """One row per pair, in screen order: ``pair_table``'s columns, with ``training_columns``
+    before the interaction types."""
     pairs = job.pairs()
     first = [job.genes[i] for i in pairs[:, 0]]
     second = [job.genes[j] for j in pairs[:, 1]]
-    trained = [set(condition_genes(c)) for c in job.train_conditions]
+    return with_training_columns(pair_table(first, second, scores), job.train_conditions)
+
+
+def with_training_columns(table: pd.DataFrame, train_conditions: Sequence[str]) -> pd.DataFrame:
+    """``table`` (``pair_table``) with, after the scores, ``seen_in_training`` (A+B or B+A is
+    one of ``train_conditions``) and ``singles_in_training`` (how many of A+ctrl and B+ctrl
+    are)."""
+    trained = [set(condition_genes(c)) for c in train_conditions]
     seen_pairs = {frozenset(genes) for genes in trained if len(genes) == 2}
     seen_singles = {next(iter(genes)) for genes in trained if len(genes) == 1}
-    table = pd.DataFrame({"pair": [f"{a}+{b}" for a, b in zip(first, second)], "first_gene": first,
-                          "second_gene": second, **{name: scores[name] for name in GI_SCORE_NAMES}})
-    table["seen_in_training"] = [frozenset(pair) in seen_pairs for pair in zip(first, second)]
-    table["singles_in_training"] = [int(a in seen_singles) + int(b in seen_singles) for a, b in zip(first, second)]
+    pairs = list(zip(table["first_gene"], table["second_gene"]))
+    position = table.columns.get_loc(GI_SCORE_NAMES[-1]) + 1
+    table.insert(position, "seen_in_training", [frozenset(pair) in seen_pairs for pair in pairs])
+    table.insert(position + 1, "singles_in_training", [int(a in seen_singles) + int(b in seen_singles)
+                                                       for a, b in pairs])
+    return table
+
+
+def pair_table(first: Sequence[str], second: Sequence[str], scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """One row per pair A+B: ``pair`` (``'A+B'``), ``first_gene``, ``second_gene``, the
+    ``GI_predict`` scores and the interaction types they imply
+    (``interactions.interaction_types``): the columns every table of scored pairs has."""
+    table = pd.DataFrame({"pair": [f"{a}+{b}" for a, b in zip(first, second)], "first_gene": list(first),
+                          "second_gene": list(second), **{name: scores[name] for name in GI_SCORE_NAMES}})
     for name, values in interaction_types(scores).items():
         table[name] = values
     return table

@@ -28,6 +28,8 @@ def learning_checks(report: dict) -> list[str]:
     lacks (no test set, no baseline) is left out."""
     losses = [record["train_loss"] for record in report.get("history") or [] if record.get("train_loss") is not None]
     lines = []
+    if report.get("history") == []:
+        lines.append("No epoch was trained (epochs=0): the scores below are those of the model as it was.")
     if len(losses) >= 2:
         fell = "fell" if losses[-1] < losses[0] else "did not fall"
         lines.append(f"Training loss {fell}: {losses[0]:.4g} in epoch 1, {losses[-1]:.4g} in epoch {len(losses)}.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from gears_ddp.report.interaction_section import interaction_section
 from gears_ddp.report.learning import learning_checks
 from gears_ddp.report.numbers import format_duration, format_number
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
@@ -53,7 +54,8 @@ def render_report_page(settings: dict, report: dict, pictures: dict[str, str]) -
     outcome = outcome_line(verdicts) if tested else "No test set: the model was not tested"
     figures = [(relative, title, title) for title, relative in pictures.items()]
     sections = [_learning_section(report), _verdict_section(verdicts) if tested else NO_TEST_SET,
-                pictures_section("Pictures", figures), _history_section(report)]
+                interaction_section(report.get("interactions")), pictures_section("Pictures", figures),
+                _history_section(report)]
     facts = f'<p class="facts">{" &middot; ".join(_run_facts(report))}</p>'
     return report_page(TITLE, settings, outcome, sections, below=facts)
 
@@ -67,9 +69,9 @@ def _learning_section(report: dict) -> str:
 def _run_facts(report: dict) -> list[str]:
     """Best epoch, world size, training time and the model's folder, as escaped phrases."""
     history = report.get("history") or []
-    facts = [f"model kept from epoch {escape(str(report.get('best_epoch')))} of {len(history)} "
-             "(lowest validation mse_de)",
-             f"world size {escape(str(report.get('world_size', 1)))} (training processes)"]
+    kept = f"model kept from epoch {escape(str(report.get('best_epoch')))} of {len(history)} (lowest validation " \
+        "mse_de)" if history else "no epoch trained: the model as it was"
+    facts = [kept, f"world size {escape(str(report.get('world_size', 1)))} (training processes)"]
     seconds = [record.get("seconds") for record in history if record.get("seconds") is not None]
     if seconds:
         facts.append(f"training time {format_duration(sum(seconds))}")

@@ -93,7 +93,7 @@ def figure_training_curves(history: list[dict], best_epoch: int) -> Figure:
     last_epoch = np.nanmax(epochs, initial=best_epoch)
     for axes in (loss_axes, mse_axes, pearson_axes):
         axes.axvline(best_epoch, color=BEST_EPOCH_COLOUR, linestyle=":", linewidth=1.5, zorder=1)
-        axes.set_xlim(0.5, last_epoch + 0.5)  # whole epochs on the axis, a single one included
+        axes.set_xlim(0.5, max(last_epoch, 1) + 0.5)  # whole epochs on the axis, one or none included
     figure.legend(handles=_curve_legend_handles(best_epoch), loc="outside lower center", ncol=3,
                   frameon=False, fontsize=BASE_FONT_SIZE)
     return figure

@@ -9,7 +9,8 @@ loss is far larger than the missing cores; ``OMP_WAIT_POLICY=PASSIVE`` (threads 
 they wait) recovers most of it for a small cost on an idle machine
 (``benchmarks/bench_threads.py`` measures both; ``benchmarks/RESULTS.md`` has the figures).
 
-So: ranks share the usable cores evenly (``cpu_threads``); training in one process uses at
+A forked process gets one thread (``single_threaded_forks``). So: ranks share the usable
+cores evenly (``cpu_threads``); training in one process uses at
 most the usable cores (``at_most_usable_threads``); and the workers ``train_multi_gpu``
 spawns wait passively (``passive_openmp_environment``). OpenMP reads its settings when torch
 is imported, so a process that is already running keeps its own: set
@@ -64,3 +65,14 @@ def passive_openmp_environment():
         yield
     finally:
         os.environ.pop("OMP_WAIT_POLICY", None)
+
+
+def single_threaded_forks() -> None:
+    """Give every process forked from this one a single torch thread. torch's OpenMP threads
+    do not survive a fork: a forked child that runs a parallel operation waits for threads
+    that are not there, for ever. Forking is multiprocessing's default on Linux, and the
+    published GEARS's users fork: its paper scores GI_predict over a ``Pool`` of processes
+    (``paper/predicting_GIs.py``), where gears_ddp's scores run on torch. torch's own
+    DataLoader workers take one thread likewise; spawned processes (``train_multi_gpu``,
+    screens) are not forks and set their own."""
+    os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))

@@ -20,6 +20,9 @@ AMP_MODES = ("off", "fp16", "bf16")
 LR_SCALINGS = ("none", "linear", "sqrt")
 LOADER_OPTIONS = ("batch_size", "test_batch_size", "seed", "num_workers", "resample_controls")
 MIN_FREE_BYTES = 50 * 2**20  # room a save folder needs for checkpoints
+# GEARS.train(epochs=0), as published: no optimiser step, then the test evaluation and report of
+# the model as it is (the paper's no-perturbation baseline); a distributed run trains at least one epoch
+UNTRAINED_TEST_ALLOWED_IN = "train"
 
 
 @dataclass
@@ -32,7 +35,7 @@ class TrainingOptions(Options):
     """
 
     epochs: int = option(20, "training epochs (the published training: Adam, learning rate halved every epoch, "
-                             "gradient values clipped at 1.0)")
+                             "gradient values clipped at 1.0); GEARS.train(epochs=0) scores the model as it is")
     lr: float = option(1e-3, "learning rate (Adam), halved every epoch")
     weight_decay: float = option(5e-4, "Adam weight decay")
     amp: str = option("off", "'off', 'bf16' or 'fp16' (with a gradient scaler: gradients unscaled before clipping, "
@@ -81,7 +84,13 @@ class TrainingOptions(Options):
         def name(key: str) -> str:
             return option_name(where, key)
 
-        for key in ("epochs", "max_steps", "grad_accum_steps", "batch_size", "test_batch_size", "keep_checkpoints"):
+        if where == UNTRAINED_TEST_ALLOWED_IN:
+            if not (is_int(self.epochs) and self.epochs >= 0):
+                raise ValueError(f"{name('epochs')} must be a non-negative integer (0: no training, the model "
+                                 f"scored as it is), got {self.epochs!r}")
+        elif not (is_int(self.epochs) and self.epochs >= 1):
+            raise ValueError(f"{name('epochs')} must be a positive integer, got {self.epochs!r}")
+        for key in ("max_steps", "grad_accum_steps", "batch_size", "test_batch_size", "keep_checkpoints"):
             value = getattr(self, key)
             if value is not None and not (is_int(value) and value >= 1):
                 raise ValueError(f"{name(key)} must be a positive integer, got {value!r}")

@@ -1,0 +1,135 @@
+"""The observed combinations' interaction calls beside a model's: the pairs found, their scores
+equal to the published route (observed means in saved_pred, then GI_predict), the predicted
+table equal to GI_predict's scores, the agreement on tables built by hand, the run report's
+section, and the command for a dataset, one run and replicates."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gears_ddp import GEARS, PertData
+from gears_ddp.cli import main
+from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
+from gears_ddp.inference.observed_interactions import compare_calls, observed_interactions, observed_pairs
+from gears_ddp.inference.screen import read_table
+from test_screen import _assert_close_scores
+from test_screen_replicates import models, replicates  # noqa: F401 (fixtures: three trained runs)
+
+TYPES = ("magnitude_type", "neomorphic", "redundant", "epistasis")
+
+
+def test_the_observed_pairs_are_the_combinations_whose_singles_were_observed():
+    conditions = ["ctrl", "A+ctrl", "ctrl+B", "A+B", "A+C", "C+D", "D+ctrl", "C+ctrl", "E+F"]
+    assert observed_pairs(conditions) == [("A+B", "A+ctrl", "ctrl+B"), ("A+C", "A+ctrl", "C+ctrl"),
+                                          ("C+D", "C+ctrl", "D+ctrl")]
+
+
+def test_observed_scores_are_gi_predicts_of_the_observed_means(trained_toy):
+    """The published route (paper/Ext_Fig_7.ipynb): each condition's mean in saved_pred of a
+    model with random weights, GI_predict per pair. One call gives the same scores."""
+    table = trained_toy.observed_interactions()
+    assert list(table.columns[:4]) == ["pair", "first_gene", "second_gene", "set"]
+    assert list(table["pair"]) == [c for c in trained_toy.pert_data.cells.conditions if "ctrl" not in c]  # toy: all
+    assert set(table["set"]) <= {"train", "val", "test"} and (table["set"] == "test").any()
+    scorer = GEARS(trained_toy.pert_data)
+    scorer.model_initialize(hidden_size=8)
+    cells = trained_toy.pert_data.cells
+    for condition in cells.conditions:
+        rows = cells.condition_codes == cells.conditions.index(condition)
+        key = "_".join(g for g in condition.split("+") if g != "ctrl")
+        scorer.saved_pred[key] = cells.expression[rows].double().mean(0).numpy()
+    for row in table.itertuples():
+        _assert_close_scores(row._asdict(), scorer.GI_predict([row.first_gene, row.second_gene]), row.pair)
+    test_only = trained_toy.observed_interactions(split="test")
+    assert list(test_only["pair"]) == list(table["pair"][table["set"] == "test"])
+    with pytest.raises(ValueError, match="split must be one of"):
+        trained_toy.observed_interactions(split="tests")
+
+
+def test_the_agreement_of_tables_built_by_hand():
+    def table(mag, corr_fit, dominance):
+        frame = pd.DataFrame({"pair": ["A+B", "C+D", "E+F"], **{name: [0.5, 0.5, 0.5] for name in GI_SCORE_NAMES}})
+        frame["mag"], frame["corr_fit"], frame["dominance"] = mag, corr_fit, dominance
+        frame["magnitude_type"] = ["synergy" if m > 1.3 else "suppressor" if m < 0.7 else "additive" for m in mag]
+        frame["neomorphic"], frame["redundant"] = [c < 0.85 for c in corr_fit], [False] * 3
+        frame["epistasis"] = [d > 0.25 if np.isfinite(d) else False for d in dominance]
+        return frame
+
+    observed = table([1.5, 1.0, 0.5], [0.9, 0.8, 0.95], [0.1, 0.5, np.nan])
+    predicted = table([1.4, 1.5, 1.0], [0.9, 0.9, 0.9], [0.2, 0.1, 0.3])
+    agreement = compare_calls(observed, predicted)
+    assert agreement["pairs"] == 3
+    assert agreement["scores"]["mag"] == {"pearson": pytest.approx(np.corrcoef([1.5, 1.0, 0.5], [1.4, 1.5, 1.0])[0, 1]),
+                                          "mean_absolute_error": pytest.approx(1.1 / 3), "pairs": 3}
+    assert agreement["scores"]["dominance"]["pairs"] == 2  # the NaN pair left out
+    assert np.isnan(agreement["scores"]["c1"]["pearson"])  # a constant score has no correlation
+    assert agreement["types"]["magnitude_type"] == {
+        "agree": 1, "share": pytest.approx(1 / 3),
+        "confusion": {"additive": {"additive": 0, "synergy": 1, "suppressor": 0},
+                      "synergy": {"additive": 0, "synergy": 1, "suppressor": 0},
+                      "suppressor": {"additive": 1, "synergy": 0, "suppressor": 0}}}
+    assert agreement["types"]["neomorphic"]["confusion"] == {"no": {"no": 2, "yes": 0}, "yes": {"no": 1, "yes": 0}}
+    with pytest.raises(ValueError, match="hold other pairs"):
+        compare_calls(observed, predicted.iloc[::-1])
+
+
+def test_the_predicted_calls_are_gi_predicts_and_the_run_report_shows_the_agreement(trained_toy, tmp_path):
+    check = trained_toy.interaction_agreement()
+    observed, predicted = check["observed"], check["predicted"]
+    assert list(predicted["pair"]) == list(observed["pair"]) and (observed["set"] == "test").all()
+    for row in predicted.itertuples():
+        _assert_close_scores(row._asdict(), trained_toy.GI_predict([row.first_gene, row.second_gene]), row.pair)
+    assert check["agreement"] == compare_calls(observed, predicted)
+
+    gears = GEARS(trained_toy.pert_data)
+    gears.model_initialize(hidden_size=8)
+    report = gears.train(epochs=1, save_path=tmp_path / "run")
+    written = json.loads((tmp_path / "run" / "report.json").read_text())["interactions"]
+    assert written["set"] == "test" and len(written["pairs"]) == len(observed)
+    assert [record["pair"] for record in written["pairs"]] == list(observed["pair"])
+    assert written["pairs"][0]["observed"]["mag"] == pytest.approx(observed["mag"].iloc[0])
+    assert set(written["pairs"][0]["predicted"]) == {*GI_SCORE_NAMES, *TYPES}
+    assert written["agreement"]["pairs"] == report["interactions"]["agreement"]["pairs"]
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "Genetic interactions of the test combinations, observed and predicted" in page
+    assert f"magnitude_type: {written['agreement']['types']['magnitude_type']['agree']} of {len(observed)}" in page
+
+
+def test_the_command_scores_a_dataset_one_run_and_replicates(data_folder, replicates, tmp_path, capsys):  # noqa: F811
+    assert main(["interactions", "--data-path", str(data_folder), "--name", "toy",
+                 "--out", str(tmp_path / "observed.csv")]) == 0
+    observed = read_table(tmp_path / "observed.csv")
+    assert len(observed) == 8 and "magnitude_type: " in capsys.readouterr().out
+
+    one = replicates / "seed-1"
+    assert main(["interactions", "--run", str(one), "--out", str(tmp_path / "one.csv")]) == 0
+    out = capsys.readouterr().out
+    table = read_table(tmp_path / "one.csv")
+    assert {f"{side}_{name}" for side in ("observed", "predicted") for name in (*GI_SCORE_NAMES, *TYPES)} \
+        <= set(table.columns)
+    assert (table["set"] == "test").all() and "observed pairs" in out and "mag: Pearson r" in out
+    agreement = json.loads((tmp_path / "one.json").read_text())
+    assert agreement["pairs"] == len(table)
+
+    assert main(["interactions", "--run", str(replicates), "--pairs", "all", "--out", str(tmp_path / "all.csv")]) == 0
+    table = read_table(tmp_path / "all.csv")
+    agreement = json.loads((tmp_path / "all.json").read_text())
+    assert len(table) == 8 and list(agreement["models"]) == ["seed-1", "seed-2", "seed-3"]
+    means = np.mean([[m["scores"]["mag"]["pairs"] for m in agreement["models"].values()]])
+    assert means == 8
+    pd.testing.assert_series_equal(table["observed_mag"], observed["mag"], check_names=False)
+
+    assert main(["interactions", "--data-path", str(data_folder), "--out", str(tmp_path / "x.csv")]) == 2
+    assert "--data-path needs --name" in capsys.readouterr().err
+    assert main(["interactions", "--run", str(one), "--out", str(tmp_path / "x.txt")]) == 2
+    assert "name it *.csv" in capsys.readouterr().err
+
+
+def test_observed_interactions_need_nothing_but_the_data(data_folder):
+    pert_data = PertData(data_folder)
+    pert_data.load(data_path=data_folder / "toy")
+    table = observed_interactions(pert_data)
+    assert len(table) == 8 and (table["set"] == "").all()  # no split: no set
+    with pytest.raises(ValueError, match="no test set"):
+        observed_interactions(pert_data, "test")
