@@ -202,7 +202,7 @@ def test_no_perturbation_baseline_of_fig2_train(data_folder, here):
     report = gears_model.train(epochs = epoch)
 
     assert report['history'] == [] and np.isfinite(report['model']['test_mse_de'])
-    assert {'no_change', 'mean_effect', 'additive'} == set(report['baselines'])
+    assert {'no_change', 'mean_effect', 'additive', 'linear'} == set(report['baselines'])
 
 
 gears_model_cpu = None  # paper/predicting_GIs.py's module-level model, read by its mapper in the pool's workers
