@@ -110,6 +110,12 @@ class CellTable:
     def n_cells(self) -> int:
         return self.expression.shape[0]
 
+    @property
+    def n_perts(self) -> int:
+        """A bound on the perturbation indices the conditions use: one more than the largest (0
+        without conditions)."""
+        return int(self.condition_pert_idx.max()) + 1 if len(self.condition_pert_idx) else 0
+
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         if self.mapped_from is not None:

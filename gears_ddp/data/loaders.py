@@ -75,10 +75,9 @@ class EpochPlan(Dataset):
         self.pin_memory = pin_memory
         codes = table.condition_codes[cells]
         pert_idx = table.condition_pert_idx[codes]
-        n_perts = int(table.condition_pert_idx.max()) + 1 if len(table.condition_pert_idx) else 0
         self.rows = _rows_of_batches(dataset.partners[cells], cells, batch_size)
         self.codes, self.pert_idx = codes.split(batch_size), pert_idx.split(batch_size)
-        self.sets = epoch_perturbation_sets(pert_idx, n_perts, batch_size, pad_sets_to)
+        self.sets = epoch_perturbation_sets(pert_idx, table.n_perts, batch_size, pad_sets_to)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -208,8 +207,7 @@ class CellLoader:
         the dataset's cells have (the same on every rank: each rank's dataset is the whole set)."""
         table = self.dataset.table
         codes = torch.unique(table.condition_codes[self.dataset.cell_indices])
-        n_perts = int(table.condition_pert_idx.max()) + 1 if len(table.condition_pert_idx) else 0
-        keys, _ = set_keys(table.condition_pert_idx[codes], n_perts)
+        keys, _ = set_keys(table.condition_pert_idx[codes], table.n_perts)
         return min(self.batch_size, len(torch.unique(keys)))
 
 
