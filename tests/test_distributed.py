@@ -4,20 +4,15 @@ import shutil
 
 import pytest
 import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from gears_ddp import PertData
-from gears_ddp.data.cells import PertBatch
 from gears_ddp.distributed.before_spawn import local_placements, shared_data
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.messages import RunReport
 from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
 from gears_ddp.distributed.rank import spawned_rank
 from gears_ddp.distributed.supervisor import DistributedTrainingError, spawn_workers
-from gears_ddp.training.engine import batch_loss, training_step
 from gears_ddp.gears import GEARS
-from gears_ddp.runtime.ranks import SINGLE_PROCESS, ProcessGroupRanks
 from gears_ddp.train_distributed import train_multi_gpu
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
@@ -111,72 +106,6 @@ def test_bf16_autocast_and_sync_batchnorm_train_on_cpu(data_folder, tmp_path):
                              _args(tmp_path / "bf16", epochs=1, amp="bf16", sync_batchnorm=True))
     assert torch.isfinite(torch.tensor(report["model"]["test_mse_de"]))
     assert len(set(report["parameter_digests"])) == 1
-
-
-def _count_syncs(local_rank, port, messages):
-    """In each rank: how many gradient buckets DDP reduces for one accumulated step of two
-    micro-batches, with and without ``no_sync``; and the accumulated gradient."""
-    from model_fixtures import random_batch
-    from gears_ddp.model.losses import LossContext
-    setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
-    try:
-        context = LossContext(torch.ones(6, 40, dtype=torch.bool), torch.zeros(40))
-        batches = []
-        for seed in (local_rank * 2, local_rank * 2 + 1):
-            x, pert_idx = random_batch(seed=seed)
-            batches.append(PertBatch(x=x, y=x + 0.1, pert_idx=pert_idx, condition=(pert_idx[:, 0] + 1) % 6,
-                                     de_idx=torch.full((len(x), 20), -1), condition_names=[str(i) for i in range(6)]))
-        counts = {use_no_sync: _synchronisations(batches, context, use_no_sync) for use_no_sync in (True, False)}
-        gradient = counts[True][1]
-        counts = {use_no_sync: calls for use_no_sync, (calls, _) in counts.items()}
-        messages.put((local_rank, counts, gradient, [(b.x.numpy(), b.y.numpy(), b.pert_idx.numpy(), b.condition.numpy())
-                                                  for b in batches]))
-    finally:
-        cleanup_ddp()
-
-
-def _synchronisations(batches, context, use_no_sync: bool):
-    """One accumulated DDP step: how many gradient buckets were reduced, and the gradients.
-    (A function of its own, so that the DDP model is gone before the process group.)"""
-    model = DistributedDataParallel(make_model().train())
-    calls = []
-
-    def hook(state, bucket):
-        calls.append(1)
-        return _allreduce_mean(bucket)
-    model.register_comm_hook(None, hook)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    training_step(model, batches, optimizer, context, False, torch.device("cpu"),
-                  ranks=ProcessGroupRanks() if use_no_sync else SINGLE_PROCESS, clip_value=None)
-    return len(calls), {n: p.grad.numpy().copy() for n, p in model.module.named_parameters() if p.grad is not None}
-
-
-def _allreduce_mean(bucket):
-    """DDP's default reduction (mean over the 2 ranks) as a comm hook."""
-    tensor = bucket.buffer().div_(2)
-    return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
-
-
-def test_accumulation_synchronises_once_per_optimizer_step():
-    results = sorted(spawn_workers(_count_syncs, (find_free_port(),), 2), key=lambda r: r[0])
-    with_no_sync, without = results[0][1][True], results[0][1][False]
-    assert with_no_sync >= 1 and without == 2 * with_no_sync
-    # the synchronised gradient is the mean over ranks of each rank's mean micro-batch gradient
-    from model_fixtures import make_model
-    from gears_ddp.model.losses import LossContext
-    context = LossContext(torch.ones(6, 40, dtype=torch.bool), torch.zeros(40))
-    expected = {}
-    for _, _, _, arrays in results:
-        for x, y, pert_idx, condition in arrays:
-            batch = PertBatch(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(pert_idx),
-                              torch.from_numpy(condition), torch.full((len(x), 20), -1), [str(i) for i in range(6)])
-            model = make_model().train()
-            batch_loss(model, batch, context, False).backward()
-            for name, param in model.named_parameters():
-                if param.grad is not None:
-                    expected[name] = expected.get(name, 0) + param.grad / 4
-    for name, grad in results[0][2].items():
-        torch.testing.assert_close(torch.from_numpy(grad), expected[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def _worker_with_another_split(local_rank, placements, pert_data, *args):

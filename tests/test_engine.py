@@ -23,11 +23,11 @@ def _gears(toy, device, uncertainty=False):
 
 
 class _Wrapper(nn.Module):
-    """Stands for DistributedDataParallel: the network is ``.module``."""
+    """Stands for what ``torch.compile`` returns: the network is ``._orig_mod``."""
 
     def __init__(self, module):
         super().__init__()
-        self.module = module
+        self._orig_mod = module
 
 
 @pytest.mark.parametrize("uncertainty", [False, True])

@@ -41,10 +41,10 @@ def _batch(seed: int) -> PertBatch:
 
 
 def _scaled_steps(local_rank, port, messages):
-    """``STEPS`` float16 optimiser steps of a DDP model on this rank's batches; for each:
+    """``STEPS`` float16 optimiser steps of a model on 2 ranks, on this rank's batches; for each:
     the scale before and after, whether the weights changed, the largest gradient value that
     clipping saw, and that of full-precision gradients of the same step (both ranks'
-    batches, as DDP averages them)."""
+    batches, as the ranks average them)."""
     setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port)
     try:
         messages.put((local_rank, _steps(local_rank)))
@@ -55,8 +55,9 @@ def _scaled_steps(local_rank, port, messages):
 def _steps(local_rank) -> list[dict]:
     ranks = ProcessGroupRanks()
     network = make_model().train()
-    model = ranks.wrap(network, CPU)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ranks.share_parameters(network)
+    gradients = ranks.gradient_average(network)
+    optimizer = torch.optim.Adam(network.parameters(), lr=1e-3)
     precision = Precision(torch.float16, high_scale_scaler())
     context = LossContext(torch.ones(6, 40, dtype=torch.bool), torch.zeros(40))
     seen_at_clipping = []
@@ -80,7 +81,7 @@ def _steps(local_rank) -> list[dict]:
         # (max_norm): the weights a skipped step must leave
         forward_only = dict(references[local_rank].named_parameters())
         scale_before = precision.scaler.get_scale()
-        training_step(model, [batches[local_rank]], optimizer, context, False, CPU, precision, ranks)
+        training_step(network, [batches[local_rank]], optimizer, context, False, CPU, precision, gradients)
         records.append({
             "scale_before": scale_before, "scale_after": precision.scaler.get_scale(),
             "changed": any(not torch.equal(forward_only[name], p) for name, p in network.named_parameters()),

@@ -5,10 +5,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
 from gears_ddp.evaluation.metrics import EvaluationAccumulator
+from gears_ddp.runtime.gradient_average import NO_AVERAGE, FlatGradientAverage
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, ProcessGroupRanks
 from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.evaluation.truth_spread import condition_spreads
@@ -38,15 +38,17 @@ def test_one_process_is_the_identity():
     ranks = SINGLE_PROCESS
     assert (ranks.world_size, ranks.rank, ranks.is_main) == (1, 0, True)
     network = make_model()
-    assert ranks.wrap(network, torch.device("cpu")) is network
+    before = {name: value.clone() for name, value in network.state_dict().items()}
+    ranks.share_parameters(network)
+    assert all(torch.equal(value, before[name]) for name, value in network.state_dict().items())
+    assert ranks.gradient_average(network) is NO_AVERAGE and not NO_AVERAGE.crosses_ranks
     tensor = torch.tensor([1.0, 2.0])
     assert ranks.sum(tensor) is tensor and tensor.tolist() == [1.0, 2.0]
     state = _accumulator(0).state()
     assert ranks.merge_evaluation(state) is state
     assert ranks.gather("x") == ["x"]
-    with ranks.no_sync(network):
-        ranks.barrier()
-        ranks.broadcast_buffers(network)
+    ranks.barrier()
+    ranks.broadcast_buffers(network)
 
 
 def _exercise(local_rank, port, messages):
@@ -56,7 +58,10 @@ def _exercise(local_rank, port, messages):
         network = make_model()
         with torch.no_grad():
             network.bn_emb.running_mean.fill_(float(local_rank + 1))  # differs between ranks
-        model = ranks.wrap(network, torch.device("cpu"))
+        with torch.no_grad():
+            network.gene_emb.weight.add_(float(local_rank))  # differs between ranks
+        ranks.share_parameters(network)
+        gradients = ranks.gradient_average(network)
         ranks.broadcast_buffers(network)
         accumulator = _accumulator(local_rank)
         accumulator.load_state(ranks.merge_evaluation(accumulator.state()))
@@ -65,7 +70,8 @@ def _exercise(local_rank, port, messages):
         ranks.barrier()
         messages.put((local_rank, {
             "place": (ranks.world_size, ranks.rank, ranks.is_main),
-            "ddp": isinstance(model, DistributedDataParallel),
+            "gradient_average": type(gradients).__name__,
+            "gene_emb": float(network.gene_emb.weight[0, 0]),
             "sum": ranks.sum(torch.tensor([float(local_rank + 1), 1.0], dtype=torch.float64)).tolist(),
             "gather": ranks.gather(f"rank{local_rank}"),
             "running_mean": float(network.bn_emb.running_mean[0]),
@@ -88,7 +94,8 @@ def test_two_gloo_ranks():
     assert np.isnan(alone["de"]["B+ctrl"]["std"][1]) and np.isnan(alone["de"]["ctrl"]["min"]).all()
     for rank, seen in results.items():
         assert seen["place"] == (2, rank, rank == 0)
-        assert seen["ddp"]
+        assert seen["gradient_average"] == FlatGradientAverage.__name__
+        assert seen["gene_emb"] == float(make_model().gene_emb.weight[0, 0])  # rank 0's weights everywhere
         assert seen["sum"] == [3.0, 2.0]
         assert seen["gather"] == ["rank0", "rank1"]
         assert seen["running_mean"] == 1.0  # rank 0's statistics everywhere

@@ -58,7 +58,9 @@ class TrainingArgs(TrainingOptions):
                                             "published PertData's default_pert_graph=False)")
     cpu_processes: int | None = option(None, "this many gloo processes on CPU instead of GPUs")
     timeout_s: float = option(600.0, "how long ranks wait for each other (s)")
-    find_unused_parameters: bool = option(False, "passed to DistributedDataParallel")
+    find_unused_parameters: bool = option(False, "accepted for configurations written for DistributedDataParallel; "
+                                                  "nothing to find: a step averages every parameter's gradient in "
+                                                  "one buffer, counting one a rank did not reach as zeros")
 
     def check(self, where: str) -> None:
         super().check(where)

@@ -125,7 +125,7 @@ def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None)
         if device.type == "cpu":
             torch.set_num_threads(cpu_threads(placement.local_world_size))
         setup_ddp(rank, placement.world_size, device, placement.master_addr, placement.master_port, args.timeout_s)
-        ranks = ProcessGroupRanks(args.find_unused_parameters)
+        ranks = ProcessGroupRanks()
         check_same_data(pert_data, ranks)
         if rank == 0:
             logger.info("%d rank(s); rank 0 on %s, one of %d rank(s) on its machine, with %d thread(s)",

@@ -343,14 +343,25 @@ def running_statistics_together():
         yield
     finally:
         _together.pop()
-    groups: dict = {}
+    groups: list[tuple] = []  # (norms, means, variances, n_rows), one per number of rows
     for norms, means, variances, n_rows in held:
-        key = n_rows if not isinstance(n_rows, torch.Tensor) else id(n_rows)
-        group = groups.setdefault(key, ([], [], [], n_rows))
+        # a count tensor is the same count only as the same object (no id(): torch.compile traces this)
+        group = next((group for group in groups if _same_count(group[3], n_rows)), None)
+        if group is None:
+            group = ([], [], [], n_rows)
+            groups.append(group)
         for collected, values in zip(group, (norms, means, variances)):
             collected.extend(values)
-    for norms, means, variances, n_rows in groups.values():
+    for norms, means, variances, n_rows in groups:
         _apply_running_statistics(norms, means, variances, n_rows)
+
+
+def _same_count(a, b) -> bool:
+    """Whether two row counts (numbers, or 0-dim tensors) are the same count without reading a
+    tensor: numbers by value, tensors by identity."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return a is b
+    return a == b
 
 
 @torch.no_grad()

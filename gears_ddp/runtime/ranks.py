@@ -3,9 +3,10 @@
 Training is written once, for any number of processes. Everything it needs from the other
 processes goes through one object: the world size and this process's rank, whether this
 process is the main one (which logs and writes files), a sum over ranks, the sum of
-evaluation states, the model wrapper that synchronises gradients (and ``no_sync`` for
-accumulated micro-batches), the broadcast of BatchNorm running statistics, a barrier, a
-gather of small objects, and the largest of an integer over ranks (a stop request).
+evaluation states, the main rank's initial weights given to every rank, the average of the
+gradients of an optimiser step (``gradient_average``: one flat all-reduce), the broadcast of
+BatchNorm running statistics, a barrier, a gather of small objects, and the largest of an
+integer over ranks (a stop request).
 
 ``SingleProcess`` is one process: every operation is the identity. ``ProcessGroupRanks``
 is the member of a ``torch.distributed`` process group that the current process already
@@ -13,13 +14,11 @@ joined (``distributed.process_group.setup_ddp``).
 """
 from __future__ import annotations
 
-import contextlib
-import inspect
-
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
+
+from gears_ddp.runtime.gradient_average import NO_AVERAGE, FlatGradientAverage, GradientAverage
 
 
 class SingleProcess:
@@ -33,13 +32,13 @@ class SingleProcess:
         """Whether this process logs, writes files and reports (rank 0)."""
         return self.rank == 0
 
-    def wrap(self, network: nn.Module, device: torch.device) -> nn.Module:
-        """The module that training calls: the network itself."""
-        return network
+    def share_parameters(self, network: nn.Module) -> None:
+        """Give every rank the main rank's parameters (before training starts)."""
 
-    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
-        """A context in which backward passes do not synchronise gradients."""
-        return contextlib.nullcontext()
+    def gradient_average(self, network: nn.Module) -> GradientAverage:
+        """What makes each rank's gradients of ``network`` the mean over ranks, once per
+        optimiser step (``gradient_average.GradientAverage``)."""
+        return NO_AVERAGE
 
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` summed over ranks (in place; returned)."""
@@ -69,30 +68,29 @@ SINGLE_PROCESS = SingleProcess()
 
 
 class ProcessGroupRanks(SingleProcess):
-    """This process's place in the default ``torch.distributed`` process group.
+    """This process's place in the default ``torch.distributed`` process group."""
 
-    ``find_unused_parameters`` is passed to ``DistributedDataParallel``.
-    """
-
-    def __init__(self, find_unused_parameters: bool = False):
+    def __init__(self):
         if not dist.is_initialized():
             raise RuntimeError("ProcessGroupRanks needs a process group: call setup_ddp(...) first")
         self.world_size = dist.get_world_size()
         self.rank = dist.get_rank()
-        self.find_unused_parameters = find_unused_parameters
         # host-side agreement goes through gloo, so that it never waits for a GPU stream
         self._host_group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
-    def wrap(self, network: nn.Module, device: torch.device) -> nn.Module:
-        """``DistributedDataParallel`` around the network. Buffers are not broadcast before
-        every forward pass (the graphs are the same on every rank; running statistics are
-        broadcast before each evaluation instead)."""
-        return DistributedDataParallel(network, device_ids=[device.index] if device.type == "cuda" else None,
-                                       find_unused_parameters=self.find_unused_parameters,
-                                       **NO_FORWARD_BUFFER_SYNC)
+    def share_parameters(self, network: nn.Module) -> None:
+        """Every parameter from the main rank, as ``DistributedDataParallel`` does when it is
+        built. Buffers are not sent: the running statistics are broadcast before each
+        evaluation instead (``broadcast_buffers``)."""
+        with torch.no_grad():
+            for parameter in network.parameters():
+                dist.broadcast(parameter, src=0)
 
-    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
-        return model.no_sync()
+    def gradient_average(self, network: nn.Module) -> GradientAverage:
+        """One flat all-reduce of the gradients per optimiser step; nothing with one rank."""
+        if self.world_size == 1:
+            return NO_AVERAGE
+        return FlatGradientAverage(network.parameters(), self.world_size, dist.all_reduce)
 
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         if dist.get_backend() == "nccl" and tensor.device.type != "cuda":
@@ -124,8 +122,3 @@ class ProcessGroupRanks(SingleProcess):
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._host_group)
         return int(tensor)
 
-
-# Newer torch names DDP's option forward_sync_buffers (and deprecates broadcast_buffers).
-NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
-                          if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-                          else {"broadcast_buffers": False})

@@ -1,12 +1,22 @@
-"""An optimiser step replayed from a CUDA graph: the whole step in one launch.
+"""An optimiser step replayed from CUDA graphs: the whole step in one launch (three with several ranks).
 
 A GEARS training step at batch 32 is about 440 small operators. Launched one by one, each
 costs the host tens of microseconds, so the GPU waits for the host whatever the work: a
-step took 12.5 ms on an H200 at 299 genes and at 5,000 alike. ``CapturedStep`` records
-``engine.training_step`` itself (forward, loss, backward, gradient clipping, the gradients'
-all-reduce across ranks by ``DistributedDataParallel``, the fp16 gradient scaler and fused
-Adam) once in a CUDA graph, and replays the graph for every later step: one launch a step,
-plus the copies of the batch into the graph's input tensors and the learning rate.
+step took 12.5 ms on an H200 at 299 genes and at 5,000 alike. ``CapturedStep`` records the
+parts of ``engine.training_step`` (forward, loss, backward, the gradients' average across
+ranks, gradient clipping, the fp16 gradient scaler and fused Adam) once in CUDA graphs, and
+replays them for every later step: one launch a step in one process, plus the copies of the
+batch into the graphs' input tensors and the learning rate.
+
+No collective is captured. With several ranks the step is two graphs and one all-reduce
+between them: the backward passes and the gradients packed into one flat buffer
+(``gradient_average.FlatGradientAverage.pack``); the all-reduce of that buffer, launched
+eagerly; then the averaged gradients unpacked, clipped and applied. (A capture holding
+``DistributedDataParallel``'s all-reduce was invalidated under NCCL on an H200: its hooks run
+on the autograd thread and NCCL's watchdog queries the events of captured work.) With one
+rank there is nothing to all-reduce and the step is one graph. ``sync_batchnorm``, whose
+BatchNorm statistics cross ranks inside the forward pass, is never captured (the recipe's
+``steps_can_replay``).
 
 What capture needs, and where it is met:
 
@@ -17,12 +27,11 @@ What capture needs, and where it is met:
 - The same memory every replay: the batch is copied into static tensors on the device
   (``StaticBatches``), and the learning rate, which the schedule and the warmup change, is a
   device tensor the graph reads (Adam's tensor learning rate, filled before each replay).
-  Adam runs with ``capturable=True`` while capturing; autocast without its cast cache.
-- Warm-up before capture: the first steps (3; 11 with ``DistributedDataParallel``, as its
-  documentation asks) run eagerly on a side stream, where the optimiser's state, cuBLAS's
-  workspaces and DDP's buckets are made. They are ordinary training steps, so no batch is
-  trained twice or skipped; the step captured is then replayed for its own batch. DDP itself
-  is built on that side stream (``side_stream``).
+  Adam runs with ``capturable=True`` while capturing; autocast without its cast cache. The
+  second graph shares the first one's memory pool and reads the gradients it made.
+- Warm-up before capture: the first steps (3) run eagerly on a side stream, where the
+  optimiser's state and cuBLAS's workspaces are made. They are ordinary training steps, so
+  no batch is trained twice or skipped; the step captured is then replayed for its own batch.
 
 The replayed step runs the kernels of the eager step in the same order, so it computes the
 same function; one difference: Adam reads a tensor learning rate in float32 where an eager
@@ -32,7 +41,6 @@ cannot hold), the run says why and continues eagerly.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Callable, Sequence
 
@@ -42,19 +50,20 @@ from torch import nn
 from gears_ddp._logging import get_logger
 from gears_ddp.data.cells import PertBatch
 from gears_ddp.model.losses import LossContext
-from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
-from gears_ddp.training.engine import GRAD_CLIP_VALUE, Precision, training_step
+from gears_ddp.runtime.gradient_average import NO_AVERAGE, GradientAverage
+from gears_ddp.training.engine import GRAD_CLIP_VALUE, Precision, apply_gradients, backward_passes, training_step
 
 logger = get_logger(__name__)
 
 WARMUP_STEPS = 3
-WARMUP_STEPS_DISTRIBUTED = 11  # DistributedDataParallel's eager iterations before a capture (PyTorch's CUDA notes)
 
 
-def use_cuda_graphs(cuda_graphs: bool, compile: bool, device: torch.device) -> bool:
-    """Whether training steps replay a CUDA graph: asked for (the default), on a CUDA device,
-    and not ``torch.compile``d (which has graphs of its own)."""
-    return cuda_graphs and not compile and device.type == "cuda"
+def use_cuda_graphs(cuda_graphs: bool, device: torch.device, collective_in_forward: bool = False) -> bool:
+    """Whether training steps replay CUDA graphs: asked for (the default), on a CUDA device,
+    and no collective inside the forward pass (``sync_batchnorm`` with several ranks). A
+    ``torch.compile``d network is captured too: inductor's fused kernels, launched from the
+    graph (compiled during the eager warm-up steps)."""
+    return cuda_graphs and device.type == "cuda" and not collective_in_forward
 
 
 class StaticBatches:
@@ -87,14 +96,18 @@ def _shape(batch: PertBatch) -> tuple:
 
 class CudaGraph:
     """``torch.cuda.CUDAGraph``: ``capture(step)`` records what ``step()`` launches and returns
-    its output (a tensor the replays overwrite); ``replay()`` launches it again."""
+    its output (tensors the replays overwrite); ``replay()`` launches it again. A graph
+    captured with ``shares_pool_with`` another takes its memory from that graph's pool (the
+    graphs replay in the order they were captured, as PyTorch's ``make_graphed_callables``
+    arranges them)."""
 
     def __init__(self):
         self.graph = torch.cuda.CUDAGraph()
 
-    def capture(self, step: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def capture(self, step: Callable[[], object], shares_pool_with: "CudaGraph | None" = None):
+        pool = shares_pool_with.graph.pool() if shares_pool_with is not None else None
         # thread_local: other threads (the loaders' pinning, NCCL's watchdog) may use CUDA meanwhile
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+        with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
             return step()
 
     def replay(self) -> None:
@@ -107,8 +120,8 @@ class CapturedStep:
 
     Steps of ``micro_batches`` padded batches (``grad_accum_steps``) are captured and
     replayed; any other step (the short last group of an epoch) runs eagerly.
-    ``graph_factory`` makes the graph (``CudaGraph``); a test can give one that replays by
-    running the step again, to check on a CPU what surrounds the graph.
+    ``graph_factory`` makes a graph (``CudaGraph``); a test can give one that replays by
+    running the step again, to check on a CPU what surrounds the graphs.
     """
 
     def __init__(self, device: torch.device, warmup_steps: int = WARMUP_STEPS, micro_batches: int = 1,
@@ -117,31 +130,22 @@ class CapturedStep:
         self.micro_batches = micro_batches
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.steps_done = 0
-        self.graph = None
+        self.graphs: list[CudaGraph] = []
         self.failed = False
         self._static: StaticBatches | None = None
         self._loss: torch.Tensor | None = None
         self._learning_rates: list[torch.Tensor] = []
 
-    @classmethod
-    def for_ranks(cls, device: torch.device, ranks: SingleProcess, micro_batches: int = 1) -> "CapturedStep":
-        """The step for ``ranks``, whose optimiser steps take ``micro_batches`` batches each."""
-        return cls(device, WARMUP_STEPS_DISTRIBUTED if ranks.world_size > 1 else WARMUP_STEPS, micro_batches)
-
     @property
     def replaying(self) -> bool:
-        """Whether steps now replay the captured graph."""
-        return self.graph is not None
-
-    def side_stream(self) -> contextlib.AbstractContextManager:
-        """The stream the eager warm-up steps run on (and DistributedDataParallel is built on)."""
-        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+        """Whether steps now replay the captured graphs."""
+        return bool(self.graphs)
 
     def __call__(self, model: nn.Module, micro_batches: Sequence[PertBatch], optimizer: torch.optim.Optimizer,
                  context: LossContext, uncertainty: bool, device: torch.device, precision: Precision = Precision(),
-                 ranks: SingleProcess = SINGLE_PROCESS, clip_value: float | None = GRAD_CLIP_VALUE) -> torch.Tensor:
+                 gradients: GradientAverage = NO_AVERAGE, clip_value: float | None = GRAD_CLIP_VALUE) -> torch.Tensor:
         def step(batches: Sequence[PertBatch], step_precision: Precision = precision) -> torch.Tensor:
-            return training_step(model, batches, optimizer, context, uncertainty, device, step_precision, ranks,
+            return training_step(model, batches, optimizer, context, uncertainty, device, step_precision, gradients,
                                  clip_value)
 
         padded = all(batch.sets is not None and batch.sets.padded for batch in micro_batches)
@@ -152,33 +156,61 @@ class CapturedStep:
         if self.steps_done <= self.warmup_steps:
             return self._on_side_stream(lambda: self._with_learning_rates(
                 optimizer, lambda: step(micro_batches, _without_cast_cache(precision)), fill=True))
-        if self.graph is None:
+        if not self.graphs:
             self._static = StaticBatches(micro_batches, device)
+            captured = _without_cast_cache(precision)
+
+            def gradients_of_step() -> torch.Tensor:
+                loss = backward_passes(model, self._static.batches, optimizer, context, uncertainty, device, captured)
+                gradients.pack()
+                return loss
+
+            def update() -> None:
+                gradients.unpack()
+                apply_gradients(model, optimizer, captured, clip_value)
             try:
-                self._capture(optimizer, lambda: step(self._static.batches, _without_cast_cache(precision)))
+                self._capture(optimizer, gradients_of_step, update, gradients.crosses_ranks)
             except Exception as err:  # noqa: BLE001 - any capture failure leaves the eager step, which works
-                self.failed, self.graph, self._static = True, None, None
+                self.failed, self.graphs, self._static = True, [], None
                 if precision.scaler is not None:  # a step cut short left the scaler's per-step record half done
                     precision.scaler._per_optimizer_states.clear()
                 logger.warning("training steps could not be captured in a CUDA graph (%s: %s); they run eagerly "
                                "(cuda_graphs=False skips the attempt)", type(err).__name__, err)
                 return step(micro_batches)
-            logger.info("training steps replay a CUDA graph from optimiser step %d on", self.steps_done)
+            logger.info("training steps replay %s from optimiser step %d on",
+                        "two CUDA graphs around one all-reduce of the gradients" if len(self.graphs) == 2
+                        else "a CUDA graph", self.steps_done)
         else:
             self._static.load(micro_batches)
         for rate, group in zip(self._learning_rates, optimizer.param_groups):
             rate.fill_(group["lr"])
-        self.graph.replay()
+        self.graphs[0].replay()
+        if len(self.graphs) == 2:
+            gradients.reduce()  # the step's one collective, between the graphs
+            self.graphs[1].replay()
         return self._loss.clone()
 
-    def _capture(self, optimizer: torch.optim.Optimizer, step: Callable[[], torch.Tensor]) -> None:
-        """Capture ``step`` (on the static batches), reading the learning rates from device tensors."""
-        graph = self.graph_factory()
-        self._loss = graph.capture(lambda: self._with_learning_rates(optimizer, step, fill=False))
-        self.graph = graph
+    def _capture(self, optimizer: torch.optim.Optimizer, gradients_of_step: Callable[[], torch.Tensor],
+                 update: Callable[[], None], collective_between: bool) -> None:
+        """Capture the step (on the static batches), reading the learning rates from device
+        tensors: one graph, or, with a collective between its parts, one graph for each."""
+        def whole() -> torch.Tensor:
+            loss = gradients_of_step()
+            update()
+            return loss
 
-    def _with_learning_rates(self, optimizer: torch.optim.Optimizer, step: Callable[[], torch.Tensor],
-                             fill: bool) -> torch.Tensor:
+        def capture_all() -> None:
+            first = self.graph_factory()
+            if not collective_between:
+                self._loss = first.capture(whole)
+                self.graphs = [first]
+                return
+            self._loss = first.capture(gradients_of_step)
+            second = self.graph_factory()
+            second.capture(update, shares_pool_with=first)
+            self.graphs = [first, second]
+        self._with_learning_rates(optimizer, capture_all, fill=False)
+    def _with_learning_rates(self, optimizer: torch.optim.Optimizer, step: Callable[[], object], fill: bool):
         """``step()`` with each parameter group's learning rate a device tensor (filled from the
         group's float when ``fill``) and Adam capturable; the floats and flags back after."""
         groups = optimizer.param_groups

@@ -1,10 +1,10 @@
 """Training steps and one evaluation pass, as the recipe runs them.
 
-What crosses ranks comes in through one ``ranks`` object (``gears_ddp.runtime.ranks``): the model
-may be wrapped by ``ranks.wrap`` (``DistributedDataParallel``); ``ranks.no_sync`` skips
-gradient synchronisation on all but the last micro-batch of an accumulated step;
-``ranks.merge_evaluation`` combines evaluation accumulators. With the default
-``SINGLE_PROCESS`` each of these does nothing.
+What crosses ranks comes in through two objects (``gears_ddp.runtime``): a step's gradients
+are made the mean over ranks by ``gradients`` (``ranks.gradient_average``: one flat
+all-reduce after the backward passes, whatever the number of micro-batches), and evaluation
+accumulators are combined by ``ranks.merge_evaluation``. With the defaults (``NO_AVERAGE``,
+``SINGLE_PROCESS``) each of these does nothing.
 """
 from __future__ import annotations
 
@@ -22,16 +22,15 @@ from gears_ddp.model.losses import LossContext, gears_loss
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.training.optimization import Warmup
 from gears_ddp.training.options import AMP_MODES
+from gears_ddp.runtime.gradient_average import NO_AVERAGE, GradientAverage
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 
 GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
 
 
 def unwrapped(model: nn.Module) -> nn.Module:
-    """The network itself: ``torch.compile`` keeps what it compiled as ``._orig_mod``,
-    ``DistributedDataParallel`` the network as ``.module``."""
-    model = getattr(model, "_orig_mod", model)
-    return getattr(model, "module", model)
+    """The network itself: ``torch.compile`` keeps what it compiled as ``._orig_mod``."""
+    return getattr(model, "_orig_mod", model)
 
 
 @dataclass
@@ -75,25 +74,40 @@ def batch_loss(model: nn.Module, batch: PertBatch, context: LossContext, uncerta
 
 def training_step(model: nn.Module, micro_batches: Sequence[PertBatch], optimizer: torch.optim.Optimizer,
                   context: LossContext, uncertainty: bool, device: torch.device,
-                  precision: Precision = Precision(), ranks: SingleProcess = SINGLE_PROCESS,
+                  precision: Precision = Precision(), gradients: GradientAverage = NO_AVERAGE,
                   clip_value: float | None = GRAD_CLIP_VALUE) -> torch.Tensor:
-    """One optimiser step over ``micro_batches`` (one batch, or several accumulated).
+    """One optimiser step over ``micro_batches`` (one batch, or several accumulated):
+    ``backward_passes``, the gradients averaged over ranks (``gradients.average()``), then
+    ``apply_gradients``. Returns the mean loss, detached, on ``device`` (no host
+    synchronisation). A step replayed from CUDA graphs runs the same three parts
+    (``cuda_graphs.CapturedStep``)."""
+    total = backward_passes(model, micro_batches, optimizer, context, uncertainty, device, precision)
+    gradients.average()
+    apply_gradients(model, optimizer, precision, clip_value)
+    return total
 
-    Each micro-batch's loss is divided by their number, so the step's gradient is the mean
-    of the micro-batch gradients; ``ranks.no_sync`` wraps all backward passes but the last,
-    so gradients cross ranks once per step. Gradients are unscaled (float16) before value clipping.
-    Returns the mean loss, detached, on ``device`` (no host synchronisation).
-    """
+
+def backward_passes(model: nn.Module, micro_batches: Sequence[PertBatch], optimizer: torch.optim.Optimizer,
+                    context: LossContext, uncertainty: bool, device: torch.device,
+                    precision: Precision = Precision()) -> torch.Tensor:
+    """The gradients of a step: each micro-batch's loss, divided by their number, backward,
+    so that the gradient is the mean of the micro-batch gradients (scaled by the fp16
+    scaler's factor). Returns the mean loss, detached, on ``device``."""
     optimizer.zero_grad(set_to_none=True)
     total = torch.zeros((), device=device)
-    for i, batch in enumerate(micro_batches):
-        last = i == len(micro_batches) - 1
-        with contextlib.nullcontext() if last else ranks.no_sync(model):
-            with precision.autocast(device):
-                loss = batch_loss(model, batch.to(device, non_blocking=True), context, uncertainty)
-            scaled = loss / len(micro_batches)
-            (precision.scaler.scale(scaled) if precision.scaler else scaled).backward()
+    for batch in micro_batches:
+        with precision.autocast(device):
+            loss = batch_loss(model, batch.to(device, non_blocking=True), context, uncertainty)
+        scaled = loss / len(micro_batches)
+        (precision.scaler.scale(scaled) if precision.scaler else scaled).backward()
         total += scaled.detach()
+    return total
+
+
+def apply_gradients(model: nn.Module, optimizer: torch.optim.Optimizer, precision: Precision = Precision(),
+                    clip_value: float | None = GRAD_CLIP_VALUE) -> None:
+    """The optimiser step on the (averaged) gradients: unscaled (float16) before value
+    clipping, then Adam, which the scaler skips when a gradient overflowed."""
     if precision.scaler:
         precision.scaler.unscale_(optimizer)
     if clip_value is not None:
@@ -103,12 +117,11 @@ def training_step(model: nn.Module, micro_batches: Sequence[PertBatch], optimize
         precision.scaler.update()
     else:
         optimizer.step()
-    return total
 
 
 def optimizer_steps(model: nn.Module, batches: Iterable[PertBatch], optimizer: torch.optim.Optimizer,
                     context: LossContext, uncertainty: bool, device: torch.device, precision: Precision = Precision(),
-                    accumulation_steps: int = 1, ranks: SingleProcess = SINGLE_PROCESS, warmup: Warmup | None = None,
+                    accumulation_steps: int = 1, gradients: GradientAverage = NO_AVERAGE, warmup: Warmup | None = None,
                     step: Callable[..., torch.Tensor] = training_step) -> Iterator[torch.Tensor]:
     """Train on ``batches``, grouped ``accumulation_steps`` at a time into one optimiser step
     (a short last group still steps); yields each step's mean loss, a tensor on ``device``.
@@ -122,7 +135,7 @@ def optimizer_steps(model: nn.Module, batches: Iterable[PertBatch], optimizer: t
 
     def one_step(micro_batches: list[PertBatch]) -> torch.Tensor:
         with warmup.scaled(optimizer) if warmup is not None else contextlib.nullcontext():
-            return step(model, micro_batches, optimizer, context, uncertainty, device, precision, ranks)
+            return step(model, micro_batches, optimizer, context, uncertainty, device, precision, gradients)
 
     group = []
     for batch in batches:

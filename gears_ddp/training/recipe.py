@@ -134,23 +134,26 @@ class TrainingRecipe:
         self.save_path = Path(options.save_path) if options.save_path is not None else None
         network = inputs.network
         network.fused_decoder = options.fused_decoder
+        synchronized_batchnorm = options.sync_batchnorm and ranks.world_size > 1
         for module in network.modules():
             if isinstance(module, WeightedBatchNorm1d):
-                module.synchronize = options.sync_batchnorm
+                module.synchronize = synchronized_batchnorm
         self.precision = Precision.for_mode(options.amp, self.device)
         self.optimizer, self.scheduler = make_optimizer(network, options.scaled_lr(ranks.world_size),
                                                         options.weight_decay)
         self.outcome, self.position = TrainingOutcome(), TrainingPosition()
         self._resume()
+        ranks.share_parameters(network)
+        self.gradients = ranks.gradient_average(network)
         self.warmup = Warmup(options.warmup_steps, self.position.global_step)
-        # on a GPU each step replays a CUDA graph, on batches of a fixed number of perturbation sets
-        self.captured = (CapturedStep.for_ranks(self.device, ranks, options.grad_accum_steps)
-                         if use_cuda_graphs(options.cuda_graphs, options.compile, self.device) else None)
+        # on a GPU each step replays CUDA graphs, on batches of a fixed number of perturbation sets
+        self.captured = (CapturedStep(self.device, micro_batches=options.grad_accum_steps)
+                         if use_cuda_graphs(options.cuda_graphs, self.device, synchronized_batchnorm) else None)
+        if options.cuda_graphs and self.device.type == "cuda" and synchronized_batchnorm and ranks.is_main:
+            logger.info("sync_batchnorm: BatchNorm statistics cross ranks inside the forward pass, so training "
+                        "steps run eagerly (no CUDA graph holds a collective)")
         self.pad_sets_to = inputs.loaders["train_loader"].max_sets_per_batch() if self.captured else None
-        with self.captured.side_stream() if self.captured else contextlib.nullcontext():
-            self.model = ranks.wrap(network, self.device)  # (DDP is built where the eager steps run)
-        if options.compile:
-            self.model = torch.compile(self.model)
+        self.model = torch.compile(network) if options.compile else network
         self.tracker = inputs.tracker if ranks.is_main else None
         self.signals = StopSignals()
         self.losses = LossWatch(self.device, self.precision.scaler, self.position.global_step)
@@ -191,7 +194,7 @@ class TrainingRecipe:
         with retained_host_memory() if self.device.type == "cpu" else contextlib.nullcontext():
             for loss in optimizer_steps(self.model, batches, self.optimizer, self.inputs.loss_context,
                                         self.inputs.uncertainty, self.device, self.precision,
-                                        options.grad_accum_steps, self.ranks, self.warmup,
+                                        options.grad_accum_steps, self.gradients, self.warmup,
                                         self.captured or training_step) if steps_left else ():
                 loss_sum += loss
                 self.losses.record(loss)
