@@ -1,12 +1,16 @@
 """``compile: True``: the training steps run a ``torch.compile``d model and give the losses of
 eager training."""
+import functools
+
 import numpy as np
 import pytest
 import torch
 
 from gears_ddp import GEARS
 from gears_ddp.training import recipe
+from gears_ddp.training.engine import optimizer_steps
 from gears_ddp.training.options import TrainingOptions
+from stand_in_graphs import FailingGraph, ReplayingGraph
 
 
 def _step_losses(pert_data, monkeypatch, compile: bool):
@@ -42,6 +46,45 @@ def test_compiled_training_steps_give_the_eager_losses(toy, monkeypatch):
     assert not isinstance(eager_model, torch._dynamo.eval_frame.OptimizedModule)
     assert len(eager) == len(compiled) == 4
     np.testing.assert_allclose(compiled, eager, rtol=1e-5)
+
+
+def _losses_with_graphs(pert_data, monkeypatch, graph) -> list[float]:
+    """``GEARS.train(compile=True)`` with its steps captured in stand-in graphs (``graph``), as on
+    a GPU, and the network compiled by dynamo and AOTAutograd without inductor's code
+    generation (seconds instead of a minute on a CPU): the step losses."""
+    monkeypatch.setattr(recipe, "use_cuda_graphs", lambda *_, **__: True)
+    monkeypatch.setattr(recipe, "CapturedStep", functools.partial(recipe.CapturedStep, graph_factory=graph))
+    compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model=None, **options: compile(model, **{"backend": "aot_eager",
+                                                                                         **options}))
+    seen = []
+
+    def recorded(*args, **kwargs):
+        for loss in optimizer_steps(*args, **kwargs):
+            seen.append(float(loss))
+            yield loss
+    monkeypatch.setattr(recipe, "optimizer_steps", recorded)
+    pert_data.get_dataloader(32, test_batch_size=64)
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    gears = GEARS(pert_data, device="cpu")
+    gears.model_initialize(hidden_size=32)
+    gears.train(epochs=2, compile=True, lr=2.0 ** -10)
+    return seen
+
+
+def test_a_compiled_network_is_captured_and_its_replayed_steps_train_as_its_eager_steps(toy, monkeypatch, caplog):
+    """compile and cuda_graphs together, as on a GPU: the steps of the compiled network are
+    captured after the warm-up (compiled there) and replayed, with the losses of the same
+    compiled steps run eagerly (a capture that fails), bit for bit."""
+    caplog.set_level("INFO", logger="gears_ddp")
+    replayed = _losses_with_graphs(toy, monkeypatch, ReplayingGraph)
+    assert "training steps replay a CUDA graph from optimiser step 4 on" in caplog.text
+    caplog.clear()
+    eager = _losses_with_graphs(toy, monkeypatch, FailingGraph)
+    assert "could not be captured" in caplog.text
+    assert len(replayed) == len(eager) > 8
+    assert replayed == eager
 
 
 def test_compile_is_a_boolean_option():

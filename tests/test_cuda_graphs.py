@@ -18,31 +18,9 @@ from gears_ddp.runtime.determinism import deterministic_algorithms
 from gears_ddp.training.cuda_graphs import CapturedStep, StaticBatches, use_cuda_graphs
 from gears_ddp.training.engine import Precision, batch_loss, optimizer_steps, training_step
 from gears_ddp.training.optimization import Warmup, make_optimizer
+from stand_in_graphs import FailingGraph, ReplayingGraph
 
 LR = 2.0 ** -10  # a float32 value: the tensor learning rate of a graph is the eager step's float exactly
-
-
-class ReplayingGraph:
-    """Stands in for ``cuda_graphs.CudaGraph`` on a CPU: capture records the step without
-    running it, as a capture does; a replay runs it again on the same static tensors."""
-
-    def __init__(self):
-        self.step, self.output, self.replays = None, torch.zeros(()), 0
-
-    def capture(self, step, shares_pool_with=None):
-        self.step, self.shares_pool_with = step, shares_pool_with
-        return self.output
-
-    def replay(self):
-        self.replays += 1
-        output = self.step()
-        if output is not None:
-            self.output.copy_(output)
-
-
-class FailingGraph(ReplayingGraph):
-    def capture(self, step, shares_pool_with=None):
-        raise RuntimeError("operation not permitted when stream is capturing")
 
 
 def _gears(pert_data, device, uncertainty=False):

@@ -1,4 +1,5 @@
 """Distributed training for real: 2 gloo processes on CPU, spawned as train_multi_gpu does."""
+import functools
 import os
 import shutil
 
@@ -47,6 +48,49 @@ def test_two_ranks_end_identical_and_the_saved_model_reproduces_their_metrics(da
     single = gears.test()["model"]
     for key, value in report["model"].items():
         assert single[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+def _worker_with_stand_in_graphs(local_rank, *args, graph):
+    """A rank whose recipe captures and replays its steps as on a GPU, with ``graph``, a stand-in
+    graph (``stand_in_graphs``: it runs the captured step again, or fails to capture); it then
+    reports the collectives it ran and whether each ran inside a graph."""
+    import gears_ddp.training.recipe as recipe
+    import stand_in_graphs as stand_in
+    recipe.use_cuda_graphs = lambda *_, **__: True
+    recipe.CapturedStep = functools.partial(recipe.CapturedStep, graph_factory=getattr(stand_in, graph))
+    stand_in.watch_collectives()
+    spawned_rank(local_rank, *args)
+    args[-1].put(("collectives", local_rank, list(stand_in.COLLECTIVES), stand_in.REPLAYS[0]))
+
+
+def test_train_multi_gpu_replays_its_steps_without_a_collective_inside_and_trains_as_eager_steps(
+        data_folder, tmp_path, caplog):
+    """The recipe of every rank of train_multi_gpu, on 2 gloo ranks, with its steps captured in
+    stand-in graphs and replayed: the same weights, bit for bit, and the same metrics as the same
+    run whose capture failed (eager steps on the same padded batches), and no collective inside a
+    graph. (A learning rate that is a float32 value, as a replayed step reads it.)"""
+    caplog.set_level("INFO", logger="gears_ddp")
+    runs = {}
+    for graph in ("ReplayingGraph", "FailingGraph"):
+        options = TrainingArgs.from_dict(_args(tmp_path / graph, lr=2.0 ** -10))
+        pert_data = shared_data(data_folder, "toy", SplitConfig.from_dict(SPLIT), options)
+        placements = local_placements([torch.device("cpu")] * 2, find_free_port())
+        messages = spawn_workers(functools.partial(_worker_with_stand_in_graphs, graph=graph),
+                                 (placements, pert_data, options), 2)
+        report = next(m.report for m in messages if isinstance(m, RunReport))
+        runs[graph] = report, [m for m in messages if isinstance(m, tuple) and m[0] == "collectives"]
+    replayed, replayed_collectives = runs["ReplayingGraph"]
+    eager, eager_collectives = runs["FailingGraph"]
+    log = caplog.text
+    assert "training steps replay two CUDA graphs around one all-reduce of the gradients" in log
+    assert "training steps could not be captured in a CUDA graph" in log
+    for _, rank, collectives, replays in replayed_collectives:
+        assert replays > 5 and collectives and not any(inside for _, inside in collectives), rank
+    assert all(replays == 0 for *_, replays in eager_collectives)
+    assert len(set(replayed["parameter_digests"])) == 1
+    assert replayed["parameter_digests"] == eager["parameter_digests"]
+    assert [h["val_mse_de"] for h in replayed["history"]] == [h["val_mse_de"] for h in eager["history"]]
+    assert replayed["model"] == eager["model"]
 
 
 def _worker_refusing_writes_off_rank_zero(local_rank, *args):

@@ -10,7 +10,6 @@ import contextlib
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from gears_ddp.data.cells import PertBatch
@@ -24,6 +23,7 @@ from gears_ddp.training.cuda_graphs import CapturedStep
 from gears_ddp.training.engine import Precision, apply_gradients, batch_loss, optimizer_steps, training_step
 from gears_ddp.training.optimization import Warmup, make_optimizer
 from model_fixtures import N_GENES, N_PERTS, make_model, random_batch
+from stand_in_graphs import COLLECTIVES, ReplayingGraph, restore_collectives, watch_collectives
 
 CPU = torch.device("cpu")
 LR = 2.0 ** -10  # a float32 value: the tensor learning rate of a replayed step is the eager float exactly
@@ -106,43 +106,6 @@ def _ddp_training(rank: int, amp: str) -> dict:
     return _outcome(network, optimizer, losses)
 
 
-class WatchedGraph:
-    """Stands in for ``cuda_graphs.CudaGraph`` on a CPU: capture records the step without
-    running it; a replay runs it again, with ``INSIDE_GRAPH`` set meanwhile."""
-
-    def __init__(self):
-        self.step, self.output, self.replays = None, torch.zeros(()), 0
-
-    def capture(self, step, shares_pool_with=None):
-        self.step = step
-        return self.output
-
-    def replay(self):
-        self.replays += 1
-        INSIDE_GRAPH[0] = True
-        try:
-            output = self.step()
-        finally:
-            INSIDE_GRAPH[0] = False
-        if output is not None:
-            self.output.copy_(output)
-
-
-INSIDE_GRAPH = [False]
-COLLECTIVES: list[tuple[str, bool]] = []  # (name, inside a graph) of each collective of this process
-
-
-def _watch_collectives(monkeypatch_like: dict) -> None:
-    for name in ("all_reduce", "broadcast", "all_gather", "all_gather_object", "reduce_scatter", "barrier"):
-        original = getattr(dist, name)
-
-        def watched(*args, _original=original, _name=name, **kwargs):
-            COLLECTIVES.append((_name, INSIDE_GRAPH[0]))
-            return _original(*args, **kwargs)
-        monkeypatch_like[name] = original
-        setattr(dist, name, watched)
-
-
 def _flat_training(rank: int, amp: str, replayed: bool) -> dict:
     """The same steps through the recipe's parts: the main rank's parameters shared, the
     gradients averaged in one flat buffer, eagerly or replayed from (stand-in) graphs."""
@@ -152,7 +115,7 @@ def _flat_training(rank: int, amp: str, replayed: bool) -> dict:
     ranks.share_parameters(network)
     gradients = ranks.gradient_average(network)
     optimizer, _ = make_optimizer(network, LR, 5e-4)
-    step = (CapturedStep(CPU, warmup_steps=1, micro_batches=MICRO_BATCHES, graph_factory=WatchedGraph)
+    step = (CapturedStep(CPU, warmup_steps=1, micro_batches=MICRO_BATCHES, graph_factory=ReplayingGraph)
             if replayed else training_step)
     losses = [loss.clone() for loss in optimizer_steps(network, [b for micro in _batches(rank) for b in micro],
                                                        optimizer, _context(), False, CPU,
@@ -175,18 +138,16 @@ def _outcome(network, optimizer, losses) -> dict:
 
 def _both_ways(local_rank, port, messages):
     setup_ddp(local_rank, 2, "cpu", "127.0.0.1", port, timeout_s=120)
-    originals: dict = {}
     try:
         results = {}
         for amp in ("off", "fp16"):
             results[amp, "ddp"] = _ddp_training(local_rank, amp)
-            _watch_collectives(originals)
+            originals = watch_collectives()
             try:
                 results[amp, "eager"] = _flat_training(local_rank, amp, replayed=False)
                 results[amp, "replayed"] = _flat_training(local_rank, amp, replayed=True)
             finally:
-                for name, original in originals.items():
-                    setattr(dist, name, original)
+                restore_collectives(originals)
         messages.put((local_rank, results))
     finally:
         cleanup_ddp()
