@@ -63,9 +63,10 @@ class TrainingOptions(Options):
                                        "chain (the same function)")
     compile: bool = option(False, "torch.compile the model for the training steps (its forward and backward "
                                   "passes; evaluation runs eagerly); the first steps wait for the compilation")
-    cuda_graphs: bool = option(True, "on a GPU, replay each optimiser step from one CUDA graph (batches' perturbation "
-                                     "sets padded to a fixed number; the first steps run eagerly, then the step is "
-                                     "captured); False launches its operators one by one. Not with compile")
+    cuda_graphs: bool = option(True, "on a GPU, replay each optimiser step from one CUDA graph (two around the "
+                                     "gradients' all-reduce with several ranks; batches' perturbation sets padded to "
+                                     "a fixed number; the first steps run eagerly, then the step is captured); False "
+                                     "launches its operators one by one. Not with sync_batchnorm on several ranks")
     deterministic: bool = option(False, "torch's deterministic algorithms (on a GPU, sums without atomic additions): "
                                         "the same run gives the same weights bit for bit, somewhat slower")
     wandb: dict | None = option(None, "{'project': ..., 'name': ...}: the main rank logs each epoch and the test "
