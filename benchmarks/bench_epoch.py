@@ -88,7 +88,7 @@ def steps_that_ran(outcome: dict):
         logger.removeHandler(handler)
         logger.setLevel(level)
         text = "\n".join(handler.messages)
-        outcome["steps"] = ("graph" if "replay a CUDA graph" in text
+        outcome["steps"] = ("graph" if "training steps replay" in text
                             else "eager, capture failed" if "could not be captured" in text else "eager")
 
 
@@ -161,9 +161,9 @@ def measure_epochs(args, device: torch.device) -> None:
                 table.add([r["batch_size"], r["amp"], r["cuda_graphs"], r["steps"], f"{r['epoch_s']:.2f}",
                            f"{r['loop_s']:.2f}", f"{r['cells_per_s']:.0f}", f"{r['first_epoch_s']:.2f}",
                            f"{r['test_eval_s']:.2f}", f"{r['peak_mib']:.0f}", f"{r['test_pearson_delta']:.4f}"])
-    if args.json:
-        write_figures(args.json, {"device": str(device), "cells": pert_data.adata.n_obs,
-                                  "genes": pert_data.adata.n_vars, "results": results})
+                if args.json:  # after each run: a run cut short keeps the rows before it
+                    write_figures(args.json, {"device": str(device), "cells": pert_data.adata.n_obs,
+                                              "genes": pert_data.adata.n_vars, "results": results})
 
 
 if __name__ == "__main__":

@@ -394,18 +394,22 @@ def main():
     args = parser.parse_args()
     published_installed = reference_available()
     run_published = published_installed and not args.skip_reference
+    def write_json(ours: dict, reference: dict | None) -> None:
+        if args.json:
+            write_figures(args.json, {"device": args.device, "published_installed": published_installed,
+                                      "gears_ddp": {**ours, **_derived(ours)},
+                                      "published": reference and {**reference, **_derived(reference)}})
+
     with tempfile.TemporaryDirectory() as tmp:
         raw = write_raw_input(Path(tmp) / "input", args)
         ours = measure("ours", raw, args)
+        if ours is None:
+            sys.exit(1)
+        write_json(ours, None)  # kept if the published side is cut short
         reference = measure("reference", raw, args) if run_published else None
-    if ours is None:
-        sys.exit(1)
     with recorded(args.record):
         print_tables(ours, reference, args)
-    if args.json:
-        write_figures(args.json, {"device": args.device, "published_installed": published_installed,
-                                  "gears_ddp": {**ours, **_derived(ours)},
-                                  "published": reference and {**reference, **_derived(reference)}})
+    write_json(ours, reference)
     if run_published and reference is None:
         sys.exit(1)  # the published side failed (its error is above)
 

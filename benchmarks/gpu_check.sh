@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU check in one command: on one H100 or H200 in at most 8 minutes, the suite's CUDA
-# tests, the demo, a torchrun job resumed from its GPU checkpoint, epochs at Norman size
-# (eager and CUDA graphs; fp32, bf16, fp16; batch 32 and 256), a step at 18,000 genes, a
-# 5,151-pair screen, and the published GEARS side by side; one archive of logs and JSON.
+# The GPU check in one command: on one H100 or H200 in at most 7 minutes, the most valuable
+# figures first: the demo through NCCL (does its step replay?), the published GEARS side by
+# side, epochs at Norman size, a torchrun job resumed from its GPU checkpoint, the replayed
+# step's top kernels (torch.profiler), the suite's CUDA tests, then fp16 and batch 256, a
+# step at 18,000 genes and a 5,151-pair screen; one archive of logs and JSON.
 #
 #     bash benchmarks/gpu_check.sh [--small]        every stage; the archive gpu_check.tar.gz
 #     bash benchmarks/gpu_check.sh --download-wheels  the wheels the GPU machine lacks, into .whl/
@@ -15,7 +16,7 @@
 # temporary folder, removed at the end). The script ends with a table of each stage's key
 # figures, exit status, wall and CPU seconds and time limit, and exits 1 when a stage failed.
 # Other settings: PYTHON (default python3), GPU_CHECK_WHEELS (default .whl/),
-# GPU_CHECK_TEST_WORKERS (pytest-xdist workers of the tests stage, default 4).
+# GPU_CHECK_TEST_WORKERS (pytest-xdist workers of the tests stage, default 8).
 #
 # On the workplace's device machine (no package index there: the packages it lacks travel
 # as wheels), from the repository root:
@@ -46,33 +47,41 @@ WHEELS=(
 )
 #
 # Stages, in order, each with its budget in seconds (a stage that ends early leaves the
-# seconds it did not use to the stages after it, so together they take at most the sum, 460 s,
+# seconds it did not use to the stages after it, so together they take at most the sum, 405 s,
 # and a slow stage cannot eat the others' own budgets; --small gives each 300 s, which on a
 # CPU only stops a stage that hangs). A stage that fails or runs out of time is recorded
-# with its exit status (124: out of time) and the next one runs.
+# with its exit status (124: out of time) and the next one runs; the benchmarks write their
+# JSON after each row, so a stage cut short keeps the rows it finished. The budgets come from
+# the stage times of the previous check on an H200 (the check at e70ae5b, whose stages mostly
+# ran out of time) with a margin, where the replayed step does not change them; where it
+# does (demo, epoch) from their targets with a margin of about 1.5x.
 #
 #   environment  10  nvidia-smi; Python, torch, CUDA, cuDNN, NCCL, the GPU        env.json
-#   wheels       35  install .whl/ (if any); the versions that import              wheels.json
-#   data        240  beside the next three stages, on a few CPU cores: the datasets of
-#                    epoch, width and screen (their scripts' --data-only)
-#   tests        70  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
-#                    pytest-xdist is there); --small: the CPU cases of the CUDA-graph and
-#                    padded-set tests                                               tests.xml
-#   demo         80  gears-ddp demo as it comes, timed end to end (--small: 1 epoch)
-#                                                                              demo_report.json
-#   resume       45  benchmarks/bench_resume.py: a torchrun job stopped after 30 steps,
-#                    then resumed from its checkpoint (resume/: both jobs' logs)  resume.json
-#   epoch       100  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes):
-#                    CUDA graphs at fp32, bf16, fp16 and batch 32, 256, 2 epochs each (the
-#                    second timed); eager at fp32, batch 32, 1 epoch (launch-bound: about
-#                    20 s, its one-time set-up a second of it)
-#                                                           epoch_graphs.json, epoch_eager.json
-#   width        35  benchmarks/bench_width.py on the GPU at 18,000 genes, gears_ddp alone,
-#                    fp32 and bf16 steps                                             width.json
-#   screen       25  benchmarks/bench_screen.py: 102 genes' 5,151 pairs on GPU 0   screen.json
-#   published    60  benchmarks/bench_model.py on the GPU: one epoch of 18,000 cells x 2,000
+#   wheels       20  install .whl/ (if any); their versions, read from their metadata
+#                    (importing scanpy's numba code took 20 s of the first run's 42)  wheels.json
+#   data        240  beside the next stages, on a few CPU cores: the datasets of epoch
+#                    (also the profile's), width and screen (their scripts' --data-only)
+#   demo         45  gears-ddp demo as it comes, through NCCL, timed end to end; whether its
+#                    steps replayed, from its log (--small: 1 epoch)        demo_report.json
+#   published    75  benchmarks/bench_model.py on the GPU: one epoch of 18,000 cells x 2,000
 #                    genes, the published GEARS beside gears_ddp (no published GEARS: gears_ddp
 #                    alone, said so)                                             published.json
+#   epoch        45  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes),
+#                    CUDA graphs, batch 32, fp32 and bf16, 2 epochs each (the second timed)
+#                                                                          epoch_graphs.json
+#   resume       40  benchmarks/bench_resume.py: a torchrun job stopped after 30 steps,
+#                    then resumed from its checkpoint (resume/: both jobs' logs)  resume.json
+#   profile      40  benchmarks/bench_step_profile.py on the epoch's data: the replayed
+#                    step's top kernels, its time and its products' floor, compile off and
+#                    on (inductor's fused kernels under the graph)             profile.json
+#   tests        55  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
+#                    pytest-xdist is there); --small: the CPU cases of the CUDA-graph and
+#                    padded-set tests                                               tests.xml
+#   precision    30  bench_epoch.py as above: fp16 at batch 32, then fp32 and bf16 at 256
+#                                                          epoch_fp16.json, epoch_256.json
+#   width        25  benchmarks/bench_width.py on the GPU at 18,000 genes, gears_ddp alone,
+#                    fp32 and bf16 steps                                             width.json
+#   screen       20  benchmarks/bench_screen.py: 102 genes' 5,151 pairs on GPU 0   screen.json
 set -uo pipefail  # no -e: a failed stage is recorded and the next one runs
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
@@ -81,9 +90,9 @@ PYTHON=${PYTHON:-python3}
 WHEEL_DIR=${GPU_CHECK_WHEELS:-$REPO/.whl}
 BENCH=$REPO/benchmarks
 
-STAGES=(environment wheels tests demo resume epoch width screen published)
-declare -A BUDGET=([environment]=10 [wheels]=35 [data]=240 [tests]=70 [demo]=80 [resume]=45 [epoch]=100
-                   [width]=35 [screen]=25 [published]=60)
+STAGES=(environment wheels demo published epoch resume profile tests precision width screen)
+declare -A BUDGET=([environment]=10 [wheels]=20 [data]=240 [demo]=45 [published]=75 [epoch]=45 [resume]=40
+                   [profile]=40 [tests]=55 [precision]=30 [width]=25 [screen]=20)
 SMALL_BUDGET=300
 MIN_LIMIT=10  # the least time a stage is given, even when those before it overran
 
@@ -105,7 +114,8 @@ download_wheels() {
 sizes() {
     if (( SMALL )); then
         case $1 in
-            epoch) echo --genes 200 --cells-per-condition 30 --perturbed-genes 10 --combos 10 --control-cells 300 ;;
+            epoch|profile) echo --genes 200 --cells-per-condition 30 --perturbed-genes 10 --combos 10 \
+                                --control-cells 300 ;;
             width) echo --genes 300 --cells-per-condition 20 --perturbed-genes 10 --combos 5 --control-cells 200 \
                         --modules 5 --steps 3 ;;
             screen) echo --genes 300 --screen-genes 10 --train-steps 2 ;;
@@ -115,7 +125,7 @@ sizes() {
         esac
     else
         case $1 in
-            epoch) echo ;;  # bench_epoch's defaults: Norman size
+            epoch|profile) echo ;;  # bench_epoch's defaults (and the profile's): Norman size
             width) echo --steps 20 ;;  # bench_width's defaults: 11,000 cells x 18,000 genes
             screen) echo --screen-genes 102 ;;  # 5,151 pairs on a model of Norman's 5,045 genes
             resume) echo ;;  # bench_resume's defaults: 7,300 cells x 1,000 genes, stopped after 30 steps
@@ -176,7 +186,7 @@ stage_tests() {
     fi
     local workers=()
     if "$PYTHON" -c "import xdist" 2> /dev/null; then  # the workers' OpenMP threads sleep while they wait
-        workers=(-n "${GPU_CHECK_TEST_WORKERS:-4}")
+        workers=(-n "${GPU_CHECK_TEST_WORKERS:-8}")
         export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
     fi
     GEARS_DDP_TEST_DEVICES=cuda "$PYTHON" -m pytest "${common[@]}" "${workers[@]}" -k cuda \
@@ -196,15 +206,26 @@ stage_resume() {
         --json "$RESULTS/resume.json" $(sizes resume)
 }
 
-stage_epoch() {  # graphed runs: their second epoch, after the capture; the eager run: its only one
-    local bench=("$PYTHON" "$BENCH/bench_epoch.py" --data-path "$WORK/data/epoch" $(sizes epoch))
-    local epochs=2 failed=0
+stage_epoch() {  # the second of 2 epochs is timed, after the capture (--small: 1 epoch)
+    local epochs=2
     if (( SMALL )); then epochs=1; fi
-    "${bench[@]}" --cuda-graphs on --amp off bf16 fp16 --batch-sizes 32 256 --epochs $epochs \
-        --json "$RESULTS/epoch_graphs.json" || failed=1
-    "${bench[@]}" --cuda-graphs off --amp off --batch-sizes 32 --epochs 1 \
-        --json "$RESULTS/epoch_eager.json" || failed=1
-    return $failed
+    "$PYTHON" "$BENCH/bench_epoch.py" --data-path "$WORK/data/epoch" $(sizes epoch) --cuda-graphs on \
+        --amp off bf16 --batch-sizes 32 --epochs $epochs --json "$RESULTS/epoch_graphs.json"
+}
+
+stage_profile() {  # --small: no compile (inductor's C++ build takes minutes on a small CPU)
+    local steps=20 compile=(off on)
+    if (( SMALL )); then steps=3 compile=(off); fi
+    "$PYTHON" "$BENCH/bench_step_profile.py" --device "$DEVICE" --data-path "$WORK/data/epoch" $(sizes profile) \
+        --compile "${compile[@]}" --steps $steps --json "$RESULTS/profile.json"
+}
+
+stage_precision() {  # fp16 at batch 32, then batch 256 (one JSON: the second run adds its rows)
+    local bench=("$PYTHON" "$BENCH/bench_epoch.py" --data-path "$WORK/data/epoch" $(sizes epoch) --cuda-graphs on)
+    local epochs=2
+    if (( SMALL )); then epochs=1; fi
+    "${bench[@]}" --amp fp16 --batch-sizes 32 --epochs $epochs --json "$RESULTS/epoch_fp16.json" || return
+    "${bench[@]}" --amp off bf16 --batch-sizes 256 --epochs $epochs --json "$RESULTS/epoch_256.json"
 }
 
 stage_width() {

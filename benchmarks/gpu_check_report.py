@@ -38,14 +38,14 @@ from harness.record import RESULTS
 from harness.tables import print_table
 
 TIMED_OUT = 124  # the exit status of `timeout` when the budget ran out
-# module imported -> (distribution, whether gears_ddp needs it); cell-gears is the published GEARS
-PACKAGES = {"numpy": ("numpy", True), "pandas": ("pandas", True), "anndata": ("anndata", True),
-            "scanpy": ("scanpy", True), "skmisc": ("scikit-misc", True), "torch_geometric": ("torch-geometric", False),
-            "gears": ("cell-gears", False), "dcor": ("dcor", False)}
+# distribution -> whether gears_ddp needs it; cell-gears is the published GEARS
+PACKAGES = {"numpy": True, "pandas": True, "anndata": True, "scanpy": True, "scikit-misc": True,
+            "torch-geometric": False, "cell-gears": False, "dcor": False}
+IMPORTED = ("numpy", "pandas", "anndata")  # imported to prove they work: cheap (scanpy's numba code is not)
 STAGE_FILES = {"environment": ["env.json"], "wheels": ["wheels.json"], "data": [], "tests": ["tests.xml"],
-               "demo": ["demo_report.json"], "resume": ["resume.json"],
-               "epoch": ["epoch_graphs.json", "epoch_eager.json"], "width": ["width.json"],
-               "screen": ["screen.json"], "published": ["published.json"]}
+               "demo": ["demo_report.json"], "resume": ["resume.json"], "epoch": ["epoch_graphs.json"],
+               "profile": ["profile.json"], "precision": ["epoch_fp16.json", "epoch_256.json"],
+               "width": ["width.json"], "screen": ["screen.json"], "published": ["published.json"]}
 
 
 # ----------------------------------------------------------------------------- environment and packages
@@ -70,15 +70,16 @@ def environment(out: Path, nvidia_smi: Path | None) -> None:
 
 
 def packages(out: Path, wheels: Path | None) -> int:
-    """The version (or import error) of each package of ``PACKAGES`` as this Python imports
-    it, and the wheels installed from ``wheels``, to ``out``; 1 when one gears_ddp needs
-    does not import."""
+    """The version of each distribution of ``PACKAGES`` (from its metadata; those of
+    ``IMPORTED`` imported too), and the wheels installed from ``wheels``, to ``out``; 1 when
+    one gears_ddp needs is missing or does not import."""
     versions, missing = {}, []
-    for module, (distribution, needed) in PACKAGES.items():
+    for distribution, needed in PACKAGES.items():
         try:
-            importlib.import_module(module)
             versions[distribution] = metadata.version(distribution)
-        except Exception as err:  # noqa: BLE001 - any import failure is the finding
+            if distribution in IMPORTED:
+                importlib.import_module(distribution)
+        except Exception as err:  # noqa: BLE001 - any failure is the finding
             versions[distribution] = f"not importable: {type(err).__name__}: {err}"
             if needed:
                 missing.append(distribution)
@@ -147,12 +148,26 @@ def _tests(results: Path) -> tuple[dict, str]:
 
 def _demo(results: Path) -> tuple[dict, str]:
     report = _json(results, "demo_report.json")
+    steps = _steps_in_log(results / "demo.log")
     if report is None:
-        return {}, ""
-    figures = {"epochs": len(report["history"]), "world_size": report.get("world_size"),
+        return ({"steps": steps}, f"steps: {steps}") if steps != "eager" else ({}, "")
+    figures = {"epochs": len(report["history"]), "world_size": report.get("world_size"), "steps": steps,
                "test_pearson_delta": report["model"].get("test_pearson_delta"),
                "epoch_s": [record["seconds"] for record in report["history"]]}
-    return figures, f"{figures['epochs']} epoch(s), test pearson_delta {_number(figures['test_pearson_delta'])}"
+    later = figures["epoch_s"][1:] or figures["epoch_s"]
+    return figures, (f"{figures['epochs']} epoch(s) on {figures['world_size']} rank(s), steps: {steps}, an epoch "
+                     f"{min(later):.2f}-{max(later):.2f} s after the first, test pearson_delta "
+                     f"{_number(figures['test_pearson_delta'])}")
+
+
+def _steps_in_log(log: Path) -> str:
+    """How a run's training steps ran, from its log: 'replayed', 'eager, capture failed' or 'eager'."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "eager"
+    return ("replayed" if "training steps replay" in text
+            else "eager, capture failed" if "could not be captured" in text else "eager")
 
 
 def _resume(results: Path) -> tuple[dict, str]:
@@ -177,17 +192,41 @@ def _epoch_run(run: dict) -> str:
     return f"batch {run['batch_size']}, {_precision(run['amp'])}, graphs {run['cuda_graphs']}"
 
 
+def _epoch_runs(results: Path, stage: str) -> list[dict]:
+    return [run for name in STAGE_FILES[stage] for run in (_json(results, name) or {}).get("results", [])]
+
+
+def _epoch_figures(runs: list[dict]) -> dict:
+    return {_epoch_run(run): {key: run[key] for key in ("steps", "epoch_s", "loop_s", "cells_per_s", "peak_mib")}
+            for run in runs}
+
+
 def _epoch(results: Path) -> tuple[dict, str]:
-    runs = [run for name in STAGE_FILES["epoch"] for run in (_json(results, name) or {}).get("results", [])]
+    runs = _epoch_runs(results, "epoch")
     if not runs:
         return {}, ""
-    figures = {_epoch_run(run): {key: run[key] for key in ("steps", "epoch_s", "loop_s", "cells_per_s", "peak_mib")}
-               for run in runs}
-    fp32 = [f"{graphs} {figures[key]['epoch_s']:.2f} s" for graphs in ("on", "off")
-            if (key := f"batch 32, fp32, graphs {graphs}") in figures]
-    best = min(runs, key=lambda run: run["epoch_s"])
-    return figures, (f"an epoch at batch 32, fp32, graphs {' / '.join(fp32)}; the fastest {best['epoch_s']:.2f} s "
-                     f"({_epoch_run(best)})")
+    return _epoch_figures(runs), "; ".join(f"{_precision(run['amp'])} {run['epoch_s']:.2f} s an epoch "
+                                           f"(loop {run['loop_s']:.2f} s, steps {run['steps']})" for run in runs)
+
+
+def _precision_stage(results: Path) -> tuple[dict, str]:
+    runs = _epoch_runs(results, "precision")
+    if not runs:
+        return {}, ""
+    return _epoch_figures(runs), "; ".join(f"batch {run['batch_size']} {_precision(run['amp'])} {run['epoch_s']:.2f} s"
+                                           for run in runs)
+
+
+def _profile(results: Path) -> tuple[dict, str]:
+    settings = (_json(results, "profile.json") or {}).get("settings", [])
+    if not settings:
+        return {}, ""
+    figures = {f"compile {'on' if s['compile'] else 'off'}, {_precision(s['amp'])}":
+               {key: s[key] for key in ("replayed", "step_ms", "floor_ms", "kernels")} for s in settings}
+    parts = [f"compile {'on' if s['compile'] else 'off'} {s['step_ms']:.2f} ms "
+             f"({s['step_ms'] / s['floor_ms']:.1f}x its products; top: {s['kernels'][0]['name'][:40]} "
+             f"{s['kernels'][0]['share']:.0%})" for s in settings if s["kernels"]]
+    return figures, "a step " + "; ".join(parts)
 
 
 def _width(results: Path) -> tuple[dict, str]:
@@ -218,7 +257,7 @@ def _published(results: Path) -> tuple[dict, str]:
     if not found["published_installed"]:
         return figures, f"published GEARS not installed: gears_ddp alone, epoch {ours['epoch']:.2f} s"
     if theirs is None:
-        return figures, f"the published GEARS failed; gears_ddp epoch {ours['epoch']:.2f} s"
+        return figures, f"the published GEARS did not finish (failed or cut short); gears_ddp epoch {ours['epoch']:.2f} s"
     figures["speedup"] = theirs["epoch"] / ours["epoch"]
     return figures, (f"epoch with evaluation {theirs['epoch']:.1f} s published, {ours['epoch']:.2f} s ours: "
                      f"{figures['speedup']:.1f}x")
@@ -228,8 +267,9 @@ def _number(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-HEADLINES = {"environment": _environment, "wheels": _wheels, "data": _data, "tests": _tests, "demo": _demo, "resume": _resume,
-             "epoch": _epoch, "width": _width, "screen": _screen, "published": _published}
+HEADLINES = {"environment": _environment, "wheels": _wheels, "data": _data, "tests": _tests, "demo": _demo,
+             "resume": _resume, "epoch": _epoch, "profile": _profile, "precision": _precision_stage, "width": _width,
+             "screen": _screen, "published": _published}
 
 
 # ----------------------------------------------------------------------------- the summary
@@ -268,7 +308,7 @@ def summary(results: Path) -> None:
 # ----------------------------------------------------------------------------- the record
 
 
-BENCHMARK_STAGES = ("resume", "epoch", "width", "screen", "published")  # whose logs hold a benchmark's tables
+BENCHMARK_STAGES = ("published", "epoch", "resume", "profile", "precision", "width", "screen")  # logs with tables
 
 
 def printed_tables(log: Path) -> str:
