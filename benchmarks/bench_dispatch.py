@@ -52,7 +52,7 @@ class GraphLaunch:
     records nothing and its replay launches nothing, so what is counted is the step's work
     outside the graph (a GPU adds the graph's one launch)."""
 
-    def capture(self, step):
+    def capture(self, step, shares_pool_with=None):
         return torch.zeros(())
 
     def replay(self) -> None:
