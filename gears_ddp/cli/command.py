@@ -585,8 +585,9 @@ def figure_suffixes() -> tuple[str, ...]:
 
 
 def process(options) -> int:
+    """Process a screen; the GO files of --go-annotation or --go-gene-sets are checked with it
+    and written with it, all or none, so a refused screen leaves the data folder as it was."""
     from gears_ddp.data.conditions import genes_of_conditions
-    from gears_ddp.data.go_files import write_go_files
     from gears_ddp.data.io import read_h5ad
     from gears_ddp.data.pertdata import PertData
 
@@ -596,14 +597,13 @@ def process(options) -> int:
     # a file that is no h5ad fails here, before anything is written; its expression stays on
     # disk, read a block of cells at a time
     adata = read_h5ad(source, backed=True)
-    annotation = _go_annotation(options)
-    if annotation is not None:
-        gene2go, path = annotation
-        write_go_files(options.data_path, gene2go, overwrite=True)
-        print(f"GO files built from {path} ({len(gene2go)} genes) in {options.data_path}")
+    gene2go, origin = _go_annotation(options) or (None, "")
     pert_data = PertData(options.data_path)
     pert_data.new_data_process(options.name, adata, overwrite=options.overwrite, **_screen_options(options),
-                               drop_unannotated=options.drop_unannotated)
+                               drop_unannotated=options.drop_unannotated, go_annotation=gene2go,
+                               go_annotation_origin=str(origin))
+    if gene2go is not None:
+        print(f"GO files built from {origin} ({len(gene2go)} genes) in {options.data_path}")
     perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
     dropped = [gene for gene in perturbed if gene not in pert_data.node_map_pert]
     print(f"dataset {options.name}: {pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, "
