@@ -5,7 +5,7 @@ import math
 import pytest
 
 from gears_ddp.report.page import render_report_page
-from gears_ddp.report.verdicts import MetricVerdict, compare, higher_is_better, verdict_table
+from gears_ddp.report.verdicts import MetricVerdict, compare, higher_is_better, summary_verdicts, verdict_table
 
 
 def test_verdicts_know_which_way_is_better_and_who_won():
@@ -46,3 +46,15 @@ def test_a_nan_metric_or_one_no_baseline_has_is_not_counted_as_a_win():
     report = {"model": model, "baselines": baselines, "best_epoch": 1, "history": [], "world_size": 1}
     assert "GEARS beats every baseline on 1 of 3 metrics" in render_report_page({}, report, {})
     assert [verdict.beats_every_baseline for verdict in verdicts] == [False, True, False]
+
+
+def test_the_console_table_shows_a_subgroup_only_where_it_differs_from_all_test_conditions():
+    def summary(value, groups):
+        return {f"test_{group + '_' if group else ''}{metric}": value for group in groups
+                for metric in ("pearson_delta", "mse_de")}
+
+    for groups, shown in [((None, "unseen_single"), []),  # a screen of single genes: the subgroup is the whole
+                          ((None, "combo_seen1", "unseen_single"), ["combo_seen1", "unseen_single"])]:
+        table = verdict_table(summary_verdicts(summary(0.5, groups), {"mean_effect": summary(0.4, groups)}))
+        labelled = sorted({line.split(":")[0] for line in table.splitlines() if line.split(":")[0] in groups})
+        assert labelled == shown, table

@@ -381,13 +381,11 @@ def _train_replicates(config: dict) -> int:
 
 def _print_summary(report: dict, note: str | None = None) -> None:
     from gears_ddp.report.learning import learning_checks
-    from gears_ddp.report.verdicts import compare, verdict_table
 
     print(f"\nbest epoch {report['best_epoch']} of {len(report['history'])}, {report['world_size']} process(es)")
-    if "model" in report:  # the log above has the subgroups too
-        print(verdict_table(compare(report["model"], report["baselines"], subgroups=(None,))))
+    if "model" in report:  # the log above shows the test table, once
         run = Path(report.get("model_path", "."))
-        print(f"These verdicts come from one seed; for 95% intervals over seeds: gears-ddp train --config "
+        print(f"The test verdicts above come from one seed; for 95% intervals over seeds: gears-ddp train --config "
               f"{run / CONFIG_FILE} --seeds 1 2 3 4 5 --set args.save_path={run}-replicates")
     print("\n" + "\n".join(learning_checks(report) + ([note] if note else [])))
     if "model_path" in report:

@@ -136,9 +136,32 @@ def is_better(value: float, other: float | None, higher: bool) -> bool | None:
 
 def summary_verdicts(model: dict, baselines: dict[str, dict]) -> list[MetricVerdict]:
     """What the console shows: every headline metric over all test conditions, then
-    ``pearson_delta`` and ``mse_de`` per subgroup."""
+    ``pearson_delta`` and ``mse_de`` per subgroup that differs from them (``shown_subgroups``)."""
     return (compare(model, baselines, subgroups=(None,))
-            + compare(model, baselines, metrics=("pearson_delta", "mse_de"), subgroups=SUBGROUPS))
+            + compare(model, baselines, metrics=("pearson_delta", "mse_de"), subgroups=shown_subgroups(model)))
+
+
+def shown_subgroups(model: dict, prefix: str = "test_") -> tuple[str, ...]:
+    """The test subgroups the model's summary has metrics of, each shown beside all test
+    conditions only where it differs from them: a simulation split's subgroups divide its
+    test set among them, so a subgroup alone holds every test condition, and its rows would
+    repeat those of all test conditions (a screen of single genes: every test condition is
+    a single gene not seen in training). ``whole_test_set_name`` then says what they all are."""
+    present = _present_subgroups(model, prefix)
+    return present if len(present) > 1 else ()
+
+
+def whole_test_set_name(model: dict, prefix: str = "test_") -> str:
+    """``'all test conditions'``; where one subgroup holds them all, what they all are:
+    ``'all test conditions (single genes not seen in training)'``."""
+    present = _present_subgroups(model, prefix)
+    return SUBGROUP_NAMES[None] + (f" ({SUBGROUP_NAMES[present[0]]})" if len(present) == 1 else "")
+
+
+def _present_subgroups(model: dict, prefix: str) -> tuple[str, ...]:
+    """The subgroups (in ``SUBGROUPS`` order) that the summary ``model`` has a metric of."""
+    return tuple(subgroup for subgroup in SUBGROUPS
+                 if any(key.startswith(metric_key("", subgroup, prefix)) for key in model))
 
 
 def verdict_table(verdicts: list[MetricVerdict]) -> str:
