@@ -63,7 +63,7 @@ DEMO_FINDINGS = {
              "stays below it on mse and pearson_delta at every seed. Why, measured beside the published GEARS: "
              "the test knockouts' GO neighbours are genes no training knockout reads; with a GO graph of the "
              "screen's own genes (--set args.default_pert_graph=false) GEARS scores higher, as the published "
-             "GEARS does on a graph of the knockouts alone (README)."),
+             "GEARS does on a graph of the knockouts alone (docs/demo.md)."),
     "synthetic": ("Measured in benchmarks/RESULTS.md: on this Norman-calibrated data GEARS, the published package "
                   "too, beats predicting no change on mse_de but not on mse, and stays below the mean-effect "
                   "baseline's pearson_delta, also when trained with a Norman run's learning budget."),
