@@ -58,3 +58,15 @@ def test_the_console_table_shows_a_subgroup_only_where_it_differs_from_all_test_
         table = verdict_table(summary_verdicts(summary(0.5, groups), {"mean_effect": summary(0.4, groups)}))
         labelled = sorted({line.split(":")[0] for line in table.splitlines() if line.split(":")[0] in groups})
         assert labelled == shown, table
+
+
+def test_the_console_table_gives_baselines_that_predicted_the_same_one_column_and_says_why():
+    model = {"test_pearson_delta": 0.1, "test_mse_de": 0.4}
+    same = {"test_pearson_delta": 0.36, "test_mse_de": 0.36}
+    baselines = {"mean_effect": same, "additive": dict(same), "linear": {"test_pearson_delta": 0.07, "test_mse_de": 0.5}}
+    table = verdict_table(summary_verdicts(model, baselines))
+    assert table.splitlines()[0].split()[3:] == ["mean_effect", "=", "additive", "linear", "verdict"]  # one column
+    assert table.splitlines()[1].split()[:5] == ["pearson_delta", "higher", "0.1000", "0.3600", "0.0700"]
+    assert table.splitlines()[-1].startswith("mean_effect and additive predicted the same on this test set, so they "
+                                             "share a column")
+    assert "predicted the same" not in verdict_table(summary_verdicts(model, {**baselines, "additive": model}))
