@@ -151,7 +151,7 @@ def figure_test_metrics(model: dict, baselines: dict[str, dict], metrics=("pears
     comparison that is not applicable (``not_applicable``), leaves its slot empty, marked
     "n/a". Every bar carries its value; the title says which way is better."""
     groups = [None, *shown_subgroups(model)]
-    labels = [subgroup_label(whole_test_set_name(model) if group is None else group) for group in groups]
+    labels = [subgroup_label(group or whole_test_set_name(model)) for group in groups]
     series = [("GEARS", model, GEARS_COLOUR)] + [
         (group, baselines[group[0]], baseline_colour(group[0], position))
         for position, group in enumerate(equal_baseline_groups(baselines))]
@@ -306,11 +306,11 @@ def plot_predictions(examples: list[dict], path) -> Path:
 
 
 # ------------------------------------------------------------------ replicates
-def figure_replicate_values(verdicts: list) -> Figure:
+def figure_replicate_values(verdicts: list, whole: str = SUBGROUP_NAMES[None]) -> Figure:
     """One metric over the replicates (``replicate_summary.ReplicateVerdict`` of each
-    subgroup): for all test conditions and each subgroup, every replicate's value of GEARS
-    and of each baseline as a point, side by side, with each method's mean as a bar across
-    its points. The title says which way is better."""
+    subgroup): for all test conditions (named ``whole``) and each subgroup, every
+    replicate's value of GEARS and of each baseline as a point, side by side, with each
+    method's mean as a bar across its points. The title says which way is better."""
     metric = verdicts[0].metric
     names = ["GEARS", *verdicts[0].baselines]
     colours = [GEARS_COLOUR] + [baseline_colour(name, position) for position, name in enumerate(names[1:])]
@@ -334,7 +334,7 @@ def figure_replicate_values(verdicts: list) -> Figure:
                 axes.text(centre, 0.01, VERDICT_LABELS[verdict_text], transform=axes.get_xaxis_transform(),
                           ha="center", va="bottom", fontsize=BASE_FONT_SIZE - 3,
                           color=VERDICT_COLOURS.get(verdict_text, "#777777"))
-    axes.set_xticks(np.arange(len(verdicts)), labels=[subgroup_label(v.subgroup) for v in verdicts],
+    axes.set_xticks(np.arange(len(verdicts)), labels=[subgroup_label(v.subgroup or whole) for v in verdicts],
                     fontsize=BASE_FONT_SIZE)
     axes.set_xlim(-0.6, len(verdicts) - 0.4)
     low, high = axes.get_ylim()
@@ -362,6 +362,6 @@ def figure_replicate_values(verdicts: list) -> Figure:
     return figure
 
 
-def plot_replicate_values(verdicts: list, path) -> Path:
+def plot_replicate_values(verdicts: list, path, whole: str = SUBGROUP_NAMES[None]) -> Path:
     """Write ``figure_replicate_values`` as a PNG at ``path``; returns the path."""
-    return save_figure(figure_replicate_values(verdicts), path)
+    return save_figure(figure_replicate_values(verdicts, whole), path)
