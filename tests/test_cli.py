@@ -7,6 +7,7 @@ import sys
 import anndata
 import pytest
 import yaml
+from matplotlib.container import BarContainer
 
 import toy_data
 from gears_ddp.cli import command
@@ -14,6 +15,7 @@ from gears_ddp.cli.command import DEMO_DATA_PATHS, DEMO_FINDINGS, _print_summary
 from gears_ddp.data import io
 from gears_ddp.data.go_files import read_annotation
 from gears_ddp.distributed.run_config import RunConfigError, apply_override, read_run_config
+from gears_ddp.report.plots import figure_test_metrics
 from test_launch import _clean_environment
 
 SMALL_ARGS = {"epochs": 2, "batch_size": 16, "model_config": {"hidden_size": 8}}
@@ -125,6 +127,8 @@ def test_the_summary_says_whether_the_model_learned_then_the_note(capsys):
     _print_summary(report, note=DEMO_FINDINGS["real"])
     out = capsys.readouterr().out
     assert out.index("Training loss fell") < out.index("mse 0.5 against 0.6 (better)") < out.index(DEMO_FINDINGS["real"])
+    assert "overall: GEARS beats" not in out and not any(line.startswith("metric ") for line in out.splitlines()), \
+        out  # the log above shows the test table; the summary does not again
 
 
 # ----------------------------------------------------------------------------- the demo
@@ -159,7 +163,16 @@ def test_the_demo_trains_on_the_packaged_real_screen_with_two_processes(tmp_path
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(report["history"]) == 2
     assert yaml.safe_load((save / "config.yaml").read_text())["dataset_name"] == "papalexi2021"
-    assert "Did the model learn?" in (save / "report.html").read_text()
+    page = (save / "report.html").read_text()
+    assert "Did the model learn?" in page
+    # single genes only: the one subgroup is every test condition, and additive is the mean effect; each said once
+    assert "Single genes not seen in training</th>" not in page
+    assert "All test conditions (single genes not seen in training)</th>" in page
+    assert "<th>mean_effect = additive</th>" in page and "mean_effect and additive predicted the same" in page
+    pearson = figure_test_metrics(report["model"], report["baselines"]).axes[0]  # the picture of plots/test_metrics.png
+    bars = {bars.get_label(): len(bars) for bars in pearson.containers if isinstance(bars, BarContainer)}
+    assert bars == {"GEARS": 1, "no_change": 0, "mean_effect = additive": 1, "linear": 1}
+    assert [text.get_text() for text in pearson.texts].count("n/a") == 1  # no change's pearson_delta, as the table
 
 
 # ----------------------------------------------------------------------------- training runs
@@ -170,9 +183,10 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     save = tmp_path / "run"
     config = _write_config(tmp_path, data_folder, save, cpu_processes=2)
     assert main(["train", "--config", str(config), "--set", "args.epochs=3"]) == 0
-    out = capsys.readouterr().out
-    assert "better" in out and "verdict" in out and "GEARS beats every baseline on" in out and "report.html" in out
-    assert (f"These verdicts come from one seed; for 95% intervals over seeds: gears-ddp train --config "
+    out, log = capsys.readouterr()
+    assert log.count("overall: GEARS beats every baseline on") == 1 and "verdict" in log  # the test table, once
+    assert "GEARS beats every baseline on" not in out and "report.html" in out
+    assert (f"The test verdicts above come from one seed; for 95% intervals over seeds: gears-ddp train --config "
             f"{save / 'config.yaml'} --seeds 1 2 3 4 5 --set args.save_path={save}-replicates") in out
     assert "Training loss" in out and "Against predicting no change: mse " in out
     assert not any(finding in out for finding in DEMO_FINDINGS.values())
@@ -233,7 +247,8 @@ def test_train_under_torchrun_runs_one_rank_per_process(tmp_path, data_folder):
                "-m", "gears_ddp", "train", "--config", str(config)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_environment())
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("overall: GEARS beats every baseline on") == 1  # the summary comes from rank 0 only
+    assert result.stderr.count("overall: GEARS beats every baseline on") == 1  # rank 0's log has the test table
+    assert result.stdout.count("The test verdicts above come from one seed") == 1  # the summary comes from rank 0 only
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
     assert (save / "report.html").exists() and (save / "model.pt").exists()

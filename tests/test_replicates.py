@@ -124,6 +124,27 @@ def test_the_summary_files_hold_every_replicate_metric_subgroup_and_method(tmp_p
     assert table[1].startswith("pearson_delta") and "beats" in table[1] and "no clear difference" in table[1]
 
 
+def test_on_a_screen_of_single_genes_the_page_shows_the_test_conditions_once_and_the_files_keep_all(tmp_path):
+    def single_genes(summary):  # every test condition an unseen single: the subgroup's values are the whole's
+        return {**summary, **{key.replace("test_", "test_unseen_single_"): value for key, value in summary.items()}}
+
+    reports = {name: {"model": single_genes(report["model"]),
+                      "baselines": {baseline: single_genes(values) for baseline, values in report["baselines"].items()}}
+               for name, report in _reports().items()}
+    replicates = [{"name": name, "seed": i, "split_seed": 1, "folder": str(tmp_path / name), "status": "finished",
+                   "error": None} for i, name in enumerate(reports)]
+    page = write_replicate_report(tmp_path, {"dataset_name": "toy"}, replicates, reports).read_text()
+    assert "Single genes not seen in training</th>" not in page
+    assert "All test conditions (single genes not seen in training)</th>" in page
+    assert page.count("<tr><td><b>") == 2  # pearson_delta and mse_de, once each
+    summary = json.loads((tmp_path / "report.json").read_text())
+    assert [record["subgroup"] for record in summary["metrics"]] == [None, None, "unseen_single", "unseen_single"]
+    verdicts = summarise_replicates(reports, metrics=("mse_de",), subgroups=(None,))
+    axes = figure_replicate_values(verdicts, "all test conditions (single genes not seen in training)").axes[0]
+    assert [label.get_text().replace("\n", " ") for label in axes.get_xticklabels()] == \
+        ["all test conditions (single genes not seen in training)"]
+
+
 def test_the_plot_shows_every_replicates_value_gears_beside_each_baseline():
     verdicts = summarise_replicates(_reports(), metrics=("mse_de",))
     figure = figure_replicate_values(verdicts)

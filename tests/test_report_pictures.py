@@ -130,6 +130,8 @@ def test_metric_bars_are_the_summary_values_gears_first_in_each_group():
         assert list(bars) == ["GEARS", *BASELINE_NAMES]
         for name, summary in [("GEARS", model), *baselines.items()]:
             expected = [summary[f"test_{g + '_' if g else ''}{metric}"] for g in GROUPS]
+            if (name, metric) == ("no_change", "pearson_delta"):  # not applicable: n/a, no bar
+                expected = []
             assert [bar.get_height() for bar in bars[name]] == pytest.approx(expected)
         gears_x = [bar.get_x() for bar in bars["GEARS"]]
         assert all(g < b.get_x() for g, b in zip(gears_x, bars["additive"]))
@@ -148,6 +150,40 @@ def test_a_nan_metric_gets_no_bar_but_an_na_mark():
     assert [text.get_text() for text in pearson_axes.texts].count("n/a") == 1
     assert [bar.get_height() for bar in bars_by_label(mse_axes)["no_change"]] == [0.9]
     assert [label.get_text() for label in pearson_axes.get_xticklabels()] == [subgroup_label(None)]
+
+
+def test_a_comparison_that_is_not_applicable_is_na_in_the_picture_as_in_the_table():
+    model = make_summary(0.6, groups=(None,))
+    no_change = {"test_pearson_delta": 0.0, "test_mse_de": 0.9}  # a correlation with no change, reported as 0
+    pearson_axes, mse_axes = figure_test_metrics(model, {"no_change": no_change}).axes
+    assert len(bars_by_label(pearson_axes)["no_change"]) == 0
+    texts = [text.get_text() for text in pearson_axes.texts]
+    assert texts.count("n/a") == 1 and "0" not in texts
+    assert [bar.get_height() for bar in bars_by_label(mse_axes)["no_change"]] == [0.9]
+
+
+def test_a_subgroup_that_holds_every_test_condition_is_not_drawn_again():
+    model = make_summary(0.6, groups=(None, "unseen_single"))
+    figure = figure_test_metrics(model, {"linear": make_summary(0.3, groups=(None, "unseen_single"))})
+    for axes in figure.axes:
+        assert [label.get_text() for label in axes.get_xticklabels()] == \
+            [subgroup_label("all test conditions (single genes not seen in training)")]
+        assert [len(bars) for bars in bars_by_label(axes).values()] == [1, 1]
+    two_groups = make_summary(0.6, groups=(None, "combo_seen1", "unseen_single"))
+    axes = figure_test_metrics(two_groups, {}).axes[0]
+    assert [label.get_text() for label in axes.get_xticklabels()] == \
+        [subgroup_label(group) for group in (None, "combo_seen1", "unseen_single")]
+
+
+def test_baselines_that_predicted_the_same_share_one_bar():
+    same = make_summary(0.3)
+    baselines = {"no_change": make_summary(0.1), "mean_effect": same, "additive": dict(same),
+                 "linear": make_summary(0.4)}
+    figure = figure_test_metrics(make_summary(0.6), baselines)
+    for axes in figure.axes:
+        assert list(bars_by_label(axes)) == ["GEARS", "no_change", "mean_effect = additive", "linear"]
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == \
+        ["GEARS", "no change baseline", "mean effect = additive baselines (equal here)", "linear baseline"]
 
 
 def test_bars_carry_their_values_as_labels():
@@ -200,10 +236,14 @@ SETTINGS = {"pert_data_path": "./data", "dataset_name": "norman", "split_config"
 
 def report_with_test_results() -> dict:
     """GEARS beats every baseline on pearson_delta but loses to additive on mse_de."""
-    model = {"test_pearson_delta": 0.61234567, "test_mse_de": 0.2, "test_combo_seen1_mse_de": 0.1}
-    baselines = {"no_change": {"test_pearson_delta": math.nan, "test_mse_de": 0.5, "test_combo_seen1_mse_de": 0.4},
-                 "mean_effect": {"test_pearson_delta": 0.3, "test_mse_de": 0.4, "test_combo_seen1_mse_de": 0.3},
-                 "additive": {"test_pearson_delta": 0.5, "test_mse_de": 0.15, "test_combo_seen1_mse_de": 0.2}}
+    model = {"test_pearson_delta": 0.61234567, "test_mse_de": 0.2, "test_combo_seen1_mse_de": 0.1,
+             "test_unseen_single_mse_de": 0.3}
+    baselines = {"no_change": {"test_pearson_delta": math.nan, "test_mse_de": 0.5, "test_combo_seen1_mse_de": 0.4,
+                               "test_unseen_single_mse_de": 0.6},
+                 "mean_effect": {"test_pearson_delta": 0.3, "test_mse_de": 0.4, "test_combo_seen1_mse_de": 0.3,
+                                 "test_unseen_single_mse_de": 0.5},
+                 "additive": {"test_pearson_delta": 0.5, "test_mse_de": 0.15, "test_combo_seen1_mse_de": 0.2,
+                              "test_unseen_single_mse_de": 0.1}}
     return {"model": model, "baselines": baselines, "best_epoch": 2, "history": make_history(3), "world_size": 2,
             "model_path": "runs/norman"}
 
@@ -219,17 +259,47 @@ def test_page_shows_every_metric_with_its_verdict(tmp_path):
     page = path.read_text(encoding="utf-8")
     assert path == tmp_path / "report.html"
     rows = verdict_rows(page)
-    assert len(rows) == len(compare(report["model"], report["baselines"])) == 3
-    pearson, mse, combo_mse = rows
+    assert len(rows) == len(compare(report["model"], report["baselines"])) == 4
+    pearson, mse, combo_mse, single_mse = rows
     assert "pearson_delta" in pearson and "higher is better" in pearson and 'class="win"' in pearson
     assert "beats all 2 baselines" in pearson and "0.6123" in pearson and "n/a" in pearson
     assert 'class="lose">loses to additive<' in mse and "lower is better" in mse
-    assert "beats all 3 baselines" in combo_mse
-    assert "one gene seen in training" in page
+    assert "beats all 3 baselines" in combo_mse and "loses to additive" in single_mse
+    assert "Two-gene combinations, one gene seen in training</th>" in page
+    assert "Single genes not seen in training</th>" in page
     assert "GEARS beats every baseline on 1 of 2 metrics" in page
     assert "correlation of predicted and true change over control" in page  # the metric's meaning
     assert "These verdicts come from one run: one model seed and one split seed" in page
     assert "gears-ddp train --config config.yaml --seeds 1 2 3 4 5" in page  # how to run replicates
+
+
+def single_gene_screen_report() -> dict:
+    """A report as the demo's screen of single genes gives it: every test condition is an
+    unseen single, no change's correlations are reported as 0, and the additive baseline
+    predicted what the mean-effect baseline did."""
+    def summary(pearson_delta, mse_de):
+        values = {"pearson_delta": pearson_delta, "mse_de": mse_de, "mse": mse_de / 10}
+        return {key: value for metric, value in values.items()
+                for key in (f"test_{metric}", f"test_unseen_single_{metric}")}
+
+    mean_effect = summary(0.3594, 0.3593)
+    return {**report_with_test_results(), "model": summary(-0.1424, 0.5923),
+            "baselines": {"no_change": summary(0.0, 0.4766), "mean_effect": mean_effect, "additive": dict(mean_effect),
+                          "linear": summary(0.0682, 0.4891)}}
+
+
+def test_on_a_screen_of_single_genes_the_page_says_each_thing_once(tmp_path):
+    page = write_report_page(tmp_path / PAGE_FILE, SETTINGS, single_gene_screen_report(), PICTURES).read_text(
+        encoding="utf-8")
+    rows = verdict_rows(page)
+    assert len(rows) == 3  # pearson_delta, mse_de, mse: once, not again for the subgroup
+    assert "Single genes not seen in training</th>" not in page
+    assert "All test conditions (single genes not seen in training)</th>" in page
+    assert "<th>GEARS</th><th>no_change</th><th>mean_effect = additive</th><th>linear</th>" in page
+    assert all(row.count('<td class="number') == 4 for row in rows[1:])  # GEARS and 3 columns of baselines
+    assert "mean_effect and additive predicted the same on this test set, so they share a column: the training " \
+           "conditions hold no two-gene combination" in page
+    assert "n/a" in rows[0] and ">0<" not in rows[0]
 
 
 def test_page_links_pictures_and_shows_history_and_settings(tmp_path):

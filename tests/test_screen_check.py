@@ -19,7 +19,7 @@ from gears_ddp.data.screen_report import ScreenProblems
 from gears_ddp.datasets import papalexi2021, papalexi2021_go_gene_sets, write_synthetic_dataset, write_synthetic_screen
 from gears_ddp.datasets.real_screen import CONTROL_LABEL, NAME as REAL_NAME, PERTURBATION_COLUMN, SCREEN_FILE, \
     packaged_file, write_papalexi2021_dataset
-from test_bad_input import _refused_naming
+from test_bad_input import _refused_in_one_line, _refused_naming
 
 SMALL_SYNTHETIC = {"n_genes": 120, "n_modules": 6, "n_perturbed_genes": 16, "n_combos": 16, "cells_per_condition": 20,
                    "n_control_cells": 200}
@@ -357,6 +357,96 @@ def test_process_refuses_the_same_screen_naming_every_problem_before_writing_any
                                              perturbation_column="target", control_label="NT",
                                              combination_separator="_")
     assert [p.topic for p in refused.value.problems] == [texts[0].rstrip(": ") for texts in MANY_PROBLEMS]
+
+
+# ----------------------------------------------------------------------------- empty screens
+
+
+@pytest.mark.parametrize("empty, what", [(lambda screen: screen[:, []], "has no genes (336 cells x 0 genes)"),
+                                         (lambda screen: screen[[]], "has no cells (0 cells x 40 genes)")],
+                         ids=["no genes", "no cells"])
+def test_a_screen_without_cells_or_genes_is_named_so_in_one_line_by_check_and_process(empty, what, data_root,
+                                                                                       capsys):
+    path = data_root / "empty.h5ad"
+    empty(_own_column(_counts(toy_data.make_raw()))).copy().write_h5ad(path)
+    screen = ["--adata", str(path), "--data-path", str(data_root), "--perturbation-column", "target",
+              "--control-label", "NT", "--combination-separator", "_", "--normalize"]
+    status, report = _check(capsys, screen)
+    problems = [line for line in report.splitlines() if line.startswith("  - ")]
+    assert status == 2 and len(problems) == 1, report
+    assert problems[0].startswith(f"  - cells and genes: AnnData for dataset 'empty' {what}, so there is nothing to "
+                                  "train on; ")
+    _refused_in_one_line(capsys, ["process", *screen, "--name", "empty"], problems[0].split(": ", 1)[1])
+    assert not (data_root / "empty").exists()
+
+
+# ----------------------------------------------------------------------------- nothing written before the checks
+
+
+def _files_and_folders(root) -> dict:
+    """Every file (its bytes) and folder (None) under ``root``, by path."""
+    return {path: path.read_bytes() if path.is_file() else None for path in sorted(root.rglob("*"))}
+
+
+def _other_screens_folder(root):
+    """A data folder holding another screen's GO files and its processed dataset."""
+    toy_data.write_go_files(root, genes=toy_data.GENES[::-1])
+    PertData(root).new_data_process("other", toy_data.make_raw(seed=3))
+    return root
+
+
+REFUSED_SCREENS = {  # the screen (from the toy one) and its options: refused before, or while, its counts are read
+    "a label of three genes": (lambda a: _own_column(_counts(_conditions(a, lambda c: _set(c, _first_control(c),
+                                                                                           "G1+G2+G3"))))),
+    "no genes": (lambda a: _own_column(_counts(a))[:, []].copy()),
+    "negative counts, met while they are written": (lambda a: _own_column(_x(_counts(a), lambda x: _set(x, (3, 4),
+                                                                                                        -1.0)))),
+}
+
+
+@pytest.mark.parametrize("problem", list(REFUSED_SCREENS))
+def test_a_refused_process_leaves_every_byte_of_a_folder_of_other_go_files_as_it_was(problem, tmp_path, capsys):
+    data = _other_screens_folder(tmp_path / "data")
+    before = _files_and_folders(data)
+    path = tmp_path / "screen.h5ad"
+    REFUSED_SCREENS[problem](toy_data.make_raw()).write_h5ad(path)
+    gene_sets = tmp_path / "go.gmt"
+    gene_sets.write_text("".join(f"set{i}\t\t" + "\t".join(toy_data.GENES[i::4]) + "\n" for i in range(4)))
+    argv = ["process", "--adata", str(path), "--data-path", str(data), "--name", "new", "--perturbation-column",
+            "target", "--control-label", "NT", "--combination-separator", "_", "--normalize",
+            "--go-gene-sets", str(gene_sets)]
+    assert main(argv) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert _files_and_folders(data) == before
+
+
+def test_a_screen_processed_with_go_files_writes_them_all_or_none(tmp_path, monkeypatch):
+    from gears_ddp.data import normalization
+    from gears_ddp.data.go_files import go_file_paths
+
+    data = _other_screens_folder(tmp_path / "data")
+    before = _files_and_folders(data)
+    annotation = {gene: {"GO:1", f"GO:{gene}"} for gene in toy_data.GENES}
+    screen = {"perturbation_column": "target", "control_label": "NT", "combination_separator": "_",
+              "normalize": True, "go_annotation": annotation}
+    blocks = normalization.normalized_blocks
+
+    def interrupted(*args, **kwargs):  # the process is stopped once the first block of cells is written
+        for block in blocks(*args, **kwargs):
+            yield block
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(normalization, "normalized_blocks", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        PertData(data).new_data_process("new", _own_column(_counts(toy_data.make_raw())), **screen)
+    assert _files_and_folders(data) == before  # the old GO files, no part of the new ones, no new folder
+    monkeypatch.setattr(normalization, "normalized_blocks", blocks)
+    pert_data = PertData(data)
+    pert_data.new_data_process("new", _own_column(_counts(toy_data.make_raw())), **screen)
+    assert io.read_pickle(go_file_paths(data)[0], "GO") == annotation == pert_data.gene2go
+    assert io.read_pickle(go_file_paths(data)[1], "genes") == sorted(annotation)
+    assert not list(data.rglob("*.tmp"))  # no temporary left
+    assert (data / "new" / io.PROCESSED_FILE).is_file()
 
 
 def test_without_go_files_the_go_terms_are_not_checked_and_nothing_is_downloaded(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from gears_ddp.report.page import render_report_page
-from gears_ddp.report.verdicts import MetricVerdict, compare, higher_is_better, verdict_table
+from gears_ddp.report.verdicts import MetricVerdict, compare, higher_is_better, summary_verdicts, verdict_table
 
 
 def test_verdicts_know_which_way_is_better_and_who_won():
@@ -46,3 +46,27 @@ def test_a_nan_metric_or_one_no_baseline_has_is_not_counted_as_a_win():
     report = {"model": model, "baselines": baselines, "best_epoch": 1, "history": [], "world_size": 1}
     assert "GEARS beats every baseline on 1 of 3 metrics" in render_report_page({}, report, {})
     assert [verdict.beats_every_baseline for verdict in verdicts] == [False, True, False]
+
+
+def test_the_console_table_shows_a_subgroup_only_where_it_differs_from_all_test_conditions():
+    def summary(value, groups):
+        return {f"test_{group + '_' if group else ''}{metric}": value for group in groups
+                for metric in ("pearson_delta", "mse_de")}
+
+    for groups, shown in [((None, "unseen_single"), []),  # a screen of single genes: the subgroup is the whole
+                          ((None, "combo_seen1", "unseen_single"), ["combo_seen1", "unseen_single"])]:
+        table = verdict_table(summary_verdicts(summary(0.5, groups), {"mean_effect": summary(0.4, groups)}))
+        labelled = sorted({line.split(":")[0] for line in table.splitlines() if line.split(":")[0] in groups})
+        assert labelled == shown, table
+
+
+def test_the_console_table_gives_baselines_that_predicted_the_same_one_column_and_says_why():
+    model = {"test_pearson_delta": 0.1, "test_mse_de": 0.4}
+    same = {"test_pearson_delta": 0.36, "test_mse_de": 0.36}
+    baselines = {"mean_effect": same, "additive": dict(same), "linear": {"test_pearson_delta": 0.07, "test_mse_de": 0.5}}
+    table = verdict_table(summary_verdicts(model, baselines))
+    assert table.splitlines()[0].split()[3:] == ["mean_effect", "=", "additive", "linear", "verdict"]  # one column
+    assert table.splitlines()[1].split()[:5] == ["pearson_delta", "higher", "0.1000", "0.3600", "0.0700"]
+    assert table.splitlines()[-1].startswith("mean_effect and additive predicted the same on this test set, so they "
+                                             "share a column")
+    assert "predicted the same" not in verdict_table(summary_verdicts(model, {**baselines, "additive": model}))

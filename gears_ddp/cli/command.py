@@ -63,7 +63,7 @@ DEMO_FINDINGS = {
              "stays below it on mse and pearson_delta at every seed. Why, measured beside the published GEARS: "
              "the test knockouts' GO neighbours are genes no training knockout reads; with a GO graph of the "
              "screen's own genes (--set args.default_pert_graph=false) GEARS scores higher, as the published "
-             "GEARS does on a graph of the knockouts alone (README)."),
+             "GEARS does on a graph of the knockouts alone (docs/demo.md)."),
     "synthetic": ("Measured in benchmarks/RESULTS.md: on this Norman-calibrated data GEARS, the published package "
                   "too, beats predicting no change on mse_de but not on mse, and stays below the mean-effect "
                   "baseline's pearson_delta, also when trained with a Norman run's learning budget."),
@@ -381,13 +381,11 @@ def _train_replicates(config: dict) -> int:
 
 def _print_summary(report: dict, note: str | None = None) -> None:
     from gears_ddp.report.learning import learning_checks
-    from gears_ddp.report.verdicts import compare, verdict_table
 
     print(f"\nbest epoch {report['best_epoch']} of {len(report['history'])}, {report['world_size']} process(es)")
-    if "model" in report:  # the log above has the subgroups too
-        print(verdict_table(compare(report["model"], report["baselines"], subgroups=(None,))))
+    if "model" in report:  # the log above shows the test table, once
         run = Path(report.get("model_path", "."))
-        print(f"These verdicts come from one seed; for 95% intervals over seeds: gears-ddp train --config "
+        print(f"The test verdicts above come from one seed; for 95% intervals over seeds: gears-ddp train --config "
               f"{run / CONFIG_FILE} --seeds 1 2 3 4 5 --set args.save_path={run}-replicates")
     print("\n" + "\n".join(learning_checks(report) + ([note] if note else [])))
     if "model_path" in report:
@@ -585,8 +583,9 @@ def figure_suffixes() -> tuple[str, ...]:
 
 
 def process(options) -> int:
+    """Process a screen; the GO files of --go-annotation or --go-gene-sets are checked with it
+    and written with it, all or none, so a refused screen leaves the data folder as it was."""
     from gears_ddp.data.conditions import genes_of_conditions
-    from gears_ddp.data.go_files import write_go_files
     from gears_ddp.data.io import read_h5ad
     from gears_ddp.data.pertdata import PertData
 
@@ -596,14 +595,13 @@ def process(options) -> int:
     # a file that is no h5ad fails here, before anything is written; its expression stays on
     # disk, read a block of cells at a time
     adata = read_h5ad(source, backed=True)
-    annotation = _go_annotation(options)
-    if annotation is not None:
-        gene2go, path = annotation
-        write_go_files(options.data_path, gene2go, overwrite=True)
-        print(f"GO files built from {path} ({len(gene2go)} genes) in {options.data_path}")
+    gene2go, origin = _go_annotation(options) or (None, "")
     pert_data = PertData(options.data_path)
     pert_data.new_data_process(options.name, adata, overwrite=options.overwrite, **_screen_options(options),
-                               drop_unannotated=options.drop_unannotated)
+                               drop_unannotated=options.drop_unannotated, go_annotation=gene2go,
+                               go_annotation_origin=str(origin))
+    if gene2go is not None:
+        print(f"GO files built from {origin} ({len(gene2go)} genes) in {options.data_path}")
     perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
     dropped = [gene for gene in perturbed if gene not in pert_data.node_map_pert]
     print(f"dataset {options.name}: {pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, "

@@ -64,20 +64,33 @@ def read_annotation(path) -> dict[str, set[str]]:
     return gene2go
 
 
-def write_go_files(data_path, gene2go: dict, pert_genes=None, overwrite: bool = False) -> None:
-    """Write the three GO files into ``data_path``; ``pert_genes`` (default: every annotated
-    gene) is the perturbation vocabulary. Different existing files are refused unless
-    ``overwrite``; the same ones are kept."""
+def go_file_paths(data_path) -> list[Path]:
+    """Where the three GO files lie in ``data_path``: gene2go, the perturbable genes, the GO graph."""
     data_path = Path(data_path)
-    pert_genes = sorted(gene2go) if pert_genes is None else list(pert_genes)
-    existing = data_path / GENE2GO_FILE
+    return [data_path / GENE2GO_FILE, data_path / ESSENTIAL_GENES_FILE,
+            data_path / GO_EDGES_NAME / f"{GO_EDGES_NAME}.csv"]
+
+
+def write_go_files(data_path, gene2go: dict, pert_genes=None, overwrite: bool = False) -> None:
+    """Write the three GO files into ``data_path``, all or none (``io.atomic_files``);
+    ``pert_genes`` (default: every annotated gene) is the perturbation vocabulary. Different
+    existing files are refused unless ``overwrite``; the same ones are kept."""
+    existing = Path(data_path) / GENE2GO_FILE
     if existing.exists() and not overwrite:
         if io.read_pickle(existing, "gene -> GO terms mapping") != gene2go:
             raise FileExistsError(f"{existing} holds other GO annotations; write into another data_path, "
                                   "or pass overwrite=True to replace them")
         return
-    data_path.mkdir(parents=True, exist_ok=True)
-    io.write_pickle(gene2go, existing)
-    io.write_pickle(pert_genes, data_path / ESSENTIAL_GENES_FILE)
-    with io.atomic_path(data_path / GO_EDGES_NAME / f"{GO_EDGES_NAME}.csv") as tmp:
-        jaccard_edge_list(gene2go, pert_genes).to_csv(tmp, index=False)
+    with io.atomic_files(go_file_paths(data_path)) as paths:
+        write_go_files_to(paths, gene2go, pert_genes)
+
+
+def write_go_files_to(paths, gene2go: dict, pert_genes=None) -> None:
+    """Write the GO files of ``gene2go`` (and ``pert_genes``, default every annotated gene)
+    at ``paths``, in the order of ``go_file_paths``: the temporaries of ``io.atomic_files``,
+    which renames them, with any other file that belongs with them, once all are written."""
+    gene2go_path, pert_genes_path, edges_path = paths
+    pert_genes = sorted(gene2go) if pert_genes is None else list(pert_genes)
+    io.write_pickle(gene2go, gene2go_path)
+    io.write_pickle(pert_genes, pert_genes_path)
+    jaccard_edge_list(gene2go, pert_genes).to_csv(edges_path, index=False)

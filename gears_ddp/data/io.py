@@ -4,8 +4,11 @@ never run code.
 Every file the library writes goes through ``atomic_path``: the content is written to a
 temporary file in the destination folder, flushed to disk, and renamed over the destination
 only when complete (the folder is flushed too), so neither an interrupted run nor a power
-loss leaves a truncated or empty file that a later run would trust. Files are created with
-the permissions the umask allows, like any other file the user writes.
+loss leaves a truncated or empty file that a later run would trust. Files that belong
+together (a processed dataset and the GO files built for it) go through ``atomic_files``:
+all are written to temporary files first, then renamed, so a failure leaves the old set
+whole. Files are created with the permissions the umask allows, like any other file the
+user writes.
 
 Pickles (the published GEARS's config, split and GO files) are read with ``read_pickle``,
 which admits only plain data: builtin containers and scalars, numpy arrays and scalars, and
@@ -46,8 +49,7 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     written there to disk and rename it to ``dest``."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = dest.parent / f".{dest.name}.{secrets.token_hex(6)}.tmp"
-    os.close(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # mode as the umask allows
+    tmp_path = _new_temporary(dest)
     try:
         yield tmp_path
         _flush_to_disk(tmp_path)
@@ -55,6 +57,46 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
         _flush_to_disk(dest.parent)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_files(dests) -> Iterator[list[Path]]:
+    """``atomic_path`` for files that belong together (a processed dataset and the GO files
+    it was processed with): yield a new temporary path next to each of ``dests``, in order;
+    when the block succeeds, flush every one to disk, then rename them all to their
+    destinations. Until every file is written nothing of the old ones changes, so a failure
+    or a crash while they are written leaves the old files (and, after a failure, no folder
+    made for the new ones); a writer that is atomic itself may be given these paths."""
+    dests = [Path(dest) for dest in dests]
+    made = sorted({folder for dest in dests for folder in (dest.parent, *dest.parent.parents) if not folder.exists()},
+                  key=lambda folder: len(folder.parts), reverse=True)  # the deepest first
+    for dest in dests:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp_paths, renamed = [], False
+    try:
+        tmp_paths.extend(_new_temporary(dest) for dest in dests)
+        yield list(tmp_paths)
+        for tmp_path in tmp_paths:
+            _flush_to_disk(tmp_path)
+        for tmp_path, dest in zip(tmp_paths, dests):
+            os.replace(tmp_path, dest)
+        renamed = True
+        for folder in dict.fromkeys(dest.parent for dest in dests):
+            _flush_to_disk(folder)
+    finally:
+        for tmp_path in tmp_paths:
+            tmp_path.unlink(missing_ok=True)
+        if not renamed:
+            for folder in made:
+                with contextlib.suppress(OSError):  # another process may have written into it meanwhile
+                    folder.rmdir()
+
+
+def _new_temporary(dest: Path) -> Path:
+    """A new empty file next to ``dest`` (hidden, with a random name) to write it in."""
+    tmp_path = dest.parent / f".{dest.name}.{secrets.token_hex(6)}.tmp"
+    os.close(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # mode as the umask allows
+    return tmp_path
 
 
 def file_in_the_way(folder: str | os.PathLike) -> Path | None:

@@ -13,9 +13,11 @@ shares through the page cache, whatever started it, and which may be larger than
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 from pathlib import Path
+from typing import Iterator
 
 import anndata
 import numpy as np
@@ -24,8 +26,8 @@ import scipy.sparse as sp
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data import (cache_settings, download, graphs, io, normalization, processing, raw_screens,
-                            screen_check)
+from gears_ddp.data import (cache_settings, download, go_files, graphs, io, normalization, processing,
+                            raw_screens, screen_check)
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
 from gears_ddp.data.expression_map import DTYPES, as_tensor, mapped_expression
 from gears_ddp.data.go_files import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME
@@ -134,7 +136,8 @@ class PertData:
                          skip_calc_de: bool = False, overwrite: bool = False, *,
                          perturbation_column: str | None = None, control_label: str | None = None,
                          combination_separator: str | None = None, normalize: bool = False,
-                         n_top_genes: int | None = None, drop_unannotated: bool = True) -> None:
+                         n_top_genes: int | None = None, drop_unannotated: bool = True,
+                         go_annotation: dict | None = None, go_annotation_origin: str = "go_annotation") -> None:
         """Process a screen into ``data_path/<dataset_name>/perturb_processed.h5ad`` and load it.
 
         The published GEARS takes ``obs['condition']`` (``'ctrl'``, ``'A+ctrl'``, ``'A+B'``),
@@ -153,6 +156,10 @@ class PertData:
         - ``drop_unannotated``: cells whose perturbed genes are outside the perturbation
           vocabulary (no GO annotation) are dropped with a warning that names them, as the
           published GEARS drops them; ``False`` refuses the screen instead, naming them.
+        - ``go_annotation``: gene -> GO terms (as ``read_gene_sets`` and ``read_annotation``
+          read a GMT or GAF file, named by ``go_annotation_origin``) to build the GO files of
+          ``data_path`` from (``go_files``), in place of those there: the screen is checked
+          against it, and the GO files are written with the processed file, all or none.
 
         Without ``normalize``, ``adata`` gains the processed columns in place; with it,
         ``adata`` keeps its counts, and its cells are normalised a block at a time as the
@@ -160,7 +167,11 @@ class PertData:
         time, from memory or from the file of a backed ``adata``
         (``anndata.read_h5ad(path, backed='r')``), so a screen larger than memory can be
         processed. An existing processed file is only replaced with ``overwrite=True``; split
-        and graph caches in the folder are removed.
+        and graph caches in the folder are removed. Every check that can refuse the screen
+        runs before a file is written, but those of raw counts (with ``normalize``), which are
+        read once, as they are written; the files written are renamed into place together
+        once all are complete, so a refused screen, or one interrupted, leaves the disk as it
+        was.
         """
         if adata is None:
             raise ValueError("new_data_process needs the raw AnnData as `adata`")
@@ -172,28 +183,47 @@ class PertData:
         source = screen_check.screen_source(dataset_name)
         screen = {"perturbation_column": perturbation_column, "control_label": control_label,
                   "combination_separator": combination_separator, "normalize": normalize, "n_top_genes": n_top_genes,
-                  "drop_unannotated": drop_unannotated, "skip_calc_de": skip_calc_de, "splits": []}
+                  "drop_unannotated": drop_unannotated, "skip_calc_de": skip_calc_de, "splits": [],
+                  "go_annotation": go_annotation, "go_annotation_origin": go_annotation_origin}
         if not self.check_screen(adata, dataset_name, read_expression=False, **screen).would_train:
             self.check_screen(adata, dataset_name, **screen).refuse()  # the expression's problems named too
         raw_screens.add_gears_columns(adata, dataset_name, perturbation_column, control_label,
                                       combination_separator, source)
+        if go_annotation is None:
+            self.ensure_go_inputs()  # every GO file there, or all the missing ones named, before any work
         de = not skip_calc_de
         if normalize:  # the counts are read, so checked, as they are written: the cheap checks come first
             perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
             processed, genes = normalization.normalized_annotations(adata, n_top_genes, perturbed, source)
-            self.ensure_go_inputs()
-            keep = self._cells_in_vocabulary(adata, dataset_name, drop_unannotated)
-            write_normalized_dataset(processed, folder, normalization.normalized_blocks(
-                adata.X, genes, source, check_counts=genes is None), normalization.normalized_dtype(adata.X), de, source)
+            keep = self._cells_in_vocabulary(adata, dataset_name, drop_unannotated, go_annotation)
+            with self._files_of_dataset(target, go_annotation) as processed_path:
+                write_normalized_dataset(processed, processed_path, normalization.normalized_blocks(
+                    adata.X, genes, source, check_counts=genes is None), normalization.normalized_dtype(adata.X), de,
+                    source)
+            clear_stale_caches(processed, folder)
             with io.h5ad_parts(target, ("condition", "cell_type", "condition_name")) as parts:
                 self._use_dataset(parts, folder, keep)
         else:  # the expression is read, so checked, before anything is written
             processed, reading = adata, read_processed_expression(adata, de, source)
-            self.ensure_go_inputs()
-            keep = self._cells_in_vocabulary(adata, dataset_name, drop_unannotated)
-            write_processed_dataset(adata, folder, reading)
+            keep = self._cells_in_vocabulary(adata, dataset_name, drop_unannotated, go_annotation)
+            with self._files_of_dataset(target, go_annotation) as processed_path:
+                write_processed_dataset(adata, processed_path, reading)
+            clear_stale_caches(adata, folder)
             self._use_dataset(adata, folder, keep)
         self._adata = _view(self.cells.expression, _kept(processed.obs, keep), self.var, self.uns)
+
+    @contextlib.contextmanager
+    def _files_of_dataset(self, target: Path, go_annotation: dict | None) -> Iterator[Path]:
+        """Yield the path to write the processed file ``target`` at; with ``go_annotation``,
+        the GO files built from it are written first, and all are renamed into place together
+        when the block succeeds (``io.atomic_files``), else none."""
+        paths = [target] + (go_files.go_file_paths(self.data_path) if go_annotation is not None else [])
+        with io.atomic_files(paths) as (processed_path, *go_paths):
+            if go_annotation is not None:
+                go_files.write_go_files_to(go_paths, go_annotation)
+            yield processed_path
+        if go_annotation is not None:
+            self._gene2go = go_annotation
 
     def check_screen(self, adata: anndata.AnnData, dataset_name: str = "screen", *,
                      perturbation_column: str | None = None, control_label: str | None = None,
@@ -264,11 +294,17 @@ class PertData:
         path = download.ensure_go_file(ESSENTIAL_GENES_FILE, self.data_path)
         return list(io.read_pickle(path, "default perturbation gene list"))
 
-    def _cells_in_vocabulary(self, adata: anndata.AnnData, name: str, drop_unannotated: bool = True) -> np.ndarray:
-        """Set the perturbation vocabulary; returns which cells it can represent. The others'
+    def _cells_in_vocabulary(self, adata: anndata.AnnData, name: str, drop_unannotated: bool = True,
+                             go_annotation: dict | None = None) -> np.ndarray:
+        """Set the perturbation vocabulary, of the data folder's GO files or of those
+        ``go_annotation`` will make; returns which cells it can represent. The others'
         conditions are dropped with a warning naming them, or (``drop_unannotated=False``)
         refused naming their genes and the ways to keep them (``go_coverage``)."""
-        self.pert_names = graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(adata))
+        if go_annotation is None:
+            self.pert_names = graphs.pert_vocabulary(self.gene2go, self._pert_vocabulary_candidates(adata))
+        else:
+            self.pert_names = graphs.pert_vocabulary(
+                go_annotation, self._pert_vocabulary_candidates(adata, annotated=sorted(go_annotation)))
         self.node_map_pert = {g: i for i, g in enumerate(self.pert_names)}
         conditions, codes = coded_conditions(adata.obs["condition"], f"dataset {name!r} obs['condition']")
         coverage = go_coverage(dict(zip(conditions, np.bincount(codes, minlength=len(conditions)).tolist())),
@@ -558,47 +594,39 @@ def read_processed_expression(adata: anndata.AnnData, de: bool = True,
     return processing.read_expression(adata, source, de)
 
 
-def write_processed_dataset(adata: anndata.AnnData, folder: Path, reading: processing.ExpressionReading) -> None:
+def write_processed_dataset(adata: anndata.AnnData, path: Path, reading: processing.ExpressionReading) -> None:
     """Add the DE ranking and the gene sets of ``reading`` (``read_processed_expression`` of
-    ``adata``) and write ``adata`` as ``folder/perturb_processed.h5ad`` (atomically; a backed
-    one by copying its file, never reading its expression into memory); delete the split and
-    graph caches that an earlier version of the data left there."""
+    ``adata``) and write ``adata`` as the processed file ``path`` (atomically; a backed one
+    by copying its file, never reading its expression into memory). ``clear_stale_caches``
+    then deletes what an earlier version of the data left in the folder."""
     processing.add_de_entries(adata, reading)
-    io.write_h5ad(adata, folder / io.PROCESSED_FILE)
-    _written(adata, folder)
+    io.write_h5ad(adata, path)
 
 
-def write_normalized_dataset(annotations: anndata.AnnData, folder: Path, blocks, dtype, de: bool = True,
+def write_normalized_dataset(annotations: anndata.AnnData, path: Path, blocks, dtype, de: bool = True,
                              source: str = "the AnnData") -> None:
-    """Process and write ``folder/perturb_processed.h5ad`` from a screen's ``annotations`` (an
+    """Process and write the processed file ``path`` from a screen's ``annotations`` (an
     AnnData without ``X``, validated) and its expression, which ``blocks`` gives a block of
     cells at a time (``(first cell, CSR block)``: ``normalization.normalized_blocks``), as
-    values of ``dtype``; delete the split and graph caches that an earlier version of the
-    data left there.
+    values of ``dtype``. ``clear_stale_caches`` then deletes what an earlier version of the
+    data left in the folder.
 
     The blocks are read once: checked, summed for the DE ranking and the gene sets (``de``)
     and appended to the file as they come, so the expression is never in memory whole. The
-    file is written atomically: nothing is left of it, nor of a folder made for it, when a
-    check fails."""
+    file is written atomically: nothing is left of it when a check fails."""
     processing.prepare_for_reading(annotations, de)
     reading = processing.ExpressionReading(annotations.obs, annotations.n_vars, de)
-    made = not folder.exists()
-    try:
-        with io.h5ad_by_blocks(folder / io.PROCESSED_FILE, annotations, dtype) as expression:
-            for start, block in blocks:
-                reading.add(start, block)
-                expression.append(block)
-            reading.check.finish(source)
-            processing.add_de_entries(annotations, reading)
-    except BaseException:
-        if made and folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-        raise
-    _written(annotations, folder)
+    with io.h5ad_by_blocks(path, annotations, dtype) as expression:
+        for start, block in blocks:
+            reading.add(start, block)
+            expression.append(block)
+        reading.check.finish(source)
+        processing.add_de_entries(annotations, reading)
 
 
-def _written(adata: anndata.AnnData, folder: Path) -> None:
-    """Delete the split and graph caches of an earlier version of the dataset just written."""
+def clear_stale_caches(adata: anndata.AnnData, folder: Path) -> None:
+    """Delete the split and graph caches of an earlier version of the dataset just written
+    to ``folder``."""
     splits = folder / "splits"
     stale = list(splits.glob("*.pkl")) + list(splits.glob(f"*{cache_settings.SUFFIX}")) \
         + list(folder.glob("*_co_expression_network*")) + list(folder.glob("go_essential_*.csv"))

@@ -69,6 +69,10 @@ def check_screen(adata, name: str = "screen", *, perturbation_column: str | None
     source = screen_source(name)
     report = ScreenReport(source)
     report.fact("cells and genes", f"{adata.n_obs} cells x {adata.n_vars} genes")
+    empty = _empty_screen_problem(adata, source)
+    if empty is not None:  # every other check would only describe the emptiness
+        report.add([empty])
+        return report
     report.add(normalization.option_problems(normalize, n_top_genes))
     report.add(_duplicate_problems(adata, source))
     annotations = _gears_annotations(adata, name, perturbation_column, control_label, combination_separator, report)
@@ -106,6 +110,16 @@ def _gears_annotations(adata, name: str, perturbation_column, control_label, com
     column = annotations.obs["condition"].astype(object)
     well_formed = ~column.isin(list(malformed_conditions(column.unique()))).to_numpy()
     return annotations[well_formed] if not well_formed.all() else annotations
+
+
+def _empty_screen_problem(adata, source: str) -> Problem | None:
+    """A screen without cells or without genes, named for what it is: nothing to train on."""
+    missing = [what for what, count in (("cells", adata.n_obs), ("genes", adata.n_vars)) if count == 0]
+    if not missing:
+        return None
+    return Problem("cells and genes", f"{source} has no {' and no '.join(missing)} ({adata.n_obs} cells x "
+                                      f"{adata.n_vars} genes), so there is nothing to train on; give the screen's "
+                                      "own file (cells or genes chosen by names that match none leave it empty)")
 
 
 def _duplicate_problems(adata, source: str) -> list[Problem]:

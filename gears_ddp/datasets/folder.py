@@ -29,7 +29,7 @@ import pandas as pd
 from gears_ddp._logging import get_logger
 from gears_ddp.data import io, processing
 from gears_ddp.data.go_files import write_go_files
-from gears_ddp.data.pertdata import read_processed_expression, write_processed_dataset
+from gears_ddp.data.pertdata import clear_stale_caches, read_processed_expression, write_processed_dataset
 from gears_ddp.datasets.synthetic import GEARS_LAYOUT, make_synthetic_perturb_seq
 
 logger = get_logger(__name__)
@@ -62,7 +62,9 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
     write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
     source = f"synthetic dataset {name!r}"
     processing.validate_annotations(synthetic.adata, source)
-    write_processed_dataset(synthetic.adata, folder, read_processed_expression(synthetic.adata, source=source))
+    write_processed_dataset(synthetic.adata, folder / io.PROCESSED_FILE,
+                            read_processed_expression(synthetic.adata, source=source))
+    clear_stale_caches(synthetic.adata, folder)
     with io.atomic_path(folder / TRUE_MEANS_FILE) as tmp:
         synthetic.true_means.to_csv(tmp, compression="gzip")
     ground_truth = {"interaction_types": synthetic.interaction_types, "params": synthetic.params}

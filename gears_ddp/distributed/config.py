@@ -34,7 +34,7 @@ class SplitConfig:
 
 @dataclass
 class TrainingArgs(TrainingOptions):
-    """Everything ``args`` may hold; see the README's options table.
+    """Everything ``args`` may hold; see docs/options.md.
 
     The loader options get values here (``train_multi_gpu`` builds the loaders), and the
     model goes to ``save_path`` unless it is set to None.

@@ -11,7 +11,7 @@ This is torch_geometric's ``SGConv(in, out, K=1)`` with its defaults, with the s
 parameter names (``lin.weight``, ``lin.bias``) and initialisation, so GEARS checkpoints
 load either way; the test suite checks outputs and gradients against it. It is written
 here because importing torch_geometric costs every distributed rank memory and start-up
-time (it imports ``torch._dynamo`` and sympy) for two sparse products (the README's
+time (it imports ``torch._dynamo`` and sympy) for two sparse products (docs/architecture.md's
 dependencies section has the measured cost).
 """
 from __future__ import annotations

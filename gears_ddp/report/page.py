@@ -11,11 +11,12 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from gears_ddp.report.equal_baselines import equal_baseline_groups, equal_baselines_notes, group_heading
 from gears_ddp.report.interaction_section import interaction_section
 from gears_ddp.report.learning import learning_checks
 from gears_ddp.report.numbers import format_duration, format_number
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
-from gears_ddp.report.verdicts import MetricVerdict, compare, outcome_line
+from gears_ddp.report.verdicts import MetricVerdict, compare, outcome_line, shown_subgroups, whole_test_set_name
 
 TITLE = "GEARS run report"
 BASELINES_NOTE = ("Each baseline predicts from the training data only: <i>no_change</i> the control mean, "
@@ -50,10 +51,14 @@ def write_report_page(path, settings: dict, report: dict, pictures: dict[str, st
 def render_report_page(settings: dict, report: dict, pictures: dict[str, str]) -> str:
     """The page's HTML text."""
     tested = "model" in report
-    verdicts = compare(report["model"], report.get("baselines", {})) if tested else []
+    baselines = report.get("baselines", {})
+    verdicts = compare(report["model"], baselines, subgroups=(None, *shown_subgroups(report["model"]))) \
+        if tested else []
     outcome = outcome_line(verdicts) if tested else "No test set: the model was not tested"
     figures = [(relative, title, title) for title, relative in pictures.items()]
-    sections = [_learning_section(report), _verdict_section(verdicts) if tested else NO_TEST_SET,
+    sections = [_learning_section(report),
+                _verdict_section(verdicts, equal_baseline_groups(baselines), whole_test_set_name(report["model"]))
+                if tested else NO_TEST_SET,
                 interaction_section(report.get("interactions")), pictures_section("Pictures", figures),
                 _history_section(report)]
     facts = f'<p class="facts">{" &middot; ".join(_run_facts(report))}</p>'
@@ -80,23 +85,25 @@ def _run_facts(report: dict) -> list[str]:
     return facts
 
 
-def _verdict_section(verdicts: list[MetricVerdict]) -> str:
-    """The test metrics: GEARS's value beside each baseline's, a baseline's in red where it is
-    at least as good, n/a where the comparison is not applicable."""
-    names = list(dict.fromkeys(name for verdict in verdicts for name in verdict.beats))
+def _verdict_section(verdicts: list[MetricVerdict], groups: list[tuple[str, ...]], whole: str) -> str:
+    """The test metrics: GEARS's value beside each baseline's (one column for the baselines of
+    a group, which predicted the same: ``equal_baselines``), a baseline's in red where it is
+    at least as good, n/a where the comparison is not applicable; ``whole`` names all test
+    conditions."""
 
     def values(verdict: MetricVerdict) -> list[str]:
         cells = [f'<td class="number">{format_number(verdict.model)}</td>']
-        for name in names:
+        for name in (group[0] for group in groups):
             reason = verdict.not_applicable.get(name)
             lost_to = " beats-gears" if verdict.beats.get(name) is False else ""
             cells.append(not_applicable_cell(reason) if reason else
                          f'<td class="number{lost_to}">{format_number(verdict.baselines.get(name))}</td>')
         return cells
 
-    intro = f'<p>{BASELINES_NOTE}</p>\n<p class="note">{escape(ONE_SEED_NOTE)}</p>\n'
+    intro = f"<p>{BASELINES_NOTE}</p>\n" + "".join(f'<p class="note">{escape(note)}</p>\n'
+                                                     for note in [*equal_baselines_notes(groups), ONE_SEED_NOTE])
     return verdict_section("Test metrics beside the baselines", intro, verdicts,
-                           ["GEARS", *(escape(name) for name in names)], values)
+                           ["GEARS", *(escape(group_heading(group)) for group in groups)], values, whole)
 
 
 def _history_section(report: dict) -> str:

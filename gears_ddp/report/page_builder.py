@@ -65,19 +65,19 @@ def report_page(title: str, settings: dict, outcome: str, sections: Sequence[str
 
 
 def verdict_section(title: str, intro: str, verdicts: list, value_headings: Sequence[str],
-                    value_cells: Callable[[object], Sequence[str]]) -> str:
+                    value_cells: Callable[[object], Sequence[str]], whole: str = SUBGROUP_NAMES[None]) -> str:
     """The test metrics table under the heading ``title`` and the ``intro`` (HTML): per
     verdict (a run's ``MetricVerdict`` or the replicates' ``ReplicateVerdict``), the metric
     and its meaning, its direction, the page's own cells (``value_cells(verdict)``, one
     ``<td>`` per heading of ``value_headings``, both HTML) and the verdict, coloured; a
-    heading row where a new subgroup starts."""
+    heading row where a new subgroup starts (``whole``: the name of all test conditions)."""
     columns = len(value_headings) + 3
     header = "".join(f"<th>{heading}</th>" for heading in value_headings)
     rows, subgroup = [], object()
     for verdict in verdicts:
         if verdict.subgroup != subgroup:
             subgroup = verdict.subgroup
-            name = SUBGROUP_NAMES.get(subgroup, subgroup).capitalize()
+            name = (whole if subgroup is None else SUBGROUP_NAMES.get(subgroup, subgroup)).capitalize()
             rows.append(f'<tr class="subgroup"><th colspan="{columns}">{escape(str(name))}</th></tr>')
         rows.append(f'<tr><td><b>{escape(verdict.metric)}</b><br>'
                     f'<span class="meaning">{escape(MEANINGS.get(verdict.metric, ""))}</span></td>'

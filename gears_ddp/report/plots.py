@@ -21,9 +21,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from gears_ddp.report.not_applicable import NOT_APPLICABLE
+from gears_ddp.report.equal_baselines import equal_baseline_groups, group_heading
+from gears_ddp.report.not_applicable import NOT_APPLICABLE, not_applicable_reason
 from gears_ddp.report.replicate_summary import BEATS, LOSES, NO_CLEAR, NO_INTERVAL
-from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES, SUBGROUPS, higher_is_better, metric_key, summary_value
+from gears_ddp.report.verdicts import (MEANINGS, SUBGROUP_NAMES, higher_is_better, metric_key, shown_subgroups,
+                                       summary_value, whole_test_set_name)
 
 GEARS_COLOUR = "#c62828"
 TRAIN_COLOUR = "#5b7fa6"
@@ -40,7 +42,7 @@ DPI = 150
 
 
 def subgroup_label(subgroup: str | None) -> str:
-    """A subgroup's name as a tick label, broken into short lines."""
+    """A subgroup's name (or a name of one's own) as a tick label, broken into short lines."""
     return textwrap.fill(SUBGROUP_NAMES.get(subgroup, str(subgroup)), width=22)
 
 
@@ -143,24 +145,24 @@ def plot_training_curves(history: list[dict], best_epoch: int, path) -> Path:
 
 # ------------------------------------------------------------------ test metrics
 def figure_test_metrics(model: dict, baselines: dict[str, dict], metrics=("pearson_delta", "mse_de")) -> Figure:
-    """One panel per metric: for all test conditions and each test subgroup present, GEARS's
-    bar beside each baseline's. A missing or NaN value leaves its slot empty, marked "n/a".
-    Every bar carries its value; the title says which way is better."""
-    groups = present_subgroups(model, metrics)
+    """One panel per metric: for all test conditions and each test subgroup that differs
+    from them (``verdicts.shown_subgroups``), GEARS's bar beside each baseline's (one bar for
+    baselines that predicted the same: ``equal_baselines``). A missing or NaN value, or a
+    comparison that is not applicable (``not_applicable``), leaves its slot empty, marked
+    "n/a". Every bar carries its value; the title says which way is better."""
+    groups = [None, *shown_subgroups(model)]
+    labels = [subgroup_label(group or whole_test_set_name(model)) for group in groups]
+    series = [("GEARS", model, GEARS_COLOUR)] + [
+        (group, baselines[group[0]], baseline_colour(group[0], position))
+        for position, group in enumerate(equal_baseline_groups(baselines))]
     width = max(6.5, 2.2 * len(groups) + 3)
     figure = new_figure(width, 3.9 * len(metrics) + 0.9)
     for axes, metric in zip(np.atleast_1d(figure.subplots(len(metrics), 1)), metrics):
-        _draw_metric_panel(axes, metric, groups, model, baselines)
-    columns = len(baselines) + 1 if width >= 10 else 2  # a narrow figure stacks the legend
-    figure.legend(handles=_bar_legend_handles(baselines), loc="outside upper center", ncol=columns,
+        _draw_metric_panel(axes, metric, groups, labels, series)
+    columns = len(series) if width >= 10 else 2  # a narrow figure stacks the legend
+    figure.legend(handles=_bar_legend_handles(series), loc="outside upper center", ncol=columns,
                   frameon=False, fontsize=BASE_FONT_SIZE)
     return figure
-
-
-def present_subgroups(model: dict, metrics) -> list[str | None]:
-    """``None`` (all test conditions), then each subgroup the model's summary has a value of."""
-    return [None] + [subgroup for subgroup in SUBGROUPS
-                     if any(metric_key(metric, subgroup) in model for metric in metrics)]
 
 
 def baseline_colour(name: str, position: int) -> str:
@@ -168,24 +170,28 @@ def baseline_colour(name: str, position: int) -> str:
     return BASELINE_COLOURS.get(name, FALLBACK_BASELINE_COLOURS[position % len(FALLBACK_BASELINE_COLOURS)])
 
 
-def display_name(name: str) -> str:
-    """``'mean_effect'`` -> ``'mean effect baseline'``."""
+def display_name(name: str | tuple[str, ...]) -> str:
+    """``'mean_effect'`` -> ``'mean effect baseline'``; a group of baselines that predicted
+    the same -> ``'mean effect = additive baselines (equal here)'``."""
+    if isinstance(name, tuple):
+        return display_name(name[0]) if len(name) == 1 else \
+            " = ".join(member.replace("_", " ") for member in name) + " baselines (equal here)"
     return name.replace("_", " ") + " baseline"
 
 
-def _draw_metric_panel(axes, metric: str, groups: list, model: dict, baselines: dict[str, dict]) -> None:
-    """The bars of one metric; GEARS first in each group, then the baselines in order."""
-    summaries = [("GEARS", model, GEARS_COLOUR)] + [
-        (name, summary, baseline_colour(name, position)) for position, (name, summary) in enumerate(baselines.items())]
-    width = 0.8 / len(summaries)
+def _draw_metric_panel(axes, metric: str, groups: list, labels: list[str], series: list[tuple]) -> None:
+    """The bars of one metric: for each of ``series`` (name, summary, colour; GEARS first,
+    then the baselines in order) a bar per test group; a baseline's value of a comparison
+    that is not applicable is no bar, only "n/a", as the table has it."""
+    width = 0.8 / len(series)
     centres = np.arange(len(groups))
-    for slot, (name, summary, colour) in enumerate(summaries):
-        heights = np.array([summary_value(summary, metric_key(metric, group)) for group in groups])
-        offsets = centres + (slot - (len(summaries) - 1) / 2) * width
-        _draw_bars(axes, offsets, heights, width, colour, label=name)
+    for slot, (name, summary, colour) in enumerate(series):
+        fixed = isinstance(name, tuple) and not_applicable_reason(name[0], metric) is not None
+        heights = np.array([np.nan if fixed else summary_value(summary, metric_key(metric, group)) for group in groups])
+        offsets = centres + (slot - (len(series) - 1) / 2) * width
+        _draw_bars(axes, offsets, heights, width, colour, label=name if name == "GEARS" else group_heading(name))
     axes.axhline(0, color="#555555", linewidth=0.8)
-    axes.set_xticks(centres, labels=[subgroup_label(group) for group in groups],
-                    fontsize=BASE_FONT_SIZE)
+    axes.set_xticks(centres, labels=labels, fontsize=BASE_FONT_SIZE)
     axes.set_ylabel(metric, fontsize=BASE_FONT_SIZE)
     direction = "higher is better" if higher_is_better(metric) else "lower is better"
     meaning = MEANINGS.get(metric)
@@ -209,11 +215,10 @@ def _draw_bars(axes, offsets: np.ndarray, heights: np.ndarray, width: float, col
                   color="grey")
 
 
-def _bar_legend_handles(baselines: dict[str, dict]) -> list:
-    """GEARS and each baseline, in bar order."""
-    return [Patch(facecolor=GEARS_COLOUR, edgecolor="#444444", label="GEARS")] + [
-        Patch(color=baseline_colour(name, position), label=display_name(name))
-        for position, name in enumerate(baselines)]
+def _bar_legend_handles(series: list[tuple]) -> list:
+    """GEARS and each baseline (or group of baselines that predicted the same), in bar order."""
+    return [Patch(facecolor=colour, edgecolor="#444444", label="GEARS") if name == "GEARS" else
+            Patch(color=colour, label=display_name(name)) for name, _, colour in series]
 
 
 def plot_test_metrics(model: dict, baselines: dict[str, dict], path, metrics=("pearson_delta", "mse_de")) -> Path:
@@ -301,11 +306,11 @@ def plot_predictions(examples: list[dict], path) -> Path:
 
 
 # ------------------------------------------------------------------ replicates
-def figure_replicate_values(verdicts: list) -> Figure:
+def figure_replicate_values(verdicts: list, whole: str = SUBGROUP_NAMES[None]) -> Figure:
     """One metric over the replicates (``replicate_summary.ReplicateVerdict`` of each
-    subgroup): for all test conditions and each subgroup, every replicate's value of GEARS
-    and of each baseline as a point, side by side, with each method's mean as a bar across
-    its points. The title says which way is better."""
+    subgroup): for all test conditions (named ``whole``) and each subgroup, every
+    replicate's value of GEARS and of each baseline as a point, side by side, with each
+    method's mean as a bar across its points. The title says which way is better."""
     metric = verdicts[0].metric
     names = ["GEARS", *verdicts[0].baselines]
     colours = [GEARS_COLOUR] + [baseline_colour(name, position) for position, name in enumerate(names[1:])]
@@ -329,7 +334,7 @@ def figure_replicate_values(verdicts: list) -> Figure:
                 axes.text(centre, 0.01, VERDICT_LABELS[verdict_text], transform=axes.get_xaxis_transform(),
                           ha="center", va="bottom", fontsize=BASE_FONT_SIZE - 3,
                           color=VERDICT_COLOURS.get(verdict_text, "#777777"))
-    axes.set_xticks(np.arange(len(verdicts)), labels=[subgroup_label(v.subgroup) for v in verdicts],
+    axes.set_xticks(np.arange(len(verdicts)), labels=[subgroup_label(v.subgroup or whole) for v in verdicts],
                     fontsize=BASE_FONT_SIZE)
     axes.set_xlim(-0.6, len(verdicts) - 0.4)
     low, high = axes.get_ylim()
@@ -357,6 +362,6 @@ def figure_replicate_values(verdicts: list) -> Figure:
     return figure
 
 
-def plot_replicate_values(verdicts: list, path) -> Path:
+def plot_replicate_values(verdicts: list, path, whole: str = SUBGROUP_NAMES[None]) -> Path:
     """Write ``figure_replicate_values`` as a PNG at ``path``; returns the path."""
-    return save_figure(figure_replicate_values(verdicts), path)
+    return save_figure(figure_replicate_values(verdicts, whole), path)

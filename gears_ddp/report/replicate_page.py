@@ -15,22 +15,24 @@ from gears_ddp.report.numbers import format_duration, format_interval
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
 from gears_ddp.report.replicate_summary import BEATS, INTERVAL_METHOD, LOSES, ReplicateVerdict
 from gears_ddp.report.run_folder import PAGE_FILE
-from gears_ddp.report.verdicts import outcome_line
+from gears_ddp.report.verdicts import SUBGROUP_NAMES, outcome_line
 
 TITLE = "GEARS replicates"
 
 
 def render_replicate_page(settings: dict, replicates: list[dict], verdicts: list[ReplicateVerdict],
-                          pictures: dict[str, str], folder: Path) -> str:
+                          pictures: dict[str, str], folder: Path, whole: str = SUBGROUP_NAMES[None]) -> str:
     """The page's HTML text; ``pictures`` maps each metric to its picture's path relative to
-    ``folder``, where the page lies (replicate links are relative to it too)."""
+    ``folder``, where the page lies (replicate links are relative to it too); ``whole``
+    names all test conditions."""
     finished = sum(replicate["status"] == "finished" for replicate in replicates)
     names = ", ".join(escape(replicate["name"]) for replicate in replicates)
     outcome = f"Over {finished} replicates, " + outcome_line(verdicts, "all test conditions, 95% intervals")
     figures = [(relative, f"{metric} in every replicate",
                 f"{metric}: every replicate's value (points) and the mean (bar)")
                for metric, relative in pictures.items()]
-    sections = [_failures_section(replicates), _verdict_section(verdicts), pictures_section("Every replicate", figures),
+    sections = [_failures_section(replicates), _verdict_section(verdicts, whole),
+                pictures_section("Every replicate", figures),
                 _replicates_section(replicates, folder)]
     return report_page(TITLE, settings, outcome, sections,
                        about=f"; {finished} of {len(replicates)} replicates finished ({names})",
@@ -59,7 +61,7 @@ def _failures_section(replicates: list[dict]) -> str:
             "continues from its newest checkpoint.</p>\n<ul>\n" + "\n".join(items) + "\n</ul>")
 
 
-def _verdict_section(verdicts: list[ReplicateVerdict]) -> str:
+def _verdict_section(verdicts: list[ReplicateVerdict], whole: str) -> str:
     """The test metrics: GEARS's mean ± sd, and per baseline its mean ± sd and the paired
     difference with its interval, coloured by that difference's verdict (n/a, with the
     reason, where the comparison is not applicable)."""
@@ -80,7 +82,7 @@ def _verdict_section(verdicts: list[ReplicateVerdict]) -> str:
 
     headings = ["GEARS: mean ± sd"] + [f"{escape(name)}: mean ± sd<br>GEARS - {escape(name)} [95% interval]"
                                        for name in names]
-    return verdict_section("Test metrics over the replicates", "", verdicts, headings, values)
+    return verdict_section("Test metrics over the replicates", "", verdicts, headings, values, whole)
 
 
 def _replicates_section(replicates: list[dict], folder: Path) -> str:

@@ -24,6 +24,7 @@ from gears_ddp.report.replicate_page import render_replicate_page
 from gears_ddp.report.replicate_summary import (GEARS, INTERVAL_METHOD, ReplicateVerdict, summarise_replicates,
                                                 summary_records)
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE, write_json
+from gears_ddp.report.verdicts import shown_subgroups, whole_test_set_name
 
 TABLE_FILE = "replicates.csv"
 PICTURE_FOLDER = "plots"
@@ -31,7 +32,9 @@ TABLE_COLUMNS = ("replicate", "seed", "split_seed", "subgroup", "metric", "metho
 
 
 def write_replicate_report(folder, settings: dict, replicates: list[dict], reports: dict[str, dict]) -> Path:
-    """Write the summary files in ``folder`` and return the page's path."""
+    """Write the summary files in ``folder`` and return the page's path. The page and its
+    pictures show a test subgroup only where it differs from all test conditions
+    (``verdicts.shown_subgroups`` over the replicates' summaries); the files hold them all."""
     # matplotlib is imported here, by the process that writes the summary only
     from gears_ddp.report.plots import plot_replicate_values
 
@@ -41,14 +44,18 @@ def write_replicate_report(folder, settings: dict, replicates: list[dict], repor
                                       "finished": len(reports), "metrics": summary_records(verdicts)})
     write_replicate_table(folder / TABLE_FILE, [r for name in reports for r in replicates if r["name"] == name],
                           verdicts)
+    models = {key: value for report in reports.values() for key, value in report.get("model", {}).items()}
+    shown = [verdict for verdict in verdicts if verdict.subgroup in (None, *shown_subgroups(models))]
+    whole = whole_test_set_name(models)
     pictures = {}
-    for metric, by_subgroup in _by_metric(verdicts).items():
+    for metric, by_subgroup in _by_metric(shown).items():
         relative = f"{PICTURE_FOLDER}/replicates_{metric.replace('/', '_')}.png"
-        plot_replicate_values(by_subgroup, folder / relative)
+        plot_replicate_values(by_subgroup, folder / relative, whole)
         pictures[metric] = relative
     page = folder / PAGE_FILE
     with atomic_path(page) as tmp:
-        Path(tmp).write_text(render_replicate_page(settings, replicates, verdicts, pictures, folder), encoding="utf-8")
+        Path(tmp).write_text(render_replicate_page(settings, replicates, shown, pictures, folder, whole),
+                             encoding="utf-8")
     return page
 
 

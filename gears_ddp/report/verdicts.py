@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from gears_ddp.report.equal_baselines import equal_baseline_groups, equal_baselines_notes, group_heading
 from gears_ddp.report.not_applicable import not_applicable_notes, not_applicable_reason
 
 SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
@@ -136,30 +137,57 @@ def is_better(value: float, other: float | None, higher: bool) -> bool | None:
 
 def summary_verdicts(model: dict, baselines: dict[str, dict]) -> list[MetricVerdict]:
     """What the console shows: every headline metric over all test conditions, then
-    ``pearson_delta`` and ``mse_de`` per subgroup."""
+    ``pearson_delta`` and ``mse_de`` per subgroup that differs from them (``shown_subgroups``)."""
     return (compare(model, baselines, subgroups=(None,))
-            + compare(model, baselines, metrics=("pearson_delta", "mse_de"), subgroups=SUBGROUPS))
+            + compare(model, baselines, metrics=("pearson_delta", "mse_de"), subgroups=shown_subgroups(model)))
+
+
+def shown_subgroups(model: dict, prefix: str = "test_") -> tuple[str, ...]:
+    """The test subgroups the model's summary has metrics of, each shown beside all test
+    conditions only where it differs from them: a simulation split's subgroups divide its
+    test set among them, so a subgroup alone holds every test condition, and its rows would
+    repeat those of all test conditions (a screen of single genes: every test condition is
+    a single gene not seen in training). ``whole_test_set_name`` then says what they all are."""
+    present = _present_subgroups(model, prefix)
+    return present if len(present) > 1 else ()
+
+
+def whole_test_set_name(model: dict, prefix: str = "test_") -> str:
+    """``'all test conditions'``; where one subgroup holds them all, what they all are:
+    ``'all test conditions (single genes not seen in training)'``."""
+    present = _present_subgroups(model, prefix)
+    return SUBGROUP_NAMES[None] + (f" ({SUBGROUP_NAMES[present[0]]})" if len(present) == 1 else "")
+
+
+def _present_subgroups(model: dict, prefix: str) -> tuple[str, ...]:
+    """The subgroups (in ``SUBGROUPS`` order) that the summary ``model`` has a metric of."""
+    return tuple(subgroup for subgroup in SUBGROUPS
+                 if any(key.startswith(metric_key("", subgroup, prefix)) for key in model))
 
 
 def verdict_table(verdicts: list[MetricVerdict]) -> str:
     """A text table: each metric with its direction, the model beside each baseline (n/a
-    where the comparison is not applicable), and the verdict; then how many of the overall
-    metrics the model won, and why the n/a ones are no verdict."""
+    where the comparison is not applicable; one column for baselines that predicted the
+    same, equal at every metric shown: ``equal_baselines``), and the verdict; then how many
+    of the overall metrics the model won, why the n/a ones are no verdict, and why baselines
+    share a column."""
     names = list(dict.fromkeys(name for v in verdicts for name in v.beats))
+    groups = equal_baseline_groups({name: {v.key: v.baselines.get(name) for v in verdicts} for name in names})
     labels = [f"{v.subgroup + ': ' if v.subgroup else ''}{v.metric}" for v in verdicts]
     width = max([len("metric"), *map(len, labels)]) + 2
-    column = {n: max(13, len(n) + 2) for n in names}
-    lines = [f"{'metric':{width}}{'better':>7}{'GEARS':>10}" + "".join(f"{n:>{column[n]}}" for n in names)
-             + "  verdict"]
+    headings = {group[0]: group_heading(group) for group in groups}
+    column = {n: max(13, len(heading) + 2) for n, heading in headings.items()}
+    lines = [f"{'metric':{width}}{'better':>7}{'GEARS':>10}"
+             + "".join(f"{heading:>{column[n]}}" for n, heading in headings.items()) + "  verdict"]
     for label, v in zip(labels, verdicts):
         cells = "".join(f"{'n/a':>{column[n]}}" if n in v.not_applicable else f"{v.baselines[n]:{column[n]}.4f}"
-                        if n in v.baselines else f"{'-':>{column[n]}}" for n in names)
+                        if n in v.baselines else f"{'-':>{column[n]}}" for n in headings)
         lines.append(f"{label:{width}}{'higher' if v.higher_is_better else 'lower':>7}{v.model:10.4f}{cells}  "
                      f"{v.summary}")
     if any(v.subgroup is None for v in verdicts):
         lines.append("overall: " + outcome_line(verdicts))
     lines += not_applicable_notes((name, v.metric) for v in verdicts for name in v.not_applicable)
-    return "\n".join(lines)
+    return "\n".join(lines + equal_baselines_notes(groups))
 
 
 def verdict_records(verdicts: list[MetricVerdict]) -> list[dict]:

@@ -27,7 +27,7 @@ UNTRAINED_TEST_ALLOWED_IN = "train"
 
 @dataclass
 class TrainingOptions(Options):
-    """What ``GEARS.train`` accepts; see the README's options table.
+    """What ``GEARS.train`` accepts; see docs/options.md.
 
     The loader options (``LOADER_OPTIONS``) default to None here, meaning "as the loaders
     were built by ``PertData.get_dataloader``"; ``train_multi_gpu``, which builds the
