@@ -1,4 +1,5 @@
-"""The process a run lives in and its peers: what crosses ranks (``ranks``), CPU threads
+"""The process a run lives in and its peers: what crosses ranks (``ranks``; a step's gradients
+through ``gradient_average``), CPU threads
 (``threads``), the host allocator (``host_memory``), stop signals (``stopping``), the
 devices there are (``devices``) and what code asks of a device (``dispatch_count``:
 operators and host synchronisations).
