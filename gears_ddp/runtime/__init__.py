@@ -1,8 +1,7 @@
-"""The process a run lives in and its peers: what crosses ranks (``ranks``; a step's gradients
-through ``gradient_average``), CPU threads
-(``threads``), the host allocator (``host_memory``), stop signals (``stopping``), the
-devices there are (``devices``) and what code asks of a device (``dispatch_count``:
-operators and host synchronisations).
+"""The process a run lives in and its peers: what crosses ranks (``ranks``; a step's
+gradients through ``gradient_average``), CPU threads (``threads``), the host allocator
+(``host_memory``), stop signals (``stopping``), the devices there are (``devices``) and
+what code asks of a device (``dispatch_count``: operators and host synchronisations).
 
 May import: nothing of gears_ddp but ``_logging``. Evaluation and training reach other
 processes only through ``ranks``.
