@@ -1,6 +1,7 @@
-"""Model benchmark: training throughput, seconds per epoch, test-set evaluation time, peak
-memory and test metrics of gears_ddp and (when installed) the published GEARS, side by side
-on the same data, split, hyperparameters and device.
+"""Model benchmark: training throughput, seconds per epoch, test-set evaluation time, a whole
+``train()`` call and where its time went, peak memory and test metrics of gears_ddp and
+(when installed) the published GEARS, side by side on the same data, split,
+hyperparameters and device.
 
     python benchmarks/bench_model.py [--epochs 3] [--genes 1000 --cells-per-condition 45 ...]
                                      [--batch-size 32 --test-batch-size 32] [--seed S]

@@ -209,7 +209,8 @@ class GEARS:
             elif ranks.is_main:
                 logger.info("no test set (split %r): training done", self.split)
             report.update(best_epoch=result.best_epoch, history=result.history, world_size=ranks.world_size,
-                          parameter_digests=result.parameter_digests, timing=clock.seconds)
+                          parameter_digests=result.parameter_digests,
+                          timing=clock.seconds)  # the clock's own dict: the report phase joins it
             if options.save_path is not None:
                 report["model_path"] = str(options.save_path)
                 if ranks.is_main:
