@@ -270,8 +270,8 @@ class GEARS:
         """For the run report: the test combinations whose singles were observed, scored from
         their observed and from the best model's predicted changes, and how far the calls
         agree (``interaction_agreement``); None without such combinations. Scored on the
-        model's device."""
-        observed = observed_interactions(self.pert_data, "test", device=self.device)
+        model's GPU, if it has one."""
+        observed = observed_interactions(self.pert_data, "test", device=self._scores_device())
         if not len(observed):
             return None
         check = self._interaction_agreement(observed)
@@ -449,8 +449,8 @@ class GEARS:
         'val' or 'test') whose singles were observed too, scored from their observed changes
         over control with the scores and interaction types of a screen, one row per pair
         (``inference.observed_interactions``); no model needed. Scored on this object's
-        device."""
-        return observed_interactions(self.pert_data, split, GI_genes_file, self.device)
+        GPU, if it has one."""
+        return observed_interactions(self.pert_data, split, GI_genes_file, self._scores_device())
 
     def interaction_agreement(self, split: str | None = "test", GI_genes_file=None) -> dict:
         """The observed pairs of ``split`` (``observed_interactions``) and the same pairs
@@ -459,8 +459,13 @@ class GEARS:
         and mean absolute difference over the pairs and, per interaction type, how many calls
         agree, with the confusion table (``observed_interactions.compare_calls``)."""
         self._require_weights()
-        observed = observed_interactions(self.pert_data, split, GI_genes_file, self.device)
+        observed = observed_interactions(self.pert_data, split, GI_genes_file, self._scores_device())
         return self._interaction_agreement(observed, GI_genes_file)
+
+    def _scores_device(self) -> torch.device:
+        """Where the observed pairs' interaction scores are computed: the model's GPU when it
+        is on a CUDA device, else the CPU (the scores are float64, which MPS lacks)."""
+        return self.device if self.device.type == "cuda" else torch.device("cpu")
 
     def _interaction_agreement(self, observed: pd.DataFrame, GI_genes_file=None) -> dict:
         """``interaction_agreement`` of the ``observed`` pairs (``observed_interactions``), by
