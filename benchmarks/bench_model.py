@@ -1,11 +1,12 @@
-"""Model benchmark: training throughput, seconds per epoch, test-set evaluation time, peak
-memory and test metrics of gears_ddp and (when installed) the published GEARS, side by side
-on the same data, split, hyperparameters and device.
+"""Model benchmark: training throughput, seconds per epoch, test-set evaluation time, a whole
+``train()`` call and where its time went, peak memory and test metrics of gears_ddp and
+(when installed) the published GEARS, side by side on the same data, split,
+hyperparameters and device.
 
     python benchmarks/bench_model.py [--epochs 3] [--genes 1000 --cells-per-condition 45 ...]
                                      [--batch-size 32 --test-batch-size 32] [--seed S]
                                      [--device cpu] [--eval-repeats 3] [--skip-reference]
-                                     [--json F] [--record]
+                                     [--with-report] [--json F] [--record]
 
 The data are made once, in the parent, by ``gears_ddp.datasets.make_synthetic_perturb_seq``
 (defaults: 7,300 cells x 1,000 genes; 60 singles and 80 combos of 45 cells, 1,000 controls)
@@ -73,6 +74,13 @@ monkeypatched into the child process only):
   builds its result containers inside its own call). Published:
   ``gears.inference.evaluate(test_loader, best_model, False, device)``.
   ``compute_metrics`` on that result is timed separately (median of as many calls).
+- ``train()`` in all (s): the wall time of the ``train(epochs, ...)`` call, and its parts.
+  gears_ddp: the ``timing`` of its report (``runtime.phase_clock``: set-up, epochs, test,
+  baselines, interactions and, with ``--with-report``, which gives it a ``save_path``, the
+  report). Published: set-up from the call to the first training loop's start, epochs from
+  there to the end of the last epoch's val ``compute_metrics``, test the rest (its test
+  evaluation, ``compute_metrics``, ``deeper_analysis`` and subgroup analysis). Outside the
+  epochs: the call less its epochs.
 - data + model setup (s): raw h5ad -> loaders (``new_data_process`` + ``prepare_split`` +
   ``get_dataloader``), and ``GEARS(...)`` + ``model_initialize`` (graphs + network).
 - peak GPU memory (on a GPU): ``torch.cuda.max_memory_allocated`` of the child, in MiB.
@@ -119,7 +127,7 @@ from harness.settings import HIDDEN_SIZE, LR, SUBGROUPS, WEIGHT_DECAY
 from harness.side_by_side import add_workflow_options, set_up, split_seed
 from harness.synthetic import work_folder, write_raw_input
 from harness.tables import format_number, print_table
-from harness.timing import median_seconds, timed_calls
+from harness.timing import Stopwatch, median_seconds, timed_calls
 
 def run_ours(raw: Path, workdir: Path, args) -> dict:
     import gears_ddp.training.recipe as recipe
@@ -134,7 +142,9 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
     loader_seed = {} if args.seed is None else {"seed": args.seed}
     pert_data, g, data_s, model_s = set_up(PertData, GEARS, workdir, raw, args, args.device, **loader_seed)
 
-    report = g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)
+    run_folder = {"save_path": workdir / "run"} if args.with_report else {}
+    with Stopwatch(args.device) as train_call:
+        report = g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY, **run_folder)
 
     loader = pert_data.dataloader["test_loader"]
     test_eval_s, result = median_seconds(
@@ -150,6 +160,7 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
             "val_mse_de": [r["val_mse_de"] for r in g.history],
             "cells_per_epoch": len(pert_data.dataloader["train_loader"]) * args.batch_size,
             "test_eval_s": test_eval_s, "compute_metrics_s": metrics_s, "data_s": data_s, "model_s": model_s,
+            "train_s": train_call.seconds, "train_parts": report["timing"],
             "test_cells": sum(len(b) for b in loader),
             **_test_figures(report["model"]),
             "baselines": {name: _test_figures(summary) for name, summary in report["baselines"].items()},
@@ -213,10 +224,13 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
 
     train_loader = pert_data.dataloader["train_loader"]
     g.dataloader["train_loader"] = _LoopStartProxy(train_loader, g.model, loop_starts)
-    g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)
+    with Stopwatch(args.device) as train_call:
+        g.train(epochs=args.epochs, lr=LR, weight_decay=WEIGHT_DECAY)
 
     # the epoch's two compute_metrics calls (train, val) follow its StepLR.step; the val one ends the epoch
     epoch_ends = [[t for t in metric_calls if t > step][1] for step in steps]
+    train_parts = {"set-up": loop_starts[0] - train_call.started, "epochs": epoch_ends[-1] - loop_starts[0],
+                   "test": train_call.started + train_call.seconds - epoch_ends[-1]}
     epoch_evals = [[(b, e) for b, e in evals if step < b < end] for step, end in zip(steps, epoch_ends)]
     loader = pert_data.dataloader["test_loader"]
     test_eval_s, result = median_seconds(lambda: evaluate(loader, g.best_model, False, args.device),
@@ -232,6 +246,7 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
             "val_mse_de": val_mse_de[1:2 * len(steps):2],
             "cells_per_epoch": len(train_loader) * args.batch_size,
             "test_eval_s": test_eval_s, "compute_metrics_s": metrics_s, "data_s": data_s, "model_s": model_s,
+            "train_s": train_call.seconds, "train_parts": train_parts,
             "test_cells": len(result["pert_cat"]),
             "subgroup_sizes": {name: len(subgroups.get(name, [])) for name in SUBGROUPS},
             **_common(pert_data.adata)}
@@ -363,6 +378,7 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
     print_table(["measure", "gears_ddp", "published GEARS", "ratio"], table)
     print("\nratio = published / gears_ddp for times and memory, gears_ddp / published for throughput "
           "(above 1: gears_ddp is better).")
+    print_train_parts(ours, reference, args)
     for r, name in ((ours, "gears_ddp"), (reference, "published")):
         if r:
             print(f"{name}: seconds per epoch {[round(s, 2) for s in r['epoch_s']]}, training loops "
@@ -381,6 +397,37 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
         print(f"\nconditions per subgroup differ; published: {reference['subgroup_sizes']}")
 
 
+TRAIN_PARTS = (("set-up: from the call to the first epoch", "set-up"),
+               ("epochs: training and the per-epoch evaluation", "epochs"),
+               ("test: the kept model's test evaluation and scores", "test"),
+               ("baselines: their predictions and scores", "baselines"),
+               ("interactions: observed and predicted, of the test pairs", "interactions"),
+               ("report: the model and the run report written", "report"))
+
+
+def print_train_parts(ours: dict, reference: dict | None, args) -> None:
+    """``train()``'s wall time and where it went (gears_ddp: its ``timing``; published: the
+    hooks' moments), and the share of the run outside the epochs."""
+    def outside(r):
+        return r["train_s"] - r["train_parts"]["epochs"]
+
+    rows = [[f"train(epochs={args.epochs}) in all", _figure(ours["train_s"]),
+             _figure(reference["train_s"]) if reference else "not run",
+             f"{reference['train_s'] / ours['train_s']:.2f}x" if reference else "-"]]
+    for label, key in TRAIN_PARTS:
+        theirs = reference["train_parts"].get(key) if reference else None
+        if key in ours["train_parts"] or theirs is not None:
+            rows.append([f"  {label}", _figure(ours["train_parts"].get(key, math.nan)),
+                         _figure(theirs) if theirs is not None else "-", "-"])
+    rows.append(["outside the epochs (s)", _figure(outside(ours)), _figure(outside(reference)) if reference else "-",
+                 "-"])
+    rows.append(["outside the epochs, share of train()", f"{outside(ours) / ours['train_s']:.1%}",
+                 f"{outside(reference) / reference['train_s']:.1%}" if reference else "-", "-"])
+    print(f"\ntrain(): wall time and its parts (s){'; gears_ddp writes its run report' if args.with_report else ''}"
+          "; the published train()'s test includes its deeper and subgroup analyses:\n")
+    print_table(["train()", "gears_ddp", "published GEARS", "published / gears_ddp"], rows)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_workflow_options(parser)
@@ -389,6 +436,8 @@ def main():
     parser.add_argument("--eval-repeats", type=int, default=3, help="test-set evaluation passes (median)")
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--device", default="cpu", help="both packages' device (default: the CPU)")
+    parser.add_argument("--with-report", action="store_true",
+                        help="gears_ddp's train() writes its run folder and report (save_path), as gears-ddp train does")
     add_json_argument(parser)
     add_record_argument(parser)
     args = parser.parse_args()

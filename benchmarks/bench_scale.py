@@ -47,6 +47,7 @@ from harness.timing import Stopwatch
 
 GENES, PERTURBED, COMBOS = 2000, 200, 300
 TARGET_PROCESSING_MIB = 2000
+TARGET_RANK_RISE_MIB = 25  # a rank's peak private memory from the smallest screen to the largest
 TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO gears_ddp\.training\.recipe: epoch 1 step 1:", re.M)
 
 
@@ -159,10 +160,17 @@ def _verdicts(processing: dict, runs: dict) -> None:
                 growth = max(pick[1][0]["private"]) / max(pick[0][0]["private"]) - 1
                 print(f"private memory per rank, {launcher} x {ranks}, {small:,} -> {large:,} cells: "
                       f"{100 * growth:+.1f}% ({'met' if abs(growth) <= 0.10 else 'NOT met'}: within 10%)")
+                rises = [large_peak - small_peak for small_peak, large_peak in zip(pick[0][0]["private"],
+                                                                                      pick[1][0]["private"])]
+                print(f"private memory per rank, {launcher} x {ranks}, {small:,} -> {large:,} cells, each rank's "
+                      f"rise: {per_rank(rises, '+.0f')} MiB ({'met' if max(rises) < TARGET_RANK_RISE_MIB else 'NOT met'}"
+                      f": under {TARGET_RANK_RISE_MIB} MiB a rank)")
     for r in runs[small]:
         if r["storage"] == "memory":
-            mapped = next(m for m in runs[small] if (m["launcher"], m["ranks"], m["storage"]) ==
-                          (r["launcher"], r["ranks"], "mapped"))
+            mapped = next((m for m in runs[small] if (m["launcher"], m["ranks"], m["storage"]) ==
+                           (r["launcher"], r["ranks"], "mapped")), None)
+            if mapped is None:  # that launcher did not run from the map
+                continue
             ratio = mapped["cells_per_s"] / r["cells_per_s"]
             print(f"throughput, mapped / in memory, {r['launcher']} x {r['ranks']} at {small:,} cells: {ratio:.3f} "
                   f"({'met' if ratio >= 0.9 else 'NOT met'}: within 10%)")

@@ -25,6 +25,8 @@ from gears_ddp.evaluation.baselines import baseline_effects, baseline_results
 from gears_ddp.evaluation.linear_baseline import PerturbationEmbedding, other_screen_embedding
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, MetricContext
 from gears_ddp.evaluation.scoring import score
+from gears_ddp.inference.observed_interactions import compare_calls, interaction_records, observed_interactions, \
+    predicted_interactions
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor, drawn_control_cells, \
     query_keys, query_sets, set_effects
 from gears_ddp.inference.saved_predictions import forget_own, handed_in, saved_expression
@@ -39,6 +41,7 @@ from gears_ddp.report.examples import prediction_examples
 from gears_ddp.report.run_folder import log_file, write_run_report
 from gears_ddp.report.verdicts import summary_verdicts, verdict_table
 from gears_ddp.runtime.devices import checked_device
+from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.training.engine import evaluate
 from gears_ddp.training.options import TrainingOptions, check_save_path
@@ -139,7 +142,11 @@ class GEARS:
     def train(self, **options) -> dict:
         """Train, keep the model with the lowest val ``mse_de`` (``best_model``), score it and
         the baselines on test, and return the report: ``'model'`` and ``'baselines'`` test
-        summaries, ``'best_epoch'``, ``'history'`` and, with ``save_path``, ``'model_path'``.
+        summaries, ``'best_epoch'``, ``'history'``, ``'timing'`` (the wall seconds of each
+        phase: set-up, epochs, test, baselines and, with a run report, interactions and
+        report) and, with ``save_path``, ``'model_path'`` and ``'interactions'`` (the run
+        report's check of the observed test combinations, which ``interaction_agreement()``
+        gives on demand).
 
         The options are ``TrainingOptions`` (``epochs``, ``lr``, ``amp``, ...), which are
         ``train_multi_gpu``'s ``args`` under the same names (docs/options.md). ``seed``,
@@ -148,54 +155,73 @@ class GEARS:
         loaders with it (as does a CUDA device, whose loaders gather batches into pinned
         memory).
         """
-        options = TrainingOptions.from_dict(options, where="train")
-        self._require_model()
-        built = self.pert_data.loader_options
-        # batches for a GPU are gathered into page-locked memory, from which the copy does not block
-        wanted = {**built, **options.loader_options(), "pin_memory": self.device.type == "cuda"}
-        if wanted != built:
-            self.pert_data.get_dataloader_distributed(**wanted)
-        self.dataloader = self.pert_data.dataloader
-        return self.train_with(options, SINGLE_PROCESS)
+        clock = PhaseClock()
+        with clock.phase("set-up"):
+            options = TrainingOptions.from_dict(options, where="train")
+            self._require_model()
+            built = self.pert_data.loader_options
+            # batches for a GPU are gathered into page-locked memory, from which the copy does not block
+            wanted = {**built, **options.loader_options(), "pin_memory": self.device.type == "cuda"}
+            if wanted != built:
+                self.pert_data.get_dataloader_distributed(**wanted)
+            self.dataloader = self.pert_data.dataloader
+        return self.train_with(options, SINGLE_PROCESS, clock)
 
-    def train_with(self, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS) -> dict:
+    def train_with(self, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS,
+                   clock: PhaseClock | None = None) -> dict:
         """The training every process runs, one alone (``train``) or each rank of a
         distributed run (``ranks``): the recipe on this object's network and loaders, then
         the best model kept, scored on test beside the baselines, saved with the run report
         by the main rank when ``options.save_path`` is set. Returns ``train``'s report with
-        ``'world_size'`` and ``'parameter_digests'`` (each rank's final weights)."""
-        self._require_model()
-        if ranks.is_main and self.wandb is None and options.wandb:
-            self.wandb = start_wandb(**options.wandb)
-        if ranks.is_main and self.wandb is not None:
-            self.wandb.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
-        writes = options.save_path is not None and ranks.is_main
-        if writes:
-            check_save_path(options.save_path)
-        other_screen = self._other_screen(options.linear_baseline_screen)  # read (and checked) before training
+        ``'world_size'``, ``'parameter_digests'`` (each rank's final weights) and
+        ``'timing'``: the wall seconds of each phase of the run on this rank (``clock``,
+        which may hold phases timed before, such as a rank's start-up), also the last line
+        of the main rank's log."""
+        clock = PhaseClock() if clock is None else clock
+        with clock.phase("set-up"):
+            self._require_model()
+            if ranks.is_main and self.wandb is None and options.wandb:
+                self.wandb = start_wandb(**options.wandb)
+            if ranks.is_main and self.wandb is not None:
+                self.wandb.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
+            writes = options.save_path is not None and ranks.is_main
+            if writes:
+                check_save_path(options.save_path)
+            other_screen = self._other_screen(options.linear_baseline_screen)  # read (and checked) before training
         with log_file(options.save_path) if writes else contextlib.nullcontext():
-            result = TrainingRecipe(self._training_inputs(ranks), options, ranks).run()
+            with clock.phase("set-up"):
+                recipe = TrainingRecipe(self._training_inputs(ranks), options, ranks)
+            result = recipe.run()
+            for phase, seconds in result.phase_seconds.items():
+                clock.add(phase, seconds)
             self.best_model, self.history = result.best_network, result.history
             if result.history:  # train(epochs=0) leaves the weights, and where they came from, as they were
                 self.weights_from = "training"
             forget_own(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
             report = {}
             if result.test_result is not None:
-                report = self._score_test(result.test_result, ranks, other_screen)
-                interactions = self._test_interactions() if ranks.is_main else None
-                if interactions is not None:
-                    report["interactions"] = interactions
+                report = self._score_test(result.test_result, ranks, other_screen, clock)
+                if writes:  # for the run report; interaction_agreement() gives them on demand
+                    with clock.phase("interactions"):
+                        interactions = self._test_interactions()
+                    if interactions is not None:
+                        report["interactions"] = interactions
             elif ranks.is_main:
                 logger.info("no test set (split %r): training done", self.split)
             report.update(best_epoch=result.best_epoch, history=result.history, world_size=ranks.world_size,
-                          parameter_digests=result.parameter_digests)
+                          parameter_digests=result.parameter_digests,
+                          timing=clock.seconds)  # the clock's own dict: the report phase joins it
             if options.save_path is not None:
                 report["model_path"] = str(options.save_path)
                 if ranks.is_main:
-                    self.save_model(options.save_path)
-                    logger.info("model of epoch %d saved to %s", result.best_epoch, options.save_path)
-                    logger.info("run report: %s", write_run_report(options.save_path, report, self._examples()))
+                    with clock.phase("report"):
+                        self.save_model(options.save_path)
+                        logger.info("model of epoch %d saved to %s", result.best_epoch, options.save_path)
+                        page = write_run_report(options.save_path, report, self._examples(), clock)
+                    logger.info("run report: %s", page)
                 ranks.barrier()
+            if ranks.is_main:
+                logger.info("%s", clock.line())
         return report
 
     def _training_inputs(self, ranks: SingleProcess) -> TrainingInputs:
@@ -214,7 +240,7 @@ class GEARS:
         other_screen = self._other_screen(linear_baseline_screen)
         result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
                           self.config["uncertainty"], self.device, ranks=ranks, progress="evaluating test")
-        return self._score_test(result, ranks, other_screen)
+        return self._score_test(result, ranks, other_screen, PhaseClock())
 
     def _other_screen(self, path) -> PerturbationEmbedding | None:
         """The perturbations of the screen at ``path`` placed by its PCA, checked against this
@@ -222,15 +248,18 @@ class GEARS:
         return None if path is None else other_screen_embedding(path, self.pert_data.set2conditions["train"])
 
     def _score_test(self, result: EvaluationResult, ranks: SingleProcess,
-                    other_screen: PerturbationEmbedding | None = None) -> dict:
+                    other_screen: PerturbationEmbedding | None, clock: PhaseClock) -> dict:
         """The test summaries of the model's evaluation ``result`` and of the baselines
-        (``linear_pretrained`` too with ``other_screen``)."""
-        context = MetricContext.from_pert_data(self.pert_data, result.conditions, ranks)
-        subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
-        model_summary = score(result, context, subgroups)[0]
-        self.test_result = result
-        self.test_baseline_results = baseline_results(self.pert_data, result, other_screen)
-        baselines = {name: score(res, context, subgroups)[0] for name, res in self.test_baseline_results.items()}
+        (``linear_pretrained`` too with ``other_screen``), timed as the phases ``test`` and
+        ``baselines`` of ``clock``."""
+        with clock.phase("test"):
+            context = MetricContext.from_pert_data(self.pert_data, result.conditions, ranks)
+            subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
+            model_summary = score(result, context, subgroups)[0]
+            self.test_result = result
+        with clock.phase("baselines"):
+            self.test_baseline_results = baseline_results(self.pert_data, result, other_screen)
+            baselines = {name: score(res, context, subgroups)[0] for name, res in self.test_baseline_results.items()}
         if ranks.is_main:
             logger.info("test set, best model vs baselines:\n%s", verdict_table(summary_verdicts(model_summary, baselines)))
         if self.wandb:
@@ -240,10 +269,9 @@ class GEARS:
     def _test_interactions(self) -> dict | None:
         """For the run report: the test combinations whose singles were observed, scored from
         their observed and from the best model's predicted changes, and how far the calls
-        agree (``interaction_agreement``); None without such combinations."""
-        from gears_ddp.inference.observed_interactions import interaction_records, observed_interactions
-
-        observed = observed_interactions(self.pert_data, "test")
+        agree (``interaction_agreement``); None without such combinations. Scored on the
+        model's GPU, if it has one."""
+        observed = observed_interactions(self.pert_data, "test", device=self._scores_device())
         if not len(observed):
             return None
         check = self._interaction_agreement(observed)
@@ -420,10 +448,9 @@ class GEARS:
         """The observed two-gene conditions (of the whole dataset, or of ``split``: 'train',
         'val' or 'test') whose singles were observed too, scored from their observed changes
         over control with the scores and interaction types of a screen, one row per pair
-        (``inference.observed_interactions``); no model needed."""
-        from gears_ddp.inference.observed_interactions import observed_interactions
-
-        return observed_interactions(self.pert_data, split, GI_genes_file)
+        (``inference.observed_interactions``); no model needed. Scored on this object's
+        GPU, if it has one."""
+        return observed_interactions(self.pert_data, split, GI_genes_file, self._scores_device())
 
     def interaction_agreement(self, split: str | None = "test", GI_genes_file=None) -> dict:
         """The observed pairs of ``split`` (``observed_interactions``) and the same pairs
@@ -431,16 +458,18 @@ class GEARS:
         table, 'agreement': ...}``, the agreement being, per score, the Pearson correlation
         and mean absolute difference over the pairs and, per interaction type, how many calls
         agree, with the confusion table (``observed_interactions.compare_calls``)."""
-        from gears_ddp.inference.observed_interactions import observed_interactions
-
         self._require_weights()
-        return self._interaction_agreement(observed_interactions(self.pert_data, split, GI_genes_file), GI_genes_file)
+        observed = observed_interactions(self.pert_data, split, GI_genes_file, self._scores_device())
+        return self._interaction_agreement(observed, GI_genes_file)
+
+    def _scores_device(self) -> torch.device:
+        """Where the observed pairs' interaction scores are computed: the model's GPU when it
+        is on a CUDA device, else the CPU (the scores are float64, which MPS lacks)."""
+        return self.device if self.device.type == "cuda" else torch.device("cpu")
 
     def _interaction_agreement(self, observed: pd.DataFrame, GI_genes_file=None) -> dict:
         """``interaction_agreement`` of the ``observed`` pairs (``observed_interactions``), by
         the best model as it is."""
-        from gears_ddp.inference.observed_interactions import compare_calls, predicted_interactions
-
         predictor = ChangePredictor.for_data(self.best_model, self.device, self.pert_data.cells)
         predicted = predicted_interactions(observed, predictor, self.node_map_pert, self.gene_list, GI_genes_file,
                                            self._train_conditions())

@@ -38,6 +38,9 @@ def test_two_ranks_end_identical_and_the_saved_model_reproduces_their_metrics(da
     assert sum(m.startswith("epoch 1/2: train loss") for m in messages) == 1
     assert sum(m.startswith("epoch 2/2: train loss") for m in messages) == 1
     assert sum(m.startswith("test set, best model vs baselines") for m in messages) == 1
+    assert list(report["timing"]) == ["rank start-up", "set-up", "epochs", "test", "baselines", "interactions",
+                                      "report"]  # rank 0's, the last line of its log too
+    assert messages[-1].startswith("where the time went: rank start-up ")
     assert len(set(report["parameter_digests"])) == 1  # identical parameters and buffers on both ranks
     pert_data = PertData(data_folder)
     pert_data.load(data_path=data_folder / "toy")

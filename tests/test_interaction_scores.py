@@ -12,9 +12,11 @@ from sklearn.linear_model import TheilSenRegressor
 
 from gears_ddp.evaluation.interaction_scores import (
     GI_SCORE_NAMES,
+    _subset_solutions,
     _subsets_tensor,
     distance_correlation,
     interaction_scores,
+    spatial_median,
     theil_sen_coefficients,
     theil_sen_subsets,
 )
@@ -157,6 +159,37 @@ def test_theil_sen_matches_scikit_learn_on_norman_gene_count():
     got = theil_sen_coefficients(*(torch.tensor(values) for values in (first, second, double)))
     np.testing.assert_allclose(got[0].numpy(), _sklearn_coefficients(first[0], second[0], double[0]),
                                rtol=0, atol=1e-6)
+
+
+def _median_clouds(n_points: int) -> np.ndarray:
+    """(rows x 2 x points) clouds whose spatial medians the Weiszfeld iterations are held to:
+    the least-squares solutions of a real-sized Theil-Sen fit (heavy tails), a tight cloud,
+    a cloud whose points half coincide (the damped step), one point repeated (all points
+    coincide) and a symmetric cloud whose unit vectors cancel at its mean (the degenerate
+    step's fixed answer)."""
+    rng = np.random.default_rng(7)
+    first, second, double = (torch.tensor(values) for values in _changes(8, n_pairs=1, n_genes=400))
+    subsets = torch.from_numpy(theil_sen_subsets(400).copy())[:n_points]
+    solutions = _subset_solutions(torch.stack((first, second, double), dim=1), subsets)[0].numpy()
+    tight = rng.normal(0.0, 1e-4, (2, n_points)) + np.array([[0.3], [-1.2]])
+    coinciding = rng.standard_cauchy((2, n_points))
+    coinciding[:, : n_points // 2] = np.array([[0.25], [0.5]])
+    repeated = np.tile(np.array([[1.5], [-2.0]]), (1, n_points))
+    symmetric = np.concatenate([np.array([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, 1.0, -1.0]])] * (n_points // 4), axis=1)
+    return np.stack([solutions, tight, coinciding, repeated, symmetric[:, :n_points]])
+
+
+def test_spatial_median_is_scikit_learns_for_every_row_at_once(device):
+    """Every row steps together, each stops at its own step: each equals scikit-learn's
+    ``_spatial_median`` of that row alone (its iterations contract, so the summation orders'
+    rounding stays far below the tolerance), the damped and degenerate steps included."""
+    clouds = _median_clouds(79_800)
+    got = spatial_median(torch.tensor(clouds, device=device)).cpu().numpy()
+    for row, cloud in enumerate(clouds):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # scikit-learn warns when max_iter is reached
+            expected = sklearn_theil_sen._spatial_median(cloud.T, max_iter=1000, tol=1e-3)[1]
+        np.testing.assert_allclose(got[row], expected, rtol=0, atol=1e-9, err_msg=f"row {row}")
 
 
 def _dcor_inputs(n_genes: int, seed: int, ties: bool):

@@ -8,6 +8,7 @@ import torch.multiprocessing as mp
 
 from gears_ddp import PertData
 from gears_ddp.data.conditions import CONTROL, condition_genes
+from gears_ddp.data.loaders import EpochPlan
 from gears_ddp.data.perturbation_sets import PerturbationSets, epoch_perturbation_sets
 
 
@@ -122,6 +123,36 @@ def test_loaders_give_each_batch_the_sets_of_its_cells(toy):
         torch.unique(toy.cells.condition_codes[train.dataset.cell_indices])].tolist()}))
     for batch, padded in zip(train.batches(), train.batches(0, pad_to)):
         _assert_padded(padded.sets, batch.sets, pad_to)
+
+
+def _assert_same_batch(got, want) -> None:
+    for name in ("x", "y", "pert_idx", "condition", "de_idx"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    _assert_same_sets(got.sets, want.sets)
+    assert got.sets.padded == want.sets.padded
+
+
+@pytest.mark.parametrize("window_batches", [1, 3])
+def test_a_plan_laid_out_a_window_at_a_time_gives_the_batches_of_one_laid_out_at_once(toy, window_batches):
+    """Windows of batches (the last window and batch short, padded sets, batches asked for
+    out of order, as the workers of a DataLoader ask) give every batch what one window over
+    the whole epoch gives it; the plan keeps one window."""
+    loaders = toy.get_dataloader(8, test_batch_size=5)
+    for name, pad_to in (("train_loader", None), ("train_loader", 8), ("test_loader", None)):
+        loader = loaders[name]
+        loader.set_epoch(2)
+        positions = loader.sampler.positions()
+        whole = EpochPlan(loader.dataset, positions, loader.batch_size, loader.drop_last, pad_sets_to=pad_to,
+                          window_batches=len(loader))
+        windowed = EpochPlan(loader.dataset, positions, loader.batch_size, loader.drop_last, pad_sets_to=pad_to,
+                             window_batches=window_batches)
+        assert len(windowed) == len(whole) == len(loader) > 3 * window_batches
+        order = [*range(len(whole) - 1, len(whole) // 2, -1), *range(len(whole) // 2 + 1)]
+        for i in order:
+            _assert_same_batch(windowed[i], whole[i])
+            assert len(windowed._window[1]["sets"]) <= window_batches
+        with pytest.raises(IndexError, match=f"batch {len(whole)} of an epoch of {len(whole)}"):
+            windowed[len(whole)]
 
 
 def test_control_cells_are_their_own_input(toy):

@@ -11,8 +11,12 @@ import pytest
 from gears_ddp import GEARS, PertData
 from gears_ddp.cli import main
 from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
-from gears_ddp.inference.observed_interactions import compare_calls, observed_interactions, observed_pairs
+from gears_ddp.inference.observed_interactions import compare_calls, observed_changes, observed_interactions, \
+    observed_pairs
+from gears_ddp.inference.prediction import query_sets
+from gears_ddp.report.numbers import format_number
 from gears_ddp.inference.screen import read_table
+from test_interaction_scores import _published_scores
 from test_screen import _assert_close_scores
 from test_screen_replicates import models, replicates  # noqa: F401 (fixtures: three trained runs)
 
@@ -74,26 +78,70 @@ def test_the_agreement_of_tables_built_by_hand():
         compare_calls(observed, predicted.iloc[::-1])
 
 
-def test_the_predicted_calls_are_gi_predicts_and_the_run_report_shows_the_agreement(trained_toy, tmp_path):
+@pytest.fixture(scope="module")
+def reported_run(trained_toy, tmp_path_factory):
+    """A model of the toy data trained one epoch with a run folder: (its GEARS, the report
+    train returned, the folder)."""
+    folder = tmp_path_factory.mktemp("reported") / "run"
+    gears = GEARS(trained_toy.pert_data)
+    gears.model_initialize(hidden_size=8)
+    return gears, gears.train(epochs=1, save_path=folder), folder
+
+
+def test_the_predicted_calls_are_gi_predicts_and_the_run_report_shows_the_agreement(trained_toy, reported_run):
     check = trained_toy.interaction_agreement()
     observed, predicted = check["observed"], check["predicted"]
     assert list(predicted["pair"]) == list(observed["pair"]) and (observed["set"] == "test").all()
     for row in predicted.itertuples():
         _assert_close_scores(row._asdict(), trained_toy.GI_predict([row.first_gene, row.second_gene]), row.pair)
     assert check["agreement"] == compare_calls(observed, predicted)
+    unreported = GEARS(trained_toy.pert_data)
+    unreported.model_initialize(hidden_size=8)
+    assert "interactions" not in unreported.train(epochs=0)  # without a run report they are left to be asked for
 
-    gears = GEARS(trained_toy.pert_data)
-    gears.model_initialize(hidden_size=8)
-    report = gears.train(epochs=1, save_path=tmp_path / "run")
-    written = json.loads((tmp_path / "run" / "report.json").read_text())["interactions"]
+    gears, report, folder = reported_run
+    written = json.loads((folder / "report.json").read_text())["interactions"]
     assert written["set"] == "test" and len(written["pairs"]) == len(observed)
     assert [record["pair"] for record in written["pairs"]] == list(observed["pair"])
     assert written["pairs"][0]["observed"]["mag"] == pytest.approx(observed["mag"].iloc[0])
     assert set(written["pairs"][0]["predicted"]) == {*GI_SCORE_NAMES, *TYPES}
     assert written["agreement"]["pairs"] == report["interactions"]["agreement"]["pairs"]
-    page = (tmp_path / "run" / "report.html").read_text()
+    page = (folder / "report.html").read_text()
     assert "Genetic interactions of the test combinations, observed and predicted" in page
     assert f"magnitude_type: {written['agreement']['types']['magnitude_type']['agree']} of {len(observed)}" in page
+
+
+def test_the_run_reports_interaction_numbers_are_the_published_packages(reported_run):
+    """Every score of the report's test pairs, observed and predicted, and the agreement
+    over them, read as the report writes them (4 significant digits) the same as the
+    published ``get_GI_params``, pair by pair, gives them from the same changes: the
+    batched, on-device scores change nothing the report shows."""
+    gears, _, folder = reported_run
+    written = json.loads((folder / "report.json").read_text())["interactions"]
+    cells = gears.pert_data.cells
+    pairs = [pair for pair in observed_pairs(cells.conditions) if pair[0] in gears.pert_data.set2conditions["test"]]
+    assert [record["pair"] for record in written["pairs"]] == [pair[0] for pair in pairs] and pairs
+    doubles, firsts, seconds = (observed_changes(cells, list(column)) for column in zip(*pairs))
+    genes = [pair[0].split("+") for pair in pairs]
+    queries = [[a] for a, _ in genes] + [[b] for _, b in genes] + genes
+    predicted = gears.change_predictor().changes(query_sets(queries, gears.node_map_pert)).cpu().numpy()
+    published = {side: [_published_scores(*changes) for changes in zip(*sides)]
+                 for side, sides in (("observed", (firsts, seconds, doubles)),
+                                     ("predicted", np.split(predicted, 3)))}
+    for row, record in enumerate(written["pairs"]):
+        for side in ("observed", "predicted"):
+            for name in GI_SCORE_NAMES:
+                assert format_number(record[side][name]) == format_number(published[side][row][name]), \
+                    (record["pair"], side, name)
+    for name in GI_SCORE_NAMES:
+        seen, called = (np.array([float(scores[name]) for scores in published[side]]) for side in published)
+        finite = np.isfinite(seen) & np.isfinite(called)  # (dominance is infinite where a coefficient is 0)
+        seen, called = seen[finite], called[finite]
+        varied = len(seen) >= 2 and np.ptp(seen) > 0 and np.ptp(called) > 0
+        expected = {"mean_absolute_error": np.abs(seen - called).mean() if len(seen) else None,
+                    "pearson": np.corrcoef(seen, called)[0, 1] if varied else None}
+        for measure, value in expected.items():
+            assert format_number(written["agreement"]["scores"][name][measure]) == format_number(value), (name, measure)
 
 
 def test_the_command_scores_a_dataset_one_run_and_replicates(data_folder, replicates, tmp_path, capsys):  # noqa: F811

@@ -38,7 +38,8 @@ CPU_CLOCKS = {  # whose CPU seconds a Stopwatch counts
 class Stopwatch:
     """``with Stopwatch(device) as watch: ...``, then ``watch.seconds`` (wall) and
     ``watch.cpu_seconds`` (of the processes ``cpu_of`` names, a key of ``CPU_CLOCKS``); the
-    device is synchronised on entry and on exit."""
+    device is synchronised on entry and on exit. ``watch.started``: ``time.perf_counter()``
+    on entry (after the synchronisation), to place other moments of the block against."""
 
     def __init__(self, device=None, cpu_of: str = "self"):
         self.device, self._cpu = device, CPU_CLOCKS[cpu_of]
@@ -46,12 +47,12 @@ class Stopwatch:
 
     def __enter__(self) -> "Stopwatch":
         synchronize(self.device)
-        self._start, self._cpu_start = time.perf_counter(), self._cpu()
+        self.started, self._cpu_start = time.perf_counter(), self._cpu()
         return self
 
     def __exit__(self, *_) -> None:
         synchronize(self.device)
-        self.seconds, self.cpu_seconds = time.perf_counter() - self._start, self._cpu() - self._cpu_start
+        self.seconds, self.cpu_seconds = time.perf_counter() - self.started, self._cpu() - self._cpu_start
 
 
 def median_seconds(function: Callable, repeats: int) -> tuple[float, object]:

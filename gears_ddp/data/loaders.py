@@ -11,9 +11,10 @@ distributed training read data the same way.
   the blocks cover every cell exactly once (no padding duplicates), so metrics gathered
   from all ranks equal the single-process ones. Cells stay grouped by condition.
 
-At the start of an epoch the loader lays out what every batch looks up, for all batches at
-once (``EpochPlan``); a batch is then one ``index_select`` and one lookup, with no per-cell
-work and no ``DataLoader`` machinery in the way. The gather reads a
+At the start of an epoch the loader fixes the epoch's order, and lays out what the batches
+look up a window of batches at a time, for all batches of the window at once (``EpochPlan``;
+its memory does not grow with the cells); a batch is then one ``index_select`` and one
+lookup, with no per-cell work and no ``DataLoader`` machinery in the way. The gather reads a
 mapped expression file as easily as memory, and for a GPU writes straight into pinned
 memory, from which the step copies asynchronously. With ``num_workers > 0`` the same plan
 is served through a ``torch.utils.data.DataLoader``.
@@ -52,43 +53,68 @@ class PairedCellDataset:
             self.partners = self.table.draw_control_partners(self.pairing_seed + EPOCH_SEED_STRIDE * epoch)
 
 
+PLAN_WINDOW_BATCHES = 128  # batches an epoch plan lays out together: bounds its memory, whatever the cells
+
+
 class EpochPlan(Dataset):
     """The batches of one epoch: item ``i`` is batch ``i``.
 
-    When the epoch's order is known, the plan lays out what every batch looks up, for all
-    batches at once (a few vectorised operations, then each batch's views of the results):
-    the rows to gather (the cells' control partners, then the cells), the cells' condition
-    codes and perturbed genes, and the distinct perturbation sets of every batch
+    The plan holds the epoch's order of cells (a view of the dataset's cells for a
+    contiguous shard) and the control partners drawn for it, and lays out what the batches
+    look up a window of ``window_batches`` batches at a time, for all batches of the window
+    at once (a few vectorised operations, then each batch's views of the results): the rows
+    to gather (the cells' control partners, then the cells), the cells' condition codes and
+    perturbed genes, and the distinct perturbation sets of every batch
     (``epoch_perturbation_sets``: found on the host, so that the step does not wait for
-    them). That is 56 bytes a cell of the rank's share and 40 a distinct set of a batch. A
-    batch then only gathers its input and target rows with one ``index_select`` (returned
-    as two views of one tensor) and looks up its conditions' DE genes. With ``pad_sets_to``,
-    each batch's sets are padded to that many (``epoch_perturbation_sets``).
+    them). Its memory is then the order, 8 bytes a cell of the rank's share (none for a
+    contiguous shard), and one window, whatever the number of cells: the whole epoch laid
+    out at once held about 200 bytes a cell. A batch gathers its input and target rows
+    with one ``index_select`` (returned as two views of one tensor) and looks up its
+    conditions' DE genes. With ``pad_sets_to``, each batch's sets are padded to that many
+    (``epoch_perturbation_sets``).
     """
 
     def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor | slice, batch_size: int,
-                 drop_last: bool, pin_memory: bool = False, pad_sets_to: int | None = None):
+                 drop_last: bool, pin_memory: bool = False, pad_sets_to: int | None = None,
+                 window_batches: int = PLAN_WINDOW_BATCHES):
         cells = dataset.cell_indices[positions]  # a view of the dataset's cells for a slice
         if drop_last:
             cells = cells[:len(cells) // batch_size * batch_size]
-        table = self.table = dataset.table
-        self.pin_memory = pin_memory
-        codes = table.condition_codes[cells]
-        pert_idx = table.condition_pert_idx[codes]
-        self.rows = _rows_of_batches(dataset.partners[cells], cells, batch_size)
-        self.codes, self.pert_idx = codes.split(batch_size), pert_idx.split(batch_size)
-        self.sets = epoch_perturbation_sets(pert_idx, table.n_perts, batch_size, pad_sets_to)
+        self.cells, self.partners, self.table = cells, dataset.partners, dataset.table  # this epoch's partners
+        self.batch_size, self.pin_memory, self.pad_sets_to = batch_size, pin_memory, pad_sets_to
+        self.window_batches = window_batches
+        self._window: tuple[int, dict] | None = None  # the window laid out last: (its number, its layout)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return -(-len(self.cells) // self.batch_size)
 
     def __getitem__(self, i: int) -> PertBatch:
-        table, codes = self.table, self.codes[i]
-        x, y = self._gather(self.rows[i]).chunk(2)  # the inputs, then the targets
-        batch = PertBatch(x=x, y=y, pert_idx=self.pert_idx[i], condition=codes,
+        if not 0 <= i < len(self):
+            raise IndexError(f"batch {i} of an epoch of {len(self)}")
+        layout = self._layout(i // self.window_batches)
+        first = i % self.window_batches * self.batch_size
+        cells = slice(first, first + self.batch_size)
+        table, codes = self.table, layout["codes"][cells]
+        x, y = self._gather(layout["rows"][i % self.window_batches]).chunk(2)  # the inputs, then the targets
+        batch = PertBatch(x=x, y=y, pert_idx=layout["pert_idx"][cells], condition=codes,
                           de_idx=table.condition_de_idx.index_select(0, codes), condition_names=table.conditions,
-                          sets=self.sets[i])
+                          sets=layout["sets"][i % self.window_batches])
         return batch.pin_memory() if self.pin_memory else batch  # (the rows are pinned already)
+
+    def _layout(self, window: int) -> dict:
+        """What the batches of window ``window`` look up, laid out for all of them at once
+        (kept until another window is asked for)."""
+        if self._window is None or self._window[0] != window:
+            span = self.window_batches * self.batch_size
+            cells = self.cells[window * span:(window + 1) * span]
+            table = self.table
+            codes = table.condition_codes[cells]
+            pert_idx = table.condition_pert_idx[codes]
+            self._window = window, {
+                "codes": codes, "pert_idx": pert_idx, "rows": _rows_of_batches(self.partners[cells], cells,
+                                                                               self.batch_size),
+                "sets": epoch_perturbation_sets(pert_idx, table.n_perts, self.batch_size, self.pad_sets_to)}
+        return self._window[1]
 
     def _gather(self, index: torch.Tensor) -> torch.Tensor:
         """The rows ``index`` in float32: one gather, straight into pinned memory when asked."""

@@ -4,9 +4,9 @@ GEARS computes everything before a cell's ``+ x`` from its set of perturbed gene
 the model computes it once per distinct set of a batch (``model.network``). Finding those
 sets is a ``unique``: its result's size depends on the data, so on a GPU the host would wait
 for the device to find them, every step. The loaders therefore find them on the host, for
-all the batches of an epoch at once when the epoch's order is laid out
-(``epoch_perturbation_sets``, used by ``loaders.EpochPlan``), and they reach the device with
-each batch's other tensors.
+many batches of an epoch at once (``epoch_perturbation_sets``, used by ``loaders.EpochPlan``
+for a window of batches at a time), and they reach the device with each batch's other
+tensors.
 """
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from gears_ddp.distributed.config import TrainingArgs
 from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
 from gears_ddp.distributed.process_group import cleanup_ddp, setup_ddp
 from gears_ddp.gears import GEARS
+from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import ProcessGroupRanks
 from gears_ddp.runtime.stopping import TrainingInterrupted
 from gears_ddp.runtime.threads import cpu_threads
@@ -121,16 +122,19 @@ def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None)
     elif rank != 0:  # only rank 0 reports progress
         library_logger = logging.getLogger(LIBRARY_LOGGER_NAME)
         library_logger.setLevel(max(logging.WARNING, library_logger.getEffectiveLevel()))
+    clock = PhaseClock()
     try:
-        if device.type == "cpu":
-            torch.set_num_threads(cpu_threads(placement.local_world_size))
-        setup_ddp(rank, placement.world_size, device, placement.master_addr, placement.master_port, args.timeout_s)
-        ranks = ProcessGroupRanks()
-        check_same_data(pert_data, ranks)
-        if rank == 0:
-            logger.info("%d rank(s); rank 0 on %s, one of %d rank(s) on its machine, with %d thread(s)",
-                        placement.world_size, device, placement.local_world_size, torch.get_num_threads())
-        report = train_rank(pert_data, args, device, ranks)
+        with clock.phase("rank start-up"):
+            if device.type == "cpu":
+                torch.set_num_threads(cpu_threads(placement.local_world_size))
+            setup_ddp(rank, placement.world_size, device, placement.master_addr, placement.master_port,
+                      args.timeout_s)
+            ranks = ProcessGroupRanks()
+            check_same_data(pert_data, ranks)
+            if rank == 0:
+                logger.info("%d rank(s); rank 0 on %s, one of %d rank(s) on its machine, with %d thread(s)",
+                            placement.world_size, device, placement.local_world_size, torch.get_num_threads())
+        report = train_rank(pert_data, args, device, ranks, clock)
     except (TrainingInterrupted, NonFiniteLoss):  # every rank stops there together: not a failure
         raise
     except BaseException:
@@ -144,13 +148,16 @@ def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None)
     return report if rank == 0 else None
 
 
-def train_rank(pert_data, args: TrainingArgs, device: torch.device, ranks: ProcessGroupRanks) -> dict:
+def train_rank(pert_data, args: TrainingArgs, device: torch.device, ranks: ProcessGroupRanks,
+               clock: PhaseClock) -> dict:
     """This rank's loaders and model, as a single-process user builds them (the seed first,
-    then the loaders, then the model), and the training recipe on them."""
-    torch.manual_seed(args.seed)
-    pert_data.get_dataloader_distributed(args.batch_size, args.test_batch_size, ranks.world_size, ranks.rank,
-                                         args.num_workers, pin_memory=device.type == "cuda", seed=args.seed,
-                                         resample_controls=args.resample_controls)
-    gears = GEARS(pert_data, device=str(device))
-    gears.model_initialize(**args.model_config)
-    return gears.train_with(args, ranks)
+    then the loaders, then the model; the phase ``rank start-up`` of ``clock``), and the
+    training recipe on them."""
+    with clock.phase("rank start-up"):
+        torch.manual_seed(args.seed)
+        pert_data.get_dataloader_distributed(args.batch_size, args.test_batch_size, ranks.world_size, ranks.rank,
+                                             args.num_workers, pin_memory=device.type == "cuda", seed=args.seed,
+                                             resample_controls=args.resample_controls)
+        gears = GEARS(pert_data, device=str(device))
+        gears.model_initialize(**args.model_config)
+    return gears.train_with(args, ranks, clock)

@@ -138,8 +138,10 @@ def _subset_solutions(changes: torch.Tensor, subsets: torch.Tensor) -> torch.Ten
     singular value is exactly 0 and the answer is the minimum-norm ``A^T y / ||A||_F**2``
     (0 for the zero matrix)."""
     pairs, _, genes = changes.shape
-    gene_major = changes.reshape(pairs * 3, genes).t().contiguous()
-    picked = gene_major.index_select(0, subsets.t().reshape(-1)).t().reshape(pairs, 3, 2, -1)
+    # (pairs x 3 x 2 x subsets), contiguous along the subsets: the passes below, and the
+    # spatial median's over the solutions, run along them
+    genes_of_subsets = subsets.t().reshape(1, -1).expand(pairs * 3, -1)
+    picked = changes.reshape(pairs * 3, genes).gather(1, genes_of_subsets).view(pairs, 3, 2, -1)
     first, second, double = picked.unbind(dim=1)
     a11, a21 = first.unbind(dim=1)
     a12, a22 = second.unbind(dim=1)
@@ -188,18 +190,20 @@ def spatial_median(points: torch.Tensor, max_iter: int = SPATIAL_MEDIAN_MAX_ITER
     mean; each step moves to the inverse-distance-weighted mean of the points, damped when
     the current estimate coincides (within machine epsilon) with a point; stop after the
     first step shorter than ``tol`` or after ``max_iter`` steps. Each row iterates until its
-    own stop, as if it were alone."""
+    own stop, as if it were alone; all rows step together, those still moving only (they
+    are gathered afresh only when one stops)."""
     current = points.mean(dim=2)
     active = torch.arange(points.shape[0], device=points.device)
+    rows = points
     for _ in range(max_iter):
-        rows = points if len(active) == points.shape[0] else points[active]
         previous = current[active]
         step = _weiszfeld_step(rows, previous)
         current[active] = step
-        moved = (previous - step).square().sum(dim=1)
-        active = active[moved >= tol * tol]
-        if len(active) == 0:
-            break
+        moving = (previous - step).square().sum(dim=1) >= tol * tol
+        if not bool(moving.all()):
+            active, rows = active[moving], rows[moving]
+            if len(active) == 0:
+                break
     return current
 
 
@@ -207,19 +211,28 @@ def _weiszfeld_step(points: torch.Tensor, previous: torch.Tensor) -> torch.Tenso
     """One modified Weiszfeld step of scikit-learn (``_modified_weiszfeld_step``) per row:
     points at distance below epsilon are left out of the weighted mean, and when there are
     any the step is damped towards the previous estimate. The weighted mean of the points
-    is taken as the previous estimate plus the weighted mean of their differences from
-    it (the same value; one weighted sum serves both it and the damping)."""
+    is taken as the previous estimate plus the weighted mean of their differences from it
+    (the same value; one weighted sum serves both it and the damping), that sum as one
+    batched product of the inverse distances with the differences.
+
+    A step is a few passes over the points: their differences, the inverse distances (one
+    ``rsqrt`` of the squared ones) and the product. A row whose inverse distances sum to
+    at least ``1 / epsilon`` may hold a point closer than epsilon; only then are the close
+    points found and left out."""
     diff = points - previous.unsqueeze(2)
-    squares = diff.square()
-    distance = torch.add(squares[:, 0], squares[:, 1]).sqrt_()
-    inverse = distance.reciprocal()
-    close = distance < _EPSILON
-    coincides = close.any(dim=1)
-    if bool(coincides.any()):
+    dx, dy = diff.unbind(dim=1)
+    inverse = torch.addcmul(dx.square(), dy, dy).rsqrt_()
+    total = inverse.sum(dim=1)
+    coincides = torch.zeros_like(total, dtype=torch.bool)
+    suspect = total >= 1.0 / _EPSILON
+    if bool(suspect.any()):
+        close = inverse > 1.0 / _EPSILON
+        coincides = close.any(dim=1)
         inverse.masked_fill_(close, 0.0)
-    pull = (diff * inverse.unsqueeze(1)).sum(dim=2)
+        total = inverse.sum(dim=1)
+    pull = torch.matmul(inverse.unsqueeze(1), diff.transpose(1, 2)).squeeze(1)
     quotient_norm = pull.square().sum(dim=1).sqrt()
-    direction = previous + pull / inverse.sum(dim=1, keepdim=True)
+    direction = previous + pull / total.unsqueeze(1)
     degenerate = quotient_norm <= _EPSILON
     direction[degenerate] = 1.0
     ratio = (coincides.to(points.dtype) / torch.where(degenerate, 1.0, quotient_norm)).unsqueeze(1)

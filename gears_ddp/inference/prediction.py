@@ -35,7 +35,11 @@ CHANGE_MODES = {
                         "drawn at random for each perturbation set, minus the mean of all control cells (adds "
                         "sampling noise; for reproducing published numbers)",
 }
-SETS_PER_PASS = 64  # perturbation sets per forward pass: (sets x genes) rows of hidden width
+# A forward pass holds (sets x genes) rows of hidden width: on a GPU up to SETS_PER_PASS sets,
+# elsewhere as many as ROWS_PER_PASS rows hold (one pass of 64 sets at 2,000 genes in float64,
+# as the interaction scores predict, held 480 MiB of host memory; 16,384 rows hold about 60).
+SETS_PER_PASS = 64
+ROWS_PER_PASS = 1 << 14
 
 
 def query_sets(pert_list, node_map_pert: Mapping[str, int]) -> torch.Tensor:
@@ -74,11 +78,23 @@ def set_effects(network, sets: torch.Tensor, device: torch.device) -> tuple[torc
     return network.set_effects(PerturbationSets.each_once(sets.to(device)))
 
 
+def sets_per_pass(num_genes: int, device) -> int:
+    """Perturbation sets per forward pass of a network of ``num_genes`` genes on ``device``:
+    ``SETS_PER_PASS`` on a GPU, elsewhere as many as ``ROWS_PER_PASS`` rows hold (at least
+    one, at most ``SETS_PER_PASS``), which bounds a pass's memory whatever the genes."""
+    if torch.device(device).type == "cuda":
+        return SETS_PER_PASS
+    return max(1, min(SETS_PER_PASS, ROWS_PER_PASS // num_genes))
+
+
 def set_effects_in_passes(network, sets: torch.Tensor, device: torch.device,
-                          sets_per_pass: int = SETS_PER_PASS) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``set_effects`` of any number of sets, ``sets_per_pass`` sets per forward pass (which
-    bounds the (sets x genes) rows of hidden width a pass holds)."""
-    parts = [set_effects(network, batch, device) for batch in sets.split(sets_per_pass)]
+                          sets_in_a_pass: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``set_effects`` of any number of sets, ``sets_in_a_pass`` sets per forward pass (which
+    bounds the (sets x genes) rows of hidden width a pass holds; by default
+    ``sets_per_pass``)."""
+    if sets_in_a_pass is None:
+        sets_in_a_pass = sets_per_pass(network.num_genes, device)
+    parts = [set_effects(network, batch, device) for batch in sets.split(sets_in_a_pass)]
     if not parts:
         return torch.empty(0, network.num_genes, device=device), None
     logvar = None if parts[0][1] is None else torch.cat([part[1] for part in parts])
@@ -173,11 +189,11 @@ class ChangePredictor:
         network = self.network if device == self.device else copy.deepcopy(self.network).to(device)
         return ChangePredictor(network, device, self.change, self.seed, self.controls, self.control_mean)
 
-    def changes(self, sets: torch.Tensor, sets_per_pass: int = SETS_PER_PASS) -> torch.Tensor:
+    def changes(self, sets: torch.Tensor, sets_in_a_pass: int | None = None) -> torch.Tensor:
         """The change (sets x genes, in the network's precision, on ``device``) of each
-        perturbation set (sets x 2 vocabulary indices, -1 padded), ``sets_per_pass`` sets per
-        forward pass."""
-        effects = set_effects_in_passes(self.network, sets, self.device, sets_per_pass)[0]
+        perturbation set (sets x 2 vocabulary indices, -1 padded), ``sets_in_a_pass`` sets per
+        forward pass (by default ``sets_per_pass``)."""
+        effects = set_effects_in_passes(self.network, sets, self.device, sets_in_a_pass)[0]
         if self.change == EXACT_CHANGE:
             return effects
         draws = control_draws(sets, len(self.controls), self.seed)

@@ -11,7 +11,7 @@ genes as given. The parts:
   once. It is picklable: each spawned worker receives one.
 - ``score_chunks``: the pairs come in chunks of ``chunk_pairs``. The singles' changes are
   predicted once per process, each chunk's doubles in forward passes of
-  ``prediction.SETS_PER_PASS`` sets, and the chunk's pairs are scored in batches
+  ``prediction.sets_per_pass`` sets, and the chunk's pairs are scored in batches
   (``evaluation.interaction_scores``); no Python work per pair.
 - ``ScreenFolder``: with an output file, each finished chunk is written atomically to
   ``<out>.partial/`` beside a record of the model, genes and options. A screen run again

@@ -5,8 +5,9 @@
 - ``metrics.csv``: one row per epoch (training loss, train and val metrics, seconds),
   rewritten after every epoch, so it is complete after a resume too;
 - ``train.log``: the library's log records of the main rank (appended across resumes);
-- ``report.json``: the final report (NaN written as null) and, with a test set, the
-  verdicts against the baselines (``verdicts.verdict_records``);
+- ``report.json``: the final report (NaN written as null), with ``timing``, the wall
+  seconds of the run's phases (``runtime.phase_clock``), and, with a test set, the verdicts
+  against the baselines (``verdicts.verdict_records``);
 - ``plots/*.png`` and ``report.html``: the curves, the test metrics beside the baselines,
   predicted against true changes, and one page that shows them with the run's settings.
 """
@@ -25,6 +26,7 @@ from gears_ddp._logging import LIBRARY_LOGGER_NAME
 from gears_ddp.data.io import atomic_path
 from gears_ddp.report.page import write_report_page
 from gears_ddp.report.verdicts import compare, verdict_records
+from gears_ddp.runtime.phase_clock import PhaseClock
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.csv"
@@ -90,27 +92,31 @@ def json_safe(value):
     return value
 
 
-def write_run_report(folder, report: dict, examples: list[dict]) -> Path:
-    """``report.json`` (the report and its verdicts), the pictures and ``report.html``;
-    returns the page's path. ``examples`` are the test conditions of the predictions
-    picture (``report.examples.prediction_examples``); without a test set there are only
-    curves."""
+def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClock | None = None) -> Path:
+    """The pictures, ``report.html`` and ``report.json`` (the report and its verdicts, and
+    with ``clock`` its ``timing`` up to the moment it is written: last, so that the
+    pictures and the page are counted in, and written even when they fail); returns the
+    page's path. ``examples`` are the test conditions of the predictions picture
+    (``report.examples.prediction_examples``); without a test set there are only curves."""
     # matplotlib is imported here, by the main rank only, not by every rank that imports this module
     from gears_ddp.report.plots import plot_predictions, plot_test_metrics, plot_training_curves
 
     folder = Path(folder)
-    if "model" in report:
-        write_json(folder / REPORT_FILE,
-                   {**report, "verdicts": verdict_records(compare(report["model"], report["baselines"]))})
-    else:
-        write_json(folder / REPORT_FILE, report)
-    titles = list(PICTURES)
-    pictures = {titles[0]: PICTURES[titles[0]]}
-    plot_training_curves(report["history"], report["best_epoch"], folder / PICTURES[titles[0]])
-    if "model" in report:
-        plot_test_metrics(report["model"], report["baselines"], folder / PICTURES[titles[1]])
-        pictures[titles[1]] = PICTURES[titles[1]]
-        if examples:
-            plot_predictions(examples, folder / PICTURES[titles[2]])
-            pictures[titles[2]] = PICTURES[titles[2]]
-    return write_report_page(folder / PAGE_FILE, read_settings(folder), report, pictures)
+    try:
+        titles = list(PICTURES)
+        pictures = {titles[0]: PICTURES[titles[0]]}
+        plot_training_curves(report["history"], report["best_epoch"], folder / PICTURES[titles[0]])
+        if "model" in report:
+            plot_test_metrics(report["model"], report["baselines"], folder / PICTURES[titles[1]])
+            pictures[titles[1]] = PICTURES[titles[1]]
+            if examples:
+                plot_predictions(examples, folder / PICTURES[titles[2]])
+                pictures[titles[2]] = PICTURES[titles[2]]
+        return write_report_page(folder / PAGE_FILE, read_settings(folder), report, pictures)
+    finally:
+        written = dict(report)
+        if clock is not None:
+            written["timing"] = clock.so_far()
+        if "model" in report:
+            written["verdicts"] = verdict_records(compare(report["model"], report["baselines"]))
+        write_json(folder / REPORT_FILE, written)

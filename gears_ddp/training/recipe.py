@@ -78,14 +78,17 @@ class TrainingInputs:
 class TrainingResult:
     """What ``TrainingRecipe.run`` returns: the network with the best weights (lowest val
     ``mse_de``; in evaluation mode), their epoch (1-based), the per-epoch history, the best
-    network's evaluation on the test set (all ranks' cells; None without a test set) and
-    each rank's digest of its final weights (equal on every rank of a sound run)."""
+    network's evaluation on the test set (all ranks' cells; None without a test set),
+    each rank's digest of its final weights (equal on every rank of a sound run) and the
+    wall seconds of the run's two phases, ``'epochs'`` (training and the per-epoch
+    evaluation) and ``'test'`` (the best network restored and evaluated on test)."""
 
     best_network: nn.Module
     best_epoch: int
     history: list[dict]
     test_result: EvaluationResult | None
     parameter_digests: list[str]
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -166,6 +169,7 @@ class TrainingRecipe:
                         self.position.epoch + 1, self.options.epochs, self.ranks.world_size, self.device.type,
                         math.ceil(len(loaders["train_loader"]) / self.options.grad_accum_steps))
         on_cpu = self.device.type == "cpu"
+        started = time.perf_counter()
         with deterministic_algorithms(self.options.deterministic):
             with at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
                     self.signals if self.save_path is not None else contextlib.nullcontext(), \
@@ -174,7 +178,7 @@ class TrainingRecipe:
                 while self.position.epoch < self.options.epochs and self._epoch_to_run():
                     self._train_epoch(loaders)
                     epochs.update()
-            return self._finish()
+            return self._finish(time.perf_counter() - started)
 
     def _train_epoch(self, loaders: dict) -> None:
         """The rest of the current epoch, its evaluation on train and val, the best-model
@@ -311,9 +315,11 @@ class TrainingRecipe:
             logger.info("resuming from %s: epoch %d, after optimiser step %d of the epoch", path,
                         self.position.epoch + 1, self.position.step_in_epoch)
 
-    def _finish(self) -> TrainingResult:
+    def _finish(self, epoch_seconds: float) -> TrainingResult:
         """The best network (the current one when no epoch chose one: none ran, or val
-        ``mse_de`` was NaN) and its evaluation on the test set."""
+        ``mse_de`` was NaN) and its evaluation on the test set; ``epoch_seconds``: the
+        epochs' wall time."""
+        tick = time.perf_counter()
         network = unwrapped(self.model)
         if self.outcome.best_state is None:
             self.outcome.best_state = _cpu_state(network)
@@ -325,7 +331,8 @@ class TrainingRecipe:
         test_result = None if test_loader is None else evaluate(
             best, test_loader, self.inputs.new_accumulator(), self.inputs.uncertainty, self.device, ranks=self.ranks,
             progress="evaluating test")
-        return TrainingResult(best, self.outcome.best_epoch + 1, self.outcome.history, test_result, digests)
+        return TrainingResult(best, self.outcome.best_epoch + 1, self.outcome.history, test_result, digests,
+                              {"epochs": epoch_seconds, "test": time.perf_counter() - tick})
 
 
 def _cpu_state(model: nn.Module) -> dict:

@@ -30,8 +30,8 @@ def mapping_of(path: str) -> dict:
 train_with = GEARS.train_with
 
 
-def train_and_report(self, options, ranks):
-    report = train_with(self, options, ranks)
+def train_and_report(self, options, ranks, *more):
+    report = train_with(self, options, ranks, *more)
     folder = Path(os.environ["MAPS_REPORT"])
     folder.mkdir(exist_ok=True)
     mapped = self.pert_data.cells.mapped_from
