@@ -10,8 +10,9 @@ import yaml
 from matplotlib.container import BarContainer
 
 import toy_data
-from gears_ddp.cli import command
-from gears_ddp.cli.command import DEMO_DATA_PATHS, DEMO_FINDINGS, _print_summary, main
+from gears_ddp.cli import demo, main
+from gears_ddp.cli.demo import DEMO_DATA, DEMO_DATA_PATHS, DEMO_FINDINGS
+from gears_ddp.cli.train import _print_summary
 from gears_ddp.data import io
 from gears_ddp.data.go_files import read_annotation
 from gears_ddp.distributed.run_config import RunConfigError, apply_override, read_run_config
@@ -117,6 +118,37 @@ def test_train_help_lists_every_option_with_its_default():
         assert line in result.stdout
 
 
+# ----------------------------------------------------------------------------- one module per command
+
+COMMAND_LINES = {"train": ["--config", "run.yaml"], "demo": [], "evaluate": ["--run", "r"],
+                 "predict": ["--run", "r", "--split", "test", "--out", "p.h5ad"],
+                 "screen": ["--run", "r", "--genes", "A", "B", "--out", "s.csv"],
+                 "interactions": ["--run", "r", "--out", "i.csv"],
+                 "process": ["--adata", "a.h5ad", "--data-path", "d", "--name", "n"], "check": ["--data-path", "d"]}
+
+
+def test_each_command_module_adds_its_own_command_and_main_runs_it(monkeypatch):
+    """Each module of gears_ddp/cli adds exactly one subcommand, its NAME; the assembled
+    parser lists all eight in the order --help shows; main hands each command's options to
+    that module's run."""
+    import argparse
+
+    from gears_ddp.cli.dispatch import COMMANDS, build_parser
+
+    for module in COMMANDS:
+        subparsers = argparse.ArgumentParser().add_subparsers(dest="command")
+        added = module.add_parser(subparsers)
+        assert list(subparsers.choices) == [module.NAME] and subparsers.choices[module.NAME] is added
+    assembled = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    assert list(assembled.choices) == list(COMMAND_LINES)
+    ran = []
+    for module in COMMANDS:
+        monkeypatch.setattr(module, "run", lambda options, name=module.NAME: ran.append((name, options.command)) or 0)
+    for name, arguments in COMMAND_LINES.items():
+        assert main([name, *arguments]) == 0
+    assert ran == [(name, name) for name in COMMAND_LINES]
+
+
 # ----------------------------------------------------------------------------- verdicts
 
 
@@ -139,7 +171,7 @@ def test_the_demo_trains_on_the_data_it_names_in_its_own_folder(data, dataset, t
     """Each choice writes its dataset (processed once) under its default folder and trains on
     it with the demo's split, printing what the data is and closing with its own finding."""
     trained = []
-    monkeypatch.setattr(command, "_train", lambda config, note: trained.append((config, note)) or 0)
+    monkeypatch.setattr(demo, "run_training", lambda config, note: trained.append((config, note)) or 0)
     monkeypatch.chdir(tmp_path)
     arguments = ["demo"] + (["--data", data] if data != "real" else [])
     assert main(arguments + ["--epochs", "3", "--set", "args.seed=5"]) == 0
@@ -148,7 +180,7 @@ def test_the_demo_trains_on_the_data_it_names_in_its_own_folder(data, dataset, t
     assert (tmp_path / DEMO_DATA_PATHS[data] / dataset / "perturb_processed.h5ad").is_file()
     assert config["split_config"]["split"] == "simulation" and config["split_config"]["seed"] == 1
     assert config["args"]["epochs"] == 3 and config["args"]["seed"] == 5 and note == DEMO_FINDINGS[data]
-    assert capsys.readouterr().out.startswith(f"Data: {command.DEMO_DATA[data]}, in ")
+    assert capsys.readouterr().out.startswith(f"Data: {DEMO_DATA[data]}, in ")
 
 
 @pytest.mark.distributed
@@ -158,7 +190,7 @@ def test_the_demo_trains_on_the_packaged_real_screen_with_two_processes(tmp_path
     settings = ["--set", "args.model_config.hidden_size=8", "--set", "args.batch_size=128"]
     assert main(["demo", "--data-path", str(data), "--save-path", str(save), "--epochs", "2", *settings]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"Data: {command.DEMO_DATA['real']}, in {data / 'papalexi2021'}.")
+    assert out.startswith(f"Data: {DEMO_DATA['real']}, in {data / 'papalexi2021'}.")
     assert "Training loss" in out and "Against predicting no change: mse " in out and DEMO_FINDINGS["real"] in out
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(report["history"]) == 2

@@ -1,7 +1,10 @@
-"""The ``gears-ddp`` command (``command``); ``python -m gears_ddp`` runs it too.
+"""The ``gears-ddp`` command: ``dispatch`` builds its parser and runs a command; each
+command has its own module (``train``, ``demo``, ``evaluate``, ``predict``, ``pair_screen``
+for ``screen``, ``interactions``, ``process``, ``check``), holding its options and what it
+does. ``python -m gears_ddp`` runs it too.
 
 May import: every layer.
 """
-from gears_ddp.cli.command import main
+from gears_ddp.cli.dispatch import main
 
 __all__ = ["main"]

@@ -1,0 +1,77 @@
+"""The ``gears-ddp`` command (``python -m gears_ddp`` does the same).
+
+    gears-ddp demo [--data synthetic]               the README's main job, no download
+    gears-ddp train --config run.yaml [--set args.epochs=5 ...]
+    gears-ddp train --config run.yaml --seeds 1 2 3 4 5 [--split-seeds 1 2 3 4 5]   replicates
+    gears-ddp evaluate --run ./runs/my_run [--set split_config.seed=2] [--out scores.json]
+    gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
+    gears-ddp predict --run ./runs/my_run --split test --format cell-eval [--cells-per-perturbation 100] --out test.h5ad
+    gears-ddp predict --run ./runs/my_run --split test --format cell-eval --baseline linear --out test.linear.h5ad
+    gears-ddp screen --run ./runs/my_run --genes FEV SAMD1 CBL --out screen.csv
+    gears-ddp screen --run ./runs/my_replicates --genes FEV SAMD1 CBL --out screen.csv   intervals over models
+    gears-ddp check --adata screen.h5ad --data-path ./data [--normalize --go-gene-sets go.gmt --split-seeds 1 2 3]
+    gears-ddp check --config run.yaml                 the processed dataset and the splits a run would use
+    gears-ddp interactions --run ./runs/my_run --out interactions.csv   observed calls beside predicted ones
+    gears-ddp interactions --data-path ./data --name my_screen --out observed.csv   observed calls only
+    gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--normalize --go-gene-sets go.gmt]
+
+``train`` on one machine starts one worker per GPU (or ``args.cpu_processes`` CPU
+processes) as ``train_multi_gpu`` does; under torchrun or srun it runs this process's rank,
+with the same configuration. ``--seeds`` (or a ``replicates`` key) trains one run per seed
+concurrently over the devices, as ``train_replicates`` does, and summarises them.
+``evaluate`` and ``predict`` read a run folder: its
+``config.yaml`` says where the data is and how it was split, its model folder holds the
+weights; so does ``screen``, which scores every pair of a gene set for genetic
+interactions on every GPU (or one process per CPU core), and given replicates (or several
+run folders) says how far the models agree on each call. ``check`` reads a screen (or a
+processed dataset) as ``process`` and ``train`` would, processes nothing, and lists every
+problem at once, each with its fix. Exit status: 0 done (``check``: the screen would
+train), 2 a bad configuration, input or path (``check``: a problem stops the screen), 75 stopped by a signal with a checkpoint (continue with ``--set
+args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
+failed included).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from gears_ddp._logging import enable_console_logging
+from gears_ddp.cli import check, demo, evaluate, interactions, pair_screen, predict, process, train
+from gears_ddp.cli.exit_status import EXIT_BAD_INPUT, EXIT_FAILED
+from gears_ddp.data.download import DownloadError
+from gears_ddp.distributed.run_config import RunConfigError
+from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
+from gears_ddp.training.finite_loss import NonFiniteLoss
+
+# one module per command, in the order --help lists them: each has NAME, add_parser(subparsers) and run(options)
+COMMANDS = (train, demo, evaluate, predict, pair_screen, interactions, process, check)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``gears-ddp`` parser: each command's module adds its own subcommand."""
+    # no abbreviated options: `train --seed 3` must not be read as `--seeds 3`
+    parser = argparse.ArgumentParser(prog="gears-ddp", description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run ``gears-ddp`` with the arguments ``argv`` (default: the command line); the exit status."""
+    options = build_parser().parse_args(argv)
+    enable_console_logging(logging.WARNING if options.command == "check" else logging.INFO)  # check: its report
+    run = {command.NAME: command.run for command in COMMANDS}[options.command]
+    try:
+        return run(options) or 0
+    except (RunConfigError, FileNotFoundError, FileExistsError, PermissionError, ValueError, DownloadError) as err:
+        print(f"gears-ddp {options.command}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TrainingInterrupted as stop:
+        print(f"gears-ddp {options.command}: {stop}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except NonFiniteLoss as diverged:
+        print(f"gears-ddp {options.command}: {diverged}", file=sys.stderr)
+        return EXIT_FAILED

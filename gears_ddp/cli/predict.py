@@ -1,0 +1,77 @@
+"""``gears-ddp predict``: a saved run's predictions, of queries (``--perturbations``) or of
+every cell of a set of its split (``--split``, the truth written beside them), or a
+baseline's cells of that set built the same way."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gears_ddp.cli.shared_options import add_run, linear_baseline_screen
+from gears_ddp.evaluation.baselines import BASELINES, PRETRAINED
+from gears_ddp.inference.prediction import checked_cell_count
+
+NAME = "predict"
+FORMATS = ("anndata", "cell-eval", "csv")
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(NAME, allow_abbrev=False, help="predict perturbations with a saved model")
+    add_run(parser)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--perturbations", nargs="+", metavar="GENES",
+                      help="queries: a gene (FEV) or two joined by + (FEV+SAMD1)")
+    what.add_argument("--split", choices=("train", "val", "test"),
+                      help="every cell of this set of the run's split, with the truth written beside it")
+    parser.add_argument("--format", choices=FORMATS, default="anndata",
+                        help="anndata: one row per query (mean); cell-eval: cells in cell-eval's layout; "
+                             "csv: one row per query")
+    parser.add_argument("--cells-per-perturbation", type=int, metavar="N",
+                        help="predict N cells per perturbation, from N control cells drawn at random (seed 0): "
+                             "with --split, instead of one per cell of the set; with --perturbations, instead of "
+                             "300")
+    parser.add_argument("--baseline", choices=(*BASELINES, PRETRAINED),
+                        help="with --split: that baseline's cells instead of the model's, built the same way, to "
+                             "score with cell-eval beside the model's (linear_pretrained: the run's "
+                             "args.linear_baseline_screen)")
+    parser.add_argument("--out", required=True, help="the file to write (.h5ad, or .csv)")
+    return parser
+
+
+def run(options) -> int:
+    from gears_ddp.distributed.saved_runs import load_run
+
+    if options.cells_per_perturbation is not None:
+        checked_cell_count(options.cells_per_perturbation)  # before the run is loaded
+    if options.baseline is not None and options.split is None:
+        raise ValueError("--baseline writes a baseline's cells of a split: give --split too")
+    gears = load_run(options.run, options.overrides)
+    if options.split is not None:
+        return _predict_split(options, gears)
+    out = Path(options.out)
+    queries = [[gene for gene in query.split("+") if gene != "ctrl"] for query in options.perturbations]
+    drawn = {} if options.cells_per_perturbation is None else {"cells_per_perturbation": options.cells_per_perturbation}
+    if options.format == "csv":
+        gears.predict(queries, return_type="anndata", **drawn).to_df().to_csv(out)
+    else:
+        gears.predict(queries, return_type=options.format, **drawn).write_h5ad(out)
+    print(f"predictions for {len(queries)} perturbation(s) written to {out}")
+    return 0
+
+
+def _predict_split(options, gears) -> int:
+    """The predicted cells of ``--split`` (or a baseline's) to ``--out``, the true cells beside them."""
+    if options.format == "csv":
+        raise ValueError("--split writes cells: use --format cell-eval or anndata")
+    baseline = {} if options.baseline is None else {"baseline": options.baseline,
+                                                    "linear_baseline_screen": linear_baseline_screen(options)}
+    predicted, real = gears.predict_split(options.split, cells_per_perturbation=options.cells_per_perturbation,
+                                          **baseline)
+    out = Path(options.out)
+    truth = out.with_name(out.name.replace(".h5ad", "") + ".truth.h5ad")
+    predicted.write_h5ad(out)
+    real.write_h5ad(truth)
+    n_cells = options.cells_per_perturbation
+    what = f"{predicted.n_obs} cells" if n_cells is None else \
+        f"{predicted.obs['condition'].nunique() - 1} perturbations ({n_cells} cells each) and the control cells"
+    print(f"predictions for the {what} of the {options.split} set written to {out}, their true expression to "
+          f"{truth}")
+    return 0

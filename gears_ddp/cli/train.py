@@ -1,0 +1,101 @@
+"""``gears-ddp train``: train from a YAML configuration, as ``train_multi_gpu`` does (spawned
+workers), as this process's rank under torchrun or srun, or replicates (``--seeds``) as
+``train_replicates`` does; then the summary: did the model learn, and where the run is."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gears_ddp.cli.exit_status import EXIT_FAILED
+from gears_ddp.cli.shared_options import add_set
+from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
+from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
+
+NAME = "train"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(NAME, allow_abbrev=False, help="train from a YAML configuration",
+                                   epilog=option_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   description="Train GEARS as train_multi_gpu does, from a YAML file whose top-level "
+                                               "keys are train_multi_gpu's parameters: pert_data_path, dataset_name, "
+                                               "split_config, args, n_gpus, gpu_ids.")
+    parser.add_argument("--config", help="the YAML file (a run folder's config.yaml repeats that run)")
+    parser.add_argument("--seeds", nargs="+", type=int, metavar="SEED",
+                        help="replicates: one run per model seed in save_path/seed-N, summarised in save_path "
+                             "(replicates.seeds)")
+    parser.add_argument("--split-seeds", nargs="+", type=int, metavar="SEED",
+                        help="replicates: one run per split seed (replicates.split_seeds); with --seeds, the lists "
+                             "pair up")
+    add_set(parser)
+    return parser
+
+
+def run(options) -> int:
+    if options.config is None and not options.overrides:
+        raise RunConfigError("give --config run.yaml (or at least --set pert_data_path=... --set dataset_name=...)")
+    overrides = list(options.overrides)
+    for key, seeds in (("seeds", options.seeds), ("split_seeds", options.split_seeds)):
+        if seeds is not None:
+            overrides.append(f"replicates.{key}={seeds}")
+    config = read_run_config(options.config, overrides) if options.config else \
+        resolve_with_overrides({}, overrides, "--set")
+    return run_training(config)
+
+
+def run_training(config: dict, note: str | None = None) -> int:
+    """Train with a resolved configuration: spawned workers, or this rank under a launcher;
+    the summary ends with ``note``."""
+    from gears_ddp.distributed.launch_environment import launch_environment
+
+    environment = launch_environment()
+    if config.get("replicates") is not None:
+        if environment is not None:
+            raise RunConfigError(f"replicates run on one machine, started by gears-ddp train itself, not under "
+                                 f"{environment.source}: start it without the launcher")
+        return _train_replicates(config)
+    if environment is not None:
+        from gears_ddp.distributed.launch import run_launched_rank
+
+        report = run_launched_rank(config["pert_data_path"], config["dataset_name"], config["split_config"],
+                                   config["args"], environment)
+        if report is not None:
+            _print_summary(report, note)
+        return 0
+    from gears_ddp.train_distributed import train_multi_gpu
+
+    report = train_multi_gpu(**config)
+    _print_summary(report, note)
+    return 0
+
+
+def _train_replicates(config: dict) -> int:
+    """Train the replicates and print their summary; 1 when some did not finish."""
+    from gears_ddp.distributed.replicates import ReplicatesFailed, train_replicates
+    from gears_ddp.report.replicate_summary import replicate_table
+
+    try:
+        summary, status = train_replicates(**config), 0
+    except ReplicatesFailed as failure:
+        print(f"gears-ddp train: {failure}", file=sys.stderr)
+        summary, status = failure.summary, EXIT_FAILED
+    print(f"\n{summary['finished']} of {len(summary['replicates'])} replicates finished")
+    overall = [record for record in summary["metrics"] if record["subgroup"] is None]
+    if overall:
+        print(replicate_table(overall))
+    print(f"\nsummary with every subgroup, plots and each replicate's report: {summary['report_path']}")
+    return status
+
+
+def _print_summary(report: dict, note: str | None = None) -> None:
+    from gears_ddp.report.learning import learning_checks
+
+    print(f"\nbest epoch {report['best_epoch']} of {len(report['history'])}, {report['world_size']} process(es)")
+    if "model" in report:  # the log above shows the test table, once
+        run_path = Path(report.get("model_path", "."))
+        print(f"The test verdicts above come from one seed; for 95% intervals over seeds: gears-ddp train --config "
+              f"{run_path / CONFIG_FILE} --seeds 1 2 3 4 5 --set args.save_path={run_path}-replicates")
+    print("\n" + "\n".join(learning_checks(report) + ([note] if note else [])))
+    if "model_path" in report:
+        print(f"\nmodel and run report in {report['model_path']} (open {Path(report['model_path']) / PAGE_FILE})")
