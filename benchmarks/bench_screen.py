@@ -36,7 +36,7 @@ count:
 - published: ``gears.utils.get_GI_params`` called pair after pair, as ``GI_predict`` does
   (scikit-learn's ``TheilSenRegressor`` over 100,000 gene pairs, then four ``dcor``
   distance correlations), on the first ``--published-pairs`` pairs.
-- gears_ddp: ``gears_ddp.evaluation.interaction_scores.interaction_scores`` on all
+- gears_ddp: ``gears_ddp.interactions.scores.interaction_scores`` on all
   ``--pairs`` pairs at once, on ``--device``, with each of the ``--threads`` torch thread
   counts (default: 1 and every usable core; the published loop runs with every core, as
   scikit-learn and dcor choose). The Theil-Sen subsets are drawn once per gene count
@@ -130,7 +130,7 @@ def published_scoring(first, second, double) -> tuple[Timing, list[dict]]:
 
 def subsets_draw(n_genes: int) -> Timing:
     """The one-time draw of the Theil-Sen subsets for this gene count."""
-    from gears_ddp.evaluation.interaction_scores import theil_sen_subsets
+    from gears_ddp.interactions.scores import theil_sen_subsets
 
     theil_sen_subsets.cache_clear()
     with Stopwatch() as watch:
@@ -142,7 +142,7 @@ def batched_scoring(first, second, double, device: str, threads: int) -> tuple[T
     """gears_ddp's batched scores with ``threads`` torch threads (subsets drawn before)."""
     import torch
 
-    from gears_ddp.evaluation.interaction_scores import interaction_scores
+    from gears_ddp.interactions.scores import interaction_scores
 
     torch.set_num_threads(threads)
     with Stopwatch(device) as watch:
@@ -179,7 +179,7 @@ def scoring_parts(first, second, double, device: str) -> list[Timing]:
 
 def largest_differences(batched: dict, published: list[dict]) -> dict[str, float]:
     """Largest |gears_ddp - published| per score over the pairs both scored."""
-    from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
+    from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
     return {name: max(abs(float(batched[name][pair]) - float(reference[name]))
                       for pair, reference in enumerate(published)) for name in GI_SCORE_NAMES}
@@ -197,7 +197,7 @@ def our_screen(gears, genes: list[str], processes: int | None, gpu_ids: list[int
     """The whole screen as ``gears-ddp screen`` runs it, subsets drawn afresh, on the GPUs
     ``gpu_ids`` or else ``processes`` CPU processes."""
     from gears_ddp.distributed.screen import screen_on_devices
-    from gears_ddp.evaluation.interaction_scores import theil_sen_subsets
+    from gears_ddp.interactions.scores import theil_sen_subsets
 
     theil_sen_subsets.cache_clear()
     devices = {"gpu_ids": gpu_ids} if gpu_ids else {"cpu_processes": processes}

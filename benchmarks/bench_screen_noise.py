@@ -27,7 +27,7 @@ Printed:
   the score one way), the median, 95th percentile and largest |published - exact|, and
   the same between two seeds of the published change (how far two runs of the published
   GI_predict on the same model disagree);
-- per interaction type (``inference.interactions.interaction_types``: synergy / additive /
+- per interaction type (``interactions.calls.interaction_types``: synergy / additive /
   suppressor from ``mag``, neomorphic, redundant, epistasis), the share of pairs whose type
   under the published change differs from the exact one, and between two seeds.
 

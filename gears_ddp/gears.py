@@ -25,13 +25,14 @@ from gears_ddp.evaluation.baselines import baseline_effects, baseline_results
 from gears_ddp.evaluation.linear_baseline import PerturbationEmbedding, other_screen_embedding
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, MetricContext
 from gears_ddp.evaluation.scoring import score
-from gears_ddp.inference.observed_interactions import compare_calls, interaction_records, observed_interactions, \
-    predicted_interactions
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor, drawn_control_cells, \
     query_keys, query_sets, set_effects
 from gears_ddp.inference.saved_predictions import forget_own, handed_in, saved_expression
 from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenJob, model_record, run_screen, \
-    score_chunks_here, score_gene_positions
+    score_chunks_here
+from gears_ddp.interactions.agreement import compare_calls, interaction_records
+from gears_ddp.interactions.observed import observed_interactions, predicted_interactions
+from gears_ddp.interactions.pair_tables import score_gene_positions
 from gears_ddp.model.folder import GRAPH_KEYS, check_vocabulary, load_weights, model_from_config, read_config, \
     save_model_folder
 from gears_ddp.model.losses import LossContext
@@ -404,7 +405,7 @@ class GEARS:
         return set_effects(self.best_model, sets, self.device)
 
     def GI_predict(self, combo, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0) -> dict:
-        """Genetic-interaction scores of a two-gene combination A+B (``inference.interactions.
+        """Genetic-interaction scores of a two-gene combination A+B (``interactions.calls.
         genetic_interaction_scores``) from the predicted changes over control of A, B and A+B,
         optionally on the genes listed in ``GI_genes_file`` only. As published, the dict
         starts with ``'ts'``, the fitted Theil-Sen line (``interactions.TheilSenFit``).
@@ -420,7 +421,7 @@ class GEARS:
         predictions, or the true mean expression of observed conditions
         (``observed_interactions`` does the latter for every observed pair at once).
         """
-        from gears_ddp.inference.interactions import genetic_interaction_scores, with_theil_sen_fit
+        from gears_ddp.interactions.calls import genetic_interaction_scores, with_theil_sen_fit
 
         if isinstance(combo, str) or len(combo) != 2 or not all(isinstance(gene, str) for gene in combo):
             raise ValueError(f"GI_predict takes two genes, got {combo!r}")
@@ -471,8 +472,8 @@ class GEARS:
         """``interaction_agreement`` of the ``observed`` pairs (``observed_interactions``), by
         the best model as it is."""
         predictor = ChangePredictor.for_data(self.best_model, self.device, self.pert_data.cells)
-        predicted = predicted_interactions(observed, predictor, self.node_map_pert, self.gene_list, GI_genes_file,
-                                           self._train_conditions())
+        predicted = predicted_interactions(observed, lambda queries: predictor.changes(query_sets(queries, self.node_map_pert)),
+                                           self.gene_list, GI_genes_file, self._train_conditions(), predictor.device)
         return {"observed": observed, "predicted": predicted, "agreement": compare_calls(observed, predicted)}
 
     def change_predictor(self, change: str = EXACT_CHANGE, seed: int = 0) -> ChangePredictor:

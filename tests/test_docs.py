@@ -51,8 +51,8 @@ def test_every_file_and_page_the_guide_names_exists():
 
 
 def test_the_screen_page_says_what_every_score_and_column_means():
-    from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
-    from gears_ddp.inference.interactions import INTERACTION_TYPE_MEANINGS
+    from gears_ddp.interactions.scores import GI_SCORE_NAMES
+    from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
     from gears_ddp.inference.screen import SCREEN_COLUMN_MEANINGS
     from gears_ddp.inference.screen_statistics import SUMMARY_COLUMN_MEANINGS
 

@@ -18,6 +18,7 @@ LAYERS = (
     ("datasets", "model", "runtime"),
     ("evaluation",),
     ("report",),
+    ("interactions",),  # scores of changes, observed and predicted: below inference, which predicts the changes
     ("training", "inference"),
     ("gears",),
     ("distributed",),

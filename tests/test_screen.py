@@ -15,10 +15,10 @@ from gears_ddp.cli import main
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
 from gears_ddp.distributed.screen import screen_on_devices
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
+from gears_ddp.interactions.scores import GI_SCORE_NAMES
 from gears_ddp.gears import GEARS
 from gears_ddp.inference.figures import plot_screen
-from gears_ddp.inference.interactions import interaction_types
+from gears_ddp.interactions.calls import interaction_types
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, PREDICTION_CELLS, control_draws, query_sets
 from gears_ddp.inference.screen import ScreenFolder, checked_screen_genes
 from reference_package import published_gears

@@ -18,14 +18,14 @@ from gears_ddp.distributed.run_config import resolved_config, write_run_config
 from gears_ddp.distributed import screen as screen_module
 from gears_ddp.distributed.saved_runs import load_run, run_folders
 from gears_ddp.distributed.screen import screen_replicates
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_MEANINGS, GI_SCORE_NAMES
+from gears_ddp.interactions.scores import GI_SCORE_MEANINGS, GI_SCORE_NAMES
 from gears_ddp.inference import figures
-from gears_ddp.inference.interactions import INTERACTION_TYPE_MEANINGS, interaction_types
+from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS, interaction_types
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
 from gears_ddp.inference.replicate_screen import REPLICATE_RECORD_FORMAT
 from gears_ddp.inference.screen import SCREEN_COLUMN_MEANINGS, ScreenFolder, read_table
-from gears_ddp.inference.screen_statistics import CALL_ORDER, SUMMARY_COLUMN_MEANINGS, confident_counts, \
-    summarise_models
+from gears_ddp.inference.screen_statistics import SUMMARY_COLUMN_MEANINGS, confident_counts, summarise_models
+from gears_ddp.interactions.calls import CALL_ORDER
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE
 from test_screen import GENES, Interrupted, _trained
 

@@ -448,8 +448,8 @@ def predict(options) -> int:
 
 def screen_help() -> str:
     """The meaning of every column of a screen's table, for ``gears-ddp screen --help``."""
-    from gears_ddp.evaluation.interaction_scores import GI_SCORE_MEANINGS
-    from gears_ddp.inference.interactions import INTERACTION_TYPE_MEANINGS
+    from gears_ddp.interactions.scores import GI_SCORE_MEANINGS
+    from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
     from gears_ddp.inference.screen import SCREEN_COLUMN_MEANINGS
     from gears_ddp.inference.screen_statistics import SUMMARY_COLUMN_MEANINGS
 
@@ -477,7 +477,7 @@ def screen(options) -> int:
     from gears_ddp.distributed.saved_runs import is_replicates_folder, load_run
     from gears_ddp.distributed.screen import screen_on_devices
     from gears_ddp.inference.figures import plot_screen
-    from gears_ddp.inference.interactions import read_gene_list
+    from gears_ddp.interactions.calls import read_gene_list
     from gears_ddp.inference.replicate_screen import ReplicateScreenFolder
     from gears_ddp.inference.screen import ScreenFolder, checked_output_file, screen_changes
 
@@ -537,7 +537,7 @@ def _screen_replicates(options, genes, out: Path, figure: Path, seeds: list[int]
 
 def interactions_help() -> str:
     """The columns of ``gears-ddp interactions``'s table, for its ``--help``."""
-    from gears_ddp.inference.observed_interactions import OBSERVED_COLUMN_MEANINGS
+    from gears_ddp.interactions.observed import OBSERVED_COLUMN_MEANINGS
 
     return meanings_text("the table, one row per observed pair (with --run, observed_<name> beside "
                          "predicted_<name>)", OBSERVED_COLUMN_MEANINGS)
@@ -546,8 +546,9 @@ def interactions_help() -> str:
 def interactions(options) -> int:
     from gears_ddp.data.pertdata import PertData
     from gears_ddp.distributed.interaction_check import check_saved_runs
-    from gears_ddp.inference.observed_interactions import CALL_NAMES, agreement_lines, observed_interactions
-    from gears_ddp.inference.screen_statistics import CALL_ORDER
+    from gears_ddp.interactions.agreement import CALL_NAMES, agreement_lines
+    from gears_ddp.interactions.observed import observed_interactions
+    from gears_ddp.interactions.calls import CALL_ORDER
     from gears_ddp.inference.screen import checked_output_file, write_record, write_table
 
     out = checked_output_file(options.out, "--out", "CSV", (".csv",))

@@ -1,6 +1,6 @@
 """The observed combinations' interaction calls beside those of saved runs: one run's model,
 or several (a replicates folder, or run folders), whose mean scores and majority calls are
-compared (``inference.observed_interactions``; ``gears-ddp interactions``)."""
+compared (``interactions.agreement``; ``gears-ddp interactions``)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -8,7 +8,7 @@ from typing import Sequence
 import pandas as pd
 
 from gears_ddp.distributed.saved_runs import load_run, run_folders
-from gears_ddp.inference.observed_interactions import compare_calls, consensus_calls, side_by_side
+from gears_ddp.interactions.agreement import compare_calls, consensus_calls, side_by_side
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.inference.screen_statistics import summarise_models
 

@@ -1,5 +1,5 @@
 """Using a trained model: predictions of perturbation queries and their changes over control
-(``prediction``), genetic-interaction scores and the types they imply (``interactions``),
+(``prediction``; the genetic-interaction scores are ``gears_ddp.interactions``'),
 in-silico combinatorial screens (``screen``), screens over replicates (``replicate_screen``)
 and how far the models agree on each call (``screen_statistics``), the perturbation figure
 and the screen's map (``figures``), predictions in cell-eval's layout
@@ -7,7 +7,7 @@ and the screen's map (``figures``), predictions in cell-eval's layout
 (``published_inference``: ``from gears_ddp.inference import evaluate, compute_metrics,
 deeper_analysis, non_dropout_analysis``).
 
-May import: ``report``, ``evaluation``, ``runtime``, ``model``, ``data``.
+May import: ``interactions``, ``report``, ``evaluation``, ``runtime``, ``model``, ``data``.
 """
 from gears_ddp.inference.published_inference import compute_metrics, deeper_analysis, evaluate, \
     non_dropout_analysis

@@ -20,7 +20,7 @@ import numpy as np
 
 from gears_ddp.data.conditions import CONTROL
 from gears_ddp.evaluation.metrics import non_dropout_de_table
-from gears_ddp.inference.interactions import INTERACTION_THRESHOLDS
+from gears_ddp.interactions.calls import INTERACTION_THRESHOLDS
 
 
 def observed_change_at_de_genes(pert_data, condition: str, control: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ genes as given. The parts:
 - ``score_chunks``: the pairs come in chunks of ``chunk_pairs``. The singles' changes are
   predicted once per process, each chunk's doubles in forward passes of
   ``prediction.sets_per_pass`` sets, and the chunk's pairs are scored in batches
-  (``evaluation.interaction_scores``); no Python work per pair.
+  (``interactions.scores``); no Python work per pair.
 - ``ScreenFolder``: with an output file, each finished chunk is written atomically to
   ``<out>.partial/`` beside a record of the model, genes and options. A screen run again
   continues from the chunks there; one of another model, genes or options is refused
@@ -37,11 +37,9 @@ import pandas as pd
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.conditions import condition_genes
 from gears_ddp.data.io import atomic_path, file_in_the_way
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES, MIN_GI_GENES, interaction_scores, \
-    theil_sen_subsets
-from gears_ddp.inference.interactions import interaction_types, read_gene_list
+from gears_ddp.interactions.pair_tables import pair_table, score_gene_positions, with_training_columns
+from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores, theil_sen_subsets
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed
 from gears_ddp.model.folder import parameter_digest
 
@@ -90,20 +88,6 @@ def checked_screen_genes(genes, node_map_pert: Mapping[str, int], gene2go: Mappi
         raise ValueError(f"{len(unknown)} of the {len(genes)} genes cannot be perturbed by this model; "
                          + "; ".join(reasons))
     return genes
-
-
-def score_gene_positions(gene_list: Sequence[str], genes_file) -> np.ndarray | None:
-    """Positions of the data's genes listed in ``genes_file`` (``read_gene_list``), which
-    scores are restricted to, as the published ``GI_genes_file`` does; None (every gene)
-    without a file. Fewer than ``MIN_GI_GENES`` matches is an error naming the file."""
-    if genes_file is None:
-        return None
-    wanted = set(read_gene_list(genes_file))
-    positions = np.array([i for i, gene in enumerate(gene_list) if gene in wanted], dtype=np.int64)
-    if len(positions) < MIN_GI_GENES:
-        raise ValueError(f"gene list file {genes_file} names {len(positions)} of the data's genes; genetic-"
-                         f"interaction scores need at least {MIN_GI_GENES}")
-    return positions
 
 
 @dataclass
@@ -256,32 +240,6 @@ def screen_table(job: ScreenJob, scores: Mapping[str, np.ndarray]) -> pd.DataFra
     first = [job.genes[i] for i in pairs[:, 0]]
     second = [job.genes[j] for j in pairs[:, 1]]
     return with_training_columns(pair_table(first, second, scores), job.train_conditions)
-
-
-def with_training_columns(table: pd.DataFrame, train_conditions: Sequence[str]) -> pd.DataFrame:
-    """``table`` (``pair_table``) with, after the scores, ``seen_in_training`` (A+B or B+A is
-    one of ``train_conditions``) and ``singles_in_training`` (how many of A+ctrl and B+ctrl
-    are)."""
-    trained = [set(condition_genes(c)) for c in train_conditions]
-    seen_pairs = {frozenset(genes) for genes in trained if len(genes) == 2}
-    seen_singles = {next(iter(genes)) for genes in trained if len(genes) == 1}
-    pairs = list(zip(table["first_gene"], table["second_gene"]))
-    position = table.columns.get_loc(GI_SCORE_NAMES[-1]) + 1
-    table.insert(position, "seen_in_training", [frozenset(pair) in seen_pairs for pair in pairs])
-    table.insert(position + 1, "singles_in_training", [int(a in seen_singles) + int(b in seen_singles)
-                                                       for a, b in pairs])
-    return table
-
-
-def pair_table(first: Sequence[str], second: Sequence[str], scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
-    """One row per pair A+B: ``pair`` (``'A+B'``), ``first_gene``, ``second_gene``, the
-    ``GI_predict`` scores and the interaction types they imply
-    (``interactions.interaction_types``): the columns every table of scored pairs has."""
-    table = pd.DataFrame({"pair": [f"{a}+{b}" for a, b in zip(first, second)], "first_gene": list(first),
-                          "second_gene": list(second), **{name: scores[name] for name in GI_SCORE_NAMES}})
-    for name, values in interaction_types(scores).items():
-        table[name] = values
-    return table
 
 
 def screen_changes(job: ScreenJob, gene_names: Sequence[str]):

@@ -30,15 +30,12 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
-from gears_ddp.inference.interactions import interaction_types
+from gears_ddp.interactions.calls import CALL_ORDER, TYPE_SCORES, interaction_types
+from gears_ddp.interactions.scores import GI_SCORE_NAMES
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.report.replicate_summary import standard_deviation, t_interval
 
 PAIR_COLUMNS = ("pair", "first_gene", "second_gene")
-TYPE_SCORES = {"magnitude_type": "mag", "neomorphic": "corr_fit", "redundant": "dcor", "epistasis": "dominance"}
-CALL_ORDER = {"magnitude_type": ("additive", "synergy", "suppressor"), "neomorphic": (False, True),
-              "redundant": (False, True), "epistasis": (False, True)}
 SPREAD_STATISTICS = ("mean", "sd_models", "ci_low", "ci_high", "sd_draws")
 CONFIDENT_RULE = ("a call is confident when every model makes it and the 95% t-interval over the models of the "
                   "score it rests on lies wholly where the call holds: magnitude_type on mag (synergy: the whole "

@@ -26,7 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from gears_ddp.data.io import RefusedPickle, loads_plain_data
-from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_scores
+from gears_ddp.interactions.scores import MIN_GI_GENES, interaction_scores
 
 # The published GEARS analysis of predicted genetic interactions (its GI_accuracy script)
 # calls a combination synergistic when mag > 1, suppressive when mag < 1, additive when
@@ -34,6 +34,10 @@ from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_sc
 # epistatic when dominance > 0.25.
 INTERACTION_THRESHOLDS = {"additive_band": 0.3, "neomorphic_below": 0.85, "redundant_above": 0.8,
                           "epistasis_above": 0.25}
+# the score each type is called on, and each type's calls in the order tables list them
+TYPE_SCORES = {"magnitude_type": "mag", "neomorphic": "corr_fit", "redundant": "dcor", "epistasis": "dominance"}
+CALL_ORDER = {"magnitude_type": ("additive", "synergy", "suppressor"), "neomorphic": (False, True),
+              "redundant": (False, True), "epistasis": (False, True)}
 INTERACTION_TYPE_MEANINGS = {
     "magnitude_type": f"synergy (mag > {1 + INTERACTION_THRESHOLDS['additive_band']:g}), suppressor (mag < "
                       f"{1 - INTERACTION_THRESHOLDS['additive_band']:g}) or additive (between)",
