@@ -450,8 +450,8 @@ def screen_help() -> str:
     """The meaning of every column of a screen's table, for ``gears-ddp screen --help``."""
     from gears_ddp.interactions.scores import GI_SCORE_MEANINGS
     from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
-    from gears_ddp.inference.screen import SCREEN_COLUMN_MEANINGS
-    from gears_ddp.inference.screen_statistics import SUMMARY_COLUMN_MEANINGS
+    from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS as SCREEN_COLUMN_MEANINGS
+    from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS
 
     sections = (("the table, one row per pair", SCREEN_COLUMN_MEANINGS),
                 ("its scores (A, B, AB: the changes over control of the singles and the double, one value per gene; "
@@ -475,11 +475,12 @@ def meanings_text(title: str, meanings: dict[str, str]) -> str:
 def screen(options) -> int:
     from gears_ddp.data.io import write_h5ad
     from gears_ddp.distributed.saved_runs import is_replicates_folder, load_run
-    from gears_ddp.distributed.screen import screen_on_devices
+    from gears_ddp.distributed.pair_screen import screen_on_devices
     from gears_ddp.inference.figures import plot_screen
     from gears_ddp.interactions.calls import read_gene_list
-    from gears_ddp.inference.replicate_screen import ReplicateScreenFolder
-    from gears_ddp.inference.screen import ScreenFolder, checked_output_file, screen_changes
+    from gears_ddp.inference.replicate_pair_screen import ReplicatePairScreenFolder as ReplicateScreenFolder
+    from gears_ddp.inference.pair_screen import PairScreenFolder as ScreenFolder, checked_output_file, \
+        pair_screen_changes as screen_changes
 
     replicates = len(options.run) > 1 or is_replicates_folder(options.run[0])
     # bad names fail before the runs are loaded
@@ -518,9 +519,9 @@ def screen(options) -> int:
 
 def _screen_replicates(options, genes, out: Path, figure: Path, seeds: list[int]) -> int:
     """A screen over replicates, its picture, and how many calls are confident."""
-    from gears_ddp.distributed.screen import screen_replicates
+    from gears_ddp.distributed.pair_screen import screen_replicates
     from gears_ddp.inference.figures import plot_replicate_screen
-    from gears_ddp.inference.screen_statistics import confident_counts
+    from gears_ddp.inference.pair_screen_statistics import confident_counts
 
     summary = screen_replicates(options.run, genes, out, options.overwrite, options.cpu_processes, options.gpu_ids,
                                 options.gi_genes_file, options.change, seeds, overrides=options.overrides)
@@ -549,7 +550,7 @@ def interactions(options) -> int:
     from gears_ddp.interactions.agreement import CALL_NAMES, agreement_lines
     from gears_ddp.interactions.observed import observed_interactions
     from gears_ddp.interactions.calls import CALL_ORDER
-    from gears_ddp.inference.screen import checked_output_file, write_record, write_table
+    from gears_ddp.inference.pair_screen import checked_output_file, write_record, write_table
 
     out = checked_output_file(options.out, "--out", "CSV", (".csv",))
     if options.data_path is not None:

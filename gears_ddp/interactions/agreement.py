@@ -22,7 +22,7 @@ CALL_NAMES = {True: "yes", False: "no"}  # how a yes/no type's calls are written
 
 
 def consensus_calls(summary: pd.DataFrame) -> pd.DataFrame:
-    """A table of the pairs of a summary over models (``screen_statistics.summarise_models``)
+    """A table of the pairs of a summary over models (``pair_screen_statistics.summarise_models``)
     whose scores are the models' means and whose calls are the models' majority calls, as
     ``compare_calls`` reads a model's table."""
     table = summary[["pair", "first_gene", "second_gene"]].copy()
@@ -85,6 +85,17 @@ def interaction_records(table: pd.DataFrame) -> list[dict]:
     return [{**{name: float(row[name]) for name in GI_SCORE_NAMES},
              **{kind: row[kind] if isinstance(row[kind], str) else bool(row[kind]) for kind in CALL_ORDER}}
             for row in table.to_dict("records")]
+
+
+def agreement_record(set_name: str, check: Mapping) -> dict:
+    """The run report's record (``report['interactions']``) of an agreement check
+    (``{'observed', 'predicted', 'agreement'}``) of the pairs of the set ``set_name``: the
+    agreement, and each pair's observed and predicted scores and calls."""
+    observed, predicted = check["observed"], check["predicted"]
+    return {"set": set_name, "agreement": check["agreement"],
+            "pairs": [{"pair": pair, "observed": seen, "predicted": called}
+                      for pair, seen, called in zip(observed["pair"], interaction_records(observed),
+                                                    interaction_records(predicted))]}
 
 
 def agreement_lines(agreement: Mapping) -> list[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+import torch
 
 from gears_ddp.data.io import RefusedPickle, loads_plain_data
 from gears_ddp.interactions.scores import MIN_GI_GENES, interaction_scores
@@ -128,6 +129,17 @@ def with_theil_sen_fit(scores: Mapping[str, float]) -> dict:
     """The published ``GI_predict``'s dict: ``'ts'`` (``TheilSenFit`` of ``c1``, ``c2``) first,
     then the scores."""
     return {"ts": TheilSenFit(np.array([scores["c1"], scores["c2"]])), **scores}
+
+
+def pair_scores(changes, genes: np.ndarray | None = None) -> dict:
+    """The published ``GI_predict``'s dict (``with_theil_sen_fit``) of one pair from its
+    changes over control (3 x genes: A, B, A+B; a tensor or an array), taken at the gene
+    positions ``genes`` only when given (``pair_tables.score_gene_positions``)."""
+    changes = torch.as_tensor(changes)
+    if genes is not None:
+        changes = changes[:, torch.as_tensor(genes, device=changes.device)]
+    first, second, double = changes.double().cpu().numpy()
+    return with_theil_sen_fit(genetic_interaction_scores(first, second, double))
 
 
 def interaction_types(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

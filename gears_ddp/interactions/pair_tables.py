@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from gears_ddp.data.conditions import condition_genes
+from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.interactions.calls import interaction_types, read_gene_list
 from gears_ddp.interactions.scores import GI_SCORE_NAMES, MIN_GI_GENES
 
@@ -27,6 +27,13 @@ def score_gene_positions(gene_list: Sequence[str], genes_file) -> np.ndarray | N
         raise ValueError(f"gene list file {genes_file} names {len(positions)} of the data's genes; genetic-"
                          f"interaction scores need at least {MIN_GI_GENES}")
     return positions
+
+
+def trained_conditions(set2conditions: Mapping[str, Sequence[str]] | None) -> list[str]:
+    """The perturbed conditions of a split's train set (none without a split): those a
+    pair's ``seen_in_training`` and ``singles_in_training`` look in."""
+    train = set2conditions.get("train", []) if set2conditions else []
+    return [condition for condition in train if condition != CONTROL]
 
 
 def with_training_columns(table: pd.DataFrame, train_conditions: Sequence[str]) -> pd.DataFrame:

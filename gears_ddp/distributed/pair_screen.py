@@ -5,7 +5,7 @@ The parent builds the screen's job once (the genes checked, the Theil-Sen subset
 and hands each worker the same job and its own chunks, every ``workers``-th of those left
 to compute. Pairs are independent, so the workers never talk to each other: each writes
 its finished chunks (or, without an output file, sends them to the parent), and the parent
-merges them into one table in pair order (``inference.screen.run_screen``). Chunk layout
+merges them into one table in pair order (``inference.pair_screen.run_pair_screen``). Chunk layout
 and forward passes do not depend on the number of workers, so the table does not either.
 A screen over replicates (``screen_replicates``) loads every model first, checking its
 genes, then screens one model after the other, each shared among the workers the same way.
@@ -28,8 +28,8 @@ from gears_ddp.distributed.messages import ScreenChunk
 from gears_ddp.distributed.saved_runs import load_run, run_folders
 from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.inference.prediction import EXACT_CHANGE
-from gears_ddp.inference.replicate_screen import run_replicate_screen
-from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenFolder, ScreenJob, run_screen, score_chunks, \
+from gears_ddp.inference.replicate_pair_screen import run_replicate_pair_screen
+from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS, PairScreenFolder, PairScreenJob, run_pair_screen, score_chunks, \
     score_chunks_here
 from gears_ddp.runtime.devices import cuda_or_cpu, resolve_devices
 from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
@@ -37,7 +37,7 @@ from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usabl
 logger = get_logger(__name__)
 
 
-def screen_devices(cpu_processes: int | None = None, gpu_ids=None) -> list[torch.device]:
+def pair_screen_devices(cpu_processes: int | None = None, gpu_ids=None) -> list[torch.device]:
     """The device of each worker: ``cpu_processes`` CPU processes when given; else the GPUs
     ``gpu_ids`` (every visible one when None); without GPUs, one CPU process per usable core."""
     if cpu_processes is None and gpu_ids is None and cuda_or_cpu().type == "cpu":
@@ -47,26 +47,26 @@ def screen_devices(cpu_processes: int | None = None, gpu_ids=None) -> list[torch
 
 def screen_on_devices(gears, genes, out=None, overwrite: bool = False, cpu_processes: int | None = None,
                       gpu_ids=None, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0,
-                      chunk_pairs: int = SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
-    """``GEARS.screen`` with the pairs shared among workers on ``screen_devices(cpu_processes,
+                      chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
+    """``GEARS.screen`` with the pairs shared among workers on ``pair_screen_devices(cpu_processes,
     gpu_ids)``; the same table, the same resumable output. One device runs in this process;
     several are spawned processes, so a script calling this needs ``if __name__ ==
     "__main__":``."""
-    devices = screen_devices(cpu_processes, gpu_ids)
+    devices = pair_screen_devices(cpu_processes, gpu_ids)
     job = gears.screen_job(genes, GI_genes_file, change, seed, chunk_pairs)
-    return run_screen(job, out, overwrite, _executor(devices, "screen_on_devices"))
+    return run_pair_screen(job, out, overwrite, _executor(devices, "screen_on_devices"))
 
 
 def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_processes: int | None = None,
                       gpu_ids=None, GI_genes_file=None, change: str = EXACT_CHANGE, seeds: Sequence[int] = (0,),
-                      chunk_pairs: int = SCREEN_CHUNK_PAIRS, overrides: Sequence[str] = ()) -> pd.DataFrame:
-    """A screen over replicates (``inference.replicate_screen``): every model of ``runs`` (a
+                      chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS, overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """A screen over replicates (``inference.replicate_pair_screen``): every model of ``runs`` (a
     replicates folder, or several run folders: ``saved_runs.run_folders``) screens every
     pair of ``genes`` (None: every gene of the first model's perturbation vocabulary) as
     ``screen_on_devices`` does, its pairs shared among the workers, and
     the table summarises the models: per pair and score the mean, sd and 95% interval over
     the models, per interaction type the majority call, the models' agreement and whether it
-    is confident (``inference.screen_statistics``). With the drawn-cells ``change`` each model
+    is confident (``inference.pair_screen_statistics``). With the drawn-cells ``change`` each model
     screens once per seed of ``seeds``, which measures the drawn cells' noise within a model.
 
     ``out`` (a .csv file): the summary, with each model's table under ``<out>.models/``;
@@ -80,18 +80,18 @@ def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_proces
         raise ValueError(f"several seeds ({seeds}) draw control cells for the drawn-cells change only; the exact "
                          "change draws none")
     folders = run_folders(runs)
-    devices = screen_devices(cpu_processes, gpu_ids)
+    devices = pair_screen_devices(cpu_processes, gpu_ids)
     jobs = {}
     for name, folder in folders.items():
         gears = load_run(folder, overrides)
         genes = list(gears.pert_list) if genes is None else genes
         job = gears.screen_job(genes, GI_genes_file, change, seeds[0], chunk_pairs)
         jobs[name] = [job] if change == EXACT_CHANGE else [job.with_draw_seed(seed) for seed in seeds]
-    return run_replicate_screen(jobs, out, overwrite, _executor(devices, "screen_replicates"))
+    return run_replicate_pair_screen(jobs, out, overwrite, _executor(devices, "screen_replicates"))
 
 
 def _executor(devices: list[torch.device], caller: str):
-    """An executor for ``run_screen`` on ``devices``: this process for one device, spawned
+    """An executor for ``run_pair_screen`` on ``devices``: this process for one device, spawned
     workers for several (which need ``caller``'s script to be guarded)."""
     if len(devices) > 1:
         check_main_guard(caller)
@@ -104,21 +104,21 @@ def _executor(devices: list[torch.device], caller: str):
 
 
 def _spawning_executor(devices: list[torch.device]):
-    """An executor for ``run_screen`` that shares the chunks among workers on ``devices``."""
-    def execute(job: ScreenJob, chunks: list[int], folder: ScreenFolder | None) -> dict[int, dict]:
+    """An executor for ``run_pair_screen`` that shares the chunks among workers on ``devices``."""
+    def execute(job: PairScreenJob, chunks: list[int], folder: PairScreenFolder | None) -> dict[int, dict]:
         if not chunks:
             return {}
         workers = min(len(devices), len(chunks))
         shared = dataclasses.replace(job, predictor=job.predictor.to("cpu"))  # each worker moves it to its device
         shares = [chunks[worker::workers] for worker in range(workers)]
         logger.info("screen: %d chunks shared among %d %s worker(s)", len(chunks), workers, devices[0].type)
-        messages = spawn_workers(screen_worker, (shared, shares, devices[:workers], folder), workers)
+        messages = spawn_workers(pair_screen_worker, (shared, shares, devices[:workers], folder), workers)
         return {message.chunk: message.scores for message in messages if isinstance(message, ScreenChunk)}
     return execute
 
 
-def screen_worker(worker: int, job: ScreenJob, shares: list[list[int]], devices: list[torch.device],
-                  folder: ScreenFolder | None, messages) -> None:
+def pair_screen_worker(worker: int, job: PairScreenJob, shares: list[list[int]], devices: list[torch.device],
+                  folder: PairScreenFolder | None, messages) -> None:
     """The ``torch.multiprocessing.spawn`` target: score the chunks ``shares[worker]`` on
     ``devices[worker]``, writing each to ``folder`` (else putting a ``ScreenChunk`` on
     ``messages``); a failure is put there (``WorkerFailed``) before it is raised."""
