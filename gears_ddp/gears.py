@@ -349,7 +349,8 @@ class GEARS:
         queries = self._queries()
         queries.require_weights()
         observed = observed_interactions(self.pert_data, split, GI_genes_file, scoring_device(self.device))
-        return queries.interaction_agreement(observed, GI_genes_file, trained_conditions(self.pert_data.set2conditions))
+        train = trained_conditions(self.pert_data.set2conditions)
+        return queries.interaction_agreement(observed, GI_genes_file, train)
 
     def change_predictor(self, change: str = EXACT_CHANGE, seed: int = 0) -> ChangePredictor:
         """The best model's predicted changes over control, exact or with the published

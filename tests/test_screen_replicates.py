@@ -15,9 +15,9 @@ from scipy import stats
 from gears_ddp.cli import main
 from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
-from gears_ddp.distributed import screen as screen_module
-from gears_ddp.distributed.saved_runs import load_run, run_folders
-from gears_ddp.distributed.pair_screen import screen_replicates
+from gears_ddp.runs import pair_screens as pair_screens_module
+from gears_ddp.runs.pair_screens import screen_replicates
+from gears_ddp.runs.saved_runs import load_run, run_folders
 from gears_ddp.interactions.scores import GI_SCORE_MEANINGS, GI_SCORE_NAMES
 from gears_ddp.inference import figures
 from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS, interaction_types
@@ -216,7 +216,7 @@ def test_an_interrupted_screen_over_replicates_resumes_to_the_same_summary(repli
 # the test can kill it part-way (argv: the replicates folder, the out file, the genes)
 KILLED_SCREEN = """
 import sys, time
-from gears_ddp.distributed.pair_screen import screen_replicates
+from gears_ddp.runs.pair_screens import screen_replicates
 from gears_ddp.inference.pair_screen import PairScreenFolder
 
 write_chunk = PairScreenFolder.write_chunk
@@ -360,7 +360,7 @@ def test_all_perturbable_genes_over_replicates_are_those_of_the_first_models_voc
         loaded.append(gears)
         return gears
 
-    monkeypatch.setattr(screen_module, "load_run", load_with_a_short_vocabulary)
+    monkeypatch.setattr(pair_screens_module, "load_run", load_with_a_short_vocabulary)
     out = tmp_path / "all.csv"
     command = ["screen", "--run", str(replicates), "--all-perturbable", "--out", str(out), "--cpu-processes", "1"]
     assert main(command) == 0

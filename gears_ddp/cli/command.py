@@ -393,7 +393,7 @@ def _print_summary(report: dict, note: str | None = None) -> None:
 
 
 def evaluate(options) -> int:
-    from gears_ddp.distributed.saved_runs import load_run
+    from gears_ddp.runs.saved_runs import load_run
     from gears_ddp.report.run_folder import write_json
 
     gears = load_run(options.run, options.overrides)
@@ -412,7 +412,7 @@ def _linear_baseline_screen(options) -> str | None:
 
 
 def predict(options) -> int:
-    from gears_ddp.distributed.saved_runs import load_run
+    from gears_ddp.runs.saved_runs import load_run
 
     if options.cells_per_perturbation is not None:
         checked_cell_count(options.cells_per_perturbation)  # before the run is loaded
@@ -474,7 +474,7 @@ def meanings_text(title: str, meanings: dict[str, str]) -> str:
 
 def screen(options) -> int:
     from gears_ddp.data.io import write_h5ad
-    from gears_ddp.distributed.saved_runs import is_replicates_folder, load_run
+    from gears_ddp.runs.saved_runs import is_replicates_folder, load_run
     from gears_ddp.distributed.pair_screen import screen_on_devices
     from gears_ddp.inference.figures import plot_screen
     from gears_ddp.interactions.calls import read_gene_list
@@ -519,7 +519,7 @@ def screen(options) -> int:
 
 def _screen_replicates(options, genes, out: Path, figure: Path, seeds: list[int]) -> int:
     """A screen over replicates, its picture, and how many calls are confident."""
-    from gears_ddp.distributed.pair_screen import screen_replicates
+    from gears_ddp.runs.pair_screens import screen_replicates
     from gears_ddp.inference.figures import plot_replicate_screen
     from gears_ddp.inference.pair_screen_statistics import confident_counts
 
@@ -546,7 +546,7 @@ def interactions_help() -> str:
 
 def interactions(options) -> int:
     from gears_ddp.data.pertdata import PertData
-    from gears_ddp.distributed.interaction_check import check_saved_runs
+    from gears_ddp.runs.interaction_check import check_saved_runs
     from gears_ddp.interactions.agreement import CALL_NAMES, agreement_lines
     from gears_ddp.interactions.observed import observed_interactions
     from gears_ddp.interactions.calls import CALL_ORDER

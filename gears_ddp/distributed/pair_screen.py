@@ -1,14 +1,15 @@
-"""Screens on several devices of one machine: the chunks of a screen's pairs shared among
-spawned workers, one per GPU or one single-thread process per CPU core.
+"""In-silico pair screens on several devices of one machine: the chunks of a pair screen's
+pairs shared among spawned workers, one per GPU or one single-thread process per CPU core.
 
 The parent builds the screen's job once (the genes checked, the Theil-Sen subsets drawn)
 and hands each worker the same job and its own chunks, every ``workers``-th of those left
 to compute. Pairs are independent, so the workers never talk to each other: each writes
 its finished chunks (or, without an output file, sends them to the parent), and the parent
-merges them into one table in pair order (``inference.pair_screen.run_pair_screen``). Chunk layout
-and forward passes do not depend on the number of workers, so the table does not either.
-A screen over replicates (``screen_replicates``) loads every model first, checking its
-genes, then screens one model after the other, each shared among the workers the same way.
+merges them into one table in pair order (``inference.pair_screen.run_pair_screen``).
+Chunk layout and forward passes do not depend on the number of workers, so the table does
+not either. A screen over replicates (``replicate_pair_screen_on_devices``; its models are
+loaded by ``runs.pair_screens``) screens one model after the other, each shared among the
+workers the same way.
 
 On CPU one thread per process: the scores are many small operations, and on a busy
 machine threads that wait for each other lose far more than they gain (measured in
@@ -17,7 +18,7 @@ benchmarks/RESULTS.md).
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -25,12 +26,11 @@ import torch
 from gears_ddp._logging import get_logger
 from gears_ddp.distributed.main_guard import check_main_guard
 from gears_ddp.distributed.messages import ScreenChunk
-from gears_ddp.distributed.saved_runs import load_run, run_folders
 from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.inference.replicate_pair_screen import run_replicate_pair_screen
-from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS, PairScreenFolder, PairScreenJob, run_pair_screen, score_chunks, \
-    score_chunks_here
+from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS, PairScreenFolder, PairScreenJob, run_pair_screen, \
+    score_chunks, score_chunks_here
 from gears_ddp.runtime.devices import cuda_or_cpu, resolve_devices
 from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
 
@@ -57,36 +57,13 @@ def screen_on_devices(gears, genes, out=None, overwrite: bool = False, cpu_proce
     return run_pair_screen(job, out, overwrite, _executor(devices, "screen_on_devices"))
 
 
-def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_processes: int | None = None,
-                      gpu_ids=None, GI_genes_file=None, change: str = EXACT_CHANGE, seeds: Sequence[int] = (0,),
-                      chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS, overrides: Sequence[str] = ()) -> pd.DataFrame:
-    """A screen over replicates (``inference.replicate_pair_screen``): every model of ``runs`` (a
-    replicates folder, or several run folders: ``saved_runs.run_folders``) screens every
-    pair of ``genes`` (None: every gene of the first model's perturbation vocabulary) as
-    ``screen_on_devices`` does, its pairs shared among the workers, and
-    the table summarises the models: per pair and score the mean, sd and 95% interval over
-    the models, per interaction type the majority call, the models' agreement and whether it
-    is confident (``inference.pair_screen_statistics``). With the drawn-cells ``change`` each model
-    screens once per seed of ``seeds``, which measures the drawn cells' noise within a model.
-
-    ``out`` (a .csv file): the summary, with each model's table under ``<out>.models/``;
-    resumable as a screen is. Every model is loaded (``overrides`` as ``--set`` gives them)
-    and its genes checked before any pair is computed. Needs ``if __name__ == "__main__":``
-    in a script when several devices are used."""
-    seeds = list(seeds)
-    if not seeds:
-        raise ValueError("seeds must name at least one seed of the drawn control cells")
-    if change == EXACT_CHANGE and len(seeds) > 1:
-        raise ValueError(f"several seeds ({seeds}) draw control cells for the drawn-cells change only; the exact "
-                         "change draws none")
-    folders = run_folders(runs)
+def replicate_pair_screen_on_devices(jobs: Mapping[str, Sequence[PairScreenJob]], out=None, overwrite: bool = False,
+                                     cpu_processes: int | None = None, gpu_ids=None) -> pd.DataFrame:
+    """A pair screen over replicates (``inference.replicate_pair_screen``) of the models'
+    ``jobs``, each model's pairs shared among the workers on ``pair_screen_devices(
+    cpu_processes, gpu_ids)`` as ``screen_on_devices`` shares them (``runs.pair_screens.
+    screen_replicates`` loads the models)."""
     devices = pair_screen_devices(cpu_processes, gpu_ids)
-    jobs = {}
-    for name, folder in folders.items():
-        gears = load_run(folder, overrides)
-        genes = list(gears.pert_list) if genes is None else genes
-        job = gears.screen_job(genes, GI_genes_file, change, seeds[0], chunk_pairs)
-        jobs[name] = [job] if change == EXACT_CHANGE else [job.with_draw_seed(seed) for seed in seeds]
     return run_replicate_pair_screen(jobs, out, overwrite, _executor(devices, "screen_replicates"))
 
 

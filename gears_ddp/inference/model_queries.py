@@ -203,7 +203,9 @@ class ModelQueries:
         scores: ``{'observed', 'predicted', 'agreement'}`` (``agreement.compare_calls``)."""
         predictor = ChangePredictor.for_data(self.network, self.device, self.pert_data.cells)
         node_map_pert = self.pert_data.node_map_pert
-        predicted = predicted_interactions(observed, lambda queries: predictor.changes(query_sets(queries, node_map_pert)),
-                                           list(self.pert_data.gene_names), GI_genes_file, train_conditions,
-                                           predictor.device)
+
+        def changes(queries):
+            return predictor.changes(query_sets(queries, node_map_pert))
+        predicted = predicted_interactions(observed, changes, list(self.pert_data.gene_names), GI_genes_file,
+                                           train_conditions, predictor.device)
         return {"observed": observed, "predicted": predicted, "agreement": compare_calls(observed, predicted)}

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from gears_ddp.distributed.saved_runs import load_run, run_folders
+from gears_ddp.runs.saved_runs import load_run, run_folders
 from gears_ddp.interactions.agreement import compare_calls, consensus_calls, side_by_side
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.inference.pair_screen_statistics import summarise_models
