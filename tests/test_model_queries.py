@@ -43,11 +43,14 @@ def test_a_models_own_predictions_are_kept_but_an_entry_handed_in_is_not_overwri
     saved = SavedPredictions({"G1": np.zeros(len(trained_toy.pert_data.gene_names), dtype=np.float32)})
     handed = saved.saved["G1"]
     queries = ModelQueries(trained_toy.best_model, trained_toy.device, trained_toy.pert_data, saved,
-                           dict(trained_toy.config), "training")
+                           dict(trained_toy.config), "training", trained_toy.provenance())
     ours = queries.predict([["G0"], ["G1"]], return_type="dataframe")
     expected = trained_toy.predict([["G0"]])["G0"]
     np.testing.assert_allclose(ours.loc["G0"].to_numpy(), expected, rtol=1e-6)
-    assert saved.saved["G1"] is handed  # answered from it, not replaced
+    np.testing.assert_array_equal(ours.loc["G1"].to_numpy(), handed)  # answered from it
+    computed = queries.predict([["G1"]], return_type="anndata")  # computed by the model, never from saved_pred
+    assert not np.allclose(np.asarray(computed.X)[0], handed)
+    assert saved.saved["G1"] is handed  # not replaced by the model's own
     assert saved.own["G0"] is saved.saved["G0"] and "G1" not in saved.own
     again = queries.predict([["G0"]])["G0"]  # an own entry is never read back: the weights give it again
     np.testing.assert_allclose(again, expected, rtol=1e-6)
