@@ -14,7 +14,7 @@ two targets add up in every type), one dataset per generator seed in ``--seeds``
 once under ``--data-path``.
 
 Each combination is scored as ``gears-ddp interactions`` scores it
-(``inference.observed_interactions``: the condition's mean expression minus the mean of the
+(``interactions.observed``: the condition's mean expression minus the mean of the
 control cells, the published GI scores on every gene, the published thresholds), from the
 cells (``observed``) and, for the upper bound without sampling noise, from the generator's
 noise-free mean profiles (``noise-free``). Then again on each pair's own responsive genes
@@ -58,8 +58,8 @@ def dataset(data_path: Path, seed: int, combos: int) -> Path:
 def pair_scores(changes, pairs: list[tuple[str, str, str]], genes=None) -> pd.DataFrame:
     """The table of ``pairs`` (``(A+B, A single, B single)`` conditions) scored from
     ``changes(condition)`` (one value per gene) on every gene, or on ``genes(pair)`` only."""
-    from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES, interaction_scores
-    from gears_ddp.inference.screen import pair_table
+    from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores
+    from gears_ddp.interactions.pair_tables import pair_table
 
     rows = []
     for pair in pairs:
@@ -78,7 +78,7 @@ def scored(folder: Path) -> dict[str, tuple]:
     from gears_ddp import PertData
     from gears_ddp.data.processing import top_de_positions
     from gears_ddp.datasets import read_ground_truth, read_true_means
-    from gears_ddp.inference.observed_interactions import observed_changes, observed_interactions, observed_pairs
+    from gears_ddp.interactions.observed import observed_changes, observed_interactions, observed_pairs
 
     pert_data = PertData(folder.parent)
     pert_data.load(data_path=str(folder))
@@ -113,7 +113,7 @@ def scored(folder: Path) -> dict[str, tuple]:
 
 def print_choice(choice: str, parts: list) -> None:
     """The tables of one choice of genes, pooled over the datasets."""
-    from gears_ddp.inference.observed_interactions import compare_calls
+    from gears_ddp.interactions.agreement import compare_calls
 
     table = pd.concat([part[0] for part in parts])
     print(f"\n### Scores on {choice}\n")

@@ -15,7 +15,7 @@ written once under ``--data-path``; ``--data-only`` writes it and stops), GEARS 
 size 64 trained ``--train-steps``
 optimiser steps on the CPU (the timings hardly depend on the weights). Then:
 
-- gears_ddp: ``gears_ddp.distributed.screen.screen_on_devices`` over every pair of the
+- gears_ddp: ``gears_ddp.distributed.pair_screen.screen_on_devices`` over every pair of the
   ``--screen-genes`` first genes the data perturbs (102: 5,151 pairs), written to a table as
   ``gears-ddp screen`` writes it, with ``--processes`` single-thread CPU worker processes
   (default: every usable core), or on the GPUs ``--gpu-ids`` names (one GPU: in this
@@ -36,7 +36,7 @@ count:
 - published: ``gears.utils.get_GI_params`` called pair after pair, as ``GI_predict`` does
   (scikit-learn's ``TheilSenRegressor`` over 100,000 gene pairs, then four ``dcor``
   distance correlations), on the first ``--published-pairs`` pairs.
-- gears_ddp: ``gears_ddp.evaluation.interaction_scores.interaction_scores`` on all
+- gears_ddp: ``gears_ddp.interactions.scores.interaction_scores`` on all
   ``--pairs`` pairs at once, on ``--device``, with each of the ``--threads`` torch thread
   counts (default: 1 and every usable core; the published loop runs with every core, as
   scikit-learn and dcor choose). The Theil-Sen subsets are drawn once per gene count
@@ -130,7 +130,7 @@ def published_scoring(first, second, double) -> tuple[Timing, list[dict]]:
 
 def subsets_draw(n_genes: int) -> Timing:
     """The one-time draw of the Theil-Sen subsets for this gene count."""
-    from gears_ddp.evaluation.interaction_scores import theil_sen_subsets
+    from gears_ddp.interactions.scores import theil_sen_subsets
 
     theil_sen_subsets.cache_clear()
     with Stopwatch() as watch:
@@ -142,7 +142,7 @@ def batched_scoring(first, second, double, device: str, threads: int) -> tuple[T
     """gears_ddp's batched scores with ``threads`` torch threads (subsets drawn before)."""
     import torch
 
-    from gears_ddp.evaluation.interaction_scores import interaction_scores
+    from gears_ddp.interactions.scores import interaction_scores
 
     torch.set_num_threads(threads)
     with Stopwatch(device) as watch:
@@ -155,7 +155,7 @@ def scoring_parts(first, second, double, device: str) -> list[Timing]:
     """Each part of the batched scores alone, in the batches ``interaction_scores`` uses."""
     import torch
 
-    from gears_ddp.evaluation import interaction_scores as scores
+    from gears_ddp.interactions import scores
 
     first, second, double = (torch.tensor(values, device=device) for values in (first, second, double))
     batch = scores.CPU_BATCH_SIZE if torch.device(device).type == "cpu" else scores.GPU_BATCH_SIZE
@@ -179,7 +179,7 @@ def scoring_parts(first, second, double, device: str) -> list[Timing]:
 
 def largest_differences(batched: dict, published: list[dict]) -> dict[str, float]:
     """Largest |gears_ddp - published| per score over the pairs both scored."""
-    from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
+    from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
     return {name: max(abs(float(batched[name][pair]) - float(reference[name]))
                       for pair, reference in enumerate(published)) for name in GI_SCORE_NAMES}
@@ -196,8 +196,8 @@ def screen_dataset(args) -> tuple[str, dict]:
 def our_screen(gears, genes: list[str], processes: int | None, gpu_ids: list[int] | None) -> tuple[Timing, object]:
     """The whole screen as ``gears-ddp screen`` runs it, subsets drawn afresh, on the GPUs
     ``gpu_ids`` or else ``processes`` CPU processes."""
-    from gears_ddp.distributed.screen import screen_on_devices
-    from gears_ddp.evaluation.interaction_scores import theil_sen_subsets
+    from gears_ddp.distributed.pair_screen import screen_on_devices
+    from gears_ddp.interactions.scores import theil_sen_subsets
 
     theil_sen_subsets.cache_clear()
     devices = {"gpu_ids": gpu_ids} if gpu_ids else {"cpu_processes": processes}

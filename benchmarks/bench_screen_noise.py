@@ -27,7 +27,7 @@ Printed:
   the score one way), the median, 95th percentile and largest |published - exact|, and
   the same between two seeds of the published change (how far two runs of the published
   GI_predict on the same model disagree);
-- per interaction type (``inference.interactions.interaction_types``: synergy / additive /
+- per interaction type (``interactions.calls.interaction_types``: synergy / additive /
   suppressor from ``mag``, neomorphic, redundant, epistasis), the share of pairs whose type
   under the published change differs from the exact one, and between two seeds.
 
@@ -56,7 +56,7 @@ def noise_of_sets(gears, genes: list[str], seed: int) -> tuple[np.ndarray, np.nd
     """Per perturbation set of the screen (singles, then pairs): the largest |noise| over
     genes, and the noise's norm over the exact change's norm."""
     from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
-    from gears_ddp.inference.screen import pair_sets, single_sets
+    from gears_ddp.inference.pair_screen import pair_sets, single_sets
 
     job = gears.screen_job(genes)
     import torch
@@ -90,7 +90,7 @@ def main() -> None:
     if args.screen_genes is not None and args.screen_genes < 2:
         parser.error("--screen-genes must be at least 2 (one pair)")
 
-    from gears_ddp.distributed.screen import screen_on_devices
+    from gears_ddp.distributed.pair_screen import screen_on_devices
     from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
     from gears_ddp.runtime.threads import usable_cores
 

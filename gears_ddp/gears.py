@@ -20,20 +20,22 @@ import torch
 from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
 from gears_ddp._version import __version__
-from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.evaluation.baselines import baseline_effects, baseline_results
 from gears_ddp.evaluation.linear_baseline import PerturbationEmbedding, other_screen_embedding
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, MetricContext
 from gears_ddp.evaluation.scoring import score
-from gears_ddp.inference.observed_interactions import compare_calls, interaction_records, observed_interactions, \
-    predicted_interactions
-from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor, drawn_control_cells, \
-    query_keys, query_sets, set_effects
-from gears_ddp.inference.saved_predictions import forget_own, handed_in, saved_expression
-from gears_ddp.inference.screen import SCREEN_CHUNK_PAIRS, ScreenJob, model_record, run_screen, \
-    score_chunks_here, score_gene_positions
-from gears_ddp.model.folder import GRAPH_KEYS, check_vocabulary, load_weights, model_from_config, read_config, \
-    save_model_folder
+from gears_ddp.inference.model_queries import NO_MODEL, ModelQueries, SavedPredictions
+from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS, PairScreenJob, model_record, run_pair_screen, \
+    score_chunks_here
+from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor
+from gears_ddp.inference.saved_predictions import forget_own
+from gears_ddp.interactions.agreement import agreement_record
+from gears_ddp.interactions.calls import pair_scores
+from gears_ddp.interactions.observed import observed_interactions
+from gears_ddp.interactions.pair_tables import score_gene_positions, trained_conditions
+from gears_ddp.interactions.scores import scoring_device
+from gears_ddp.model.folder import GRAPH_KEYS, load_weights, model_config, model_from_config, save_model_folder, \
+    saved_model_options
 from gears_ddp.model.losses import LossContext
 from gears_ddp.model.network import GEARSModel
 from gears_ddp.model.options import ModelOptions
@@ -96,33 +98,25 @@ class GEARS:
         """Build the gene graphs (unless given) and the network. ``options`` are the
         published model options (``ModelOptions``: ``hidden_size``, ``uncertainty``, ...;
         ``tunable_parameters()`` lists them), checked before anything is built."""
-        options = ModelOptions.from_dict(options, "model_initialize")
-        if G_coexpress is None:
-            graph = self.pert_data.coexpression_graph(options.coexpress_threshold,
-                                                      options.num_similar_genes_co_express_graph)
-            G_coexpress, G_coexpress_weight = graph.edge_index, graph.edge_weight
-        if G_go is None:
-            graph = self.pert_data.go_graph(options.num_similar_genes_go_graph)
-            G_go, G_go_weight = graph.edge_index, graph.edge_weight
-        self.config = {**options.as_dict(), "G_go": G_go, "G_go_weight": G_go_weight, "G_coexpress": G_coexpress,
-                       "G_coexpress_weight": G_coexpress_weight, "device": str(self.device),
-                       "num_genes": self.num_genes, "num_perts": self.num_perts}
-        self.model = model_from_config(self.config).to(self.device)
-        self.best_model = self.model
+        options = ModelOptions.from_dict(options, "model_initialize").as_dict()
+        graphs = {"G_go": G_go, "G_go_weight": G_go_weight, "G_coexpress": G_coexpress,
+                  "G_coexpress_weight": G_coexpress_weight}
+        self.config = model_config(options, self.pert_data, self.device, graphs)
+        self.model = self.best_model = model_from_config(self.config).to(self.device)
         forget_own(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
         if self.wandb:
-            self.wandb.config.update({k: v for k, v in self.config.items() if not k.startswith("G_")})
+            self.wandb.config.update({k: v for k, v in self.config.items() if k not in GRAPH_KEYS})
 
     def _require_model(self) -> None:
         if self.config is None:
-            raise RuntimeError("no model yet: call model_initialize(...) or load_pretrained(path) first")
+            raise RuntimeError(NO_MODEL)
 
-    def _require_weights(self) -> None:
-        """Predictions need trained weights, not the random initial ones."""
-        self._require_model()
-        if self.weights_from is None and not self.config["no_perturb"]:  # no_perturb predicts control as it is
-            raise RuntimeError("the model still has its random initial weights: train it (train(...)) or load "
-                               "trained weights (load_pretrained(path)) before predicting")
+    def _queries(self) -> ModelQueries:
+        """The best model's answers to queries (``inference.model_queries``), from what this
+        object holds now."""
+        saved = SavedPredictions(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
+        return ModelQueries(self.best_model, self.device, self.pert_data, saved, self.config, self.weights_from,
+                            None if self.config is None else self.provenance())
 
     # ------------------------------------------------------------------ training
     def loss_context(self) -> LossContext:
@@ -268,17 +262,12 @@ class GEARS:
 
     def _test_interactions(self) -> dict | None:
         """For the run report: the test combinations whose singles were observed, scored from
-        their observed and from the best model's predicted changes, and how far the calls
-        agree (``interaction_agreement``); None without such combinations. Scored on the
-        model's GPU, if it has one."""
-        observed = observed_interactions(self.pert_data, "test", device=self._scores_device())
+        their observed and predicted changes (``interaction_agreement``); None without any."""
+        observed = observed_interactions(self.pert_data, "test", device=scoring_device(self.device))
         if not len(observed):
             return None
-        check = self._interaction_agreement(observed)
-        return {"set": "test", "agreement": check["agreement"],
-                "pairs": [{"pair": pair, "observed": seen, "predicted": called}
-                          for pair, seen, called in zip(observed["pair"], interaction_records(observed),
-                                                        interaction_records(check["predicted"]))]}
+        train = trained_conditions(self.pert_data.set2conditions)
+        return agreement_record("test", self._queries().interaction_agreement(observed, None, train))
 
     def _examples(self) -> list[dict]:
         """The test conditions the report's predictions picture shows (none without a test set)."""
@@ -293,93 +282,27 @@ class GEARS:
                 cells_per_perturbation: int = PREDICTION_CELLS, all_samples: bool = False):
         """Mean predicted expression for each query (a list of 1 or 2 genes), over
         ``cells_per_perturbation`` (300, as the published GEARS) control cells drawn with
-        ``seed`` (with replacement), each with the query's perturbation applied.
-
-        ``return_type``:
-
-        - ``'dict'``: the reference's ``{'A_B': array}``; with uncertainty also
-          ``{'A_B': exp(-mean logvar)}``;
-        - ``'dataframe'``: queries (``'A_B'``) x gene names;
-        - ``'anndata'``: one row per query named by its condition as the data writes it
-          (``'A+ctrl'``, ``'A+B'``), the queried genes in ``obs`` (and ``uncertainty``), the
-          genes as ``var``, provenance in ``uns['gears_ddp']``
-          (``cell_eval_export.mean_predictions``);
-        - ``'cell-eval'``: per-cell predictions in the layout of Arc Institute's cell-eval:
-          the drawn control cells each with each query's predicted change (clipped at 0), so
-          ``cells_per_perturbation`` cells per query, then the same cells as control
-          (``cell_eval_export.cell_predictions``).
-
-        Every prediction is kept in ``saved_pred`` (and its uncertainty in
-        ``saved_logvar_sum``) under its ``'A_B'`` key, as published. For ``'dict'`` and
-        ``'dataframe'`` a query whose entry was handed in there (written by you, or copied
-        from another ``GEARS``; with uncertainty, its ``saved_logvar_sum`` entry too) is
-        answered from it, weights or none (``inference.saved_predictions``); the others need
-        trained weights.
-
-        ``all_samples=True`` (an option of the paper's scripts, with ``'dict'``): each query's
-        predicted cells, ``{'A_B': (cells_per_perturbation x genes)}``, instead of their mean;
-        they are not kept in ``saved_pred``.
-        """
-        return_types = ("dict", "dataframe", "anndata", "cell-eval")
-        if return_type not in return_types:
-            raise ValueError(f"return_type must be one of {return_types}, got {return_type!r}")
-        if all_samples and return_type != "dict":
-            raise ValueError("all_samples=True gives each query's predicted cells as arrays in a dict: it goes with "
-                             "return_type='dict' (return_type='cell-eval' gives them as an AnnData)")
-        sets = query_sets(pert_list, self.node_map_pert)
-        pert_list = [list(query) for query in pert_list]
-        keys = query_keys(pert_list)
-        uncertain = self.config is not None and self.config["uncertainty"]
-        answers_from_saved = return_type in ("dict", "dataframe") and not all_samples
-        saved = handed_in(self.saved_pred, self._own_predictions, keys) if answers_from_saved else {}
-        saved = {key: value for key, value in saved.items() if not uncertain or key in self.saved_logvar_sum}
-        prediction = np.zeros((len(keys), self.num_genes), dtype=np.float32)
-        uncertainty = np.zeros(len(keys)) if uncertain else None
-        computed = [row for row, key in enumerate(keys) if key not in saved]
-        if computed:
-            self._require_weights()
-            picked = drawn_control_cells(self.pert_data.cells, seed, cells_per_perturbation)
-            effect, logvar = self.perturbation_effects(sets[computed])
-            prediction[computed] = (effect + picked.mean(0).to(self.device)).cpu().numpy()
-            if uncertain:
-                uncertainty[computed] = torch.exp(-logvar.mean(1)).cpu().numpy()
-        if all_samples:
-            cells = {key: (picked.to(self.device) + effect[row]).cpu().numpy() for row, key in enumerate(keys)}
-            return cells if uncertainty is None else (cells, dict(zip(keys, uncertainty.tolist())))
-        for row, key in enumerate(keys):
-            if key in saved:
-                prediction[row] = saved_expression(saved, [key], self.num_genes)[0]
-                if uncertain:
-                    uncertainty[row] = self.saved_logvar_sum[key]
-            elif key not in self.saved_pred or self.saved_pred[key] is self._own_predictions.get(key):
-                self.saved_pred[key] = self._own_predictions[key] = prediction[row].copy()
-                if uncertain:
-                    self.saved_logvar_sum[key] = float(uncertainty[row])
-        if return_type == "dataframe":
-            return pd.DataFrame(prediction, index=keys, columns=self.gene_list)
-        if return_type == "anndata":
-            from gears_ddp.inference.cell_eval_export import mean_predictions
-            return mean_predictions(self.pert_data, self.provenance(), pert_list, prediction, uncertainty, seed,
-                                    len(picked))
-        if return_type == "cell-eval":
-            from gears_ddp.inference.cell_eval_export import cell_predictions
-            return cell_predictions(self.pert_data, self.provenance(), pert_list, picked, effect.cpu(), seed)
-        predictions = dict(zip(keys, prediction))
-        return predictions if uncertainty is None else (predictions, dict(zip(keys, uncertainty.tolist())))
+        ``seed``: ``return_type`` ``'dict'`` (``{'A_B': array}``; with uncertainty also
+        ``{'A_B': exp(-mean logvar)}``), ``'dataframe'``, ``'anndata'`` or ``'cell-eval'``
+        (per-cell); ``all_samples=True``: each query's predicted cells. Kept in ``saved_pred``
+        and ``saved_logvar_sum`` as published; an entry handed in there answers its query for
+        ``'dict'`` and ``'dataframe'``, weights or none (``inference.model_queries.
+        ModelQueries.predict`` says each in full)."""
+        return self._queries().predict(pert_list, return_type, seed, cells_per_perturbation, all_samples)
 
     def predict_split(self, split: str = "test", clip_at_zero: bool = True, cells_per_perturbation: int | None = None,
                       seed: int = 0, baseline: str | None = None, linear_baseline_screen=None):
         """Predicted and real AnnData of the perturbations of ``split`` in cell-eval's layout:
-        a predicted cell for every cell of the split, or ``cells_per_perturbation`` cells per
-        perturbation from control cells drawn with ``seed``
-        (``inference.cell_eval_export.split_predictions``; ``gears-ddp predict --split``).
-        ``baseline``: the cells of that baseline (``'linear'``, ...; ``'linear_pretrained'``
-        with ``linear_baseline_screen``) instead of the model's, built the same way from its
-        predicted changes, so cell-eval scores the two files alike."""
+        a predicted cell for every cell of the split, or ``cells_per_perturbation`` per
+        perturbation from control cells drawn with ``seed`` (``gears-ddp predict --split``;
+        ``inference.cell_eval_export.split_predictions``). ``baseline``: that baseline's cells
+        (``'linear'``, ...; ``'linear_pretrained'`` with ``linear_baseline_screen``) instead of
+        the model's, built alike from its predicted changes."""
         from gears_ddp.inference.cell_eval_export import split_predictions
 
-        self._require_weights()
-        effects, provenance = self.perturbation_effects, self.provenance()
+        queries = self._queries()
+        queries.require_weights()
+        effects, provenance = queries.effects, queries.provenance
         if baseline is not None:
             effects = baseline_effects(self.pert_data, baseline, self._other_screen(linear_baseline_screen))
             provenance["baseline"] = baseline
@@ -396,133 +319,71 @@ class GEARS:
 
     def perturbation_effects(self, sets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The best model's predicted change from control (K x G) of each perturbation set
-        (K x 2 perturbation-vocabulary indices, -1 padded), and its log-variance in
-        uncertainty mode (else None), on the model's device. In evaluation mode a cell's
-        prediction is its control expression plus its set's change (``engine.evaluate``), so
-        predictions of any control cells follow from these."""
-        self._require_weights()
-        return set_effects(self.best_model, sets, self.device)
+        (K x 2 vocabulary indices, -1 padded), and its log-variance in uncertainty mode (else
+        None), on the model's device: a cell's prediction is its control expression plus it."""
+        return self._queries().effects(sets)
 
     def GI_predict(self, combo, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0) -> dict:
-        """Genetic-interaction scores of a two-gene combination A+B (``inference.interactions.
-        genetic_interaction_scores``) from the predicted changes over control of A, B and A+B,
-        optionally on the genes listed in ``GI_genes_file`` only. As published, the dict
-        starts with ``'ts'``, the fitted Theil-Sen line (``interactions.TheilSenFit``).
-
-        ``change='exact'`` scores the model's predicted changes; ``'drawn-cells-minus-control-
-        mean'`` those of the published ``GI_predict`` (each the mean prediction over 300
-        control cells drawn for it with ``seed``, minus the mean of all control cells), whose
-        sampling noise moves the scores (docs/screens.md).
-
-        When ``saved_pred`` holds entries handed in for ``'A'``, ``'B'`` and ``'A_B'``
-        (written by you, or copied from another ``GEARS``), they are scored instead, minus
-        the mean of all control cells, as published, weights or none: another model's
-        predictions, or the true mean expression of observed conditions
-        (``observed_interactions`` does the latter for every observed pair at once).
-        """
-        from gears_ddp.inference.interactions import genetic_interaction_scores, with_theil_sen_fit
-
-        if isinstance(combo, str) or len(combo) != 2 or not all(isinstance(gene, str) for gene in combo):
-            raise ValueError(f"GI_predict takes two genes, got {combo!r}")
-        keys = [combo[0], combo[1], "_".join(combo)]
-        saved = handed_in(self.saved_pred, self._own_predictions, keys)
-        if len(saved) == len(keys):
-            control = self.pert_data.cells.control_mean().double().numpy()
-            changes = torch.from_numpy(saved_expression(saved, keys, self.num_genes) - control)
-        else:
-            sets = query_sets([[combo[0]], [combo[1]], list(combo)], self.node_map_pert)
-            try:
-                self._require_weights()
-            except RuntimeError as err:
-                missing = [key for key in keys if key not in saved]
-                raise RuntimeError(f"{err}; or hand in the predictions GI_predict scores without weights: "
-                                   f"saved_pred needs {missing} beside {sorted(saved)}") from None
-            changes = self.change_predictor(change, seed).changes(sets)
-        genes = score_gene_positions(self.gene_list, GI_genes_file)
-        if genes is not None:
-            changes = changes[:, torch.as_tensor(genes, device=changes.device)]
-        first, second, double = changes.double().cpu().numpy()
-        return with_theil_sen_fit(genetic_interaction_scores(first, second, double))
+        """Genetic-interaction scores of a two-gene combination A+B from the predicted changes
+        over control of A, B and A+B, optionally on the genes of ``GI_genes_file`` only; as
+        published, the dict starts with ``'ts'``, the fitted Theil-Sen line
+        (``interactions.calls.pair_scores``). ``change``: ``'exact'``, the model's changes, or
+        ``'drawn-cells-minus-control-mean'``, the published ``GI_predict``'s, with its sampling
+        noise (docs/screens.md). Entries handed in to ``saved_pred`` for ``'A'``, ``'B'`` and
+        ``'A_B'`` are scored instead, weights or none, as published
+        (``inference.model_queries.ModelQueries.pair_changes``)."""
+        changes = self._queries().pair_changes(combo, change, seed)
+        return pair_scores(changes, score_gene_positions(self.gene_list, GI_genes_file))
 
     def observed_interactions(self, split: str | None = None, GI_genes_file=None) -> pd.DataFrame:
-        """The observed two-gene conditions (of the whole dataset, or of ``split``: 'train',
-        'val' or 'test') whose singles were observed too, scored from their observed changes
-        over control with the scores and interaction types of a screen, one row per pair
-        (``inference.observed_interactions``); no model needed. Scored on this object's
-        GPU, if it has one."""
-        return observed_interactions(self.pert_data, split, GI_genes_file, self._scores_device())
+        """The observed two-gene conditions (of the data, or of ``split``: 'train', 'val' or
+        'test') whose singles were observed too, scored from their observed changes as a
+        screen scores pairs, one row per pair (``interactions.observed``); no model needed."""
+        return observed_interactions(self.pert_data, split, GI_genes_file, scoring_device(self.device))
 
     def interaction_agreement(self, split: str | None = "test", GI_genes_file=None) -> dict:
         """The observed pairs of ``split`` (``observed_interactions``) and the same pairs
-        scored from the model's predicted changes: ``{'observed': table, 'predicted':
-        table, 'agreement': ...}``, the agreement being, per score, the Pearson correlation
-        and mean absolute difference over the pairs and, per interaction type, how many calls
-        agree, with the confusion table (``observed_interactions.compare_calls``)."""
-        self._require_weights()
-        observed = observed_interactions(self.pert_data, split, GI_genes_file, self._scores_device())
-        return self._interaction_agreement(observed, GI_genes_file)
-
-    def _scores_device(self) -> torch.device:
-        """Where the observed pairs' interaction scores are computed: the model's GPU when it
-        is on a CUDA device, else the CPU (the scores are float64, which MPS lacks)."""
-        return self.device if self.device.type == "cuda" else torch.device("cpu")
-
-    def _interaction_agreement(self, observed: pd.DataFrame, GI_genes_file=None) -> dict:
-        """``interaction_agreement`` of the ``observed`` pairs (``observed_interactions``), by
-        the best model as it is."""
-        predictor = ChangePredictor.for_data(self.best_model, self.device, self.pert_data.cells)
-        predicted = predicted_interactions(observed, predictor, self.node_map_pert, self.gene_list, GI_genes_file,
-                                           self._train_conditions())
-        return {"observed": observed, "predicted": predicted, "agreement": compare_calls(observed, predicted)}
+        scored from the model's predicted changes: ``{'observed': table, 'predicted': table,
+        'agreement': ...}`` (per score and per interaction type: ``interactions.agreement.
+        compare_calls``)."""
+        queries = self._queries()
+        queries.require_weights()
+        observed = observed_interactions(self.pert_data, split, GI_genes_file, scoring_device(self.device))
+        train = trained_conditions(self.pert_data.set2conditions)
+        return queries.interaction_agreement(observed, GI_genes_file, train)
 
     def change_predictor(self, change: str = EXACT_CHANGE, seed: int = 0) -> ChangePredictor:
         """The best model's predicted changes over control, exact or with the published
         sampling noise (``inference.prediction.ChangePredictor``)."""
-        self._require_weights()
-        return ChangePredictor.for_data(self.best_model, self.device, self.pert_data.cells, change, seed)
+        return self._queries().change_predictor(change, seed)
 
     def screen(self, genes, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0, out=None,
-               overwrite: bool = False, chunk_pairs: int = SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
-        """An in-silico combinatorial screen: every pair of ``genes`` predicted and scored as
-        ``GI_predict`` scores one pair, in this process (``gears-ddp screen`` spreads the
-        pairs over processes or GPUs). Returns one row per pair (``inference.screen.
-        screen_table``): the genes, the scores, whether the pair and its singles were in the
-        train set, and the interaction types the scores imply.
-
-        ``out`` (a .csv file): write the table there, with a record of the model, genes and
-        options beside it (``.json``); finished chunks of ``chunk_pairs`` pairs are kept in
-        ``<out>.partial/`` while it runs, so that a screen interrupted part way continues
-        from them when called again. An existing screen of another model, genes or options
-        is refused unless ``overwrite``."""
-        return run_screen(self.screen_job(genes, GI_genes_file, change, seed, chunk_pairs), out, overwrite,
-                          score_chunks_here)
+               overwrite: bool = False, chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
+        """An in-silico combinatorial screen in this process: every pair of ``genes`` predicted
+        and scored as ``GI_predict`` scores one, one row per pair (``gears-ddp screen`` spreads
+        the pairs over processes or GPUs). ``out`` (a .csv file): the table, written with a
+        record beside it, resumable from the finished chunks of ``chunk_pairs`` pairs; a
+        screen of another model, genes or options there is refused unless ``overwrite``
+        (``inference.pair_screen.run_pair_screen``)."""
+        return run_pair_screen(self.screen_job(genes, GI_genes_file, change, seed, chunk_pairs), out, overwrite,
+                               score_chunks_here)
 
     def screen_job(self, genes, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0,
-                   chunk_pairs: int = SCREEN_CHUNK_PAIRS) -> ScreenJob:
+                   chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> PairScreenJob:
         """What ``screen`` computes, checked: the genes (unknown ones named all at once), the
         pairs, the predictor, the genes scores are taken on, and the Theil-Sen subsets."""
-        self._require_weights()
-        return ScreenJob.build(genes, self.node_map_pert, self.pert_data.gene2go, self.gene_list,
-                               self.change_predictor(change, seed), GI_genes_file, self._train_conditions(),
-                               model_record(self.best_model, self.weights_from), chunk_pairs)
-
-    def _train_conditions(self) -> list[str]:
-        """The perturbed conditions of the train set (none without a split)."""
-        train = self.pert_data.set2conditions.get("train", []) if self.pert_data.set2conditions else []
-        return [c for c in train if c != CONTROL]
+        predictor = self.change_predictor(change, seed)
+        return PairScreenJob.build(genes, self.node_map_pert, self.pert_data.gene2go, self.gene_list, predictor,
+                                   GI_genes_file, trained_conditions(self.pert_data.set2conditions),
+                                   model_record(self.best_model, self.weights_from), chunk_pairs)
 
     def plot_perturbation(self, query: str, save_file=None):
         """Box plots of the true change over control at the condition's top-20 non-dropout DE
         genes, with the predicted change marked; returns the matplotlib figure."""
-        from gears_ddp.inference.figures import observed_change_at_de_genes, plot_perturbation_figure
+        from gears_ddp.inference.figures import plot_perturbation
 
         control = self.ctrl_expression.cpu().numpy()
-        positions, observed = observed_change_at_de_genes(self.pert_data, query, control)
-        genes = condition_genes(query)
-        predicted = self.predict([genes])
-        predicted = (predicted[0] if isinstance(predicted, tuple) else predicted)[query_keys([genes])[0]]
-        return plot_perturbation_figure(observed, predicted[positions] - control[positions],
-                                        [self.gene_list[p] for p in positions], query, save_file)
+        return plot_perturbation(self.pert_data, query, control, self._queries().mean_expression, save_file)
 
     # ------------------------------------------------------------------ checkpoints
     def save_model(self, path) -> None:
@@ -533,14 +394,10 @@ class GEARS:
     def load_pretrained(self, path) -> None:
         """Load a model folder written by ``save_model``, by a distributed run or by the
         published GEARS (a ``module.`` prefix is stripped)."""
-        config = read_config(path, [*ModelOptions.names(), *GRAPH_KEYS])
-        check_vocabulary(path, config, self.gene_list, self.pert_list)
-        options = {k: v for k, v in config.items() if k not in ("device", "num_genes", "num_perts")}
-        self.model_initialize(**options)
+        self.model_initialize(**saved_model_options(path, ModelOptions.names(), self.gene_list, self.pert_list))
         load_weights(self.model, path)
         self.best_model = self.model
         self.weights_from = str(path)
-
 
 
 GEARS.model_initialize.__signature__ = signature_with(GEARS.model_initialize, ModelOptions)

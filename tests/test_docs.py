@@ -51,14 +51,14 @@ def test_every_file_and_page_the_guide_names_exists():
 
 
 def test_the_screen_page_says_what_every_score_and_column_means():
-    from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
-    from gears_ddp.inference.interactions import INTERACTION_TYPE_MEANINGS
-    from gears_ddp.inference.screen import SCREEN_COLUMN_MEANINGS
-    from gears_ddp.inference.screen_statistics import SUMMARY_COLUMN_MEANINGS
+    from gears_ddp.interactions.scores import GI_SCORE_NAMES
+    from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
+    from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS
+    from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS
 
     page = (OPTIONS_PAGE.parent / "screens.md").read_text(encoding="utf-8")
     assert [name for name in GI_SCORE_NAMES if f"| `{name}` |" not in page] == []  # a row of the scores' table
-    columns = [name for meanings in (SCREEN_COLUMN_MEANINGS, INTERACTION_TYPE_MEANINGS, SUMMARY_COLUMN_MEANINGS)
+    columns = [name for meanings in (PAIR_SCREEN_COLUMN_MEANINGS, INTERACTION_TYPE_MEANINGS, SUMMARY_COLUMN_MEANINGS)
                for key in meanings for name in key.split(", ")]
     assert [name for name in columns if f"`{name}`" not in page] == []
 

@@ -8,7 +8,7 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
 from gears_ddp.inference.figures import plot_perturbation_figure
-from gears_ddp.inference.interactions import genetic_interaction_scores, read_gene_list
+from gears_ddp.interactions.calls import genetic_interaction_scores, read_gene_list
 from reference_package import import_reference
 
 GI_KEYS = {

@@ -1,4 +1,4 @@
-"""Tests of ``gears_ddp.evaluation.interaction_scores``: a batch of pairs gets the published GEARS scores
+"""Tests of ``gears_ddp.interactions.scores``: a batch of pairs gets the published GEARS scores
 (``get_GI_params``), scikit-learn's Theil-Sen coefficients and dcor's distance correlations."""
 import math
 import warnings
@@ -10,7 +10,7 @@ import sklearn.linear_model._theil_sen as sklearn_theil_sen
 import torch
 from sklearn.linear_model import TheilSenRegressor
 
-from gears_ddp.evaluation.interaction_scores import (
+from gears_ddp.interactions.scores import (
     GI_SCORE_NAMES,
     _subset_solutions,
     _subsets_tensor,

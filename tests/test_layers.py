@@ -18,9 +18,11 @@ LAYERS = (
     ("datasets", "model", "runtime"),
     ("evaluation",),
     ("report",),
+    ("interactions",),  # scores of changes, observed and predicted: below inference, which predicts the changes
     ("training", "inference"),
     ("gears",),
     ("distributed",),
+    ("runs",),  # saved runs read back: their config and replicates are distributed's
     ("train_distributed",),  # the seed guide's module: train_multi_gpu and the functions it names
     ("cli",),
     ("__init__", "__main__", "launch", "utils"),  # the public names, the entry points, the published gears.utils

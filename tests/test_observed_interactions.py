@@ -10,12 +10,12 @@ import pytest
 
 from gears_ddp import GEARS, PertData
 from gears_ddp.cli import main
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
-from gears_ddp.inference.observed_interactions import compare_calls, observed_changes, observed_interactions, \
-    observed_pairs
+from gears_ddp.interactions.scores import GI_SCORE_NAMES
+from gears_ddp.interactions.agreement import compare_calls
+from gears_ddp.interactions.observed import observed_changes, observed_interactions, observed_pairs
 from gears_ddp.inference.prediction import query_sets
 from gears_ddp.report.numbers import format_number
-from gears_ddp.inference.screen import read_table
+from gears_ddp.inference.pair_screen import read_table
 from test_interaction_scores import _published_scores
 from test_screen import _assert_close_scores
 from test_screen_replicates import models, replicates  # noqa: F401 (fixtures: three trained runs)

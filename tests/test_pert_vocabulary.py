@@ -6,7 +6,7 @@ import toy_data
 
 from gears_ddp import PertData, train_multi_gpu
 from gears_ddp.distributed.config import TrainingArgs
-from gears_ddp.distributed.saved_runs import load_run
+from gears_ddp.runs.saved_runs import load_run
 from gears_ddp.model.folder import read_weights
 
 SPLIT = {"split": "simulation", "seed": 1}

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from gears_ddp import GEARS
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
-from gears_ddp.inference.interactions import genetic_interaction_scores
+from gears_ddp.interactions.scores import GI_SCORE_NAMES
+from gears_ddp.interactions.calls import genetic_interaction_scores
 from reference_package import published_gears
 from test_screen import _assert_close_scores
 

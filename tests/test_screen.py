@@ -14,13 +14,13 @@ from gears_ddp import PertData
 from gears_ddp.cli import main
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
-from gears_ddp.distributed.screen import screen_on_devices
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
+from gears_ddp.distributed.pair_screen import screen_on_devices
+from gears_ddp.interactions.scores import GI_SCORE_NAMES
 from gears_ddp.gears import GEARS
 from gears_ddp.inference.figures import plot_screen
-from gears_ddp.inference.interactions import interaction_types
+from gears_ddp.interactions.calls import interaction_types
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, PREDICTION_CELLS, control_draws, query_sets
-from gears_ddp.inference.screen import ScreenFolder, checked_screen_genes
+from gears_ddp.inference.pair_screen import PairScreenFolder, checked_pair_screen_genes
 from reference_package import published_gears
 
 GENES = [f"G{i}" for i in range(9)]  # 36 pairs
@@ -178,7 +178,7 @@ def test_an_interrupted_screen_resumes_to_the_same_table(gears, table, tmp_path,
     whole = table
     out = tmp_path / "screen.csv"
     written = []
-    original = ScreenFolder.write_chunk
+    original = PairScreenFolder.write_chunk
 
     def write_then_stop(folder, chunk, scores):
         if len(written) == 3:
@@ -186,13 +186,13 @@ def test_an_interrupted_screen_resumes_to_the_same_table(gears, table, tmp_path,
         original(folder, chunk, scores)
         written.append(chunk)
 
-    monkeypatch.setattr(ScreenFolder, "write_chunk", write_then_stop)
+    monkeypatch.setattr(PairScreenFolder, "write_chunk", write_then_stop)
     with pytest.raises(Interrupted):
         gears.screen(GENES, out=out, chunk_pairs=5)
     assert not out.exists() and len(list((tmp_path / "screen.partial").glob("chunk-*.npz"))) == 3
     monkeypatch.undo()
     computed = []
-    monkeypatch.setattr(ScreenFolder, "write_chunk",
+    monkeypatch.setattr(PairScreenFolder, "write_chunk",
                         lambda folder, chunk, scores: (computed.append(chunk), original(folder, chunk, scores)))
     resumed = gears.screen(GENES, out=out, chunk_pairs=5)
     assert sorted(computed) == [3, 4, 5, 6, 7]  # only what was missing
@@ -244,7 +244,7 @@ def test_genes_without_go_and_outside_the_vocabulary_are_named_apart():
     with pytest.raises(ValueError, match=r"3 of the 4 genes cannot be perturbed by this model; without GO annotation "
                                          r".*: \['X', 'Z'\]; annotated in GO but not in the model's perturbation "
                                          r"vocabulary \(GEARS.pert_list\): \['Y'\]"):
-        checked_screen_genes(["A", "X", "Y", "Z"], {"A": 0, "B": 1}, {"A": {"GO:1"}, "Y": {"GO:2"}})
+        checked_pair_screen_genes(["A", "X", "Y", "Z"], {"A": 0, "B": 1}, {"A": {"GO:1"}, "Y": {"GO:2"}})
 
 
 # ----------------------------------------------------------------------------- several processes, the command

@@ -15,17 +15,17 @@ from scipy import stats
 from gears_ddp.cli import main
 from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
-from gears_ddp.distributed import screen as screen_module
-from gears_ddp.distributed.saved_runs import load_run, run_folders
-from gears_ddp.distributed.screen import screen_replicates
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_MEANINGS, GI_SCORE_NAMES
+from gears_ddp.runs import pair_screens as pair_screens_module
+from gears_ddp.runs.pair_screens import screen_replicates
+from gears_ddp.runs.saved_runs import load_run, run_folders
+from gears_ddp.interactions.scores import GI_SCORE_MEANINGS, GI_SCORE_NAMES
 from gears_ddp.inference import figures
-from gears_ddp.inference.interactions import INTERACTION_TYPE_MEANINGS, interaction_types
+from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS, interaction_types
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
-from gears_ddp.inference.replicate_screen import REPLICATE_RECORD_FORMAT
-from gears_ddp.inference.screen import SCREEN_COLUMN_MEANINGS, ScreenFolder, read_table
-from gears_ddp.inference.screen_statistics import CALL_ORDER, SUMMARY_COLUMN_MEANINGS, confident_counts, \
-    summarise_models
+from gears_ddp.inference.replicate_pair_screen import REPLICATE_RECORD_FORMAT
+from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS, PairScreenFolder, read_table
+from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS, confident_counts, summarise_models
+from gears_ddp.interactions.calls import CALL_ORDER
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE
 from test_screen import GENES, Interrupted, _trained
 
@@ -188,7 +188,7 @@ def test_an_interrupted_screen_over_replicates_resumes_to_the_same_summary(repli
     the first model's table back and computes only the chunks that are missing."""
     whole, _ = summary
     out = tmp_path / "screen.csv"
-    written, original = [], ScreenFolder.write_chunk
+    written, original = [], PairScreenFolder.write_chunk
 
     def write_then_stop(folder, chunk, scores):
         if len(written) == 6:
@@ -196,11 +196,11 @@ def test_an_interrupted_screen_over_replicates_resumes_to_the_same_summary(repli
         original(folder, chunk, scores)
         written.append((folder.table.stem, chunk))
 
-    monkeypatch.setattr(ScreenFolder, "write_chunk", write_then_stop)
+    monkeypatch.setattr(PairScreenFolder, "write_chunk", write_then_stop)
     with pytest.raises(Interrupted):
         screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4)
     assert not out.exists() and (out.with_suffix(".models") / "seed-1.csv").exists()
-    monkeypatch.setattr(ScreenFolder, "write_chunk",
+    monkeypatch.setattr(PairScreenFolder, "write_chunk",
                         lambda folder, chunk, scores: (written.append((folder.table.stem, chunk)),
                                                        original(folder, chunk, scores)))
     resumed = screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4)
@@ -216,16 +216,16 @@ def test_an_interrupted_screen_over_replicates_resumes_to_the_same_summary(repli
 # the test can kill it part-way (argv: the replicates folder, the out file, the genes)
 KILLED_SCREEN = """
 import sys, time
-from gears_ddp.distributed.screen import screen_replicates
-from gears_ddp.inference.screen import ScreenFolder
+from gears_ddp.runs.pair_screens import screen_replicates
+from gears_ddp.inference.pair_screen import PairScreenFolder
 
-write_chunk = ScreenFolder.write_chunk
+write_chunk = PairScreenFolder.write_chunk
 
 def write_then_pause(folder, chunk, scores):
     write_chunk(folder, chunk, scores)
     time.sleep(0.3)
 
-ScreenFolder.write_chunk = write_then_pause
+PairScreenFolder.write_chunk = write_then_pause
 if __name__ == "__main__":
     screen_replicates(sys.argv[1], sys.argv[3:], sys.argv[2], cpu_processes=1, chunk_pairs=4)
 """
@@ -360,7 +360,7 @@ def test_all_perturbable_genes_over_replicates_are_those_of_the_first_models_voc
         loaded.append(gears)
         return gears
 
-    monkeypatch.setattr(screen_module, "load_run", load_with_a_short_vocabulary)
+    monkeypatch.setattr(pair_screens_module, "load_run", load_with_a_short_vocabulary)
     out = tmp_path / "all.csv"
     command = ["screen", "--run", str(replicates), "--all-perturbable", "--out", str(out), "--cpu-processes", "1"]
     assert main(command) == 0
@@ -416,7 +416,7 @@ def test_a_folder_the_command_may_not_write_in_gets_one_line_and_status_2(replic
     def refuse(folder, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(folder.partial))
 
-    monkeypatch.setattr(ScreenFolder, "prepare", refuse)
+    monkeypatch.setattr(PairScreenFolder, "prepare", refuse)
     command = ["screen", "--run", str(replicates), "--genes", *SCREENED[:3], "--out", str(tmp_path / "screen.csv"),
                "--cpu-processes", "1"]
     assert main(command) == 2
@@ -428,7 +428,7 @@ def test_the_command_help_says_what_every_column_means(capsys):
     with pytest.raises(SystemExit):
         main(["screen", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for meanings in (GI_SCORE_MEANINGS, INTERACTION_TYPE_MEANINGS, SCREEN_COLUMN_MEANINGS, SUMMARY_COLUMN_MEANINGS):
+    for meanings in (GI_SCORE_MEANINGS, INTERACTION_TYPE_MEANINGS, PAIR_SCREEN_COLUMN_MEANINGS, SUMMARY_COLUMN_MEANINGS):
         for name, meaning in meanings.items():
             assert f"{name} {' '.join(meaning.split())}" in text
     assert set(GI_SCORE_MEANINGS) == set(GI_SCORE_NAMES) and set(INTERACTION_TYPE_MEANINGS) == set(CALL_ORDER)

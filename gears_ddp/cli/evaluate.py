@@ -16,7 +16,7 @@ def add_parser(subparsers):
 
 
 def run(options) -> int:
-    from gears_ddp.distributed.saved_runs import load_run
+    from gears_ddp.runs.saved_runs import load_run
     from gears_ddp.report.run_folder import write_json
 
     gears = load_run(options.run, options.overrides)

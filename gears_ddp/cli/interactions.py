@@ -39,16 +39,16 @@ def add_parser(subparsers):
 
 def interactions_help() -> str:
     """The columns of ``gears-ddp interactions``'s table, for its ``--help``."""
-    from gears_ddp.inference.observed_interactions import OBSERVED_COLUMN_MEANINGS
+    from gears_ddp.interactions.observed import OBSERVED_COLUMN_MEANINGS
 
     return meanings_text("the table, one row per observed pair (with --run, observed_<name> beside "
                          "predicted_<name>)", OBSERVED_COLUMN_MEANINGS)
 
 
 def run(options) -> int:
-    from gears_ddp.distributed.interaction_check import check_saved_runs
-    from gears_ddp.inference.observed_interactions import agreement_lines
-    from gears_ddp.inference.screen import checked_output_file, write_record, write_table
+    from gears_ddp.runs.interaction_check import check_saved_runs
+    from gears_ddp.interactions.agreement import agreement_lines
+    from gears_ddp.inference.pair_screen import checked_output_file, write_record, write_table
 
     out = checked_output_file(options.out, "--out", "CSV", (".csv",))
     if options.data_path is not None:
@@ -67,9 +67,10 @@ def run(options) -> int:
 def _observed_only(options, out: Path) -> int:
     """The observed calls of the processed dataset ``--data-path``/``--name``, and how many of each."""
     from gears_ddp.data.pertdata import PertData
-    from gears_ddp.inference.observed_interactions import CALL_NAMES, observed_interactions
-    from gears_ddp.inference.screen import write_table
-    from gears_ddp.inference.screen_statistics import CALL_ORDER
+    from gears_ddp.interactions.agreement import CALL_NAMES
+    from gears_ddp.interactions.observed import observed_interactions
+    from gears_ddp.inference.pair_screen import write_table
+    from gears_ddp.interactions.calls import CALL_ORDER
 
     if options.name is None:
         raise ValueError("--data-path needs --name: the dataset's folder under it")

@@ -52,12 +52,12 @@ def add_parser(subparsers):
 
 def screen_help() -> str:
     """The meaning of every column of a screen's table, for ``gears-ddp screen --help``."""
-    from gears_ddp.evaluation.interaction_scores import GI_SCORE_MEANINGS
-    from gears_ddp.inference.interactions import INTERACTION_TYPE_MEANINGS
-    from gears_ddp.inference.screen import SCREEN_COLUMN_MEANINGS
-    from gears_ddp.inference.screen_statistics import SUMMARY_COLUMN_MEANINGS
+    from gears_ddp.interactions.scores import GI_SCORE_MEANINGS
+    from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
+    from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS
+    from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS
 
-    sections = (("the table, one row per pair", SCREEN_COLUMN_MEANINGS),
+    sections = (("the table, one row per pair", PAIR_SCREEN_COLUMN_MEANINGS),
                 ("its scores (A, B, AB: the changes over control of the singles and the double, one value per gene; "
                  "docs/screens.md reads an example)", GI_SCORE_MEANINGS),
                 ("the interaction types they imply (the published analysis's thresholds)", INTERACTION_TYPE_MEANINGS),
@@ -68,16 +68,16 @@ def screen_help() -> str:
 
 def run(options) -> int:
     from gears_ddp.data.io import write_h5ad
-    from gears_ddp.distributed.saved_runs import is_replicates_folder, load_run
-    from gears_ddp.distributed.screen import screen_on_devices
+    from gears_ddp.runs.saved_runs import is_replicates_folder, load_run
+    from gears_ddp.distributed.pair_screen import screen_on_devices
     from gears_ddp.inference.figures import plot_screen
-    from gears_ddp.inference.interactions import read_gene_list
-    from gears_ddp.inference.replicate_screen import ReplicateScreenFolder
-    from gears_ddp.inference.screen import ScreenFolder, checked_output_file, screen_changes
+    from gears_ddp.interactions.calls import read_gene_list
+    from gears_ddp.inference.replicate_pair_screen import ReplicatePairScreenFolder
+    from gears_ddp.inference.pair_screen import PairScreenFolder, checked_output_file, pair_screen_changes
 
     replicates = len(options.run) > 1 or is_replicates_folder(options.run[0])
     # bad names fail before the runs are loaded
-    out = (ReplicateScreenFolder if replicates else ScreenFolder)(options.out).table
+    out = (ReplicatePairScreenFolder if replicates else PairScreenFolder)(options.out).table
     figure = checked_output_file(options.figure or out.with_suffix(".png"), "--figure", "a picture",
                                  figure_suffixes())
     if options.changes_out is not None:
@@ -103,7 +103,7 @@ def run(options) -> int:
     print(f"screen of {len(genes)} genes: {len(table)} pairs written to {out} (its record: "
           f"{out.with_suffix('.json')}), the picture to {figure}")
     if options.changes_out:
-        write_h5ad(screen_changes(gears.screen_job(genes, **choice), gears.gene_list), options.changes_out)
+        write_h5ad(pair_screen_changes(gears.screen_job(genes, **choice), gears.gene_list), options.changes_out)
         print(f"predicted changes of {len(genes)} singles and {len(table)} pairs written to {options.changes_out}")
     for title, row in (("highest mag", table["mag"].idxmax()), ("lowest mag", table["mag"].idxmin())):
         print(f"{title}: {table.at[row, 'pair']} (mag {table.at[row, 'mag']:.3f}, {table.at[row, 'magnitude_type']})")
@@ -112,9 +112,9 @@ def run(options) -> int:
 
 def _screen_replicates(options, genes, out: Path, figure: Path, seeds: list[int]) -> int:
     """A screen over replicates, its picture, and how many calls are confident."""
-    from gears_ddp.distributed.screen import screen_replicates
+    from gears_ddp.runs.pair_screens import screen_replicates
     from gears_ddp.inference.figures import plot_replicate_screen
-    from gears_ddp.inference.screen_statistics import confident_counts
+    from gears_ddp.inference.pair_screen_statistics import confident_counts
 
     summary = screen_replicates(options.run, genes, out, options.overwrite, options.cpu_processes, options.gpu_ids,
                                 options.gi_genes_file, options.change, seeds, overrides=options.overrides)

@@ -37,7 +37,7 @@ def add_parser(subparsers):
 
 
 def run(options) -> int:
-    from gears_ddp.distributed.saved_runs import load_run
+    from gears_ddp.runs.saved_runs import load_run
 
     if options.cells_per_perturbation is not None:
         checked_cell_count(options.cells_per_perturbation)  # before the run is loaded

@@ -9,8 +9,7 @@
 - ``process_group``: joining and leaving the ``torch.distributed`` process group;
 - ``launch_environment`` and ``launch``: ranks started by torchrun or Slurm;
 - ``replicates``: several seeds of a run trained at once over the devices;
-- ``screen``: a screen's pairs shared among spawned workers;
-- ``interaction_check``: the observed combinations' interaction calls beside saved runs'.
+- ``pair_screen``: an in-silico pair screen's pairs shared among spawned workers.
 
 ``train_multi_gpu`` itself is in ``gears_ddp.train_distributed``, the seed guide's module.
 

@@ -1,13 +1,13 @@
 """Using a trained model: predictions of perturbation queries and their changes over control
-(``prediction``), genetic-interaction scores and the types they imply (``interactions``),
-in-silico combinatorial screens (``screen``), screens over replicates (``replicate_screen``)
-and how far the models agree on each call (``screen_statistics``), the perturbation figure
+(``prediction``; the genetic-interaction scores are ``gears_ddp.interactions``'),
+in-silico combinatorial screens (``screen``), screens over replicates (``replicate_pair_screen``)
+and how far the models agree on each call (``pair_screen_statistics``), the perturbation figure
 and the screen's map (``figures``), predictions in cell-eval's layout
 (``cell_eval_export``), and the published ``gears.inference`` functions under their names
 (``published_inference``: ``from gears_ddp.inference import evaluate, compute_metrics,
 deeper_analysis, non_dropout_analysis``).
 
-May import: ``report``, ``evaluation``, ``runtime``, ``model``, ``data``.
+May import: ``interactions``, ``report``, ``evaluation``, ``runtime``, ``model``, ``data``.
 """
 from gears_ddp.inference.published_inference import compute_metrics, deeper_analysis, evaluate, \
     non_dropout_analysis

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from gears_ddp.data.conditions import CONTROL
+from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.evaluation.metrics import non_dropout_de_table
-from gears_ddp.inference.interactions import INTERACTION_THRESHOLDS
+from gears_ddp.interactions.calls import INTERACTION_THRESHOLDS
 
 
 def observed_change_at_de_genes(pert_data, condition: str, control: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -35,6 +35,18 @@ def observed_change_at_de_genes(pert_data, condition: str, control: np.ndarray) 
     positions = non_dropout_de_table(pert_data.uns, pert_data.var.index, [name])[0]
     positions = positions[positions >= 0].numpy()
     return positions, cells.rows(cells.cells_of([condition])).numpy()[:, positions] - control[positions]
+
+
+def plot_perturbation(pert_data, query: str, control: np.ndarray, mean_expression: Callable[[list[str]], np.ndarray],
+                      save_file=None):
+    """``GEARS.plot_perturbation``: the observed change over ``control`` of ``query``'s cells
+    at its top-20 non-dropout DE genes (``observed_change_at_de_genes``; an unknown condition
+    is an error before anything is predicted), with the change ``mean_expression`` predicts
+    for its genes marked (``plot_perturbation_figure``)."""
+    positions, observed = observed_change_at_de_genes(pert_data, query, control)
+    predicted = mean_expression(condition_genes(query))
+    return plot_perturbation_figure(observed, predicted[positions] - control[positions],
+                                    [pert_data.gene_names[p] for p in positions], query, save_file)
 
 
 def plot_perturbation_figure(
@@ -106,7 +118,7 @@ GREYED_WEIGHT, GREYED_TO = 0.2, 0.8  # a greyed-out cell keeps a fifth of its co
 
 
 def plot_screen(table, save_file: str | os.PathLike | None = None, top: int = 10):
-    """The map of a screen (``inference.screen.screen_table``): a heatmap of ``log2(mag)``
+    """The map of a screen (``inference.pair_screen.pair_screen_table``): a heatmap of ``log2(mag)``
     over every pair of its genes (red: synergy, the double changes more than the singles'
     sum; blue: suppression, less; white: additive), the genes ordered by similarity of
     their rows (average-linkage clustering), pairs seen in training dotted, and beside it
@@ -137,7 +149,7 @@ def plot_screen(table, save_file: str | os.PathLike | None = None, top: int = 10
 
 
 def plot_replicate_screen(summary, save_file: str | os.PathLike | None = None, top: int = 10):
-    """The map of a screen over replicates (``inference.screen_statistics.summarise_models``):
+    """The map of a screen over replicates (``inference.pair_screen_statistics.summarise_models``):
     ``log2`` of every pair's mean ``mag`` over the models, as ``plot_screen`` draws it, but in
     full colour and outlined only where the magnitude call is confident (the models agree
     and the interval lies on the call's side of its thresholds); the other pairs are greyed
@@ -286,7 +298,7 @@ def _named_pairs(table, lists: dict) -> str:
 def _confident_text(summary, top: int) -> str:
     """The text beside a screen over replicates: the ``top`` confident synergies and
     suppressions with their mean mag and interval, then the confident calls of every type."""
-    from gears_ddp.inference.screen_statistics import confident_counts
+    from gears_ddp.inference.pair_screen_statistics import confident_counts
 
     confident = summary[summary["magnitude_type_confident"].to_numpy(dtype=bool)]
     models = int(summary["models"].iloc[0]) if len(summary) else 0

@@ -39,6 +39,32 @@ def model_from_config(config: dict) -> GEARSModel:
                       config["G_go"], config["G_go_weight"], **{name: config[name] for name in NETWORK_OPTIONS})
 
 
+def model_config(options: dict, pert_data, device, graphs: dict) -> dict:
+    """The published config of a network on ``pert_data``: the model ``options``
+    (``ModelOptions.as_dict``), its GO and co-expression graphs (``graphs`` holds those
+    given as ``GRAPH_KEYS``; the others are built from the data with the options'
+    thresholds), the device and the sizes."""
+    graphs = dict(graphs)
+    if graphs.get("G_coexpress") is None:
+        graph = pert_data.coexpression_graph(options["coexpress_threshold"],
+                                             options["num_similar_genes_co_express_graph"])
+        graphs["G_coexpress"], graphs["G_coexpress_weight"] = graph.edge_index, graph.edge_weight
+    if graphs.get("G_go") is None:
+        graph = pert_data.go_graph(options["num_similar_genes_go_graph"])
+        graphs["G_go"], graphs["G_go_weight"] = graph.edge_index, graph.edge_weight
+    return {**options, **{key: graphs.get(key) for key in GRAPH_KEYS}, "device": str(device),
+            "num_genes": len(pert_data.gene_names), "num_perts": len(pert_data.pert_names)}
+
+
+def saved_model_options(path, options, gene_names, pert_names) -> dict:
+    """The model options and graphs of the model folder ``path`` (its ``config.pkl``, whose
+    option names must be among ``options``), once its vocabulary is checked against the
+    data's ``gene_names`` and ``pert_names``."""
+    config = read_config(path, [*options, *GRAPH_KEYS])
+    check_vocabulary(path, config, gene_names, pert_names)
+    return {key: value for key, value in config.items() if key not in ("device", "num_genes", "num_perts")}
+
+
 def strip_module_prefix(state_dict: dict) -> dict:
     """Remove the ``module.`` prefix that DataParallel / DistributedDataParallel add."""
     return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state_dict.items()}

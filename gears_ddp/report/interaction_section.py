@@ -1,7 +1,7 @@
 """The run report's section on genetic interactions: the test combinations whose singles were
 observed too, scored from their observed changes and from the model's predicted ones, and
 how far the two agree (``report['interactions']``, written by ``GEARS.train_with`` from
-``inference.observed_interactions.compare_calls``): per score the correlation and the mean
+``interactions.agreement.compare_calls``): per score the correlation and the mean
 absolute difference over the pairs, per interaction type how many calls agree, with the
 confusion table."""
 from __future__ import annotations

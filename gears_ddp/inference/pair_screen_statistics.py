@@ -2,7 +2,7 @@
 types of each pair of a screen agree across independently trained models (replicates), and
 how far they move within one model when its changes carry the published drawn-cells noise.
 
-The input is each model's screen tables (``inference.screen.screen_table``) over the same
+The input is each model's screen tables (``inference.pair_screen.pair_screen_table``) over the same
 pairs in the same order: one table per model with the exact change, one per draw of control
 cells (one seed each) with the drawn-cells change. A model's value of a score is the mean
 over its draws. Two kinds of uncertainty, in columns of their own:
@@ -30,15 +30,12 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES
-from gears_ddp.inference.interactions import interaction_types
+from gears_ddp.interactions.calls import CALL_ORDER, TYPE_SCORES, interaction_types
+from gears_ddp.interactions.scores import GI_SCORE_NAMES
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.report.replicate_summary import standard_deviation, t_interval
 
 PAIR_COLUMNS = ("pair", "first_gene", "second_gene")
-TYPE_SCORES = {"magnitude_type": "mag", "neomorphic": "corr_fit", "redundant": "dcor", "epistasis": "dominance"}
-CALL_ORDER = {"magnitude_type": ("additive", "synergy", "suppressor"), "neomorphic": (False, True),
-              "redundant": (False, True), "epistasis": (False, True)}
 SPREAD_STATISTICS = ("mean", "sd_models", "ci_low", "ci_high", "sd_draws")
 CONFIDENT_RULE = ("a call is confident when every model makes it and the 95% t-interval over the models of the "
                   "score it rests on lies wholly where the call holds: magnitude_type on mag (synergy: the whole "
@@ -59,7 +56,7 @@ SUMMARY_COLUMN_MEANINGS = {
     "<type>_confident": "every model makes the call and the interval of the score it rests on lies where the call "
                         "holds",
 }
-SCREEN_INTERVAL = ("95% t-interval of a score's mean over the models: mean ± t(0.975, n - 1) x sd / sqrt(n), where sd "
+PAIR_SCREEN_INTERVAL = ("95% t-interval of a score's mean over the models: mean ± t(0.975, n - 1) x sd / sqrt(n), where sd "
                    "is the models' standard deviation (n - 1 in the denominator) and n the number of models")
 
 

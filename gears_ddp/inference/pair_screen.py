@@ -4,7 +4,7 @@ scored for genetic interactions, as ``GI_predict`` scores one pair.
 A screen of N genes has N(N-1)/2 pairs, in the order of ``itertools.combinations`` over the
 genes as given. The parts:
 
-- ``ScreenJob``: what is screened and how. The genes (checked against the perturbation
+- ``PairScreenJob``: what is screened and how. The genes (checked against the perturbation
   vocabulary and GO, every gene that cannot be screened named at once), the predictor of
   the changes over control (``prediction.ChangePredictor``: exact, or with the published
   sampling noise), the genes the scores are taken on, and the Theil-Sen subsets, drawn
@@ -12,14 +12,14 @@ genes as given. The parts:
 - ``score_chunks``: the pairs come in chunks of ``chunk_pairs``. The singles' changes are
   predicted once per process, each chunk's doubles in forward passes of
   ``prediction.sets_per_pass`` sets, and the chunk's pairs are scored in batches
-  (``evaluation.interaction_scores``); no Python work per pair.
-- ``ScreenFolder``: with an output file, each finished chunk is written atomically to
+  (``interactions.scores``); no Python work per pair.
+- ``PairScreenFolder``: with an output file, each finished chunk is written atomically to
   ``<out>.partial/`` beside a record of the model, genes and options. A screen run again
   continues from the chunks there; one of another model, genes or options is refused
   unless asked to overwrite. When every chunk is there the table is written, with the
   record beside it (``<out>.json``), and the partial folder is removed.
-- ``run_screen``: all of it, the chunks computed by an executor: in this process
-  (``score_chunks_here``) or by spawned workers (``distributed.screen``).
+- ``run_pair_screen``: all of it, the chunks computed by an executor: in this process
+  (``score_chunks_here``) or by spawned workers (``distributed.pair_screen``).
 """
 from __future__ import annotations
 
@@ -37,24 +37,22 @@ import pandas as pd
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.conditions import condition_genes
 from gears_ddp.data.io import atomic_path, file_in_the_way
-from gears_ddp.evaluation.interaction_scores import GI_SCORE_NAMES, MIN_GI_GENES, interaction_scores, \
-    theil_sen_subsets
-from gears_ddp.inference.interactions import interaction_types, read_gene_list
+from gears_ddp.interactions.pair_tables import pair_table, score_gene_positions, with_training_columns
+from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores, theil_sen_subsets
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed
 from gears_ddp.model.folder import parameter_digest
 
 logger = get_logger(__name__)
 
-SCREEN_CHUNK_PAIRS = 256  # pairs per chunk: the work an interruption can lose, per process
+PAIR_SCREEN_CHUNK_PAIRS = 256  # pairs per chunk: the work an interruption can lose, per process
 RECORD_FORMAT = "gears_ddp screen 1"
 # what makes two screens the same screen, with what to call a difference
 RECORD_IDENTITY = {"model": "the model's weights and graphs", "genes": "the screened genes",
                    "score_genes": "the genes the scores are taken on", "change": "the change vectors scored",
                    "seed": "the seed of the drawn control cells", "chunk_pairs": "the chunk size"}
 # the columns of a screen's table besides the scores and the interaction types
-SCREEN_COLUMN_MEANINGS = {
+PAIR_SCREEN_COLUMN_MEANINGS = {
     "pair, first_gene, second_gene": "the pair (A+B) and its genes, in the order of itertools.combinations over "
                                      "the genes as given",
     "seen_in_training": "whether A+B (or B+A) is a condition of the model's train set: if not, the pair's "
@@ -68,7 +66,7 @@ def model_record(network, weights_from: str | None) -> dict:
     return {"weights": parameter_digest(network), "from": weights_from}
 
 
-def checked_screen_genes(genes, node_map_pert: Mapping[str, int], gene2go: Mapping) -> list[str]:
+def checked_pair_screen_genes(genes, node_map_pert: Mapping[str, int], gene2go: Mapping) -> list[str]:
     """``genes`` as a list of names, or an error: fewer than 2 genes, a gene named twice, or
     genes the model cannot perturb (all named at once, those without GO annotation apart)."""
     if isinstance(genes, str) or not isinstance(genes, Sequence) or not all(isinstance(g, str) for g in genes):
@@ -92,22 +90,8 @@ def checked_screen_genes(genes, node_map_pert: Mapping[str, int], gene2go: Mappi
     return genes
 
 
-def score_gene_positions(gene_list: Sequence[str], genes_file) -> np.ndarray | None:
-    """Positions of the data's genes listed in ``genes_file`` (``read_gene_list``), which
-    scores are restricted to, as the published ``GI_genes_file`` does; None (every gene)
-    without a file. Fewer than ``MIN_GI_GENES`` matches is an error naming the file."""
-    if genes_file is None:
-        return None
-    wanted = set(read_gene_list(genes_file))
-    positions = np.array([i for i, gene in enumerate(gene_list) if gene in wanted], dtype=np.int64)
-    if len(positions) < MIN_GI_GENES:
-        raise ValueError(f"gene list file {genes_file} names {len(positions)} of the data's genes; genetic-"
-                         f"interaction scores need at least {MIN_GI_GENES}")
-    return positions
-
-
 @dataclass
-class ScreenJob:
+class PairScreenJob:
     """Everything a process needs to score any chunk of a screen (see the module docstring).
 
     ``gene_sets``: the screened genes' perturbation-vocabulary indices; ``score_genes``:
@@ -124,14 +108,14 @@ class ScreenJob:
     subsets: np.ndarray
     train_conditions: list[str]
     model: dict
-    chunk_pairs: int = SCREEN_CHUNK_PAIRS
+    chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS
 
     @classmethod
     def build(cls, genes, node_map_pert: Mapping[str, int], gene2go: Mapping, gene_list: Sequence[str],
               predictor: ChangePredictor, genes_file=None, train_conditions: Sequence[str] = (),
-              model: dict | None = None, chunk_pairs: int = SCREEN_CHUNK_PAIRS) -> "ScreenJob":
+              model: dict | None = None, chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> "PairScreenJob":
         """Check the inputs and draw the Theil-Sen subsets (seconds for thousands of genes)."""
-        genes = checked_screen_genes(genes, node_map_pert, gene2go)
+        genes = checked_pair_screen_genes(genes, node_map_pert, gene2go)
         if not isinstance(chunk_pairs, int) or isinstance(chunk_pairs, bool) or chunk_pairs < 1:
             raise ValueError(f"chunk_pairs must be a positive integer, got {chunk_pairs!r}")
         score_genes = score_gene_positions(gene_list, genes_file)
@@ -169,7 +153,7 @@ class ScreenJob:
                 "seed": self.predictor.seed if self.predictor.change == DRAWN_CELLS_CHANGE else None,
                 "chunk_pairs": self.chunk_pairs, "pairs": self.n_pairs}
 
-    def with_draw_seed(self, seed: int) -> "ScreenJob":
+    def with_draw_seed(self, seed: int) -> "PairScreenJob":
         """The same screen with control cells drawn with ``seed`` (the drawn-cells change);
         the network, control cells and Theil-Sen subsets are shared, not copied."""
         predictor = dataclasses.replace(self.predictor, seed=checked_draw_seed(seed))
@@ -192,7 +176,7 @@ def single_sets(gene_sets: torch.Tensor) -> torch.Tensor:
     return torch.stack((gene_sets, torch.full_like(gene_sets, -1)), dim=1)
 
 
-def score_chunks(job: ScreenJob, chunks: Sequence[int], store: Callable[[int, dict], None],
+def score_chunks(job: PairScreenJob, chunks: Sequence[int], store: Callable[[int, dict], None],
                  device: torch.device | str | None = None, label: str = "screen") -> None:
     """Predict and score the pairs of ``chunks``, handing each chunk's scores (score name ->
     array over its pairs) to ``store(chunk, scores)`` as soon as it is done; on ``device``
@@ -215,7 +199,7 @@ def score_chunks(job: ScreenJob, chunks: Sequence[int], store: Callable[[int, di
                     stop - 1, done / (time.perf_counter() - started))
 
 
-def score_chunks_here(job: ScreenJob, chunks: Sequence[int], folder: "ScreenFolder | None",
+def score_chunks_here(job: PairScreenJob, chunks: Sequence[int], folder: "PairScreenFolder | None",
                       device: torch.device | str | None = None) -> dict[int, dict]:
     """The executor of one process: score ``chunks`` here (on ``device``), writing each to
     ``folder`` when there is one (the result is then empty), else returning them."""
@@ -224,12 +208,12 @@ def score_chunks_here(job: ScreenJob, chunks: Sequence[int], folder: "ScreenFold
     return results
 
 
-def run_screen(job: ScreenJob, out=None, overwrite: bool = False,
-               execute: Callable[[ScreenJob, list[int], "ScreenFolder | None"], dict] = score_chunks_here
+def run_pair_screen(job: PairScreenJob, out=None, overwrite: bool = False,
+               execute: Callable[[PairScreenJob, list[int], "PairScreenFolder | None"], dict] = score_chunks_here
                ) -> pd.DataFrame:
-    """The screen's table (``screen_table``), its chunks computed by ``execute(job, chunks,
-    folder)``; with ``out``, resumable and written there (see ``ScreenFolder``)."""
-    folder = None if out is None else ScreenFolder(out)
+    """The screen's table (``pair_screen_table``), its chunks computed by ``execute(job, chunks,
+    folder)``; with ``out``, resumable and written there (see ``PairScreenFolder``)."""
+    folder = None if out is None else PairScreenFolder(out)
     record = job.record()
     done = folder.prepare(record, overwrite) if folder is not None else set()
     if done is None:
@@ -243,13 +227,13 @@ def run_screen(job: ScreenJob, out=None, overwrite: bool = False,
     chunks = [folder.read_chunk(chunk, job) for chunk in range(job.n_chunks)] if folder is not None \
         else [results[chunk] for chunk in range(job.n_chunks)]
     scores = {name: np.concatenate([chunk[name] for chunk in chunks]) for name in GI_SCORE_NAMES}
-    table = screen_table(job, scores)
+    table = pair_screen_table(job, scores)
     if folder is not None:
         folder.finish(table, {**record, "seconds": round(time.perf_counter() - started, 1)})
     return table
 
 
-def screen_table(job: ScreenJob, scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
+def pair_screen_table(job: PairScreenJob, scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """One row per pair, in screen order: ``pair_table``'s columns, with ``training_columns``
     before the interaction types."""
     pairs = job.pairs()
@@ -258,33 +242,7 @@ def screen_table(job: ScreenJob, scores: Mapping[str, np.ndarray]) -> pd.DataFra
     return with_training_columns(pair_table(first, second, scores), job.train_conditions)
 
 
-def with_training_columns(table: pd.DataFrame, train_conditions: Sequence[str]) -> pd.DataFrame:
-    """``table`` (``pair_table``) with, after the scores, ``seen_in_training`` (A+B or B+A is
-    one of ``train_conditions``) and ``singles_in_training`` (how many of A+ctrl and B+ctrl
-    are)."""
-    trained = [set(condition_genes(c)) for c in train_conditions]
-    seen_pairs = {frozenset(genes) for genes in trained if len(genes) == 2}
-    seen_singles = {next(iter(genes)) for genes in trained if len(genes) == 1}
-    pairs = list(zip(table["first_gene"], table["second_gene"]))
-    position = table.columns.get_loc(GI_SCORE_NAMES[-1]) + 1
-    table.insert(position, "seen_in_training", [frozenset(pair) in seen_pairs for pair in pairs])
-    table.insert(position + 1, "singles_in_training", [int(a in seen_singles) + int(b in seen_singles)
-                                                       for a, b in pairs])
-    return table
-
-
-def pair_table(first: Sequence[str], second: Sequence[str], scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
-    """One row per pair A+B: ``pair`` (``'A+B'``), ``first_gene``, ``second_gene``, the
-    ``GI_predict`` scores and the interaction types they imply
-    (``interactions.interaction_types``): the columns every table of scored pairs has."""
-    table = pd.DataFrame({"pair": [f"{a}+{b}" for a, b in zip(first, second)], "first_gene": list(first),
-                          "second_gene": list(second), **{name: scores[name] for name in GI_SCORE_NAMES}})
-    for name, values in interaction_types(scores).items():
-        table[name] = values
-    return table
-
-
-def screen_changes(job: ScreenJob, gene_names: Sequence[str]):
+def pair_screen_changes(job: PairScreenJob, gene_names: Sequence[str]):
     """The predicted changes the screen scores, over every gene, as an AnnData: one row per
     single (``'A+ctrl'``) then per pair (``'A+B'``, screen order), ``obs`` naming the genes,
     ``var['gene_name']``, the screen's record in ``uns['gears_ddp_screen']``. Rows x genes
@@ -311,7 +269,7 @@ def _without_none(value):
     return value
 
 
-class ScreenFolder:
+class PairScreenFolder:
     """Where a screen writing to ``out`` (a .csv file) keeps its work.
 
     ``<out>.partial/record.json`` and ``chunk-NNNNNNN.npz`` (one per finished chunk, written
@@ -364,7 +322,7 @@ class ScreenFolder:
         with atomic_path(self.chunk_path(chunk)) as tmp, open(tmp, "wb") as handle:
             np.savez(handle, **{name: np.asarray(scores[name], dtype=np.float64) for name in GI_SCORE_NAMES})
 
-    def read_chunk(self, chunk: int, job: ScreenJob) -> dict[str, np.ndarray]:
+    def read_chunk(self, chunk: int, job: PairScreenJob) -> dict[str, np.ndarray]:
         """The scores of a finished chunk; a missing, unreadable or wrong-sized file is an
         error naming it."""
         path = self.chunk_path(chunk)

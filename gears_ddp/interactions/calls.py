@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+import torch
 
 from gears_ddp.data.io import RefusedPickle, loads_plain_data
-from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_scores
+from gears_ddp.interactions.scores import MIN_GI_GENES, interaction_scores
 
 # The published GEARS analysis of predicted genetic interactions (its GI_accuracy script)
 # calls a combination synergistic when mag > 1, suppressive when mag < 1, additive when
@@ -34,6 +35,10 @@ from gears_ddp.evaluation.interaction_scores import MIN_GI_GENES, interaction_sc
 # epistatic when dominance > 0.25.
 INTERACTION_THRESHOLDS = {"additive_band": 0.3, "neomorphic_below": 0.85, "redundant_above": 0.8,
                           "epistasis_above": 0.25}
+# the score each type is called on, and each type's calls in the order tables list them
+TYPE_SCORES = {"magnitude_type": "mag", "neomorphic": "corr_fit", "redundant": "dcor", "epistasis": "dominance"}
+CALL_ORDER = {"magnitude_type": ("additive", "synergy", "suppressor"), "neomorphic": (False, True),
+              "redundant": (False, True), "epistasis": (False, True)}
 INTERACTION_TYPE_MEANINGS = {
     "magnitude_type": f"synergy (mag > {1 + INTERACTION_THRESHOLDS['additive_band']:g}), suppressor (mag < "
                       f"{1 - INTERACTION_THRESHOLDS['additive_band']:g}) or additive (between)",
@@ -124,6 +129,17 @@ def with_theil_sen_fit(scores: Mapping[str, float]) -> dict:
     """The published ``GI_predict``'s dict: ``'ts'`` (``TheilSenFit`` of ``c1``, ``c2``) first,
     then the scores."""
     return {"ts": TheilSenFit(np.array([scores["c1"], scores["c2"]])), **scores}
+
+
+def pair_scores(changes, genes: np.ndarray | None = None) -> dict:
+    """The published ``GI_predict``'s dict (``with_theil_sen_fit``) of one pair from its
+    changes over control (3 x genes: A, B, A+B; a tensor or an array), taken at the gene
+    positions ``genes`` only when given (``pair_tables.score_gene_positions``)."""
+    changes = torch.as_tensor(changes)
+    if genes is not None:
+        changes = changes[:, torch.as_tensor(genes, device=changes.device)]
+    first, second, double = changes.double().cpu().numpy()
+    return with_theil_sen_fit(genetic_interaction_scores(first, second, double))
 
 
 def interaction_types(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -27,12 +27,10 @@ def load_run(folder, overrides: Sequence[str] = ()):
     if config.get("replicates") is not None:
         raise ValueError(f"{folder} holds replicates, not one run: name one of its run folders (e.g. "
                          f"{folder / next(iter(replicate_folders(folder, config)))})")
-    args = config["args"]
-    pert_data = load_dataset(config["pert_data_path"], config["dataset_name"],
-                             **TrainingArgs.from_dict(args, "args").pert_data_options())
+    args = TrainingArgs.from_dict(config["args"], "args")
+    pert_data = load_dataset(config["pert_data_path"], config["dataset_name"], **args.pert_data_options())
     pert_data.prepare_split(**config["split_config"])
-    pert_data.get_dataloader(batch_size=args["batch_size"], test_batch_size=args["test_batch_size"],
-                             seed=args["seed"])
+    pert_data.get_dataloader(batch_size=args.batch_size, test_batch_size=args.test_batch_size, seed=args.seed)
     gears = GEARS(pert_data, device=cuda_or_cpu())
     gears.load_pretrained(folder)
     return gears

@@ -504,3 +504,10 @@ def _score_batch(first: torch.Tensor, second: torch.Tensor, double: torch.Tensor
         "dominance": torch.abs(torch.log10(c1 / c2)),
         "eq_contr": torch.minimum(dcor_first, dcor_second) / torch.maximum(dcor_first, dcor_second),
     }
+
+
+def scoring_device(device) -> torch.device:
+    """Where the scores of a model on ``device`` are computed: its GPU when it is a CUDA
+    device, else the CPU (the scores are float64, which MPS lacks)."""
+    device = torch.device(device)
+    return device if device.type == "cuda" else torch.device("cpu")

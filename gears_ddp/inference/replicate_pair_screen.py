@@ -1,9 +1,9 @@
 """Screens over replicates: every model of several runs (the replicates of one configuration,
 or any run folders) screens the same pairs, and one table summarises them across the models
-(``screen_statistics``): per pair and score the mean, sd and 95% interval, per interaction
+(``pair_screen_statistics``): per pair and score the mean, sd and 95% interval, per interaction
 type the majority call, the models' agreement with it and whether it is confident.
 
-Each model's screen is an ordinary screen (``screen.run_screen``), resumable as any; with
+Each model's screen is an ordinary screen (``screen.run_pair_screen``), resumable as any; with
 an output file ``<out>`` it is written to ``<out>.models/<model>.csv`` (with the
 drawn-cells change one per draw of control cells, ``<model>.draw-<seed>.csv``), with its
 record and, while it runs, its partial folder. The summary is computed from those tables:
@@ -22,9 +22,9 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 
 from gears_ddp._logging import get_logger
-from gears_ddp.inference.screen import ScreenFolder, ScreenJob, checked_output_file, read_record, run_screen, \
+from gears_ddp.inference.pair_screen import PairScreenFolder, PairScreenJob, checked_output_file, read_record, run_pair_screen, \
     score_chunks_here, write_record, write_table
-from gears_ddp.inference.screen_statistics import CONFIDENT_RULE, SCREEN_INTERVAL, confident_counts, \
+from gears_ddp.inference.pair_screen_statistics import CONFIDENT_RULE, PAIR_SCREEN_INTERVAL, confident_counts, \
     summarise_models
 
 logger = get_logger(__name__)
@@ -32,7 +32,7 @@ logger = get_logger(__name__)
 REPLICATE_RECORD_FORMAT = "gears_ddp replicate screen 1"
 
 
-class ReplicateScreenFolder:
+class ReplicatePairScreenFolder:
     """Where a screen over replicates writing to ``out`` (a .csv file) keeps its work: the
     models' screens under ``<out>.models/``, the summary at ``out``, its record beside it."""
 
@@ -41,7 +41,7 @@ class ReplicateScreenFolder:
         self.record_file = self.table.with_suffix(".json")
         self.models = self.table.with_suffix(".models")
 
-    def model_table(self, name: str, job: ScreenJob) -> Path:
+    def model_table(self, name: str, job: PairScreenJob) -> Path:
         """Where model ``name`` writes the screen ``job`` (one draw of control cells)."""
         seed = job.record()["seed"]
         return self.models / (f"{name}.csv" if seed is None else f"{name}.draw-{seed}.csv")
@@ -51,7 +51,7 @@ class ReplicateScreenFolder:
         of one model, a file of another kind) unless ``overwrite``, which removes it."""
         if overwrite:
             shutil.rmtree(self.models, ignore_errors=True)
-            shutil.rmtree(ScreenFolder(self.table).partial, ignore_errors=True)
+            shutil.rmtree(PairScreenFolder(self.table).partial, ignore_errors=True)
             self.record_file.unlink(missing_ok=True)
             return
         if self.record_file.exists():
@@ -71,15 +71,15 @@ class ReplicateScreenFolder:
                     self.table, len(summary), self.record_file)
 
 
-def run_replicate_screen(jobs: Mapping[str, Sequence[ScreenJob]], out=None, overwrite: bool = False,
+def run_replicate_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]], out=None, overwrite: bool = False,
                          execute: Callable = score_chunks_here) -> pd.DataFrame:
-    """The summary over models (``screen_statistics.summarise_models``) of the screens
+    """The summary over models (``pair_screen_statistics.summarise_models``) of the screens
     ``jobs`` describes: for each model (by name) one job per draw of control cells (one with
     the exact change), every job of the same genes and options. Each is computed by
-    ``screen.run_screen`` with ``execute``; with ``out``, each model's table is written
-    under ``<out>.models/`` (resumable) and the summary to ``out`` (``ReplicateScreenFolder``)."""
-    first = check_same_screen(jobs)
-    folder = None if out is None else ReplicateScreenFolder(out)
+    ``screen.run_pair_screen`` with ``execute``; with ``out``, each model's table is written
+    under ``<out>.models/`` (resumable) and the summary to ``out`` (``ReplicatePairScreenFolder``)."""
+    first = check_same_pair_screen(jobs)
+    folder = None if out is None else ReplicatePairScreenFolder(out)
     if folder is not None:
         folder.prepare(overwrite)
     started = time.perf_counter()
@@ -87,7 +87,7 @@ def run_replicate_screen(jobs: Mapping[str, Sequence[ScreenJob]], out=None, over
     for number, (name, model_jobs) in enumerate(jobs.items(), 1):
         logger.info("screen over replicates: model %d of %d, %s (%s)", number, len(jobs), name,
                     model_jobs[0].model.get("from"))
-        tables[name] = [run_screen(job, None if folder is None else folder.model_table(name, job), overwrite, execute)
+        tables[name] = [run_pair_screen(job, None if folder is None else folder.model_table(name, job), overwrite, execute)
                         for job in model_jobs]
     summary = summarise_models(tables, first.predictor.change)
     if folder is not None:
@@ -95,7 +95,7 @@ def run_replicate_screen(jobs: Mapping[str, Sequence[ScreenJob]], out=None, over
     return summary
 
 
-def check_same_screen(jobs: Mapping[str, Sequence[ScreenJob]]) -> ScreenJob:
+def check_same_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]]) -> PairScreenJob:
     """The first job, once every model's jobs are known to screen the same genes with the
     same options, each draw with its own seed, and no two models to have the same weights;
     else an error naming the model that differs."""
@@ -122,12 +122,12 @@ def check_same_screen(jobs: Mapping[str, Sequence[ScreenJob]]) -> ScreenJob:
     return first_jobs[0]
 
 
-def _shared_record(job: ScreenJob) -> dict:
+def _shared_record(job: PairScreenJob) -> dict:
     """What every model's screen must share: its record but for the model and the draw's seed."""
     return {key: value for key, value in job.record().items() if key not in ("model", "seed")}
 
 
-def replicate_record(jobs: Mapping[str, Sequence[ScreenJob]], folder: ReplicateScreenFolder, summary: pd.DataFrame,
+def replicate_record(jobs: Mapping[str, Sequence[PairScreenJob]], folder: ReplicatePairScreenFolder, summary: pd.DataFrame,
                      seconds: float) -> dict:
     """What a screen over replicates is: the models (weights, folder and tables), the genes
     and options the screens share, the draws' seeds, how the summary reads the models and how
@@ -140,5 +140,5 @@ def replicate_record(jobs: Mapping[str, Sequence[ScreenJob]], folder: ReplicateS
                               "tables": [str(folder.model_table(name, job)) for job in model_jobs]}
                        for name, model_jobs in jobs.items()},
             "draw_seeds": None if draw_seeds == [None] else draw_seeds,
-            "interval": SCREEN_INTERVAL, "confident_rule": CONFIDENT_RULE, "confident": confident_counts(summary),
+            "interval": PAIR_SCREEN_INTERVAL, "confident_rule": CONFIDENT_RULE, "confident": confident_counts(summary),
             "seconds": round(seconds, 1)}

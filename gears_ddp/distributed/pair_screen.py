@@ -1,0 +1,114 @@
+"""In-silico pair screens on several devices of one machine: the chunks of a pair screen's
+pairs shared among spawned workers, one per GPU or one single-thread process per CPU core.
+
+The parent builds the screen's job once (the genes checked, the Theil-Sen subsets drawn)
+and hands each worker the same job and its own chunks, every ``workers``-th of those left
+to compute. Pairs are independent, so the workers never talk to each other: each writes
+its finished chunks (or, without an output file, sends them to the parent), and the parent
+merges them into one table in pair order (``inference.pair_screen.run_pair_screen``).
+Chunk layout and forward passes do not depend on the number of workers, so the table does
+not either. A screen over replicates (``replicate_pair_screen_on_devices``; its models are
+loaded by ``runs.pair_screens``) screens one model after the other, each shared among the
+workers the same way.
+
+On CPU one thread per process: the scores are many small operations, and on a busy
+machine threads that wait for each other lose far more than they gain (measured in
+benchmarks/RESULTS.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+import pandas as pd
+import torch
+
+from gears_ddp._logging import get_logger
+from gears_ddp.distributed.main_guard import check_main_guard
+from gears_ddp.distributed.messages import ScreenChunk
+from gears_ddp.distributed.supervisor import spawn_workers
+from gears_ddp.inference.prediction import EXACT_CHANGE
+from gears_ddp.inference.replicate_pair_screen import run_replicate_pair_screen
+from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS, PairScreenFolder, PairScreenJob, run_pair_screen, \
+    score_chunks, score_chunks_here
+from gears_ddp.runtime.devices import cuda_or_cpu, resolve_devices
+from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
+
+logger = get_logger(__name__)
+
+
+def pair_screen_devices(cpu_processes: int | None = None, gpu_ids=None) -> list[torch.device]:
+    """The device of each worker: ``cpu_processes`` CPU processes when given; else the GPUs
+    ``gpu_ids`` (every visible one when None); without GPUs, one CPU process per usable core."""
+    if cpu_processes is None and gpu_ids is None and cuda_or_cpu().type == "cpu":
+        cpu_processes = usable_cores()
+    return resolve_devices(None, gpu_ids, cpu_processes)
+
+
+def screen_on_devices(gears, genes, out=None, overwrite: bool = False, cpu_processes: int | None = None,
+                      gpu_ids=None, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0,
+                      chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
+    """``GEARS.screen`` with the pairs shared among workers on ``pair_screen_devices(cpu_processes,
+    gpu_ids)``; the same table, the same resumable output. One device runs in this process;
+    several are spawned processes, so a script calling this needs ``if __name__ ==
+    "__main__":``."""
+    devices = pair_screen_devices(cpu_processes, gpu_ids)
+    job = gears.screen_job(genes, GI_genes_file, change, seed, chunk_pairs)
+    return run_pair_screen(job, out, overwrite, _executor(devices, "screen_on_devices"))
+
+
+def replicate_pair_screen_on_devices(jobs: Mapping[str, Sequence[PairScreenJob]], out=None, overwrite: bool = False,
+                                     cpu_processes: int | None = None, gpu_ids=None) -> pd.DataFrame:
+    """A pair screen over replicates (``inference.replicate_pair_screen``) of the models'
+    ``jobs``, each model's pairs shared among the workers on ``pair_screen_devices(
+    cpu_processes, gpu_ids)`` as ``screen_on_devices`` shares them (``runs.pair_screens.
+    screen_replicates`` loads the models)."""
+    devices = pair_screen_devices(cpu_processes, gpu_ids)
+    return run_replicate_pair_screen(jobs, out, overwrite, _executor(devices, "screen_replicates"))
+
+
+def _executor(devices: list[torch.device], caller: str):
+    """An executor for ``run_pair_screen`` on ``devices``: this process for one device, spawned
+    workers for several (which need ``caller``'s script to be guarded)."""
+    if len(devices) > 1:
+        check_main_guard(caller)
+        return _spawning_executor(devices)
+
+    def execute(job, chunks, folder):
+        with at_most_usable_threads():
+            return score_chunks_here(job, chunks, folder, devices[0])
+    return execute
+
+
+def _spawning_executor(devices: list[torch.device]):
+    """An executor for ``run_pair_screen`` that shares the chunks among workers on ``devices``."""
+    def execute(job: PairScreenJob, chunks: list[int], folder: PairScreenFolder | None) -> dict[int, dict]:
+        if not chunks:
+            return {}
+        workers = min(len(devices), len(chunks))
+        shared = dataclasses.replace(job, predictor=job.predictor.to("cpu"))  # each worker moves it to its device
+        shares = [chunks[worker::workers] for worker in range(workers)]
+        logger.info("screen: %d chunks shared among %d %s worker(s)", len(chunks), workers, devices[0].type)
+        messages = spawn_workers(pair_screen_worker, (shared, shares, devices[:workers], folder), workers)
+        return {message.chunk: message.scores for message in messages if isinstance(message, ScreenChunk)}
+    return execute
+
+
+def pair_screen_worker(worker: int, job: PairScreenJob, shares: list[list[int]], devices: list[torch.device],
+                  folder: PairScreenFolder | None, messages) -> None:
+    """The ``torch.multiprocessing.spawn`` target: score the chunks ``shares[worker]`` on
+    ``devices[worker]``, writing each to ``folder`` (else putting a ``ScreenChunk`` on
+    ``messages``); a failure is put there (``WorkerFailed``) before it is raised."""
+    messages.forward_logs(worker)
+    try:
+        device = devices[worker]
+        if device.type == "cpu":
+            torch.set_num_threads(cpu_threads(len(devices)))
+        else:
+            torch.cuda.set_device(device)
+        store = folder.write_chunk if folder is not None else \
+            (lambda chunk, scores: messages.put(ScreenChunk(chunk, scores)))
+        score_chunks(job, shares[worker], store, device, label=f"screen worker {worker}")
+    except BaseException:
+        messages.put_failure(worker)
+        raise
