@@ -54,8 +54,8 @@ def rank() -> None:
     """Run this process's rank of ``gears-ddp train --config`` with timers: write the
     figures to ``$GEARS_DDP_BENCH_RANK_REPORTS/rank<r>.json`` at the end of the first step."""
     import gears_ddp.data.graphs as graphs
-    import gears_ddp.data.pertdata as pertdata
     import gears_ddp.data.preparation as preparation
+    import gears_ddp.data.split_cache as split_cache
     import gears_ddp.distributed.launch as launch
     import gears_ddp.training.recipe as recipe
     from gears_ddp.cli import main
@@ -72,7 +72,7 @@ def rank() -> None:
         setattr(module, name, call)
 
     counted(expression_map, "_write_map", "map")
-    counted(pertdata, "split_conditions", "split")
+    counted(split_cache, "split_conditions", "split")
     counted(graphs, "coexpression_edge_list", "co-expression graph")
     if os.environ.get(WITHOUT_LOCK):
         preparation.file_lock = lambda path: contextlib.nullcontext()

@@ -115,3 +115,17 @@ def test_a_coexpression_graph_file_without_settings_is_used_when_its_name_matche
     edges = pd.read_csv(graph_file)
     edges.iloc[: len(edges) // 2].to_csv(graph_file, index=False)  # as another package might have written it
     assert screen.coexpression_graph().num_edges == len(edges) // 2
+
+
+def test_a_refused_split_leaves_the_split_before_it_in_place(screen, tmp_path):
+    """A split refused (here a custom file naming a condition the data lacks) changes
+    nothing: the split, its seed and subgroups stay those of the split before it, so the
+    graphs and loaders built next still follow one split."""
+    screen.prepare_split("simulation", seed=2)
+    before = (screen.split, screen.seed, screen.train_gene_set_size, screen.set2conditions, screen.subgroup)
+    custom = tmp_path / "custom.pkl"
+    custom.write_bytes(pickle.dumps({"train": ["ctrl", "G0+ctrl"], "val": ["G1+ctrl"], "test": ["NOPE+ctrl"]}))
+    with pytest.raises(ValueError, match=r"NOPE\+ctrl"):
+        screen.prepare_split("custom", seed=1, train_gene_set_size=0.5, split_dict_path=custom)
+    assert (screen.split, screen.seed, screen.train_gene_set_size, screen.set2conditions, screen.subgroup) == before
+    assert screen.subgroup is not None

@@ -242,6 +242,19 @@ def sets_of_split(split: str) -> tuple[str, ...]:
     return SETS_OF_SPLIT.get(split, ALL_SETS)
 
 
+def cells_of_sets(table, set2conditions: dict[str, list[str]], split: str) -> dict:
+    """The cell indices (``table.cells_of``, a ``CellTable``'s) of each set a split of type
+    ``split`` defines, from its conditions ``set2conditions`` (control excluded from a
+    ``no_split`` test)."""
+    out = {}
+    for name in sets_of_split(split):
+        conditions = set2conditions[name]
+        if split == "no_split":
+            conditions = [c for c in conditions if c != CONTROL]
+        out[name] = table.cells_of(conditions)
+    return out
+
+
 def split_option_problems(split: str, seed, **fractions) -> list[Problem]:
     """The problems of ``prepare_split``'s options: an unknown split type, a seed that is no
     non-negative integer, ``fractions`` (``train_gene_set_size``, ...) outside (0, 1]."""

@@ -29,7 +29,7 @@ import pandas as pd
 from gears_ddp._logging import get_logger
 from gears_ddp.data import io, processing
 from gears_ddp.data.go_files import write_go_files
-from gears_ddp.data.pertdata import clear_stale_caches, read_processed_expression, write_processed_dataset
+from gears_ddp.data.processed_dataset import clear_stale_caches, read_processed_expression, write_processed_dataset
 from gears_ddp.datasets.synthetic import GEARS_LAYOUT, make_synthetic_perturb_seq
 
 logger = get_logger(__name__)
