@@ -8,6 +8,7 @@ per device (``spawned_rank``), torchrun and srun start them through ``gears-ddp 
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import socket
@@ -98,6 +99,8 @@ def spawned_rank(local_rank: int, placements: list[Placement], pert_data, args: 
     (every rank stops together) is a clean exit: rank 0 tells the parent why
     (``RunInterrupted``, ``RunDiverged``)."""
     progress_bars_without_semaphores()
+    # the ranks receive the checkpoint's tensors in one shared memory: each trains on a copy of its own
+    resume = copy.deepcopy(resume)
     try:
         run_rank(placements[local_rank], pert_data, args, messages, resume)
     except TrainingInterrupted as stop:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from torch import nn
@@ -109,6 +110,8 @@ class Trainer:
             if ranks.is_main and self.tracker is not None:
                 self.tracker.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
             writes = options.save_path is not None and ranks.is_main
+            if writes:  # checked by whoever started the run; made here for a rank started by hand
+                Path(options.save_path).mkdir(parents=True, exist_ok=True)
             other_screen = self.other_screen(options.linear_baseline_screen)  # read (and checked) before training
             if isinstance(resume, ReadFromOptions):
                 resume = resolve_resume(options.resume_from, options.save_path)
