@@ -11,7 +11,6 @@ published format (``model.folder``).
 """
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 import pandas as pd
@@ -20,10 +19,9 @@ import torch
 from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
 from gears_ddp._version import __version__
-from gears_ddp.evaluation.baselines import baseline_effects, baseline_results
-from gears_ddp.evaluation.linear_baseline import PerturbationEmbedding, other_screen_embedding
-from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, MetricContext
-from gears_ddp.evaluation.scoring import score
+from gears_ddp.evaluation.baselines import baseline_effects
+from gears_ddp.evaluation.linear_baseline import PerturbationEmbedding
+from gears_ddp.evaluation.metrics import EvaluationAccumulator
 from gears_ddp.inference.model_queries import NO_MODEL, ModelQueries, SavedPredictions
 from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS, PairScreenJob, model_record, run_pair_screen, \
     score_chunks_here
@@ -39,15 +37,12 @@ from gears_ddp.model.folder import GRAPH_KEYS, load_weights, model_config, model
 from gears_ddp.model.losses import LossContext
 from gears_ddp.model.network import GEARSModel
 from gears_ddp.model.options import ModelOptions
-from gears_ddp.report.examples import prediction_examples
-from gears_ddp.report.run_folder import log_file, write_run_report
-from gears_ddp.report.verdicts import summary_verdicts, verdict_table
 from gears_ddp.runtime.devices import checked_device
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
-from gears_ddp.training.engine import evaluate
 from gears_ddp.training.options import TrainingOptions, check_save_path
-from gears_ddp.training.recipe import TrainingInputs, TrainingRecipe
+from gears_ddp.training.recipe import TrainingResult
+from gears_ddp.training.trainer import READ_FROM_OPTIONS, TrainedModel, Trainer, loaders_for
 from gears_ddp.training.tracking import start_wandb
 
 logger = get_logger(__name__)
@@ -57,7 +52,8 @@ class GEARS:
     """Train and use GEARS on a ``PertData`` that has a split and loaders.
 
     ``device``: where the model runs ('cpu', 'cuda', 'cuda:1', ..., 'mps' for Apple silicon's
-    GPU, or 'auto': CUDA, else MPS, else the CPU). ``weight_bias_track``
+    GPU, or 'auto': CUDA, else MPS, else the CPU), checked against this machine; a
+    ``torch.device`` is taken as already resolved (a distributed rank's). ``weight_bias_track``
     logs to Weights & Biases (the optional ``wandb`` package).
     """
 
@@ -67,7 +63,8 @@ class GEARS:
             raise ValueError("GEARS needs loaded data with a split and loaders: call pert_data.load(...) or "
                              "new_data_process(...), then prepare_split(...) and get_dataloader(...)")
         self.pert_data = pert_data
-        self.device = checked_device(device)
+        # a torch.device comes resolved (a rank's, from its launcher); a name is checked here, once
+        self.device = device if isinstance(device, torch.device) else checked_device(device)
         self.wandb = start_wandb(proj_name, exp_name) if weight_bias_track else None
         self.dataloader = pert_data.dataloader
         self.node_map, self.node_map_pert = pert_data.node_map, pert_data.node_map_pert
@@ -98,10 +95,16 @@ class GEARS:
         """Build the gene graphs (unless given) and the network. ``options`` are the
         published model options (``ModelOptions``: ``hidden_size``, ``uncertainty``, ...;
         ``tunable_parameters()`` lists them), checked before anything is built."""
-        options = ModelOptions.from_dict(options, "model_initialize").as_dict()
+        self.build_model(ModelOptions.from_dict(options, "model_initialize"), G_go, G_go_weight, G_coexpress,
+                         G_coexpress_weight)
+
+    def build_model(self, options: ModelOptions, G_go=None, G_go_weight=None, G_coexpress=None,
+                    G_coexpress_weight=None) -> None:
+        """``model_initialize`` with ``options`` checked before (a distributed rank's, which its
+        launcher checked once)."""
         graphs = {"G_go": G_go, "G_go_weight": G_go_weight, "G_coexpress": G_coexpress,
                   "G_coexpress_weight": G_coexpress_weight}
-        self.config = model_config(options, self.pert_data, self.device, graphs)
+        self.config = model_config(options.as_dict(), self.pert_data, self.device, graphs)
         self.model = self.best_model = model_from_config(self.config).to(self.device)
         forget_own(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
         if self.wandb:
@@ -119,10 +122,13 @@ class GEARS:
                             None if self.config is None else self.provenance())
 
     # ------------------------------------------------------------------ training
+    def _trainer(self) -> Trainer:
+        """The owner of this model's training, scoring and run report (``training.trainer``)."""
+        return Trainer(self.pert_data, self.config, self.device, self.wandb)
+
     def loss_context(self) -> LossContext:
         """The loss's per-condition gene sets and control mean, on the model's device."""
-        return LossContext.from_pert_data(self.pert_data, self.config["direction_lambda"],
-                                          self.config["uncertainty_reg"]).to(self.device)
+        return self._trainer().loss_context()
 
     @property
     def adata(self):
@@ -131,7 +137,7 @@ class GEARS:
 
     def new_accumulator(self) -> EvaluationAccumulator:
         """An empty per-condition accumulator for one evaluation pass."""
-        return EvaluationAccumulator.from_pert_data(self.pert_data, self.config["uncertainty"], self.device)
+        return self._trainer().new_accumulator()
 
     def train(self, **options) -> dict:
         """Train, keep the model with the lowest val ``mse_de`` (``best_model``), score it and
@@ -151,18 +157,15 @@ class GEARS:
         """
         clock = PhaseClock()
         with clock.phase("set-up"):
-            options = TrainingOptions.from_dict(options, where="train")
+            options = TrainingOptions.from_dict(options, where="train")  # the options' one check
             self._require_model()
-            built = self.pert_data.loader_options
-            # batches for a GPU are gathered into page-locked memory, from which the copy does not block
-            wanted = {**built, **options.loader_options(), "pin_memory": self.device.type == "cuda"}
-            if wanted != built:
-                self.pert_data.get_dataloader_distributed(**wanted)
-            self.dataloader = self.pert_data.dataloader
+            if options.save_path is not None:
+                check_save_path(options.save_path)
+            self.dataloader = loaders_for(self.pert_data, options, self.device)
         return self.train_with(options, SINGLE_PROCESS, clock)
 
     def train_with(self, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS,
-                   clock: PhaseClock | None = None) -> dict:
+                   clock: PhaseClock | None = None, resume=READ_FROM_OPTIONS) -> dict:
         """The training every process runs, one alone (``train``) or each rank of a
         distributed run (``ranks``): the recipe on this object's network and loaders, then
         the best model kept, scored on test beside the baselines, saved with the run report
@@ -170,57 +173,28 @@ class GEARS:
         ``'world_size'``, ``'parameter_digests'`` (each rank's final weights) and
         ``'timing'``: the wall seconds of each phase of the run on this rank (``clock``,
         which may hold phases timed before, such as a rank's start-up), also the last line
-        of the main rank's log."""
-        clock = PhaseClock() if clock is None else clock
-        with clock.phase("set-up"):
-            self._require_model()
-            if ranks.is_main and self.wandb is None and options.wandb:
-                self.wandb = start_wandb(**options.wandb)
-            if ranks.is_main and self.wandb is not None:
-                self.wandb.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
-            writes = options.save_path is not None and ranks.is_main
-            if writes:
-                check_save_path(options.save_path)
-            other_screen = self._other_screen(options.linear_baseline_screen)  # read (and checked) before training
-        with log_file(options.save_path) if writes else contextlib.nullcontext():
-            with clock.phase("set-up"):
-                recipe = TrainingRecipe(self._training_inputs(ranks), options, ranks)
-            result = recipe.run()
-            for phase, seconds in result.phase_seconds.items():
-                clock.add(phase, seconds)
-            self.best_model, self.history = result.best_network, result.history
-            if result.history:  # train(epochs=0) leaves the weights, and where they came from, as they were
-                self.weights_from = "training"
-            forget_own(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
-            report = {}
-            if result.test_result is not None:
-                report = self._score_test(result.test_result, ranks, other_screen, clock)
-                if writes:  # for the run report; interaction_agreement() gives them on demand
-                    with clock.phase("interactions"):
-                        interactions = self._test_interactions()
-                    if interactions is not None:
-                        report["interactions"] = interactions
-            elif ranks.is_main:
-                logger.info("no test set (split %r): training done", self.split)
-            report.update(best_epoch=result.best_epoch, history=result.history, world_size=ranks.world_size,
-                          parameter_digests=result.parameter_digests,
-                          timing=clock.seconds)  # the clock's own dict: the report phase joins it
-            if options.save_path is not None:
-                report["model_path"] = str(options.save_path)
-                if ranks.is_main:
-                    with clock.phase("report"):
-                        self.save_model(options.save_path)
-                        logger.info("model of epoch %d saved to %s", result.best_epoch, options.save_path)
-                        page = write_run_report(options.save_path, report, self._examples(), clock)
-                    logger.info("run report: %s", page)
-                ranks.barrier()
-            if ranks.is_main:
-                logger.info("%s", clock.line())
-        return report
+        of the main rank's log. ``options`` come checked, and their ``save_path`` checked, by
+        whoever started the run; ``resume``: the checkpoint it read once to continue from
+        (``training.trainer``; by default read here from ``options.resume_from``)."""
+        self._require_model()
+        trained = self._trainer().train(self.model, self.dataloader, options, ranks,
+                                        PhaseClock() if clock is None else clock, resume, self._keep,
+                                        self._test_interactions, self.save_model)
+        return self._kept_scores(trained)
 
-    def _training_inputs(self, ranks: SingleProcess) -> TrainingInputs:
-        return TrainingInputs(self.model, self.dataloader, self.loss_context(), self.new_accumulator,
-                              self.config["uncertainty"], self.device, self.wandb if ranks.is_main else None)
+    def _keep(self, result: TrainingResult) -> None:
+        """Keep what training produced: the best model and the history."""
+        self.best_model, self.history = result.best_network, result.history
+        if result.history:  # train(epochs=0) leaves the weights, and where they came from, as they were
+            self.weights_from = "training"
+        forget_own(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
+
+    def _kept_scores(self, trained: TrainedModel) -> dict:
+        """Keep the tracker and the test evaluations (for the report's pictures); the report."""
+        self.wandb = trained.tracker
+        if trained.test_evaluation is not None:
+            self.test_result, self.test_baseline_results = trained.test_evaluation, trained.baseline_evaluations
+        return trained.report
 
     def test(self, ranks: SingleProcess = SINGLE_PROCESS, linear_baseline_screen=None) -> dict:
         """Score the best model and the baselines on the test set (with subgroups for the
@@ -231,34 +205,12 @@ class GEARS:
         ``linear_baseline_screen``: the training option of that name (another screen whose PCA
         places the perturbations of the ``linear_pretrained`` baseline)."""
         self._require_model()
-        other_screen = self._other_screen(linear_baseline_screen)
-        result = evaluate(self.best_model, self.dataloader["test_loader"], self.new_accumulator(),
-                          self.config["uncertainty"], self.device, ranks=ranks, progress="evaluating test")
-        return self._score_test(result, ranks, other_screen, PhaseClock())
+        return self._kept_scores(self._trainer().test(self.best_model, self.dataloader["test_loader"], ranks,
+                                                      linear_baseline_screen))
 
     def _other_screen(self, path) -> PerturbationEmbedding | None:
-        """The perturbations of the screen at ``path`` placed by its PCA, checked against this
-        screen's training conditions (None without a path)."""
-        return None if path is None else other_screen_embedding(path, self.pert_data.set2conditions["train"])
-
-    def _score_test(self, result: EvaluationResult, ranks: SingleProcess,
-                    other_screen: PerturbationEmbedding | None, clock: PhaseClock) -> dict:
-        """The test summaries of the model's evaluation ``result`` and of the baselines
-        (``linear_pretrained`` too with ``other_screen``), timed as the phases ``test`` and
-        ``baselines`` of ``clock``."""
-        with clock.phase("test"):
-            context = MetricContext.from_pert_data(self.pert_data, result.conditions, ranks)
-            subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
-            model_summary = score(result, context, subgroups)[0]
-            self.test_result = result
-        with clock.phase("baselines"):
-            self.test_baseline_results = baseline_results(self.pert_data, result, other_screen)
-            baselines = {name: score(res, context, subgroups)[0] for name, res in self.test_baseline_results.items()}
-        if ranks.is_main:
-            logger.info("test set, best model vs baselines:\n%s", verdict_table(summary_verdicts(model_summary, baselines)))
-        if self.wandb:
-            self.wandb.log(model_summary)
-        return {"model": model_summary, "baselines": baselines}
+        """The perturbations of the screen at ``path`` placed by its PCA (``Trainer.other_screen``)."""
+        return self._trainer().other_screen(path)
 
     def _test_interactions(self) -> dict | None:
         """For the run report: the test combinations whose singles were observed, scored from
@@ -268,14 +220,6 @@ class GEARS:
             return None
         train = trained_conditions(self.pert_data.set2conditions)
         return agreement_record("test", self._queries().interaction_agreement(observed, None, train))
-
-    def _examples(self) -> list[dict]:
-        """The test conditions the report's predictions picture shows (none without a test set)."""
-        if self.test_result is None:
-            return []
-        subgroups = self.subgroup["test_subgroup"] if self.subgroup else None
-        return prediction_examples(self.test_result, self.test_baseline_results, self.pert_data.cells, self.gene_list,
-                                   self.ctrl_expression.cpu().numpy(), subgroups)
 
     # ------------------------------------------------------------------ using a model
     def predict(self, pert_list, return_type: str = "dict", seed: int = 0,

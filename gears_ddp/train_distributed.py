@@ -19,24 +19,15 @@ from __future__ import annotations
 
 import torch
 
-from gears_ddp._logging import get_logger
-from gears_ddp.data.preparation import prepare_data
-from gears_ddp.distributed.before_spawn import checked_run, local_placements, rendezvous_port, shared_data
-from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
+from gears_ddp.distributed.launcher import Launcher, SpawnedRanks, ThisRank
+from gears_ddp.distributed.main_guard import check_main_guard
 from gears_ddp.distributed.process_group import cleanup_ddp, guide_rendezvous_port, setup_ddp
-from gears_ddp.distributed.rank import Placement, run_rank, spawned_rank
-from gears_ddp.distributed.run_config import resolved_config, write_run_config
-from gears_ddp.distributed.supervisor import DistributedTrainingError, spawn_workers
-from gears_ddp.runtime.devices import launched_rank_device
-from gears_ddp.runtime.stopping import TrainingInterrupted
-from gears_ddp.training.checkpoint import resolve_resume
-from gears_ddp.training.finite_loss import NonFiniteLoss
-from gears_ddp.training.options import check_save_path
+from gears_ddp.distributed.rank import Placement
+from gears_ddp.distributed.run_config import RunOptions
+from gears_ddp.distributed.supervisor import DistributedTrainingError
+from gears_ddp.runtime.devices import launched_rank_device, located_devices
 
 __all__ = ["train_multi_gpu", "train_ddp_worker", "setup_ddp", "cleanup_ddp", "DistributedTrainingError"]
-
-logger = get_logger(__name__)
 
 
 def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args: dict, n_gpus: int | None = None,
@@ -54,24 +45,14 @@ def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args:
     ``DistributedTrainingError`` with that rank's traceback. A stop signal raises
     ``TrainingInterrupted`` (after a checkpoint), a non-finite loss ``NonFiniteLoss``.
     """
-    run = checked_run("train_multi_gpu", split_config, args, n_gpus, gpu_ids)
-    options, devices = run.options, run.devices
-    if options.resume_from not in (None, "auto"):
-        resolve_resume(options.resume_from, options.save_path)  # an unreadable checkpoint fails before any worker
-    if options.save_path is not None:
-        check_save_path(options.save_path)
-        write_run_config(options.save_path, resolved_config(str(pert_data_path), dataset_name, run.split, options,
-                                                            n_gpus, gpu_ids))
-    pert_data = shared_data(pert_data_path, dataset_name, run.split, options)
-    placements = local_placements(devices, rendezvous_port())
-    logger.info("starting %d %s process(es): %s", len(devices), devices[0].type, [str(d) for d in devices])
-    messages = spawn_workers(spawned_rank, (placements, pert_data, options), len(devices))
-    for message in messages:
-        if isinstance(message, RunInterrupted):
-            raise TrainingInterrupted(message.message, message.signal_name, message.checkpoint)
-        if isinstance(message, RunDiverged):
-            raise NonFiniteLoss(message.message)
-    return next(message.report for message in messages if isinstance(message, RunReport))
+    check_main_guard("train_multi_gpu")
+    return train_spawned(RunOptions.checked(pert_data_path, dataset_name, split_config, args, n_gpus, gpu_ids))
+
+
+def train_spawned(run: RunOptions) -> dict:
+    """``train_multi_gpu`` of options checked before (``gears-ddp train --config``)."""
+    devices = located_devices(run.n_gpus, run.gpu_ids, run.args.cpu_processes)
+    return Launcher(run, SpawnedRanks(devices)).launch()
 
 
 def train_ddp_worker(rank: int, world_size: int, pert_data_path, dataset_name: str, split_config: dict, args: dict,
@@ -80,12 +61,11 @@ def train_ddp_worker(rank: int, world_size: int, pert_data_path, dataset_name: s
     (``args`` as ``train_multi_gpu`` takes it), join the process group at ``master_addr``
     and ``master_port`` (``MASTER_PORT``, else the guide's 12355), train, leave the group.
     The device is the CPU with ``args['cpu_processes']``, else GPU ``rank`` (the guide's
-    ``cuda:rank``; the CPU on a machine without one). Returns the report on rank 0, None
-    elsewhere. ``torch.multiprocessing.spawn(train_ddp_worker, args=(world_size, ...),
+    ``cuda:rank``; the CPU on a machine without one). Rank 0 checks the save folder and
+    writes the run's configuration there. Returns the report on rank 0, None elsewhere.
+    ``torch.multiprocessing.spawn(train_ddp_worker, args=(world_size, ...),
     nprocs=world_size)`` runs a job on one machine."""
-    options, split = TrainingArgs.from_dict(args), SplitConfig.from_dict(split_config)
-    device = torch.device("cpu") if options.cpu_processes is not None else launched_rank_device(rank)
-    port = guide_rendezvous_port(master_port)
-    pert_data = prepare_data(pert_data_path, dataset_name, split.options, options.model_config,
-                             **options.pert_data_options())
-    return run_rank(Placement(rank, world_size, rank, world_size, device, master_addr, port), pert_data, options)
+    run = RunOptions.checked(pert_data_path, dataset_name, split_config, args)
+    device = torch.device("cpu") if run.args.cpu_processes is not None else launched_rank_device(rank)
+    placement = Placement(rank, world_size, rank, world_size, device, master_addr, guide_rendezvous_port(master_port))
+    return Launcher(run, ThisRank(placement)).launch()

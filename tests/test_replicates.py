@@ -357,9 +357,9 @@ def test_a_stop_signal_stops_the_running_replicate_with_a_checkpoint_and_starts_
     assert "checkpoint" in summary["replicates"][0]["error"] and not (run / "seed-2").exists()
 
 
-def _worker_failing_as_it_ends(local_rank, *args):
+def _worker_failing_as_it_ends(local_rank, *args, **handed):
     """A rank that does all its work, report included, and then exits with an error."""
-    replicates_module.spawned_rank(local_rank, *args)
+    replicates_module.spawned_rank(local_rank, *args, **handed)
     os._exit(3)
 
 

@@ -1,7 +1,9 @@
 """Training on many processes, one module per job:
 
-- ``config`` and ``run_config``: the options of a run, checked, and its YAML file;
-- ``before_spawn``: what a spawned run checks and prepares before any process starts;
+- ``config`` and ``run_config``: the options of a run, checked once (``RunOptions``), and
+  its YAML file;
+- ``launcher``: the opening every run shares, then one way of starting its ranks;
+- ``before_spawn``: the data a spawned run prepares before any process starts;
 - ``supervisor``: spawned workers watched, their logs handed on, a failure named by rank;
 - ``main_guard``: refusing to spawn from a script without ``if __name__ == "__main__":``;
 - ``messages``: the typed messages workers send their parent, on a channel that cannot hang;

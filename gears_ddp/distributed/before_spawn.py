@@ -1,41 +1,20 @@
-"""What a run of spawned workers checks and prepares before any process starts
-(``train_multi_gpu``, ``train_replicates``): the options and the devices, checked so that a
-mistake fails at once with a message naming it; then the data, loaded and prepared once in
-the parent and shared with the workers; then each worker's place.
+"""What a run of spawned workers prepares before any process starts (``train_multi_gpu``,
+``train_replicates``; their options and devices are checked before, once, by
+``run_config.RunOptions``): the data, loaded and prepared once in the parent and shared
+with the workers, the port they meet at, and each worker's place.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 
 from gears_ddp.data.preparation import prepare_data
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-from gears_ddp.distributed.main_guard import check_main_guard
 from gears_ddp.distributed.process_group import find_free_port
 from gears_ddp.distributed.rank import Placement
-from gears_ddp.runtime.devices import resolve_devices
 
 LOCAL_HOST = "127.0.0.1"
-
-
-@dataclass(frozen=True)
-class CheckedRun:
-    """The checked options of a spawned run and the device of each of its ranks."""
-
-    split: SplitConfig
-    options: TrainingArgs
-    devices: list[torch.device]
-
-
-def checked_run(caller: str, split_config: dict, args: dict, n_gpus: int | None, gpu_ids) -> CheckedRun:
-    """Check what ``caller`` (``train_multi_gpu``, ``train_replicates``) was given: that it
-    is called under the main guard, the split and training options, and the devices."""
-    check_main_guard(caller)
-    split = SplitConfig.from_dict(split_config)
-    options = TrainingArgs.from_dict(args)
-    return CheckedRun(split, options, resolve_devices(n_gpus, gpu_ids, options.cpu_processes))
 
 
 def shared_data(pert_data_path, dataset_name: str, split: SplitConfig, options: TrainingArgs):

@@ -17,6 +17,9 @@ from gears_ddp.model.options import ModelOptions
 from gears_ddp.training.options import TrainingOptions
 
 PERT_DATA_OPTIONS = ("expression_storage", "expression_dtype", "default_pert_graph")  # args given to PertData
+# the defaults of GEARS.train's options that args changes: the loaders are built with them, the model saved there
+ARGS_DEFAULTS = {"seed": 0, "batch_size": 32, "num_workers": 0, "resample_controls": False,
+                 "save_path": "./runs/gears_ddp"}
 
 
 @dataclass
@@ -36,17 +39,12 @@ class SplitConfig:
 class TrainingArgs(TrainingOptions):
     """Everything ``args`` may hold; see docs/options.md.
 
-    The loader options get values here (``train_multi_gpu`` builds the loaders), and the
-    model goes to ``save_path`` unless it is set to None.
+    The options ``GEARS.train`` takes are declared once, in ``TrainingOptions``; ``args``
+    gives some of them other defaults (``ARGS_DEFAULTS``): the loader options get values
+    (``train_multi_gpu`` builds the loaders), and the model goes to ``save_path`` unless it
+    is set to None.
     """
 
-    seed: int | None = option(0, "shuffling and control pairing, and the initial weights")
-    batch_size: int | None = option(32, "cells per batch and process")
-    num_workers: int | None = option(0, "loader worker processes")
-    resample_controls: bool | None = option(False, "draw new control partners every epoch")
-    save_path: str | None = option("./runs/gears_ddp", "the run folder: model, checkpoints, metrics, log, report; "
-                                                       "checked for write access and free space before training; "
-                                                       "None: nothing saved")
     model_config: dict = option({}, "GEARS.model_initialize's options (hidden_size, uncertainty, ...)")
     expression_storage: str = option("mapped", "'mapped': one file per dataset that every process maps (one copy per "
                                                "machine in the page cache); 'memory': each process holds the "
@@ -61,6 +59,14 @@ class TrainingArgs(TrainingOptions):
     find_unused_parameters: bool = option(False, "accepted for configurations written for DistributedDataParallel; "
                                                   "nothing to find: a step averages every parameter's gradient in "
                                                   "one buffer, counting one a rank did not reach as zeros")
+
+    @classmethod
+    def defaults(cls) -> dict:
+        return {**super().defaults(), **ARGS_DEFAULTS}
+
+    @classmethod
+    def from_dict(cls, values: dict | None, where: str = "args") -> "TrainingArgs":
+        return super().from_dict({**ARGS_DEFAULTS, **(values or {})}, where)
 
     def check(self, where: str) -> None:
         super().check(where)
@@ -84,6 +90,10 @@ class TrainingArgs(TrainingOptions):
         if not isinstance(self.find_unused_parameters, bool):
             raise ValueError(f"args['find_unused_parameters'] must be True or False, "
                              f"got {self.find_unused_parameters!r}")
+
+    def model_options(self) -> ModelOptions:
+        """``model_config`` as the model's options, checked when these options were."""
+        return ModelOptions(**self.model_config)
 
     def pert_data_options(self) -> dict:
         """The options of ``PertData`` that ``args`` holds (``PERT_DATA_OPTIONS``)."""

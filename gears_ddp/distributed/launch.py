@@ -20,21 +20,20 @@ job (``scontrol requeue``), which then continues with ``resume_from: "auto"``.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import subprocess
 import sys
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, enable_console_logging
-from gears_ddp.data.preparation import prepare_data
-from gears_ddp.distributed.config import SplitConfig, TrainingArgs
 from gears_ddp.distributed.launch_environment import LaunchEnvironment
-from gears_ddp.distributed.rank import Placement, progress_bars_without_semaphores, run_rank
-from gears_ddp.distributed.run_config import resolved_config, write_run_config
+from gears_ddp.distributed.launcher import Launcher, ThisRank
+from gears_ddp.distributed.rank import Placement, progress_bars_without_semaphores
+from gears_ddp.distributed.run_config import RunOptions
 from gears_ddp.runtime.devices import launched_rank_device
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.runtime.threads import OPENMP_WAITING
-from gears_ddp.training.options import check_save_path
 
 
 def run_launched_rank(pert_data_path, dataset_name: str, split_config: dict, args: dict,
@@ -43,35 +42,33 @@ def run_launched_rank(pert_data_path, dataset_name: str, split_config: dict, arg
     (``launch_environment()``), with ``train_multi_gpu``'s parameters; rank 0 writes
     the run folder's ``config.yaml`` and returns the report (None on the other ranks). A stop
     signal exits with status 75 (after a requeue under Slurm on SIGUSR1)."""
+    return train_launched(RunOptions.checked(pert_data_path, dataset_name, split_config, args), environment)
+
+
+def train_launched(run: RunOptions, environment: LaunchEnvironment) -> dict | None:
+    """``run_launched_rank`` of options checked before (``gears-ddp train --config`` under
+    torchrun or srun)."""
     progress_bars_without_semaphores()
-    given = dict(args)
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and given.get("resume_from") is None:
-        given["resume_from"] = "auto"  # a restarted worker continues from the latest checkpoint
-    args = TrainingArgs.from_dict(given)
-    split = SplitConfig.from_dict(split_config)
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and run.args.resume_from is None:
+        # a restarted worker continues from the latest checkpoint (none without a save_path: a fresh start)
+        run = dataclasses.replace(run, args=dataclasses.replace(run.args, resume_from="auto"))
     if environment.rank == 0:
         enable_console_logging()
-        if args.save_path is not None:
-            check_save_path(args.save_path)
-            write_run_config(args.save_path, resolved_config(str(pert_data_path), dataset_name, split, args))
     device = launched_rank_device(environment.local_rank)
     if device.type == "cpu" and environment.rank == 0 and not any(name in os.environ for name in OPENMP_WAITING):
         logging.getLogger(LIBRARY_LOGGER_NAME).warning(
             "training on CPU with OpenMP threads that spin while they wait: on a node shared with other work, "
             "export OMP_WAIT_POLICY=PASSIVE before torchrun or srun (docs/long-runs.md)")
-    pert_data = prepare_data(pert_data_path, dataset_name, split.options, args.model_config,
-                             **args.pert_data_options())
     placement = Placement(environment.rank, environment.world_size, environment.local_rank,
                           environment.local_world_size, device, environment.master_addr, environment.master_port)
     try:
-        report = run_rank(placement, pert_data, args)
+        return Launcher(run, ThisRank(placement)).launch()
     except TrainingInterrupted as stop:
         if environment.rank == 0:
             logging.getLogger(LIBRARY_LOGGER_NAME).warning("%s", stop)
             if stop.signal_name == "SIGUSR1" and environment.source == "slurm":
                 requeue_slurm_job()
         sys.exit(EXIT_INTERRUPTED)
-    return report
 
 
 def requeue_slurm_job() -> None:

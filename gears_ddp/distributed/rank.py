@@ -8,6 +8,7 @@ per device (``spawned_rank``), torchrun and srun start them through ``gears-ddp 
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import socket
@@ -28,6 +29,7 @@ from gears_ddp.runtime.ranks import ProcessGroupRanks
 from gears_ddp.runtime.stopping import TrainingInterrupted
 from gears_ddp.runtime.threads import cpu_threads
 from gears_ddp.training.finite_loss import NonFiniteLoss
+from gears_ddp.training.trainer import READ_FROM_OPTIONS
 
 logger = get_logger(__name__)
 
@@ -91,13 +93,16 @@ def progress_bars_without_semaphores() -> None:
 
 
 def spawned_rank(local_rank: int, placements: list[Placement], pert_data, args: TrainingArgs,
-                 messages) -> None:
-    """The ``torch.multiprocessing.spawn`` target: rank ``local_rank`` of ``placements``.
-    Stopping on a signal or at a non-finite loss (every rank stops together) is a clean
-    exit: rank 0 tells the parent why (``RunInterrupted``, ``RunDiverged``)."""
+                 messages, resume=READ_FROM_OPTIONS) -> None:
+    """The ``torch.multiprocessing.spawn`` target: rank ``local_rank`` of ``placements``, with
+    ``resume`` the checkpoint its parent read. Stopping on a signal or at a non-finite loss
+    (every rank stops together) is a clean exit: rank 0 tells the parent why
+    (``RunInterrupted``, ``RunDiverged``)."""
     progress_bars_without_semaphores()
+    # the ranks receive the checkpoint's tensors in one shared memory: each trains on a copy of its own
+    resume = copy.deepcopy(resume)
     try:
-        run_rank(placements[local_rank], pert_data, args, messages)
+        run_rank(placements[local_rank], pert_data, args, messages, resume)
     except TrainingInterrupted as stop:
         if local_rank == 0:
             messages.put(RunInterrupted(str(stop), stop.signal_name, stop.checkpoint))
@@ -106,10 +111,13 @@ def spawned_rank(local_rank: int, placements: list[Placement], pert_data, args: 
             messages.put(RunDiverged(str(stop)))
 
 
-def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None) -> dict | None:
+def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None,
+             resume=READ_FROM_OPTIONS) -> dict | None:
     """Train as one rank; returns the report on rank 0, None elsewhere.
 
-    ``pert_data`` has its split prepared. With ``messages`` (a
+    ``pert_data`` has its split prepared; ``args`` were checked, and the save folder, by
+    whoever started the rank (``launcher``), which also read ``resume``, the checkpoint to
+    continue from. With ``messages`` (a
     :class:`~gears_ddp.distributed.messages.WorkerMessages` from a spawning parent), this
     rank's log records go to the parent (rank 0's from the parent's level, the others'
     warnings and errors), rank 0 puts its ``RunReport`` there, and a rank that fails puts
@@ -134,7 +142,7 @@ def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None)
             if rank == 0:
                 logger.info("%d rank(s); rank 0 on %s, one of %d rank(s) on its machine, with %d thread(s)",
                             placement.world_size, device, placement.local_world_size, torch.get_num_threads())
-        report = train_rank(pert_data, args, device, ranks, clock)
+        report = train_rank(pert_data, args, device, ranks, clock, resume)
     except (TrainingInterrupted, NonFiniteLoss):  # every rank stops there together: not a failure
         raise
     except BaseException:
@@ -149,15 +157,15 @@ def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None)
 
 
 def train_rank(pert_data, args: TrainingArgs, device: torch.device, ranks: ProcessGroupRanks,
-               clock: PhaseClock) -> dict:
+               clock: PhaseClock, resume) -> dict:
     """This rank's loaders and model, as a single-process user builds them (the seed first,
-    then the loaders, then the model; the phase ``rank start-up`` of ``clock``), and the
-    training recipe on them."""
+    then the loaders, then the model; the phase ``rank start-up`` of ``clock``), from options
+    checked before, and the training from ``resume``."""
     with clock.phase("rank start-up"):
         torch.manual_seed(args.seed)
         pert_data.get_dataloader_distributed(args.batch_size, args.test_batch_size, ranks.world_size, ranks.rank,
                                              args.num_workers, pin_memory=device.type == "cuda", seed=args.seed,
                                              resample_controls=args.resample_controls)
-        gears = GEARS(pert_data, device=str(device))
-        gears.model_initialize(**args.model_config)
-    return gears.train_with(args, ranks, clock)
+        gears = GEARS(pert_data, device=device)
+        gears.build_model(args.model_options())
+    return gears.train_with(args, ranks, clock, resume)

@@ -23,6 +23,7 @@ no new one starts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import multiprocessing.connection
 import time
@@ -34,16 +35,19 @@ from pathlib import Path
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.before_spawn import checked_run, local_placements, shared_data
+from gears_ddp.distributed.before_spawn import local_placements, shared_data
 from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.distributed.launcher import Launcher, Opening
+from gears_ddp.distributed.main_guard import check_main_guard
 from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
 from gears_ddp.distributed.process_group import find_free_port
 from gears_ddp.distributed.rank import spawned_rank
-from gears_ddp.distributed.run_config import resolved_config, write_run_config
+from gears_ddp.distributed.run_config import RunOptions, write_run_config
 from gears_ddp.distributed.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
 from gears_ddp.report.page_builder import flatten_settings
 from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE, REPORT_FILE, log_file, read_settings
+from gears_ddp.runtime.devices import located_devices
 from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted, signal_name
 from gears_ddp.training.options import check_save_path
 
@@ -170,9 +174,17 @@ def train_replicates(pert_data_path, dataset_name: str, split_config: dict, args
     (with the summary) when some failed, ``TrainingInterrupted`` when a signal stopped them.
     Every check runs before any process starts.
     """
-    run = checked_run("train_replicates", split_config, args, n_gpus, gpu_ids)
-    split, options = run.split, run.options
-    plan = ReplicateOptions.from_dict(replicates)
+    check_main_guard("train_replicates")
+    if replicates is None:
+        ReplicateOptions.from_dict(replicates)  # refused: a replicated run needs its replicates
+    return train_checked_replicates(RunOptions.checked(pert_data_path, dataset_name, split_config, args, n_gpus,
+                                                       gpu_ids, replicates))
+
+
+def train_checked_replicates(run: RunOptions) -> dict:
+    """``train_replicates`` of options checked before (``gears-ddp train --config`` with
+    ``replicates``)."""
+    split, options, plan = run.split, run.args, run.replicates
     if options.save_path is None:
         raise ValueError("replicates need args['save_path']: each replicate writes its run folder under it")
     if options.resume_from not in (None, "auto"):
@@ -182,26 +194,28 @@ def train_replicates(pert_data_path, dataset_name: str, split_config: dict, args
     if plan.split_seeds is not None and split.options.get("split_dict_path") is not None:
         raise ValueError("replicates.split_seeds with split_config.split_dict_path: the split is read from that file, "
                          "so every split seed would give the same split")
-    groups = device_groups(run.devices, plan)
+    groups = device_groups(located_devices(run.n_gpus, run.gpu_ids, options.cpu_processes), plan)
     top = Path(options.save_path)
-    config = resolved_config(str(pert_data_path), dataset_name, split, options, n_gpus, gpu_ids, plan)
+    config = run.config()
     runs = plan_replicates(plan, split, options)
     check_save_path(top)
     check_same_configuration(top, config, "save_path")
-    for run in runs:
-        check_same_configuration(run.folder, replicate_config(config, run, groups[0]), f"replicate {run.name}:")
+    for replicate in runs:
+        check_same_configuration(replicate.folder, replicate_config(config, replicate, groups[0]),
+                                 f"replicate {replicate.name}:")
     write_run_config(top, config)
     with log_file(top):
         _log_layout(runs, groups)
-        reports = {run.name: finished_report(run.folder) for run in runs}
-        for run in runs:
-            if reports[run.name] is not None:
-                logger.info("%s: finished before (its report is complete in %s), skipped", run.name, run.folder)
-        waiting = [run for run in runs if reports[run.name] is None]
-        outcomes, stop = _ReplicateScheduler(config, groups, options, split).run(waiting)
-        for run in waiting:
-            if outcomes.get(run.name, {}).get("status") == "finished":  # none for those a stop signal kept waiting
-                reports[run.name] = finished_report(run.folder)
+        reports = {replicate.name: finished_report(replicate.folder) for replicate in runs}
+        for replicate in runs:
+            if reports[replicate.name] is not None:
+                logger.info("%s: finished before (its report is complete in %s), skipped", replicate.name,
+                            replicate.folder)
+        waiting = [replicate for replicate in runs if reports[replicate.name] is None]
+        outcomes, stop = _ReplicateScheduler(run, config, groups).run(waiting)
+        for replicate in waiting:
+            if outcomes.get(replicate.name, {}).get("status") == "finished":  # none for those a stop signal kept waiting
+                reports[replicate.name] = finished_report(replicate.folder)
         return _summarise(top, config, runs, reports, outcomes, stop)
 
 
@@ -250,8 +264,8 @@ class _ReplicateScheduler:
     """Trains waiting replicates on free device groups until none waits, watching every
     running group at once."""
 
-    def __init__(self, config: dict, groups: list[list[torch.device]], options: TrainingArgs, split: SplitConfig):
-        self.config, self.groups, self.options, self.split = config, groups, options, split
+    def __init__(self, run: RunOptions, config: dict, groups: list[list[torch.device]]):
+        self.run_options, self.config, self.groups = run, config, groups
         self.data: dict[int, object] = {}  # the prepared data of each split seed in use
 
     def run(self, waiting: list[Replicate]) -> tuple[dict[str, dict], int]:
@@ -288,22 +302,27 @@ class _ReplicateScheduler:
                     entry.workers.close()
         return outcomes, received[0] if received else 0
 
-    def _start(self, run: Replicate, index: int) -> SpawnedWorkers:
-        """Write the replicate's configuration and start its workers on group ``index``."""
+    def _start(self, replicate: Replicate, index: int) -> SpawnedWorkers:
+        """Start the replicate's workers on group ``index``, after the launcher's opening."""
         group = self.groups[index]
-        write_run_config(run.folder, replicate_config(self.config, run, group))
-        if run.split_seed not in self.data:
-            split = SplitConfig({**self.split.options, "seed": run.split_seed})
-            self.data[run.split_seed] = shared_data(self.config["pert_data_path"], self.config["dataset_name"], split,
-                                                    self.options)
-        options = dataclasses.replace(self.options, seed=run.seed, save_path=str(run.folder), resume_from="auto")
-        if options.wandb:
-            options.wandb = {**options.wandb, "name": f"{options.wandb.get('name', 'GEARS')}-{run.name}"}
+        args = dataclasses.replace(self.run_options.args, seed=replicate.seed, save_path=str(replicate.folder),
+                                   resume_from="auto")
+        if args.wandb:
+            args.wandb = {**args.wandb, "name": f"{args.wandb.get('name', 'GEARS')}-{replicate.name}"}
+        run = dataclasses.replace(self.run_options, split=SplitConfig({**self.run_options.split.options, "seed": replicate.split_seed}),
+                                  args=args, replicates=None)
         placements = local_placements(group, find_free_port(), index * len(group), sum(map(len, self.groups)))
-        logger.info("%s: training on group %d (%s), run folder %s", run.name, index + 1,
-                    ", ".join(map(str, group)), run.folder)
-        return SpawnedWorkers(spawned_rank, (placements, self.data[run.split_seed], options), len(group),
-                              log_prefix=f"{run.name}: ")
+        logger.info("%s: training on group %d (%s), run folder %s", replicate.name, index + 1,
+                    ", ".join(map(str, group)), replicate.folder)
+        way = ReplicateGroup(placements, replicate_config(self.config, replicate, group),
+                             functools.partial(self._shared_data, replicate.split_seed), f"{replicate.name}: ")
+        return Launcher(run, way).launch()
+
+    def _shared_data(self, split_seed: int, run: RunOptions):
+        """The prepared data of ``split_seed``, prepared once for every replicate using it."""
+        if split_seed not in self.data:
+            self.data[split_seed] = shared_data(run.pert_data_path, run.dataset_name, run.split, run.args)
+        return self.data[split_seed]
 
     def _settle(self, entry: _Running) -> dict:
         """A replicate's outcome once its workers ended; its workers are closed."""
@@ -338,3 +357,28 @@ class _ReplicateScheduler:
         needed = {run.split_seed for run in queue} | {entry.run.split_seed for entry in running.values()}
         for split_seed in set(self.data) - needed:
             del self.data[split_seed]
+
+
+class ReplicateGroup:
+    """The launcher's way of starting a replicate: its ranks on one group of devices
+    (``placements``), started and left running for the scheduler to watch
+    (``SpawnedWorkers``). Its configuration is the replicate's alone (``config``), its data
+    comes prepared from the scheduler (``prepared``: once per split seed), and its folder
+    lies in the save path checked before."""
+
+    writes_run_folder = True
+    checks_save_path = False
+
+    def __init__(self, placements: list, config: dict, prepared, log_prefix: str):
+        self.placements, self.written, self.prepared, self.log_prefix = placements, config, prepared, log_prefix
+
+    def config(self, run: RunOptions) -> dict:
+        return self.written
+
+    def data(self, run: RunOptions):
+        return self.prepared(run)
+
+    def start(self, run: RunOptions, opening: Opening) -> SpawnedWorkers:
+        return SpawnedWorkers(functools.partial(spawned_rank, resume=opening.resume),
+                              (self.placements, opening.pert_data, run.args), len(self.placements),
+                              log_prefix=self.log_prefix)

@@ -19,6 +19,7 @@ file. The run folder keeps the resolved configuration (every default filled in) 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -66,6 +67,12 @@ class RunConfigError(ValueError):
 def read_run_config(path, overrides=()) -> dict:
     """The checked, resolved configuration of the YAML file ``path`` with the ``--set``
     ``overrides`` (``'args.epochs=5'``, ...) applied."""
+    return read_run_options(path, overrides).config()
+
+
+def read_run_options(path, overrides=()) -> "RunOptions":
+    """The checked options of the YAML file ``path`` with the ``--set`` ``overrides``
+    applied: what a run started from a file takes (``gears-ddp train --config``)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -82,7 +89,7 @@ def read_run_config(path, overrides=()) -> dict:
     if not isinstance(config, dict):
         raise RunConfigError(f"{path} must hold a mapping of {', '.join(RUN_KEYS)}; it holds a "
                              f"{type(config).__name__}")
-    return resolve_with_overrides(config, overrides, str(path))
+    return run_options_with_overrides(config, overrides, str(path))
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:
@@ -95,9 +102,15 @@ def yaml_problem(error: yaml.YAMLError) -> str:
 def resolve_with_overrides(config: dict, overrides, source: str) -> dict:
     """``config`` (changed in place) with the ``--set`` ``overrides`` applied, checked and
     resolved; errors name ``source``."""
+    return run_options_with_overrides(config, overrides, source).config()
+
+
+def run_options_with_overrides(config: dict, overrides, source: str) -> "RunOptions":
+    """The checked options of ``config`` (changed in place) with the ``--set`` ``overrides``
+    applied; errors name ``source``."""
     for assignment in overrides:
         apply_override(config, assignment)
-    return resolve(config, source)
+    return checked_run_options(config, source)
 
 
 def apply_override(config: dict, assignment: str) -> None:
@@ -120,8 +133,8 @@ def apply_override(config: dict, assignment: str) -> None:
     target[keys[-1]] = value
 
 
-def resolve(config: dict, source: str) -> dict:
-    """Check every key and value of ``config`` (read from ``source``) and fill in the defaults."""
+def checked_run_options(config: dict, source: str) -> "RunOptions":
+    """Every key and value of ``config`` (read from ``source``) checked, once."""
     unknown = sorted(set(config) - set(RUN_KEYS))
     if unknown:
         raise RunConfigError(f"{source}: unknown key(s) {unknown}; the keys are {', '.join(RUN_KEYS)}")
@@ -131,16 +144,45 @@ def resolve(config: dict, source: str) -> dict:
     for key in ("split_config", "args"):
         if config.get(key) is not None and not isinstance(config[key], dict):
             raise RunConfigError(f"{source}: {key} must be a mapping, got {config[key]!r}")
-    n_gpus, gpu_ids = config.get("n_gpus"), config.get("gpu_ids")
     try:
-        split = SplitConfig.from_dict(config.get("split_config"))
-        args = TrainingArgs.from_dict(config.get("args"))
-        replicates = None if config.get("replicates") is None else ReplicateOptions.from_dict(config["replicates"])
-        check_device_request(n_gpus, gpu_ids)
+        run = RunOptions.checked(config["pert_data_path"], config["dataset_name"], config.get("split_config"),
+                                 config.get("args"), config.get("n_gpus"), config.get("gpu_ids"),
+                                 config.get("replicates"))
     except (ValueError, FileNotFoundError) as err:
         raise RunConfigError(f"{source}: {err}") from None
-    return resolved_config(str(config["pert_data_path"]), str(config["dataset_name"]), split, args, n_gpus, gpu_ids,
-                           replicates)
+    return run
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """A run's options, read and checked once where they come in (a Python call, a
+    configuration file): the data, the split, ``args`` (the training, model and launch
+    options), the device request and the replicates. Everything below takes them as they
+    are and checks nothing again."""
+
+    pert_data_path: str
+    dataset_name: str
+    split: SplitConfig
+    args: TrainingArgs
+    n_gpus: int | None = None
+    gpu_ids: list[int] | None = None
+    replicates: ReplicateOptions | None = None
+
+    @classmethod
+    def checked(cls, pert_data_path, dataset_name: str, split_config: dict | None, args: dict | None,
+                n_gpus: int | None = None, gpu_ids=None, replicates: dict | None = None) -> "RunOptions":
+        """The options of ``train_multi_gpu``'s parameters (and ``train_replicates``'
+        ``replicates``), each checked here once; a ValueError names the first bad one."""
+        split, checked_args = SplitConfig.from_dict(split_config), TrainingArgs.from_dict(args)
+        plan = None if replicates is None else ReplicateOptions.from_dict(replicates)
+        check_device_request(n_gpus, gpu_ids, checked_args.cpu_processes)
+        return cls(str(pert_data_path), str(dataset_name), split, checked_args, n_gpus,
+                   None if gpu_ids is None else [int(i) for i in gpu_ids], plan)
+
+    def config(self) -> dict:
+        """The configuration with every default filled in (``resolved_config``)."""
+        return resolved_config(self.pert_data_path, self.dataset_name, self.split, self.args, self.n_gpus,
+                               self.gpu_ids, self.replicates)
 
 
 def resolved_config(pert_data_path: str, dataset_name: str, split: SplitConfig, args: TrainingArgs,

@@ -1,6 +1,7 @@
 """The compute devices this machine has (CUDA GPUs, Apple silicon's GPU (MPS), the CPU), and
 every check of a device request against them: one process's device (``checked_device``),
-the devices of spawned ranks (``resolve_devices``) and of a launched rank
+the form of a run's request (``check_device_request``, once, where its options are read),
+the devices of spawned ranks (``located_devices``) and of a launched rank
 (``launched_rank_device``).
 """
 from __future__ import annotations
@@ -62,18 +63,6 @@ def cuda_or_cpu() -> torch.device:
     return torch.device("cuda") if visible_cuda_devices() else torch.device("cpu")
 
 
-def _cpu_devices(cpu_processes: int, n_gpus: int | None, gpu_ids: Sequence[int] | None) -> list[torch.device]:
-    """``cpu_processes`` CPU devices (gloo workers); GPU arguments must not be combined with it."""
-    if n_gpus is not None or gpu_ids is not None:
-        raise ValueError(
-            f"cpu_processes={cpu_processes} cannot be combined with n_gpus={n_gpus} or "
-            f"gpu_ids={gpu_ids}: choose CPU processes or GPUs"
-        )
-    if not is_int(cpu_processes) or cpu_processes < 1:
-        raise ValueError(f"cpu_processes must be an integer >= 1, got {cpu_processes!r}")
-    return [torch.device("cpu") for _ in range(cpu_processes)]
-
-
 def _counted_cuda_devices() -> int:
     """Number of CUDA devices this process can use, raising when there are none (with what
     to do instead on a Mac, whose one GPU, MPS, distributed training does not use)."""
@@ -94,13 +83,21 @@ def _counted_cuda_devices() -> int:
     return count
 
 
-def check_device_request(n_gpus: int | None, gpu_ids: Sequence[int] | None) -> None:
-    """Check the form of a GPU request, before any GPU is looked at.
+def check_device_request(n_gpus: int | None, gpu_ids: Sequence[int] | None,
+                         cpu_processes: int | None = None) -> None:
+    """Check the form of a device request, before any device is looked at: the one check of
+    ``n_gpus``, ``gpu_ids`` and ``cpu_processes``, made where a run's options are read.
 
-    ``n_gpus`` must be a count >= 1 and ``gpu_ids`` a non-empty list of distinct integers of
-    the same length. A configuration file is checked with this when it is read, so a typo
-    fails there and names the file, not when the workers start.
+    ``cpu_processes`` must be a count >= 1 given without GPU arguments; ``n_gpus`` a count
+    >= 1 and ``gpu_ids`` a non-empty list of distinct integers of the same length.
     """
+    if cpu_processes is not None:
+        if n_gpus is not None or gpu_ids is not None:
+            raise ValueError(f"cpu_processes={cpu_processes} cannot be combined with n_gpus={n_gpus} or "
+                             f"gpu_ids={gpu_ids}: choose CPU processes or GPUs")
+        if not is_int(cpu_processes) or cpu_processes < 1:
+            raise ValueError(f"cpu_processes must be an integer >= 1, got {cpu_processes!r}")
+        return
     if n_gpus is not None and (not is_int(n_gpus) or n_gpus < 1):
         raise ValueError(f"n_gpus must be an integer >= 1 (or None for all GPUs), got {n_gpus!r}")
     if gpu_ids is None:
@@ -133,15 +130,22 @@ def resolve_devices(
     gpu_ids: Sequence[int] | None = None,
     cpu_processes: int | None = None,
 ) -> list[torch.device]:
-    """The device of every rank, in rank order, checked against what this machine has.
+    """The device of every rank of a request not checked before: ``check_device_request``,
+    then ``located_devices``."""
+    check_device_request(n_gpus, gpu_ids, cpu_processes)
+    return located_devices(n_gpus, gpu_ids, cpu_processes)
 
-    ``cpu_processes=N`` gives N CPU ranks (gloo); otherwise ``gpu_ids`` picks GPUs explicitly
-    and ``n_gpus`` takes the first ``n_gpus`` visible ones (all when ``None``). Checking here,
-    in the parent, turns a bad id into one clear error instead of N crashed workers.
+
+def located_devices(n_gpus: int | None, gpu_ids: Sequence[int] | None,
+                    cpu_processes: int | None) -> list[torch.device]:
+    """The device of every rank of a request whose form ``check_device_request`` checked, in
+    rank order, found on this machine: ``cpu_processes=N`` gives N CPU ranks (gloo);
+    otherwise ``gpu_ids`` picks GPUs explicitly and ``n_gpus`` takes the first ``n_gpus``
+    visible ones (all when ``None``). Found here, in the parent, a GPU this machine lacks is
+    one clear error instead of N crashed workers.
     """
     if cpu_processes is not None:
-        return _cpu_devices(cpu_processes, n_gpus, gpu_ids)
-    check_device_request(n_gpus, gpu_ids)
+        return [torch.device("cpu") for _ in range(cpu_processes)]
     visible = _counted_cuda_devices()
     if gpu_ids is not None:
         return _devices_from_ids(gpu_ids, visible)

@@ -21,7 +21,6 @@ from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.model.losses import LossContext, gears_loss
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.training.optimization import Warmup
-from gears_ddp.training.options import AMP_MODES
 from gears_ddp.runtime.gradient_average import NO_AVERAGE, GradientAverage
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 
@@ -46,11 +45,10 @@ class Precision:
 
     @classmethod
     def for_mode(cls, amp: str, device: torch.device) -> "Precision":
-        """The precision of an ``amp`` option (``AMP_MODES``) on ``device``: bfloat16 autocast,
+        """The precision of an ``amp`` option (one of ``options.AMP_MODES``, as ``TrainingOptions``
+        checked it) on ``device``: bfloat16 autocast,
         float16 autocast with a gradient scaler (which scales the loss so that small float16
         gradients do not flush to zero, and skips a step whose gradients overflowed), or none."""
-        if amp not in AMP_MODES:
-            raise ValueError(f"amp must be one of {AMP_MODES}, got {amp!r}")
         if amp == "bf16":
             return cls(torch.bfloat16)
         if amp == "fp16":

@@ -43,7 +43,7 @@ from gears_ddp.runtime.host_memory import retained_host_memory
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.runtime.stopping import StopSignals, TrainingInterrupted, signal_name
 from gears_ddp.runtime.threads import at_most_usable_threads
-from gears_ddp.training.checkpoint import resolve_resume, restore_rng_states, save_training_checkpoint
+from gears_ddp.training.checkpoint import restore_rng_states, save_training_checkpoint
 from gears_ddp.runtime.determinism import deterministic_algorithms
 from gears_ddp.training.cuda_graphs import CapturedStep, use_cuda_graphs
 from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, training_step, unwrapped
@@ -124,14 +124,17 @@ class TrainingPosition:
 class TrainingRecipe:
     """Train ``inputs.network`` on ``inputs.loaders`` as this process's rank of ``ranks``.
 
-    ``run()`` trains the remaining epochs and returns a ``TrainingResult``. With
-    ``options.save_path`` (a folder the caller checked with ``options.check_save_path``), the main rank writes the per-epoch metrics and the checkpoints
-    there, and a SIGTERM or SIGUSR1 stops every rank at the next optimiser step with a
+    ``run()`` trains the remaining epochs and returns a ``TrainingResult``, continuing from
+    ``resume`` (the checkpoint ``options.resume_from`` names, read once by whoever started
+    the run: ``checkpoint.resolve_resume``), if given. With ``options.save_path`` (a folder
+    the caller checked with ``options.check_save_path``), the main rank writes the per-epoch
+    metrics and the checkpoints there, and a SIGTERM or SIGUSR1 stops every rank at the next optimiser step with a
     checkpoint (``run()`` raises ``TrainingInterrupted``). A non-finite loss stops every
     rank with ``NonFiniteLoss`` before anything else is evaluated or saved.
     """
 
-    def __init__(self, inputs: TrainingInputs, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS):
+    def __init__(self, inputs: TrainingInputs, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS,
+                 resume: tuple[Path, dict] | None = None):
         self.inputs, self.options, self.ranks = inputs, options, ranks
         self.device = inputs.device
         self.save_path = Path(options.save_path) if options.save_path is not None else None
@@ -145,7 +148,7 @@ class TrainingRecipe:
         self.optimizer, self.scheduler = make_optimizer(network, options.scaled_lr(ranks.world_size),
                                                         options.weight_decay)
         self.outcome, self.position = TrainingOutcome(), TrainingPosition()
-        self._resume()
+        self._resume(resume)
         ranks.share_parameters(network)
         self.gradients = ranks.gradient_average(network)
         self.warmup = Warmup(options.warmup_steps, self.position.global_step)
@@ -292,10 +295,10 @@ class TrainingRecipe:
         self.ranks.barrier()
         return path
 
-    def _resume(self) -> None:
-        """Continue from the checkpoint ``options.resume_from`` names (if any): weights,
-        optimiser, schedule, scaler, random states, position and outcome so far."""
-        found = resolve_resume(self.options.resume_from, self.save_path)
+    def _resume(self, found: tuple[Path, dict] | None) -> None:
+        """Continue from ``found``, the checkpoint ``options.resume_from`` names as whoever
+        started the run read it (``checkpoint.resolve_resume``), if any: weights, optimiser,
+        schedule, scaler, random states, position and outcome so far."""
         if found is None:
             if self.options.resume_from == "auto" and self.ranks.is_main:
                 logger.info("resume_from='auto': no checkpoint in %s, starting from the beginning", self.save_path)

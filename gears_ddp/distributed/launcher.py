@@ -1,0 +1,133 @@
+"""One launcher for every way of starting a run's ranks.
+
+A run's options come in checked once (``run_config.RunOptions``). The ``Launcher`` does the
+opening every run shares, once: the resume checkpoint read, the save folder checked and
+the configuration written there (by the process that writes the run folder), and the data
+prepared. It then hands the checked options, the data and the checkpoint to a way of
+starting the ranks, each of which ends in ``rank.run_rank``:
+
+- ``SpawnedRanks``: one process per device of this machine (``train_multi_gpu``); the
+  parent prepares the data once and shares it;
+- ``ThisRank``: this process as one rank of a run something else started: a script's
+  ``mp.spawn`` (``train_ddp_worker``), torchrun or srun (``launch.run_launched_rank``);
+- ``replicates.ReplicateGroup``: a replicate's ranks on a group of devices, left running
+  for the replicate scheduler to watch.
+
+As Lightning's launchers do, each way only starts processes; the strategy (what crosses
+ranks) is ``runtime.ranks`` and the cluster's environment ``launch_environment``.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data.preparation import prepare_data
+from gears_ddp.distributed.before_spawn import local_placements, rendezvous_port, shared_data
+from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
+from gears_ddp.distributed.rank import Placement, run_rank, spawned_rank
+from gears_ddp.distributed.run_config import RunOptions, write_run_config
+from gears_ddp.distributed.supervisor import spawn_workers
+from gears_ddp.runtime.stopping import TrainingInterrupted
+from gears_ddp.training.checkpoint import resolve_resume
+from gears_ddp.training.finite_loss import NonFiniteLoss
+from gears_ddp.training.options import check_save_path
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class Opening:
+    """What the opening hands the ranks: the prepared data and the checkpoint to continue
+    from (``checkpoint.resolve_resume``'s path and state; None: a fresh start)."""
+
+    pert_data: object
+    resume: tuple[Path, dict] | None
+
+
+class Launcher:
+    """Runs the ranks of ``run`` (checked options) the way ``way`` starts them, after the
+    shared opening. A way of starting has ``writes_run_folder`` (whether this process
+    writes the save folder), ``checks_save_path`` (False where the folder lies in one
+    checked before), ``config(run)`` (what ``config.yaml`` holds), ``data(run)`` (the
+    prepared dataset) and ``start(run, opening)``."""
+
+    def __init__(self, run: RunOptions, way):
+        self.run, self.way = run, way
+
+    def launch(self):
+        """The opening, then the ranks started; returns what the way returns."""
+        return self.way.start(self.run, self.opening())
+
+    def opening(self) -> Opening:
+        """Read the resume checkpoint (an unreadable one fails before any rank starts), check
+        the save folder and write the configuration there, and prepare the data."""
+        args = self.run.args
+        resume = resolve_resume(args.resume_from, args.save_path)
+        if self.way.writes_run_folder and args.save_path is not None:
+            if self.way.checks_save_path:
+                check_save_path(args.save_path)
+            write_run_config(args.save_path, self.way.config(self.run))
+        return Opening(self.way.data(self.run), resume)
+
+
+class SpawnedRanks:
+    """One rank per device of ``devices``, spawned on this machine; the parent prepares the
+    data once and shares it with them, and raises what stopped them
+    (``TrainingInterrupted``, ``NonFiniteLoss``, ``DistributedTrainingError``)."""
+
+    writes_run_folder = True
+    checks_save_path = True
+
+    def __init__(self, devices: list[torch.device]):
+        self.devices = devices
+
+    @staticmethod
+    def config(run: RunOptions) -> dict:
+        return run.config()
+
+    @staticmethod
+    def data(run: RunOptions):
+        return shared_data(run.pert_data_path, run.dataset_name, run.split, run.args)
+
+    def start(self, run: RunOptions, opening: Opening) -> dict:
+        """Rank 0's report, once every rank ended."""
+        placements = local_placements(self.devices, rendezvous_port())
+        logger.info("starting %d %s process(es): %s", len(self.devices), self.devices[0].type,
+                    [str(device) for device in self.devices])
+        messages = spawn_workers(functools.partial(spawned_rank, resume=opening.resume),
+                                 (placements, opening.pert_data, run.args), len(self.devices))
+        for message in messages:
+            if isinstance(message, RunInterrupted):
+                raise TrainingInterrupted(message.message, message.signal_name, message.checkpoint)
+            if isinstance(message, RunDiverged):
+                raise NonFiniteLoss(message.message)
+        return next(message.report for message in messages if isinstance(message, RunReport))
+
+
+class ThisRank:
+    """This process as the rank ``placement`` describes, in a run something else started: it
+    prepares its own data and reads the checkpoint itself, once; rank 0 writes the run
+    folder."""
+
+    checks_save_path = True
+
+    def __init__(self, placement: Placement):
+        self.placement = placement
+        self.writes_run_folder = placement.rank == 0
+
+    @staticmethod
+    def config(run: RunOptions) -> dict:
+        return run.config()
+
+    @staticmethod
+    def data(run: RunOptions):
+        return prepare_data(run.pert_data_path, run.dataset_name, run.split.options, run.args.model_config,
+                            **run.args.pert_data_options())
+
+    def start(self, run: RunOptions, opening: Opening) -> dict | None:
+        """The report on rank 0, None elsewhere."""
+        return run_rank(self.placement, opening.pert_data, run.args, resume=opening.resume)
