@@ -396,5 +396,5 @@ def _split_request(options: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown split option(s) {unknown}; prepare_split's options: {', '.join(SPLIT_OPTIONS)}")
     request = {**SPLIT_DEFAULTS, **options}
-    return {**request, "test_perts": split_cache.gene_list(request["test_perts"]),
-            "test_pert_genes": split_cache.gene_list(request["test_pert_genes"])}
+    return {**request, "test_perts": split_cache.names_given(request["test_perts"]),
+            "test_pert_genes": split_cache.names_given(request["test_pert_genes"])}

@@ -19,7 +19,7 @@ from gears_ddp.data.splits import (SplitResult, check_split_sets, read_custom_sp
 logger = get_logger(__name__)
 
 
-def gene_list(value) -> list[str] | None:
+def names_given(value) -> list[str] | None:
     """A list of names given as a list or as the published package's ``'_'``-joined string."""
     if value is None:
         return None
@@ -43,7 +43,7 @@ def prepared_split(conditions: list[str], dataset_path, dataset_name: str, split
         sets = read_custom_split(split_dict_path)
         check_split_sets(sets, conditions, required, f"custom split file {split_dict_path}")
         return SplitResult(sets)
-    test_perts, test_pert_genes = gene_list(test_perts), gene_list(test_pert_genes)
+    test_perts, test_pert_genes = names_given(test_perts), names_given(test_pert_genes)
     split_path = Path(dataset_path) / "splits" / (
         f"{dataset_name}_{split}_{seed}_{train_gene_set_size}"
         + (f"_{'_'.join(test_perts)}" if test_perts else "") + ".pkl")
