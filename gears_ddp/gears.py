@@ -18,16 +18,12 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
-from gears_ddp._version import __version__
-from gears_ddp.evaluation.baselines import baseline_effects
-from gears_ddp.evaluation.linear_baseline import PerturbationEmbedding
 from gears_ddp.evaluation.metrics import EvaluationAccumulator
 from gears_ddp.inference.model_queries import NO_MODEL, ModelQueries, SavedPredictions
 from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS, PairScreenJob, model_record, run_pair_screen, \
     score_chunks_here
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor
 from gears_ddp.inference.saved_predictions import forget_own
-from gears_ddp.interactions.agreement import agreement_record
 from gears_ddp.interactions.calls import pair_scores
 from gears_ddp.interactions.observed import observed_interactions
 from gears_ddp.interactions.pair_tables import score_gene_positions, trained_conditions
@@ -87,8 +83,7 @@ class GEARS:
     @staticmethod
     def tunable_parameters() -> dict[str, str]:
         """The model options, each with what it means and its default."""
-        defaults = ModelOptions.defaults()
-        return {name: f"{meaning}, default {defaults[name]!r}" for name, meaning in ModelOptions.help().items()}
+        return ModelOptions.tunable_parameters()
 
     def model_initialize(self, G_go=None, G_go_weight=None, G_coexpress=None, G_coexpress_weight=None,
                          **options) -> None:
@@ -118,8 +113,7 @@ class GEARS:
         """The best model's answers to queries (``inference.model_queries``), from what this
         object holds now."""
         saved = SavedPredictions(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
-        return ModelQueries(self.best_model, self.device, self.pert_data, saved, self.config, self.weights_from,
-                            None if self.config is None else self.provenance())
+        return ModelQueries(self.best_model, self.device, self.pert_data, saved, self.config, self.weights_from)
 
     # ------------------------------------------------------------------ training
     def _trainer(self) -> Trainer:
@@ -141,20 +135,11 @@ class GEARS:
 
     def train(self, **options) -> dict:
         """Train, keep the model with the lowest val ``mse_de`` (``best_model``), score it and
-        the baselines on test, and return the report: ``'model'`` and ``'baselines'`` test
-        summaries, ``'best_epoch'``, ``'history'``, ``'timing'`` (the wall seconds of each
-        phase: set-up, epochs, test, baselines and, with a run report, interactions and
-        report) and, with ``save_path``, ``'model_path'`` and ``'interactions'`` (the run
-        report's check of the observed test combinations, which ``interaction_agreement()``
-        gives on demand).
-
-        The options are ``TrainingOptions`` (``epochs``, ``lr``, ``amp``, ...), which are
-        ``train_multi_gpu``'s ``args`` under the same names (docs/options.md). ``seed``,
-        ``batch_size``, ``test_batch_size``, ``num_workers`` and ``resample_controls``
-        default to what ``pert_data.get_dataloader`` was given; a value here rebuilds the
-        loaders with it (as does a CUDA device, whose loaders gather batches into pinned
-        memory).
-        """
+        the baselines on test, and return the report (test summaries, ``'best_epoch'``,
+        ``'history'``, ``'timing'``; with ``save_path``, the run folder's: ``Trainer.train``).
+        The options are ``TrainingOptions``, ``train_multi_gpu``'s ``args`` under the same
+        names (docs/options.md); loader options given here rebuild the loaders with them
+        (``trainer.loaders_for``)."""
         clock = PhaseClock()
         with clock.phase("set-up"):
             options = TrainingOptions.from_dict(options, where="train")  # the options' one check
@@ -166,16 +151,10 @@ class GEARS:
 
     def train_with(self, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS,
                    clock: PhaseClock | None = None, resume=READ_FROM_OPTIONS) -> dict:
-        """The training every process runs, one alone (``train``) or each rank of a
-        distributed run (``ranks``): the recipe on this object's network and loaders, then
-        the best model kept, scored on test beside the baselines, saved with the run report
-        by the main rank when ``options.save_path`` is set. Returns ``train``'s report with
-        ``'world_size'``, ``'parameter_digests'`` (each rank's final weights) and
-        ``'timing'``: the wall seconds of each phase of the run on this rank (``clock``,
-        which may hold phases timed before, such as a rank's start-up), also the last line
-        of the main rank's log. ``options`` come checked, and their ``save_path`` checked, by
-        whoever started the run; ``resume``: the checkpoint it read once to continue from
-        (``training.trainer``; by default read here from ``options.resume_from``)."""
+        """The training every process runs, alone (``train``) or as a rank of ``ranks``, on
+        ``options`` checked by whoever started it, continuing from the checkpoint ``resume``
+        it read (``Trainer.train``): ``train``'s report, with ``'world_size'`` and
+        ``'parameter_digests'``."""
         self._require_model()
         trained = self._trainer().train(self.model, self.dataloader, options, ranks,
                                         PhaseClock() if clock is None else clock, resume, self._keep,
@@ -197,29 +176,17 @@ class GEARS:
         return trained.report
 
     def test(self, ranks: SingleProcess = SINGLE_PROCESS, linear_baseline_screen=None) -> dict:
-        """Score the best model and the baselines on the test set (with subgroups for the
-        simulation split); the main rank logs each metric beside the baselines with its
-        verdict. In a distributed run every rank scores its share of the cells and ``ranks``
-        merges them. Keeps the evaluation results of the model and the baselines
-        (``test_result``, ``test_baseline_results``) for the report's pictures.
-        ``linear_baseline_screen``: the training option of that name (another screen whose PCA
-        places the perturbations of the ``linear_pretrained`` baseline)."""
+        """Score the best model and the baselines on the test set, each rank its share
+        (``Trainer.test``), and keep the evaluations (``test_result``,
+        ``test_baseline_results``) for the report's pictures. ``linear_baseline_screen``: the
+        screen whose PCA places the ``linear_pretrained`` baseline's perturbations."""
         self._require_model()
         return self._kept_scores(self._trainer().test(self.best_model, self.dataloader["test_loader"], ranks,
                                                       linear_baseline_screen))
 
-    def _other_screen(self, path) -> PerturbationEmbedding | None:
-        """The perturbations of the screen at ``path`` placed by its PCA (``Trainer.other_screen``)."""
-        return self._trainer().other_screen(path)
-
     def _test_interactions(self) -> dict | None:
-        """For the run report: the test combinations whose singles were observed, scored from
-        their observed and predicted changes (``interaction_agreement``); None without any."""
-        observed = observed_interactions(self.pert_data, "test", device=scoring_device(self.device))
-        if not len(observed):
-            return None
-        train = trained_conditions(self.pert_data.set2conditions)
-        return agreement_record("test", self._queries().interaction_agreement(observed, None, train))
+        """The run report's interaction check (``ModelQueries.test_interactions``), by the best model then."""
+        return self._queries().test_interactions()
 
     # ------------------------------------------------------------------ using a model
     def predict(self, pert_list, return_type: str = "dict", seed: int = 0,
@@ -236,30 +203,19 @@ class GEARS:
 
     def predict_split(self, split: str = "test", clip_at_zero: bool = True, cells_per_perturbation: int | None = None,
                       seed: int = 0, baseline: str | None = None, linear_baseline_screen=None):
-        """Predicted and real AnnData of the perturbations of ``split`` in cell-eval's layout:
-        a predicted cell for every cell of the split, or ``cells_per_perturbation`` per
-        perturbation from control cells drawn with ``seed`` (``gears-ddp predict --split``;
-        ``inference.cell_eval_export.split_predictions``). ``baseline``: that baseline's cells
-        (``'linear'``, ...; ``'linear_pretrained'`` with ``linear_baseline_screen``) instead of
-        the model's, built alike from its predicted changes."""
-        from gears_ddp.inference.cell_eval_export import split_predictions
-
-        queries = self._queries()
-        queries.require_weights()
-        effects, provenance = queries.effects, queries.provenance
-        if baseline is not None:
-            effects = baseline_effects(self.pert_data, baseline, self._other_screen(linear_baseline_screen))
-            provenance["baseline"] = baseline
-        return split_predictions(self.pert_data, self.dataloader, effects, provenance, split, clip_at_zero,
-                                 cells_per_perturbation, seed)
+        """Predicted and real AnnData of ``split`` in cell-eval's layout: a predicted cell for
+        each of its cells, or ``cells_per_perturbation`` per perturbation drawn with ``seed``;
+        ``baseline``: that baseline's cells (``'linear_pretrained'`` with
+        ``linear_baseline_screen``) instead (``ModelQueries.split_predictions``)."""
+        other_screen = None if baseline is None else self._trainer().other_screen(linear_baseline_screen)
+        return self._queries().split_predictions(self.dataloader, split, clip_at_zero, cells_per_perturbation, seed,
+                                                 baseline, other_screen)
 
     def provenance(self) -> dict:
         """What produces this object's predictions, for their ``uns['gears_ddp']``: the
         library version, the dataset, where the weights came from and the model options
         (graph tensors left out)."""
-        self._require_model()
-        return {"version": __version__, "dataset": self.pert_data.dataset_name, "weights_from": str(self.weights_from),
-                "config": {k: v for k, v in self.config.items() if k not in GRAPH_KEYS}}
+        return self._queries().provenance
 
     def perturbation_effects(self, sets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The best model's predicted change from control (K x G) of each perturbation set
@@ -268,14 +224,11 @@ class GEARS:
         return self._queries().effects(sets)
 
     def GI_predict(self, combo, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0) -> dict:
-        """Genetic-interaction scores of a two-gene combination A+B from the predicted changes
-        over control of A, B and A+B, optionally on the genes of ``GI_genes_file`` only; as
-        published, the dict starts with ``'ts'``, the fitted Theil-Sen line
-        (``interactions.calls.pair_scores``). ``change``: ``'exact'``, the model's changes, or
-        ``'drawn-cells-minus-control-mean'``, the published ``GI_predict``'s, with its sampling
-        noise (docs/screens.md). Entries handed in to ``saved_pred`` for ``'A'``, ``'B'`` and
-        ``'A_B'`` are scored instead, weights or none, as published
-        (``inference.model_queries.ModelQueries.pair_changes``)."""
+        """Genetic-interaction scores of the combination A+B from the changes over control of
+        A, B and A+B (``interactions.calls.pair_scores``; the dict starts with ``'ts'``, as
+        published), on the genes of ``GI_genes_file`` if given. ``change``: ``'exact'`` or the
+        published ``'drawn-cells-minus-control-mean'`` (docs/screens.md); entries handed in to
+        ``saved_pred`` for A, B and A_B are scored instead (``ModelQueries.pair_changes``)."""
         changes = self._queries().pair_changes(combo, change, seed)
         return pair_scores(changes, score_gene_positions(self.gene_list, GI_genes_file))
 
@@ -290,11 +243,7 @@ class GEARS:
         scored from the model's predicted changes: ``{'observed': table, 'predicted': table,
         'agreement': ...}`` (per score and per interaction type: ``interactions.agreement.
         compare_calls``)."""
-        queries = self._queries()
-        queries.require_weights()
-        observed = observed_interactions(self.pert_data, split, GI_genes_file, scoring_device(self.device))
-        train = trained_conditions(self.pert_data.set2conditions)
-        return queries.interaction_agreement(observed, GI_genes_file, train)
+        return self._queries().split_agreement(split, GI_genes_file)
 
     def change_predictor(self, change: str = EXACT_CHANGE, seed: int = 0) -> ChangePredictor:
         """The best model's predicted changes over control, exact or with the published
@@ -303,12 +252,10 @@ class GEARS:
 
     def screen(self, genes, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0, out=None,
                overwrite: bool = False, chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
-        """An in-silico combinatorial screen in this process: every pair of ``genes`` predicted
-        and scored as ``GI_predict`` scores one, one row per pair (``gears-ddp screen`` spreads
-        the pairs over processes or GPUs). ``out`` (a .csv file): the table, written with a
-        record beside it, resumable from the finished chunks of ``chunk_pairs`` pairs; a
-        screen of another model, genes or options there is refused unless ``overwrite``
-        (``inference.pair_screen.run_pair_screen``)."""
+        """An in-silico screen in this process: every pair of ``genes`` scored as ``GI_predict``
+        scores one, a row per pair; ``out`` (.csv): written with its record, resumable from
+        finished chunks of ``chunk_pairs`` pairs, another screen there refused unless
+        ``overwrite`` (``inference.pair_screen.run_pair_screen``; docs/screens.md)."""
         return run_pair_screen(self.screen_job(genes, GI_genes_file, change, seed, chunk_pairs), out, overwrite,
                                score_chunks_here)
 

@@ -43,7 +43,7 @@ def test_a_models_own_predictions_are_kept_but_an_entry_handed_in_is_not_overwri
     saved = SavedPredictions({"G1": np.zeros(len(trained_toy.pert_data.gene_names), dtype=np.float32)})
     handed = saved.saved["G1"]
     queries = ModelQueries(trained_toy.best_model, trained_toy.device, trained_toy.pert_data, saved,
-                           dict(trained_toy.config), "training", trained_toy.provenance())
+                           dict(trained_toy.config), "training")
     ours = queries.predict([["G0"], ["G1"]], return_type="dataframe")
     expected = trained_toy.predict([["G0"]])["G0"]
     np.testing.assert_allclose(ours.loc["G0"].to_numpy(), expected, rtol=1e-6)

@@ -18,11 +18,16 @@ import numpy as np
 import pandas as pd
 import torch
 
+from gears_ddp._version import __version__
+from gears_ddp.evaluation.baselines import baseline_effects
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor, drawn_control_cells, \
     query_keys, query_sets, set_effects
 from gears_ddp.inference.saved_predictions import handed_in, saved_expression
-from gears_ddp.interactions.agreement import compare_calls
-from gears_ddp.interactions.observed import predicted_interactions
+from gears_ddp.interactions.agreement import agreement_record, compare_calls
+from gears_ddp.interactions.observed import observed_interactions, predicted_interactions
+from gears_ddp.interactions.pair_tables import trained_conditions
+from gears_ddp.interactions.scores import scoring_device
+from gears_ddp.model.folder import GRAPH_KEYS
 
 RETURN_TYPES = ("dict", "dataframe", "anndata", "cell-eval")
 NO_MODEL = "no model yet: call model_initialize(...) or load_pretrained(path) first"
@@ -59,7 +64,7 @@ class ModelQueries:
     """The answers of ``network`` (the best model; None before there is one) on ``device``
     to queries on ``pert_data``. ``config`` is the network's published config (None before
     there is one), ``weights_origin`` where its weights came from (None: its random initial
-    ones), ``provenance`` what the predictions' ``uns['gears_ddp']`` records."""
+    ones)."""
 
     network: torch.nn.Module | None
     device: torch.device
@@ -67,7 +72,17 @@ class ModelQueries:
     saved: SavedPredictions
     config: dict | None = None
     weights_origin: str | None = None
-    provenance: dict | None = None
+
+    @property
+    def provenance(self) -> dict:
+        """What produces these predictions, for their ``uns['gears_ddp']``: the library
+        version, the dataset, where the weights came from and the model options (graph
+        tensors left out)."""
+        if self.config is None:
+            raise RuntimeError(NO_MODEL)
+        return {"version": __version__, "dataset": self.pert_data.dataset_name,
+                "weights_from": str(self.weights_origin),
+                "config": {k: v for k, v in self.config.items() if k not in GRAPH_KEYS}}
 
     @property
     def uncertain(self) -> bool:
@@ -209,3 +224,37 @@ class ModelQueries:
         predicted = predicted_interactions(observed, changes, list(self.pert_data.gene_names), GI_genes_file,
                                            train_conditions, predictor.device)
         return {"observed": observed, "predicted": predicted, "agreement": compare_calls(observed, predicted)}
+
+    def split_agreement(self, split: str | None = "test", GI_genes_file=None) -> dict:
+        """``GEARS.interaction_agreement``: the observed pairs of ``split`` scored from their
+        observed changes and from the model's (``interaction_agreement``), on the model's GPU
+        if it has one (``scores.scoring_device``)."""
+        self.require_weights()
+        observed = observed_interactions(self.pert_data, split, GI_genes_file, scoring_device(self.device))
+        return self.interaction_agreement(observed, GI_genes_file, trained_conditions(self.pert_data.set2conditions))
+
+    def test_interactions(self) -> dict | None:
+        """For the run report: the test combinations whose singles were observed, scored from
+        their observed and from the model's predicted changes, and how far the calls agree
+        (``agreement.agreement_record``); None without such combinations."""
+        observed = observed_interactions(self.pert_data, "test", device=scoring_device(self.device))
+        if not len(observed):
+            return None
+        train = trained_conditions(self.pert_data.set2conditions)
+        return agreement_record("test", self.interaction_agreement(observed, None, train))
+
+    def split_predictions(self, loaders: dict, split: str, clip_at_zero: bool, cells_per_perturbation: int | None,
+                          seed: int, baseline: str | None = None, other_screen=None):
+        """``GEARS.predict_split``: predicted and real AnnData of ``split`` in cell-eval's
+        layout (``cell_eval_export.split_predictions``), from the model's predicted changes
+        or from those of ``baseline`` (``other_screen``: the embedding ``linear_pretrained``
+        places perturbations by)."""
+        from gears_ddp.inference.cell_eval_export import split_predictions
+
+        self.require_weights()
+        effects, provenance = self.effects, self.provenance
+        if baseline is not None:
+            effects = baseline_effects(self.pert_data, baseline, other_screen)
+            provenance["baseline"] = baseline
+        return split_predictions(self.pert_data, loaders, effects, provenance, split, clip_at_zero,
+                                 cells_per_perturbation, seed)

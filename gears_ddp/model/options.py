@@ -34,6 +34,12 @@ class ModelOptions(Options):
     direction_lambda: float = option(1e-1, "weight of the direction loss against the prediction loss")
     no_perturb: bool = option(False, "predict no change for every perturbation (a control model)")
 
+    @classmethod
+    def tunable_parameters(cls) -> dict[str, str]:
+        """Each option with what it means and its default (``GEARS.tunable_parameters``)."""
+        defaults = cls.defaults()
+        return {name: f"{meaning}, default {defaults[name]!r}" for name, meaning in cls.help().items()}
+
     def check(self, where: str) -> None:
         for key, minimum in SMALLEST.items():
             value = getattr(self, key)

@@ -103,7 +103,16 @@ class Trainer:
         checkpoint to continue from, ``resume``, read once by it, or ``READ_FROM_OPTIONS``);
         then ``keep(result)`` (the front keeps the best network), the test scores beside the
         baselines, and, on the main rank with a ``save_path``, ``test_interactions()``,
-        ``save(save_path)`` and the run report."""
+        ``save(save_path)`` and the run report.
+
+        The report (what ``GEARS.train`` returns): ``'model'`` and ``'baselines'`` test
+        summaries, ``'best_epoch'``, ``'history'``, ``'world_size'``, ``'parameter_digests'``
+        (each rank's final weights), ``'timing'`` (the wall seconds of each phase on this rank:
+        a rank's start-up if ``clock`` holds it, set-up, epochs, test, baselines and, with a
+        run report, interactions and report; also the last line of the main rank's log) and,
+        with ``save_path``, ``'model_path'`` and ``'interactions'`` (the run report's check of
+        the observed test combinations, which ``GEARS.interaction_agreement()`` gives on
+        demand)."""
         with clock.phase("set-up"):
             if ranks.is_main and self.tracker is None and options.wandb:
                 self.tracker = start_wandb(**options.wandb)
@@ -166,7 +175,10 @@ class Trainer:
 
     def test(self, best_network: nn.Module, test_loader, ranks: SingleProcess = SINGLE_PROCESS,
              linear_baseline_screen=None) -> TrainedModel:
-        """``best_network`` and the baselines scored on ``test_loader`` (``GEARS.test``)."""
+        """``best_network`` and the baselines scored on ``test_loader`` (``GEARS.test``), with
+        subgroups for the simulation split; the main rank logs each metric beside the
+        baselines with its verdict. In a distributed run every rank scores its share of the
+        cells and ``ranks`` merges them."""
         other_screen = self.other_screen(linear_baseline_screen)
         result = evaluate(best_network, test_loader, self.new_accumulator(), self.config["uncertainty"],
                           self.device, ranks=ranks, progress="evaluating test")
