@@ -171,15 +171,15 @@ def test_the_demo_trains_on_the_data_it_names_in_its_own_folder(data, dataset, t
     """Each choice writes its dataset (processed once) under its default folder and trains on
     it with the demo's split, printing what the data is and closing with its own finding."""
     trained = []
-    monkeypatch.setattr(demo, "run_training", lambda config, note: trained.append((config, note)) or 0)
+    monkeypatch.setattr(demo, "run_training", lambda run, note: trained.append((run, note)) or 0)
     monkeypatch.chdir(tmp_path)
     arguments = ["demo"] + (["--data", data] if data != "real" else [])
     assert main(arguments + ["--epochs", "3", "--set", "args.seed=5"]) == 0
-    config, note = trained[0]
-    assert (config["pert_data_path"], config["dataset_name"]) == (DEMO_DATA_PATHS[data], dataset)
+    run, note = trained[0]
+    assert (run.pert_data_path, run.dataset_name) == (DEMO_DATA_PATHS[data], dataset)
     assert (tmp_path / DEMO_DATA_PATHS[data] / dataset / "perturb_processed.h5ad").is_file()
-    assert config["split_config"]["split"] == "simulation" and config["split_config"]["seed"] == 1
-    assert config["args"]["epochs"] == 3 and config["args"]["seed"] == 5 and note == DEMO_FINDINGS[data]
+    assert run.split.options["split"] == "simulation" and run.split.options["seed"] == 1
+    assert run.args.epochs == 3 and run.args.seed == 5 and note == DEMO_FINDINGS[data]
     assert capsys.readouterr().out.startswith(f"Data: {DEMO_DATA[data]}, in ")
 
 

@@ -14,8 +14,10 @@ import os
 from collections import Counter
 
 import pytest
+import yaml
 
 from gears_ddp import GEARS, PertData
+from gears_ddp.cli import main
 from gears_ddp.distributed.launch import run_launched_rank
 from gears_ddp.distributed.launch_environment import LaunchEnvironment
 from gears_ddp.distributed.process_group import find_free_port
@@ -34,6 +36,7 @@ import sys
 def instrument(path, setattr=setattr):
     """Make each checker append its name and this process's id to ``path`` when called."""
     import gears_ddp.distributed.launcher, gears_ddp.distributed.replicates, gears_ddp.train_distributed  # noqa
+    import gears_ddp.distributed.launch, gears_ddp.cli.train  # noqa
     from gears_ddp.model.options import ModelOptions
     from gears_ddp.runtime import devices
     from gears_ddp.training import options
@@ -132,4 +135,28 @@ def test_a_launched_rank_checks_each_option_once(data_folder, tmp_path, counted_
     report = run_launched_rank(data_folder, "toy", SPLIT, _args(tmp_path / "run"), environment)
     here, elsewhere = counted_checks()
     assert report["world_size"] == 1
+    assert here == Counter({**ONCE, "gpu_ids": 1}) and not elsewhere
+
+
+def _config_file(folder, data_folder, args: dict):
+    path = folder / "run.yaml"
+    path.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy", "split_config": SPLIT,
+                                    "args": args}), encoding="utf-8")
+    return path
+
+
+def test_gears_ddp_train_reads_and_checks_its_file_once(data_folder, tmp_path, counted_checks):
+    config = _config_file(tmp_path, data_folder, _args(tmp_path / "run", cpu_processes=1))
+    assert main(["train", "--config", str(config), "--set", "args.epochs=1"]) == 0
+    here, elsewhere = counted_checks()
+    assert here == Counter({**ONCE, "gpu_ids": 1}) and not elsewhere
+
+
+def test_gears_ddp_train_under_torchrun_checks_its_file_once(data_folder, tmp_path, counted_checks, monkeypatch):
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_port())}.items():
+        monkeypatch.setenv(name, value)
+    config = _config_file(tmp_path, data_folder, _args(tmp_path / "run"))
+    assert main(["train", "--config", str(config)]) == 0
+    here, elsewhere = counted_checks()
     assert here == Counter({**ONCE, "gpu_ids": 1}) and not elsewhere

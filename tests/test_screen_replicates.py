@@ -165,6 +165,14 @@ def summary(replicates, tmp_path_factory):
     return screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4), out
 
 
+def test_a_bad_device_request_is_refused_before_any_model_is_loaded(replicates, tmp_path, monkeypatch):
+    loaded = []
+    monkeypatch.setattr(pair_screens_module, "load_run", lambda *args: loaded.append(args))
+    with pytest.raises(ValueError, match="cpu_processes"):
+        screen_replicates(replicates, SCREENED, tmp_path / "screen.csv", cpu_processes=0)
+    assert loaded == []
+
+
 def test_a_screen_over_replicates_summarises_each_models_own_screen(models, replicates, summary):
     summary, out = summary
     tables = {}

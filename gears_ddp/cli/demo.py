@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gears_ddp.cli.shared_options import add_set
 from gears_ddp.cli.train import run_training
-from gears_ddp.distributed.run_config import resolve_with_overrides
+from gears_ddp.distributed.run_config import run_options_with_overrides
 
 NAME = "demo"
 DEMO_RUN_PATH, DEMO_PRESET, DEMO_SYNTHETIC_NAME = "./runs/demo", "norman", "synthetic"
@@ -63,10 +63,10 @@ def run(options) -> int:
     config = {"pert_data_path": data_path,
               "dataset_name": REAL_SCREEN_NAME if options.data == "real" else DEMO_SYNTHETIC_NAME,
               "split_config": {"split": "simulation", "seed": 1}, "args": args}
-    config = resolve_with_overrides(config, options.overrides, "its options")
+    run = run_options_with_overrides(config, options.overrides, "its options")
     if options.data == "real":
         folder = write_papalexi2021_dataset(data_path)
     else:
         folder = write_synthetic_dataset(data_path, name=DEMO_SYNTHETIC_NAME, **preset(DEMO_PRESET))
     print(f"Data: {DEMO_DATA[options.data]}, in {folder}.")
-    return run_training(config, note=DEMO_FINDINGS[options.data])
+    return run_training(run, note=DEMO_FINDINGS[options.data])

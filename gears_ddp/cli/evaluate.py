@@ -2,7 +2,7 @@
 with the verdicts logged; ``--out`` also writes the scores as JSON."""
 from __future__ import annotations
 
-from gears_ddp.cli.shared_options import add_run, linear_baseline_screen
+from gears_ddp.cli.shared_options import add_run
 
 NAME = "evaluate"
 
@@ -16,13 +16,14 @@ def add_parser(subparsers):
 
 
 def run(options) -> int:
-    from gears_ddp.runs.saved_runs import load_run
     from gears_ddp.report.run_folder import write_json
+    from gears_ddp.runs.saved_runs import open_run
 
-    gears = load_run(options.run, options.overrides)
+    saved = open_run(options.run, options.overrides)
+    gears = saved.gears
     if "test_loader" not in gears.dataloader:
         raise ValueError(f"the split of {options.run} has no test set to score")
-    scores = gears.test(linear_baseline_screen=linear_baseline_screen(options))  # logs the verdicts
+    scores = gears.test(linear_baseline_screen=saved.options.args.linear_baseline_screen)  # logs the verdicts
     if options.out:
         write_json(options.out, scores)
         print(f"scores written to {options.out}")

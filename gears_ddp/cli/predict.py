@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gears_ddp.cli.shared_options import add_run, linear_baseline_screen
+from gears_ddp.cli.shared_options import add_run
 from gears_ddp.evaluation.baselines import BASELINES, PRETRAINED
 from gears_ddp.inference.prediction import checked_cell_count
 
@@ -37,15 +37,16 @@ def add_parser(subparsers):
 
 
 def run(options) -> int:
-    from gears_ddp.runs.saved_runs import load_run
+    from gears_ddp.runs.saved_runs import open_run
 
     if options.cells_per_perturbation is not None:
         checked_cell_count(options.cells_per_perturbation)  # before the run is loaded
     if options.baseline is not None and options.split is None:
         raise ValueError("--baseline writes a baseline's cells of a split: give --split too")
-    gears = load_run(options.run, options.overrides)
+    saved = open_run(options.run, options.overrides)
+    gears = saved.gears
     if options.split is not None:
-        return _predict_split(options, gears)
+        return _predict_split(options, gears, saved.options.args.linear_baseline_screen)
     out = Path(options.out)
     queries = [[gene for gene in query.split("+") if gene != "ctrl"] for query in options.perturbations]
     drawn = {} if options.cells_per_perturbation is None else {"cells_per_perturbation": options.cells_per_perturbation}
@@ -57,12 +58,13 @@ def run(options) -> int:
     return 0
 
 
-def _predict_split(options, gears) -> int:
-    """The predicted cells of ``--split`` (or a baseline's) to ``--out``, the true cells beside them."""
+def _predict_split(options, gears, linear_baseline_screen: str | None) -> int:
+    """The predicted cells of ``--split`` (or a baseline's; ``linear_baseline_screen``: the
+    run's option of that name) to ``--out``, the true cells beside them."""
     if options.format == "csv":
         raise ValueError("--split writes cells: use --format cell-eval or anndata")
     baseline = {} if options.baseline is None else {"baseline": options.baseline,
-                                                    "linear_baseline_screen": linear_baseline_screen(options)}
+                                                    "linear_baseline_screen": linear_baseline_screen}
     predicted, real = gears.predict_split(options.split, cells_per_perturbation=options.cells_per_perturbation,
                                           **baseline)
     out = Path(options.out)

@@ -3,10 +3,6 @@ the epilogs that list what each name of a table means."""
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
-
-from gears_ddp.distributed.run_config import read_run_config
-from gears_ddp.report.run_folder import CONFIG_FILE
 
 
 def add_set(parser) -> None:
@@ -19,12 +15,6 @@ def add_run(parser) -> None:
     """``--run`` (one saved run folder) and ``--set``, for the commands that read a saved run."""
     parser.add_argument("--run", required=True, help="a run folder (config.yaml and the saved model)")
     add_set(parser)
-
-
-def linear_baseline_screen(options) -> str | None:
-    """The ``args.linear_baseline_screen`` of the run folder ``--run`` (with the ``--set``
-    overrides)."""
-    return read_run_config(Path(options.run) / CONFIG_FILE, options.overrides)["args"].get("linear_baseline_screen")
 
 
 def meanings_text(title: str, meanings: dict[str, str]) -> str:

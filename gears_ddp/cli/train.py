@@ -9,7 +9,8 @@ from pathlib import Path
 
 from gears_ddp.cli.exit_status import EXIT_FAILED
 from gears_ddp.cli.shared_options import add_set
-from gears_ddp.distributed.run_config import RunConfigError, option_help, read_run_config, resolve_with_overrides
+from gears_ddp.distributed.run_config import RunConfigError, RunOptions, option_help, read_run_options, \
+    run_options_with_overrides
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
 
 NAME = "train"
@@ -39,44 +40,44 @@ def run(options) -> int:
     for key, seeds in (("seeds", options.seeds), ("split_seeds", options.split_seeds)):
         if seeds is not None:
             overrides.append(f"replicates.{key}={seeds}")
-    config = read_run_config(options.config, overrides) if options.config else \
-        resolve_with_overrides({}, overrides, "--set")
-    return run_training(config)
+    run_options = read_run_options(options.config, overrides) if options.config else \
+        run_options_with_overrides({}, overrides, "--set")
+    return run_training(run_options)
 
 
-def run_training(config: dict, note: str | None = None) -> int:
-    """Train with a resolved configuration: spawned workers, or this rank under a launcher;
-    the summary ends with ``note``."""
+def run_training(run: RunOptions, note: str | None = None) -> int:
+    """Train with options read and checked once: replicates, this rank under a launcher, or
+    spawned workers (``train_checked_replicates``, ``train_launched``, ``train_spawned``,
+    which check nothing again); the summary ends with ``note``."""
     from gears_ddp.distributed.launch_environment import launch_environment
 
     environment = launch_environment()
-    if config.get("replicates") is not None:
+    if run.replicates is not None:
         if environment is not None:
             raise RunConfigError(f"replicates run on one machine, started by gears-ddp train itself, not under "
                                  f"{environment.source}: start it without the launcher")
-        return _train_replicates(config)
+        return _train_replicates(run)
     if environment is not None:
-        from gears_ddp.distributed.launch import run_launched_rank
+        from gears_ddp.distributed.launch import train_launched
 
-        report = run_launched_rank(config["pert_data_path"], config["dataset_name"], config["split_config"],
-                                   config["args"], environment)
+        report = train_launched(run, environment)
         if report is not None:
             _print_summary(report, note)
         return 0
-    from gears_ddp.train_distributed import train_multi_gpu
+    from gears_ddp.train_distributed import train_spawned
 
-    report = train_multi_gpu(**config)
+    report = train_spawned(run)
     _print_summary(report, note)
     return 0
 
 
-def _train_replicates(config: dict) -> int:
+def _train_replicates(run: RunOptions) -> int:
     """Train the replicates and print their summary; 1 when some did not finish."""
-    from gears_ddp.distributed.replicates import ReplicatesFailed, train_replicates
+    from gears_ddp.distributed.replicates import ReplicatesFailed, train_checked_replicates
     from gears_ddp.report.replicate_summary import replicate_table
 
     try:
-        summary, status = train_replicates(**config), 0
+        summary, status = train_checked_replicates(run), 0
     except ReplicatesFailed as failure:
         print(f"gears-ddp train: {failure}", file=sys.stderr)
         summary, status = failure.summary, EXIT_FAILED

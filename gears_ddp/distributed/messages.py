@@ -71,7 +71,7 @@ class RunDiverged:
 
 
 @dataclass(frozen=True)
-class ScreenChunk:
+class PairScreenChunk:
     """The scores of one finished chunk of a screen's pairs."""
 
     chunk: int

@@ -25,7 +25,7 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.distributed.main_guard import check_main_guard
-from gears_ddp.distributed.messages import ScreenChunk
+from gears_ddp.distributed.messages import PairScreenChunk
 from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.inference.replicate_pair_screen import run_replicate_pair_screen
@@ -57,13 +57,12 @@ def screen_on_devices(gears, genes, out=None, overwrite: bool = False, cpu_proce
     return run_pair_screen(job, out, overwrite, _executor(devices, "screen_on_devices"))
 
 
-def replicate_pair_screen_on_devices(jobs: Mapping[str, Sequence[PairScreenJob]], out=None, overwrite: bool = False,
-                                     cpu_processes: int | None = None, gpu_ids=None) -> pd.DataFrame:
+def replicate_pair_screen_on_devices(jobs: Mapping[str, Sequence[PairScreenJob]], devices: list[torch.device],
+                                     out=None, overwrite: bool = False) -> pd.DataFrame:
     """A pair screen over replicates (``inference.replicate_pair_screen``) of the models'
-    ``jobs``, each model's pairs shared among the workers on ``pair_screen_devices(
-    cpu_processes, gpu_ids)`` as ``screen_on_devices`` shares them (``runs.pair_screens.
-    screen_replicates`` loads the models)."""
-    devices = pair_screen_devices(cpu_processes, gpu_ids)
+    ``jobs``, each model's pairs shared among the workers on ``devices``
+    (``pair_screen_devices``, checked before the models were loaded) as ``screen_on_devices``
+    shares them (``runs.pair_screens.screen_replicates`` loads the models)."""
     return run_replicate_pair_screen(jobs, out, overwrite, _executor(devices, "screen_replicates"))
 
 
@@ -90,14 +89,14 @@ def _spawning_executor(devices: list[torch.device]):
         shares = [chunks[worker::workers] for worker in range(workers)]
         logger.info("screen: %d chunks shared among %d %s worker(s)", len(chunks), workers, devices[0].type)
         messages = spawn_workers(pair_screen_worker, (shared, shares, devices[:workers], folder), workers)
-        return {message.chunk: message.scores for message in messages if isinstance(message, ScreenChunk)}
+        return {message.chunk: message.scores for message in messages if isinstance(message, PairScreenChunk)}
     return execute
 
 
 def pair_screen_worker(worker: int, job: PairScreenJob, shares: list[list[int]], devices: list[torch.device],
                   folder: PairScreenFolder | None, messages) -> None:
     """The ``torch.multiprocessing.spawn`` target: score the chunks ``shares[worker]`` on
-    ``devices[worker]``, writing each to ``folder`` (else putting a ``ScreenChunk`` on
+    ``devices[worker]``, writing each to ``folder`` (else putting a ``PairScreenChunk`` on
     ``messages``); a failure is put there (``WorkerFailed``) before it is raised."""
     messages.forward_logs(worker)
     try:
@@ -107,7 +106,7 @@ def pair_screen_worker(worker: int, job: PairScreenJob, shares: list[list[int]],
         else:
             torch.cuda.set_device(device)
         store = folder.write_chunk if folder is not None else \
-            (lambda chunk, scores: messages.put(ScreenChunk(chunk, scores)))
+            (lambda chunk, scores: messages.put(PairScreenChunk(chunk, scores)))
         score_chunks(job, shares[worker], store, device, label=f"screen worker {worker}")
     except BaseException:
         messages.put_failure(worker)

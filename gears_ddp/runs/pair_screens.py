@@ -7,7 +7,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from gears_ddp.distributed.pair_screen import replicate_pair_screen_on_devices
+from gears_ddp.distributed.pair_screen import pair_screen_devices, replicate_pair_screen_on_devices
 from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.runs.saved_runs import load_run, run_folders
@@ -36,10 +36,11 @@ def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_proces
         raise ValueError(f"several seeds ({seeds}) draw control cells for the drawn-cells change only; the exact "
                          "change draws none")
     folders = run_folders(runs)
+    devices = pair_screen_devices(cpu_processes, gpu_ids)  # a bad request fails before any model is loaded
     jobs = {}
     for name, folder in folders.items():
         gears = load_run(folder, overrides)
         genes = list(gears.pert_list) if genes is None else genes
         job = gears.screen_job(genes, GI_genes_file, change, seeds[0], chunk_pairs)
         jobs[name] = [job] if change == EXACT_CHANGE else [job.with_draw_seed(seed) for seed in seeds]
-    return replicate_pair_screen_on_devices(jobs, out, overwrite, cpu_processes, gpu_ids)
+    return replicate_pair_screen_on_devices(jobs, devices, out, overwrite)

@@ -1,5 +1,5 @@
 """Trained runs read back from their folders: a run folder's model with its data and split
-(``load_run``), and the run folders a list of paths stands for, a replicates folder standing
+(``open_run``, ``load_run``), and the run folders a list of paths stands for, a replicates folder standing
 for its replicates (``run_folders``)."""
 from __future__ import annotations
 
@@ -7,15 +7,26 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
+from dataclasses import dataclass
+
 from gears_ddp.distributed.replicates import finished_report, plan_replicates
-from gears_ddp.distributed.run_config import read_run_config
+from gears_ddp.distributed.run_config import RunOptions, read_run_config, read_run_options
 from gears_ddp.report.run_folder import CONFIG_FILE
 
 
-def load_run(folder, overrides: Sequence[str] = ()):
-    """The ``GEARS`` of the run folder ``folder``: its data and split as its ``config.yaml``
-    says (with the ``--set`` ``overrides``), its saved model loaded."""
+@dataclass(frozen=True)
+class SavedRun:
+    """A run folder read back: its ``GEARS`` with the saved model, and the options its
+    ``config.yaml`` holds, read and checked once (a command reads ``linear_baseline_screen``
+    there, not from the file again)."""
+
+    gears: object
+    options: RunOptions
+
+
+def open_run(folder, overrides: Sequence[str] = ()) -> SavedRun:
+    """The run folder ``folder``: its data and split as its ``config.yaml`` says (with the
+    ``--set`` ``overrides``), its saved model loaded, and those options."""
     from gears_ddp.data.preparation import load_dataset
     from gears_ddp.gears import GEARS
     from gears_ddp.runtime.devices import cuda_or_cpu
@@ -23,17 +34,22 @@ def load_run(folder, overrides: Sequence[str] = ()):
     folder = Path(folder)
     if not (folder / CONFIG_FILE).exists():
         raise FileNotFoundError(f"{folder} is not a run folder: it has no {CONFIG_FILE}")
-    config = read_run_config(folder / CONFIG_FILE, overrides)
-    if config.get("replicates") is not None:
+    run = read_run_options(folder / CONFIG_FILE, overrides)
+    if run.replicates is not None:
         raise ValueError(f"{folder} holds replicates, not one run: name one of its run folders (e.g. "
-                         f"{folder / next(iter(replicate_folders(folder, config)))})")
-    args = TrainingArgs.from_dict(config["args"], "args")
-    pert_data = load_dataset(config["pert_data_path"], config["dataset_name"], **args.pert_data_options())
-    pert_data.prepare_split(**config["split_config"])
+                         f"{folder / next(iter(replicate_folders(folder, run)))})")
+    args = run.args
+    pert_data = load_dataset(run.pert_data_path, run.dataset_name, **args.pert_data_options())
+    pert_data.prepare_split(**run.split.options)
     pert_data.get_dataloader(batch_size=args.batch_size, test_batch_size=args.test_batch_size, seed=args.seed)
     gears = GEARS(pert_data, device=cuda_or_cpu())
     gears.load_pretrained(folder)
-    return gears
+    return SavedRun(gears, run)
+
+
+def load_run(folder, overrides: Sequence[str] = ()):
+    """The ``GEARS`` of the run folder ``folder`` (``open_run``)."""
+    return open_run(folder, overrides).gears
 
 
 def is_replicates_folder(folder) -> bool:
@@ -42,14 +58,13 @@ def is_replicates_folder(folder) -> bool:
     return path.is_file() and read_run_config(path).get("replicates") is not None
 
 
-def replicate_folders(folder, config: dict | None = None) -> dict[str, Path]:
+def replicate_folders(folder, run: RunOptions | None = None) -> dict[str, Path]:
     """The run folder of each replicate of the replicates folder ``folder``, by name, in the
-    order they were given (its ``config.yaml``, or ``config``)."""
+    order they were given (its ``config.yaml``, or ``run``, its options read before)."""
     folder = Path(folder)
-    config = config or read_run_config(folder / CONFIG_FILE)
-    plan = plan_replicates(ReplicateOptions.from_dict(config["replicates"]), SplitConfig(config["split_config"]),
-                           TrainingArgs.from_dict(config["args"], "args"))
-    return {run.name: folder / run.name for run in plan}
+    run = run or read_run_options(folder / CONFIG_FILE)
+    return {replicate.name: folder / replicate.name
+            for replicate in plan_replicates(run.replicates, run.split, run.args)}
 
 
 def run_folders(paths) -> dict[str, Path]:
