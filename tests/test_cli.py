@@ -5,6 +5,8 @@ import subprocess
 import sys
 
 import anndata
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from matplotlib.container import BarContainer
@@ -97,6 +99,9 @@ def test_a_bad_command_line_exits_with_status_2_and_a_message(tmp_path, capsys):
     assert main(["predict", "--run", str(tmp_path), "--perturbations", "G0", "--baseline", "linear", "--out",
                  str(tmp_path / "p.h5ad")]) == 2
     assert "--baseline writes a baseline's cells of a split: give --split too" in capsys.readouterr().err
+    assert main(["predict", "--run", str(tmp_path), "--perturbations", "G0", "--format", "anndata", "--out",
+                 str(tmp_path / "p.csv")]) == 2
+    assert "--format anndata writes an AnnData (HDF5), but --out" in capsys.readouterr().err
 
 
 def test_the_demo_checks_its_options_before_writing_any_data(tmp_path, monkeypatch, capsys):
@@ -247,6 +252,11 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
                  str(tmp_path / "queries.h5ad")]) == 0
     queries = anndata.read_h5ad(tmp_path / "queries.h5ad")
     assert list(queries.obs_names) == ["G0+G1", "G3+ctrl"] and queries.uns["gears_ddp"]["weights_from"] == str(save)
+    assert main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out",
+                 str(tmp_path / "queries.csv")]) == 0  # the format follows the file's name
+    table = pd.read_csv(tmp_path / "queries.csv", index_col=0)
+    assert list(table.index) == ["G0+G1", "G3+ctrl"]
+    np.testing.assert_allclose(table.to_numpy(), np.asarray(queries.X), rtol=1e-6)
     predicted = tmp_path / "test.h5ad"
     assert main(["predict", "--run", str(save), "--split", "test", "--format", "cell-eval", "--out",
                  str(predicted)]) == 0

@@ -21,9 +21,9 @@ def add_parser(subparsers):
                       help="queries: a gene (FEV) or two joined by + (FEV+SAMD1)")
     what.add_argument("--split", choices=("train", "val", "test"),
                       help="every cell of this set of the run's split, with the truth written beside it")
-    parser.add_argument("--format", choices=FORMATS, default="anndata",
+    parser.add_argument("--format", choices=FORMATS,
                         help="anndata: one row per query (mean); cell-eval: cells in cell-eval's layout; "
-                             "csv: one row per query")
+                             "csv: one row per query (default: csv for an --out ending in .csv, else anndata)")
     parser.add_argument("--cells-per-perturbation", type=int, metavar="N",
                         help="predict N cells per perturbation, from N control cells drawn at random (seed 0): "
                              "with --split, instead of one per cell of the set; with --perturbations, instead of "
@@ -43,6 +43,7 @@ def run(options) -> int:
         checked_cell_count(options.cells_per_perturbation)  # before the run is loaded
     if options.baseline is not None and options.split is None:
         raise ValueError("--baseline writes a baseline's cells of a split: give --split too")
+    options.format = output_format(options.format, Path(options.out))
     saved = open_run(options.run, options.overrides)
     gears = saved.gears
     if options.split is not None:
@@ -56,6 +57,21 @@ def run(options) -> int:
         gears.predict(queries, return_type=options.format, **drawn).write_h5ad(out)
     print(f"predictions for {len(queries)} perturbation(s) written to {out}")
     return 0
+
+
+def output_format(given: str | None, out: Path) -> str:
+    """The format of ``--out``: the one given, else csv for a ``.csv`` file and anndata for
+    any other; a format its file's suffix contradicts (an AnnData written as .csv, a table as
+    .h5ad) is refused, before the run is loaded."""
+    table = out.suffix.lower() == ".csv"
+    if given is None:
+        return "csv" if table else "anndata"
+    if (given == "csv") != table:
+        wanted = ".csv" if given == "csv" else ".h5ad"
+        raise ValueError(f"--format {given} writes {'a table' if given == 'csv' else 'an AnnData (HDF5)'}, but --out "
+                         f"{out} ends in {out.suffix or 'no suffix'}: name the file *{wanted}, or give the format "
+                         "its name says")
+    return given
 
 
 def _predict_split(options, gears, linear_baseline_screen: str | None) -> int:
