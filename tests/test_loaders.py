@@ -279,3 +279,20 @@ def test_the_shuffled_shards_are_distributed_samplers(n, world_size):
             ours.set_epoch(epoch)
             theirs.set_epoch(epoch)
             assert ours.positions().tolist() == list(theirs) and len(ours) == len(theirs)
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+    ({"batch_size": "32"}, "batch_size must be a positive integer, got '32'"),
+    ({"batch_size": 8, "test_batch_size": 0}, "test_batch_size must be a positive integer, got 0"),
+    ({"batch_size": 8, "seed": -1}, "seed must be a non-negative integer, got -1"),
+    ({"batch_size": 8, "num_workers": 1.5}, "num_workers must be a non-negative integer, got 1.5"),
+    ({"batch_size": 8, "resample_controls": "yes"}, "resample_controls must be True or False, got 'yes'"),
+])
+def test_get_dataloader_names_a_bad_loader_option_and_keeps_the_loaders_it_had(toy, given, message):
+    """The published entry checks what it is given (``check_loader_options``, the one check the
+    training options use too), before it replaces any loader."""
+    before = toy.get_dataloader(16)
+    with pytest.raises(ValueError, match=message):
+        toy.get_dataloader(**given)
+    assert toy.dataloader is before and toy.loader_options["batch_size"] == 16

@@ -5,8 +5,10 @@ rank it starts calls it again.
 The checkers are counted in every process: in this one by patching them, in the spawned
 ranks by a ``sitecustomize`` module that patches them as each rank's interpreter starts.
 The checkers: ``check_device_request`` (``gpu_ids``, ``n_gpus``, ``cpu_processes``) or, for
-``GEARS``, ``checked_device``; ``TrainingOptions.check`` (``batch_size``, ``amp`` and the
-other training options); ``ModelOptions.check`` (``model_config``); ``check_save_path``.
+``GEARS``, ``checked_device``; ``TrainingOptions.check`` (``amp`` and the other training
+options); ``check_loader_options`` (``batch_size`` and the other loader options, which
+``TrainingOptions.check`` and ``PertData.get_dataloader`` hand to it); ``ModelOptions.check``
+(``model_config``); ``check_save_path``.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ def instrument(path, setattr=setattr):
     """Make each checker append its name and this process's id to ``path`` when called."""
     import gears_ddp.distributed.launcher, gears_ddp.distributed.replicates, gears_ddp.train_distributed  # noqa
     import gears_ddp.distributed.launch, gears_ddp.cli.train  # noqa
+    from gears_ddp.data import loaders
     from gears_ddp.model.options import ModelOptions
     from gears_ddp.runtime import devices
     from gears_ddp.training import options
@@ -51,7 +54,7 @@ def instrument(path, setattr=setattr):
     setattr(ModelOptions, "check", counted("model_config", ModelOptions.check))
     setattr(options.TrainingOptions, "check", counted("training_options", options.TrainingOptions.check))
     for name, original in (("save_path", options.check_save_path), ("gpu_ids", devices.check_device_request),
-                           ("device", devices.checked_device)):
+                           ("device", devices.checked_device), ("batch_size", loaders.check_loader_options)):
         checker = counted(name, original)
         for module in list(sys.modules.values()):  # every module that imported it by name
             if getattr(module, "__name__", "").startswith("gears_ddp") \\
@@ -62,7 +65,7 @@ def instrument(path, setattr=setattr):
 if os.environ.get("{COUNTS_VARIABLE}"):
     instrument(os.environ["{COUNTS_VARIABLE}"])
 '''
-ONCE = {"training_options": 1, "model_config": 1, "save_path": 1}
+ONCE = {"training_options": 1, "batch_size": 1, "model_config": 1, "save_path": 1}
 SPLIT = {"split": "simulation", "seed": 1}
 
 

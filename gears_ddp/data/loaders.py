@@ -26,6 +26,7 @@ import math
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from gears_ddp._options import is_int
 from gears_ddp.data.cells import CellTable, PertBatch
 from gears_ddp.data.perturbation_sets import epoch_perturbation_sets, set_keys
 
@@ -187,13 +188,29 @@ class ShuffledShardSampler(Sampler):
         return self.per_rank
 
 
+LOADER_SMALLEST = {"batch_size": 1, "test_batch_size": 1, "num_workers": 0, "seed": 0}
+
+
+def check_loader_options(options: dict, name=str) -> None:
+    """The one check of the loader options, ``get_dataloader``'s, which ``GEARS.train`` and
+    ``train_multi_gpu`` take under the same names: ``batch_size`` and ``test_batch_size``
+    positive integers, ``num_workers`` and ``seed`` non-negative ones, ``resample_controls``
+    True or False. ``name(key)``: the option as the caller wrote it; keys left out (or None
+    for ``test_batch_size``, which is then ``batch_size``) are not checked."""
+    for key, smallest in LOADER_SMALLEST.items():
+        value = options.get(key, 1)
+        if not (is_int(value) and value >= smallest) and not (key == "test_batch_size" and value is None):
+            raise ValueError(f"{name(key)} must be a {'positive' if smallest else 'non-negative'} integer, "
+                             f"got {value!r}")
+    if not isinstance(options.get("resample_controls", False), bool):
+        raise ValueError(f"{name('resample_controls')} must be True or False, got {options['resample_controls']!r}")
+
+
 class CellLoader:
     """Batches of a ``PairedCellDataset`` in its sampler's order (an iterable, like a DataLoader)."""
 
     def __init__(self, dataset: PairedCellDataset, batch_size: int, sampler: Sampler, drop_last: bool,
                  num_workers: int = 0, pin_memory: bool = False):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         self.dataset = dataset
         self.batch_size = batch_size
         self.sampler = sampler

@@ -29,7 +29,7 @@ from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.data.expression_map import DTYPES
 from gears_ddp.data.go_files import GENE2GO_FILE
 from gears_ddp.data.graphs import GeneGraph
-from gears_ddp.data.loaders import build_loaders
+from gears_ddp.data.loaders import build_loaders, check_loader_options
 from gears_ddp.data.screen_report import ScreenReport
 from gears_ddp.data.splits import cells_of_sets
 from gears_ddp.data.vocabulary import VocabularySource, cells_in_vocabulary
@@ -141,17 +141,10 @@ class PertData:
           ``data_path`` from (``go_files``), in place of those there: the screen is checked
           against it, and the GO files are written with the processed file, all or none.
 
-        Without ``normalize``, ``adata`` gains the processed columns in place; with it,
-        ``adata`` keeps its counts, and its cells are normalised a block at a time as the
-        processed file is written. Either way the expression is read a block of cells at a
-        time, from memory or from the file of a backed ``adata``
-        (``anndata.read_h5ad(path, backed='r')``), so a screen larger than memory can be
-        processed. An existing processed file is only replaced with ``overwrite=True``; split
-        and graph caches in the folder are removed. Every check that can refuse the screen
-        runs before a file is written, but those of raw counts (with ``normalize``), which are
-        read once, as they are written; the files written are renamed into place together
-        once all are complete, so a refused screen, or one interrupted, leaves the disk as it
-        was.
+        An existing processed file is only replaced with ``overwrite=True``. The expression is
+        read a block of cells at a time (a backed ``adata`` too: a screen larger than memory),
+        and a refused or interrupted screen leaves the disk as it was
+        (``processed_dataset.processed_dataset`` says how).
         """
         if adata is None:
             raise ValueError("new_data_process needs the raw AnnData as `adata`")
@@ -322,6 +315,16 @@ class PertData:
         ``num_workers`` defaults to 0 because a batch is one in-memory gather; worker
         processes would only add copies between processes.
         """
+        check_loader_options({"batch_size": batch_size, "test_batch_size": test_batch_size, "seed": seed,
+                              "num_workers": num_workers, "resample_controls": resample_controls})
+        return self.use_loaders(batch_size, test_batch_size, world_size, rank, num_workers, pin_memory, seed,
+                                resample_controls)
+
+    def use_loaders(self, batch_size: int, test_batch_size: int | None = None, world_size: int = 1, rank: int = 0,
+                    num_workers: int = 0, pin_memory: bool = False, seed: int = 0,
+                    resample_controls: bool = False) -> dict:
+        """``get_dataloader_distributed`` of options checked where they came in (a training
+        run's: ``TrainingOptions``), so not again."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before asking for loaders or graphs")
         set2cells = cells_of_sets(self.cells, self.set2conditions, self.split)

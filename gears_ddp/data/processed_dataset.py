@@ -75,6 +75,16 @@ def processed_dataset(adata: anndata.AnnData, folder: Path, *, normalize: bool, 
     (``cells_to_keep`` of the screen, asked once its cheap checks have passed and before
     anything is written).
 
+    Without ``normalize``, ``adata`` gains the processed columns in place; with it, ``adata``
+    keeps its counts, and its cells are normalised a block at a time as the processed file
+    is written. Either way the expression is read a block of cells at a time, from memory or
+    from the file of a backed ``adata`` (``anndata.read_h5ad(path, backed='r')``), so a screen
+    larger than memory can be processed. Split and graph caches in the folder are removed.
+    Every check that can refuse the screen runs before a file is written, but those of raw
+    counts (with ``normalize``), which are read once, as they are written; the files written
+    are renamed into place together once all are complete, so a refused screen, or one
+    interrupted, leaves the disk as it was.
+
     ``normalize``: ``adata`` holds raw counts, normalised a block at a time as the file is
     written, and checked then (``n_top_genes``: keep that many highly variable genes and
     the perturbed ones); else ``adata`` gains the processed columns in place and its

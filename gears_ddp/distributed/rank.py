@@ -163,9 +163,9 @@ def train_rank(pert_data, args: TrainingArgs, device: torch.device, ranks: Proce
     checked before, and the training from ``resume``."""
     with clock.phase("rank start-up"):
         torch.manual_seed(args.seed)
-        pert_data.get_dataloader_distributed(args.batch_size, args.test_batch_size, ranks.world_size, ranks.rank,
-                                             args.num_workers, pin_memory=device.type == "cuda", seed=args.seed,
-                                             resample_controls=args.resample_controls)
+        pert_data.use_loaders(args.batch_size, args.test_batch_size, ranks.world_size, ranks.rank,
+                              args.num_workers, pin_memory=device.type == "cuda", seed=args.seed,
+                              resample_controls=args.resample_controls)
         gears = GEARS(pert_data, device=device)
         gears.build_model(args.model_options())
     return gears.train_with(args, ranks, clock, resume)

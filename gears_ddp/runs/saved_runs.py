@@ -41,7 +41,7 @@ def open_run(folder, overrides: Sequence[str] = ()) -> SavedRun:
     args = run.args
     pert_data = load_dataset(run.pert_data_path, run.dataset_name, **args.pert_data_options())
     pert_data.prepare_split(**run.split.options)
-    pert_data.get_dataloader(batch_size=args.batch_size, test_batch_size=args.test_batch_size, seed=args.seed)
+    pert_data.use_loaders(args.batch_size, args.test_batch_size, seed=args.seed)
     gears = GEARS(pert_data, device=cuda_or_cpu())
     gears.load_pretrained(folder)
     return SavedRun(gears, run)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gears_ddp._options import Options, is_int, is_number, option, option_name
 from gears_ddp.data.io import file_in_the_way
+from gears_ddp.data.loaders import check_loader_options
 
 AMP_MODES = ("off", "fp16", "bf16")
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -91,11 +92,12 @@ class TrainingOptions(Options):
                                  f"scored as it is), got {self.epochs!r}")
         elif not (is_int(self.epochs) and self.epochs >= 1):
             raise ValueError(f"{name('epochs')} must be a positive integer, got {self.epochs!r}")
-        for key in ("max_steps", "grad_accum_steps", "batch_size", "test_batch_size", "keep_checkpoints"):
+        check_loader_options(self.loader_options(), name)  # the loader options' one check, the loaders' own
+        for key in ("max_steps", "grad_accum_steps", "keep_checkpoints"):
             value = getattr(self, key)
             if value is not None and not (is_int(value) and value >= 1):
                 raise ValueError(f"{name(key)} must be a positive integer, got {value!r}")
-        for key in ("num_workers", "checkpoint_every", "checkpoint_every_steps", "warmup_steps", "seed"):
+        for key in ("checkpoint_every", "checkpoint_every_steps", "warmup_steps"):
             value = getattr(self, key)
             if value is not None and not (is_int(value) and value >= 0):
                 raise ValueError(f"{name(key)} must be a non-negative integer, got {value!r}")
@@ -107,7 +109,7 @@ class TrainingOptions(Options):
             if not is_number(value) or value < 0 or (key == "lr" and value == 0):
                 raise ValueError(f"{name(key)} must be a {'positive' if key == 'lr' else 'non-negative'} "
                                  f"number, got {value!r}")
-        for key in ("resample_controls", "sync_batchnorm", "fused_decoder", "compile", "cuda_graphs", "deterministic"):
+        for key in ("sync_batchnorm", "fused_decoder", "compile", "cuda_graphs", "deterministic"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name(key)} must be True or False, got {value!r}")

@@ -52,7 +52,7 @@ def loaders_for(pert_data, options: TrainingOptions, device) -> dict:
     built = pert_data.loader_options
     wanted = {**built, **options.loader_options(), "pin_memory": device.type == "cuda"}
     if wanted != built:
-        pert_data.get_dataloader_distributed(**wanted)
+        pert_data.use_loaders(**wanted)
     return pert_data.dataloader
 
 
