@@ -198,11 +198,12 @@ def check_loader_options(options: dict, name=str) -> None:
     True or False. ``name(key)``: the option as the caller wrote it; keys left out (or None
     for ``test_batch_size``, which is then ``batch_size``) are not checked."""
     for key, smallest in LOADER_SMALLEST.items():
-        value = options.get(key, 1)
-        if not (is_int(value) and value >= smallest) and not (key == "test_batch_size" and value is None):
+        if key not in options or (key == "test_batch_size" and options[key] is None):
+            continue
+        if not (is_int(options[key]) and options[key] >= smallest):
             raise ValueError(f"{name(key)} must be a {'positive' if smallest else 'non-negative'} integer, "
-                             f"got {value!r}")
-    if not isinstance(options.get("resample_controls", False), bool):
+                             f"got {options[key]!r}")
+    if "resample_controls" in options and not isinstance(options["resample_controls"], bool):
         raise ValueError(f"{name('resample_controls')} must be True or False, got {options['resample_controls']!r}")
 
 
