@@ -119,7 +119,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.child import run_in_child
+from harness.child import quiet, run_in_child
 from harness.memory import peak_rss_mib, status_mib
 from harness.published import patch_csr_indexing, published_test_figures, reference_available
 from harness.record import add_json_argument, add_record_argument, recorded, write_figures
@@ -316,7 +316,7 @@ def measured_run(impl: str, raw: str, options: dict) -> dict:
         if impl == "ours":
             result = run_ours(Path(raw), folder, args)
         else:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with quiet():
                 result = run_reference(Path(raw), folder, args)
     result["peak_rss_mib"] = peak_rss_mib()
     result["peak_above_imports_mib"] = result["peak_rss_mib"] - import_rss

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The GPU check in one command: on one H100 or H200 in at most 7 minutes, the most valuable
+# The GPU check in one command: on one H100 or H200, in two calls of at most 7 minutes, the most valuable
 # figures first: the demo through NCCL (does its step replay?), the published GEARS side by
 # side, epochs at Norman size, a torchrun job resumed from its GPU checkpoint, the replayed
 # step's top kernels (torch.profiler), the suite's CUDA tests, then fp16 and batch 256, a
 # step at 18,000 genes and a 5,151-pair screen; one archive of logs and JSON.
 #
 #     bash benchmarks/gpu_check.sh [--small]        every stage; the archive gpu_check.tar.gz
+#     bash benchmarks/gpu_check.sh --stages tests,published   these stages only (environment
+#                                                   and wheels always run first)
 #     bash benchmarks/gpu_check.sh --download-wheels  the wheels the GPU machine lacks, into .whl/
 #
 # --small runs the same stages at small sizes on a CPU, its OpenMP threads waiting passively
@@ -22,11 +24,20 @@
 # as wheels), from the repository root:
 #
 #     here, once:   bash benchmarks/gpu_check.sh --download-wheels      (.whl/ is ignored by git)
-#     device tool:  run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=540)
+#     device tool:  run(command="bash benchmarks/gpu_check.sh --stages ...", carry=[".whl"], timeout_s=480)
 #
 # and the reply's files are gpu_check.tar.gz and summary.json (at most 8 files come back;
-# everything else is inside the archive). The machine's start adds a minute or two, so a
-# task's 15 minutes of device time hold one run: give the machine back after it.
+# everything else is inside the archive). All the stages' budgets together (about 13
+# minutes) are more than one call may take (10 minutes) and than a task's 15 minutes of
+# device time hold beside the machine's start: run them in two calls, in two sessions where
+# one has too little time left, each giving the machine back after it:
+#
+#     --stages demo,published,tests                          (at most 6.6 minutes)
+#     --stages epoch,resume,profile,precision,width,screen   (at most 6.9 minutes)
+#
+# Each benchmark's child processes (bench_model.py's two sides, say) write their output
+# to files under children/ in the archive as they run (BENCH_CHILD_LOGS), so a stage cut
+# short still shows how far each got.
 # benchmarks/RESULTS.md says how its figures are recorded.
 #
 # The GPU machine's image has torch with CUDA, torch-geometric, numpy, scipy, scikit-learn,
@@ -47,41 +58,42 @@ WHEELS=(
 )
 #
 # Stages, in order, each with its budget in seconds (a stage that ends early leaves the
-# seconds it did not use to the stages after it, so together they take at most the sum, 405 s,
-# and a slow stage cannot eat the others' own budgets; --small gives each 300 s, which on a
+# seconds it did not use to the stages after it, so together they take at most the sum of
+# those chosen, and a slow stage cannot eat the others' own budgets; --small gives each 300 s, which on a
 # CPU only stops a stage that hangs). A stage that fails or runs out of time is recorded
 # with its exit status (124: out of time) and the next one runs; the benchmarks write their
 # JSON after each row, so a stage cut short keeps the rows it finished. The budgets come from
-# the stage times of the previous check on an H200 (the check at e70ae5b, whose stages mostly
-# ran out of time) with a margin, where the replayed step does not change them; where it
-# does (demo, epoch) from their targets with a margin of about 1.5x.
+# the check of 2026-11-28 on an H200 (demo 43 s; tests 64 of them in 57 s; epoch's fp32 rows
+# in 46 s, precision's first row in 30 s; the others cut short at budgets that were too
+# small) with a margin of about 1.5x; published from the published GEARS's 50 s train()
+# there earlier, its data processing and model set-up, and gears_ddp's side before it.
 #
 #   environment  10  nvidia-smi; Python, torch, CUDA, cuDNN, NCCL, the GPU        env.json
-#   wheels       20  install .whl/ (if any); their versions, read from their metadata
+#   wheels       25  install .whl/ (if any); their versions, read from their metadata
 #                    (importing scanpy's numba code took 20 s of the first run's 42)  wheels.json
 #   data        240  beside the next stages, on a few CPU cores: the datasets of epoch
 #                    (also the profile's), width and screen (their scripts' --data-only)
-#   demo         45  gears-ddp demo as it comes, through NCCL, timed end to end; whether its
+#   demo         60  gears-ddp demo as it comes, through NCCL, timed end to end; whether its
 #                    steps replayed, from its log (--small: 1 epoch)        demo_report.json
-#   published    75  benchmarks/bench_model.py on the GPU: one epoch of 18,000 cells x 2,000
+#   published   200  benchmarks/bench_model.py on the GPU: one epoch of 18,000 cells x 2,000
 #                    genes, the published GEARS beside gears_ddp (no published GEARS: gears_ddp
 #                    alone, said so)                                             published.json
-#   epoch        45  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes),
+#   epoch        75  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes),
 #                    CUDA graphs, batch 32, fp32 and bf16, 2 epochs each (the second timed)
 #                                                                          epoch_graphs.json
-#   resume       40  benchmarks/bench_resume.py: a torchrun job stopped after 30 steps,
+#   resume       75  benchmarks/bench_resume.py: a torchrun job stopped after 30 steps,
 #                    then resumed from its checkpoint (resume/: both jobs' logs)  resume.json
-#   profile      40  benchmarks/bench_step_profile.py on the epoch's data: the replayed
+#   profile      60  benchmarks/bench_step_profile.py on the epoch's data: the replayed
 #                    step's top kernels, its time and its products' floor, compile off and
 #                    on (inductor's fused kernels under the graph)             profile.json
-#   tests        55  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
+#   tests       100  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
 #                    pytest-xdist is there); --small: the CPU cases of the CUDA-graph and
 #                    padded-set tests                                               tests.xml
-#   precision    30  bench_epoch.py as above: fp16 at batch 32, then fp32 and bf16 at 256
+#   precision    75  bench_epoch.py as above: fp16 at batch 32, then fp32 and bf16 at 256
 #                                                          epoch_fp16.json, epoch_256.json
-#   width        25  benchmarks/bench_width.py on the GPU at 18,000 genes, gears_ddp alone,
+#   width        45  benchmarks/bench_width.py on the GPU at 18,000 genes, gears_ddp alone,
 #                    fp32 and bf16 steps                                             width.json
-#   screen       20  benchmarks/bench_screen.py: 102 genes' 5,151 pairs on GPU 0   screen.json
+#   screen       45  benchmarks/bench_screen.py: 102 genes' 5,151 pairs on GPU 0   screen.json
 set -uo pipefail  # no -e: a failed stage is recorded and the next one runs
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
@@ -91,8 +103,9 @@ WHEEL_DIR=${GPU_CHECK_WHEELS:-$REPO/.whl}
 BENCH=$REPO/benchmarks
 
 STAGES=(environment wheels demo published epoch resume profile tests precision width screen)
-declare -A BUDGET=([environment]=10 [wheels]=20 [data]=240 [demo]=45 [published]=75 [epoch]=45 [resume]=40
-                   [profile]=40 [tests]=55 [precision]=30 [width]=25 [screen]=20)
+declare -A BUDGET=([environment]=10 [wheels]=25 [data]=240 [demo]=60 [published]=200 [epoch]=75 [resume]=75
+                   [profile]=60 [tests]=100 [precision]=75 [width]=45 [screen]=45)
+DATA_STAGES=" epoch profile precision width screen "  # the stages that read the data stage's datasets
 SMALL_BUDGET=300
 MIN_LIMIT=10  # the least time a stage is given, even when those before it overran
 
@@ -189,7 +202,8 @@ stage_tests() {
         workers=(-n "${GPU_CHECK_TEST_WORKERS:-8}")
         export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
     fi
-    GEARS_DDP_TEST_DEVICES=cuda "$PYTHON" -m pytest "${common[@]}" "${workers[@]}" -k cuda \
+    # a failing torch.compile prints dynamo's whole stack (TORCHDYNAMO_VERBOSE)
+    TORCHDYNAMO_VERBOSE=1 GEARS_DDP_TEST_DEVICES=cuda "$PYTHON" -m pytest "${common[@]}" "${workers[@]}" -k cuda \
         --ignore tests/test_gpu_check.py tests/
 }
 
@@ -347,15 +361,42 @@ finish() {  # the summary and the archive, whatever happened before; exit 1 if a
     exit "$status"
 }
 
+choose_stages() {  # choose_stages "a,b c": STAGES becomes environment, wheels and those, in STAGES's order
+    local asked=" ${1//,/ } " stage chosen=(environment wheels)
+    for stage in $asked; do
+        if [[ " ${STAGES[*]} " != *" $stage "* ]]; then
+            echo "gpu_check.sh: no stage '$stage'; the stages: ${STAGES[*]}" >&2
+            return 2
+        fi
+    done
+    for stage in "${STAGES[@]:2}"; do
+        if [[ $asked == *" $stage "* ]]; then chosen+=("$stage"); fi
+    done
+    STAGES=("${chosen[@]}")
+}
+
+reads_data() {  # whether a chosen stage reads the data stage's datasets
+    local stage
+    for stage in "${STAGES[@]}"; do
+        if [[ $DATA_STAGES == *" $stage "* ]]; then return 0; fi
+    done
+    return 1
+}
+
 main() {
     SMALL=0
-    case ${1:-} in
-        --small) SMALL=1 ;;
-        --download-wheels) download_wheels; exit ;;
-        -h|--help) usage; exit 0 ;;
-        "") ;;
-        *) usage >&2; exit 2 ;;
-    esac
+    local chosen=""
+    while (( $# )); do
+        case $1 in
+            --small) SMALL=1 ;;
+            --stages) chosen=${2:-}; shift; if [[ -z $chosen ]]; then usage >&2; exit 2; fi ;;
+            --download-wheels) download_wheels; exit ;;
+            -h|--help) usage; exit 0 ;;
+            *) usage >&2; exit 2 ;;
+        esac
+        shift
+    done
+    if [[ -n $chosen ]]; then choose_stages "$chosen" || exit 2; fi
     if [[ -z ${GPU_CHECK_WORK:-} ]]; then
         GPU_CHECK_WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
         REMOVE_WORK=1
@@ -363,6 +404,7 @@ main() {
     export SMALL PYTHON REPO BENCH WHEEL_DIR
     export WORK=$GPU_CHECK_WORK RESULTS=$GPU_CHECK_WORK/gpu_check SITE=$GPU_CHECK_WORK/site
     export PYTHONPATH=$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+    export BENCH_CHILD_LOGS=$RESULTS/children  # each benchmark child's output, as it runs
     if (( SMALL )); then  # on a small shared CPU, OpenMP threads that spin while they wait cost the most
         export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
     fi
@@ -376,9 +418,9 @@ main() {
     trap 'exit 130' INT TERM
     echo "GPU check$( (( SMALL )) && echo ', small') on $DEVICE; work folder $WORK; archive to $DEST"
     for stage in "${STAGES[@]}"; do
-        if [[ $stage == epoch ]]; then wait_for_data; fi  # the data stage started after the wheels
+        if [[ $DATA_STAGES == *" $stage "* ]]; then wait_for_data; fi  # started after the wheels
         run_stage "$stage"
-        if [[ $stage == wheels ]]; then start_data; fi
+        if [[ $stage == wheels ]] && reads_data; then start_data; fi
     done
     exit 0  # finish (the EXIT trap) sets the status
 }

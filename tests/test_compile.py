@@ -87,6 +87,43 @@ def test_a_compiled_network_is_captured_and_its_replayed_steps_train_as_its_eage
     assert replayed == eager
 
 
+def _gpu_losses(pert_data, device, compile: bool, monkeypatch) -> tuple[list[float], object]:
+    """``GEARS.train(compile=...)`` on ``device`` as a user runs it (inductor, CUDA graphs):
+    the step losses and the model the steps ran."""
+    seen = []
+
+    def recorded(model, *args, **kwargs):
+        seen.append(model)
+        for loss in optimizer_steps(model, *args, **kwargs):
+            seen.append(float(loss))
+            yield loss
+    monkeypatch.setattr(recipe, "optimizer_steps", recorded)
+    pert_data.get_dataloader(32, test_batch_size=64)
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    gears = GEARS(pert_data, device=str(device))
+    gears.model_initialize(hidden_size=32)
+    gears.train(epochs=2, compile=compile, lr=2.0 ** -10)
+    return seen[1:], seen[0]
+
+
+@pytest.mark.slow
+def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu(toy, device, monkeypatch,
+                                                                                  caplog):
+    """On a GPU, inductor's code and a real CUDA graph: the compiled network's steps are
+    replayed, and their losses are the eager network's (replayed too) to 1e-3 (the kernels
+    add in other orders)."""
+    if device.type != "cuda":
+        pytest.skip("inductor's CUDA kernels under a CUDA graph need a GPU (the CPU proof: the test above)")
+    caplog.set_level("INFO", logger="gears_ddp")
+    compiled, compiled_model = _gpu_losses(toy, device, True, monkeypatch)
+    assert isinstance(compiled_model, torch._dynamo.eval_frame.OptimizedModule)
+    assert "training steps replay a CUDA graph from optimiser step" in caplog.text
+    eager, _ = _gpu_losses(toy, device, False, monkeypatch)
+    assert len(compiled) == len(eager) > 8
+    np.testing.assert_allclose(compiled, eager, rtol=1e-3)
+
+
 def test_compile_is_a_boolean_option():
     assert TrainingOptions.from_dict({}).compile is False
     with pytest.raises(ValueError, match=r"args\['compile'\] must be True or False"):

@@ -82,9 +82,9 @@ def _rounding_noise(gears, batches, amp) -> dict[str, torch.Tensor]:
     it: ``emb_trans_v2.network.0.bias`` has a gradient of 3.6e-15 in float64 and 1.9e-6 in
     float32), and Adam turns any of it into a step of up to ``ADAM_STEP_BOUND`` learning rates."""
     network = copy.deepcopy(gears.model).cpu().double().train()
-    context = gears.loss_context()
-    context = type(context)(context.retained_genes, context.ctrl_mean.double(), context.direction_lambda,
-                            context.uncertainty_reg)
+    context = gears.loss_context()  # on the model's device: moved to the CPU, as the network and batches
+    context = type(context)(context.retained_genes.cpu(), context.ctrl_mean.cpu().double(),
+                            context.direction_lambda, context.uncertainty_reg)
     smallest, largest = {}, 0.0
     for batch in batches:
         network.zero_grad(set_to_none=True)

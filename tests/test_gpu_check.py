@@ -26,11 +26,36 @@ def _budgets() -> dict[str, int]:
     return {name: int(seconds) for name, seconds in re.findall(r"\[(\w+)\]=(\d+)", declared)}
 
 
-def test_the_stages_in_turn_fit_in_seven_minutes():
+def _documented_calls() -> list[set[str]]:
+    """The stages of each device call the script's header gives (``--stages a,b,c`` lines)."""
+    return [set(names.split(",")) for names in
+            re.findall(r"^#\s+--stages ([\w,]+)\s", SCRIPT.read_text(encoding="utf-8"), re.MULTILINE)]
+
+
+def test_the_documented_calls_cover_every_stage_and_each_fits_in_seven_minutes():
     budgets = _budgets()
     assert set(budgets) == STAGES
-    # the data stage runs beside the first stages; the others one after another, then the archive
-    assert sum(seconds for name, seconds in budgets.items() if name != "data") <= SEVEN_MINUTES - 15
+    calls = _documented_calls()
+    assert len(calls) == 2 and set.union(*calls) == STAGES - {"environment", "wheels", "data"}
+    for chosen in calls:  # environment and wheels run in each; the data stage beside the others
+        assert sum(budgets[name] for name in chosen | {"environment", "wheels"}) <= SEVEN_MINUTES - 15, chosen
+
+
+def _small_check(folder: Path, *options: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "OUT": str(folder / "out"), "GPU_CHECK_WORK": str(folder / "work"),
+                   "GPU_CHECK_WHEELS": str(folder / "no-wheels"), "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(SCRIPT), "--small", *options], cwd=folder, env=environment,
+                          capture_output=True, text=True, timeout=1500)
+
+
+def test_stages_chosen_run_alone_after_the_environment_and_an_unknown_one_is_refused(tmp_path):
+    done = _small_check(tmp_path, "--stages", "tests")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [stage["stage"] for stage in summary["stages"]] == ["environment", "wheels", "tests"]
+    refused = _small_check(tmp_path / "again", "--stages", "tests,epochs")
+    assert refused.returncode == 2 and "no stage 'epochs'" in refused.stderr
+    assert not (tmp_path / "again" / "out").exists()
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +63,7 @@ def small_run(tmp_path_factory):
     """The small check run once: (its completed process, the archive's extracted folder, $OUT)."""
     folder = tmp_path_factory.mktemp("gpu_check")
     out = folder / "out"
-    environment = {**os.environ, "OUT": str(out), "GPU_CHECK_WORK": str(folder / "work"),
-                   "GPU_CHECK_WHEELS": str(folder / "no-wheels"), "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(SCRIPT), "--small"], cwd=folder, env=environment, capture_output=True,
-                          text=True, timeout=1500)
+    done = _small_check(folder)
     extracted = folder / "extracted"
     if (out / "gpu_check.tar.gz").exists():
         with tarfile.open(out / "gpu_check.tar.gz") as archive:
@@ -98,6 +120,9 @@ def test_the_archive_holds_each_stage_s_figures(small_run):
     assert screen["pairs"] == 45 and screen["pairs_per_s"] > 0  # 10 genes
     published = _json(results, "published.json")
     assert published["gears_ddp"]["epoch"] > 0
+    # each benchmark child's own output, as it ran (BENCH_CHILD_LOGS): gears_ddp's side of
+    # the published stage ends with its timing line
+    assert "where the time went:" in (results / "children" / "ours.log").read_text()
     assert published["published"] is not None if published["published_installed"] else "not installed" in \
         (results / "published.log").read_text()
 
