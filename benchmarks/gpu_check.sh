@@ -33,7 +33,7 @@
 # one has too little time left, each giving the machine back after it:
 #
 #     --stages demo,published,tests                          (at most 6.6 minutes)
-#     --stages epoch,resume,profile,precision,width,screen   (at most 6.9 minutes)
+#     --stages epoch,resume,profile,precision,width,screen   (at most 6.8 minutes)
 #
 # Each benchmark's child processes (bench_model.py's two sides, say) write their output
 # to files under children/ in the archive as they run (BENCH_CHILD_LOGS), so a stage cut
@@ -89,7 +89,7 @@ WHEELS=(
 #   tests       100  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
 #                    pytest-xdist is there); --small: the CPU cases of the CUDA-graph and
 #                    padded-set tests                                               tests.xml
-#   precision    75  bench_epoch.py as above: fp16 at batch 32, then fp32 and bf16 at 256
+#   precision    70  bench_epoch.py as above: fp16 at batch 32, then fp32 and bf16 at 256
 #                                                          epoch_fp16.json, epoch_256.json
 #   width        45  benchmarks/bench_width.py on the GPU at 18,000 genes, gears_ddp alone,
 #                    fp32 and bf16 steps                                             width.json
@@ -104,7 +104,7 @@ BENCH=$REPO/benchmarks
 
 STAGES=(environment wheels demo published epoch resume profile tests precision width screen)
 declare -A BUDGET=([environment]=10 [wheels]=25 [data]=240 [demo]=60 [published]=200 [epoch]=75 [resume]=75
-                   [profile]=60 [tests]=100 [precision]=75 [width]=45 [screen]=45)
+                   [profile]=60 [tests]=100 [precision]=70 [width]=45 [screen]=45)
 DATA_STAGES=" epoch profile precision width screen "  # the stages that read the data stage's datasets
 SMALL_BUDGET=300
 MIN_LIMIT=10  # the least time a stage is given, even when those before it overran

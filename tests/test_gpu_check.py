@@ -53,6 +53,7 @@ def test_stages_chosen_run_alone_after_the_environment_and_an_unknown_one_is_ref
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [stage["stage"] for stage in summary["stages"]] == ["environment", "wheels", "tests"]
+    (tmp_path / "again").mkdir()
     refused = _small_check(tmp_path / "again", "--stages", "tests,epochs")
     assert refused.returncode == 2 and "no stage 'epochs'" in refused.stderr
     assert not (tmp_path / "again" / "out").exists()
