@@ -109,12 +109,21 @@ def _gpu_losses(pert_data, device, compile: bool, monkeypatch) -> tuple[list[flo
 
 @pytest.mark.slow
 def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu(toy, device, monkeypatch,
-                                                                                  caplog):
+                                                                                  caplog, request):
     """On a GPU, inductor's code and a real CUDA graph: the compiled network's steps are
     replayed, and their losses are the eager network's (replayed too) to 1e-3 (the kernels
-    add in other orders)."""
+    add in other orders).
+
+    Known to fail on an H200 (GPU check of 2026-11-28, torch 2.11): inductor's AOTAutograd
+    trace of the network's graph after the embedding renormalisation raises "element 2 of
+    tensors does not require grad" in its first warm-up step; on a CPU the same training
+    (inductor or aot_eager, stand-in graphs, the accelerator's piece sizes) compiles and
+    trains. Marked as an expected failure of that error alone, strict, so that the check
+    that no longer fails says so (benchmarks/RESULTS.md, the GPU check of 2026-11-28)."""
     if device.type != "cuda":
         pytest.skip("inductor's CUDA kernels under a CUDA graph need a GPU (the CPU proof: the test above)")
+    request.applymarker(pytest.mark.xfail(raises=torch._dynamo.exc.BackendCompilerFailed, strict=True,
+                                          reason="compile=True fails on CUDA in AOTAutograd (see the docstring)"))
     caplog.set_level("INFO", logger="gears_ddp")
     compiled, compiled_model = _gpu_losses(toy, device, True, monkeypatch)
     assert isinstance(compiled_model, torch._dynamo.eval_frame.OptimizedModule)

@@ -111,7 +111,8 @@ def _assert_trained_alike_on_a_gpu(got, expected, start, noise, learning_rates, 
     for name, noisy in noise.items():
         value, expected_value = weights[name], expected_weights[name]
         assert not torch.equal(value, start[name]), f"{name} never changed"
-        torch.testing.assert_close(value[~noisy], expected_value[~noisy], rtol=10 * rtol, atol=1e-5, msg=name)
+        torch.testing.assert_close(value[~noisy], expected_value[~noisy], rtol=10 * rtol, atol=1e-5,
+                                   msg=lambda mismatch: f"{name}: {mismatch}")  # torch's figures kept
         if noisy.any():
             assert float((value[noisy] - expected_value[noisy]).abs().max()) <= reach, name
 

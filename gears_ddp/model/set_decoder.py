@@ -298,8 +298,9 @@ def decode_sets(genes, shifts, counts, n_cells: int, bn_pert_base, recovery_w, o
     captured (its buffers must come from the graph's own memory, which outlives their
     release), else the pass makes its own."""
     norm0, linear1, norm1, _, linear2, norm2 = bn_pert_base, *recovery_w.network
-    capturing = genes.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    keep = buffers is not None and torch.is_grad_enabled() and not torch.compiler.is_compiling() and not capturing
+    # the CUDA runtime is asked about a capture last: never while torch.compile traces this
+    keep = (buffers is not None and torch.is_grad_enabled() and not torch.compiler.is_compiling()
+            and not (genes.device.type == "cuda" and torch.cuda.is_current_stream_capturing()))
     gene_out, mean0, var0, mean1, var1, mean2, var2, cells = _SetDecoder.apply(
         genes, shifts, counts, n_cells, norm0.weight, norm0.bias, linear1.weight, linear1.bias, norm1.weight, norm1.bias,
         linear2.weight, linear2.bias, norm2.weight, norm2.bias, out_weight, out_bias, (norm0.eps, norm1.eps, norm2.eps),
