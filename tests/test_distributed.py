@@ -41,6 +41,10 @@ def test_two_ranks_end_identical_and_the_saved_model_reproduces_their_metrics(da
     assert list(report["timing"]) == ["rank start-up", "set-up", "epochs", "test", "baselines", "interactions",
                                       "report"]  # rank 0's, the last line of its log too
     assert messages[-1].startswith("where the time went: rank start-up ")
+    # a rank's start-up counts from the parent's spawn: its interpreter, imports and data too
+    started = next(r.created for r in caplog.records if r.getMessage().startswith("starting 2 cpu process(es)"))
+    ready = next(r.created for r in caplog.records if r.getMessage().startswith("2 rank(s); rank 0 on"))
+    assert report["timing"]["rank start-up"] >= ready - started > 0
     assert len(set(report["parameter_digests"])) == 1  # identical parameters and buffers on both ranks
     pert_data = PertData(data_folder)
     pert_data.load(data_path=data_folder / "toy")

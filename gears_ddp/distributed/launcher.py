@@ -19,6 +19,7 @@ ranks) is ``runtime.ranks`` and the cluster's environment ``launch_environment``
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,7 +99,7 @@ class SpawnedRanks:
         placements = local_placements(self.devices, rendezvous_port())
         logger.info("starting %d %s process(es): %s", len(self.devices), self.devices[0].type,
                     [str(device) for device in self.devices])
-        messages = spawn_workers(functools.partial(spawned_rank, resume=opening.resume),
+        messages = spawn_workers(functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
                                  (placements, opening.pert_data, run.args), len(self.devices))
         for message in messages:
             if isinstance(message, RunInterrupted):

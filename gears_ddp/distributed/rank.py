@@ -13,6 +13,7 @@ import hashlib
 import logging
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,16 +94,19 @@ def progress_bars_without_semaphores() -> None:
 
 
 def spawned_rank(local_rank: int, placements: list[Placement], pert_data, args: TrainingArgs,
-                 messages, resume=READ_FROM_OPTIONS) -> None:
+                 messages, resume=READ_FROM_OPTIONS, spawned_at: float | None = None) -> None:
     """The ``torch.multiprocessing.spawn`` target: rank ``local_rank`` of ``placements``, with
-    ``resume`` the checkpoint its parent read. Stopping on a signal or at a non-finite loss
-    (every rank stops together) is a clean exit: rank 0 tells the parent why
+    ``resume`` the checkpoint its parent read; ``spawned_at``, the parent's ``time.time()``
+    when it started the ranks, makes the process's own start (the interpreter, its imports,
+    the data it was handed) part of the rank's start-up. Stopping on a signal or at a
+    non-finite loss (every rank stops together) is a clean exit: rank 0 tells the parent why
     (``RunInterrupted``, ``RunDiverged``)."""
+    process_start = 0.0 if spawned_at is None else max(0.0, time.time() - spawned_at)
     progress_bars_without_semaphores()
     # the ranks receive the checkpoint's tensors in one shared memory: each trains on a copy of its own
     resume = copy.deepcopy(resume)
     try:
-        run_rank(placements[local_rank], pert_data, args, messages, resume)
+        run_rank(placements[local_rank], pert_data, args, messages, resume, process_start)
     except TrainingInterrupted as stop:
         if local_rank == 0:
             messages.put(RunInterrupted(str(stop), stop.signal_name, stop.checkpoint))
@@ -112,7 +116,7 @@ def spawned_rank(local_rank: int, placements: list[Placement], pert_data, args: 
 
 
 def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None,
-             resume=READ_FROM_OPTIONS) -> dict | None:
+             resume=READ_FROM_OPTIONS, process_start: float = 0.0) -> dict | None:
     """Train as one rank; returns the report on rank 0, None elsewhere.
 
     ``pert_data`` has its split prepared; ``args`` were checked, and the save folder, by
@@ -122,7 +126,8 @@ def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None,
     rank's log records go to the parent (rank 0's from the parent's level, the others'
     warnings and errors), rank 0 puts its ``RunReport`` there, and a rank that fails puts
     a ``WorkerFailed`` there first, so the parent can tell the first failure from the ranks
-    that failed because a peer went away.
+    that failed because a peer went away. ``process_start``: the seconds this process took
+    to start before this call (a spawned rank's), counted in the phase ``rank start-up``.
     """
     rank, device = placement.rank, torch.device(placement.device)
     if messages is not None:
@@ -131,6 +136,7 @@ def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None,
         library_logger = logging.getLogger(LIBRARY_LOGGER_NAME)
         library_logger.setLevel(max(logging.WARNING, library_logger.getEffectiveLevel()))
     clock = PhaseClock()
+    clock.add("rank start-up", process_start)
     try:
         with clock.phase("rank start-up"):
             if device.type == "cpu":

@@ -379,6 +379,6 @@ class ReplicateGroup:
         return self.prepared(run)
 
     def start(self, run: RunOptions, opening: Opening) -> SpawnedWorkers:
-        return SpawnedWorkers(functools.partial(spawned_rank, resume=opening.resume),
+        return SpawnedWorkers(functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
                               (self.placements, opening.pert_data, run.args), len(self.placements),
                               log_prefix=self.log_prefix)
