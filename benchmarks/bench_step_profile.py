@@ -17,6 +17,8 @@ CUDA graph). On a GPU the step is ``training.cuda_graphs.CapturedStep`` as ``tra
 milliseconds and its floor (the step's matrix products alone, ``torch.mm`` of the same
 shapes timed the same way, the bound the issue of the step's floor is about), then the
 ``--top`` kernels by CUDA time per step with their calls per step and share of the step.
+A setting whose ``torch.compile`` fails is recorded with the error's first lines
+(``failed``) and the others go on.
 
 On a CPU (``--small`` runs of the GPU check) there is no graph: the eager step is profiled,
 with the operators' CPU time, so the script and its JSON are checked in the suite.
@@ -168,8 +170,15 @@ def measure(args) -> None:
     settings = []
     for compile in args.compile:
         for amp in args.amp:
-            figures = profile_setting(pert_data, device, args.batch_size, args.steps, compile == "on", amp,
-                                      args.top)
+            try:
+                figures = profile_setting(pert_data, device, args.batch_size, args.steps, compile == "on", amp,
+                                          args.top)
+            except torch._dynamo.exc.BackendCompilerFailed as failure:  # recorded; the other settings go on
+                reason = str(failure).strip().splitlines()
+                settings.append({"compile": True, "amp": amp, "failed": " ".join(reason[:2])})
+                print(f"\ncompile {compile}, amp {amp}: torch.compile failed: {settings[-1]['failed']}")
+                write_json(args, device, pert_data, settings)
+                continue
             settings.append(figures)
             print(f"\ncompile {compile}, amp {amp}: {'replayed' if figures['replayed'] else 'eager'} step "
                   f"{figures['step_ms']:.3f} ms (median), its matrix products alone {figures['floor_ms']:.3f} ms "
@@ -177,9 +186,14 @@ def measure(args) -> None:
             print_table(["kernel" if device.type == "cuda" else "operator", "calls/step", "us/step", "share"],
                         [[row["name"][:90], f"{row['calls_per_step']:.1f}", f"{row['us_per_step']:.1f}",
                           f"{row['share']:.1%}"] for row in figures["kernels"]])
-            if args.json:  # after each setting: a stage cut short keeps what it measured
-                write_figures(args.json, {"device": str(device), "cells": pert_data.adata.n_obs,
-                                          "genes": pert_data.adata.n_vars, "settings": settings})
+            write_json(args, device, pert_data, settings)  # after each: a stage cut short keeps what it measured
+
+
+def write_json(args, device: torch.device, pert_data, settings: list[dict]) -> None:
+    """The settings measured so far to ``--json``, if given."""
+    if args.json:
+        write_figures(args.json, {"device": str(device), "cells": pert_data.adata.n_obs,
+                                  "genes": pert_data.adata.n_vars, "settings": settings})
 
 
 if __name__ == "__main__":

@@ -221,11 +221,14 @@ def _profile(results: Path) -> tuple[dict, str]:
     settings = (_json(results, "profile.json") or {}).get("settings", [])
     if not settings:
         return {}, ""
+    measured = [s for s in settings if "failed" not in s]
     figures = {f"compile {'on' if s['compile'] else 'off'}, {_precision(s['amp'])}":
-               {key: s[key] for key in ("replayed", "step_ms", "floor_ms", "kernels")} for s in settings}
+               {key: s[key] for key in ("replayed", "step_ms", "floor_ms", "kernels")} for s in measured}
+    figures.update({f"compile on, {_precision(s['amp'])}": {"failed": s["failed"]} for s in settings if "failed" in s})
     parts = [f"compile {'on' if s['compile'] else 'off'} {s['step_ms']:.2f} ms "
              f"({s['step_ms'] / s['floor_ms']:.1f}x its products; top: {s['kernels'][0]['name'][:40]} "
-             f"{s['kernels'][0]['share']:.0%})" for s in settings if s["kernels"]]
+             f"{s['kernels'][0]['share']:.0%})" for s in measured if s["kernels"]]
+    parts += [f"compile on {_precision(s['amp'])}: failed" for s in settings if "failed" in s]
     return figures, "a step " + "; ".join(parts)
 
 
@@ -323,15 +326,26 @@ def printed_tables(log: Path) -> str:
     return "\n\n".join(blocks)
 
 
+def check_command(summary_json: dict) -> str:
+    """The command that made a summary: ``--stages`` with the stages chosen, when they were
+    not all (environment, wheels and data run with any)."""
+    implicit = ("environment", "wheels", "data")
+    ran = [stage["stage"] for stage in summary_json.get("stages", []) if stage["stage"] not in implicit]
+    every = [stage for stage in STAGE_FILES if stage not in implicit]
+    if not ran or sorted(ran) == sorted(every):
+        return "bash benchmarks/gpu_check.sh"
+    return f"bash benchmarks/gpu_check.sh --stages {','.join(ran)}"
+
+
 def record(results: Path) -> None:
     """Append the run in ``results`` to RESULTS.md (see the module docstring)."""
     env = json.loads((results / "env.json").read_text())
     if env["gpu"] is None:
         raise SystemExit(f"{results} is a run on a CPU (--small, say): only a GPU's figures are recorded")
-    day = json.loads((results / "summary.json").read_text())["date"]
+    summary_json = json.loads((results / "summary.json").read_text())
     machine = (f"{env['machine']}; CUDA {env['cuda']}, cuDNN {env['cudnn']}, NCCL {env['nccl']}"
                + (f"; nvidia-smi: {' / '.join(env['nvidia_smi'].splitlines()[1:])}" if env["nvidia_smi"] else ""))
-    parts = [f"\n## {day}: `bash benchmarks/gpu_check.sh`\n", f"Machine: {machine}.\n",
+    parts = [f"\n## {summary_json['date']}: `{check_command(summary_json)}`\n", f"Machine: {machine}.\n",
              (results / "summary.txt").read_text().strip() + "\n"]
     for stage in BENCHMARK_STAGES:
         log = results / f"{stage}.log"

@@ -152,13 +152,15 @@ def gpu_check_report(monkeypatch, tmp_path):
     return module
 
 
-def _archive_of(folder: Path, gpu: str | None) -> Path:
-    """An extracted archive's folder as gpu_check.sh leaves it, with the files record reads."""
+def _archive_of(folder: Path, gpu: str | None, stages: tuple = ()) -> Path:
+    """An extracted archive's folder as gpu_check.sh leaves it, with the files record reads
+    (``stages``: those summary.json lists)."""
     folder.mkdir()
     (folder / "env.json").write_text(json.dumps({
         "machine": "a test machine", "gpu": gpu, "cuda": "13.0", "cudnn": 91000, "nccl": "2.27.7",
         "nvidia_smi": f"name, driver_version\n{gpu}, 580.159.04" if gpu else None}))
-    (folder / "summary.json").write_text(json.dumps({"date": "2026-11-27"}))
+    (folder / "summary.json").write_text(json.dumps({"date": "2026-11-27",
+                                                     "stages": [{"stage": stage} for stage in stages]}))
     (folder / "summary.txt").write_text("| stage | key figures |\n|---|---|\n| epoch | an epoch 1.2 s |\n")
     (folder / "epoch.log").write_text("data: ready\n| batch | epoch s |\n|---:|---:|\n| 32 | 1.20 |\nprogress\n")
     return folder
@@ -173,3 +175,55 @@ def test_a_gpu_run_is_recorded_with_its_gpu_and_tables_and_a_cpu_run_is_not(gpu_
     with pytest.raises(SystemExit, match="only a GPU's figures are recorded"):
         gpu_check_report.record(_archive_of(tmp_path / "cpu", None))
     assert (tmp_path / "RESULTS.md").read_text() == recorded
+
+
+def test_a_run_of_chosen_stages_is_recorded_with_its_command(gpu_check_report, tmp_path):
+    every = ("environment", "wheels", "data", *sorted(STAGES - {"environment", "wheels", "data"}))
+    gpu_check_report.record(_archive_of(tmp_path / "all", "NVIDIA H200", every))
+    gpu_check_report.record(_archive_of(tmp_path / "two", "NVIDIA H200", ("environment", "wheels", "published",
+                                                                          "tests")))
+    headers = re.findall(r"^## .*$", (tmp_path / "RESULTS.md").read_text(), re.MULTILINE)
+    assert headers == ["## 2026-11-27: `bash benchmarks/gpu_check.sh`",
+                       "## 2026-11-27: `bash benchmarks/gpu_check.sh --stages published,tests`"]
+
+
+def test_a_failed_compile_is_a_recorded_setting_of_the_profile(gpu_check_report, tmp_path):
+    kernels = [{"name": "ampere_sgemm", "calls_per_step": 2.0, "us_per_step": 40.0, "share": 0.4}]
+    (tmp_path / "profile.json").write_text(json.dumps({"settings": [
+        {"compile": False, "amp": "off", "replayed": True, "step_ms": 3.75, "floor_ms": 0.5, "kernels": kernels},
+        {"compile": True, "amp": "off", "failed": "BackendCompilerFailed: backend='inductor' raised:"}]}))
+    figures, headline = gpu_check_report._profile(tmp_path)
+    assert figures["compile on, fp32"] == {"failed": "BackendCompilerFailed: backend='inductor' raised:"}
+    assert figures["compile off, fp32"]["step_ms"] == 3.75
+    assert headline == "a step compile off 3.75 ms (7.5x its products; top: ampere_sgemm 40%); compile on fp32: failed"
+
+
+def test_the_profile_records_a_failed_compile_and_measures_the_other_settings(monkeypatch, tmp_path, capsys):
+    """bench_step_profile.py: a setting whose torch.compile fails (as on the H200 of
+    2026-11-28) is a row of its JSON with the error, and the settings after it still run."""
+    import argparse
+    import types
+
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    profile = importlib.import_module("bench_step_profile")
+
+    def setting(pert_data, device, batch_size, steps, compile, amp, top):
+        if compile:
+            raise torch._dynamo.exc.BackendCompilerFailed(
+                lambda: None, RuntimeError("element 2 of tensors does not require grad"), None)
+        return {"compile": False, "amp": amp, "batch_size": batch_size, "genes": 10, "sets_per_batch": 4,
+                "replayed": False, "step_ms": 2.0, "floor_ms": 1.0, "kernels": []}
+    monkeypatch.setattr(profile, "profile_setting", setting)
+    monkeypatch.setattr(profile, "load_synthetic", lambda *_: types.SimpleNamespace(
+        adata=types.SimpleNamespace(n_obs=100, n_vars=10)))
+    args = argparse.Namespace(device="cpu", data_path=None, compile=["on", "off"], amp=["off"], batch_size=32,
+                              steps=2, top=5, json=str(tmp_path / "profile.json"))
+    profile.measure(args)
+    settings = json.loads((tmp_path / "profile.json").read_text())["settings"]
+    assert settings[0] == {"compile": True, "amp": "off",
+                           "failed": "backend='<lambda>' raised: RuntimeError: element 2 of tensors does not "
+                                     "require grad"}
+    assert settings[1]["compile"] is False and settings[1]["step_ms"] == 2.0
+    assert "compile on, amp off: torch.compile failed" in capsys.readouterr().out
