@@ -13,23 +13,24 @@ from gears_ddp.training.options import TrainingOptions
 from stand_in_graphs import FailingGraph, ReplayingGraph
 
 
-def _step_losses(pert_data, monkeypatch, compile: bool):
-    """The model the training steps ran and their losses, in ``GEARS.train``."""
+def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_size=64, **train_options):
+    """The model the training steps ran and their losses, in ``GEARS.train`` on ``device``
+    as a user runs it (``train_options``: one epoch of four steps unless given)."""
     seen = []
-    steps = recipe.optimizer_steps
 
     def recorded(model, *args, **kwargs):
         seen.append(model)
-        for loss in steps(model, *args, **kwargs):
+        for loss in optimizer_steps(model, *args, **kwargs):
             seen.append(float(loss))
             yield loss
 
     monkeypatch.setattr(recipe, "optimizer_steps", recorded)
     pert_data.get_dataloader(32, test_batch_size=64)
     torch.manual_seed(0)
-    gears = GEARS(pert_data, device="cpu")
-    gears.model_initialize(hidden_size=64)
-    gears.train(epochs=1, max_steps=4, compile=compile)
+    torch._dynamo.reset()
+    gears = GEARS(pert_data, device=str(device))
+    gears.model_initialize(hidden_size=hidden_size)
+    gears.train(compile=compile, **(train_options or {"epochs": 1, "max_steps": 4}))
     for model in (gears.model, gears.best_model):  # what the user gets back is the network itself
         assert not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
     return seen[0], seen[1:]
@@ -87,26 +88,6 @@ def test_a_compiled_network_is_captured_and_its_replayed_steps_train_as_its_eage
     assert replayed == eager
 
 
-def _gpu_losses(pert_data, device, compile: bool, monkeypatch) -> tuple[list[float], object]:
-    """``GEARS.train(compile=...)`` on ``device`` as a user runs it (inductor, CUDA graphs):
-    the step losses and the model the steps ran."""
-    seen = []
-
-    def recorded(model, *args, **kwargs):
-        seen.append(model)
-        for loss in optimizer_steps(model, *args, **kwargs):
-            seen.append(float(loss))
-            yield loss
-    monkeypatch.setattr(recipe, "optimizer_steps", recorded)
-    pert_data.get_dataloader(32, test_batch_size=64)
-    torch.manual_seed(0)
-    torch._dynamo.reset()
-    gears = GEARS(pert_data, device=str(device))
-    gears.model_initialize(hidden_size=32)
-    gears.train(epochs=2, compile=compile, lr=2.0 ** -10)
-    return seen[1:], seen[0]
-
-
 @pytest.mark.slow
 def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu(toy, device, monkeypatch,
                                                                                   caplog, request):
@@ -125,10 +106,11 @@ def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu
     request.applymarker(pytest.mark.xfail(raises=torch._dynamo.exc.BackendCompilerFailed, strict=True,
                                           reason="compile=True fails on CUDA in AOTAutograd (see the docstring)"))
     caplog.set_level("INFO", logger="gears_ddp")
-    compiled, compiled_model = _gpu_losses(toy, device, True, monkeypatch)
+    compiled_model, compiled = _step_losses(toy, monkeypatch, True, device, hidden_size=32, epochs=2,
+                                            lr=2.0 ** -10)
     assert isinstance(compiled_model, torch._dynamo.eval_frame.OptimizedModule)
     assert "training steps replay a CUDA graph from optimiser step" in caplog.text
-    eager, _ = _gpu_losses(toy, device, False, monkeypatch)
+    _, eager = _step_losses(toy, monkeypatch, False, device, hidden_size=32, epochs=2, lr=2.0 ** -10)
     assert len(compiled) == len(eager) > 8
     np.testing.assert_allclose(compiled, eager, rtol=1e-3)
 
