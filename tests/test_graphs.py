@@ -29,10 +29,14 @@ def _as_set(edges):
     return {(s, t): w for s, t, w in edges[graphs.EDGE_COLUMNS].itertuples(index=False)}
 
 
-@pytest.mark.parametrize("cells_per_block, gene_block_elements", [(4096, 2**22), (7, 64)])
-def test_coexpression_equals_straightforward_computation(cells_per_block, gene_block_elements, monkeypatch):
-    """In one block, and in blocks of 7 cells and of 2 genes (the gram mirrored block by block)."""
-    monkeypatch.setattr(graphs, "GENE_BLOCK_ELEMENTS", gene_block_elements)
+@pytest.mark.parametrize("cells_per_block, panel_elements, merge_rows", [(4096, 2**25, 2048), (7, 64, 3),
+                                                                         (11, 300, 2048)])
+def test_coexpression_equals_straightforward_computation(cells_per_block, panel_elements, merge_rows, monkeypatch):
+    """In one block of cells and one panel of genes; in blocks of 7 cells and panels of 2
+    genes (15 panels, each correlation merged into both its genes' top lists, 3 rows at a
+    time); in blocks of 11 and panels of 10 genes."""
+    monkeypatch.setattr(graphs, "PANEL_ELEMENTS", panel_elements)
+    monkeypatch.setattr(graphs, "MERGE_ROWS", merge_rows)
     rng = np.random.default_rng(0)
     latent = rng.normal(size=(300, 4))
     x = np.abs(latent @ rng.normal(size=(4, 30)) + rng.normal(scale=0.7, size=(300, 30))).astype(np.float32)
