@@ -51,8 +51,9 @@ def test_coexpression_equals_straightforward_computation(cells_per_block, panel_
 
 
 def test_coexpression_with_fewer_genes_than_k_lists_each_gene_once():
-    """4 genes and k = 5: each target lists the 4 genes (the top lists' unused places never
-    become edges), even at a threshold below every correlation."""
+    """4 genes and k = 5: each target lists the 4 genes (the top lists' unused places, -1,
+    never become edges), even at a threshold below every correlation (thresholds are
+    correlations in [0, 1])."""
     x = np.random.default_rng(3).random((50, 4)).astype(np.float32)
     edges = graphs.coexpression_edge_list(torch.from_numpy(x), np.arange(50), list("abcd"), threshold=-0.5, k=5)
     assert sorted(zip(edges["source"], edges["target"])) == sorted((s, t) for s in "abcd" for t in "abcd")

@@ -181,7 +181,7 @@ def coexpression_edge_list(expression, rows: np.ndarray, gene_names, threshold: 
     values, sources = (part.flip(1).numpy() for part in top_correlations(expression, rows, k + 1, cells_per_block))
     targets = np.repeat(np.arange(values.shape[0]), values.shape[1])
     sources, values = sources.ravel(), values.ravel()
-    keep = (values > threshold) & (sources >= 0)  # with fewer than k + 1 genes, the lists' unused places
+    keep = values > threshold  # with fewer than k + 1 genes the lists' unused places hold -1: never kept
     names = np.asarray(gene_names, dtype=object)
     return pd.DataFrame({"source": names[sources[keep]], "target": names[targets[keep]],
                          "importance": values[keep]})
