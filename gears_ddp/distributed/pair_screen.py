@@ -94,7 +94,7 @@ def _spawning_executor(devices: list[torch.device]):
 
 
 def pair_screen_worker(worker: int, job: PairScreenJob, shares: list[list[int]], devices: list[torch.device],
-                  folder: PairScreenFolder | None, messages) -> None:
+                       folder: PairScreenFolder | None, messages) -> None:
     """The ``torch.multiprocessing.spawn`` target: score the chunks ``shares[worker]`` on
     ``devices[worker]``, writing each to ``folder`` (else putting a ``PairScreenChunk`` on
     ``messages``); a failure is put there (``WorkerFailed``) before it is raised."""

@@ -10,7 +10,7 @@ from typing import Sequence
 from dataclasses import dataclass
 
 from gears_ddp.distributed.replicates import finished_report, plan_replicates
-from gears_ddp.distributed.run_config import RunOptions, read_run_config, read_run_options
+from gears_ddp.distributed.run_config import RunOptions, read_run_options
 from gears_ddp.report.run_folder import CONFIG_FILE
 
 
@@ -54,8 +54,17 @@ def load_run(folder, overrides: Sequence[str] = ()):
 
 def is_replicates_folder(folder) -> bool:
     """Whether ``folder``'s ``config.yaml`` describes replicates (a ``replicates`` key)."""
+    return replicates_options(folder) is not None
+
+
+def replicates_options(folder) -> RunOptions | None:
+    """The options of the replicates folder ``folder`` (its ``config.yaml``, read once), or
+    None for a folder that holds no replicates."""
     path = Path(folder) / CONFIG_FILE
-    return path.is_file() and read_run_config(path).get("replicates") is not None
+    if not path.is_file():
+        return None
+    run = read_run_options(path)
+    return run if run.replicates is not None else None
 
 
 def replicate_folders(folder, run: RunOptions | None = None) -> dict[str, Path]:
@@ -79,8 +88,9 @@ def run_folders(paths) -> dict[str, Path]:
     for path in paths:
         if not path.exists():
             raise FileNotFoundError(f"run folder {path} does not exist")
-        if is_replicates_folder(path):
-            replicates = replicate_folders(path)
+        run = replicates_options(path)
+        if run is not None:
+            replicates = replicate_folders(path, run)
             unfinished += [str(folder) for folder in replicates.values() if finished_report(folder) is None]
             folders += list(replicates.values())
         else:
