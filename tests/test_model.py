@@ -150,14 +150,58 @@ def test_row_pieces_are_small_on_a_cpu_and_large_on_a_gpu():
     assert weighted_norm.block_slices(22, 1000, cpu) == [slice(i, min(i + 4, 22)) for i in range(0, 22, 4)]
 
 
+def _sums_as(monkeypatch, sums: str) -> None:
+    """Sums over rows on a CPU as matrix-vector products (one thread) or as torch's
+    reductions (several), whatever this process's thread count."""
+    as_products = sums == "products"
+    monkeypatch.setattr(weighted_norm, "sums_as_products",
+                        lambda device: weighted_norm.in_cache_pieces(device) and as_products)
+
+
+def test_sums_over_rows_are_products_on_one_cpu_thread_only():
+    threads = torch.get_num_threads()
+    try:
+        for n_threads, expected in ((1, True), (2, False)):
+            torch.set_num_threads(n_threads)
+            assert weighted_norm.sums_as_products(torch.device("cpu")) is expected
+            assert not weighted_norm.sums_as_products(torch.device("cuda"))
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("sums", ["products", "reductions"])
+@pytest.mark.parametrize("rows_per_pass", [4096, 50])
+def test_weighted_row_sums_weight_every_row_by_its_block_share(sums, rows_per_pass, monkeypatch):
+    """``RowShares`` against the sums written out in float64: of all blocks and of a slice of
+    them, of the rows and of their squares, one row per block or many, in one piece or many."""
+    _sums_as(monkeypatch, sums)
+    monkeypatch.setattr(weighted_norm, "ROWS_PER_PASS", rows_per_pass)
+    generator = torch.Generator().manual_seed(3)
+    for n_blocks, rows_per_block in ((7, 1), (5, 30)):
+        shares = torch.rand(n_blocks, generator=generator, dtype=torch.float64)
+        x = torch.randn(n_blocks * rows_per_block, 6, generator=generator, dtype=torch.float64)
+        per_row = shares.repeat_interleave(rows_per_block).view(-1, 1)
+        weights = weighted_norm.RowShares(shares, rows_per_block)
+        torch.testing.assert_close(weights.sum(x).view(-1), (per_row * x).sum(0), rtol=1e-12, atol=0)
+        torch.testing.assert_close(weights.sum_of_squares(x).view(-1), (per_row * x * x).sum(0), rtol=1e-12, atol=0)
+        part = slice(1, 3)
+        rows = slice(rows_per_block, 3 * rows_per_block)
+        torch.testing.assert_close(weights.sum(x[rows], part).view(-1), (per_row[rows] * x[rows]).sum(0),
+                                   rtol=1e-12, atol=0)
+    torch.testing.assert_close(weighted_norm.first_dim_sum(x), x.sum(0), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("sums", ["products", "reductions"])
 @pytest.mark.parametrize("rows_per_pass", [4096, 50])
 @pytest.mark.parametrize("uncertainty", [False, True])
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_distinct_sets_equal_per_cell_computation(mode, uncertainty, rows_per_pass, monkeypatch):
+def test_distinct_sets_equal_per_cell_computation(mode, uncertainty, rows_per_pass, sums, monkeypatch):
     """In float64, so that equality is tested well below float32 rounding. The naive path
     runs autograd's unfused BatchNorm, ReLU and Linear; the fast one the fused blocks, in
-    one piece of rows or (50 rows per pass) a set of genes at a time."""
+    one piece of rows or (50 rows per pass) a set of genes at a time, its sums over rows as
+    products or as reductions (``weighted_norm.sums_as_products``)."""
     monkeypatch.setattr(weighted_norm, "ROWS_PER_PASS", rows_per_pass)
+    _sums_as(monkeypatch, sums)
     fast = make_model(uncertainty=uncertainty)
     fast = (_trained_a_little(fast) if mode == "eval" else fast.train()).double()
     naive = copy.deepcopy(fast)

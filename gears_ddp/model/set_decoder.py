@@ -42,7 +42,7 @@ import torch
 
 from gears_ddp.model.weighted_norm import (block_shares, block_slices, blocks_of, column_dot, first_dim_sum,
                                            full_precision, mean_and_variance, minus_block_shares,
-                                           normalisation_backward, relu_mask_, relu_normalised, row_shares,
+                                           normalisation_backward, relu_mask_, relu_normalised, RowShares,
                                            statistics_gradient, summed_over_ranks, update_running_statistics,
                                            weighted_moments, weighted_statistics)
 
@@ -170,11 +170,11 @@ class _SetDecoder(torch.autograd.Function):
         # each set's share of the batch's cells, and each of its (set, gene) rows' share of all rows
         set_shares, cells = block_shares(counts, 1, genes.dtype, synchronize)
         shares = set_shares / n_genes
-        weights = row_shares(shares, n_genes)
+        weights = RowShares(shares, n_genes)
         # bn_pert_base, from the gene and set tables (the set rows weighted by their cells)
         gene_mean, gene_var = mean_and_variance(genes)
         genes_centred = genes - gene_mean
-        shifts_centred, shift_mean, shift_var = weighted_moments(shifts, row_shares(set_shares, 1), synchronize)
+        shifts_centred, shift_mean, shift_var = weighted_moments(shifts, RowShares(set_shares, 1), synchronize)
         mean0, var0 = gene_mean + shift_mean, gene_var + shift_var
         invstd0 = torch.rsqrt(var0 + eps[0])
         scale0 = gamma0 * invstd0

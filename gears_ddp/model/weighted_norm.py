@@ -7,8 +7,8 @@ batch statistics, running statistics, outputs and gradients equal those of the p
 rows. The rows come in ``len(set_counts)`` consecutive blocks of equal size (one row per
 set, or one row per (set, gene)); every row of block ``i`` stands for ``set_counts[i]``
 identical rows, that is for a share ``set_counts[i] / rows stood for`` of the batch
-(``block_shares``). The statistics are sums weighted by those shares (matrix-vector
-products, in full precision even under autocast), and the backward passes are written out
+(``block_shares``). The statistics are sums weighted by those shares (``RowShares``, in
+full precision even under autocast), and the backward passes are written out
 (a few fused operations instead of autograd's chain). Rows that all stand for the same
 number of cells (the per-gene rows) need no weights: BatchNorm's own kernels normalise them.
 """
@@ -83,12 +83,39 @@ def block_shares(set_counts: torch.Tensor, rows_per_block: int, dtype: torch.dty
     return weight / total.clamp(min=1), total
 
 
-def row_shares(shares: torch.Tensor, rows_per_block: int) -> torch.Tensor:
-    """Each row's share (1 x rows) from its block's ``shares``: the weights of the
-    statistics' matrix-vector products."""
-    if rows_per_block == 1:
-        return shares.view(1, -1)
-    return shares.repeat_interleave(rows_per_block, output_size=len(shares) * rows_per_block).view(1, -1)
+class RowShares:
+    """Each row's share of the rows stood for, as ``block_shares`` gives them: the rows come in
+    ``len(shares)`` equal consecutive blocks of ``rows_per_block`` rows, every row of block
+    ``i`` with the share ``shares[i]``. ``sum`` and ``sum_of_squares`` weight rows by them."""
+
+    def __init__(self, shares: torch.Tensor, rows_per_block: int):
+        self.shares, self.rows_per_block = shares, rows_per_block
+        self._per_row: torch.Tensor | None = None
+
+    def sum(self, x: torch.Tensor, blocks: slice | None = None) -> torch.Tensor:
+        """The weighted sum (1 x features) of the rows ``x`` of the blocks ``blocks`` (all when
+        None): the sum of each block's rows weighted by its share on a CPU with several
+        threads (``sums_as_products``), else one matrix-vector product with every row's share."""
+        if self.rows_per_block == 1 or (in_cache_pieces(x.device) and not sums_as_products(x.device)):
+            shares = (self.shares if blocks is None else self.shares[blocks]).view(1, -1)
+            if self.rows_per_block > 1:
+                x = x.view(shares.shape[1], self.rows_per_block, -1).sum(1)  # each block's rows summed
+            return shares.mm(x)
+        if self._per_row is None:
+            self._per_row = self.shares.repeat_interleave(
+                self.rows_per_block, output_size=len(self.shares) * self.rows_per_block).view(1, -1)
+        return (self._per_row if blocks is None else self._per_row[:, self._rows(blocks)]).mm(x)
+
+    def sum_of_squares(self, x: torch.Tensor) -> torch.Tensor:
+        """``sum(x * x)``, a piece of blocks at a time (``block_slices``): the square's
+        temporary is one piece, not a copy of the rows."""
+        pieces = block_slices(len(self.shares), self.rows_per_block, x.device)
+        if len(pieces) == 1:
+            return self.sum(x * x)
+        return sum(self.sum(piece * piece, part) for part in pieces for piece in [x[self._rows(part)]])
+
+    def _rows(self, blocks: slice) -> slice:
+        return slice(blocks.start * self.rows_per_block, blocks.stop * self.rows_per_block)
 
 
 def minus_block_shares(shares: torch.Tensor) -> torch.Tensor:
@@ -96,27 +123,17 @@ def minus_block_shares(shares: torch.Tensor) -> torch.Tensor:
     return -shares.view(-1, 1, 1)
 
 
-def weighted_moments(x, weights, synchronize: bool, in_place: bool = False):
+def weighted_moments(x, weights: RowShares, synchronize: bool, in_place: bool = False):
     """``centred = x - mean``, ``mean`` and biased ``var`` (vectors of features) of the rows
-    of ``x`` (in float32 for half inputs), row ``i`` weighted by ``weights[0, i]``
-    (``row_shares``). With ``synchronize`` the sums run over the rows of all ranks. With
-    ``in_place`` the mean is subtracted from ``x`` itself (for a caller that needs ``x`` no
-    more)."""
+    of ``x`` (in float32 for half inputs), weighted by ``weights``. With ``synchronize`` the
+    sums run over the rows of all ranks. With ``in_place`` the mean is subtracted from ``x``
+    itself (for a caller that needs ``x`` no more)."""
     x = full_precision(x)
     with torch.autocast(x.device.type, enabled=False):  # sums of many rows: in full precision
-        mean = all_reduce_if(weights.mm(x).view(-1), synchronize)
+        mean = all_reduce_if(weights.sum(x).view(-1), synchronize)
         centred = x.sub_(mean) if in_place else x - mean
-        var = all_reduce_if(weighted_squares(weights, centred).view(-1), synchronize)
+        var = all_reduce_if(weights.sum_of_squares(centred).view(-1), synchronize)
     return centred, mean, var
-
-
-def weighted_squares(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``weights @ (x * x)`` (1 x features), a piece of rows at a time: the square's
-    temporary is one piece, not a copy of the rows."""
-    pieces = block_slices(x.shape[0], 1, x.device)
-    if len(pieces) == 1:
-        return weights.mm(x * x)
-    return sum(weights[:, part].mm(x[part] * x[part]) for part in pieces)
 
 
 def weighted_statistics(x, weights, eps: float, synchronize: bool, in_place: bool = False):
@@ -127,16 +144,28 @@ def weighted_statistics(x, weights, eps: float, synchronize: bool, in_place: boo
 
 def in_cache_pieces(device: torch.device) -> bool:
     """Whether row-wise passes on ``device`` run in cache-sized pieces (``rows_per_pass``: a
-    CPU). There a few operators have faster equivalents of several operators each
-    (``first_dim_sum``, ``mean_and_variance``); elsewhere each operator is a kernel launch,
-    and the one operator is kept."""
+    CPU). There column variances have a faster equivalent (``mean_and_variance``); elsewhere
+    each operator is a kernel launch, and the one operator is kept."""
     return rows_per_pass(device) < ROWS_PER_PASS_ACCELERATOR
 
 
+def sums_as_products(device: torch.device) -> bool:
+    """Whether sums over rows run as matrix-vector products (with ones, or with the rows'
+    shares) rather than as torch's reductions: on a CPU (``in_cache_pieces``) with one torch
+    thread. The BLAS's matrix-vector kernel runs on one thread whatever torch's thread count
+    (45,000 x 128 rows on an AMD EPYC: 2.9 ms at one thread and at two), where torch's
+    reductions split the rows between the threads (3.4 ms at one, 1.3 ms at two); at one
+    thread the product was the faster on an Intel Xeon (1.7x) and about as fast on that AMD
+    EPYC (benchmarks/RESULTS.md). On a GPU a sum over rows is one kernel either way (the
+    weighted sums stay products there, ``RowShares``). In a ``torch.compile``d graph, which
+    cannot read the thread count, products."""
+    return in_cache_pieces(device) and (torch.compiler.is_compiling() or torch.get_num_threads() == 1)
+
+
 def first_dim_sum(x: torch.Tensor) -> torch.Tensor:
-    """``x.sum(0)``; in cache-sized pieces as a matrix-vector product with ones, as a CPU's
-    reduction over the first dimension runs slower than its matrix-vector kernel."""
-    if not in_cache_pieces(x.device):
+    """``x.sum(0)``; as a matrix-vector product with ones where that is the faster
+    (``sums_as_products``)."""
+    if not sums_as_products(x.device):
         return x.sum(0)
     return torch.mv(x.reshape(x.shape[0], -1).T, x.new_ones(x.shape[0])).view(x.shape[1:])
 
@@ -204,10 +233,10 @@ class _WeightedBatchNorm(torch.autograd.Function):
     """Training-mode BatchNorm over weighted rows, with its analytic backward."""
 
     @staticmethod
-    def forward(ctx, x, shares, weights, gamma, beta, eps: float, synchronize: bool):
+    def forward(ctx, x, shares, rows_per_block: int, gamma, beta, eps: float, synchronize: bool):
         ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
         ctx.set_materialize_grads(False)  # the statistics' (absent) gradients need no zeros
-        centred, mean, var, invstd = weighted_statistics(x, weights, eps, synchronize)
+        centred, mean, var, invstd = weighted_statistics(x, RowShares(shares, rows_per_block), eps, synchronize)
         ctx.save_for_backward(centred, shares, invstd, gamma)
         ctx.mark_non_differentiable(mean, var)
         return torch.addcmul(beta, centred, invstd * gamma), mean, var
@@ -230,10 +259,10 @@ class _WeightedBatchNormReluLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, shares, weights, gamma, beta, eps: float, synchronize: bool, weight, bias):
+    def forward(ctx, x, shares, rows_per_block: int, gamma, beta, eps: float, synchronize: bool, weight, bias):
         ctx.input_dtype, ctx.synchronize = x.dtype, synchronize
         ctx.set_materialize_grads(False)  # the statistics' (absent) gradients need no zeros
-        centred, mean, var, invstd = weighted_statistics(x, weights, eps, synchronize)
+        centred, mean, var, invstd = weighted_statistics(x, RowShares(shares, rows_per_block), eps, synchronize)
         out = F.linear(relu_normalised(centred, invstd, gamma, beta), weight, bias)
         ctx.matmul_dtype = out.dtype
         ctx.save_for_backward(centred, shares, invstd, gamma, beta, weight)
@@ -278,8 +307,8 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
             return super().forward(x)
         if isinstance(set_counts, int) and not self.synchronizing():
             return self._repeated_rows(x, set_counts)
-        shares, weights, total = self._shares(x, set_counts)
-        out, mean, var = _WeightedBatchNorm.apply(x, shares, weights, self.weight, self.bias, self.eps,
+        shares, rows_per_block, total = self._shares(x, set_counts)
+        out, mean, var = _WeightedBatchNorm.apply(x, shares, rows_per_block, self.weight, self.bias, self.eps,
                                                   self.synchronizing())
         update_running_statistics([self], [mean], [var], total)
         return out
@@ -289,9 +318,9 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
         that the backward pass keeps one tensor of ``x``'s size instead of three."""
         if set_counts is None or not self.training or (isinstance(set_counts, int) and not self.synchronizing()):
             return linear_function(F.relu(self(x, set_counts)), linear)
-        shares, weights, total = self._shares(x, set_counts)
+        shares, rows_per_block, total = self._shares(x, set_counts)
         out, mean, var = _WeightedBatchNormReluLinear.apply(
-            x, shares, weights, self.weight, self.bias, self.eps, self.synchronizing(), linear.weight, linear.bias)
+            x, shares, rows_per_block, self.weight, self.bias, self.eps, self.synchronizing(), linear.weight, linear.bias)
         update_running_statistics([self], [mean], [var], total)
         return out
 
@@ -299,12 +328,12 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
         return self.synchronize and dist.is_initialized()
 
     def _shares(self, x: torch.Tensor, set_counts: torch.Tensor | int):
-        """The blocks' shares, the rows' shares and the rows stood for (``block_shares``)."""
+        """The blocks' shares, the rows in a block and the rows stood for (``block_shares``)."""
         if isinstance(set_counts, int):
             set_counts = torch.tensor([set_counts], device=x.device)
         rows_per_block = x.shape[0] // len(set_counts)
         shares, total = block_shares(set_counts, rows_per_block, full_precision(x).dtype, self.synchronizing())
-        return shares, row_shares(shares, rows_per_block), total
+        return shares, rows_per_block, total
 
     def _repeated_rows(self, x: torch.Tensor, copies: int) -> torch.Tensor:
         """Training mode on rows that each stand for ``copies`` identical rows: BatchNorm's
