@@ -112,7 +112,8 @@ class RowShares:
         pieces = block_slices(len(self.shares), self.rows_per_block, x.device)
         if len(pieces) == 1:
             return self.sum(x * x)
-        return sum(self.sum(piece * piece, part) for part in pieces for piece in [x[self._rows(part)]])
+        rows = [x[self._rows(part)] for part in pieces]  # views
+        return sum(self.sum(piece * piece, part) for piece, part in zip(rows, pieces))
 
     def _rows(self, blocks: slice) -> slice:
         return slice(blocks.start * self.rows_per_block, blocks.stop * self.rows_per_block)
