@@ -1,5 +1,9 @@
 """The graph convolution equals torch_geometric's SGConv(K=1), which the published GEARS
-uses: outputs, gradients, parameter names and initialisation."""
+uses: outputs, gradients, parameter names and initialisation, in both of its forms (the
+CPU's sparse product and the gather that a GPU runs)."""
+import copy
+import pickle
+
 import pytest
 import torch
 
@@ -37,8 +41,20 @@ def test_same_parameter_names_and_initialisation():
         assert torch.equal(ours.state_dict()[name], value), name
 
 
+def _form(monkeypatch, form: str) -> None:
+    """Run whole products on this CPU as the sparse product ('sparse', the default here) or
+    as the gather a GPU runs ('gather')."""
+    from gears_ddp.model import graph_conv
+
+    assert graph_conv.uses_sparse_product(torch.zeros(1))
+    if form == "gather":
+        monkeypatch.setattr(graph_conv, "uses_sparse_product", lambda x: False)
+
+
+@pytest.mark.parametrize("form", ["sparse", "gather"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_outputs_and_gradients_equal_sgconv(seed):
+def test_outputs_and_gradients_equal_sgconv(seed, form, monkeypatch):
+    _form(monkeypatch, form)
     ours, theirs = _pair(seed)
     ours.double(), theirs.double()
     edge_index, edge_weight = _graph(seed)
@@ -57,9 +73,11 @@ def test_outputs_and_gradients_equal_sgconv(seed):
     torch.testing.assert_close(out_ours[N_NODES - 1], ours.lin.bias)
 
 
-def test_selected_rows_equal_those_of_the_whole_product():
-    """Rows asked for, in any order and repeated, cost only their own edges and equal the
-    same rows of the whole ``A_hat @ x``, gradients included."""
+@pytest.mark.parametrize("form", ["sparse", "gather"])
+def test_selected_rows_equal_those_of_the_whole_product(form, monkeypatch):
+    """Rows asked for, in any order and repeated, cost only their own edges (a gather) and
+    equal the same rows of the whole ``A_hat @ x`` in either form, gradients included."""
+    _form(monkeypatch, form)
     edge_index, edge_weight = _graph(4)
     adjacency = NormalisedAdjacency(edge_index, edge_weight, N_NODES)
     x = torch.randn(N_NODES, CHANNELS, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
@@ -80,6 +98,7 @@ def test_gathers_in_pieces_equal_one_gather(monkeypatch):
     same outputs and gradients as one gather of every node, and each piece is that small."""
     from gears_ddp.model import graph_conv
 
+    _form(monkeypatch, "gather")
     edge_index, edge_weight = _graph(5)
     adjacency = NormalisedAdjacency(edge_index, edge_weight, N_NODES)
     x = torch.randn(N_NODES, CHANNELS, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
@@ -98,3 +117,66 @@ def test_gathers_in_pieces_equal_one_gather(monkeypatch):
     (whole * upstream).sum().backward()
     (pieces * upstream).sum().backward()
     torch.testing.assert_close(x_pieces.grad, x_whole.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_sparse_product_equals_the_gather_in_float32_and_under_bfloat16_autocast(monkeypatch):
+    """The model's own precision: the sparse product (float32 at least, outside autocast,
+    whose CPU kernel has no bfloat16) gives the gather's outputs and gradients in float32,
+    and under CPU bfloat16 autocast the float32 result, cast."""
+    from gears_ddp.model import graph_conv
+
+    edge_index, edge_weight = _graph(6)
+    adjacency = NormalisedAdjacency(edge_index, edge_weight.float(), N_NODES)
+    x = torch.randn(N_NODES, CHANNELS, generator=torch.Generator().manual_seed(6))
+    # bfloat16 values, so that a bfloat16 output's gradient is this same upstream gradient
+    upstream = torch.randn(N_NODES, CHANNELS, generator=torch.Generator().manual_seed(7)).bfloat16().float()
+
+    def run(x):
+        x = x.clone().requires_grad_()
+        out = adjacency(x)
+        (out.float() * upstream).sum().backward()
+        return out, x.grad
+
+    sparse = run(x)
+    half_out, half_grad = run(x.bfloat16())
+    monkeypatch.setattr(graph_conv, "uses_sparse_product", lambda x: False)
+    gathered = run(x)
+    for ours, theirs in zip(sparse, gathered):
+        torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+    assert half_out.dtype == half_grad.dtype == torch.bfloat16
+    x_rounded = x.bfloat16().float()
+    monkeypatch.setattr(graph_conv, "uses_sparse_product", lambda x: True)
+    exact_out, exact_grad = run(x_rounded)
+    torch.testing.assert_close(half_out, exact_out.bfloat16(), rtol=0, atol=0)
+    torch.testing.assert_close(half_grad, exact_grad.bfloat16(), rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast_out, _ = run(x)
+    assert autocast_out.dtype == torch.float32  # float32 in, float32 out: nothing cast to bfloat16
+    torch.testing.assert_close(autocast_out, sparse[0], rtol=0, atol=0)
+
+
+def test_sparse_matrices_move_copy_and_pickle_with_the_module():
+    """The CSR arrays are buffers: ``.double()`` converts their values, a deep copy and a
+    pickled copy carry them, and the state_dict leaves them out."""
+    edge_index, edge_weight = _graph(8)
+    adjacency = NormalisedAdjacency(edge_index, edge_weight.float(), N_NODES)
+    x = torch.randn(N_NODES, CHANNELS, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    expected = NormalisedAdjacency(edge_index, edge_weight, N_NODES)(x)
+    doubled = copy.deepcopy(adjacency).double()
+    assert doubled.values.dtype == doubled.values_t.dtype == torch.float64
+    assert adjacency.values.dtype == torch.float32
+    torch.testing.assert_close(doubled(x), expected, rtol=1e-6, atol=1e-6)
+    restored = pickle.loads(pickle.dumps(adjacency))
+    torch.testing.assert_close(restored(x.float()), adjacency(x.float()), rtol=0, atol=0)
+    assert adjacency.state_dict() == {}
+    # the transpose holds the same edges, and a repeated edge is kept as each of its weights
+    layered = torch.sparse_csr_tensor(adjacency.crow, adjacency.col, adjacency.values,
+                                      (len(adjacency.crow) - 1, N_NODES), check_invariants=True).to_dense()
+    layered_t = torch.sparse_csr_tensor(adjacency.crow_t, adjacency.col_t, adjacency.values_t,
+                                        (len(adjacency.crow_t) - 1, N_NODES), check_invariants=True).to_dense()
+    layers = layered.view(-1, N_NODES, N_NODES)
+    assert len(layers) > 1  # _graph repeats edges
+    torch.testing.assert_close(layered_t.view(-1, N_NODES, N_NODES), layers.transpose(1, 2), rtol=0, atol=0)
+    kept = torch.sort(layers[layers != 0]).values
+    expected = torch.sort(adjacency.weights[adjacency.weights != 0]).values
+    torch.testing.assert_close(kept, expected, rtol=0, atol=0)
