@@ -11,7 +11,8 @@ by default), ``prepare_split('simulation', seed=1)``. For each batch size: ``tor
 ``--steps`` steps counted by ``gears_ddp.runtime.dispatch_count.DispatchCount`` on batches
 gathered beforehand (the loaders' work is the host's). The fused decoder cuts its rows into
 pieces by device (``model.weighted_norm.rows_per_pass``): each row is counted with a CPU's
-pieces and with a GPU's (one piece up to about a million rows), the count a GPU launches.
+pieces and with a GPU's (one piece up to about a million rows, and the graph convolutions as
+gathers, not a CPU's sparse products), the count a GPU launches.
 Each is counted for three steps: ``eager`` (batches as a CPU trains on them), ``padded``
 (the batches' perturbation sets padded to a fixed number, as for a CUDA graph), and
 ``replayed``: a step replayed from a CUDA graph (``training.cuda_graphs.CapturedStep``),
@@ -31,7 +32,7 @@ import torch
 
 import gears_ddp
 from gears_ddp import PertData
-from gears_ddp.model import weighted_norm
+from gears_ddp.model import graph_conv, weighted_norm
 from gears_ddp.runtime.dispatch_count import DispatchCount
 from gears_ddp.training.cuda_graphs import CapturedStep
 from gears_ddp.training.engine import evaluate, training_step
@@ -44,6 +45,7 @@ from harness.tables import StreamedTable
 from harness.timing import Stopwatch
 
 PIECES = {"CPU": weighted_norm.ROWS_PER_PASS, "GPU": weighted_norm.ROWS_PER_PASS_ACCELERATOR}
+CPU_GRAPH_PRODUCTS = graph_conv.uses_sparse_product
 STEPS = ("eager", "padded", "replayed")
 
 
@@ -75,6 +77,8 @@ def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, r
     """Operators and synchronisations per optimiser step of ``step_kind`` (``STEPS``; see the
     module docstring)."""
     weighted_norm.ROWS_PER_PASS = rows_per_pass
+    # with a GPU's pieces, a GPU's graph convolutions too: gathers, not a CPU's sparse products
+    graph_conv.uses_sparse_product = CPU_GRAPH_PRODUCTS if rows_per_pass == PIECES["CPU"] else (lambda x: False)
     pert_data.get_dataloader(batch_size=batch_size, test_batch_size=256)
     gears = new_model(pert_data, hidden_size=hidden)
     optimizer, _ = make_optimizer(gears.model, LR, WEIGHT_DECAY)

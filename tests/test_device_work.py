@@ -8,7 +8,7 @@ import torch
 
 from gears_ddp import GEARS, PertData
 from gears_ddp.data.loaders import CellLoader
-from gears_ddp.model import weighted_norm
+from gears_ddp.model import graph_conv, weighted_norm
 from gears_ddp.runtime.dispatch_count import DispatchCount
 from gears_ddp.training import recipe
 from gears_ddp.training.engine import Precision, evaluate, optimizer_steps
@@ -63,8 +63,10 @@ def test_optimiser_steps_never_wait_for_the_device(loaded, device, options):
 
 
 def test_operators_per_step_are_few_and_the_same_every_step(loaded, device, monkeypatch):
-    """Counted with a GPU's row pieces (one piece per pass), as a GPU launches them."""
+    """Counted with a GPU's row pieces (one piece per pass) and graph convolutions (gathers, not
+    a CPU's sparse products), as a GPU launches them."""
     monkeypatch.setattr(weighted_norm, "ROWS_PER_PASS", weighted_norm.ROWS_PER_PASS_ACCELERATOR)
+    monkeypatch.setattr(graph_conv, "uses_sparse_product", lambda x: False)
     gears = _gears(loaded, device)
     per_step = []
     for n_steps in (1, 3):
