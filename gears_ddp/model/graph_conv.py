@@ -16,6 +16,7 @@ dependencies section has the measured cost).
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -96,8 +97,7 @@ class NormalisedAdjacency(nn.Module):
         again; pieces come from the heap, which keeps them for the next step while training
         (``runtime.host_memory``)."""
         if rows is None and uses_sparse_product(x):
-            return _SparseProduct.apply(x, self._sparse("crow", "col", "values"),
-                                        self._sparse("crow_t", "col_t", "values_t"))
+            return _SparseProduct.apply(x, self._sparse(""), self._sparse("_t"))
         sources, weights = self.sources, self.weights
         if rows is not None:
             sources, weights = sources.index_select(0, rows), weights.index_select(0, rows)
@@ -109,15 +109,16 @@ class NormalisedAdjacency(nn.Module):
         return torch.cat([_aggregated(x, sources[start:start + per_piece], weights[start:start + per_piece])
                           for start in range(0, len(sources), per_piece)])
 
-    def _sparse(self, crow: str, col: str, values: str) -> torch.Tensor:
-        """The CSR matrix of the buffers named ``crow``, ``col`` and ``values`` (its layers:
-        ``_layered_csr``), a view of them made for each pass: buffers move with the module (``.to``, ``.double``)
-        and pickle as any tensor. Its invariants were checked when the arrays were made."""
-        with warnings.catch_warnings():  # torch says once per process that its CSR layout is in beta
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
-            row_pointers = getattr(self, crow)
-            return torch.sparse_csr_tensor(row_pointers, getattr(self, col), getattr(self, values),
-                                           (len(row_pointers) - 1, self.num_nodes), check_invariants=False)
+    def _sparse(self, suffix: str) -> torch.Tensor:
+        """The CSR matrix (its layers: ``_layered_csr``) of the buffers ``crow``, ``col`` and
+        ``values`` with ``suffix`` ('' for ``A_hat``, '_t' for its transpose), a view of them
+        made for each pass: buffers move with the module (``.to``, ``.double``) and pickle as
+        any tensor. Its invariants were checked when the arrays were made."""
+        row_pointers = getattr(self, "crow" + suffix)
+        with _csr_beta_warning_ignored():
+            return torch.sparse_csr_tensor(row_pointers, getattr(self, "col" + suffix),
+                                           getattr(self, "values" + suffix), (len(row_pointers) - 1, self.num_nodes),
+                                           check_invariants=False)
 
 
 def uses_sparse_product(x: torch.Tensor) -> bool:
@@ -141,11 +142,18 @@ def _layered_csr(rows: torch.Tensor, columns: torch.Tensor, values: torch.Tensor
     layer = torch.arange(len(key), device=key.device) - run_starts  # each copy's place among its repeats
     layers = int(layer.max()) + 1 if len(layer) else 1
     indices = torch.stack([layer * num_nodes + key // num_nodes, key % num_nodes])
-    with warnings.catch_warnings():  # torch says once per process that its CSR layout is in beta
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+    with _csr_beta_warning_ignored():
         matrix = torch.sparse_coo_tensor(indices, values, (layers * num_nodes, num_nodes),
                                          check_invariants=True).coalesce().to_sparse_csr()
     return matrix.crow_indices(), matrix.col_indices(), matrix.values()
+
+
+@contextlib.contextmanager
+def _csr_beta_warning_ignored():
+    """Without the warning torch gives, once per process, that its CSR layout is in beta."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+        yield
 
 
 class _SparseProduct(torch.autograd.Function):
@@ -155,12 +163,12 @@ class _SparseProduct(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, matrix, transposed):
-        ctx.transposed, ctx.dtype = transposed, x.dtype
+        ctx.transposed = transposed
         return _sparse_mm(matrix, x)
 
     @staticmethod
-    def backward(ctx, grad):
-        return _sparse_mm(ctx.transposed, grad).to(ctx.dtype), None, None
+    def backward(ctx, grad):  # grad has the output's dtype, which is x's
+        return _sparse_mm(ctx.transposed, grad), None, None
 
 
 def _sparse_mm(layered: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
