@@ -63,6 +63,21 @@ def test_a_rank_killed_in_the_middle_of_a_message_fails_the_run_instead_of_hangi
         raise outcome["error"]
 
 
+def _raise_before_reporting(local_rank, messages):
+    raise ValueError(f"no data on rank {local_rank}")
+
+
+def test_a_failed_workers_traceback_reaches_the_parent_and_its_file_is_deleted(tmp_path, monkeypatch):
+    """``mp.spawn`` has a failed worker write its traceback to a file in the temporary folder
+    and deletes it only in its own ``join``: the supervisor reads it, then deletes it."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mp.spawn makes the files
+    outcome = _spawn_with_deadline(_raise_before_reporting)
+    with pytest.raises(DistributedTrainingError, match=r"(?s)rank [01] of 2 failed.*no data on rank"):
+        raise outcome["error"]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("byte_stream", [True, False])
 def test_both_ways_of_reading_the_pipe_return_each_message_once_in_order(byte_stream):
     messages = WorkerMessages(mp.get_context("spawn"), byte_stream=byte_stream)

@@ -112,13 +112,17 @@ class SpawnedWorkers:
                        _raised_before_reporting(self.context.error_files[self.failed[0][0]]))
 
     def close(self) -> None:
-        """End any worker still running (whatever happened, none outlives its set) and close
-        the channel."""
+        """End any worker still running (whatever happened, none outlives its set), close the
+        channel and delete the files ``mp.spawn`` made for the workers' tracebacks (a failed
+        worker's stays in the temporary folder otherwise: torch deletes it only in its own
+        ``join``, which this class does not call)."""
         for process in self.processes:
             if process.is_alive():
                 process.kill()
             process.join()
         self.messages.close()
+        for error_file in self.context.error_files:
+            Path(error_file).unlink(missing_ok=True)
 
 
 def _stop_workers(processes, collect) -> None:
