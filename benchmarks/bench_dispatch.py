@@ -32,7 +32,7 @@ import torch
 
 import gears_ddp
 from gears_ddp import PertData
-from gears_ddp.model import graph_conv, weighted_norm
+from gears_ddp.model import weighted_norm
 from gears_ddp.runtime.dispatch_count import DispatchCount
 from gears_ddp.training.cuda_graphs import CapturedStep
 from gears_ddp.training.engine import evaluate, training_step
@@ -45,7 +45,6 @@ from harness.tables import StreamedTable
 from harness.timing import Stopwatch
 
 PIECES = {"CPU": weighted_norm.ROWS_PER_PASS, "GPU": weighted_norm.ROWS_PER_PASS_ACCELERATOR}
-CPU_GRAPH_PRODUCTS = graph_conv.uses_sparse_product
 STEPS = ("eager", "padded", "replayed")
 
 
@@ -76,9 +75,7 @@ def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, r
                 step_kind: str) -> dict:
     """Operators and synchronisations per optimiser step of ``step_kind`` (``STEPS``; see the
     module docstring)."""
-    weighted_norm.ROWS_PER_PASS = rows_per_pass
-    # with a GPU's pieces, a GPU's graph convolutions too: gathers, not a CPU's sparse products
-    graph_conv.uses_sparse_product = CPU_GRAPH_PRODUCTS if rows_per_pass == PIECES["CPU"] else (lambda x: False)
+    weighted_norm.ROWS_PER_PASS = rows_per_pass  # a GPU's pieces bring its gathers (graph_conv.uses_sparse_product)
     pert_data.get_dataloader(batch_size=batch_size, test_batch_size=256)
     gears = new_model(pert_data, hidden_size=hidden)
     optimizer, _ = make_optimizer(gears.model, LR, WEIGHT_DECAY)

@@ -2,6 +2,7 @@
 import os
 import pickle
 import signal
+import tempfile
 import threading
 
 import pytest
@@ -70,7 +71,6 @@ def _raise_before_reporting(local_rank, messages):
 def test_a_failed_workers_traceback_reaches_the_parent_and_its_file_is_deleted(tmp_path, monkeypatch):
     """``mp.spawn`` has a failed worker write its traceback to a file in the temporary folder
     and deletes it only in its own ``join``: the supervisor reads it, then deletes it."""
-    import tempfile
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mp.spawn makes the files
     outcome = _spawn_with_deadline(_raise_before_reporting)
     with pytest.raises(DistributedTrainingError, match=r"(?s)rank [01] of 2 failed.*no data on rank"):

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from gears_ddp.model.linear import linear
+from gears_ddp.model.weighted_norm import in_cache_pieces
 
 MESSAGE_BYTES_PER_PIECE = 16 * 2**20  # below glibc's mmap thresholds (at most 32 MiB)
 
@@ -122,9 +123,11 @@ class NormalisedAdjacency(nn.Module):
 
 
 def uses_sparse_product(x: torch.Tensor) -> bool:
-    """Whether ``A_hat @ x`` (every row) runs as the CSR product: on a CPU, outside
+    """Whether ``A_hat @ x`` (every row) runs as the CSR product: on a CPU (a device whose
+    row-wise passes run in cache-sized pieces, ``weighted_norm.in_cache_pieces``, so that
+    counting a GPU's work on a CPU with a GPU's pieces counts its gathers too), outside
     ``torch.compile`` (whose graphs take no sparse tensors); else as the gather."""
-    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+    return in_cache_pieces(x.device) and not torch.compiler.is_compiling()
 
 
 def _layered_csr(rows: torch.Tensor, columns: torch.Tensor, values: torch.Tensor, num_nodes: int):
