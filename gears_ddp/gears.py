@@ -11,6 +11,7 @@ published format (``model.folder``).
 """
 from __future__ import annotations
 
+import contextlib
 
 import numpy as np
 import pandas as pd
@@ -36,7 +37,8 @@ from gears_ddp.model.options import ModelOptions
 from gears_ddp.runtime.devices import checked_device
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
-from gears_ddp.training.options import TrainingOptions, check_save_path
+from gears_ddp.training.options import TrainingOptions
+from gears_ddp.training.save_folder import held_save_path
 from gears_ddp.training.recipe import TrainingResult
 from gears_ddp.training.trainer import READ_FROM_OPTIONS, TrainedModel, Trainer, loaders_for
 from gears_ddp.training.tracking import start_wandb
@@ -139,15 +141,17 @@ class GEARS:
         ``'history'``, ``'timing'``; with ``save_path``, the run folder's: ``Trainer.train``).
         The options are ``TrainingOptions``, ``train_multi_gpu``'s ``args`` under the same
         names (docs/options.md); loader options given here rebuild the loaders with them
-        (``trainer.loaders_for``)."""
+        (``trainer.loaders_for``). A ``save_path`` is held by this call while it trains
+        (``training.save_folder.held_save_path``)."""
         clock = PhaseClock()
         with clock.phase("set-up"):
             options = TrainingOptions.from_dict(options, where="train")  # the options' one check
             self._require_model()
-            if options.save_path is not None:
-                check_save_path(options.save_path)
-            self.dataloader = loaders_for(self.pert_data, options, self.device)
-        return self.train_with(options, SINGLE_PROCESS, clock)
+        with contextlib.nullcontext() if options.save_path is None else held_save_path(
+                options.save_path, "GEARS.train", options.resume_from, options.overwrite_save_path):
+            with clock.phase("set-up"):
+                self.dataloader = loaders_for(self.pert_data, options, self.device)
+            return self.train_with(options, SINGLE_PROCESS, clock)
 
     def train_with(self, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS,
                    clock: PhaseClock | None = None, resume=READ_FROM_OPTIONS) -> dict:

@@ -3,9 +3,12 @@ synthetic data calibrated to the Norman screen), trained with DDP, then the summ
 what was measured on that data."""
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 from gears_ddp.cli.shared_options import add_set
 from gears_ddp.cli.train import run_training
-from gears_ddp.distributed.run_config import run_options_with_overrides
+from gears_ddp.distributed.run_config import RunOptions, run_options_with_overrides
 
 NAME = "demo"
 DEMO_RUN_PATH, DEMO_PRESET, DEMO_SYNTHETIC_NAME = "./runs/demo", "norman", "synthetic"
@@ -64,9 +67,32 @@ def run(options) -> int:
               "dataset_name": REAL_SCREEN_NAME if options.data == "real" else DEMO_SYNTHETIC_NAME,
               "split_config": {"split": "simulation", "seed": 1}, "args": args}
     run = run_options_with_overrides(config, options.overrides, "its options")
+    run = replacing_earlier_demo(run)
     if options.data == "real":
         folder = write_papalexi2021_dataset(data_path)
     else:
         folder = write_synthetic_dataset(data_path, name=DEMO_SYNTHETIC_NAME, **preset(DEMO_PRESET))
     print(f"Data: {DEMO_DATA[options.data]}, in {folder}.")
     return run_training(run, note=DEMO_FINDINGS[options.data])
+
+
+def replacing_earlier_demo(run: RunOptions) -> RunOptions:
+    """``run`` set to replace an earlier demo run in its save_path (a demo always runs; the
+    log says so when the run takes the folder). A folder that holds another run than a demo
+    of the same data is kept (the run is refused there, as any run is)."""
+    import yaml
+
+    from gears_ddp.report.run_folder import read_settings
+
+    args = run.args
+    if args.save_path is None or args.resume_from is not None or args.overwrite_save_path \
+            or not Path(args.save_path).is_dir():
+        return run
+    try:
+        held = read_settings(args.save_path)
+    except (OSError, yaml.YAMLError):  # an unreadable config.yaml: not a demo's
+        return run
+    if not isinstance(held, dict) or held.get("dataset_name") != run.dataset_name \
+            or held.get("pert_data_path") != run.pert_data_path or "replicates" in held:
+        return run
+    return dataclasses.replace(run, args=dataclasses.replace(args, overwrite_save_path=True))

@@ -26,7 +26,8 @@ interactions on every GPU (or one process per CPU core), and given replicates (o
 run folders) says how far the models agree on each call. ``check`` reads a screen (or a
 processed dataset) as ``process`` and ``train`` would, processes nothing, and lists every
 problem at once, each with its fix. Exit status: 0 done (``check``: the screen would
-train), 2 a bad configuration, input or path (``check``: a problem stops the screen), 75 stopped by a signal with a checkpoint (continue with ``--set
+train), 2 a bad configuration, input or path, or a run folder in use by another run
+(``check``: a problem stops the screen), 75 stopped by a signal with a checkpoint (continue with ``--set
 args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
 failed included).
 """
@@ -41,6 +42,7 @@ from gears_ddp.cli import check, demo, evaluate, interactions, pair_screen, pred
 from gears_ddp.cli.exit_status import EXIT_BAD_INPUT, EXIT_FAILED
 from gears_ddp.data.download import DownloadError
 from gears_ddp.distributed.run_config import RunConfigError
+from gears_ddp.runtime.folder_lock import FolderInUse
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss
 
@@ -66,7 +68,8 @@ def main(argv=None) -> int:
     run = {command.NAME: command.run for command in COMMANDS}[options.command]
     try:
         return run(options) or 0
-    except (RunConfigError, FileNotFoundError, FileExistsError, PermissionError, ValueError, DownloadError) as err:
+    except (RunConfigError, FileNotFoundError, FileExistsError, PermissionError, ValueError, DownloadError,
+            FolderInUse) as err:
         print(f"gears-ddp {options.command}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except TrainingInterrupted as stop:

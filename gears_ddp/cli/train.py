@@ -29,6 +29,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--split-seeds", nargs="+", type=int, metavar="SEED",
                         help="replicates: one run per split seed (replicates.split_seeds); with --seeds, the lists "
                              "pair up")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="train into a save_path that holds an earlier run, replacing it "
+                             "(args.overwrite_save_path); without it such a folder is refused")
     add_set(parser)
     return parser
 
@@ -40,6 +43,8 @@ def run(options) -> int:
     for key, seeds in (("seeds", options.seeds), ("split_seeds", options.split_seeds)):
         if seeds is not None:
             overrides.append(f"replicates.{key}={seeds}")
+    if options.overwrite:
+        overrides.append("args.overwrite_save_path=true")
     run_options = read_run_options(options.config, overrides) if options.config else \
         run_options_with_overrides({}, overrides, "--set")
     return run_training(run_options)

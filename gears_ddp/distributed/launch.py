@@ -12,15 +12,15 @@ SLURM_JOB_NODELIST), prepares the data itself (the ranks of one machine take tur
 built once per machine), uses the GPU of its local rank (or the CPU with gloo when there is
 none, with its share of the machine's cores), and runs the same rank as ``train_multi_gpu``.
 
-Restarts and preemption: a torchrun restart (``TORCHELASTIC_RESTART_COUNT`` above 0) continues
-from the latest checkpoint in ``save_path`` unless ``resume_from`` says otherwise. On SIGTERM
+Restarts and preemption: a torchrun restart (``TORCHELASTIC_RESTART_COUNT`` above 0) and a
+requeued Slurm job (``SLURM_RESTART_COUNT`` above 0) continue from the latest checkpoint in
+``save_path`` unless ``resume_from`` says otherwise (``launcher.continued_after_restart``). On SIGTERM
 or SIGUSR1 every rank stops at the next optimiser step after rank 0 wrote a checkpoint, and
 exits with status 75; under Slurm, SIGUSR1 (``sbatch --signal=USR1@90``) also requeues the
 job (``scontrol requeue``), which then continues with ``resume_from: "auto"``.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import subprocess
@@ -49,9 +49,6 @@ def train_launched(run: RunOptions, environment: LaunchEnvironment) -> dict | No
     """``run_launched_rank`` of options checked before (``gears-ddp train --config`` under
     torchrun or srun)."""
     progress_bars_without_semaphores()
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0 and run.args.resume_from is None:
-        # a restarted worker continues from the latest checkpoint (none without a save_path: a fresh start)
-        run = dataclasses.replace(run, args=dataclasses.replace(run.args, resume_from="auto"))
     if environment.rank == 0:
         enable_console_logging()
     device = launched_rank_device(environment.local_rank)

@@ -49,7 +49,7 @@ from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE, REPORT_FILE, log_file, read_settings
 from gears_ddp.runtime.devices import located_devices
 from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted, signal_name
-from gears_ddp.training.options import check_save_path
+from gears_ddp.training.save_folder import held_save_path
 
 __all__ = ["train_replicates", "ReplicatesFailed"]
 
@@ -191,6 +191,10 @@ def train_checked_replicates(run: RunOptions) -> dict:
         raise ValueError(f"args['resume_from']={options.resume_from!r} names one run's checkpoint, but each replicate "
                          "continues from its own folder: leave resume_from out (running the same command again "
                          "continues every unfinished replicate)")
+    if options.overwrite_save_path:
+        raise ValueError("args['overwrite_save_path'] with replicates: running the same command again continues the "
+                         "unfinished replicates and keeps the finished ones; to train them anew, give another "
+                         "save_path")
     if plan.split_seeds is not None and split.options.get("split_dict_path") is not None:
         raise ValueError("replicates.split_seeds with split_config.split_dict_path: the split is read from that file, "
                          "so every split seed would give the same split")
@@ -198,13 +202,12 @@ def train_checked_replicates(run: RunOptions) -> dict:
     top = Path(options.save_path)
     config = run.config()
     runs = plan_replicates(plan, split, options)
-    check_save_path(top)
-    check_same_configuration(top, config, "save_path")
-    for replicate in runs:
-        check_same_configuration(replicate.folder, replicate_config(config, replicate, groups[0]),
-                                 f"replicate {replicate.name}:")
-    write_run_config(top, config)
-    with log_file(top):
+    with held_save_path(top, "replicates", resume_from="auto"), log_file(top):
+        check_same_configuration(top, config, "save_path")
+        for replicate in runs:
+            check_same_configuration(replicate.folder, replicate_config(config, replicate, groups[0]),
+                                     f"replicate {replicate.name}:")
+        write_run_config(top, config)
         _log_layout(runs, groups)
         reports = {replicate.name: finished_report(replicate.folder) for replicate in runs}
         for replicate in runs:
@@ -315,7 +318,8 @@ class _ReplicateScheduler:
         logger.info("%s: training on group %d (%s), run folder %s", replicate.name, index + 1,
                     ", ".join(map(str, group)), replicate.folder)
         way = ReplicateGroup(placements, replicate_config(self.config, replicate, group),
-                             functools.partial(self._shared_data, replicate.split_seed), f"{replicate.name}: ")
+                             functools.partial(self._shared_data, replicate.split_seed), f"{replicate.name}: ",
+                             f"replicate {replicate.name} of the replicates in {replicate.folder.parent}")
         return Launcher(run, way).launch()
 
     def _shared_data(self, split_seed: int, run: RunOptions):
@@ -362,15 +366,17 @@ class _ReplicateScheduler:
 class ReplicateGroup:
     """The launcher's way of starting a replicate: its ranks on one group of devices
     (``placements``), started and left running for the scheduler to watch
-    (``SpawnedWorkers``). Its configuration is the replicate's alone (``config``), its data
-    comes prepared from the scheduler (``prepared``: once per split seed), and its folder
-    lies in the save path checked before."""
+    (``SpawnedWorkers``, which hold the replicate's folder until they are closed). Its
+    configuration is the replicate's alone (``config``), its data comes prepared from the
+    scheduler (``prepared``: once per split seed), and its folder lies in the save path
+    checked before."""
 
     writes_run_folder = True
     checks_save_path = False
 
-    def __init__(self, placements: list, config: dict, prepared, log_prefix: str):
+    def __init__(self, placements: list, config: dict, prepared, log_prefix: str, holder: str):
         self.placements, self.written, self.prepared, self.log_prefix = placements, config, prepared, log_prefix
+        self.holder = holder
 
     def config(self, run: RunOptions) -> dict:
         return self.written
@@ -379,6 +385,8 @@ class ReplicateGroup:
         return self.prepared(run)
 
     def start(self, run: RunOptions, opening: Opening) -> SpawnedWorkers:
-        return SpawnedWorkers(functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
-                              (self.placements, opening.pert_data, run.args), len(self.placements),
-                              log_prefix=self.log_prefix)
+        workers = SpawnedWorkers(functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
+                                 (self.placements, opening.pert_data, run.args), len(self.placements),
+                                 log_prefix=self.log_prefix)
+        workers.holding = opening.held.pop_all()  # the replicate's folder, released when its workers are closed
+        return workers

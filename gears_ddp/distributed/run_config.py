@@ -189,8 +189,10 @@ def resolved_config(pert_data_path: str, dataset_name: str, split: SplitConfig, 
                     n_gpus: int | None = None, gpu_ids: list[int] | None = None,
                     replicates: ReplicateOptions | None = None) -> dict:
     """The configuration with every default filled in: what the run folder keeps. A single
-    run's has no ``replicates`` key."""
-    values = args.as_dict()
+    run's has no ``replicates`` key; ``overwrite_save_path`` is kept false (the folder's
+    ``config.yaml`` repeats the run into its own folder, which it must never replace
+    unasked)."""
+    values = {**args.as_dict(), "overwrite_save_path": False}
     config = {"pert_data_path": pert_data_path, "dataset_name": dataset_name,
               "split_config": {**SPLIT_DEFAULTS, **split.options}, "args": values, "n_gpus": n_gpus,
               "gpu_ids": None if gpu_ids is None else [int(i) for i in gpu_ids]}

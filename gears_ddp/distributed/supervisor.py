@@ -1,16 +1,19 @@
-"""Supervising spawned worker processes: start them with ``torch.multiprocessing.spawn``,
-watch them without blocking, hand their log records to this process's loggers, pass stop
-signals on, and turn a failure into one error that names the rank that failed first, with
-its traceback. ``train_multi_gpu``, ``train_replicates`` and screens use it.
+"""Supervising spawned worker processes: start them with ``torch.multiprocessing.spawn`` (on
+Linux they end with the process that spawned them), watch them without blocking, hand their
+log records to this process's loggers, pass stop signals on, and turn a failure into one
+error that names the rank that failed first, with its traceback. ``train_multi_gpu``, ``train_replicates`` and screens use it.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +25,7 @@ from gears_ddp.distributed.messages import LogRecord, WorkerFailed, WorkerMessag
 from gears_ddp.runtime.stopping import STOP_SIGNALS
 from gears_ddp.runtime.threads import passive_openmp_environment
 
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent ends
 SHUTDOWN_GRACE_S = 5.0  # after a rank fails, how long the others get to stop before they are ended
 
 
@@ -73,11 +77,13 @@ class SpawnedWorkers:
         self.failed: list[tuple[int, int]] = []  # (rank, exit code) of the workers failed when a failure was seen
         try:
             with passive_openmp_environment():
-                self.context = mp.spawn(worker, args=(*worker_args, self.messages), nprocs=nprocs, join=False)
+                self.context = mp.spawn(functools.partial(_ending_with_parent, worker, os.getpid()),
+                                        args=(*worker_args, self.messages), nprocs=nprocs, join=False)
         except BaseException:
             self.messages.close()
             raise
         self.processes = self.context.processes
+        self.holding = contextlib.ExitStack()  # what the set holds while it runs (a run folder), released by close
 
     def collect(self) -> list:
         """Every message but the log records received so far (those are handed on)."""
@@ -113,7 +119,7 @@ class SpawnedWorkers:
 
     def close(self) -> None:
         """End any worker still running (whatever happened, none outlives its set), close the
-        channel and delete the files ``mp.spawn`` made for the workers' tracebacks (a failed
+        channel, release what the set held (``holding``) and delete the files ``mp.spawn`` made for the workers' tracebacks (a failed
         worker's stays in the temporary folder otherwise: torch deletes it only in its own
         ``join``, which this class does not call)."""
         for process in self.processes:
@@ -123,6 +129,19 @@ class SpawnedWorkers:
         self.messages.close()
         for error_file in self.context.error_files:
             Path(error_file).unlink(missing_ok=True)
+        self.holding.close()
+
+
+def _ending_with_parent(worker, parent_pid: int, local_rank: int, *args) -> None:
+    """Run ``worker(local_rank, *args)`` in a process that ends (SIGKILL) when the thread
+    that spawned it ends, however it ends (Linux's ``PR_SET_PDEATHSIG``): a parent killed
+    with SIGKILL releases the run folder it held, and its ranks must not go on writing there
+    beside the next run. Elsewhere the worker runs as it is."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent ended before the setting took effect
+            os._exit(1)
+    worker(local_rank, *args)
 
 
 def _stop_workers(processes, collect) -> None:

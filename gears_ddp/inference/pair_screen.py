@@ -23,6 +23,7 @@ genes as given. The parts:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -42,6 +43,7 @@ from gears_ddp.interactions.pair_tables import pair_table, score_gene_positions,
 from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores, theil_sen_subsets
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed
 from gears_ddp.model.folder import parameter_digest
+from gears_ddp.runtime.folder_lock import FolderLock
 
 logger = get_logger(__name__)
 
@@ -214,6 +216,11 @@ def run_pair_screen(job: PairScreenJob, out=None, overwrite: bool = False,
     """The screen's table (``pair_screen_table``), its chunks computed by ``execute(job, chunks,
     folder)``; with ``out``, resumable and written there (see ``PairScreenFolder``)."""
     folder = None if out is None else PairScreenFolder(out)
+    with contextlib.nullcontext() if folder is None else held_output(folder.table):
+        return _run_pair_screen(job, folder, overwrite, execute)
+
+
+def _run_pair_screen(job: PairScreenJob, folder: "PairScreenFolder | None", overwrite: bool, execute) -> pd.DataFrame:
     record = job.record()
     done = folder.prepare(record, overwrite) if folder is not None else set()
     if done is None:
@@ -364,6 +371,14 @@ def checked_output_file(path, what: str, kind: str, suffixes: Sequence[str]) -> 
     if blocker is not None:
         raise ValueError(f"{what} cannot be written to {path}: {blocker} is a file, not a folder")
     return path
+
+
+def held_output(table: Path) -> FolderLock:
+    """The lock a screen writing ``table`` holds while it runs (its folder made first): a
+    second screen to the same table is refused, naming the first (``runtime.folder_lock``)."""
+    table.parent.mkdir(parents=True, exist_ok=True)
+    return FolderLock(table.parent, f"a pair screen writing {table.name}", "or write this screen to another --out",
+                      lock_name=f".{table.name}.lock", record_name=f".{table.name}.owner.json")
 
 
 def write_table(table: pd.DataFrame, path: Path) -> None:

@@ -3,7 +3,7 @@ or any run folders) screens the same pairs, and one table summarises them across
 (``pair_screen_statistics``): per pair and score the mean, sd and 95% interval, per interaction
 type the majority call, the models' agreement with it and whether it is confident.
 
-Each model's screen is an ordinary screen (``screen.run_pair_screen``), resumable as any; with
+Each model's screen is an ordinary screen (``pair_screen.run_pair_screen``), resumable as any; with
 an output file ``<out>`` it is written to ``<out>.models/<model>.csv`` (with the
 drawn-cells change one per draw of control cells, ``<model>.draw-<seed>.csv``), with its
 record and, while it runs, its partial folder. The summary is computed from those tables:
@@ -14,6 +14,7 @@ reads the finished models' tables back and continues the one under way; with oth
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from pathlib import Path
@@ -22,8 +23,8 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 
 from gears_ddp._logging import get_logger
-from gears_ddp.inference.pair_screen import PairScreenFolder, PairScreenJob, checked_output_file, read_record, run_pair_screen, \
-    score_chunks_here, write_record, write_table
+from gears_ddp.inference.pair_screen import PairScreenFolder, PairScreenJob, checked_output_file, held_output, \
+    read_record, run_pair_screen, score_chunks_here, write_record, write_table
 from gears_ddp.inference.pair_screen_statistics import CONFIDENT_RULE, PAIR_SCREEN_INTERVAL, confident_counts, \
     summarise_models
 
@@ -80,6 +81,12 @@ def run_replicate_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]], out=N
     under ``<out>.models/`` (resumable) and the summary to ``out`` (``ReplicatePairScreenFolder``)."""
     first = check_same_pair_screen(jobs)
     folder = None if out is None else ReplicatePairScreenFolder(out)
+    with contextlib.nullcontext() if folder is None else held_output(folder.table):
+        return _run_replicate_pair_screen(jobs, first, folder, overwrite, execute)
+
+
+def _run_replicate_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]], first: PairScreenJob,
+                               folder: ReplicatePairScreenFolder | None, overwrite: bool, execute) -> pd.DataFrame:
     if folder is not None:
         folder.prepare(overwrite)
     started = time.perf_counter()

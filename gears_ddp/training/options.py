@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from gears_ddp._options import Options, is_int, is_number, option, option_name
-from gears_ddp.data.io import file_in_the_way
 from gears_ddp.data.loaders import check_loader_options
 
 AMP_MODES = ("off", "fp16", "bf16")
 LR_SCALINGS = ("none", "linear", "sqrt")
 LOADER_OPTIONS = ("batch_size", "test_batch_size", "seed", "num_workers", "resample_controls")
-MIN_FREE_BYTES = 50 * 2**20  # room a save folder needs for checkpoints
 # GEARS.train(epochs=0), as published: no optimiser step, then the test evaluation and report of
 # the model as it is (the paper's no-perturbation baseline); a distributed run trains at least one epoch
 UNTRAINED_TEST_ALLOWED_IN = "train"
@@ -57,8 +54,12 @@ class TrainingOptions(Options):
     resume_from: str | None = option(None, "'auto' (the newest readable checkpoint in save_path, else a fresh start),"
                                            " a checkpoint file or a save folder; resuming continues exactly, "
                                            "mid-epoch too (on CPU bit for bit)")
-    save_path: str | None = option(None, "the run folder: model, checkpoints, metrics, log, report; checked for write"
-                                         " access and free space before training; None: nothing saved")
+    save_path: str | None = option(None, "the run folder: model, checkpoints, metrics, log, report; held by this run "
+                                         "alone while it trains (another run on it is refused), checked for write "
+                                         "access and free space before training; None: nothing saved")
+    overwrite_save_path: bool = option(False, "train into a save_path that holds an earlier run (its model, report "
+                                              "or checkpoints), replacing it; without it such a folder is refused "
+                                              "(resume_from continues it instead)")
     sync_batchnorm: bool = option(False, "BatchNorm statistics over all ranks' batches")
     fused_decoder: bool = option(True, "the per-gene decoder as one autograd function; False runs the plain module "
                                        "chain (the same function)")
@@ -109,13 +110,14 @@ class TrainingOptions(Options):
             if not is_number(value) or value < 0 or (key == "lr" and value == 0):
                 raise ValueError(f"{name(key)} must be a {'positive' if key == 'lr' else 'non-negative'} "
                                  f"number, got {value!r}")
-        for key in ("sync_batchnorm", "fused_decoder", "compile", "cuda_graphs", "deterministic"):
+        for key in ("sync_batchnorm", "fused_decoder", "compile", "cuda_graphs", "deterministic",
+                    "overwrite_save_path"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name(key)} must be True or False, got {value!r}")
         if self.wandb is not None and not isinstance(self.wandb, dict):
             raise ValueError(f"{name('wandb')} must be a dict such as {{'project': 'GEARS', 'name': 'run1'}}")
-        for key in ("checkpoint_every", "checkpoint_every_steps"):
+        for key in ("checkpoint_every", "checkpoint_every_steps", "overwrite_save_path"):
             if getattr(self, key) and self.save_path is None:
                 raise ValueError(f"{name(key)}={getattr(self, key)} needs {name('save_path')}: the folder the "
                                  "checkpoints go to")
@@ -134,6 +136,9 @@ class TrainingOptions(Options):
         if self.resume_from == "auto" and self.save_path is None:
             raise ValueError(f"{name('resume_from')}='auto' needs {name('save_path')}: the folder whose latest "
                              "checkpoint to continue from")
+        if self.resume_from is not None and self.overwrite_save_path:
+            raise ValueError(f"{name('resume_from')} continues the run in {name('save_path')} and "
+                             f"{name('overwrite_save_path')} replaces it: give one of them")
 
     def scaled_lr(self, world_size: int) -> float:
         """The learning rate for ``world_size`` processes: ``lr`` times the effective batch
@@ -145,26 +150,3 @@ class TrainingOptions(Options):
     def loader_options(self) -> dict:
         """The loader options that are set (not None)."""
         return {key: getattr(self, key) for key in LOADER_OPTIONS if getattr(self, key) is not None}
-
-
-def check_save_path(save_path) -> Path:
-    """Create the save folder and make sure it is writable with room for checkpoints, before
-    any training (a full disk must not surface after hours of it)."""
-    path = Path(save_path)
-    blocker = file_in_the_way(path)
-    if blocker is not None:
-        where = "is a file" if blocker == path else f"cannot be made: {blocker} is a file"
-        raise FileExistsError(f"save_path {path} {where}, not a folder; choose another save_path (a run writes its "
-                              "folder there)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".gears_ddp_write_test"
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError as err:
-        raise PermissionError(f"cannot write to save_path {path}: {err}") from err
-    free = shutil.disk_usage(path).free
-    if free < MIN_FREE_BYTES:
-        raise OSError(f"save_path {path} has only {free / 2**20:.0f} MiB free; checkpoints need at least "
-                      f"{MIN_FREE_BYTES / 2**20:.0f} MiB")
-    return path

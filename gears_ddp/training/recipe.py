@@ -127,7 +127,7 @@ class TrainingRecipe:
     ``run()`` trains the remaining epochs and returns a ``TrainingResult``, continuing from
     ``resume`` (the checkpoint ``options.resume_from`` names, read once by whoever started
     the run: ``checkpoint.resolve_resume``), if given. With ``options.save_path`` (a folder
-    the caller checked with ``options.check_save_path``), the main rank writes the per-epoch
+    the caller holds and checked with ``save_folder.held_save_path``), the main rank writes the per-epoch
     metrics and the checkpoints there, and a SIGTERM or SIGUSR1 stops every rank at the next optimiser step with a
     checkpoint (``run()`` raises ``TrainingInterrupted``). A non-finite loss stops every
     rank with ``NonFiniteLoss`` before anything else is evaluated or saved.

@@ -1,0 +1,123 @@
+"""A run's ``save_path``, taken before training writes anything there.
+
+``held_save_path`` is the one way in, on every entry path (``GEARS.train``, the launcher of
+``train_multi_gpu``, ``gears-ddp train``, torchrun and srun's rank 0, each replicate): it
+makes the folder, takes it for this run (``runtime.folder_lock``: a second run on it stops
+at once, naming this one), keeps a finished run from being overwritten unasked, and checks
+that the folder is writable with room for checkpoints (a full disk must not surface after
+hours of training). Reading a folder in use (``load_pretrained``, ``gears-ddp evaluate``,
+``predict --run``) takes nothing: every file a run writes is replaced atomically.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from gears_ddp._logging import get_logger
+from gears_ddp.data.io import file_in_the_way
+from gears_ddp.model.folder import CONFIG_FILE as MODEL_CONFIG_FILE, VOCABULARY_FILE, WEIGHTS_FILE
+from gears_ddp.report.run_folder import CONFIG_FILE, LOG_FILE, METRICS_FILE, PAGE_FILE, PICTURES, REPORT_FILE
+from gears_ddp.runtime.folder_lock import FolderLock
+from gears_ddp.training.checkpoint import CHECKPOINT_FOLDER, checkpoint_files
+
+logger = get_logger(__name__)
+
+MIN_FREE_BYTES = 50 * 2**20  # room a save folder needs for checkpoints
+# what a run writes in its folder: an overwrite removes these (and nothing else the user keeps there)
+RUN_FILES = (WEIGHTS_FILE, MODEL_CONFIG_FILE, VOCABULARY_FILE, REPORT_FILE, PAGE_FILE, METRICS_FILE, LOG_FILE,
+             CONFIG_FILE, *PICTURES.values())
+IN_USE_ADVICE = ("or give this run another save_path (reading the folder: load_pretrained, gears-ddp evaluate, "
+                 "predict --run is not blocked)")
+
+
+def make_save_folder(save_path) -> Path:
+    """Create the save folder; a file standing where it (or a folder above it) would go is
+    refused, naming it."""
+    path = Path(save_path)
+    blocker = file_in_the_way(path)
+    if blocker is not None:
+        where = "is a file" if blocker == path else f"cannot be made: {blocker} is a file"
+        raise FileExistsError(f"save_path {path} {where}, not a folder; choose another save_path (a run writes its "
+                              "folder there)")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check_save_path(save_path) -> Path:
+    """Create the save folder and make sure it is writable with room for checkpoints."""
+    path = make_save_folder(save_path)
+    try:
+        probe = path / ".gears_ddp_write_test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        raise PermissionError(f"cannot write to save_path {path}: {err}") from err
+    free = shutil.disk_usage(path).free
+    if free < MIN_FREE_BYTES:
+        raise OSError(f"save_path {path} has only {free / 2**20:.0f} MiB free; checkpoints need at least "
+                      f"{MIN_FREE_BYTES / 2**20:.0f} MiB")
+    return path
+
+
+def earlier_run(folder) -> str | None:
+    """What an earlier run left in ``folder`` that a new run would overwrite (a model, a
+    report, checkpoints, an epoch history), described; None when there is nothing."""
+    folder = Path(folder)
+    checkpoints = checkpoint_files(folder)
+    if (folder / WEIGHTS_FILE).is_file() or (folder / REPORT_FILE).is_file():
+        written = max((folder / name).stat().st_mtime for name in (WEIGHTS_FILE, REPORT_FILE)
+                      if (folder / name).is_file())
+        when = datetime.datetime.fromtimestamp(written).strftime("%Y-%m-%d %H:%M")
+        return f"a finished run (its model and report written {when})"
+    if checkpoints:
+        return f"an unfinished run's checkpoints (the newest {checkpoints[-1].name})"
+    if (folder / METRICS_FILE).is_file():
+        return f"an unfinished run's epochs ({METRICS_FILE})"
+    return None
+
+
+def clear_earlier_run(folder) -> None:
+    """Remove what a run writes in ``folder`` (``RUN_FILES`` and its checkpoints), so that
+    nothing of the earlier run mixes with the new one; other files stay."""
+    folder = Path(folder)
+    for name in RUN_FILES:
+        (folder / name).unlink(missing_ok=True)
+    for path in checkpoint_files(folder):
+        path.unlink()
+    for name in (CHECKPOINT_FOLDER, *{str(Path(picture).parent) for picture in PICTURES.values()}):
+        with contextlib.suppress(OSError):  # kept when it holds something else
+            (folder / name).rmdir()
+
+
+def refuse_or_clear_earlier_run(folder, resume_from, overwrite: bool) -> None:
+    """An earlier run in ``folder`` is continued (``resume_from`` set), replaced
+    (``overwrite``: its files removed, said in the log) or refused with a FileExistsError
+    naming both ways on."""
+    found = earlier_run(folder)
+    if found is None or resume_from is not None:
+        return
+    if overwrite:
+        logger.warning("save_path %s holds %s: this run replaces it (overwrite_save_path)", folder, found)
+        clear_earlier_run(folder)
+        return
+    raise FileExistsError(f"save_path {folder} holds {found}: continue it with resume_from='auto' (more epochs "
+                          "train further), replace it with overwrite_save_path=True (gears-ddp train: --set "
+                          "args.resume_from=auto, or --overwrite), or choose another save_path")
+
+
+@contextlib.contextmanager
+def held_save_path(save_path, what: str, resume_from=None, overwrite: bool = False,
+                   check: bool = True) -> Iterator[Path]:
+    """While active, this process holds ``save_path`` (``FolderLock``); on entry, before
+    anything is written there, an earlier run is refused or replaced
+    (``refuse_or_clear_earlier_run``) and, with ``check``, the folder is checked for write
+    access and free space (``check_save_path``). ``what`` names the holder to a refused run."""
+    folder = make_save_folder(save_path)
+    with FolderLock(folder, what, IN_USE_ADVICE):
+        refuse_or_clear_earlier_run(folder, resume_from, overwrite)
+        if check:
+            check_save_path(folder)
+        yield folder
