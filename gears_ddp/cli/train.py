@@ -100,8 +100,9 @@ def _print_summary(report: dict, note: str | None = None) -> None:
     print(f"\nbest epoch {report['best_epoch']} of {len(report['history'])}, {report['world_size']} process(es)")
     if "model" in report:  # the log above shows the test table, once
         run_path = Path(report.get("model_path", "."))
-        print(f"The test verdicts above come from one seed; for 95% intervals over seeds: gears-ddp train --config "
-              f"{run_path / CONFIG_FILE} --seeds 1 2 3 4 5 --set args.save_path={run_path}-replicates")
+        print(f"The intervals above cover the test perturbations of one seed; for intervals that cover seeds too: "
+              f"gears-ddp train --config {run_path / CONFIG_FILE} --seeds 1 2 3 4 5 --set "
+              f"args.save_path={run_path}-replicates")
     print("\n" + "\n".join(learning_checks(report) + ([note] if note else [])))
     if "model_path" in report:
         print(f"\nmodel and run report in {report['model_path']} (open {Path(report['model_path']) / PAGE_FILE})")

@@ -4,23 +4,34 @@ The verdict table says which baseline won each metric; these say whether trainin
 anything at all: whether the training loss fell, whether the model beat predicting no
 change (``mse`` and ``mse_de``), and how its ``pearson_delta`` compares with the
 mean-effect baseline's (the same average change for every perturbation: on real screens
-GEARS is about level with it). ``gears-ddp demo`` prints them and the run report page shows
-them.
+GEARS is about level with it), each comparison with its verdict and 95% interval over the
+test perturbations (the report's ``verdicts``, never two means alone), and a warning when
+the model's predictions barely differ between perturbations (``evaluation.prediction_spread``).
+``gears-ddp demo`` prints them and the run report page shows them.
 """
 from __future__ import annotations
 
-from gears_ddp.report.verdicts import higher_is_better, is_better, metric_key
+from gears_ddp.evaluation.prediction_spread import spread_warnings
+from gears_ddp.report.numbers import format_interval
+from gears_ddp.report.verdicts import GEARS
 
 # compared with the no-change baseline; comparisons that are verdicts (report.not_applicable
 # rules out no change's correlations with the change and its share of genes moved the wrong way)
 NO_CHANGE_METRICS = ("mse", "mse_de")
 
 
-def _compare(model: float, baseline: float, metric: str) -> str:
-    better = is_better(model, baseline, higher_is_better(metric))
-    if better is None:
-        return "not comparable"
-    return "level" if model == baseline else ("better" if better else "worse")
+def _comparison(report: dict, metric: str, baseline: str) -> str | None:
+    """``'mse_de 0.377 against 0.4766: beats (+0.0996 [+0.03, +0.17], won 5 of 6 perturbations)'``,
+    from the report's verdict over all test conditions; None when the report has none."""
+    record = next((v for v in report.get("verdicts") or [] if v["subgroup"] is None and v["metric"] == metric), None)
+    compared = (record or {}).get("baselines", {}).get(baseline)
+    if not compared or "verdict" not in compared:
+        return None
+    values = f"{metric} {record['model']:.4g} against {compared['value']:.4g}"
+    if compared["verdict"] == "n/a":
+        return f"{values}: no verdict ({compared['reason']})"
+    return (f"{values}: {compared['verdict']} ({format_interval(compared['difference'], compared['low'], compared['high'])}"
+            f", won {compared['won']} of {compared['n']} perturbations)")
 
 
 def learning_checks(report: dict) -> list[str]:
@@ -33,15 +44,13 @@ def learning_checks(report: dict) -> list[str]:
     if len(losses) >= 2:
         fell = "fell" if losses[-1] < losses[0] else "did not fall"
         lines.append(f"Training loss {fell}: {losses[0]:.4g} in epoch 1, {losses[-1]:.4g} in epoch {len(losses)}.")
-    model, baselines = report.get("model") or {}, report.get("baselines") or {}
-    no_change = baselines.get("no_change", {})
-    parts = [f"{metric} {model[key]:.4g} against {no_change[key]:.4g} ({_compare(model[key], no_change[key], metric)})"
-             for metric in NO_CHANGE_METRICS for key in [metric_key(metric)] if key in model and key in no_change]
+    parts = [part for metric in NO_CHANGE_METRICS if (part := _comparison(report, metric, "no_change"))]
     if parts:
-        lines.append("Against predicting no change: " + ", ".join(parts) + ".")
-    key = metric_key("pearson_delta")
-    if key in model and key in baselines.get("mean_effect", {}):
-        ours, theirs = model[key], baselines["mean_effect"][key]
-        lines.append(f"pearson_delta {ours:.4f} against the mean-effect baseline's {theirs:.4f} "
-                     f"({ours - theirs:+.4f}; {_compare(ours, theirs, 'pearson_delta')}).")
+        lines.append("Against predicting no change: " + "; ".join(parts) + ".")
+    mean_effect = _comparison(report, "pearson_delta", "mean_effect")
+    if mean_effect:
+        lines.append(f"Against the mean-effect baseline: {mean_effect}.")
+    spreads = report.get("prediction_spread") or {}
+    if GEARS in spreads:
+        lines += spread_warnings({GEARS: spreads[GEARS]})
     return lines

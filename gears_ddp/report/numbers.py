@@ -29,6 +29,15 @@ def format_interval(mean, low, high) -> str:
     return f"{format_signed(mean)} [{format_signed(low)}, {format_signed(high)}]"
 
 
+def format_comparison(comparison) -> str:
+    """A paired comparison (``evaluation.paired_bootstrap.PairedComparison``) as the tables
+    write it: ``'+0.078 [-0.02, +0.17] 4/6'`` (difference, 95% interval, perturbations won);
+    ``'n/a'`` without an interval."""
+    if not math.isfinite(comparison.low):
+        return "n/a"
+    return f"{format_interval(comparison.difference, comparison.low, comparison.high)} {comparison.won}/{comparison.n}"
+
+
 def format_mean_sd(mean, sd, n: int) -> str:
     """A mean, its standard deviation and how many values they cover: ``'0.3 ± 0.02 (n=5)'``."""
     return f"{format_number(mean)} ± {format_number(sd)} (n={n})"

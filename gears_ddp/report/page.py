@@ -11,10 +11,13 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NOT_APPLICABLE
+from gears_ddp.evaluation.prediction_spread import spread_line, spread_warnings
 from gears_ddp.report.equal_baselines import equal_baseline_groups, equal_baselines_notes, group_heading
 from gears_ddp.report.interaction_section import interaction_section
 from gears_ddp.report.learning import learning_checks
-from gears_ddp.report.numbers import format_duration, format_number
+from gears_ddp.report.numbers import format_comparison, format_duration, format_number
+from gears_ddp.report.not_applicable import not_applicable_reason
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
 from gears_ddp.report.verdicts import MetricVerdict, compare, outcome_line, shown_subgroups, whole_test_set_name
 
@@ -23,41 +26,51 @@ BASELINES_NOTE = ("Each baseline predicts from the training data only: <i>no_cha
                   "<i>mean_effect</i> control plus the average effect of all training perturbations, "
                   "<i>additive</i> control plus the sum of each gene's single-gene effect, <i>linear</i> the linear "
                   "model of Ahlmann-Eltze et al. (Nature Methods 2025) on the principal components of the training "
-                  "conditions (<i>linear_pretrained</i>: perturbations placed by another screen's). A baseline value "
-                  "in red is at least as good as GEARS; n/a marks a comparison that is no verdict, as the baseline's "
-                  "value there is fixed by how it predicts.")
-ONE_SEED_NOTE = ("These verdicts come from one run: one model seed and one split seed. Seed to seed, the metrics "
-                 "can move by more than the gaps judged here. For verdicts that hold across seeds, run replicates "
-                 "(gears-ddp train --config config.yaml --seeds 1 2 3 4 5 --set args.save_path=NEW_FOLDER): their "
-                 "summary gives each difference with a 95% interval (docs/replicates.md).")
+                  "conditions (<i>linear_pretrained</i>: perturbations placed by another screen's). "
+                  "n/a marks a comparison that is no verdict, as the baseline's value there is fixed by how it "
+                  "predicts (or there is no interval, as the cell says).")
+HOW_TO_READ = ("Each baseline's cell: its value, then GEARS minus it, perturbation by perturbation, signed so that + "
+               "favours GEARS: the mean difference, its 95% interval (a bootstrap over the test perturbations) and "
+               "the perturbations GEARS won. GEARS beats a baseline (green) when the whole interval lies above 0, "
+               "loses to it (red) when it lies below 0; an interval that holds 0 is no clear difference (grey): the "
+               "test perturbations cannot tell the two apart. The picture below draws the same intervals.")
+ONE_SEED_NOTE = ("These intervals cover the test perturbations of one run: one model seed and one split seed. Seed "
+                 "to seed, the model itself moves; for intervals that cover the seeds too, run replicates "
+                 "(gears-ddp train --config config.yaml --seeds 1 2 3 4 5 --set args.save_path=NEW_FOLDER; "
+                 "docs/replicates.md).")
 NO_TEST_SET = ('<h2>Test metrics</h2>\n<p class="note">This split has no test set, so the model was not scored on '
                "test conditions nor compared with the baselines.</p>")
 
 
-def write_report_page(path, settings: dict, report: dict, pictures: dict[str, str]) -> Path:
+def write_report_page(path, settings: dict, report: dict, pictures: dict[str, str],
+                      verdicts: list[MetricVerdict] | None = None) -> Path:
     """Write the page to ``path`` (a run folder's ``report.html``) and return the path.
 
     ``settings`` is the run's resolved configuration (nested dicts), ``report`` what the
     training returns (``model`` and ``baselines`` test summaries when the split has a test
     set, ``best_epoch``, ``history``, ``world_size``, optionally ``model_path``) and
-    ``pictures`` maps each picture's title to its path relative to the page's folder.
+    ``pictures`` maps each picture's title to its path relative to the page's folder;
+    ``verdicts``: ``verdicts.compare``'s of the report's shown subgroups, when the caller has
+    them already (else computed here).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report_page(settings, report, pictures), encoding="utf-8")
+    path.write_text(render_report_page(settings, report, pictures, verdicts), encoding="utf-8")
     return path
 
 
-def render_report_page(settings: dict, report: dict, pictures: dict[str, str]) -> str:
+def render_report_page(settings: dict, report: dict, pictures: dict[str, str],
+                       verdicts: list[MetricVerdict] | None = None) -> str:
     """The page's HTML text."""
     tested = "model" in report
     baselines = report.get("baselines", {})
-    verdicts = compare(report["model"], baselines, subgroups=(None, *shown_subgroups(report["model"]))) \
-        if tested else []
+    if verdicts is None:
+        verdicts = compare(report, subgroups=(None, *shown_subgroups(report["model"]))) if tested else []
     outcome = outcome_line(verdicts) if tested else "No test set: the model was not tested"
     figures = [(relative, title, title) for title, relative in pictures.items()]
     sections = [_learning_section(report),
-                _verdict_section(verdicts, equal_baseline_groups(baselines), whole_test_set_name(report["model"]))
+                _verdict_section(verdicts, equal_baseline_groups(baselines), whole_test_set_name(report["model"]),
+                                 report.get("prediction_spread") or {})
                 if tested else NO_TEST_SET,
                 interaction_section(report.get("interactions")), pictures_section("Pictures", figures),
                 _history_section(report)]
@@ -85,25 +98,38 @@ def _run_facts(report: dict) -> list[str]:
     return facts
 
 
-def _verdict_section(verdicts: list[MetricVerdict], groups: list[tuple[str, ...]], whole: str) -> str:
+def _verdict_section(verdicts: list[MetricVerdict], groups: list[tuple[str, ...]], whole: str,
+                     spreads: dict[str, float]) -> str:
     """The test metrics: GEARS's value beside each baseline's (one column for the baselines of
-    a group, which predicted the same: ``equal_baselines``), a baseline's in red where it is
-    at least as good, n/a where the comparison is not applicable; ``whole`` names all test
-    conditions."""
+    a group, which predicted the same: ``equal_baselines``) with the paired difference, its
+    95% interval and the perturbations GEARS won, coloured by that comparison's verdict; n/a,
+    with the reason, where there is no interval; ``whole`` names all test conditions. Above
+    the table, how to read it and whether predictions differ between perturbations
+    (``spreads``: each method's spread ratio)."""
 
     def values(verdict: MetricVerdict) -> list[str]:
         cells = [f'<td class="number">{format_number(verdict.model)}</td>']
         for name in (group[0] for group in groups):
-            reason = verdict.not_applicable.get(name)
-            lost_to = " beats-gears" if verdict.beats.get(name) is False else ""
-            cells.append(not_applicable_cell(reason) if reason else
-                         f'<td class="number{lost_to}">{format_number(verdict.baselines.get(name))}</td>')
+            comparison = verdict.comparisons.get(name)
+            if comparison is None:
+                cells.append('<td class="na">-</td>')
+            elif not_applicable_reason(name, verdict.metric):
+                cells.append(not_applicable_cell(comparison.reason))
+            else:
+                cue = {BEATS: "win", LOSES: "lose"}.get(comparison.verdict, "unknown")
+                shown = escape(format_comparison(comparison)) if comparison.verdict != NOT_APPLICABLE else \
+                    f'n/a<br><span class="meaning">{escape(comparison.reason)}</span>'
+                cells.append(f'<td class="number {cue}">{format_number(verdict.baselines.get(name))}<br>'
+                             f"{shown}</td>")
         return cells
 
-    intro = f"<p>{BASELINES_NOTE}</p>\n" + "".join(f'<p class="note">{escape(note)}</p>\n'
-                                                     for note in [*equal_baselines_notes(groups), ONE_SEED_NOTE])
+    notes = [*equal_baselines_notes(groups), *spread_warnings(spreads), ONE_SEED_NOTE]
+    intro = (f"<p>{BASELINES_NOTE}</p>\n<p>{escape(HOW_TO_READ)}</p>\n"
+             + (f"<p>{escape(spread_line(spreads))}</p>\n" if spreads else "")
+             + "".join(f'<p class="note">{escape(note)}</p>\n' for note in notes))
     return verdict_section("Test metrics beside the baselines", intro, verdicts,
-                           ["GEARS", *(escape(group_heading(group)) for group in groups)], values, whole)
+                           ["GEARS", *(f"{escape(group_heading(group))}<br>difference [95% interval] won"
+                                       for group in groups)], values, whole)
 
 
 def _history_section(report: dict) -> str:

@@ -38,7 +38,6 @@ td.win { background: #e3f4e1; color: #1b5e20; font-weight: 600; }
 td.lose { background: #fbe3e1; color: #b71c1c; font-weight: 600; }
 td.unknown { color: #777; }
 td.na { color: #777; }
-td.beats-gears { color: #b71c1c; font-weight: 600; }
 tr.best td { font-weight: 600; background: #fff7d6; }
 figure { margin: 1em 0 2em; }
 figure img { max-width: 100%; border: 1px solid #eee; }

@@ -22,8 +22,8 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from gears_ddp.report.equal_baselines import equal_baseline_groups, group_heading
-from gears_ddp.report.not_applicable import NOT_APPLICABLE, not_applicable_reason
-from gears_ddp.report.replicate_summary import BEATS, LOSES, NO_CLEAR, NO_INTERVAL
+from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NO_CLEAR, NOT_APPLICABLE
+from gears_ddp.report.not_applicable import not_applicable_reason
 from gears_ddp.report.verdicts import (MEANINGS, SUBGROUP_NAMES, higher_is_better, metric_key, shown_subgroups,
                                        summary_value, whole_test_set_name)
 
@@ -35,8 +35,7 @@ BASELINE_COLOURS = {"no_change": "#c8c8c8", "mean_effect": "#a9c1d9", "additive"
 FALLBACK_BASELINE_COLOURS = ("#c9b3d6", "#b5d3b0", "#e3b6a8")
 TRUE_CHANGE_FILL = "#dfe7f0"
 BASE_FONT_SIZE = 11
-VERDICT_LABELS = {BEATS: "beats", LOSES: "loses", NO_CLEAR: "unclear", NO_INTERVAL: "no interval",
-                  NOT_APPLICABLE: "n/a"}
+VERDICT_LABELS = {BEATS: "beats", LOSES: "loses", NO_CLEAR: "unclear", NOT_APPLICABLE: "n/a"}
 VERDICT_COLOURS = {BEATS: "#1b5e20", LOSES: "#b71c1c"}
 DPI = 150
 
@@ -226,6 +225,52 @@ def plot_test_metrics(model: dict, baselines: dict[str, dict], path, metrics=("p
     return save_figure(figure_test_metrics(model, baselines, metrics), path)
 
 
+# ------------------------------------------------------------------ paired differences
+def figure_intervals(rows: list[tuple[str, bool, dict]], title: str) -> Figure:
+    """A forest plot of one test subgroup: for each metric of ``rows`` (``(metric,
+    higher_is_better, {baseline: PairedComparison})``) a panel of its own scale, one line per
+    baseline: the mean difference GEARS minus the baseline, signed so that + favours GEARS
+    (a point) and its 95% interval (a bar), coloured by the verdict (green beats, red loses
+    to, grey no clear difference), the zero line dashed, and the perturbations won at the
+    right; a comparison without an interval says n/a."""
+    heights = [0.34 * max(len(comparisons), 1) + 0.75 for _, _, comparisons in rows]
+    figure = new_figure(8.5, sum(heights) + 0.9)
+    panels = figure.subplots(len(rows), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
+    for axes, (metric, higher, comparisons) in zip(panels, rows):
+        names = list(comparisons)
+        for line, name in enumerate(names):
+            comparison = comparisons[name]
+            y = len(names) - 1 - line
+            if comparison.verdict == NOT_APPLICABLE:
+                axes.text(0, y, "  n/a", va="center", ha="left", color="#777777", fontsize=BASE_FONT_SIZE - 2)
+                continue
+            colour = VERDICT_COLOURS.get(comparison.verdict, "#777777")
+            axes.hlines(y, comparison.low, comparison.high, color=colour, linewidth=2.2)
+            axes.plot([comparison.difference], [y], "o", color=colour, markersize=6)
+            axes.text(1.01, y, f"{comparison.won}/{comparison.n} {VERDICT_LABELS[comparison.verdict]}",
+                      transform=axes.get_yaxis_transform(), va="center", fontsize=BASE_FONT_SIZE - 2, color=colour)
+        axes.axvline(0, color="#444444", linestyle="--", linewidth=0.9)
+        axes.set_yticks(range(len(names)), labels=[display_name(name).replace(" baseline", "")
+                                                   for name in reversed(names)], fontsize=BASE_FONT_SIZE - 1)
+        axes.set_ylim(-0.6, len(names) - 0.4)
+        direction = "higher" if higher else "lower"
+        axes.set_title(f"{metric} ({direction} is better; + favours GEARS)", fontsize=BASE_FONT_SIZE, loc="left")
+        axes.grid(axis="x", color="#e6e6e6")
+        axes.set_axisbelow(True)
+        axes.margins(x=0.08)
+        _style(axes)
+    panels[-1].set_xlabel("GEARS minus baseline, signed so that + favours GEARS: mean over the test perturbations "
+                          "and its 95% interval; at the right, the perturbations GEARS won", fontsize=BASE_FONT_SIZE - 1,
+                          color="#555555")
+    figure.suptitle(title, fontsize=BASE_FONT_SIZE + 1)
+    return figure
+
+
+def plot_intervals(rows: list[tuple[str, bool, dict]], title: str, path) -> Path:
+    """Write ``figure_intervals`` as a PNG at ``path``; returns the path."""
+    return save_figure(figure_intervals(rows, title), path)
+
+
 # ------------------------------------------------------------------ predictions
 def figure_predictions(examples: list[dict]) -> Figure:
     """One row per test condition: box plots of each cell's true change over control at the
@@ -341,9 +386,9 @@ def figure_replicate_values(verdicts: list, whole: str = SUBGROUP_NAMES[None]) -
     axes.set_ylim(low - 0.18 * (high - low), high)  # room for the verdicts under the points
     axes.set_ylabel(metric, fontsize=BASE_FONT_SIZE)
     explained = ["under each baseline: GEARS beats it, loses to it, or the difference is unclear (the 95% "
-                 "t-interval of the paired differences holds zero)"]
+                 "interval of the paired differences, over replicates and perturbations, holds zero)"]
     if any(d.verdict == NOT_APPLICABLE for verdict in verdicts for d in verdict.differences.values()):
-        explained.append("n/a: no verdict, as the baseline's value is fixed by how it predicts")
+        explained.append("n/a: no interval (the table says why)")
     line_length = int(width * 11)  # characters that fit the figure's width at this font size
     axes.set_xlabel("\n".join(textwrap.fill(text, line_length) for text in explained), fontsize=BASE_FONT_SIZE - 1,
                     color="#555555")

@@ -11,9 +11,10 @@ import os
 from html import escape
 from pathlib import Path
 
-from gears_ddp.report.numbers import format_duration, format_interval
+from gears_ddp.evaluation.paired_bootstrap import BEATS, INTERVAL_METHOD, LOSES, NOT_APPLICABLE
+from gears_ddp.report.numbers import format_comparison, format_duration
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
-from gears_ddp.report.replicate_summary import BEATS, INTERVAL_METHOD, LOSES, ReplicateVerdict
+from gears_ddp.report.replicate_summary import ReplicateVerdict
 from gears_ddp.report.run_folder import PAGE_FILE
 from gears_ddp.report.verdicts import SUBGROUP_NAMES, outcome_line
 
@@ -41,12 +42,13 @@ def render_replicate_page(settings: dict, replicates: list[dict], verdicts: list
 
 def _how_to_read() -> str:
     return ("How to read it: each replicate trains the same configuration with its own seed and scores GEARS and "
-            "the baselines on its test set. For each baseline the page gives the mean and standard deviation over "
-            "the replicates and the mean paired difference GEARS - baseline with its interval, a "
-            f"{escape(INTERVAL_METHOD)}. GEARS <i>beats</i> a baseline when the whole interval lies on its better "
-            "side of zero, <i>loses to</i> it when the interval lies wholly on the worse side, and there is <i>no "
-            "clear difference</i> when the interval holds zero; n/a marks a comparison that is no verdict, as the "
-            "baseline's value there is fixed by how it predicts.")
+            "the baselines on its test perturbations. For each baseline the page gives the mean and standard "
+            "deviation over the replicates, then the paired difference GEARS minus the baseline, perturbation by "
+            "perturbation and replicate by replicate, signed so that + favours GEARS: its mean, its interval (a "
+            f"{escape(INTERVAL_METHOD)}) and the perturbations GEARS won. GEARS <i>beats</i> a baseline when the "
+            "whole interval lies above zero, <i>loses to</i> it when it lies below, and there is <i>no clear "
+            "difference</i> when the interval holds zero; n/a marks a comparison without an interval, with the "
+            "reason.")
 
 
 def _failures_section(replicates: list[dict]) -> str:
@@ -63,8 +65,8 @@ def _failures_section(replicates: list[dict]) -> str:
 
 def _verdict_section(verdicts: list[ReplicateVerdict], whole: str) -> str:
     """The test metrics: GEARS's mean ± sd, and per baseline its mean ± sd and the paired
-    difference with its interval, coloured by that difference's verdict (n/a, with the
-    reason, where the comparison is not applicable)."""
+    comparison with its interval and won count, coloured by its verdict (n/a, with the
+    reason, where there is no interval)."""
     if not verdicts:
         return "<h2>Test metrics</h2>\n<p>No finished replicate has test metrics to summarise.</p>"
     names = list(verdicts[0].baselines)
@@ -74,13 +76,12 @@ def _verdict_section(verdicts: list[ReplicateVerdict], whole: str) -> str:
         for name in names:
             spread, difference = verdict.baselines[name], verdict.differences[name]
             cue = {BEATS: "win", LOSES: "lose"}.get(difference.verdict, "unknown")
-            cells.append(not_applicable_cell(difference.reason) if difference.reason else
-                         f'<td class="number {cue}">{spread.text}<br>'
-                         f"{format_interval(difference.mean, difference.low, difference.high)}<br>"
+            cells.append(not_applicable_cell(difference.reason) if difference.verdict == NOT_APPLICABLE else
+                         f'<td class="number {cue}">{spread.text}<br>{escape(format_comparison(difference))}<br>'
                          f"{escape(difference.verdict)}</td>")
         return cells
 
-    headings = ["GEARS: mean ± sd"] + [f"{escape(name)}: mean ± sd<br>GEARS - {escape(name)} [95% interval]"
+    headings = ["GEARS: mean ± sd"] + [f"{escape(name)}: mean ± sd<br>difference [95% interval] won"
                                        for name in names]
     return verdict_section("Test metrics over the replicates", "", verdicts, headings, values, whole)
 

@@ -3,16 +3,16 @@ same configuration trained with other model or split seeds), summarised per metr
 subgroup.
 
 For GEARS and each baseline, the mean and standard deviation (n - 1 in the denominator)
-over the replicates. For each baseline, the paired differences GEARS - baseline: every
-replicate scores GEARS and the baselines on the same test conditions of the same split, so
-what moves both from one replicate to the next cancels in the difference. Their mean and a
-95% t-interval on them (``INTERVAL_METHOD``) give the verdict, read in the metric's own
-direction (``verdicts.higher_is_better``): "beats" when the whole interval lies on GEARS's
-better side of zero, "loses to" when it lies wholly on the worse side, "no clear
-difference" when it holds zero. A replicate missing either value of a pair is left out of
-that pair's interval; fewer than two pairs give no interval and no verdict. A pair that
-``not_applicable`` rules out (a baseline whose value is fixed by how it predicts) keeps its
-numbers but gives no verdict either: "not applicable", with the reason.
+over the replicates. For each baseline, the paired comparison over the replicates and
+their test perturbations together (``verdicts.paired_comparisons``): every replicate scores
+GEARS and the baselines on the same test conditions of its split, perturbation by
+perturbation, and the bootstrap resamples both the replicates and the perturbations
+(``evaluation.paired_bootstrap``), so that a win that belongs to a few perturbations does
+not read as certain because every seed repeats it. The verdict reads the interval of the
+mean signed difference (+ favours GEARS): "beats" when it lies wholly above 0, "loses to"
+when wholly below, "no clear difference" when it holds 0; n/a, with the reason, where there
+is no interval (a comparison ``not_applicable`` rules out, fewer than 3 perturbations,
+reports without per-perturbation values).
 """
 from __future__ import annotations
 
@@ -21,19 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gears_ddp.report.not_applicable import NOT_APPLICABLE, not_applicable_notes, not_applicable_reason
+from gears_ddp.evaluation.paired_bootstrap import LOSES, NOT_APPLICABLE, PairedComparison
+from gears_ddp.report.not_applicable import not_applicable_notes, not_applicable_reason
 from gears_ddp.report.numbers import format_interval, format_mean_sd
-from gears_ddp.report.verdicts import (HEADLINE_METRICS, SUBGROUPS, direction_words, higher_is_better, metric_key,
-                                       summary_value)
+from gears_ddp.report.verdicts import (GEARS, HEADLINE_METRICS, READING, SUBGROUPS, beats_every_baseline,
+                                       comparison_summary, direction_words, higher_is_better, metric_key,
+                                       paired_comparisons, summary_value)
 
 CONFIDENCE = 0.95
-INTERVAL_METHOD = ("95% t-interval on the paired differences GEARS - baseline over the replicates: mean difference "
-                   "± t(0.975, n - 1) x sd / sqrt(n), where sd is the differences' standard deviation (n - 1 in the "
-                   "denominator) and n the number of replicates")
-BEATS, LOSES, NO_CLEAR, NO_INTERVAL = "beats", "loses to", "no clear difference", "no interval"
-GEARS = "GEARS"
-
-
 @dataclass
 class Spread:
     """One method's values of one metric, one per replicate (NaN where missing)."""
@@ -64,28 +59,9 @@ class Spread:
 
 
 @dataclass
-class PairedDifference:
-    """GEARS - one baseline, replicate by replicate, with the t-interval of the mean
-    difference and the verdict it gives; ``reason`` says why the comparison is not
-    applicable (None when it is)."""
-
-    differences: list[float]
-    mean: float
-    sd: float
-    low: float
-    high: float
-    verdict: str
-    reason: str | None = None
-
-    @property
-    def n(self) -> int:
-        return len(self.differences)
-
-
-@dataclass
 class ReplicateVerdict:
-    """One metric (and subgroup) over the replicates: GEARS's and each baseline's spread and
-    each baseline's paired difference."""
+    """One metric (and subgroup) over the replicates: GEARS's and each baseline's spread over
+    the replicates, and each baseline's paired comparison over replicates and perturbations."""
 
     key: str
     subgroup: str | None
@@ -93,7 +69,7 @@ class ReplicateVerdict:
     higher_is_better: bool
     gears: Spread
     baselines: dict[str, Spread]
-    differences: dict[str, PairedDifference]
+    differences: dict[str, PairedComparison]
 
     @property
     def direction(self) -> str:
@@ -101,10 +77,7 @@ class ReplicateVerdict:
 
     @property
     def beats_every_baseline(self) -> bool:
-        """True when GEARS was compared with at least one baseline and beats each one
-        compared, interval and all; a comparison that is not applicable does not count."""
-        compared = [d.verdict for d in self.differences.values() if d.verdict != NOT_APPLICABLE]
-        return bool(compared) and all(verdict == BEATS for verdict in compared)
+        return beats_every_baseline(self.differences)
 
     @property
     def loses_to_a_baseline(self) -> bool:
@@ -112,18 +85,7 @@ class ReplicateVerdict:
 
     @property
     def summary(self) -> str:
-        """``'beats all 3 baselines'``, ``'beats mean_effect; loses to additive'``, ``'beats
-        all 2 baselines; n/a for no_change'``, ..."""
-        by_verdict: dict[str, list[str]] = {}
-        for name, difference in self.differences.items():
-            by_verdict.setdefault(difference.verdict, []).append(name)
-        parts = []
-        if set(by_verdict) - {NOT_APPLICABLE} == {BEATS} and len(by_verdict[BEATS]) > 1:
-            parts.append(f"beats all {len(by_verdict.pop(BEATS))} baselines")
-        words = {BEATS: "beats", LOSES: "loses to", NO_CLEAR: "no clear difference from",
-                 NO_INTERVAL: "no interval (fewer than 2 replicates) for", NOT_APPLICABLE: "n/a for"}
-        parts += [f"{words[verdict]} {', '.join(by_verdict[verdict])}" for verdict in words if verdict in by_verdict]
-        return "; ".join(parts) if parts else "no baseline to compare"
+        return comparison_summary(self.differences)
 
 
 def standard_deviation(values) -> float | np.ndarray:
@@ -162,76 +124,66 @@ def _float_or_array(values: np.ndarray) -> float | np.ndarray:
     return float(values) if values.ndim == 0 else values
 
 
-def interval_verdict(low: float, high: float, higher: bool) -> str:
-    """What an interval of GEARS - baseline says, for a metric better high (``higher``) or low."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return NO_INTERVAL
-    if low > 0 or high < 0:
-        gears_larger = low > 0
-        return BEATS if gears_larger == higher else LOSES
-    return NO_CLEAR
-
-
-def paired_difference(model: Spread, baseline: Spread, higher: bool, reason: str | None = None) -> PairedDifference:
-    """The differences of the replicates where both values are known, their interval and
-    verdict; "not applicable" instead when there is a ``reason`` the comparison is none."""
-    pairs = [(a, b) for a, b in zip(model.values, baseline.values) if math.isfinite(a) and math.isfinite(b)]
-    differences = [a - b for a, b in pairs]
-    mean, sd, low, high = t_interval(differences)
-    verdict = NOT_APPLICABLE if reason else interval_verdict(low, high, higher)
-    return PairedDifference(differences, mean, sd, low, high, verdict, reason)
-
-
 def summarise_replicates(reports: dict[str, dict], metrics=HEADLINE_METRICS,
                          subgroups=(None, *SUBGROUPS)) -> list[ReplicateVerdict]:
     """One ``ReplicateVerdict`` for each (subgroup, metric) some replicate's model summary
     has, in the order given. ``reports`` maps each replicate's name to its run report
-    (``'model'`` and ``'baselines'`` test summaries); the values keep the mapping's order."""
-    baseline_names = list(dict.fromkeys(name for report in reports.values() for name in report.get("baselines", {})))
+    (``'model'`` and ``'baselines'`` test summaries and ``'per_perturbation'`` values); the
+    values keep the mapping's order."""
+    runs = list(reports.values())
+    baseline_names = list(dict.fromkeys(name for report in runs for name in report.get("baselines", {})))
+    keys = [(subgroup, metric) for subgroup in subgroups for metric in metrics
+            if any(metric_key(metric, subgroup) in report.get("model", {}) for report in runs)]
+    comparisons = paired_comparisons(runs, [(subgroup, metric, name) for subgroup, metric in keys
+                                            for name in baseline_names])
     verdicts = []
-    for subgroup in subgroups:
-        for metric in metrics:
-            key = metric_key(metric, subgroup)
-            if not any(key in report.get("model", {}) for report in reports.values()):
-                continue
-            higher = higher_is_better(metric)
-            gears = Spread([summary_value(report.get("model", {}), key) for report in reports.values()])
-            baselines = {name: Spread([summary_value(report.get("baselines", {}).get(name, {}), key)
-                                       for report in reports.values()]) for name in baseline_names}
-            differences = {name: paired_difference(gears, spread, higher, not_applicable_reason(name, metric))
-                           for name, spread in baselines.items()}
-            verdicts.append(ReplicateVerdict(key, subgroup, metric, higher, gears, baselines, differences))
+    for subgroup, metric in keys:
+        key = metric_key(metric, subgroup)
+        gears = Spread([summary_value(report.get("model", {}), key) for report in runs])
+        baselines = {name: Spread([summary_value(report.get("baselines", {}).get(name, {}), key) for report in runs])
+                     for name in baseline_names}
+        differences = {name: comparisons[(subgroup, metric, name)] for name in baseline_names}
+        verdicts.append(ReplicateVerdict(key, subgroup, metric, higher_is_better(metric), gears, baselines,
+                                         differences))
     return verdicts
 
 
 def summary_records(verdicts: list[ReplicateVerdict]) -> list[dict]:
     """The verdicts as plain data (``report.json``): per metric and subgroup, each method's
-    values, mean and sd, and each baseline's paired difference, interval, verdict and, for a
-    comparison that is not applicable, the reason."""
+    values, mean and sd, and each baseline's paired comparison (``difference``, ``low``,
+    ``high``: signed, + favours GEARS; ``won``, ``n``, ``replicates``, ``verdict``,
+    ``reason``), with, as earlier summaries had them, the replicates' differences of the
+    means GEARS - baseline (``gears_minus_baseline``, their ``mean`` and ``sd``) and the
+    interval in that orientation (``ci_low``, ``ci_high``)."""
     records = []
     for verdict in verdicts:
         methods = {GEARS: verdict.gears, **verdict.baselines}
+        differences = {}
+        for name, comparison in verdict.differences.items():
+            raw = [a - b for a, b in zip(verdict.gears.values, verdict.baselines[name].values)
+                   if math.isfinite(a) and math.isfinite(b)]
+            ends = (comparison.low, comparison.high) if verdict.higher_is_better else \
+                (-comparison.high, -comparison.low)
+            differences[name] = {**comparison.record(), "gears_minus_baseline": raw,
+                                 "mean": float(np.mean(raw)) if raw else math.nan,
+                                 "sd": standard_deviation(raw), "ci_low": ends[0], "ci_high": ends[1]}
         records.append({
             "key": verdict.key, "subgroup": verdict.subgroup, "metric": verdict.metric,
             "higher_is_better": verdict.higher_is_better,
             "methods": {name: {"values": spread.values, "n": spread.n, "mean": spread.mean, "sd": spread.sd}
                         for name, spread in methods.items()},
-            "differences": {name: {"gears_minus_baseline": difference.differences, "n": difference.n,
-                                   "mean": difference.mean, "sd": difference.sd, "ci_low": difference.low,
-                                   "ci_high": difference.high, "verdict": difference.verdict,
-                                   "reason": difference.reason}
-                            for name, difference in verdict.differences.items()},
-            "summary": verdict.summary})
+            "differences": differences, "summary": verdict.summary})
     return records
 
 
 def replicate_table(records: list[dict]) -> str:
     """A text table of ``summary_records`` (as ``report.json`` holds them): each metric with
-    its direction, GEARS's mean ± sd, and for each baseline the mean difference GEARS -
-    baseline, its 95% interval and the verdict (n/a where the comparison is not applicable,
-    explained under the table)."""
+    its direction, GEARS's mean ± sd, and for each baseline the mean paired difference
+    (signed, + favours GEARS), its 95% interval over replicates and perturbations, the
+    perturbations GEARS won and the verdict (n/a where there is no interval, explained
+    under the table)."""
     names = list(dict.fromkeys(name for record in records for name in record["differences"]))
-    header = ["metric", "better", "GEARS mean ± sd", *(f"GEARS - {name} [95% interval]" for name in names)]
+    header = ["metric", "better", "GEARS mean ± sd", *(f"vs {name}: difference [95% interval] won" for name in names)]
     rows = [header]
     for record in records:
         gears = record["methods"][GEARS]
@@ -241,10 +193,15 @@ def replicate_table(records: list[dict]) -> str:
         for name in names:
             d = record["differences"][name]
             row.append("n/a" if d["verdict"] == NOT_APPLICABLE else
-                       f"{format_interval(d['mean'], d['ci_low'], d['ci_high'])} {d['verdict']}")
+                       f"{format_interval(d['difference'], d['low'], d['high'])} {d['won']}/{d['n']} "
+                       f"{d['verdict']}")
         rows.append(row)
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     notes = not_applicable_notes((name, record["metric"]) for record in records
-                                 for name, d in record["differences"].items() if d["verdict"] == NOT_APPLICABLE)
+                                 for name, d in record["differences"].items()
+                                 if d["verdict"] == NOT_APPLICABLE and not_applicable_reason(name, record["metric"]))
+    others = dict.fromkeys(d["reason"] for record in records for name, d in record["differences"].items()
+                           if d["verdict"] == NOT_APPLICABLE and not not_applicable_reason(name, record["metric"]))
     return "\n".join(["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-                     + notes)
+                     + [READING.replace("over the test perturbations", "over the replicates and their test "
+                                        "perturbations")] + notes + [f"n/a: {reason}" for reason in others])

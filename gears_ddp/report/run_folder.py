@@ -6,9 +6,11 @@
   rewritten after every epoch, so it is complete after a resume too;
 - ``train.log``: the library's log records of the main rank (appended across resumes);
 - ``report.json``: the final report (NaN written as null), with ``timing``, the wall
-  seconds of the run's phases (``runtime.phase_clock``), and, with a test set, the verdicts
-  against the baselines (``verdicts.verdict_records``);
+  seconds of the run's phases (``runtime.phase_clock``), and, with a test set, the
+  per-perturbation values, the spread of each method's predictions and the verdicts against
+  the baselines with their intervals (``training.trainer.Trainer.score_test``);
 - ``plots/*.png`` and ``report.html``: the curves, the test metrics beside the baselines,
+  the paired differences with their intervals (one forest plot per test subgroup),
   predicted against true changes, and one page that shows them with the run's settings.
 """
 from __future__ import annotations
@@ -24,8 +26,9 @@ import yaml
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME
 from gears_ddp.data.io import atomic_path
+from gears_ddp.report.equal_baselines import equal_baseline_groups, group_heading
 from gears_ddp.report.page import write_report_page
-from gears_ddp.report.verdicts import compare, verdict_records
+from gears_ddp.report.verdicts import SUBGROUP_NAMES, compare, shown_subgroups, whole_test_set_name
 from gears_ddp.runtime.phase_clock import PhaseClock
 
 CONFIG_FILE = "config.yaml"
@@ -35,6 +38,7 @@ REPORT_FILE = "report.json"
 PAGE_FILE = "report.html"
 PICTURES = {"Training": "plots/training_curves.png", "Test metrics beside the baselines": "plots/test_metrics.png",
             "Predicted and true change at the top DE genes": "plots/predictions.png"}
+INTERVALS_PICTURE = "plots/differences_{}.png"  # per test subgroup ('all': all test conditions)
 
 
 def write_history(folder, history: list[dict]) -> Path:
@@ -97,26 +101,38 @@ def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClo
     with ``clock`` its ``timing`` up to the moment it is written: last, so that the
     pictures and the page are counted in, and written even when they fail); returns the
     page's path. ``examples`` are the test conditions of the predictions picture
-    (``report.examples.prediction_examples``); without a test set there are only curves."""
+    (``report.examples.prediction_examples``); without a test set there are only curves.
+    With a test set, one forest plot of the paired differences per test subgroup shown
+    (``plots.figure_intervals``: ``INTERVALS_PICTURE``)."""
     # matplotlib is imported here, by the main rank only, not by every rank that imports this module
-    from gears_ddp.report.plots import plot_predictions, plot_test_metrics, plot_training_curves
+    from gears_ddp.report.plots import plot_intervals, plot_predictions, plot_test_metrics, plot_training_curves
 
     folder = Path(folder)
     try:
         titles = list(PICTURES)
         pictures = {titles[0]: PICTURES[titles[0]]}
         plot_training_curves(report["history"], report["best_epoch"], folder / PICTURES[titles[0]])
+        verdicts = None
         if "model" in report:
             plot_test_metrics(report["model"], report["baselines"], folder / PICTURES[titles[1]])
             pictures[titles[1]] = PICTURES[titles[1]]
+            verdicts = compare(report, subgroups=(None, *shown_subgroups(report["model"])))
+            groups = equal_baseline_groups(report["baselines"])
+            for subgroup in dict.fromkeys(verdict.subgroup for verdict in verdicts):
+                name = whole_test_set_name(report["model"]) if subgroup is None else SUBGROUP_NAMES.get(subgroup)
+                title = f"GEARS against each baseline, perturbation by perturbation: {name}"
+                rows = [(v.metric, v.higher_is_better,
+                         {group_heading(group): v.comparisons[group[0]] for group in groups
+                          if group[0] in v.comparisons}) for v in verdicts if v.subgroup == subgroup]
+                relative = INTERVALS_PICTURE.format(subgroup or "all")
+                plot_intervals(rows, title, folder / relative)
+                pictures[title] = relative
             if examples:
                 plot_predictions(examples, folder / PICTURES[titles[2]])
                 pictures[titles[2]] = PICTURES[titles[2]]
-        return write_report_page(folder / PAGE_FILE, read_settings(folder), report, pictures)
+        return write_report_page(folder / PAGE_FILE, read_settings(folder), report, pictures, verdicts)
     finally:
         written = dict(report)
         if clock is not None:
             written["timing"] = clock.so_far()
-        if "model" in report:
-            written["verdicts"] = verdict_records(compare(report["model"], report["baselines"]))
         write_json(folder / REPORT_FILE, written)

@@ -1,19 +1,28 @@
 """Which way each metric is better, and whether the model beat each baseline.
 
 A table of numbers alone does not say that GEARS lost to a baseline: ``mse`` is better
-low, ``pearson_delta`` high, and a model can win one and lose the other. ``compare`` turns
-the test summaries of the model and the baselines into one ``MetricVerdict`` per metric
-(and subgroup), which the console summary (``verdict_table``), the run's ``report.json``
-(``verdict_records``), the run report page and its plots share. A comparison that
-``not_applicable`` rules out is neither a win nor a loss.
+low, ``pearson_delta`` high, and a model can win one and lose the other; nor does a
+difference of two means over a handful of test perturbations say whether it would hold on
+others. ``compare`` turns a run's report into one ``MetricVerdict`` per metric (and
+subgroup), each baseline's verdict read from the paired per-perturbation comparison and its
+95% interval (``evaluation.paired_bootstrap``), never from the two means alone; the console
+summary (``verdict_table``), the run's ``report.json`` (``verdict_records``), the run report
+page and its plots share them. A comparison without an interval (``not_applicable``, too
+few perturbations, a metric that is one number for the whole test set) is neither a win
+nor a loss.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+import numpy as np
+
+from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NO_CLEAR, NOT_APPLICABLE, PairedComparison, \
+    compare_paired
 from gears_ddp.report.equal_baselines import equal_baseline_groups, equal_baselines_notes, group_heading
 from gears_ddp.report.not_applicable import not_applicable_notes, not_applicable_reason
+from gears_ddp.report.numbers import format_comparison
 
 SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
 SUBGROUP_NAMES = {None: "all test conditions",  # the simulation split's test subgroups, in words
@@ -56,11 +65,114 @@ def summary_value(summary: dict, key: str) -> float:
     return math.nan if value is None else float(value)
 
 
+GEARS = "GEARS"
+ONE_NUMBER = "one number for the whole test set, not one per perturbation: no interval"
+NO_PER_PERTURBATION = ("the report holds no per-perturbation values (written before verdicts had intervals): no "
+                       "interval")
+READING = ("difference: GEARS minus the baseline, signed so that + favours GEARS, with its 95% interval over the test "
+           "perturbations (docs/evaluation.md, reading a verdict); won: the perturbations where GEARS did better")
+
+
+def per_perturbation_record(conditions, subgroups: dict | None, per_condition: dict[str, dict],
+                            metrics=HEADLINE_METRICS) -> dict:
+    """The per-perturbation values a report keeps, from which every verdict is derived:
+    ``conditions`` (the test perturbations, control left out), ``subgroups`` (each
+    subgroup's conditions) and ``values`` (method -> metric -> one value per condition, NaN
+    where it has none). ``per_condition``: method (``'GEARS'`` and each baseline) -> the
+    per-condition metrics ``evaluation.scoring.score`` gives."""
+    conditions = [condition for condition in conditions if condition != "ctrl"]
+    values = {}
+    for method, by_condition in per_condition.items():
+        values[method] = {metric: [float(by_condition.get(c, {}).get(metric, math.nan)) for c in conditions]
+                          for metric in metrics if any(metric in by_condition.get(c, {}) for c in conditions)}
+    chosen = set(conditions)
+    return {"conditions": conditions,
+            "subgroups": {name: [c for c in members if c in chosen] for name, members in (subgroups or {}).items()},
+            "values": values}
+
+
+def paired_comparisons(reports: list[dict], wanted: list[tuple[str | None, str, str]]
+                       ) -> dict[tuple[str | None, str, str], PairedComparison]:
+    """The ``PairedComparison`` of each ``(subgroup, metric, baseline)`` of ``wanted``, from
+    the per-perturbation values of ``reports`` (one run's report, or each replicate's):
+    their perturbations aligned by name (a replicate that did not test one leaves a gap)
+    and bootstrapped together per subgroup (``evaluation.paired_bootstrap``). A comparison
+    without per-perturbation values is n/a with the reason; so is one that
+    ``not_applicable`` rules out."""
+    records = [report.get("per_perturbation") for report in reports]
+    out = {}
+    for subgroup in dict.fromkeys(subgroup for subgroup, _, _ in wanted):
+        chosen = [(metric, name) for group, metric, name in wanted if group == subgroup]
+        if any(record is None for record in records):
+            out.update({(subgroup, metric, name): _not_applicable(NO_PER_PERTURBATION, len(reports))
+                        for metric, name in chosen})
+            continue
+        members = [record["conditions"] if subgroup is None else record["subgroups"].get(subgroup, [])
+                   for record in records]
+        conditions = list(dict.fromkeys(c for listed in members for c in listed))
+        position = {condition: index for index, condition in enumerate(conditions)}
+
+        def grid(method: str, metric: str) -> np.ndarray | None:
+            values = np.full((len(records), len(conditions)), np.nan)
+            found = False
+            for row, record in enumerate(records):
+                column = record["values"].get(method, {}).get(metric)
+                if column is None:
+                    continue
+                found = True
+                index = {c: i for i, c in enumerate(record["conditions"])}
+                for condition in (record["conditions"] if subgroup is None else record["subgroups"].get(subgroup, [])):
+                    value = column[index[condition]]
+                    values[row, position[condition]] = math.nan if value is None else value
+            return values if found else None
+
+        stacked, keys, reasons, higher = [], [], [], []
+        for metric, name in chosen:
+            model, baseline = grid(GEARS, metric), grid(name, metric)
+            if model is None or baseline is None:
+                out[(subgroup, metric, name)] = _not_applicable(ONE_NUMBER, len(reports))
+                continue
+            stacked.append((model, baseline))
+            keys.append((subgroup, metric, name))
+            reasons.append(not_applicable_reason(name, metric))
+            higher.append(higher_is_better(metric))
+        if stacked:
+            compared = compare_paired(np.stack([m for m, _ in stacked]), np.stack([b for _, b in stacked]), higher,
+                                      reasons)
+            out.update(zip(keys, compared))
+    return out
+
+
+def _not_applicable(reason: str, replicates: int) -> PairedComparison:
+    return PairedComparison(math.nan, math.nan, math.nan, 0, 0, 0, replicates, NOT_APPLICABLE, reason)
+
+
+def comparison_summary(comparisons: dict[str, PairedComparison]) -> str:
+    """``'beats all 3 baselines'``, ``'beats linear; loses to mean_effect; no clear difference
+    from additive; n/a for no_change'``, ...: each baseline under its interval's verdict."""
+    by_verdict: dict[str, list[str]] = {}
+    for name, comparison in comparisons.items():
+        by_verdict.setdefault(comparison.verdict, []).append(name)
+    parts = []
+    if set(by_verdict) - {NOT_APPLICABLE} == {BEATS} and len(by_verdict[BEATS]) > 1:
+        parts.append(f"beats all {len(by_verdict.pop(BEATS))} baselines")
+    words = {BEATS: "beats", LOSES: "loses to", NO_CLEAR: "no clear difference from", NOT_APPLICABLE: "n/a for"}
+    parts += [f"{words[verdict]} {', '.join(by_verdict[verdict])}" for verdict in words if verdict in by_verdict]
+    return "; ".join(parts) if parts else "no baseline to compare"
+
+
+def beats_every_baseline(comparisons: dict[str, PairedComparison]) -> bool:
+    """True when at least one baseline was compared (an interval, not n/a) and every one
+    compared was beaten, interval and all."""
+    compared = [c.verdict for c in comparisons.values() if c.verdict != NOT_APPLICABLE]
+    return bool(compared) and all(verdict == BEATS for verdict in compared)
+
+
 @dataclass
 class MetricVerdict:
-    """One metric of the model beside the baselines: ``beats[name]`` is True where the model
-    is better than that baseline, False where it is not, None where either value is missing
-    or the comparison is not applicable (``not_applicable[name]`` then says why)."""
+    """One metric (and subgroup) of a run: the model's value and each baseline's, and each
+    baseline's ``PairedComparison`` (its interval and verdict; n/a, with the reason, where
+    there is none)."""
 
     key: str
     subgroup: str | None
@@ -68,57 +180,52 @@ class MetricVerdict:
     higher_is_better: bool
     model: float
     baselines: dict[str, float]
-    beats: dict[str, bool | None]
-    not_applicable: dict[str, str] = field(default_factory=dict)
+    comparisons: dict[str, PairedComparison]
 
     @property
     def direction(self) -> str:
         return direction_words(self.higher_is_better)
 
     @property
+    def beats(self) -> dict[str, bool | None]:
+        """Per baseline: True beaten, False lost to (interval and all), None otherwise."""
+        return {name: {BEATS: True, LOSES: False}.get(c.verdict) for name, c in self.comparisons.items()}
+
+    @property
+    def not_applicable(self) -> dict[str, str]:
+        """Per baseline without an interval: why."""
+        return {name: c.reason for name, c in self.comparisons.items() if c.verdict == NOT_APPLICABLE}
+
+    @property
     def beats_every_baseline(self) -> bool:
-        """True when the model was compared with at least one baseline and beat each one
-        compared; a NaN value, a baseline without the metric and a comparison that is not
-        applicable are no comparison, so a metric with none is not a win."""
-        compared = [won for won in self.beats.values() if won is not None]
-        return bool(compared) and all(compared)
+        return beats_every_baseline(self.comparisons)
 
     @property
     def loses_to_a_baseline(self) -> bool:
-        return False in self.beats.values()
+        return any(c.verdict == LOSES for c in self.comparisons.values())
 
     @property
     def summary(self) -> str:
-        """``'beats all 3 baselines'``, ``'loses to mean_effect, additive'``, ``'beats all 2
-        baselines; n/a for no_change'``, ..."""
-        lost = [name for name, won in self.beats.items() if won is False]
-        known = [name for name, won in self.beats.items() if won is not None]
-        if lost:
-            parts = ["loses to " + ", ".join(lost)]
-        elif known:
-            parts = [f"beats all {len(known)} baselines" if len(known) > 1 else f"beats {known[0]}"]
-        else:
-            parts = []
-        if self.not_applicable:
-            parts.append("n/a for " + ", ".join(self.not_applicable))
-        return "; ".join(parts) or "no baseline to compare"
+        return comparison_summary(self.comparisons)
 
 
-def compare(model: dict, baselines: dict[str, dict], metrics=HEADLINE_METRICS, subgroups=(None, *SUBGROUPS),
+def compare(report: dict, metrics=HEADLINE_METRICS, subgroups=(None, *SUBGROUPS),
             prefix: str = "test_") -> list[MetricVerdict]:
-    """A verdict for each (subgroup, metric) the model's summary has, in the order given."""
+    """A verdict for each (subgroup, metric) the report's model summary has, in the order
+    given, each baseline's from the paired per-perturbation comparison
+    (``paired_comparisons``); never from the two means alone."""
+    model, baselines = report["model"], report.get("baselines", {})
+    keys = [(subgroup, metric) for subgroup in subgroups for metric in metrics
+            if metric_key(metric, subgroup, prefix) in model]
+    wanted = [(subgroup, metric, name) for subgroup, metric in keys for name, summary in baselines.items()
+              if metric_key(metric, subgroup, prefix) in summary]
+    comparisons = paired_comparisons([report], wanted)
     verdicts = []
-    for subgroup in subgroups:
-        for metric in metrics:
-            key = metric_key(metric, subgroup, prefix)
-            if key not in model:
-                continue
-            value, higher = summary_value(model, key), higher_is_better(metric)
-            others = {name: summary_value(summary, key) for name, summary in baselines.items() if key in summary}
-            reasons = {name: reason for name in others if (reason := not_applicable_reason(name, metric))}
-            beats = {name: None if name in reasons else is_better(value, others.get(name), higher)
-                     for name in baselines}
-            verdicts.append(MetricVerdict(key, subgroup, metric, higher, value, others, beats, reasons))
+    for subgroup, metric in keys:
+        key = metric_key(metric, subgroup, prefix)
+        values = {name: summary_value(summary, key) for name, summary in baselines.items() if key in summary}
+        verdicts.append(MetricVerdict(key, subgroup, metric, higher_is_better(metric), summary_value(model, key),
+                                      values, {name: comparisons[(subgroup, metric, name)] for name in values}))
     return verdicts
 
 
@@ -127,19 +234,14 @@ def direction_words(higher_is_better: bool) -> str:
     return "higher is better" if higher_is_better else "lower is better"
 
 
-def is_better(value: float, other: float | None, higher: bool) -> bool | None:
-    """Whether ``value`` is better than ``other`` in the metric's direction; None when
-    either is missing or NaN."""
-    if other is None or value != value or other != other:  # NaN: no verdict
-        return None
-    return value > other if higher else value < other
-
-
-def summary_verdicts(model: dict, baselines: dict[str, dict]) -> list[MetricVerdict]:
-    """What the console shows: every headline metric over all test conditions, then
-    ``pearson_delta`` and ``mse_de`` per subgroup that differs from them (``shown_subgroups``)."""
-    return (compare(model, baselines, subgroups=(None,))
-            + compare(model, baselines, metrics=("pearson_delta", "mse_de"), subgroups=shown_subgroups(model)))
+def summary_verdicts(verdicts: list[MetricVerdict], model: dict) -> list[MetricVerdict]:
+    """What the console shows of ``verdicts`` (``compare``'s): every headline metric over all
+    test conditions, then ``pearson_delta`` and ``mse_de`` per subgroup that differs from
+    them (``shown_subgroups`` of the model's summary)."""
+    shown = shown_subgroups(model)
+    return ([v for v in verdicts if v.subgroup is None]
+            + [v for subgroup in shown for v in verdicts
+               if v.subgroup == subgroup and v.metric in ("pearson_delta", "mse_de")])
 
 
 def shown_subgroups(model: dict, prefix: str = "test_") -> tuple[str, ...]:
@@ -166,38 +268,58 @@ def _present_subgroups(model: dict, prefix: str) -> tuple[str, ...]:
 
 
 def verdict_table(verdicts: list[MetricVerdict]) -> str:
-    """A text table: each metric with its direction, the model beside each baseline (n/a
-    where the comparison is not applicable; one column for baselines that predicted the
-    same, equal at every metric shown: ``equal_baselines``), and the verdict; then how many
-    of the overall metrics the model won, why the n/a ones are no verdict, and why baselines
-    share a column."""
-    names = list(dict.fromkeys(name for v in verdicts for name in v.beats))
+    """A text table, one row per metric and baseline (baselines that predicted the same,
+    equal at every metric shown, share a row: ``equal_baselines``): the metric, its
+    direction, GEARS's value, the baseline's, the paired difference with its 95% interval
+    and the perturbations GEARS won (``+0.078 [-0.02, +0.17] 4/6``), and the verdict; then
+    how many of the overall metrics GEARS won and lost, how to read a row, why the n/a ones
+    are no verdict, and why baselines share a row."""
+    names = list(dict.fromkeys(name for v in verdicts for name in v.comparisons))
     groups = equal_baseline_groups({name: {v.key: v.baselines.get(name) for v in verdicts} for name in names})
-    labels = [f"{v.subgroup + ': ' if v.subgroup else ''}{v.metric}" for v in verdicts]
-    width = max([len("metric"), *map(len, labels)]) + 2
     headings = {group[0]: group_heading(group) for group in groups}
-    column = {n: max(13, len(heading) + 2) for n, heading in headings.items()}
-    lines = [f"{'metric':{width}}{'better':>7}{'GEARS':>10}"
-             + "".join(f"{heading:>{column[n]}}" for n, heading in headings.items()) + "  verdict"]
-    for label, v in zip(labels, verdicts):
-        cells = "".join(f"{'n/a':>{column[n]}}" if n in v.not_applicable else f"{v.baselines[n]:{column[n]}.4f}"
-                        if n in v.baselines else f"{'-':>{column[n]}}" for n in headings)
-        lines.append(f"{label:{width}}{'higher' if v.higher_is_better else 'lower':>7}{v.model:10.4f}{cells}  "
-                     f"{v.summary}")
+    rows = [["metric", "better", "GEARS", "baseline", "value", "difference [95% interval] won", "verdict"]]
+    for v in verdicts:
+        label = f"{v.subgroup + ': ' if v.subgroup else ''}{v.metric}"
+        first = True
+        for name, heading in headings.items():
+            if name not in v.comparisons:
+                continue
+            comparison = v.comparisons[name]
+            rows.append([label if first else "", ("higher" if v.higher_is_better else "lower") if first else "",
+                         f"{v.model:.4f}" if first else "", heading,
+                         "n/a" if not_applicable_reason(name, v.metric) else f"{v.baselines[name]:.4f}",
+                         format_comparison(comparison), comparison.verdict])
+            first = False
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    right = {2, 4}
+    lines = ["  ".join(cell.rjust(width) if column in right else cell.ljust(width)
+                       for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    counted = [v.comparisons[name].n for v in verdicts if v.subgroup is None for name in v.comparisons
+               if v.comparisons[name].n]
     if any(v.subgroup is None for v in verdicts):
-        lines.append("overall: " + outcome_line(verdicts))
-    lines += not_applicable_notes((name, v.metric) for v in verdicts for name in v.not_applicable)
+        basis = f"all test conditions, 95% intervals over {max(counted)} test perturbations" if counted else \
+            SUBGROUP_NAMES[None]
+        lines.append("overall: " + outcome_line(verdicts, basis))
+    lines.append(READING)
+    lines += not_applicable_notes((name, v.metric) for v in verdicts for name in v.comparisons
+                                  if not_applicable_reason(name, v.metric))
+    other_reasons = dict.fromkeys(c.reason for v in verdicts for name, c in v.comparisons.items()
+                                  if c.verdict == NOT_APPLICABLE and not not_applicable_reason(name, v.metric))
+    lines += [f"n/a: {reason}" for reason in other_reasons]
     return "\n".join(lines + equal_baselines_notes(groups))
 
 
 def verdict_records(verdicts: list[MetricVerdict]) -> list[dict]:
     """The verdicts as plain data (a run's ``report.json``): per metric and subgroup, the
-    model's value and, per baseline, its value, whether the model beats it (null: no
-    comparison) and why the comparison is not applicable (null when it is)."""
+    model's value and, per baseline, its value, the paired comparison (``difference``,
+    ``low``, ``high``, ``won``, ``n``, ``dropped``, ``verdict``, ``reason``: ``PairedComparison``),
+    and, as earlier reports had them, ``beats`` (true: beaten, false: lost to, interval and
+    all; null: neither) and ``not_applicable`` (why there is no verdict)."""
     return [{"key": v.key, "subgroup": v.subgroup, "metric": v.metric, "higher_is_better": v.higher_is_better,
              "model": v.model,
-             "baselines": {name: {"value": v.baselines.get(name), "beats": beats,
-                                  "not_applicable": v.not_applicable.get(name)} for name, beats in v.beats.items()},
+             "baselines": {name: {"value": v.baselines.get(name), **comparison.record(),
+                                  "beats": v.beats[name], "not_applicable": v.not_applicable.get(name)}
+                           for name, comparison in v.comparisons.items()},
              "beats_every_baseline": v.beats_every_baseline, "summary": v.summary} for v in verdicts]
 
 

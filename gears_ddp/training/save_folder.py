@@ -28,7 +28,8 @@ logger = get_logger(__name__)
 MIN_FREE_BYTES = 50 * 2**20  # room a save folder needs for checkpoints
 # what a run writes in its folder: an overwrite removes these (and nothing else the user keeps there)
 RUN_FILES = (WEIGHTS_FILE, MODEL_CONFIG_FILE, VOCABULARY_FILE, REPORT_FILE, PAGE_FILE, METRICS_FILE, LOG_FILE,
-             CONFIG_FILE, *PICTURES.values())
+             CONFIG_FILE)
+PICTURES_FOLDER = str(Path(next(iter(PICTURES.values()))).parent)  # plots/
 IN_USE_ADVICE = ("or give this run another save_path (reading the folder: load_pretrained, gears-ddp evaluate, "
                  "predict --run is not blocked)")
 
@@ -80,14 +81,16 @@ def earlier_run(folder) -> str | None:
 
 
 def clear_earlier_run(folder) -> None:
-    """Remove what a run writes in ``folder`` (``RUN_FILES`` and its checkpoints), so that
-    nothing of the earlier run mixes with the new one; other files stay."""
+    """Remove what a run writes in ``folder`` (``RUN_FILES``, its checkpoints and its
+    pictures), so that nothing of the earlier run mixes with the new one; other files stay."""
     folder = Path(folder)
     for name in RUN_FILES:
         (folder / name).unlink(missing_ok=True)
     for path in checkpoint_files(folder):
         path.unlink()
-    for name in (CHECKPOINT_FOLDER, *{str(Path(picture).parent) for picture in PICTURES.values()}):
+    for path in (folder / Path(PICTURES_FOLDER)).glob("*.png"):  # the pictures, however many the run drew
+        path.unlink()
+    for name in (CHECKPOINT_FOLDER, PICTURES_FOLDER):
         with contextlib.suppress(OSError):  # kept when it holds something else
             (folder / name).rmdir()
 

@@ -25,7 +25,9 @@ from gears_ddp.evaluation.scoring import score
 from gears_ddp.model.losses import LossContext
 from gears_ddp.report.examples import prediction_examples
 from gears_ddp.report.run_folder import log_file, write_run_report
-from gears_ddp.report.verdicts import summary_verdicts, verdict_table
+from gears_ddp.evaluation.prediction_spread import spread_line, spread_ratio, spread_warnings
+from gears_ddp.report.verdicts import GEARS, compare, per_perturbation_record, summary_verdicts, verdict_records, \
+    verdict_table
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.training.checkpoint import resolve_resume
@@ -188,21 +190,34 @@ class Trainer:
     def score_test(self, result: EvaluationResult, ranks: SingleProcess,
                    other_screen: PerturbationEmbedding | None, clock: PhaseClock) -> dict:
         """The test summaries of the model's evaluation ``result`` and of the baselines
-        (``linear_pretrained`` too with ``other_screen``), timed as the phases ``test`` and
+        (``linear_pretrained`` too with ``other_screen``; ``'model'``, ``'baselines'``), their
+        per-perturbation values (``'per_perturbation'``), each method's spread of predicted
+        changes (``'prediction_spread'``) and the verdicts with their intervals
+        (``'verdicts'``: ``verdicts.verdict_records``), timed as the phases ``test`` and
         ``baselines`` of ``clock``; the evaluations are kept for the report's pictures."""
         with clock.phase("test"):
             context = MetricContext.from_pert_data(self.pert_data, result.conditions, ranks)
             subgroups = self._test_subgroups()
-            model_summary = score(result, context, subgroups)[0]
+            model_summary, model_conditions = score(result, context, subgroups)
             self.test_evaluation = result
         with clock.phase("baselines"):
             self.baseline_evaluations = baseline_results(self.pert_data, result, other_screen)
-            baselines = {name: score(res, context, subgroups)[0] for name, res in self.baseline_evaluations.items()}
+            scored = {name: score(res, context, subgroups) for name, res in self.baseline_evaluations.items()}
+            report = {"model": model_summary, "baselines": {name: summary for name, (summary, _) in scored.items()},
+                      "per_perturbation": per_perturbation_record(
+                          result.conditions, subgroups,
+                          {GEARS: model_conditions, **{name: per for name, (_, per) in scored.items()}}),
+                      "prediction_spread": prediction_spreads(result, self.baseline_evaluations)}
+            verdicts = compare(report)
+            report["verdicts"] = verdict_records(verdicts)
         if ranks.is_main:
-            logger.info("test set, best model vs baselines:\n%s", verdict_table(summary_verdicts(model_summary, baselines)))
+            logger.info("test set, best model vs baselines:\n%s\n%s",
+                        verdict_table(summary_verdicts(verdicts, model_summary)),
+                        "\n".join([spread_line(report["prediction_spread"]),
+                                   *spread_warnings(report["prediction_spread"])]))
         if self.tracker:
             self.tracker.log(model_summary)
-        return {"model": model_summary, "baselines": baselines}
+        return report
 
     def examples(self) -> list[dict]:
         """The test conditions the report's predictions picture shows (none without a test set)."""
@@ -215,3 +230,11 @@ class Trainer:
     def _test_subgroups(self):
         subgroup = self.pert_data.subgroup
         return subgroup["test_subgroup"] if subgroup else None
+
+
+def prediction_spreads(result: EvaluationResult, baselines: dict[str, EvaluationResult]) -> dict[str, float]:
+    """The spread ratio (``evaluation.prediction_spread``) of the model's and each baseline's
+    predictions over the test perturbations (control left out)."""
+    rows = [index for index, condition in enumerate(result.conditions) if condition != "ctrl"]
+    return {name: spread_ratio(evaluation.pred_mean[rows], evaluation.truth_mean[rows])
+            for name, evaluation in {GEARS: result, **baselines}.items()}
