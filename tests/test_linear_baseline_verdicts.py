@@ -44,8 +44,9 @@ def test_a_run_shows_both_linear_baselines_on_the_console_in_report_json_and_pag
     with caplog.at_level(logging.INFO, logger="gears_ddp"):
         gears, report = _trained(toy, 1, other_screen, tmp_path / "run")
     table = next(r.getMessage() for r in caplog.records if "best model vs baselines" in r.getMessage())
-    header = table.splitlines()[1]
-    assert header.split()[3:8] == ["no_change", "mean_effect", "additive", "linear", PRETRAINED]
+    rows = [line.split() for line in table.splitlines()[2:7]]  # pearson_delta: one row per baseline
+    assert [rows[0][3]] + [row[0] for row in rows[1:]] == ["no_change", "mean_effect", "additive", "linear",
+                                                           PRETRAINED]
     for name in LINEAR:
         assert math.isfinite(report["baselines"][name]["test_mse_de"])
     assert report["baselines"]["linear"] != report["baselines"][PRETRAINED]
@@ -57,9 +58,11 @@ def test_a_run_shows_both_linear_baselines_on_the_console_in_report_json_and_pag
             report["baselines"][name]["test_pearson_delta"])
         record = overall["pearson_delta"]["baselines"][name]
         assert record["value"] == pytest.approx(report["baselines"][name]["test_pearson_delta"])
-        assert record["beats"] in (True, False) and record["not_applicable"] is None
+        assert record["verdict"] in ("beats", "loses to", "no clear difference") and record["not_applicable"] is None
+        assert record["beats"] is {"beats": True, "loses to": False}.get(record["verdict"])
+        assert record["low"] <= record["difference"] <= record["high"] and record["n"] >= 3
     page = (tmp_path / "run" / "report.html").read_text()
-    assert f"<th>{PRETRAINED}</th>" in page and "<th>linear</th>" in page and "Ahlmann-Eltze" in page
+    assert f"<th>{PRETRAINED}<br>" in page and "<th>linear<br>" in page and "Ahlmann-Eltze" in page
 
     # gears-ddp evaluate scores the saved model through GEARS.test, with the run's other screen
     again = gears.test(linear_baseline_screen=str(other_screen))
@@ -77,14 +80,15 @@ def test_replicates_summarise_the_linear_baselines_with_paired_intervals(toy, tm
     pearson = next(r for r in summary["metrics"] if r["metric"] == "pearson_delta" and r["subgroup"] is None)
     for name in LINEAR:
         difference = pearson["differences"][name]
-        assert difference["n"] == 3 and difference["ci_low"] < difference["mean"] < difference["ci_high"]
+        assert difference["replicates"] == 3 and difference["low"] < difference["difference"] < difference["high"]
+        assert difference["ci_low"] < difference["mean"] < difference["ci_high"]  # GEARS - baseline, as before
         assert difference["gears_minus_baseline"] == pytest.approx(
             [reports[r]["model"]["test_pearson_delta"] - reports[r]["baselines"][name]["test_pearson_delta"]
              for r in reports])
     with open(tmp_path / TABLE_FILE, newline="") as table:
         methods = {row["method"] for row in csv.DictReader(table)}
     assert {"GEARS", "linear", PRETRAINED} <= methods
-    assert f"GEARS - {PRETRAINED}" in page.read_text()
+    assert f"{PRETRAINED}: mean ± sd<br>difference [95% interval] won" in page.read_text()
 
 
 def test_the_cell_eval_export_writes_a_linear_baselines_cells_as_the_models(toy, tmp_path, other_screen):

@@ -7,12 +7,14 @@ import re
 
 import pytest
 
-from gears_ddp.report.not_applicable import NOT_APPLICABLE, not_applicable_reason
+from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NOT_APPLICABLE
+from gears_ddp.report.not_applicable import not_applicable_reason
 from gears_ddp.report.plots import figure_replicate_values
 from gears_ddp.report.replicate_report import write_replicate_report
-from gears_ddp.report.replicate_summary import BEATS, LOSES, replicate_table, summarise_replicates
+from gears_ddp.report.replicate_summary import replicate_table, summarise_replicates
 from gears_ddp.report.run_folder import write_run_report
-from gears_ddp.report.verdicts import compare, verdict_table
+from gears_ddp.report.verdicts import compare, verdict_records, verdict_table
+from verdict_reports import report_from_values
 
 OPPOSITE = "frac_opposite_direction_top20_non_dropout"
 CORRELATION_REASON = not_applicable_reason("no_change", "pearson_delta")
@@ -37,19 +39,29 @@ def test_the_two_reasons_say_why():
 
 # ----------------------------------------------------------------------------- one run
 
-def _summaries():
+STEADY = [0.0, 0.01, -0.01, 0.02, 0.0, 0.01]
+
+
+def _values(base: float):
+    return [base + step for step in STEADY]
+
+
+def _per_perturbation():
     """GEARS beats mean_effect and additive on every metric; against no change it "loses" the
     wrong-way share (0 by construction) and has a negative correlation where no change has 0."""
-    model = {"test_pearson_delta": -0.01, "test_mse_de": 0.1, f"test_{OPPOSITE}": 0.2}
-    baselines = {"no_change": {"test_pearson_delta": 0.0, "test_mse_de": 0.3, f"test_{OPPOSITE}": 0.0},
-                 "mean_effect": {"test_pearson_delta": -0.05, "test_mse_de": 0.2, f"test_{OPPOSITE}": 0.4},
-                 "additive": {"test_pearson_delta": -0.03, "test_mse_de": 0.15, f"test_{OPPOSITE}": 0.3}}
+    model = {"pearson_delta": _values(-0.01), "mse_de": _values(0.1), OPPOSITE: _values(0.2)}
+    baselines = {"no_change": {"pearson_delta": [0.0] * 6, "mse_de": _values(0.3), OPPOSITE: [0.0] * 6},
+                 "mean_effect": {"pearson_delta": [-0.05] * 6, "mse_de": [0.2] * 6, OPPOSITE: [0.4] * 6},
+                 "additive": {"pearson_delta": [-0.03] * 6, "mse_de": [0.15] * 6, OPPOSITE: [0.3] * 6}}
     return model, baselines
 
 
+def _report():
+    return report_from_values(*_per_perturbation())
+
+
 def test_a_run_is_neither_won_nor_lost_where_no_change_is_no_verdict():
-    model, baselines = _summaries()
-    pearson, mse, opposite = compare(model, baselines)
+    pearson, mse, opposite = compare(_report())
     for verdict, reason in ((pearson, CORRELATION_REASON), (opposite, DIRECTION_REASON)):
         assert verdict.beats == {"no_change": None, "mean_effect": True, "additive": True}
         assert verdict.not_applicable == {"no_change": reason}
@@ -59,44 +71,46 @@ def test_a_run_is_neither_won_nor_lost_where_no_change_is_no_verdict():
 
 
 def test_the_console_table_shows_na_and_why():
-    table = verdict_table(compare(*_summaries()))
-    rows = {line.split()[0]: line for line in table.splitlines()}
-    assert rows["pearson_delta"].split()[3] == "n/a" and rows[OPPOSITE].split()[3] == "n/a"  # the no_change column
-    assert rows["mse_de"].split()[3] == "0.3000"
-    assert "loses to no_change" not in table and "beats all 2 baselines; n/a for no_change" in rows[OPPOSITE]
+    table = verdict_table(compare(_report()))
+    rows = [line.split() for line in table.splitlines()]
+    no_change = {row[0]: row for row in rows if len(row) > 3 and row[3] == "no_change"}
+    assert no_change["pearson_delta"][4:6] == ["n/a", "n/a"] and no_change[OPPOSITE][4:6] == ["n/a", "n/a"]
+    assert no_change["mse_de"][4] == "0.3050"
     assert "GEARS beats every baseline on 3 of 3 metrics and loses to one on 0" in table
     assert f"no_change on pearson_delta: {CORRELATION_REASON}" in table
     assert f"no_change on {OPPOSITE}: {DIRECTION_REASON}" in table
 
 
 def test_a_runs_report_json_and_page_show_na_and_why(tmp_path):
-    model, baselines = _summaries()
-    report = {"model": model, "baselines": baselines, "best_epoch": 1, "world_size": 1,
+    report = {**_report(), "best_epoch": 1, "world_size": 1,
               "history": [{"epoch": 1, "train_loss": 1.0, "val_mse_de": 0.2}]}
+    report["verdicts"] = verdict_records(compare(report))
     page = write_run_report(tmp_path, report, examples=[]).read_text(encoding="utf-8")
     records = {record["metric"]: record for record in json.loads((tmp_path / "report.json").read_text())["verdicts"]}
-    assert records[OPPOSITE]["baselines"]["no_change"] == {"value": 0.0, "beats": None,
-                                                           "not_applicable": DIRECTION_REASON}
-    assert records[OPPOSITE]["baselines"]["additive"] == {"value": 0.3, "beats": True, "not_applicable": None}
+    no_change = records[OPPOSITE]["baselines"]["no_change"]
+    assert (no_change["value"], no_change["beats"], no_change["not_applicable"]) == (0.0, None, DIRECTION_REASON)
+    assert no_change["verdict"] == NOT_APPLICABLE and no_change["low"] is None  # NaN written as null
+    additive = records[OPPOSITE]["baselines"]["additive"]
+    assert (additive["beats"], additive["verdict"], additive["won"], additive["n"]) == (True, BEATS, 6, 6)
     assert records[OPPOSITE]["beats_every_baseline"] and records["pearson_delta"]["beats_every_baseline"]
     assert records["mse_de"]["baselines"]["no_change"]["not_applicable"] is None
     rows = re.findall(r"<tr><td><b>(.*?)</b>.*?</tr>", page)
     assert rows == ["pearson_delta", "mse_de", OPPOSITE]
     opposite = re.search(rf"<tr><td><b>{OPPOSITE}</b>.*?</tr>", page).group(0)
     assert f'<td class="na">n/a<br><span class="meaning">{DIRECTION_REASON}</span></td>' in opposite
-    assert 'class="win">beats all 2 baselines; n/a for no_change<' in opposite and "beats-gears" not in opposite
+    assert 'class="win">beats all 2 baselines; n/a for no_change<' in opposite
     assert "GEARS beats every baseline on 3 of 3 metrics and loses to one on 0" in page
 
 
 # ----------------------------------------------------------------------------- replicates
 
 def _replicate_reports():
-    """Five replicates of ``_summaries`` with GEARS's values moved a little per seed."""
+    """Five replicates of ``_per_perturbation`` with GEARS's values moved a little per seed."""
     reports = {}
     for seed in range(5):
-        model, baselines = _summaries()
-        reports[f"seed-{seed}"] = {"model": {key: value + 0.01 * seed for key, value in model.items()},
-                                   "baselines": baselines}
+        model, baselines = _per_perturbation()
+        moved = {metric: [value + 0.01 * seed for value in values] for metric, values in model.items()}
+        reports[f"seed-{seed}"] = report_from_values(moved, baselines)
     return reports
 
 
@@ -105,7 +119,7 @@ def test_replicates_keep_the_differences_but_give_no_verdict_against_no_change(t
     pearson, mse, opposite = summarise_replicates(reports)
     assert opposite.differences["no_change"].verdict == NOT_APPLICABLE
     assert opposite.differences["no_change"].reason == DIRECTION_REASON
-    assert opposite.differences["no_change"].mean == pytest.approx(0.22)  # the numbers stay
+    assert opposite.differences["no_change"].difference == pytest.approx(-0.225)  # the numbers stay, signed
     assert pearson.differences["no_change"].verdict == NOT_APPLICABLE
     assert mse.differences["no_change"].verdict == BEATS and mse.differences["no_change"].reason is None
     assert opposite.differences["additive"].verdict == BEATS
@@ -119,11 +133,12 @@ def test_replicates_keep_the_differences_but_give_no_verdict_against_no_change(t
     records = {record["metric"]: record for record in json.loads((tmp_path / "report.json").read_text())["metrics"]}
     assert records[OPPOSITE]["differences"]["no_change"]["verdict"] == NOT_APPLICABLE
     assert records[OPPOSITE]["differences"]["no_change"]["reason"] == DIRECTION_REASON
+    assert records[OPPOSITE]["differences"]["no_change"]["mean"] == pytest.approx(0.225)  # GEARS - baseline, as before
     assert records["mse_de"]["differences"]["no_change"]["reason"] is None
 
     table = replicate_table(list(records.values()))
     opposite_row = next(line for line in table.splitlines() if line.startswith(OPPOSITE))
-    assert opposite_row.split("(n=5)")[1].split()[0] == "n/a"  # GEARS - no_change, after GEARS's mean ± sd
+    assert opposite_row.split("(n=5)")[1].split()[0] == "n/a"  # GEARS against no_change, after GEARS's mean ± sd
     assert f"no_change on pearson_delta: {CORRELATION_REASON}" in table
 
     row = re.search(rf"<tr><td><b>{OPPOSITE}</b>.*?</tr>", page).group(0)
@@ -135,4 +150,4 @@ def test_the_replicates_picture_marks_no_change_na():
     verdicts = summarise_replicates(_replicate_reports(), metrics=(OPPOSITE,))
     axes = figure_replicate_values(verdicts).axes[0]
     assert [text.get_text() for text in axes.texts] == ["n/a", "beats", "beats"]  # no_change, mean_effect, additive
-    assert "n/a: no verdict" in axes.get_xlabel()
+    assert "n/a: no interval" in axes.get_xlabel()

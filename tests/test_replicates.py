@@ -24,8 +24,10 @@ from gears_ddp.distributed.replicates import device_groups
 from gears_ddp.report.plots import figure_replicate_values
 from gears_ddp.report.replicate_report import TABLE_COLUMNS, TABLE_FILE, write_replicate_report
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED
-from gears_ddp.report.replicate_summary import (BEATS, LOSES, NO_CLEAR, NO_INTERVAL, interval_verdict,
-                                                replicate_table, summarise_replicates, t_interval)
+from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NO_CLEAR, interval_verdict
+from gears_ddp.report.replicate_summary import replicate_table, summarise_replicates, t_interval
+from test_paired_verdicts import plain_bootstrap, plain_two_level_bootstrap
+from verdict_reports import report_from_values
 
 SPLIT = {"split": "simulation", "seed": 1}
 
@@ -40,53 +42,68 @@ ADDITIVE_MSE = [0.08, 0.09, 0.085, 0.10, 0.07]             # GEARS clearly worse
 MEAN_EFFECT_MSE = [0.20, 0.21, 0.19, 0.22, 0.20]           # GEARS clearly better
 
 
+OFFSETS = np.array([0.02, -0.01, 0.0, 0.015, -0.02, -0.005])        # around 0: the summaries are the values above
+OTHER_OFFSETS = np.array([-0.04, 0.03, 0.01, -0.02, 0.05, -0.03])
+
+
 def _reports():
-    return {f"seed-{i}": {"model": {"test_pearson_delta": GEARS_VALUES[i], "test_mse_de": GEARS_MSE[i]},
-                          "baselines": {"additive": {"test_pearson_delta": ADDITIVE_VALUES[i],
-                                                     "test_mse_de": ADDITIVE_MSE[i]},
-                                        "mean_effect": {"test_pearson_delta": MEAN_EFFECT_VALUES[i],
-                                                        "test_mse_de": MEAN_EFFECT_MSE[i]}}}
-            for i in range(5)}
+    """Five replicates of 6 test perturbations each, whose means are the values above."""
+    reports = {}
+    for i in range(5):
+        model = {"pearson_delta": GEARS_VALUES[i] + OFFSETS, "mse_de": GEARS_MSE[i] + OFFSETS}
+        baselines = {"additive": {"pearson_delta": ADDITIVE_VALUES[i] + OFFSETS, "mse_de": ADDITIVE_MSE[i] + OFFSETS},
+                     "mean_effect": {"pearson_delta": MEAN_EFFECT_VALUES[i] + OTHER_OFFSETS,
+                                     "mse_de": MEAN_EFFECT_MSE[i] + OTHER_OFFSETS}}
+        reports[f"seed-{i}"] = report_from_values(model, baselines)
+    return reports
+
+
+def _grid(reports, metric, baseline, higher):
+    values = [report["per_perturbation"]["values"] for report in reports.values()]
+    sign = 1 if higher else -1
+    return sign * np.array([np.subtract(v["GEARS"][metric], v[baseline][metric]) for v in values])
 
 
 def test_mean_sd_interval_and_verdict_on_known_numbers():
-    pearson, mse = summarise_replicates(_reports())
+    reports = _reports()
+    pearson, mse = summarise_replicates(reports)
     assert (pearson.metric, mse.metric) == ("pearson_delta", "mse_de")
     assert pearson.gears.mean == pytest.approx(np.mean(GEARS_VALUES))
     assert pearson.gears.sd == pytest.approx(np.std(GEARS_VALUES, ddof=1))
     assert pearson.baselines["additive"].sd == pytest.approx(np.std(ADDITIVE_VALUES, ddof=1))
-    for name, values in (("additive", ADDITIVE_VALUES), ("mean_effect", MEAN_EFFECT_VALUES)):
-        difference = pearson.differences[name]
-        expected = stats.ttest_rel(GEARS_VALUES, values).confidence_interval(0.95)
-        assert (difference.low, difference.high) == pytest.approx((expected.low, expected.high), rel=1e-10)
-        assert difference.mean == pytest.approx(np.mean(GEARS_VALUES) - np.mean(values))
-        assert difference.n == 5
+    for verdict, higher in ((pearson, True), (mse, False)):
+        for name in ("additive", "mean_effect"):
+            grid = _grid(reports, verdict.metric, name, higher)
+            comparison = verdict.differences[name]
+            assert (comparison.low, comparison.high) == pytest.approx(plain_two_level_bootstrap(grid), abs=1e-12)
+            assert comparison.difference == pytest.approx(grid.mean())
+            assert (comparison.n, comparison.replicates) == (6, 5)
     assert pearson.differences["additive"].verdict == BEATS            # interval above zero, higher is better
     assert pearson.differences["mean_effect"].verdict == NO_CLEAR       # interval holds zero
-    assert mse.differences["additive"].verdict == LOSES                 # interval above zero, lower is better
-    assert mse.differences["mean_effect"].verdict == BEATS              # interval below zero, lower is better
+    assert mse.differences["additive"].verdict == LOSES                 # GEARS's mse_de higher: worse
+    assert mse.differences["mean_effect"].verdict == BEATS              # GEARS's mse_de lower: better
     assert pearson.summary == "beats additive; no clear difference from mean_effect"
     assert mse.summary == "beats mean_effect; loses to additive"
 
 
-@pytest.mark.parametrize("low, high, higher, verdict", [
-    (0.1, 0.3, True, BEATS), (0.1, 0.3, False, LOSES), (-0.3, -0.1, True, LOSES), (-0.3, -0.1, False, BEATS),
-    (-0.1, 0.2, True, NO_CLEAR), (-0.1, 0.2, False, NO_CLEAR), (0.0, 0.2, True, NO_CLEAR),
-    (math.nan, math.nan, True, NO_INTERVAL)])
-def test_the_verdict_reads_the_interval_in_the_metrics_direction(low, high, higher, verdict):
-    assert interval_verdict(low, high, higher) == verdict
+@pytest.mark.parametrize("low, high, verdict", [
+    (0.1, 0.3, BEATS), (-0.3, -0.1, LOSES), (-0.1, 0.2, NO_CLEAR), (0.0, 0.2, NO_CLEAR), (-0.2, 0.0, NO_CLEAR)])
+def test_the_verdict_reads_the_signed_interval(low, high, verdict):
+    assert interval_verdict(low, high) == verdict
 
 
-def test_a_missing_value_leaves_its_pair_out_and_one_pair_gives_no_interval():
+def test_a_missing_value_leaves_its_pair_out_and_one_replicate_bootstraps_its_perturbations():
     reports = _reports()
-    reports["seed-0"]["baselines"]["additive"]["test_pearson_delta"] = None  # null in a report.json
+    values = reports["seed-0"]["per_perturbation"]["values"]["additive"]["pearson_delta"]
+    values[2] = math.nan  # null in a report.json
     pearson = summarise_replicates(reports)[0]
-    assert pearson.differences["additive"].n == 4
-    expected = stats.ttest_rel(GEARS_VALUES[1:], ADDITIVE_VALUES[1:]).confidence_interval(0.95)
-    assert pearson.differences["additive"].low == pytest.approx(expected.low, rel=1e-10)
-    assert pearson.baselines["additive"].n == 4 and pearson.gears.n == 5
-    single = summarise_replicates({"seed-0": _reports()["seed-0"]})[0]
-    assert single.differences["additive"].verdict == NO_INTERVAL and math.isnan(single.gears.sd)
+    assert pearson.differences["additive"].n == 6 and pearson.differences["additive"].dropped == 0  # tested elsewhere
+    grid = _grid(reports, "pearson_delta", "additive", True)
+    assert pearson.differences["additive"].difference == pytest.approx(np.nanmean(grid))
+    single = summarise_replicates({"seed-1": _reports()["seed-1"]})[0]
+    assert single.differences["additive"].replicates == 1 and math.isnan(single.gears.sd)
+    assert (single.differences["additive"].low, single.differences["additive"].high) == pytest.approx(
+        plain_bootstrap(_grid({"s": _reports()["seed-1"]}, "pearson_delta", "additive", True)[0]), abs=1e-12)
     assert t_interval([0.2])[0] == 0.2 and math.isnan(t_interval([0.2])[2])
 
 
@@ -112,12 +129,12 @@ def test_the_summary_files_hold_every_replicate_metric_subgroup_and_method(tmp_p
     assert tuple(rows[0]) == TABLE_COLUMNS
     assert len(rows) == 5 * 2 * 3  # replicates x metrics x (GEARS and two baselines), one subgroup
     additive = [float(r["value"]) for r in rows if r["metric"] == "mse_de" and r["method"] == "additive"]
-    assert additive == ADDITIVE_MSE and {r["replicate"] for r in rows} == {f"seed-{i}" for i in range(5)}
+    assert additive == pytest.approx(ADDITIVE_MSE, abs=1e-12) and {r["replicate"] for r in rows} == {f"seed-{i}" for i in range(5)}
     summary = json.loads((tmp_path / "report.json").read_text())
     assert summary["finished"] == 5 and summary["replicates"][-1]["status"] == "failed"
     assert summary["metrics"][0]["differences"]["additive"]["verdict"] == BEATS
     text = page.read_text()
-    assert "seed-9" in text and "MemoryError" in text and "t-interval" in text
+    assert "seed-9" in text and "MemoryError" in text and "expanded percentile bootstrap" in text
     assert "loses to additive" in text and "GEARS beats every baseline on 0 of 2 metrics" in text
     assert (tmp_path / "plots" / "replicates_pearson_delta.png").stat().st_size > 0
     table = replicate_table(summary["metrics"]).splitlines()
@@ -125,12 +142,16 @@ def test_the_summary_files_hold_every_replicate_metric_subgroup_and_method(tmp_p
 
 
 def test_on_a_screen_of_single_genes_the_page_shows_the_test_conditions_once_and_the_files_keep_all(tmp_path):
-    def single_genes(summary):  # every test condition an unseen single: the subgroup's values are the whole's
-        return {**summary, **{key.replace("test_", "test_unseen_single_"): value for key, value in summary.items()}}
+    def single_genes(report):  # every test condition an unseen single: the subgroup's values are the whole's
+        record = report["per_perturbation"]
+        return {**report, "model": {**report["model"], **{key.replace("test_", "test_unseen_single_"): value
+                                                          for key, value in report["model"].items()}},
+                "baselines": {name: {**values, **{key.replace("test_", "test_unseen_single_"): value
+                                                  for key, value in values.items()}}
+                              for name, values in report["baselines"].items()},
+                "per_perturbation": {**record, "subgroups": {"unseen_single": list(record["conditions"])}}}
 
-    reports = {name: {"model": single_genes(report["model"]),
-                      "baselines": {baseline: single_genes(values) for baseline, values in report["baselines"].items()}}
-               for name, report in _reports().items()}
+    reports = {name: single_genes(report) for name, report in _reports().items()}
     replicates = [{"name": name, "seed": i, "split_seed": 1, "folder": str(tmp_path / name), "status": "finished",
                    "error": None} for i, name in enumerate(reports)]
     page = write_replicate_report(tmp_path, {"dataset_name": "toy"}, replicates, reports).read_text()

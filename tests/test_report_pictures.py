@@ -20,6 +20,7 @@ from gears_ddp.report.plots import (subgroup_label, figure_predictions, figure_t
                                     plot_predictions, plot_test_metrics, plot_training_curves, true_change_per_gene)
 from gears_ddp.report.run_folder import PAGE_FILE
 from gears_ddp.report.verdicts import compare
+from verdict_reports import report_from_values
 
 BASELINE_NAMES = ("no_change", "mean_effect", "additive", "linear")
 GROUPS = (None, "combo_seen0", "combo_seen1", "unseen_single")
@@ -235,17 +236,22 @@ SETTINGS = {"pert_data_path": "./data", "dataset_name": "norman", "split_config"
 
 
 def report_with_test_results() -> dict:
-    """GEARS beats every baseline on pearson_delta but loses to additive on mse_de."""
-    model = {"test_pearson_delta": 0.61234567, "test_mse_de": 0.2, "test_combo_seen1_mse_de": 0.1,
-             "test_unseen_single_mse_de": 0.3}
-    baselines = {"no_change": {"test_pearson_delta": math.nan, "test_mse_de": 0.5, "test_combo_seen1_mse_de": 0.4,
-                               "test_unseen_single_mse_de": 0.6},
-                 "mean_effect": {"test_pearson_delta": 0.3, "test_mse_de": 0.4, "test_combo_seen1_mse_de": 0.3,
-                                 "test_unseen_single_mse_de": 0.5},
-                 "additive": {"test_pearson_delta": 0.5, "test_mse_de": 0.15, "test_combo_seen1_mse_de": 0.2,
-                              "test_unseen_single_mse_de": 0.1}}
-    return {"model": model, "baselines": baselines, "best_epoch": 2, "history": make_history(3), "world_size": 2,
-            "model_path": "runs/norman"}
+    """GEARS beats every baseline on pearson_delta; on mse_de it beats additive on the combinations and loses on
+    the singles: 6 test
+    perturbations, 3 two-gene combinations with one gene seen and 3 unseen singles, each
+    metric steady around its mean."""
+    def values(pearson_delta, mse_de, combo_mse_de, single_mse_de):
+        steps = [0.0, 0.004, -0.004, 0.002, -0.002, 0.0]
+        return {"pearson_delta": [pearson_delta + step for step in steps],
+                "mse_de": [combo_mse_de + step for step in steps[:3]] + [single_mse_de + step for step in steps[3:]]}
+
+    report = report_from_values(values(0.61234567, 0.2, 0.1, 0.3),
+                                {"no_change": values(math.nan, 0.5, 0.4, 0.6), "mean_effect": values(0.3, 0.4, 0.3, 0.5),
+                                 "additive": values(0.5, 0.15, 0.2, 0.1)},
+                                subgroups={"combo_seen1": [0, 1, 2], "unseen_single": [3, 4, 5]})
+    report["model"] = {key: value for key, value in report["model"].items() if "pearson_delta" not in key or
+                       key == "test_pearson_delta"}
+    return {**report, "best_epoch": 2, "history": make_history(3), "world_size": 2, "model_path": "runs/norman"}
 
 
 def verdict_rows(page: str) -> list[str]:
@@ -259,17 +265,20 @@ def test_page_shows_every_metric_with_its_verdict(tmp_path):
     page = path.read_text(encoding="utf-8")
     assert path == tmp_path / "report.html"
     rows = verdict_rows(page)
-    assert len(rows) == len(compare(report["model"], report["baselines"])) == 4
+    assert len(rows) == len(compare(report)) == 4
     pearson, mse, combo_mse, single_mse = rows
     assert "pearson_delta" in pearson and "higher is better" in pearson and 'class="win"' in pearson
     assert "beats all 2 baselines" in pearson and "0.6123" in pearson and "n/a" in pearson
-    assert 'class="lose">loses to additive<' in mse and "lower is better" in mse
+    # GEARS is better on the combinations and worse on the singles: over 6 perturbations, no clear difference
+    assert 'class="unknown">beats no_change, mean_effect; no clear difference from additive<' in mse
+    assert "lower is better" in mse
     assert "beats all 3 baselines" in combo_mse and "loses to additive" in single_mse
     assert "Two-gene combinations, one gene seen in training</th>" in page
     assert "Single genes not seen in training</th>" in page
     assert "GEARS beats every baseline on 1 of 2 metrics" in page
     assert "correlation of predicted and true change over control" in page  # the metric's meaning
-    assert "These verdicts come from one run: one model seed and one split seed" in page
+    assert "These intervals cover the test perturbations of one run: one model seed and one split seed" in page
+    assert "+0.1123 [" in pearson and " 6/6" in pearson  # the paired difference with mean_effect, won by GEARS
     assert "gears-ddp train --config config.yaml --seeds 1 2 3 4 5" in page  # how to run replicates
 
 
@@ -277,15 +286,18 @@ def single_gene_screen_report() -> dict:
     """A report as the demo's screen of single genes gives it: every test condition is an
     unseen single, no change's correlations are reported as 0, and the additive baseline
     predicted what the mean-effect baseline did."""
-    def summary(pearson_delta, mse_de):
-        values = {"pearson_delta": pearson_delta, "mse_de": mse_de, "mse": mse_de / 10}
-        return {key: value for metric, value in values.items()
-                for key in (f"test_{metric}", f"test_unseen_single_{metric}")}
+    def values(pearson_delta, mse_de):
+        steps = [0.0, 0.01, -0.01, 0.02, -0.02, 0.0]
+        return {"pearson_delta": [pearson_delta + step for step in steps], "mse_de": [mse_de + s for s in steps],
+                "mse": [mse_de / 10 + s / 10 for s in steps]}
 
-    mean_effect = summary(0.3594, 0.3593)
-    return {**report_with_test_results(), "model": summary(-0.1424, 0.5923),
-            "baselines": {"no_change": summary(0.0, 0.4766), "mean_effect": mean_effect, "additive": dict(mean_effect),
-                          "linear": summary(0.0682, 0.4891)}}
+    mean_effect = values(0.3594, 0.3593)
+    report = report_from_values(values(-0.1424, 0.5923),
+                                {"no_change": {**values(0.0, 0.4766), "pearson_delta": [0.0] * 6},
+                                 "mean_effect": mean_effect, "additive": dict(mean_effect),
+                                 "linear": values(0.0682, 0.4891)},
+                                subgroups={"unseen_single": list(range(6))})
+    return {**report_with_test_results(), **report}
 
 
 def test_on_a_screen_of_single_genes_the_page_says_each_thing_once(tmp_path):
@@ -295,9 +307,10 @@ def test_on_a_screen_of_single_genes_the_page_says_each_thing_once(tmp_path):
     assert len(rows) == 3  # pearson_delta, mse_de, mse: once, not again for the subgroup
     assert "Single genes not seen in training</th>" not in page
     assert "All test conditions (single genes not seen in training)</th>" in page
-    assert "<th>GEARS</th><th>no_change</th><th>mean_effect = additive</th><th>linear</th>" in page
+    assert ("<th>GEARS</th><th>no_change<br>difference [95% interval] won</th><th>mean_effect = additive<br>"
+            "difference [95% interval] won</th><th>linear<br>difference [95% interval] won</th>") in page
     assert all(row.count('<td class="number') == 4 for row in rows[1:])  # GEARS and 3 columns of baselines
-    assert "mean_effect and additive predicted the same on this test set, so they share a column: the training " \
+    assert "mean_effect and additive predicted the same on this test set, so they are shown as one: the training " \
            "conditions hold no two-gene combination" in page
     assert "n/a" in rows[0] and ">0<" not in rows[0]
 

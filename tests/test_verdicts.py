@@ -1,72 +1,89 @@
-"""Tests for gears_ddp.report.verdicts: which way each metric is better, who won, and what
-counts as beating every baseline."""
+"""Tests for gears_ddp.report.verdicts: which way each metric is better, who won (by the
+paired intervals), and what counts as beating every baseline."""
 import math
 
 import pytest
 
+from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NO_CLEAR, NOT_APPLICABLE, PairedComparison
 from gears_ddp.report.page import render_report_page
 from gears_ddp.report.verdicts import MetricVerdict, compare, higher_is_better, summary_verdicts, verdict_table
+from verdict_reports import report_from_values
+
+UP = [0.1, 0.12, 0.09, 0.11, 0.1, 0.13]  # a clear, steady difference
+
+
+def _shifted(values, by):
+    return [value + by for value in values]
 
 
 def test_verdicts_know_which_way_is_better_and_who_won():
     assert higher_is_better("pearson_delta") and not higher_is_better("mse_de")
     assert not higher_is_better("frac_opposite_direction_top20_non_dropout")
-    model = {"test_pearson_delta": 0.02, "test_mse_de": 0.30, "test_unseen_single_pearson_delta": 0.5}
-    baselines = {"no_change": {"test_pearson_delta": 0.0, "test_mse_de": 0.40},
-                 "mean_effect": {"test_pearson_delta": 0.16, "test_mse_de": 0.20,
-                                 "test_unseen_single_pearson_delta": 0.1}}
-    verdicts = {v.key: v for v in compare(model, baselines)}
+    model = {"pearson_delta": _shifted(UP, 0.0), "mse_de": _shifted(UP, 0.2)}
+    baselines = {"no_change": {"pearson_delta": [0.0] * 6, "mse_de": _shifted(UP, 0.3)},
+                 "mean_effect": {"pearson_delta": _shifted(UP, 0.15), "mse_de": _shifted(UP, 0.1)}}
+    report = report_from_values(model, baselines, subgroups={"unseen_single": [0, 1, 2]})
+    verdicts = {v.key: v for v in compare(report)}
     assert verdicts["test_pearson_delta"].beats == {"no_change": None, "mean_effect": False}  # n/a: no change
     assert verdicts["test_mse_de"].beats == {"no_change": True, "mean_effect": False}
-    assert verdicts["test_unseen_single_pearson_delta"].beats == {"no_change": None, "mean_effect": True}
+    assert verdicts["test_unseen_single_mse_de"].beats == {"no_change": True, "mean_effect": False}
     table = verdict_table(list(verdicts.values()))
-    assert "loses to mean_effect" in table and "lower" in table and "higher" in table
-    assert "GEARS beats every baseline on 0 of 2 metrics" in table
+    assert "loses to" in table and "lower" in table and "higher" in table
+    assert "GEARS beats every baseline on 0 of 2 metrics and loses to one on 2" in table
 
 
-def _verdict(beats: dict) -> MetricVerdict:
-    return MetricVerdict("test_mse_de", None, "mse_de", False, 0.1, {name: 0.2 for name in beats}, beats)
+def _verdict(verdicts: dict) -> MetricVerdict:
+    comparisons = {name: PairedComparison(0.1, 0.05 if verdict == BEATS else -0.2, 0.15 if verdict != LOSES else -0.05,
+                                          3, 6, 0, 1, verdict, "why" if verdict == NOT_APPLICABLE else None)
+                   for name, verdict in verdicts.items()}
+    return MetricVerdict("test_mse_de", None, "mse_de", False, 0.1, {name: 0.2 for name in verdicts}, comparisons)
 
 
-@pytest.mark.parametrize("beats, expected", [
-    ({"no_change": True, "additive": True}, True),
-    ({"no_change": True, "additive": None}, True),    # a missing baseline value is no comparison
-    ({"no_change": True, "additive": False}, False),
-    ({"no_change": None, "additive": None}, False),   # nothing compared is no win
+@pytest.mark.parametrize("verdicts, expected", [
+    ({"no_change": BEATS, "additive": BEATS}, True),
+    ({"no_change": BEATS, "additive": NOT_APPLICABLE}, True),   # no interval is no comparison
+    ({"no_change": BEATS, "additive": NO_CLEAR}, False),        # not clearly better is no win
+    ({"no_change": BEATS, "additive": LOSES}, False),
+    ({"no_change": NOT_APPLICABLE, "additive": NOT_APPLICABLE}, False),  # nothing compared is no win
     ({}, False)])
-def test_beating_every_baseline_needs_a_comparison_and_no_loss(beats, expected):
-    assert _verdict(beats).beats_every_baseline is expected
+def test_beating_every_baseline_needs_an_interval_above_zero_for_each(verdicts, expected):
+    assert _verdict(verdicts).beats_every_baseline is expected
 
 
 def test_a_nan_metric_or_one_no_baseline_has_is_not_counted_as_a_win():
-    model = {"test_pearson_delta": math.nan, "test_mse_de": 0.1, "test_mse": 0.01}
-    baselines = {"mean_effect": {"test_pearson_delta": 0.2, "test_mse_de": 0.3}}  # no test_mse
-    verdicts = compare(model, baselines, metrics=("pearson_delta", "mse_de", "mse"), subgroups=(None,))
+    model = {"pearson_delta": [math.nan] * 6, "mse_de": _shifted(UP, 0.0), "mse": _shifted(UP, -0.05)}
+    baselines = {"mean_effect": {"pearson_delta": _shifted(UP, 0.1), "mse_de": _shifted(UP, 0.2)}}  # no mse
+    report = report_from_values(model, baselines)
+    verdicts = compare(report, metrics=("pearson_delta", "mse_de", "mse"), subgroups=(None,))
     assert "GEARS beats every baseline on 1 of 3 metrics" in verdict_table(verdicts)
-    report = {"model": model, "baselines": baselines, "best_epoch": 1, "history": [], "world_size": 1}
-    assert "GEARS beats every baseline on 1 of 3 metrics" in render_report_page({}, report, {})
+    page = render_report_page({}, {**report, "best_epoch": 1, "history": [], "world_size": 1}, {})
+    assert "GEARS beats every baseline on 1 of 3 metrics" in page
     assert [verdict.beats_every_baseline for verdict in verdicts] == [False, True, False]
+    assert verdicts[0].comparisons["mean_effect"].verdict == NOT_APPLICABLE  # no perturbation with both values
 
 
 def test_the_console_table_shows_a_subgroup_only_where_it_differs_from_all_test_conditions():
-    def summary(value, groups):
-        return {f"test_{group + '_' if group else ''}{metric}": value for group in groups
-                for metric in ("pearson_delta", "mse_de")}
-
-    for groups, shown in [((None, "unseen_single"), []),  # a screen of single genes: the subgroup is the whole
-                          ((None, "combo_seen1", "unseen_single"), ["combo_seen1", "unseen_single"])]:
-        table = verdict_table(summary_verdicts(summary(0.5, groups), {"mean_effect": summary(0.4, groups)}))
-        labelled = sorted({line.split(":")[0] for line in table.splitlines() if line.split(":")[0] in groups})
+    values = {"pearson_delta": UP, "mse_de": UP}
+    for subgroups, shown in [({"unseen_single": [0, 1, 2, 3, 4, 5]}, []),  # single genes: the subgroup is the whole
+                             ({"combo_seen1": [0, 1, 2], "unseen_single": [3, 4, 5]}, ["combo_seen1", "unseen_single"])]:
+        report = report_from_values(values, {"mean_effect": {k: _shifted(v, -0.1) for k, v in values.items()}},
+                                    subgroups)
+        table = verdict_table(summary_verdicts(compare(report), report["model"]))
+        labelled = sorted({line.split(":")[0] for line in table.splitlines() if line.split(":")[0] in subgroups})
         assert labelled == shown, table
 
 
-def test_the_console_table_gives_baselines_that_predicted_the_same_one_column_and_says_why():
-    model = {"test_pearson_delta": 0.1, "test_mse_de": 0.4}
-    same = {"test_pearson_delta": 0.36, "test_mse_de": 0.36}
-    baselines = {"mean_effect": same, "additive": dict(same), "linear": {"test_pearson_delta": 0.07, "test_mse_de": 0.5}}
-    table = verdict_table(summary_verdicts(model, baselines))
-    assert table.splitlines()[0].split()[3:] == ["mean_effect", "=", "additive", "linear", "verdict"]  # one column
-    assert table.splitlines()[1].split()[:5] == ["pearson_delta", "higher", "0.1000", "0.3600", "0.0700"]
-    assert table.splitlines()[-1].startswith("mean_effect and additive predicted the same on this test set, so they "
-                                             "share a column")
-    assert "predicted the same" not in verdict_table(summary_verdicts(model, {**baselines, "additive": model}))
+def test_the_console_table_gives_baselines_that_predicted_the_same_one_row_and_says_why():
+    model = {"pearson_delta": UP, "mse_de": _shifted(UP, 0.3)}
+    same = {"pearson_delta": _shifted(UP, 0.26), "mse_de": _shifted(UP, 0.26)}
+    linear = {"pearson_delta": _shifted(UP, -0.03), "mse_de": _shifted(UP, 0.4)}
+    report = report_from_values(model, {"mean_effect": same, "additive": dict(same), "linear": linear})
+    lines = verdict_table(compare(report)).splitlines()
+    assert lines[0].split() == ["metric", "better", "GEARS", "baseline", "value", "difference", "[95%", "interval]",
+                                "won", "verdict"]
+    assert lines[1].split()[:5] == ["pearson_delta", "higher", "0.1083", "mean_effect", "="]  # one row for both
+    assert lines[1].split()[5:8] == ["additive", "0.3683", "-0.26"]
+    assert lines[2].split()[:2] == ["linear", "0.0783"]
+    assert lines[-1].startswith("mean_effect and additive predicted the same on this test set, so they are shown as")
+    report = report_from_values(model, {"mean_effect": same, "additive": model, "linear": linear})
+    assert "predicted the same" not in verdict_table(compare(report))

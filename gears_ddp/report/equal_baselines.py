@@ -39,7 +39,7 @@ def _equal(first: dict, second: dict) -> bool:
 
 def equal_baselines_notes(groups: list[tuple[str, ...]]) -> list[str]:
     """For each group of more than one baseline: that they predicted the same here, and why."""
-    return [f"{' and '.join(group)} predicted the same on this test set, so they share a column: "
+    return [f"{' and '.join(group)} predicted the same on this test set, so they are shown as one: "
             + WHY_EQUAL.get(frozenset(group), "their test metrics are equal, every one") + "."
             for group in groups if len(group) > 1]
 
