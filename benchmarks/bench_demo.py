@@ -21,8 +21,9 @@ time; then mean +- sample sd over the seeds and the checks the demo is meant to 
 
 - the training loss falls: last epoch below the first at every seed;
 - for each metric and baseline (no change only on ``mse`` and ``mse_de``, where it is a
-  verdict): at how many seeds GEARS is better, and the paired difference over the seeds
-  with its verdict (``harness.spread.paired_difference``).
+  verdict): the paired difference over the seeds and their test perturbations, its 95%
+  interval, the perturbations GEARS won and the verdict, as the replicates' summary gives
+  them (``report.replicate_summary``).
 """
 import argparse
 import json
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from harness.machine import load_average
 from harness.record import add_record_argument, recorded
-from harness.spread import mean_sd, paired_difference
+from harness.spread import mean_sd
 from harness.tables import print_table
 from harness.timing import Stopwatch
 
@@ -127,7 +128,7 @@ def print_runs(runs: dict, baselines) -> None:
     print("\nMean +- sd over the seeds:\n")
     print_table(["metric", *sides], [[m, *(mean_sd([r[f"{who} {m}"] for r in rows.values()]) for who in sides)]
                                      for m in METRICS])
-    print_checks(list(rows.values()), baselines)
+    print_checks({seed: runs[seed]["report"] for seed in rows}, baselines)
     seconds = [r["seconds"] for r in runs.values()]
     cpu = [r["cpu_seconds"] for r in runs.values()]
     print(f"\nWall time: first run (writes the data) {seconds[0]:.0f} s, the others "
@@ -136,25 +137,25 @@ def print_runs(runs: dict, baselines) -> None:
           f"{', '.join(f'{c:.0f}' for c in cpu[1:]) or '-'} s (on 2 idle cores a run takes at least half of it).")
 
 
-def print_checks(values: list[dict], baselines) -> None:
-    """The loss check, then GEARS against each baseline on each metric where it is a verdict."""
-    from gears_ddp.report.not_applicable import not_applicable_reason
-    from gears_ddp.report.verdicts import higher_is_better, is_better
+def print_checks(reports: dict, baselines) -> None:
+    """The loss check, then GEARS against each baseline on each metric where it is a verdict:
+    the replicates' summary of the seeds' reports (``report.replicate_summary``: the paired
+    difference over the seeds and their test perturbations, its 95% interval, the
+    perturbations won and the verdict)."""
+    from gears_ddp.report.numbers import format_comparison
+    from gears_ddp.report.replicate_summary import summarise_replicates
 
+    values = [figures(report, baselines) for report in reports.values()]
     falls = sum(r["last_loss"] < r["first_loss"] for r in values)
     print(f"\nChecks:\n\n- the training loss falls at {falls} of {len(values)} seeds")
     rows = []
-    for metric in METRICS:
-        higher = higher_is_better(metric)
+    for verdict in summarise_replicates(reports, metrics=METRICS, subgroups=(None,)):
         for name in baselines:
-            if not_applicable_reason(name, metric):
-                continue
-            ours, theirs = [r[f"GEARS {metric}"] for r in values], [r[f"{name} {metric}"] for r in values]
-            better = sum(bool(is_better(a, b, higher)) for a, b in zip(ours, theirs))
-            _, difference, verdict = paired_difference(ours, theirs, higher, ("GEARS", name))
-            rows.append([metric, name, f"{better} of {len(values)}", difference, verdict])
+            comparison = verdict.differences.get(name)
+            if comparison is not None and comparison.verdict != "n/a":
+                rows.append([verdict.metric, name, format_comparison(comparison), comparison.verdict])
     print()
-    print_table(["metric", "baseline", "seeds GEARS better", "GEARS - baseline (mean +- se)", "over the seeds"], rows)
+    print_table(["metric", "baseline", "difference [95% interval] won (+: GEARS better)", "over the seeds"], rows)
 
 
 def main():

@@ -28,7 +28,7 @@ import torch
 
 from gears_ddp import GEARS, PertData, enable_console_logging, train_multi_gpu
 from gears_ddp.datasets import preset, write_synthetic_dataset
-from gears_ddp.report.verdicts import summary_verdicts, verdict_table
+from gears_ddp.report.verdicts import compare, summary_verdicts, verdict_table
 
 SPLIT = {"split": "simulation", "seed": 1}
 
@@ -60,7 +60,7 @@ def main():
     print(f"\ntrained {args.epochs} epochs on {report['world_size']} {'GPU' if use_gpus else 'CPU (gloo)'} "
           f"process(es) in {seconds:.0f} s (data loading and process start included); best epoch "
           f"{report['best_epoch']}; model saved to {report['model_path']}\n")
-    print(verdict_table(summary_verdicts(report["model"], report["baselines"])))
+    print(verdict_table(summary_verdicts(compare(report), report["model"])))
     print("\n" + reload_and_predict(args.data_path, report["model_path"], args.batch_size))
 
 

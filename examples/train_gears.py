@@ -19,7 +19,7 @@ from gears_ddp import PertData, enable_console_logging
 from gears_ddp.datasets import preset, read_true_means, write_synthetic_dataset
 from gears_ddp.gears import GEARS
 from gears_ddp.report.learning import learning_checks
-from gears_ddp.report.verdicts import summary_verdicts, verdict_table
+from gears_ddp.report.verdicts import compare, summary_verdicts, verdict_table
 
 
 def main():
@@ -54,7 +54,7 @@ def main():
 
     print(f"\ntrained {args.epochs} epochs in {seconds:.0f} s on {args.device}; best epoch "
           f"{report['best_epoch']}; model saved to {report['model_path']}\n")
-    print(verdict_table(summary_verdicts(report["model"], report["baselines"])))
+    print(verdict_table(summary_verdicts(compare(report), report["model"])))
     print(f"\nagainst the noise-free truth: mean Pearson of predicted vs true change over control "
           f"across {len(test)} test conditions = {np.nanmean(correlations):.3f}")
     print("\n".join(learning_checks(report)))

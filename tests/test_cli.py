@@ -19,6 +19,8 @@ from gears_ddp.data import io
 from gears_ddp.data.go_files import read_annotation
 from gears_ddp.distributed.run_config import RunConfigError, apply_override, read_run_config
 from gears_ddp.report.plots import figure_test_metrics
+from gears_ddp.report.verdicts import compare, verdict_records
+from verdict_reports import report_from_values
 from test_launch import _clean_environment
 
 SMALL_ARGS = {"epochs": 2, "batch_size": 16, "model_config": {"hidden_size": 8}}
@@ -158,12 +160,16 @@ def test_each_command_module_adds_its_own_command_and_main_runs_it(monkeypatch):
 
 
 def test_the_summary_says_whether_the_model_learned_then_the_note(capsys):
-    summary = {"test_mse": 0.5, "test_mse_de": 0.5, "test_pearson_delta": 0.5}
-    report = {"best_epoch": 2, "world_size": 2, "history": [{"train_loss": 2.0}, {"train_loss": 1.0}],
-              "model": summary, "baselines": {"no_change": dict(summary, test_mse=0.6), "mean_effect": summary}}
+    steady = [0.5, 0.51, 0.49, 0.5, 0.52, 0.48]
+    values = {"mse": steady, "mse_de": steady, "pearson_delta": steady}
+    report = report_from_values(values, {"no_change": {**values, "mse": [v + 0.1 for v in steady]},
+                                         "mean_effect": values})
+    report.update(best_epoch=2, world_size=2, history=[{"train_loss": 2.0}, {"train_loss": 1.0}],
+                  verdicts=verdict_records(compare(report)))
     _print_summary(report, note=DEMO_FINDINGS["real"])
     out = capsys.readouterr().out
-    assert out.index("Training loss fell") < out.index("mse 0.5 against 0.6 (better)") < out.index(DEMO_FINDINGS["real"])
+    assert out.index("Training loss fell") < out.index("mse 0.5 against 0.6: beats (+0.1 [") \
+        < out.index(DEMO_FINDINGS["real"])
     assert "overall: GEARS beats" not in out and not any(line.startswith("metric ") for line in out.splitlines()), \
         out  # the log above shows the test table; the summary does not again
 
@@ -205,7 +211,18 @@ def test_the_demo_trains_on_the_packaged_real_screen_with_two_processes(tmp_path
     # single genes only: the one subgroup is every test condition, and additive is the mean effect; each said once
     assert "Single genes not seen in training</th>" not in page
     assert "All test conditions (single genes not seen in training)</th>" in page
-    assert "<th>mean_effect = additive</th>" in page and "mean_effect and additive predicted the same" in page
+    assert "<th>mean_effect = additive<br>difference [95% interval] won</th>" in page
+    assert "mean_effect and additive predicted the same" in page
+    # every headline verdict has its interval over the 6 test knockouts, drawn in the forest plot
+    overall = [record for record in report["verdicts"] if record["subgroup"] is None]
+    assert len(overall) == 7 and 'src="plots/differences_all.png"' in page
+    for record in overall:
+        for name, compared in record["baselines"].items():
+            assert compared["n"] == 6 or compared["verdict"] == "n/a", (record["metric"], name)
+            if compared["verdict"] != "n/a":
+                assert compared["low"] <= compared["difference"] <= compared["high"]
+    assert set(report["prediction_spread"]) == {"GEARS", "no_change", "mean_effect", "additive", "linear"}
+    assert report["prediction_spread"]["no_change"] < 1e-12 < report["prediction_spread"]["GEARS"]
     pearson = figure_test_metrics(report["model"], report["baselines"]).axes[0]  # the picture of plots/test_metrics.png
     bars = {bars.get_label(): len(bars) for bars in pearson.containers if isinstance(bars, BarContainer)}
     assert bars == {"GEARS": 1, "no_change": 0, "mean_effect = additive": 1, "linear": 1}
@@ -223,8 +240,9 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     out, log = capsys.readouterr()
     assert log.count("overall: GEARS beats every baseline on") == 1 and "verdict" in log  # the test table, once
     assert "GEARS beats every baseline on" not in out and "report.html" in out
-    assert (f"The test verdicts above come from one seed; for 95% intervals over seeds: gears-ddp train --config "
-            f"{save / 'config.yaml'} --seeds 1 2 3 4 5 --set args.save_path={save}-replicates") in out
+    assert (f"The intervals above cover the test perturbations of one seed; for intervals that cover seeds too: "
+            f"gears-ddp train --config {save / 'config.yaml'} --seeds 1 2 3 4 5 --set "
+            f"args.save_path={save}-replicates") in out
     assert "Training loss" in out and "Against predicting no change: mse " in out
     assert not any(finding in out for finding in DEMO_FINDINGS.values())
     report = json.loads((save / "report.json").read_text())
@@ -290,7 +308,7 @@ def test_train_under_torchrun_runs_one_rank_per_process(tmp_path, data_folder):
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_environment())
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("overall: GEARS beats every baseline on") == 1  # rank 0's log has the test table
-    assert result.stdout.count("The test verdicts above come from one seed") == 1  # the summary comes from rank 0 only
+    assert result.stdout.count("The intervals above cover the test perturbations of one seed") == 1  # the summary comes from rank 0 only
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
     assert (save / "report.html").exists() and (save / "model.pt").exists()

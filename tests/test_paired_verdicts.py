@@ -185,3 +185,25 @@ def test_predictions_that_do_not_differ_between_perturbations_are_named():
     assert spread_warnings({GEARS: 0.9, "linear": COLLAPSE_BELOW}) == []
     report = {"history": [], "prediction_spread": {GEARS: 0.2}}
     assert any(line.startswith("Warning: GEARS's predictions barely differ") for line in learning_checks(report))
+
+
+def test_the_forest_plot_draws_each_interval_its_verdict_and_the_zero_line():
+    from gears_ddp.report.plots import figure_intervals
+
+    report = report_from_values({"mse_de": [0.1, 0.12, 0.09, 0.11, 0.1, 0.13], "pearson_delta": [0.2] * 6},
+                                {"no_change": {"mse_de": [0.3, 0.31, 0.29, 0.3, 0.32, 0.3], "pearson_delta": [0.0] * 6},
+                                 "mean_effect": {"mse_de": [0.05, 0.3, 0.02, 0.2, 0.04, 0.25],
+                                                 "pearson_delta": [0.3] * 6}})
+    verdicts = {v.metric: v for v in compare(report)}
+    rows = [(metric, verdicts[metric].higher_is_better, verdicts[metric].comparisons) for metric in ("mse_de",
+                                                                                                     "pearson_delta")]
+    figure = figure_intervals(rows, "all test conditions")
+    mse, pearson = figure.axes
+    drawn = sorted(tuple(np.round(segment[:, 0], 9)) for collection in mse.collections
+                   for segment in collection.get_segments())
+    expected = sorted(tuple(np.round([c.low, c.high], 9)) for c in verdicts["mse_de"].comparisons.values())
+    assert drawn == expected
+    assert [text.get_text() for text in mse.texts] == ["6/6 beats", "3/6 unclear"]  # no_change, mean_effect
+    assert [text.get_text() for text in pearson.texts] == ["  n/a", "0/6 loses"]
+    assert any(line.get_xdata()[0] == 0 and line.get_linestyle() == "--" for line in mse.lines)
+    assert mse.get_title(loc="left") == "mse_de (lower is better; + favours GEARS)"

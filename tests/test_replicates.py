@@ -137,6 +137,7 @@ def test_the_summary_files_hold_every_replicate_metric_subgroup_and_method(tmp_p
     assert "seed-9" in text and "MemoryError" in text and "expanded percentile bootstrap" in text
     assert "loses to additive" in text and "GEARS beats every baseline on 0 of 2 metrics" in text
     assert (tmp_path / "plots" / "replicates_pearson_delta.png").stat().st_size > 0
+    assert (tmp_path / "plots" / "differences_all.png").stat().st_size > 0 and "differences_all.png" in text
     table = replicate_table(summary["metrics"]).splitlines()
     assert table[1].startswith("pearson_delta") and "beats" in table[1] and "no clear difference" in table[1]
 
@@ -302,7 +303,7 @@ def test_a_failing_replicate_leaves_the_others_finished_and_a_rerun_skips_them_a
     finished_before = (run / "seed-1" / "report.json").stat().st_mtime_ns
     assert main(["train", "--config", str(config), "--seeds", "1", "2"]) == 0
     out = capsys.readouterr().out
-    assert "2 of 2 replicates finished" in out and "GEARS - additive" in out
+    assert "2 of 2 replicates finished" in out and "vs additive: difference [95% interval] won" in out
     assert (run / "seed-1" / "report.json").stat().st_mtime_ns == finished_before  # skipped
     log = (run / "train.log").read_text()
     assert "seed-1: finished before (its report is complete" in log

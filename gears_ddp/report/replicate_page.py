@@ -23,15 +23,13 @@ TITLE = "GEARS replicates"
 
 def render_replicate_page(settings: dict, replicates: list[dict], verdicts: list[ReplicateVerdict],
                           pictures: dict[str, str], folder: Path, whole: str = SUBGROUP_NAMES[None]) -> str:
-    """The page's HTML text; ``pictures`` maps each metric to its picture's path relative to
+    """The page's HTML text; ``pictures`` maps each picture's title to its path relative to
     ``folder``, where the page lies (replicate links are relative to it too); ``whole``
     names all test conditions."""
     finished = sum(replicate["status"] == "finished" for replicate in replicates)
     names = ", ".join(escape(replicate["name"]) for replicate in replicates)
     outcome = f"Over {finished} replicates, " + outcome_line(verdicts, "all test conditions, 95% intervals")
-    figures = [(relative, f"{metric} in every replicate",
-                f"{metric}: every replicate's value (points) and the mean (bar)")
-               for metric, relative in pictures.items()]
+    figures = [(relative, title, title) for title, relative in pictures.items()]
     sections = [_failures_section(replicates), _verdict_section(verdicts, whole),
                 pictures_section("Every replicate", figures),
                 _replicates_section(replicates, folder)]

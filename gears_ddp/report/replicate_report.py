@@ -7,6 +7,8 @@ folder lies below it):
 - ``replicates.csv``: one row per replicate, metric, subgroup and method (GEARS and each
   baseline);
 - ``plots/replicates_<metric>.png``: every replicate's value, GEARS beside the baselines;
+  ``plots/differences_<subgroup>.png``: each paired comparison with its interval (a forest
+  plot per test subgroup shown);
 - ``report.html``: all of it on one page, with links to each replicate's own report
   (``replicate_page``).
 
@@ -24,7 +26,7 @@ from gears_ddp.report.replicate_page import render_replicate_page
 from gears_ddp.evaluation.paired_bootstrap import INTERVAL_METHOD
 from gears_ddp.report.replicate_summary import GEARS, ReplicateVerdict, summarise_replicates, summary_records
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE, write_json
-from gears_ddp.report.verdicts import shown_subgroups, whole_test_set_name
+from gears_ddp.report.verdicts import SUBGROUP_NAMES, shown_subgroups, whole_test_set_name
 
 TABLE_FILE = "replicates.csv"
 PICTURE_FOLDER = "plots"
@@ -36,7 +38,7 @@ def write_replicate_report(folder, settings: dict, replicates: list[dict], repor
     pictures show a test subgroup only where it differs from all test conditions
     (``verdicts.shown_subgroups`` over the replicates' summaries); the files hold them all."""
     # matplotlib is imported here, by the process that writes the summary only
-    from gears_ddp.report.plots import plot_replicate_values
+    from gears_ddp.report.plots import plot_intervals, plot_replicate_values
 
     folder = Path(folder)
     verdicts = summarise_replicates(reports)
@@ -51,7 +53,14 @@ def write_replicate_report(folder, settings: dict, replicates: list[dict], repor
     for metric, by_subgroup in _by_metric(shown).items():
         relative = f"{PICTURE_FOLDER}/replicates_{metric.replace('/', '_')}.png"
         plot_replicate_values(by_subgroup, folder / relative, whole)
-        pictures[metric] = relative
+        pictures[f"{metric}: every replicate's value (points) and the mean (bar)"] = relative
+    for subgroup in dict.fromkeys(verdict.subgroup for verdict in shown):
+        name = whole if subgroup is None else SUBGROUP_NAMES.get(subgroup, subgroup)
+        title = f"GEARS against each baseline over the replicates and their test perturbations: {name}"
+        relative = f"{PICTURE_FOLDER}/differences_{subgroup or 'all'}.png"
+        plot_intervals([(v.metric, v.higher_is_better, v.differences) for v in shown if v.subgroup == subgroup],
+                       title, folder / relative)
+        pictures[title] = relative
     page = folder / PAGE_FILE
     with atomic_path(page) as tmp:
         Path(tmp).write_text(render_replicate_page(settings, replicates, shown, pictures, folder, whole),
