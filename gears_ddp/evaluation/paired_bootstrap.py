@@ -109,6 +109,7 @@ def compare_paired(model: np.ndarray, baselines: np.ndarray, higher: np.ndarray,
     tested = valid.any(axis=1)  # comparisons x perturbations with a difference in some replicate
     wanted = [k for k in range(comparisons) if reasons[k] is None and tested[k].sum() >= MIN_PERTURBATIONS]
     means = _resampled_means(values[wanted], valid[wanted], perturbation_counts, replicate_counts) if wanted else None
+    ends = _interval_ends(means, [int(tested[k].sum()) for k in wanted], confidence) if wanted else None
     out = []
     for k in range(comparisons):
         n, dropped = int(tested[k].sum()), int(perturbations - tested[k].sum())
@@ -120,10 +121,22 @@ def compare_paired(model: np.ndarray, baselines: np.ndarray, higher: np.ndarray,
             out.append(PairedComparison(mean, math.nan, math.nan, won, n, dropped, replicates, NOT_APPLICABLE,
                                         reason))
             continue
-        alpha = expanded_alpha(n, confidence)
-        low, high = (float(x) for x in np.nanquantile(means[:, wanted.index(k)], [alpha / 2, 1 - alpha / 2]))
+        low, high = (float(x) for x in ends[:, wanted.index(k)])
         out.append(PairedComparison(mean, low, high, won, n, dropped, replicates, interval_verdict(low, high)))
     return out
+
+
+def _interval_ends(means: np.ndarray, counts: list[int], confidence: float) -> np.ndarray:
+    """The two ends (2 x comparisons) of each column's expanded percentile interval, the
+    columns of the same perturbation count ``n`` read at once."""
+    ends = np.empty((2, means.shape[1]))
+    for n in set(counts):
+        columns = [index for index, count in enumerate(counts) if count == n]
+        alpha = expanded_alpha(n, confidence)
+        chosen = means[:, columns]
+        quantile = np.nanquantile if np.isnan(chosen).any() else np.quantile
+        ends[:, columns] = quantile(chosen, [alpha / 2, 1 - alpha / 2], axis=0)
+    return ends
 
 
 def _column_means(values: np.ndarray, valid: np.ndarray) -> np.ndarray:

@@ -19,7 +19,8 @@ from gears_ddp.report.learning import learning_checks
 from gears_ddp.report.numbers import format_comparison, format_duration, format_number
 from gears_ddp.report.not_applicable import not_applicable_reason
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
-from gears_ddp.report.verdicts import MetricVerdict, compare, outcome_line, shown_subgroups, whole_test_set_name
+from gears_ddp.report.verdicts import MetricVerdict, outcome_line, report_verdicts, shown_subgroups, \
+    whole_test_set_name
 
 TITLE = "GEARS run report"
 BASELINES_NOTE = ("Each baseline predicts from the training data only: <i>no_change</i> the control mean, "
@@ -50,8 +51,8 @@ def write_report_page(path, settings: dict, report: dict, pictures: dict[str, st
     training returns (``model`` and ``baselines`` test summaries when the split has a test
     set, ``best_epoch``, ``history``, ``world_size``, optionally ``model_path``) and
     ``pictures`` maps each picture's title to its path relative to the page's folder;
-    ``verdicts``: ``verdicts.compare``'s of the report's shown subgroups, when the caller has
-    them already (else computed here).
+    ``verdicts``: those of the report's shown subgroups, when the caller has them already
+    (else read from the report: ``verdicts.report_verdicts``).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +66,7 @@ def render_report_page(settings: dict, report: dict, pictures: dict[str, str],
     tested = "model" in report
     baselines = report.get("baselines", {})
     if verdicts is None:
-        verdicts = compare(report, subgroups=(None, *shown_subgroups(report["model"]))) if tested else []
+        verdicts = report_verdicts(report, (None, *shown_subgroups(report["model"]))) if tested else []
     outcome = outcome_line(verdicts) if tested else "No test set: the model was not tested"
     figures = [(relative, title, title) for title, relative in pictures.items()]
     sections = [_learning_section(report),

@@ -26,7 +26,7 @@ from gears_ddp.report.replicate_page import render_replicate_page
 from gears_ddp.evaluation.paired_bootstrap import INTERVAL_METHOD
 from gears_ddp.report.replicate_summary import GEARS, ReplicateVerdict, summarise_replicates, summary_records
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE, write_json
-from gears_ddp.report.verdicts import SUBGROUP_NAMES, shown_subgroups, whole_test_set_name
+from gears_ddp.report.verdicts import SUBGROUP_METRICS, SUBGROUP_NAMES, shown_subgroups, whole_test_set_name
 
 TABLE_FILE = "replicates.csv"
 PICTURE_FOLDER = "plots"
@@ -58,7 +58,8 @@ def write_replicate_report(folder, settings: dict, replicates: list[dict], repor
         name = whole if subgroup is None else SUBGROUP_NAMES.get(subgroup, subgroup)
         title = f"GEARS against each baseline over the replicates and their test perturbations: {name}"
         relative = f"{PICTURE_FOLDER}/differences_{subgroup or 'all'}.png"
-        plot_intervals([(v.metric, v.higher_is_better, v.differences) for v in shown if v.subgroup == subgroup],
+        plot_intervals([(v.metric, v.higher_is_better, v.differences) for v in shown
+                        if v.subgroup == subgroup and (subgroup is None or v.metric in SUBGROUP_METRICS)],
                        title, folder / relative)
         pictures[title] = relative
     page = folder / PAGE_FILE

@@ -28,7 +28,8 @@ from gears_ddp._logging import LIBRARY_LOGGER_NAME
 from gears_ddp.data.io import atomic_path
 from gears_ddp.report.equal_baselines import equal_baseline_groups, group_heading
 from gears_ddp.report.page import write_report_page
-from gears_ddp.report.verdicts import SUBGROUP_NAMES, compare, shown_subgroups, whole_test_set_name
+from gears_ddp.report.verdicts import SUBGROUP_METRICS, SUBGROUP_NAMES, report_verdicts, shown_subgroups, \
+    whole_test_set_name
 from gears_ddp.runtime.phase_clock import PhaseClock
 
 CONFIG_FILE = "config.yaml"
@@ -103,7 +104,8 @@ def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClo
     page's path. ``examples`` are the test conditions of the predictions picture
     (``report.examples.prediction_examples``); without a test set there are only curves.
     With a test set, one forest plot of the paired differences per test subgroup shown
-    (``plots.figure_intervals``: ``INTERVALS_PICTURE``)."""
+    (``plots.figure_intervals``: ``INTERVALS_PICTURE``): every headline metric over all test
+    conditions, ``SUBGROUP_METRICS`` per subgroup, as the console shows them."""
     # matplotlib is imported here, by the main rank only, not by every rank that imports this module
     from gears_ddp.report.plots import plot_intervals, plot_predictions, plot_test_metrics, plot_training_curves
 
@@ -116,14 +118,15 @@ def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClo
         if "model" in report:
             plot_test_metrics(report["model"], report["baselines"], folder / PICTURES[titles[1]])
             pictures[titles[1]] = PICTURES[titles[1]]
-            verdicts = compare(report, subgroups=(None, *shown_subgroups(report["model"])))
+            verdicts = report_verdicts(report, (None, *shown_subgroups(report["model"])))
             groups = equal_baseline_groups(report["baselines"])
             for subgroup in dict.fromkeys(verdict.subgroup for verdict in verdicts):
                 name = whole_test_set_name(report["model"]) if subgroup is None else SUBGROUP_NAMES.get(subgroup)
                 title = f"GEARS against each baseline, perturbation by perturbation: {name}"
                 rows = [(v.metric, v.higher_is_better,
                          {group_heading(group): v.comparisons[group[0]] for group in groups
-                          if group[0] in v.comparisons}) for v in verdicts if v.subgroup == subgroup]
+                          if group[0] in v.comparisons}) for v in verdicts
+                        if v.subgroup == subgroup and (subgroup is None or v.metric in SUBGROUP_METRICS)]
                 relative = INTERVALS_PICTURE.format(subgroup or "all")
                 plot_intervals(rows, title, folder / relative)
                 pictures[title] = relative

@@ -33,6 +33,7 @@ SUBGROUP_NAMES = {None: "all test conditions",  # the simulation split's test su
 # the metrics shown by default: the reference's logged test summary and its overall metrics
 HEADLINE_METRICS = ("pearson_delta", "mse_de", "pearson_delta_de", "mse", "pearson",
                     "frac_opposite_direction_top20_non_dropout", "mse_top20_de_non_dropout")
+SUBGROUP_METRICS = ("pearson_delta", "mse_de")  # what the console and the pictures show per subgroup
 LOWER_IS_BETTER_PREFIXES = ("mse", "frac_opposite_direction", "frac_0/1_direction", "fold_change_gap", "mean_sigma",
                             "std_sigma")
 MEANINGS = {
@@ -229,6 +230,29 @@ def compare(report: dict, metrics=HEADLINE_METRICS, subgroups=(None, *SUBGROUPS)
     return verdicts
 
 
+def report_verdicts(report: dict, subgroups=(None, *SUBGROUPS)) -> list[MetricVerdict]:
+    """The verdicts of ``subgroups`` as the report's ``verdicts`` records hold them (a run
+    computes them once, when it scores its test set; the page and its pictures show the very
+    same), else computed from its per-perturbation values (``compare``)."""
+    records = report.get("verdicts") or []
+    if not records or any("verdict" not in compared for record in records
+                          for compared in record["baselines"].values()):
+        return compare(report, subgroups=subgroups)
+    fields = PairedComparison.__dataclass_fields__
+    return [MetricVerdict(record["key"], record["subgroup"], record["metric"], record["higher_is_better"],
+                          _number(record["model"]),
+                          {name: _number(compared["value"]) for name, compared in record["baselines"].items()},
+                          {name: PairedComparison(**{key: _number(compared[key]) if key in ("difference", "low", "high")
+                                                     else compared[key] for key in fields})
+                           for name, compared in record["baselines"].items()})
+            for record in records if record["subgroup"] in subgroups]
+
+
+def _number(value) -> float:
+    """A figure as ``report.json`` holds it (null for NaN) as a float."""
+    return math.nan if value is None else float(value)
+
+
 def direction_words(higher_is_better: bool) -> str:
     """Which way a metric is better, in words."""
     return "higher is better" if higher_is_better else "lower is better"
@@ -241,7 +265,7 @@ def summary_verdicts(verdicts: list[MetricVerdict], model: dict) -> list[MetricV
     shown = shown_subgroups(model)
     return ([v for v in verdicts if v.subgroup is None]
             + [v for subgroup in shown for v in verdicts
-               if v.subgroup == subgroup and v.metric in ("pearson_delta", "mse_de")])
+               if v.subgroup == subgroup and v.metric in SUBGROUP_METRICS])
 
 
 def shown_subgroups(model: dict, prefix: str = "test_") -> tuple[str, ...]:
