@@ -259,10 +259,11 @@ def figure_intervals(rows: list[tuple[str, bool, dict]], title: str) -> Figure:
         axes.set_axisbelow(True)
         axes.margins(x=0.08)
         _style(axes)
-    panels[-1].set_xlabel("GEARS minus baseline, signed so that + favours GEARS: mean over the test perturbations "
-                          "and its 95% interval; at the right, the perturbations GEARS won", fontsize=BASE_FONT_SIZE - 1,
-                          color="#555555")
-    figure.suptitle(title, fontsize=BASE_FONT_SIZE + 1)
+    panels[-1].set_xlabel(textwrap.fill("GEARS minus the baseline, signed so that + favours GEARS: the mean over the "
+                                        "test perturbations (point) and its 95% interval (bar); at the right, the "
+                                        "perturbations GEARS won and the verdict", 100),
+                          fontsize=BASE_FONT_SIZE - 1, color="#555555")
+    figure.suptitle(textwrap.fill(title, 85), fontsize=BASE_FONT_SIZE + 1)
     return figure
 
 
