@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.machine import describe_machine
 from harness.record import add_record_argument, recorded
 from harness.tables import format_number, print_table
 
@@ -89,7 +88,6 @@ def main() -> None:
             plot_intervals(rows, str(subgroup), Path(folder) / f"{subgroup}.png")
         drawing = time.perf_counter() - started
     with recorded(options.record):
-        print(f"Machine: {describe_machine()}.\n")
         print(f"{options.perturbations} test perturbations in 4 subgroups, {len(BASELINES)} baselines, "
               f"{len(verdicts)} verdicts ({comparisons} paired comparisons) over all test conditions and the "
               f"subgroups, {RESAMPLES:,} resamples each; median of {options.repeats} repeats after the first call\n")

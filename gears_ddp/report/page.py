@@ -19,8 +19,8 @@ from gears_ddp.report.learning import learning_checks
 from gears_ddp.report.numbers import format_comparison, format_duration, format_number
 from gears_ddp.report.not_applicable import not_applicable_reason
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
-from gears_ddp.report.verdicts import MetricVerdict, outcome_line, report_verdicts, shown_subgroups, \
-    whole_test_set_name
+from gears_ddp.report.verdicts import MetricVerdict, interval_basis, outcome_line, report_verdicts, \
+    shown_subgroups, whole_test_set_name
 
 TITLE = "GEARS run report"
 BASELINES_NOTE = ("Each baseline predicts from the training data only: <i>no_change</i> the control mean, "
@@ -67,7 +67,7 @@ def render_report_page(settings: dict, report: dict, pictures: dict[str, str],
     baselines = report.get("baselines", {})
     if verdicts is None:
         verdicts = report_verdicts(report, (None, *shown_subgroups(report["model"]))) if tested else []
-    outcome = outcome_line(verdicts) if tested else "No test set: the model was not tested"
+    outcome = outcome_line(verdicts, interval_basis(verdicts)) if tested else "No test set: the model was not tested"
     figures = [(relative, title, title) for title, relative in pictures.items()]
     sections = [_learning_section(report),
                 _verdict_section(verdicts, equal_baseline_groups(baselines), whole_test_set_name(report["model"]),
@@ -126,7 +126,7 @@ def _verdict_section(verdicts: list[MetricVerdict], groups: list[tuple[str, ...]
 
     notes = [*equal_baselines_notes(groups), *spread_warnings(spreads), ONE_SEED_NOTE]
     intro = (f"<p>{BASELINES_NOTE}</p>\n<p>{escape(HOW_TO_READ)}</p>\n"
-             + (f"<p>{escape(spread_line(spreads))}</p>\n" if spreads else "")
+             + (f"<p>{escape(spread_line(spreads)[0].upper() + spread_line(spreads)[1:])}</p>\n" if spreads else "")
              + "".join(f'<p class="note">{escape(note)}</p>\n' for note in notes))
     return verdict_section("Test metrics beside the baselines", intro, verdicts,
                            ["GEARS", *(f"{escape(group_heading(group))}<br>difference [95% interval] won"

@@ -259,8 +259,8 @@ def figure_intervals(rows: list[tuple[str, bool, dict]], title: str) -> Figure:
         axes.set_axisbelow(True)
         axes.margins(x=0.08)
         _style(axes)
-    panels[-1].set_xlabel(textwrap.fill("GEARS minus the baseline, signed so that + favours GEARS: the mean over the "
-                                        "test perturbations (point) and its 95% interval (bar); at the right, the "
+    panels[-1].set_xlabel(textwrap.fill("GEARS minus the baseline, signed so that + favours GEARS: the mean paired "
+                                        "difference (point) and its 95% interval (bar); at the right, the test "
                                         "perturbations GEARS won and the verdict", 100),
                           fontsize=BASE_FONT_SIZE - 1, color="#555555")
     figure.suptitle(textwrap.fill(title, 85), fontsize=BASE_FONT_SIZE + 1)

@@ -318,12 +318,8 @@ def verdict_table(verdicts: list[MetricVerdict]) -> str:
     right = {2, 4}
     lines = ["  ".join(cell.rjust(width) if column in right else cell.ljust(width)
                        for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
-    counted = [v.comparisons[name].n for v in verdicts if v.subgroup is None for name in v.comparisons
-               if v.comparisons[name].n]
     if any(v.subgroup is None for v in verdicts):
-        basis = f"all test conditions, 95% intervals over {max(counted)} test perturbations" if counted else \
-            SUBGROUP_NAMES[None]
-        lines.append("overall: " + outcome_line(verdicts, basis))
+        lines.append("overall: " + outcome_line(verdicts, interval_basis(verdicts)))
     lines.append(READING)
     lines += not_applicable_notes((name, v.metric) for v in verdicts for name in v.comparisons
                                   if not_applicable_reason(name, v.metric))
@@ -345,6 +341,15 @@ def verdict_records(verdicts: list[MetricVerdict]) -> list[dict]:
                                   "beats": v.beats[name], "not_applicable": v.not_applicable.get(name)}
                            for name, comparison in v.comparisons.items()},
              "beats_every_baseline": v.beats_every_baseline, "summary": v.summary} for v in verdicts]
+
+
+def interval_basis(verdicts: list[MetricVerdict]) -> str:
+    """``'all test conditions, 95% intervals over 6 test perturbations'``: what the overall
+    verdicts rest on (``'all test conditions'`` where none has an interval)."""
+    counted = [c.n for v in verdicts if v.subgroup is None for c in v.comparisons.values()
+               if c.verdict != NOT_APPLICABLE]
+    return f"{SUBGROUP_NAMES[None]}, 95% intervals over {max(counted)} test perturbations" if counted else \
+        SUBGROUP_NAMES[None]
 
 
 def outcome_line(verdicts: list, basis: str = "all test conditions") -> str:
