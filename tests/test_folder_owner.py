@@ -226,6 +226,17 @@ def test_two_gears_ddp_train_runs_on_one_folder_the_second_is_refused_then_a_fin
     assert len(json.loads((folder / "report.json").read_text())["history"]) == 1
 
 
+def _kill_and_watch(parent, workers: list[int], within_s: float) -> None:
+    """SIGKILL ``parent``; every worker it spawned must be gone within ``within_s``."""
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + within_s
+    while any(Path(f"/proc/{pid}").exists() and b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+              for pid in workers):
+        assert time.monotonic() < deadline, "workers outlived the parent that spawned them"
+        time.sleep(0.05)
+
+
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_a_holder_killed_with_sigkill_frees_the_folder_at_once_and_its_ranks_end_with_it(data_folder, tmp_path):
@@ -234,13 +245,7 @@ def test_a_holder_killed_with_sigkill_frees_the_folder_at_once_and_its_ranks_end
     _wait_for_step(folder, 1, killed)
     ranks = _ranks(killed.pid)
     assert len(ranks) == 2
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
-    deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{rank}").exists() and b"spawn_main" in Path(f"/proc/{rank}/cmdline").read_bytes()
-              for rank in ranks):
-        assert time.monotonic() < deadline, "the killed run's ranks went on without it"
-        time.sleep(0.05)
+    _kill_and_watch(killed, ranks, within_s=10)
     newest = load_training_checkpoint(checkpoint_files(folder)[-1])
     epochs = newest["position"]["epoch"] + 2  # one epoch past the newest checkpoint's
     resumed = _start("multi", data_folder, epochs=epochs, batch_size=16, save_path=str(folder), resume_from="auto",
@@ -258,13 +263,7 @@ def test_spawned_workers_end_with_their_parent_even_when_they_say_nothing(tmp_pa
                               stderr=subprocess.PIPE, text=True, env=_clean_environment())
     workers = [int(pid) for pid in parent.stdout.readline().split()]
     assert len(workers) == 2, parent.communicate()[1][-3000:]
-    os.kill(parent.pid, signal.SIGKILL)
-    parent.wait()
-    deadline = time.monotonic() + 5
-    while any(Path(f"/proc/{pid}").exists() and b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
-              for pid in workers):
-        assert time.monotonic() < deadline, "workers outlived the parent that spawned them"
-        time.sleep(0.05)
+    _kill_and_watch(parent, workers, within_s=5)
 
 
 # ---------------------------------------------------------------- a finished run is kept
