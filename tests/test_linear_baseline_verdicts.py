@@ -64,8 +64,18 @@ def test_a_run_shows_both_linear_baselines_on_the_console_in_report_json_and_pag
     page = (tmp_path / "run" / "report.html").read_text()
     assert f"<th>{PRETRAINED}<br>" in page and "<th>linear<br>" in page and "Ahlmann-Eltze" in page
 
+    # the published API's return value carries the verdicts with their intervals, as report.json does
+    returned = {r["metric"]: r for r in report["verdicts"] if r["subgroup"] is None}
+    for name in LINEAR:
+        assert returned["pearson_delta"]["baselines"][name]["verdict"] == \
+            overall["pearson_delta"]["baselines"][name]["verdict"]
+        assert returned["pearson_delta"]["baselines"][name]["low"] == pytest.approx(
+            overall["pearson_delta"]["baselines"][name]["low"])
+    assert set(report["prediction_spread"]) >= {"GEARS", *LINEAR} and "per_perturbation" in report
+
     # gears-ddp evaluate scores the saved model through GEARS.test, with the run's other screen
     again = gears.test(linear_baseline_screen=str(other_screen))
+    assert [r["key"] for r in again["verdicts"]] == [r["key"] for r in report["verdicts"]]
     for name in LINEAR:
         assert again["baselines"][name] == pytest.approx(report["baselines"][name], nan_ok=True)
     assert PRETRAINED not in gears.test()["baselines"]
