@@ -18,7 +18,7 @@ from scipy import stats
 
 from gears_ddp import train_multi_gpu, train_replicates
 from gears_ddp.cli import main
-from gears_ddp.distributed import replicates as replicates_module
+from gears_ddp.distributed import group_runs
 from gears_ddp.distributed.config import ReplicateOptions
 from gears_ddp.distributed.replicates import device_groups
 from gears_ddp.report.plots import figure_replicate_values
@@ -192,8 +192,8 @@ def no_processes(monkeypatch):
     """Any attempt to prepare data or start workers fails the test."""
     def refuse(*_, **__):
         raise AssertionError("a process or the data was started before the input was checked")
-    monkeypatch.setattr(replicates_module, "SpawnedWorkers", refuse)
-    monkeypatch.setattr(replicates_module, "shared_data", refuse)
+    monkeypatch.setattr(group_runs, "SpawnedWorkers", refuse)
+    monkeypatch.setattr(group_runs, "shared_data", refuse)
 
 
 @pytest.mark.parametrize("replicates, args, message", [
@@ -381,7 +381,7 @@ def test_a_stop_signal_stops_the_running_replicate_with_a_checkpoint_and_starts_
 
 def _worker_failing_as_it_ends(local_rank, *args, **handed):
     """A rank that does all its work, report included, and then exits with an error."""
-    replicates_module.spawned_rank(local_rank, *args, **handed)
+    group_runs.spawned_rank(local_rank, *args, **handed)
     os._exit(3)
 
 
@@ -389,7 +389,7 @@ def _worker_failing_as_it_ends(local_rank, *args, **handed):
 @pytest.mark.slow
 def test_a_replicate_whose_worker_fails_after_its_complete_report_counts_as_finished(data_folder, tmp_path,
                                                                                      monkeypatch, caplog):
-    monkeypatch.setattr(replicates_module, "spawned_rank", _worker_failing_as_it_ends)
+    monkeypatch.setattr(group_runs, "spawned_rank", _worker_failing_as_it_ends)
     summary = train_replicates(data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1, max_steps=2),
                                {"seeds": [7]})
     assert [r["status"] for r in summary["replicates"]] == ["finished"]

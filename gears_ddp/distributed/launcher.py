@@ -10,8 +10,8 @@ starting the ranks, each of which ends in ``rank.run_rank``:
   parent prepares the data once and shares it;
 - ``ThisRank``: this process as one rank of a run something else started: a script's
   ``mp.spawn`` (``train_ddp_worker``), torchrun or srun (``launch.run_launched_rank``);
-- ``replicates.ReplicateGroup``: a replicate's ranks on a group of devices, left running
-  for the replicate scheduler to watch.
+- ``group_runs.GroupOfRanks``: a run's ranks on a group of devices, left running for the
+  group scheduler to watch (replicates, sweeps).
 
 As Lightning's launchers do, each way only starts processes; the strategy (what crosses
 ranks) is ``runtime.ranks`` and the cluster's environment ``launch_environment``.

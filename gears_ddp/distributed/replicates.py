@@ -10,9 +10,9 @@ recipe every run uses, on a process group of its own (of one rank or more).
 
 The devices given (``gpu_ids`` / ``n_gpus``, or ``args.cpu_processes``) are cut into groups
 of ``replicates.ranks_per_replicate``; each group trains one replicate at a time and takes
-the next waiting one when it is done. The parent loads the data of each split seed once
-and shares it with the workers, and watches every group at once: a replicate that fails
-ends its own workers only, and the others go on.
+the next waiting one when it is done (``group_runs.GroupScheduler``). The parent loads the
+data of each split seed once and shares it with the workers, and watches every group at
+once: a replicate that fails ends its own workers only, and the others go on.
 
 Re-running the same command continues: a replicate whose report is complete is skipped,
 every other one trains with ``resume_from='auto'`` (from its newest checkpoint, when it
@@ -25,9 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import multiprocessing.connection
-import time
-import traceback
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,26 +32,21 @@ from pathlib import Path
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.before_spawn import local_placements, shared_data
 from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
-from gears_ddp.distributed.launcher import Launcher, Opening
+from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, finished_report
 from gears_ddp.distributed.main_guard import check_main_guard
-from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
-from gears_ddp.distributed.process_group import find_free_port
-from gears_ddp.distributed.rank import spawned_rank
 from gears_ddp.distributed.run_config import RunOptions, write_run_config
-from gears_ddp.distributed.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
+from gears_ddp.distributed.supervisor import DistributedTrainingError
 from gears_ddp.report.page_builder import flatten_settings
 from gears_ddp.report.replicate_report import write_replicate_report
-from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE, REPORT_FILE, log_file, read_settings
+from gears_ddp.report.run_folder import CONFIG_FILE, REPORT_FILE, log_file, read_settings
 from gears_ddp.runtime.devices import located_devices
-from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted, signal_name
+from gears_ddp.runtime.stopping import TrainingInterrupted, signal_name
 from gears_ddp.training.save_folder import held_save_path
 
 __all__ = ["train_replicates", "ReplicatesFailed"]
 
 logger = get_logger(__name__)
-POLL_S = 0.2
 # settings that say where a run trains, not what it computes: a save path may be continued with others
 PLACEMENT_SETTINGS = ("n_gpus", "gpu_ids", "args.cpu_processes", "args.resume_from", "args.save_path",
                       "replicates.seeds", "replicates.split_seeds", "replicates.parallel")
@@ -149,18 +141,6 @@ def check_same_configuration(folder: Path, config: dict, what: str) -> None:
                          "another save_path, or give the configuration it holds to continue it")
 
 
-def finished_report(folder: Path) -> dict | None:
-    """The replicate's report when it is complete (``report.json`` readable and the page,
-    written after it, present), else None."""
-    if not (folder / PAGE_FILE).is_file():
-        return None
-    try:
-        report = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return report if isinstance(report, dict) and "history" in report else None
-
-
 def train_replicates(pert_data_path, dataset_name: str, split_config: dict, args: dict, replicates: dict,
                      n_gpus: int | None = None, gpu_ids=None) -> dict:
     """Train one run per seed (``replicates``: ``{'seeds': [...]}`` and/or ``{'split_seeds':
@@ -215,7 +195,9 @@ def train_checked_replicates(run: RunOptions) -> dict:
                 logger.info("%s: finished before (its report is complete in %s), skipped", replicate.name,
                             replicate.folder)
         waiting = [replicate for replicate in runs if reports[replicate.name] is None]
-        outcomes, stop = _ReplicateScheduler(run, config, groups).run(waiting)
+        queue = deque(waiting)
+        scheduler = GroupScheduler(groups, keys_ahead=lambda: {replicate.split_seed for replicate in queue})
+        outcomes, stop = scheduler.run(lambda: _group_run(run, config, queue.popleft()) if queue else None)
         for replicate in waiting:
             if outcomes.get(replicate.name, {}).get("status") == "finished":  # none for those a stop signal kept waiting
                 reports[replicate.name] = finished_report(replicate.folder)
@@ -256,137 +238,14 @@ def _summarise(top: Path, config: dict, runs: list[Replicate], reports: dict, ou
     return summary
 
 
-@dataclass
-class _Running:
-    run: Replicate
-    workers: SpawnedWorkers
-    started: float
-
-
-class _ReplicateScheduler:
-    """Trains waiting replicates on free device groups until none waits, watching every
-    running group at once."""
-
-    def __init__(self, run: RunOptions, config: dict, groups: list[list[torch.device]]):
-        self.run_options, self.config, self.groups = run, config, groups
-        self.data: dict[int, object] = {}  # the prepared data of each split seed in use
-
-    def run(self, waiting: list[Replicate]) -> tuple[dict[str, dict], int]:
-        """Each replicate's outcome (``{'status': ..., 'error': ...}``) and the stop signal
-        received (0 when none)."""
-        queue, running, live, outcomes = deque(waiting), {}, [], {}
-        with signals_passed_on(STOP_SIGNALS, live) as received:
-            try:
-                while queue or running:
-                    for index in range(len(self.groups)):
-                        if index in running or not queue or received:
-                            continue
-                        run = queue.popleft()
-                        try:
-                            running[index] = _Running(run, self._start(run, index), time.monotonic())
-                        except Exception:  # this replicate cannot start (its split, its folder): the others go on
-                            outcomes[run.name] = {"status": "failed", "error": traceback.format_exc()}
-                            logger.error("%s: failed to start:\n%s", run.name, outcomes[run.name]["error"])
-                            continue
-                        live.extend(running[index].workers.processes)
-                    if not running:
-                        break
-                    sentinels = [sentinel for entry in running.values() for sentinel in entry.workers.sentinels()]
-                    multiprocessing.connection.wait(sentinels, timeout=POLL_S)
-                    for index, entry in list(running.items()):
-                        if entry.workers.finished():
-                            outcomes[entry.run.name] = self._settle(entry)
-                            del running[index]
-                            for process in entry.workers.processes:
-                                live.remove(process)
-                            self._release_data(queue, running)
-            finally:
-                for entry in running.values():
-                    entry.workers.close()
-        return outcomes, received[0] if received else 0
-
-    def _start(self, replicate: Replicate, index: int) -> SpawnedWorkers:
-        """Start the replicate's workers on group ``index``, after the launcher's opening."""
-        group = self.groups[index]
-        args = dataclasses.replace(self.run_options.args, seed=replicate.seed, save_path=str(replicate.folder),
-                                   resume_from="auto")
-        if args.wandb:
-            args.wandb = {**args.wandb, "name": f"{args.wandb.get('name', 'GEARS')}-{replicate.name}"}
-        run = dataclasses.replace(self.run_options, split=SplitConfig({**self.run_options.split.options, "seed": replicate.split_seed}),
+def _group_run(run: RunOptions, config: dict, replicate: Replicate) -> GroupRun:
+    """The replicate as the group scheduler places it: the run with its seeds, in its folder,
+    continuing from its newest checkpoint; its data shared with the replicates of its split
+    seed."""
+    args = dataclasses.replace(run.args, seed=replicate.seed, save_path=str(replicate.folder), resume_from="auto")
+    if args.wandb:
+        args.wandb = {**args.wandb, "name": f"{args.wandb.get('name', 'GEARS')}-{replicate.name}"}
+    options = dataclasses.replace(run, split=SplitConfig({**run.split.options, "seed": replicate.split_seed}),
                                   args=args, replicates=None)
-        placements = local_placements(group, find_free_port(), index * len(group), sum(map(len, self.groups)))
-        logger.info("%s: training on group %d (%s), run folder %s", replicate.name, index + 1,
-                    ", ".join(map(str, group)), replicate.folder)
-        way = ReplicateGroup(placements, replicate_config(self.config, replicate, group),
-                             functools.partial(self._shared_data, replicate.split_seed), f"{replicate.name}: ",
-                             f"replicate {replicate.name} of the replicates in {replicate.folder.parent}")
-        return Launcher(run, way).launch()
-
-    def _shared_data(self, split_seed: int, run: RunOptions):
-        """The prepared data of ``split_seed``, prepared once for every replicate using it."""
-        if split_seed not in self.data:
-            self.data[split_seed] = shared_data(run.pert_data_path, run.dataset_name, run.split, run.args)
-        return self.data[split_seed]
-
-    def _settle(self, entry: _Running) -> dict:
-        """A replicate's outcome once its workers ended; its workers are closed."""
-        name, seconds = entry.run.name, time.monotonic() - entry.started
-        try:
-            messages = entry.workers.result()
-        except DistributedTrainingError as error:
-            if any(isinstance(message, RunReport) for message in entry.workers.received) \
-                    and finished_report(entry.run.folder) is not None:  # it failed while exiting, its work done
-                logger.warning("%s: finished in %.0f s (its report is complete), but a worker failed as it ended: "
-                               "%s", name, seconds, error)
-                return {"status": "finished", "seconds": seconds}
-            logger.error("%s: failed after %.0f s: %s", name, seconds, error)
-            return {"status": "failed", "error": str(error), "seconds": seconds}
-        finally:
-            entry.workers.close()
-        stopped = [message for message in messages if isinstance(message, RunInterrupted)]
-        if stopped:
-            logger.warning("%s: %s", name, stopped[0].message)
-            return {"status": "interrupted", "error": stopped[0].message, "seconds": seconds}
-        diverged = [message for message in messages if isinstance(message, RunDiverged)]
-        if diverged:
-            logger.error("%s: %s", name, diverged[0].message)
-            return {"status": "failed", "error": diverged[0].message, "seconds": seconds}
-        if not any(isinstance(message, RunReport) for message in messages):
-            return {"status": "failed", "error": "its workers ended without a report", "seconds": seconds}
-        logger.info("%s: finished in %.0f s", name, seconds)
-        return {"status": "finished", "seconds": seconds}
-
-    def _release_data(self, queue, running: dict) -> None:
-        """Drop the data of split seeds no waiting or running replicate needs."""
-        needed = {run.split_seed for run in queue} | {entry.run.split_seed for entry in running.values()}
-        for split_seed in set(self.data) - needed:
-            del self.data[split_seed]
-
-
-class ReplicateGroup:
-    """The launcher's way of starting a replicate: its ranks on one group of devices
-    (``placements``), started and left running for the scheduler to watch
-    (``SpawnedWorkers``, which hold the replicate's folder until they are closed). Its
-    configuration is the replicate's alone (``config``), its data comes prepared from the
-    scheduler (``prepared``: once per split seed), and its folder lies in the save path
-    checked before."""
-
-    writes_run_folder = True
-    checks_save_path = False
-
-    def __init__(self, placements: list, config: dict, prepared, log_prefix: str, holder: str):
-        self.placements, self.written, self.prepared, self.log_prefix = placements, config, prepared, log_prefix
-        self.holder = holder
-
-    def config(self, run: RunOptions) -> dict:
-        return self.written
-
-    def data(self, run: RunOptions):
-        return self.prepared(run)
-
-    def start(self, run: RunOptions, opening: Opening) -> SpawnedWorkers:
-        workers = SpawnedWorkers(functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
-                                 (self.placements, opening.pert_data, run.args), len(self.placements),
-                                 log_prefix=self.log_prefix)
-        workers.holding = opening.held.pop_all()  # the replicate's folder, released when its workers are closed
-        return workers
+    return GroupRun(replicate.name, options, functools.partial(replicate_config, config, replicate),
+                    f"replicate {replicate.name} of the replicates in {replicate.folder.parent}", replicate.split_seed)

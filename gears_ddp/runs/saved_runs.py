@@ -9,7 +9,8 @@ from typing import Sequence
 
 from dataclasses import dataclass
 
-from gears_ddp.distributed.replicates import finished_report, plan_replicates
+from gears_ddp.distributed.group_runs import finished_report
+from gears_ddp.distributed.replicates import plan_replicates
 from gears_ddp.distributed.run_config import RunOptions, read_run_options
 from gears_ddp.report.run_folder import CONFIG_FILE
 

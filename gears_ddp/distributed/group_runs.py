@@ -1,0 +1,213 @@
+"""Several runs over the devices of one machine: the devices cut into groups, each group
+training one run at a time and taking the next when it is done, every running group
+watched at once. ``train_replicates`` (``replicates``) and sweeps (``sweeps.sweep``) place
+their runs this way.
+
+Each run is trained as ``train_multi_gpu`` trains one: the launcher's opening (its folder
+taken, its configuration written) and workers running ``rank.spawned_rank`` on a process
+group of its own, which hold its folder until they end (``GroupOfRanks``). The runs of one
+``data_key`` share one prepared dataset, prepared once in this process. A run that fails
+ends its own workers only; the others go on. A stop signal (SIGTERM, SIGUSR1) reaches every
+running run, which stops with a checkpoint, and no new one starts.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import multiprocessing.connection
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from gears_ddp._logging import get_logger
+from gears_ddp.distributed.before_spawn import local_placements, shared_data
+from gears_ddp.distributed.launcher import Launcher, Opening
+from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
+from gears_ddp.distributed.process_group import find_free_port
+from gears_ddp.distributed.rank import spawned_rank
+from gears_ddp.distributed.run_config import RunOptions
+from gears_ddp.distributed.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
+from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE
+from gears_ddp.runtime.stopping import STOP_SIGNALS
+
+logger = get_logger(__name__)
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    """One run to place on a group of devices: its name (the log's prefix), its checked
+    options (``args.save_path`` its folder), what its folder's ``config.yaml`` holds on the
+    group it lands on (``config_on(group)``), what holds its folder (as a refused run reads
+    it), and the key of the prepared data it trains on (runs of equal keys share it)."""
+
+    name: str
+    run: RunOptions
+    config_on: Callable[[list[torch.device]], dict]
+    holder: str
+    data_key: object
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.run.args.save_path)
+
+
+@dataclass
+class RunningGroup:
+    """A run training on a group: its workers and when it started."""
+
+    run: GroupRun
+    workers: SpawnedWorkers
+    started: float
+
+
+def finished_report(folder: Path) -> dict | None:
+    """The run's report when it is complete (``report.json`` readable and the page, written
+    after it, present), else None."""
+    if not (folder / PAGE_FILE).is_file():
+        return None
+    try:
+        report = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) and "history" in report else None
+
+
+class GroupScheduler:
+    """Trains runs on free device ``groups`` as ``next_run()`` gives them (None: no more),
+    watching every running group at once; ``watch(running)`` is called for each running run
+    at every look (a sweep's pruning reads its epochs there); ``keys_ahead()`` says which
+    data keys runs still to come need (the others' data is dropped)."""
+
+    def __init__(self, groups: list[list[torch.device]], keys_ahead: Callable[[], set] = set):
+        self.groups, self.keys_ahead = groups, keys_ahead
+        self.data: dict[object, object] = {}  # the prepared data of each key in use
+
+    @property
+    def ranks(self) -> int:
+        return sum(map(len, self.groups))
+
+    def run(self, next_run: Callable[[], GroupRun | None],
+            watch: Callable[[RunningGroup], None] | None = None) -> tuple[dict[str, dict], int]:
+        """Each run's outcome by name (``{'status': 'finished' | 'failed' | 'interrupted',
+        'error': ..., 'seconds': ...}``) and the stop signal received (0 when none)."""
+        running, live, outcomes, exhausted = {}, [], {}, False
+        with signals_passed_on(STOP_SIGNALS, live) as received:
+            try:
+                while True:
+                    for index in range(len(self.groups)):
+                        if index in running or exhausted or received:
+                            continue
+                        group_run = next_run()
+                        if group_run is None:
+                            exhausted = True
+                            continue
+                        try:
+                            running[index] = RunningGroup(group_run, self._start(group_run, index), time.monotonic())
+                        except Exception:  # this run cannot start (its split, its folder): the others go on
+                            outcomes[group_run.name] = {"status": "failed", "error": traceback.format_exc()}
+                            logger.error("%s: failed to start:\n%s", group_run.name, outcomes[group_run.name]["error"])
+                            continue
+                        live.extend(running[index].workers.processes)
+                    if not running:
+                        if exhausted or received:
+                            break
+                        continue
+                    sentinels = [sentinel for entry in running.values() for sentinel in entry.workers.sentinels()]
+                    multiprocessing.connection.wait(sentinels, timeout=POLL_S)
+                    for index, entry in list(running.items()):
+                        if watch is not None and not entry.workers.finished():
+                            watch(entry)
+                        if entry.workers.finished():
+                            outcomes[entry.run.name] = self._settle(entry)
+                            del running[index]
+                            for process in entry.workers.processes:
+                                live.remove(process)
+                            self._release_data(running)
+            finally:
+                for entry in running.values():
+                    entry.workers.close()
+        return outcomes, received[0] if received else 0
+
+    def _start(self, group_run: GroupRun, index: int) -> SpawnedWorkers:
+        """Start the run's workers on group ``index``, after the launcher's opening."""
+        group = self.groups[index]
+        placements = local_placements(group, find_free_port(), index * len(group), self.ranks)
+        logger.info("%s: training on group %d (%s), run folder %s", group_run.name, index + 1,
+                    ", ".join(map(str, group)), group_run.folder)
+        way = GroupOfRanks(placements, group_run.config_on(group),
+                           functools.partial(self._shared_data, group_run.data_key),
+                           f"{group_run.name}: ", group_run.holder)
+        return Launcher(group_run.run, way).launch()
+
+    def _shared_data(self, key, run: RunOptions):
+        """The prepared data of ``key``, prepared once for every run using it."""
+        if key not in self.data:
+            self.data[key] = shared_data(run.pert_data_path, run.dataset_name, run.split, run.args)
+        return self.data[key]
+
+    def _settle(self, entry: RunningGroup) -> dict:
+        """A run's outcome once its workers ended; its workers are closed."""
+        name, seconds = entry.run.name, time.monotonic() - entry.started
+        try:
+            messages = entry.workers.result()
+        except DistributedTrainingError as error:
+            if any(isinstance(message, RunReport) for message in entry.workers.received) \
+                    and finished_report(entry.run.folder) is not None:  # it failed while exiting, its work done
+                logger.warning("%s: finished in %.0f s (its report is complete), but a worker failed as it ended: "
+                               "%s", name, seconds, error)
+                return {"status": "finished", "seconds": seconds}
+            logger.error("%s: failed after %.0f s: %s", name, seconds, error)
+            return {"status": "failed", "error": str(error), "seconds": seconds}
+        finally:
+            entry.workers.close()
+        stopped = [message for message in messages if isinstance(message, RunInterrupted)]
+        if stopped:
+            logger.warning("%s: %s", name, stopped[0].message)
+            return {"status": "interrupted", "error": stopped[0].message, "seconds": seconds}
+        diverged = [message for message in messages if isinstance(message, RunDiverged)]
+        if diverged:
+            logger.error("%s: %s", name, diverged[0].message)
+            return {"status": "failed", "error": diverged[0].message, "seconds": seconds}
+        if not any(isinstance(message, RunReport) for message in messages):
+            return {"status": "failed", "error": "its workers ended without a report", "seconds": seconds}
+        logger.info("%s: finished in %.0f s", name, seconds)
+        return {"status": "finished", "seconds": seconds}
+
+    def _release_data(self, running: dict) -> None:
+        """Drop the data no running run and no run to come needs."""
+        needed = set(self.keys_ahead()) | {entry.run.data_key for entry in running.values()}
+        for key in set(self.data) - needed:
+            del self.data[key]
+
+
+class GroupOfRanks:
+    """The launcher's way of starting a run on one group of devices (``placements``): its
+    ranks started and left running for the scheduler to watch (``SpawnedWorkers``, which
+    hold the run's folder until they are closed). Its configuration is given (``config``),
+    its data comes prepared from the scheduler (``prepared``), and its folder lies in one the
+    scheduler's caller checked before."""
+
+    writes_run_folder = True
+    checks_save_path = False
+
+    def __init__(self, placements: list, config: dict, prepared, log_prefix: str, holder: str):
+        self.placements, self.written, self.prepared, self.log_prefix = placements, config, prepared, log_prefix
+        self.holder = holder
+
+    def config(self, run: RunOptions) -> dict:
+        return self.written
+
+    def data(self, run: RunOptions):
+        return self.prepared(run)
+
+    def start(self, run: RunOptions, opening: Opening) -> SpawnedWorkers:
+        workers = SpawnedWorkers(functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
+                                 (self.placements, opening.pert_data, run.args), len(self.placements),
+                                 log_prefix=self.log_prefix)
+        workers.holding = opening.held.pop_all()  # the run's folder, released when its workers are closed
+        return workers
