@@ -34,6 +34,7 @@ setup(
         # gears_ddp.data.normalization only, never by the training processes
         "scanpy>=1.9",
         "scikit-misc>=0.3",  # scanpy's highly variable genes, flavor seurat_v3
+        "optuna>=4.0",  # sweeps (gears_ddp.sweeps): TPE, the median pruner, journal-file and database studies
     ],
     entry_points={"console_scripts": ["gears-ddp = gears_ddp.cli:main"]},
     extras_require={

@@ -127,7 +127,8 @@ def test_train_help_lists_every_option_with_its_default():
 
 # ----------------------------------------------------------------------------- one module per command
 
-COMMAND_LINES = {"train": ["--config", "run.yaml"], "demo": [], "evaluate": ["--run", "r"],
+COMMAND_LINES = {"train": ["--config", "run.yaml"], "demo": [],
+                 "sweep": ["--config", "run.yaml", "--space", "space.yaml", "--trials", "3"], "evaluate": ["--run", "r"],
                  "predict": ["--run", "r", "--split", "test", "--out", "p.h5ad"],
                  "screen": ["--run", "r", "--genes", "A", "B", "--out", "s.csv"],
                  "interactions": ["--run", "r", "--out", "i.csv"],
@@ -136,7 +137,7 @@ COMMAND_LINES = {"train": ["--config", "run.yaml"], "demo": [], "evaluate": ["--
 
 def test_each_command_module_adds_its_own_command_and_main_runs_it(monkeypatch):
     """Each module of gears_ddp/cli adds exactly one subcommand, its NAME; the assembled
-    parser lists all eight in the order --help shows; main hands each command's options to
+    parser lists all nine in the order --help shows; main hands each command's options to
     that module's run."""
     import argparse
 

@@ -3,6 +3,7 @@
     gears-ddp demo [--data synthetic]               the README's main job, no download
     gears-ddp train --config run.yaml [--set args.epochs=5 ...]
     gears-ddp train --config run.yaml --seeds 1 2 3 4 5 [--split-seeds 1 2 3 4 5]   replicates
+    gears-ddp sweep --config run.yaml --space space.yaml --trials 12 [--storage URL]   tune: Optuna trials
     gears-ddp evaluate --run ./runs/my_run [--set split_config.seed=2] [--out scores.json]
     gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
     gears-ddp predict --run ./runs/my_run --split test --format cell-eval [--cells-per-perturbation 100] --out test.h5ad
@@ -38,7 +39,7 @@ import logging
 import sys
 
 from gears_ddp._logging import enable_console_logging
-from gears_ddp.cli import check, demo, evaluate, interactions, pair_screen, predict, process, train
+from gears_ddp.cli import check, demo, evaluate, interactions, pair_screen, predict, process, sweep, train
 from gears_ddp.cli.exit_status import EXIT_BAD_INPUT, EXIT_FAILED
 from gears_ddp.data.download import DownloadError
 from gears_ddp.distributed.run_config import RunConfigError
@@ -47,7 +48,7 @@ from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss
 
 # one module per command, in the order --help lists them: each has NAME, add_parser(subparsers) and run(options)
-COMMANDS = (train, demo, evaluate, predict, pair_screen, interactions, process, check)
+COMMANDS = (train, demo, sweep, evaluate, predict, pair_screen, interactions, process, check)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -92,9 +92,12 @@ class GroupScheduler:
         return sum(map(len, self.groups))
 
     def run(self, next_run: Callable[[], GroupRun | None],
-            watch: Callable[[RunningGroup], None] | None = None) -> tuple[dict[str, dict], int]:
+            watch: Callable[[RunningGroup], None] | None = None,
+            settled: Callable[[GroupRun, dict, bool], None] | None = None) -> tuple[dict[str, dict], int]:
         """Each run's outcome by name (``{'status': 'finished' | 'failed' | 'interrupted',
-        'error': ..., 'seconds': ...}``) and the stop signal received (0 when none)."""
+        'error': ..., 'seconds': ...}``) and the stop signal received (0 when none);
+        ``settled(run, outcome, stopping)`` is called as each run ends (``stopping``: a stop
+        signal was received), before the next is drawn."""
         running, live, outcomes, exhausted = {}, [], {}, False
         with signals_passed_on(STOP_SIGNALS, live) as received:
             try:
@@ -111,6 +114,8 @@ class GroupScheduler:
                         except Exception:  # this run cannot start (its split, its folder): the others go on
                             outcomes[group_run.name] = {"status": "failed", "error": traceback.format_exc()}
                             logger.error("%s: failed to start:\n%s", group_run.name, outcomes[group_run.name]["error"])
+                            if settled is not None:
+                                settled(group_run, outcomes[group_run.name], bool(received))
                             continue
                         live.extend(running[index].workers.processes)
                     if not running:
@@ -124,6 +129,8 @@ class GroupScheduler:
                             watch(entry)
                         if entry.workers.finished():
                             outcomes[entry.run.name] = self._settle(entry)
+                            if settled is not None:
+                                settled(entry.run, outcomes[entry.run.name], bool(received))
                             del running[index]
                             for process in entry.workers.processes:
                                 live.remove(process)

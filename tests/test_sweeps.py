@@ -1,0 +1,173 @@
+"""Sweeps for real: trials of the toy run drawn by Optuna, a planted bad learning rate pruned
+before its last epoch, the best trial chosen on validation alone, the report; a sweep killed
+halfway finishes with its number of trials and no trial trained twice; two processes on one
+journal draw disjoint trials; every bad input named before any trial starts."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gears_ddp.sweeps import sweep as sweep_module
+from test_launch import _clean_environment
+
+pytestmark = pytest.mark.distributed
+SPLIT = {"split": "simulation", "seed": 1}
+SPACE = {"args": {"lr": {"type": "categorical", "choices": [0.003, 10.0]},
+                  "model_config": {"hidden_size": {"type": "int", "low": 8, "high": 16}}}}
+
+
+def _args(folder, **more):
+    return {"epochs": 12, "batch_size": 16, "test_batch_size": 64, "cpu_processes": 1,
+            "model_config": {"hidden_size": 8}, "save_path": str(folder), **more}
+
+
+def _files(tmp_path, data_folder, folder, **more):
+    run, space = tmp_path / "run.yaml", tmp_path / "space.yaml"
+    run.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy", "split_config": SPLIT,
+                                   "args": _args(folder, **more)}))
+    space.write_text(yaml.safe_dump(SPACE))
+    return run, space
+
+
+def _rows(folder) -> list[dict]:
+    with open(Path(folder) / "trials.csv", newline="") as table:
+        return list(csv.DictReader(table))
+
+
+def _best_validation(trial_folder) -> float:
+    with open(Path(trial_folder) / "metrics.csv", newline="") as table:
+        return min(float(row["val_mse_de"]) for row in csv.DictReader(table))
+
+
+@pytest.mark.slow
+def test_a_sweep_prunes_a_planted_bad_trial_and_chooses_on_validation(data_folder, tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep_module, "PRUNER", {**sweep_module.PRUNER, "startup_trials": 2})
+    folder = tmp_path / "sweep"
+    summary = sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder), SPACE, 5)
+    rows = _rows(folder)
+    assert [int(row["number"]) for row in rows] == [0, 1, 2, 3, 4] and summary["counts"] == \
+        {state: sum(row["state"] == state for row in rows) for state in dict.fromkeys(row["state"] for row in rows)}
+    pruned = [row for row in rows if row["state"] == "PRUNED"]
+    assert pruned and all(float(row["args.lr"]) == 10.0 and int(row["epochs"]) < 12 for row in pruned)
+    complete = [row for row in rows if row["state"] == "COMPLETE"]
+    for row in complete:  # a trial's value is its best epoch's validation mse_de: the test set never chooses
+        assert float(row["value"]) == pytest.approx(_best_validation(row["folder"]))
+        assert json.loads((Path(row["folder"]) / "trial.json").read_text())["state"] == "complete"
+    best = min(complete, key=lambda row: float(row["value"]))
+    assert summary["best"]["number"] == int(best["number"])
+    again = yaml.safe_load((folder / "run.yaml").read_text())
+    assert again["args"]["lr"] == float(best["args.lr"]) and again["args"]["save_path"] == f"{folder}-best"
+    assert again["args"]["model_config"]["hidden_size"] == int(best["args.model_config.hidden_size"])
+    page = (folder / "report.html").read_text()
+    assert f"Best of 5 trials: trial {best['number']}" in page and "chosen on validation alone" in page
+    assert all((folder / "plots" / name).stat().st_size > 0 for name in ("sweep_history.png", "sweep_settings.png"))
+    assert summary["best_verdicts"] and summary["best_verdicts"][0]["metric"] == "pearson_delta"
+    # the same call again holds its trials already: nothing is trained
+    modified = {row["folder"]: (Path(row["folder"]) / "metrics.csv").stat().st_mtime_ns for row in rows}
+    assert sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder), SPACE, 5)["best"] == summary["best"]
+    assert {row["folder"]: (Path(row["folder"]) / "metrics.csv").stat().st_mtime_ns for row in rows} == modified
+
+
+def _sweep(*arguments, **environment):
+    return subprocess.Popen([sys.executable, "-m", "gears_ddp", "sweep", *map(str, arguments)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_clean_environment(**environment))
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_halfway_finishes_its_trials_and_trains_none_twice(data_folder, tmp_path):
+    folder = tmp_path / "sweep"
+    run, space = _files(tmp_path, data_folder, folder)
+    killed = _sweep("--config", run, "--space", space, "--trials", 4)
+    deadline = time.monotonic() + 240
+    while not (folder / "trial-0001").is_dir():  # trial 0 finished, trial 1 under way
+        assert killed.poll() is None and time.monotonic() < deadline, killed.communicate()[1][-3000:]
+        time.sleep(0.1)
+    time.sleep(2)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    first = (folder / "trial-0000" / "report.json").stat().st_mtime_ns
+    resumed = _sweep("--config", run, "--space", space, "--trials", 4)
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-3000:]
+    rows = _rows(folder)
+    assert "trial 1: interrupted: the sweep that ran it stopped; retried once" in err
+    retried = next(row for row in rows if row["number"] == "1")
+    assert retried["state"] == "FAIL"
+    retry = next(row for row in rows if row["folder"] == retried["folder"] and row["number"] != "1")
+    assert retry["state"] in ("COMPLETE", "PRUNED")  # in the interrupted trial's folder
+    finished = [row for row in rows if row["state"] in ("COMPLETE", "PRUNED")]
+    assert len(finished) == 4
+    assert len({row["folder"] for row in finished}) == 4  # no trial trained twice
+    assert (folder / "trial-0000" / "report.json").stat().st_mtime_ns == first
+
+
+@pytest.mark.slow
+def test_two_processes_on_one_journal_draw_disjoint_trials(data_folder, tmp_path):
+    folder = tmp_path / "sweep"
+    run, space = _files(tmp_path, data_folder, folder, epochs=3)
+    first = _sweep("--config", run, "--space", space, "--trials", 6)
+    deadline = time.monotonic() + 120
+    while not (folder / "sweep.yaml").is_file():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
+        time.sleep(0.1)
+    second = _sweep("--join", folder, "--set", "args.cpu_processes=1")
+    logs = [process.communicate(timeout=600) for process in (first, second)]
+    assert [process.returncode for process in (first, second)] == [0, 0], logs[1][1][-3000:]
+    drawn = [{int(name) for name in _trial_names(err)} for _, err in logs]
+    assert drawn[0] and drawn[1] and not drawn[0] & drawn[1]  # each trial drawn by one process
+    rows = _rows(folder)
+    assert len(rows) == len(drawn[0] | drawn[1]) >= 6 and all(row["state"] != "FAIL" for row in rows)
+
+
+def _trial_names(log: str) -> list[str]:
+    return [line.split("trial-")[1][:4] for line in log.splitlines()
+            if "gears_ddp.distributed.group_runs: trial-" in line and "training on group" in line]
+
+
+@pytest.mark.parametrize("change, message", [
+    (["--storage", "postgresql://nobody@127.0.0.1:9/none"], "--storage postgresql://nobody@127.0.0.1:9/none: the "
+                                                            "database does not answer"),
+    (["--trials", "0"], "--trials must be a positive integer, got 0"),
+    ("space: {args: {learning_rate: {type: float, low: 0.1, high: 1}}}", "args.learning_rate is not an option"),
+    ("space: {args: {lr: {type: float, low: 0.0, high: 1, log: true}}}", "args.lr is on a log scale but its range "
+                                                                          "reaches 0.0"),
+    ("space: {args: {batch_size: {type: categorical, choices: []}}}", "args.batch_size is categorical with no "
+                                                                      "choices"),
+    ("space: {args: {lr: {type: float, low: 1, high: 1}}}", "args.lr has low 1 >= high 1"),
+])
+def test_bad_input_is_named_before_any_trial_starts(data_folder, tmp_path, capsys, change, message):
+    from gears_ddp.cli import main
+
+    folder = tmp_path / "sweep"
+    run, space = _files(tmp_path, data_folder, folder)
+    arguments = ["sweep", "--config", str(run), "--space", str(space), "--trials", "3"]
+    if isinstance(change, str):
+        space.write_text(change.split(": ", 1)[1])
+    else:
+        arguments = arguments[:-2] + change if change[0] == "--trials" else arguments + change
+    assert main(arguments) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and "\n" not in error, error
+    assert not list(folder.glob("trial-*"))
+
+
+def test_a_sweep_folder_of_another_space_is_refused(data_folder, tmp_path, capsys):
+    from gears_ddp.cli import main
+
+    folder = tmp_path / "sweep"
+    run, space = _files(tmp_path, data_folder, folder)
+    folder.mkdir()
+    plan = sweep_module.plan_sweep(yaml.safe_load(run.read_text()), {"args": {"lr": {"type": "float", "low": 0.001,
+                                                                                     "high": 0.01}}}, 3)
+    sweep_module.write_yaml(folder / "sweep.yaml", plan.record())
+    assert main(["sweep", "--config", str(run), "--space", str(space), "--trials", "3"]) == 2
+    assert f"{folder} holds a sweep of another search space" in capsys.readouterr().err
+    assert main(["sweep", "--join", str(folder), "--config", str(run)]) == 2
+    assert "--join takes the run file and the search space of the sweep it joins" in capsys.readouterr().err
