@@ -41,7 +41,8 @@ setup(
         # torch-geometric, scikit-learn and dcor: the tests compare gears_ddp's graph operator and
         # genetic-interaction scores with theirs (and the DE ranking with scanpy's)
         "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "cell-gears==0.1.2", "torch-geometric>=2.4",
-                 "scikit-learn>=1.0", "dcor>=0.6", "networkx", "cell-eval"],
+                 "scikit-learn>=1.0", "dcor>=0.6", "networkx", "cell-eval",
+                 "psycopg[binary]"],  # a sweep's study in a real PostgreSQL server (tests/test_sweeps.py)
         "wandb": ["wandb"],
     },
 )

@@ -22,7 +22,7 @@ LAYERS = (
     ("training", "inference"),
     ("gears",),
     ("distributed",),
-    ("runs",),  # saved runs read back: their config and replicates are distributed's
+    ("runs", "sweeps"),  # saved runs read back; sweeps of runs (their trials placed as replicates are)
     ("train_distributed",),  # the seed guide's module: train_multi_gpu and the functions it names
     ("cli",),
     ("__init__", "__main__", "launch", "utils"),  # the public names, the entry points, the published gears.utils

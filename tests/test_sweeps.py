@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gears_ddp.data.io import write_yaml
 from gears_ddp.sweeps import sweep as sweep_module
 from test_launch import _clean_environment
 
@@ -166,8 +167,75 @@ def test_a_sweep_folder_of_another_space_is_refused(data_folder, tmp_path, capsy
     folder.mkdir()
     plan = sweep_module.plan_sweep(yaml.safe_load(run.read_text()), {"args": {"lr": {"type": "float", "low": 0.001,
                                                                                      "high": 0.01}}}, 3)
-    sweep_module.write_yaml(folder / "sweep.yaml", plan.record())
+    write_yaml(plan.record(), folder / "sweep.yaml")
     assert main(["sweep", "--config", str(run), "--space", str(space), "--trials", "3"]) == 2
     assert f"{folder} holds a sweep of another search space" in capsys.readouterr().err
     assert main(["sweep", "--join", str(folder), "--config", str(run)]) == 2
     assert "--join takes the run file and the search space of the sweep it joins" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- a PostgreSQL server serves the study
+
+
+def _postgres_binaries() -> Path | None:
+    """The folder of PostgreSQL's server programs (initdb, pg_ctl), if installed."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    return found[-1].parent if found else None
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server of its own in a temporary folder (as the postgres user when this
+    runs as root, which PostgreSQL refuses to run as); yields its URL."""
+    binaries = _postgres_binaries()
+    if binaries is None:
+        if os.environ.get("GEARS_DDP_REQUIRE_POSTGRES"):
+            raise RuntimeError("GEARS_DDP_REQUIRE_POSTGRES is set but PostgreSQL's server is not installed")
+        pytest.skip("PostgreSQL's server is not installed (.ci/run installs it: apt-get install postgresql)")
+    import shutil
+    import tempfile
+
+    from gears_ddp.distributed.process_group import find_free_port
+
+    data = Path(tempfile.mkdtemp(prefix="gears-ddp-postgres-"))  # not under pytest's folder, which only root reads
+    run_as = []
+    if os.geteuid() == 0:
+        import pwd
+
+        user = pwd.getpwnam("postgres")
+        os.chown(data, user.pw_uid, user.pw_gid)
+        run_as = ["runuser", "-u", "postgres", "--"]
+    port = find_free_port()
+    subprocess.run([*run_as, str(binaries / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust"],
+                   check=True, capture_output=True)
+    subprocess.run([*run_as, str(binaries / "pg_ctl"), "-D", str(data / "db"), "-l", str(data / "log"), "-w", "-o",
+                    f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*run_as, str(binaries / "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "stop"],
+                       capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_postgresql_server_serves_one_study_to_two_processes(data_folder, tmp_path, postgres):
+    import optuna
+
+    folder = tmp_path / "sweep"
+    run, space = _files(tmp_path, data_folder, folder, epochs=3)
+    command = ("--config", run, "--space", space, "--trials", 4, "--storage", postgres)
+    first = _sweep(*command)
+    deadline = time.monotonic() + 120
+    while not (folder / "sweep.yaml").is_file():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
+        time.sleep(0.1)
+    second = _sweep(*command)  # the same command on another "machine": the study is the database's
+    logs = [process.communicate(timeout=600) for process in (first, second)]
+    assert [process.returncode for process in (first, second)] == [0, 0], logs[1][1][-3000:]
+    drawn = [{int(name) for name in _trial_names(err)} for _, err in logs]
+    assert drawn[0] and drawn[1] and not drawn[0] & drawn[1]
+    study = optuna.load_study(study_name="sweep", storage=postgres)
+    assert {trial.number for trial in study.trials} == drawn[0] | drawn[1] and len(study.trials) >= 4
+    assert not (folder / "study.journal").exists()  # nothing of the study in the folder
+    assert yaml.safe_load((folder / "sweep.yaml").read_text())["storage"] == postgres

@@ -145,6 +145,14 @@ def file_lock(path: str | os.PathLike) -> Iterator[None]:
         yield
 
 
+def write_yaml(value, dest: str | os.PathLike) -> None:
+    """``value`` (plain data) as YAML at ``dest``, atomically, keys in their order."""
+    import yaml
+
+    with atomic_path(dest) as tmp:
+        Path(tmp).write_text(yaml.safe_dump(value, sort_keys=False), encoding="utf-8")
+
+
 def write_pickle(obj: Any, dest: str | os.PathLike) -> None:
     """Pickle ``obj`` to ``dest`` atomically."""
     with atomic_path(dest) as tmp, open(tmp, "wb") as handle:

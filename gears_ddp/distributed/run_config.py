@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from gears_ddp.data.io import atomic_path
+from gears_ddp.data.io import write_yaml
 from gears_ddp.data.splits import SPLIT_OPTION_HELP
 from gears_ddp.data.pertdata import SPLIT_DEFAULTS
 from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
@@ -205,8 +205,7 @@ def write_run_config(folder, config: dict) -> Path:
     """Write ``config`` as ``folder/config.yaml`` (atomically)."""
     path = Path(folder) / CONFIG_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    write_yaml(config, path)
     return path
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gears_ddp.data.io import atomic_path
+from gears_ddp.data.io import atomic_path, write_yaml
 from gears_ddp.distributed.group_runs import finished_report
 from gears_ddp.report.numbers import format_number
 from gears_ddp.report.page_builder import pictures_section, report_page
@@ -82,12 +82,10 @@ def write_sweep_report(folder, plan, study) -> dict:
 
 def _write_best_run(folder: Path, best_folder: Path) -> None:
     """``run.yaml``: the best trial's configuration, trained again into ``<sweep>-best``."""
-    from gears_ddp.sweeps.sweep import write_yaml
-
     config = read_settings(best_folder)
     if config:
         config["args"] = {**config["args"], "save_path": f"{folder}-best", "resume_from": None}
-        write_yaml(folder / BEST_RUN_FILE, config)
+        write_yaml(config, folder / BEST_RUN_FILE)
 
 
 def _importances(study) -> dict | None:

@@ -47,7 +47,10 @@ def open_storage(folder: Path, url: str | None):
                          "is expected")
     try:
         return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
-    except Exception as err:  # SQLAlchemy's errors, a missing driver: the URL does not answer
+    except ImportError:
+        raise SweepError(f"--storage {url}: no database driver for {scheme} here; install one (PostgreSQL: pip "
+                         "install 'psycopg[binary]')") from None
+    except Exception as err:  # SQLAlchemy's errors: the URL does not answer
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise SweepError(f"--storage {url}: the database does not answer ({reason})") from None
 

@@ -29,9 +29,8 @@ import os
 import signal
 from pathlib import Path
 
-import yaml
-
 from gears_ddp._logging import get_logger
+from gears_ddp.data.io import write_yaml
 from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, RunningGroup, finished_report
 from gears_ddp.distributed.main_guard import check_main_guard
 from gears_ddp.distributed.run_config import RunConfigError, RunOptions, checked_run_options, load_yaml
@@ -152,7 +151,7 @@ def run_sweep(plan: SweepPlan, joining: bool = False) -> dict:
     storage = open_storage(folder, plan.storage)  # a storage that does not answer fails here, before any trial
     study = load_or_create_study(storage, plan.study, plan.made_by(), plan.seed, PRUNER)
     if not held.exists():
-        write_yaml(held, plan.record())
+        write_yaml(plan.record(), held)
     run = checked_run_options(dict(plan.config), str(held))
     groups = [[device] for device in located_devices(run.n_gpus, run.gpu_ids, run.args.cpu_processes)]  # a trial each
     with log_file(folder):
@@ -168,14 +167,6 @@ def run_sweep(plan: SweepPlan, joining: bool = False) -> dict:
                                   "continue it (an interrupted trial is retried from its checkpoint)",
                                   signal_name(stop), None)
     return summary
-
-
-def write_yaml(path: Path, value: dict) -> None:
-    """``value`` as YAML at ``path``, atomically."""
-    from gears_ddp.data.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(yaml.safe_dump(value, sort_keys=False), encoding="utf-8")
 
 
 def counted(study) -> int:
