@@ -51,12 +51,12 @@ def _best_validation(trial_folder) -> float:
 def test_a_sweep_prunes_a_planted_bad_trial_and_chooses_on_validation(data_folder, tmp_path, monkeypatch):
     monkeypatch.setattr(sweep_module, "PRUNER", {**sweep_module.PRUNER, "startup_trials": 2})
     folder = tmp_path / "sweep"
-    summary = sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder), SPACE, 5)
+    summary = sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder, epochs=8), SPACE, 4)
     rows = _rows(folder)
-    assert [int(row["number"]) for row in rows] == [0, 1, 2, 3, 4] and summary["counts"] == \
+    assert [int(row["number"]) for row in rows] == [0, 1, 2, 3] and summary["counts"] == \
         {state: sum(row["state"] == state for row in rows) for state in dict.fromkeys(row["state"] for row in rows)}
     pruned = [row for row in rows if row["state"] == "PRUNED"]
-    assert pruned and all(float(row["args.lr"]) == 10.0 and int(row["epochs"]) < 12 for row in pruned)
+    assert pruned and all(float(row["args.lr"]) == 10.0 and int(row["epochs"]) < 8 for row in pruned)
     complete = [row for row in rows if row["state"] == "COMPLETE"]
     for row in complete:  # a trial's value is its best epoch's validation mse_de: the test set never chooses
         assert float(row["value"]) == pytest.approx(_best_validation(row["folder"]))
@@ -67,12 +67,13 @@ def test_a_sweep_prunes_a_planted_bad_trial_and_chooses_on_validation(data_folde
     assert again["args"]["lr"] == float(best["args.lr"]) and again["args"]["save_path"] == f"{folder}-best"
     assert again["args"]["model_config"]["hidden_size"] == int(best["args.model_config.hidden_size"])
     page = (folder / "report.html").read_text()
-    assert f"Best of 5 trials: trial {best['number']}" in page and "chosen on validation alone" in page
+    assert f"Best of 4 trials: trial {best['number']}" in page and "chosen on validation alone" in page
     assert all((folder / "plots" / name).stat().st_size > 0 for name in ("sweep_history.png", "sweep_settings.png"))
     assert summary["best_verdicts"] and summary["best_verdicts"][0]["metric"] == "pearson_delta"
     # the same call again holds its trials already: nothing is trained
     modified = {row["folder"]: (Path(row["folder"]) / "metrics.csv").stat().st_mtime_ns for row in rows}
-    assert sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder), SPACE, 5)["best"] == summary["best"]
+    assert sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder, epochs=8), SPACE, 4)["best"] == \
+        summary["best"]
     assert {row["folder"]: (Path(row["folder"]) / "metrics.csv").stat().st_mtime_ns for row in rows} == modified
 
 
@@ -84,8 +85,8 @@ def _sweep(*arguments, **environment):
 @pytest.mark.slow
 def test_a_sweep_killed_halfway_finishes_its_trials_and_trains_none_twice(data_folder, tmp_path):
     folder = tmp_path / "sweep"
-    run, space = _files(tmp_path, data_folder, folder)
-    killed = _sweep("--config", run, "--space", space, "--trials", 4)
+    run, space = _files(tmp_path, data_folder, folder, epochs=6)
+    killed = _sweep("--config", run, "--space", space, "--trials", 3)
     deadline = time.monotonic() + 240
     while not (folder / "trial-0001").is_dir():  # trial 0 finished, trial 1 under way
         assert killed.poll() is None and time.monotonic() < deadline, killed.communicate()[1][-3000:]
@@ -94,7 +95,7 @@ def test_a_sweep_killed_halfway_finishes_its_trials_and_trains_none_twice(data_f
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
     first = (folder / "trial-0000" / "report.json").stat().st_mtime_ns
-    resumed = _sweep("--config", run, "--space", space, "--trials", 4)
+    resumed = _sweep("--config", run, "--space", space, "--trials", 3)
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err[-3000:]
     rows = _rows(folder)
@@ -104,16 +105,16 @@ def test_a_sweep_killed_halfway_finishes_its_trials_and_trains_none_twice(data_f
     retry = next(row for row in rows if row["folder"] == retried["folder"] and row["number"] != "1")
     assert retry["state"] in ("COMPLETE", "PRUNED")  # in the interrupted trial's folder
     finished = [row for row in rows if row["state"] in ("COMPLETE", "PRUNED")]
-    assert len(finished) == 4
-    assert len({row["folder"] for row in finished}) == 4  # no trial trained twice
+    assert len(finished) == 3
+    assert len({row["folder"] for row in finished}) == 3  # no trial trained twice
     assert (folder / "trial-0000" / "report.json").stat().st_mtime_ns == first
 
 
 @pytest.mark.slow
 def test_two_processes_on_one_journal_draw_disjoint_trials(data_folder, tmp_path):
     folder = tmp_path / "sweep"
-    run, space = _files(tmp_path, data_folder, folder, epochs=3)
-    first = _sweep("--config", run, "--space", space, "--trials", 6)
+    run, space = _files(tmp_path, data_folder, folder, epochs=2)
+    first = _sweep("--config", run, "--space", space, "--trials", 4)
     deadline = time.monotonic() + 120
     while not (folder / "sweep.yaml").is_file():
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
@@ -124,7 +125,7 @@ def test_two_processes_on_one_journal_draw_disjoint_trials(data_folder, tmp_path
     drawn = [{int(name) for name in _trial_names(err)} for _, err in logs]
     assert drawn[0] and drawn[1] and not drawn[0] & drawn[1]  # each trial drawn by one process
     rows = _rows(folder)
-    assert len(rows) == len(drawn[0] | drawn[1]) >= 6 and all(row["state"] != "FAIL" for row in rows)
+    assert len(rows) == len(drawn[0] | drawn[1]) >= 4 and all(row["state"] != "FAIL" for row in rows)
 
 
 def _trial_names(log: str) -> list[str]:
@@ -223,8 +224,8 @@ def test_a_postgresql_server_serves_one_study_to_two_processes(data_folder, tmp_
     import optuna
 
     folder = tmp_path / "sweep"
-    run, space = _files(tmp_path, data_folder, folder, epochs=3)
-    command = ("--config", run, "--space", space, "--trials", 4, "--storage", postgres)
+    run, space = _files(tmp_path, data_folder, folder, epochs=2)
+    command = ("--config", run, "--space", space, "--trials", 3, "--storage", postgres)
     first = _sweep(*command)
     deadline = time.monotonic() + 120
     while not (folder / "sweep.yaml").is_file():
@@ -236,6 +237,6 @@ def test_a_postgresql_server_serves_one_study_to_two_processes(data_folder, tmp_
     drawn = [{int(name) for name in _trial_names(err)} for _, err in logs]
     assert drawn[0] and drawn[1] and not drawn[0] & drawn[1]
     study = optuna.load_study(study_name="sweep", storage=postgres)
-    assert {trial.number for trial in study.trials} == drawn[0] | drawn[1] and len(study.trials) >= 4
+    assert {trial.number for trial in study.trials} == drawn[0] | drawn[1] and len(study.trials) >= 3
     assert not (folder / "study.journal").exists()  # nothing of the study in the folder
     assert yaml.safe_load((folder / "sweep.yaml").read_text())["storage"] == postgres
