@@ -26,6 +26,7 @@ import yaml
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME
 from gears_ddp.data.io import atomic_path
+from gears_ddp.evaluation.paired_bootstrap import NOT_APPLICABLE
 from gears_ddp.report.equal_baselines import equal_baseline_groups, group_heading
 from gears_ddp.report.page import write_report_page
 from gears_ddp.report.verdicts import SUBGROUP_METRICS, SUBGROUP_NAMES, report_verdicts, shown_subgroups, \
@@ -105,7 +106,8 @@ def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClo
     (``report.examples.prediction_examples``); without a test set there are only curves.
     With a test set, one forest plot of the paired differences per test subgroup shown
     (``plots.figure_intervals``: ``INTERVALS_PICTURE``): every headline metric over all test
-    conditions, ``SUBGROUP_METRICS`` per subgroup, as the console shows them."""
+    conditions, ``SUBGROUP_METRICS`` per subgroup, as the console shows them; none for a
+    subgroup without any interval (fewer than 3 perturbations)."""
     # matplotlib is imported here, by the main rank only, not by every rank that imports this module
     from gears_ddp.report.plots import plot_intervals, plot_predictions, plot_test_metrics, plot_training_curves
 
@@ -127,6 +129,8 @@ def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClo
                          {group_heading(group): v.comparisons[group[0]] for group in groups
                           if group[0] in v.comparisons}) for v in verdicts
                         if v.subgroup == subgroup and (subgroup is None or v.metric in SUBGROUP_METRICS)]
+                if not any(c.verdict != NOT_APPLICABLE for _, _, comparisons in rows for c in comparisons.values()):
+                    continue  # no interval to draw (fewer than 3 perturbations): the table says why
                 relative = INTERVALS_PICTURE.format(subgroup or "all")
                 plot_intervals(rows, title, folder / relative)
                 pictures[title] = relative
