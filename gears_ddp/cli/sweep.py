@@ -71,7 +71,8 @@ def run(options) -> int:
 
 def _print_summary(summary: dict) -> None:
     counts = ", ".join(f"{count} {state.lower()}" for state, count in summary["counts"].items())
-    print(f"\n{len(summary['trials'])} trials: {counts}")
+    retried = f"; {summary['retried']} more interrupted and retried" if summary["retried"] else ""
+    print(f"\n{sum(summary['counts'].values())} trials: {counts}{retried}")
     best = summary["best"]
     if best is not None:
         settings = ", ".join(f"{key.split('.')[-1]}={value!r}" for key, value in best.items()

@@ -34,20 +34,31 @@ STATE_COLOURS = {"COMPLETE": "#2e7d32", "PRUNED": "#ef6c00", "FAIL": "#b71c1c", 
 
 
 def trial_rows(study) -> list[dict]:
-    """One row per trial of the study, in number order."""
+    """One row per trial of the study, in number order: a complete trial's value is its best
+    epoch's validation mse_de, a pruned one's its last reported epoch's; a trial interrupted
+    and retried says by which trial (its folder is the retry's now)."""
+    trials = study.get_trials(deepcopy=False)
+    retried_by = {trial.user_attrs["retry_of"]: trial.number for trial in trials if "retry_of" in trial.user_attrs}
     rows = []
-    for trial in study.get_trials(deepcopy=False):
+    for trial in trials:
         folder = Path(trial.user_attrs.get("folder", ""))
-        epochs = None
-        if (folder / "metrics.csv").is_file():
-            with open(folder / "metrics.csv", newline="", encoding="utf-8") as table:
-                epochs = sum(1 for _ in csv.DictReader(table))
-        value = trial.value if trial.value is not None else (
-            trial.intermediate_values[max(trial.intermediate_values)] if trial.intermediate_values else None)
+        epochs, value, note = None, None, trial.user_attrs.get("note")
+        if trial.number in retried_by:
+            note = f"interrupted when its sweep stopped; retried as trial {retried_by[trial.number]}, in its folder"
+        else:
+            if (folder / "metrics.csv").is_file():
+                with open(folder / "metrics.csv", newline="", encoding="utf-8") as table:
+                    epochs = sum(1 for _ in csv.DictReader(table))
+            if trial.state.name == "COMPLETE":
+                value = trial.value
+            elif trial.state.name == "PRUNED" and trial.intermediate_values:
+                value = trial.intermediate_values[max(trial.intermediate_values)]
+            if "retry_of" in trial.user_attrs and not note:
+                note = f"retry of trial {trial.user_attrs['retry_of']}, continued in its folder"
         rows.append({"number": trial.number, "state": trial.state.name, "value": value,
                      **{key: trial.params.get(key) for key in sorted(trial.distributions)},
                      "epochs": epochs, "seconds": trial.user_attrs.get("seconds"), "folder": str(folder),
-                     "note": trial.user_attrs.get("note")})
+                     "note": note, "retried": trial.number in retried_by})
     return rows
 
 
@@ -58,7 +69,7 @@ def write_sweep_report(folder, plan, study) -> dict:
     keys = list(plan.space.record())
     with atomic_path(folder / TRIALS_FILE) as tmp, open(tmp, "w", newline="", encoding="utf-8") as out:
         writer = csv.DictWriter(out, fieldnames=["number", "state", "value", *keys, "epochs", "seconds", "folder",
-                                                 "note"])
+                                                 "note"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     complete = [row for row in rows if row["state"] == "COMPLETE"]
@@ -66,16 +77,19 @@ def write_sweep_report(folder, plan, study) -> dict:
     best_report = finished_report(Path(best["folder"])) if best else None
     if best is not None:
         _write_best_run(folder, Path(best["folder"]))
-    counts = {state: sum(row["state"] == state for row in rows) for state in dict.fromkeys(r["state"] for r in rows)}
+    counted = [row for row in rows if not row["retried"]]  # a retried trial counts as its retry
+    counts = {state: sum(row["state"] == state for row in counted) for state in dict.fromkeys(r["state"]
+                                                                                              for r in counted)}
+    retried = len(rows) - len(counted)
     importances = _importances(study)
-    summary = {"trials": rows, "counts": counts, "metric": "val_mse_de", "best": best,
+    summary = {"trials": rows, "counts": counts, "retried": retried, "metric": "val_mse_de", "best": best,
                "importances": importances, "best_verdicts": (best_report or {}).get("verdicts"),
                "report_path": str(folder / PAGE_FILE)}
     write_json(folder / REPORT_FILE, summary)
     pictures = _pictures(folder, rows, keys, plan, importances)
     page = folder / PAGE_FILE
     with atomic_path(page) as tmp:
-        Path(tmp).write_text(_page(folder, plan, rows, best, best_report, counts, importances, pictures),
+        Path(tmp).write_text(_page(folder, plan, rows, best, best_report, counts, retried, pictures),
                              encoding="utf-8")
     return summary
 
@@ -163,13 +177,14 @@ def _scale(axes, values: list[float]) -> None:
 
 
 def _page(folder: Path, plan, rows: list[dict], best: dict | None, best_report: dict | None, counts: dict,
-          importances: dict | None, pictures: dict[str, str]) -> str:
+          retried: int, pictures: dict[str, str]) -> str:
     keys = list(plan.space.record())
+    trials = sum(counts.values())
     if best is None:
         outcome = f"No trial finished yet ({', '.join(f'{n} {s.lower()}' for s, n in counts.items())})"
     else:
         settings = ", ".join(f"{key.split('.')[-1]} = {best[key]!r}" for key in keys)
-        outcome = f"Best of {len(rows)} trials: trial {best['number']}, validation mse_de {best['value']:.4g} ({settings})"
+        outcome = f"Best of {trials} trials: trial {best['number']}, validation mse_de {best['value']:.4g} ({settings})"
     header = "".join(f"<th>{escape(text)}</th>" for text in
                      ["trial", "state", "validation mse_de", *(key.split(".")[-1] for key in keys), "epochs",
                       "seconds", "note"])
@@ -183,16 +198,16 @@ def _page(folder: Path, plan, rows: list[dict], best: dict | None, best_report: 
                  format_number(row["seconds"]), escape(row["note"] or "")]
         mark = ' class="best"' if best is not None and row["number"] == best["number"] else ""
         lines.append(f"<tr{mark}>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
-    sections = [f"<h2>Trials</h2>\n<p>{escape(_how_to_read(plan, counts))}</p>\n<table>\n<tr>{header}</tr>\n"
+    sections = [f"<h2>Trials</h2>\n<p>{escape(_how_to_read(plan, counts, retried))}</p>\n<table>\n<tr>{header}</tr>\n"
                 + "\n".join(lines) + "\n</table>",
                 pictures_section("Pictures", [(relative, title, title) for title, relative in pictures.items()]),
                 _best_section(folder, best, best_report)]
     return report_page("GEARS sweep", read_settings(folder) or plan.config, outcome, sections)
 
 
-def _how_to_read(plan, counts: dict) -> str:
+def _how_to_read(plan, counts: dict, retried: int) -> str:
     return (f"{plan.trials} trials asked for; " + ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
-            + ". Each trial trains the run with the settings drawn by Optuna's TPE sampler (seed "
+            + (f" ({retried} more interrupted and retried)" if retried else "") + ". Each trial trains the run with the settings drawn by Optuna's TPE sampler (seed "
             f"{plan.seed}); its value is its best epoch's validation mse_de (lower is better), reported after every "
             "epoch, and a trial behind the median of the earlier trials at the same epoch is pruned (stopped). The "
             "test set is never used to choose. Highlighted: the best trial; each number links to its run report.")

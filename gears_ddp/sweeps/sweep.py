@@ -270,12 +270,14 @@ class _Trials:
         name = group_run.name
         state = self.active.pop(name)
         trial, folder = state["trial"], group_run.folder
+        origin = (f"; a retry of trial {trial.user_attrs['retry_of']}, interrupted when its sweep stopped"
+                  if "retry_of" in trial.user_attrs else "")
         trial.set_user_attr("seconds", outcome.get("seconds"))
         report = finished_report(folder) if outcome["status"] == "finished" else None
         if state["pruned"] is not None:
             epoch, value = state["pruned"]
             self.study.tell(trial, state=TrialState.PRUNED)
-            _write_trial_file(folder, trial.number, trial.params, "pruned", value, f"pruned after epoch {epoch}")
+            _write_trial_file(folder, trial.number, trial.params, "pruned", value, f"pruned after epoch {epoch}{origin}")
             logger.info("%s: stopped%s", name, self._progress())
             return
         if report is not None:
@@ -283,7 +285,7 @@ class _Trials:
             value = min((v for v in values if v is not None and math.isfinite(v)), default=math.nan)
             if math.isfinite(value):
                 self.study.tell(trial, value)
-                _write_trial_file(folder, trial.number, trial.params, "complete", value, None)
+                _write_trial_file(folder, trial.number, trial.params, "complete", value, origin[2:] or None)
                 logger.info("%s: finished, best %s %.4g (epoch %d)%s", name, METRIC, value, report["best_epoch"],
                             self._progress())
                 return
