@@ -82,15 +82,20 @@ def _sweep(*arguments, **environment):
                             stderr=subprocess.PIPE, text=True, env=_clean_environment(**environment))
 
 
+def _wait_for(path: Path, process, timeout_s: float = 240) -> None:
+    """Wait until ``path`` exists, while ``process`` runs."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_a_sweep_killed_halfway_finishes_its_trials_and_trains_none_twice(data_folder, tmp_path):
     folder = tmp_path / "sweep"
     run, space = _files(tmp_path, data_folder, folder, epochs=6)
     killed = _sweep("--config", run, "--space", space, "--trials", 3)
-    deadline = time.monotonic() + 240
-    while not (folder / "trial-0001").is_dir():  # trial 0 finished, trial 1 under way
-        assert killed.poll() is None and time.monotonic() < deadline, killed.communicate()[1][-3000:]
-        time.sleep(0.1)
+    _wait_for(folder / "trial-0001", killed)  # trial 0 finished, trial 1 under way
     time.sleep(2)
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
@@ -115,10 +120,7 @@ def test_two_processes_on_one_journal_draw_disjoint_trials(data_folder, tmp_path
     folder = tmp_path / "sweep"
     run, space = _files(tmp_path, data_folder, folder, epochs=2)
     first = _sweep("--config", run, "--space", space, "--trials", 4)
-    deadline = time.monotonic() + 120
-    while not (folder / "sweep.yaml").is_file():
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
-        time.sleep(0.1)
+    _wait_for(folder / "sweep.yaml", first)
     second = _sweep("--join", folder, "--set", "args.cpu_processes=1")
     logs = [process.communicate(timeout=600) for process in (first, second)]
     assert [process.returncode for process in (first, second)] == [0, 0], logs[1][1][-3000:]
@@ -227,10 +229,7 @@ def test_a_postgresql_server_serves_one_study_to_two_processes(data_folder, tmp_
     run, space = _files(tmp_path, data_folder, folder, epochs=2)
     command = ("--config", run, "--space", space, "--trials", 3, "--storage", postgres)
     first = _sweep(*command)
-    deadline = time.monotonic() + 120
-    while not (folder / "sweep.yaml").is_file():
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
-        time.sleep(0.1)
+    _wait_for(folder / "sweep.yaml", first)
     second = _sweep(*command)  # the same command on another "machine": the study is the database's
     logs = [process.communicate(timeout=600) for process in (first, second)]
     assert [process.returncode for process in (first, second)] == [0, 0], logs[1][1][-3000:]

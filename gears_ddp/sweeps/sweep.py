@@ -108,20 +108,8 @@ def read_plan(folder) -> SweepPlan:
         raise SweepError(f"--join {folder}: no sweep there ({path}: {err.strerror or err})") from None
     if not isinstance(held, dict) or not {"run", "space", "trials", "study", "seed"} <= set(held):
         raise SweepError(f"{path} is not a sweep's file")
-    space = SearchSpace.from_mapping(_nested(held["space"]), str(path))
+    space = SearchSpace.from_mapping(with_values({}, held["space"]), str(path))  # its dotted keys nested again
     return SweepPlan(held["run"], space, held["trials"], held.get("storage"), held["study"], held["seed"])
-
-
-def _nested(record: dict) -> dict:
-    """A space's record (dotted keys) as the space's YAML nests it."""
-    nested: dict = {}
-    for key, spec in record.items():
-        target = nested
-        *parents, last = key.split(".")
-        for parent in parents:
-            target = target.setdefault(parent, {})
-        target[last] = spec
-    return nested
 
 
 def train_sweep(pert_data_path, dataset_name: str, split_config: dict, args: dict, space: dict, trials: int,
