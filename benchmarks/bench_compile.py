@@ -17,21 +17,23 @@ eager's s/step over this one's, and ``max loss diff`` the largest relative diffe
 between the two models' step losses.
 
 Timings on a shared machine move with the other work on it: taking the steps in turn
-weighs it on both modes alike, and the median leaves out the steps it hit hardest. ``--record`` appends the output to ``benchmarks/RESULTS.md``.
+weighs it on both modes alike, and the median leaves out the steps it hit hardest. ``--record`` appends the output to
+``benchmarks/RESULTS.md``.
 """
+
 import argparse
 import statistics
 
 import torch
-
-from gears_ddp.training.engine import optimizer_steps
-from gears_ddp.training.optimization import make_optimizer
 from harness.models import new_model
 from harness.record import add_record_argument, recorded
 from harness.settings import LR, WEIGHT_DECAY
 from harness.synthetic import add_size_arguments, load_synthetic
 from harness.tables import StreamedTable
 from harness.timing import Stopwatch
+
+from gears_ddp.training.engine import optimizer_steps
+from gears_ddp.training.optimization import make_optimizer
 
 
 def trained(pert_data, device, hidden: int, batches, compiled: bool):
@@ -50,8 +52,10 @@ def run(pert_data, device, batch_size: int, hidden: int, warmup: int, steps: int
     if len(batches) < warmup + steps:
         raise SystemExit(f"the train set has {len(batches)} batches of {batch_size}; ask for fewer steps")
     torch._dynamo.reset()
-    modes = {"eager": trained(pert_data, device, hidden, batches, False),
-             "compiled": trained(pert_data, device, hidden, batches, True)}
+    modes = {
+        "eager": trained(pert_data, device, hidden, batches, False),
+        "compiled": trained(pert_data, device, hidden, batches, True),
+    }
     times = {mode: [] for mode in modes}
     losses = {mode: [] for mode in modes}
     for _ in batches:
@@ -59,8 +63,14 @@ def run(pert_data, device, batch_size: int, hidden: int, warmup: int, steps: int
             with Stopwatch(device) as watch:
                 losses[mode].append(float(next(step)))
             times[mode].append(watch.seconds)
-    return {mode: {"first_s": sum(times[mode][:warmup]), "step_s": statistics.median(times[mode][warmup:]),
-                   "losses": losses[mode]} for mode in modes}
+    return {
+        mode: {
+            "first_s": sum(times[mode][:warmup]),
+            "step_s": statistics.median(times[mode][warmup:]),
+            "losses": losses[mode],
+        }
+        for mode in modes
+    }
 
 
 def main() -> None:
@@ -78,8 +88,10 @@ def main() -> None:
     with recorded(args.record):
         pert_data = load_synthetic(args.data_path, args)
         where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
-        print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes; hidden {args.hidden}; device "
-              f"{device} ({where}); {args.warmup} first steps, then {args.steps} timed")
+        print(
+            f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes; hidden {args.hidden}; device "
+            f"{device} ({where}); {args.warmup} first steps, then {args.steps} timed"
+        )
         print()
         table = StreamedTable(["batch", "mode", "first s", "s/step", "speed-up", "max loss diff"], left=2)
         for batch_size in args.batch_sizes:
@@ -87,8 +99,16 @@ def main() -> None:
             eager, compiled = result["eager"], result["compiled"]
             difference = max(abs(a - b) / abs(a) for a, b in zip(eager["losses"], compiled["losses"]))
             for mode, r in (("eager", eager), ("compiled", compiled)):
-                table.add([batch_size, mode, f"{r['first_s']:.1f}", f"{r['step_s']:.3f}",
-                           f"{eager['step_s'] / r['step_s']:.2f}", f"{difference if mode == 'compiled' else 0:.1e}"])
+                table.add(
+                    [
+                        batch_size,
+                        mode,
+                        f"{r['first_s']:.1f}",
+                        f"{r['step_s']:.3f}",
+                        f"{eager['step_s'] / r['step_s']:.2f}",
+                        f"{difference if mode == 'compiled' else 0:.1e}",
+                    ]
+                )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ time; then mean +- sample sd over the seeds and the checks the demo is meant to 
   interval, the perturbations GEARS won and the verdict, as the replicates' summary gives
   them (``report.replicate_summary``).
 """
+
 import argparse
 import json
 import os
@@ -40,8 +41,10 @@ from harness.spread import mean_sd
 from harness.tables import print_table
 from harness.timing import Stopwatch
 
-BASELINES = {"real": ("no_change", "mean_effect", "linear"),
-             "synthetic": ("no_change", "mean_effect", "additive", "linear")}
+BASELINES = {
+    "real": ("no_change", "mean_effect", "linear"),
+    "synthetic": ("no_change", "mean_effect", "additive", "linear"),
+}
 DATASETS = {"real": "papalexi2021", "synthetic": "synthetic"}
 DATA_FOLDERS = {"real": "data/demo", "synthetic": "data/demo-synthetic"}
 METRICS = ("mse", "mse_de", "pearson_delta")
@@ -49,8 +52,20 @@ METRICS = ("mse", "mse_de", "pearson_delta")
 
 def run_demo(folder: Path, data: str, seed: int, epochs: int) -> dict:
     """One ``gears-ddp demo`` in ``folder``: its report and wall seconds (None if it failed)."""
-    command = [shutil.which("gears-ddp") or "gears-ddp", "demo", "--data", data, "--epochs", str(epochs),
-               "--save-path", f"./runs/demo_{seed}", "--set", f"split_config.seed={seed}", "--set", f"args.seed={seed}"]
+    command = [
+        shutil.which("gears-ddp") or "gears-ddp",
+        "demo",
+        "--data",
+        data,
+        "--epochs",
+        str(epochs),
+        "--save-path",
+        f"./runs/demo_{seed}",
+        "--set",
+        f"split_config.seed={seed}",
+        "--set",
+        f"args.seed={seed}",
+    ]
     with Stopwatch(cpu_of="children") as watch:
         proc = subprocess.run(command, cwd=folder, capture_output=True, text=True)
     seconds, cpu = watch.seconds, watch.cpu_seconds
@@ -86,13 +101,20 @@ def print_real_screen(data_path: Path, seeds) -> None:
     """The processed real screen's size and the test knockouts of each split seed."""
     pert_data = _load(data_path, "real", seeds[0])
     conditions = [c for c in pert_data.cells.conditions if c != "ctrl"]
-    print(f"\nThe demo's data: the real screen (gears_ddp.datasets.papalexi2021), as processed: "
-          f"{pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, {len(conditions)} knockouts with GO terms.\n")
+    print(
+        f"\nThe demo's data: the real screen (gears_ddp.datasets.papalexi2021), as processed: "
+        f"{pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, {len(conditions)} knockouts with GO terms.\n"
+    )
     rows = []
     for seed in seeds:
         sets = _load(data_path, "real", seed).set2conditions
-        rows.append([str(seed), *(str(len([c for c in sets[name] if c != "ctrl"])) for name in ("train", "val", "test")),
-                     ", ".join(c.split("+")[0] for c in sets["test"])])
+        rows.append(
+            [
+                str(seed),
+                *(str(len([c for c in sets[name] if c != "ctrl"])) for name in ("train", "val", "test")),
+                ", ".join(c.split("+")[0] for c in sets["test"]),
+            ]
+        )
     print_table(["split seed", "train knockouts", "val", "test", "test knockouts (unseen in training)"], rows)
 
 
@@ -102,39 +124,57 @@ def print_synthetic_data(data_path: Path) -> None:
 
     statistics_ = calibration_statistics(_load(data_path, "synthetic", 1))
     print("\nThe demo's dataset (preset 'norman'), measured at split seed 1, beside the Norman screen:\n")
-    rows = [[label, target, f"{low}-{high}", f"{statistics_[key]:.4g}"]
-            for key, (label, target, (low, high)) in NORMAN_TARGETS.items()]
-    rows += [[key, "additive above mean effect", "", f"{statistics_[key]:.4g}"]
-             for key in ("mean_effect_combo_seen2_pearson_delta", "additive_combo_seen2_pearson_delta")]
+    rows = [
+        [label, target, f"{low}-{high}", f"{statistics_[key]:.4g}"]
+        for key, (label, target, (low, high)) in NORMAN_TARGETS.items()
+    ]
+    rows += [
+        [key, "additive above mean effect", "", f"{statistics_[key]:.4g}"]
+        for key in ("mean_effect_combo_seen2_pearson_delta", "additive_combo_seen2_pearson_delta")
+    ]
     print_table(["statistic", "Norman", "held to", "demo dataset"], rows, left=3)
 
 
 def print_runs(runs: dict, baselines) -> None:
     done = {seed: r for seed, r in runs.items() if r["report"] is not None}
     rows = {seed: figures(r["report"], baselines) for seed, r in done.items()}
-    print(f"\nPer seed ({', '.join(map(str, runs))}); wall time of the whole command, the first with writing "
-          "the data:\n")
+    print(
+        f"\nPer seed ({', '.join(map(str, runs))}); wall time of the whole command, the first with writing the data:\n"
+    )
     sides = ("GEARS", *baselines)
-    header = ["seed", "wall s", "CPU s", "loss epoch 1", "loss last epoch"] + [f"{who} {m}" for m in METRICS
-                                                                               for who in sides]
-    table = [[str(seed), f"{runs[seed]['seconds']:.0f}", f"{runs[seed]['cpu_seconds']:.0f}",
-              f"{row['first_loss']:.4f}", f"{row['last_loss']:.4f}"]
-             + [f"{row[f'{who} {m}']:.4f}" for m in METRICS for who in sides] for seed, row in rows.items()]
+    header = ["seed", "wall s", "CPU s", "loss epoch 1", "loss last epoch"] + [
+        f"{who} {m}" for m in METRICS for who in sides
+    ]
+    table = [
+        [
+            str(seed),
+            f"{runs[seed]['seconds']:.0f}",
+            f"{runs[seed]['cpu_seconds']:.0f}",
+            f"{row['first_loss']:.4f}",
+            f"{row['last_loss']:.4f}",
+        ]
+        + [f"{row[f'{who} {m}']:.4f}" for m in METRICS for who in sides]
+        for seed, row in rows.items()
+    ]
     print_table(header, table)
     if len(rows) < len(runs):
         print(f"\n{len(runs) - len(rows)} run(s) failed; the summary covers the others.")
     if not rows:
         return
     print("\nMean +- sd over the seeds:\n")
-    print_table(["metric", *sides], [[m, *(mean_sd([r[f"{who} {m}"] for r in rows.values()]) for who in sides)]
-                                     for m in METRICS])
+    print_table(
+        ["metric", *sides],
+        [[m, *(mean_sd([r[f"{who} {m}"] for r in rows.values()]) for who in sides)] for m in METRICS],
+    )
     print_checks({seed: runs[seed]["report"] for seed in rows}, baselines)
     seconds = [r["seconds"] for r in runs.values()]
     cpu = [r["cpu_seconds"] for r in runs.values()]
-    print(f"\nWall time: first run (writes the data) {seconds[0]:.0f} s, the others "
-          f"{', '.join(f'{s:.0f}' for s in seconds[1:]) or '-'} s, on {os.cpu_count()} CPU cores shared with other "
-          f"work; CPU time of all the command's processes: {cpu[0]:.0f} s, then "
-          f"{', '.join(f'{c:.0f}' for c in cpu[1:]) or '-'} s (on 2 idle cores a run takes at least half of it).")
+    print(
+        f"\nWall time: first run (writes the data) {seconds[0]:.0f} s, the others "
+        f"{', '.join(f'{s:.0f}' for s in seconds[1:]) or '-'} s, on {os.cpu_count()} CPU cores shared with other "
+        f"work; CPU time of all the command's processes: {cpu[0]:.0f} s, then "
+        f"{', '.join(f'{c:.0f}' for c in cpu[1:]) or '-'} s (on 2 idle cores a run takes at least half of it)."
+    )
 
 
 def print_checks(reports: dict, baselines) -> None:

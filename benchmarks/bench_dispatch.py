@@ -24,11 +24,18 @@ synchronisations (those at its end: the conditions seen, the result read back).
 The counts depend on the code, not on the machine's speed; they run on a 2-core CPU as on a
 GPU machine. ``--record`` appends the output to ``benchmarks/RESULTS.md``.
 """
+
 import argparse
 import subprocess
 from pathlib import Path
 
 import torch
+from harness.models import new_model
+from harness.record import add_record_argument, recorded
+from harness.settings import LR, WEIGHT_DECAY
+from harness.synthetic import add_size_arguments, load_synthetic
+from harness.tables import StreamedTable
+from harness.timing import Stopwatch
 
 import gears_ddp
 from gears_ddp import PertData
@@ -37,12 +44,6 @@ from gears_ddp.runtime.dispatch_count import DispatchCount
 from gears_ddp.training.cuda_graphs import CapturedStep
 from gears_ddp.training.engine import evaluate, training_step
 from gears_ddp.training.optimization import make_optimizer
-from harness.models import new_model
-from harness.record import add_record_argument, recorded
-from harness.settings import LR, WEIGHT_DECAY
-from harness.synthetic import add_size_arguments, load_synthetic
-from harness.tables import StreamedTable
-from harness.timing import Stopwatch
 
 PIECES = {"CPU": weighted_norm.ROWS_PER_PASS, "GPU": weighted_norm.ROWS_PER_PASS_ACCELERATOR}
 STEPS = ("eager", "padded", "replayed")
@@ -64,15 +65,17 @@ def code_version() -> str:
     """Where the measured package lives, and its commit when it is a git checkout."""
     folder = Path(gears_ddp.__file__).resolve().parent
     try:
-        commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "not a git checkout"
     return f"{folder} (commit {commit})"
 
 
-def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, rows_per_pass: int,
-                step_kind: str) -> dict:
+def count_steps(
+    pert_data: PertData, batch_size: int, hidden: int, steps: int, rows_per_pass: int, step_kind: str
+) -> dict:
     """Operators and synchronisations per optimiser step of ``step_kind`` (``STEPS``; see the
     module docstring)."""
     weighted_norm.ROWS_PER_PASS = rows_per_pass  # a GPU's pieces bring its gathers (graph_conv.uses_sparse_product)
@@ -82,8 +85,9 @@ def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, r
     context, device = gears.loss_context(), torch.device("cpu")
     loader = pert_data.dataloader["train_loader"]
     padded = step_kind != "eager"
-    batches = [batch for _, batch in zip(range(steps + 1),
-                                         loader.batches(0, loader.max_sets_per_batch() if padded else None))]
+    batches = [
+        batch for _, batch in zip(range(steps + 1), loader.batches(0, loader.max_sets_per_batch() if padded else None))
+    ]
     step = CapturedStep(device, warmup_steps=0, graph_factory=GraphLaunch) if step_kind == "replayed" else training_step
     gears.model.train()
     step(gears.model, batches[:1], optimizer, context, False, device)  # (the replayed step: its capture)
@@ -91,8 +95,14 @@ def count_steps(pert_data: PertData, batch_size: int, hidden: int, steps: int, r
         for batch in batches[1:]:
             step(gears.model, [batch], optimizer, context, False, device)
     n = len(batches) - 1
-    return {"operators": count.total_operators / n, "views": count.total_views / n, "distinct": len(count.operators),
-            "syncs": count.total_synchronisations / n, "top": count.operators.most_common(8), "n": n}
+    return {
+        "operators": count.total_operators / n,
+        "views": count.total_views / n,
+        "distinct": len(count.operators),
+        "syncs": count.total_synchronisations / n,
+        "top": count.operators.most_common(8),
+        "n": n,
+    }
 
 
 def count_evaluation(pert_data: PertData, hidden: int) -> dict:
@@ -128,20 +138,32 @@ def measure(args) -> None:
     with Stopwatch() as loading:
         pert_data = load_synthetic(args.data_path, args)
     print(f"code: {code_version()}")
-    print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
-          f"{loading.seconds:.0f} s; hidden {args.hidden}; each figure per optimiser step, the mean "
-          f"of {args.steps} steps after one")
+    print(
+        f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
+        f"{loading.seconds:.0f} s; hidden {args.hidden}; each figure per optimiser step, the mean "
+        f"of {args.steps} steps after one"
+    )
     print()
-    table = StreamedTable(["batch", "step", "row pieces", "operators", "of which views", "kernels", "distinct",
-                           "host syncs"], left=3)
+    table = StreamedTable(
+        ["batch", "step", "row pieces", "operators", "of which views", "kernels", "distinct", "host syncs"], left=3
+    )
     tops = []
     for batch_size in args.batch_sizes:
         for step_kind in STEPS:
             for pieces, rows in PIECES.items():
                 r = count_steps(pert_data, batch_size, args.hidden, args.steps, rows, step_kind)
-                table.add([batch_size, step_kind, f"{pieces} ({rows:,} rows)", f"{r['operators']:,.0f}",
-                           f"{r['views']:,.0f}", f"{r['operators'] - r['views']:,.0f}", r["distinct"],
-                           f"{r['syncs']:g}"])
+                table.add(
+                    [
+                        batch_size,
+                        step_kind,
+                        f"{pieces} ({rows:,} rows)",
+                        f"{r['operators']:,.0f}",
+                        f"{r['views']:,.0f}",
+                        f"{r['operators'] - r['views']:,.0f}",
+                        r["distinct"],
+                        f"{r['syncs']:g}",
+                    ]
+                )
                 if step_kind == "eager":
                     tops.append((batch_size, pieces, r))
     weighted_norm.ROWS_PER_PASS = PIECES["CPU"]
@@ -152,8 +174,10 @@ def measure(args) -> None:
             print(f"most frequent at batch {batch_size}, GPU pieces: {common}")
     e = count_evaluation(pert_data, args.hidden)
     syncs = ", ".join(f"{name} {count}" for name, count in sorted(e["syncs"].items())) or "none"
-    print(f"evaluation pass over val ({e['batches']} batches of up to 256 cells): {e['operators']:,} operators; "
-          f"host syncs: {syncs}")
+    print(
+        f"evaluation pass over val ({e['batches']} batches of up to 256 cells): {e['operators']:,} operators; "
+        f"host syncs: {syncs}"
+    )
 
 
 if __name__ == "__main__":

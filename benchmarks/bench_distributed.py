@@ -55,6 +55,7 @@ cost of the distribution (gradient all-reduce, synchronisation, splitting and me
 evaluation, thread contention), not a speed-up. GPU figures need a GPU
 (``examples/train_ddp_example.py`` on a GPU machine).
 """
+
 import argparse
 import json
 import os
@@ -62,25 +63,24 @@ import tempfile
 from pathlib import Path
 
 import torch
-
-from gears_ddp.distributed.config import TrainingArgs
-from gears_ddp.distributed.before_spawn import local_placements
-from gears_ddp.distributed.messages import RunReport
-from gears_ddp.distributed.process_group import find_free_port
-from gears_ddp.distributed.rank import spawned_rank
-from gears_ddp.distributed.supervisor import spawn_workers
 from harness.memory import PeakSampler, status_mib
 from harness.record import add_record_argument, recorded
 from harness.settings import HIDDEN_SIZE, LR, WEIGHT_DECAY
 from harness.synthetic import add_size_arguments, prepared_synthetic
 from harness.tables import per_rank, print_table
 
+from gears_ddp.distributed.before_spawn import local_placements
+from gears_ddp.distributed.config import TrainingArgs
+from gears_ddp.distributed.messages import RunReport
+from gears_ddp.distributed.process_group import find_free_port
+from gears_ddp.distributed.rank import spawned_rank
+from gears_ddp.distributed.supervisor import spawn_workers
+
 TARGET_EXTRA_RANK_MIB = 0.3e9 / 2**20  # 0.3 GB
 PRIVATE_SAMPLING_S = 0.01
 
 
-def measured_worker(local_rank: int, out_dir: str, threads: int | None, placements, pert_data,
-                    *worker_args) -> None:
+def measured_worker(local_rank: int, out_dir: str, threads: int | None, placements, pert_data, *worker_args) -> None:
     """``spawned_rank`` with its memory read (and, when ``threads`` is given, that many
     torch threads); writes ``out_dir/rank<r>.json``."""
     if threads:
@@ -90,19 +90,31 @@ def measured_worker(local_rank: int, out_dir: str, threads: int | None, placemen
     spawned_rank(local_rank, placements, pert_data, *worker_args)
     peak_private_mib = private.stop()["RssAnon"]
     status = status_mib()
-    record = {"train_batches": len(pert_data.dataloader["train_loader"]),
-              "peak_rss_mib": status["VmHWM"], "shared_mib": status["RssShmem"],
-              "peak_private_mib": peak_private_mib, "start_private_mib": start_private_mib,
-              "expression_shared": pert_data.cells.expression.is_shared(), "threads": torch.get_num_threads()}
+    record = {
+        "train_batches": len(pert_data.dataloader["train_loader"]),
+        "peak_rss_mib": status["VmHWM"],
+        "shared_mib": status["RssShmem"],
+        "peak_private_mib": peak_private_mib,
+        "start_private_mib": start_private_mib,
+        "expression_shared": pert_data.cells.expression.is_shared(),
+        "threads": torch.get_num_threads(),
+    }
     (Path(out_dir) / f"rank{local_rank}.json").write_text(json.dumps(record))
 
 
 def run(pert_data, n_processes: int, args, tmp: Path) -> dict:
     """Train with ``n_processes`` CPU ranks and return the run's figures (``derived``)."""
-    options = TrainingArgs.from_dict({
-        "cpu_processes": n_processes, "epochs": args.epochs, "batch_size": args.batch_size, "lr": LR,
-        "weight_decay": WEIGHT_DECAY, "model_config": {"hidden_size": HIDDEN_SIZE},
-        "save_path": str(tmp / f"run{n_processes}")})
+    options = TrainingArgs.from_dict(
+        {
+            "cpu_processes": n_processes,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "lr": LR,
+            "weight_decay": WEIGHT_DECAY,
+            "model_config": {"hidden_size": HIDDEN_SIZE},
+            "save_path": str(tmp / f"run{n_processes}"),
+        }
+    )
     out_dir = tmp / f"ranks{n_processes}"
     out_dir.mkdir()
     placements = local_placements([torch.device("cpu")] * n_processes, find_free_port())
@@ -119,56 +131,79 @@ def derived(report: dict, ranks: list[dict], batch_size: int) -> dict:
     epochs = len(report["history"])
     loops = [h["train_seconds"] for h in report["history"]]
     cells_per_epoch = ranks[0]["train_batches"] * batch_size * n
-    return {"processes": n, "cells_per_epoch": cells_per_epoch,
-            "throughput": cells_per_epoch * epochs / sum(loops), "loop_s": sum(loops) / epochs,
-            "epoch_s": sum(h["seconds"] for h in report["history"]) / epochs,
-            "peak_rss_mib": [rank["peak_rss_mib"] for rank in ranks],
-            "peak_private_mib": [rank["peak_private_mib"] for rank in ranks],
-            "start_private_mib": [rank["start_private_mib"] for rank in ranks],
-            "shared_mib": [rank["shared_mib"] for rank in ranks],
-            "all_shared": all(rank["expression_shared"] for rank in ranks),
-            "threads": ranks[0]["threads"], "test_mse_de": report["model"]["test_mse_de"]}
+    return {
+        "processes": n,
+        "cells_per_epoch": cells_per_epoch,
+        "throughput": cells_per_epoch * epochs / sum(loops),
+        "loop_s": sum(loops) / epochs,
+        "epoch_s": sum(h["seconds"] for h in report["history"]) / epochs,
+        "peak_rss_mib": [rank["peak_rss_mib"] for rank in ranks],
+        "peak_private_mib": [rank["peak_private_mib"] for rank in ranks],
+        "start_private_mib": [rank["start_private_mib"] for rank in ranks],
+        "shared_mib": [rank["shared_mib"] for rank in ranks],
+        "all_shared": all(rank["expression_shared"] for rank in ranks),
+        "threads": ranks[0]["threads"],
+        "test_mse_de": report["model"]["test_mse_de"],
+    }
 
 
 def print_figures(runs: list[dict], parent: dict, args) -> None:
     base = runs[0]["throughput"]
-    print(f"\n{parent['cells']} cells x {parent['genes']} genes (synthetic), split simulation (seed 1), "
-          f"{runs[0]['cells_per_epoch']} training cells per epoch; batch {args.batch_size} per process, "
-          f"{args.epochs} epochs, hidden_size {HIDDEN_SIZE}; CPU, {os.cpu_count()} cores, gloo\n")
+    print(
+        f"\n{parent['cells']} cells x {parent['genes']} genes (synthetic), split simulation (seed 1), "
+        f"{runs[0]['cells_per_epoch']} training cells per epoch; batch {args.batch_size} per process, "
+        f"{args.epochs} epochs, hidden_size {HIDDEN_SIZE}; CPU, {os.cpu_count()} cores, gloo\n"
+    )
 
-    rows = [("torch threads per rank", lambda r: str(r["threads"])),
-            ("training throughput (train cells / s, all ranks)", lambda r: f"{r['throughput']:.4g}"),
-            ("scaling efficiency, throughput(N) / (N x throughput(1))",
-             lambda r: f"{r['throughput'] / (r['processes'] * base):.2f}"),
-            ("training loop (s / epoch)", lambda r: f"{r['loop_s']:.4g}"),
-            ("seconds per epoch incl. train+val evaluation", lambda r: f"{r['epoch_s']:.4g}"),
-            ("peak RSS per rank, VmHWM (MiB; rank 0 / 1 / ...)", lambda r: per_rank(r["peak_rss_mib"])),
-            ("peak private memory per rank, RssAnon (MiB)", lambda r: per_rank(r["peak_private_mib"])),
-            ("  of which at worker start, after imports (MiB)", lambda r: per_rank(r["start_private_mib"])),
-            ("shared data resident per rank, RssShmem (MiB)", lambda r: per_rank(r["shared_mib"])),
-            ("every rank reads the parent's shared expression", lambda r: "yes" if r["all_shared"] else "NO"),
-            ("memory the added rank costs, rise of summed private (MiB)",
-             lambda r: f"{r['extra_mib']:.0f}" if r["processes"] > 1 else "-"),
-            ("test mse_de of the best model", lambda r: f"{r['test_mse_de']:.4f}")]
-    print_table(["measure", *(f"{r['processes']} process{'es' if r['processes'] > 1 else ''}" for r in runs)],
-                [[label, *(value(r) for r in runs)] for label, value in rows])
-    print(f"\nparent process after preparing the data: RSS {parent['rss_mib']:.0f} MiB, of which shared memory "
-          f"(RssShmem) {parent['shared_mib']:.0f} MiB; expression tensor {parent['expression_mib']:.1f} MiB "
-          f"(float32), all shared tensors of the cell table {parent['table_mib']:.1f} MiB")
+    rows = [
+        ("torch threads per rank", lambda r: str(r["threads"])),
+        ("training throughput (train cells / s, all ranks)", lambda r: f"{r['throughput']:.4g}"),
+        (
+            "scaling efficiency, throughput(N) / (N x throughput(1))",
+            lambda r: f"{r['throughput'] / (r['processes'] * base):.2f}",
+        ),
+        ("training loop (s / epoch)", lambda r: f"{r['loop_s']:.4g}"),
+        ("seconds per epoch incl. train+val evaluation", lambda r: f"{r['epoch_s']:.4g}"),
+        ("peak RSS per rank, VmHWM (MiB; rank 0 / 1 / ...)", lambda r: per_rank(r["peak_rss_mib"])),
+        ("peak private memory per rank, RssAnon (MiB)", lambda r: per_rank(r["peak_private_mib"])),
+        ("  of which at worker start, after imports (MiB)", lambda r: per_rank(r["start_private_mib"])),
+        ("shared data resident per rank, RssShmem (MiB)", lambda r: per_rank(r["shared_mib"])),
+        ("every rank reads the parent's shared expression", lambda r: "yes" if r["all_shared"] else "NO"),
+        (
+            "memory the added rank costs, rise of summed private (MiB)",
+            lambda r: f"{r['extra_mib']:.0f}" if r["processes"] > 1 else "-",
+        ),
+        ("test mse_de of the best model", lambda r: f"{r['test_mse_de']:.4f}"),
+    ]
+    print_table(
+        ["measure", *(f"{r['processes']} process{'es' if r['processes'] > 1 else ''}" for r in runs)],
+        [[label, *(value(r) for r in runs)] for label, value in rows],
+    )
+    print(
+        f"\nparent process after preparing the data: RSS {parent['rss_mib']:.0f} MiB, of which shared memory "
+        f"(RssShmem) {parent['shared_mib']:.0f} MiB; expression tensor {parent['expression_mib']:.1f} MiB "
+        f"(float32), all shared tensors of the cell table {parent['table_mib']:.1f} MiB"
+    )
     if len(runs) > 1:
         worst = max(runs[1:], key=lambda r: r["extra_mib"])
         verdict = "met" if worst["extra_mib"] < TARGET_EXTRA_RANK_MIB else "NOT met"
-        print(f"target: each extra rank on a node adds < 0.3 GB ({TARGET_EXTRA_RANK_MIB:.0f} MiB): {verdict}; "
-              f"largest rise {worst['extra_mib']:.0f} MiB (at {worst['processes']} processes), of which "
-              f"{worst['extra_start_mib']:.0f} MiB is the new process's private memory at start (imports) and "
-              f"{worst['extra_mib'] - worst['extra_start_mib']:.0f} MiB its training. The data are shared, not "
-              f"copied: {'every' if all(r['all_shared'] for r in runs) else 'NOT every'} rank's expression tensor "
-              "is the parent's shared one.")
-        print(f"\nnote: on {os.cpu_count()} cores, {runs[-1]['processes']} processes compete for the same cores, "
-              "so the scaling efficiency measures the overhead of distribution (gradient all-reduce, "
-              "synchronisation, split evaluation, thread contention), not a speed-up.")
-    print("Peak RSS counts shared pages (data, library files) in every rank; private memory does not. "
-          "GPU figures need a GPU.")
+        print(
+            f"target: each extra rank on a node adds < 0.3 GB ({TARGET_EXTRA_RANK_MIB:.0f} MiB): {verdict}; "
+            f"largest rise {worst['extra_mib']:.0f} MiB (at {worst['processes']} processes), of which "
+            f"{worst['extra_start_mib']:.0f} MiB is the new process's private memory at start (imports) and "
+            f"{worst['extra_mib'] - worst['extra_start_mib']:.0f} MiB its training. The data are shared, not "
+            f"copied: {'every' if all(r['all_shared'] for r in runs) else 'NOT every'} rank's expression tensor "
+            "is the parent's shared one."
+        )
+        print(
+            f"\nnote: on {os.cpu_count()} cores, {runs[-1]['processes']} processes compete for the same cores, "
+            "so the scaling efficiency measures the overhead of distribution (gradient all-reduce, "
+            "synchronisation, split evaluation, thread contention), not a speed-up."
+        )
+    print(
+        "Peak RSS counts shared pages (data, library files) in every rank; private memory does not. "
+        "GPU figures need a GPU."
+    )
 
 
 def main():
@@ -176,8 +211,12 @@ def main():
     parser.add_argument("--max-processes", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
-    parser.add_argument("--threads-per-rank", type=int, default=None,
-                        help="torch threads in each worker (default: torch's default, as in train_multi_gpu)")
+    parser.add_argument(
+        "--threads-per-rank",
+        type=int,
+        default=None,
+        help="torch threads in each worker (default: torch's default, as in train_multi_gpu)",
+    )
     add_size_arguments(parser)
     add_record_argument(parser)
     args = parser.parse_args()
@@ -186,10 +225,14 @@ def main():
         pert_data = prepared_synthetic(tmp / "data", args, HIDDEN_SIZE)
         status = status_mib()
         expression = pert_data.cells.expression
-        parent = {"rss_mib": status["VmRSS"], "shared_mib": status["RssShmem"],
-                  "expression_mib": expression.element_size() * expression.numel() / 2**20,
-                  "table_mib": pert_data.cells.nbytes() / 2**20,
-                  "cells": expression.shape[0], "genes": expression.shape[1]}
+        parent = {
+            "rss_mib": status["VmRSS"],
+            "shared_mib": status["RssShmem"],
+            "expression_mib": expression.element_size() * expression.numel() / 2**20,
+            "table_mib": pert_data.cells.nbytes() / 2**20,
+            "cells": expression.shape[0],
+            "genes": expression.shape[1],
+        }
         runs = [run(pert_data, n, args, tmp) for n in range(1, args.max_processes + 1)]
     for fewer, more in zip(runs, runs[1:]):  # memory the added rank costs, and its per-process floor
         more["extra_mib"] = sum(more["peak_private_mib"]) - sum(fewer["peak_private_mib"])

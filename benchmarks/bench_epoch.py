@@ -37,16 +37,13 @@ and the first epoch's seconds, the test-set evaluation of the best model (s, aft
 during the run; CPU: the process's max RSS so far, earlier runs included) and the test
 ``pearson_delta``.
 """
+
 import argparse
 import contextlib
 import logging
 import statistics
 
 import torch
-
-from gears_ddp import PertData
-from gears_ddp.training import cuda_graphs
-from gears_ddp.training.engine import evaluate
 from harness.memory import peak_rss_mib
 from harness.models import new_model
 from harness.record import add_json_argument, add_record_argument, recorded, write_figures
@@ -54,6 +51,10 @@ from harness.settings import LR, WEIGHT_DECAY
 from harness.synthetic import add_size_arguments, load_synthetic
 from harness.tables import StreamedTable
 from harness.timing import Stopwatch
+
+from gears_ddp import PertData
+from gears_ddp.training import cuda_graphs
+from gears_ddp.training.engine import evaluate
 
 
 def peak_memory_mib(device: torch.device) -> float:
@@ -88,8 +89,13 @@ def steps_that_ran(outcome: dict):
         logger.removeHandler(handler)
         logger.setLevel(level)
         text = "\n".join(handler.messages)
-        outcome["steps"] = ("graph" if "training steps replay" in text
-                            else "eager, capture failed" if "could not be captured" in text else "eager")
+        outcome["steps"] = (
+            "graph"
+            if "training steps replay" in text
+            else "eager, capture failed"
+            if "could not be captured" in text
+            else "eager"
+        )
 
 
 def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, graphs: str, epochs: int) -> dict:
@@ -107,12 +113,21 @@ def run(pert_data: PertData, device: torch.device, batch_size: int, amp: str, gr
     loop_s = [record["train_seconds"] for record in gears.history]
     steady = slice(1, None) if epochs > 1 else slice(None)
     cells_per_epoch = len(pert_data.dataloader["train_loader"]) * batch_size
-    return {"batch_size": batch_size, "amp": amp, "cuda_graphs": graphs, "steps": outcome["steps"], "epochs": epochs,
-            "first_epoch_s": epoch_s[0],
-            "epoch_s": statistics.fmean(epoch_s[steady]), "loop_s": statistics.fmean(loop_s[steady]),
-            "cells_per_s": cells_per_epoch / statistics.fmean(loop_s[steady]), "cells_per_epoch": cells_per_epoch,
-            "test_eval_s": test_eval.seconds, "peak_mib": peak_memory_mib(device),
-            "test_pearson_delta": report["model"]["test_pearson_delta"]}
+    return {
+        "batch_size": batch_size,
+        "amp": amp,
+        "cuda_graphs": graphs,
+        "steps": outcome["steps"],
+        "epochs": epochs,
+        "first_epoch_s": epoch_s[0],
+        "epoch_s": statistics.fmean(epoch_s[steady]),
+        "loop_s": statistics.fmean(loop_s[steady]),
+        "cells_per_s": cells_per_epoch / statistics.fmean(loop_s[steady]),
+        "cells_per_epoch": cells_per_epoch,
+        "test_eval_s": test_eval.seconds,
+        "peak_mib": peak_memory_mib(device),
+        "test_pearson_delta": report["model"]["test_pearson_delta"],
+    }
 
 
 def main() -> None:
@@ -120,12 +135,17 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 256])
     parser.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=["off", "bf16", "fp16"])
-    parser.add_argument("--cuda-graphs", nargs="+", default=["on"], choices=["on", "off"],
-                        help="train's cuda_graphs: steps replayed from a CUDA graph (on) or eager (off); "
-                             "on a CPU both are eager")
+    parser.add_argument(
+        "--cuda-graphs",
+        nargs="+",
+        default=["on"],
+        choices=["on", "off"],
+        help="train's cuda_graphs: steps replayed from a CUDA graph (on) or eager (off); on a CPU both are eager",
+    )
     parser.add_argument("--epochs", type=int, default=3)
-    add_size_arguments(parser, genes=5000, cells_per_condition=350, perturbed_genes=100, combos=130,
-                       control_cells=10000)
+    add_size_arguments(
+        parser, genes=5000, cells_per_condition=350, perturbed_genes=100, combos=130, control_cells=10000
+    )
     parser.add_argument("--data-path", default="./data/bench_epoch")
     parser.add_argument("--data-only", action="store_true", help="write and load the dataset once, and stop")
     add_json_argument(parser)
@@ -144,26 +164,64 @@ def measure_epochs(args, device: torch.device) -> None:
     """Write (once) and load the dataset, then train and print a row per batch size and precision."""
     with Stopwatch() as loading:
         pert_data = load_synthetic(args.data_path, args)
-    print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
-          f"{loading.seconds:.0f} s; device {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
-             f" ({torch.get_num_threads()} threads; CUDA graphs change nothing on a CPU: every step is eager)"),
-          flush=True)
+    print(
+        f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes, ready in "
+        f"{loading.seconds:.0f} s; device {device}"
+        + (
+            f" ({torch.cuda.get_device_name(device)})"
+            if device.type == "cuda"
+            else f" ({torch.get_num_threads()} threads; CUDA graphs change nothing on a CPU: every step is eager)"
+        ),
+        flush=True,
+    )
 
     results = []
-    table = StreamedTable(["batch", "amp", "graphs", "steps", "epoch s", "loop s", "cells/s", "1st epoch s",
-                           "test eval s", "peak MiB", "pearson_delta"], left=0)
+    table = StreamedTable(
+        [
+            "batch",
+            "amp",
+            "graphs",
+            "steps",
+            "epoch s",
+            "loop s",
+            "cells/s",
+            "1st epoch s",
+            "test eval s",
+            "peak MiB",
+            "pearson_delta",
+        ],
+        left=0,
+    )
     for batch_size in args.batch_sizes:
         for amp in args.amp:
             for graphs in args.cuda_graphs:
                 r = run(pert_data, device, batch_size, amp, graphs, args.epochs)
                 results.append(r)
-                table.add([r["batch_size"], r["amp"], r["cuda_graphs"], r["steps"], f"{r['epoch_s']:.2f}",
-                           f"{r['loop_s']:.2f}", f"{r['cells_per_s']:.0f}", f"{r['first_epoch_s']:.2f}",
-                           f"{r['test_eval_s']:.2f}", f"{r['peak_mib']:.0f}", f"{r['test_pearson_delta']:.4f}"])
+                table.add(
+                    [
+                        r["batch_size"],
+                        r["amp"],
+                        r["cuda_graphs"],
+                        r["steps"],
+                        f"{r['epoch_s']:.2f}",
+                        f"{r['loop_s']:.2f}",
+                        f"{r['cells_per_s']:.0f}",
+                        f"{r['first_epoch_s']:.2f}",
+                        f"{r['test_eval_s']:.2f}",
+                        f"{r['peak_mib']:.0f}",
+                        f"{r['test_pearson_delta']:.4f}",
+                    ]
+                )
                 if args.json:  # after each run: a run cut short keeps the rows before it
-                    write_figures(args.json, {"device": str(device), "cells": pert_data.adata.n_obs,
-                                              "genes": pert_data.adata.n_vars, "results": results})
+                    write_figures(
+                        args.json,
+                        {
+                            "device": str(device),
+                            "cells": pert_data.adata.n_obs,
+                            "genes": pert_data.adata.n_vars,
+                            "results": results,
+                        },
+                    )
 
 
 if __name__ == "__main__":

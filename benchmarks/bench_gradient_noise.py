@@ -19,17 +19,18 @@ The data are the built-in synthetic dataset (``write_synthetic_dataset``, seed 0
 computes the same function), and the first training batch with its perturbation sets padded
 as for a CUDA graph. The float64 gradient is the same network cast to float64.
 """
+
 import argparse
 import copy
 import dataclasses
 
 import torch
-
-from gears_ddp.training.engine import batch_loss
 from harness.models import new_model
 from harness.record import add_record_argument, recorded
 from harness.synthetic import add_size_arguments, load_synthetic
 from harness.tables import print_table
+
+from gears_ddp.training.engine import batch_loss
 
 
 def gradients(network, batch, context) -> dict[str, torch.Tensor]:
@@ -59,18 +60,24 @@ def main() -> None:
     context64 = dataclasses.replace(context, ctrl_mean=context.ctrl_mean.double())
     batch64 = dataclasses.replace(batch, x=batch.x.double(), y=batch.y.double())
     double = gradients(copy.deepcopy(network).double(), batch64, context64)
-    rows = sorted(((float(double[name].abs().max()), float((single[name] - double[name]).abs().max()), name)
-                   for name in double))
+    rows = sorted(
+        ((float(double[name].abs().max()), float((single[name] - double[name]).abs().max()), name) for name in double)
+    )
     largest = rows[-1][0]
     with recorded(args.record):
-        print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes; hidden {args.hidden}; one "
-              f"padded batch of {args.batch_size} ({batch.sets.n_sets} sets)\n")
-        print_table(["parameter", "largest |gradient|, float64", "float32's error", "noise"],
-                    [[name, f"{value:.3e}", f"{error:.3e}", "yes" if error >= value else ""]
-                     for value, error, name in rows])
+        print(
+            f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes; hidden {args.hidden}; one "
+            f"padded batch of {args.batch_size} ({batch.sets.n_sets} sets)\n"
+        )
+        print_table(
+            ["parameter", "largest |gradient|, float64", "float32's error", "noise"],
+            [[name, f"{value:.3e}", f"{error:.3e}", "yes" if error >= value else ""] for value, error, name in rows],
+        )
         noise = [name for value, error, name in rows if error >= value]
-        print(f"\n{len(noise)} of {len(rows)} parameters have a float32 gradient that is rounding noise (its error at "
-              f"least its float64 value); the largest float64 gradient of any parameter is {largest:.3e}.")
+        print(
+            f"\n{len(noise)} of {len(rows)} parameters have a float32 gradient that is rounding noise (its error at "
+            f"least its float64 value); the largest float64 gradient of any parameter is {largest:.3e}."
+        )
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ What is measured, and how:
 - **The uncertainty-free model at initialisation.** Row 0 of the same table, and the
   root-mean-square of the predicted effect beside that of the noise-free effect.
 """
+
 import argparse
 import contextlib
 import io
@@ -80,7 +81,6 @@ import types
 from pathlib import Path
 
 import numpy as np
-
 from harness.child import run_in_child
 from harness.published import patch_csr_indexing, published_test_figures, reference_available
 from harness.record import add_record_argument, recorded
@@ -90,12 +90,15 @@ from harness.synthetic import work_folder, write_raw_input
 from harness.tables import print_table
 
 NORMAN_STEPS_PER_EPOCH = 2800  # the Norman screen's training cells at batch 32
-PUBLISHED_EPOCHS = 20          # the published default of train()
-DEMO_RANKS = 2                 # gears-ddp demo without a GPU
-PROBE_CELLS = 32               # cells per training condition the published model is read on
+PUBLISHED_EPOCHS = 20  # the published default of train()
+DEMO_RANKS = 2  # gears-ddp demo without a GPU
+PROBE_CELLS = 32  # cells per training condition the published model is read on
 TEST_METRICS = ("mse", "mse_de", "pearson_delta")
-ZERO_FRACTION_GROUPS = ((0.9, 1.01, "zero in >= 90% of control cells"), (0.5, 0.9, "zero in 50-90%"),
-                        (0.0, 0.5, "zero in < 50%"))
+ZERO_FRACTION_GROUPS = (
+    (0.9, 1.01, "zero in >= 90% of control cells"),
+    (0.5, 0.9, "zero in 50-90%"),
+    (0.0, 0.5, "zero in < 50%"),
+)
 
 
 # ----------------------------------------------------------------------------- package-neutral
@@ -103,7 +106,7 @@ ZERO_FRACTION_GROUPS = ((0.9, 1.01, "zero in >= 90% of control cells"), (0.5, 0.
 
 def lr_sum(steps_per_epoch: int, epochs: int, lr: float = LR) -> float:
     """The sum of the learning rate over every step when it halves every epoch."""
-    return steps_per_epoch * lr * sum(0.5 ** e for e in range(epochs))
+    return steps_per_epoch * lr * sum(0.5**e for e in range(epochs))
 
 
 def probe_steps(steps_per_epoch: int, epochs: int) -> list[int]:
@@ -116,12 +119,16 @@ def probe_steps(steps_per_epoch: int, epochs: int) -> list[int]:
 def fit_figures(effects: np.ndarray, truth: dict) -> dict:
     """Training-set figures of predicted effects (conditions x genes, in ``truth``'s order)."""
     observed = truth["observed"] - truth["control"]
-    pearson = [np.nan_to_num(np.corrcoef(e, o)[0, 1]) if e.std() > 0 else 0.0
-               for e, o in zip(effects, observed)]
-    true_r = [np.nan_to_num(np.corrcoef(e, t)[0, 1]) if e.std() > 0 else 0.0
-              for e, t in zip(effects, truth["true_effect"])]
-    return {"pearson_delta": float(np.mean(pearson)), "mse": float(np.mean((effects - observed) ** 2)),
-            "true_r": float(np.mean(true_r)), "effect_rms": float(np.sqrt(np.mean(effects ** 2)))}
+    pearson = [np.nan_to_num(np.corrcoef(e, o)[0, 1]) if e.std() > 0 else 0.0 for e, o in zip(effects, observed)]
+    true_r = [
+        np.nan_to_num(np.corrcoef(e, t)[0, 1]) if e.std() > 0 else 0.0 for e, t in zip(effects, truth["true_effect"])
+    ]
+    return {
+        "pearson_delta": float(np.mean(pearson)),
+        "mse": float(np.mean((effects - observed) ** 2)),
+        "true_r": float(np.mean(true_r)),
+        "effect_rms": float(np.sqrt(np.mean(effects**2))),
+    }
 
 
 def training_truth(pert_data, true_means) -> dict:
@@ -131,11 +138,14 @@ def training_truth(pert_data, true_means) -> dict:
     expression = cells.expression.numpy()
     codes = cells.condition_codes.numpy()
     conditions = [c for c in pert_data.set2conditions["train"] if c != "ctrl"]
-    observed = np.stack([expression[codes == cells.conditions.index(c)].mean(0, dtype=np.float64)
-                         for c in conditions])
+    observed = np.stack([expression[codes == cells.conditions.index(c)].mean(0, dtype=np.float64) for c in conditions])
     true_effect = true_means.loc[conditions].to_numpy() - true_means.loc["ctrl"].to_numpy()
-    return {"conditions": conditions, "control": cells.control_mean().numpy().astype(np.float64),
-            "observed": observed, "true_effect": true_effect}
+    return {
+        "conditions": conditions,
+        "control": cells.control_mean().numpy().astype(np.float64),
+        "observed": observed,
+        "true_effect": true_effect,
+    }
 
 
 def effects_and_noise(pert_data, true_means, truth: dict) -> dict:
@@ -149,22 +159,26 @@ def effects_and_noise(pert_data, true_means, truth: dict) -> dict:
     n = float(np.median([counts[i] for i, c in enumerate(cells.conditions) if c != "ctrl"]))
     effect = np.abs(true_means.drop(index="ctrl").to_numpy() - true_means.loc["ctrl"].to_numpy())
     mean_noise = per_cell_sd / math.sqrt(n)
-    rms_over_conditions = np.sqrt((effect ** 2).mean(0))
+    rms_over_conditions = np.sqrt((effect**2).mean(0))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(per_cell_sd > 0, rms_over_conditions / per_cell_sd, np.nan)
     no_change_mse = float(np.mean((truth["observed"] - truth["control"]) ** 2))
     noise_free = fit_figures(truth["true_effect"], truth)
     observed = truth["observed"] - truth["control"]
     mean_effect = fit_figures(np.tile(observed.mean(0), (len(observed), 1)), truth)
-    return {"mean_effect": mean_effect, "cells_per_condition": n,
-            "per_cell_sd": np.quantile(per_cell_sd, [0.1, 0.5, 0.9]).tolist(),
-            "effect": np.quantile(effect, [0.5, 0.9, 0.99]).tolist(),
-            "ratio": np.nanquantile(ratio, [0.5, 0.9, 0.99]).tolist(),
-            "above_mean_noise": float((effect > mean_noise).mean()),
-            "above_cell_noise": float((effect > per_cell_sd).mean()),
-            "genes_never_above_mean_noise": float((~(effect > mean_noise).any(0)).mean()),
-            "no_change_mse": no_change_mse, "noise_free": noise_free,
-            "true_effect_rms": float(np.sqrt(np.mean(truth["true_effect"] ** 2)))}
+    return {
+        "mean_effect": mean_effect,
+        "cells_per_condition": n,
+        "per_cell_sd": np.quantile(per_cell_sd, [0.1, 0.5, 0.9]).tolist(),
+        "effect": np.quantile(effect, [0.5, 0.9, 0.99]).tolist(),
+        "ratio": np.nanquantile(ratio, [0.5, 0.9, 0.99]).tolist(),
+        "above_mean_noise": float((effect > mean_noise).mean()),
+        "above_cell_noise": float((effect > per_cell_sd).mean()),
+        "genes_never_above_mean_noise": float((~(effect > mean_noise).any(0)).mean()),
+        "no_change_mse": no_change_mse,
+        "noise_free": noise_free,
+        "true_effect_rms": float(np.sqrt(np.mean(truth["true_effect"] ** 2))),
+    }
 
 
 def paired_controls(pert_data, truth: dict, batches: list) -> dict:
@@ -183,8 +197,11 @@ def paired_controls(pert_data, truth: dict, batches: list) -> dict:
     codes = [names.index(c) for c in truth["conditions"]]
     partners = (sums[codes] / counts[codes, None]).numpy() - truth["control"]  # the partners' mean, less control
     noise_free = fit_figures(partners + truth["true_effect"], truth)
-    return {"zero_mse": fit_figures(partners, truth)["mse"], "noise_free_pearson_delta": noise_free["pearson_delta"],
-            "noise_free_mse": noise_free["mse"]}
+    return {
+        "zero_mse": fit_figures(partners, truth)["mse"],
+        "noise_free_pearson_delta": noise_free["pearson_delta"],
+        "noise_free_mse": noise_free["mse"],
+    }
 
 
 def loss_optimal_effects(pert_data, truth: dict, batches: list) -> dict:
@@ -253,13 +270,20 @@ def loss_shares(pert_data, true_means, truth: dict, batches: list) -> dict:
     try:
         for exponent in (4, 2):
             losses.GAMMA = exponent - 2
-            effects = {"no_change": torch.zeros_like(true_effect), "noise_free": true_effect,
-                       "observed": observed_effect}
+            effects = {
+                "no_change": torch.zeros_like(true_effect),
+                "noise_free": true_effect,
+                "observed": observed_effect,
+            }
             error = {name: loss(effect, error_only) for name, effect in effects.items()}
             direction = {name: loss(effect, context) - error[name] for name, effect in effects.items()}
-            groups_share = {label: {"genes": float(genes.float().mean()),
-                                    "noise_free_share": loss(true_effect, error_only, genes) / error["noise_free"]}
-                            for label, genes in groups.items()}
+            groups_share = {
+                label: {
+                    "genes": float(genes.float().mean()),
+                    "noise_free_share": loss(true_effect, error_only, genes) / error["noise_free"],
+                }
+                for label, genes in groups.items()
+            }
             shares[exponent] = {"error": error, "direction": direction, "groups": groups_share}
     finally:
         losses.GAMMA = original
@@ -280,8 +304,14 @@ class StepProbe:
 
     def probe(self) -> None:
         step = len(self.lr)
-        self.rows.append({"step": step, "epoch": step / self.steps_per_epoch, "lr_sum": float(sum(self.lr)),
-                          **fit_figures(self.read_effects(), self.truth)})
+        self.rows.append(
+            {
+                "step": step,
+                "epoch": step / self.steps_per_epoch,
+                "lr_sum": float(sum(self.lr)),
+                **fit_figures(self.read_effects(), self.truth),
+            }
+        )
 
     def after_step(self, optimizer, *_) -> None:
         self.lr.append(optimizer.param_groups[0]["lr"])
@@ -292,7 +322,7 @@ class StepProbe:
         """The rows, each with the mean training loss of the steps since the row before."""
         previous = 0
         for row in self.rows:
-            window = self.losses[previous:row["step"]]
+            window = self.losses[previous : row["step"]]
             row["loss"] = float(np.mean(window)) if window else math.nan
             previous = row["step"]
         return {"steps_per_epoch": self.steps_per_epoch, "steps": len(self.lr), "rows": self.rows}
@@ -341,8 +371,11 @@ def run_ours(raw: Path, workdir: Path, truth: dict, args) -> dict:
     def test_figures(summary):
         return {metric: summary[f"test_{metric}"] for metric in TEST_METRICS}
 
-    return {**probe.result(), "test": test_figures(report["model"]),
-            "baselines": {name: test_figures(summary) for name, summary in report["baselines"].items()}}
+    return {
+        **probe.result(),
+        "test": test_figures(report["model"]),
+        "baselines": {name: test_figures(summary) for name, summary in report["baselines"].items()},
+    }
 
 
 def run_reference(raw: Path, workdir: Path, truth: dict, args) -> dict:
@@ -394,8 +427,10 @@ def run_reference(raw: Path, workdir: Path, truth: dict, args) -> dict:
     result = evaluate(pert_data.dataloader["test_loader"], g.best_model, False, "cpu")
     overall = compute_metrics(result)[0]
     pearson = published_test_figures(pert_data, result, overall, compute_metrics, deeper_analysis)["pearson_delta"]
-    return {**probe.result(), "test": {"mse": float(overall["mse"]), "mse_de": float(overall["mse_de"]),
-                                       "pearson_delta": pearson}}
+    return {
+        **probe.result(),
+        "test": {"mse": float(overall["mse"]), "mse_de": float(overall["mse_de"]), "pearson_delta": pearson},
+    }
 
 
 def measured_run(impl: str, raw: str, truth_file: str, options: dict) -> dict:
@@ -421,8 +456,9 @@ def measure(impl: str, raw: Path, truth_file: Path, args) -> dict | None:
     """``measured_run`` in a child process whose OpenMP threads sleep while they wait (threads
     that spin slow a shared machine down), unless the environment says otherwise."""
     environment = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    return run_in_child(__file__, "measured_run", impl, str(raw), str(truth_file), vars(args),
-                        environment=environment, label=impl)
+    return run_in_child(
+        __file__, "measured_run", impl, str(raw), str(truth_file), vars(args), environment=environment, label=impl
+    )
 
 
 # ----------------------------------------------------------------------------- report
@@ -431,94 +467,159 @@ def measure(impl: str, raw: Path, truth_file: Path, args) -> dict | None:
 def print_steps(steps_per_epoch: int, train_cells: int, args) -> None:
     demo = train_cells // (args.batch_size * DEMO_RANKS)
     k = args.passes_per_epoch
-    runs = [(f"this run (1 process, batch 32{f', {k} passes per epoch' if k > 1 else ''})", steps_per_epoch * k,
-             args.epochs),
-            (f"gears-ddp demo ({DEMO_RANKS} ranks x batch 32)", demo, args.epochs),
-            ("Norman, batch 32, 1 epoch", NORMAN_STEPS_PER_EPOCH, 1),
-            (f"Norman, batch 32, {PUBLISHED_EPOCHS} epochs", NORMAN_STEPS_PER_EPOCH, PUBLISHED_EPOCHS)]
+    runs = [
+        (
+            f"this run (1 process, batch 32{f', {k} passes per epoch' if k > 1 else ''})",
+            steps_per_epoch * k,
+            args.epochs,
+        ),
+        (f"gears-ddp demo ({DEMO_RANKS} ranks x batch 32)", demo, args.epochs),
+        ("Norman, batch 32, 1 epoch", NORMAN_STEPS_PER_EPOCH, 1),
+        (f"Norman, batch 32, {PUBLISHED_EPOCHS} epochs", NORMAN_STEPS_PER_EPOCH, PUBLISHED_EPOCHS),
+    ]
     print("\nOptimiser steps and learning rate (published schedule: lr 1e-3 halved every epoch):\n")
-    print_table(["run", "steps / epoch", "epochs", "steps", "sum of lr", "full-rate steps", "of them in epochs 1-3"],
-           [[name, str(n), str(e), str(n * e), f"{lr_sum(n, e):.3f}", f"{lr_sum(n, e) / LR:.0f}",
-             f"{min(1.0, lr_sum(n, min(e, 3)) / lr_sum(n, e)):.1%}"] for name, n, e in runs])
+    print_table(
+        ["run", "steps / epoch", "epochs", "steps", "sum of lr", "full-rate steps", "of them in epochs 1-3"],
+        [
+            [
+                name,
+                str(n),
+                str(e),
+                str(n * e),
+                f"{lr_sum(n, e):.3f}",
+                f"{lr_sum(n, e) / LR:.0f}",
+                f"{min(1.0, lr_sum(n, min(e, 3)) / lr_sum(n, e)):.1%}",
+            ]
+            for name, n, e in runs
+        ],
+    )
 
 
 def print_noise(stats: dict) -> None:
     q = lambda values: " / ".join(f"{v:.3g}" for v in values)  # noqa: E731
-    print(f"\nTrue effects against per-cell noise, per gene ({stats['cells_per_condition']:.0f} cells per perturbed "
-          "condition; quantiles 50% / 90% / 99% unless said):\n")
+    print(
+        f"\nTrue effects against per-cell noise, per gene ({stats['cells_per_condition']:.0f} cells per perturbed "
+        "condition; quantiles 50% / 90% / 99% unless said):\n"
+    )
     noise_free = stats["noise_free"]
-    rows = [["|true effect| over (condition, gene)", q(stats["effect"])],
-            ["per-cell sd of a gene in control cells (10% / 50% / 90%)", q(stats["per_cell_sd"])],
-            ["rms true effect over conditions / per-cell sd, per gene", q(stats["ratio"])],
-            ["(condition, gene) with |true effect| > noise of its condition mean",
-             f"{stats['above_mean_noise']:.2%}"],
-            ["(condition, gene) with |true effect| > per-cell sd", f"{stats['above_cell_noise']:.2%}"],
-            ["genes whose true effect never exceeds the noise of a condition mean",
-             f"{stats['genes_never_above_mean_noise']:.1%}"],
-            ["train: noise-free truth as prediction, pearson_delta", f"{noise_free['pearson_delta']:.4f}"],
-            ["train: noise-free truth as prediction, mse (noise of the observed means)", f"{noise_free['mse']:.4f}"],
-            ["train: the mean training effect as prediction, pearson_delta / mse",
-             f"{stats['mean_effect']['pearson_delta']:.4f} / {stats['mean_effect']['mse']:.4f}"],
-            ["train: no change (the control mean), mse", f"{stats['no_change_mse']:.4f}"],
-            ["train: zero effect on the paired control cells (as evaluation predicts), mse",
-             f"{stats['paired']['zero_mse']:.4f}"],
-            ["train: noise-free effect on the paired control cells, pearson_delta",
-             f"{stats['paired']['noise_free_pearson_delta']:.4f}"],
-            ["train: noise-free effect on the paired control cells, mse", f"{stats['paired']['noise_free_mse']:.4f}"],
-            ["rms of the true effect (train conditions)", f"{stats['true_effect_rms']:.4f}"]]
+    rows = [
+        ["|true effect| over (condition, gene)", q(stats["effect"])],
+        ["per-cell sd of a gene in control cells (10% / 50% / 90%)", q(stats["per_cell_sd"])],
+        ["rms true effect over conditions / per-cell sd, per gene", q(stats["ratio"])],
+        ["(condition, gene) with |true effect| > noise of its condition mean", f"{stats['above_mean_noise']:.2%}"],
+        ["(condition, gene) with |true effect| > per-cell sd", f"{stats['above_cell_noise']:.2%}"],
+        [
+            "genes whose true effect never exceeds the noise of a condition mean",
+            f"{stats['genes_never_above_mean_noise']:.1%}",
+        ],
+        ["train: noise-free truth as prediction, pearson_delta", f"{noise_free['pearson_delta']:.4f}"],
+        ["train: noise-free truth as prediction, mse (noise of the observed means)", f"{noise_free['mse']:.4f}"],
+        [
+            "train: the mean training effect as prediction, pearson_delta / mse",
+            f"{stats['mean_effect']['pearson_delta']:.4f} / {stats['mean_effect']['mse']:.4f}",
+        ],
+        ["train: no change (the control mean), mse", f"{stats['no_change_mse']:.4f}"],
+        [
+            "train: zero effect on the paired control cells (as evaluation predicts), mse",
+            f"{stats['paired']['zero_mse']:.4f}",
+        ],
+        [
+            "train: noise-free effect on the paired control cells, pearson_delta",
+            f"{stats['paired']['noise_free_pearson_delta']:.4f}",
+        ],
+        ["train: noise-free effect on the paired control cells, mse", f"{stats['paired']['noise_free_mse']:.4f}"],
+        ["rms of the true effect (train conditions)", f"{stats['true_effect_rms']:.4f}"],
+    ]
     print_table(["measure", "value"], rows)
 
 
 def print_loss(shares: dict) -> None:
-    print("\nThe GEARS loss over one pass of the training cells, each predicted as its control partner plus "
-          "an effect: its error term, and its direction term (weight 0.1, the published default); "
-          "'reducible' is the share of the error term that the noise-free effect removes:\n")
+    print(
+        "\nThe GEARS loss over one pass of the training cells, each predicted as its control partner plus "
+        "an effect: its error term, and its direction term (weight 0.1, the published default); "
+        "'reducible' is the share of the error term that the noise-free effect removes:\n"
+    )
     rows = []
     for exponent, label in ((4, "|err|^4 (published, gamma = 2)"), (2, "|err|^2 (for comparison)")):
         for term in ("error", "direction"):
             s = shares[exponent][term]
             reducible = (s["no_change"] - s["noise_free"]) / s["no_change"] if term == "error" else None
-            rows.append([label if term == "error" else "", f"{term} term", f"{s['no_change']:.4f}",
-                         f"{s['noise_free']:.4f}", f"{s['observed']:.4f}",
-                         "" if reducible is None else f"{reducible:.2%}"])
+            rows.append(
+                [
+                    label if term == "error" else "",
+                    f"{term} term",
+                    f"{s['no_change']:.4f}",
+                    f"{s['noise_free']:.4f}",
+                    f"{s['observed']:.4f}",
+                    "" if reducible is None else f"{reducible:.2%}",
+                ]
+            )
     print_table(["loss", "term", "zero effect", "noise-free effect", "observed train effect", "reducible"], rows)
     print("\nShare of the error term left with the noise-free effect (noise no model can fit), by group of genes:\n")
-    rows = [[label, f"{shares[4]['groups'][label]['genes']:.1%}",
-             f"{shares[4]['groups'][label]['noise_free_share']:.1%}",
-             f"{shares[2]['groups'][label]['noise_free_share']:.1%}"] for _, _, label in ZERO_FRACTION_GROUPS]
+    rows = [
+        [
+            label,
+            f"{shares[4]['groups'][label]['genes']:.1%}",
+            f"{shares[4]['groups'][label]['noise_free_share']:.1%}",
+            f"{shares[2]['groups'][label]['noise_free_share']:.1%}",
+        ]
+        for _, _, label in ZERO_FRACTION_GROUPS
+    ]
     print_table(["genes", "share of genes", "share of |err|^4", "share of |err|^2"], rows)
     optimal = shares["optimal"]
-    print("\nThe effect that minimises each error term, per training condition and gene, over the condition's "
-          "cells and their control partners, scored as the training-set fit is:\n")
-    rows = [[label, *(f"{optimal[key][figure]:.4f}" for figure in ("pearson_delta", "mse", "true_r"))]
-            for key, label in (("quartic", "minimises |err|^4 (published)"),
-                               ("squared", "minimises |err|^2 (the mean shift)"))]
+    print(
+        "\nThe effect that minimises each error term, per training condition and gene, over the condition's "
+        "cells and their control partners, scored as the training-set fit is:\n"
+    )
+    rows = [
+        [label, *(f"{optimal[key][figure]:.4f}" for figure in ("pearson_delta", "mse", "true_r"))]
+        for key, label in (
+            ("quartic", "minimises |err|^4 (published)"),
+            ("squared", "minimises |err|^2 (the mean shift)"),
+        )
+    ]
     print_table(["effect", "pearson_delta", "mse", "true r"], rows)
 
 
 def print_fit(results: dict, stats: dict) -> None:
     names = {"ours": "gears_ddp", "reference": "published"}
-    print("\nTraining-set fit of the predicted effect over optimiser steps (see the module docstring; "
-          "mse / no change below 1 is better than no change):\n")
+    print(
+        "\nTraining-set fit of the predicted effect over optimiser steps (see the module docstring; "
+        "mse / no change below 1 is better than no change):\n"
+    )
     header = ["step", "passes", "sum of lr"]
     for impl in results:
-        header += [f"{names[impl]} loss", f"{names[impl]} pearson_delta", f"{names[impl]} mse / no change",
-                   f"{names[impl]} true r"]
+        header += [
+            f"{names[impl]} loss",
+            f"{names[impl]} pearson_delta",
+            f"{names[impl]} mse / no change",
+            f"{names[impl]} true r",
+        ]
     first = next(iter(results.values()))
     rows = []
     for i, base in enumerate(first["rows"]):
         row = [str(base["step"]), f"{base['epoch']:.2f}", f"{base['lr_sum']:.4f}"]
         for result in results.values():
             r = result["rows"][i] if i < len(result["rows"]) else None
-            row += ["-"] * 4 if r is None else [
-                "-" if math.isnan(r["loss"]) else f"{r['loss']:.3f}", f"{r['pearson_delta']:.4f}",
-                f"{r['mse'] / stats['no_change_mse']:.3f}", f"{r['true_r']:.4f}"]
+            row += (
+                ["-"] * 4
+                if r is None
+                else [
+                    "-" if math.isnan(r["loss"]) else f"{r['loss']:.3f}",
+                    f"{r['pearson_delta']:.4f}",
+                    f"{r['mse'] / stats['no_change_mse']:.3f}",
+                    f"{r['true_r']:.4f}",
+                ]
+            )
         rows.append(row)
     print_table(header, rows)
-    print("\nAt initialisation, rms of the predicted effect: "
-          + ", ".join(f"{names[impl]} {r['rows'][0]['effect_rms']:.4f}" for impl, r in results.items())
-          + f"; of the noise-free effect: {stats['true_effect_rms']:.4f}. At the end: "
-          + ", ".join(f"{names[impl]} {r['rows'][-1]['effect_rms']:.4f}" for impl, r in results.items()) + ".")
+    print(
+        "\nAt initialisation, rms of the predicted effect: "
+        + ", ".join(f"{names[impl]} {r['rows'][0]['effect_rms']:.4f}" for impl, r in results.items())
+        + f"; of the noise-free effect: {stats['true_effect_rms']:.4f}. At the end: "
+        + ", ".join(f"{names[impl]} {r['rows'][-1]['effect_rms']:.4f}" for impl, r in results.items())
+        + "."
+    )
 
 
 def print_test(results: dict) -> None:
@@ -527,8 +628,14 @@ def print_test(results: dict) -> None:
     baselines = results["ours"].get("baselines", {})
     print("\nTest metrics of the kept model (lowest val mse_de), beside the baselines (gears_ddp's scoring):\n")
     header = ["metric", *(names[impl] for impl in results), *baselines]
-    rows = [[metric, *(f"{r['test'][metric]:.4f}" if "test" in r else "-" for r in results.values()),
-             *(f"{b[metric]:.4f}" for b in baselines.values())] for metric in TEST_METRICS]
+    rows = [
+        [
+            metric,
+            *(f"{r['test'][metric]:.4f}" if "test" in r else "-" for r in results.values()),
+            *(f"{b[metric]:.4f}" for b in baselines.values()),
+        ]
+        for metric in TEST_METRICS
+    ]
     print_table(header, rows)
 
 
@@ -538,10 +645,14 @@ def main():
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=SPLIT["seed"], help="split, weights, pairing and shuffling")
     parser.add_argument("--skip-reference", action="store_true")
-    parser.add_argument("--passes-per-epoch", type=int, default=1,
-                        help="gears_ddp only (implies --skip-reference): halve the learning rate once every this "
-                             "many passes over the training cells, as the published schedule would on a training set "
-                             "this many times larger (a diagnostic; the published schedule is 1)")
+    parser.add_argument(
+        "--passes-per-epoch",
+        type=int,
+        default=1,
+        help="gears_ddp only (implies --skip-reference): halve the learning rate once every this "
+        "many passes over the training cells, as the published schedule would on a training set "
+        "this many times larger (a diagnostic; the published schedule is 1)",
+    )
     add_record_argument(parser)
     args = parser.parse_args()
 
@@ -565,19 +676,28 @@ def main():
         shares = loss_shares(pert_data, true_means, truth, batches)
         shares["optimal"] = loss_optimal_effects(pert_data, truth, batches)
         train_cells = len(pert_data.cells.cells_of(pert_data.set2conditions["train"]))
-        implementations = ["ours"] if args.skip_reference or args.passes_per_epoch > 1 or not reference_available() \
+        implementations = (
+            ["ours"]
+            if args.skip_reference or args.passes_per_epoch > 1 or not reference_available()
             else ["ours", "reference"]
+        )
         results = {impl: measure(impl, raw, truth_file, args) for impl in implementations}
     results = {impl: r for impl, r in results.items() if r is not None}
     if "ours" not in results:
         sys.exit(1)
     with recorded(args.record):
-        print(f"\n{pert_data.cells.n_cells} cells x {len(pert_data.var)} genes; split simulation, seed {args.seed}; "
-              f"{len(truth['conditions'])} perturbed training conditions, {train_cells} training cells; batch "
-              f"{args.batch_size}, hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}, "
-              f"{args.epochs} epochs"
-              + (f" of {args.passes_per_epoch} passes over the training cells each (diagnostic)"
-                 if args.passes_per_epoch > 1 else "") + "; CPU")
+        print(
+            f"\n{pert_data.cells.n_cells} cells x {len(pert_data.var)} genes; split simulation, seed {args.seed}; "
+            f"{len(truth['conditions'])} perturbed training conditions, {train_cells} training cells; batch "
+            f"{args.batch_size}, hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}, "
+            f"{args.epochs} epochs"
+            + (
+                f" of {args.passes_per_epoch} passes over the training cells each (diagnostic)"
+                if args.passes_per_epoch > 1
+                else ""
+            )
+            + "; CPU"
+        )
         print_steps(results["ours"]["steps_per_epoch"], train_cells, args)
         print_noise(stats)
         print_loss(shares)

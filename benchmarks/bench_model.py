@@ -30,7 +30,8 @@ difference in quality comparisons.
 
 ``--seed S`` (used by ``bench_quality.py``) makes a run reproducible and varies it with S
 (``harness.side_by_side`` seeds both packages alike): Python's, numpy's and torch's global
-generators are seeded with S before ``new_data_process`` (the published package pairs each perturbed cell with a control cell
+generators are seeded with S before ``new_data_process`` (the published package pairs each perturbed cell with a
+control cell
 drawn from numpy's global generator there, otherwise unseeded) and again right before
 ``model_initialize`` (in place of ``torch.manual_seed(0)``; initial weights, and the
 published training shuffle, which draws from torch's global generator), the split is
@@ -44,7 +45,8 @@ monkeypatched into the child process only):
   training loader (batches, forward, loss, backward, clipping, optimiser steps), without
   the per-epoch evaluation.
   gears_ddp: the ``train_seconds`` of each ``GEARS.history`` record (the loop and the
-  reduction of its loss, which waits for the last step). Published: the loop is not a function, so it is delimited by two hooks: its start
+  reduction of its loss, which waits for the last step). Published: the loop is not a function, so it is delimited by
+  two hooks: its start
   is when iteration over ``dataloader['train_loader']`` begins while the model is in
   training mode (the loader is wrapped in a proxy that records that moment; evaluation
   iterates the same loader in eval mode and is not counted), its end is the
@@ -108,6 +110,7 @@ Its import seeds torch (``torch.manual_seed(0)``) and it prints freely: its stdo
 stderr are discarded. Also note: the published ``get_dataloader`` ignores
 ``test_batch_size`` (its val and test loaders use ``batch_size``).
 """
+
 import argparse
 import contextlib
 import importlib
@@ -129,12 +132,13 @@ from harness.synthetic import work_folder, write_raw_input
 from harness.tables import format_number, print_table
 from harness.timing import Stopwatch, median_seconds, timed_calls
 
+
 def run_ours(raw: Path, workdir: Path, args) -> dict:
     import gears_ddp.training.recipe as recipe
     from gears_ddp import PertData
-    from gears_ddp.training.engine import evaluate
-    from gears_ddp.gears import GEARS
     from gears_ddp.evaluation.metrics import compute_metrics
+    from gears_ddp.gears import GEARS
+    from gears_ddp.training.engine import evaluate
 
     evals = []
     recipe.evaluate = timed_calls(recipe.evaluate, evals)
@@ -148,24 +152,32 @@ def run_ours(raw: Path, workdir: Path, args) -> dict:
 
     loader = pert_data.dataloader["test_loader"]
     test_eval_s, result = median_seconds(
-        lambda: evaluate(g.best_model, loader, g.new_accumulator(), False, g.device), args.eval_repeats)
+        lambda: evaluate(g.best_model, loader, g.new_accumulator(), False, g.device), args.eval_repeats
+    )
     metrics_s, _ = median_seconds(lambda: compute_metrics(result), args.eval_repeats)
 
     n_epochs = len(g.history)
-    return {"paired_controls": _test_figures(_paired_controls_summary(g, loader)),
-            "epoch_s": [r["seconds"] for r in g.history],
-            "loop_s": [r["train_seconds"] for r in g.history],
-            "eval_pass_s": [evals[2 * e][1] - evals[2 * e][0] + evals[2 * e + 1][1] - evals[2 * e + 1][0]
-                            for e in range(n_epochs)],
-            "val_mse_de": [r["val_mse_de"] for r in g.history],
-            "cells_per_epoch": len(pert_data.dataloader["train_loader"]) * args.batch_size,
-            "test_eval_s": test_eval_s, "compute_metrics_s": metrics_s, "data_s": data_s, "model_s": model_s,
-            "train_s": train_call.seconds, "train_parts": report["timing"],
-            "test_cells": sum(len(b) for b in loader),
-            **_test_figures(report["model"]),
-            "baselines": {name: _test_figures(summary) for name, summary in report["baselines"].items()},
-            "subgroup_sizes": {name: len(pert_data.subgroup["test_subgroup"].get(name, [])) for name in SUBGROUPS},
-            **_common(pert_data.adata)}
+    return {
+        "paired_controls": _test_figures(_paired_controls_summary(g, loader)),
+        "epoch_s": [r["seconds"] for r in g.history],
+        "loop_s": [r["train_seconds"] for r in g.history],
+        "eval_pass_s": [
+            evals[2 * e][1] - evals[2 * e][0] + evals[2 * e + 1][1] - evals[2 * e + 1][0] for e in range(n_epochs)
+        ],
+        "val_mse_de": [r["val_mse_de"] for r in g.history],
+        "cells_per_epoch": len(pert_data.dataloader["train_loader"]) * args.batch_size,
+        "test_eval_s": test_eval_s,
+        "compute_metrics_s": metrics_s,
+        "data_s": data_s,
+        "model_s": model_s,
+        "train_s": train_call.seconds,
+        "train_parts": report["timing"],
+        "test_cells": sum(len(b) for b in loader),
+        **_test_figures(report["model"]),
+        "baselines": {name: _test_figures(summary) for name, summary in report["baselines"].items()},
+        "subgroup_sizes": {name: len(pert_data.subgroup["test_subgroup"].get(name, [])) for name in SUBGROUPS},
+        **_common(pert_data.adata),
+    }
 
 
 def _paired_controls_summary(g, loader) -> dict:
@@ -184,9 +196,12 @@ def _paired_controls_summary(g, loader) -> dict:
 def _test_figures(summary: dict) -> dict:
     """``mse``, ``mse_de``, ``pearson_delta`` and the subgroups' ``pearson_delta`` (NaN for a subgroup
     without conditions) from a gears_ddp test summary (``GEARS.test``)."""
-    return {"mse": summary["test_mse"], "mse_de": summary["test_mse_de"],
-            "pearson_delta": summary["test_pearson_delta"],
-            "subgroups": {name: summary.get(f"test_{name}_pearson_delta", math.nan) for name in SUBGROUPS}}
+    return {
+        "mse": summary["test_mse"],
+        "mse_de": summary["test_mse_de"],
+        "pearson_delta": summary["test_pearson_delta"],
+        "subgroups": {name: summary.get(f"test_{name}_pearson_delta", math.nan) for name in SUBGROUPS},
+    }
 
 
 def run_reference(raw: Path, workdir: Path, args) -> dict:
@@ -229,27 +244,36 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
 
     # the epoch's two compute_metrics calls (train, val) follow its StepLR.step; the val one ends the epoch
     epoch_ends = [[t for t in metric_calls if t > step][1] for step in steps]
-    train_parts = {"set-up": loop_starts[0] - train_call.started, "epochs": epoch_ends[-1] - loop_starts[0],
-                   "test": train_call.started + train_call.seconds - epoch_ends[-1]}
+    train_parts = {
+        "set-up": loop_starts[0] - train_call.started,
+        "epochs": epoch_ends[-1] - loop_starts[0],
+        "test": train_call.started + train_call.seconds - epoch_ends[-1],
+    }
     epoch_evals = [[(b, e) for b, e in evals if step < b < end] for step, end in zip(steps, epoch_ends)]
     loader = pert_data.dataloader["test_loader"]
-    test_eval_s, result = median_seconds(lambda: evaluate(loader, g.best_model, False, args.device),
-                                         args.eval_repeats)
+    test_eval_s, result = median_seconds(lambda: evaluate(loader, g.best_model, False, args.device), args.eval_repeats)
     metrics_s, (overall, _) = median_seconds(lambda: compute_metrics(result), args.eval_repeats)
     subgroups = pert_data.subgroup["test_subgroup"]
-    return {**published_test_figures(pert_data, result, overall, compute_metrics, deeper_analysis),
-            "paired_controls": published_test_figures(pert_data, *_reference_paired_controls(loader, compute_metrics),
-                                                  compute_metrics, deeper_analysis),
-            "epoch_s": [end - begin for begin, end in zip(loop_starts, epoch_ends)],
-            "loop_s": [step - begin for begin, step in zip(loop_starts, steps)],
-            "eval_pass_s": [sum(e - b for b, e in calls) for calls in epoch_evals],
-            "val_mse_de": val_mse_de[1:2 * len(steps):2],
-            "cells_per_epoch": len(train_loader) * args.batch_size,
-            "test_eval_s": test_eval_s, "compute_metrics_s": metrics_s, "data_s": data_s, "model_s": model_s,
-            "train_s": train_call.seconds, "train_parts": train_parts,
-            "test_cells": len(result["pert_cat"]),
-            "subgroup_sizes": {name: len(subgroups.get(name, [])) for name in SUBGROUPS},
-            **_common(pert_data.adata)}
+    return {
+        **published_test_figures(pert_data, result, overall, compute_metrics, deeper_analysis),
+        "paired_controls": published_test_figures(
+            pert_data, *_reference_paired_controls(loader, compute_metrics), compute_metrics, deeper_analysis
+        ),
+        "epoch_s": [end - begin for begin, end in zip(loop_starts, epoch_ends)],
+        "loop_s": [step - begin for begin, step in zip(loop_starts, steps)],
+        "eval_pass_s": [sum(e - b for b, e in calls) for calls in epoch_evals],
+        "val_mse_de": val_mse_de[1 : 2 * len(steps) : 2],
+        "cells_per_epoch": len(train_loader) * args.batch_size,
+        "test_eval_s": test_eval_s,
+        "compute_metrics_s": metrics_s,
+        "data_s": data_s,
+        "model_s": model_s,
+        "train_s": train_call.seconds,
+        "train_parts": train_parts,
+        "test_cells": len(result["pert_cat"]),
+        "subgroup_sizes": {name: len(subgroups.get(name, [])) for name in SUBGROUPS},
+        **_common(pert_data.adata),
+    }
 
 
 def _reference_paired_controls(loader, compute_metrics) -> tuple[dict, dict]:
@@ -268,8 +292,13 @@ def _reference_paired_controls(loader, compute_metrics) -> tuple[dict, dict]:
         for i, de_idx in enumerate(batch.de_idx):
             pred_de.append(x[i, de_idx])
             truth_de.append(batch.y[i, de_idx])
-    result = {"pert_cat": np.array(pert_cat), "pred": torch.cat(pred).numpy(), "truth": torch.cat(truth).numpy(),
-              "pred_de": torch.stack(pred_de).numpy(), "truth_de": torch.stack(truth_de).numpy()}
+    result = {
+        "pert_cat": np.array(pert_cat),
+        "pred": torch.cat(pred).numpy(),
+        "truth": torch.cat(truth).numpy(),
+        "pred_de": torch.stack(pred_de).numpy(),
+        "truth_de": torch.stack(truth_de).numpy(),
+    }
     return result, compute_metrics(result)[0]
 
 
@@ -291,6 +320,7 @@ class _LoopStartProxy:
 
 def _common(adata) -> dict:
     import torch
+
     n_cells, n_genes = adata.shape
     return {"cells": n_cells, "genes": n_genes, "threads": torch.get_num_threads()}
 
@@ -332,11 +362,13 @@ def measure(impl: str, raw: Path, args) -> dict | None:
 
 def _derived(r: dict) -> dict:
     loops, epochs = sum(r["loop_s"]), len(r["epoch_s"])
-    return {"throughput": r["cells_per_epoch"] * epochs / loops,
-            "loop": loops / epochs,
-            "epoch": sum(r["epoch_s"]) / epochs,
-            "epoch_eval": (sum(r["epoch_s"]) - loops) / epochs,
-            "eval_pass": sum(r["eval_pass_s"]) / epochs}
+    return {
+        "throughput": r["cells_per_epoch"] * epochs / loops,
+        "loop": loops / epochs,
+        "epoch": sum(r["epoch_s"]) / epochs,
+        "epoch_eval": (sum(r["epoch_s"]) - loops) / epochs,
+        "eval_pass": sum(r["eval_pass_s"]) / epochs,
+    }
 
 
 def _figure(value) -> str:
@@ -349,16 +381,20 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
     test_cells = f"{ours['test_cells']} test cells"
     if reference and reference["test_cells"] != ours["test_cells"]:
         test_cells += f" (published: {reference['test_cells']})"
-    print(f"\n{ours['cells']} cells x {ours['genes']} genes; split simulation (seed {split_seed(args)}); "
-          f"batch {args.batch_size}, test batch {args.test_batch_size}; "
-          f"hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}; "
-          f"{epochs} epochs of {ours['cells_per_epoch']} training cells; {test_cells}; "
-          f"device {args.device}; CPU, {os.cpu_count()} cores, torch threads {ours['threads']}\n")
-    rows = [("training throughput (train cells / s) [ours/published]", "throughput", True),
-            ("training loop (s / epoch)", "loop", False),
-            ("seconds per epoch incl. train+val evaluation", "epoch", False),
-            ("  of which per-epoch evaluation (s)", "epoch_eval", False),
-            ("    of which evaluate() passes, train+val (s)", "eval_pass", False)]
+    print(
+        f"\n{ours['cells']} cells x {ours['genes']} genes; split simulation (seed {split_seed(args)}); "
+        f"batch {args.batch_size}, test batch {args.test_batch_size}; "
+        f"hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}; "
+        f"{epochs} epochs of {ours['cells_per_epoch']} training cells; {test_cells}; "
+        f"device {args.device}; CPU, {os.cpu_count()} cores, torch threads {ours['threads']}\n"
+    )
+    rows = [
+        ("training throughput (train cells / s) [ours/published]", "throughput", True),
+        ("training loop (s / epoch)", "loop", False),
+        ("seconds per epoch incl. train+val evaluation", "epoch", False),
+        ("  of which per-epoch evaluation (s)", "epoch_eval", False),
+        ("    of which evaluate() passes, train+val (s)", "eval_pass", False),
+    ]
     not_run = "not run" if reference is None else None
 
     def row(label, a, b, higher_is_better=False):
@@ -366,65 +402,107 @@ def print_tables(ours: dict, reference: dict | None, args) -> None:
         return [label, _figure(a), not_run or _figure(b), ratio]
 
     table = [row(label, mine[key], theirs[key] if theirs else None, higher) for label, key, higher in rows]
-    memory = [("peak memory, max RSS (MiB)", "peak_rss_mib"),
-              ("peak memory above the RSS after imports (MiB)", "peak_above_imports_mib")]
+    memory = [
+        ("peak memory, max RSS (MiB)", "peak_rss_mib"),
+        ("peak memory above the RSS after imports (MiB)", "peak_above_imports_mib"),
+    ]
     if "peak_gpu_mib" in ours:
         memory.append(("peak GPU memory, allocated (MiB)", "peak_gpu_mib"))
-    table += [row(label, ours[key], reference[key] if reference else None)
-              for label, key in ((f"test-set evaluation pass (s, median of {args.eval_repeats})", "test_eval_s"),
-                                 ("compute_metrics on it (s)", "compute_metrics_s"),
-                                 ("raw h5ad -> loaders (s)", "data_s"),
-                                 ("GEARS(...) + model_initialize (s)", "model_s"), *memory)]
+    table += [
+        row(label, ours[key], reference[key] if reference else None)
+        for label, key in (
+            (f"test-set evaluation pass (s, median of {args.eval_repeats})", "test_eval_s"),
+            ("compute_metrics on it (s)", "compute_metrics_s"),
+            ("raw h5ad -> loaders (s)", "data_s"),
+            ("GEARS(...) + model_initialize (s)", "model_s"),
+            *memory,
+        )
+    ]
     print_table(["measure", "gears_ddp", "published GEARS", "ratio"], table)
-    print("\nratio = published / gears_ddp for times and memory, gears_ddp / published for throughput "
-          "(above 1: gears_ddp is better).")
+    print(
+        "\nratio = published / gears_ddp for times and memory, gears_ddp / published for throughput "
+        "(above 1: gears_ddp is better)."
+    )
     print_train_parts(ours, reference, args)
     for r, name in ((ours, "gears_ddp"), (reference, "published")):
         if r:
-            print(f"{name}: seconds per epoch {[round(s, 2) for s in r['epoch_s']]}, training loops "
-                  f"{[round(s, 2) for s in r['loop_s']]}, val mse_de {[round(v, 4) for v in r['val_mse_de']]}")
+            print(
+                f"{name}: seconds per epoch {[round(s, 2) for s in r['epoch_s']]}, training loops "
+                f"{[round(s, 2) for s in r['loop_s']]}, val mse_de {[round(v, 4) for v in r['val_mse_de']]}"
+            )
 
     print(f"\nTest metrics of the best model (lowest val mse_de) after {epochs} epochs:\n")
     n_test = sum(ours["subgroup_sizes"].values())
-    metric_rows = [("test mse_de", n_test, lambda r: r["mse_de"]),
-                   ("test pearson_delta", n_test, lambda r: r["pearson_delta"])]
-    metric_rows += [(f"test {name} pearson_delta", ours["subgroup_sizes"][name],
-                     lambda r, name=name: r["subgroups"][name]) for name in SUBGROUPS]
-    print_table(["metric", "conditions", "gears_ddp", "published GEARS"],
-                [[label, str(n), _figure(value(ours)), not_run or _figure(value(reference))]
-                 for label, n, value in metric_rows])
+    metric_rows = [
+        ("test mse_de", n_test, lambda r: r["mse_de"]),
+        ("test pearson_delta", n_test, lambda r: r["pearson_delta"]),
+    ]
+    metric_rows += [
+        (f"test {name} pearson_delta", ours["subgroup_sizes"][name], lambda r, name=name: r["subgroups"][name])
+        for name in SUBGROUPS
+    ]
+    print_table(
+        ["metric", "conditions", "gears_ddp", "published GEARS"],
+        [
+            [label, str(n), _figure(value(ours)), not_run or _figure(value(reference))]
+            for label, n, value in metric_rows
+        ],
+    )
     if reference and reference["subgroup_sizes"] != ours["subgroup_sizes"]:
         print(f"\nconditions per subgroup differ; published: {reference['subgroup_sizes']}")
 
 
-TRAIN_PARTS = (("set-up: from the call to the first epoch", "set-up"),
-               ("epochs: training and the per-epoch evaluation", "epochs"),
-               ("test: the kept model's test evaluation and scores", "test"),
-               ("baselines: their predictions and scores", "baselines"),
-               ("interactions: observed and predicted, of the test pairs", "interactions"),
-               ("report: the model and the run report written", "report"))
+TRAIN_PARTS = (
+    ("set-up: from the call to the first epoch", "set-up"),
+    ("epochs: training and the per-epoch evaluation", "epochs"),
+    ("test: the kept model's test evaluation and scores", "test"),
+    ("baselines: their predictions and scores", "baselines"),
+    ("interactions: observed and predicted, of the test pairs", "interactions"),
+    ("report: the model and the run report written", "report"),
+)
 
 
 def print_train_parts(ours: dict, reference: dict | None, args) -> None:
     """``train()``'s wall time and where it went (gears_ddp: its ``timing``; published: the
     hooks' moments), and the share of the run outside the epochs."""
+
     def outside(r):
         return r["train_s"] - r["train_parts"]["epochs"]
 
-    rows = [[f"train(epochs={args.epochs}) in all", _figure(ours["train_s"]),
-             _figure(reference["train_s"]) if reference else "not run",
-             f"{reference['train_s'] / ours['train_s']:.2f}x" if reference else "-"]]
+    rows = [
+        [
+            f"train(epochs={args.epochs}) in all",
+            _figure(ours["train_s"]),
+            _figure(reference["train_s"]) if reference else "not run",
+            f"{reference['train_s'] / ours['train_s']:.2f}x" if reference else "-",
+        ]
+    ]
     for label, key in TRAIN_PARTS:
         theirs = reference["train_parts"].get(key) if reference else None
         if key in ours["train_parts"] or theirs is not None:
-            rows.append([f"  {label}", _figure(ours["train_parts"].get(key, math.nan)),
-                         _figure(theirs) if theirs is not None else "-", "-"])
-    rows.append(["outside the epochs (s)", _figure(outside(ours)), _figure(outside(reference)) if reference else "-",
-                 "-"])
-    rows.append(["outside the epochs, share of train()", f"{outside(ours) / ours['train_s']:.1%}",
-                 f"{outside(reference) / reference['train_s']:.1%}" if reference else "-", "-"])
-    print(f"\ntrain(): wall time and its parts (s){'; gears_ddp writes its run report' if args.with_report else ''}"
-          "; the published train()'s test includes its deeper and subgroup analyses:\n")
+            rows.append(
+                [
+                    f"  {label}",
+                    _figure(ours["train_parts"].get(key, math.nan)),
+                    _figure(theirs) if theirs is not None else "-",
+                    "-",
+                ]
+            )
+    rows.append(
+        ["outside the epochs (s)", _figure(outside(ours)), _figure(outside(reference)) if reference else "-", "-"]
+    )
+    rows.append(
+        [
+            "outside the epochs, share of train()",
+            f"{outside(ours) / ours['train_s']:.1%}",
+            f"{outside(reference) / reference['train_s']:.1%}" if reference else "-",
+            "-",
+        ]
+    )
+    print(
+        f"\ntrain(): wall time and its parts (s){'; gears_ddp writes its run report' if args.with_report else ''}"
+        "; the published train()'s test includes its deeper and subgroup analyses:\n"
+    )
     print_table(["train()", "gears_ddp", "published GEARS", "published / gears_ddp"], rows)
 
 
@@ -436,18 +514,28 @@ def main():
     parser.add_argument("--eval-repeats", type=int, default=3, help="test-set evaluation passes (median)")
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--device", default="cpu", help="both packages' device (default: the CPU)")
-    parser.add_argument("--with-report", action="store_true",
-                        help="gears_ddp's train() writes its run folder and report (save_path), as gears-ddp train does")
+    parser.add_argument(
+        "--with-report",
+        action="store_true",
+        help="gears_ddp's train() writes its run folder and report (save_path), as gears-ddp train does",
+    )
     add_json_argument(parser)
     add_record_argument(parser)
     args = parser.parse_args()
     published_installed = reference_available()
     run_published = published_installed and not args.skip_reference
+
     def write_json(ours: dict, reference: dict | None) -> None:
         if args.json:
-            write_figures(args.json, {"device": args.device, "published_installed": published_installed,
-                                      "gears_ddp": {**ours, **_derived(ours)},
-                                      "published": reference and {**reference, **_derived(reference)}})
+            write_figures(
+                args.json,
+                {
+                    "device": args.device,
+                    "published_installed": published_installed,
+                    "gears_ddp": {**ours, **_derived(ours)},
+                    "published": reference and {**reference, **_derived(reference)},
+                },
+            )
 
     with tempfile.TemporaryDirectory() as tmp:
         raw = write_raw_input(Path(tmp) / "input", args)

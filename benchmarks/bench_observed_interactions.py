@@ -29,6 +29,7 @@ median ``mag`` and ``dominance`` (noise-free and observed), the share of pairs w
 recovers it, and the observed ``magnitude_type`` calls; the share recovered over all pairs;
 and how far the observed calls agree with the noise-free ones (``compare_calls``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,12 +38,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-
 from harness.record import add_record_argument, recorded
 from harness.tables import format_number, print_table
 
-PLANTED_CALLS = {"additive": ("magnitude_type", "additive"), "synergy": ("magnitude_type", "synergy"),
-                 "buffering": ("magnitude_type", "suppressor"), "epistasis": ("epistasis", True)}
+PLANTED_CALLS = {
+    "additive": ("magnitude_type", "additive"),
+    "synergy": ("magnitude_type", "synergy"),
+    "buffering": ("magnitude_type", "suppressor"),
+    "epistasis": ("epistasis", True),
+}
 INTERACTION_FRACTIONS = {"synergy": 0.25, "buffering": 0.25, "epistasis": 0.25}
 
 
@@ -58,8 +62,8 @@ def dataset(data_path: Path, seed: int, combos: int) -> Path:
 def pair_scores(changes, pairs: list[tuple[str, str, str]], genes=None) -> pd.DataFrame:
     """The table of ``pairs`` (``(A+B, A single, B single)`` conditions) scored from
     ``changes(condition)`` (one value per gene) on every gene, or on ``genes(pair)`` only."""
-    from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores
     from gears_ddp.interactions.pair_tables import pair_table
+    from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores
 
     rows = []
     for pair in pairs:
@@ -85,19 +89,30 @@ def scored(folder: Path) -> dict[str, tuple]:
     cells = pert_data.cells
     pairs = observed_pairs(cells.conditions)
     free = read_true_means(folder)[list(pert_data.var.index)]
-    free = {condition: values - free.loc["ctrl"].to_numpy(np.float64)
-            for condition, values in zip(free.index, free.to_numpy(np.float64))}
+    free = {
+        condition: values - free.loc["ctrl"].to_numpy(np.float64)
+        for condition, values in zip(free.index, free.to_numpy(np.float64))
+    }
     observed = dict(zip(cells.conditions, observed_changes(cells, cells.conditions)))
     names = dict(zip(cells.conditions, cells.condition_names))
 
     def de_genes(pair):
-        return np.unique(np.concatenate([top_de_positions(pert_data.uns, pert_data.var.index, names[condition])
-                                         for condition in pair]))
+        return np.unique(
+            np.concatenate(
+                [top_de_positions(pert_data.uns, pert_data.var.index, names[condition]) for condition in pair]
+            )
+        )
 
-    tables = {"all genes (published)": (pair_scores(free.__getitem__, pairs),
-                                        observed_interactions(pert_data).set_index("pair")),
-              "each pair's top 20 DE genes": (pair_scores(free.__getitem__, pairs, de_genes),
-                                              pair_scores(observed.__getitem__, pairs, de_genes))}
+    tables = {
+        "all genes (published)": (
+            pair_scores(free.__getitem__, pairs),
+            observed_interactions(pert_data).set_index("pair"),
+        ),
+        "each pair's top 20 DE genes": (
+            pair_scores(free.__getitem__, pairs, de_genes),
+            pair_scores(observed.__getitem__, pairs, de_genes),
+        ),
+    }
     planted = read_ground_truth(folder)["interaction_types"]
     out = {}
     for choice, (free_table, observed_table) in tables.items():
@@ -105,8 +120,10 @@ def scored(folder: Path) -> dict[str, tuple]:
         for name in ("mag", "dominance", "magnitude_type", "epistasis"):
             table[f"free_{name}"], table[f"observed_{name}"] = free_table[name], observed_table[name]
         for source in ("free", "observed"):
-            table[f"{source}_recovered"] = [table.at[pair, f"{source}_{PLANTED_CALLS[kind][0]}"] == PLANTED_CALLS[kind][1]
-                                            for pair, kind in table["planted"].items()]
+            table[f"{source}_recovered"] = [
+                table.at[pair, f"{source}_{PLANTED_CALLS[kind][0]}"] == PLANTED_CALLS[kind][1]
+                for pair, kind in table["planted"].items()
+            ]
         out[choice] = (table, free_table.reset_index(), observed_table.reset_index())
     return out
 
@@ -121,21 +138,47 @@ def print_choice(choice: str, parts: list) -> None:
     for kind, (call_kind, call) in PLANTED_CALLS.items():
         part = table[table["planted"] == kind]
         calls = part["observed_magnitude_type"].value_counts()
-        rows.append([kind, f"{call_kind} {call}", len(part),
-                     *(format_number(part[f"{source}_{name}"].median(), ".3f")
-                       for name in ("mag", "dominance") for source in ("free", "observed")),
-                     *(format_number(part[f"{source}_recovered"].mean(), ".2f") for source in ("free", "observed")),
-                     " / ".join(str(calls.get(name, 0)) for name in ("additive", "synergy", "suppressor"))])
-    print_table(["planted", "call that recovers it", "pairs", "mag, noise-free", "mag, observed",
-                 "dominance, noise-free", "dominance, observed", "recovered, noise-free", "recovered, observed",
-                 "observed calls additive / synergy / suppressor"], rows, left=2)
-    print(f"\nRecovered over all {len(table)} combinations: {table['free_recovered'].mean():.2f} from the noise-free "
-          f"profiles, {table['observed_recovered'].mean():.2f} from the cells.")
+        rows.append(
+            [
+                kind,
+                f"{call_kind} {call}",
+                len(part),
+                *(
+                    format_number(part[f"{source}_{name}"].median(), ".3f")
+                    for name in ("mag", "dominance")
+                    for source in ("free", "observed")
+                ),
+                *(format_number(part[f"{source}_recovered"].mean(), ".2f") for source in ("free", "observed")),
+                " / ".join(str(calls.get(name, 0)) for name in ("additive", "synergy", "suppressor")),
+            ]
+        )
+    print_table(
+        [
+            "planted",
+            "call that recovers it",
+            "pairs",
+            "mag, noise-free",
+            "mag, observed",
+            "dominance, noise-free",
+            "dominance, observed",
+            "recovered, noise-free",
+            "recovered, observed",
+            "observed calls additive / synergy / suppressor",
+        ],
+        rows,
+        left=2,
+    )
+    print(
+        f"\nRecovered over all {len(table)} combinations: {table['free_recovered'].mean():.2f} from the noise-free "
+        f"profiles, {table['observed_recovered'].mean():.2f} from the cells."
+    )
     agreement = [compare_calls(free, observed) for _, free, observed in parts]
     pearson = ", ".join(f"{a['scores']['mag']['pearson']:.2f}" for a in agreement)
     kinds = ", ".join(f"{kind} {sum(a['types'][kind]['agree'] for a in agreement)}" for kind in agreement[0]["types"])
-    print(f"Observed against noise-free calls of the same pairs: mag Pearson r {pearson} (per dataset); calls that "
-          f"agree, of {len(table)}: {kinds}.")
+    print(
+        f"Observed against noise-free calls of the same pairs: mag Pearson r {pearson} (per dataset); calls that "
+        f"agree, of {len(table)}: {kinds}."
+    )
 
 
 def main() -> None:
@@ -147,8 +190,10 @@ def main() -> None:
     args = parser.parse_args()
     scored_sets = [scored(dataset(args.data_path, seed, args.combos)) for seed in args.seeds]
     with recorded(args.record):
-        print(f"Synthetic `norman` preset with {args.combos} combinations (a quarter each planted synergy, buffering "
-              f"and epistasis), generator seeds {args.seeds}.")
+        print(
+            f"Synthetic `norman` preset with {args.combos} combinations (a quarter each planted synergy, buffering "
+            f"and epistasis), generator seeds {args.seeds}."
+        )
         for choice in scored_sets[0]:
             print_choice(choice, [scores[choice] for scores in scored_sets])
 

@@ -42,16 +42,12 @@ far more than one: compare runs at the same setting.
 
 ``--record`` appends the output to ``benchmarks/RESULTS.md``.
 """
+
 import argparse
 import collections
 import time
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
-from gears_ddp.runtime.host_memory import retained_host_memory
-from gears_ddp.training.engine import Precision, training_step
-from gears_ddp.training.optimization import make_optimizer
 from harness.machine import load_average
 from harness.models import new_model, trained_model
 from harness.record import add_record_argument, recorded
@@ -60,10 +56,22 @@ from harness.spread import mean_sd, paired_difference
 from harness.synthetic import add_size_arguments, load_synthetic
 from harness.tables import print_table
 from harness.timing import alternating_medians
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from gears_ddp.runtime.host_memory import retained_host_memory
+from gears_ddp.training.engine import Precision, training_step
+from gears_ddp.training.optimization import make_optimizer
 
 CPU = torch.device("cpu")
-PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.mm.out, torch.ops.aten.addmm.default, torch.ops.aten.addmm.out,
-            torch.ops.aten.bmm.default, torch.ops.aten.bmm.out, torch.ops.aten.baddbmm.default}
+PRODUCTS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.mm.out,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.addmm.out,
+    torch.ops.aten.bmm.default,
+    torch.ops.aten.bmm.out,
+    torch.ops.aten.baddbmm.default,
+}
 CASTS = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default}
 ROW_SIZED = 2**17  # elements: a piece of (set, gene) rows is 4,096 x 64 or 128
 PIECE_REPEATS = 200
@@ -98,12 +106,16 @@ def replay(products, dtype: torch.dtype):
         if spec[0] == "value":
             return spec[1]
         return torch.empty_strided(spec[1], spec[2], dtype=torch.float32).uniform_(-1, 1, generator=generator).to(dtype)
-    prepared = [(func, [operand(a) for a in args], {k: operand(v) for k, v in kwargs.items()})
-                for func, args, kwargs in products]
+
+    prepared = [
+        (func, [operand(a) for a in args], {k: operand(v) for k, v in kwargs.items()})
+        for func, args, kwargs in products
+    ]
 
     def run():
         for func, args, kwargs in prepared:
             func(*args, **kwargs)
+
     return run
 
 
@@ -146,27 +158,39 @@ def step_timings(pert_data, args) -> None:
         return lambda: [training_step(model, [batch], optimizer, context, False, CPU, precision) for batch in batches]
 
     with retained_host_memory():  # as the recipe trains on a CPU
-        for amp, precision in precisions.items():
+        for precision in precisions.values():
             steps(precision)()  # first-call work
         recorder = RecordedProducts()
         with recorder:
             steps(Precision())()  # the products of float32 steps
-        floors = {amp: replay(recorder.products, torch.float32 if amp == "off" else torch.bfloat16)
-                  for amp in args.amp}
-        functions = {**{f"step {amp}": steps(p) for amp, p in precisions.items()},
-                     **{f"floor {amp}": floors[amp] for amp in args.amp}}
+        floors = {amp: replay(recorder.products, torch.float32 if amp == "off" else torch.bfloat16) for amp in args.amp}
+        functions = {
+            **{f"step {amp}": steps(p) for amp, p in precisions.items()},
+            **{f"floor {amp}": floors[amp] for amp in args.amp},
+        }
         seconds = alternating_medians(functions, args.repeats)
     n = len(batches)
     sets = sum(len(b.sets.counts) for b in batches) / n
-    print(f"{n} steps per call, {sets:.1f} distinct sets a batch on average; {len(recorder.products) / n:.0f} matrix "
-          f"products a step; {torch.get_num_threads()} threads; medians of {args.repeats} calls each, in turn; load "
-          f"average {load_average()}\n")
-    rows = [[MODES.get(amp, amp), f"{seconds[f'step {amp}'] / n * 1e3:.1f}", f"{seconds[f'floor {amp}'] / n * 1e3:.1f}",
-             f"{seconds[f'step {amp}'] / seconds[f'floor {amp}']:.2f}x"] for amp in args.amp]
+    print(
+        f"{n} steps per call, {sets:.1f} distinct sets a batch on average; {len(recorder.products) / n:.0f} matrix "
+        f"products a step; {torch.get_num_threads()} threads; medians of {args.repeats} calls each, in turn; load "
+        f"average {load_average()}\n"
+    )
+    rows = [
+        [
+            MODES.get(amp, amp),
+            f"{seconds[f'step {amp}'] / n * 1e3:.1f}",
+            f"{seconds[f'floor {amp}'] / n * 1e3:.1f}",
+            f"{seconds[f'step {amp}'] / seconds[f'floor {amp}']:.2f}x",
+        ]
+        for amp in args.amp
+    ]
     print_table(["precision", "step (ms)", "floor: its matrix products (ms)", "step / floor"], rows)
     if "off" in args.amp and "bf16" in args.amp:
-        print(f"\nbfloat16 against float32: step {seconds['step off'] / seconds['step bf16']:.2f}x faster, floor "
-              f"{seconds['floor off'] / seconds['floor bf16']:.2f}x faster.")
+        print(
+            f"\nbfloat16 against float32: step {seconds['step off'] / seconds['step bf16']:.2f}x faster, floor "
+            f"{seconds['floor off'] / seconds['floor bf16']:.2f}x faster."
+        )
     if args.breakdown:
         print()
         breakdown(model, batches, optimizer, context, precisions)
@@ -182,12 +206,22 @@ def breakdown(model, batches, optimizer, context, precisions) -> None:
                 for batch in batches:
                     training_step(model, [batch], optimizer, context, False, CPU, precision)
             times[amp] = timer.seconds
-    categories = ["matrix products", "casts between dtypes", "other operators on row-sized tensors",
-                  "operators on small tensors"]
+    categories = [
+        "matrix products",
+        "casts between dtypes",
+        "other operators on row-sized tensors",
+        "operators on small tensors",
+    ]
     rows = []
     for category in categories:
-        rows.append([category] + [f"{times[amp][category] / len(batches) * 1e3:.1f} "
-                                  f"({times[amp][category] / sum(times[amp].values()):.0%})" for amp in precisions])
+        rows.append(
+            [category]
+            + [
+                f"{times[amp][category] / len(batches) * 1e3:.1f} "
+                f"({times[amp][category] / sum(times[amp].values()):.0%})"
+                for amp in precisions
+            ]
+        )
     print_table(["operators timed one by one (ms a step, share)"] + [MODES.get(amp, amp) for amp in precisions], rows)
 
 
@@ -204,17 +238,22 @@ def piece_costs() -> None:
         narrow, weight = torch.randn(ROWS_PER_PASS, 64, generator=generator).to(dtype), torch.randn(128, 64).to(dtype)
         column = torch.randn(128, generator=generator).to(dtype)
         other = torch.empty(ROWS_PER_PASS, 128, dtype=torch.bfloat16 if dtype == torch.float32 else torch.float32)
-        functions.update({
-            f"product (rows x 64) @ (64 x 128), {name}": lambda a=narrow, w=weight, o=out: torch.mm(a, w.T, out=o),
-            f"x * y, {name}": lambda x=x, o=out: torch.mul(x, x, out=o),
-            f"addcmul (a BatchNorm's affine), {name}": lambda x=x, c=column, o=out: torch.addcmul(c, x, c, out=o),
-            f"relu_, {name}": lambda o=out: o.relu_(),
-            f"sum over rows, {name}": lambda x=x: x.sum(0),
-            f"cast into the other precision, {name}": lambda x=x, o=other: o.copy_(x)})
+        functions.update(
+            {
+                f"product (rows x 64) @ (64 x 128), {name}": lambda a=narrow, w=weight, o=out: torch.mm(a, w.T, out=o),
+                f"x * y, {name}": lambda x=x, o=out: torch.mul(x, x, out=o),
+                f"addcmul (a BatchNorm's affine), {name}": lambda x=x, c=column, o=out: torch.addcmul(c, x, c, out=o),
+                f"relu_, {name}": lambda o=out: o.relu_(),
+                f"sum over rows, {name}": lambda x=x: x.sum(0),
+                f"cast into the other precision, {name}": lambda x=x, o=other: o.copy_(x),
+            }
+        )
     with retained_host_memory():
         seconds = alternating_medians(functions, PIECE_REPEATS)
-    print(f"\nSingle operators on one piece of {ROWS_PER_PASS:,} rows x 128 (the product: x 64 -> 128), "
-          f"{torch.get_num_threads()} threads, medians of {PIECE_REPEATS} in turn:\n")
+    print(
+        f"\nSingle operators on one piece of {ROWS_PER_PASS:,} rows x 128 (the product: x 64 -> 128), "
+        f"{torch.get_num_threads()} threads, medians of {PIECE_REPEATS} in turn:\n"
+    )
     print_table(["operator", "microseconds"], [[name, f"{value * 1e6:.0f}"] for name, value in seconds.items()])
 
 
@@ -227,15 +266,21 @@ def quality(pert_data, args) -> None:
             _, report = trained_model(pert_data, args.epochs, seed=seed, loader_seed=seed, amp=amp)
             for metric in metrics:
                 results[amp][metric].append(report["model"][f"test_{metric}"])
-    print(f"Test metrics after {args.epochs} epochs, seeds {' '.join(map(str, args.seeds))} (each seed: initial "
-          f"weights, pairing and shuffling)\n")
+    print(
+        f"Test metrics after {args.epochs} epochs, seeds {' '.join(map(str, args.seeds))} (each seed: initial "
+        f"weights, pairing and shuffling)\n"
+    )
     rows = []
     for metric in metrics:
         row = [metric] + [mean_sd(results[amp][metric]) for amp in args.amp]
         if len(args.amp) == 2:
             first, second = args.amp
-            _, difference, verdict = paired_difference(results[second][metric], results[first][metric],
-                                                       metric == "pearson_delta", (MODES[second], MODES[first]))
+            _, difference, verdict = paired_difference(
+                results[second][metric],
+                results[first][metric],
+                metric == "pearson_delta",
+                (MODES[second], MODES[first]),
+            )
             row += [difference, verdict]
         rows.append(row)
     header = ["test metric"] + [MODES.get(amp, amp) for amp in args.amp]
@@ -247,15 +292,15 @@ def quality(pert_data, args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=list(MODES))
-    parser.add_argument("--steps", type=int, default=10,
-                        help="optimiser steps in one timed call (default 10; 0: no step timings)")
+    parser.add_argument(
+        "--steps", type=int, default=10, help="optimiser steps in one timed call (default 10; 0: no step timings)"
+    )
     parser.add_argument("--repeats", type=int, default=7, help="timed calls of each, in turn (default 7)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--breakdown", action="store_true", help="also time each operator of the steps")
     parser.add_argument("--seeds", type=int, nargs="*", default=[], help="train both precisions with these seeds")
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each trained model (default 3)")
-    add_size_arguments(parser, genes=2000, cells_per_condition=100, perturbed_genes=120, combos=60,
-                       control_cells=3000)
+    add_size_arguments(parser, genes=2000, cells_per_condition=100, perturbed_genes=120, combos=60, control_cells=3000)
     parser.add_argument("--data-path", default="./data/bench_precision")
     add_record_argument(parser)
     args = parser.parse_args()

@@ -78,6 +78,7 @@ The published package prints freely and seeds torch on import; its child's outpu
 discarded (``bench_model.measured_run``). A child that fails is reported on stderr with its exit
 status and its stderr's end, and its figures are shown as 'failed'.
 """
+
 import argparse
 import math
 import os
@@ -100,14 +101,22 @@ BENCH_MODEL = Path(__file__).resolve().with_name("bench_model.py")  # whose run 
 IMPLEMENTATIONS = {"ours": "gears_ddp", "reference": "published"}
 BASELINES = ("no_change", "mean_effect", "additive")
 # (metric, higher is better)
-METRICS = (("mse", False), ("mse_de", False), ("pearson_delta", True),
-           *((f"{name} pearson_delta", True) for name in SUBGROUPS))
+METRICS = (
+    ("mse", False),
+    ("mse_de", False),
+    ("pearson_delta", True),
+    *((f"{name} pearson_delta", True) for name in SUBGROUPS),
+)
 
 
 def figures(result: dict) -> dict:
     """The metrics of one child's result (or of one baseline in it), by METRICS name."""
-    return {"mse": result["mse"], "mse_de": result["mse_de"], "pearson_delta": result["pearson_delta"],
-            **{f"{name} pearson_delta": result["subgroups"][name] for name in SUBGROUPS}}
+    return {
+        "mse": result["mse"],
+        "mse_de": result["mse_de"],
+        "pearson_delta": result["pearson_delta"],
+        **{f"{name} pearson_delta": result["subgroups"][name] for name in SUBGROUPS},
+    }
 
 
 def run_seeds(raw: Path, args) -> dict:
@@ -126,8 +135,11 @@ def run_seeds(raw: Path, args) -> dict:
             if result is not None:
                 result["wall_s"] = seconds
             runs[seed][impl] = result
-            print(f"seed {seed}: {IMPLEMENTATIONS[impl]} {'failed' if result is None else 'done'} in {seconds:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"seed {seed}: {IMPLEMENTATIONS[impl]} {'failed' if result is None else 'done'} in {seconds:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     return runs
 
 
@@ -179,8 +191,17 @@ def _paired_rows(runs: dict, value_of) -> list[list[str]]:
         ours = [value_of(r, "ours", metric) for r in runs.values()]
         published = [value_of(r, "reference", metric) for r in runs.values()]
         n, diff, verdict = paired_difference(ours, published, higher_is_better, ("gears_ddp", "published"))
-        rows.append([f"test {metric}", "higher" if higher_is_better else "lower", mean_sd(ours),
-                     mean_sd(published), str(n), diff, verdict])
+        rows.append(
+            [
+                f"test {metric}",
+                "higher" if higher_is_better else "lower",
+                mean_sd(ours),
+                mean_sd(published),
+                str(n),
+                diff,
+                verdict,
+            ]
+        )
     return rows
 
 
@@ -188,22 +209,32 @@ def print_tables(runs: dict, args) -> None:
     """The header, the per-seed table with each seed's val mse_de by epoch, and the summary."""
     first = next((r["ours"] for r in runs.values() if r.get("ours")), None)
     if first is not None:
-        print(f"\n{first['cells']} cells x {first['genes']} genes; split simulation, seeds "
-              f"{' '.join(map(str, args.seeds))}; batch {args.batch_size}, test batch {args.test_batch_size}; "
-              f"hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}; {args.epochs} epochs; "
-              f"CPU, {os.cpu_count()} cores, torch threads {first['threads']}"
-              + ("; both models without co-expression edges" if args.without_coexpression else ""))
+        print(
+            f"\n{first['cells']} cells x {first['genes']} genes; split simulation, seeds "
+            f"{' '.join(map(str, args.seeds))}; batch {args.batch_size}, test batch {args.test_batch_size}; "
+            f"hidden_size {HIDDEN_SIZE}, lr {LR:g}, weight_decay {WEIGHT_DECAY:g}; {args.epochs} epochs; "
+            f"CPU, {os.cpu_count()} cores, torch threads {first['threads']}"
+            + ("; both models without co-expression edges" if args.without_coexpression else "")
+        )
     print(f"\nTest metrics of the best-val model after {args.epochs} epochs, per seed:\n")
     rows = []
     for seed, seed_runs in runs.items():
         for metric, _ in METRICS:
             diff = _value(seed_runs, "ours", metric) - _value(seed_runs, "reference", metric)
-            rows.append([str(seed), f"test {metric}", _conditions(seed_runs, metric),
-                         _cell(seed_runs, "ours", metric), _cell(seed_runs, "reference", metric),
-                         "-" if math.isnan(diff) else f"{diff:+.4f}",
-                         *(format_number(_value(seed_runs, "ours", metric, name)) for name in BASELINES)])
-    print_table(["seed", "metric", "conditions", "gears_ddp", "published", "gears_ddp - published", *BASELINES],
-                rows, 2)
+            rows.append(
+                [
+                    str(seed),
+                    f"test {metric}",
+                    _conditions(seed_runs, metric),
+                    _cell(seed_runs, "ours", metric),
+                    _cell(seed_runs, "reference", metric),
+                    "-" if math.isnan(diff) else f"{diff:+.4f}",
+                    *(format_number(_value(seed_runs, "ours", metric, name)) for name in BASELINES),
+                ]
+            )
+    print_table(
+        ["seed", "metric", "conditions", "gears_ddp", "published", "gears_ddp - published", *BASELINES], rows, 2
+    )
     print()
     for seed, seed_runs in runs.items():
         parts = []
@@ -211,23 +242,35 @@ def print_tables(runs: dict, args) -> None:
             if result is not None:
                 val = result["val_mse_de"]
                 best = min(range(len(val)), key=val.__getitem__) + 1
-                parts.append(f"{IMPLEMENTATIONS[impl]} {[round(v, 4) for v in val]} "
-                             f"(best epoch {best}; run {result['wall_s']:.0f} s)")
+                parts.append(
+                    f"{IMPLEMENTATIONS[impl]} {[round(v, 4) for v in val]} "
+                    f"(best epoch {best}; run {result['wall_s']:.0f} s)"
+                )
         print(f"seed {seed}, val mse_de by epoch: " + "; ".join(parts))
 
-    print(f"\nSummary over seeds {' '.join(map(str, args.seeds))} (mean +- sd; difference: mean +- standard "
-          "error of the per-seed gears_ddp - published):\n")
-    rows = [row + [mean_sd([_value(r, "ours", metric, name) for r in runs.values()]) for name in BASELINES]
-            for (metric, _), row in zip(METRICS, _paired_rows(runs, _value))]
-    print_table(["metric", "better", "gears_ddp", "published", "seeds", "gears_ddp - published", "verdict",
-            *BASELINES], rows, 2)
+    print(
+        f"\nSummary over seeds {' '.join(map(str, args.seeds))} (mean +- sd; difference: mean +- standard "
+        "error of the per-seed gears_ddp - published):\n"
+    )
+    rows = [
+        row + [mean_sd([_value(r, "ours", metric, name) for r in runs.values()]) for name in BASELINES]
+        for (metric, _), row in zip(METRICS, _paired_rows(runs, _value))
+    ]
+    print_table(
+        ["metric", "better", "gears_ddp", "published", "seeds", "gears_ddp - published", "verdict", *BASELINES], rows, 2
+    )
     print("\nverdict: 'within noise' when |mean difference| <= 2 standard errors, else the better side.")
 
-    print("\nGain over each implementation's paired controls (per seed: model - zero effect, each test cell "
-          "predicted by its paired control; this cancels which control cells each package paired with the "
-          "test cells):\n")
-    print_table(["metric", "better", "gears_ddp gain", "published gain", "seeds", "gears_ddp - published", "verdict"],
-           _paired_rows(runs, _gain), 2)
+    print(
+        "\nGain over each implementation's paired controls (per seed: model - zero effect, each test cell "
+        "predicted by its paired control; this cancels which control cells each package paired with the "
+        "test cells):\n"
+    )
+    print_table(
+        ["metric", "better", "gears_ddp gain", "published gain", "seeds", "gears_ddp - published", "verdict"],
+        _paired_rows(runs, _gain),
+        2,
+    )
 
 
 def main():

@@ -27,6 +27,7 @@ fails (exit 1) when a job fails, when the first left no checkpoint of step S, or
 second did not resume from it or did not reach the last epoch. ``--logs DIR`` keeps both
 jobs' output (``stopped.log``, ``resumed.log``) and the run's ``train.log`` there.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,13 @@ def run_job(config: Path, processes: int, setting: str, log: Path) -> dict:
     """One torchrun job of ``config`` with ``--set setting``; its output to ``log``."""
     command = torchrun_command(processes, "-m", "gears_ddp.launch", "--config", str(config), "--set", setting)
     with open(log, "w", encoding="utf-8") as output, Stopwatch() as watch:
-        done = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, text=True,
-                              env=job_environment({"OMP_WAIT_POLICY": "PASSIVE"}))
+        done = subprocess.run(
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=job_environment({"OMP_WAIT_POLICY": "PASSIVE"}),
+        )
     return {"exit": done.returncode, "seconds": watch.seconds}
 
 
@@ -68,8 +74,11 @@ def report_figures(save_path: Path) -> dict:
 
 def checkpoint_steps(save_path: Path) -> list[int]:
     """The optimiser steps of the checkpoints in the run folder."""
-    return sorted(int(m.group(1)) for path in (save_path / "checkpoints").glob("checkpoint-*.pt")
-                  if (m := re.fullmatch(r"checkpoint-(\d+)\.pt", path.name)))
+    return sorted(
+        int(m.group(1))
+        for path in (save_path / "checkpoints").glob("checkpoint-*.pt")
+        if (m := re.fullmatch(r"checkpoint-(\d+)\.pt", path.name))
+    )
 
 
 def resumed_from(log: Path) -> dict | None:
@@ -85,8 +94,13 @@ def stop_and_resume(args, folder: Path, save_path: Path, logs: Path) -> dict:
     folder ``save_path``; their figures and the checks' outcome."""
     import torch
 
-    options = {"epochs": args.epochs, "batch_size": args.batch_size, "model_config": {"hidden_size": HIDDEN_SIZE},
-               "checkpoint_every_steps": args.checkpoint_every, "save_path": str(save_path)}
+    options = {
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "model_config": {"hidden_size": HIDDEN_SIZE},
+        "checkpoint_every_steps": args.checkpoint_every,
+        "save_path": str(save_path),
+    }
     config = write_run_config(logs / "run.yaml", folder.parent, folder.name, options)
     stopped = run_job(config, args.processes, f"args.max_steps={args.stop_after}", logs / "stopped.log")
     stopped.update(report_figures(save_path), steps=args.stop_after, checkpoints=checkpoint_steps(save_path))
@@ -95,31 +109,63 @@ def stop_and_resume(args, folder: Path, save_path: Path, logs: Path) -> dict:
     if (save_path / "train.log").exists():
         shutil.copy(save_path / "train.log", logs / "train.log")
     expected = f"checkpoint-{args.stop_after:09d}.pt"
-    failures = [f"the {name} job exited with {job['exit']}" for name, job in (("stopped", stopped),
-                                                                              ("resumed", resumed)) if job["exit"]]
+    failures = [
+        f"the {name} job exited with {job['exit']}"
+        for name, job in (("stopped", stopped), ("resumed", resumed))
+        if job["exit"]
+    ]
     if args.stop_after not in stopped["checkpoints"]:
         failures.append(f"the stopped job left no checkpoint of step {args.stop_after} ({stopped['checkpoints']})")
     if (resumed["resumed_from"] or {}).get("checkpoint") != expected:
         failures.append(f"the resumed job did not say it resumed from {expected} ({resumed['resumed_from']})")
     if resumed["epochs"] != args.epochs:
         failures.append(f"the resumed job's report has {resumed['epochs']} epoch(s), not {args.epochs}")
-    return {"device": "cuda" if torch.cuda.is_available() else "cpu", "processes": args.processes,
-            "stopped": stopped, "resumed": resumed, "failures": failures}
+    return {
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "processes": args.processes,
+        "stopped": stopped,
+        "resumed": resumed,
+        "failures": failures,
+    }
 
 
 def print_figures(figures: dict, shape: tuple[int, int]) -> None:
     stopped, resumed = figures["stopped"], figures["resumed"]
     where = resumed["resumed_from"]
-    print(f"\ntorchrun --standalone --nproc_per_node={figures['processes']} -m gears_ddp.launch, "
-          f"{figures['device']} rank(s); synthetic data {shape[0]:,} cells x {shape[1]:,} genes\n")
-    print_table(["job", "exit", "seconds", "trained", "epochs in its report", "test pearson_delta"],
-                [["stopped (args.max_steps)", stopped["exit"], f"{stopped['seconds']:.1f}",
-                  f"{stopped['steps']} steps", stopped["epochs"], format_number(stopped["test_pearson_delta"])],
-                 ["resumed (args.resume_from=auto)", resumed["exit"], f"{resumed['seconds']:.1f}", "to the end",
-                  resumed["epochs"], format_number(resumed["test_pearson_delta"])]])
-    print(f"\ncheckpoints after the stopped job: steps {stopped['checkpoints']}; the resumed job: "
-          + (f"resumed from {where['checkpoint']}, epoch {where['epoch']}, after step {where['step_in_epoch']} "
-             "of the epoch" if where else "no 'resuming from' line in its log"))
+    print(
+        f"\ntorchrun --standalone --nproc_per_node={figures['processes']} -m gears_ddp.launch, "
+        f"{figures['device']} rank(s); synthetic data {shape[0]:,} cells x {shape[1]:,} genes\n"
+    )
+    print_table(
+        ["job", "exit", "seconds", "trained", "epochs in its report", "test pearson_delta"],
+        [
+            [
+                "stopped (args.max_steps)",
+                stopped["exit"],
+                f"{stopped['seconds']:.1f}",
+                f"{stopped['steps']} steps",
+                stopped["epochs"],
+                format_number(stopped["test_pearson_delta"]),
+            ],
+            [
+                "resumed (args.resume_from=auto)",
+                resumed["exit"],
+                f"{resumed['seconds']:.1f}",
+                "to the end",
+                resumed["epochs"],
+                format_number(resumed["test_pearson_delta"]),
+            ],
+        ],
+    )
+    print(
+        f"\ncheckpoints after the stopped job: steps {stopped['checkpoints']}; the resumed job: "
+        + (
+            f"resumed from {where['checkpoint']}, epoch {where['epoch']}, after step {where['step_in_epoch']} "
+            "of the epoch"
+            if where
+            else "no 'resuming from' line in its log"
+        )
+    )
     print("checks: " + ("; ".join(figures["failures"]) if figures["failures"] else "all passed"))
 
 

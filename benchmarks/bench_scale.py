@@ -7,7 +7,8 @@ evaluating from the mapped expression, on 1 and 2 CPU ranks, spawned and under t
 
 For each size it writes a synthetic screen (``gears_ddp.datasets.write_synthetic_screen``,
 a block of cells at a time: 500 perturbations, a tenth of the cells controls) once under
-``--data-path/<cells>`` (kept for later runs, processed or not), and processes it in a child process exactly as a user does:
+``--data-path/<cells>`` (kept for later runs, processed or not), and processes it in a child process exactly as a
+user does:
 ``PertData(path).new_data_process(name, anndata.read_h5ad(raw, backed='r'))`` (DE genes,
 gene sets, the expression map), ``prepare_split('simulation', seed=1)`` and the two gene
 graphs. Then, for each launcher and number of ranks, it trains ``--steps`` optimiser steps
@@ -27,6 +28,7 @@ Measured from outside, every 0.1 s, in every process of the run (``/proc``):
 - training cells / s: steps x batch x ranks over the ``train_seconds`` of the report's
   history (the loop and its loss reduction; the page cache is warm from processing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,14 +50,22 @@ from harness.timing import Stopwatch
 GENES, PERTURBED, COMBOS = 2000, 200, 300
 TARGET_PROCESSING_MIB = 2000
 TARGET_RANK_RISE_MIB = 25  # a rank's peak private memory from the smallest screen to the largest
-TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO gears_ddp\.training\.recipe: epoch 1 step 1:", re.M)
+TIMESTAMP = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO gears_ddp\.training\.recipe: epoch 1 step 1:", re.M
+)
 
 
 def sizes(n_cells: int) -> dict:
     """Generator options for a screen of about ``n_cells`` cells."""
     controls = n_cells // 10
-    return {"n_genes": GENES, "n_perturbed_genes": PERTURBED, "n_combos": COMBOS, "n_control_cells": controls,
-            "cells_per_condition": (n_cells - controls) // (PERTURBED + COMBOS), "seed": 0}
+    return {
+        "n_genes": GENES,
+        "n_perturbed_genes": PERTURBED,
+        "n_combos": COMBOS,
+        "n_control_cells": controls,
+        "cells_per_condition": (n_cells - controls) // (PERTURBED + COMBOS),
+        "seed": 0,
+    }
 
 
 # ----------------------------------------------------------------------------- the runs
@@ -78,12 +88,13 @@ def process(data_path: Path, name: str) -> dict:
     done_marker = data_path / name / "perturb_processed.h5ad"
     if done_marker.exists():
         return {"seconds": None, "private": None}
-    code = ("import sys, anndata; from gears_ddp import PertData; path, name = sys.argv[1:3];"
-            "p = PertData(path); p.new_data_process(name, anndata.read_h5ad(f'{path}/{name}.h5ad', backed='r'));"
-            f"p.prepare_split(**{SPLIT!r}); p.coexpression_graph(); p.go_graph()")
+    code = (
+        "import sys, anndata; from gears_ddp import PertData; path, name = sys.argv[1:3];"
+        "p = PertData(path); p.new_data_process(name, anndata.read_h5ad(f'{path}/{name}.h5ad', backed='r'));"
+        f"p.prepare_split(**{SPLIT!r}); p.coexpression_graph(); p.go_graph()"
+    )
     with Stopwatch() as processing:
-        child = subprocess.Popen([sys.executable, "-c", code, str(data_path), name], stderr=subprocess.PIPE,
-                                 text=True)
+        child = subprocess.Popen([sys.executable, "-c", code, str(data_path), name], stderr=subprocess.PIPE, text=True)
         sampler = sample_tree(child.pid, lambda cmdline: b"new_data_process" in cmdline)
         _, stderr = child.communicate()
         peaks = per_process(sampler.stop())
@@ -94,22 +105,43 @@ def process(data_path: Path, name: str) -> dict:
 
 def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, storage: str, run: Path) -> dict:
     """One training run; its figures."""
-    args = {"epochs": 1, "max_steps": steps, "batch_size": BATCH_SIZE, "test_batch_size": 1024,
-            "model_config": {"hidden_size": HIDDEN_SIZE}, "save_path": str(run), "expression_storage": storage}
+    args = {
+        "epochs": 1,
+        "max_steps": steps,
+        "batch_size": BATCH_SIZE,
+        "test_batch_size": 1024,
+        "model_config": {"hidden_size": HIDDEN_SIZE},
+        "save_path": str(run),
+        "expression_storage": storage,
+    }
     if launcher == "spawn":
-        code = ("import sys, json; from gears_ddp import train_multi_gpu, enable_console_logging\n"
-                "if __name__ == '__main__':\n    enable_console_logging()\n"
-                f"    r = train_multi_gpu(sys.argv[1], sys.argv[2], {SPLIT!r}, "
-                "json.loads(sys.argv[3]))\n    print(json.dumps(r))")
+        code = (
+            "import sys, json; from gears_ddp import train_multi_gpu, enable_console_logging\n"
+            "if __name__ == '__main__':\n    enable_console_logging()\n"
+            f"    r = train_multi_gpu(sys.argv[1], sys.argv[2], {SPLIT!r}, "
+            "json.loads(sys.argv[3]))\n    print(json.dumps(r))"
+        )
         command = [sys.executable, "-c", code, str(data_path), name, json.dumps({**args, "cpu_processes": ranks})]
+
         def is_rank(cmdline: bytes) -> bool:
             return b"spawn_main" in cmdline
     else:
         config = write_run_config(run.parent / f"{run.name}.yaml", data_path, name, args)
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-                   "-m", "gears_ddp.launch", "--config", str(config)]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={ranks}",
+            "-m",
+            "gears_ddp.launch",
+            "--config",
+            str(config),
+        ]
+
         def is_rank(cmdline: bytes) -> bool:
             return b"gears_ddp.launch" in cmdline and b"torch.distributed.run" not in cmdline
+
     started = datetime.datetime.now()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = sample_tree(child.pid, is_rank)
@@ -119,32 +151,75 @@ def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, sto
         raise RuntimeError(f"{launcher} x {ranks} failed:\n{stderr[-3000:]}")
     report = json.loads((run / "report.json").read_text(encoding="utf-8"))
     first = TIMESTAMP.search(stderr)
-    first_step = (datetime.datetime.strptime(first.group(1), "%Y-%m-%d %H:%M:%S,%f") - started).total_seconds() \
-        if first else float("nan")
+    first_step = (
+        (datetime.datetime.strptime(first.group(1), "%Y-%m-%d %H:%M:%S,%f") - started).total_seconds()
+        if first
+        else float("nan")
+    )
     loop = report["history"][0]["train_seconds"]
-    return {"launcher": launcher, "ranks": ranks, "storage": storage, "first_step_s": first_step,
-            "cells_per_s": steps * BATCH_SIZE * ranks / loop, **peaks,
-            "test_pearson_delta": report["model"]["test_pearson_delta"]}
+    return {
+        "launcher": launcher,
+        "ranks": ranks,
+        "storage": storage,
+        "first_step_s": first_step,
+        "cells_per_s": steps * BATCH_SIZE * ranks / loop,
+        **peaks,
+        "test_pearson_delta": report["model"]["test_pearson_delta"],
+    }
 
 
 # ----------------------------------------------------------------------------- the tables
 
 
 def print_tables(processing: dict, runs: dict, args) -> None:
-    print(f"\nsynthetic screens of {GENES} genes, {PERTURBED} singles and {COMBOS} combos (a tenth of the cells "
-          f"controls), simulation split; {args.steps} optimiser steps of batch {BATCH_SIZE} per rank, hidden "
-          f"{HIDDEN_SIZE}, then the train / val evaluation and the test scoring; {os.cpu_count()} CPU cores, gloo\n")
-    print_table(["cells", "writing the raw screen (s)", "processing (s)", "processing, peak private memory (MiB)"],
-                [[f"{n:,}", f"{figures['writing']:.0f}" if figures["writing"] else "- (written before)",
-                  format_number(figures["seconds"], ".0f"), format_number(figures["private"], ".0f")]
-                 for n, figures in processing.items()])
+    print(
+        f"\nsynthetic screens of {GENES} genes, {PERTURBED} singles and {COMBOS} combos (a tenth of the cells "
+        f"controls), simulation split; {args.steps} optimiser steps of batch {BATCH_SIZE} per rank, hidden "
+        f"{HIDDEN_SIZE}, then the train / val evaluation and the test scoring; {os.cpu_count()} CPU cores, gloo\n"
+    )
+    print_table(
+        ["cells", "writing the raw screen (s)", "processing (s)", "processing, peak private memory (MiB)"],
+        [
+            [
+                f"{n:,}",
+                f"{figures['writing']:.0f}" if figures["writing"] else "- (written before)",
+                format_number(figures["seconds"], ".0f"),
+                format_number(figures["private"], ".0f"),
+            ]
+            for n, figures in processing.items()
+        ],
+    )
     print()
-    print_table(["cells", "launcher", "ranks", "expression", "time to first step (s)", "training cells / s",
-                 "peak private memory per rank (MiB)", "map resident per rank (MiB)", "of which shared (MiB)",
-                 "test pearson_delta"],
-                [[f"{n:,}", r["launcher"], r["ranks"], r["storage"], f"{r['first_step_s']:.1f}",
-                  f"{r['cells_per_s']:.0f}", per_rank(r["private"]), per_rank(r["resident"]), per_rank(r["shared"]),
-                  f"{r['test_pearson_delta']:.4f}"] for n, results in runs.items() for r in results])
+    print_table(
+        [
+            "cells",
+            "launcher",
+            "ranks",
+            "expression",
+            "time to first step (s)",
+            "training cells / s",
+            "peak private memory per rank (MiB)",
+            "map resident per rank (MiB)",
+            "of which shared (MiB)",
+            "test pearson_delta",
+        ],
+        [
+            [
+                f"{n:,}",
+                r["launcher"],
+                r["ranks"],
+                r["storage"],
+                f"{r['first_step_s']:.1f}",
+                f"{r['cells_per_s']:.0f}",
+                per_rank(r["private"]),
+                per_rank(r["resident"]),
+                per_rank(r["shared"]),
+                f"{r['test_pearson_delta']:.4f}",
+            ]
+            for n, results in runs.items()
+            for r in results
+        ],
+    )
     _verdicts(processing, runs)
 
 
@@ -154,30 +229,48 @@ def _verdicts(processing: dict, runs: dict) -> None:
     print()
     if len(sizes_run) > 1:
         for launcher, ranks in sorted({(r["launcher"], r["ranks"]) for r in runs[large]}):
-            pick = [[r for r in runs[n] if (r["launcher"], r["ranks"], r["storage"]) == (launcher, ranks, "mapped")]
-                    for n in (small, large)]
+            pick = [
+                [r for r in runs[n] if (r["launcher"], r["ranks"], r["storage"]) == (launcher, ranks, "mapped")]
+                for n in (small, large)
+            ]
             if all(pick):
                 growth = max(pick[1][0]["private"]) / max(pick[0][0]["private"]) - 1
-                print(f"private memory per rank, {launcher} x {ranks}, {small:,} -> {large:,} cells: "
-                      f"{100 * growth:+.1f}% ({'met' if abs(growth) <= 0.10 else 'NOT met'}: within 10%)")
-                rises = [large_peak - small_peak for small_peak, large_peak in zip(pick[0][0]["private"],
-                                                                                      pick[1][0]["private"])]
-                print(f"private memory per rank, {launcher} x {ranks}, {small:,} -> {large:,} cells, each rank's "
-                      f"rise: {per_rank(rises, '+.0f')} MiB ({'met' if max(rises) < TARGET_RANK_RISE_MIB else 'NOT met'}"
-                      f": under {TARGET_RANK_RISE_MIB} MiB a rank)")
+                print(
+                    f"private memory per rank, {launcher} x {ranks}, {small:,} -> {large:,} cells: "
+                    f"{100 * growth:+.1f}% ({'met' if abs(growth) <= 0.10 else 'NOT met'}: within 10%)"
+                )
+                rises = [
+                    large_peak - small_peak
+                    for small_peak, large_peak in zip(pick[0][0]["private"], pick[1][0]["private"])
+                ]
+                print(
+                    f"private memory per rank, {launcher} x {ranks}, {small:,} -> {large:,} cells, each rank's "
+                    f"rise: {per_rank(rises, '+.0f')} MiB ({'met' if max(rises) < TARGET_RANK_RISE_MIB else 'NOT met'}"
+                    f": under {TARGET_RANK_RISE_MIB} MiB a rank)"
+                )
     for r in runs[small]:
         if r["storage"] == "memory":
-            mapped = next((m for m in runs[small] if (m["launcher"], m["ranks"], m["storage"]) ==
-                           (r["launcher"], r["ranks"], "mapped")), None)
+            mapped = next(
+                (
+                    m
+                    for m in runs[small]
+                    if (m["launcher"], m["ranks"], m["storage"]) == (r["launcher"], r["ranks"], "mapped")
+                ),
+                None,
+            )
             if mapped is None:  # that launcher did not run from the map
                 continue
             ratio = mapped["cells_per_s"] / r["cells_per_s"]
-            print(f"throughput, mapped / in memory, {r['launcher']} x {r['ranks']} at {small:,} cells: {ratio:.3f} "
-                  f"({'met' if ratio >= 0.9 else 'NOT met'}: within 10%)")
+            print(
+                f"throughput, mapped / in memory, {r['launcher']} x {r['ranks']} at {small:,} cells: {ratio:.3f} "
+                f"({'met' if ratio >= 0.9 else 'NOT met'}: within 10%)"
+            )
     if processing.get(large, {}).get("private") is not None:
         peak = processing[large]["private"]
-        print(f"processing {large:,} cells: peak private memory {peak:.0f} MiB "
-              f"({'met' if peak < TARGET_PROCESSING_MIB else 'NOT met'}: under {TARGET_PROCESSING_MIB} MiB)")
+        print(
+            f"processing {large:,} cells: peak private memory {peak:.0f} MiB "
+            f"({'met' if peak < TARGET_PROCESSING_MIB else 'NOT met'}: under {TARGET_PROCESSING_MIB} MiB)"
+        )
 
 
 def main() -> None:

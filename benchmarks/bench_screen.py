@@ -58,6 +58,7 @@ loop's pairs per second, and Norman's 5,151 pairs in under 15 minutes on 2 CPU c
 
 ``--json F`` writes each part's figures (``harness.record.write_figures``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,7 +69,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 from harness.machine import load_average
 from harness.models import perturbed_genes, trained_synthetic_model
 from harness.published import published_gears
@@ -80,8 +80,13 @@ from harness.timing import Stopwatch
 NORMAN_GENES = 5045
 NORMAN_PERTURBED = 102
 NORMAN_PAIRS = 5151  # all pairs of Norman's 102 perturbed genes
-NORMAN_SIZE = {"n_perturbed_genes": NORMAN_PERTURBED, "n_combos": 131, "cells_per_condition": 20,
-               "n_control_cells": 2000, "seed": 0}  # and the genes, --genes
+NORMAN_SIZE = {
+    "n_perturbed_genes": NORMAN_PERTURBED,
+    "n_combos": 131,
+    "cells_per_condition": 20,
+    "n_control_cells": 2000,
+    "seed": 0,
+}  # and the genes, --genes
 TARGET_SPEEDUP = 100.0
 TARGET_SCREEN_SECONDS = 15 * 60
 
@@ -90,6 +95,7 @@ TARGET_SCREEN_SECONDS = 15 * 60
 class Timing:
     """One row of the table: what was timed, over how many pairs, in how many seconds (wall
     clock) and CPU seconds of this process (all its threads)."""
+
     what: str
     pairs: int
     seconds: float
@@ -111,8 +117,11 @@ def random_changes(n_pairs: int, n_genes: int, seed: int) -> tuple[np.ndarray, n
     weight_first, weight_second = rng.uniform(0.2, 2.0, (2, n_pairs, 1))
     double = weight_first * first + weight_second * second + 0.3 * first * second + 0.3 * noise
     # predictions are float32
-    return first.astype(np.float32).astype(float), second.astype(np.float32).astype(float), \
-        double.astype(np.float32).astype(float)
+    return (
+        first.astype(np.float32).astype(float),
+        second.astype(np.float32).astype(float),
+        double.astype(np.float32).astype(float),
+    )
 
 
 def published_scoring(first, second, double) -> tuple[Timing, list[dict]]:
@@ -147,8 +156,9 @@ def batched_scoring(first, second, double, device: str, threads: int) -> tuple[T
     torch.set_num_threads(threads)
     with Stopwatch(device) as watch:
         scores = interaction_scores(first, second, double, device=device)
-    return Timing.of(f"gears_ddp interaction_scores, batched on {device}, {threads} thread(s)", len(first),
-                     watch), scores
+    return Timing.of(
+        f"gears_ddp interaction_scores, batched on {device}, {threads} thread(s)", len(first), watch
+    ), scores
 
 
 def scoring_parts(first, second, double, device: str) -> list[Timing]:
@@ -161,18 +171,19 @@ def scoring_parts(first, second, double, device: str) -> list[Timing]:
     batch = scores.CPU_BATCH_SIZE if torch.device(device).type == "cpu" else scores.GPU_BATCH_SIZE
     block = scores.CPU_DISTANCES_PER_BLOCK if torch.device(device).type == "cpu" else scores.GPU_DISTANCES_PER_BLOCK
     parts = {
-        "Theil-Sen (100,000 subsets, spatial median)":
-            lambda f, s, d: scores.theil_sen_coefficients(f, s, d),
-        "three 1-D distance correlations, O(genes log genes)":
-            lambda f, s, d: scores.distance_correlation(torch.cat((f, s, f)), torch.cat((d, d, s))),
-        "distance correlation of [first, second], O(genes^2)":
-            lambda f, s, d: scores.distance_correlation(torch.stack((f, s), dim=-1), d, block),
+        "Theil-Sen (100,000 subsets, spatial median)": lambda f, s, d: scores.theil_sen_coefficients(f, s, d),
+        "three 1-D distance correlations, O(genes log genes)": lambda f, s, d: scores.distance_correlation(
+            torch.cat((f, s, f)), torch.cat((d, d, s))
+        ),
+        "distance correlation of [first, second], O(genes^2)": lambda f, s, d: scores.distance_correlation(
+            torch.stack((f, s), dim=-1), d, block
+        ),
     }
     timings = []
     for what, part in parts.items():
         with Stopwatch(device) as watch:
             for begin in range(0, len(first), batch):
-                part(first[begin:begin + batch], second[begin:begin + batch], double[begin:begin + batch])
+                part(first[begin : begin + batch], second[begin : begin + batch], double[begin : begin + batch])
         timings.append(Timing.of(what, len(first), watch))
     return timings
 
@@ -181,8 +192,10 @@ def largest_differences(batched: dict, published: list[dict]) -> dict[str, float
     """Largest |gears_ddp - published| per score over the pairs both scored."""
     from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
-    return {name: max(abs(float(batched[name][pair]) - float(reference[name]))
-                      for pair, reference in enumerate(published)) for name in GI_SCORE_NAMES}
+    return {
+        name: max(abs(float(batched[name][pair]) - float(reference[name])) for pair, reference in enumerate(published))
+        for name in GI_SCORE_NAMES
+    }
 
 
 # ----------------------------------------------------------------------------- the whole screen
@@ -222,8 +235,11 @@ def published_screen(gears, genes: list[str], n_pairs: int) -> tuple[Timing, Tim
         warnings.simplefilter("ignore")
         for pair in pairs:
             scores.append(published.GI_predict(list(pair), GI_genes_file=None))
-    return Timing.of("published GI_predict loop (the double predicted, then scored)", n_pairs, watch), \
-        single_timing, scores
+    return (
+        Timing.of("published GI_predict loop (the double predicted, then scored)", n_pairs, watch),
+        single_timing,
+        scores,
+    )
 
 
 def screen_part(args) -> dict:
@@ -233,7 +249,7 @@ def screen_part(args) -> dict:
     processes = args.processes or usable_cores()
     load_before = load_average()
     gears, _ = trained_synthetic_model(Path(args.data_path), *screen_dataset(args), max_steps=args.train_steps)
-    genes = perturbed_genes(gears)[:args.screen_genes]
+    genes = perturbed_genes(gears)[: args.screen_genes]
     published = None
     if args.published_screen_pairs:
         published, single, published_scores = published_screen(gears, genes, args.published_screen_pairs)
@@ -241,40 +257,74 @@ def screen_part(args) -> dict:
     ours, table = our_screen(gears, genes, processes, args.gpu_ids)
     load_after = load_average()
     n_pairs = len(table)
-    print(f"\nWhole screen on a Norman-size model: {gears.num_genes:,} genes, {len(perturbed_genes(gears))} "
-          f"perturbed in the data, hidden {HIDDEN_SIZE}, trained {args.train_steps} steps; {len(genes)} of them "
-          f"screened ({n_pairs:,} pairs); "
-          f"{usable_cores()} usable cores; load average {load_before} before, {load_between} between the two, "
-          f"{load_after} after\n")
-    figures = {"genes": gears.num_genes, "screened_genes": len(genes), "pairs": n_pairs, "seconds": ours.seconds,
-               "pairs_per_s": ours.pairs_per_second, "on": ours.what}
+    print(
+        f"\nWhole screen on a Norman-size model: {gears.num_genes:,} genes, {len(perturbed_genes(gears))} "
+        f"perturbed in the data, hidden {HIDDEN_SIZE}, trained {args.train_steps} steps; {len(genes)} of them "
+        f"screened ({n_pairs:,} pairs); "
+        f"{usable_cores()} usable cores; load average {load_before} before, {load_between} between the two, "
+        f"{load_after} after\n"
+    )
+    figures = {
+        "genes": gears.num_genes,
+        "screened_genes": len(genes),
+        "pairs": n_pairs,
+        "seconds": ours.seconds,
+        "pairs_per_s": ours.pairs_per_second,
+        "on": ours.what,
+    }
     reference_rate = published.pairs_per_second if published else None
-    print_table(["screen", "pairs", "seconds", "s / pair", "pairs / s", "vs published", "CPU s / pair"],
-                [[row.what, f"{row.pairs:,}", f"{row.seconds:.1f}", f"{row.seconds / row.pairs:.3f}",
-                  f"{row.pairs_per_second:.3f}",
-                  f"{row.pairs_per_second / reference_rate:.0f}x" if reference_rate else "-",
-                  f"{row.cpu_seconds / row.pairs:.3f}"] for row in (published, ours) if row])
+    print_table(
+        ["screen", "pairs", "seconds", "s / pair", "pairs / s", "vs published", "CPU s / pair"],
+        [
+            [
+                row.what,
+                f"{row.pairs:,}",
+                f"{row.seconds:.1f}",
+                f"{row.seconds / row.pairs:.3f}",
+                f"{row.pairs_per_second:.3f}",
+                f"{row.pairs_per_second / reference_rate:.0f}x" if reference_rate else "-",
+                f"{row.cpu_seconds / row.pairs:.3f}",
+            ]
+            for row in (published, ours)
+            if row
+        ],
+    )
     target = "met" if ours.seconds < TARGET_SCREEN_SECONDS else "not met"
     if published is None:
-        print(f"\ngears_ddp: {n_pairs:,} pairs in {ours.seconds / 60:.1f} min, prediction included (target: under "
-              f"{TARGET_SCREEN_SECONDS / 60:.0f} min on 2 CPU cores: {target}); the published loop not run")
+        print(
+            f"\ngears_ddp: {n_pairs:,} pairs in {ours.seconds / 60:.1f} min, prediction included (target: under "
+            f"{TARGET_SCREEN_SECONDS / 60:.0f} min on 2 CPU cores: {target}); the published loop not run"
+        )
         return figures
     published_screen_s = n_pairs / published.pairs_per_second + len(genes) * single.seconds / single.pairs
     speedup = ours.pairs_per_second / published.pairs_per_second
-    print(f"\npublished predict of one single: {single.seconds / single.pairs:.2f} s "
-          f"({single.pairs} singles, predicted before its loop)")
-    print(f"published loop over all {n_pairs:,} pairs at this rate, with its {len(genes)} singles: "
-          f"{published_screen_s / 3600:.1f} h")
-    print(f"gears_ddp: {n_pairs:,} pairs in {ours.seconds / 60:.1f} min, prediction included (target: under "
-          f"{TARGET_SCREEN_SECONDS / 60:.0f} min on 2 CPU cores: {target}); "
-          f"{speedup:.0f}x the published loop's pairs per second (target {TARGET_SPEEDUP:.0f}x: "
-          f"{'met' if speedup >= TARGET_SPEEDUP else 'not met'})")
-    exact = table.iloc[:len(published_scores)]
-    differences = {name: max(abs(float(row[name]) - float(reference[name])) for (_, row), reference
-                             in zip(exact.iterrows(), published_scores)) for name in ("c1", "c2", "mag", "dcor")}
-    print("largest |gears_ddp - published| over those pairs (gears_ddp scores the exact change, the published its "
-          "change over 300 drawn control cells: sampling noise, see docs/screens.md): "
-          + ", ".join(f"{name} {value:.2g}" for name, value in differences.items()))
+    print(
+        f"\npublished predict of one single: {single.seconds / single.pairs:.2f} s "
+        f"({single.pairs} singles, predicted before its loop)"
+    )
+    print(
+        f"published loop over all {n_pairs:,} pairs at this rate, with its {len(genes)} singles: "
+        f"{published_screen_s / 3600:.1f} h"
+    )
+    print(
+        f"gears_ddp: {n_pairs:,} pairs in {ours.seconds / 60:.1f} min, prediction included (target: under "
+        f"{TARGET_SCREEN_SECONDS / 60:.0f} min on 2 CPU cores: {target}); "
+        f"{speedup:.0f}x the published loop's pairs per second (target {TARGET_SPEEDUP:.0f}x: "
+        f"{'met' if speedup >= TARGET_SPEEDUP else 'not met'})"
+    )
+    exact = table.iloc[: len(published_scores)]
+    differences = {
+        name: max(
+            abs(float(row[name]) - float(reference[name]))
+            for (_, row), reference in zip(exact.iterrows(), published_scores)
+        )
+        for name in ("c1", "c2", "mag", "dcor")
+    }
+    print(
+        "largest |gears_ddp - published| over those pairs (gears_ddp scores the exact change, the published its "
+        "change over 300 drawn control cells: sampling noise, see docs/screens.md): "
+        + ", ".join(f"{name} {value:.2g}" for name, value in differences.items())
+    )
     return {**figures, "published_pairs_per_s": published.pairs_per_second, "speedup": speedup}
 
 
@@ -290,7 +340,7 @@ def scoring_part(args) -> dict:
     thread_counts = args.threads or sorted({1, usable_cores()})
     load_before = load_average()
     first, second, double = random_changes(args.pairs, args.genes, args.seed)
-    published, published_scores = published_scoring(*(v[:args.published_pairs] for v in (first, second, double)))
+    published, published_scores = published_scoring(*(v[: args.published_pairs] for v in (first, second, double)))
     subsets = subsets_draw(args.genes)
     runs = [batched_scoring(first, second, double, args.device, threads) for threads in thread_counts]
     torch.set_num_threads(thread_counts[0])
@@ -298,49 +348,93 @@ def scoring_part(args) -> dict:
     differences = largest_differences(runs[0][1], published_scores)
     fastest = max((timing for timing, _ in runs), key=lambda timing: timing.pairs_per_second)
 
-    print(f"\nGI scoring alone, of random change vectors over {args.genes:,} genes; {usable_cores()} usable cores; "
-          f"gears_ddp on {args.device}; load average {load_before} before, {load_average()} after\n")
-    print_table(["scoring", "pairs", "seconds", "ms / pair", "pairs / s", "vs published", "CPU ms / pair",
-                 "vs published, CPU"],
-                [[row.what, row.pairs, f"{row.seconds:.2f}", f"{1e3 / row.pairs_per_second:.1f}",
-                  f"{row.pairs_per_second:.3f}", f"{row.pairs_per_second / published.pairs_per_second:.0f}x",
-                  f"{1e3 * row.cpu_seconds / row.pairs:.1f}",
-                  f"{published.cpu_seconds / published.pairs / (row.cpu_seconds / row.pairs):.0f}x"]
-                 for row in (published, *(timing for timing, _ in runs))])
+    print(
+        f"\nGI scoring alone, of random change vectors over {args.genes:,} genes; {usable_cores()} usable cores; "
+        f"gears_ddp on {args.device}; load average {load_before} before, {load_average()} after\n"
+    )
+    print_table(
+        ["scoring", "pairs", "seconds", "ms / pair", "pairs / s", "vs published", "CPU ms / pair", "vs published, CPU"],
+        [
+            [
+                row.what,
+                row.pairs,
+                f"{row.seconds:.2f}",
+                f"{1e3 / row.pairs_per_second:.1f}",
+                f"{row.pairs_per_second:.3f}",
+                f"{row.pairs_per_second / published.pairs_per_second:.0f}x",
+                f"{1e3 * row.cpu_seconds / row.pairs:.1f}",
+                f"{published.cpu_seconds / published.pairs / (row.cpu_seconds / row.pairs):.0f}x",
+            ]
+            for row in (published, *(timing for timing, _ in runs))
+        ],
+    )
     print(f"\n{subsets.what}: {subsets.seconds:.1f} s\n")
     total = sum(part.seconds for part in parts)
-    print_table([f"part of gears_ddp's scores, {thread_counts[0]} thread(s)", "ms / pair", "CPU ms / pair", "share"],
-                [[part.what, f"{1e3 * part.seconds / part.pairs:.1f}", f"{1e3 * part.cpu_seconds / part.pairs:.1f}",
-                  f"{part.seconds / total:.0%}"] for part in parts])
-    print(f"\nlargest |gears_ddp - published| over {args.published_pairs} pairs: "
-          + ", ".join(f"{name} {value:.1e}" for name, value in differences.items()))
+    print_table(
+        [f"part of gears_ddp's scores, {thread_counts[0]} thread(s)", "ms / pair", "CPU ms / pair", "share"],
+        [
+            [
+                part.what,
+                f"{1e3 * part.seconds / part.pairs:.1f}",
+                f"{1e3 * part.cpu_seconds / part.pairs:.1f}",
+                f"{part.seconds / total:.0%}",
+            ]
+            for part in parts
+        ],
+    )
+    print(
+        f"\nlargest |gears_ddp - published| over {args.published_pairs} pairs: "
+        + ", ".join(f"{name} {value:.1e}" for name, value in differences.items())
+    )
     speedup = fastest.pairs_per_second / published.pairs_per_second
     print(f"\nscoring speed-up over the published loop, fastest setting: {speedup:.0f}x")
-    return {"genes": args.genes, "pairs": args.pairs, "fastest": fastest.what,
-            "pairs_per_s": fastest.pairs_per_second, "speedup": speedup}
+    return {
+        "genes": args.genes,
+        "pairs": args.pairs,
+        "fastest": fastest.what,
+        "pairs_per_s": fastest.pairs_per_second,
+        "speedup": speedup,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", choices=("screen", "scoring"), default=["screen", "scoring"])
-    parser.add_argument("--screen-genes", type=int, default=NORMAN_PERTURBED,
-                        help="screen every pair of this many of the genes the data perturbs (102: 5,151 pairs)")
-    parser.add_argument("--published-screen-pairs", type=int, default=3,
-                        help="pairs the published GI_predict loop runs (about 15 s each at 5,045 genes; 0: none)")
+    parser.add_argument(
+        "--screen-genes",
+        type=int,
+        default=NORMAN_PERTURBED,
+        help="screen every pair of this many of the genes the data perturbs (102: 5,151 pairs)",
+    )
+    parser.add_argument(
+        "--published-screen-pairs",
+        type=int,
+        default=3,
+        help="pairs the published GI_predict loop runs (about 15 s each at 5,045 genes; 0: none)",
+    )
     devices = parser.add_mutually_exclusive_group()
     devices.add_argument("--processes", type=int, help="gears_ddp's CPU worker processes (default: usable cores)")
     devices.add_argument("--gpu-ids", type=int, nargs="+", help="screen on these GPUs instead of CPU processes")
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--data-path", default="./data/bench_screen")
     parser.add_argument("--data-only", action="store_true", help="write the screen's dataset and stop")
-    parser.add_argument("--genes", type=int, default=NORMAN_GENES,
-                        help="genes of the screen's model and of the scored change vectors (default: Norman's)")
-    parser.add_argument("--published-pairs", type=int, default=3,
-                        help="pairs the published loop scores (about 10 s each at 5,045 genes on a CPU core)")
+    parser.add_argument(
+        "--genes",
+        type=int,
+        default=NORMAN_GENES,
+        help="genes of the screen's model and of the scored change vectors (default: Norman's)",
+    )
+    parser.add_argument(
+        "--published-pairs",
+        type=int,
+        default=3,
+        help="pairs the published loop scores (about 10 s each at 5,045 genes on a CPU core)",
+    )
     parser.add_argument("--pairs", type=int, default=64, help="pairs gears_ddp scores")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, nargs="+", help="torch thread counts for gears_ddp "
-                        "(default: 1 and every usable core)")
+    parser.add_argument(
+        "--threads", type=int, nargs="+", help="torch thread counts for gears_ddp (default: 1 and every usable core)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
     add_record_argument(parser)

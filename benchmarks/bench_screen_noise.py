@@ -34,13 +34,13 @@ Printed:
 For scale: the exact change scores a pair to about 1e-3 in c1 and c2 (Theil-Sen's spatial
 median stops at the first step under 1e-3), and to rounding in the distance correlations.
 """
+
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
 import numpy as np
-
 from harness.machine import load_average
 from harness.models import perturbed_genes, trained_synthetic_model
 from harness.record import add_record_argument, recorded
@@ -55,8 +55,8 @@ TYPES = ("magnitude_type", "neomorphic", "redundant", "epistasis")
 def noise_of_sets(gears, genes: list[str], seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Per perturbation set of the screen (singles, then pairs): the largest |noise| over
     genes, and the noise's norm over the exact change's norm."""
-    from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
     from gears_ddp.inference.pair_screen import pair_sets, single_sets
+    from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
 
     job = gears.screen_job(genes)
     import torch
@@ -80,8 +80,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--processes", type=int, help="CPU worker processes (default: usable cores)")
     parser.add_argument("--data-path", default="./data/bench_screen_noise")
-    parser.add_argument("--screen-genes", type=int,
-                        help="screen every pair of this many of the perturbed genes (default: all 60)")
+    parser.add_argument(
+        "--screen-genes", type=int, help="screen every pair of this many of the perturbed genes (default: all 60)"
+    )
     parser.add_argument("--exact-out", help="also write the exact screen there, as gears-ddp screen writes it (.csv)")
     add_record_argument(parser)
     args = parser.parse_args()
@@ -96,43 +97,71 @@ def main() -> None:
 
     processes = args.processes or usable_cores()
     gears, report = trained_synthetic_model(Path(args.data_path), "noise", DATASET, epochs=args.epochs)
-    genes = perturbed_genes(gears)[:args.screen_genes]
+    genes = perturbed_genes(gears)[: args.screen_genes]
     exact = screen_on_devices(gears, genes, args.exact_out, overwrite=True, cpu_processes=processes)
-    published = {seed: screen_on_devices(gears, genes, cpu_processes=processes, change=DRAWN_CELLS_CHANGE, seed=seed)
-                 for seed in args.seeds}
+    published = {
+        seed: screen_on_devices(gears, genes, cpu_processes=processes, change=DRAWN_CELLS_CHANGE, seed=seed)
+        for seed in args.seeds
+    }
     largest, relative = zip(*(noise_of_sets(gears, genes, seed) for seed in args.seeds))
     largest, relative = np.concatenate(largest), np.concatenate(relative)
     first, second = args.seeds[:2]
 
     with recorded(args.record):
-        print(f"\nPublished sampling noise over a screen: synthetic data, {gears.num_genes:,} genes, "
-              f"{len(gears.pert_data.cells.control_cells()):,} control cells; GEARS hidden {HIDDEN_SIZE}, "
-              f"{args.epochs} epochs "
-              f"(best epoch {report['best_epoch']}, test pearson_delta {report['model']['test_pearson_delta']:.3f}); "
-              f"every pair of the {len(genes)} perturbed genes ({len(exact):,} pairs); published change with seeds "
-              f"{args.seeds}; load average {load_average()}\n")
-        print_table(["the noise, per perturbation set (singles and pairs, all seeds)", "median", "95th percentile",
-                     "largest"],
-                    [["largest \\|drawn cells' mean - control mean\\| over genes", *quantiles(largest)],
-                     ["noise norm / exact change norm", *quantiles(relative)]])
+        print(
+            f"\nPublished sampling noise over a screen: synthetic data, {gears.num_genes:,} genes, "
+            f"{len(gears.pert_data.cells.control_cells()):,} control cells; GEARS hidden {HIDDEN_SIZE}, "
+            f"{args.epochs} epochs "
+            f"(best epoch {report['best_epoch']}, test pearson_delta {report['model']['test_pearson_delta']:.3f}); "
+            f"every pair of the {len(genes)} perturbed genes ({len(exact):,} pairs); published change with seeds "
+            f"{args.seeds}; load average {load_average()}\n"
+        )
+        print_table(
+            ["the noise, per perturbation set (singles and pairs, all seeds)", "median", "95th percentile", "largest"],
+            [
+                ["largest \\|drawn cells' mean - control mean\\| over genes", *quantiles(largest)],
+                ["noise norm / exact change norm", *quantiles(relative)],
+            ],
+        )
         rows = []
         for name in SCORES:
             against_exact = np.concatenate([(table[name] - exact[name]).to_numpy() for table in published.values()])
             between = np.abs(published[first][name] - published[second][name]).to_numpy()
-            rows.append([name, f"{np.nanmedian(against_exact):.3g}", *quantiles(np.abs(against_exact)),
-                         *quantiles(between)])
+            rows.append(
+                [name, f"{np.nanmedian(against_exact):.3g}", *quantiles(np.abs(against_exact)), *quantiles(between)]
+            )
         print()
-        print_table(["score", "published - exact: median", "\\|published - exact\\|: median", "95th pct", "largest",
-                     f"\\|seed {first} - seed {second}\\|: median", "95th pct", "largest"], rows)
+        print_table(
+            [
+                "score",
+                "published - exact: median",
+                "\\|published - exact\\|: median",
+                "95th pct",
+                "largest",
+                f"\\|seed {first} - seed {second}\\|: median",
+                "95th pct",
+                "largest",
+            ],
+            rows,
+        )
         rows = []
         for name in TYPES:
             differs = np.mean([(table[name] != exact[name]).mean() for table in published.values()])
             between = (published[first][name] != published[second][name]).mean()
-            rows.append([name, held_types(exact[name]), held_types(published[first][name]), f"{differs:.1%}",
-                         f"{between:.1%}"])
+            rows.append(
+                [name, held_types(exact[name]), held_types(published[first][name]), f"{differs:.1%}", f"{between:.1%}"]
+            )
         print()
-        print_table(["interaction type", "pairs of the type, exact", f"published, seed {first}",
-                     "published type differs from exact", f"seed {first} and seed {second} differ"], rows)
+        print_table(
+            [
+                "interaction type",
+                "pairs of the type, exact",
+                f"published, seed {first}",
+                "published type differs from exact",
+                f"seed {first} and seed {second} differ",
+            ],
+            rows,
+        )
 
 
 def held_types(column) -> str:

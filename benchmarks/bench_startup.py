@@ -24,6 +24,7 @@ for the processes of one machine; ``time.process_time``):
 switched off in the ranks (what they did before it: the map had a lock of its own, the split
 and the graphs none), beside the same jobs with it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,6 @@ import time
 from pathlib import Path
 
 import h5py
-
 from harness.machine import describe_machine
 from harness.record import add_record_argument, recorded
 from harness.settings import HIDDEN_SIZE
@@ -69,6 +69,7 @@ def rank() -> None:
         def call(*args, **kwargs):
             figures["builds"][what] += 1
             return original(*args, **kwargs)
+
         setattr(module, name, call)
 
     counted(expression_map, "_write_map", "map")
@@ -84,6 +85,7 @@ def rank() -> None:
             return prepare(*args, **kwargs)
         finally:
             figures.update(prepare_s=time.time() - wall, prepare_cpu_s=time.process_time() - cpu)
+
     launch.prepare_data = timed_prepare
     steps = recipe.optimizer_steps
 
@@ -94,6 +96,7 @@ def rank() -> None:
                 path = Path(os.environ[RANK_REPORTS]) / f"rank{os.environ['RANK']}.json"
                 path.write_text(json.dumps(figures))
             yield loss
+
     recipe.optimizer_steps = report_first_step
     main(["train", *sys.argv[2:]])
 
@@ -102,8 +105,13 @@ def job(data_path: Path, ranks: int, without_lock: bool, work: Path) -> dict:
     """One torchrun job of ``ranks`` processes on ``data_path``: its figures (see the module doc)."""
     reports = work / f"reports-{time.monotonic_ns()}"
     reports.mkdir()
-    args = {"epochs": 1, "max_steps": 1, "batch_size": 32, "model_config": {"hidden_size": HIDDEN_SIZE},
-            "save_path": str(work / "run")}
+    args = {
+        "epochs": 1,
+        "max_steps": 1,
+        "batch_size": 32,
+        "model_config": {"hidden_size": HIDDEN_SIZE},
+        "save_path": str(work / "run"),
+    }
     environment = job_environment({RANK_REPORTS: reports, "OMP_WAIT_POLICY": "PASSIVE"})
     if without_lock:
         environment[WITHOUT_LOCK] = "1"
@@ -115,19 +123,23 @@ def job(data_path: Path, ranks: int, without_lock: bool, work: Path) -> dict:
         raise RuntimeError(f"torchrun failed ({done.returncode}):\n{done.stderr[-3000:]}")
     figures = [json.loads(path.read_text()) for path in sorted(reports.glob("rank*.json"))]
     assert len(figures) == ranks, done.stderr[-3000:]
-    return {"first_step_s": max(f["first_step_at"] for f in figures) - started,
-            "prepare_s": max(f["prepare_s"] for f in figures),
-            "prepare_cpu_s": sum(f["prepare_cpu_s"] for f in figures),
-            "builds": {what: sum(f["builds"][what] for f in figures) for what in figures[0]["builds"]}}
+    return {
+        "first_step_s": max(f["first_step_at"] for f in figures) - started,
+        "prepare_s": max(f["prepare_s"] for f in figures),
+        "prepare_cpu_s": sum(f["prepare_cpu_s"] for f in figures),
+        "builds": {what: sum(f["builds"][what] for f in figures) for what in figures[0]["builds"]},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="processes on the machine")
-    parser.add_argument("--without-prepare-lock", action="store_true",
-                        help="also run the fresh jobs with prepare_data's lock switched off")
-    add_size_arguments(parser, genes=2000, cells_per_condition=100, perturbed_genes=60, combos=80,
-                       control_cells=2000)
+    parser.add_argument(
+        "--without-prepare-lock",
+        action="store_true",
+        help="also run the fresh jobs with prepare_data's lock switched off",
+    )
+    add_size_arguments(parser, genes=2000, cells_per_condition=100, perturbed_genes=60, combos=80, control_cells=2000)
     add_record_argument(parser)
     if sys.argv[1:2] == ["--rank"]:
         rank()
@@ -150,14 +162,37 @@ def main() -> None:
                 rows.append((ranks, "fresh, no prepare lock", job(unlocked, ranks, True, Path(tmp))))
             rows.append((ranks, "warm (prepared)", job(fresh, ranks, False, Path(tmp))))
     with recorded(args.record):
-        print(f"\ntime to the first optimiser step of `torchrun --standalone --nproc_per_node=N -m gears_ddp.launch`, "
-              f"synthetic data {shape[0]:,} cells x {shape[1]:,} genes (map {shape[0] * shape[1] * 4 / 2**20:.0f} MiB), "
-              f"CPU ranks; {describe_machine()}\n")
-        print_table(["ranks", "folder", "time to first step (s)", "preparation (s, slowest rank)",
-                     "preparation CPU (s, all ranks)", "map builds", "split builds", "co-expression graph builds"],
-                    [[ranks, kind, f"{figures['first_step_s']:.1f}", f"{figures['prepare_s']:.2f}",
-                      f"{figures['prepare_cpu_s']:.2f}", figures["builds"]["map"], figures["builds"]["split"],
-                      figures["builds"]["co-expression graph"]] for ranks, kind, figures in rows], left=2)
+        print(
+            f"\ntime to the first optimiser step of `torchrun --standalone --nproc_per_node=N -m gears_ddp.launch`, "
+            f"synthetic data {shape[0]:,} cells x {shape[1]:,} genes (map {shape[0] * shape[1] * 4 / 2**20:.0f} MiB), "
+            f"CPU ranks; {describe_machine()}\n"
+        )
+        print_table(
+            [
+                "ranks",
+                "folder",
+                "time to first step (s)",
+                "preparation (s, slowest rank)",
+                "preparation CPU (s, all ranks)",
+                "map builds",
+                "split builds",
+                "co-expression graph builds",
+            ],
+            [
+                [
+                    ranks,
+                    kind,
+                    f"{figures['first_step_s']:.1f}",
+                    f"{figures['prepare_s']:.2f}",
+                    f"{figures['prepare_cpu_s']:.2f}",
+                    figures["builds"]["map"],
+                    figures["builds"]["split"],
+                    figures["builds"]["co-expression graph"],
+                ]
+                for ranks, kind, figures in rows
+            ],
+            left=2,
+        )
 
 
 if __name__ == "__main__":

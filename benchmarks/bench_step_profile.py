@@ -23,20 +23,21 @@ A setting whose ``torch.compile`` fails is recorded with the error's first lines
 On a CPU (``--small`` runs of the GPU check) there is no graph: the eager step is profiled,
 with the operators' CPU time, so the script and its JSON are checked in the suite.
 """
+
 import argparse
 import statistics
 import time
 
 import torch
-
-from gears_ddp.training.cuda_graphs import CapturedStep
-from gears_ddp.training.engine import Precision, training_step
-from gears_ddp.training.optimization import make_optimizer
 from harness.models import new_model
 from harness.record import add_json_argument, add_record_argument, recorded, write_figures
 from harness.settings import LR, WEIGHT_DECAY
 from harness.synthetic import add_size_arguments, load_synthetic
 from harness.tables import print_table
+
+from gears_ddp.training.cuda_graphs import CapturedStep
+from gears_ddp.training.engine import Precision, training_step
+from gears_ddp.training.optimization import make_optimizer
 
 WARMUP_STEPS = 3
 
@@ -87,12 +88,14 @@ def product_floor_ms(gears, batch, device: torch.device, amp: str) -> float:
         y = h @ w2
         y @ w2.T, h.T @ y  # backward of the second: input and weight gradients
         h @ w1.T, x.T @ h  # and of the first
+
     products(None)
     return statistics.median(timed_steps(products, range(10), device))
 
 
-def profile_setting(pert_data, device: torch.device, batch_size: int, steps: int, compile: bool, amp: str,
-                    top: int) -> dict:
+def profile_setting(
+    pert_data, device: torch.device, batch_size: int, steps: int, compile: bool, amp: str, top: int
+) -> dict:
     """The figures of one setting (see the module docstring)."""
     pert_data.get_dataloader(batch_size=batch_size, test_batch_size=256)
     gears = new_model(pert_data, device=device)
@@ -106,23 +109,31 @@ def profile_setting(pert_data, device: torch.device, batch_size: int, steps: int
 
     def step(batch):
         return run(model, [batch], optimizer, context, False, device, precision)
-    for batch in batches[:WARMUP_STEPS + 1]:  # warm-up and capture
+
+    for batch in batches[: WARMUP_STEPS + 1]:  # warm-up and capture
         step(batch)
     replaying = captured is not None and captured.replaying
-    times = timed_steps(step, batches[WARMUP_STEPS + 1:WARMUP_STEPS + 1 + steps], device)
+    times = timed_steps(step, batches[WARMUP_STEPS + 1 : WARMUP_STEPS + 1 + steps], device)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as profiler:
-        for batch in batches[WARMUP_STEPS + 1 + steps:]:
+        for batch in batches[WARMUP_STEPS + 1 + steps :]:
             step(batch)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     kernels = kernel_table(profiler, device, steps, top)
-    return {"compile": compile, "amp": amp, "batch_size": batch_size, "genes": network.num_genes,
-            "sets_per_batch": batches[0].sets.n_sets, "replayed": replaying,
-            "step_ms": statistics.median(times), "floor_ms": product_floor_ms(gears, batches[0], device, amp),
-            "kernels": kernels}
+    return {
+        "compile": compile,
+        "amp": amp,
+        "batch_size": batch_size,
+        "genes": network.num_genes,
+        "sets_per_batch": batches[0].sets.n_sets,
+        "replayed": replaying,
+        "step_ms": statistics.median(times),
+        "floor_ms": product_floor_ms(gears, batches[0], device, amp),
+        "kernels": kernels,
+    }
 
 
 def kernel_table(profiler, device: torch.device, steps: int, top: int) -> list[dict]:
@@ -152,8 +163,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--top", type=int, default=15)
-    add_size_arguments(parser, genes=5000, cells_per_condition=350, perturbed_genes=100, combos=130,
-                       control_cells=10000)
+    add_size_arguments(
+        parser, genes=5000, cells_per_condition=350, perturbed_genes=100, combos=130, control_cells=10000
+    )
     parser.add_argument("--data-path", default="./data/bench_epoch")
     add_json_argument(parser)
     add_record_argument(parser)
@@ -165,14 +177,17 @@ def main() -> None:
 def measure(args) -> None:
     device = torch.device(args.device)
     pert_data = load_synthetic(args.data_path, args)
-    print(f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes on {device}; batch "
-          f"{args.batch_size}; {args.steps} steps timed, {args.steps} profiled")
+    print(
+        f"data: {pert_data.adata.n_obs} cells x {pert_data.adata.n_vars} genes on {device}; batch "
+        f"{args.batch_size}; {args.steps} steps timed, {args.steps} profiled"
+    )
     settings = []
     for compile in args.compile:
         for amp in args.amp:
             try:
-                figures = profile_setting(pert_data, device, args.batch_size, args.steps, compile == "on", amp,
-                                          args.top)
+                figures = profile_setting(
+                    pert_data, device, args.batch_size, args.steps, compile == "on", amp, args.top
+                )
             except torch._dynamo.exc.BackendCompilerFailed as failure:  # recorded; the other settings go on
                 reason = str(failure).strip().splitlines()
                 settings.append({"compile": True, "amp": amp, "failed": " ".join(reason[:2])})
@@ -180,20 +195,38 @@ def measure(args) -> None:
                 write_json(args, device, pert_data, settings)
                 continue
             settings.append(figures)
-            print(f"\ncompile {compile}, amp {amp}: {'replayed' if figures['replayed'] else 'eager'} step "
-                  f"{figures['step_ms']:.3f} ms (median), its matrix products alone {figures['floor_ms']:.3f} ms "
-                  f"({figures['step_ms'] / figures['floor_ms']:.1f}x); {figures['sets_per_batch']} sets a batch")
-            print_table(["kernel" if device.type == "cuda" else "operator", "calls/step", "us/step", "share"],
-                        [[row["name"][:90], f"{row['calls_per_step']:.1f}", f"{row['us_per_step']:.1f}",
-                          f"{row['share']:.1%}"] for row in figures["kernels"]])
+            print(
+                f"\ncompile {compile}, amp {amp}: {'replayed' if figures['replayed'] else 'eager'} step "
+                f"{figures['step_ms']:.3f} ms (median), its matrix products alone {figures['floor_ms']:.3f} ms "
+                f"({figures['step_ms'] / figures['floor_ms']:.1f}x); {figures['sets_per_batch']} sets a batch"
+            )
+            print_table(
+                ["kernel" if device.type == "cuda" else "operator", "calls/step", "us/step", "share"],
+                [
+                    [
+                        row["name"][:90],
+                        f"{row['calls_per_step']:.1f}",
+                        f"{row['us_per_step']:.1f}",
+                        f"{row['share']:.1%}",
+                    ]
+                    for row in figures["kernels"]
+                ],
+            )
             write_json(args, device, pert_data, settings)  # after each: a stage cut short keeps what it measured
 
 
 def write_json(args, device: torch.device, pert_data, settings: list[dict]) -> None:
     """The settings measured so far to ``--json``, if given."""
     if args.json:
-        write_figures(args.json, {"device": str(device), "cells": pert_data.adata.n_obs,
-                                  "genes": pert_data.adata.n_vars, "settings": settings})
+        write_figures(
+            args.json,
+            {
+                "device": str(device),
+                "cells": pert_data.adata.n_obs,
+                "genes": pert_data.adata.n_vars,
+                "settings": settings,
+            },
+        )
 
 
 if __name__ == "__main__":

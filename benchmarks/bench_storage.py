@@ -11,6 +11,7 @@ loaders (``seed=S``), initial weights (``torch.manual_seed(S)``) and hyperparame
 the per-seed values, and the mean of the per-seed differences (float16 - float32) with its
 standard error; "within noise" means that mean is within two standard errors of zero.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,13 @@ from harness.spread import paired_difference
 from harness.synthetic import add_size_arguments, load_dataset, synthetic_options
 from harness.tables import print_table
 
-METRICS = ("test_mse_de", "test_pearson_delta", "test_pearson_delta_de", "test_frac_opposite_direction_top20_non_dropout",
-           "test_mse_top20_de_non_dropout")
+METRICS = (
+    "test_mse_de",
+    "test_pearson_delta",
+    "test_pearson_delta_de",
+    "test_frac_opposite_direction_top20_non_dropout",
+    "test_mse_top20_de_non_dropout",
+)
 LOWER_IS_BETTER = {"test_mse_de", "test_frac_opposite_direction_top20_non_dropout", "test_mse_top20_de_non_dropout"}
 
 
@@ -46,16 +52,21 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         write_synthetic_dataset(tmp, **synthetic_options(args))
-        runs = {seed: {dtype: run(Path(tmp), dtype, seed, args.epochs) for dtype in ("float32", "float16")}
-                for seed in args.seeds}
+        runs = {
+            seed: {dtype: run(Path(tmp), dtype, seed, args.epochs) for dtype in ("float32", "float16")}
+            for seed in args.seeds
+        }
     with recorded(args.record):
-        print(f"\ntest metrics of the best model after {args.epochs} epochs, float32 vs float16 expression storage, "
-              f"seeds {' '.join(map(str, args.seeds))}\n")
+        print(
+            f"\ntest metrics of the best model after {args.epochs} epochs, float32 vs float16 expression storage, "
+            f"seeds {' '.join(map(str, args.seeds))}\n"
+        )
         rows = []
         for metric in METRICS:
             values = [(runs[s]["float32"][metric], runs[s]["float16"][metric]) for s in args.seeds]
-            _, difference, verdict = paired_difference([b for _, b in values], [a for a, _ in values],
-                                                       metric not in LOWER_IS_BETTER, ("float16", "float32"))
+            _, difference, verdict = paired_difference(
+                [b for _, b in values], [a for a, _ in values], metric not in LOWER_IS_BETTER, ("float16", "float32")
+            )
             rows.append([metric, *(f"{a:.4f} / {b:.4f}" for a, b in values), difference, verdict])
         print_table(["metric", *(f"seed {s} (32 / 16)" for s in args.seeds), "16 - 32", "verdict"], rows)
 

@@ -13,6 +13,7 @@ report), and each trial's wall time from its start to its end (``trials.csv``'s 
 Printed: the sweep's wall time, the trials' seconds summed and per process, the sweep's own
 seconds by part, and their share of the trials' time per process.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,12 @@ from pathlib import Path
 from harness.record import add_record_argument, recorded
 from harness.tables import print_table
 
-SPACE = {"args": {"lr": {"type": "categorical", "choices": [0.001, 0.003, 10.0]},
-                  "model_config": {"hidden_size": {"type": "int", "low": 32, "high": 128, "log": True}}}}
+SPACE = {
+    "args": {
+        "lr": {"type": "categorical", "choices": [0.001, 0.003, 10.0]},
+        "model_config": {"hidden_size": {"type": "int", "low": 32, "high": 128, "log": True}},
+    }
+}
 
 
 def timed(spent: dict, part: str, function):
@@ -38,6 +43,7 @@ def timed(spent: dict, part: str, function):
             return function(*args, **kwargs)
         finally:
             spent[part] += time.perf_counter() - started
+
     return call
 
 
@@ -76,21 +82,36 @@ def main() -> None:
     per_process = trials / options.processes
     with recorded(options.record):
         counts = ", ".join(f"{count} {state.lower()}" for state, count in summary["counts"].items())
-        print(f"The demo's screen, {options.trials} trials of {options.epochs} epochs ({counts}), "
-              f"{options.processes} at once on {options.processes} CPU processes; lr among 0.001, 0.003 and 10 "
-              "(planted), hidden_size 32-128 (log)\n")
-        print_table(["", "seconds", "share of the trials' time per process"],
-                    [["the sweep, start to end (wall)", f"{wall:.1f}", "-"],
-                     ["the trials, each start to end, summed", f"{trials:.1f}", "-"],
-                     [f"  per process ({options.processes})", f"{per_process:.1f}", "-"],
-                     *[[f"sweep's own: {part}", f"{seconds:.3f}", f"{seconds / per_process:.2%}"]
-                       for part, seconds in spent.items()],
-                     ["sweep's own work in all", f"{own:.3f}", f"{own / per_process:.2%}"]])
-        pruned = ", ".join("trial {number} (lr {lr}, after {epochs} epochs)".format(
-            number=row["number"], lr=row["args.lr"], epochs=row["epochs"]) for row in rows if row["state"] == "PRUNED")
+        print(
+            f"The demo's screen, {options.trials} trials of {options.epochs} epochs ({counts}), "
+            f"{options.processes} at once on {options.processes} CPU processes; lr among 0.001, 0.003 and 10 "
+            "(planted), hidden_size 32-128 (log)\n"
+        )
+        print_table(
+            ["", "seconds", "share of the trials' time per process"],
+            [
+                ["the sweep, start to end (wall)", f"{wall:.1f}", "-"],
+                ["the trials, each start to end, summed", f"{trials:.1f}", "-"],
+                [f"  per process ({options.processes})", f"{per_process:.1f}", "-"],
+                *[
+                    [f"sweep's own: {part}", f"{seconds:.3f}", f"{seconds / per_process:.2%}"]
+                    for part, seconds in spent.items()
+                ],
+                ["sweep's own work in all", f"{own:.3f}", f"{own / per_process:.2%}"],
+            ],
+        )
+        pruned = ", ".join(
+            "trial {number} (lr {lr}, after {epochs} epochs)".format(
+                number=row["number"], lr=row["args.lr"], epochs=row["epochs"]
+            )
+            for row in rows
+            if row["state"] == "PRUNED"
+        )
         best = summary["best"]
-        print(f"\npruned: {pruned or 'none'} (of {options.epochs}); best: trial {best['number']}, validation mse_de "
-              f"{best['value']:.4g}")
+        print(
+            f"\npruned: {pruned or 'none'} (of {options.epochs}); best: trial {best['number']}, validation mse_de "
+            f"{best['value']:.4g}"
+        )
 
 
 if __name__ == "__main__":

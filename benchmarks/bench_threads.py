@@ -13,6 +13,7 @@ Settings: torch's default thread count (every core this process may use); one th
 core minus one; ``gears_ddp``'s choice (``gears_ddp.runtime.threads.cpu_threads``); and the first
 with ``OMP_WAIT_POLICY=PASSIVE`` (OpenMP threads sleep instead of spinning while they wait).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,15 @@ def measure(data_path: Path, threads: str, environment: dict, epochs: int, compe
     processes that each keep a core busy."""
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(competitors)]
     try:
-        result = run_in_child(__file__, "measured_run", str(data_path), threads, epochs, environment=environment,
-                              label=f"the run with threads {threads} and {environment or 'no extra environment'}")
+        result = run_in_child(
+            __file__,
+            "measured_run",
+            str(data_path),
+            threads,
+            epochs,
+            environment=environment,
+            label=f"the run with threads {threads} and {environment or 'no extra environment'}",
+        )
     finally:
         for spinner in spinners:
             spinner.kill()
@@ -77,8 +85,13 @@ def main() -> None:
     parser.add_argument("--competitors", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--epochs", type=int, default=2)
     add_size_arguments(parser)
-    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
-                        help="which settings to run (default: all)")
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        choices=list(SETTINGS),
+        default=list(SETTINGS),
+        help="which settings to run (default: all)",
+    )
     add_record_argument(parser)
     args = parser.parse_args()
     from gears_ddp.datasets import write_synthetic_dataset
@@ -86,14 +99,24 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         write_synthetic_dataset(tmp, **synthetic_options(args))
-        results = {name: {n: measure(Path(tmp), threads, environment, args.epochs, n) for n in args.competitors}
-                   for name, (threads, environment) in SETTINGS.items() if name in args.settings}
+        results = {
+            name: {n: measure(Path(tmp), threads, environment, args.epochs, n) for n in args.competitors}
+            for name, (threads, environment) in SETTINGS.items()
+            if name in args.settings
+        }
     with recorded(args.record):
-        print(f"\nseconds per training epoch (after the first), one process, batch 32, hidden {HIDDEN_SIZE}; "
-              f"{usable_cores()} usable cores; competitors spin one core each\n")
-        print_table(["setting", *(f"{n} competitor(s)" for n in args.competitors)],
-                    [[name, *(f"{by_load[n]['train_s']:.2f} s ({by_load[n]['threads']}t)" for n in args.competitors)]
-                     for name, by_load in results.items()])
+        print(
+            f"\nseconds per training epoch (after the first), one process, batch 32, hidden {HIDDEN_SIZE}; "
+            f"{usable_cores()} usable cores; competitors spin one core each\n"
+        )
+        print_table(
+            ["setting", *(f"{n} competitor(s)" for n in args.competitors)],
+            [
+                [name, *(f"{by_load[n]['train_s']:.2f} s ({by_load[n]['threads']}t)" for n in args.competitors)]
+                for name, by_load in results.items()
+            ],
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -36,6 +36,7 @@ them (the same knock-downs, so the same training conditions): at the challenge's
 take hours on 2 cores. The tables say which. Each processed dataset is removed when its size
 is measured (``--keep`` keeps them); the screens are kept.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from harness.machine import load_average
 from harness.memory import per_process, sample_tree
 from harness.record import add_record_argument, recorded
@@ -69,10 +69,19 @@ HEADER_BYTES = 128  # of a .npy map of two dimensions
 def screen_options(n_cells: int, n_genes: int) -> dict:
     """``write_synthetic_screen`` options of a screen shaped as the challenge's, of ``n_cells``."""
     controls = round(VCC_CONTROLS * n_cells / VCC_CELLS)
-    return {"layout": "screen", "n_genes": n_genes, "n_modules": 60, "n_perturbed_genes": VCC_KNOCKDOWNS,
-            "n_combos": 0, "cells_per_condition": (n_cells - controls) // VCC_KNOCKDOWNS,
-            "n_control_cells": n_cells - (n_cells - controls) // VCC_KNOCKDOWNS * VCC_KNOCKDOWNS,
-            "frac_activation": 0.0, "shared_response": 1.0, "library_size": 54000.0, "seed": 1}
+    return {
+        "layout": "screen",
+        "n_genes": n_genes,
+        "n_modules": 60,
+        "n_perturbed_genes": VCC_KNOCKDOWNS,
+        "n_combos": 0,
+        "cells_per_condition": (n_cells - controls) // VCC_KNOCKDOWNS,
+        "n_control_cells": n_cells - (n_cells - controls) // VCC_KNOCKDOWNS * VCC_KNOCKDOWNS,
+        "frac_activation": 0.0,
+        "shared_response": 1.0,
+        "library_size": 54000.0,
+        "seed": 1,
+    }
 
 
 def measured(command: list[str], is_counted=lambda cmdline: True, **popen) -> dict:
@@ -104,8 +113,10 @@ def write_screen(folder: Path, n_cells: int, n_genes: int) -> dict | None:
     """The screen's figures of writing, or None when it was written before."""
     if (folder / "screen.h5ad").exists():
         return None
-    code = ("import sys, json; from gears_ddp.datasets import write_synthetic_screen;"
-            "write_synthetic_screen(sys.argv[1], 'screen', **json.loads(sys.argv[2]))")
+    code = (
+        "import sys, json; from gears_ddp.datasets import write_synthetic_screen;"
+        "write_synthetic_screen(sys.argv[1], 'screen', **json.loads(sys.argv[2]))"
+    )
     return measured(python_command(code, str(folder), json.dumps(screen_options(n_cells, n_genes))))
 
 
@@ -123,8 +134,21 @@ def screen_shape(path: Path) -> tuple[int, int, int]:
 
 def process(screen: Path, name: str, *options: str) -> dict:
     """``gears-ddp process --normalize`` of the screen into ``<its folder>/<name>``."""
-    return measured(gears_ddp_command("process", "--adata", str(screen), "--data-path", str(screen.parent),
-                                      "--name", name, *SCREEN_COLUMNS, "--normalize", "--overwrite", *options))
+    return measured(
+        gears_ddp_command(
+            "process",
+            "--adata",
+            str(screen),
+            "--data-path",
+            str(screen.parent),
+            "--name",
+            name,
+            *SCREEN_COLUMNS,
+            "--normalize",
+            "--overwrite",
+            *options,
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- 3. the map
@@ -141,8 +165,10 @@ def csr_bytes(h5ad: Path) -> tuple[int, int]:
 
 def build_float16_map(dataset: Path) -> dict:
     """Build the float16 map of the processed dataset (a child process), time it, size it, keep it."""
-    code = ("import sys; from gears_ddp import PertData;"
-            "PertData(sys.argv[1], expression_dtype='float16').load(data_path=sys.argv[2])")
+    code = (
+        "import sys; from gears_ddp import PertData;"
+        "PertData(sys.argv[1], expression_dtype='float16').load(data_path=sys.argv[2])"
+    )
     figures = measured(python_command(code, str(dataset.parent), str(dataset)))
     figures["bytes"] = (dataset / f"{MAP_NAMES['float16']}.npy").stat().st_size
     return figures
@@ -159,7 +185,7 @@ def write_csr_map(dataset: Path, folder: Path) -> float:
             out = np.lib.format.open_memmap(folder / f"{key}.npy", mode="w+", dtype=source.dtype, shape=source.shape)
             step = 2**26
             for start in range(0, source.shape[0], step):
-                out[start:start + step] = source[start:start + step]
+                out[start : start + step] = source[start : start + step]
             out.flush()
             del out
     return watch.seconds
@@ -178,8 +204,10 @@ def epoch_batches(dataset: Path) -> tuple[list[np.ndarray], int]:
     train_cells = loader.dataset.cell_indices[plan_cells]
     partners = loader.dataset.partners
     n_batches = len(train_cells) // BATCH_SIZE
-    batches = [np.concatenate([partners[cells].numpy(), cells.numpy()])
-               for cells in train_cells[:n_batches * BATCH_SIZE].split(BATCH_SIZE)]
+    batches = [
+        np.concatenate([partners[cells].numpy(), cells.numpy()])
+        for cells in train_cells[: n_batches * BATCH_SIZE].split(BATCH_SIZE)
+    ]
     return batches, pert_data.cells.expression.shape[1]
 
 
@@ -231,10 +259,12 @@ def graph_files(dataset: Path) -> list[Path]:
 
 def prepare(dataset: Path) -> dict:
     """Prepare the data as ``train_multi_gpu``'s parent does (a child process)."""
-    code = ("import sys; from gears_ddp.data.preparation import prepare_data;"
-            "from gears_ddp.distributed.config import TrainingArgs;"
-            f"options = TrainingArgs.from_dict({{'model_config': {{'hidden_size': {HIDDEN_SIZE}}}}});"
-            f"prepare_data(sys.argv[1], sys.argv[2], {SPLIT!r}, options.model_config)")
+    code = (
+        "import sys; from gears_ddp.data.preparation import prepare_data;"
+        "from gears_ddp.distributed.config import TrainingArgs;"
+        f"options = TrainingArgs.from_dict({{'model_config': {{'hidden_size': {HIDDEN_SIZE}}}}});"
+        f"prepare_data(sys.argv[1], sys.argv[2], {SPLIT!r}, options.model_config)"
+    )
     return measured(python_command(code, str(dataset.parent), dataset.name))
 
 
@@ -242,11 +272,20 @@ def train(dataset: Path, steps: int) -> dict:
     """``gears-ddp train`` of ``steps`` steps and the epoch's evaluation, on 1 CPU worker."""
     run = dataset / "bench_run"
     shutil.rmtree(run, ignore_errors=True)
-    args = {"epochs": 1, "max_steps": steps, "batch_size": BATCH_SIZE, "test_batch_size": 256, "cpu_processes": 1,
-            "model_config": {"hidden_size": HIDDEN_SIZE}, "save_path": str(run)}
+    args = {
+        "epochs": 1,
+        "max_steps": steps,
+        "batch_size": BATCH_SIZE,
+        "test_batch_size": 256,
+        "cpu_processes": 1,
+        "model_config": {"hidden_size": HIDDEN_SIZE},
+        "save_path": str(run),
+    }
     config = write_run_config(dataset / "bench_run.yaml", dataset.parent, dataset.name, args, SPLIT)
-    figures = measured(gears_ddp_command("train", "--config", str(config)),
-                       lambda cmdline: b"gears_ddp" in cmdline or b"spawn_main" in cmdline)
+    figures = measured(
+        gears_ddp_command("train", "--config", str(config)),
+        lambda cmdline: b"gears_ddp" in cmdline or b"spawn_main" in cmdline,
+    )
     history = json.loads((run / "report.json").read_text(encoding="utf-8"))["history"][0]
     figures.update(step_s=history["train_seconds"] / steps, evaluation_s=history["seconds"] - history["train_seconds"])
     shutil.rmtree(run)
@@ -278,65 +317,136 @@ def minutes(seconds) -> str:
 
 
 def print_tables(sizes: dict, args) -> None:
-    print(f"\nSynthetic screens shaped as the Virtual Cell Challenge's training file (raw counts, "
-          f"{VCC_KNOCKDOWNS} knock-downs, 54,000 counts per control cell; `write_synthetic_screen`, "
-          f"layout 'screen'); {os.cpu_count()} CPU cores shared with other work (1-minute load at the end: "
-          f"{load_average()}). Memory in MiB: peak resident (RSS) and peak private (RssAnon) of each process.\n")
-    print_table(["cells x genes", "counts as CSR (GiB)", "values not zero", "writing the screen", "peak RSS",
-                 "peak private"],
-                [[f"{n:,} x {s['genes']:,}", gib(s["counts_bytes"]), f"{s['nonzero']:.1%}",
-                  minutes(s["writing"]["seconds"]) if s["writing"] else "- (written before)",
-                  mib(s["writing"]["rss"][0]) if s["writing"] else "-",
-                  mib(s["writing"]["private"][0]) if s["writing"] else "-"] for n, s in sizes.items()])
+    print(
+        f"\nSynthetic screens shaped as the Virtual Cell Challenge's training file (raw counts, "
+        f"{VCC_KNOCKDOWNS} knock-downs, 54,000 counts per control cell; `write_synthetic_screen`, "
+        f"layout 'screen'); {os.cpu_count()} CPU cores shared with other work (1-minute load at the end: "
+        f"{load_average()}). Memory in MiB: peak resident (RSS) and peak private (RssAnon) of each process.\n"
+    )
+    print_table(
+        ["cells x genes", "counts as CSR (GiB)", "values not zero", "writing the screen", "peak RSS", "peak private"],
+        [
+            [
+                f"{n:,} x {s['genes']:,}",
+                gib(s["counts_bytes"]),
+                f"{s['nonzero']:.1%}",
+                minutes(s["writing"]["seconds"]) if s["writing"] else "- (written before)",
+                mib(s["writing"]["rss"][0]) if s["writing"] else "-",
+                mib(s["writing"]["private"][0]) if s["writing"] else "-",
+            ]
+            for n, s in sizes.items()
+        ],
+    )
     print("\n`gears-ddp process --normalize` (all genes; then keeping the highly variable ones):\n")
     rows = []
     for n, s in sizes.items():
         for label, figures in (("all genes", s["process"]), (f"--n-top-genes {args.n_top_genes}", s.get("hvg"))):
             if figures:
-                rows.append([f"{n:,}", label, minutes(figures["seconds"]), mib(figures["rss"][0]),
-                             mib(figures["private"][0]), f"{figures['rss'][0] * MIB / s['counts_bytes']:.2f}"])
+                rows.append(
+                    [
+                        f"{n:,}",
+                        label,
+                        minutes(figures["seconds"]),
+                        mib(figures["rss"][0]),
+                        mib(figures["private"][0]),
+                        f"{figures['rss'][0] * MIB / s['counts_bytes']:.2f}",
+                    ]
+                )
     print_table(["cells", "genes kept", "wall time", "peak RSS", "peak private", "peak RSS / counts' CSR"], rows)
     print("\nThe expression map on disk (the processed values; float16 built, timed and removed):\n")
-    print_table(["cells", "float32 map (GiB)", "float16 map (GiB)", "float16 build", "float16 build, peak RSS",
-                 "CSR, float32 values + int32 indices (GiB)"],
-                [[f"{n:,}", gib(s["map_bytes"]), gib(s["float16"]["bytes"]) + ("" if "seconds" in s["float16"] else
-                                                                                 " (computed)"),
-                  minutes(s["float16"].get("seconds")), mib(s["float16"]["rss"][0]) if "rss" in s["float16"] else "-",
-                  gib(s["processed_csr_bytes"])] for n, s in sizes.items()])
+    print_table(
+        [
+            "cells",
+            "float32 map (GiB)",
+            "float16 map (GiB)",
+            "float16 build",
+            "float16 build, peak RSS",
+            "CSR, float32 values + int32 indices (GiB)",
+        ],
+        [
+            [
+                f"{n:,}",
+                gib(s["map_bytes"]),
+                gib(s["float16"]["bytes"]) + ("" if "seconds" in s["float16"] else " (computed)"),
+                minutes(s["float16"].get("seconds")),
+                mib(s["float16"]["rss"][0]) if "rss" in s["float16"] else "-",
+                gib(s["processed_csr_bytes"]),
+            ]
+            for n, s in sizes.items()
+        ],
+    )
     smallest, speeds = next(iter(sizes.items()))
     speeds = speeds["reads"]
-    print(f"\nReading one epoch's batches at {smallest:,} cells ({speeds['batches']:,} batches of "
-          f"{2 * BATCH_SIZE} rows: {BATCH_SIZE} cells and their control partners; second of two passes, page cache "
-          f"warm); writing the CSR form took {minutes(speeds['csr_write_s'])}:\n")
-    print_table(["stored as", "seconds per epoch", "ms per batch"],
-                [[label, f"{speeds[key]:.1f}", f"{1000 * speeds[key] / speeds['batches']:.2f}"]
-                 for key, label in (("float32", "dense float32 map"), ("float16", "dense float16 map"),
-                                    ("csr", "CSR (.npy maps), made dense per batch"))])
-    print(f"\nTraining: the parent prepares (map, split {SPLIT['split']} seed {SPLIT['seed']}, GO and co-expression "
-          f"graphs), one CPU worker trains {args.steps} steps of batch {BATCH_SIZE} (hidden {HIDDEN_SIZE}), then the "
-          "epoch's evaluation and the test. Map pages: the worker's resident pages of the map, of which shared.\n")
-    print_table(["cells", "preparing", "co-expression graph", "preparing, peak RSS", "preparing, peak private",
-                 "training run", "parent: peak RSS / private", "worker: peak RSS / private", "worker: map pages / shared",
-                 "s / step", "evaluation", "steps / epoch", "epoch, estimated"],
-                [[f"{n:,}", minutes(s["prepare"]["seconds"]), s["graph"], mib(s["prepare"]["rss"][0]),
-                  mib(s["prepare"]["private"][0]), minutes(s["train"]["seconds"]),
-                  f"{mib(s['train']['rss'][0])} / {mib(s['train']['private'][0])}",
-                  f"{mib(max(s['train']['rss'][1:]))} / {mib(max(s['train']['private'][1:]))}",
-                  f"{mib(max(s['train']['resident'][1:]))} / {mib(max(s['train']['shared'][1:]))}",
-                  f"{s['train']['step_s']:.2f}", minutes(s["train"]["evaluation_s"]), f"{s['steps_per_epoch']:,}",
-                  minutes(s["steps_per_epoch"] * s["train"]["step_s"] + s["train"]["evaluation_s"])]
-                 for n, s in sizes.items()])
+    print(
+        f"\nReading one epoch's batches at {smallest:,} cells ({speeds['batches']:,} batches of "
+        f"{2 * BATCH_SIZE} rows: {BATCH_SIZE} cells and their control partners; second of two passes, page cache "
+        f"warm); writing the CSR form took {minutes(speeds['csr_write_s'])}:\n"
+    )
+    print_table(
+        ["stored as", "seconds per epoch", "ms per batch"],
+        [
+            [label, f"{speeds[key]:.1f}", f"{1000 * speeds[key] / speeds['batches']:.2f}"]
+            for key, label in (
+                ("float32", "dense float32 map"),
+                ("float16", "dense float16 map"),
+                ("csr", "CSR (.npy maps), made dense per batch"),
+            )
+        ],
+    )
+    print(
+        f"\nTraining: the parent prepares (map, split {SPLIT['split']} seed {SPLIT['seed']}, GO and co-expression "
+        f"graphs), one CPU worker trains {args.steps} steps of batch {BATCH_SIZE} (hidden {HIDDEN_SIZE}), then the "
+        "epoch's evaluation and the test. Map pages: the worker's resident pages of the map, of which shared.\n"
+    )
+    print_table(
+        [
+            "cells",
+            "preparing",
+            "co-expression graph",
+            "preparing, peak RSS",
+            "preparing, peak private",
+            "training run",
+            "parent: peak RSS / private",
+            "worker: peak RSS / private",
+            "worker: map pages / shared",
+            "s / step",
+            "evaluation",
+            "steps / epoch",
+            "epoch, estimated",
+        ],
+        [
+            [
+                f"{n:,}",
+                minutes(s["prepare"]["seconds"]),
+                s["graph"],
+                mib(s["prepare"]["rss"][0]),
+                mib(s["prepare"]["private"][0]),
+                minutes(s["train"]["seconds"]),
+                f"{mib(s['train']['rss'][0])} / {mib(s['train']['private'][0])}",
+                f"{mib(max(s['train']['rss'][1:]))} / {mib(max(s['train']['private'][1:]))}",
+                f"{mib(max(s['train']['resident'][1:]))} / {mib(max(s['train']['shared'][1:]))}",
+                f"{s['train']['step_s']:.2f}",
+                minutes(s["train"]["evaluation_s"]),
+                f"{s['steps_per_epoch']:,}",
+                minutes(s["steps_per_epoch"] * s["train"]["step_s"] + s["train"]["evaluation_s"]),
+            ]
+            for n, s in sizes.items()
+        ],
+    )
     if len(sizes) > 1:
         (small, a), (large, b) = list(sizes.items())[0], list(sizes.items())[-1]
         print()
-        for label, x, y in (("processing, peak RSS", a["process"]["rss"][0], b["process"]["rss"][0]),
-                            ("training worker, peak private", max(a["train"]["private"][1:]),
-                             max(b["train"]["private"][1:])),
-                            ("training parent, peak private", a["train"]["private"][0], b["train"]["private"][0])):
+        for label, x, y in (
+            ("processing, peak RSS", a["process"]["rss"][0], b["process"]["rss"][0]),
+            ("training worker, peak private", max(a["train"]["private"][1:]), max(b["train"]["private"][1:])),
+            ("training parent, peak private", a["train"]["private"][0], b["train"]["private"][0]),
+        ):
             print(f"{label}, {small:,} -> {large:,} cells: {mib(x)} -> {mib(y)} MiB ({100 * (y / x - 1):+.1f}%)")
     largest = sizes[max(sizes)]["process"]["rss"][0]
-    print(f"processing {max(sizes):,} cells: peak RSS {mib(largest)} MiB "
-          f"({'met' if largest < 4096 else 'NOT met'}: under 4 GiB)")
+    print(
+        f"processing {max(sizes):,} cells: peak RSS {mib(largest)} MiB "
+        f"({'met' if largest < 4096 else 'NOT met'}: under 4 GiB)"
+    )
 
 
 # ----------------------------------------------------------------------------- the run
@@ -349,12 +459,20 @@ def main() -> None:
     parser.add_argument("--screen", type=Path, nargs="*", default=[], help="screens to take as they are")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--n-top-genes", type=int, default=2000)
-    parser.add_argument("--graph-up-to", type=int, help="build the co-expression graph at sizes up to this (default: all)")
+    parser.add_argument(
+        "--graph-up-to", type=int, help="build the co-expression graph at sizes up to this (default: all)"
+    )
     parser.add_argument("--work", type=Path, default=Path("./data/bench_vcc"))
-    parser.add_argument("--keep", action="store_true", help="keep each processed dataset (removed by default: "
-                                                             "tens of GB at the challenge's size)")
-    parser.add_argument("--small", action="store_true", help="a quick run: 3,000 and 6,000 cells x 2,000 genes, "
-                                                              "20 steps, 500 highly variable genes")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each processed dataset (removed by default: tens of GB at the challenge's size)",
+    )
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="a quick run: 3,000 and 6,000 cells x 2,000 genes, 20 steps, 500 highly variable genes",
+    )
     add_record_argument(parser)
     args = parser.parse_args()
     if args.small:
@@ -370,8 +488,12 @@ def main() -> None:
         n_cells, n_genes, stored = screen_shape(screen)
         dataset = screen.parent / NAME
         shutil.rmtree(dataset, ignore_errors=True)  # (a processed copy beside the new one would double the disk)
-        figures = {"genes": n_genes, "writing": writing, "nonzero": stored / (n_cells * n_genes),
-                   "counts_bytes": csr_bytes(screen)[0]}
+        figures = {
+            "genes": n_genes,
+            "writing": writing,
+            "nonzero": stored / (n_cells * n_genes),
+            "counts_bytes": csr_bytes(screen)[0],
+        }
         figures["hvg"] = process(screen, f"{NAME}_hvg", "--n-top-genes", str(args.n_top_genes))
         shutil.rmtree(screen.parent / f"{NAME}_hvg")
         figures["process"] = process(screen, NAME)

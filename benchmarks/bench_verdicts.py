@@ -14,6 +14,7 @@ not depend on the values). Printed: the first call's seconds (the interval's qua
 function imported then) and the median of the repeats, for the scoring's verdicts, the
 page's and both; then the forest plots' seconds, for information (drawing, not bootstrapping).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from harness.record import add_record_argument, recorded
 from harness.tables import format_number, print_table
 
@@ -35,8 +35,9 @@ SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
 def test_report(perturbations: int, seed: int = 0) -> dict:
     """A report as ``Trainer.score_test`` writes it, its values drawn at random."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from gears_ddp.report.verdicts import HEADLINE_METRICS
     from verdict_reports import report_from_values
+
+    from gears_ddp.report.verdicts import HEADLINE_METRICS
 
     rng = np.random.default_rng(seed)
     subgroups = {name: list(rows) for name, rows in zip(SUBGROUPS, np.array_split(np.arange(perturbations), 4))}
@@ -68,8 +69,7 @@ def main() -> None:
     options = parser.parse_args()
     report = test_report(options.perturbations)
     from gears_ddp.evaluation.paired_bootstrap import RESAMPLES
-    from gears_ddp.report.verdicts import SUBGROUP_METRICS, compare, report_verdicts, shown_subgroups, \
-        verdict_records
+    from gears_ddp.report.verdicts import SUBGROUP_METRICS, compare, report_verdicts, shown_subgroups, verdict_records
 
     shown = (None, *shown_subgroups(report["model"]))
     scoring = seconds(lambda: compare(report), options.repeats)
@@ -83,19 +83,31 @@ def main() -> None:
         from gears_ddp.report.plots import plot_intervals
 
         for subgroup in shown:
-            rows = [(v.metric, v.higher_is_better, v.comparisons) for v in verdicts
-                    if v.subgroup == subgroup and (subgroup is None or v.metric in SUBGROUP_METRICS)]
+            rows = [
+                (v.metric, v.higher_is_better, v.comparisons)
+                for v in verdicts
+                if v.subgroup == subgroup and (subgroup is None or v.metric in SUBGROUP_METRICS)
+            ]
             plot_intervals(rows, str(subgroup), Path(folder) / f"{subgroup}.png")
         drawing = time.perf_counter() - started
     with recorded(options.record):
-        print(f"{options.perturbations} test perturbations in 4 subgroups, {len(BASELINES)} baselines, "
-              f"{len(verdicts)} verdicts ({comparisons} paired comparisons) over all test conditions and the "
-              f"subgroups, {RESAMPLES:,} resamples each; median of {options.repeats} repeats after the first call\n")
-        print_table(["verdicts", "first call (s)", "median (s)"],
-                    [["scoring the test set (every subgroup)", format_number(scoring[0]), format_number(scoring[1])],
-                     ["the report page: read back from the records", format_number(page[0]), format_number(page[1])],
-                     ["both: what the intervals add to a run", format_number(scoring[0] + page[1]),
-                      format_number(scoring[1] + page[1])]])
+        print(
+            f"{options.perturbations} test perturbations in 4 subgroups, {len(BASELINES)} baselines, "
+            f"{len(verdicts)} verdicts ({comparisons} paired comparisons) over all test conditions and the "
+            f"subgroups, {RESAMPLES:,} resamples each; median of {options.repeats} repeats after the first call\n"
+        )
+        print_table(
+            ["verdicts", "first call (s)", "median (s)"],
+            [
+                ["scoring the test set (every subgroup)", format_number(scoring[0]), format_number(scoring[1])],
+                ["the report page: read back from the records", format_number(page[0]), format_number(page[1])],
+                [
+                    "both: what the intervals add to a run",
+                    format_number(scoring[0] + page[1]),
+                    format_number(scoring[1] + page[1]),
+                ],
+            ],
+        )
         print(f"\nfor information, drawing the {len(shown)} forest plots: {drawing:.2f} s")
 
 

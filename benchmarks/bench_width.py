@@ -60,6 +60,7 @@ challenge's size is estimated as (221,273 cells x this split's share of cells in
 CPU, so with another device give ``--skip-reference``. ``--json F`` writes the figures
 (``harness.record.write_figures``).
 """
+
 import argparse
 import contextlib
 import io
@@ -87,22 +88,26 @@ HIDDEN_SIZE = 64
 
 def _timed(function, seconds: list):
     """``function`` that appends the seconds of each call to ``seconds``."""
+
     def timed(*args, **kwargs):
         start = time.perf_counter()
         try:
             return function(*args, **kwargs)
         finally:
             seconds.append(time.perf_counter() - start)
+
     return timed
 
 
 def _stage(figures: dict, name: str):
     """A context that stores its wall seconds in ``figures[name]``."""
+
     @contextlib.contextmanager
     def timing():
         start = time.perf_counter()
         yield
         figures[name] = time.perf_counter() - start
+
     return timing()
 
 
@@ -144,8 +149,9 @@ def run_ours(raw: str, folder: str, steps: int, device: str, amps: list[str]) ->
         gears.model_initialize(hidden_size=HIDDEN_SIZE)
     figures["graph_s"] = {name: sum(seconds) for name, seconds in graph_s.items()}
     figures["graph_floor_s"] = {name: sum(seconds) for name, seconds in floor_s.items()}
-    by_amp = {amp: _timed_steps(gears, pert_data.dataloader["train_loader"], steps, torch.device(device), amp)
-              for amp in amps}
+    by_amp = {
+        amp: _timed_steps(gears, pert_data.dataloader["train_loader"], steps, torch.device(device), amp) for amp in amps
+    }
     figures.update(by_amp[amps[0]])
     figures["step_s_by_amp"] = {amp: statistics.median(timed["step_s"]) for amp, timed in by_amp.items()}
     figures["peak_rss_gib"] = peak_rss_mib() / 1024  # the workflow's: before the floors' own tensors
@@ -171,8 +177,9 @@ def _timed_steps(gears, loader, steps: int, device, amp: str) -> dict:
     optimizer, _ = make_optimizer(gears.model, lr=1e-3, weight_decay=5e-4)
     context, on_gpu, precision = gears.loss_context(), device.type == "cuda", Precision.for_mode(amp, device)
     # on a GPU the step training replays: eager warm-up steps, then one captured
-    step, untimed, pad_sets_to = ((CapturedStep(device), WARMUP_STEPS + 1, loader.max_sets_per_batch()) if on_gpu
-                                  else (training_step, 1, None))
+    step, untimed, pad_sets_to = (
+        (CapturedStep(device), WARMUP_STEPS + 1, loader.max_sets_per_batch()) if on_gpu else (training_step, 1, None)
+    )
     step_s, rows, faults = [], [], []
     with contextlib.nullcontext() if on_gpu else retained_host_memory():  # as the recipe trains on a CPU
         for _, batch in zip(range(steps + untimed), loader.batches(0, pad_sets_to)):
@@ -184,8 +191,12 @@ def _timed_steps(gears, loader, steps: int, device, amp: str) -> dict:
             step_s.append(time.perf_counter() - start)
             rows.append(len(batch.sets.counts) * gears.model.num_genes)  # padded sets too: the step computes them
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
-    figures = {"step_s": step_s[untimed:], "faults_per_step": (faults[-1] - faults[untimed]) / steps,
-               "rows": statistics.mean(rows[untimed:]), "device": str(device)}
+    figures = {
+        "step_s": step_s[untimed:],
+        "faults_per_step": (faults[-1] - faults[untimed]) / steps,
+        "rows": statistics.mean(rows[untimed:]),
+        "device": str(device),
+    }
     if on_gpu:
         figures["peak_gpu_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return figures
@@ -234,7 +245,7 @@ def _one_pass(n_rows: int, width: int, repeats: int, device: str) -> dict:
 
     def in_pieces():
         for start in range(0, n_rows, ROWS_PER_PASS):
-            rows[start:start + ROWS_PER_PASS].relu_()
+            rows[start : start + ROWS_PER_PASS].relu_()
 
     seconds = {"whole": [], "in pieces": []}
     for _ in range(repeats + 1):
@@ -267,8 +278,8 @@ class _TimedBatches:
 def run_published(raw: str, folder: str, steps: int) -> dict:
     patch_csr_indexing()
     import anndata
-    import torch
     import gears.gears as published
+    import torch
     from gears import GEARS, PertData
 
     figures, graph_s, batch_times, epoch_ends = {}, {}, [], []
@@ -325,8 +336,11 @@ def measured(package: str, raw: str, steps: int, device: str, amps: list[str]) -
     with tempfile.TemporaryDirectory() as tmp:
         folder = str(work_folder(Path(raw), tmp))
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            figures = (run_ours(raw, folder, steps, device, amps) if package == "gears_ddp"
-                       else run_published(raw, folder, steps))
+            figures = (
+                run_ours(raw, folder, steps, device, amps)
+                if package == "gears_ddp"
+                else run_published(raw, folder, steps)
+            )
     figures.setdefault("peak_rss_gib", peak_rss_mib() / 1024)
     return figures
 
@@ -354,63 +368,107 @@ def print_tables(ours: dict, published: dict | None, args) -> None:
         return None if result is None else statistics.median(result["step_s"])
 
     rows = []
-    for label, key in (("processing: raw h5ad -> processed folder (s)", "processing_s"),
-                       ("loading: load, split, loaders (s)", "loading_s"),
-                       ("model_initialize (s)", "model_initialize_s")):
-        rows.append([label, format_number(figure(published, key), ".2f"), format_number(ours[key], ".2f"),
-                     _ratio(figure(published, key), ours[key])])
+    for label, key in (
+        ("processing: raw h5ad -> processed folder (s)", "processing_s"),
+        ("loading: load, split, loaders (s)", "loading_s"),
+        ("model_initialize (s)", "model_initialize_s"),
+    ):
+        rows.append(
+            [
+                label,
+                format_number(figure(published, key), ".2f"),
+                format_number(ours[key], ".2f"),
+                _ratio(figure(published, key), ours[key]),
+            ]
+        )
     for graph in ("co-expression", "GO"):
         theirs = None if published is None else published["graph_s"].get(graph)
-        rows.append([f"  of which the {graph} graph (s)", format_number(theirs, ".2f"),
-                     format_number(ours["graph_s"][graph], ".2f"), _ratio(theirs, ours["graph_s"][graph])])
+        rows.append(
+            [
+                f"  of which the {graph} graph (s)",
+                format_number(theirs, ".2f"),
+                format_number(ours["graph_s"][graph], ".2f"),
+                _ratio(theirs, ours["graph_s"][graph]),
+            ]
+        )
     first_amp, *other_amps = args.amp
     precision = "" if first_amp == "off" else f", {first_amp}"
-    rows.append([f"training step, batch 32, median{precision} (s)", format_number(step(published), ".3f"),
-                 format_number(step(ours), ".3f"), _ratio(step(published), step(ours))])
+    rows.append(
+        [
+            f"training step, batch 32, median{precision} (s)",
+            format_number(step(published), ".3f"),
+            format_number(step(ours), ".3f"),
+            _ratio(step(published), step(ours)),
+        ]
+    )
     for amp in other_amps:
-        rows.append([f"training step, batch 32, median, {amp} (s)", "-",
-                     format_number(ours["step_s_by_amp"][amp], ".3f"), "-"])
-    rows.append(["peak resident memory (GiB)", format_number(figure(published, "peak_rss_gib"), ".2f"),
-                 format_number(ours["peak_rss_gib"], ".2f"), _ratio(figure(published, "peak_rss_gib"),
-                                                                    ours["peak_rss_gib"])])
+        rows.append(
+            [f"training step, batch 32, median, {amp} (s)", "-", format_number(ours["step_s_by_amp"][amp], ".3f"), "-"]
+        )
+    rows.append(
+        [
+            "peak resident memory (GiB)",
+            format_number(figure(published, "peak_rss_gib"), ".2f"),
+            format_number(ours["peak_rss_gib"], ".2f"),
+            _ratio(figure(published, "peak_rss_gib"), ours["peak_rss_gib"]),
+        ]
+    )
     if "peak_gpu_gib" in ours:
         rows.append(["peak GPU memory (GiB)", "-", format_number(ours["peak_gpu_gib"], ".2f"), "-"])
     vcc_steps = VCC_CELLS * ours["train_share"] / BATCH_SIZE
-    rows.append([f"an epoch at the challenge's size, estimated ({vcc_steps:,.0f} steps; min)",
-                 format_number(None if published is None else vcc_steps * step(published) / 60, ".0f"),
-                 format_number(vcc_steps * step(ours) / 60, ".0f"), _ratio(step(published), step(ours))])
+    rows.append(
+        [
+            f"an epoch at the challenge's size, estimated ({vcc_steps:,.0f} steps; min)",
+            format_number(None if published is None else vcc_steps * step(published) / 60, ".0f"),
+            format_number(vcc_steps * step(ours) / 60, ".0f"),
+            _ratio(step(published), step(ours)),
+        ]
+    )
     print_table(["", "published GEARS", "gears_ddp", "published / gears_ddp"], rows)
-    print(f"\ngears_ddp on {ours['device']}; its step against its floor: {step(ours) * 1e3:.0f} ms a step, {ours['floor_s'] * 1e3:.0f} ms "
-          f"for the recovery MLP's six matrix products on the steps' {ours['rows']:,.0f} (set, gene) rows: "
-          f"{step(ours) / ours['floor_s']:.2f}x the floor.")
+    print(
+        f"\ngears_ddp on {ours['device']}; its step against its floor: {step(ours) * 1e3:.0f} ms a step, "
+        f"{ours['floor_s'] * 1e3:.0f} ms for the recovery MLP's six matrix products on the steps' "
+        f"{ours['rows']:,.0f} (set, gene) rows: {step(ours) / ours['floor_s']:.2f}x the floor."
+    )
     print(f"Page faults a step (minor, after the warm-up step): {ours['faults_per_step']:,.0f}.")
     passes = ours["pass_s"]
-    print(f"One elementwise pass (relu_) over those rows x {2 * HIDDEN_SIZE} float32: {passes['whole'] * 1e3:.1f} ms "
-          f"over the whole tensor, {passes['in pieces'] * 1e3:.1f} ms a piece of rows at a time; the step's time "
-          f"above the floor is {(step(ours) - ours['floor_s']) / passes['whole']:.0f} such passes.")
+    print(
+        f"One elementwise pass (relu_) over those rows x {2 * HIDDEN_SIZE} float32: {passes['whole'] * 1e3:.1f} ms "
+        f"over the whole tensor, {passes['in pieces'] * 1e3:.1f} ms a piece of rows at a time; the step's time "
+        f"above the floor is {(step(ours) - ours['floor_s']) / passes['whole']:.0f} such passes."
+    )
     floors = ours["graph_floor_s"]
-    print(f"Floors of model_initialize: the co-expression graph's correlation products (BLAS sgemm over the "
-          f"training cells) {floors['correlation products']:.2f} s of its {ours['graph_s']['co-expression']:.2f} s; "
-          f"reading the GO edge file (go_essential_all.csv) {floors['reading the GO edge file']:.2f} s of the GO "
-          f"graph's {ours['graph_s']['GO']:.2f} s.")
-    print(f"Steps timed: {len(ours['step_s'])} per package after a warm-up step; GO graph "
-          f"{ours['go_edges_per_gene']:.0f} edges per gene ({args.modules} gene modules); load average at the end "
-          f"{load_average()}.")
+    print(
+        f"Floors of model_initialize: the co-expression graph's correlation products (BLAS sgemm over the "
+        f"training cells) {floors['correlation products']:.2f} s of its {ours['graph_s']['co-expression']:.2f} s; "
+        f"reading the GO edge file (go_essential_all.csv) {floors['reading the GO edge file']:.2f} s of the GO "
+        f"graph's {ours['graph_s']['GO']:.2f} s."
+    )
+    print(
+        f"Steps timed: {len(ours['step_s'])} per package after a warm-up step; GO graph "
+        f"{ours['go_edges_per_gene']:.0f} edges per gene ({args.modules} gene modules); load average at the end "
+        f"{load_average()}."
+    )
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_size_arguments(parser, genes=18000, cells_per_condition=100, perturbed_genes=60, combos=30,
-                       control_cells=2000)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_size_arguments(parser, genes=18000, cells_per_condition=100, perturbed_genes=60, combos=30, control_cells=2000)
     parser.add_argument("--modules", type=int, default=60, help="the generator's gene modules (default 60)")
     parser.add_argument("--steps", type=int, default=8, help="training steps timed after a warm-up step")
     parser.add_argument("--data-path", default="/tmp/bench_width", help="where the raw data is written, once")
     parser.add_argument("--data-only", action="store_true", help="write the raw data and stop")
     parser.add_argument("--skip-reference", action="store_true", help="gears_ddp only")
     parser.add_argument("--device", default="cpu", help="gears_ddp's device (the published GEARS runs on the CPU)")
-    parser.add_argument("--amp", nargs="+", default=["off"], choices=["off", "bf16", "fp16"],
-                        help="gears_ddp's step precisions, timed in turn (the first: the floor and the estimates)")
+    parser.add_argument(
+        "--amp",
+        nargs="+",
+        default=["off"],
+        choices=["off", "bf16", "fp16"],
+        help="gears_ddp's step precisions, timed in turn (the first: the floor and the estimates)",
+    )
     add_json_argument(parser)
     add_record_argument(parser)
     args = parser.parse_args()
@@ -420,22 +478,31 @@ def main():
     if args.data_only:
         print(f"raw data at {raw}")
         return
-    ours = run_in_child(__file__, "measured", "gears_ddp", str(raw), args.steps, args.device, args.amp,
-                        label="gears_ddp")
+    ours = run_in_child(
+        __file__, "measured", "gears_ddp", str(raw), args.steps, args.device, args.amp, label="gears_ddp"
+    )
     published = None
     if not args.skip_reference and reference_available():
-        published = run_in_child(__file__, "measured", "published", str(raw), args.steps, "cpu", ["off"],
-                                 label="published GEARS")
+        published = run_in_child(
+            __file__, "measured", "published", str(raw), args.steps, "cpu", ["off"], label="published GEARS"
+        )
     if ours is None:
         sys.exit(1)
     with recorded(args.record):
         print_tables(ours, published, args)
     if args.json:
         vcc_steps = VCC_CELLS * ours["train_share"] / BATCH_SIZE
-        write_figures(args.json, {"device": args.device, "genes": synthetic_options(args)["n_genes"],
-                                  "step_s": ours["step_s_by_amp"],
-                                  "vcc_epoch_s": {amp: vcc_steps * s for amp, s in ours["step_s_by_amp"].items()},
-                                  "gears_ddp": ours, "published": published})
+        write_figures(
+            args.json,
+            {
+                "device": args.device,
+                "genes": synthetic_options(args)["n_genes"],
+                "step_s": ours["step_s_by_amp"],
+                "vcc_epoch_s": {amp: vcc_steps * s for amp, s in ours["step_s_by_amp"].items()},
+                "gears_ddp": ours,
+                "published": published,
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ and the command, a line naming the machine it ran on (``env.json``: the GPU, its
 CUDA, cuDNN, NCCL and torch), the summary table (``summary.txt``) and the tables each
 benchmark printed in its stage's log: no figure copied by hand.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,13 +40,31 @@ from harness.tables import print_table
 
 TIMED_OUT = 124  # the exit status of `timeout` when the budget ran out
 # distribution -> whether gears_ddp needs it; cell-gears is the published GEARS
-PACKAGES = {"numpy": True, "pandas": True, "anndata": True, "scanpy": True, "scikit-misc": True,
-            "torch-geometric": False, "cell-gears": False, "dcor": False}
+PACKAGES = {
+    "numpy": True,
+    "pandas": True,
+    "anndata": True,
+    "scanpy": True,
+    "scikit-misc": True,
+    "torch-geometric": False,
+    "cell-gears": False,
+    "dcor": False,
+}
 IMPORTED = ("numpy", "pandas", "anndata")  # imported to prove they work: cheap (scanpy's numba code is not)
-STAGE_FILES = {"environment": ["env.json"], "wheels": ["wheels.json"], "data": [], "tests": ["tests.xml"],
-               "demo": ["demo_report.json"], "resume": ["resume.json"], "epoch": ["epoch_graphs.json"],
-               "profile": ["profile.json"], "precision": ["epoch_fp16.json", "epoch_256.json"],
-               "width": ["width.json"], "screen": ["screen.json"], "published": ["published.json"]}
+STAGE_FILES = {
+    "environment": ["env.json"],
+    "wheels": ["wheels.json"],
+    "data": [],
+    "tests": ["tests.xml"],
+    "demo": ["demo_report.json"],
+    "resume": ["resume.json"],
+    "epoch": ["epoch_graphs.json"],
+    "profile": ["profile.json"],
+    "precision": ["epoch_fp16.json", "epoch_256.json"],
+    "width": ["width.json"],
+    "screen": ["screen.json"],
+    "published": ["published.json"],
+}
 
 
 # ----------------------------------------------------------------------------- environment and packages
@@ -56,15 +75,29 @@ def environment(out: Path, nvidia_smi: Path | None) -> None:
     import torch
 
     cuda = torch.cuda.is_available()
-    gpus = [{"name": torch.cuda.get_device_name(i),
-             "memory_gib": torch.cuda.get_device_properties(i).total_memory / 2**30,
-             "multiprocessors": torch.cuda.get_device_properties(i).multi_processor_count}
-            for i in range(torch.cuda.device_count())] if cuda else []
-    figures = {"machine": describe_machine(), "python": platform.python_version(), "torch": torch.__version__,
-               "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if cuda else None,
-               "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-               "gpu": gpus[0]["name"] if gpus else None, "gpus": gpus,
-               "nvidia_smi": nvidia_smi.read_text().strip() if nvidia_smi and nvidia_smi.exists() else None}
+    gpus = (
+        [
+            {
+                "name": torch.cuda.get_device_name(i),
+                "memory_gib": torch.cuda.get_device_properties(i).total_memory / 2**30,
+                "multiprocessors": torch.cuda.get_device_properties(i).multi_processor_count,
+            }
+            for i in range(torch.cuda.device_count())
+        ]
+        if cuda
+        else []
+    )
+    figures = {
+        "machine": describe_machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+        "gpu": gpus[0]["name"] if gpus else None,
+        "gpus": gpus,
+        "nvidia_smi": nvidia_smi.read_text().strip() if nvidia_smi and nvidia_smi.exists() else None,
+    }
     out.write_text(json.dumps(figures, indent=1))
     print(json.dumps(figures, indent=1))
 
@@ -105,8 +138,10 @@ def _environment(results: Path) -> tuple[dict, str]:
     env = _json(results, "env.json")
     if env is None:
         return {}, ""
-    return ({key: env[key] for key in ("gpu", "torch", "cuda", "cudnn", "nccl", "python")},
-            f"{env['gpu'] or 'no GPU'}; torch {env['torch']}, CUDA {env['cuda']}")
+    return (
+        {key: env[key] for key in ("gpu", "torch", "cuda", "cudnn", "nccl", "python")},
+        f"{env['gpu'] or 'no GPU'}; torch {env['torch']}, CUDA {env['cuda']}",
+    )
 
 
 def _wheels(results: Path) -> tuple[dict, str]:
@@ -114,18 +149,26 @@ def _wheels(results: Path) -> tuple[dict, str]:
     if found is None:
         return {}, ""
     versions = found["versions"]
-    shown = ", ".join(f"{name} {versions[name]}" for name in ("pandas", "anndata", "scanpy", "cell-gears")
-                      if not str(versions[name]).startswith("not importable"))
-    return ({"wheels": len(found["wheels"]), "missing": found["missing"], "versions": versions},
-            f"{len(found['wheels'])} wheels installed; {shown}" + (f"; missing {found['missing']}"
-                                                                   if found["missing"] else ""))
+    shown = ", ".join(
+        f"{name} {versions[name]}"
+        for name in ("pandas", "anndata", "scanpy", "cell-gears")
+        if not str(versions[name]).startswith("not importable")
+    )
+    return (
+        {"wheels": len(found["wheels"]), "missing": found["missing"], "versions": versions},
+        f"{len(found['wheels'])} wheels installed; {shown}"
+        + (f"; missing {found['missing']}" if found["missing"] else ""),
+    )
 
 
 def _data(results: Path) -> tuple[dict, str]:
     """The datasets the data stage's scripts said they left ready (a line each)."""
     try:
-        ready = [line for line in (results / "data.log").read_text().splitlines()
-                 if line.startswith(("dataset ready", "raw data at", "dataset at"))]
+        ready = [
+            line
+            for line in (results / "data.log").read_text().splitlines()
+            if line.startswith(("dataset ready", "raw data at", "dataset at"))
+        ]
     except OSError:
         return {}, ""
     return {"ready": ready}, f"{len(ready)} of 3 datasets ready (epoch, width, screen)"
@@ -137,13 +180,20 @@ def _tests(results: Path) -> tuple[dict, str]:
     except (OSError, ElementTree.ParseError):
         return {}, ""
     suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-    counts = {key: sum(int(suite.get(key, 0)) for suite in suites) for key in ("tests", "failures", "errors",
-                                                                                "skipped")}
-    failed = [f"{case.get('classname')}::{case.get('name')}" for suite in suites for case in suite.iter("testcase")
-              if case.find("failure") is not None or case.find("error") is not None]
+    counts = {
+        key: sum(int(suite.get(key, 0)) for suite in suites) for key in ("tests", "failures", "errors", "skipped")
+    }
+    failed = [
+        f"{case.get('classname')}::{case.get('name')}"
+        for suite in suites
+        for case in suite.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
     passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return ({**counts, "passed": passed, "failed": failed},
-            f"{passed} passed, {counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped")
+    return (
+        {**counts, "passed": passed, "failed": failed},
+        f"{passed} passed, {counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped",
+    )
 
 
 def _demo(results: Path) -> tuple[dict, str]:
@@ -151,13 +201,19 @@ def _demo(results: Path) -> tuple[dict, str]:
     steps = _steps_in_log(results / "demo.log")
     if report is None:
         return ({"steps": steps}, f"steps: {steps}") if steps != "eager" else ({}, "")
-    figures = {"epochs": len(report["history"]), "world_size": report.get("world_size"), "steps": steps,
-               "test_pearson_delta": report["model"].get("test_pearson_delta"),
-               "epoch_s": [record["seconds"] for record in report["history"]]}
+    figures = {
+        "epochs": len(report["history"]),
+        "world_size": report.get("world_size"),
+        "steps": steps,
+        "test_pearson_delta": report["model"].get("test_pearson_delta"),
+        "epoch_s": [record["seconds"] for record in report["history"]],
+    }
     later = figures["epoch_s"][1:] or figures["epoch_s"]
-    return figures, (f"{figures['epochs']} epoch(s) on {figures['world_size']} rank(s), steps: {steps}, an epoch "
-                     f"{min(later):.2f}-{max(later):.2f} s after the first, test pearson_delta "
-                     f"{_number(figures['test_pearson_delta'])}")
+    return figures, (
+        f"{figures['epochs']} epoch(s) on {figures['world_size']} rank(s), steps: {steps}, an epoch "
+        f"{min(later):.2f}-{max(later):.2f} s after the first, test pearson_delta "
+        f"{_number(figures['test_pearson_delta'])}"
+    )
 
 
 def _steps_in_log(log: Path) -> str:
@@ -166,8 +222,13 @@ def _steps_in_log(log: Path) -> str:
         text = log.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "eager"
-    return ("replayed" if "training steps replay" in text
-            else "eager, capture failed" if "could not be captured" in text else "eager")
+    return (
+        "replayed"
+        if "training steps replay" in text
+        else "eager, capture failed"
+        if "could not be captured" in text
+        else "eager"
+    )
 
 
 def _resume(results: Path) -> tuple[dict, str]:
@@ -176,8 +237,13 @@ def _resume(results: Path) -> tuple[dict, str]:
         return {}, ""
     stopped, resumed = found["stopped"], found["resumed"]
     where = resumed["resumed_from"]
-    figures = {"device": found["device"], "stopped_s": stopped["seconds"], "resumed_s": resumed["seconds"],
-               "resumed_from": where, "failures": found["failures"]}
+    figures = {
+        "device": found["device"],
+        "stopped_s": stopped["seconds"],
+        "resumed_s": resumed["seconds"],
+        "resumed_from": where,
+        "failures": found["failures"],
+    }
     said = f"resumed from {where['checkpoint']}" if where else "did not resume"
     return figures, f"{said}; jobs {stopped['seconds']:.0f} s + {resumed['seconds']:.0f} s"
 
@@ -197,24 +263,29 @@ def _epoch_runs(results: Path, stage: str) -> list[dict]:
 
 
 def _epoch_figures(runs: list[dict]) -> dict:
-    return {_epoch_run(run): {key: run[key] for key in ("steps", "epoch_s", "loop_s", "cells_per_s", "peak_mib")}
-            for run in runs}
+    return {
+        _epoch_run(run): {key: run[key] for key in ("steps", "epoch_s", "loop_s", "cells_per_s", "peak_mib")}
+        for run in runs
+    }
 
 
 def _epoch(results: Path) -> tuple[dict, str]:
     runs = _epoch_runs(results, "epoch")
     if not runs:
         return {}, ""
-    return _epoch_figures(runs), "; ".join(f"{_precision(run['amp'])} {run['epoch_s']:.2f} s an epoch "
-                                           f"(loop {run['loop_s']:.2f} s, steps {run['steps']})" for run in runs)
+    return _epoch_figures(runs), "; ".join(
+        f"{_precision(run['amp'])} {run['epoch_s']:.2f} s an epoch (loop {run['loop_s']:.2f} s, steps {run['steps']})"
+        for run in runs
+    )
 
 
 def _precision_stage(results: Path) -> tuple[dict, str]:
     runs = _epoch_runs(results, "precision")
     if not runs:
         return {}, ""
-    return _epoch_figures(runs), "; ".join(f"batch {run['batch_size']} {_precision(run['amp'])} {run['epoch_s']:.2f} s"
-                                           for run in runs)
+    return _epoch_figures(runs), "; ".join(
+        f"batch {run['batch_size']} {_precision(run['amp'])} {run['epoch_s']:.2f} s" for run in runs
+    )
 
 
 def _profile(results: Path) -> tuple[dict, str]:
@@ -222,12 +293,20 @@ def _profile(results: Path) -> tuple[dict, str]:
     if not settings:
         return {}, ""
     measured = [s for s in settings if "failed" not in s]
-    figures = {f"compile {'on' if s['compile'] else 'off'}, {_precision(s['amp'])}":
-               {key: s[key] for key in ("replayed", "step_ms", "floor_ms", "kernels")} for s in measured}
+    figures = {
+        f"compile {'on' if s['compile'] else 'off'}, {_precision(s['amp'])}": {
+            key: s[key] for key in ("replayed", "step_ms", "floor_ms", "kernels")
+        }
+        for s in measured
+    }
     figures.update({f"compile on, {_precision(s['amp'])}": {"failed": s["failed"]} for s in settings if "failed" in s})
-    parts = [f"compile {'on' if s['compile'] else 'off'} {s['step_ms']:.2f} ms "
-             f"({s['step_ms'] / s['floor_ms']:.1f}x its products; top: {s['kernels'][0]['name'][:40]} "
-             f"{s['kernels'][0]['share']:.0%})" for s in measured if s["kernels"]]
+    parts = [
+        f"compile {'on' if s['compile'] else 'off'} {s['step_ms']:.2f} ms "
+        f"({s['step_ms'] / s['floor_ms']:.1f}x its products; top: {s['kernels'][0]['name'][:40]} "
+        f"{s['kernels'][0]['share']:.0%})"
+        for s in measured
+        if s["kernels"]
+    ]
     parts += [f"compile on {_precision(s['amp'])}: failed" for s in settings if "failed" in s]
     return figures, "a step " + "; ".join(parts)
 
@@ -236,8 +315,12 @@ def _width(results: Path) -> tuple[dict, str]:
     found = _json(results, "width.json")
     if found is None:
         return {}, ""
-    figures = {"device": found["device"], "genes": found["genes"], "step_s": found["step_s"],
-               "vcc_epoch_s": found["vcc_epoch_s"]}
+    figures = {
+        "device": found["device"],
+        "genes": found["genes"],
+        "step_s": found["step_s"],
+        "vcc_epoch_s": found["vcc_epoch_s"],
+    }
     steps = ", ".join(f"{_precision(amp)} {seconds * 1e3:.1f} ms" for amp, seconds in found["step_s"].items())
     vcc = ", ".join(f"{_precision(amp)} {seconds:.0f} s" for amp, seconds in found["vcc_epoch_s"].items())
     return figures, f"{found['genes']:,} genes, a step {steps}; a challenge-size epoch {vcc}"
@@ -255,24 +338,45 @@ def _published(results: Path) -> tuple[dict, str]:
     if found is None:
         return {}, ""
     ours, theirs = found["gears_ddp"], found["published"]
-    figures = {"published_installed": found["published_installed"], "epoch_s": ours["epoch"],
-               "published_epoch_s": theirs and theirs["epoch"], "cells": ours["cells"], "genes": ours["genes"]}
+    figures = {
+        "published_installed": found["published_installed"],
+        "epoch_s": ours["epoch"],
+        "published_epoch_s": theirs and theirs["epoch"],
+        "cells": ours["cells"],
+        "genes": ours["genes"],
+    }
     if not found["published_installed"]:
         return figures, f"published GEARS not installed: gears_ddp alone, epoch {ours['epoch']:.2f} s"
     if theirs is None:
-        return figures, f"the published GEARS did not finish (failed or cut short); gears_ddp epoch {ours['epoch']:.2f} s"
+        return (
+            figures,
+            f"the published GEARS did not finish (failed or cut short); gears_ddp epoch {ours['epoch']:.2f} s",
+        )
     figures["speedup"] = theirs["epoch"] / ours["epoch"]
-    return figures, (f"epoch with evaluation {theirs['epoch']:.1f} s published, {ours['epoch']:.2f} s ours: "
-                     f"{figures['speedup']:.1f}x")
+    return figures, (
+        f"epoch with evaluation {theirs['epoch']:.1f} s published, {ours['epoch']:.2f} s ours: "
+        f"{figures['speedup']:.1f}x"
+    )
 
 
 def _number(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-HEADLINES = {"environment": _environment, "wheels": _wheels, "data": _data, "tests": _tests, "demo": _demo,
-             "resume": _resume, "epoch": _epoch, "profile": _profile, "precision": _precision_stage, "width": _width,
-             "screen": _screen, "published": _published}
+HEADLINES = {
+    "environment": _environment,
+    "wheels": _wheels,
+    "data": _data,
+    "tests": _tests,
+    "demo": _demo,
+    "resume": _resume,
+    "epoch": _epoch,
+    "profile": _profile,
+    "precision": _precision_stage,
+    "width": _width,
+    "screen": _screen,
+    "published": _published,
+}
 
 
 # ----------------------------------------------------------------------------- the summary
@@ -284,9 +388,19 @@ def stage_records(results: Path) -> list[dict]:
     for line in (results / "stages.tsv").read_text().splitlines():
         name, rc, seconds, cpu_seconds, limit = line.split("\t")
         figures, headline = HEADLINES.get(name, lambda _: ({}, ""))(results)
-        records.append({"stage": name, "rc": int(rc), "seconds": float(seconds), "cpu_seconds": float(cpu_seconds),
-                        "limit_s": float(limit), "timed_out": int(rc) == TIMED_OUT,
-                        "files": STAGE_FILES.get(name, []), "figures": figures, "headline": headline})
+        records.append(
+            {
+                "stage": name,
+                "rc": int(rc),
+                "seconds": float(seconds),
+                "cpu_seconds": float(cpu_seconds),
+                "limit_s": float(limit),
+                "timed_out": int(rc) == TIMED_OUT,
+                "files": STAGE_FILES.get(name, []),
+                "figures": figures,
+                "headline": headline,
+            }
+        )
     return records
 
 
@@ -294,18 +408,35 @@ def summary(results: Path) -> None:
     """``results/summary.json`` and the table (see the module docstring)."""
     stages = stage_records(results)
     env = _json(results, "env.json") or {}
-    figures = {"date": datetime.date.today().isoformat(), "machine": env.get("machine"), "gpu": env.get("gpu"),
-               "stages": stages,
-               "failed": [stage["stage"] for stage in stages if stage["rc"]],
-               "seconds": sum(stage["seconds"] for stage in stages if stage["stage"] != "data")}
+    figures = {
+        "date": datetime.date.today().isoformat(),
+        "machine": env.get("machine"),
+        "gpu": env.get("gpu"),
+        "stages": stages,
+        "failed": [stage["stage"] for stage in stages if stage["rc"]],
+        "seconds": sum(stage["seconds"] for stage in stages if stage["stage"] != "data"),
+    }
     (results / "summary.json").write_text(json.dumps(figures, indent=1))
     print(f"\nGPU check on {env.get('machine', 'an unknown machine')}\n")
-    print_table(["stage", "key figures", "rc", "seconds", "CPU s", "limit s"],
-                [[stage["stage"], stage["headline"] or "-", "out of time" if stage["timed_out"] else stage["rc"],
-                  f"{stage['seconds']:.0f}", f"{stage['cpu_seconds']:.0f}", f"{stage['limit_s']:.0f}"]
-                 for stage in stages], left=2)
-    print(f"\n{len(stages)} stages in {figures['seconds']:.0f} s (the data stage runs beside the others); "
-          + (f"failed: {', '.join(figures['failed'])}" if figures["failed"] else "all passed"))
+    print_table(
+        ["stage", "key figures", "rc", "seconds", "CPU s", "limit s"],
+        [
+            [
+                stage["stage"],
+                stage["headline"] or "-",
+                "out of time" if stage["timed_out"] else stage["rc"],
+                f"{stage['seconds']:.0f}",
+                f"{stage['cpu_seconds']:.0f}",
+                f"{stage['limit_s']:.0f}",
+            ]
+            for stage in stages
+        ],
+        left=2,
+    )
+    print(
+        f"\n{len(stages)} stages in {figures['seconds']:.0f} s (the data stage runs beside the others); "
+        + (f"failed: {', '.join(figures['failed'])}" if figures["failed"] else "all passed")
+    )
 
 
 # ----------------------------------------------------------------------------- the record
@@ -343,10 +474,14 @@ def record(results: Path) -> None:
     if env["gpu"] is None:
         raise SystemExit(f"{results} is a run on a CPU (--small, say): only a GPU's figures are recorded")
     summary_json = json.loads((results / "summary.json").read_text())
-    machine = (f"{env['machine']}; CUDA {env['cuda']}, cuDNN {env['cudnn']}, NCCL {env['nccl']}"
-               + (f"; nvidia-smi: {' / '.join(env['nvidia_smi'].splitlines()[1:])}" if env["nvidia_smi"] else ""))
-    parts = [f"\n## {summary_json['date']}: `{check_command(summary_json)}`\n", f"Machine: {machine}.\n",
-             (results / "summary.txt").read_text().strip() + "\n"]
+    machine = f"{env['machine']}; CUDA {env['cuda']}, cuDNN {env['cudnn']}, NCCL {env['nccl']}" + (
+        f"; nvidia-smi: {' / '.join(env['nvidia_smi'].splitlines()[1:])}" if env["nvidia_smi"] else ""
+    )
+    parts = [
+        f"\n## {summary_json['date']}: `{check_command(summary_json)}`\n",
+        f"Machine: {machine}.\n",
+        (results / "summary.txt").read_text().strip() + "\n",
+    ]
     for stage in BENCHMARK_STAGES:
         log = results / f"{stage}.log"
         tables = printed_tables(log) if log.exists() else ""

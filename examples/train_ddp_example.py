@@ -21,6 +21,7 @@ the saved model with ``GEARS(pert_data).load_pretrained(path)`` in this process 
 predicts one test condition. For several machines use ``gears-ddp train --config`` under
 torchrun or Slurm (``examples/torchrun_two_nodes.sh``, ``examples/slurm_train.sbatch``).
 """
+
 import argparse
 import time
 
@@ -49,17 +50,25 @@ def main():
 
     write_synthetic_dataset(args.data_path, **preset("norman"))
     use_gpus = torch.cuda.is_available() and torch.cuda.device_count() > 0
-    options = {"epochs": args.epochs, "batch_size": args.batch_size, "save_path": args.save_path,
-               "amp": args.amp, "grad_accum_steps": args.grad_accum_steps, "lr_scaling": args.lr_scaling}
+    options = {
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "save_path": args.save_path,
+        "amp": args.amp,
+        "grad_accum_steps": args.grad_accum_steps,
+        "lr_scaling": args.lr_scaling,
+    }
     if not use_gpus:
         options["cpu_processes"] = args.cpu_processes
     start = time.perf_counter()
     report = train_multi_gpu(args.data_path, "synthetic", SPLIT, options, n_gpus=args.gpus if use_gpus else None)
     seconds = time.perf_counter() - start
 
-    print(f"\ntrained {args.epochs} epochs on {report['world_size']} {'GPU' if use_gpus else 'CPU (gloo)'} "
-          f"process(es) in {seconds:.0f} s (data loading and process start included); best epoch "
-          f"{report['best_epoch']}; model saved to {report['model_path']}\n")
+    print(
+        f"\ntrained {args.epochs} epochs on {report['world_size']} {'GPU' if use_gpus else 'CPU (gloo)'} "
+        f"process(es) in {seconds:.0f} s (data loading and process start included); best epoch "
+        f"{report['best_epoch']}; model saved to {report['model_path']}\n"
+    )
     print(verdict_table(summary_verdicts(compare(report), report["model"])))
     print("\n" + reload_and_predict(args.data_path, report["model_path"], args.batch_size))
 
@@ -76,8 +85,10 @@ def reload_and_predict(data_path, model_path, batch_size: int) -> str:
     condition = pert_data.set2conditions["test"][0]
     genes = [g for g in condition.split("+") if g != "ctrl"]
     predicted = gears.predict([genes], return_type="dataframe")
-    return (f"saved model reloaded in a single process: OK (predicted {predicted.shape[1]} genes' expression "
-            f"for {condition})")
+    return (
+        f"saved model reloaded in a single process: OK (predicted {predicted.shape[1]} genes' expression "
+        f"for {condition})"
+    )
 
 
 if __name__ == "__main__":

@@ -1,14 +1,18 @@
 """Train GEARS in one process on the built-in synthetic dataset (no download) and compare it
 with the baselines.
 
-    python examples/train_gears.py [--data-path ./data/demo-synthetic] [--epochs 10] [--save-path ./runs/gears_synthetic]
+    python examples/train_gears.py [--data-path DIR] [--epochs 10] [--save-path DIR]
 
-Writes the demo's synthetic dataset (the preset calibrated to the Norman screen), splits it (simulation split), trains with the published
+(``--data-path`` defaults to ./data/demo-synthetic, ``--save-path`` to ./runs/gears_synthetic.)
+
+Writes the demo's synthetic dataset (the preset calibrated to the Norman screen), splits it (simulation split),
+trains with the published
 hyperparameters, prints the test metrics of the best model beside the no-change,
 mean-effect and additive baselines per test subgroup, checks the predictions against the
 dataset's noise-free truth, says whether the model learned, and saves the model in the
 published checkpoint format.
 """
+
 import argparse
 import time
 
@@ -49,14 +53,19 @@ def main():
     test = pert_data.set2conditions["test"]
     predicted = gears.predict([[g for g in c.split("+") if g != "ctrl"] for c in test], return_type="dataframe")
     control = truth.loc["ctrl"].to_numpy()
-    correlations = [np.corrcoef(p - control, truth.loc[c].to_numpy() - control)[0, 1]
-                    for c, p in zip(test, predicted.to_numpy())]
+    correlations = [
+        np.corrcoef(p - control, truth.loc[c].to_numpy() - control)[0, 1] for c, p in zip(test, predicted.to_numpy())
+    ]
 
-    print(f"\ntrained {args.epochs} epochs in {seconds:.0f} s on {args.device}; best epoch "
-          f"{report['best_epoch']}; model saved to {report['model_path']}\n")
+    print(
+        f"\ntrained {args.epochs} epochs in {seconds:.0f} s on {args.device}; best epoch "
+        f"{report['best_epoch']}; model saved to {report['model_path']}\n"
+    )
     print(verdict_table(summary_verdicts(compare(report), report["model"])))
-    print(f"\nagainst the noise-free truth: mean Pearson of predicted vs true change over control "
-          f"across {len(test)} test conditions = {np.nanmean(correlations):.3f}")
+    print(
+        f"\nagainst the noise-free truth: mean Pearson of predicted vs true change over control "
+        f"across {len(test)} test conditions = {np.nanmean(correlations):.3f}"
+    )
     print("\n".join(learning_checks(report)))
 
 

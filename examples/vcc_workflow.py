@@ -20,6 +20,7 @@ Without --adata it first writes the synthetic screen of preset "vcc" (300 genes,
 perturbations, 2,500 cells, with its GO files); the whole run takes about a minute on 2 CPU
 cores. Each step prints the command it runs, then runs it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,21 +58,32 @@ def options() -> argparse.Namespace:
     screen.add_argument("--name", default="vcc", help="the dataset's name (its folder under WORK/data)")
     parser.add_argument("--work", type=Path, default=Path("vcc_workflow"), help="where everything is written")
     split = parser.add_argument_group("the held-out perturbations")
-    split.add_argument("--test-genes", nargs="+", metavar="GENE",
-                       help="hold out these genes' perturbations (a custom split); default: the simulation_single "
-                            "split, which holds out a quarter of the perturbed genes")
+    split.add_argument(
+        "--test-genes",
+        nargs="+",
+        metavar="GENE",
+        help="hold out these genes' perturbations (a custom split); default: the simulation_single "
+        "split, which holds out a quarter of the perturbed genes",
+    )
     split.add_argument("--seed", type=int, default=1, help="the split's seed (and the synthetic screen's)")
     train = parser.add_argument_group("training")
     train.add_argument("--epochs", type=int, default=2)
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument("--hidden-size", type=int, default=32)
-    train.add_argument("--cpu-processes", type=int,
-                       help="CPU processes (gloo); default: every GPU when torch sees one, else 1 CPU process")
+    train.add_argument(
+        "--cpu-processes",
+        type=int,
+        help="CPU processes (gloo); default: every GPU when torch sees one, else 1 CPU process",
+    )
     scoring = parser.add_argument_group("prediction and cell-eval")
-    scoring.add_argument("--cells-per-perturbation", type=int, default=100,
-                         help="predicted cells per held-out perturbation")
-    scoring.add_argument("--profile", default="minimal",
-                         help="cell-eval's metric profile: minimal (its headline metrics), vcc, full, ...")
+    scoring.add_argument(
+        "--cells-per-perturbation", type=int, default=100, help="predicted cells per held-out perturbation"
+    )
+    scoring.add_argument(
+        "--profile",
+        default="minimal",
+        help="cell-eval's metric profile: minimal (its headline metrics), vcc, full, ...",
+    )
     scoring.add_argument("--num-threads", type=int, default=1, help="cell-eval's threads")
     return parser.parse_args()
 
@@ -97,9 +109,22 @@ def synthetic_screen(data: Path, seed: int) -> Path:
 
 
 def process(args, adata: Path, data: Path) -> None:
-    argv = ["process", "--adata", str(adata), "--data-path", str(data), "--name", args.name,
-            "--perturbation-column", args.perturbation_column, "--control-label", args.control_label, "--normalize",
-            "--drop-unannotated", "--overwrite"]
+    argv = [
+        "process",
+        "--adata",
+        str(adata),
+        "--data-path",
+        str(data),
+        "--name",
+        args.name,
+        "--perturbation-column",
+        args.perturbation_column,
+        "--control-label",
+        args.control_label,
+        "--normalize",
+        "--drop-unannotated",
+        "--overwrite",
+    ]
     if args.n_top_genes is not None:
         argv += ["--n-top-genes", str(args.n_top_genes)]
     if args.go_gene_sets:
@@ -115,12 +140,16 @@ def custom_split(conditions: list[str], test_genes: list[str], seed: int) -> dic
     test = [c for c in conditions if c != CONTROL and set(condition_genes(c)) & set(test_genes)]
     absent = sorted(set(test_genes) - {g for c in test for g in condition_genes(c)})
     if absent:
-        sys.exit(f"--test-genes: no perturbation of {', '.join(absent)} in the processed screen (the perturbations "
-                 "of genes without GO terms are dropped by processing)")
+        sys.exit(
+            f"--test-genes: no perturbation of {', '.join(absent)} in the processed screen (the perturbations "
+            "of genes without GO terms are dropped by processing)"
+        )
     others = [c for c in conditions if c != CONTROL and c not in test]
     if len(others) < 2:
-        sys.exit(f"--test-genes holds out {len(test)} of {len(test) + len(others)} perturbations: leave at least two "
-                 "to train and validate on")
+        sys.exit(
+            f"--test-genes holds out {len(test)} of {len(test) + len(others)} perturbations: leave at least two "
+            "to train and validate on"
+        )
     drawn = np.random.default_rng(seed).choice(len(others), max(1, round(VAL_FRACTION * len(others))), replace=False)
     val = [others[i] for i in sorted(drawn)]
     return {"train": [c for c in conditions if c not in test and c not in val], "val": val, "test": test}
@@ -142,36 +171,77 @@ def split(args, data: Path) -> list[str]:
     pert_data.prepare_split(**settings)
     for name in ("train", "val", "test"):
         genes = sorted("+".join(condition_genes(c)) for c in pert_data.set2conditions[name] if c != CONTROL)
-        print(f"{name:>5}: {len(genes)} perturbations: {', '.join(genes[:SHOWN])}"
-              + (f" and {len(genes) - SHOWN} more" if len(genes) > SHOWN else ""))
+        print(
+            f"{name:>5}: {len(genes)} perturbations: {', '.join(genes[:SHOWN])}"
+            + (f" and {len(genes) - SHOWN} more" if len(genes) > SHOWN else "")
+        )
     return [option for key, value in settings.items() for option in ("--set", f"split_config.{key}={value}")]
 
 
 def train(args, data: Path, run: Path, split_options: list[str]) -> None:
     processes = args.cpu_processes if args.cpu_processes or torch.cuda.is_available() else 1
-    argv = ["train", "--set", f"pert_data_path={data}", "--set", f"dataset_name={args.name}", *split_options,
-            "--set", f"args.epochs={args.epochs}", "--set", f"args.batch_size={args.batch_size}",
-            "--set", f"args.model_config.hidden_size={args.hidden_size}", "--set", f"args.save_path={run}"]
+    argv = [
+        "train",
+        "--set",
+        f"pert_data_path={data}",
+        "--set",
+        f"dataset_name={args.name}",
+        *split_options,
+        "--set",
+        f"args.epochs={args.epochs}",
+        "--set",
+        f"args.batch_size={args.batch_size}",
+        "--set",
+        f"args.model_config.hidden_size={args.hidden_size}",
+        "--set",
+        f"args.save_path={run}",
+    ]
     if processes:
         argv += ["--set", f"args.cpu_processes={processes}"]
     run_gears_ddp("3. train, the held-out perturbations unseen", argv)
 
 
 def predict(args, run: Path, predicted: Path) -> None:
-    run_gears_ddp("4. predict the held-out perturbations, cell by cell",
-                  ["predict", "--run", str(run), "--split", "test", "--format", "cell-eval",
-                   "--cells-per-perturbation", str(args.cells_per_perturbation), "--out", str(predicted)])
+    run_gears_ddp(
+        "4. predict the held-out perturbations, cell by cell",
+        [
+            "predict",
+            "--run",
+            str(run),
+            "--split",
+            "test",
+            "--format",
+            "cell-eval",
+            "--cells-per-perturbation",
+            str(args.cells_per_perturbation),
+            "--out",
+            str(predicted),
+        ],
+    )
 
 
 def score(args, predicted: Path, truth: Path, scores: Path) -> pd.DataFrame:
     """Run ``cell-eval run`` on the two files; its per-perturbation results."""
-    argv = ["run", "-ap", str(predicted), "-ar", str(truth), "-o", str(scores), "--profile", args.profile,
-            "--num-threads", str(args.num_threads)]
+    argv = [
+        "run",
+        "-ap",
+        str(predicted),
+        "-ar",
+        str(truth),
+        "-o",
+        str(scores),
+        "--profile",
+        args.profile,
+        "--num-threads",
+        str(args.num_threads),
+    ]
     step("5. score with cell-eval", ["cell-eval", *argv])
     done = subprocess.run([sys.executable, "-m", "cell_eval", *argv], capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"cell-eval failed (exit status {done.returncode}; pip install cell-eval if it is missing):\n"
-                 + done.stderr[-3000:])
+        sys.exit(
+            f"cell-eval failed (exit status {done.returncode}; pip install cell-eval if it is missing):\n"
+            + done.stderr[-3000:]
+        )
     return pd.read_csv(scores / "results.csv", index_col="perturbation")
 
 
@@ -180,11 +250,15 @@ def show(results: pd.DataFrame, predicted_cells: int, scores: Path) -> None:
     table = results[[name for name in HEADLINE if name in results.columns]]
     table = pd.concat([table, table.mean().to_frame("mean").T]).rename_axis("perturbation").reset_index()
     lower = [name for name in LOWER_IS_BETTER if name in table.columns]
-    print(f"\ncell-eval's scores of the {len(results)} held-out perturbations ({predicted_cells} predicted cells "
-          f"each; higher is better, but for {' and '.join(lower)}):")
+    print(
+        f"\ncell-eval's scores of the {len(results)} held-out perturbations ({predicted_cells} predicted cells "
+        f"each; higher is better, but for {' and '.join(lower)}):"
+    )
     print(table.to_string(index=False, float_format=lambda value: f"{value:.4f}"))
-    print(f"all of cell-eval's metrics: {scores / 'results.csv'} (per perturbation), "
-          f"{scores / 'agg_results.csv'} (summaries)")
+    print(
+        f"all of cell-eval's metrics: {scores / 'results.csv'} (per perturbation), "
+        f"{scores / 'agg_results.csv'} (summaries)"
+    )
 
 
 def main() -> None:
@@ -199,8 +273,10 @@ def main() -> None:
     elif args.go_gene_sets or args.go_annotation or (data / "gene2go_all.pkl").exists():
         adata = args.adata
     else:
-        sys.exit(f"--adata needs GO terms for its genes: give --go-gene-sets FILE.gmt or --go-annotation FILE "
-                 f"(or put GO files in {data})")
+        sys.exit(
+            f"--adata needs GO terms for its genes: give --go-gene-sets FILE.gmt or --go-annotation FILE "
+            f"(or put GO files in {data})"
+        )
     process(args, adata, data)
     split_options = split(args, data)
     train(args, data, run, split_options)

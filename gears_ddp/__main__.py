@@ -1,4 +1,5 @@
 """``python -m gears_ddp``: the ``gears-ddp`` command."""
+
 import sys
 
 from gears_ddp.cli import main

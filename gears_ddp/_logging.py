@@ -3,6 +3,7 @@
 The library never prints; applications decide what to show by configuring ``logging``.
 ``enable_console_logging`` is the one-liner examples and scripts use for readable output.
 """
+
 import logging
 import sys
 

@@ -3,6 +3,7 @@ fields carry their default and a one-line help, built from a plain dict with unk
 refused, and checked as a whole, so that a signature, the checks, a saved configuration,
 the command's help and docs/options.md all come from one definition.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -98,6 +99,8 @@ def signature_with(function, options: type[Options]) -> inspect.Signature:
     the function checks with ``options.from_dict``."""
     signature = inspect.signature(function)
     kept = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    named = [inspect.Parameter(item.name, inspect.Parameter.KEYWORD_ONLY, default=option_default(item),
-                               annotation=item.type) for item in fields(options)]
+    named = [
+        inspect.Parameter(item.name, inspect.Parameter.KEYWORD_ONLY, default=option_default(item), annotation=item.type)
+        for item in fields(options)
+    ]
     return signature.replace(parameters=kept + named)

@@ -9,6 +9,7 @@ every rank of a distributed run runs, through ``train_with``), scoring is
 ``evaluation.scoring.score``, predictions come from ``inference``, and saved models are the
 published format (``model.folder``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,16 +22,27 @@ from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
 from gears_ddp.evaluation.metrics import EvaluationAccumulator
 from gears_ddp.inference.model_queries import NO_MODEL, ModelQueries, SavedPredictions
-from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS, PairScreenJob, model_record, run_pair_screen, \
-    score_chunks_here
+from gears_ddp.inference.pair_screen import (
+    PAIR_SCREEN_CHUNK_PAIRS,
+    PairScreenJob,
+    model_record,
+    run_pair_screen,
+    score_chunks_here,
+)
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor
 from gears_ddp.inference.saved_predictions import forget_own
 from gears_ddp.interactions.calls import pair_scores
 from gears_ddp.interactions.observed import observed_interactions
 from gears_ddp.interactions.pair_tables import score_gene_positions, trained_conditions
 from gears_ddp.interactions.scores import scoring_device
-from gears_ddp.model.folder import GRAPH_KEYS, load_weights, model_config, model_from_config, save_model_folder, \
-    saved_model_options
+from gears_ddp.model.folder import (
+    GRAPH_KEYS,
+    load_weights,
+    model_config,
+    model_from_config,
+    save_model_folder,
+    saved_model_options,
+)
 from gears_ddp.model.losses import LossContext
 from gears_ddp.model.network import GEARSModel
 from gears_ddp.model.options import ModelOptions
@@ -38,10 +50,10 @@ from gears_ddp.runtime.devices import checked_device
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.training.options import TrainingOptions
-from gears_ddp.training.save_folder import held_save_path
 from gears_ddp.training.recipe import TrainingResult
-from gears_ddp.training.trainer import READ_FROM_OPTIONS, TrainedModel, Trainer, loaders_for
+from gears_ddp.training.save_folder import held_save_path
 from gears_ddp.training.tracking import start_wandb
+from gears_ddp.training.trainer import READ_FROM_OPTIONS, TrainedModel, Trainer, loaders_for
 
 logger = get_logger(__name__)
 
@@ -55,11 +67,19 @@ class GEARS:
     logs to Weights & Biases (the optional ``wandb`` package).
     """
 
-    def __init__(self, pert_data, device: str = "cpu", weight_bias_track: bool = False, proj_name: str = "GEARS",
-                 exp_name: str = "GEARS"):
+    def __init__(
+        self,
+        pert_data,
+        device: str = "cpu",
+        weight_bias_track: bool = False,
+        proj_name: str = "GEARS",
+        exp_name: str = "GEARS",
+    ):
         if pert_data.cells is None or pert_data.set2conditions is None or pert_data.dataloader is None:
-            raise ValueError("GEARS needs loaded data with a split and loaders: call pert_data.load(...) or "
-                             "new_data_process(...), then prepare_split(...) and get_dataloader(...)")
+            raise ValueError(
+                "GEARS needs loaded data with a split and loaders: call pert_data.load(...) or "
+                "new_data_process(...), then prepare_split(...) and get_dataloader(...)"
+            )
         self.pert_data = pert_data
         # a torch.device comes resolved (a rank's, from its launcher); a name is checked here, once
         self.device = device if isinstance(device, torch.device) else checked_device(device)
@@ -78,7 +98,7 @@ class GEARS:
         self.saved_logvar_sum: dict[str, float] = {}
         self._own_predictions: dict[str, np.ndarray] = {}  # the entries of saved_pred this object's predict wrote
         self.history: list[dict] = []
-        self.test_result = None             # the last test evaluation (EvaluationResult), and the baselines'
+        self.test_result = None  # the last test evaluation (EvaluationResult), and the baselines'
         self.test_baseline_results: dict = {}
         self.weights_from: str | None = None  # 'training' or the model folder the weights were loaded from
 
@@ -87,20 +107,27 @@ class GEARS:
         """The model options, each with what it means and its default."""
         return ModelOptions.tunable_parameters()
 
-    def model_initialize(self, G_go=None, G_go_weight=None, G_coexpress=None, G_coexpress_weight=None,
-                         **options) -> None:
+    def model_initialize(
+        self, G_go=None, G_go_weight=None, G_coexpress=None, G_coexpress_weight=None, **options
+    ) -> None:
         """Build the gene graphs (unless given) and the network. ``options`` are the
         published model options (``ModelOptions``: ``hidden_size``, ``uncertainty``, ...;
         ``tunable_parameters()`` lists them), checked before anything is built."""
-        self.build_model(ModelOptions.from_dict(options, "model_initialize"), G_go, G_go_weight, G_coexpress,
-                         G_coexpress_weight)
+        self.build_model(
+            ModelOptions.from_dict(options, "model_initialize"), G_go, G_go_weight, G_coexpress, G_coexpress_weight
+        )
 
-    def build_model(self, options: ModelOptions, G_go=None, G_go_weight=None, G_coexpress=None,
-                    G_coexpress_weight=None) -> None:
+    def build_model(
+        self, options: ModelOptions, G_go=None, G_go_weight=None, G_coexpress=None, G_coexpress_weight=None
+    ) -> None:
         """``model_initialize`` with ``options`` checked before (a distributed rank's, which its
         launcher checked once)."""
-        graphs = {"G_go": G_go, "G_go_weight": G_go_weight, "G_coexpress": G_coexpress,
-                  "G_coexpress_weight": G_coexpress_weight}
+        graphs = {
+            "G_go": G_go,
+            "G_go_weight": G_go_weight,
+            "G_coexpress": G_coexpress,
+            "G_coexpress_weight": G_coexpress_weight,
+        }
         self.config = model_config(options.as_dict(), self.pert_data, self.device, graphs)
         self.model = self.best_model = model_from_config(self.config).to(self.device)
         forget_own(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
@@ -147,22 +174,38 @@ class GEARS:
         with clock.phase("set-up"):
             options = TrainingOptions.from_dict(options, where="train")  # the options' one check
             self._require_model()
-        with contextlib.nullcontext() if options.save_path is None else held_save_path(
-                options.save_path, "GEARS.train", options.resume_from, options.overwrite_save_path):
+        with (
+            contextlib.nullcontext()
+            if options.save_path is None
+            else held_save_path(options.save_path, "GEARS.train", options.resume_from, options.overwrite_save_path)
+        ):
             with clock.phase("set-up"):
                 self.dataloader = loaders_for(self.pert_data, options, self.device)
             return self.train_with(options, SINGLE_PROCESS, clock)
 
-    def train_with(self, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS,
-                   clock: PhaseClock | None = None, resume=READ_FROM_OPTIONS) -> dict:
+    def train_with(
+        self,
+        options: TrainingOptions,
+        ranks: SingleProcess = SINGLE_PROCESS,
+        clock: PhaseClock | None = None,
+        resume=READ_FROM_OPTIONS,
+    ) -> dict:
         """The training every process runs, alone (``train``) or as a rank of ``ranks``, on
         ``options`` checked by whoever started it, continuing from the checkpoint ``resume``
         it read (``Trainer.train``): ``train``'s report, with ``'world_size'`` and
         ``'parameter_digests'``."""
         self._require_model()
-        trained = self._trainer().train(self.model, self.dataloader, options, ranks,
-                                        PhaseClock() if clock is None else clock, resume, self._keep,
-                                        self._test_interactions, self.save_model)
+        trained = self._trainer().train(
+            self.model,
+            self.dataloader,
+            options,
+            ranks,
+            PhaseClock() if clock is None else clock,
+            resume,
+            self._keep,
+            self._test_interactions,
+            self.save_model,
+        )
         return self._kept_scores(trained)
 
     def _keep(self, result: TrainingResult) -> None:
@@ -185,16 +228,23 @@ class GEARS:
         ``test_baseline_results``) for the report's pictures. ``linear_baseline_screen``: the
         screen whose PCA places the ``linear_pretrained`` baseline's perturbations."""
         self._require_model()
-        return self._kept_scores(self._trainer().test(self.best_model, self.dataloader["test_loader"], ranks,
-                                                      linear_baseline_screen))
+        return self._kept_scores(
+            self._trainer().test(self.best_model, self.dataloader["test_loader"], ranks, linear_baseline_screen)
+        )
 
     def _test_interactions(self) -> dict | None:
         """The run report's interaction check (``ModelQueries.test_interactions``), by the best model then."""
         return self._queries().test_interactions()
 
     # ------------------------------------------------------------------ using a model
-    def predict(self, pert_list, return_type: str = "dict", seed: int = 0,
-                cells_per_perturbation: int = PREDICTION_CELLS, all_samples: bool = False):
+    def predict(
+        self,
+        pert_list,
+        return_type: str = "dict",
+        seed: int = 0,
+        cells_per_perturbation: int = PREDICTION_CELLS,
+        all_samples: bool = False,
+    ):
         """Mean predicted expression for each query (a list of 1 or 2 genes), over
         ``cells_per_perturbation`` (300, as the published GEARS) control cells drawn with
         ``seed``: ``return_type`` ``'dict'`` (``{'A_B': array}``; with uncertainty also
@@ -205,15 +255,23 @@ class GEARS:
         ModelQueries.predict`` says each in full)."""
         return self._queries().predict(pert_list, return_type, seed, cells_per_perturbation, all_samples)
 
-    def predict_split(self, split: str = "test", clip_at_zero: bool = True, cells_per_perturbation: int | None = None,
-                      seed: int = 0, baseline: str | None = None, linear_baseline_screen=None):
+    def predict_split(
+        self,
+        split: str = "test",
+        clip_at_zero: bool = True,
+        cells_per_perturbation: int | None = None,
+        seed: int = 0,
+        baseline: str | None = None,
+        linear_baseline_screen=None,
+    ):
         """Predicted and real AnnData of ``split`` in cell-eval's layout: a predicted cell for
         each of its cells, or ``cells_per_perturbation`` per perturbation drawn with ``seed``;
         ``baseline``: that baseline's cells (``'linear_pretrained'`` with
         ``linear_baseline_screen``) instead (``ModelQueries.split_predictions``)."""
         other_screen = None if baseline is None else self._trainer().other_screen(linear_baseline_screen)
-        return self._queries().split_predictions(self.dataloader, split, clip_at_zero, cells_per_perturbation, seed,
-                                                 baseline, other_screen)
+        return self._queries().split_predictions(
+            self.dataloader, split, clip_at_zero, cells_per_perturbation, seed, baseline, other_screen
+        )
 
     def provenance(self) -> dict:
         """What produces this object's predictions, for their ``uns['gears_ddp']``: the
@@ -254,23 +312,46 @@ class GEARS:
         sampling noise (``inference.prediction.ChangePredictor``)."""
         return self._queries().change_predictor(change, seed)
 
-    def screen(self, genes, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0, out=None,
-               overwrite: bool = False, chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
+    def screen(
+        self,
+        genes,
+        GI_genes_file=None,
+        change: str = EXACT_CHANGE,
+        seed: int = 0,
+        out=None,
+        overwrite: bool = False,
+        chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS,
+    ) -> pd.DataFrame:
         """An in-silico screen in this process: every pair of ``genes`` scored as ``GI_predict``
         scores one, a row per pair; ``out`` (.csv): written with its record, resumable from
         finished chunks of ``chunk_pairs`` pairs, another screen there refused unless
         ``overwrite`` (``inference.pair_screen.run_pair_screen``; docs/screens.md)."""
-        return run_pair_screen(self.screen_job(genes, GI_genes_file, change, seed, chunk_pairs), out, overwrite,
-                               score_chunks_here)
+        return run_pair_screen(
+            self.screen_job(genes, GI_genes_file, change, seed, chunk_pairs), out, overwrite, score_chunks_here
+        )
 
-    def screen_job(self, genes, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0,
-                   chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> PairScreenJob:
+    def screen_job(
+        self,
+        genes,
+        GI_genes_file=None,
+        change: str = EXACT_CHANGE,
+        seed: int = 0,
+        chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS,
+    ) -> PairScreenJob:
         """What ``screen`` computes, checked: the genes (unknown ones named all at once), the
         pairs, the predictor, the genes scores are taken on, and the Theil-Sen subsets."""
         predictor = self.change_predictor(change, seed)
-        return PairScreenJob.build(genes, self.node_map_pert, self.pert_data.gene2go, self.gene_list, predictor,
-                                   GI_genes_file, trained_conditions(self.pert_data.set2conditions),
-                                   model_record(self.best_model, self.weights_from), chunk_pairs)
+        return PairScreenJob.build(
+            genes,
+            self.node_map_pert,
+            self.pert_data.gene2go,
+            self.gene_list,
+            predictor,
+            GI_genes_file,
+            trained_conditions(self.pert_data.set2conditions),
+            model_record(self.best_model, self.weights_from),
+            chunk_pairs,
+        )
 
     def plot_perturbation(self, query: str, save_file=None):
         """Box plots of the true change over control at the condition's top-20 non-dropout DE

@@ -3,6 +3,7 @@ train``), kept for torchrun and srun command lines written with it::
 
     torchrun --standalone --nproc_per_node=4 -m gears_ddp.launch --config run.yaml
 """
+
 import sys
 
 from gears_ddp.cli import main

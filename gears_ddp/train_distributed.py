@@ -14,8 +14,8 @@ under the guide's names.
 Runs over several machines start the same ranks with torchrun or srun through ``gears-ddp
 train --config run.yaml`` (``distributed.launch``).
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 
@@ -30,8 +30,9 @@ from gears_ddp.runtime.devices import launched_rank_device, located_devices
 __all__ = ["train_multi_gpu", "train_ddp_worker", "setup_ddp", "cleanup_ddp", "DistributedTrainingError"]
 
 
-def train_multi_gpu(pert_data_path, dataset_name: str, split_config: dict, args: dict, n_gpus: int | None = None,
-                    gpu_ids=None) -> dict:
+def train_multi_gpu(
+    pert_data_path, dataset_name: str, split_config: dict, args: dict, n_gpus: int | None = None, gpu_ids=None
+) -> dict:
     """Train GEARS with one process per device and return rank 0's report: test metrics of
     the model and the baselines (``'model'``, ``'baselines'``), ``'model_path'``,
     ``'best_epoch'`` and the per-epoch ``'history'``.
@@ -55,8 +56,16 @@ def train_spawned(run: RunOptions) -> dict:
     return Launcher(run, SpawnedRanks(devices)).launch()
 
 
-def train_ddp_worker(rank: int, world_size: int, pert_data_path, dataset_name: str, split_config: dict, args: dict,
-                     master_addr: str = "127.0.0.1", master_port: int | None = None) -> dict | None:
+def train_ddp_worker(
+    rank: int,
+    world_size: int,
+    pert_data_path,
+    dataset_name: str,
+    split_config: dict,
+    args: dict,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+) -> dict | None:
     """Train as rank ``rank`` of ``world_size``, as the guide's worker does: load the data
     (``args`` as ``train_multi_gpu`` takes it), join the process group at ``master_addr``
     and ``master_port`` (``MASTER_PORT``, else the guide's 12355), train, leave the group.

@@ -1,6 +1,7 @@
 """The published package's ``gears.utils`` helper that its tutorials import:
 ``dataverse_download(url, save_path)`` (``from gears.utils import dataverse_download``
 becomes ``from gears_ddp.utils import dataverse_download``)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,6 +23,8 @@ def dataverse_download(url: str, save_path) -> Path:
         return path
     kind = KIND_OF_SUFFIX.get(path.suffix.lower())
     if kind is None:
-        raise ValueError(f"dataverse_download checks what it downloads by the file's name: name {path} *.zip, "
-                         f"*.tar.gz, *.pkl or *.npy")
+        raise ValueError(
+            f"dataverse_download checks what it downloads by the file's name: name {path} *.zip, "
+            f"*.tar.gz, *.pkl or *.npy"
+        )
     return download_file(url, path, kind)

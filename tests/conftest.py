@@ -1,4 +1,5 @@
 """Shared pytest set-up: tests import helper modules that live beside them."""
+
 import os
 import sys
 from pathlib import Path
@@ -9,10 +10,10 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
 import toy_data  # noqa: E402
-from gears_ddp import PertData  # noqa: E402
 from gears_testing import suite_devices  # noqa: E402
+
+from gears_ddp import PertData  # noqa: E402
 
 
 def pytest_configure(config):

@@ -7,6 +7,7 @@ CPU, and CUDA when a GPU is present, so one command runs the suite on a GPU mach
 Markers (registered in ``conftest.py``): ``distributed`` for tests that start processes
 (``-m "not distributed"`` skips them), ``slow`` for tests that take tens of seconds.
 """
+
 import os
 
 import torch

@@ -1,4 +1,5 @@
 """Small random GEARS models and batches for model and loss tests."""
+
 import torch
 
 from gears_ddp.model.network import GEARSModel

@@ -3,6 +3,7 @@
 CI installs it (a test-only extra) and sets GEARS_DDP_REQUIRE_REFERENCE=1, so a parity test
 fails there instead of skipping when the package cannot be imported.
 """
+
 import contextlib
 import io
 import os

@@ -4,6 +4,7 @@ Only the ordered list of conditions matters to a split, so the dataset is two ce
 condition, cells in the order of ``CONDITIONS``; the perturbation vocabulary (genes with
 GO terms) leaves out ``UNANNOTATED_GENE``, whose conditions both implementations drop.
 """
+
 import pickle
 from pathlib import Path
 
@@ -15,13 +16,21 @@ import scipy.sparse as sp
 REFERENCE_FILE = Path(__file__).parent / "data" / "reference_splits.json"
 UNANNOTATED_GENE = "NOGO1"
 CASES = [  # (split, seed, train_gene_set_size)
-    ("simulation", 1, 0.75), ("simulation", 2, 0.75), ("simulation", 7, 0.6),
-    ("simulation_single", 1, 0.75), ("simulation_single", 3, 0.75),
-    ("combo_seen0", 1, 0.75), ("combo_seen0", 2, 0.75),
-    ("combo_seen1", 1, 0.75), ("combo_seen1", 2, 0.75),
-    ("combo_seen2", 1, 0.75), ("combo_seen2", 2, 0.75),
-    ("single", 1, 0.75), ("single", 2, 0.75),
-    ("no_test", 1, 0.75), ("no_split", 1, 0.75),
+    ("simulation", 1, 0.75),
+    ("simulation", 2, 0.75),
+    ("simulation", 7, 0.6),
+    ("simulation_single", 1, 0.75),
+    ("simulation_single", 3, 0.75),
+    ("combo_seen0", 1, 0.75),
+    ("combo_seen0", 2, 0.75),
+    ("combo_seen1", 1, 0.75),
+    ("combo_seen1", 2, 0.75),
+    ("combo_seen2", 1, 0.75),
+    ("combo_seen2", 2, 0.75),
+    ("single", 1, 0.75),
+    ("single", 2, 0.75),
+    ("no_test", 1, 0.75),
+    ("no_split", 1, 0.75),
 ]
 
 
@@ -71,7 +80,8 @@ def write_go_files(data_path):
         pickle.dump(GENES + [UNANNOTATED_GENE], f)
     (data_path / "go_essential_all").mkdir(exist_ok=True)  # the GO graph's edge list (unused by splits)
     pd.DataFrame({"source": GENES, "target": GENES, "importance": 1.0}).to_csv(
-        data_path / "go_essential_all" / "go_essential_all.csv", index=False)
+        data_path / "go_essential_all" / "go_essential_all.csv", index=False
+    )
 
 
 def case_key(split, seed, size):

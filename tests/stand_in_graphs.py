@@ -2,6 +2,7 @@
 surrounds a graph (warm-up, static batches, the learning rate read from a tensor, the
 all-reduce between two graphs) is checked by graphs that replay by running the captured step
 again, and collectives record whether they ran inside one."""
+
 import torch
 import torch.distributed as dist
 
@@ -53,6 +54,7 @@ def watch_collectives() -> dict:
         def watched(*args, _original=original, _name=name, **kwargs):
             COLLECTIVES.append((_name, INSIDE_GRAPH[0]))
             return _original(*args, **kwargs)
+
         originals[name] = original
         setattr(dist, name, watched)
     return originals

@@ -1,4 +1,5 @@
 """Bad input gets a clear error naming the problem, and nothing is overwritten silently."""
+
 import logging
 import pickle
 import re
@@ -9,15 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 import toy_data
+
 from gears_ddp import PertData
 from gears_ddp.cli import main
 from gears_ddp.data import io
 from gears_ddp.data.conditions import coded_conditions
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-from gears_ddp.gears import GEARS
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
+from gears_ddp.gears import GEARS
 
 
 @pytest.mark.parametrize("column,where", [("condition", "obs"), ("gene_name", "var")])  # (cell_type: one is given)
@@ -30,8 +31,10 @@ def test_missing_column_is_named(data_root, column, where):
 
 def test_conditions_are_coded_without_a_string_per_cell_and_checked():
     cells = ["B+ctrl", "ctrl", "A+B", "ctrl", "B+ctrl", "A+B"]
-    for column in (pd.Series(cells, dtype=object),
-                   pd.Series(pd.Categorical(cells, categories=["unused+ctrl", "A+B", "ctrl", "B+ctrl"]))):
+    for column in (
+        pd.Series(cells, dtype=object),
+        pd.Series(pd.Categorical(cells, categories=["unused+ctrl", "A+B", "ctrl", "B+ctrl"])),
+    ):
         conditions, codes = coded_conditions(column)
         assert conditions == ["B+ctrl", "ctrl", "A+B"]  # in order of first appearance, unused left out
         assert codes.tolist() == [0, 1, 2, 1, 0, 2] and codes.dtype == np.int64
@@ -41,15 +44,24 @@ def test_conditions_are_coded_without_a_string_per_cell_and_checked():
         coded_conditions(pd.Series(["ctrl", "A+A"], dtype=object))
 
 
-@pytest.mark.parametrize("bad,reason", [
-    ("G1+G2+G3", "expected 'ctrl'"), ("G1+", "empty gene name"), ("ctrl+ctrl", "names no gene"),
-    ("G1+G1", "names gene 'G1' twice"), (" G1+ctrl", "whitespace")])
+@pytest.mark.parametrize(
+    "bad,reason",
+    [
+        ("G1+G2+G3", "expected 'ctrl'"),
+        ("G1+", "empty gene name"),
+        ("ctrl+ctrl", "names no gene"),
+        ("G1+G1", "names gene 'G1' twice"),
+        (" G1+ctrl", "whitespace"),
+    ],
+)
 def test_malformed_condition_is_named(data_root, bad, reason):
     adata = toy_data.make_raw()
     conditions = adata.obs["condition"].astype(str).to_numpy()
     conditions[5] = bad
     adata.obs["condition"] = conditions
-    with pytest.raises(ValueError, match=rf"malformed condition strings.*{re.escape(repr(bad))}: .*{re.escape(reason)}"):
+    with pytest.raises(
+        ValueError, match=rf"malformed condition strings.*{re.escape(repr(bad))}: .*{re.escape(reason)}"
+    ):
         PertData(data_root).new_data_process("toy", adata)
 
 
@@ -110,15 +122,19 @@ def test_unknown_split_name(toy):
         toy.prepare_split("simulated")
 
 
-@pytest.mark.parametrize("split,n_genes,empty_set", [("simulation", 2, "train"), ("no_test", 3, "val"),
-                                                     ("single", 3, "test")])
+@pytest.mark.parametrize(
+    "split,n_genes,empty_set", [("simulation", 2, "train"), ("no_test", 3, "val"), ("single", 3, "test")]
+)
 def test_split_that_leaves_a_set_without_perturbations(data_root, split, n_genes, empty_set):
     adata = toy_data.make_raw()
     keep = adata.obs["condition"].isin(["ctrl"] + toy_data.SINGLES[:n_genes]).to_numpy()
     pert_data = PertData(data_root)
     pert_data.new_data_process("tiny", adata[keep].copy())
-    with pytest.raises(ValueError, match=rf"split '{split}' with seed 1 leaves the .*{empty_set}.* set\(s\) "
-                                         "without perturbations"):
+    with pytest.raises(
+        ValueError,
+        match=rf"split '{split}' with seed 1 leaves the .*{empty_set}.* set\(s\) "
+        "without perturbations",
+    ):
         pert_data.prepare_split(split, seed=1)
 
 
@@ -216,7 +232,7 @@ def _refused_naming(capsys, argv, *problems):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    message = err[err.index(f"gears-ddp {argv[0]}: "):].strip()
+    message = err[err.index(f"gears-ddp {argv[0]}: ") :].strip()
     assert f": {len(problems)} problems stop it, each with its fix:" in message.splitlines()[0]
     for texts in problems:
         assert any(all(text in line for text in texts) for line in message.splitlines()), (texts, message)
@@ -242,23 +258,28 @@ def _garbage(path):
     Path(path).write_bytes(bytes(range(256)) * 4)
 
 
-@pytest.mark.parametrize("name, spoil, message", [
-    ("model.pt", _garbage, "cannot read model weights"),
-    ("model.pt", lambda path: torch.save({"x": torch.zeros(2)}, path), "does not hold the weights of the network"),
-    ("config.pkl", _garbage, "cannot read GEARS model config"),
-    ("config.pkl", lambda path: io.write_pickle({"hidden_size": 8}, path), "is not a GEARS model config"),
-    ("vocabulary.json", _garbage, "is not a model's vocabulary"),
-    ("vocabulary.json", lambda path: Path(path).write_text('{"genes": 3}'), "is not a model's vocabulary"),
-    ("config.yaml", _garbage, "is not a YAML configuration file"),
-])
+@pytest.mark.parametrize(
+    "name, spoil, message",
+    [
+        ("model.pt", _garbage, "cannot read model weights"),
+        ("model.pt", lambda path: torch.save({"x": torch.zeros(2)}, path), "does not hold the weights of the network"),
+        ("config.pkl", _garbage, "cannot read GEARS model config"),
+        ("config.pkl", lambda path: io.write_pickle({"hidden_size": 8}, path), "is not a GEARS model config"),
+        ("vocabulary.json", _garbage, "is not a model's vocabulary"),
+        ("vocabulary.json", lambda path: Path(path).write_text('{"genes": 3}'), "is not a model's vocabulary"),
+        ("config.yaml", _garbage, "is not a YAML configuration file"),
+    ],
+)
 @pytest.mark.parametrize("command", ["evaluate", "predict"])
-def test_a_run_folder_with_a_spoilt_file_is_refused_in_one_line_naming_it(run_folder, tmp_path, capsys, name,
-                                                                           spoil, message, command):
+def test_a_run_folder_with_a_spoilt_file_is_refused_in_one_line_naming_it(
+    run_folder, tmp_path, capsys, name, spoil, message, command
+):
     folder = tmp_path / "run"
     shutil.copytree(run_folder, folder)
     spoil(folder / name)
-    argv = [command, "--run", str(folder)] + (["--perturbations", "G0", "--out", str(tmp_path / "p.h5ad")]
-                                              if command == "predict" else [])
+    argv = [command, "--run", str(folder)] + (
+        ["--perturbations", "G0", "--out", str(tmp_path / "p.h5ad")] if command == "predict" else []
+    )
     _refused_in_one_line(capsys, argv, str(folder / name), message)
 
 
@@ -270,23 +291,43 @@ def test_process_refuses_inputs_that_are_no_h5ad_or_annotation_in_one_line(tmp_p
     _refused_in_one_line(capsys, ["process", "--adata", str(tmp_path), *data], str(tmp_path), "is a folder")
     raw = tmp_path / "raw.h5ad"
     toy_data.make_raw().write_h5ad(raw)
-    for annotation, content in (("binary.tsv", bytes(range(256))), ("empty.tsv", b""), ("binary.gaf", bytes(range(256)))):
+    for annotation, content in (
+        ("binary.tsv", bytes(range(256))),
+        ("empty.tsv", b""),
+        ("binary.gaf", bytes(range(256))),
+    ):
         (tmp_path / annotation).write_bytes(content)
-        _refused_in_one_line(capsys, ["process", "--adata", str(raw), *data, "--go-annotation", str(tmp_path / annotation)],
-                             f"cannot read the GO annotation {tmp_path / annotation}")
+        _refused_in_one_line(
+            capsys,
+            ["process", "--adata", str(raw), *data, "--go-annotation", str(tmp_path / annotation)],
+            f"cannot read the GO annotation {tmp_path / annotation}",
+        )
     assert not (tmp_path / "data" / "screen").exists()
 
 
 def test_train_and_demo_refuse_a_binary_config_and_a_file_for_a_folder_in_one_line(tmp_path, capsys):
     _garbage(tmp_path / "run.yaml")
-    _refused_in_one_line(capsys, ["train", "--config", str(tmp_path / "run.yaml")], str(tmp_path / "run.yaml"),
-                         "is not a YAML configuration file")
-    _refused_in_one_line(capsys, ["demo", "--data-path", str(tmp_path / "run.yaml"), "--save-path", str(tmp_path / "x")],
-                         str(tmp_path / "run.yaml"), "is a file")
+    _refused_in_one_line(
+        capsys,
+        ["train", "--config", str(tmp_path / "run.yaml")],
+        str(tmp_path / "run.yaml"),
+        "is not a YAML configuration file",
+    )
+    _refused_in_one_line(
+        capsys,
+        ["demo", "--data-path", str(tmp_path / "run.yaml"), "--save-path", str(tmp_path / "x")],
+        str(tmp_path / "run.yaml"),
+        "is a file",
+    )
 
 
-@pytest.mark.parametrize("content, message", [(bytes(range(256)) * 4, "cannot read the co-expression graph"),
-                                              (b"just,some\ntext,here\n", "is not a co-expression graph")])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (bytes(range(256)) * 4, "cannot read the co-expression graph"),
+        (b"just,some\ntext,here\n", "is not a co-expression graph"),
+    ],
+)
 def test_a_spoilt_graph_file_is_named_with_what_to_do(toy, content, message):
     toy.coexpression_graph()
     cache = next(Path(toy.dataset_path).glob("*_co_expression_network.csv"))

@@ -1,6 +1,7 @@
 """Predictions in cell-eval's layout (``gears_ddp.inference.cell_eval_export``), scored by the real
 ``cell-eval`` package (the ``test`` extra): its ``pearson_delta`` and ``mse`` are ours where
 the definitions coincide, on the synthetic dataset with a small trained model."""
+
 import dataclasses
 import os
 from types import SimpleNamespace
@@ -13,12 +14,18 @@ import torch
 
 import gears_ddp
 from gears_ddp import GEARS, PertData
-from gears_ddp.inference.cell_eval_export import CONTROL_LABEL, PERT_COLUMN, PROVENANCE_KEY, condition_obs, gene_var, \
-    target_of
 from gears_ddp.data.conditions import CONTROL, condition_genes, is_combo
 from gears_ddp.datasets import write_synthetic_dataset
 from gears_ddp.evaluation.metrics import MetricContext
 from gears_ddp.evaluation.scoring import score
+from gears_ddp.inference.cell_eval_export import (
+    CONTROL_LABEL,
+    PERT_COLUMN,
+    PROVENANCE_KEY,
+    condition_obs,
+    gene_var,
+    target_of,
+)
 
 try:
     from cell_eval import MetricsEvaluator, MetricType, PerturbationAnndataPair, metrics_registry
@@ -28,8 +35,7 @@ except ImportError as err:  # CI installs the test extra and sets GEARS_DDP_REQU
         raise
     pytest.skip(f"cell-eval not importable (pip install -e '.[test]'): {err}", allow_module_level=True)
 
-SMALL = dict(n_genes=100, n_modules=6, n_perturbed_genes=12, n_combos=10, cells_per_condition=10,
-             n_control_cells=100)
+SMALL = dict(n_genes=100, n_modules=6, n_perturbed_genes=12, n_combos=10, cells_per_condition=10, n_control_cells=100)
 COMPARED = ("pearson_delta", "mse")  # cell-eval's metrics with a definition of ours
 
 
@@ -124,8 +130,9 @@ def test_cell_eval_metrics_equal_ours_on_the_same_predictions(trained):
         np.testing.assert_allclose(_rows(real, "condition", condition).mean(0), truth_mean, atol=1e-6)
     controls = _rows(real, PERT_COLUMN, CONTROL_LABEL)
     np.testing.assert_array_equal(_rows(pred, PERT_COLUMN, CONTROL_LABEL), controls)
-    np.testing.assert_allclose(controls.mean(0), MetricContext.from_pert_data(trained.pert_data).control_mean,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        controls.mean(0), MetricContext.from_pert_data(trained.pert_data).control_mean, atol=1e-6
+    )
     pair = PerturbationAnndataPair(real=real, pred=pred, pert_col=PERT_COLUMN, control_pert=CONTROL_LABEL)
     theirs = {"pearson_delta": pearson_delta(pair), "mse": mse(pair)}
     ours = score(result, MetricContext.from_pert_data(trained.pert_data, result.conditions))[1]
@@ -144,8 +151,9 @@ def test_cell_eval_evaluator_scores_the_written_files_as_we_score_them(trained, 
     pred.write_h5ad(paths["pred"])
     real.write_h5ad(paths["real"])
     outdir = tmp_path / "cell-eval"
-    evaluator = MetricsEvaluator(str(paths["pred"]), str(paths["real"]), pert_col=PERT_COLUMN, num_threads=1,
-                                 outdir=str(outdir), skip_de=True)
+    evaluator = MetricsEvaluator(
+        str(paths["pred"]), str(paths["real"]), pert_col=PERT_COLUMN, num_threads=1, outdir=str(outdir), skip_de=True
+    )
     others = [m for m in metrics_registry.list_metrics(MetricType.ANNDATA_PAIR) if m not in COMPARED]
     results, _ = evaluator.compute(profile="anndata", skip_metrics=others, break_on_error=True)
     assert (outdir / "results.csv").exists()
@@ -168,9 +176,11 @@ def test_cell_eval_evaluator_scores_the_written_files_as_we_score_them(trained, 
 
 def test_predictions_round_trip_through_h5ad(trained, tmp_path):
     queries = list(_queries(trained).values())
-    written = {"anndata": trained.predict(queries, return_type="anndata"),
-               "cell-eval": trained.predict(queries, return_type="cell-eval"),
-               "split": trained.predict_split()[0]}
+    written = {
+        "anndata": trained.predict(queries, return_type="anndata"),
+        "cell-eval": trained.predict(queries, return_type="cell-eval"),
+        "split": trained.predict_split()[0],
+    }
     for name, adata in written.items():
         adata.write_h5ad(tmp_path / f"{name}.h5ad")
         back = anndata.read_h5ad(tmp_path / f"{name}.h5ad")

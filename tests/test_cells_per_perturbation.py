@@ -2,19 +2,19 @@
 predict --cells-per-perturbation N``), as a challenge asks for: N control cells drawn with a
 seed, each plus the perturbation's predicted change, for a split's perturbations and for
 queries alike."""
+
 import numpy as np
 import pytest
 import torch
+from test_bad_input import _refused_in_one_line
 
 from gears_ddp import GEARS, PertData
 from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.datasets import write_synthetic_dataset
 from gears_ddp.inference.cell_eval_export import CONTROL_LABEL, PERT_COLUMN, PROVENANCE_KEY, target_of
 from gears_ddp.inference.prediction import drawn_control_cells, query_sets
-from test_bad_input import _refused_in_one_line
 
-SMALL = dict(n_genes=100, n_modules=6, n_perturbed_genes=12, n_combos=10, cells_per_condition=10,
-             n_control_cells=100)
+SMALL = dict(n_genes=100, n_modules=6, n_perturbed_genes=12, n_combos=10, cells_per_condition=10, n_control_cells=100)
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +59,13 @@ def test_a_split_s_cells_are_those_predict_gives_its_perturbations(trained):
     same perturbations, seed and N."""
     predicted, _ = trained.predict_split(cells_per_perturbation=6, seed=4)
     tested = [c for c in trained.pert_data.set2conditions["test"] if c != CONTROL]
-    queried = trained.predict([condition_genes(c) for c in tested], return_type="cell-eval", seed=4,
-                              cells_per_perturbation=6)
+    queried = trained.predict(
+        [condition_genes(c) for c in tested], return_type="cell-eval", seed=4, cells_per_perturbation=6
+    )
     for condition in tested:
-        np.testing.assert_allclose(_rows(predicted, "condition", condition), _rows(queried, "condition", condition),
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            _rows(predicted, "condition", condition), _rows(queried, "condition", condition), atol=1e-6
+        )
     first = predicted.obs_names[(predicted.obs["condition"] == tested[0]).to_numpy()]
     assert list(first) == [f"{tested[0]}:{k}" for k in range(6)]
 
@@ -91,6 +93,20 @@ def test_a_bad_number_of_cells_is_refused(trained, bad):
 
 
 def test_the_command_refuses_a_bad_number_of_cells_before_loading_the_run(tmp_path, capsys):
-    _refused_in_one_line(capsys, ["predict", "--run", str(tmp_path / "no-run"), "--split", "test", "--format",
-                                  "cell-eval", "--cells-per-perturbation", "0", "--out", str(tmp_path / "t.h5ad")],
-                         "cells_per_perturbation must be a whole number >= 1, got 0")
+    _refused_in_one_line(
+        capsys,
+        [
+            "predict",
+            "--run",
+            str(tmp_path / "no-run"),
+            "--split",
+            "test",
+            "--format",
+            "cell-eval",
+            "--cells-per-perturbation",
+            "0",
+            "--out",
+            str(tmp_path / "t.h5ad"),
+        ],
+        "cells_per_perturbation must be a whole number >= 1, got 0",
+    )

@@ -1,4 +1,5 @@
 """The gears-ddp command: configuration files, the run folder, evaluate, predict, process."""
+
 import csv
 import json
 import subprocess
@@ -8,10 +9,12 @@ import anndata
 import numpy as np
 import pandas as pd
 import pytest
+import toy_data
 import yaml
 from matplotlib.container import BarContainer
+from test_launch import _clean_environment
+from verdict_reports import report_from_values
 
-import toy_data
 from gears_ddp.cli import demo, main
 from gears_ddp.cli.demo import DEMO_DATA, DEMO_DATA_PATHS, DEMO_FINDINGS
 from gears_ddp.cli.train import _print_summary
@@ -20,16 +23,17 @@ from gears_ddp.data.go_files import read_annotation
 from gears_ddp.distributed.run_config import RunConfigError, apply_override, read_run_config
 from gears_ddp.report.plots import figure_test_metrics
 from gears_ddp.report.verdicts import compare, verdict_records
-from verdict_reports import report_from_values
-from test_launch import _clean_environment
 
 SMALL_ARGS = {"epochs": 2, "batch_size": 16, "model_config": {"hidden_size": 8}}
 
 
 def _write_config(tmp_path, data_folder, save_path, **args):
-    config = {"pert_data_path": str(data_folder), "dataset_name": "toy",
-              "split_config": {"split": "simulation", "seed": 1},
-              "args": {**SMALL_ARGS, "save_path": str(save_path), **args}}
+    config = {
+        "pert_data_path": str(data_folder),
+        "dataset_name": "toy",
+        "split_config": {"split": "simulation", "seed": 1},
+        "args": {**SMALL_ARGS, "save_path": str(save_path), **args},
+    }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -40,37 +44,60 @@ def _write_config(tmp_path, data_folder, save_path, **args):
 
 def test_overrides_are_read_as_yaml_values_at_any_depth():
     config = {"args": {"epochs": 3}}
-    for assignment in ("args.epochs=5", "args.amp=bf16", "args.sync_batchnorm=true", "gpu_ids=[0, 1]",
-                       "args.model_config.hidden_size=32", "args.lr=2e-3"):
+    for assignment in (
+        "args.epochs=5",
+        "args.amp=bf16",
+        "args.sync_batchnorm=true",
+        "gpu_ids=[0, 1]",
+        "args.model_config.hidden_size=32",
+        "args.lr=2e-3",
+    ):
         apply_override(config, assignment)
-    assert config == {"args": {"epochs": 5, "amp": "bf16", "sync_batchnorm": True, "lr": 2e-3,
-                               "model_config": {"hidden_size": 32}}, "gpu_ids": [0, 1]}
+    assert config == {
+        "args": {"epochs": 5, "amp": "bf16", "sync_batchnorm": True, "lr": 2e-3, "model_config": {"hidden_size": 32}},
+        "gpu_ids": [0, 1],
+    }
 
 
-@pytest.mark.parametrize("assignment, message", [
-    ("agrs.epochs=3", "unknown key 'agrs'"),
-    ("args.epochs", "key=value"),
-    ("args.epochs.deeper=3", "args.epochs is not a mapping"),
-])
+@pytest.mark.parametrize(
+    "assignment, message",
+    [
+        ("agrs.epochs=3", "unknown key 'agrs'"),
+        ("args.epochs", "key=value"),
+        ("args.epochs.deeper=3", "args.epochs is not a mapping"),
+    ],
+)
 def test_a_bad_override_is_named(assignment, message):
     with pytest.raises(RunConfigError, match=message):
         apply_override({"args": {"epochs": 3}}, assignment)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("pert_data_path: d\ndataset_name: toy\nargs: {epoch: 3}\n", r"run.yaml: unknown args key\(s\) \['epoch'\]"),
-    ("pert_data_path: d\ndataset_name: toy\nargs: {epochs: x}\n", r"run.yaml: args\['epochs'\] must be a positive"),
-    ("pert_data_path: d\ndataset_name: toy\nsplit: simulation\n", r"run.yaml: unknown key\(s\) \['split'\]"),
-    ("pert_data_path: d\ndataset_name: toy\nsplit_config: {splitt: simulation}\n", r"run.yaml: unknown split_config"),
-    ("pert_data_path: d\nargs: {}\n", "run.yaml: dataset_name must be given"),
-    ("pert_data_path: d\ndataset_name: toy\nargs: {model_config: {hiden_size: 8}}\n", "hiden_size"),
-    ("pert_data_path: d\ndataset_name: toy\nn_gpus: 0\n", "run.yaml: n_gpus must be an integer >= 1"),
-    ("pert_data_path: d\ndataset_name: toy\ngpu_ids: 0\n", r"run.yaml: gpu_ids must be a list of GPU numbers"),
-    ("pert_data_path: d\ndataset_name: toy\ngpu_ids: [1, 1]\n", r"run.yaml: gpu_ids \[1, 1\] lists \[1\] more than once"),
-    ("pert_data_path: d\ndataset_name: toy\nn_gpus: 3\ngpu_ids: [0, 1]\n", "run.yaml: n_gpus=3 disagrees with gpu_ids"),
-    ("- a list\n", "must hold a mapping"),
-    ("args: {epochs: [}\n", r"run.yaml is not valid YAML: .+ at line 1, column \d+$"),  # one line
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("pert_data_path: d\ndataset_name: toy\nargs: {epoch: 3}\n", r"run.yaml: unknown args key\(s\) \['epoch'\]"),
+        ("pert_data_path: d\ndataset_name: toy\nargs: {epochs: x}\n", r"run.yaml: args\['epochs'\] must be a positive"),
+        ("pert_data_path: d\ndataset_name: toy\nsplit: simulation\n", r"run.yaml: unknown key\(s\) \['split'\]"),
+        (
+            "pert_data_path: d\ndataset_name: toy\nsplit_config: {splitt: simulation}\n",
+            r"run.yaml: unknown split_config",
+        ),
+        ("pert_data_path: d\nargs: {}\n", "run.yaml: dataset_name must be given"),
+        ("pert_data_path: d\ndataset_name: toy\nargs: {model_config: {hiden_size: 8}}\n", "hiden_size"),
+        ("pert_data_path: d\ndataset_name: toy\nn_gpus: 0\n", "run.yaml: n_gpus must be an integer >= 1"),
+        ("pert_data_path: d\ndataset_name: toy\ngpu_ids: 0\n", r"run.yaml: gpu_ids must be a list of GPU numbers"),
+        (
+            "pert_data_path: d\ndataset_name: toy\ngpu_ids: [1, 1]\n",
+            r"run.yaml: gpu_ids \[1, 1\] lists \[1\] more than once",
+        ),
+        (
+            "pert_data_path: d\ndataset_name: toy\nn_gpus: 3\ngpu_ids: [0, 1]\n",
+            "run.yaml: n_gpus=3 disagrees with gpu_ids",
+        ),
+        ("- a list\n", "must hold a mapping"),
+        ("args: {epochs: [}\n", r"run.yaml is not valid YAML: .+ at line 1, column \d+$"),  # one line
+    ],
+)
 def test_a_bad_file_names_the_file_and_the_key(tmp_path, text, message):
     path = tmp_path / "run.yaml"
     path.write_text(text)
@@ -98,41 +125,81 @@ def test_a_bad_command_line_exits_with_status_2_and_a_message(tmp_path, capsys):
     assert "run.yaml: args['epochs'] must be a positive integer, got 0" in capsys.readouterr().err
     assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read the configuration file" in capsys.readouterr().err
-    assert main(["predict", "--run", str(tmp_path), "--perturbations", "G0", "--baseline", "linear", "--out",
-                 str(tmp_path / "p.h5ad")]) == 2
+    assert (
+        main(
+            [
+                "predict",
+                "--run",
+                str(tmp_path),
+                "--perturbations",
+                "G0",
+                "--baseline",
+                "linear",
+                "--out",
+                str(tmp_path / "p.h5ad"),
+            ]
+        )
+        == 2
+    )
     assert "--baseline writes a baseline's cells of a split: give --split too" in capsys.readouterr().err
-    assert main(["predict", "--run", str(tmp_path), "--perturbations", "G0", "--format", "anndata", "--out",
-                 str(tmp_path / "p.csv")]) == 2
+    assert (
+        main(
+            [
+                "predict",
+                "--run",
+                str(tmp_path),
+                "--perturbations",
+                "G0",
+                "--format",
+                "anndata",
+                "--out",
+                str(tmp_path / "p.csv"),
+            ]
+        )
+        == 2
+    )
     assert "--format anndata writes an AnnData (HDF5), but --out" in capsys.readouterr().err
 
 
 def test_the_demo_checks_its_options_before_writing_any_data(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["demo", "--epochs", "0"]) == 2
-    assert capsys.readouterr().err.strip() == ("gears-ddp demo: its options: args['epochs'] must be a positive "
-                                               "integer, got 0")
+    assert capsys.readouterr().err.strip() == (
+        "gears-ddp demo: its options: args['epochs'] must be a positive integer, got 0"
+    )
     assert main(["demo", "--set", "args.lr=-1"]) == 2
     assert "args['lr'] must be a positive number" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
 def test_train_help_lists_every_option_with_its_default():
-    result = subprocess.run([sys.executable, "-m", "gears_ddp", "train", "--help"], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "gears_ddp", "train", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0
-    for line in ("args.epochs [20]", "args.batch_size [32]", "args.save_path ['./runs/gears_ddp']",
-                 "args.model_config.hidden_size [64]", "split_config.seed [1]"):
+    for line in (
+        "args.epochs [20]",
+        "args.batch_size [32]",
+        "args.save_path ['./runs/gears_ddp']",
+        "args.model_config.hidden_size [64]",
+        "split_config.seed [1]",
+    ):
         assert line in result.stdout
 
 
 # ----------------------------------------------------------------------------- one module per command
 
-COMMAND_LINES = {"train": ["--config", "run.yaml"], "demo": [],
-                 "sweep": ["--config", "run.yaml", "--space", "space.yaml", "--trials", "3"], "evaluate": ["--run", "r"],
-                 "predict": ["--run", "r", "--split", "test", "--out", "p.h5ad"],
-                 "screen": ["--run", "r", "--genes", "A", "B", "--out", "s.csv"],
-                 "interactions": ["--run", "r", "--out", "i.csv"],
-                 "process": ["--adata", "a.h5ad", "--data-path", "d", "--name", "n"], "check": ["--data-path", "d"]}
+COMMAND_LINES = {
+    "train": ["--config", "run.yaml"],
+    "demo": [],
+    "sweep": ["--config", "run.yaml", "--space", "space.yaml", "--trials", "3"],
+    "evaluate": ["--run", "r"],
+    "predict": ["--run", "r", "--split", "test", "--out", "p.h5ad"],
+    "screen": ["--run", "r", "--genes", "A", "B", "--out", "s.csv"],
+    "interactions": ["--run", "r", "--out", "i.csv"],
+    "process": ["--adata", "a.h5ad", "--data-path", "d", "--name", "n"],
+    "check": ["--data-path", "d"],
+}
 
 
 def test_each_command_module_adds_its_own_command_and_main_runs_it(monkeypatch):
@@ -163,16 +230,25 @@ def test_each_command_module_adds_its_own_command_and_main_runs_it(monkeypatch):
 def test_the_summary_says_whether_the_model_learned_then_the_note(capsys):
     steady = [0.5, 0.51, 0.49, 0.5, 0.52, 0.48]
     values = {"mse": steady, "mse_de": steady, "pearson_delta": steady}
-    report = report_from_values(values, {"no_change": {**values, "mse": [v + 0.1 for v in steady]},
-                                         "mean_effect": values})
-    report.update(best_epoch=2, world_size=2, history=[{"train_loss": 2.0}, {"train_loss": 1.0}],
-                  verdicts=verdict_records(compare(report)))
+    report = report_from_values(
+        values, {"no_change": {**values, "mse": [v + 0.1 for v in steady]}, "mean_effect": values}
+    )
+    report.update(
+        best_epoch=2,
+        world_size=2,
+        history=[{"train_loss": 2.0}, {"train_loss": 1.0}],
+        verdicts=verdict_records(compare(report)),
+    )
     _print_summary(report, note=DEMO_FINDINGS["real"])
     out = capsys.readouterr().out
-    assert out.index("Training loss fell") < out.index("mse 0.5 against 0.6: beats (+0.1 [") \
+    assert (
+        out.index("Training loss fell")
+        < out.index("mse 0.5 against 0.6: beats (+0.1 [")
         < out.index(DEMO_FINDINGS["real"])
-    assert "overall: GEARS beats" not in out and not any(line.startswith("metric ") for line in out.splitlines()), \
-        out  # the log above shows the test table; the summary does not again
+    )
+    assert "overall: GEARS beats" not in out and not any(line.startswith("metric ") for line in out.splitlines()), (
+        out
+    )  # the log above shows the test table; the summary does not again
 
 
 # ----------------------------------------------------------------------------- the demo
@@ -241,9 +317,11 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     out, log = capsys.readouterr()
     assert log.count("overall: GEARS beats every baseline on") == 1 and "verdict" in log  # the test table, once
     assert "GEARS beats every baseline on" not in out and "report.html" in out
-    assert (f"The intervals above cover the test perturbations of one seed; for intervals that cover seeds too: "
-            f"gears-ddp train --config {save / 'config.yaml'} --seeds 1 2 3 4 5 --set "
-            f"args.save_path={save}-replicates") in out
+    assert (
+        f"The intervals above cover the test perturbations of one seed; for intervals that cover seeds too: "
+        f"gears-ddp train --config {save / 'config.yaml'} --seeds 1 2 3 4 5 --set "
+        f"args.save_path={save}-replicates"
+    ) in out
     assert "Training loss" in out and "Against predicting no change: mse " in out
     assert not any(finding in out for finding in DEMO_FINDINGS.values())
     report = json.loads((save / "report.json").read_text())
@@ -267,22 +345,41 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     for name in ("additive", "linear"):
         assert scores["baselines"][name] == pytest.approx(report["baselines"][name], nan_ok=True)
     # predictions of the saved model, for a query and in cell-eval's layout, which the real cell-eval reads
-    assert main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out",
-                 str(tmp_path / "queries.h5ad")]) == 0
+    assert (
+        main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out", str(tmp_path / "queries.h5ad")])
+        == 0
+    )
     queries = anndata.read_h5ad(tmp_path / "queries.h5ad")
     assert list(queries.obs_names) == ["G0+G1", "G3+ctrl"] and queries.uns["gears_ddp"]["weights_from"] == str(save)
-    assert main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out",
-                 str(tmp_path / "queries.csv")]) == 0  # the format follows the file's name
+    assert (
+        main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out", str(tmp_path / "queries.csv")])
+        == 0
+    )  # the format follows the file's name
     table = pd.read_csv(tmp_path / "queries.csv", index_col=0)
     assert list(table.index) == ["G0+G1", "G3+ctrl"]
     np.testing.assert_allclose(table.to_numpy(), np.asarray(queries.X), rtol=1e-6)
     predicted = tmp_path / "test.h5ad"
-    assert main(["predict", "--run", str(save), "--split", "test", "--format", "cell-eval", "--out",
-                 str(predicted)]) == 0
+    assert (
+        main(["predict", "--run", str(save), "--split", "test", "--format", "cell-eval", "--out", str(predicted)]) == 0
+    )
     truth = tmp_path / "test.truth.h5ad"
     outdir = tmp_path / "cell-eval"
-    cell_eval = [sys.executable, "-m", "cell_eval", "run", "-ap", str(predicted), "-ar", str(truth), "-o", str(outdir),
-                 "--profile", "minimal", "--num-threads", "1"]
+    cell_eval = [
+        sys.executable,
+        "-m",
+        "cell_eval",
+        "run",
+        "-ap",
+        str(predicted),
+        "-ar",
+        str(truth),
+        "-o",
+        str(outdir),
+        "--profile",
+        "minimal",
+        "--num-threads",
+        "1",
+    ]
     done = subprocess.run(cell_eval, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     with open(outdir / "results.csv") as handle:
@@ -292,8 +389,24 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     assert all(-1 <= float(row["pearson_delta"]) <= 1 for row in rows.values())
     # the linear baseline's cells in the same layout, beside the same truth
     baseline = tmp_path / "test.linear.h5ad"
-    assert main(["predict", "--run", str(save), "--split", "test", "--format", "cell-eval", "--baseline", "linear",
-                 "--out", str(baseline)]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--run",
+                str(save),
+                "--split",
+                "test",
+                "--format",
+                "cell-eval",
+                "--baseline",
+                "linear",
+                "--out",
+                str(baseline),
+            ]
+        )
+        == 0
+    )
     written = anndata.read_h5ad(baseline)
     assert written.uns["gears_ddp"]["baseline"] == "linear" and written.n_obs == anndata.read_h5ad(predicted).n_obs
     assert (tmp_path / "test.linear.truth.h5ad").is_file()
@@ -304,12 +417,24 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
 def test_train_under_torchrun_runs_one_rank_per_process(tmp_path, data_folder):
     save = tmp_path / "run"
     config = _write_config(tmp_path, data_folder, save)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "gears_ddp", "train", "--config", str(config)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "gears_ddp",
+        "train",
+        "--config",
+        str(config),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_environment())
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("overall: GEARS beats every baseline on") == 1  # rank 0's log has the test table
-    assert result.stdout.count("The intervals above cover the test perturbations of one seed") == 1  # the summary comes from rank 0 only
+    assert (
+        result.stdout.count("The intervals above cover the test perturbations of one seed") == 1
+    )  # the summary comes from rank 0 only
     report = json.loads((save / "report.json").read_text())
     assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
     assert (save / "report.html").exists() and (save / "model.pt").exists()
@@ -322,12 +447,28 @@ def test_process_builds_the_go_files_from_an_annotation_and_the_dataset(tmp_path
     reference = tmp_path / "reference"
     gene2go = toy_data.write_go_files(reference)
     annotation = tmp_path / "annotation.tsv"
-    annotation.write_text("gene\tgo_id\n" + "".join(f"{g}\t{t}\n" for g, terms in gene2go.items() for t in sorted(terms)))
+    annotation.write_text(
+        "gene\tgo_id\n" + "".join(f"{g}\t{t}\n" for g, terms in gene2go.items() for t in sorted(terms))
+    )
     raw = tmp_path / "raw.h5ad"
     toy_data.make_raw().write_h5ad(raw)
     data = tmp_path / "data"
-    assert main(["process", "--adata", str(raw), "--data-path", str(data), "--name", "toy",
-                 "--go-annotation", str(annotation)]) == 0
+    assert (
+        main(
+            [
+                "process",
+                "--adata",
+                str(raw),
+                "--data-path",
+                str(data),
+                "--name",
+                "toy",
+                "--go-annotation",
+                str(annotation),
+            ]
+        )
+        == 0
+    )
     assert io.read_pickle(data / "gene2go_all.pkl", "GO") == gene2go
     edges = "go_essential_all/go_essential_all.csv"
     assert sorted((data / edges).read_text().splitlines()) == sorted((reference / edges).read_text().splitlines())
@@ -337,10 +478,12 @@ def test_process_builds_the_go_files_from_an_annotation_and_the_dataset(tmp_path
 
 def test_a_gaf_file_is_read_without_its_negated_lines(tmp_path):
     gaf = tmp_path / "goa_human.gaf"
-    gaf.write_text("!gaf-version: 2.2\n"
-                   "UniProtKB\tP1\tFEV\tenables\tGO:0000001\tref\tIEA\t\tF\tname\t\tprotein\ttaxon:9606\t20200101\tUniProt\n"
-                   "UniProtKB\tP1\tFEV\tNOT|enables\tGO:0000002\tref\tIEA\t\tF\tname\t\tprotein\ttaxon:9606\t20200101\tUniProt\n"
-                   "UniProtKB\tP2\tSAMD1\tinvolved_in\tGO:0000003\tref\tIEA\t\tP\tname\t\tprotein\ttaxon:9606\t20200101\tUniProt\n")
+    gaf.write_text(
+        "!gaf-version: 2.2\n"
+        "UniProtKB\tP1\tFEV\tenables\tGO:0000001\tref\tIEA\t\tF\tname\t\tprotein\ttaxon:9606\t20200101\tUniProt\n"
+        "UniProtKB\tP1\tFEV\tNOT|enables\tGO:0000002\tref\tIEA\t\tF\tname\t\tprotein\ttaxon:9606\t20200101\tUniProt\n"
+        "UniProtKB\tP2\tSAMD1\tinvolved_in\tGO:0000003\tref\tIEA\t\tP\tname\t\tprotein\ttaxon:9606\t20200101\tUniProt\n"
+    )
     assert read_annotation(gaf) == {"FEV": {"GO:0000001"}, "SAMD1": {"GO:0000003"}}
     table = tmp_path / "pairs.csv"
     table.write_text("gene,term\nFEV,not-a-term\n")
@@ -348,9 +491,14 @@ def test_a_gaf_file_is_read_without_its_negated_lines(tmp_path):
         read_annotation(table)
 
 
-@pytest.mark.parametrize("command", [["train", "--config", "run.yaml", "--seed", "3"],
-                                     ["screen", "--run", "runs/x", "--all-perturbable", "--out", "s.csv", "--over"],
-                                     ["demo", "--epoch", "2"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "--config", "run.yaml", "--seed", "3"],
+        ["screen", "--run", "runs/x", "--all-perturbable", "--out", "s.csv", "--over"],
+        ["demo", "--epoch", "2"],
+    ],
+)
 def test_options_are_never_abbreviated(command, capsys):
     """`train --seed 3` is not `--seeds 3` (replicates): an option given in part is refused, exit 2."""
     with pytest.raises(SystemExit) as stop:

@@ -1,16 +1,17 @@
 """``compile: True``: the training steps run a ``torch.compile``d model and give the losses of
 eager training."""
+
 import functools
 
 import numpy as np
 import pytest
 import torch
+from stand_in_graphs import FailingGraph, ReplayingGraph
 
 from gears_ddp import GEARS
 from gears_ddp.training import recipe
 from gears_ddp.training.engine import optimizer_steps
 from gears_ddp.training.options import TrainingOptions
-from stand_in_graphs import FailingGraph, ReplayingGraph
 
 
 def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_size=64, **train_options):
@@ -56,21 +57,23 @@ def _losses_with_graphs(pert_data, monkeypatch, graph) -> list[float]:
     monkeypatch.setattr(recipe, "use_cuda_graphs", lambda *_, **__: True)
     monkeypatch.setattr(recipe, "CapturedStep", functools.partial(recipe.CapturedStep, graph_factory=graph))
     compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda model=None, **options: compile(model, **{"backend": "aot_eager",
-                                                                                         **options}))
+    monkeypatch.setattr(
+        torch, "compile", lambda model=None, **options: compile(model, **{"backend": "aot_eager", **options})
+    )
     seen = []
 
     def recorded(*args, **kwargs):
         for loss in optimizer_steps(*args, **kwargs):
             seen.append(float(loss))
             yield loss
+
     monkeypatch.setattr(recipe, "optimizer_steps", recorded)
     pert_data.get_dataloader(32, test_batch_size=64)
     torch.manual_seed(0)
     torch._dynamo.reset()
     gears = GEARS(pert_data, device="cpu")
     gears.model_initialize(hidden_size=32)
-    gears.train(epochs=2, compile=True, lr=2.0 ** -10)
+    gears.train(epochs=2, compile=True, lr=2.0**-10)
     return seen
 
 
@@ -89,8 +92,9 @@ def test_a_compiled_network_is_captured_and_its_replayed_steps_train_as_its_eage
 
 
 @pytest.mark.slow
-def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu(toy, device, monkeypatch,
-                                                                                  caplog, request):
+def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu(
+    toy, device, monkeypatch, caplog, request
+):
     """On a GPU, inductor's code and a real CUDA graph: the compiled network's steps are
     replayed, and their losses are the eager network's (replayed too) to 1e-3 (the kernels
     add in other orders).
@@ -103,14 +107,18 @@ def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu
     that no longer fails says so (benchmarks/RESULTS.md, the GPU check of 2026-11-28)."""
     if device.type != "cuda":
         pytest.skip("inductor's CUDA kernels under a CUDA graph need a GPU (the CPU proof: the test above)")
-    request.applymarker(pytest.mark.xfail(raises=torch._dynamo.exc.BackendCompilerFailed, strict=True,
-                                          reason="compile=True fails on CUDA in AOTAutograd (see the docstring)"))
+    request.applymarker(
+        pytest.mark.xfail(
+            raises=torch._dynamo.exc.BackendCompilerFailed,
+            strict=True,
+            reason="compile=True fails on CUDA in AOTAutograd (see the docstring)",
+        )
+    )
     caplog.set_level("INFO", logger="gears_ddp")
-    compiled_model, compiled = _step_losses(toy, monkeypatch, True, device, hidden_size=32, epochs=2,
-                                            lr=2.0 ** -10)
+    compiled_model, compiled = _step_losses(toy, monkeypatch, True, device, hidden_size=32, epochs=2, lr=2.0**-10)
     assert isinstance(compiled_model, torch._dynamo.eval_frame.OptimizedModule)
     assert "training steps replay a CUDA graph from optimiser step" in caplog.text
-    _, eager = _step_losses(toy, monkeypatch, False, device, hidden_size=32, epochs=2, lr=2.0 ** -10)
+    _, eager = _step_losses(toy, monkeypatch, False, device, hidden_size=32, epochs=2, lr=2.0**-10)
     assert len(compiled) == len(eager) > 8
     np.testing.assert_allclose(compiled, eager, rtol=1e-3)
 

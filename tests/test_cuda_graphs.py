@@ -5,22 +5,23 @@ machinery around the graph (warm-up steps, static batches, the learning rate rea
 tensor, steps of other shapes, a failed capture) trains as the eager step does. On a CPU a
 stand-in graph replays by running the captured step again; on a GPU the real graph runs.
 """
+
 import copy
 import logging
 
 import pytest
 import torch
+from stand_in_graphs import FailingGraph, ReplayingGraph
 
 import gears_ddp.model.network as network_module
 import gears_ddp.model.weighted_norm as weighted_norm
 from gears_ddp import GEARS
 from gears_ddp.runtime.dispatch_count import DispatchCount
 from gears_ddp.training.cuda_graphs import CapturedStep, StaticBatches, use_cuda_graphs
-from gears_ddp.training.engine import Precision, batch_loss, optimizer_steps, training_step
+from gears_ddp.training.engine import FULL_PRECISION, Precision, batch_loss, optimizer_steps, training_step
 from gears_ddp.training.optimization import Warmup, make_optimizer
-from stand_in_graphs import FailingGraph, ReplayingGraph
 
-LR = 2.0 ** -10  # a float32 value: the tensor learning rate of a graph is the eager step's float exactly
+LR = 2.0**-10  # a float32 value: the tensor learning rate of a graph is the eager step's float exactly
 
 
 def _gears(pert_data, device, uncertainty=False):
@@ -46,17 +47,29 @@ def _learning_rates(steps: int) -> list[float]:
     return [LR * min(1.0, (step + 1) / 4) * (0.5 if step >= steps // 2 else 1.0) for step in range(steps)]
 
 
-def _train(network, gears, batches, device, step, precision=Precision(), accumulation_steps=1, lr=LR):
+def _train(network, gears, batches, device, step, precision=FULL_PRECISION, accumulation_steps=1, lr=LR):
     """Losses and final weights of optimiser steps on ``batches`` with warmup and the
     published per-epoch halving (halved once half-way)."""
     optimizer, scheduler = make_optimizer(network, lr, 5e-4)
     warmup = Warmup(4)
-    halves = [batches[:len(batches) // 2], batches[len(batches) // 2:]]
+    halves = [batches[: len(batches) // 2], batches[len(batches) // 2 :]]
     losses = []
     for part in halves:
-        losses += [loss.clone() for loss in optimizer_steps(network, part, optimizer, gears.loss_context(), False,
-                                                            device, precision, accumulation_steps, warmup=warmup,
-                                                            step=step)]
+        losses += [
+            loss.clone()
+            for loss in optimizer_steps(
+                network,
+                part,
+                optimizer,
+                gears.loss_context(),
+                False,
+                device,
+                precision,
+                accumulation_steps,
+                warmup=warmup,
+                step=step,
+            )
+        ]
         scheduler.step()
     return torch.stack(losses).cpu(), {k: v.detach().cpu() for k, v in network.state_dict().items()}
 
@@ -93,8 +106,13 @@ def _assert_trained_alike(got, expected, start, learning_rates, amp):
     loss_rtol, mean_steps = SAME_TRAINING[amp]
     torch.testing.assert_close(losses, expected_losses, rtol=loss_rtol, atol=0)
     summed_lr = sum(learning_rates)
-    differences = torch.cat([(weights[name] - value).abs().flatten() for name, value in expected_weights.items()
-                             if value.is_floating_point()])
+    differences = torch.cat(
+        [
+            (weights[name] - value).abs().flatten()
+            for name, value in expected_weights.items()
+            if value.is_floating_point()
+        ]
+    )
     assert float(differences.mean()) <= mean_steps * summed_lr, float(differences.mean()) / summed_lr
     assert float(differences.max()) <= 2 * ADAM_STEP_BOUND * summed_lr
     for name, value in start.items():  # each parameter the expected training moved
@@ -103,8 +121,7 @@ def _assert_trained_alike(got, expected, start, learning_rates, amp):
 
 
 @pytest.mark.parametrize("amp", ["off", "fp16"])
-def test_the_gpu_criterion_accepts_another_summation_order_and_refuses_a_wrong_learning_rate(toy, amp,
-                                                                                           monkeypatch):
+def test_the_gpu_criterion_accepts_another_summation_order_and_refuses_a_wrong_learning_rate(toy, amp, monkeypatch):
     """What the GPU case below asserts, on two eager CPU trainings: one with the row-wise
     passes in pieces of 64 rows instead of one piece (the same arithmetic summed in another
     order) passes; one with a learning rate 25% off fails."""
@@ -114,8 +131,10 @@ def test_the_gpu_criterion_accepts_another_summation_order_and_refuses_a_wrong_l
     start = {k: v.detach().clone() for k, v in gears.model.named_parameters()}
 
     def trained(lr=LR):  # each training with a gradient scaler of its own (fp16)
-        return _train(copy.deepcopy(gears.model), gears, batches, device, training_step,
-                      Precision.for_mode(amp, device), lr=lr)
+        return _train(
+            copy.deepcopy(gears.model), gears, batches, device, training_step, Precision.for_mode(amp, device), lr=lr
+        )
+
     eager = trained()
     with monkeypatch.context() as patch:
         patch.setattr(weighted_norm, "ROWS_PER_PASS", 64)
@@ -179,8 +198,9 @@ def test_a_capture_that_fails_leaves_eager_steps_and_says_why(toy, caplog):
     eager = _train(copy.deepcopy(gears.model), gears, batches, cpu, training_step, Precision.for_mode("fp16", cpu))
     captured = CapturedStep(cpu, warmup_steps=1, graph_factory=FailingGraph)
     with caplog.at_level(logging.WARNING, logger="gears_ddp"):
-        after_failure = _train(copy.deepcopy(gears.model), gears, batches, cpu, captured,
-                               Precision.for_mode("fp16", cpu))
+        after_failure = _train(
+            copy.deepcopy(gears.model), gears, batches, cpu, captured, Precision.for_mode("fp16", cpu)
+        )
     assert captured.failed and not captured.replaying
     assert "could not be captured in a CUDA graph (RuntimeError: operation not permitted" in caplog.text
     assert "cuda_graphs=False" in caplog.text
@@ -216,13 +236,15 @@ def test_forward_and_loss_trace_into_one_graph_compiled_once_over_epochs(toy, mo
     gears = _gears(toy, "cpu")
     network, context = gears.model.train(), gears.loss_context()
     original = network_module.renormalise
-    monkeypatch.setattr(network_module, "renormalise",
-                        lambda *tables: None if torch.compiler.is_compiling() else original(*tables))
+    monkeypatch.setattr(
+        network_module, "renormalise", lambda *tables: None if torch.compiler.is_compiling() else original(*tables)
+    )
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     eager_network = copy.deepcopy(network)
-    compiled = torch.compile(lambda batch: batch_loss(network, batch, context, False), fullgraph=True,
-                             dynamic=False, backend="aot_eager")
+    compiled = torch.compile(
+        lambda batch: batch_loss(network, batch, context, False), fullgraph=True, dynamic=False, backend="aot_eager"
+    )
     batches = _padded_batches(gears)
 
     def step(batch):
@@ -232,6 +254,7 @@ def test_forward_and_loss_trace_into_one_graph_compiled_once_over_epochs(toy, mo
         eager_loss = batch_loss(eager_network, batch, context, False)
         eager_loss.backward()
         torch.testing.assert_close(loss, eager_loss, rtol=1e-5, atol=0)
+
     step(batches[0])  # compiled here; from then on a recompilation is an error (torch's own switch)
     with torch.compiler.set_stance("fail_on_recompile"):
         for batch in batches[1:]:
@@ -267,8 +290,9 @@ def test_a_replayed_step_launches_a_few_operators(toy, cuda_device):
     batches = _padded_batches(gears)
     optimizer, _ = make_optimizer(gears.model, LR, 5e-4)
     captured = CapturedStep(cuda_device)
-    steps = optimizer_steps(gears.model, iter(batches), optimizer, gears.loss_context(), False, cuda_device,
-                            step=captured)
+    steps = optimizer_steps(
+        gears.model, iter(batches), optimizer, gears.loss_context(), False, cuda_device, step=captured
+    )
     for _ in range(5):
         next(steps)
     assert captured.replaying

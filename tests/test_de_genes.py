@@ -1,4 +1,5 @@
 """The DE ranking equals scanpy's t-test ranking, which the published GEARS stores."""
+
 import anndata
 import numpy as np
 import pandas as pd
@@ -12,9 +13,13 @@ from gears_ddp.data.processing import RANK_KEY, add_condition_columns, rank_de_g
 def _raw(matrix, conditions):
     n_genes = matrix.shape[1]
     genes = [f"G{i}" for i in range(n_genes)]
-    return anndata.AnnData(matrix, obs=pd.DataFrame({"condition": conditions, "cell_type": "K562"},
-                                                    index=[f"c{i}" for i in range(len(conditions))]),
-                           var=pd.DataFrame({"gene_name": genes}, index=genes))
+    return anndata.AnnData(
+        matrix,
+        obs=pd.DataFrame(
+            {"condition": conditions, "cell_type": "K562"}, index=[f"c{i}" for i in range(len(conditions))]
+        ),
+        var=pd.DataFrame({"gene_name": genes}, index=genes),
+    )
 
 
 def _tie_heavy_expression(rng, n_cells, n_genes):
@@ -31,11 +36,20 @@ def _scanpy_ranking(adata):
     """scanpy's ranking as the published GEARS asks for it: {group: (gene ids, scores)}."""
     scanpy = pytest.importorskip("scanpy")
     adata = adata.copy()
-    scanpy.tl.rank_genes_groups(adata, groupby="condition_name", reference="K562_ctrl_1", rankby_abs=True,
-                                n_genes=adata.n_vars, use_raw=False, method="t-test")
+    scanpy.tl.rank_genes_groups(
+        adata,
+        groupby="condition_name",
+        reference="K562_ctrl_1",
+        rankby_abs=True,
+        n_genes=adata.n_vars,
+        use_raw=False,
+        method="t-test",
+    )
     result = adata.uns["rank_genes_groups"]
-    return {group: ([str(g) for g in result["names"][group]], np.asarray(result["scores"][group], np.float64))
-            for group in result["names"].dtype.names}
+    return {
+        group: ([str(g) for g in result["names"][group]], np.asarray(result["scores"][group], np.float64))
+        for group in result["names"].dtype.names
+    }
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -49,8 +63,9 @@ def test_ranking_equals_scanpys(sparse):
     add_condition_columns(adata)
     expected = _scanpy_ranking(adata)
     groups = list(adata.obs["condition_name"].cat.categories)
-    scores = welch_t_scores(adata.X, adata.obs["condition_name"].cat.codes.to_numpy(np.int64), groups,
-                            groups.index("K562_ctrl_1"))
+    scores = welch_t_scores(
+        adata.X, adata.obs["condition_name"].cat.codes.to_numpy(np.int64), groups, groups.index("K562_ctrl_1")
+    )
     rank_de_genes(adata, read_expression(adata))
     ours = adata.uns[RANK_KEY]
     assert list(ours) == list(expected)  # same conditions, in scanpy's order
@@ -86,8 +101,9 @@ def test_statistics_follow_welchs_definition():
     control = expression[codes == 0]
     for group in (1, 2):
         cells = expression[codes == group]
-        expected = (cells.mean(0) - control.mean(0)) / np.sqrt(cells.var(0, ddof=1) / len(cells)
-                                                               + control.var(0, ddof=1) / len(control))
+        expected = (cells.mean(0) - control.mean(0)) / np.sqrt(
+            cells.var(0, ddof=1) / len(cells) + control.var(0, ddof=1) / len(control)
+        )
         np.testing.assert_allclose(scores[group], expected, rtol=1e-10)
     assert (scores[0] == 0).all()
 
@@ -97,8 +113,10 @@ def test_rows_with_negative_codes_are_left_out():
     expression = rng.normal(size=(12, 5))
     codes = np.array([0, 0, 0, 1, 1, 1, -1, -1, 0, 1, -1, 0])
     kept = codes >= 0
-    np.testing.assert_array_equal(welch_t_scores(expression, codes, ["ctrl", "a"], 0),
-                                  welch_t_scores(expression[kept], codes[kept], ["ctrl", "a"], 0))
+    np.testing.assert_array_equal(
+        welch_t_scores(expression, codes, ["ctrl", "a"], 0),
+        welch_t_scores(expression[kept], codes[kept], ["ctrl", "a"], 0),
+    )
 
 
 def test_order_is_by_decreasing_magnitude():

@@ -12,8 +12,9 @@ from gears_ddp.data.cells import PertBatch
 
 
 def _is_cuda(value) -> bool:
-    return (isinstance(value, str) and value.startswith("cuda")) or \
-        (isinstance(value, torch.device) and value.type == "cuda")
+    return (isinstance(value, str) and value.startswith("cuda")) or (
+        isinstance(value, torch.device) and value.type == "cuda"
+    )
 
 
 class FakeCuda(TorchFunctionMode):
@@ -72,9 +73,20 @@ def batch_copies(monkeypatch):
     to = PertBatch.to
 
     def recorded(batch, device, non_blocking=False):
-        tensors = [batch.x, batch.y, batch.pert_idx, batch.condition, batch.de_idx, batch.sets.sets,
-                   batch.sets.cell_set, batch.sets.counts, batch.sets.cells_by_set, batch.sets.first_cell,
-                   batch.sets.perturbed_cells_by_set, batch.sets.first_perturbed_cell]
+        tensors = [
+            batch.x,
+            batch.y,
+            batch.pert_idx,
+            batch.condition,
+            batch.de_idx,
+            batch.sets.sets,
+            batch.sets.cell_set,
+            batch.sets.counts,
+            batch.sets.cells_by_set,
+            batch.sets.first_cell,
+            batch.sets.perturbed_cells_by_set,
+            batch.sets.first_perturbed_cell,
+        ]
         calls.append((all(t.is_pinned() for t in tensors), non_blocking))
         return to(batch, device, non_blocking)
 

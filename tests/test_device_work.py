@@ -3,6 +3,7 @@
 per optimiser step (each one a launch on a GPU). Counted on the CPU by
 ``runtime.dispatch_count.DispatchCount``, which sees the same operators a GPU run dispatches.
 """
+
 import pytest
 import torch
 
@@ -43,8 +44,16 @@ def _counted_steps(gears, device, n_steps, accumulation_steps=1, amp="off", fuse
     loader = gears.dataloader["train_loader"]
     batches = [batch for _, batch in zip(range((n_steps + 1) * accumulation_steps), loader)]
     assert len(batches) == (n_steps + 1) * accumulation_steps
-    steps = optimizer_steps(gears.model, iter(batches), optimizer, gears.loss_context(), gears.config["uncertainty"],
-                            device, Precision.for_mode(amp, device), accumulation_steps)
+    steps = optimizer_steps(
+        gears.model,
+        iter(batches),
+        optimizer,
+        gears.loss_context(),
+        gears.config["uncertainty"],
+        device,
+        Precision.for_mode(amp, device),
+        accumulation_steps,
+    )
     next(steps)
     with DispatchCount() as count:
         for _ in steps:
@@ -52,8 +61,11 @@ def _counted_steps(gears, device, n_steps, accumulation_steps=1, amp="off", fuse
     return count
 
 
-@pytest.mark.parametrize("options", [{}, {"uncertainty": True}, {"fused_decoder": False}, {"amp": "bf16"},
-                                     {"accumulation_steps": 2}], ids=str)
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"uncertainty": True}, {"fused_decoder": False}, {"amp": "bf16"}, {"accumulation_steps": 2}],
+    ids=str,
+)
 def test_optimiser_steps_never_wait_for_the_device(loaded, device, options):
     model_options = {"uncertainty": options.get("uncertainty", False)}
     step_options = {k: v for k, v in options.items() if k != "uncertainty"}
@@ -96,6 +108,7 @@ def counting_without_loading(monkeypatch):
     def start():
         active.append(DispatchCount())
         return active[-1]
+
     return start
 
 
@@ -129,7 +142,7 @@ def test_the_training_loop_reads_the_loss_only_to_log_it(loaded, monkeypatch, co
         gears = _gears(loaded, "cpu", batch_size=8)
         counting = counting_without_loading()
 
-        def counted_run(training):
+        def counted_run(training, counting=counting):
             with counting:
                 return run(training)
 
@@ -156,6 +169,13 @@ def test_the_counter_sees_what_makes_the_host_wait():
         x.to("cpu", non_blocking=True)
         x.cpu().numpy()  # one wait: the copy; numpy takes values on the host already
     assert dict(count.synchronisations) == {
-        "Tensor.item": 1, "Tensor.__bool__": 1, "aten.index with a boolean mask": 1, "aten._unique2": 1,
-        "aten.nonzero": 1, "aten.repeat_interleave without output_size": 1, "Tensor.tolist": 1, "Tensor.cpu": 1}
+        "Tensor.item": 1,
+        "Tensor.__bool__": 1,
+        "aten.index with a boolean mask": 1,
+        "aten._unique2": 1,
+        "aten.nonzero": 1,
+        "aten.repeat_interleave without output_size": 1,
+        "Tensor.tolist": 1,
+        "Tensor.cpu": 1,
+    }
     assert count.operators["aten.sum.default"] == 1 and count.total_operators >= 9

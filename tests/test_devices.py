@@ -1,5 +1,6 @@
 """``device='auto'`` and Apple silicon's GPU (MPS): what is picked, and what distributed
 training refuses, with torch's availability checks patched to play each machine."""
+
 import pytest
 import torch
 
@@ -13,8 +14,9 @@ def _machine(monkeypatch, cuda: bool, mps: bool) -> None:
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
 
 
-@pytest.mark.parametrize("cuda, mps, expected", [(True, True, "cuda"), (True, False, "cuda"), (False, True, "mps"),
-                                                 (False, False, "cpu")])
+@pytest.mark.parametrize(
+    "cuda, mps, expected", [(True, True, "cuda"), (True, False, "cuda"), (False, True, "mps"), (False, False, "cpu")]
+)
 def test_auto_picks_cuda_then_mps_then_the_cpu(monkeypatch, cuda, mps, expected):
     _machine(monkeypatch, cuda, mps)
     assert checked_device("auto") == torch.device(expected)

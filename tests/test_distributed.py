@@ -1,10 +1,12 @@
 """Distributed training for real: 2 gloo processes on CPU, spawned as train_multi_gpu does."""
+
 import functools
 import os
 import shutil
 
 import pytest
 import torch
+from model_fixtures import make_model, random_batch
 
 from gears_ddp import PertData
 from gears_ddp.distributed.before_spawn import local_placements, shared_data
@@ -14,10 +16,9 @@ from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, set
 from gears_ddp.distributed.rank import spawned_rank
 from gears_ddp.distributed.supervisor import DistributedTrainingError, spawn_workers
 from gears_ddp.gears import GEARS
+from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
 from gears_ddp.train_distributed import train_multi_gpu
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
-from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
-from model_fixtures import make_model, random_batch
 
 pytestmark = pytest.mark.distributed
 
@@ -25,8 +26,15 @@ SPLIT = {"split": "simulation", "seed": 1}
 
 
 def _args(save_path, **overrides):
-    return {"cpu_processes": 2, "epochs": 2, "batch_size": 8, "test_batch_size": 32,
-            "model_config": {"hidden_size": 8}, "save_path": str(save_path), **overrides}
+    return {
+        "cpu_processes": 2,
+        "epochs": 2,
+        "batch_size": 8,
+        "test_batch_size": 32,
+        "model_config": {"hidden_size": 8},
+        "save_path": str(save_path),
+        **overrides,
+    }
 
 
 def test_two_ranks_end_identical_and_the_saved_model_reproduces_their_metrics(data_folder, tmp_path, caplog):
@@ -38,8 +46,15 @@ def test_two_ranks_end_identical_and_the_saved_model_reproduces_their_metrics(da
     assert sum(m.startswith("epoch 1/2: train loss") for m in messages) == 1
     assert sum(m.startswith("epoch 2/2: train loss") for m in messages) == 1
     assert sum(m.startswith("test set, best model vs baselines") for m in messages) == 1
-    assert list(report["timing"]) == ["rank start-up", "set-up", "epochs", "test", "baselines", "interactions",
-                                      "report"]  # rank 0's, the last line of its log too
+    assert list(report["timing"]) == [
+        "rank start-up",
+        "set-up",
+        "epochs",
+        "test",
+        "baselines",
+        "interactions",
+        "report",
+    ]  # rank 0's, the last line of its log too
     assert messages[-1].startswith("where the time went: rank start-up ")
     # a rank's start-up counts from the parent's spawn: its interpreter, imports and data too
     started = next(r.created for r in caplog.records if r.getMessage().startswith("starting 2 cpu process(es)"))
@@ -61,8 +76,10 @@ def _worker_with_stand_in_graphs(local_rank, *args, graph):
     """A rank whose recipe captures and replays its steps as on a GPU, with ``graph``, a stand-in
     graph (``stand_in_graphs``: it runs the captured step again, or fails to capture); it then
     reports the collectives it ran and whether each ran inside a graph."""
-    import gears_ddp.training.recipe as recipe
     import stand_in_graphs as stand_in
+
+    import gears_ddp.training.recipe as recipe
+
     recipe.use_cuda_graphs = lambda *_, **__: True
     recipe.CapturedStep = functools.partial(recipe.CapturedStep, graph_factory=getattr(stand_in, graph))
     stand_in.watch_collectives()
@@ -71,7 +88,8 @@ def _worker_with_stand_in_graphs(local_rank, *args, graph):
 
 
 def test_train_multi_gpu_replays_its_steps_without_a_collective_inside_and_trains_as_eager_steps(
-        data_folder, tmp_path, caplog):
+    data_folder, tmp_path, caplog
+):
     """The recipe of every rank of train_multi_gpu, on 2 gloo ranks, with its steps captured in
     stand-in graphs and replayed: the same weights, bit for bit, and the same metrics as the same
     run whose capture failed (eager steps on the same padded batches), and no collective inside a
@@ -79,11 +97,12 @@ def test_train_multi_gpu_replays_its_steps_without_a_collective_inside_and_train
     caplog.set_level("INFO", logger="gears_ddp")
     runs = {}
     for graph in ("ReplayingGraph", "FailingGraph"):
-        options = TrainingArgs.from_dict(_args(tmp_path / graph, lr=2.0 ** -10))
+        options = TrainingArgs.from_dict(_args(tmp_path / graph, lr=2.0**-10))
         pert_data = shared_data(data_folder, "toy", SplitConfig.from_dict(SPLIT), options)
         placements = local_placements([torch.device("cpu")] * 2, find_free_port())
-        messages = spawn_workers(functools.partial(_worker_with_stand_in_graphs, graph=graph),
-                                 (placements, pert_data, options), 2)
+        messages = spawn_workers(
+            functools.partial(_worker_with_stand_in_graphs, graph=graph), (placements, pert_data, options), 2
+        )
         report = next(m.report for m in messages if isinstance(m, RunReport))
         runs[graph] = report, [m for m in messages if isinstance(m, tuple) and m[0] == "collectives"]
     replayed, replayed_collectives = runs["ReplayingGraph"]
@@ -105,6 +124,7 @@ def _worker_refusing_writes_off_rank_zero(local_rank, *args):
     (to a path: collectives serialise objects with torch.save into memory buffers)."""
     if local_rank != 0:
         import gears_ddp.data.io as library_io
+
         save = torch.save
 
         def refuse(*_, **__):
@@ -114,6 +134,7 @@ def _worker_refusing_writes_off_rank_zero(local_rank, *args):
             if isinstance(target, (str, os.PathLike)):
                 refuse()
             return save(obj, target, *rest, **options)
+
         library_io.atomic_path = refuse
         torch.save = save_unless_file
     spawned_rank(local_rank, *args)
@@ -130,8 +151,17 @@ def _spawn_on_toy(data_folder, worker, save_path, **overrides):
 def test_only_rank_zero_writes(data_folder, tmp_path):
     report = _spawn_on_toy(data_folder, _worker_refusing_writes_off_rank_zero, tmp_path / "run", checkpoint_every=1)
     written = sorted(p.name for p in (tmp_path / "run").iterdir())
-    assert written == ["checkpoints", "config.pkl", "metrics.csv", "model.pt", "plots", "report.html", "report.json",
-                       "train.log", "vocabulary.json"]  # the model folder and the run report (no config.yaml:
+    assert written == [
+        "checkpoints",
+        "config.pkl",
+        "metrics.csv",
+        "model.pt",
+        "plots",
+        "report.html",
+        "report.json",
+        "train.log",
+        "vocabulary.json",
+    ]  # the model folder and the run report (no config.yaml:
     # this test starts its workers itself, and train_multi_gpu, which writes it, is not called)
     steps = [int(p.stem.split("-")[1]) for p in checkpoint_files(tmp_path / "run")]  # after epochs 1 and 2
     assert len(steps) == 2 and steps[1] == 2 * steps[0] > 0
@@ -143,8 +173,12 @@ def test_resume_ends_with_the_parameters_of_an_uninterrupted_run(data_folder, tm
     train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "whole", epochs=3, checkpoint_every=1))
     after_two_epochs = checkpoint_files(tmp_path / "whole")[1]
     assert load_training_checkpoint(after_two_epochs)["position"]["epoch"] == 2
-    resumed = train_multi_gpu(data_folder, "toy", SPLIT, _args(
-        tmp_path / "resumed", epochs=3, checkpoint_every=1, resume_from=str(after_two_epochs)))
+    resumed = train_multi_gpu(
+        data_folder,
+        "toy",
+        SPLIT,
+        _args(tmp_path / "resumed", epochs=3, checkpoint_every=1, resume_from=str(after_two_epochs)),
+    )
     whole, again = (load_training_checkpoint(checkpoint_files(tmp_path / name)[-1]) for name in ("whole", "resumed"))
     assert whole["position"]["epoch"] == again["position"]["epoch"] == 3
     for name, tensor in whole["model"].items():
@@ -153,8 +187,9 @@ def test_resume_ends_with_the_parameters_of_an_uninterrupted_run(data_folder, tm
 
 
 def test_bf16_autocast_and_sync_batchnorm_train_on_cpu(data_folder, tmp_path):
-    report = train_multi_gpu(data_folder, "toy", SPLIT,
-                             _args(tmp_path / "bf16", epochs=1, amp="bf16", sync_batchnorm=True))
+    report = train_multi_gpu(
+        data_folder, "toy", SPLIT, _args(tmp_path / "bf16", epochs=1, amp="bf16", sync_batchnorm=True)
+    )
     assert torch.isfinite(torch.tensor(report["model"]["test_mse_de"]))
     assert len(set(report["parameter_digests"])) == 1
 
@@ -167,9 +202,12 @@ def _worker_with_another_split(local_rank, placements, pert_data, *args):
 
 def test_ranks_with_another_split_stop_with_a_message_naming_them_and_the_split(data_folder, tmp_path):
     """(Ranks whose expression differs: tests/test_nodes.py, with a copy of the data per node.)"""
-    with pytest.raises(DistributedTrainingError, match=r"(?s)rank \d of 2 failed first.*ranks do not hold the same data: "
-                                                       r"split \(.*\): ranks \[0\] hold \w{8}, ranks \[1\] hold \w{8} "
-                                                       r"\(rank 0 read .*toy, rank 1 read .*toy\)"):
+    with pytest.raises(
+        DistributedTrainingError,
+        match=r"(?s)rank \d of 2 failed first.*ranks do not hold the same data: "
+        r"split \(.*\): ranks \[0\] hold \w{8}, ranks \[1\] hold \w{8} "
+        r"\(rank 0 read .*toy, rank 1 read .*toy\)",
+    ):
         _spawn_on_toy(data_folder, _worker_with_another_split, tmp_path / "run")
 
 
@@ -180,13 +218,15 @@ def _worker_failing_on_rank_one(local_rank, *args):
 
         def fail(*_, **__):
             raise ValueError("injected failure in rank 1")
+
         recipe.evaluate = fail
     spawned_rank(local_rank, *args)
 
 
 def test_a_failing_rank_stops_all_and_the_parent_shows_its_traceback(data_folder, tmp_path):
-    with pytest.raises(DistributedTrainingError,
-                       match=r"(?s)rank 1 of 2 failed first.*Traceback.*injected failure in rank 1"):
+    with pytest.raises(
+        DistributedTrainingError, match=r"(?s)rank 1 of 2 failed first.*Traceback.*injected failure in rank 1"
+    ):
         _spawn_on_toy(data_folder, _worker_failing_on_rank_one, tmp_path / "run", timeout_s=20)
 
 
@@ -203,8 +243,11 @@ def test_bad_options_fail_before_any_process_starts(data_folder, tmp_path, monke
         train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path, amp="fp8"))
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    with pytest.raises(FileExistsError, match=r"save_path .*a_file/run cannot be made: .*a_file is a file, not a "
-                                              r"folder; choose another save_path"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"save_path .*a_file/run cannot be made: .*a_file is a file, not a "
+        r"folder; choose another save_path",
+    ):
         train_multi_gpu(data_folder, "toy", SPLIT, _args(blocker / "run"))
     with pytest.raises(FileExistsError, match=r"save_path .*a_file is a file, not a folder"):
         train_multi_gpu(data_folder, "toy", SPLIT, _args(blocker))
@@ -231,8 +274,11 @@ def _synchronized_batchnorm(local_rank, port, messages):
 
 def _batchnorm_inputs():
     generator = torch.Generator().manual_seed(3)
-    return (torch.randn(10, 4, generator=generator, dtype=torch.float64),
-            torch.randint(1, 4, (10,), generator=generator), torch.randn(10, 4, generator=generator, dtype=torch.float64))
+    return (
+        torch.randn(10, 4, generator=generator, dtype=torch.float64),
+        torch.randint(1, 4, (10,), generator=generator),
+        torch.randn(10, 4, generator=generator, dtype=torch.float64),
+    )
 
 
 def test_sync_batchnorm_uses_the_statistics_of_all_ranks():
@@ -242,7 +288,7 @@ def test_sync_batchnorm_uses_the_statistics_of_all_ranks():
     whole = x.clone().requires_grad_()
     out = norm(whole, weights)
     (out * coefficients).sum().backward()
-    for (rank, rank_out, rank_grad, running_var), rows in zip(results, (slice(0, 6), slice(6, 10))):
+    for (_rank, rank_out, rank_grad, running_var), rows in zip(results, (slice(0, 6), slice(6, 10))):
         torch.testing.assert_close(torch.from_numpy(rank_out), out[rows].detach())
         torch.testing.assert_close(torch.from_numpy(rank_grad), whole.grad[rows])
         torch.testing.assert_close(torch.from_numpy(running_var), norm.running_var)
@@ -271,9 +317,14 @@ def _synchronized_model_step(local_rank, port, messages):
         out = model(x[rows], pert_idx[rows])
         (out * coefficients[rows]).sum().backward()
         # numpy arrays: torch tensors would travel as shared memory that the ending process releases
-        messages.put((local_rank, out.detach().numpy(),
-                   {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None},
-                   {n: b.numpy() for n, b in model.named_buffers()}))
+        messages.put(
+            (
+                local_rank,
+                out.detach().numpy(),
+                {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None},
+                {n: b.numpy() for n, b in model.named_buffers()},
+            )
+        )
     finally:
         cleanup_ddp()
 
@@ -281,8 +332,7 @@ def _synchronized_model_step(local_rank, port, messages):
 def test_sync_batchnorm_network_equals_one_process_on_all_rows():
     """With synchronised statistics, the ranks' outputs are those of one process on all the
     cells, and their gradients sum to its gradient (DDP then averages them)."""
-    results = sorted(spawn_workers(_synchronized_model_step, (find_free_port(),), 2),
-                     key=lambda r: r[0])
+    results = sorted(spawn_workers(_synchronized_model_step, (find_free_port(),), 2), key=lambda r: r[0])
     model = make_model().double().train()
     x, pert_idx, coefficients = _synchronized_model_inputs()
     out = model(x, pert_idx)

@@ -1,7 +1,8 @@
 """docs/options.md is written from the options' own definitions and must be current.
 
-    python tests/test_docs.py --write     # rewrite it after changing an option
+python tests/test_docs.py --write     # rewrite it after changing an option
 """
+
 import sys
 from pathlib import Path
 
@@ -11,8 +12,9 @@ OPTIONS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "options.md"
 
 
 def test_the_option_reference_is_current():
-    assert OPTIONS_PAGE.read_text(encoding="utf-8") == option_reference(), \
+    assert OPTIONS_PAGE.read_text(encoding="utf-8") == option_reference(), (
         "docs/options.md is out of date: run python tests/test_docs.py --write"
+    )
 
 
 def test_every_option_has_a_meaning_and_appears_in_the_reference():
@@ -24,7 +26,9 @@ def test_every_option_has_a_meaning_and_appears_in_the_reference():
 
 
 def test_the_reference_shows_where_gears_train_differs_from_args():
-    rows = {name: default for _, prefix, section in option_sections() if prefix == "args." for name, default, _ in section}
+    rows = {
+        name: default for _, prefix, section in option_sections() if prefix == "args." for name, default, _ in section
+    }
     assert rows["batch_size"] == "32 (GEARS.train: None)"
     assert rows["cpu_processes"] == "None (args only)"
     assert rows["epochs"] == "20"
@@ -51,15 +55,19 @@ def test_every_file_and_page_the_guide_names_exists():
 
 
 def test_the_screen_page_says_what_every_score_and_column_means():
-    from gears_ddp.interactions.scores import GI_SCORE_NAMES
-    from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
     from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS
     from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS
+    from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
+    from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
     page = (OPTIONS_PAGE.parent / "screens.md").read_text(encoding="utf-8")
     assert [name for name in GI_SCORE_NAMES if f"| `{name}` |" not in page] == []  # a row of the scores' table
-    columns = [name for meanings in (PAIR_SCREEN_COLUMN_MEANINGS, INTERACTION_TYPE_MEANINGS, SUMMARY_COLUMN_MEANINGS)
-               for key in meanings for name in key.split(", ")]
+    columns = [
+        name
+        for meanings in (PAIR_SCREEN_COLUMN_MEANINGS, INTERACTION_TYPE_MEANINGS, SUMMARY_COLUMN_MEANINGS)
+        for key in meanings
+        for name in key.split(", ")
+    ]
     assert [name for name in columns if f"`{name}`" not in page] == []
 
 
@@ -72,8 +80,9 @@ def test_the_readme_shows_what_gears_ddp_check_prints_on_the_real_screen(monkeyp
     from gears_ddp.cli import main
 
     readme = DOCUMENTS[0].read_text(encoding="utf-8")
-    command, shown = re.search(r"```bash\n(S=[^\n]*\ngears-ddp check .*?)\n```\n\n```\n(.*?)\n```", readme,
-                               re.S).groups()
+    command, shown = re.search(
+        r"```bash\n(S=[^\n]*\ngears-ddp check .*?)\n```\n\n```\n(.*?)\n```", readme, re.S
+    ).groups()
     folder = command.splitlines()[0].split("=", 1)[1]
     argv = shlex.split(command.split("\n", 1)[1].replace("\\\n", " ").replace("$S", folder))
     monkeypatch.chdir(DOCUMENTS[0].parent)

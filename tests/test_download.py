@@ -1,4 +1,5 @@
 """Tests for gears_ddp.data.download against a local HTTP server on 127.0.0.1 (never the internet)."""
+
 import io
 import logging
 import os
@@ -136,7 +137,11 @@ def test_dataverse_url_default_and_override(monkeypatch):
 def test_published_ids():
     assert dl.DATASET_FILE_IDS["norman"] == 6154020
     assert set(dl.DATASET_FILE_IDS) == {
-        "norman", "adamson", "dixit", "replogle_k562_essential", "replogle_rpe1_essential"
+        "norman",
+        "adamson",
+        "dixit",
+        "replogle_k562_essential",
+        "replogle_rpe1_essential",
     }
     assert dl.GO_FILE_IDS == {
         "gene2go_all.pkl": 6153417,
@@ -368,21 +373,28 @@ def test_a_refused_dataset_and_go_files_get_one_message_each(refusing, tmp_path)
 def test_a_mirror_supplies_what_the_server_refuses(refusing, tmp_path, monkeypatch):
     with pytest.raises(dl.DownloadError, match="403"):
         dl.ensure_dataset("norman", tmp_path)
-    monkeypatch.setitem(ROUTES, str(dl.DATASET_FILE_IDS["norman"]),
-                        (200, OCTET, _zip_bytes({"norman/perturb_processed.h5ad": b"h5ad bytes"}), None))
+    monkeypatch.setitem(
+        ROUTES,
+        str(dl.DATASET_FILE_IDS["norman"]),
+        (200, OCTET, _zip_bytes({"norman/perturb_processed.h5ad": b"h5ad bytes"}), None),
+    )
     monkeypatch.setenv(dl.DATAVERSE_URL_ENV, f"http://127.0.0.1:{refusing.server_address[1]}/mirror/datafile")
     assert (dl.ensure_dataset("norman", tmp_path) / "perturb_processed.h5ad").read_bytes() == b"h5ad bytes"
     assert refusing.requests[-1] == f"/mirror/datafile/{dl.DATASET_FILE_IDS['norman']}"
 
 
 @pytest.mark.parametrize("kind,with_folder", [("zip", True), ("tar", True), ("zip", False)])
-def test_local_archives_supply_a_dataset_and_its_go_files_without_the_network(refusing, data_folder, tmp_path,
-                                                                              kind, with_folder):
+def test_local_archives_supply_a_dataset_and_its_go_files_without_the_network(
+    refusing, data_folder, tmp_path, kind, with_folder
+):
     from gears_ddp import PertData
 
     prefix = "norman/" if with_folder else ""
-    dataset = _archive(tmp_path / f"norman.{kind}", {f"{prefix}perturb_processed.h5ad":
-                                                     data_folder / "toy" / "perturb_processed.h5ad"}, kind)
+    dataset = _archive(
+        tmp_path / f"norman.{kind}",
+        {f"{prefix}perturb_processed.h5ad": data_folder / "toy" / "perturb_processed.h5ad"},
+        kind,
+    )
     go = _archive(tmp_path / f"go.{kind}", {name: data_folder / name for name in GO_RELATIVE}, kind)
     pert_data = PertData(tmp_path / "data")
     pert_data.load(data_name="norman", archive=dataset, go_archive=go)
@@ -410,11 +422,14 @@ def test_a_folder_supplies_what_the_server_refuses(refusing, data_folder, tmp_pa
     assert pert_data.cells.n_cells > 0 and len(refusing.requests) == requests
 
 
-@pytest.mark.parametrize("members,links,message", [
-    ({"norman/perturb_processed.h5ad": b"x", "../evil.txt": b"pwned"}, {}, "would escape"),
-    ({"norman/perturb_processed.h5ad": b"x", "/tmp/gears_ddp_evil.txt": b"pwned"}, {}, "would escape"),
-    ({"norman/perturb_processed.h5ad": b"x"}, {"norman/splits": "/etc"}, "is a link"),
-])
+@pytest.mark.parametrize(
+    "members,links,message",
+    [
+        ({"norman/perturb_processed.h5ad": b"x", "../evil.txt": b"pwned"}, {}, "would escape"),
+        ({"norman/perturb_processed.h5ad": b"x", "/tmp/gears_ddp_evil.txt": b"pwned"}, {}, "would escape"),
+        ({"norman/perturb_processed.h5ad": b"x"}, {"norman/splits": "/etc"}, "is a link"),
+    ],
+)
 def test_an_unsafe_local_archive_is_refused_before_anything_is_written(tmp_path, members, links, message):
     archive = tmp_path / "norman.tar.gz"
     archive.write_bytes(_tar_gz_bytes(members, links))
@@ -426,7 +441,7 @@ def test_an_unsafe_local_archive_is_refused_before_anything_is_written(tmp_path,
 
 def test_a_zip_link_is_refused(tmp_path):
     info = zipfile.ZipInfo("norman/perturb_processed.h5ad")
-    info.external_attr = (0o120777 << 16)  # a symbolic link, as zip -y stores one
+    info.external_attr = 0o120777 << 16  # a symbolic link, as zip -y stores one
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr(info, "/etc/passwd")
@@ -456,8 +471,15 @@ def test_the_process_command_reports_a_refused_download_in_one_line(refusing, tm
     raw = tmp_path / "raw.h5ad"
     toy_data.make_raw().write_h5ad(raw)
     data = tmp_path / "data"
-    _refused_in_one_line(capsys, ["process", "--adata", str(raw), "--data-path", str(data), "--name", "toy"],
-                         "403", str(data / "gene2go_all.pkl"), dl.DATAVERSE_URL_ENV, "go_archive=", "--go-gene-sets")
+    _refused_in_one_line(
+        capsys,
+        ["process", "--adata", str(raw), "--data-path", str(data), "--name", "toy"],
+        "403",
+        str(data / "gene2go_all.pkl"),
+        dl.DATAVERSE_URL_ENV,
+        "go_archive=",
+        "--go-gene-sets",
+    )
 
 
 def test_the_published_dataverse_download_keeps_a_local_copy_and_checks_a_download(server, tmp_path):

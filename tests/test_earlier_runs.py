@@ -8,6 +8,7 @@ version must give the same from the same files: through the published API
 (``GEARS.load_pretrained``), through the CLI (``gears-ddp evaluate --run``), and by resuming
 training from the checkpoint.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import toy_data
 import yaml
 
-import toy_data
 from gears_ddp import GEARS, PertData
 from gears_ddp.cli import main
 from gears_ddp.train_distributed import train_multi_gpu

@@ -1,5 +1,6 @@
 """The shared engine: per-condition evaluation equals per-cell prediction; an accumulated
 step equals the step on the mean of the micro-batch gradients."""
+
 import copy
 
 import numpy as np
@@ -7,9 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from gears_ddp.training.engine import batch_loss, evaluate, training_step
-from gears_ddp.gears import GEARS
 from gears_ddp.evaluation.metrics import EvaluationAccumulator
+from gears_ddp.gears import GEARS
+from gears_ddp.training.engine import batch_loss, evaluate, training_step
+
 
 def _gears(toy, device, uncertainty=False):
     toy.get_dataloader(16, test_batch_size=7)
@@ -93,6 +95,7 @@ def test_accumulator_refuses_missing_logvar(toy):
 
 def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():
     from gears_ddp.training.optimization import Warmup
+
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=1.0)
     warmup, moves = Warmup(3), []
@@ -111,9 +114,10 @@ def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():
 
 def test_learning_rate_scaling_with_the_effective_batch():
     from gears_ddp.distributed.config import TrainingArgs
+
     args = {"lr": 1e-3, "grad_accum_steps": 2}
     assert TrainingArgs.from_dict({**args, "lr_scaling": "linear"}).scaled_lr(4) == pytest.approx(8e-3)
-    assert TrainingArgs.from_dict({**args, "lr_scaling": "sqrt"}).scaled_lr(4) == pytest.approx(1e-3 * 8 ** 0.5)
+    assert TrainingArgs.from_dict({**args, "lr_scaling": "sqrt"}).scaled_lr(4) == pytest.approx(1e-3 * 8**0.5)
     assert TrainingArgs.from_dict(args).scaled_lr(4) == pytest.approx(1e-3)
     with pytest.raises(ValueError, match=r"args\['lr_scaling'\] must be one of"):
         TrainingArgs.from_dict({"lr_scaling": "cubic"})
@@ -122,6 +126,7 @@ def test_learning_rate_scaling_with_the_effective_batch():
 def test_deterministic_algorithms_hold_for_the_block_and_the_setting_comes_back(monkeypatch):
     from gears_ddp.runtime.determinism import CUBLAS_WORKSPACE_CONFIG, deterministic_algorithms
     from gears_ddp.training.options import TrainingOptions
+
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     assert not torch.are_deterministic_algorithms_enabled()
     with deterministic_algorithms(False):
@@ -129,6 +134,7 @@ def test_deterministic_algorithms_hold_for_the_block_and_the_setting_comes_back(
     with deterministic_algorithms(True):
         assert torch.are_deterministic_algorithms_enabled()
         import os
+
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE_CONFIG
     assert not torch.are_deterministic_algorithms_enabled()
     assert TrainingOptions.from_dict({"deterministic": True}).deterministic is True

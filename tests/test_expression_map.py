@@ -1,6 +1,7 @@
 """The expression mapped from one file: the same batches, metrics and trained weights as in
 memory; rebuilt when its h5ad changes; float16 storage; a screen processed from its h5ad a
 block at a time equals one processed in memory; processes share the file, not copies."""
+
 import json
 import os
 import pickle
@@ -11,13 +12,13 @@ import anndata
 import numpy as np
 import pytest
 import torch
-
 import toy_data
+from test_launch import _clean_environment, _launch_arguments
+
 from gears_ddp import PertData
 from gears_ddp.data.expression_map import map_file, record_file
 from gears_ddp.datasets import make_synthetic_perturb_seq, write_synthetic_screen
 from gears_ddp.gears import GEARS
-from test_launch import _clean_environment, _launch_arguments
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
 
@@ -40,16 +41,19 @@ def test_mapped_and_in_memory_give_the_same_batches_metrics_and_weights(data_fol
         gears = GEARS(pert_data)
         gears.model_initialize(hidden_size=8)
         runs[storage] = batches, gears.train(epochs=2), gears.best_model.state_dict()
-    (mapped_batches, mapped_report, mapped_weights), (memory_batches, memory_report, memory_weights) = \
-        runs["mapped"], runs["memory"]
+    (mapped_batches, mapped_report, mapped_weights), (memory_batches, memory_report, memory_weights) = (
+        runs["mapped"],
+        runs["memory"],
+    )
     for name, batches in mapped_batches.items():
         assert len(batches) == len(memory_batches[name]) > 0
         for a, b in zip(batches, memory_batches[name]):
             for field in ("x", "y", "pert_idx", "condition", "de_idx"):
                 assert torch.equal(getattr(a, field), getattr(b, field)), (name, field)
     assert mapped_report["model"] == memory_report["model"]
-    assert [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in mapped_report["history"]] == \
-        [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in memory_report["history"]]
+    assert [{k: v for k, v in h.items() if not k.endswith("seconds")} for h in mapped_report["history"]] == [
+        {k: v for k, v in h.items() if not k.endswith("seconds")} for h in memory_report["history"]
+    ]
     for name, tensor in mapped_weights.items():
         assert torch.equal(tensor, memory_weights[name]), name
 
@@ -76,16 +80,18 @@ def test_the_map_is_rebuilt_when_the_h5ad_changes_and_reused_otherwise(data_root
     assert "writing the expression map" in caplog.text
 
 
-def test_copies_of_a_dataset_are_one_dataset_whatever_their_folder_file_times_or_storage(data_folder, tmp_path,
-                                                                                         monkeypatch):
+def test_copies_of_a_dataset_are_one_dataset_whatever_their_folder_file_times_or_storage(
+    data_folder, tmp_path, monkeypatch
+):
     """The identity ranks compare: the same for copies with other file times (their maps are
     rebuilt), for the same values written dense, and for expression in memory; a changed
     value changes the expression part only, another split the split part only."""
     import gears_ddp.data.expression_map as expression_map
     from gears_ddp.distributed.rank import data_identity
 
-    copies = [toy_data.copy_data_folder(data_folder, tmp_path / f"node{i}", mtime_ns=(i + 1) * 10**18)
-              for i in range(2)]
+    copies = [
+        toy_data.copy_data_folder(data_folder, tmp_path / f"node{i}", mtime_ns=(i + 1) * 10**18) for i in range(2)
+    ]
     dense = toy_data.copy_data_folder(data_folder, tmp_path / "dense", mtime_ns=10**17)
     adata = anndata.read_h5ad(dense / "toy" / "perturb_processed.h5ad")
     adata.X = adata.X.toarray()
@@ -97,8 +103,9 @@ def test_copies_of_a_dataset_are_one_dataset_whatever_their_folder_file_times_or
     toy_data.change_one_value(copies[1] / "toy" / "perturb_processed.h5ad")
     changed = data_identity(_loaded(copies[1]))
     assert changed["expression"] != original["expression"]
-    assert {k: v for k, v in changed.items() if k != "expression"} == \
-        {k: v for k, v in original.items() if k != "expression"}
+    assert {k: v for k, v in changed.items() if k != "expression"} == {
+        k: v for k, v in original.items() if k != "expression"
+    }
     other_split = _loaded(data_folder)
     other_split.prepare_split("simulation", seed=2)
     assert {k for k, v in data_identity(other_split).items() if v != original[k]} == {"split"}
@@ -158,8 +165,7 @@ def _mapping_holding(address: int) -> tuple[str, str]:
 
 
 def test_a_screen_processed_from_its_file_equals_one_processed_in_memory(tmp_path):
-    sizes = {"n_genes": 120, "n_perturbed_genes": 12, "n_combos": 10, "cells_per_condition": 20,
-             "n_control_cells": 200}
+    sizes = {"n_genes": 120, "n_perturbed_genes": 12, "n_combos": 10, "cells_per_condition": 20, "n_control_cells": 200}
     raw = write_synthetic_screen(tmp_path, name="screen", **sizes)
     backed = anndata.read_h5ad(raw, backed="r")
     in_memory = make_synthetic_perturb_seq(**sizes).adata
@@ -200,10 +206,18 @@ def test_two_torchrun_ranks_map_one_file_without_private_copies(data_folder, tmp
     """Each rank reports, while both are alive, its mapping of the expression file: the same
     file, read-only, its resident pages shared with the other rank, none private."""
     config = _launch_arguments(data_folder, tmp_path / "run")[-2:]  # --config FILE
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               os.path.join(SCRIPTS, "launch_reporting_maps.py"), *config]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                          env=_clean_environment(MAPS_REPORT=str(tmp_path / "maps")))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        os.path.join(SCRIPTS, "launch_reporting_maps.py"),
+        *config,
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env=_clean_environment(MAPS_REPORT=str(tmp_path / "maps"))
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     reports = [json.loads((tmp_path / "maps" / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     expected = str(map_file(data_folder / "toy"))

@@ -1,10 +1,13 @@
 """A diverged run stops: at the first non-finite loss every rank stops with an error naming
 the epoch and step, no model or report is written from those weights, the checkpoints
 written before it stay, and the command exits non-zero with one line."""
+
 import re
 
 import pytest
 import torch
+from test_cli import _write_config
+from test_distributed import SPLIT, _args
 
 from gears_ddp import train_multi_gpu
 from gears_ddp.cli import main
@@ -12,8 +15,6 @@ from gears_ddp.gears import GEARS
 from gears_ddp.training import recipe
 from gears_ddp.training.checkpoint import checkpoint_files
 from gears_ddp.training.finite_loss import NonFiniteLoss
-from test_cli import _write_config
-from test_distributed import SPLIT, _args
 
 DIVERGING = {"lr": 1e6}  # weights thrown so far by the first steps that the loss overflows
 
@@ -32,10 +33,14 @@ def test_a_nan_loss_at_a_step_stops_there_and_keeps_the_checkpoints_before_it(to
     def nan_at_step_three(*args, **kwargs):
         for number, loss in enumerate(steps(*args, **kwargs), start=1):
             yield torch.full_like(loss, float("nan")) if number == 3 else loss
+
     monkeypatch.setattr(recipe, "optimizer_steps", nan_at_step_three)
     gears = _gears(toy)
-    with pytest.raises(NonFiniteLoss, match=r"not finite \(NaN or infinite\) at optimiser step 3 of epoch 1 "
-                                            r"\(3 in all\) on rank\(s\) \[0\]"):
+    with pytest.raises(
+        NonFiniteLoss,
+        match=r"not finite \(NaN or infinite\) at optimiser step 3 of epoch 1 "
+        r"\(3 in all\) on rank\(s\) \[0\]",
+    ):
         gears.train(epochs=2, save_path=str(tmp_path), checkpoint_every_steps=1)
     assert [int(path.stem.split("-")[1]) for path in checkpoint_files(tmp_path)] == [1, 2]
     assert not (tmp_path / "model.pt").exists() and not (tmp_path / "report.json").exists()

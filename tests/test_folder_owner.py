@@ -2,6 +2,7 @@
 holder, on every entry path, and changes nothing there; a holder killed with SIGKILL frees
 it at once (its ranks end with it); a finished run is kept unless the new run continues or
 replaces it; reading a folder in use is never blocked. Real processes, real signals."""
+
 import json
 import os
 import signal
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from test_launch import _clean_environment
+from test_restarts import _ranks, _start, _wait_for_step
 
 from gears_ddp import GEARS, PertData, train_multi_gpu
 from gears_ddp.cli import main
@@ -27,8 +30,6 @@ from gears_ddp.runtime import folder_lock
 from gears_ddp.runtime.folder_lock import RECORD_FILE, FolderInUse, FolderLock
 from gears_ddp.train_distributed import train_ddp_worker
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
-from test_launch import _clean_environment
-from test_restarts import _ranks, _start, _wait_for_step
 
 SPLIT = {"split": "simulation", "seed": 1}
 HOLD = str(Path(__file__).parent / "scripts" / "hold_folder.py")
@@ -36,20 +37,33 @@ REFUSED_WITHIN_S = 5.0
 
 
 def _args(save_path, **more):
-    return {"epochs": 1, "batch_size": 16, "test_batch_size": 32, "model_config": {"hidden_size": 8},
-            "save_path": str(save_path), **more}
+    return {
+        "epochs": 1,
+        "batch_size": 16,
+        "test_batch_size": 32,
+        "model_config": {"hidden_size": 8},
+        "save_path": str(save_path),
+        **more,
+    }
 
 
 def _snapshot(folder: Path) -> dict:
     """Every file and folder under ``folder`` with its size and modification time."""
-    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
-            for path in [folder, *folder.rglob("*")]}
+    return {
+        str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in [folder, *folder.rglob("*")]
+    }
 
 
 def _hold(*arguments):
     """A process holding a folder (``scripts/hold_folder.py``) once it printed ``held``."""
-    holder = subprocess.Popen([sys.executable, HOLD, *map(str, arguments)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_clean_environment())
+    holder = subprocess.Popen(
+        [sys.executable, HOLD, *map(str, arguments)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_clean_environment(),
+    )
     assert holder.stdout.readline().strip() == "held", holder.communicate()[1][-3000:]
     return holder
 
@@ -112,8 +126,16 @@ def test_train_multi_gpu_is_refused_before_any_process_starts(held, data_folder)
 def test_gears_ddp_train_is_refused_with_one_line(held, data_folder, tmp_path, capsys):
     folder, holder = held
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy",
-                                      "split_config": SPLIT, "args": _args(folder, cpu_processes=1)}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pert_data_path": str(data_folder),
+                "dataset_name": "toy",
+                "split_config": SPLIT,
+                "args": _args(folder, cpu_processes=1),
+            }
+        )
+    )
     before, started = _snapshot(folder), time.monotonic()
     assert main(["train", "--config", str(config)]) == 2
     assert time.monotonic() - started < REFUSED_WITHIN_S and _snapshot(folder) == before
@@ -130,23 +152,34 @@ def test_rank_0_of_a_torchrun_or_srun_job_is_refused(held, data_folder):
 
 def test_a_guide_worker_is_refused(held, data_folder):
     folder, holder = held
-    _refused(lambda: train_ddp_worker(0, 1, data_folder, "toy", SPLIT, _args(folder, cpu_processes=1),
-                                      master_port=find_free_port()), folder, holder)
+    _refused(
+        lambda: train_ddp_worker(
+            0, 1, data_folder, "toy", SPLIT, _args(folder, cpu_processes=1), master_port=find_free_port()
+        ),
+        folder,
+        holder,
+    )
 
 
 def test_replicates_are_refused_on_a_folder_in_use(held, data_folder):
     folder, holder = held
-    _refused(lambda: train_replicates(data_folder, "toy", SPLIT, _args(folder, cpu_processes=1), {"seeds": [1]}),
-             folder, holder)
+    _refused(
+        lambda: train_replicates(data_folder, "toy", SPLIT, _args(folder, cpu_processes=1), {"seeds": [1]}),
+        folder,
+        holder,
+    )
 
 
 def test_a_replicate_whose_folder_is_in_use_fails_to_start_naming_the_holder(tmp_path, data_folder):
     top = tmp_path / "replicates"
     holder = _hold(top / "seed-1")
     try:
-        message = _refused(lambda: train_replicates(data_folder, "toy", SPLIT, _args(top, cpu_processes=1),
-                                                    {"seeds": [1]}),
-                           top / "seed-1", holder, ReplicatesFailed)
+        message = _refused(
+            lambda: train_replicates(data_folder, "toy", SPLIT, _args(top, cpu_processes=1), {"seeds": [1]}),
+            top / "seed-1",
+            holder,
+            ReplicatesFailed,
+        )
         assert "seed-1 failed" in message and "FolderInUse" in message
     finally:
         holder.kill()
@@ -190,22 +223,32 @@ def test_reading_a_folder_in_use_is_not_blocked(trained_toy, tmp_path):
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_two_gears_ddp_train_runs_on_one_folder_the_second_is_refused_then_a_finished_run_is_kept(
-        data_folder, tmp_path):
+    data_folder, tmp_path
+):
     folder = tmp_path / "run"
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy",
-                                      "split_config": SPLIT, "args": _args(folder, cpu_processes=1, epochs=40,
-                                                                           seed=11)}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pert_data_path": str(data_folder),
+                "dataset_name": "toy",
+                "split_config": SPLIT,
+                "args": _args(folder, cpu_processes=1, epochs=40, seed=11),
+            }
+        )
+    )
     command = [sys.executable, "-m", "gears_ddp", "train", "--config", str(config)]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=_clean_environment())
+    first = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_clean_environment()
+    )
     deadline = time.monotonic() + 120
     while not (folder / RECORD_FILE).exists():
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
         time.sleep(0.05)
     started = time.monotonic()
-    second = subprocess.run([*command, "--set", "args.seed=22"], capture_output=True, text=True,
-                            env=_clean_environment(), timeout=120)
+    second = subprocess.run(
+        [*command, "--set", "args.seed=22"], capture_output=True, text=True, env=_clean_environment(), timeout=120
+    )
     assert second.returncode == 2 and "is in use by process" in second.stderr, second.stderr[-3000:]
     assert time.monotonic() - started < REFUSED_WITHIN_S + 10  # a fresh interpreter's imports included
     assert f"process {first.pid} on host {socket.gethostname()}" in second.stderr
@@ -214,12 +257,18 @@ def test_two_gears_ddp_train_runs_on_one_folder_the_second_is_refused_then_a_fin
     assert yaml.safe_load((folder / "config.yaml").read_text())["args"]["seed"] == 11  # the first run's, whole
 
     # the finished run is kept: the same command again is refused, naming both ways on
-    again = subprocess.run([*command, "--set", "args.seed=22"], capture_output=True, text=True,
-                           env=_clean_environment(), timeout=120)
+    again = subprocess.run(
+        [*command, "--set", "args.seed=22"], capture_output=True, text=True, env=_clean_environment(), timeout=120
+    )
     assert again.returncode == 2 and "holds a finished run" in again.stderr, again.stderr[-3000:]
     assert "resume_from" in again.stderr and "--overwrite" in again.stderr
-    replaced = subprocess.run([*command, "--set", "args.seed=22", "--set", "args.epochs=1", "--overwrite"],
-                              capture_output=True, text=True, env=_clean_environment(), timeout=300)
+    replaced = subprocess.run(
+        [*command, "--set", "args.seed=22", "--set", "args.epochs=1", "--overwrite"],
+        capture_output=True,
+        text=True,
+        env=_clean_environment(),
+        timeout=300,
+    )
     assert replaced.returncode == 0, replaced.stderr[-3000:]
     written = yaml.safe_load((folder / "config.yaml").read_text())["args"]
     assert written["seed"] == 22 and written["overwrite_save_path"] is False  # its config.yaml never overwrites
@@ -231,8 +280,9 @@ def _kill_and_watch(parent, workers: list[int], within_s: float) -> None:
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + within_s
-    while any(Path(f"/proc/{pid}").exists() and b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
-              for pid in workers):
+    while any(
+        Path(f"/proc/{pid}").exists() and b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in workers
+    ):
         assert time.monotonic() < deadline, "workers outlived the parent that spawned them"
         time.sleep(0.05)
 
@@ -248,8 +298,15 @@ def test_a_holder_killed_with_sigkill_frees_the_folder_at_once_and_its_ranks_end
     _kill_and_watch(killed, ranks, within_s=10)
     newest = load_training_checkpoint(checkpoint_files(folder)[-1])
     epochs = newest["position"]["epoch"] + 2  # one epoch past the newest checkpoint's
-    resumed = _start("multi", data_folder, epochs=epochs, batch_size=16, save_path=str(folder), resume_from="auto",
-                     checkpoint_every=1)
+    resumed = _start(
+        "multi",
+        data_folder,
+        epochs=epochs,
+        batch_size=16,
+        save_path=str(folder),
+        resume_from="auto",
+        checkpoint_every=1,
+    )
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err[-3000:]
     assert "resuming from" in err and "in use" not in err
@@ -259,8 +316,13 @@ def test_a_holder_killed_with_sigkill_frees_the_folder_at_once_and_its_ranks_end
 @pytest.mark.distributed
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a parent's end reaches its workers on Linux only")
 def test_spawned_workers_end_with_their_parent_even_when_they_say_nothing(tmp_path):
-    parent = subprocess.Popen([sys.executable, str(Path(HOLD).parent / "spawn_sleepers.py")], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_clean_environment())
+    parent = subprocess.Popen(
+        [sys.executable, str(Path(HOLD).parent / "spawn_sleepers.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_clean_environment(),
+    )
     workers = [int(pid) for pid in parent.stdout.readline().split()]
     assert len(workers) == 2, parent.communicate()[1][-3000:]
     _kill_and_watch(parent, workers, within_s=5)
@@ -310,8 +372,12 @@ def test_overwrite_with_resume_or_without_a_save_path_is_refused_naming_both():
 
 def test_the_demo_replaces_its_own_earlier_run_and_keeps_any_other(tmp_path):
     def demo_run(folder, dataset="papalexi2021"):
-        config = {"pert_data_path": "./data/demo", "dataset_name": "papalexi2021", "split_config": SPLIT,
-                  "args": {"epochs": 1, "save_path": str(folder), "cpu_processes": 2}}
+        config = {
+            "pert_data_path": "./data/demo",
+            "dataset_name": "papalexi2021",
+            "split_config": SPLIT,
+            "args": {"epochs": 1, "save_path": str(folder), "cpu_processes": 2},
+        }
         return run_options_with_overrides(config, [], "its options")
 
     demo = tmp_path / "demo"
@@ -333,8 +399,17 @@ def test_the_demo_replaces_its_own_earlier_run_and_keeps_any_other(tmp_path):
 
 
 def _record(folder: Path, **fields) -> None:
-    record = {"host": "another-node", "pid": 1, "since": "2026-01-01 00:00:00 UTC", "heartbeat": time.time(),
-              "what": "training", "command": "gears-ddp train", "job": None, "token": "t", **fields}
+    record = {
+        "host": "another-node",
+        "pid": 1,
+        "since": "2026-01-01 00:00:00 UTC",
+        "heartbeat": time.time(),
+        "what": "training",
+        "command": "gears-ddp train",
+        "job": None,
+        "token": "t",
+        **fields,
+    }
     (folder / RECORD_FILE).write_text(json.dumps(record))
 
 

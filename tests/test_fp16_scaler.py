@@ -5,11 +5,14 @@ state travels in checkpoints so that a resumed run ends as the uninterrupted one
 
 An overflow is forced with a huge initial loss scale (2^40), lowered by 2^-8 at each
 overflow, so that a few steps overflow and the later ones do not."""
+
 import copy
 
 import numpy as np
 import pytest
 import torch
+from model_fixtures import make_model, random_batch
+from test_distributed import _args, _spawn_on_toy
 
 from gears_ddp.data.cells import PertBatch
 from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
@@ -20,12 +23,10 @@ from gears_ddp.model.losses import LossContext
 from gears_ddp.runtime.ranks import ProcessGroupRanks
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
 from gears_ddp.training.engine import Precision, batch_loss, training_step
-from model_fixtures import make_model, random_batch
-from test_distributed import _args, _spawn_on_toy
 
 pytestmark = pytest.mark.distributed
 
-HIGH_SCALE, BACKOFF = 2.0 ** 40, 2.0 ** -8
+HIGH_SCALE, BACKOFF = 2.0**40, 2.0**-8
 STEPS = 6
 CPU = torch.device("cpu")
 
@@ -36,8 +37,14 @@ def high_scale_scaler() -> torch.amp.GradScaler:
 
 def _batch(seed: int) -> PertBatch:
     x, pert_idx = random_batch(seed=seed)
-    return PertBatch(x=x, y=x + 0.1, pert_idx=pert_idx, condition=(pert_idx[:, 0] + 1) % 6,
-                     de_idx=torch.full((len(x), 20), -1), condition_names=[str(i) for i in range(6)])
+    return PertBatch(
+        x=x,
+        y=x + 0.1,
+        pert_idx=pert_idx,
+        condition=(pert_idx[:, 0] + 1) % 6,
+        de_idx=torch.full((len(x), 20), -1),
+        condition_names=[str(i) for i in range(6)],
+    )
 
 
 def _scaled_steps(local_rank, port, messages):
@@ -67,6 +74,7 @@ def _steps(local_rank) -> list[dict]:
         parameters = list(parameters)
         seen_at_clipping.append(max(float(p.grad.abs().max()) for p in parameters if p.grad is not None))
         return clip(parameters, clip_value, **options)
+
     torch.nn.utils.clip_grad_value_ = recording_clip
     records = []
     for step in range(STEPS):
@@ -74,21 +82,27 @@ def _steps(local_rank) -> list[dict]:
         references = [copy.deepcopy(network) for _ in batches]  # each rank's copy (BatchNorm sees its batch)
         for reference, batch in zip(references, batches):
             batch_loss(reference, batch, context, False).backward()
-        full_precision = max(float(sum(r.get_parameter(name).grad for r in references).abs().max()) / 2
-                             for name, p in network.named_parameters() if references[0].get_parameter(name).grad
-                             is not None)
+        full_precision = max(
+            float(sum(r.get_parameter(name).grad for r in references).abs().max()) / 2
+            for name, p in network.named_parameters()
+            if references[0].get_parameter(name).grad is not None
+        )
         # this rank's copy ran the same forward pass, which renormalises the embeddings in place
         # (max_norm): the weights a skipped step must leave
         forward_only = dict(references[local_rank].named_parameters())
         scale_before = precision.scaler.get_scale()
         training_step(network, [batches[local_rank]], optimizer, context, False, CPU, precision, gradients)
-        records.append({
-            "scale_before": scale_before, "scale_after": precision.scaler.get_scale(),
-            "changed": any(not torch.equal(forward_only[name], p) for name, p in network.named_parameters()),
-            "optimizer_steps": max((int(state["step"]) for state in optimizer.state.values()), default=0),
-            "at_clipping": seen_at_clipping[-1],
-            "full_precision": full_precision,
-            "weights": {name: p.detach().numpy().copy() for name, p in network.named_parameters()}})
+        records.append(
+            {
+                "scale_before": scale_before,
+                "scale_after": precision.scaler.get_scale(),
+                "changed": any(not torch.equal(forward_only[name], p) for name, p in network.named_parameters()),
+                "optimizer_steps": max((int(state["step"]) for state in optimizer.state.values()), default=0),
+                "at_clipping": seen_at_clipping[-1],
+                "full_precision": full_precision,
+                "weights": {name: p.detach().numpy().copy() for name, p in network.named_parameters()},
+            }
+        )
     return records
 
 
@@ -136,6 +150,7 @@ def _worker_with_a_high_loss_scale(local_rank, *args):
     def high_scale(cls, amp, device):
         precision = for_mode(cls, amp, device)
         return cls(precision.dtype, high_scale_scaler()) if precision.scaler is not None else precision
+
     engine.Precision.for_mode = classmethod(high_scale)
     spawned_rank(local_rank, *args)
 
@@ -147,8 +162,14 @@ def test_fp16_resumes_exactly_with_the_scaler_state_of_its_checkpoint(data_folde
     state = load_training_checkpoint(after_one_epoch)
     assert state["position"]["epoch"] == 1
     assert state["scaler"]["scale"] < HIGH_SCALE  # steps were skipped: the state carries that
-    _spawn_on_toy(data_folder, _worker_with_a_high_loss_scale, tmp_path / "resumed", epochs=2,
-                  resume_from=str(after_one_epoch), **fp16)
+    _spawn_on_toy(
+        data_folder,
+        _worker_with_a_high_loss_scale,
+        tmp_path / "resumed",
+        epochs=2,
+        resume_from=str(after_one_epoch),
+        **fp16,
+    )
     whole, resumed = (load_training_checkpoint(checkpoint_files(tmp_path / name)[-1]) for name in ("whole", "resumed"))
     assert whole["scaler"] == resumed["scaler"]
     for name, value in whole["model"].items():
@@ -160,6 +181,7 @@ def test_fp16_resumes_exactly_with_the_scaler_state_of_its_checkpoint(data_folde
 def test_fp16_trains_two_cpu_ranks_through_train_multi_gpu(data_folder, tmp_path):
     from gears_ddp import train_multi_gpu
 
-    report = train_multi_gpu(data_folder, "toy", {"split": "simulation", "seed": 1},
-                             _args(tmp_path / "fp16", epochs=1, amp="fp16"))
+    report = train_multi_gpu(
+        data_folder, "toy", {"split": "simulation", "seed": 1}, _args(tmp_path / "fp16", epochs=1, amp="fp16")
+    )
     assert np.isfinite(report["model"]["test_mse_de"]) and len(set(report["parameter_digests"])) == 1

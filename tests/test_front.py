@@ -3,25 +3,29 @@ data, runtime) take explicit inputs and never reach into a ``GEARS`` object. Che
 ways: in the code (no module below ``gears.py`` reads or sets an attribute that only a
 ``GEARS`` object has, or takes a ``gears`` argument), and by running the training recipe
 with parts built by hand, no ``GEARS`` object anywhere."""
+
 from __future__ import annotations
 
 import ast
 
 import torch
+from test_layers import LAYER_OF, PACKAGE, module_name, part_of
 
 from gears_ddp.evaluation.metrics import EvaluationAccumulator
 from gears_ddp.model.losses import LossContext
 from gears_ddp.model.network import GEARSModel
 from gears_ddp.training.options import TrainingOptions
 from gears_ddp.training.recipe import TrainingInputs, TrainingRecipe, TrainingResult
-from test_layers import LAYER_OF, PACKAGE, module_name, part_of
 
 BELOW_THE_FRONT = {part for part, level in LAYER_OF.items() if level < LAYER_OF["gears"]}
 
 
 def _modules_below_the_front() -> dict[str, ast.Module]:
-    return {module_name(path): ast.parse(path.read_text(encoding="utf-8")) for path in sorted(PACKAGE.rglob("*.py"))
-            if part_of(module_name(path)) in BELOW_THE_FRONT}
+    return {
+        module_name(path): ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if part_of(module_name(path)) in BELOW_THE_FRONT
+    }
 
 
 def _names_defined_in_classes(tree: ast.Module, only: str | None = None) -> set[str]:
@@ -36,8 +40,12 @@ def _names_defined_in_classes(tree: ast.Module, only: str | None = None) -> set[
                 names.add(node.name)
             elif isinstance(node, ast.AnnAssign) and node in cls.body and isinstance(node.target, ast.Name):
                 names.add(node.target.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
-                    and isinstance(node.value, ast.Name) and node.value.id == "self":
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
                 names.add(node.attr)
     return names
 
@@ -56,8 +64,11 @@ def reaches_into_the_front(modules: dict[str, ast.Module], front_only: set[str])
     found = []
     for name, tree in modules.items():
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in front_only \
-                    and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in front_only
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+            ):
                 found.append(f"{name}:{node.lineno}: .{node.attr}")
             elif isinstance(node, ast.arg) and node.arg == "gears":
                 found.append(f"{name}:{node.lineno}: a parameter named gears")
@@ -71,10 +82,14 @@ def test_no_module_below_the_front_reaches_into_a_gears_object():
 
 
 def test_the_check_finds_a_module_that_reaches_into_the_front():
-    tree = ast.parse("def export(gears):\n    return gears.best_model\n\n"
-                     "class Recipe:\n    def run(self):\n        self.best_model = 1\n")
+    tree = ast.parse(
+        "def export(gears):\n    return gears.best_model\n\n"
+        "class Recipe:\n    def run(self):\n        self.best_model = 1\n"
+    )
     assert reaches_into_the_front({"gears_ddp.inference.x": tree}, {"best_model"}) == [
-        "gears_ddp.inference.x:1: a parameter named gears", "gears_ddp.inference.x:2: .best_model"]
+        "gears_ddp.inference.x:1: a parameter named gears",
+        "gears_ddp.inference.x:2: .best_model",
+    ]
 
 
 def test_the_recipe_trains_parts_built_by_hand(toy):
@@ -84,11 +99,23 @@ def test_the_recipe_trains_parts_built_by_hand(toy):
     toy.get_dataloader(batch_size=16, test_batch_size=64)
     coexpression, go = toy.coexpression_graph(0.4, 20), toy.go_graph(20)
     torch.manual_seed(0)
-    network = GEARSModel(len(toy.gene_names), len(toy.pert_names), coexpression.edge_index, coexpression.edge_weight,
-                         go.edge_index, go.edge_weight, hidden_size=8)
-    inputs = TrainingInputs(network, toy.dataloader, LossContext.from_pert_data(toy, 0.1, 1.0),
-                            lambda: EvaluationAccumulator.from_pert_data(toy), uncertainty=False,
-                            device=torch.device("cpu"))
+    network = GEARSModel(
+        len(toy.gene_names),
+        len(toy.pert_names),
+        coexpression.edge_index,
+        coexpression.edge_weight,
+        go.edge_index,
+        go.edge_weight,
+        hidden_size=8,
+    )
+    inputs = TrainingInputs(
+        network,
+        toy.dataloader,
+        LossContext.from_pert_data(toy, 0.1, 1.0),
+        lambda: EvaluationAccumulator.from_pert_data(toy),
+        uncertainty=False,
+        device=torch.device("cpu"),
+    )
     result = TrainingRecipe(inputs, TrainingOptions.from_dict({"epochs": 2}, "train")).run()
     assert isinstance(result, TrainingResult)
     assert [record["epoch"] for record in result.history] == [1, 2] and result.best_epoch in (1, 2)

@@ -1,15 +1,16 @@
 """The single-process GEARS API: training, test scoring with baselines, predictions,
 checkpoints (both formats and directions), and clear errors."""
+
 import pickle
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from gears_ddp.training.engine import training_step
-from gears_ddp.gears import GEARS
 from reference_package import import_reference
+
+from gears_ddp.gears import GEARS
+from gears_ddp.training.engine import training_step
 
 
 @pytest.fixture
@@ -43,8 +44,9 @@ def test_training_steps_fit_a_fixed_batch(toy):
     batch = next(iter(toy.dataloader["train_loader"]))
     context, optimizer = gears.loss_context(), torch.optim.Adam(gears.model.parameters(), lr=1e-3)
     gears.model.train()
-    losses = [float(training_step(gears.model, [batch], optimizer, context, False, torch.device("cpu")))
-              for _ in range(80)]
+    losses = [
+        float(training_step(gears.model, [batch], optimizer, context, False, torch.device("cpu"))) for _ in range(80)
+    ]
     assert losses[-1] < 0.7 * losses[0]
 
 
@@ -110,11 +112,26 @@ def test_save_and_load_round_trip(trained, tmp_path):
     gears, _ = trained
     gears.save_model(tmp_path / "model")
     config = pickle.loads((tmp_path / "model" / "config.pkl").read_bytes())
-    assert set(config) == {"hidden_size", "num_go_gnn_layers", "num_gene_gnn_layers", "decoder_hidden_size",
-                           "num_similar_genes_go_graph", "num_similar_genes_co_express_graph",
-                           "coexpress_threshold", "uncertainty", "uncertainty_reg", "direction_lambda", "G_go",
-                           "G_go_weight", "G_coexpress", "G_coexpress_weight", "device", "num_genes",
-                           "num_perts", "no_perturb"}
+    assert set(config) == {
+        "hidden_size",
+        "num_go_gnn_layers",
+        "num_gene_gnn_layers",
+        "decoder_hidden_size",
+        "num_similar_genes_go_graph",
+        "num_similar_genes_co_express_graph",
+        "coexpress_threshold",
+        "uncertainty",
+        "uncertainty_reg",
+        "direction_lambda",
+        "G_go",
+        "G_go_weight",
+        "G_coexpress",
+        "G_coexpress_weight",
+        "device",
+        "num_genes",
+        "num_perts",
+        "no_perturb",
+    }
     fresh = GEARS(gears.pert_data)
     fresh.load_pretrained(tmp_path / "model")
     gene = gears.pert_list[1]
@@ -134,7 +151,7 @@ def test_load_strips_module_prefix(trained, tmp_path):
 def test_vocabulary_mismatch_is_refused(trained, tmp_path):
     gears, _ = trained
     gears.save_model(tmp_path / "m")
-    vocabulary = (tmp_path / "m" / "vocabulary.json")
+    vocabulary = tmp_path / "m" / "vocabulary.json"
     vocabulary.write_text(vocabulary.read_text().replace('"G1"', '"OTHER"'))
     with pytest.raises(ValueError, match=r"another gene vocabulary.*differing: \['G1', 'OTHER'\]"):
         GEARS(gears.pert_data).load_pretrained(tmp_path / "m")
@@ -168,8 +185,19 @@ def test_plot_works_for_every_test_condition(trained, tmp_path):
 def test_gi_predict_scores(trained):
     gears, _ = trained
     scores = gears.GI_predict(["G0", "G1"])
-    assert list(scores) == ["ts", "c1", "c2", "mag", "dcor", "dcor_singles", "dcor_first", "dcor_second", "corr_fit",
-                            "dominance", "eq_contr"]  # the published keys, in its order
+    assert list(scores) == [
+        "ts",
+        "c1",
+        "c2",
+        "mag",
+        "dcor",
+        "dcor_singles",
+        "dcor_first",
+        "dcor_second",
+        "corr_fit",
+        "dominance",
+        "eq_contr",
+    ]  # the published keys, in its order
     assert all(isinstance(v, float) for k, v in scores.items() if k != "ts")
     np.testing.assert_array_equal(scores["ts"].coef_, [scores["c1"], scores["c2"]])
     np.testing.assert_allclose(scores["ts"].predict([[1.0, 2.0]]), [scores["c1"] + 2 * scores["c2"]])
@@ -177,7 +205,9 @@ def test_gi_predict_scores(trained):
 
 def test_errors_before_setup(data_root):
     import toy_data
+
     from gears_ddp import PertData
+
     pert_data = PertData(data_root)
     pert_data.new_data_process("toy", toy_data.make_raw())
     with pytest.raises(ValueError, match="prepare_split.*get_dataloader"):

@@ -1,6 +1,7 @@
 """``benchmarks/gpu_check.sh --small``: every stage of the GPU check, at small sizes on the
 CPU, and the archive it writes; and how a GPU run's archive is recorded in
 ``benchmarks/RESULTS.md`` (what it measures on a GPU is recorded there, never asserted here)."""
+
 import importlib
 import json
 import os
@@ -15,8 +16,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
-STAGES = {"environment", "wheels", "data", "demo", "published", "epoch", "resume", "profile", "tests", "precision",
-          "width", "screen"}
+STAGES = {
+    "environment",
+    "wheels",
+    "data",
+    "demo",
+    "published",
+    "epoch",
+    "resume",
+    "profile",
+    "tests",
+    "precision",
+    "width",
+    "screen",
+}
 SEVEN_MINUTES = 420
 
 
@@ -28,8 +41,10 @@ def _budgets() -> dict[str, int]:
 
 def _documented_calls() -> list[set[str]]:
     """The stages of each device call the script's header gives (``--stages a,b,c`` lines)."""
-    return [set(names.split(",")) for names in
-            re.findall(r"^#\s+--stages ([\w,]+)\s", SCRIPT.read_text(encoding="utf-8"), re.MULTILINE)]
+    return [
+        set(names.split(","))
+        for names in re.findall(r"^#\s+--stages ([\w,]+)\s", SCRIPT.read_text(encoding="utf-8"), re.MULTILINE)
+    ]
 
 
 def test_the_documented_calls_cover_every_stage_and_each_fits_in_seven_minutes():
@@ -42,10 +57,21 @@ def test_the_documented_calls_cover_every_stage_and_each_fits_in_seven_minutes()
 
 
 def _small_check(folder: Path, *options: str) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "OUT": str(folder / "out"), "GPU_CHECK_WORK": str(folder / "work"),
-                   "GPU_CHECK_WHEELS": str(folder / "no-wheels"), "PYTHON": sys.executable}
-    return subprocess.run(["bash", str(SCRIPT), "--small", *options], cwd=folder, env=environment,
-                          capture_output=True, text=True, timeout=1500)
+    environment = {
+        **os.environ,
+        "OUT": str(folder / "out"),
+        "GPU_CHECK_WORK": str(folder / "work"),
+        "GPU_CHECK_WHEELS": str(folder / "no-wheels"),
+        "PYTHON": sys.executable,
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--small", *options],
+        cwd=folder,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
 
 
 def test_stages_chosen_run_alone_after_the_environment_and_an_unknown_one_is_refused(tmp_path):
@@ -89,7 +115,7 @@ def test_every_stage_runs_and_passes_and_the_summary_says_so(small_run):
     for stage in summary["stages"]:
         assert 0 < stage["seconds"] <= stage["limit_s"], stage
         assert (results / f"{stage['stage']}.log").exists()
-    table = done.stdout[done.stdout.index("| stage"):]
+    table = done.stdout[done.stdout.index("| stage") :]
     assert all(f"| {stage}" in table for stage in STAGES) and "all passed" in table
 
 
@@ -104,10 +130,14 @@ def test_the_archive_holds_each_stage_s_figures(small_run):
     suite = ElementTree.parse(results / "tests.xml").getroot().find("testsuite")
     assert int(suite.get("tests")) > 0 and int(suite.get("failures")) == int(suite.get("errors")) == 0
 
-    runs = [run for name in ("epoch_graphs.json", "epoch_fp16.json", "epoch_256.json")
-            for run in _json(results, name)["results"]]
+    runs = [
+        run
+        for name in ("epoch_graphs.json", "epoch_fp16.json", "epoch_256.json")
+        for run in _json(results, name)["results"]
+    ]
     assert sorted((r["batch_size"], r["amp"]) for r in runs) == sorted(
-        [(32, "off"), (32, "bf16"), (32, "fp16"), (256, "off"), (256, "bf16")])
+        [(32, "off"), (32, "bf16"), (32, "fp16"), (256, "off"), (256, "bf16")]
+    )
     assert {r["cuda_graphs"] for r in runs} == {"on"} and {r["steps"] for r in runs} == {"eager"}  # no graph on a CPU
     assert all(r["epoch_s"] > 0 for r in runs)
     profile = _json(results, "profile.json")["settings"]
@@ -124,8 +154,11 @@ def test_the_archive_holds_each_stage_s_figures(small_run):
     # each benchmark child's own output, as it ran (BENCH_CHILD_LOGS): gears_ddp's side of
     # the published stage ends with its timing line
     assert "where the time went:" in (results / "children" / "ours.log").read_text()
-    assert published["published"] is not None if published["published_installed"] else "not installed" in \
-        (results / "published.log").read_text()
+    assert (
+        published["published"] is not None
+        if published["published_installed"]
+        else "not installed" in (results / "published.log").read_text()
+    )
 
 
 @pytest.mark.slow
@@ -156,11 +189,21 @@ def _archive_of(folder: Path, gpu: str | None, stages: tuple = ()) -> Path:
     """An extracted archive's folder as gpu_check.sh leaves it, with the files record reads
     (``stages``: those summary.json lists)."""
     folder.mkdir()
-    (folder / "env.json").write_text(json.dumps({
-        "machine": "a test machine", "gpu": gpu, "cuda": "13.0", "cudnn": 91000, "nccl": "2.27.7",
-        "nvidia_smi": f"name, driver_version\n{gpu}, 580.159.04" if gpu else None}))
-    (folder / "summary.json").write_text(json.dumps({"date": "2026-11-27",
-                                                     "stages": [{"stage": stage} for stage in stages]}))
+    (folder / "env.json").write_text(
+        json.dumps(
+            {
+                "machine": "a test machine",
+                "gpu": gpu,
+                "cuda": "13.0",
+                "cudnn": 91000,
+                "nccl": "2.27.7",
+                "nvidia_smi": f"name, driver_version\n{gpu}, 580.159.04" if gpu else None,
+            }
+        )
+    )
+    (folder / "summary.json").write_text(
+        json.dumps({"date": "2026-11-27", "stages": [{"stage": stage} for stage in stages]})
+    )
     (folder / "summary.txt").write_text("| stage | key figures |\n|---|---|\n| epoch | an epoch 1.2 s |\n")
     (folder / "epoch.log").write_text("data: ready\n| batch | epoch s |\n|---:|---:|\n| 32 | 1.20 |\nprogress\n")
     return folder
@@ -180,18 +223,35 @@ def test_a_gpu_run_is_recorded_with_its_gpu_and_tables_and_a_cpu_run_is_not(gpu_
 def test_a_run_of_chosen_stages_is_recorded_with_its_command(gpu_check_report, tmp_path):
     every = ("environment", "wheels", "data", *sorted(STAGES - {"environment", "wheels", "data"}))
     gpu_check_report.record(_archive_of(tmp_path / "all", "NVIDIA H200", every))
-    gpu_check_report.record(_archive_of(tmp_path / "two", "NVIDIA H200", ("environment", "wheels", "published",
-                                                                          "tests")))
+    gpu_check_report.record(
+        _archive_of(tmp_path / "two", "NVIDIA H200", ("environment", "wheels", "published", "tests"))
+    )
     headers = re.findall(r"^## .*$", (tmp_path / "RESULTS.md").read_text(), re.MULTILINE)
-    assert headers == ["## 2026-11-27: `bash benchmarks/gpu_check.sh`",
-                       "## 2026-11-27: `bash benchmarks/gpu_check.sh --stages published,tests`"]
+    assert headers == [
+        "## 2026-11-27: `bash benchmarks/gpu_check.sh`",
+        "## 2026-11-27: `bash benchmarks/gpu_check.sh --stages published,tests`",
+    ]
 
 
 def test_a_failed_compile_is_a_recorded_setting_of_the_profile(gpu_check_report, tmp_path):
     kernels = [{"name": "ampere_sgemm", "calls_per_step": 2.0, "us_per_step": 40.0, "share": 0.4}]
-    (tmp_path / "profile.json").write_text(json.dumps({"settings": [
-        {"compile": False, "amp": "off", "replayed": True, "step_ms": 3.75, "floor_ms": 0.5, "kernels": kernels},
-        {"compile": True, "amp": "off", "failed": "BackendCompilerFailed: backend='inductor' raised:"}]}))
+    (tmp_path / "profile.json").write_text(
+        json.dumps(
+            {
+                "settings": [
+                    {
+                        "compile": False,
+                        "amp": "off",
+                        "replayed": True,
+                        "step_ms": 3.75,
+                        "floor_ms": 0.5,
+                        "kernels": kernels,
+                    },
+                    {"compile": True, "amp": "off", "failed": "BackendCompilerFailed: backend='inductor' raised:"},
+                ]
+            }
+        )
+    )
     figures, headline = gpu_check_report._profile(tmp_path)
     assert figures["compile on, fp32"] == {"failed": "BackendCompilerFailed: backend='inductor' raised:"}
     assert figures["compile off, fp32"]["step_ms"] == 3.75
@@ -212,18 +272,40 @@ def test_the_profile_records_a_failed_compile_and_measures_the_other_settings(mo
     def setting(pert_data, device, batch_size, steps, compile, amp, top):
         if compile:
             raise torch._dynamo.exc.BackendCompilerFailed(
-                lambda: None, RuntimeError("element 2 of tensors does not require grad"), None)
-        return {"compile": False, "amp": amp, "batch_size": batch_size, "genes": 10, "sets_per_batch": 4,
-                "replayed": False, "step_ms": 2.0, "floor_ms": 1.0, "kernels": []}
+                lambda: None, RuntimeError("element 2 of tensors does not require grad"), None
+            )
+        return {
+            "compile": False,
+            "amp": amp,
+            "batch_size": batch_size,
+            "genes": 10,
+            "sets_per_batch": 4,
+            "replayed": False,
+            "step_ms": 2.0,
+            "floor_ms": 1.0,
+            "kernels": [],
+        }
+
     monkeypatch.setattr(profile, "profile_setting", setting)
-    monkeypatch.setattr(profile, "load_synthetic", lambda *_: types.SimpleNamespace(
-        adata=types.SimpleNamespace(n_obs=100, n_vars=10)))
-    args = argparse.Namespace(device="cpu", data_path=None, compile=["on", "off"], amp=["off"], batch_size=32,
-                              steps=2, top=5, json=str(tmp_path / "profile.json"))
+    monkeypatch.setattr(
+        profile, "load_synthetic", lambda *_: types.SimpleNamespace(adata=types.SimpleNamespace(n_obs=100, n_vars=10))
+    )
+    args = argparse.Namespace(
+        device="cpu",
+        data_path=None,
+        compile=["on", "off"],
+        amp=["off"],
+        batch_size=32,
+        steps=2,
+        top=5,
+        json=str(tmp_path / "profile.json"),
+    )
     profile.measure(args)
     settings = json.loads((tmp_path / "profile.json").read_text())["settings"]
-    assert settings[0] == {"compile": True, "amp": "off",
-                           "failed": "backend='<lambda>' raised: RuntimeError: element 2 of tensors does not "
-                                     "require grad"}
+    assert settings[0] == {
+        "compile": True,
+        "amp": "off",
+        "failed": "backend='<lambda>' raised: RuntimeError: element 2 of tensors does not require grad",
+    }
     assert settings[1]["compile"] is False and settings[1]["step_ms"] == 2.0
     assert "compile on, amp off: torch.compile failed" in capsys.readouterr().out

@@ -5,11 +5,14 @@ scaler, micro-batches accumulated), eagerly and replayed from CUDA graphs; the r
 holds no collective (a stand-in graph runs the captured step again on a CPU, and every
 collective records whether it ran inside it); one all-reduce per optimiser step whatever the
 number of micro-batches; and the main rank's initial weights reach every rank."""
+
 import contextlib
 
 import numpy as np
 import pytest
 import torch
+from model_fixtures import N_GENES, N_PERTS, make_model, random_batch
+from stand_in_graphs import COLLECTIVES, ReplayingGraph, restore_collectives, watch_collectives
 from torch.nn.parallel import DistributedDataParallel
 
 from gears_ddp.data.cells import PertBatch
@@ -22,11 +25,9 @@ from gears_ddp.runtime.ranks import ProcessGroupRanks
 from gears_ddp.training.cuda_graphs import CapturedStep
 from gears_ddp.training.engine import Precision, apply_gradients, batch_loss, optimizer_steps, training_step
 from gears_ddp.training.optimization import Warmup, make_optimizer
-from model_fixtures import N_GENES, N_PERTS, make_model, random_batch
-from stand_in_graphs import COLLECTIVES, ReplayingGraph, restore_collectives, watch_collectives
 
 CPU = torch.device("cpu")
-LR = 2.0 ** -10  # a float32 value: the tensor learning rate of a replayed step is the eager float exactly
+LR = 2.0**-10  # a float32 value: the tensor learning rate of a replayed step is the eager float exactly
 STEPS, MICRO_BATCHES, CELLS = 6, 2, 12
 
 
@@ -40,6 +41,7 @@ def test_one_flat_buffer_holds_the_mean_and_a_gradient_no_backward_reached_count
 
     def all_reduce(buffer):
         buffer.add_(other_rank * 0.5)
+
     average = FlatGradientAverage([first, frozen, second], world_size=2, all_reduce=all_reduce)
     assert average.crosses_ranks and [len(b) for b in average.buffers] == [10]
     address = average.buffers[0].data_ptr()
@@ -61,9 +63,17 @@ def _batches(rank: int) -> list[list[PertBatch]]:
         for m in range(MICRO_BATCHES):
             x, pert_idx = random_batch(CELLS, seed=100 * rank + 10 * step + m)
             sets = epoch_perturbation_sets(pert_idx, N_PERTS, CELLS, pad_to=6)[0]
-            micro.append(PertBatch(x=x, y=x + 0.1, pert_idx=pert_idx, condition=(pert_idx[:, 0] + 1) % 6,
-                                   de_idx=torch.full((CELLS, 20), -1), condition_names=[str(i) for i in range(6)],
-                                   sets=sets))
+            micro.append(
+                PertBatch(
+                    x=x,
+                    y=x + 0.1,
+                    pert_idx=pert_idx,
+                    condition=(pert_idx[:, 0] + 1) % 6,
+                    de_idx=torch.full((CELLS, 20), -1),
+                    condition_names=[str(i) for i in range(6)],
+                    sets=sets,
+                )
+            )
         steps.append(micro)
     return steps
 
@@ -115,12 +125,27 @@ def _flat_training(rank: int, amp: str, replayed: bool) -> dict:
     ranks.share_parameters(network)
     gradients = ranks.gradient_average(network)
     optimizer, _ = make_optimizer(network, LR, 5e-4)
-    step = (CapturedStep(CPU, warmup_steps=1, micro_batches=MICRO_BATCHES, graph_factory=ReplayingGraph)
-            if replayed else training_step)
-    losses = [loss.clone() for loss in optimizer_steps(network, [b for micro in _batches(rank) for b in micro],
-                                                       optimizer, _context(), False, CPU,
-                                                       Precision.for_mode(amp, CPU), MICRO_BATCHES, gradients,
-                                                       Warmup(2), step=step)]
+    step = (
+        CapturedStep(CPU, warmup_steps=1, micro_batches=MICRO_BATCHES, graph_factory=ReplayingGraph)
+        if replayed
+        else training_step
+    )
+    losses = [
+        loss.clone()
+        for loss in optimizer_steps(
+            network,
+            [b for micro in _batches(rank) for b in micro],
+            optimizer,
+            _context(),
+            False,
+            CPU,
+            Precision.for_mode(amp, CPU),
+            MICRO_BATCHES,
+            gradients,
+            Warmup(2),
+            step=step,
+        )
+    ]
     outcome = _outcome(network, optimizer, losses)
     outcome["collectives"] = list(COLLECTIVES)
     if replayed:
@@ -168,13 +193,22 @@ def test_the_flat_average_trains_as_distributed_data_parallel_bit_for_bit(traine
         assert flat["state"].keys() == ddp["state"].keys()
         for name, value in ddp["state"].items():
             np.testing.assert_array_equal(flat["state"][name], value, err_msg=f"rank {rank}: {name}")
-    weights = [{k: v for k, v in results[amp, way]["state"].items() if k.startswith("model.") and "running" not in k
-                and "num_batches" not in k} for results in trained_both_ways.values()]
+    weights = [
+        {
+            k: v
+            for k, v in results[amp, way]["state"].items()
+            if k.startswith("model.") and "running" not in k and "num_batches" not in k
+        }
+        for results in trained_both_ways.values()
+    ]
     for name, value in weights[0].items():  # both ranks took the same steps from rank 0's weights
         np.testing.assert_array_equal(weights[1][name], value, err_msg=name)
     start = _network(0).state_dict()
-    moved = [name for name, value in start.items() if not np.array_equal(weights[0].get(f"model.{name}", value),
-                                                                         value.numpy())]
+    moved = [
+        name
+        for name, value in start.items()
+        if not np.array_equal(weights[0].get(f"model.{name}", value), value.numpy())
+    ]
     assert len(moved) > 10  # the steps trained
 
 

@@ -1,14 +1,15 @@
 """The graph convolution equals torch_geometric's SGConv(K=1), which the published GEARS
 uses: outputs, gradients, parameter names and initialisation, in both of its forms (the
 CPU's sparse product and the gather that a GPU runs)."""
+
 import copy
 import pickle
 
 import pytest
 import torch
+from reference_package import import_reference
 
 from gears_ddp.model.graph_conv import NormalisedAdjacency, SimpleGraphConv
-from reference_package import import_reference
 
 N_NODES, CHANNELS = 30, 8
 
@@ -106,8 +107,11 @@ def test_gathers_in_pieces_equal_one_gather(monkeypatch):
     whole = adjacency(x_whole)
     gathered = []
     aggregated = graph_conv._aggregated
-    monkeypatch.setattr(graph_conv, "_aggregated", lambda x, sources, weights: gathered.append(len(sources))
-                        or aggregated(x, sources, weights))
+    monkeypatch.setattr(
+        graph_conv,
+        "_aggregated",
+        lambda x, sources, weights: gathered.append(len(sources)) or aggregated(x, sources, weights),
+    )
     node_bytes = adjacency.sources.shape[1] * CHANNELS * 8
     monkeypatch.setattr(graph_conv, "MESSAGE_BYTES_PER_PIECE", 4 * node_bytes)
     pieces = adjacency(x_pieces)
@@ -170,10 +174,16 @@ def test_sparse_matrices_move_copy_and_pickle_with_the_module():
     torch.testing.assert_close(restored(x.float()), adjacency(x.float()), rtol=0, atol=0)
     assert adjacency.state_dict() == {}
     # the transpose holds the same edges, and a repeated edge is kept as each of its weights
-    layered = torch.sparse_csr_tensor(adjacency.crow, adjacency.col, adjacency.values,
-                                      (len(adjacency.crow) - 1, N_NODES), check_invariants=True).to_dense()
-    layered_t = torch.sparse_csr_tensor(adjacency.crow_t, adjacency.col_t, adjacency.values_t,
-                                        (len(adjacency.crow_t) - 1, N_NODES), check_invariants=True).to_dense()
+    layered = torch.sparse_csr_tensor(
+        adjacency.crow, adjacency.col, adjacency.values, (len(adjacency.crow) - 1, N_NODES), check_invariants=True
+    ).to_dense()
+    layered_t = torch.sparse_csr_tensor(
+        adjacency.crow_t,
+        adjacency.col_t,
+        adjacency.values_t,
+        (len(adjacency.crow_t) - 1, N_NODES),
+        check_invariants=True,
+    ).to_dense()
     layers = layered.view(-1, N_NODES, N_NODES)
     assert len(layers) > 1  # _graph repeats edges
     torch.testing.assert_close(layered_t.view(-1, N_NODES, N_NODES), layers.transpose(1, 2), rtol=0, atol=0)

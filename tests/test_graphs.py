@@ -1,4 +1,5 @@
 """Gene graphs: vectorised computations equal straightforward ones and the published GEARS."""
+
 import itertools
 import pickle
 from pathlib import Path
@@ -8,19 +9,19 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 import torch
+import toy_data
+from reference_package import import_reference
 
+from gears_ddp import PertData
 from gears_ddp.data import graphs
 from gears_ddp.data.conditions import CONTROL
-import toy_data
-from gears_ddp import PertData
-from reference_package import import_reference
 
 
 def _naive_coexpression(x, gene_names, threshold, k):
     corr = np.abs(np.nan_to_num(np.corrcoef(x.T.astype(np.float64))))
     rows = []
     for target in range(corr.shape[0]):
-        best = sorted(range(corr.shape[0]), key=lambda s: corr[target, s])[-(k + 1):]
+        best = sorted(range(corr.shape[0]), key=lambda s: corr[target, s])[-(k + 1) :]
         rows += [(gene_names[s], gene_names[target], corr[target, s]) for s in best if corr[target, s] > threshold]
     return pd.DataFrame(rows, columns=graphs.EDGE_COLUMNS)
 
@@ -29,8 +30,9 @@ def _as_set(edges):
     return {(s, t): w for s, t, w in edges[graphs.EDGE_COLUMNS].itertuples(index=False)}
 
 
-@pytest.mark.parametrize("cells_per_block, panel_elements, merge_rows", [(4096, 2**25, 2048), (7, 64, 3),
-                                                                         (11, 300, 2048)])
+@pytest.mark.parametrize(
+    "cells_per_block, panel_elements, merge_rows", [(4096, 2**25, 2048), (7, 64, 3), (11, 300, 2048)]
+)
 def test_coexpression_equals_straightforward_computation(cells_per_block, panel_elements, merge_rows, monkeypatch):
     """In one block of cells and one panel of genes; in blocks of 7 cells and panels of 2
     genes (15 panels, each correlation merged into both its genes' top lists, 3 rows at a
@@ -43,8 +45,11 @@ def test_coexpression_equals_straightforward_computation(cells_per_block, panel_
     x[:, 7] = 0.0  # a constant gene: NaN correlations count as 0
     names = [f"g{i}" for i in range(30)]
     rows = np.arange(0, 300, 2)
-    ours = _as_set(graphs.coexpression_edge_list(torch.from_numpy(x), rows, names, threshold=0.3, k=5,
-                                                 cells_per_block=cells_per_block))
+    ours = _as_set(
+        graphs.coexpression_edge_list(
+            torch.from_numpy(x), rows, names, threshold=0.3, k=5, cells_per_block=cells_per_block
+        )
+    )
     naive = _as_set(_naive_coexpression(x[rows], names, threshold=0.3, k=5))
     assert set(ours) == set(naive) and len(ours) > 30
     assert all(abs(ours[e] - naive[e]) < 1e-6 for e in ours)
@@ -75,8 +80,13 @@ def test_jaccard_equals_pairwise_loop():
 
 def test_top_sources_per_target_equals_nlargest():
     rng = np.random.default_rng(2)
-    edges = pd.DataFrame({"source": rng.choice(list("abcdefgh"), 200), "target": rng.choice(list("wxyz"), 200),
-                          "importance": rng.integers(0, 6, 200) / 5}).drop_duplicates(["source", "target"])
+    edges = pd.DataFrame(
+        {
+            "source": rng.choice(list("abcdefgh"), 200),
+            "target": rng.choice(list("wxyz"), 200),
+            "importance": rng.integers(0, 6, 200) / 5,
+        }
+    ).drop_duplicates(["source", "target"])
     ours = graphs.top_sources_per_target(edges, k=2)
     expected = edges.groupby("target").apply(lambda g: g.nlargest(3, "importance"), include_groups=False)
     assert len(ours) == len(expected) == 12
@@ -100,8 +110,9 @@ def test_top_rows_per_target_are_those_of_one_lexicographic_sort(n_targets):
 def test_edge_lists_are_written_as_pandas_writes_them_and_read_back_exactly(tmp_path):
     rng = np.random.default_rng(3)
     names = np.array(["A1", "B,2", 'C"3', "D\n4", "E5"], dtype=object)
-    edges = pd.DataFrame({"source": rng.choice(names, 300), "target": rng.choice(names, 300),
-                          "importance": rng.random(300)})
+    edges = pd.DataFrame(
+        {"source": rng.choice(names, 300), "target": rng.choice(names, 300), "importance": rng.random(300)}
+    )
     graphs.write_edge_list(edges, tmp_path / "ours.csv")
     edges.to_csv(tmp_path / "pandas.csv", index=False)
     assert (tmp_path / "ours.csv").read_text() == (tmp_path / "pandas.csv").read_text()
@@ -145,6 +156,7 @@ def test_go_graph_is_cached_for_the_vocabulary_and_rebuilt_when_the_go_edges_cha
     def only_the_cache(path, *args):
         assert Path(path) != source, "the whole GO edge list was read again"
         return read(path, *args)
+
     monkeypatch.setattr(graphs, "read_edge_list", only_the_cache)
     again = toy.go_graph(k=3)
     assert torch.equal(again.edge_index, first.edge_index) and torch.equal(again.edge_weight, first.edge_weight)
@@ -162,8 +174,9 @@ def test_go_graph_computed_for_custom_vocabulary(data_root):
     pert_data.new_data_process("toy", toy_data.make_raw())
     graph = pert_data.go_graph(k=20)
     assert (data_root / "toy" / "go_essential_toy.csv").exists()
-    expected = graphs.go_edge_list(graphs.jaccard_edge_list(pert_data.gene2go, pert_data.pert_names),
-                                   pert_data.pert_names, 20)
+    expected = graphs.go_edge_list(
+        graphs.jaccard_edge_list(pert_data.gene2go, pert_data.pert_names), pert_data.pert_names, 20
+    )
     assert graph.num_edges == len(expected)
 
 
@@ -172,11 +185,16 @@ def test_coexpression_matches_published_gears(toy, tmp_path):
     adata = toy.adata.copy()
     adata.X = sp.csr_matrix(adata.X)  # the reference calls .toarray() on X
     (tmp_path / "reference" / "toy").mkdir(parents=True)
-    reference = _as_set(utils.get_coexpression_network_from_train(
-        adata, 0.4, 20, str(tmp_path / "reference"), "toy", "simulation", 1, 0.75, toy.set2conditions))
+    reference = _as_set(
+        utils.get_coexpression_network_from_train(
+            adata, 0.4, 20, str(tmp_path / "reference"), "toy", "simulation", 1, 0.75, toy.set2conditions
+        )
+    )
     ours = toy.coexpression_graph()
-    ours = {(toy.gene_names.iloc[s], toy.gene_names.iloc[t]): float(w)
-            for (s, t), w in zip(ours.edge_index.numpy().T, ours.edge_weight.numpy())}
+    ours = {
+        (toy.gene_names.iloc[s], toy.gene_names.iloc[t]): float(w)
+        for (s, t), w in zip(ours.edge_index.numpy().T, ours.edge_weight.numpy())
+    }
     assert set(ours) == set(reference) and len(ours) > len(toy.gene_names)
     assert max(abs(ours[e] - reference[e]) for e in ours) < 1e-4
 
@@ -185,14 +203,19 @@ def test_go_graph_matches_published_gears(toy):
     """The published package's GO graph from the same GO files: top k + 1 sources per
     target by Jaccard importance, as node indices of the perturbation vocabulary."""
     utils = import_reference("gears.utils")
-    edges = utils.get_similarity_network("go", toy.adata, None, 3, str(toy.data_path), "toy", "simulation", 1,
-                                         0.75, toy.set2conditions)
+    edges = utils.get_similarity_network(
+        "go", toy.adata, None, 3, str(toy.data_path), "toy", "simulation", 1, 0.75, toy.set2conditions
+    )
     network = utils.GeneSimNetwork(edges, toy.pert_names, toy.node_map_pert)
-    reference = {(toy.pert_names[s], toy.pert_names[t]): float(w)
-                 for (s, t), w in zip(network.edge_index.numpy().T, network.edge_weight.numpy())}
+    reference = {
+        (toy.pert_names[s], toy.pert_names[t]): float(w)
+        for (s, t), w in zip(network.edge_index.numpy().T, network.edge_weight.numpy())
+    }
     ours = toy.go_graph(k=3)
-    ours = {(toy.pert_names[s], toy.pert_names[t]): float(w)
-            for (s, t), w in zip(ours.edge_index.numpy().T, ours.edge_weight.numpy())}
+    ours = {
+        (toy.pert_names[s], toy.pert_names[t]): float(w)
+        for (s, t), w in zip(ours.edge_index.numpy().T, ours.edge_weight.numpy())
+    }
     assert set(ours) == set(reference) and len(ours) > len(toy.pert_names)
     assert max(abs(ours[e] - reference[e]) for e in ours) < 1e-6
 
@@ -205,8 +228,9 @@ def test_unknown_gene_in_edges_is_named():
 
 def test_custom_split_graphs_are_not_cached_under_an_ambiguous_name(toy, tmp_path):
     split_file = tmp_path / "my_split.pkl"
-    split_file.write_bytes(pickle.dumps(
-        {"train": ["ctrl", "G0+ctrl", "G1+ctrl", "G2+ctrl"], "val": ["G3+ctrl"], "test": ["G4+ctrl"]}))
+    split_file.write_bytes(
+        pickle.dumps({"train": ["ctrl", "G0+ctrl", "G1+ctrl", "G2+ctrl"], "val": ["G3+ctrl"], "test": ["G4+ctrl"]})
+    )
     toy.prepare_split("custom", split_dict_path=split_file)
     before = set(Path(toy.dataset_path).glob("*co_expression_network.csv"))
     assert toy.coexpression_graph().num_edges >= len(toy.gene_names)

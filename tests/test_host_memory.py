@@ -1,4 +1,5 @@
 """Freed host memory is kept for reuse during CPU training, and given back after."""
+
 import os
 import subprocess
 import sys
@@ -38,8 +39,9 @@ def test_steps_stop_faulting_pages_in_while_memory_is_retained():
     dynamic thresholds settle differently from run to run). Retained, they are reused."""
     environment = {k: v for k, v in os.environ.items() if k not in host_memory.USER_SETTINGS}
     environment["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
-    out = subprocess.run([sys.executable, "-c", FAULT_COUNT], capture_output=True, text=True, check=True,
-                         env=environment)
+    out = subprocess.run(
+        [sys.executable, "-c", FAULT_COUNT], capture_output=True, text=True, check=True, env=environment
+    )
     default, retained = map(int, out.stdout.split())
     assert default > 20 * 3000  # every step faults its 48 MiB in again (4 KiB pages)
     assert retained < default / 20
@@ -62,10 +64,15 @@ def test_settings_are_raised_in_the_block_and_memory_given_back_after(monkeypatc
     for name in host_memory.USER_SETTINGS:
         monkeypatch.delenv(name, raising=False)
     with host_memory.retained_host_memory():
-        assert recorder.calls == [("mallopt", host_memory.M_MMAP_THRESHOLD, 32 * 2**20),
-                                  ("mallopt", host_memory.M_TRIM_THRESHOLD, 256 * 2**20)]
-    assert recorder.calls[2:] == [("mallopt", host_memory.M_MMAP_THRESHOLD, 128 * 2**10),
-                                  ("mallopt", host_memory.M_TRIM_THRESHOLD, 128 * 2**10), ("malloc_trim", 0)]
+        assert recorder.calls == [
+            ("mallopt", host_memory.M_MMAP_THRESHOLD, 32 * 2**20),
+            ("mallopt", host_memory.M_TRIM_THRESHOLD, 256 * 2**20),
+        ]
+    assert recorder.calls[2:] == [
+        ("mallopt", host_memory.M_MMAP_THRESHOLD, 128 * 2**10),
+        ("mallopt", host_memory.M_TRIM_THRESHOLD, 128 * 2**10),
+        ("malloc_trim", 0),
+    ]
 
 
 def test_the_users_own_allocator_settings_are_left_alone(monkeypatch):
@@ -83,8 +90,8 @@ def test_training_retains_memory_for_the_optimiser_steps_and_evaluates_without(t
     epoch's evaluation of train and val."""
     import contextlib
 
-    from gears_ddp.training import engine, recipe
     from gears_ddp.gears import GEARS
+    from gears_ddp.training import engine, recipe
 
     retaining, seen = [False], []
 

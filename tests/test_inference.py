@@ -1,19 +1,28 @@
 """Tests of ``gears_ddp.inference``: GI scores (parity with the published GEARS), gene lists and
 the perturbation figure."""
+
 import math
 
 import numpy as np
 import pytest
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from reference_package import import_reference
 
 from gears_ddp.inference.figures import plot_perturbation_figure
 from gears_ddp.interactions.calls import genetic_interaction_scores, read_gene_list
-from reference_package import import_reference
 
 GI_KEYS = {
-    "c1", "c2", "mag", "dcor", "dcor_singles", "dcor_first", "dcor_second",
-    "corr_fit", "dominance", "eq_contr",
+    "c1",
+    "c2",
+    "mag",
+    "dcor",
+    "dcor_singles",
+    "dcor_first",
+    "dcor_second",
+    "corr_fit",
+    "dominance",
+    "eq_contr",
 }
 
 
@@ -110,6 +119,7 @@ class _RunsCode:
 
     def __reduce__(self):
         import os
+
         return os.system, (f"touch {self.marker}",)
 
 
@@ -121,8 +131,11 @@ def test_read_gene_list_refuses_an_npy_file_that_would_run_code(tmp_path):
     array = np.empty(2, dtype=object)
     array[:] = ["TP53", _RunsCode(marker)]
     np.save(hostile, array, allow_pickle=True)
-    with pytest.raises(ValueError, match=r"refused to read gene list file .*genes_with_hi_mean.npy: its array asks to "
-                                         r"call (posix|os|nt)\.system"):
+    with pytest.raises(
+        ValueError,
+        match=r"refused to read gene list file .*genes_with_hi_mean.npy: its array asks to "
+        r"call (posix|os|nt)\.system",
+    ):
         read_gene_list(hostile)
     assert not marker.exists()
     numbers = tmp_path / "numbers.npy"
@@ -169,9 +182,7 @@ def test_plot_writes_png_and_draws_every_gene(tmp_path):
     rng = np.random.default_rng(0)
     genes = [f"GENE{i}" for i in range(20)]
     save_file = tmp_path / "plots" / "KLF1+MAP2K6.png"
-    figure = plot_perturbation_figure(
-        rng.normal(size=(30, 20)), rng.normal(size=20), genes, "KLF1+MAP2K6", save_file
-    )
+    figure = plot_perturbation_figure(rng.normal(size=(30, 20)), rng.normal(size=20), genes, "KLF1+MAP2K6", save_file)
 
     assert save_file.is_file()
     content = save_file.read_bytes()
@@ -206,6 +217,4 @@ def test_plot_one_gene_one_cell_without_saving(tmp_path):
 )
 def test_plot_rejects_mismatched_shapes(truth_shape, pred_shape, n_names, match):
     with pytest.raises(ValueError, match=match):
-        plot_perturbation_figure(
-            np.zeros(truth_shape), np.zeros(pred_shape), [f"G{i}" for i in range(n_names)], "A+B"
-        )
+        plot_perturbation_figure(np.zeros(truth_shape), np.zeros(pred_shape), [f"G{i}" for i in range(n_names)], "A+B")

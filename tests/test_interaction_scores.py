@@ -1,5 +1,6 @@
 """Tests of ``gears_ddp.interactions.scores``: a batch of pairs gets the published GEARS scores
 (``get_GI_params``), scikit-learn's Theil-Sen coefficients and dcor's distance correlations."""
+
 import math
 import warnings
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import sklearn.linear_model._theil_sen as sklearn_theil_sen
 import torch
+from reference_package import import_reference
 from sklearn.linear_model import TheilSenRegressor
 
 from gears_ddp.interactions.scores import (
@@ -20,7 +22,6 @@ from gears_ddp.interactions.scores import (
     theil_sen_coefficients,
     theil_sen_subsets,
 )
-from reference_package import import_reference
 
 # Scores derived from the Theil-Sen coefficients are held to the coefficients' tolerance.
 COEFFICIENT_SCORES = {"c1", "c2", "mag", "corr_fit", "dominance"}
@@ -33,8 +34,9 @@ def _changes(seed: int, n_pairs: int, n_genes: int) -> tuple[np.ndarray, np.ndar
     first = rng.normal(0.0, 1.0, (n_pairs, n_genes))
     second = rng.normal(0.0, 1.0, (n_pairs, n_genes))
     weights = rng.uniform(0.1, 2.0, (n_pairs, 2, 1))
-    double = weights[:, 0] * first + weights[:, 1] * second + 0.4 * first * second \
-        + rng.normal(0.0, 0.2, (n_pairs, n_genes))
+    double = (
+        weights[:, 0] * first + weights[:, 1] * second + 0.4 * first * second + rng.normal(0.0, 0.2, (n_pairs, n_genes))
+    )
     return tuple(values.astype(np.float32).astype(np.float64) for values in (first, second, double))
 
 
@@ -44,8 +46,8 @@ def _degenerate(first: np.ndarray, second: np.ndarray, double: np.ndarray) -> No
     n = first.shape[-1]
     first[..., : n // 10] = 0.0
     second[..., : n // 10] = 0.0
-    second[..., n // 10: n // 5] = first[..., n // 10: n // 5]
-    double[..., n // 5: n // 4] = 1.0
+    second[..., n // 10 : n // 5] = first[..., n // 10 : n // 5]
+    double[..., n // 5 : n // 4] = 1.0
 
 
 def _published_scores(first, second, double) -> dict:
@@ -123,7 +125,8 @@ def test_theil_sen_subsets_are_scikit_learns(n_genes, monkeypatch):
     monkeypatch.setattr(sklearn_theil_sen, "_lstsq", recording)
     rng = np.random.default_rng(n_genes)
     TheilSenRegressor(fit_intercept=False, max_subpopulation=1e5, max_iter=1000, random_state=1000).fit(
-        rng.normal(size=(n_genes, 2)), rng.normal(size=n_genes))
+        rng.normal(size=(n_genes, 2)), rng.normal(size=n_genes)
+    )
     expected = np.concatenate(seen)
     subsets = theil_sen_subsets(n_genes)
     assert subsets.shape == (min(math.comb(n_genes, 2), 100_000), 2)
@@ -140,9 +143,17 @@ def _sklearn_coefficients(first, second, double) -> np.ndarray:
 SAMPLED = pytest.mark.slow  # 448 genes and more: scikit-learn draws its subsets, seconds per fit
 
 
-@pytest.mark.parametrize("n_genes, degenerate", [
-    (3, False), (25, False), (25, True), (447, True),
-    pytest.param(448, False, marks=SAMPLED), pytest.param(448, True, marks=SAMPLED)])
+@pytest.mark.parametrize(
+    "n_genes, degenerate",
+    [
+        (3, False),
+        (25, False),
+        (25, True),
+        (447, True),
+        pytest.param(448, False, marks=SAMPLED),
+        pytest.param(448, True, marks=SAMPLED),
+    ],
+)
 def test_theil_sen_matches_scikit_learn(n_genes, degenerate, device):
     """Up to 447 genes scikit-learn fits all pairs of genes, from 448 on 100,000 drawn ones."""
     first, second, double = _changes(n_genes, n_pairs=2, n_genes=n_genes)
@@ -157,8 +168,7 @@ def test_theil_sen_matches_scikit_learn(n_genes, degenerate, device):
 def test_theil_sen_matches_scikit_learn_on_norman_gene_count():
     first, second, double = _changes(11, n_pairs=1, n_genes=5045)
     got = theil_sen_coefficients(*(torch.tensor(values) for values in (first, second, double)))
-    np.testing.assert_allclose(got[0].numpy(), _sklearn_coefficients(first[0], second[0], double[0]),
-                               rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got[0].numpy(), _sklearn_coefficients(first[0], second[0], double[0]), rtol=0, atol=1e-6)
 
 
 def _median_clouds(n_points: int) -> np.ndarray:
@@ -231,8 +241,9 @@ def test_batch_equals_pairs_one_at_a_time(device):
     _degenerate(first[2], second[2], double[2])
     together = interaction_scores(first, second, double, device=device, batch_size=5)
     for pair in range(5):
-        alone = interaction_scores(first[pair:pair + 1], second[pair:pair + 1], double[pair:pair + 1],
-                                   device=device, batch_size=1)
+        alone = interaction_scores(
+            first[pair : pair + 1], second[pair : pair + 1], double[pair : pair + 1], device=device, batch_size=1
+        )
         for name in GI_SCORE_NAMES:
             assert together[name][pair] == pytest.approx(alone[name][0], rel=1e-12, abs=1e-12), (pair, name)
 

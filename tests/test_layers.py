@@ -4,6 +4,7 @@ inside functions too.
 
     python -m pytest tests/test_layers.py -q
 """
+
 from __future__ import annotations
 
 import ast
@@ -82,7 +83,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
         state[module] = "open"
         for target in sorted(graph.get(module, ())):
             if state.get(target) == "open":
-                found.append(trail[trail.index(target):] + [target])
+                found.append(trail[trail.index(target) :] + [target])
             elif target not in state:
                 visit(target, trail + [target])
         state[module] = "done"
@@ -103,13 +104,14 @@ def test_no_module_imports_a_higher_layer_or_a_sibling_layer():
 
 
 def test_no_import_circles():
-    graph = {module: {t for t in targets if t != module and not module.startswith(t + ".")}
-             for module, targets in import_graph().items()}  # a module may import its own package
+    graph = {
+        module: {t for t in targets if t != module and not module.startswith(t + ".")}
+        for module, targets in import_graph().items()
+    }  # a module may import its own package
     assert circles(graph) == []
 
 
 def test_the_checks_catch_an_upward_import_and_a_circle():
-    graph = {"gears_ddp.data.io": {"gears_ddp.training.recipe"},
-             "gears_ddp.training.recipe": {"gears_ddp.data.io"}}
+    graph = {"gears_ddp.data.io": {"gears_ddp.training.recipe"}, "gears_ddp.training.recipe": {"gears_ddp.data.io"}}
     assert layer_violations(graph) == ["gears_ddp.data.io imports gears_ddp.training.recipe"]
     assert circles(graph) == [["gears_ddp.data.io", "gears_ddp.training.recipe", "gears_ddp.data.io"]]

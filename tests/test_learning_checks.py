@@ -1,12 +1,14 @@
 """Tests for gears_ddp.report.learning: the sentences that say whether a run learned, each
 comparison with its verdict and interval from the report's verdicts."""
+
 import math
+
+from verdict_reports import report_from_values
 
 from gears_ddp.report.learning import NO_CHANGE_METRICS, learning_checks
 from gears_ddp.report.not_applicable import not_applicable_reason
 from gears_ddp.report.page import render_report_page
 from gears_ddp.report.verdicts import compare, verdict_records
-from verdict_reports import report_from_values
 
 STEPS = [0.0, 0.001, -0.001, 0.002, -0.002, 0.0]
 
@@ -18,18 +20,28 @@ def _column(value):
 def _report(losses, model, no_change, mean_effect):
     """A finished run: its history, and test values per perturbation around the means given."""
     metrics = {metric: _column(value) for metric, value in model.items()}
-    baselines = {name: {metric: _column(value) for metric, value in values.items()}
-                 for name, values in (("no_change", no_change), ("mean_effect", mean_effect)) if values}
+    baselines = {
+        name: {metric: _column(value) for metric, value in values.items()}
+        for name, values in (("no_change", no_change), ("mean_effect", mean_effect))
+        if values
+    }
     report = report_from_values(metrics, baselines)
     report["verdicts"] = verdict_records(compare(report))
-    return {**report, "history": [{"epoch": i + 1, "train_loss": loss} for i, loss in enumerate(losses)],
-            "best_epoch": len(losses), "world_size": 1}
+    return {
+        **report,
+        "history": [{"epoch": i + 1, "train_loss": loss} for i, loss in enumerate(losses)],
+        "best_epoch": len(losses),
+        "world_size": 1,
+    }
 
 
 def test_a_run_that_learned():
-    report = _report([0.5, 0.4, 0.3], {"mse": 0.001, "mse_de": 0.01, "pearson_delta": 0.55},
-                     {"mse": 0.002, "mse_de": 0.02, "pearson_delta": math.nan},
-                     {"mse": 0.0015, "mse_de": 0.015, "pearson_delta": 0.5})
+    report = _report(
+        [0.5, 0.4, 0.3],
+        {"mse": 0.001, "mse_de": 0.01, "pearson_delta": 0.55},
+        {"mse": 0.002, "mse_de": 0.02, "pearson_delta": math.nan},
+        {"mse": 0.0015, "mse_de": 0.015, "pearson_delta": 0.5},
+    )
     loss, no_change, pearson = learning_checks(report)
     assert loss == "Training loss fell: 0.5 in epoch 1, 0.3 in epoch 3."
     assert no_change.startswith("Against predicting no change: mse 0.001 against 0.002: beats (+0.001 [")
@@ -38,8 +50,12 @@ def test_a_run_that_learned():
 
 
 def test_a_run_that_did_not_learn():
-    report = _report([32.3, 32.4], {"mse": 0.084, "mse_de": 0.25, "pearson_delta": 0.01},
-                     {"mse": 0.042, "mse_de": 0.24}, {"pearson_delta": 0.16})
+    report = _report(
+        [32.3, 32.4],
+        {"mse": 0.084, "mse_de": 0.25, "pearson_delta": 0.01},
+        {"mse": 0.042, "mse_de": 0.24},
+        {"pearson_delta": 0.16},
+    )
     loss, no_change, pearson = learning_checks(report)
     assert loss.startswith("Training loss did not fall")
     assert "mse 0.084 against 0.042: loses to (-0.042 [" in no_change
@@ -49,10 +65,12 @@ def test_a_run_that_did_not_learn():
 
 def test_no_verdict_without_an_interval():
     report = _report([2.0, 1.0], {"mse_de": 0.1}, {"mse_de": 0.2}, {})
-    report["verdicts"] = verdict_records(compare({key: value for key, value in report.items()
-                                                  if key != "per_perturbation"}))
-    assert learning_checks(report)[1].startswith("Against predicting no change: mse_de 0.1 against 0.2: no verdict "
-                                                 "(the report holds no per-perturbation values")
+    report["verdicts"] = verdict_records(
+        compare({key: value for key, value in report.items() if key != "per_perturbation"})
+    )
+    assert learning_checks(report)[1].startswith(
+        "Against predicting no change: mse_de 0.1 against 0.2: no verdict (the report holds no per-perturbation values"
+    )
 
 
 def test_missing_figures_leave_their_check_out():
@@ -63,8 +81,12 @@ def test_missing_figures_leave_their_check_out():
 
 
 def test_the_report_page_shows_the_checks():
-    report = _report([0.5, 0.3], {"mse": 0.001, "mse_de": 0.01, "pearson_delta": 0.55},
-                     {"mse": 0.002, "mse_de": 0.02}, {"pearson_delta": 0.5})
+    report = _report(
+        [0.5, 0.3],
+        {"mse": 0.001, "mse_de": 0.01, "pearson_delta": 0.55},
+        {"mse": 0.002, "mse_de": 0.02},
+        {"pearson_delta": 0.5},
+    )
     page = render_report_page({}, report, {})
     assert "<h2>Did the model learn?</h2>" in page
     assert "<li>Training loss fell: 0.5 in epoch 1, 0.3 in epoch 2.</li>" in page

@@ -2,10 +2,11 @@
 its predictions are the formula computed directly from the cells of the training
 conditions, nothing of the test conditions moves them, and a gene without a row in the PCA
 or a two-gene condition is placed as docs/evaluation.md says."""
+
 import numpy as np
 import pytest
-
 import toy_data
+
 from gears_ddp import PertData
 from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.evaluation.baselines import baseline_predictions
@@ -33,8 +34,13 @@ def _formula(control, changes, gene_scores, embedding, embedding_test):
     """control + G W P + b with W = (GᵀG + λI)⁻¹ Gᵀ (Y − b) Pᵀ (PPᵀ + λI)⁻¹, by inverses."""
     b = changes.mean(axis=1, keepdims=True)
     k_genes, k_perts = gene_scores.shape[1], embedding.shape[0]
-    w = (np.linalg.inv(gene_scores.T @ gene_scores + LAMBDA * np.eye(k_genes)) @ gene_scores.T @ (changes - b)
-         @ embedding.T @ np.linalg.inv(embedding @ embedding.T + LAMBDA * np.eye(k_perts)))
+    w = (
+        np.linalg.inv(gene_scores.T @ gene_scores + LAMBDA * np.eye(k_genes))
+        @ gene_scores.T
+        @ (changes - b)
+        @ embedding.T
+        @ np.linalg.inv(embedding @ embedding.T + LAMBDA * np.eye(k_perts))
+    )
     return (control[:, None] + gene_scores @ w @ embedding_test + b).T
 
 
@@ -53,9 +59,9 @@ def test_the_linear_baseline_is_the_formula_on_the_training_conditions(screen):
     assert CONTROL in train and any("ctrl" not in c for c in test)  # control is fitted; combinations are tested
     means = _direct_means(screen, train)
     genes = list(screen.gene_names)
-    matrix = np.stack([means[c] for c in train], axis=1)          # genes x training conditions
-    assert matrix.shape[1] - 1 > K                                 # ten components of real variance
-    gene_scores = _gene_scores_by_eigenvectors(matrix, K)          # G
+    matrix = np.stack([means[c] for c in train], axis=1)  # genes x training conditions
+    assert matrix.shape[1] - 1 > K  # ten components of real variance
+    gene_scores = _gene_scores_by_eigenvectors(matrix, K)  # G
     control = means[CONTROL]
 
     def p(condition):
@@ -63,8 +69,9 @@ def test_the_linear_baseline_is_the_formula_on_the_training_conditions(screen):
         return np.sum(rows, axis=0) if rows else np.zeros(K)
 
     changes = np.stack([means[c] - control for c in train], axis=1)
-    expected = _formula(control, changes, gene_scores, np.stack([p(c) for c in train], axis=1),
-                        np.stack([p(c) for c in test], axis=1))
+    expected = _formula(
+        control, changes, gene_scores, np.stack([p(c) for c in train], axis=1), np.stack([p(c) for c in test], axis=1)
+    )
     predicted = baseline_predictions(screen, test)["linear"]
     np.testing.assert_allclose(predicted, expected, rtol=1e-7, atol=1e-9)
     assert not np.allclose(predicted, baseline_predictions(screen, test)["mean_effect"], atol=1e-3)

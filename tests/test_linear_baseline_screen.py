@@ -2,17 +2,18 @@
 another screen (``linear_baseline_screen``), read from a processed data folder or an h5ad
 file; what it computes, against the formula computed directly, and the errors that name a
 bad path or a screen that shares no perturbed gene."""
+
 import numpy as np
 import pytest
-
 import toy_data
+from test_linear_baseline import K, _direct_means, _formula, _gene_scores_by_eigenvectors
+
 from gears_ddp import PertData
 from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.data.screen_means import read_screen_means
 from gears_ddp.evaluation.baselines import PRETRAINED, baseline_predictions
 from gears_ddp.evaluation.linear_baseline import LinearModel, other_screen_embedding
 from gears_ddp.training.options import TrainingOptions
-from test_linear_baseline import K, _direct_means, _formula, _gene_scores_by_eigenvectors
 
 OTHER_SINGLES = [f"G{i}+ctrl" for i in range(0, 40, 2)]  # every other gene perturbed: G0, G2, ..., G38
 
@@ -32,7 +33,7 @@ def test_another_screen_places_the_perturbations_by_the_pca_of_its_conditions(to
     x, conditions = raw.X.toarray().astype(np.float64), raw.obs["condition"].to_numpy()
     names = list(dict.fromkeys(conditions))
     other_means = np.stack([x[conditions == c].mean(axis=0) for c in names])  # conditions x genes
-    scores = _gene_scores_by_eigenvectors(other_means, K)                     # conditions as rows
+    scores = _gene_scores_by_eigenvectors(other_means, K)  # conditions as rows
     row = dict(zip(names, scores))
 
     def p(condition):
@@ -47,8 +48,13 @@ def test_another_screen_places_the_perturbations_by_the_pca_of_its_conditions(to
     means = _direct_means(toy, train)
     gene_scores = _gene_scores_by_eigenvectors(np.stack([means[c] for c in train], axis=1), K)
     changes = np.stack([means[c] - means[CONTROL] for c in fitted], axis=1)
-    expected = _formula(means[CONTROL], changes, gene_scores, np.stack([p(c) for c in fitted], axis=1),
-                        np.stack([p(c) for c in test], axis=1))
+    expected = _formula(
+        means[CONTROL],
+        changes,
+        gene_scores,
+        np.stack([p(c) for c in fitted], axis=1),
+        np.stack([p(c) for c in test], axis=1),
+    )
 
     embedding = other_screen_embedding(path, train)
     assert LinearModel.fit(_direct_means(toy, train), list(toy.gene_names), embedding).fitted == fitted

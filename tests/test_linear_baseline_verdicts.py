@@ -2,6 +2,7 @@
 console table, a run's report.json and report.html, ``GEARS.test`` (``gears-ddp evaluate``),
 the replicates' summary with its paired intervals, and the cell-eval export of a baseline's
 cells (``predict_split(baseline=...)``, ``gears-ddp predict --baseline``)."""
+
 import csv
 import json
 import logging
@@ -10,8 +11,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 import toy_data
+
 from gears_ddp import GEARS
 from gears_ddp.evaluation.baselines import PRETRAINED, baseline_predictions
 from gears_ddp.evaluation.linear_baseline import other_screen_embedding
@@ -35,18 +36,17 @@ def _trained(toy, seed: int, other_screen, save_path=None) -> tuple[GEARS, dict]
     torch.manual_seed(seed)
     gears = GEARS(toy)
     gears.model_initialize(hidden_size=8)
-    return gears, gears.train(epochs=1, seed=seed, save_path=save_path and str(save_path),
-                              linear_baseline_screen=str(other_screen))
+    return gears, gears.train(
+        epochs=1, seed=seed, save_path=save_path and str(save_path), linear_baseline_screen=str(other_screen)
+    )
 
 
-def test_a_run_shows_both_linear_baselines_on_the_console_in_report_json_and_page(toy, tmp_path, other_screen,
-                                                                                   caplog):
+def test_a_run_shows_both_linear_baselines_on_the_console_in_report_json_and_page(toy, tmp_path, other_screen, caplog):
     with caplog.at_level(logging.INFO, logger="gears_ddp"):
         gears, report = _trained(toy, 1, other_screen, tmp_path / "run")
     table = next(r.getMessage() for r in caplog.records if "best model vs baselines" in r.getMessage())
     rows = [line.split() for line in table.splitlines()[2:7]]  # pearson_delta: one row per baseline
-    assert [rows[0][3]] + [row[0] for row in rows[1:]] == ["no_change", "mean_effect", "additive", "linear",
-                                                           PRETRAINED]
+    assert [rows[0][3]] + [row[0] for row in rows[1:]] == ["no_change", "mean_effect", "additive", "linear", PRETRAINED]
     for name in LINEAR:
         assert math.isfinite(report["baselines"][name]["test_mse_de"])
     assert report["baselines"]["linear"] != report["baselines"][PRETRAINED]
@@ -55,7 +55,8 @@ def test_a_run_shows_both_linear_baselines_on_the_console_in_report_json_and_pag
     overall = {r["metric"]: r for r in written["verdicts"] if r["subgroup"] is None}
     for name in LINEAR:
         assert written["baselines"][name]["test_pearson_delta"] == pytest.approx(
-            report["baselines"][name]["test_pearson_delta"])
+            report["baselines"][name]["test_pearson_delta"]
+        )
         record = overall["pearson_delta"]["baselines"][name]
         assert record["value"] == pytest.approx(report["baselines"][name]["test_pearson_delta"])
         assert record["verdict"] in ("beats", "loses to", "no clear difference") and record["not_applicable"] is None
@@ -67,10 +68,13 @@ def test_a_run_shows_both_linear_baselines_on_the_console_in_report_json_and_pag
     # the published API's return value carries the verdicts with their intervals, as report.json does
     returned = {r["metric"]: r for r in report["verdicts"] if r["subgroup"] is None}
     for name in LINEAR:
-        assert returned["pearson_delta"]["baselines"][name]["verdict"] == \
-            overall["pearson_delta"]["baselines"][name]["verdict"]
+        assert (
+            returned["pearson_delta"]["baselines"][name]["verdict"]
+            == overall["pearson_delta"]["baselines"][name]["verdict"]
+        )
         assert returned["pearson_delta"]["baselines"][name]["low"] == pytest.approx(
-            overall["pearson_delta"]["baselines"][name]["low"])
+            overall["pearson_delta"]["baselines"][name]["low"]
+        )
     assert set(report["prediction_spread"]) >= {"GEARS", *LINEAR} and "per_perturbation" in report
 
     # gears-ddp evaluate scores the saved model through GEARS.test, with the run's other screen
@@ -83,8 +87,17 @@ def test_a_run_shows_both_linear_baselines_on_the_console_in_report_json_and_pag
 
 def test_replicates_summarise_the_linear_baselines_with_paired_intervals(toy, tmp_path, other_screen):
     reports = {f"seed-{seed}": _trained(toy, seed, other_screen)[1] for seed in (1, 2, 3)}
-    replicates = [{"name": name, "seed": int(name[-1]), "split_seed": 1, "folder": str(tmp_path / name),
-                   "status": "finished", "error": None} for name in reports]
+    replicates = [
+        {
+            "name": name,
+            "seed": int(name[-1]),
+            "split_seed": 1,
+            "folder": str(tmp_path / name),
+            "status": "finished",
+            "error": None,
+        }
+        for name in reports
+    ]
     page = write_replicate_report(tmp_path, {"dataset_name": "toy"}, replicates, reports)
     summary = json.loads((tmp_path / "report.json").read_text())
     pearson = next(r for r in summary["metrics"] if r["metric"] == "pearson_delta" and r["subgroup"] is None)
@@ -93,8 +106,11 @@ def test_replicates_summarise_the_linear_baselines_with_paired_intervals(toy, tm
         assert difference["replicates"] == 3 and difference["low"] < difference["difference"] < difference["high"]
         assert difference["ci_low"] < difference["mean"] < difference["ci_high"]  # GEARS - baseline, as before
         assert difference["gears_minus_baseline"] == pytest.approx(
-            [reports[r]["model"]["test_pearson_delta"] - reports[r]["baselines"][name]["test_pearson_delta"]
-             for r in reports])
+            [
+                reports[r]["model"]["test_pearson_delta"] - reports[r]["baselines"][name]["test_pearson_delta"]
+                for r in reports
+            ]
+        )
     with open(tmp_path / TABLE_FILE, newline="") as table:
         methods = {row["method"] for row in csv.DictReader(table)}
     assert {"GEARS", "linear", PRETRAINED} <= methods
@@ -106,8 +122,9 @@ def test_the_cell_eval_export_writes_a_linear_baselines_cells_as_the_models(toy,
     model, real = gears.predict_split(clip_at_zero=False)
     # the control cell each cell starts from: the same export with no change at all
     genes = len(toy.gene_names)
-    paired, _ = split_predictions(toy, gears.dataloader, lambda sets: (torch.zeros(len(sets), genes), None), {},
-                                  clip_at_zero=False)
+    paired, _ = split_predictions(
+        toy, gears.dataloader, lambda sets: (torch.zeros(len(sets), genes), None), {}, clip_at_zero=False
+    )
     test = gears.test_result.conditions
     for name, screen in (("linear", None), (PRETRAINED, other_screen)):
         predicted, truth = gears.predict_split(clip_at_zero=False, baseline=name, linear_baseline_screen=screen)
@@ -121,8 +138,9 @@ def test_the_cell_eval_export_writes_a_linear_baselines_cells_as_the_models(toy,
         for row, condition in enumerate(test):
             cells = (predicted.obs["condition"] == condition).to_numpy()
             change = expected[name][row] - expected["no_change"][row]
-            np.testing.assert_allclose(predicted.X[cells] - paired.X[cells], np.tile(change, (cells.sum(), 1)),
-                                       atol=1e-5)
+            np.testing.assert_allclose(
+                predicted.X[cells] - paired.X[cells], np.tile(change, (cells.sum(), 1)), atol=1e-5
+            )
     with pytest.raises(ValueError, match="linear_pretrained needs another screen"):
         gears.predict_split(baseline=PRETRAINED)
     with pytest.raises(ValueError, match="no baseline 'linaer'"):

@@ -1,5 +1,4 @@
 """Batches are gathered correctly; distributed loaders split the data as promised."""
-import dataclasses
 
 import numpy as np
 import pytest
@@ -37,8 +36,15 @@ def test_batch_contents_follow_the_reference_definition(toy):
         assert batch.de_idx[row].tolist() == expected_de + [-1] * (20 - len(expected_de))
 
 
-SET_TENSORS = ("sets", "counts", "cell_set", "cells_by_set", "first_cell", "perturbed_cells_by_set",
-               "first_perturbed_cell")
+SET_TENSORS = (
+    "sets",
+    "counts",
+    "cell_set",
+    "cells_by_set",
+    "first_cell",
+    "perturbed_cells_by_set",
+    "first_perturbed_cell",
+)
 
 
 def _assert_same_sets(got: PerturbationSets, want: PerturbationSets) -> None:
@@ -71,7 +77,13 @@ def _assert_padded(got: PerturbationSets, alone: PerturbationSets, pad_to: int) 
     count 0, first cell 0; the per-cell tensors and the host integers fixed by the shapes."""
     extra = pad_to - alone.n_sets
     assert (got.padded, got.n_sets, got.n_columns, got.n_cells, got.n_unperturbed, got.unperturbed_cells) == (
-        True, pad_to, alone.n_columns, alone.n_cells, 0, 0)
+        True,
+        pad_to,
+        alone.n_columns,
+        alone.n_cells,
+        0,
+        0,
+    )
     assert len(got.packed) == pad_to * (alone.n_columns + 3) + 2 * alone.n_cells
     assert torch.equal(got.sets, torch.cat((alone.sets, torch.full((extra, alone.n_columns), -1))))
     padding = torch.zeros(extra, dtype=torch.long)
@@ -103,7 +115,8 @@ def test_loaders_give_each_batch_the_sets_of_its_cells(toy):
     """Shuffled, sharded, with a short last batch, and resumed in the middle of an epoch."""
     n_perts = len(toy.pert_names)
     loaders = [toy.get_dataloader(8, test_batch_size=5)] + [
-        toy.get_dataloader_distributed(8, test_batch_size=5, world_size=2, rank=r) for r in range(2)]
+        toy.get_dataloader_distributed(8, test_batch_size=5, world_size=2, rank=r) for r in range(2)
+    ]
     short_last_batches = 0
     for loader in (loader[name] for loader in loaders for name in ("train_loader", "test_loader", "val_loader")):
         loader.set_epoch(3)
@@ -119,8 +132,17 @@ def test_loaders_give_each_batch_the_sets_of_its_cells(toy):
     assert short_last_batches > 0
     train = loaders[0]["train_loader"]
     pad_to = train.max_sets_per_batch()
-    assert pad_to == min(8, len({tuple(sorted(p)) for p in toy.cells.condition_pert_idx[
-        torch.unique(toy.cells.condition_codes[train.dataset.cell_indices])].tolist()}))
+    assert pad_to == min(
+        8,
+        len(
+            {
+                tuple(sorted(p))
+                for p in toy.cells.condition_pert_idx[
+                    torch.unique(toy.cells.condition_codes[train.dataset.cell_indices])
+                ].tolist()
+            }
+        ),
+    )
     for batch, padded in zip(train.batches(), train.batches(0, pad_to)):
         _assert_padded(padded.sets, batch.sets, pad_to)
 
@@ -142,10 +164,22 @@ def test_a_plan_laid_out_a_window_at_a_time_gives_the_batches_of_one_laid_out_at
         loader = loaders[name]
         loader.set_epoch(2)
         positions = loader.sampler.positions()
-        whole = EpochPlan(loader.dataset, positions, loader.batch_size, loader.drop_last, pad_sets_to=pad_to,
-                          window_batches=len(loader))
-        windowed = EpochPlan(loader.dataset, positions, loader.batch_size, loader.drop_last, pad_sets_to=pad_to,
-                             window_batches=window_batches)
+        whole = EpochPlan(
+            loader.dataset,
+            positions,
+            loader.batch_size,
+            loader.drop_last,
+            pad_sets_to=pad_to,
+            window_batches=len(loader),
+        )
+        windowed = EpochPlan(
+            loader.dataset,
+            positions,
+            loader.batch_size,
+            loader.drop_last,
+            pad_sets_to=pad_to,
+            window_batches=window_batches,
+        )
         assert len(windowed) == len(whole) == len(loader) > 3 * window_batches
         order = [*range(len(whole) - 1, len(whole) // 2, -1), *range(len(whole) // 2 + 1)]
         for i in order:
@@ -221,6 +255,7 @@ def test_distributed_shards(toy):
 
 def test_rank_outside_world_size(toy):
     import pytest
+
     with pytest.raises(ValueError, match="rank 2 is outside world_size 2"):
         toy.get_dataloader_distributed(8, world_size=2, rank=2)
 
@@ -238,8 +273,13 @@ def test_memory_is_one_float32_copy_plus_indices(data_folder, storage):
 
 
 def _child_writes_marker(rank, pert_data, queue):
-    queue.put((pert_data.cells.expression.is_shared(), pert_data.adata.shape,
-               np.shares_memory(pert_data.adata.X, pert_data.cells.expression.numpy())))
+    queue.put(
+        (
+            pert_data.cells.expression.is_shared(),
+            pert_data.adata.shape,
+            np.shares_memory(pert_data.adata.X, pert_data.cells.expression.numpy()),
+        )
+    )
     pert_data.cells.expression[0, 0] = 1234.5
 
 
@@ -273,22 +313,24 @@ def test_the_shuffled_shards_are_distributed_samplers(n, world_size):
 
     for rank in range(world_size):
         ours = ShuffledShardSampler(n, world_size, rank, seed=5)
-        theirs = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=True, seed=5,
-                                    drop_last=True)
+        theirs = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=True, seed=5, drop_last=True)
         for epoch in (0, 1, 7):
             ours.set_epoch(epoch)
             theirs.set_epoch(epoch)
             assert ours.positions().tolist() == list(theirs) and len(ours) == len(theirs)
 
 
-@pytest.mark.parametrize("given, message", [
-    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
-    ({"batch_size": "32"}, "batch_size must be a positive integer, got '32'"),
-    ({"batch_size": 8, "test_batch_size": 0}, "test_batch_size must be a positive integer, got 0"),
-    ({"batch_size": 8, "seed": -1}, "seed must be a non-negative integer, got -1"),
-    ({"batch_size": 8, "num_workers": 1.5}, "num_workers must be a non-negative integer, got 1.5"),
-    ({"batch_size": 8, "resample_controls": "yes"}, "resample_controls must be True or False, got 'yes'"),
-])
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+        ({"batch_size": "32"}, "batch_size must be a positive integer, got '32'"),
+        ({"batch_size": 8, "test_batch_size": 0}, "test_batch_size must be a positive integer, got 0"),
+        ({"batch_size": 8, "seed": -1}, "seed must be a non-negative integer, got -1"),
+        ({"batch_size": 8, "num_workers": 1.5}, "num_workers must be a non-negative integer, got 1.5"),
+        ({"batch_size": 8, "resample_controls": "yes"}, "resample_controls must be True or False, got 'yes'"),
+    ],
+)
 def test_get_dataloader_names_a_bad_loader_option_and_keeps_the_loaders_it_had(toy, given, message):
     """The published entry checks what it is given (``check_loader_options``, the one check the
     training options use too), before it replaces any loader."""

@@ -1,6 +1,7 @@
 """``enable_console_logging``'s handler writes to the stderr of the moment: one made before
 stderr was redirected (a notebook, a test's capture) writes to the new stream, and one whose
 old stream was closed raises no logging error."""
+
 import io
 import logging
 import sys

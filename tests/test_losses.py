@@ -1,12 +1,13 @@
 """The vectorised GEARS loss equals a per-condition loop and the published loss functions."""
+
 import numpy as np
 import pytest
 import torch
-
 import toy_data
+from reference_package import import_reference
+
 from gears_ddp import PertData
 from gears_ddp.model.losses import LossContext, gears_loss
-from reference_package import import_reference
 
 N_GENES = 30
 CONDITIONS = ["ctrl", "A+ctrl", "B+ctrl", "A+B"]
@@ -50,8 +51,12 @@ def test_loss_equals_per_condition_loop(seed, uncertainty):
     context = _context(reg=0.7)
     pred, y, condition, logvar = _batch(seed)
     logvar = logvar if uncertainty else None
-    torch.testing.assert_close(gears_loss(pred, y, condition, context, logvar),
-                               _loop_loss(pred, y, condition, context, logvar), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(
+        gears_loss(pred, y, condition, context, logvar),
+        _loop_loss(pred, y, condition, context, logvar),
+        rtol=1e-6,
+        atol=1e-7,
+    )
 
 
 @pytest.mark.parametrize("uncertainty", [False, True])
@@ -63,18 +68,22 @@ def test_loss_equals_the_published_loss(uncertainty):
     context = _context(direction_lambda=0.1, reg=0.5)
     pred, y, condition, logvar = _batch(seed=5)
     perts = [CONDITIONS[c] for c in condition.tolist()]
-    dict_filter = {c: np.flatnonzero(context.retained_genes[i].numpy()) for i, c in enumerate(CONDITIONS) if c != "ctrl"}
+    dict_filter = {
+        c: np.flatnonzero(context.retained_genes[i].numpy()) for i, c in enumerate(CONDITIONS) if c != "ctrl"
+    }
     ours_pred, other_pred = pred.clone().requires_grad_(), pred.clone().requires_grad_()
     if uncertainty:
         ours = gears_loss(ours_pred, y, condition, context, logvar)
         with torch.no_grad():
-            theirs = utils.uncertainty_loss_fct(pred, logvar, y, perts, reg=0.5, ctrl=context.ctrl_mean,
-                                                direction_lambda=0.1, dict_filter=dict_filter)
+            theirs = utils.uncertainty_loss_fct(
+                pred, logvar, y, perts, reg=0.5, ctrl=context.ctrl_mean, direction_lambda=0.1, dict_filter=dict_filter
+            )
         other = _loop_loss(other_pred, y, condition, context, logvar)
     else:
         ours = gears_loss(ours_pred, y, condition, context)
-        theirs = other = utils.loss_fct(other_pred, y, perts, ctrl=context.ctrl_mean, direction_lambda=0.1,
-                                        dict_filter=dict_filter)
+        theirs = other = utils.loss_fct(
+            other_pred, y, perts, ctrl=context.ctrl_mean, direction_lambda=0.1, dict_filter=dict_filter
+        )
     torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
     ours.backward()
     other.backward()

@@ -1,4 +1,5 @@
 """The worker-to-parent message channel: whole messages arrive, a dead writer never hangs the parent."""
+
 import os
 import pickle
 import signal
@@ -40,6 +41,7 @@ def _spawn_with_deadline(worker, deadline_s=120):
             outcome["messages"] = spawn_workers(worker, (), 2)
         except BaseException as err:  # handed to the test thread
             outcome["error"] = err
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(deadline_s)
@@ -107,6 +109,7 @@ def test_a_half_written_frame_is_kept_until_the_rest_arrives():
 
 def _log_from_each_rank(local_rank, messages):
     from gears_ddp._logging import get_logger
+
     messages.forward_logs(local_rank)
     logger = get_logger("gears_ddp.worker_test")
     logger.info("progress of rank %d", local_rank)

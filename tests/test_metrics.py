@@ -1,5 +1,6 @@
 """Metrics: parity with the published GEARS, distributed accumulation, the truth spread read
 from the data, hand-computed values."""
+
 import dataclasses
 import re
 import warnings
@@ -10,12 +11,20 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 import torch
+from reference_package import import_reference
 
 from gears_ddp.data.grouped import condition_means
-from gears_ddp.evaluation.metrics import (EvaluationAccumulator, EvaluationResult, MetricContext, compute_metrics,
-                               deeper_analysis, non_dropout_analysis, non_dropout_de_table, subgroup_metrics)
+from gears_ddp.evaluation.metrics import (
+    EvaluationAccumulator,
+    EvaluationResult,
+    MetricContext,
+    compute_metrics,
+    deeper_analysis,
+    non_dropout_analysis,
+    non_dropout_de_table,
+    subgroup_metrics,
+)
 from gears_ddp.evaluation.truth_spread import SPREAD_STATISTICS, spread
-from reference_package import import_reference
 
 
 def result_from_cells(pert_cat, pred, truth, conditions, de_idx_table, non_dropout_table) -> EvaluationResult:
@@ -24,8 +33,9 @@ def result_from_cells(pert_cat, pred, truth, conditions, de_idx_table, non_dropo
     condition in ``conditions`` (as ``CellTable`` tables)."""
     codes = pd.Index(list(conditions)).get_indexer(np.asarray(pert_cat, dtype=object))
     pred = torch.as_tensor(np.asarray(pred))
-    accumulator = EvaluationAccumulator(conditions, pred.shape[1], torch.as_tensor(de_idx_table),
-                                        torch.as_tensor(non_dropout_table))
+    accumulator = EvaluationAccumulator(
+        conditions, pred.shape[1], torch.as_tensor(de_idx_table), torch.as_tensor(non_dropout_table)
+    )
     accumulator.add(torch.from_numpy(codes), pred, torch.as_tensor(np.asarray(truth)))
     return accumulator.result()
 
@@ -34,9 +44,10 @@ def spreads_from_cells(pert_data, test_res) -> dict:
     """``MetricContext.spreads`` of reference-style per-cell results: each condition's cells'
     ``truth`` at its DE genes (gene order) and top non-dropout DE genes, NaN where padded."""
     cells = pert_data.cells
-    tables = {"de": cells.condition_de_idx.numpy(),
-              "non_dropout_de": non_dropout_de_table(pert_data.uns, pert_data.var.index,
-                                                     cells.condition_names).numpy()}
+    tables = {
+        "de": cells.condition_de_idx.numpy(),
+        "non_dropout_de": non_dropout_de_table(pert_data.uns, pert_data.var.index, cells.condition_names).numpy(),
+    }
     out = {name: {} for name in tables}
     for condition in np.unique(test_res["pert_cat"]):
         truth = np.asarray(test_res["truth"])[test_res["pert_cat"] == condition]
@@ -53,8 +64,7 @@ def assert_same_metrics(ours: dict, reference: dict) -> None:
     for condition, expected in reference.items():
         assert set(ours[condition]) == set(expected), condition
         for key, value in expected.items():
-            np.testing.assert_allclose(ours[condition][key], value, rtol=1e-6, atol=1e-6,
-                                       err_msg=f"{condition} {key}")
+            np.testing.assert_allclose(ours[condition][key], value, rtol=1e-6, atol=1e-6, err_msg=f"{condition} {key}")
 
 
 def reference_style_results(pert_data, conditions, seed=0):
@@ -87,8 +97,13 @@ def reference_style_results(pert_data, conditions, seed=0):
     bias = rng.normal(scale=0.3, size=len(cells.conditions))[codes, None]
     pred = truth + bias + rng.normal(scale=0.3, size=truth.shape)
     pred[of(fourth)] = 1.0  # constant: Pearson undefined, counted as 0
-    return {"pert_cat": pert_cat, "pred": pred, "truth": truth,
-            "pred_de": np.take_along_axis(pred, de_idx, 1), "truth_de": np.take_along_axis(truth, de_idx, 1)}
+    return {
+        "pert_cat": pert_cat,
+        "pred": pred,
+        "truth": truth,
+        "pred_de": np.take_along_axis(pred, de_idx, 1),
+        "truth_de": np.take_along_axis(truth, de_idx, 1),
+    }
 
 
 def _zero_at(values, de_idx, n):
@@ -108,20 +123,29 @@ def edit_gene_sets(adata, conditions):
 
 def run_reference(inference, adata, test_res):
     """The published package's three metric functions on ``test_res`` (its warnings silenced)."""
-    reference_adata = anndata.AnnData(X=sp.csr_matrix(adata.X.astype(np.float64)), obs=adata.obs,
-                                      var=adata.var, uns=adata.uns)  # the reference needs a sparse X
+    reference_adata = anndata.AnnData(
+        X=sp.csr_matrix(adata.X.astype(np.float64)), obs=adata.obs, var=adata.var, uns=adata.uns
+    )  # the reference needs a sparse X
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return (inference.compute_metrics(test_res), inference.deeper_analysis(reference_adata, test_res),
-                inference.non_dropout_analysis(reference_adata, test_res))
+        return (
+            inference.compute_metrics(test_res),
+            inference.deeper_analysis(reference_adata, test_res),
+            inference.non_dropout_analysis(reference_adata, test_res),
+        )
 
 
 def our_result(pert_data, test_res):
     """``EvaluationResult`` of reference-style per-cell results of ``pert_data``'s cells."""
     cells = pert_data.cells
-    return result_from_cells(test_res["pert_cat"], test_res["pred"], test_res["truth"], cells.conditions,
-                             cells.condition_de_idx,
-                             non_dropout_de_table(pert_data.uns, pert_data.var.index, cells.condition_names))
+    return result_from_cells(
+        test_res["pert_cat"],
+        test_res["pred"],
+        test_res["truth"],
+        cells.conditions,
+        cells.condition_de_idx,
+        non_dropout_de_table(pert_data.uns, pert_data.var.index, cells.condition_names),
+    )
 
 
 def published_case(pert_data):
@@ -185,9 +209,15 @@ def accumulate(pert_data, loader):
 
 def test_two_ranks_merge_to_the_single_process_result(toy):
     single = accumulate(toy, toy.get_dataloader(batch_size=8, test_batch_size=16)["test_loader"]).result()
-    states = [accumulate(toy, toy.get_dataloader_distributed(batch_size=8, test_batch_size=batch_size, world_size=2,
-                                                             rank=rank)["test_loader"]).state()
-              for rank, batch_size in ((0, 5), (1, 7))]
+    states = [
+        accumulate(
+            toy,
+            toy.get_dataloader_distributed(batch_size=8, test_batch_size=batch_size, world_size=2, rank=rank)[
+                "test_loader"
+            ],
+        ).state()
+        for rank, batch_size in ((0, 5), (1, 7))
+    ]
     merged = EvaluationAccumulator.from_pert_data(toy, uncertainty=True)
     merged.load_state({name: states[0][name] + states[1][name] for name in states[0]})
     result = merged.result()
@@ -207,17 +237,21 @@ def test_the_truth_spread_read_from_the_data_is_that_of_the_evaluated_cells(toy)
     conditions = toy.set2conditions["test"]
     batches = list(toy.get_dataloader(batch_size=8, test_batch_size=16)["test_loader"])
     names = np.array(toy.cells.conditions, dtype=object)
-    test_res = {"pert_cat": np.concatenate([names[b.condition.numpy()] for b in batches]).astype(str),
-                "truth": torch.cat([b.y for b in batches]).numpy()}
+    test_res = {
+        "pert_cat": np.concatenate([names[b.condition.numpy()] for b in batches]).astype(str),
+        "truth": torch.cat([b.y for b in batches]).numpy(),
+    }
     expected = spreads_from_cells(toy, test_res)
     context = MetricContext.from_pert_data(toy, conditions)
     for name in ("de", "non_dropout_de"):
         assert set(context.spreads[name]) == set(conditions)
         for condition in conditions:
             for statistic in SPREAD_STATISTICS:
-                np.testing.assert_array_equal(context.spreads[name][condition][statistic],
-                                              expected[name][condition][statistic],
-                                              err_msg=f"{name} {condition} {statistic}")
+                np.testing.assert_array_equal(
+                    context.spreads[name][condition][statistic],
+                    expected[name][condition][statistic],
+                    err_msg=f"{name} {condition} {statistic}",
+                )
     assert not np.isnan(context.spreads["de"][conditions[0]]["std"]).all()
     # the analyses refuse a condition the context has no spread for, naming it
     partial = dataclasses.replace(context, spreads={name: {} for name in context.spreads})
@@ -234,31 +268,48 @@ def test_compute_metrics_by_hand():
     pert_cat = ["ctrl", "ctrl", "A+ctrl", "A+ctrl", "B+ctrl"]
     truth = [[1, 2, 3], [1, 2, 3], [1, 2, 3], [1, 2, 5], [2, 4, 7]]
     pred = [[3, 2, 1], [3, 2, 1], [0, 0, 0], [2, 2, 2], [1, 2, 3]]
-    result = result_from_cells(pert_cat, np.array(pred, float), np.array(truth, float), conditions,
-                               de_idx, torch.full((3, 20), -1))
+    result = result_from_cells(
+        pert_cat, np.array(pred, float), np.array(truth, float), conditions, de_idx, torch.full((3, 20), -1)
+    )
     metrics, per = compute_metrics(result)
     # means: ctrl pred [3,2,1] truth [1,2,3]; A pred [1,1,1] truth [1,2,4]; B pred [1,2,3] truth [2,4,7]
     pearson_b = 5 / np.sqrt(2 * 114 / 9)
-    expected = {"ctrl": {"mse": 8 / 3, "pearson": -1, "mse_de": 0, "pearson_de": 0},
-                "A+ctrl": {"mse": 10 / 3, "pearson": 0, "mse_de": 4.5, "pearson_de": 0},  # constant pred: NaN -> 0
-                "B+ctrl": {"mse": 7, "pearson": pearson_b, "mse_de": 2.5, "pearson_de": 1}}
+    expected = {
+        "ctrl": {"mse": 8 / 3, "pearson": -1, "mse_de": 0, "pearson_de": 0},
+        "A+ctrl": {"mse": 10 / 3, "pearson": 0, "mse_de": 4.5, "pearson_de": 0},  # constant pred: NaN -> 0
+        "B+ctrl": {"mse": 7, "pearson": pearson_b, "mse_de": 2.5, "pearson_de": 1},
+    }
     assert per.keys() == expected.keys()
     for condition, values in expected.items():
         assert per[condition].keys() == values.keys()
         np.testing.assert_allclose([per[condition][k] for k in values], list(values.values()), atol=1e-12)
-    np.testing.assert_allclose([metrics[k] for k in ("mse", "pearson", "mse_de", "pearson_de")],
-                               [13 / 3, (pearson_b - 1) / 3, 3.5, 0.5], atol=1e-12)
+    np.testing.assert_allclose(
+        [metrics[k] for k in ("mse", "pearson", "mse_de", "pearson_de")],
+        [13 / 3, (pearson_b - 1) / 3, 3.5, 0.5],
+        atol=1e-12,
+    )
 
 
 def test_subgroup_metrics():
     metrics_pert = {"A+B": {"mse": 1.0, "frac": 2.0}, "C+D": {"mse": 3.0}, "E+ctrl": {"mse": 5.0, "frac": 4.0}}
-    subgroups = {"combo_seen1": ["A+B", "C+D"], "unseen_single": ["E+ctrl", "F+ctrl"],
-                 "combo_seen0": ["G+H"], "combo_seen2": []}
+    subgroups = {
+        "combo_seen1": ["A+B", "C+D"],
+        "unseen_single": ["E+ctrl", "F+ctrl"],
+        "combo_seen0": ["G+H"],
+        "combo_seen2": [],
+    }
     assert subgroup_metrics(metrics_pert, subgroups) == {
-        "test_combo_seen1_mse": 2.0, "test_combo_seen1_frac": 2.0,
-        "test_unseen_single_mse": 5.0, "test_unseen_single_frac": 4.0}
+        "test_combo_seen1_mse": 2.0,
+        "test_combo_seen1_frac": 2.0,
+        "test_unseen_single_mse": 5.0,
+        "test_unseen_single_frac": 4.0,
+    }
     assert set(subgroup_metrics(metrics_pert, subgroups, prefix="val_")) == {
-        "val_combo_seen1_mse", "val_combo_seen1_frac", "val_unseen_single_mse", "val_unseen_single_frac"}
+        "val_combo_seen1_mse",
+        "val_combo_seen1_frac",
+        "val_unseen_single_mse",
+        "val_unseen_single_frac",
+    }
 
 
 def test_bad_input_is_rejected_with_a_clear_error():

@@ -1,5 +1,6 @@
 """The GEARS network: checkpoint format and outputs of the published model, and the
 distinct-set computation equal to the per-cell one (outputs, gradients, running stats)."""
+
 import contextlib
 import copy
 import io
@@ -8,12 +9,12 @@ import pickle
 import pytest
 import torch
 import torch.nn.functional as F
-
-from gears_ddp.model import weighted_norm
-from gears_ddp.data.perturbation_sets import distinct_perturbation_sets
-from gears_ddp.model.network import PERT_EMB_LAMBDA, GEARSModel, renormalise
 from model_fixtures import HIDDEN, N_GENES, N_PERTS, make_model, model_graphs, random_batch
 from reference_package import import_reference
+
+from gears_ddp.data.perturbation_sets import distinct_perturbation_sets
+from gears_ddp.model import weighted_norm
+from gears_ddp.model.network import PERT_EMB_LAMBDA, GEARSModel, renormalise
 
 
 def _reference_model(uncertainty, graphs=None):
@@ -21,18 +22,34 @@ def _reference_model(uncertainty, graphs=None):
     weights)), by default those of ``make_model``'s model."""
     module = import_reference("gears.model")
     (coexpress, coexpress_weight), (go, go_weight) = graphs or model_graphs()
-    args = dict(num_genes=N_GENES, num_perts=N_PERTS, hidden_size=HIDDEN, uncertainty=uncertainty,
-                num_go_gnn_layers=1, num_gene_gnn_layers=1, decoder_hidden_size=16, no_perturb=False,
-                G_coexpress=coexpress, G_coexpress_weight=coexpress_weight, G_go=go, G_go_weight=go_weight,
-                device="cpu")
+    args = dict(
+        num_genes=N_GENES,
+        num_perts=N_PERTS,
+        hidden_size=HIDDEN,
+        uncertainty=uncertainty,
+        num_go_gnn_layers=1,
+        num_gene_gnn_layers=1,
+        decoder_hidden_size=16,
+        no_perturb=False,
+        G_coexpress=coexpress,
+        G_coexpress_weight=coexpress_weight,
+        G_go=go,
+        G_go_weight=go_weight,
+        device="cpu",
+    )
     with contextlib.redirect_stdout(io.StringIO()):
         return module.GEARS_Model(args)
 
 
 def _reference_batch(x, pert_idx):
     from torch_geometric.data import Batch, Data
-    return Batch.from_data_list([Data(x=x[i].reshape(-1, 1), pert_idx=[p for p in pert_idx[i].tolist() if p >= 0] or [-1])
-                                 for i in range(len(x))])
+
+    return Batch.from_data_list(
+        [
+            Data(x=x[i].reshape(-1, 1), pert_idx=[p for p in pert_idx[i].tolist() if p >= 0] or [-1])
+            for i in range(len(x))
+        ]
+    )
 
 
 def _trained_a_little(model, steps=3):
@@ -71,7 +88,10 @@ def test_outputs_equal_the_published_model_at_batch_size_one(uncertainty):
     x, pert_idx = random_batch(batch_size=6, seed=4)
     with torch.no_grad():
         for i in range(len(x)):  # each cell alone
-            mine, reference = ours(x[i:i + 1], pert_idx[i:i + 1]), theirs(_reference_batch(x[i:i + 1], pert_idx[i:i + 1]))
+            mine, reference = (
+                ours(x[i : i + 1], pert_idx[i : i + 1]),
+                theirs(_reference_batch(x[i : i + 1], pert_idx[i : i + 1])),
+            )
             for a, b in zip(*(o if uncertainty else (o,) for o in (mine, reference))):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
         mine, reference = ours(x, pert_idx), theirs(_reference_batch(x, pert_idx))  # first cell of a batch
@@ -154,8 +174,9 @@ def _sums_as(monkeypatch, sums: str) -> None:
     """Sums over rows on a CPU as matrix-vector products (one thread) or as torch's
     reductions (several), whatever this process's thread count."""
     as_products = sums == "products"
-    monkeypatch.setattr(weighted_norm, "sums_as_products",
-                        lambda device: weighted_norm.in_cache_pieces(device) and as_products)
+    monkeypatch.setattr(
+        weighted_norm, "sums_as_products", lambda device: weighted_norm.in_cache_pieces(device) and as_products
+    )
 
 
 def test_sums_over_rows_are_products_on_one_cpu_thread_only():
@@ -186,8 +207,9 @@ def test_weighted_row_sums_weight_every_row_by_its_block_share(sums, rows_per_pa
         torch.testing.assert_close(weights.sum_of_squares(x).view(-1), (per_row * x * x).sum(0), rtol=1e-12, atol=0)
         part = slice(1, 3)
         rows = slice(rows_per_block, 3 * rows_per_block)
-        torch.testing.assert_close(weights.sum(x[rows], part).view(-1), (per_row[rows] * x[rows]).sum(0),
-                                   rtol=1e-12, atol=0)
+        torch.testing.assert_close(
+            weights.sum(x[rows], part).view(-1), (per_row[rows] * x[rows]).sum(0), rtol=1e-12, atol=0
+        )
     torch.testing.assert_close(weighted_norm.first_dim_sum(x), x.sum(0), rtol=1e-12, atol=0)
 
 
@@ -231,6 +253,7 @@ def test_fused_and_plain_decoders_compute_the_same_training_step(device, monkeyp
     """``fused_decoder = False`` runs the module chain instead of ``set_decoder.decode_sets``:
     the same outputs, parameter gradients and running statistics (float64)."""
     import gears_ddp.model.network as model_module
+
     calls = []
     decode_sets = model_module.decode_sets
     monkeypatch.setattr(model_module, "decode_sets", lambda *args: calls.append(1) or decode_sets(*args))
@@ -265,8 +288,9 @@ def test_the_decoder_keeps_its_row_buffers_between_steps_and_lends_them_to_one_p
     model = make_model().train().double()
     pointers = []
     for seed in (3, 4):
-        model(*[t.double() if t.is_floating_point() else t for t in random_batch(batch_size=12, seed=seed)]) \
-            .square().sum().backward()
+        model(
+            *[t.double() if t.is_floating_point() else t for t in random_batch(batch_size=12, seed=seed)]
+        ).square().sum().backward()
         pointers.append({name: buffer.data_ptr() for name, buffer in model.decoder_buffers._buffers.items()})
         assert not model.decoder_buffers.borrowed
     assert set(pointers[0]) == {"centred1", "centred2", "grad_a1"} and pointers[1] == pointers[0]
@@ -274,13 +298,28 @@ def test_the_decoder_keeps_its_row_buffers_between_steps_and_lends_them_to_one_p
     assert pickle.loads(pickle.dumps(model)).decoder_buffers._buffers == {}
 
     generator = torch.Generator().manual_seed(0)
-    inputs = [(torch.randn(N_GENES, HIDDEN, dtype=torch.float64, generator=generator).requires_grad_(),
-               torch.randn(3, HIDDEN, dtype=torch.float64, generator=generator).requires_grad_()) for _ in range(2)]
+    inputs = [
+        (
+            torch.randn(N_GENES, HIDDEN, dtype=torch.float64, generator=generator).requires_grad_(),
+            torch.randn(3, HIDDEN, dtype=torch.float64, generator=generator).requires_grad_(),
+        )
+        for _ in range(2)
+    ]
     counts = torch.tensor([2, 1, 3])
 
     def decoded(genes, shifts, buffers):
-        return decode_sets(genes, shifts, counts, 6, model.bn_pert_base, model.recovery_w, model.indv_w1[:, :, 0],
-                           model.indv_b1[:, 0], False, buffers)
+        return decode_sets(
+            genes,
+            shifts,
+            counts,
+            6,
+            model.bn_pert_base,
+            model.recovery_w,
+            model.indv_w1[:, :, 0],
+            model.indv_b1[:, 0],
+            False,
+            buffers,
+        )
 
     alone = []
     for genes, shifts in inputs:
@@ -309,6 +348,7 @@ def test_fused_and_plain_decoders_are_alike_accurate_under_bfloat16_autocast(dev
     two paths' product shapes, so their difference can reach the sum of both errors; and
     a decoder computing something else would be far less accurate than the chain.)"""
     import gears_ddp.model.network as model_module
+
     calls = []
     decode_sets = model_module.decode_sets
     monkeypatch.setattr(model_module, "decode_sets", lambda *args: calls.append(1) or decode_sets(*args))
@@ -339,7 +379,8 @@ def test_fused_and_plain_decoders_are_alike_accurate_under_bfloat16_autocast(dev
         plain_error = float((plain[name] - expected).abs().max())
         assert fused_error <= 2 * plain_error + 2**-9 * largest, (
             f"{name}: the fused decoder is off the float64 step by {fused_error:.3g}, the module chain by "
-            f"{plain_error:.3g} (largest value {largest:.3g})")
+            f"{plain_error:.3g} (largest value {largest:.3g})"
+        )
 
 
 def test_a_single_perturbed_cell_in_training_mode_works():
@@ -391,6 +432,7 @@ def test_weighted_batchnorm_keeps_half_precision_inputs_finite():
     """Under mixed precision the statistics are computed in float32 (as autocast does for
     BatchNorm): float16 sums over 20,000 rows of values around 40 would overflow."""
     from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
+
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(20000, 8, generator=generator) * 3 + 40
     weights = torch.randint(1, 5, (20000,), generator=generator)
@@ -400,8 +442,9 @@ def test_weighted_batchnorm_keeps_half_precision_inputs_finite():
         out = WeightedBatchNorm1d(8).train()(half, weights)
         out.sum().backward()
         assert out.dtype == torch.float32 and half.grad.dtype == dtype and bool(torch.isfinite(half.grad).all())
-        torch.testing.assert_close(out.double(), WeightedBatchNorm1d(8).double().train()(half.detach().double(), weights),
-                                   rtol=1e-3, atol=1e-3)  # float32 statistics over 20,000 rows
+        torch.testing.assert_close(
+            out.double(), WeightedBatchNorm1d(8).double().train()(half.detach().double(), weights), rtol=1e-3, atol=1e-3
+        )  # float32 statistics over 20,000 rows
         assert float((out.double() - expected).abs().max()) < 0.2  # only the input's own rounding
 
 
@@ -411,6 +454,7 @@ def test_fused_batchnorm_relu_linear_equals_the_unfused_modules(autocast):
     ReLU and Linear through autograd: outputs, every gradient and the running statistics;
     in float64, and under bfloat16 autocast within bfloat16 rounding."""
     from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
+
     generator = torch.Generator().manual_seed(3)
     dtype = torch.float32 if autocast else torch.float64
     x = torch.randn(50, 6, generator=generator, dtype=dtype) * 2 + 1

@@ -1,6 +1,7 @@
 """``inference.model_queries`` and ``interactions`` take explicit inputs: a model's answers
 with the published ``saved_pred`` semantics from parts built by hand (no ``GEARS``), and
 the observed pairs scored from any changes handed in."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -34,16 +35,23 @@ def test_queries_without_a_model_answer_from_the_entries_handed_in_and_name_what
         queries.predict([["G2"]])
     with pytest.raises(RuntimeError, match=r"saved_pred needs \['G0_G1'\] beside \['G0', 'G1'\]"):
         queries.pair_changes(["G0", "G1"])
-    random_weights = ModelQueries(trained_toy.best_model, torch.device("cpu"), trained_toy.pert_data,
-                                  SavedPredictions(), dict(trained_toy.config), None)
+    random_weights = ModelQueries(
+        trained_toy.best_model,
+        torch.device("cpu"),
+        trained_toy.pert_data,
+        SavedPredictions(),
+        dict(trained_toy.config),
+        None,
+    )
     assert random_weights.weights_problem == RANDOM_WEIGHTS
 
 
 def test_a_models_own_predictions_are_kept_but_an_entry_handed_in_is_not_overwritten(trained_toy):
     saved = SavedPredictions({"G1": np.zeros(len(trained_toy.pert_data.gene_names), dtype=np.float32)})
     handed = saved.saved["G1"]
-    queries = ModelQueries(trained_toy.best_model, trained_toy.device, trained_toy.pert_data, saved,
-                           dict(trained_toy.config), "training")
+    queries = ModelQueries(
+        trained_toy.best_model, trained_toy.device, trained_toy.pert_data, saved, dict(trained_toy.config), "training"
+    )
     ours = queries.predict([["G0"], ["G1"]], return_type="dataframe")
     expected = trained_toy.predict([["G0"]])["G0"]
     np.testing.assert_allclose(ours.loc["G0"].to_numpy(), expected, rtol=1e-6)
@@ -66,8 +74,12 @@ def test_pairs_scored_from_their_observed_changes_agree_with_the_observed_calls(
         names = [name if name in pert_data.cells.conditions else f"ctrl+{name.split('+')[0]}" for name in names]
         return torch.from_numpy(observed_changes(pert_data.cells, names))
 
-    predicted = predicted_interactions(observed, the_observed_changes, list(pert_data.gene_names),
-                                       train_conditions=trained_conditions(pert_data.set2conditions))
+    predicted = predicted_interactions(
+        observed,
+        the_observed_changes,
+        list(pert_data.gene_names),
+        train_conditions=trained_conditions(pert_data.set2conditions),
+    )
     pd.testing.assert_frame_equal(predicted[list(GI_SCORE_NAMES)], observed[list(GI_SCORE_NAMES)])
     agreement = compare_calls(observed, predicted)
     assert all(values["agree"] == len(observed) for values in agreement["types"].values())

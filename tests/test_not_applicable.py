@@ -2,10 +2,12 @@
 correlation with the change, or on the share of genes moved the wrong way) are no verdict:
 n/a with the reason on the console, in a run's report.json and page, and in the
 replicates' summary (its report.json, console table, page and pictures)."""
+
 import json
 import re
 
 import pytest
+from verdict_reports import report_from_values
 
 from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NOT_APPLICABLE
 from gears_ddp.report.not_applicable import not_applicable_reason
@@ -14,21 +16,28 @@ from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.replicate_summary import replicate_table, summarise_replicates
 from gears_ddp.report.run_folder import write_run_report
 from gears_ddp.report.verdicts import compare, verdict_records, verdict_table
-from verdict_reports import report_from_values
 
 OPPOSITE = "frac_opposite_direction_top20_non_dropout"
 CORRELATION_REASON = not_applicable_reason("no_change", "pearson_delta")
 DIRECTION_REASON = not_applicable_reason("no_change", OPPOSITE)
 
 
-@pytest.mark.parametrize("baseline, metric, applicable", [
-    ("no_change", "pearson_delta", False), ("no_change", "pearson_delta_de", False),
-    ("no_change", "pearson_delta_top20_de_non_dropout", False), ("no_change", OPPOSITE, False),
-    ("no_change", "frac_opposite_direction_non_zero", False),
-    ("no_change", "mse_de", True), ("no_change", "pearson", True), ("no_change", "pearson_de", True),
-    ("mean_effect", "pearson_delta", True), ("additive", OPPOSITE, True)])
-def test_no_change_is_no_verdict_on_a_correlation_with_the_change_or_the_wrong_way_share(baseline, metric,
-                                                                                         applicable):
+@pytest.mark.parametrize(
+    "baseline, metric, applicable",
+    [
+        ("no_change", "pearson_delta", False),
+        ("no_change", "pearson_delta_de", False),
+        ("no_change", "pearson_delta_top20_de_non_dropout", False),
+        ("no_change", OPPOSITE, False),
+        ("no_change", "frac_opposite_direction_non_zero", False),
+        ("no_change", "mse_de", True),
+        ("no_change", "pearson", True),
+        ("no_change", "pearson_de", True),
+        ("mean_effect", "pearson_delta", True),
+        ("additive", OPPOSITE, True),
+    ],
+)
+def test_no_change_is_no_verdict_on_a_correlation_with_the_change_or_the_wrong_way_share(baseline, metric, applicable):
     assert (not_applicable_reason(baseline, metric) is None) is applicable
 
 
@@ -50,9 +59,11 @@ def _per_perturbation():
     """GEARS beats mean_effect and additive on every metric; against no change it "loses" the
     wrong-way share (0 by construction) and has a negative correlation where no change has 0."""
     model = {"pearson_delta": _values(-0.01), "mse_de": _values(0.1), OPPOSITE: _values(0.2)}
-    baselines = {"no_change": {"pearson_delta": [0.0] * 6, "mse_de": _values(0.3), OPPOSITE: [0.0] * 6},
-                 "mean_effect": {"pearson_delta": [-0.05] * 6, "mse_de": [0.2] * 6, OPPOSITE: [0.4] * 6},
-                 "additive": {"pearson_delta": [-0.03] * 6, "mse_de": [0.15] * 6, OPPOSITE: [0.3] * 6}}
+    baselines = {
+        "no_change": {"pearson_delta": [0.0] * 6, "mse_de": _values(0.3), OPPOSITE: [0.0] * 6},
+        "mean_effect": {"pearson_delta": [-0.05] * 6, "mse_de": [0.2] * 6, OPPOSITE: [0.4] * 6},
+        "additive": {"pearson_delta": [-0.03] * 6, "mse_de": [0.15] * 6, OPPOSITE: [0.3] * 6},
+    }
     return model, baselines
 
 
@@ -82,8 +93,12 @@ def test_the_console_table_shows_na_and_why():
 
 
 def test_a_runs_report_json_and_page_show_na_and_why(tmp_path):
-    report = {**_report(), "best_epoch": 1, "world_size": 1,
-              "history": [{"epoch": 1, "train_loss": 1.0, "val_mse_de": 0.2}]}
+    report = {
+        **_report(),
+        "best_epoch": 1,
+        "world_size": 1,
+        "history": [{"epoch": 1, "train_loss": 1.0, "val_mse_de": 0.2}],
+    }
     report["verdicts"] = verdict_records(compare(report))
     page = write_run_report(tmp_path, report, examples=[]).read_text(encoding="utf-8")
     records = {record["metric"]: record for record in json.loads((tmp_path / "report.json").read_text())["verdicts"]}
@@ -103,6 +118,7 @@ def test_a_runs_report_json_and_page_show_na_and_why(tmp_path):
 
 
 # ----------------------------------------------------------------------------- replicates
+
 
 def _replicate_reports():
     """Five replicates of ``_per_perturbation`` with GEARS's values moved a little per seed."""
@@ -127,8 +143,18 @@ def test_replicates_keep_the_differences_but_give_no_verdict_against_no_change(t
     assert opposite.summary == "beats all 2 baselines; n/a for no_change"
     assert LOSES not in [d.verdict for verdict in (pearson, mse, opposite) for d in verdict.differences.values()]
 
-    replicates = [{"name": name, "seed": seed, "split_seed": 1, "folder": str(tmp_path / name), "status": "finished",
-                   "error": None, "seconds": 10.0} for seed, name in enumerate(reports)]
+    replicates = [
+        {
+            "name": name,
+            "seed": seed,
+            "split_seed": 1,
+            "folder": str(tmp_path / name),
+            "status": "finished",
+            "error": None,
+            "seconds": 10.0,
+        }
+        for seed, name in enumerate(reports)
+    ]
     page = write_replicate_report(tmp_path, {"dataset_name": "toy"}, replicates, reports).read_text(encoding="utf-8")
     records = {record["metric"]: record for record in json.loads((tmp_path / "report.json").read_text())["metrics"]}
     assert records[OPPOSITE]["differences"]["no_change"]["verdict"] == NOT_APPLICABLE

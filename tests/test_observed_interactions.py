@@ -2,31 +2,35 @@
 equal to the published route (observed means in saved_pred, then GI_predict), the predicted
 table equal to GI_predict's scores, the agreement on tables built by hand, the run report's
 section, and the command for a dataset, one run and replicates."""
+
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
-
-from gears_ddp import GEARS, PertData
-from gears_ddp.cli import main
-from gears_ddp.interactions.scores import GI_SCORE_NAMES
-from gears_ddp.interactions.agreement import compare_calls
-from gears_ddp.interactions.observed import observed_changes, observed_interactions, observed_pairs
-from gears_ddp.inference.prediction import query_sets
-from gears_ddp.report.numbers import format_number
-from gears_ddp.inference.pair_screen import read_table
 from test_interaction_scores import _published_scores
 from test_screen import _assert_close_scores
 from test_screen_replicates import models, replicates  # noqa: F401 (fixtures: three trained runs)
+
+from gears_ddp import GEARS, PertData
+from gears_ddp.cli import main
+from gears_ddp.inference.pair_screen import read_table
+from gears_ddp.inference.prediction import query_sets
+from gears_ddp.interactions.agreement import compare_calls
+from gears_ddp.interactions.observed import observed_changes, observed_interactions, observed_pairs
+from gears_ddp.interactions.scores import GI_SCORE_NAMES
+from gears_ddp.report.numbers import format_number
 
 TYPES = ("magnitude_type", "neomorphic", "redundant", "epistasis")
 
 
 def test_the_observed_pairs_are_the_combinations_whose_singles_were_observed():
     conditions = ["ctrl", "A+ctrl", "ctrl+B", "A+B", "A+C", "C+D", "D+ctrl", "C+ctrl", "E+F"]
-    assert observed_pairs(conditions) == [("A+B", "A+ctrl", "ctrl+B"), ("A+C", "A+ctrl", "C+ctrl"),
-                                          ("C+D", "C+ctrl", "D+ctrl")]
+    assert observed_pairs(conditions) == [
+        ("A+B", "A+ctrl", "ctrl+B"),
+        ("A+C", "A+ctrl", "C+ctrl"),
+        ("C+D", "C+ctrl", "D+ctrl"),
+    ]
 
 
 def test_observed_scores_are_gi_predicts_of_the_observed_means(trained_toy):
@@ -64,15 +68,22 @@ def test_the_agreement_of_tables_built_by_hand():
     predicted = table([1.4, 1.5, 1.0], [0.9, 0.9, 0.9], [0.2, 0.1, 0.3])
     agreement = compare_calls(observed, predicted)
     assert agreement["pairs"] == 3
-    assert agreement["scores"]["mag"] == {"pearson": pytest.approx(np.corrcoef([1.5, 1.0, 0.5], [1.4, 1.5, 1.0])[0, 1]),
-                                          "mean_absolute_error": pytest.approx(1.1 / 3), "pairs": 3}
+    assert agreement["scores"]["mag"] == {
+        "pearson": pytest.approx(np.corrcoef([1.5, 1.0, 0.5], [1.4, 1.5, 1.0])[0, 1]),
+        "mean_absolute_error": pytest.approx(1.1 / 3),
+        "pairs": 3,
+    }
     assert agreement["scores"]["dominance"]["pairs"] == 2  # the NaN pair left out
     assert np.isnan(agreement["scores"]["c1"]["pearson"])  # a constant score has no correlation
     assert agreement["types"]["magnitude_type"] == {
-        "agree": 1, "share": pytest.approx(1 / 3),
-        "confusion": {"additive": {"additive": 0, "synergy": 1, "suppressor": 0},
-                      "synergy": {"additive": 0, "synergy": 1, "suppressor": 0},
-                      "suppressor": {"additive": 1, "synergy": 0, "suppressor": 0}}}
+        "agree": 1,
+        "share": pytest.approx(1 / 3),
+        "confusion": {
+            "additive": {"additive": 0, "synergy": 1, "suppressor": 0},
+            "synergy": {"additive": 0, "synergy": 1, "suppressor": 0},
+            "suppressor": {"additive": 1, "synergy": 0, "suppressor": 0},
+        },
+    }
     assert agreement["types"]["neomorphic"]["confusion"] == {"no": {"no": 2, "yes": 0}, "yes": {"no": 1, "yes": 0}}
     with pytest.raises(ValueError, match="hold other pairs"):
         compare_calls(observed, predicted.iloc[::-1])
@@ -125,28 +136,38 @@ def test_the_run_reports_interaction_numbers_are_the_published_packages(reported
     genes = [pair[0].split("+") for pair in pairs]
     queries = [[a] for a, _ in genes] + [[b] for _, b in genes] + genes
     predicted = gears.change_predictor().changes(query_sets(queries, gears.node_map_pert)).cpu().numpy()
-    published = {side: [_published_scores(*changes) for changes in zip(*sides)]
-                 for side, sides in (("observed", (firsts, seconds, doubles)),
-                                     ("predicted", np.split(predicted, 3)))}
+    published = {
+        side: [_published_scores(*changes) for changes in zip(*sides)]
+        for side, sides in (("observed", (firsts, seconds, doubles)), ("predicted", np.split(predicted, 3)))
+    }
     for row, record in enumerate(written["pairs"]):
         for side in ("observed", "predicted"):
             for name in GI_SCORE_NAMES:
-                assert format_number(record[side][name]) == format_number(published[side][row][name]), \
-                    (record["pair"], side, name)
+                assert format_number(record[side][name]) == format_number(published[side][row][name]), (
+                    record["pair"],
+                    side,
+                    name,
+                )
     for name in GI_SCORE_NAMES:
         seen, called = (np.array([float(scores[name]) for scores in published[side]]) for side in published)
         finite = np.isfinite(seen) & np.isfinite(called)  # (dominance is infinite where a coefficient is 0)
         seen, called = seen[finite], called[finite]
         varied = len(seen) >= 2 and np.ptp(seen) > 0 and np.ptp(called) > 0
-        expected = {"mean_absolute_error": np.abs(seen - called).mean() if len(seen) else None,
-                    "pearson": np.corrcoef(seen, called)[0, 1] if varied else None}
+        expected = {
+            "mean_absolute_error": np.abs(seen - called).mean() if len(seen) else None,
+            "pearson": np.corrcoef(seen, called)[0, 1] if varied else None,
+        }
         for measure, value in expected.items():
             assert format_number(written["agreement"]["scores"][name][measure]) == format_number(value), (name, measure)
 
 
 def test_the_command_scores_a_dataset_one_run_and_replicates(data_folder, replicates, tmp_path, capsys):  # noqa: F811
-    assert main(["interactions", "--data-path", str(data_folder), "--name", "toy",
-                 "--out", str(tmp_path / "observed.csv")]) == 0
+    assert (
+        main(
+            ["interactions", "--data-path", str(data_folder), "--name", "toy", "--out", str(tmp_path / "observed.csv")]
+        )
+        == 0
+    )
     observed = read_table(tmp_path / "observed.csv")
     assert len(observed) == 8 and "magnitude_type: " in capsys.readouterr().out
 
@@ -154,8 +175,9 @@ def test_the_command_scores_a_dataset_one_run_and_replicates(data_folder, replic
     assert main(["interactions", "--run", str(one), "--out", str(tmp_path / "one.csv")]) == 0
     out = capsys.readouterr().out
     table = read_table(tmp_path / "one.csv")
-    assert {f"{side}_{name}" for side in ("observed", "predicted") for name in (*GI_SCORE_NAMES, *TYPES)} \
-        <= set(table.columns)
+    assert {f"{side}_{name}" for side in ("observed", "predicted") for name in (*GI_SCORE_NAMES, *TYPES)} <= set(
+        table.columns
+    )
     assert (table["set"] == "test").all() and "observed pairs" in out and "mag: Pearson r" in out
     agreement = json.loads((tmp_path / "one.json").read_text())
     assert agreement["pairs"] == len(table)

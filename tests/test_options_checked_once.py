@@ -10,6 +10,7 @@ options); ``check_loader_options`` (``batch_size`` and the other loader options,
 ``TrainingOptions.check`` and ``PertData.get_dataloader`` hand to it); ``ModelOptions.check``
 (``model_config``); ``check_save_path``.
 """
+
 from __future__ import annotations
 
 import os
@@ -80,8 +81,10 @@ def counted_checks(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv(COUNTS_VARIABLE, str(path))
     namespace = {}
-    exec(compile(INSTRUMENT.replace(f'if os.environ.get("{COUNTS_VARIABLE}")', "if False"), "instrument", "exec"),
-         namespace)
+    exec(
+        compile(INSTRUMENT.replace(f'if os.environ.get("{COUNTS_VARIABLE}")', "if False"), "instrument", "exec"),
+        namespace,
+    )
     namespace["instrument"](str(path), monkeypatch.setattr)
 
     def calls() -> tuple[Counter, Counter]:
@@ -89,12 +92,20 @@ def counted_checks(tmp_path, monkeypatch):
         path.unlink(missing_ok=True)
         here = Counter(name for name, pid in lines if int(pid) == os.getpid())
         return here, Counter(name for name, pid in lines if int(pid) != os.getpid())
+
     return calls
 
 
 def _args(save_path, **more) -> dict:
-    return {"epochs": 1, "max_steps": 2, "batch_size": 16, "amp": "off", "model_config": {"hidden_size": 8},
-            "save_path": str(save_path), **more}
+    return {
+        "epochs": 1,
+        "max_steps": 2,
+        "batch_size": 16,
+        "amp": "off",
+        "model_config": {"hidden_size": 8},
+        "save_path": str(save_path),
+        **more,
+    }
 
 
 def test_gears_train_checks_each_option_once(data_folder, tmp_path, counted_checks):
@@ -125,8 +136,9 @@ def test_a_replicate_scheduler_checks_each_option_once(data_folder, tmp_path, co
 
 
 def test_a_guide_worker_checks_each_option_once(data_folder, tmp_path, counted_checks):
-    report = train_ddp_worker(0, 1, data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1),
-                              master_port=find_free_port())
+    report = train_ddp_worker(
+        0, 1, data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1), master_port=find_free_port()
+    )
     here, elsewhere = counted_checks()
     assert report["world_size"] == 1
     assert here == Counter({**ONCE, "gpu_ids": 1}) and not elsewhere
@@ -143,8 +155,12 @@ def test_a_launched_rank_checks_each_option_once(data_folder, tmp_path, counted_
 
 def _config_file(folder, data_folder, args: dict):
     path = folder / "run.yaml"
-    path.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy", "split_config": SPLIT,
-                                    "args": args}), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(
+            {"pert_data_path": str(data_folder), "dataset_name": "toy", "split_config": SPLIT, "args": args}
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -156,8 +172,14 @@ def test_gears_ddp_train_reads_and_checks_its_file_once(data_folder, tmp_path, c
 
 
 def test_gears_ddp_train_under_torchrun_checks_its_file_once(data_folder, tmp_path, counted_checks, monkeypatch):
-    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_port())}.items():
+    for name, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(find_free_port()),
+    }.items():
         monkeypatch.setenv(name, value)
     config = _config_file(tmp_path, data_folder, _args(tmp_path / "run"))
     assert main(["train", "--config", str(config)]) == 0

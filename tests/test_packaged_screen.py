@@ -6,6 +6,7 @@ The packaged files are checked against the shared originals (``../shared/data/re
 those are present; there the tests that need them skip, and fail under
 ``GEARS_DDP_REQUIRE_REFERENCE=1`` as CI sets it.
 """
+
 import os
 import subprocess
 import sys
@@ -24,9 +25,17 @@ from gears_ddp.data.go_files import GENE2GO_FILE, write_go_files
 from gears_ddp.data.graphs import go_edge_list, jaccard_edge_list, to_gene_graph
 from gears_ddp.datasets import papalexi2021, papalexi2021_go_gene_sets, write_papalexi2021_dataset
 from gears_ddp.datasets.go_neighbourhood import go_neighbourhood, restrict_gene_sets
-from gears_ddp.datasets.real_screen import (CONTROL_LABEL, GO_LAYERS, GO_SIMILAR_GENES, NAME, NOTICE_FILE,
-                                            PERTURBATION_COLUMN, SCREEN_FILE, packaged_file,
-                                            write_papalexi2021_go_gene_sets)
+from gears_ddp.datasets.real_screen import (
+    CONTROL_LABEL,
+    GO_LAYERS,
+    GO_SIMILAR_GENES,
+    NAME,
+    NOTICE_FILE,
+    PERTURBATION_COLUMN,
+    SCREEN_FILE,
+    packaged_file,
+    write_papalexi2021_go_gene_sets,
+)
 from gears_ddp.model.graph_conv import normalised_edges
 from gears_ddp.model.options import ModelOptions
 
@@ -72,8 +81,18 @@ def test_the_packaged_screen_is_the_shared_original():
 
 def test_the_notice_names_the_sources_licences_and_citation():
     notice = packaged_file(NOTICE_FILE).read_text(encoding="utf-8")
-    for needed in ("Papalexi", "Nature Genetics", "10.1038/s41588-021-00778-2", "sceptredata", "MIT License",
-                   "GSEApy", "BSD 3-Clause License", "CC BY 4.0", SCREEN_FILE, papalexi2021_go_gene_sets().name):
+    for needed in (
+        "Papalexi",
+        "Nature Genetics",
+        "10.1038/s41588-021-00778-2",
+        "sceptredata",
+        "MIT License",
+        "GSEApy",
+        "BSD 3-Clause License",
+        "CC BY 4.0",
+        SCREEN_FILE,
+        papalexi2021_go_gene_sets().name,
+    ):
         assert needed in notice, needed
 
 
@@ -82,8 +101,7 @@ def test_the_notice_names_the_sources_licences_and_citation():
 
 def test_the_neighbourhood_reaches_one_step_further_than_the_layers():
     # Jaccard: A-B 1/2, B-C, C-D, D-E 1/3; F shares nothing
-    gene2go = {"A": {"t1"}, "B": {"t1", "t2"}, "C": {"t2", "t3"}, "D": {"t3", "t4"}, "E": {"t4", "t5"},
-               "F": {"t9"}}
+    gene2go = {"A": {"t1"}, "B": {"t1", "t2"}, "C": {"t2", "t3"}, "D": {"t3", "t4"}, "E": {"t4", "t5"}, "F": {"t9"}}
     assert go_neighbourhood(gene2go, ["A", "unannotated"], k=20, layers=0) == {"A", "B"}
     assert go_neighbourhood(gene2go, ["A"], k=20, layers=1) == {"A", "B", "C"}
     assert go_neighbourhood(gene2go, ["A"], k=20, layers=2) == {"A", "B", "C", "D"}
@@ -120,9 +138,13 @@ def _incoming(gene2go: dict, targets) -> dict:
     index = {gene: i for i, gene in enumerate(vocabulary)}
     graph = to_gene_graph(go_edge_list(jaccard_edge_list(gene2go, vocabulary), vocabulary, GO_SIMILAR_GENES), index)
     source, target, weight = normalised_edges(graph.edge_index, graph.edge_weight, len(vocabulary), torch.float64)
-    return {gene: sorted((vocabulary[s], round(w, 12)) for s, w in zip(source[target == index[gene]].tolist(),
-                                                                         weight[target == index[gene]].tolist()))
-            for gene in targets}
+    return {
+        gene: sorted(
+            (vocabulary[s], round(w, 12))
+            for s, w in zip(source[target == index[gene]].tolist(), weight[target == index[gene]].tolist())
+        )
+        for gene in targets
+    }
 
 
 @pytest.mark.slow
@@ -145,8 +167,9 @@ def test_the_dataset_is_processed_once_from_the_packaged_files(tmp_path):
     assert folder == tmp_path / NAME
     written = anndata.read_h5ad(folder / io.PROCESSED_FILE, backed="r")
     labels = papalexi2021().obs[PERTURBATION_COLUMN].astype(str)
-    assert list(written.obs["condition"].astype(str)) == list(np.where(labels == CONTROL_LABEL, "ctrl",
-                                                                        labels + "+ctrl"))
+    assert list(written.obs["condition"].astype(str)) == list(
+        np.where(labels == CONTROL_LABEL, "ctrl", labels + "+ctrl")
+    )
     gene_sets = read_gene_sets(papalexi2021_go_gene_sets())
     pert_data = PertData(tmp_path)
     pert_data.load(data_path=folder)
@@ -177,13 +200,29 @@ def test_the_built_wheel_holds_the_screen_its_gene_sets_and_notice(tmp_path):
     shutil.copytree(ROOT / "gears_ddp", source / "gears_ddp", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                           "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     with zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))) as wheel:
         names = set(wheel.namelist())
     folder = Path("gears_ddp") / "datasets" / NAME
     packaged = {(folder / path.name).as_posix() for path in packaged_file(NOTICE_FILE).parent.iterdir()}
-    assert packaged >= {(folder / name).as_posix() for name in (SCREEN_FILE, papalexi2021_go_gene_sets().name,
-                                                                 NOTICE_FILE)}
+    assert packaged >= {
+        (folder / name).as_posix() for name in (SCREEN_FILE, papalexi2021_go_gene_sets().name, NOTICE_FILE)
+    }
     assert packaged <= names

@@ -3,14 +3,15 @@ from a CUDA graph needs, with the step of the unpadded sets: loss, gradients and
 running statistics (float64, so that equality is tested well below float32 rounding; the tolerances of
 ``test_model.py``'s float64 comparisons, as a lone perturbed cell's zero variance amplifies
 rounding by 1/sqrt(eps))."""
+
 import copy
 
 import pytest
 import torch
+from model_fixtures import N_GENES, make_model, random_batch
 
 from gears_ddp.data.perturbation_sets import PerturbationSets, epoch_perturbation_sets
 from gears_ddp.model.losses import LossContext, gears_loss
-from model_fixtures import N_GENES, make_model, random_batch
 
 BATCHES = {
     "mixed": torch.cat((torch.tensor([[-1, -1]]), random_batch(batch_size=15, seed=7)[1])),
@@ -60,8 +61,10 @@ def test_a_padded_step_equals_the_unpadded_one(batch, uncertainty, fused_decoder
     unpadded = PerturbationSets.of(pert_idx, 25)
     padded = epoch_perturbation_sets(pert_idx, 25, n_cells, pad_to=n_cells)[0]  # as many as it can have: one a cell
     assert padded.padded and padded.n_sets == n_cells > unpadded.n_sets
-    results = [_step(model, x, y, pert_idx, sets, context)
-               for model, sets in ((unpadded_model, unpadded), (padded_model, padded))]
+    results = [
+        _step(model, x, y, pert_idx, sets, context)
+        for model, sets in ((unpadded_model, unpadded), (padded_model, padded))
+    ]
     (loss, grads, buffers), (padded_loss, padded_grads, padded_buffers) = results
     torch.testing.assert_close(padded_loss, loss, rtol=1e-10, atol=0)
     scale = max(float(g.abs().max()) for g in grads.values() if g is not None)

@@ -2,23 +2,39 @@
 the test perturbations (and, over replicates, over the seeds too), never from two means;
 too few perturbations give n/a with the reason; a missing value is dropped and counted,
 never a win; and a model whose predictions barely differ between perturbations is named."""
+
 import dataclasses
 import math
 
 import numpy as np
 import pytest
+from verdict_reports import report_from_values
 
 from gears_ddp.evaluation.baselines import baseline_results
 from gears_ddp.evaluation.metrics import MetricContext
-from gears_ddp.evaluation.paired_bootstrap import (BEATS, LOSES, NO_CLEAR, NOT_APPLICABLE, RESAMPLES, SEED,
-                                                   compare_paired, expanded_alpha)
+from gears_ddp.evaluation.paired_bootstrap import (
+    BEATS,
+    LOSES,
+    NO_CLEAR,
+    NOT_APPLICABLE,
+    RESAMPLES,
+    SEED,
+    compare_paired,
+    expanded_alpha,
+)
 from gears_ddp.evaluation.prediction_spread import COLLAPSE_BELOW, spread_ratio, spread_warnings
 from gears_ddp.evaluation.scoring import score
 from gears_ddp.report.learning import learning_checks
 from gears_ddp.report.replicate_summary import summarise_replicates
-from gears_ddp.report.verdicts import (GEARS, HEADLINE_METRICS, NO_PER_PERTURBATION, compare,
-                                       per_perturbation_record, verdict_records, verdict_table)
-from verdict_reports import report_from_values
+from gears_ddp.report.verdicts import (
+    GEARS,
+    HEADLINE_METRICS,
+    NO_PER_PERTURBATION,
+    compare,
+    per_perturbation_record,
+    verdict_records,
+    verdict_table,
+)
 
 DIFFERENCES = np.array([0.21, -0.05, 0.13, 0.30, 0.02, 0.11])
 
@@ -111,9 +127,13 @@ def test_a_baseline_against_itself_is_no_clear_difference_on_every_metric(traine
     subgroups = trained_toy.pert_data.subgroup["test_subgroup"]
     baselines = baseline_results(trained_toy.pert_data, result)
     summary, per_condition = score(baselines["mean_effect"], context, subgroups)
-    report = {"model": summary, "baselines": {"mean_effect": summary},
-              "per_perturbation": per_perturbation_record(result.conditions, subgroups,
-                                                          {GEARS: per_condition, "mean_effect": per_condition})}
+    report = {
+        "model": summary,
+        "baselines": {"mean_effect": summary},
+        "per_perturbation": per_perturbation_record(
+            result.conditions, subgroups, {GEARS: per_condition, "mean_effect": per_condition}
+        ),
+    }
     verdicts = compare(report)
     assert {v.metric for v in verdicts} == set(HEADLINE_METRICS)
     for verdict in verdicts:
@@ -129,11 +149,17 @@ def test_a_planted_perfect_model_beats_every_baseline_on_every_metric(trained_to
     context = MetricContext.from_pert_data(trained_toy.pert_data, result.conditions)
     subgroups = trained_toy.pert_data.subgroup["test_subgroup"]
     model, model_conditions = score(perfect, context, subgroups)
-    scored = {name: score(evaluation, context, subgroups)
-              for name, evaluation in baseline_results(trained_toy.pert_data, result).items()}
-    report = {"model": model, "baselines": {name: summary for name, (summary, _) in scored.items()},
-              "per_perturbation": per_perturbation_record(
-                  result.conditions, subgroups, {GEARS: model_conditions, **{n: per for n, (_, per) in scored.items()}})}
+    scored = {
+        name: score(evaluation, context, subgroups)
+        for name, evaluation in baseline_results(trained_toy.pert_data, result).items()
+    }
+    report = {
+        "model": model,
+        "baselines": {name: summary for name, (summary, _) in scored.items()},
+        "per_perturbation": per_perturbation_record(
+            result.conditions, subgroups, {GEARS: model_conditions, **{n: per for n, (_, per) in scored.items()}}
+        ),
+    }
     verdicts = compare(report, subgroups=(None,))
     assert len(verdicts) == len(HEADLINE_METRICS)
     for verdict in verdicts:
@@ -147,8 +173,9 @@ def test_a_planted_perfect_model_beats_every_baseline_on_every_metric(trained_to
 
 
 def test_a_loss_is_read_the_same_way():
-    report = report_from_values({"pearson_delta": [0.1, 0.0, 0.2, 0.1]},
-                                {"mean_effect": {"pearson_delta": [0.5, 0.4, 0.6, 0.45]}})
+    report = report_from_values(
+        {"pearson_delta": [0.1, 0.0, 0.2, 0.1]}, {"mean_effect": {"pearson_delta": [0.5, 0.4, 0.6, 0.45]}}
+    )
     comparison = compare(report)[0].comparisons["mean_effect"]
     assert comparison.verdict == LOSES and comparison.high < 0 and comparison.won == 0
     table = verdict_table(compare(report))
@@ -160,13 +187,18 @@ def test_replicates_bootstrap_seeds_and_perturbations_from_each_replicates_value
     reports = {}
     for seed in range(3):
         model = 0.3 + 0.05 * rng.normal(size=6)
-        reports[f"seed-{seed}"] = report_from_values({"pearson_delta": model},
-                                                     {"mean_effect": {"pearson_delta": model - DIFFERENCES}})
+        reports[f"seed-{seed}"] = report_from_values(
+            {"pearson_delta": model}, {"mean_effect": {"pearson_delta": model - DIFFERENCES}}
+        )
     [verdict] = summarise_replicates(reports)
     comparison = verdict.differences["mean_effect"]
-    grid = np.stack([np.asarray(r["per_perturbation"]["values"][GEARS]["pearson_delta"])
-                     - np.asarray(r["per_perturbation"]["values"]["mean_effect"]["pearson_delta"])
-                     for r in reports.values()])
+    grid = np.stack(
+        [
+            np.asarray(r["per_perturbation"]["values"][GEARS]["pearson_delta"])
+            - np.asarray(r["per_perturbation"]["values"]["mean_effect"]["pearson_delta"])
+            for r in reports.values()
+        ]
+    )
     assert (comparison.low, comparison.high) == pytest.approx(plain_two_level_bootstrap(grid), abs=1e-12)
     assert comparison.replicates == 3 and comparison.n == 6 and comparison.won == 5
 
@@ -190,17 +222,23 @@ def test_predictions_that_do_not_differ_between_perturbations_are_named():
 def test_the_forest_plot_draws_each_interval_its_verdict_and_the_zero_line():
     from gears_ddp.report.plots import figure_intervals
 
-    report = report_from_values({"mse_de": [0.1, 0.12, 0.09, 0.11, 0.1, 0.13], "pearson_delta": [0.2] * 6},
-                                {"no_change": {"mse_de": [0.3, 0.31, 0.29, 0.3, 0.32, 0.3], "pearson_delta": [0.0] * 6},
-                                 "mean_effect": {"mse_de": [0.05, 0.3, 0.02, 0.2, 0.04, 0.25],
-                                                 "pearson_delta": [0.3] * 6}})
+    report = report_from_values(
+        {"mse_de": [0.1, 0.12, 0.09, 0.11, 0.1, 0.13], "pearson_delta": [0.2] * 6},
+        {
+            "no_change": {"mse_de": [0.3, 0.31, 0.29, 0.3, 0.32, 0.3], "pearson_delta": [0.0] * 6},
+            "mean_effect": {"mse_de": [0.05, 0.3, 0.02, 0.2, 0.04, 0.25], "pearson_delta": [0.3] * 6},
+        },
+    )
     verdicts = {v.metric: v for v in compare(report)}
-    rows = [(metric, verdicts[metric].higher_is_better, verdicts[metric].comparisons) for metric in ("mse_de",
-                                                                                                     "pearson_delta")]
+    rows = [
+        (metric, verdicts[metric].higher_is_better, verdicts[metric].comparisons)
+        for metric in ("mse_de", "pearson_delta")
+    ]
     figure = figure_intervals(rows, "all test conditions")
     mse, pearson = figure.axes
-    drawn = sorted(tuple(np.round(segment[:, 0], 9)) for collection in mse.collections
-                   for segment in collection.get_segments())
+    drawn = sorted(
+        tuple(np.round(segment[:, 0], 9)) for collection in mse.collections for segment in collection.get_segments()
+    )
     expected = sorted(tuple(np.round([c.low, c.high], 9)) for c in verdicts["mse_de"].comparisons.values())
     assert drawn == expected
     assert [text.get_text() for text in mse.texts] == ["6/6 beats", "3/6 unclear"]  # no_change, mean_effect

@@ -1,5 +1,6 @@
 """Where a run's time went: the phases of ``runtime.phase_clock``, the line that ends a run's
 log and the ``timing`` of its report."""
+
 import json
 import time
 
@@ -41,7 +42,8 @@ def test_a_run_ends_its_log_and_its_report_with_where_the_time_went(trained_toy,
     assert list(written) == RUN_PHASES  # written last, inside the report phase: all but the file itself
     assert written["report"] <= report["timing"]["report"]
     assert {k: v for k, v in written.items() if k != "report"} == pytest.approx(
-        {k: v for k, v in report["timing"].items() if k != "report"}, abs=0)
+        {k: v for k, v in report["timing"].items() if k != "report"}, abs=0
+    )
     last = (tmp_path / "run" / "train.log").read_text().strip().splitlines()[-1]
     assert "where the time went: set-up " in last
     assert [part.split()[0] for part in last.split("where the time went: ")[1].split(", ")] == RUN_PHASES

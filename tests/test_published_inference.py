@@ -1,13 +1,14 @@
 """The published ``gears.inference`` functions under their names (``gears_ddp.inference``):
 the same values as the published package on the same per-cell results, ``evaluate``'s cells
 equal to the network run on each cell, and clear errors for bad input."""
+
 import numpy as np
 import pytest
 import torch
+from test_metrics import assert_same_metrics, published_case
 
 from gears_ddp.gears import GEARS
 from gears_ddp.inference import compute_metrics, deeper_analysis, evaluate, non_dropout_analysis
-from test_metrics import assert_same_metrics, published_case
 
 
 def test_same_values_as_the_published_functions(toy):
@@ -51,8 +52,9 @@ def test_evaluate_gives_every_cell_the_network_output(model_and_loader):
             np.testing.assert_allclose(test_res["pred"][start:stop], pred.numpy(), rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(test_res["logvar"][start:stop], logvar.numpy(), rtol=1e-5, atol=1e-5)
             np.testing.assert_array_equal(test_res["truth"][start:stop], batch.y.numpy())
-            np.testing.assert_array_equal(test_res["truth_de"][start:stop],
-                                          np.take_along_axis(batch.y.numpy(), batch.de_idx.numpy(), 1))
+            np.testing.assert_array_equal(
+                test_res["truth_de"][start:stop], np.take_along_axis(batch.y.numpy(), batch.de_idx.numpy(), 1)
+            )
             start = stop
     without = evaluate(loader, gears.model, False, "cpu")
     assert "logvar" not in without

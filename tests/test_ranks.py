@@ -1,18 +1,19 @@
 """The ranks object: the identity in one process; in a gloo group of 2, the cross-rank
 operations the recipe relies on."""
+
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from model_fixtures import make_model
 
 from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
+from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.evaluation.metrics import EvaluationAccumulator
+from gears_ddp.evaluation.truth_spread import condition_spreads
 from gears_ddp.runtime.gradient_average import NO_AVERAGE, FlatGradientAverage
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, ProcessGroupRanks
-from gears_ddp.distributed.supervisor import spawn_workers
-from gears_ddp.evaluation.truth_spread import condition_spreads
-from model_fixtures import make_model
 
 
 def _accumulator(rank: int) -> EvaluationAccumulator:
@@ -68,14 +69,22 @@ def _exercise(local_rank, port, messages):
         result = accumulator.result()
         spreads = condition_spreads(_cell_table(), ["A+ctrl", "B+ctrl", "ctrl"], SPREAD_TABLES, ranks)
         ranks.barrier()
-        messages.put((local_rank, {
-            "place": (ranks.world_size, ranks.rank, ranks.is_main),
-            "gradient_average": type(gradients).__name__,
-            "gene_emb": float(network.gene_emb.weight[0, 0]),
-            "sum": ranks.sum(torch.tensor([float(local_rank + 1), 1.0], dtype=torch.float64)).tolist(),
-            "gather": ranks.gather(f"rank{local_rank}"),
-            "running_mean": float(network.bn_emb.running_mean[0]),
-            "n_cells": result.n_cells.tolist(), "truth_mean": result.truth_mean.tolist(), "spreads": spreads}))
+        messages.put(
+            (
+                local_rank,
+                {
+                    "place": (ranks.world_size, ranks.rank, ranks.is_main),
+                    "gradient_average": type(gradients).__name__,
+                    "gene_emb": float(network.gene_emb.weight[0, 0]),
+                    "sum": ranks.sum(torch.tensor([float(local_rank + 1), 1.0], dtype=torch.float64)).tolist(),
+                    "gather": ranks.gather(f"rank{local_rank}"),
+                    "running_mean": float(network.bn_emb.running_mean[0]),
+                    "n_cells": result.n_cells.tolist(),
+                    "truth_mean": result.truth_mean.tolist(),
+                    "spreads": spreads,
+                },
+            )
+        )
     finally:
         cleanup_ddp()
 
@@ -84,8 +93,9 @@ def _exercise(local_rank, port, messages):
 def test_two_gloo_ranks():
     results = dict(spawn_workers(_exercise, (find_free_port(),), 2))
     merged = _accumulator(0)
-    merged.add(torch.tensor([1, 0]), *(torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 + shift
-                                        for shift in (0, 1)))
+    merged.add(
+        torch.tensor([1, 0]), *(torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 + shift for shift in (0, 1))
+    )
     expected = merged.result()  # one process holding both ranks' cells
     alone = condition_spreads(_cell_table(), ["A+ctrl", "B+ctrl", "ctrl"], SPREAD_TABLES)
     table = _cell_table()
@@ -102,8 +112,9 @@ def test_two_gloo_ranks():
         assert seen["n_cells"] == expected.n_cells.tolist() == [1, 2]
         assert seen["truth_mean"] == expected.truth_mean.tolist()
         # each rank read a share of the conditions; every rank ends with all of them
-        assert {name: set(s) for name, s in seen["spreads"].items()} == {name: {"ctrl", "A+ctrl", "B+ctrl"}
-                                                                          for name in SPREAD_TABLES}
+        assert {name: set(s) for name, s in seen["spreads"].items()} == {
+            name: {"ctrl", "A+ctrl", "B+ctrl"} for name in SPREAD_TABLES
+        }
         for name, per_condition in alone.items():
             for condition, statistics in per_condition.items():
                 for statistic, values in statistics.items():

@@ -1,6 +1,7 @@
 """Screens as users have them: their own perturbation column, raw counts normalised as
 scanpy normalises them, highly variable genes, GO files from GMT gene sets, and a clear
 one-line refusal of each bad input."""
+
 import gzip
 import logging
 import re
@@ -12,26 +13,41 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-
 import toy_data
+from test_bad_input import _refused_in_one_line, _refused_naming
+
 from gears_ddp import PertData
 from gears_ddp.data import io
 from gears_ddp.data.gene_sets import read_gene_sets
 from gears_ddp.data.go_files import GO_EDGES_NAME, read_annotation, write_go_files
 from gears_ddp.data.raw_screens import gears_condition
-from test_bad_input import _refused_in_one_line, _refused_naming
 
 
-@pytest.mark.parametrize("label,separator,condition", [
-    ("NT", None, "ctrl"), ("FEV", None, "FEV+ctrl"), ("FEV_SAMD1", "_", "FEV+SAMD1"), ("FEV_NT", "_", "FEV+ctrl"),
-    (" FEV + SAMD1 ", "+", "FEV+SAMD1"), ("FEV+ctrl", "+", "FEV+ctrl"), ("NT_NT", "_", "ctrl")])
+@pytest.mark.parametrize(
+    "label,separator,condition",
+    [
+        ("NT", None, "ctrl"),
+        ("FEV", None, "FEV+ctrl"),
+        ("FEV_SAMD1", "_", "FEV+SAMD1"),
+        ("FEV_NT", "_", "FEV+ctrl"),
+        (" FEV + SAMD1 ", "+", "FEV+SAMD1"),
+        ("FEV+ctrl", "+", "FEV+ctrl"),
+        ("NT_NT", "_", "ctrl"),
+    ],
+)
 def test_a_label_becomes_a_gears_condition(label, separator, condition):
     assert gears_condition(label, "NT", separator) == condition
 
 
-@pytest.mark.parametrize("label,separator,message", [
-    ("A_B_C", "_", "names 3 genes"), ("A+B", None, "holds '+'"), ("A_A", "_", "names gene 'A' twice"),
-    ("A_", "_", "empty gene name")])
+@pytest.mark.parametrize(
+    "label,separator,message",
+    [
+        ("A_B_C", "_", "names 3 genes"),
+        ("A+B", None, "holds '+'"),
+        ("A_A", "_", "names gene 'A' twice"),
+        ("A_", "_", "empty gene name"),
+    ],
+)
 def test_a_label_that_is_no_gears_condition_is_named(label, separator, message):
     with pytest.raises(ValueError, match=f"label {label!r}.*{message}".replace("+", r"\+")):
         gears_condition(label, "NT", separator)
@@ -40,8 +56,10 @@ def test_a_label_that_is_no_gears_condition_is_named(label, separator, message):
 def _own_columns(adata, separator="_", control="NT"):
     """The toy screen as a screen comes: its perturbations in obs['target'] (genes joined by
     ``separator``, controls ``control``), no condition or cell_type column."""
-    labels = [control if c == "ctrl" else separator.join(g for g in c.split("+") if g != "ctrl")
-              for c in adata.obs["condition"].astype(str)]
+    labels = [
+        control if c == "ctrl" else separator.join(g for g in c.split("+") if g != "ctrl")
+        for c in adata.obs["condition"].astype(str)
+    ]
     screen = adata.copy()
     screen.obs = pd.DataFrame({"target": labels}, index=adata.obs_names)
     return screen
@@ -62,8 +80,9 @@ def test_a_screen_in_its_own_column_gets_the_gears_conditions_and_one_cell_type(
     screen = _own_columns(raw, separator)
     pert_data = PertData(data_root)
     with caplog.at_level(logging.INFO, logger="gears_ddp"):
-        pert_data.new_data_process("own", screen, perturbation_column="target", control_label="NT",
-                                   combination_separator=separator)
+        pert_data.new_data_process(
+            "own", screen, perturbation_column="target", control_label="NT", combination_separator=separator
+        )
     processed = pert_data.adata.obs
     assert processed["condition"].astype(str).tolist() == raw.obs["condition"].astype(str).tolist()
     assert set(processed["cell_type"].astype(str)) == {"own"}
@@ -137,9 +156,12 @@ def test_counts_are_refused_without_normalisation_and_checked_with_it(data_root)
 def test_unannotated_genes_are_named_and_dropped_only_when_asked(data_root):
     raw = toy_data.make_raw()
     toy_data.write_go_files(data_root, genes=[g for g in toy_data.GENES if g != "G3"])
-    with pytest.raises(ValueError, match=r"1 perturbed gene\(s\) are outside the perturbation vocabulary .*: G3, "
-                                         rf"in {int(raw.obs['condition'].str.contains('G3').sum())} cells; "
-                                         r"drop those cells \(.*--drop-unannotated\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"1 perturbed gene\(s\) are outside the perturbation vocabulary .*: G3, "
+        rf"in {int(raw.obs['condition'].str.contains('G3').sum())} cells; "
+        r"drop those cells \(.*--drop-unannotated\)",
+    ):
         PertData(data_root).new_data_process("toy", raw, drop_unannotated=False)
     pert_data = PertData(data_root)
     pert_data.new_data_process("toy", raw, drop_unannotated=True)
@@ -148,18 +170,24 @@ def test_unannotated_genes_are_named_and_dropped_only_when_asked(data_root):
 
 # ----------------------------------------------------------------------------- GMT gene sets
 
-GMT = ("spindle assembly (GO:0090307)\t\tG0\tG1\tG2\n"
-       "HALLMARK_SOMETHING\thttp://example.org/set\tG1\tG3,1.0\n"
-       "\n"
-       "another set (GO:0000002)\t\tG0\tG3\n")
+GMT = (
+    "spindle assembly (GO:0090307)\t\tG0\tG1\tG2\n"
+    "HALLMARK_SOMETHING\thttp://example.org/set\tG1\tG3,1.0\n"
+    "\n"
+    "another set (GO:0000002)\t\tG0\tG3\n"
+)
 
 
 @pytest.mark.parametrize("compress", [False, True])
 def test_gene_sets_become_terms_per_gene(tmp_path, compress):
     path = tmp_path / ("sets.gmt.gz" if compress else "sets.gmt")
     path.write_bytes(gzip.compress(GMT.encode()) if compress else GMT.encode())
-    assert read_gene_sets(path) == {"G0": {"GO:0090307", "GO:0000002"}, "G1": {"GO:0090307", "HALLMARK_SOMETHING"},
-                                    "G2": {"GO:0090307"}, "G3": {"HALLMARK_SOMETHING", "GO:0000002"}}
+    assert read_gene_sets(path) == {
+        "G0": {"GO:0090307", "GO:0000002"},
+        "G1": {"GO:0090307", "HALLMARK_SOMETHING"},
+        "G2": {"GO:0090307"},
+        "G3": {"HALLMARK_SOMETHING", "GO:0000002"},
+    }
 
 
 def test_go_files_from_gene_sets_are_those_from_the_same_annotation(tmp_path):
@@ -168,8 +196,10 @@ def test_go_files_from_gene_sets_are_those_from_the_same_annotation(tmp_path):
     gmt.write_text(GMT)
     gene2go = read_gene_sets(gmt)
     table = tmp_path / "pairs.tsv"
-    table.write_text("gene\tterm\n" + "".join(f"{g}\t{t}\n" for g, terms in gene2go.items() for t in sorted(terms)
-                                              if t.startswith("GO:")))
+    table.write_text(
+        "gene\tterm\n"
+        + "".join(f"{g}\t{t}\n" for g, terms in gene2go.items() for t in sorted(terms) if t.startswith("GO:"))
+    )
     write_go_files(tmp_path / "from_gmt", {g: {t for t in ts if t.startswith("GO:")} for g, ts in gene2go.items()})
     write_go_files(tmp_path / "from_table", read_annotation(table))
     edges = f"{GO_EDGES_NAME}/{GO_EDGES_NAME}.csv"
@@ -201,10 +231,18 @@ def test_the_process_command_names_every_problem_of_a_bad_screen_at_once(tmp_pat
     data = ["process", "--adata", str(raw), "--data-path", str(data_path), "--name", "own"]
     own = ["--perturbation-column", "target", "--control-label", "NT", "--combination-separator", "_"]
     counts = ("holds raw counts", "--normalize")  # the counts are not normalised in any of these
-    _refused_naming(capsys, [*data, "--perturbation-column", "gene", "--control-label", "NT"],
-                    ("no obs column 'gene'; its columns: target",), counts)
-    _refused_naming(capsys, [*data, *own[:2], "--control-label", "control"],
-                    ("no cell of obs['target'] has the control label 'control'", "NT (120)"), counts)
+    _refused_naming(
+        capsys,
+        [*data, "--perturbation-column", "gene", "--control-label", "NT"],
+        ("no obs column 'gene'; its columns: target",),
+        counts,
+    )
+    _refused_naming(
+        capsys,
+        [*data, *own[:2], "--control-label", "control"],
+        ("no cell of obs['target'] has the control label 'control'", "NT (120)"),
+        counts,
+    )
     _refused_in_one_line(capsys, [*data, *own], *counts)
     assert not (data_path / "own").exists()
     assert main_ok([*data, *own, "--normalize"], capsys).startswith("dataset own: ")
@@ -219,12 +257,14 @@ def main_ok(argv, capsys) -> str:
 
 def test_importing_the_package_and_its_training_parts_does_not_import_scanpy():
     """scanpy takes seconds to import; every DDP rank imports the training code."""
-    code = ("import sys, pkgutil, importlib, gears_ddp\n"
-            "for module in pkgutil.walk_packages(gears_ddp.__path__, 'gears_ddp.'):\n"
-            "    if not module.name.endswith('__main__'):\n"
-            "        importlib.import_module(module.name)\n"
-            "assert 'gears_ddp.training.recipe' in sys.modules and 'gears_ddp.data.normalization' in sys.modules\n"
-            "print(sorted(name for name in sys.modules if name.split('.')[0] == 'scanpy'))\n")
+    code = (
+        "import sys, pkgutil, importlib, gears_ddp\n"
+        "for module in pkgutil.walk_packages(gears_ddp.__path__, 'gears_ddp.'):\n"
+        "    if not module.name.endswith('__main__'):\n"
+        "        importlib.import_module(module.name)\n"
+        "assert 'gears_ddp.training.recipe' in sys.modules and 'gears_ddp.data.normalization' in sys.modules\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'scanpy'))\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -236,9 +276,24 @@ def test_a_log_normalised_screen_in_its_own_column_is_processed_from_its_backed_
     _own_columns(raw, "+", "control").write_h5ad(path)
     data_path = tmp_path / "data"
     toy_data.write_go_files(data_path)
-    line = main_ok(["process", "--adata", str(path), "--data-path", str(data_path), "--name", "own",
-                    "--perturbation-column", "target", "--control-label", "control", "--combination-separator", "+"],
-                   capsys)
+    line = main_ok(
+        [
+            "process",
+            "--adata",
+            str(path),
+            "--data-path",
+            str(data_path),
+            "--name",
+            "own",
+            "--perturbation-column",
+            "target",
+            "--control-label",
+            "control",
+            "--combination-separator",
+            "+",
+        ],
+        capsys,
+    )
     assert line.endswith("10 of 10 perturbed genes have GO terms")
     written = anndata.read_h5ad(data_path / "own" / io.PROCESSED_FILE)
     assert written.obs["condition"].astype(str).tolist() == raw.obs["condition"].astype(str).tolist()

@@ -6,6 +6,7 @@ The files are in the shared data beside the repository (``../shared/data/real``;
 README says what they hold). Where they are absent these tests skip, and fail under
 ``GEARS_DDP_REQUIRE_REFERENCE=1`` as CI sets it.
 """
+
 import contextlib
 import gzip
 import json
@@ -17,10 +18,10 @@ from pathlib import Path
 import anndata
 import numpy as np
 import pytest
+from test_bad_input import _refused_in_one_line, _refused_naming
 
 from gears_ddp import PertData
 from gears_ddp.cli import main
-from test_bad_input import _refused_in_one_line, _refused_naming
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"
 SCREEN = REAL / "papalexi2021_thp1_raw.h5ad"
@@ -52,8 +53,20 @@ def processed(real_files, tmp_path_factory):
     """The screen processed by one ``gears-ddp process`` command: the data folder and the
     command's last output line."""
     data = tmp_path_factory.mktemp("real") / "data"
-    argv = ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "papalexi", *OWN_COLUMNS,
-            "--normalize", "--go-gene-sets", str(GENE_SETS), "--drop-unannotated"]
+    argv = [
+        "process",
+        "--adata",
+        str(SCREEN),
+        "--data-path",
+        str(data),
+        "--name",
+        "papalexi",
+        *OWN_COLUMNS,
+        "--normalize",
+        "--go-gene-sets",
+        str(GENE_SETS),
+        "--drop-unannotated",
+    ]
     with contextlib.redirect_stdout(StringIO()) as out:
         assert main(argv) == 0
     return data, out.getvalue().strip().splitlines()[-1]
@@ -78,8 +91,9 @@ def test_the_real_screen_is_processed_from_its_raw_counts_in_one_command(process
     assert list(written.obs["condition"].astype(str)) == list(expected_conditions)
     without_sets = sorted(set(targets) - {"non-targeting"} - _genes_with_sets())
     kept = int((~targets.isin(without_sets)).sum())
-    assert summary.startswith(f"dataset papalexi: {kept} cells x {raw.n_vars} genes, {len(set(targets)) - len(without_sets)} "
-                              "conditions")
+    assert summary.startswith(
+        f"dataset papalexi: {kept} cells x {raw.n_vars} genes, {len(set(targets)) - len(without_sets)} conditions"
+    )
     assert f"cells dropped: {', '.join(without_sets)}" in summary
     pert_data = PertData(data)
     pert_data.load(data_path=data / "papalexi")
@@ -88,29 +102,61 @@ def test_the_real_screen_is_processed_from_its_raw_counts_in_one_command(process
 
 def test_a_gene_without_go_terms_is_named_unless_its_cells_are_dropped(processed, capsys):
     data, _ = processed
-    without_sets = sorted(set(anndata.read_h5ad(SCREEN, backed="r").obs["target_gene"].astype(str))
-                          - {"non-targeting"} - _genes_with_sets())
+    without_sets = sorted(
+        set(anndata.read_h5ad(SCREEN, backed="r").obs["target_gene"].astype(str))
+        - {"non-targeting"}
+        - _genes_with_sets()
+    )
     assert without_sets  # the README: MARCH8 is MARCHF8 in the gene sets
-    _refused_in_one_line(capsys, ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again",
-                                  *OWN_COLUMNS, "--normalize"], *without_sets, "--drop-unannotated")
+    _refused_in_one_line(
+        capsys,
+        ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again", *OWN_COLUMNS, "--normalize"],
+        *without_sets,
+        "--drop-unannotated",
+    )
     counts = ("holds raw counts", "--normalize")  # named with every other problem, at once
-    _refused_naming(capsys, ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again",
-                             *OWN_COLUMNS], (*without_sets, "--drop-unannotated"), counts)
-    _refused_naming(capsys, ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again",
-                             "--perturbation-column", "gene", "--control-label", "non-targeting"],
-                    ("no obs column 'gene'; its columns: target_gene, grna, bio_rep",), counts)
+    _refused_naming(
+        capsys,
+        ["process", "--adata", str(SCREEN), "--data-path", str(data), "--name", "again", *OWN_COLUMNS],
+        (*without_sets, "--drop-unannotated"),
+        counts,
+    )
+    _refused_naming(
+        capsys,
+        [
+            "process",
+            "--adata",
+            str(SCREEN),
+            "--data-path",
+            str(data),
+            "--name",
+            "again",
+            "--perturbation-column",
+            "gene",
+            "--control-label",
+            "non-targeting",
+        ],
+        ("no obs column 'gene'; its columns: target_gene, grna, bio_rep",),
+        counts,
+    )
     assert not (data / "again").exists()
 
 
 def test_the_processed_real_screen_trains_and_reports_finite_test_metrics(processed, tmp_path, capsys):
     data, _ = processed
     run = tmp_path / "run"
-    settings = {"pert_data_path": data, "dataset_name": "papalexi", "args.epochs": 1, "args.max_steps": 20,
-                "args.cpu_processes": 1, "args.model_config.hidden_size": 16, "args.save_path": run}
+    settings = {
+        "pert_data_path": data,
+        "dataset_name": "papalexi",
+        "args.epochs": 1,
+        "args.max_steps": 20,
+        "args.cpu_processes": 1,
+        "args.model_config.hidden_size": 16,
+        "args.save_path": run,
+    }
     assert main(["train", *[part for key, value in settings.items() for part in ("--set", f"{key}={value}")]]) == 0
     assert (run / "report.html").is_file()
     report = json.loads((run / "report.json").read_text())
     test_metrics = {name: value for name, value in report["model"].items() if name.startswith("test_")}
     assert {"test_mse", "test_pearson_delta", "test_mse_de"} <= set(test_metrics)
-    assert all(math.isfinite(value) for value in test_metrics.values() if isinstance(value, (int, float))), \
-        test_metrics
+    assert all(math.isfinite(value) for value in test_metrics.values() if isinstance(value, (int, float))), test_metrics

@@ -3,20 +3,21 @@
 The same seed, loaders and model options give the same weights and report in one process
 as on one rank of ``train_multi_gpu``; both entry points take the same options; a
 single-process run is reproducible, checkpoints and resumes exactly."""
+
 import inspect
 from dataclasses import fields
 
 import numpy as np
 import pytest
 import torch
+from gears_testing import exact_on
 
 from gears_ddp import PertData, train_multi_gpu
 from gears_ddp.distributed.config import TrainingArgs
 from gears_ddp.gears import GEARS
 from gears_ddp.model.folder import read_weights
-from gears_ddp.training.options import TrainingOptions
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
-from gears_testing import exact_on
+from gears_ddp.training.options import TrainingOptions
 
 SPLIT = {"split": "simulation", "seed": 1}
 
@@ -49,10 +50,22 @@ def test_gears_train_equals_one_rank_of_train_multi_gpu(data_folder, tmp_path, d
     single = gears.train(epochs=3, seed=s, deterministic=deterministic)
 
     placement = {"cpu_processes": 1} if device.type == "cpu" else {}
-    distributed = train_multi_gpu(data_folder, "toy", SPLIT, {
-        "epochs": 3, "batch_size": 32, "test_batch_size": 128, "seed": s, "model_config": {"hidden_size": 32},
-        "save_path": str(tmp_path / "out"), "deterministic": deterministic, **placement},
-        gpu_ids=None if device.type == "cpu" else [device.index or 0])
+    distributed = train_multi_gpu(
+        data_folder,
+        "toy",
+        SPLIT,
+        {
+            "epochs": 3,
+            "batch_size": 32,
+            "test_batch_size": 128,
+            "seed": s,
+            "model_config": {"hidden_size": 32},
+            "save_path": str(tmp_path / "out"),
+            "deterministic": deterministic,
+            **placement,
+        },
+        gpu_ids=None if device.type == "cpu" else [device.index or 0],
+    )
 
     # the same operators in the same order, on the CPU or deterministic on a GPU: bit for bit
     saved = read_weights(distributed["model_path"])
@@ -84,8 +97,15 @@ def test_train_and_args_take_the_same_options():
     assert list(parameters) == list(options)
     assert {name: p.default for name, p in parameters.items()} == options
     extra = {f.name for f in fields(TrainingArgs)} - set(options)
-    assert extra == {"model_config", "cpu_processes", "timeout_s", "find_unused_parameters", "expression_storage",
-                     "expression_dtype", "default_pert_graph"}
+    assert extra == {
+        "model_config",
+        "cpu_processes",
+        "timeout_s",
+        "find_unused_parameters",
+        "expression_storage",
+        "expression_dtype",
+        "default_pert_graph",
+    }
 
 
 def _first_losses(pert_data, train_seed, torch_seed=0):

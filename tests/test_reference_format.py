@@ -1,16 +1,22 @@
 """perturb_processed.h5ad is interchangeable with the published GEARS, both ways."""
+
 import contextlib
 import io
 
 import numpy as np
 import pytest
-
 import toy_data
-from gears_ddp import PertData
 from reference_package import import_reference
 
-UNS_KEYS = ("rank_genes_groups_cov_all", "top_non_dropout_de_20", "top_non_zero_de_20",
-            "non_zeros_gene_idx", "non_dropout_gene_idx")
+from gears_ddp import PertData
+
+UNS_KEYS = (
+    "rank_genes_groups_cov_all",
+    "top_non_dropout_de_20",
+    "top_non_zero_de_20",
+    "non_zeros_gene_idx",
+    "non_dropout_gene_idx",
+)
 
 
 @pytest.fixture
@@ -61,5 +67,5 @@ def test_the_published_gears_reads_our_file(data_root):
     for code, condition in enumerate(ours.cells.conditions):
         example = reference.dataset_processed[condition][0]
         de = [i for i in np.asarray(example.de_idx).tolist() if i >= 0]
-        assert ours.cells.condition_de_idx[code].tolist()[:len(de)] == de
+        assert ours.cells.condition_de_idx[code].tolist()[: len(de)] == de
     assert sum(len(v) for v in reference.dataset_processed.values()) == ours.adata.n_obs

@@ -1,6 +1,7 @@
 """Replicates: the summary's numbers, the checks made before any process starts, and real
 replicates on 2 CPU processes (a failing one, a re-run that skips and resumes, the weights
 of each against the same run alone)."""
+
 import csv
 import json
 import math
@@ -15,34 +16,34 @@ import torch
 import yaml
 from matplotlib.collections import PathCollection
 from scipy import stats
+from test_paired_verdicts import plain_bootstrap, plain_two_level_bootstrap
+from verdict_reports import report_from_values
 
 from gears_ddp import train_multi_gpu, train_replicates
 from gears_ddp.cli import main
 from gears_ddp.distributed import group_runs
 from gears_ddp.distributed.config import ReplicateOptions
 from gears_ddp.distributed.replicates import device_groups
+from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NO_CLEAR, interval_verdict
 from gears_ddp.report.plots import figure_replicate_values
 from gears_ddp.report.replicate_report import TABLE_COLUMNS, TABLE_FILE, write_replicate_report
-from gears_ddp.runtime.stopping import EXIT_INTERRUPTED
-from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NO_CLEAR, interval_verdict
 from gears_ddp.report.replicate_summary import replicate_table, summarise_replicates, t_interval
-from test_paired_verdicts import plain_bootstrap, plain_two_level_bootstrap
-from verdict_reports import report_from_values
+from gears_ddp.runtime.stopping import EXIT_INTERRUPTED
 
 SPLIT = {"split": "simulation", "seed": 1}
 
 
 # ----------------------------------------------------------------------------- the summary's numbers
 
-GEARS_VALUES = [0.31, 0.27, 0.35, 0.30, 0.29]            # pearson_delta, higher is better
-ADDITIVE_VALUES = [0.20, 0.22, 0.21, 0.19, 0.24]          # GEARS clearly above
-MEAN_EFFECT_VALUES = [0.33, 0.25, 0.36, 0.28, 0.31]        # differences straddle zero
-GEARS_MSE = [0.10, 0.12, 0.11, 0.13, 0.10]                  # mse_de, lower is better
-ADDITIVE_MSE = [0.08, 0.09, 0.085, 0.10, 0.07]             # GEARS clearly worse
-MEAN_EFFECT_MSE = [0.20, 0.21, 0.19, 0.22, 0.20]           # GEARS clearly better
+GEARS_VALUES = [0.31, 0.27, 0.35, 0.30, 0.29]  # pearson_delta, higher is better
+ADDITIVE_VALUES = [0.20, 0.22, 0.21, 0.19, 0.24]  # GEARS clearly above
+MEAN_EFFECT_VALUES = [0.33, 0.25, 0.36, 0.28, 0.31]  # differences straddle zero
+GEARS_MSE = [0.10, 0.12, 0.11, 0.13, 0.10]  # mse_de, lower is better
+ADDITIVE_MSE = [0.08, 0.09, 0.085, 0.10, 0.07]  # GEARS clearly worse
+MEAN_EFFECT_MSE = [0.20, 0.21, 0.19, 0.22, 0.20]  # GEARS clearly better
 
 
-OFFSETS = np.array([0.02, -0.01, 0.0, 0.015, -0.02, -0.005])        # around 0: the summaries are the values above
+OFFSETS = np.array([0.02, -0.01, 0.0, 0.015, -0.02, -0.005])  # around 0: the summaries are the values above
 OTHER_OFFSETS = np.array([-0.04, 0.03, 0.01, -0.02, 0.05, -0.03])
 
 
@@ -51,9 +52,13 @@ def _reports():
     reports = {}
     for i in range(5):
         model = {"pearson_delta": GEARS_VALUES[i] + OFFSETS, "mse_de": GEARS_MSE[i] + OFFSETS}
-        baselines = {"additive": {"pearson_delta": ADDITIVE_VALUES[i] + OFFSETS, "mse_de": ADDITIVE_MSE[i] + OFFSETS},
-                     "mean_effect": {"pearson_delta": MEAN_EFFECT_VALUES[i] + OTHER_OFFSETS,
-                                     "mse_de": MEAN_EFFECT_MSE[i] + OTHER_OFFSETS}}
+        baselines = {
+            "additive": {"pearson_delta": ADDITIVE_VALUES[i] + OFFSETS, "mse_de": ADDITIVE_MSE[i] + OFFSETS},
+            "mean_effect": {
+                "pearson_delta": MEAN_EFFECT_VALUES[i] + OTHER_OFFSETS,
+                "mse_de": MEAN_EFFECT_MSE[i] + OTHER_OFFSETS,
+            },
+        }
         reports[f"seed-{i}"] = report_from_values(model, baselines)
     return reports
 
@@ -78,16 +83,18 @@ def test_mean_sd_interval_and_verdict_on_known_numbers():
             assert (comparison.low, comparison.high) == pytest.approx(plain_two_level_bootstrap(grid), abs=1e-12)
             assert comparison.difference == pytest.approx(grid.mean())
             assert (comparison.n, comparison.replicates) == (6, 5)
-    assert pearson.differences["additive"].verdict == BEATS            # interval above zero, higher is better
-    assert pearson.differences["mean_effect"].verdict == NO_CLEAR       # interval holds zero
-    assert mse.differences["additive"].verdict == LOSES                 # GEARS's mse_de higher: worse
-    assert mse.differences["mean_effect"].verdict == BEATS              # GEARS's mse_de lower: better
+    assert pearson.differences["additive"].verdict == BEATS  # interval above zero, higher is better
+    assert pearson.differences["mean_effect"].verdict == NO_CLEAR  # interval holds zero
+    assert mse.differences["additive"].verdict == LOSES  # GEARS's mse_de higher: worse
+    assert mse.differences["mean_effect"].verdict == BEATS  # GEARS's mse_de lower: better
     assert pearson.summary == "beats additive; no clear difference from mean_effect"
     assert mse.summary == "beats mean_effect; loses to additive"
 
 
-@pytest.mark.parametrize("low, high, verdict", [
-    (0.1, 0.3, BEATS), (-0.3, -0.1, LOSES), (-0.1, 0.2, NO_CLEAR), (0.0, 0.2, NO_CLEAR), (-0.2, 0.0, NO_CLEAR)])
+@pytest.mark.parametrize(
+    "low, high, verdict",
+    [(0.1, 0.3, BEATS), (-0.3, -0.1, LOSES), (-0.1, 0.2, NO_CLEAR), (0.0, 0.2, NO_CLEAR), (-0.2, 0.0, NO_CLEAR)],
+)
 def test_the_verdict_reads_the_signed_interval(low, high, verdict):
     assert interval_verdict(low, high) == verdict
 
@@ -103,7 +110,8 @@ def test_a_missing_value_leaves_its_pair_out_and_one_replicate_bootstraps_its_pe
     single = summarise_replicates({"seed-1": _reports()["seed-1"]})[0]
     assert single.differences["additive"].replicates == 1 and math.isnan(single.gears.sd)
     assert (single.differences["additive"].low, single.differences["additive"].high) == pytest.approx(
-        plain_bootstrap(_grid({"s": _reports()["seed-1"]}, "pearson_delta", "additive", True)[0]), abs=1e-12)
+        plain_bootstrap(_grid({"s": _reports()["seed-1"]}, "pearson_delta", "additive", True)[0]), abs=1e-12
+    )
     assert t_interval([0.2])[0] == 0.2 and math.isnan(t_interval([0.2])[2])
 
 
@@ -119,17 +127,36 @@ def test_the_interval_of_rows_of_values_is_that_of_each_row():
 
 
 def test_the_summary_files_hold_every_replicate_metric_subgroup_and_method(tmp_path):
-    replicates = [{"name": f"seed-{i}", "seed": i, "split_seed": 1, "folder": str(tmp_path / f"seed-{i}"),
-                   "status": "finished", "error": None} for i in range(5)]
-    replicates.append({"name": "seed-9", "seed": 9, "split_seed": 1, "folder": str(tmp_path / "seed-9"),
-                       "status": "failed", "error": "rank 0 of 1 failed first; its traceback: MemoryError"})
+    replicates = [
+        {
+            "name": f"seed-{i}",
+            "seed": i,
+            "split_seed": 1,
+            "folder": str(tmp_path / f"seed-{i}"),
+            "status": "finished",
+            "error": None,
+        }
+        for i in range(5)
+    ]
+    replicates.append(
+        {
+            "name": "seed-9",
+            "seed": 9,
+            "split_seed": 1,
+            "folder": str(tmp_path / "seed-9"),
+            "status": "failed",
+            "error": "rank 0 of 1 failed first; its traceback: MemoryError",
+        }
+    )
     page = write_replicate_report(tmp_path, {"dataset_name": "toy"}, replicates, _reports())
     with open(tmp_path / TABLE_FILE, newline="") as table:
         rows = list(csv.DictReader(table))
     assert tuple(rows[0]) == TABLE_COLUMNS
     assert len(rows) == 5 * 2 * 3  # replicates x metrics x (GEARS and two baselines), one subgroup
     additive = [float(r["value"]) for r in rows if r["metric"] == "mse_de" and r["method"] == "additive"]
-    assert additive == pytest.approx(ADDITIVE_MSE, abs=1e-12) and {r["replicate"] for r in rows} == {f"seed-{i}" for i in range(5)}
+    assert additive == pytest.approx(ADDITIVE_MSE, abs=1e-12) and {r["replicate"] for r in rows} == {
+        f"seed-{i}" for i in range(5)
+    }
     summary = json.loads((tmp_path / "report.json").read_text())
     assert summary["finished"] == 5 and summary["replicates"][-1]["status"] == "failed"
     assert summary["metrics"][0]["differences"]["additive"]["verdict"] == BEATS
@@ -145,16 +172,27 @@ def test_the_summary_files_hold_every_replicate_metric_subgroup_and_method(tmp_p
 def test_on_a_screen_of_single_genes_the_page_shows_the_test_conditions_once_and_the_files_keep_all(tmp_path):
     def single_genes(report):  # every test condition an unseen single: the subgroup's values are the whole's
         record = report["per_perturbation"]
-        return {**report, "model": {**report["model"], **{key.replace("test_", "test_unseen_single_"): value
-                                                          for key, value in report["model"].items()}},
-                "baselines": {name: {**values, **{key.replace("test_", "test_unseen_single_"): value
-                                                  for key, value in values.items()}}
-                              for name, values in report["baselines"].items()},
-                "per_perturbation": {**record, "subgroups": {"unseen_single": list(record["conditions"])}}}
+        return {
+            **report,
+            "model": {
+                **report["model"],
+                **{key.replace("test_", "test_unseen_single_"): value for key, value in report["model"].items()},
+            },
+            "baselines": {
+                name: {
+                    **values,
+                    **{key.replace("test_", "test_unseen_single_"): value for key, value in values.items()},
+                }
+                for name, values in report["baselines"].items()
+            },
+            "per_perturbation": {**record, "subgroups": {"unseen_single": list(record["conditions"])}},
+        }
 
     reports = {name: single_genes(report) for name, report in _reports().items()}
-    replicates = [{"name": name, "seed": i, "split_seed": 1, "folder": str(tmp_path / name), "status": "finished",
-                   "error": None} for i, name in enumerate(reports)]
+    replicates = [
+        {"name": name, "seed": i, "split_seed": 1, "folder": str(tmp_path / name), "status": "finished", "error": None}
+        for i, name in enumerate(reports)
+    ]
     page = write_replicate_report(tmp_path, {"dataset_name": "toy"}, replicates, reports).read_text()
     assert "Single genes not seen in training</th>" not in page
     assert "All test conditions (single genes not seen in training)</th>" in page
@@ -163,8 +201,9 @@ def test_on_a_screen_of_single_genes_the_page_shows_the_test_conditions_once_and
     assert [record["subgroup"] for record in summary["metrics"]] == [None, None, "unseen_single", "unseen_single"]
     verdicts = summarise_replicates(reports, metrics=("mse_de",), subgroups=(None,))
     axes = figure_replicate_values(verdicts, "all test conditions (single genes not seen in training)").axes[0]
-    assert [label.get_text().replace("\n", " ") for label in axes.get_xticklabels()] == \
-        ["all test conditions (single genes not seen in training)"]
+    assert [label.get_text().replace("\n", " ") for label in axes.get_xticklabels()] == [
+        "all test conditions (single genes not seen in training)"
+    ]
 
 
 def test_the_plot_shows_every_replicates_value_gears_beside_each_baseline():
@@ -183,36 +222,62 @@ def test_the_plot_shows_every_replicates_value_gears_beside_each_baseline():
 
 
 def _args(save_path, **overrides):
-    return {"cpu_processes": 2, "epochs": 1, "max_steps": 6, "batch_size": 8, "test_batch_size": 32,
-            "model_config": {"hidden_size": 8}, "save_path": str(save_path), **overrides}
+    return {
+        "cpu_processes": 2,
+        "epochs": 1,
+        "max_steps": 6,
+        "batch_size": 8,
+        "test_batch_size": 32,
+        "model_config": {"hidden_size": 8},
+        "save_path": str(save_path),
+        **overrides,
+    }
 
 
 @pytest.fixture
 def no_processes(monkeypatch):
     """Any attempt to prepare data or start workers fails the test."""
+
     def refuse(*_, **__):
         raise AssertionError("a process or the data was started before the input was checked")
+
     monkeypatch.setattr(group_runs, "SpawnedWorkers", refuse)
     monkeypatch.setattr(group_runs, "shared_data", refuse)
 
 
-@pytest.mark.parametrize("replicates, args, message", [
-    ({"seeds": []}, {}, r"replicates.seeds must be a non-empty list"),
-    ({"seeds": [1, 2, 1]}, {}, r"replicates.seeds \[1, 2, 1\] lists \[1\] more than once"),
-    ({"split_seeds": [3, 3]}, {}, r"replicates.split_seeds \[3, 3\] lists \[3\] more than once"),
-    ({}, {}, "replicates needs seeds and/or split_seeds"),
-    ({"seeds": [1, 2], "split_seeds": [1]}, {}, "give lists of equal length"),
-    ({"seeds": [1, 2], "parallel": 3}, {}, r"replicates.parallel=3 group\(s\) of replicates.ranks_per_replicate=1 "
-                                           r"device\(s\) need 3 devices, but 2 are given \(cpu, cpu\)"),
-    ({"seeds": [1, 2], "ranks_per_replicate": 3}, {}, r"one group of replicates.ranks_per_replicate=3 device\(s\) "
-                                                      r"need 3 devices, but 2 are given"),
-    ({"seeds": [1, 2]}, {"resume_from": "RUN/seed-1"}, r"args\['resume_from'\]=.*seed-1.* names one run's checkpoint"),
-    ({"seeds": [1, 2]}, {"save_path": None}, r"replicates need args\['save_path'\]"),
-])
+@pytest.mark.parametrize(
+    "replicates, args, message",
+    [
+        ({"seeds": []}, {}, r"replicates.seeds must be a non-empty list"),
+        ({"seeds": [1, 2, 1]}, {}, r"replicates.seeds \[1, 2, 1\] lists \[1\] more than once"),
+        ({"split_seeds": [3, 3]}, {}, r"replicates.split_seeds \[3, 3\] lists \[3\] more than once"),
+        ({}, {}, "replicates needs seeds and/or split_seeds"),
+        ({"seeds": [1, 2], "split_seeds": [1]}, {}, "give lists of equal length"),
+        (
+            {"seeds": [1, 2], "parallel": 3},
+            {},
+            r"replicates.parallel=3 group\(s\) of replicates.ranks_per_replicate=1 "
+            r"device\(s\) need 3 devices, but 2 are given \(cpu, cpu\)",
+        ),
+        (
+            {"seeds": [1, 2], "ranks_per_replicate": 3},
+            {},
+            r"one group of replicates.ranks_per_replicate=3 device\(s\) "
+            r"need 3 devices, but 2 are given",
+        ),
+        (
+            {"seeds": [1, 2]},
+            {"resume_from": "RUN/seed-1"},
+            r"args\['resume_from'\]=.*seed-1.* names one run's checkpoint",
+        ),
+        ({"seeds": [1, 2]}, {"save_path": None}, r"replicates need args\['save_path'\]"),
+    ],
+)
 def test_bad_input_is_refused_naming_it(tmp_path, data_folder, no_processes, replicates, args, message):
     (tmp_path / "seed-1" / "checkpoints").mkdir(parents=True)
-    args = {key: str(value).replace("RUN", str(tmp_path)) if key == "resume_from" else value
-            for key, value in args.items()}
+    args = {
+        key: str(value).replace("RUN", str(tmp_path)) if key == "resume_from" else value for key, value in args.items()
+    }
     with pytest.raises(ValueError, match=message):
         train_replicates(data_folder, "toy", SPLIT, {**_args(tmp_path), **args}, replicates)
     assert not (tmp_path / "config.yaml").exists()
@@ -226,34 +291,66 @@ def test_a_save_path_holding_another_configuration_is_refused(tmp_path, data_fol
     with pytest.raises(ValueError, match=r"save_path .*run holds a single run \(its config.yaml\)"):
         train_replicates(data_folder, "toy", SPLIT, _args(run), {"seeds": [1, 2]})
     (run / "config.yaml").unlink()
-    replicate = yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy", "split_config": SPLIT,
-                                "args": {"epochs": 3, "seed": 2}})
+    replicate = yaml.safe_dump(
+        {
+            "pert_data_path": str(data_folder),
+            "dataset_name": "toy",
+            "split_config": SPLIT,
+            "args": {"epochs": 3, "seed": 2},
+        }
+    )
     (run / "seed-2" / "config.yaml").write_text(replicate)
-    with pytest.raises(ValueError, match=r"replicate seed-2: .*seed-2 holds a run of another configuration "
-                                         r"\(.*args.epochs: 3 there, 1 here"):
+    with pytest.raises(
+        ValueError,
+        match=r"replicate seed-2: .*seed-2 holds a run of another configuration "
+        r"\(.*args.epochs: 3 there, 1 here",
+    ):
         train_replicates(data_folder, "toy", SPLIT, _args(run), {"seeds": [1, 2]})
     assert not (run / "config.yaml").exists()
 
 
 def test_the_command_line_refuses_a_duplicated_seed_with_status_2(tmp_path, data_folder, capsys):
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy",
-                                      "split_config": SPLIT, "args": _args(tmp_path / "run")}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pert_data_path": str(data_folder),
+                "dataset_name": "toy",
+                "split_config": SPLIT,
+                "args": _args(tmp_path / "run"),
+            }
+        )
+    )
     assert main(["train", "--config", str(config), "--seeds", "4", "4"]) == 2
     assert "replicates.seeds [4, 4] lists [4] more than once" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("save_path, message", [
-    ("a_file", "save_path {root}/a_file is a file, not a folder; choose another save_path"),
-    ("a_file/replicates", "save_path {root}/a_file/replicates cannot be made: {root}/a_file is a file, not a folder"),
-])
-def test_the_command_line_refuses_a_save_path_a_file_stands_in_with_status_2(tmp_path, data_folder, capsys,
-                                                                              save_path, message):
+@pytest.mark.parametrize(
+    "save_path, message",
+    [
+        ("a_file", "save_path {root}/a_file is a file, not a folder; choose another save_path"),
+        (
+            "a_file/replicates",
+            "save_path {root}/a_file/replicates cannot be made: {root}/a_file is a file, not a folder",
+        ),
+    ],
+)
+def test_the_command_line_refuses_a_save_path_a_file_stands_in_with_status_2(
+    tmp_path, data_folder, capsys, save_path, message
+):
     (tmp_path / "a_file").write_text("mine")
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy",
-                                      "split_config": SPLIT, "args": _args(tmp_path / save_path)}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pert_data_path": str(data_folder),
+                "dataset_name": "toy",
+                "split_config": SPLIT,
+                "args": _args(tmp_path / save_path),
+            }
+        )
+    )
     assert main(["train", "--config", str(config), "--seeds", "1", "2"]) == 2
     error = capsys.readouterr().err
     assert message.format(root=tmp_path) in error and "Traceback" not in error and len(error.splitlines()) == 1
@@ -278,20 +375,29 @@ def _state(folder):
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_a_failing_replicate_leaves_the_others_finished_and_a_rerun_skips_them_and_resumes_it(
-        data_folder, tmp_path, capsys, monkeypatch):
+    data_folder, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a replicate and the run alone sum in the same order
     run = tmp_path / "run"
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy",
-                                      "split_config": SPLIT,
-                                      "args": _args(run, checkpoint_every_steps=2, keep_checkpoints=10)}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pert_data_path": str(data_folder),
+                "dataset_name": "toy",
+                "split_config": SPLIT,
+                "args": _args(run, checkpoint_every_steps=2, keep_checkpoints=10),
+            }
+        )
+    )
     # seed-2 fails right after its first checkpoint: clearing what killed writers leave there meets a folder
     blocker = run / "seed-2" / "checkpoints" / ".checkpoint-blocker.tmp"
     blocker.mkdir(parents=True)
     assert main(["train", "--config", str(config), "--seeds", "1", "2"]) == 1
     err = capsys.readouterr().err
-    assert "1 of 2 replicates did not finish" in err and "seed-2 failed" in err and ".checkpoint-blocker.tmp" in err, \
+    assert "1 of 2 replicates did not finish" in err and "seed-2 failed" in err and ".checkpoint-blocker.tmp" in err, (
         err[-3000:]
+    )
     assert (run / "seed-1" / "report.html").exists() and not (run / "seed-2" / "report.html").exists()
     summary = json.loads((run / "report.json").read_text())
     assert [(r["name"], r["status"]) for r in summary["replicates"]] == [("seed-1", "finished"), ("seed-2", "failed")]
@@ -316,14 +422,14 @@ def test_a_failing_replicate_leaves_the_others_finished_and_a_rerun_skips_them_a
     resumed = _state(run / "seed-2")
     for name, tensor in _state(tmp_path / "alone").items():
         assert torch.equal(tensor, resumed[name]), name
-    assert json.loads((run / "seed-2" / "report.json").read_text())["model"]["test_mse_de"] == \
-        pytest.approx(alone["model"]["test_mse_de"], rel=1e-12)
+    assert json.loads((run / "seed-2" / "report.json").read_text())["model"]["test_mse_de"] == pytest.approx(
+        alone["model"]["test_mse_de"], rel=1e-12
+    )
 
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_two_replicates_on_two_processes_give_the_weights_of_each_run_alone(data_folder, tmp_path, caplog,
-                                                                            monkeypatch):
+def test_two_replicates_on_two_processes_give_the_weights_of_each_run_alone(data_folder, tmp_path, caplog, monkeypatch):
     # one thread per process in both: two processes sharing two cores would otherwise get one thread each and a
     # process alone two, and float sums split over other threads round differently
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -345,8 +451,13 @@ def test_two_replicates_on_two_processes_give_the_weights_of_each_run_alone(data
 @pytest.mark.slow
 def test_a_replicate_of_two_ranks_trains_on_a_group_of_two_processes(data_folder, tmp_path, caplog):
     caplog.set_level("INFO", logger="gears_ddp")
-    summary = train_replicates(data_folder, "toy", {"split": "simulation"}, _args(tmp_path / "run", max_steps=2),
-                               {"split_seeds": [2], "ranks_per_replicate": 2})
+    summary = train_replicates(
+        data_folder,
+        "toy",
+        {"split": "simulation"},
+        _args(tmp_path / "run", max_steps=2),
+        {"split_seeds": [2], "ranks_per_replicate": 2},
+    )
     assert [r["name"] for r in summary["replicates"]] == ["split-2"]
     report = json.loads((tmp_path / "run" / "split-2" / "report.json").read_text())
     assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
@@ -362,20 +473,33 @@ def test_a_stop_signal_stops_the_running_replicate_with_a_checkpoint_and_starts_
 
     run = tmp_path / "run"
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy",
-                                      "split_config": SPLIT, "args": _args(run, cpu_processes=1, epochs=500,
-                                                                           max_steps=None, checkpoint_every_steps=5)}))
-    process = subprocess.Popen([sys.executable, "-m", "gears_ddp", "train", "--config", str(config), "--seeds", "1",
-                                "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=_clean_environment())
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pert_data_path": str(data_folder),
+                "dataset_name": "toy",
+                "split_config": SPLIT,
+                "args": _args(run, cpu_processes=1, epochs=500, max_steps=None, checkpoint_every_steps=5),
+            }
+        )
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gears_ddp", "train", "--config", str(config), "--seeds", "1", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_clean_environment(),
+    )
     _wait_for_step(run / "seed-1", 5, process)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
     assert process.returncode == EXIT_INTERRUPTED, err[-3000:]
     assert "replicates stopped on SIGTERM: 0 of 2 finished; run the same command again" in err
     summary = json.loads((run / "report.json").read_text())
-    assert [(r["name"], r["status"]) for r in summary["replicates"]] == [("seed-1", "interrupted"),
-                                                                          ("seed-2", "not started")]
+    assert [(r["name"], r["status"]) for r in summary["replicates"]] == [
+        ("seed-1", "interrupted"),
+        ("seed-2", "not started"),
+    ]
     assert "checkpoint" in summary["replicates"][0]["error"] and not (run / "seed-2").exists()
 
 
@@ -387,11 +511,15 @@ def _worker_failing_as_it_ends(local_rank, *args, **handed):
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_a_replicate_whose_worker_fails_after_its_complete_report_counts_as_finished(data_folder, tmp_path,
-                                                                                     monkeypatch, caplog):
+def test_a_replicate_whose_worker_fails_after_its_complete_report_counts_as_finished(
+    data_folder, tmp_path, monkeypatch, caplog
+):
     monkeypatch.setattr(group_runs, "spawned_rank", _worker_failing_as_it_ends)
-    summary = train_replicates(data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1, max_steps=2),
-                               {"seeds": [7]})
+    summary = train_replicates(
+        data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1, max_steps=2), {"seeds": [7]}
+    )
     assert [r["status"] for r in summary["replicates"]] == ["finished"]
-    assert "seed-7: finished in" in caplog.text and "a worker failed as it ended: rank 0 of 1 exited with code 3" \
-        in caplog.text
+    assert (
+        "seed-7: finished in" in caplog.text
+        and "a worker failed as it ended: rank 0 of 1 exited with code 3" in caplog.text
+    )

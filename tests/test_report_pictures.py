@@ -6,6 +6,7 @@ than break the picture, and each PNG must read back as an image of a plausible s
 page must show every metric with the right verdict, escape what comes from the data, link
 the pictures by relative path and say when there was no test set.
 """
+
 import math
 import re
 
@@ -13,14 +14,22 @@ import numpy as np
 import pytest
 from matplotlib.container import BarContainer
 from matplotlib.image import imread
+from verdict_reports import report_from_values
 
 from gears_ddp.report.numbers import format_number
 from gears_ddp.report.page import write_report_page
-from gears_ddp.report.plots import (subgroup_label, figure_predictions, figure_test_metrics, figure_training_curves,
-                                    plot_predictions, plot_test_metrics, plot_training_curves, true_change_per_gene)
+from gears_ddp.report.plots import (
+    figure_predictions,
+    figure_test_metrics,
+    figure_training_curves,
+    plot_predictions,
+    plot_test_metrics,
+    plot_training_curves,
+    subgroup_label,
+    true_change_per_gene,
+)
 from gears_ddp.report.run_folder import PAGE_FILE
 from gears_ddp.report.verdicts import compare
-from verdict_reports import report_from_values
 
 BASELINE_NAMES = ("no_change", "mean_effect", "additive", "linear")
 GROUPS = (None, "combo_seen0", "combo_seen1", "unseen_single")
@@ -28,10 +37,23 @@ GROUPS = (None, "combo_seen0", "combo_seen1", "unseen_single")
 
 def make_history(epochs: int) -> list[dict]:
     """Epoch records as the training writes them, falling losses and rising correlations."""
-    return [{"epoch": e, "train_loss": 1 / e, "train_seconds": 50.0, "seconds": 60.0,
-             "train_mse": 0.01 / e, "train_mse_de": 0.2 / e, "train_pearson": 0.9, "train_pearson_de": 0.5 + e / 100,
-             "val_mse": 0.02 / e, "val_mse_de": 0.3 / e + 0.01 * e, "val_pearson": 0.85,
-             "val_pearson_de": 0.4 + e / 100} for e in range(1, epochs + 1)]
+    return [
+        {
+            "epoch": e,
+            "train_loss": 1 / e,
+            "train_seconds": 50.0,
+            "seconds": 60.0,
+            "train_mse": 0.01 / e,
+            "train_mse_de": 0.2 / e,
+            "train_pearson": 0.9,
+            "train_pearson_de": 0.5 + e / 100,
+            "val_mse": 0.02 / e,
+            "val_mse_de": 0.3 / e + 0.01 * e,
+            "val_pearson": 0.85,
+            "val_pearson_de": 0.4 + e / 100,
+        }
+        for e in range(1, epochs + 1)
+    ]
 
 
 def make_summary(seed: float, groups=GROUPS) -> dict:
@@ -51,9 +73,15 @@ def make_example(condition="FOXA1+HOXB9", subgroup="combo_seen1", genes=6, cells
     control = rng.uniform(0.5, 2.0, genes)
     truth = control + rng.normal(0.5, 0.3, (cells, genes))
     truth[-5:, -1] = np.nan
-    return {"condition": condition, "subgroup": subgroup, "genes": [f"GENE{i}" for i in range(genes)],
-            "control": control, "truth_cells": truth, "model": control + rng.normal(0.4, 0.1, genes),
-            "baselines": {"additive": control + 0.2, "no_change": control}}
+    return {
+        "condition": condition,
+        "subgroup": subgroup,
+        "genes": [f"GENE{i}" for i in range(genes)],
+        "control": control,
+        "truth_cells": truth,
+        "model": control + rng.normal(0.4, 0.1, genes),
+        "baselines": {"additive": control + 0.2, "no_change": control},
+    }
 
 
 def bars_by_label(axes) -> dict[str, BarContainer]:
@@ -63,16 +91,23 @@ def bars_by_label(axes) -> dict[str, BarContainer]:
 
 def scatter_by_label(axes) -> dict[str, np.ndarray]:
     """The (x, y) points of each labelled scatter of a panel."""
-    return {collection.get_label(): np.asarray(collection.get_offsets()) for collection in axes.collections
-            if collection.get_label() in ("GEARS", "additive")}
+    return {
+        collection.get_label(): np.asarray(collection.get_offsets())
+        for collection in axes.collections
+        if collection.get_label() in ("GEARS", "additive")
+    }
 
 
 # ------------------------------------------------------------------ files
-@pytest.mark.parametrize("draw, minimum_width", [
-    (lambda path: plot_training_curves(make_history(5), 3, path), 1500),
-    (lambda path: plot_test_metrics(make_summary(0.6), {n: make_summary(0.3) for n in BASELINE_NAMES}, path), 1000),
-    (lambda path: plot_predictions([make_example(), make_example(seed=1)], path), 900),
-], ids=["training_curves", "test_metrics", "predictions"])
+@pytest.mark.parametrize(
+    "draw, minimum_width",
+    [
+        (lambda path: plot_training_curves(make_history(5), 3, path), 1500),
+        (lambda path: plot_test_metrics(make_summary(0.6), {n: make_summary(0.3) for n in BASELINE_NAMES}, path), 1000),
+        (lambda path: plot_predictions([make_example(), make_example(seed=1)], path), 900),
+    ],
+    ids=["training_curves", "test_metrics", "predictions"],
+)
 def test_each_picture_is_a_png_of_plausible_size_in_a_new_folder(tmp_path, draw, minimum_width):
     path = tmp_path / "new" / "plots" / "picture.png"
     assert draw(path) == path
@@ -88,13 +123,17 @@ def test_training_curves_draw_the_history_and_mark_the_kept_epoch():
     history = make_history(6)
     figure = figure_training_curves(history, best_epoch=4)
     loss_axes, mse_axes, pearson_axes = figure.axes
-    drawn_mse = {tuple(np.round(line.get_ydata(), 6)) for line in mse_axes.lines
-                 if line.get_label() in ("train", "val")}
-    assert drawn_mse == {tuple(round(r["val_mse_de"], 6) for r in history),
-                         tuple(round(r["train_mse_de"], 6) for r in history)}
+    drawn_mse = {
+        tuple(np.round(line.get_ydata(), 6)) for line in mse_axes.lines if line.get_label() in ("train", "val")
+    }
+    assert drawn_mse == {
+        tuple(round(r["val_mse_de"], 6) for r in history),
+        tuple(round(r["train_mse_de"], 6) for r in history),
+    }
     for axes in figure.axes:
-        verticals = [line for line in axes.lines if len(set(line.get_xdata())) == 1 and line.get_label() not in
-                     ("train", "val")]
+        verticals = [
+            line for line in axes.lines if len(set(line.get_xdata())) == 1 and line.get_label() not in ("train", "val")
+        ]
         assert [line.get_xdata()[0] for line in verticals] == [4]
     assert "lower is better" in loss_axes.get_title() and "lower is better" in mse_axes.get_title()
     assert "higher is better" in pearson_axes.get_title()
@@ -167,24 +206,34 @@ def test_a_subgroup_that_holds_every_test_condition_is_not_drawn_again():
     model = make_summary(0.6, groups=(None, "unseen_single"))
     figure = figure_test_metrics(model, {"linear": make_summary(0.3, groups=(None, "unseen_single"))})
     for axes in figure.axes:
-        assert [label.get_text() for label in axes.get_xticklabels()] == \
-            [subgroup_label("all test conditions (single genes not seen in training)")]
+        assert [label.get_text() for label in axes.get_xticklabels()] == [
+            subgroup_label("all test conditions (single genes not seen in training)")
+        ]
         assert [len(bars) for bars in bars_by_label(axes).values()] == [1, 1]
     two_groups = make_summary(0.6, groups=(None, "combo_seen1", "unseen_single"))
     axes = figure_test_metrics(two_groups, {}).axes[0]
-    assert [label.get_text() for label in axes.get_xticklabels()] == \
-        [subgroup_label(group) for group in (None, "combo_seen1", "unseen_single")]
+    assert [label.get_text() for label in axes.get_xticklabels()] == [
+        subgroup_label(group) for group in (None, "combo_seen1", "unseen_single")
+    ]
 
 
 def test_baselines_that_predicted_the_same_share_one_bar():
     same = make_summary(0.3)
-    baselines = {"no_change": make_summary(0.1), "mean_effect": same, "additive": dict(same),
-                 "linear": make_summary(0.4)}
+    baselines = {
+        "no_change": make_summary(0.1),
+        "mean_effect": same,
+        "additive": dict(same),
+        "linear": make_summary(0.4),
+    }
     figure = figure_test_metrics(make_summary(0.6), baselines)
     for axes in figure.axes:
         assert list(bars_by_label(axes)) == ["GEARS", "no_change", "mean_effect = additive", "linear"]
-    assert [text.get_text() for text in figure.legends[0].get_texts()] == \
-        ["GEARS", "no change baseline", "mean effect = additive baselines (equal here)", "linear baseline"]
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == [
+        "GEARS",
+        "no change baseline",
+        "mean effect = additive baselines (equal here)",
+        "linear baseline",
+    ]
 
 
 def test_bars_carry_their_values_as_labels():
@@ -231,8 +280,12 @@ def test_no_additive_baseline_means_no_additive_marker():
 
 # ------------------------------------------------------------------ page
 PICTURES = {"Training": "plots/training_curves.png", "Test metrics beside the baselines": "plots/test_metrics.png"}
-SETTINGS = {"pert_data_path": "./data", "dataset_name": "norman", "split_config": {"split": "simulation", "seed": 1},
-            "args": {"epochs": 2, "model_config": {"hidden_size": 64}, "gpu_ids": [0, 1], "wandb": False}}
+SETTINGS = {
+    "pert_data_path": "./data",
+    "dataset_name": "norman",
+    "split_config": {"split": "simulation", "seed": 1},
+    "args": {"epochs": 2, "model_config": {"hidden_size": 64}, "gpu_ids": [0, 1], "wandb": False},
+}
 
 
 def report_with_test_results() -> dict:
@@ -240,17 +293,28 @@ def report_with_test_results() -> dict:
     the singles: 6 test
     perturbations, 3 two-gene combinations with one gene seen and 3 unseen singles, each
     metric steady around its mean."""
+
     def values(pearson_delta, mse_de, combo_mse_de, single_mse_de):
         steps = [0.0, 0.004, -0.004, 0.002, -0.002, 0.0]
-        return {"pearson_delta": [pearson_delta + step for step in steps],
-                "mse_de": [combo_mse_de + step for step in steps[:3]] + [single_mse_de + step for step in steps[3:]]}
+        return {
+            "pearson_delta": [pearson_delta + step for step in steps],
+            "mse_de": [combo_mse_de + step for step in steps[:3]] + [single_mse_de + step for step in steps[3:]],
+        }
 
-    report = report_from_values(values(0.61234567, 0.2, 0.1, 0.3),
-                                {"no_change": values(math.nan, 0.5, 0.4, 0.6), "mean_effect": values(0.3, 0.4, 0.3, 0.5),
-                                 "additive": values(0.5, 0.15, 0.2, 0.1)},
-                                subgroups={"combo_seen1": [0, 1, 2], "unseen_single": [3, 4, 5]})
-    report["model"] = {key: value for key, value in report["model"].items() if "pearson_delta" not in key or
-                       key == "test_pearson_delta"}
+    report = report_from_values(
+        values(0.61234567, 0.2, 0.1, 0.3),
+        {
+            "no_change": values(math.nan, 0.5, 0.4, 0.6),
+            "mean_effect": values(0.3, 0.4, 0.3, 0.5),
+            "additive": values(0.5, 0.15, 0.2, 0.1),
+        },
+        subgroups={"combo_seen1": [0, 1, 2], "unseen_single": [3, 4, 5]},
+    )
+    report["model"] = {
+        key: value
+        for key, value in report["model"].items()
+        if "pearson_delta" not in key or key == "test_pearson_delta"
+    }
     return {**report, "best_epoch": 2, "history": make_history(3), "world_size": 2, "model_path": "runs/norman"}
 
 
@@ -286,37 +350,53 @@ def single_gene_screen_report() -> dict:
     """A report as the demo's screen of single genes gives it: every test condition is an
     unseen single, no change's correlations are reported as 0, and the additive baseline
     predicted what the mean-effect baseline did."""
+
     def values(pearson_delta, mse_de):
         steps = [0.0, 0.01, -0.01, 0.02, -0.02, 0.0]
-        return {"pearson_delta": [pearson_delta + step for step in steps], "mse_de": [mse_de + s for s in steps],
-                "mse": [mse_de / 10 + s / 10 for s in steps]}
+        return {
+            "pearson_delta": [pearson_delta + step for step in steps],
+            "mse_de": [mse_de + s for s in steps],
+            "mse": [mse_de / 10 + s / 10 for s in steps],
+        }
 
     mean_effect = values(0.3594, 0.3593)
-    report = report_from_values(values(-0.1424, 0.5923),
-                                {"no_change": {**values(0.0, 0.4766), "pearson_delta": [0.0] * 6},
-                                 "mean_effect": mean_effect, "additive": dict(mean_effect),
-                                 "linear": values(0.0682, 0.4891)},
-                                subgroups={"unseen_single": list(range(6))})
+    report = report_from_values(
+        values(-0.1424, 0.5923),
+        {
+            "no_change": {**values(0.0, 0.4766), "pearson_delta": [0.0] * 6},
+            "mean_effect": mean_effect,
+            "additive": dict(mean_effect),
+            "linear": values(0.0682, 0.4891),
+        },
+        subgroups={"unseen_single": list(range(6))},
+    )
     return {**report_with_test_results(), **report}
 
 
 def test_on_a_screen_of_single_genes_the_page_says_each_thing_once(tmp_path):
     page = write_report_page(tmp_path / PAGE_FILE, SETTINGS, single_gene_screen_report(), PICTURES).read_text(
-        encoding="utf-8")
+        encoding="utf-8"
+    )
     rows = verdict_rows(page)
     assert len(rows) == 3  # pearson_delta, mse_de, mse: once, not again for the subgroup
     assert "Single genes not seen in training</th>" not in page
     assert "All test conditions (single genes not seen in training)</th>" in page
-    assert ("<th>GEARS</th><th>no_change<br>difference [95% interval] won</th><th>mean_effect = additive<br>"
-            "difference [95% interval] won</th><th>linear<br>difference [95% interval] won</th>") in page
+    assert (
+        "<th>GEARS</th><th>no_change<br>difference [95% interval] won</th><th>mean_effect = additive<br>"
+        "difference [95% interval] won</th><th>linear<br>difference [95% interval] won</th>"
+    ) in page
     assert all(row.count('<td class="number') == 4 for row in rows[1:])  # GEARS and 3 columns of baselines
-    assert "mean_effect and additive predicted the same on this test set, so they are shown as one: the training " \
-           "conditions hold no two-gene combination" in page
+    assert (
+        "mean_effect and additive predicted the same on this test set, so they are shown as one: the training "
+        "conditions hold no two-gene combination" in page
+    )
     assert "n/a" in rows[0] and ">0<" not in rows[0]
 
 
 def test_page_links_pictures_and_shows_history_and_settings(tmp_path):
-    page = write_report_page(tmp_path / PAGE_FILE, SETTINGS, report_with_test_results(), PICTURES).read_text(encoding="utf-8")
+    page = write_report_page(tmp_path / PAGE_FILE, SETTINGS, report_with_test_results(), PICTURES).read_text(
+        encoding="utf-8"
+    )
     for title, relative in PICTURES.items():
         assert f'<img src="{relative}" alt="{title}">' in page
     assert "3 min 00 s" in page  # 3 epochs of 60 s
@@ -330,7 +410,9 @@ def test_page_links_pictures_and_shows_history_and_settings(tmp_path):
 def test_page_escapes_names_from_the_data(tmp_path):
     settings = dict(SETTINGS, dataset_name="<script>alert(1)</script>")
     report = dict(report_with_test_results(), model_path="runs/<b>x</b>")
-    page = write_report_page(tmp_path / PAGE_FILE, settings, report, {"<script>": "plots/a&b.png"}).read_text(encoding="utf-8")
+    page = write_report_page(tmp_path / PAGE_FILE, settings, report, {"<script>": "plots/a&b.png"}).read_text(
+        encoding="utf-8"
+    )
     assert "<script" not in page and "<b>x</b>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and 'src="plots/a&amp;b.png"' in page
 
@@ -344,7 +426,17 @@ def test_page_without_test_set_says_so_and_has_no_verdicts(tmp_path):
     assert "not recorded" in page  # no settings
 
 
-@pytest.mark.parametrize("value, text", [(0.123456, "0.1235"), (12.0, "12"), (3, "3"), (None, "n/a"),
-                                         (math.nan, "n/a"), (123456.7, "123,457"), (0.000123456, "0.0001235")])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (0.123456, "0.1235"),
+        (12.0, "12"),
+        (3, "3"),
+        (None, "n/a"),
+        (math.nan, "n/a"),
+        (123456.7, "123,457"),
+        (0.000123456, "0.0001235"),
+    ],
+)
 def test_numbers_have_four_significant_digits(value, text):
     assert format_number(value) == text

@@ -1,5 +1,6 @@
 """The repository as a user receives it: no merge-conflict markers in any file, and a clean
 ``gears-ddp --help`` (the parser's description is the command module's docstring)."""
+
 from __future__ import annotations
 
 import re
@@ -14,9 +15,13 @@ MARKER = re.compile(r"^(<{7}|>{7})( |$)|^={7}$", re.MULTILINE)
 
 def repository_files() -> list[Path]:
     """Every file of the working tree but version-control, environment and build folders."""
-    return [path for path in ROOT.rglob("*") if path.is_file()
-            and not SKIPPED_FOLDERS.intersection(path.relative_to(ROOT).parts[:-1])
-            and not any(part.endswith(".egg-info") for part in path.relative_to(ROOT).parts)]
+    return [
+        path
+        for path in ROOT.rglob("*")
+        if path.is_file()
+        and not SKIPPED_FOLDERS.intersection(path.relative_to(ROOT).parts[:-1])
+        and not any(part.endswith(".egg-info") for part in path.relative_to(ROOT).parts)
+    ]
 
 
 def conflict_markers(paths) -> list[str]:
@@ -45,8 +50,7 @@ def test_the_check_finds_a_conflict(tmp_path, monkeypatch):
 
 
 def test_the_command_help_is_clean():
-    done = subprocess.run([sys.executable, "-m", "gears_ddp", "--help"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-m", "gears_ddp", "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "usage: gears-ddp" in done.stdout
     assert conflict_markers_in_text(done.stdout) == []
@@ -69,8 +73,12 @@ def unresolved_imports(folders) -> list[str]:
     for folder in folders:
         for path in sorted((ROOT / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-                        and node.module.split(".")[0] in ("gears_ddp", "harness")):
+                if not (
+                    isinstance(node, ast.ImportFrom)
+                    and node.level == 0
+                    and node.module
+                    and node.module.split(".")[0] in ("gears_ddp", "harness")
+                ):
                     continue
                 where = f"{path.relative_to(ROOT)}:{node.lineno}"
                 try:

@@ -1,6 +1,7 @@
 """Long runs on shared clusters: checkpoints every step, exact resume after SIGKILL at any
 moment, stop signals to one rank, a lost rank, torchrun restarts and Slurm requeues; all
 with real processes and real signals (gloo on CPU)."""
+
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_launch import _clean_environment, _launch_arguments, _report
 
 from gears_ddp import PertData, train_multi_gpu
 from gears_ddp.distributed.process_group import find_free_port
@@ -19,7 +21,6 @@ from gears_ddp.gears import GEARS
 from gears_ddp.model.folder import read_weights
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.training.checkpoint import checkpoint_files, latest_checkpoint, load_training_checkpoint
-from test_launch import _clean_environment, _launch_arguments, _report
 
 SPLIT = {"split": "simulation", "seed": 1}
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -43,13 +44,22 @@ def _single(data_folder, **options):
 
 
 def _multi(data_folder, **options):
-    return train_multi_gpu(data_folder, "toy", SPLIT, {"cpu_processes": 2, "test_batch_size": 32,
-                                                       "model_config": {"hidden_size": 8}, **options})
+    return train_multi_gpu(
+        data_folder,
+        "toy",
+        SPLIT,
+        {"cpu_processes": 2, "test_batch_size": 32, "model_config": {"hidden_size": 8}, **options},
+    )
 
 
 def _start(mode, data_folder, **options):
-    return subprocess.Popen([sys.executable, TRAIN, mode, str(data_folder), json.dumps(options)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_clean_environment())
+    return subprocess.Popen(
+        [sys.executable, TRAIN, mode, str(data_folder), json.dumps(options)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_clean_environment(),
+    )
 
 
 def _wait_for_step(save_path, step, process, timeout_s=240):
@@ -119,8 +129,9 @@ def test_a_stop_signal_to_one_rank_stops_both_with_a_checkpoint_and_the_run_resu
     _assert_same_run(resumed, whole)
 
 
-def test_a_stop_signal_in_one_process_stops_with_a_checkpoint_and_the_run_resumes_exactly(data_folder, tmp_path,
-                                                                                           monkeypatch):
+def test_a_stop_signal_in_one_process_stops_with_a_checkpoint_and_the_run_resumes_exactly(
+    data_folder, tmp_path, monkeypatch
+):
     import gears_ddp.training.recipe as recipe
 
     options = {"epochs": 2, "batch_size": 16}
@@ -147,8 +158,7 @@ def test_a_stop_signal_in_one_process_stops_with_a_checkpoint_and_the_run_resume
 @pytest.mark.distributed
 def test_a_killed_rank_fails_the_run_quickly_naming_it(data_folder, tmp_path):
     save_path = tmp_path / "run"
-    process = _start("multi", data_folder, save_path=str(save_path), epochs=50, batch_size=8,
-                     checkpoint_every_steps=2)
+    process = _start("multi", data_folder, save_path=str(save_path), epochs=50, batch_size=8, checkpoint_every_steps=2)
     _wait_for_step(save_path, 2, process)
     ranks = _ranks(process.pid)
     assert len(ranks) >= 2
@@ -167,20 +177,29 @@ def test_a_killed_rank_fails_the_run_quickly_naming_it(data_folder, tmp_path):
 
 def _torchrun(data_folder, save_path, script, max_restarts=0, **extra_environment):
     config = _launch_arguments(data_folder, save_path, epochs=2, checkpoint_every_steps=1)[-2:]  # --config FILE
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               f"--max-restarts={max_restarts}", script, *config]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600,
-                          env=_clean_environment(**extra_environment))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        f"--max-restarts={max_restarts}",
+        script,
+        *config,
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=_clean_environment(**extra_environment)
+    )
 
 
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_a_restarted_torchrun_job_ends_with_the_weights_of_an_uninterrupted_one(data_folder, tmp_path):
-    whole = _torchrun(data_folder, tmp_path / "whole", str(SCRIPTS / "launch_dying_once.py"),
-                      DIE_AFTER_STEPS=10**6)
+    whole = _torchrun(data_folder, tmp_path / "whole", str(SCRIPTS / "launch_dying_once.py"), DIE_AFTER_STEPS=10**6)
     assert whole.returncode == 0, whole.stderr[-3000:]
-    restarted = _torchrun(data_folder, tmp_path / "restarted", str(SCRIPTS / "launch_dying_once.py"),
-                          max_restarts=1, DIE_AFTER_STEPS=6)
+    restarted = _torchrun(
+        data_folder, tmp_path / "restarted", str(SCRIPTS / "launch_dying_once.py"), max_restarts=1, DIE_AFTER_STEPS=6
+    )
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "resuming from" in restarted.stderr  # the restarted workers continued from a checkpoint
     reports = [_report(tmp_path / name) for name in ("whole", "restarted")]
@@ -195,19 +214,33 @@ def test_slurm_sigusr1_checkpoints_requeues_and_the_job_continues(data_folder, t
     bin_folder = tmp_path / "bin"
     bin_folder.mkdir()
     requeued = tmp_path / "requeued.txt"
-    (bin_folder / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {requeued}\n")
+    (bin_folder / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {requeued}\n')
     (bin_folder / "scontrol").chmod(0o755)
     save_path = tmp_path / "run"
     arguments = _launch_arguments(data_folder, save_path, epochs=2, checkpoint_every_steps=1, resume_from="auto")
 
     def tasks():
         port = find_free_port()
-        return [subprocess.Popen(
-            [sys.executable, *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=_clean_environment(SLURM_PROCID=rank, SLURM_NTASKS=2, SLURM_LOCALID=rank, SLURM_NODEID=0,
-                                   SLURM_STEP_TASKS_PER_NODE=2, SLURM_JOB_ID=42, MASTER_ADDR="127.0.0.1",
-                                   MASTER_PORT=port, PATH=f"{bin_folder}:{os.environ['PATH']}"))
-            for rank in (0, 1)]
+        return [
+            subprocess.Popen(
+                [sys.executable, *arguments],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=_clean_environment(
+                    SLURM_PROCID=rank,
+                    SLURM_NTASKS=2,
+                    SLURM_LOCALID=rank,
+                    SLURM_NODEID=0,
+                    SLURM_STEP_TASKS_PER_NODE=2,
+                    SLURM_JOB_ID=42,
+                    MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=port,
+                    PATH=f"{bin_folder}:{os.environ['PATH']}",
+                ),
+            )
+            for rank in (0, 1)
+        ]
 
     first = tasks()
     _wait_for_step(save_path, 3, first[0])
@@ -269,8 +302,9 @@ def test_a_run_stopped_right_after_its_last_optimiser_step_resumes_to_the_same_r
         torch.manual_seed(0)
         gears = GEARS(toy)
         gears.model_initialize(hidden_size=8)
-        return gears.train(epochs=3, save_path=str(save_path), checkpoint_every_steps=1, keep_checkpoints=100,
-                           **options)
+        return gears.train(
+            epochs=3, save_path=str(save_path), checkpoint_every_steps=1, keep_checkpoints=100, **options
+        )
 
     whole = train(tmp_path / "whole")
     steps_per_epoch = latest_checkpoint(tmp_path / "whole")[1]["position"]["global_step"] // 3

@@ -1,4 +1,5 @@
 """The process-group plumbing: launch variables, devices and gloo groups."""
+
 import gc
 import os
 import socket
@@ -14,10 +15,23 @@ from gears_ddp.distributed.launch_environment import LaunchEnvironment, first_sl
 from gears_ddp.distributed.process_group import backend_for, cleanup_ddp, find_free_port, setup_ddp
 from gears_ddp.runtime.devices import resolve_devices
 
-TORCHRUN = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "host0",
-            "MASTER_PORT": "29500"}
-SLURM = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
-         "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "123456"}
+TORCHRUN = {
+    "RANK": "3",
+    "WORLD_SIZE": "8",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "4",
+    "MASTER_ADDR": "host0",
+    "MASTER_PORT": "29500",
+}
+SLURM = {
+    "SLURM_PROCID": "5",
+    "SLURM_NTASKS": "8",
+    "SLURM_LOCALID": "1",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_NODELIST": "gpu[07-08]",
+    "SLURM_JOB_ID": "123456",
+}
 
 
 # ----------------------------------------------------------------------------- launch_environment
@@ -37,11 +51,17 @@ def test_slurm_variables_derive_address_and_port():
     assert env == LaunchEnvironment(5, 8, 1, 4, "gpu07", 20000 + 123456 % 20000, "slurm")
 
 
-@pytest.mark.parametrize("per_node, node, expected", [("4(x2)", 0, 4), ("2(x3),1", 3, 1), ("2(x3),1", 2, 2),
-                                                      ("3,1,2", 2, 2), ("1", 0, 1)])
+@pytest.mark.parametrize(
+    "per_node, node, expected", [("4(x2)", 0, 4), ("2(x3),1", 3, 1), ("2(x3),1", 2, 2), ("3,1,2", 2, 2), ("1", 0, 1)]
+)
 def test_slurm_tasks_on_this_node(per_node, node, expected):
-    environ = {**SLURM, "SLURM_STEP_TASKS_PER_NODE": per_node, "SLURM_NODEID": str(node), "SLURM_LOCALID": "0",
-               "SLURM_PROCID": "0"}
+    environ = {
+        **SLURM,
+        "SLURM_STEP_TASKS_PER_NODE": per_node,
+        "SLURM_NODEID": str(node),
+        "SLURM_LOCALID": "0",
+        "SLURM_PROCID": "0",
+    }
     assert launch_environment(environ).local_world_size == expected
 
 
@@ -51,8 +71,11 @@ def test_slurm_master_variables_override():
 
 
 def test_slurm_without_address_port_or_tasks_fails():
-    for missing, named in (("SLURM_JOB_NODELIST", "SLURM_JOB_NODELIST"), ("SLURM_JOB_ID", "SLURM_JOB_ID"),
-                           ("SLURM_STEP_TASKS_PER_NODE", "srun")):
+    for missing, named in (
+        ("SLURM_JOB_NODELIST", "SLURM_JOB_NODELIST"),
+        ("SLURM_JOB_ID", "SLURM_JOB_ID"),
+        ("SLURM_STEP_TASKS_PER_NODE", "srun"),
+    ):
         with pytest.raises(ValueError, match=named):
             launch_environment({k: v for k, v in SLURM.items() if k != missing})
 
@@ -87,9 +110,17 @@ def test_invalid_slurm_rank():
         launch_environment({**SLURM, "SLURM_PROCID": "8"})
 
 
-@pytest.mark.parametrize("nodelist, host", [("node01", "node01"), ("node[01-03,07]", "node01"),
-                                            ("gpu[1-2],cpu5", "gpu1"), ("a[3,1]-ib,b3", "a3-ib"),
-                                            ("r[2-3]n[01-02],x", "r2n01"), (" n[098-101] ", "n098")])
+@pytest.mark.parametrize(
+    "nodelist, host",
+    [
+        ("node01", "node01"),
+        ("node[01-03,07]", "node01"),
+        ("gpu[1-2],cpu5", "gpu1"),
+        ("a[3,1]-ib,b3", "a3-ib"),
+        ("r[2-3]n[01-02],x", "r2n01"),
+        (" n[098-101] ", "n098"),
+    ],
+)
 def test_first_slurm_host(nodelist, host):
     assert first_slurm_host(nodelist) == host
 
@@ -151,13 +182,16 @@ def test_gpu_id_out_of_range(two_gpus):
         resolve_devices(gpu_ids=[2])
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"n_gpus": True}, "n_gpus must be an integer"),
-    ({"gpu_ids": "01"}, "gpu_ids must be a list"),
-    ({"gpu_ids": [0, 1.0]}, "gpu_ids must be a list"),
-    ({"gpu_ids": []}, "gpu_ids is empty"),
-    ({"n_gpus": 1, "gpu_ids": [0, 1]}, "disagrees"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n_gpus": True}, "n_gpus must be an integer"),
+        ({"gpu_ids": "01"}, "gpu_ids must be a list"),
+        ({"gpu_ids": [0, 1.0]}, "gpu_ids must be a list"),
+        ({"gpu_ids": []}, "gpu_ids is empty"),
+        ({"n_gpus": 1, "gpu_ids": [0, 1]}, "disagrees"),
+    ],
+)
 def test_a_malformed_gpu_request_fails_before_any_gpu_is_looked_at(no_cuda, kwargs, message):
     with pytest.raises(ValueError, match=message):
         resolve_devices(**kwargs)

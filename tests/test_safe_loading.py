@@ -1,13 +1,14 @@
 """No file the library reads runs code: every pickle loader refuses a planted pickle whose
 ``__reduce__`` would create a file (the file must not appear), names the file and what it
 asked for, and still reads what the published GEARS writes."""
+
 import pickle
 
 import numpy as np
 import pytest
 import torch
-
 import toy_data
+
 from gears_ddp import PertData
 from gears_ddp.data import io
 from gears_ddp.gears import GEARS
@@ -104,10 +105,18 @@ def test_what_the_published_gears_writes_still_loads(tmp_path):
     """The published package pickles its config (torch tensors among plain values), split
     files (lists of condition strings, numpy strings among them) and GO files with the
     standard pickler."""
-    config = {"hidden_size": 64, "uncertainty": False, "direction_lambda": 0.1, "device": "cuda:0",
-              "G_go": torch.tensor([[0, 1], [1, 0]]), "G_go_weight": torch.tensor([0.5, 0.25]),
-              "G_coexpress": torch.tensor(np.array([[0], [1]])), "G_coexpress_weight": torch.tensor([0.9]),
-              "num_genes": 2, "num_perts": 2}
+    config = {
+        "hidden_size": 64,
+        "uncertainty": False,
+        "direction_lambda": 0.1,
+        "device": "cuda:0",
+        "G_go": torch.tensor([[0, 1], [1, 0]]),
+        "G_go_weight": torch.tensor([0.5, 0.25]),
+        "G_coexpress": torch.tensor(np.array([[0], [1]])),
+        "G_coexpress_weight": torch.tensor([0.9]),
+        "num_genes": 2,
+        "num_perts": 2,
+    }
     split = {"train": ["ctrl", np.str_("A+ctrl")], "val": np.array(["B+ctrl"]), "test": []}
     gene2go = {"A": {"GO:1", "GO:2"}, "B": frozenset({"GO:1"})}
     for name, value in (("config.pkl", config), ("split.pkl", split), ("gene2go.pkl", gene2go)):

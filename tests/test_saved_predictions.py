@@ -2,14 +2,15 @@
 and ``GI_predict`` answer from, weights or none (the published scores of them, too); the
 entries a ``GEARS``'s own ``predict`` wrote are never read back, and a new network forgets
 them; refusing to predict with untrained weights stays for everything else."""
+
 import numpy as np
 import pytest
-
-from gears_ddp import GEARS
-from gears_ddp.interactions.scores import GI_SCORE_NAMES
-from gears_ddp.interactions.calls import genetic_interaction_scores
 from reference_package import published_gears
 from test_screen import _assert_close_scores
+
+from gears_ddp import GEARS
+from gears_ddp.interactions.calls import genetic_interaction_scores
+from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
 COMBO = ["G0", "G1"]
 KEYS = ["G0", "G1", "G0_G1"]
@@ -60,8 +61,9 @@ def test_own_predictions_are_not_read_back_and_a_new_network_forgets_them(traine
     trained_toy.predict([["G0"], ["G1"], COMBO])
     assert set(KEYS) <= set(trained_toy.saved_pred)
     after = trained_toy.GI_predict(COMBO)  # the model's exact changes, not predict's drawn cells
-    assert [after[name] for name in GI_SCORE_NAMES] == pytest.approx([exact[name] for name in GI_SCORE_NAMES],
-                                                                      nan_ok=True)
+    assert [after[name] for name in GI_SCORE_NAMES] == pytest.approx(
+        [exact[name] for name in GI_SCORE_NAMES], nan_ok=True
+    )
     again = trained_toy.predict([["G0"]], seed=5)["G0"]
     assert not np.array_equal(again, trained_toy.predict([["G0"]])["G0"])  # another draw is predicted, not cached
 

@@ -1,6 +1,7 @@
 """In-silico combinatorial screens: the change vectors scored (exact, or the published
 drawn-cells ones, equal to the published GI_predict), the screen's table, its resumable
 output, its refusals, several processes, the command and the picture."""
+
 import copy
 import json
 import logging
@@ -9,19 +10,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from reference_package import published_gears
 
 from gears_ddp import PertData
 from gears_ddp.cli import main
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-from gears_ddp.distributed.run_config import resolved_config, write_run_config
 from gears_ddp.distributed.pair_screen import screen_on_devices
-from gears_ddp.interactions.scores import GI_SCORE_NAMES
+from gears_ddp.distributed.run_config import resolved_config, write_run_config
 from gears_ddp.gears import GEARS
 from gears_ddp.inference.figures import plot_screen
-from gears_ddp.interactions.calls import interaction_types
-from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, PREDICTION_CELLS, control_draws, query_sets
 from gears_ddp.inference.pair_screen import PairScreenFolder, checked_pair_screen_genes
-from reference_package import published_gears
+from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, PREDICTION_CELLS, control_draws, query_sets
+from gears_ddp.interactions.calls import interaction_types
+from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
 GENES = [f"G{i}" for i in range(9)]  # 36 pairs
 NO_EDGES = (torch.zeros(2, 0, dtype=torch.long), torch.zeros(0))
@@ -61,11 +62,18 @@ def _assert_close_scores(got, expected, what="", distance=1e-5):
     1e-3, ``dominance`` (``|log10(c1 / c2)|``) to what that implies, and ``corr_fit``, the
     correlation of the fit ``c1 * A + c2 * B`` with the combination's change, which moves
     with them, to 1e-4 (1.6e-5 where the coefficients moved by 2.9e-4 and 2.3e-4)."""
-    tolerance = {"c1": 1e-3, "c2": 1e-3, "mag": 1e-3, "corr_fit": 1e-4,
-                 "dominance": 1e-3 * (1 / abs(expected["c1"]) + 1 / abs(expected["c2"])) / np.log(10)}
+    tolerance = {
+        "c1": 1e-3,
+        "c2": 1e-3,
+        "mag": 1e-3,
+        "corr_fit": 1e-4,
+        "dominance": 1e-3 * (1 / abs(expected["c1"]) + 1 / abs(expected["c2"])) / np.log(10),
+    }
     for name in GI_SCORE_NAMES:
-        assert got[name] == pytest.approx(float(expected[name]), abs=tolerance.get(name, distance), nan_ok=True), \
-            (what, name)
+        assert got[name] == pytest.approx(float(expected[name]), abs=tolerance.get(name, distance), nan_ok=True), (
+            what,
+            name,
+        )
 
 
 # ----------------------------------------------------------------------------- change vectors
@@ -136,8 +144,9 @@ def test_screen_table_rows_are_the_gi_predict_scores_of_each_pair(gears, table):
         _assert_close_scores(row._asdict(), single, row.pair, distance=1e-7)
     train = set(gears.pert_data.set2conditions["train"])
     for row in table.itertuples():
-        assert row.seen_in_training == (f"{row.first_gene}+{row.second_gene}" in train
-                                        or f"{row.second_gene}+{row.first_gene}" in train)
+        assert row.seen_in_training == (
+            f"{row.first_gene}+{row.second_gene}" in train or f"{row.second_gene}+{row.first_gene}" in train
+        )
         assert row.singles_in_training == sum(f"{g}+ctrl" in train for g in (row.first_gene, row.second_gene))
     assert table["seen_in_training"].any() and not table["seen_in_training"].all()
     types = interaction_types(table)
@@ -150,8 +159,12 @@ def test_scores_on_a_gene_list_are_those_of_gi_genes_file(gears, tmp_path):
     table = gears.screen(GENES[:4], GI_genes_file=listed)
     everything = gears.screen(GENES[:4])
     for row in table.itertuples():
-        _assert_close_scores(row._asdict(), gears.GI_predict([row.first_gene, row.second_gene], GI_genes_file=listed),
-                             row.pair, distance=1e-7)
+        _assert_close_scores(
+            row._asdict(),
+            gears.GI_predict([row.first_gene, row.second_gene], GI_genes_file=listed),
+            row.pair,
+            distance=1e-7,
+        )
     assert not np.allclose(table["dcor"], everything["dcor"], atol=1e-6)
     listed.write_text("G1\nG2\n")
     with pytest.raises(ValueError, match=r"genes.txt names 2 of the data's genes.*at least 3"):
@@ -159,8 +172,12 @@ def test_scores_on_a_gene_list_are_those_of_gi_genes_file(gears, tmp_path):
 
 
 def test_interaction_types_follow_the_published_thresholds():
-    scores = {"mag": np.array([1.31, 1.29, 0.71, 0.69, 1.0]), "corr_fit": np.array([0.84, 0.85, np.nan, 0.9, 0.9]),
-              "dcor": np.array([0.81, 0.8, 0.5, 0.9, 0.2]), "dominance": np.array([0.26, 0.25, np.inf, np.nan, 0])}
+    scores = {
+        "mag": np.array([1.31, 1.29, 0.71, 0.69, 1.0]),
+        "corr_fit": np.array([0.84, 0.85, np.nan, 0.9, 0.9]),
+        "dcor": np.array([0.81, 0.8, 0.5, 0.9, 0.2]),
+        "dominance": np.array([0.26, 0.25, np.inf, np.nan, 0]),
+    }
     types = interaction_types(scores)
     assert list(types["magnitude_type"]) == ["synergy", "additive", "additive", "suppressor", "additive"]
     assert list(types["neomorphic"]) == [True, False, False, False, False]
@@ -193,12 +210,17 @@ def test_an_interrupted_screen_resumes_to_the_same_table(gears, table, tmp_path,
     assert not out.exists() and len(list((tmp_path / "screen.partial").glob("chunk-*.npz"))) == 3
     monkeypatch.undo()
     computed = []
-    monkeypatch.setattr(PairScreenFolder, "write_chunk",
-                        lambda folder, chunk, scores: (computed.append(chunk), original(folder, chunk, scores)))
+    monkeypatch.setattr(
+        PairScreenFolder,
+        "write_chunk",
+        lambda folder, chunk, scores: (computed.append(chunk), original(folder, chunk, scores)),
+    )
     resumed = gears.screen(GENES, out=out, chunk_pairs=5)
     assert sorted(computed) == [3, 4, 5, 6, 7]  # only what was missing
     pd.testing.assert_frame_equal(resumed, whole, check_exact=True)
-    pd.testing.assert_frame_equal(pd.read_csv(out, float_precision="round_trip"), whole, check_exact=True)  # the file holds every digit
+    pd.testing.assert_frame_equal(
+        pd.read_csv(out, float_precision="round_trip"), whole, check_exact=True
+    )  # the file holds every digit
     record = json.loads((tmp_path / "screen.json").read_text())
     assert record["genes"] == GENES and record["pairs"] == 36 and record["change"] == "exact"
     assert not (tmp_path / "screen.partial").exists()
@@ -211,15 +233,20 @@ def test_a_screen_of_another_model_or_options_is_refused_unless_overwritten(gear
     out = tmp_path / "screen.csv"
     gears.screen(GENES[:4], out=out)
     other = _trained(data_folder, seed=1, epochs=1)
-    with pytest.raises(FileExistsError, match=r"screen.json holds a screen with other the model's weights and graphs "
-                                              r"\(training there, training here\); pass overwrite=True"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"screen.json holds a screen with other the model's weights and graphs "
+        r"\(training there, training here\); pass overwrite=True",
+    ):
         other.screen(GENES[:4], out=out)
     with pytest.raises(FileExistsError, match=r"other the screened genes; other the change vectors scored"):
         gears.screen(GENES[:5], out=out, change=DRAWN_CELLS_CHANGE)
     replaced = other.screen(GENES[:4], out=out, overwrite=True)
     pd.testing.assert_frame_equal(pd.read_csv(out, float_precision="round_trip"), replaced, check_exact=True)
-    assert json.loads((tmp_path / "screen.json").read_text())["model"]["weights"] != \
-        gears.screen_job(GENES[:4]).model["weights"]
+    assert (
+        json.loads((tmp_path / "screen.json").read_text())["model"]["weights"]
+        != gears.screen_job(GENES[:4]).model["weights"]
+    )
     foreign = tmp_path / "mine.csv"
     foreign.write_text("my,own\n1,2\n")
     with pytest.raises(FileExistsError, match=r"mine.csv exists and is not a screen's table"):
@@ -229,22 +256,31 @@ def test_a_screen_of_another_model_or_options_is_refused_unless_overwritten(gear
         gears.screen(GENES[:4], out=tmp_path / "screen.tsv")
 
 
-@pytest.mark.parametrize("genes, message", [
-    (["G1"], r"at least 2 genes .* got 1: \['G1'\]"),
-    ("G1 G2", "must be a list of gene names"),
-    (["G1", "G2", "G1"], r"named more than once: \['G1'\]"),
-    (["G1", "NOPE", "G2", "ALSO_NOT"], r"2 of the 4 genes cannot be perturbed by this model; without GO annotation "
-                                       r".*\['NOPE', 'ALSO_NOT'\]"),
-])
+@pytest.mark.parametrize(
+    "genes, message",
+    [
+        (["G1"], r"at least 2 genes .* got 1: \['G1'\]"),
+        ("G1 G2", "must be a list of gene names"),
+        (["G1", "G2", "G1"], r"named more than once: \['G1'\]"),
+        (
+            ["G1", "NOPE", "G2", "ALSO_NOT"],
+            r"2 of the 4 genes cannot be perturbed by this model; without GO annotation "
+            r".*\['NOPE', 'ALSO_NOT'\]",
+        ),
+    ],
+)
 def test_bad_gene_lists_are_refused_naming_the_problem(gears, genes, message):
     with pytest.raises(ValueError, match=message):
         gears.screen(genes)
 
 
 def test_genes_without_go_and_outside_the_vocabulary_are_named_apart():
-    with pytest.raises(ValueError, match=r"3 of the 4 genes cannot be perturbed by this model; without GO annotation "
-                                         r".*: \['X', 'Z'\]; annotated in GO but not in the model's perturbation "
-                                         r"vocabulary \(GEARS.pert_list\): \['Y'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"3 of the 4 genes cannot be perturbed by this model; without GO annotation "
+        r".*: \['X', 'Z'\]; annotated in GO but not in the model's perturbation "
+        r"vocabulary \(GEARS.pert_list\): \['Y'\]",
+    ):
         checked_pair_screen_genes(["A", "X", "Y", "Z"], {"A": 0, "B": 1}, {"A": {"GO:1"}, "Y": {"GO:2"}})
 
 
@@ -256,16 +292,18 @@ def test_genes_without_go_and_outside_the_vocabulary_are_named_apart():
 def test_a_screen_split_over_two_processes_equals_the_one_process_table(gears, table, tmp_path):
     """Chunks are shared between 2 spawned processes: sent to the parent, or written to the
     output (here with the published change vectors), the table is the one-process table."""
-    pd.testing.assert_frame_equal(screen_on_devices(gears, GENES, cpu_processes=2, chunk_pairs=5), table,
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(
+        screen_on_devices(gears, GENES, cpu_processes=2, chunk_pairs=5), table, check_exact=True
+    )
     options = {"chunk_pairs": 3, "change": DRAWN_CELLS_CHANGE, "seed": 2}
     written = screen_on_devices(gears, GENES[:6], tmp_path / "screen.csv", cpu_processes=2, **options)
     pd.testing.assert_frame_equal(written, gears.screen(GENES[:6], **options), check_exact=True)
     assert json.loads((tmp_path / "screen.json").read_text())["seed"] == 2
 
 
-def test_the_screen_command_writes_the_table_record_picture_and_changes(gears, data_folder, tmp_path, capsys,
-                                                                        monkeypatch):
+def test_the_screen_command_writes_the_table_record_picture_and_changes(
+    gears, data_folder, tmp_path, capsys, monkeypatch
+):
     import anndata
 
     library_logger = logging.getLogger("gears_ddp")  # the command's console handler leaves with the test
@@ -275,13 +313,25 @@ def test_the_screen_command_writes_the_table_record_picture_and_changes(gears, d
     run = tmp_path / "run"
     gears.save_model(run)
     args = TrainingArgs.from_dict({"batch_size": 16, "model_config": {"hidden_size": 8}})
-    write_run_config(run, resolved_config(str(data_folder), "toy", SplitConfig.from_dict({"split": "simulation",
-                                                                                          "seed": 1}), args))
+    write_run_config(
+        run, resolved_config(str(data_folder), "toy", SplitConfig.from_dict({"split": "simulation", "seed": 1}), args)
+    )
     genes_file = tmp_path / "genes.txt"
     genes_file.write_text("\n".join(GENES[:6]))
     out = tmp_path / "out" / "screen.csv"
-    command = ["screen", "--run", str(run), "--genes-file", str(genes_file), "--out", str(out), "--cpu-processes", "1",
-               "--changes-out", str(tmp_path / "changes.h5ad")]
+    command = [
+        "screen",
+        "--run",
+        str(run),
+        "--genes-file",
+        str(genes_file),
+        "--out",
+        str(out),
+        "--cpu-processes",
+        "1",
+        "--changes-out",
+        str(tmp_path / "changes.h5ad"),
+    ]
     assert main(command) == 0
     printed = capsys.readouterr().out
     table = pd.read_csv(out, float_precision="round_trip")

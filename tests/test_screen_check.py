@@ -1,6 +1,7 @@
 """A screen checked whole before it is processed (``gears-ddp check``, ``PertData.check_screen``):
 the real and synthetic screens pass, each broken screen is named with its fix, a screen with
 many problems gets all of them in one run, and ``gears-ddp process`` refuses it the same way."""
+
 import subprocess
 import sys
 
@@ -9,20 +10,34 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-
 import toy_data
+from test_bad_input import _refused_in_one_line, _refused_naming
+
 from gears_ddp import PertData
 from gears_ddp.cli import main
 from gears_ddp.data import io
 from gears_ddp.data.gene_sets import read_gene_sets
 from gears_ddp.data.screen_report import ScreenProblems
 from gears_ddp.datasets import papalexi2021, papalexi2021_go_gene_sets, write_synthetic_dataset, write_synthetic_screen
-from gears_ddp.datasets.real_screen import CONTROL_LABEL, NAME as REAL_NAME, PERTURBATION_COLUMN, SCREEN_FILE, \
-    packaged_file, write_papalexi2021_dataset
-from test_bad_input import _refused_in_one_line, _refused_naming
+from gears_ddp.datasets.real_screen import (
+    CONTROL_LABEL,
+    PERTURBATION_COLUMN,
+    SCREEN_FILE,
+    packaged_file,
+    write_papalexi2021_dataset,
+)
+from gears_ddp.datasets.real_screen import (
+    NAME as REAL_NAME,
+)
 
-SMALL_SYNTHETIC = {"n_genes": 120, "n_modules": 6, "n_perturbed_genes": 16, "n_combos": 16, "cells_per_condition": 20,
-                   "n_control_cells": 200}
+SMALL_SYNTHETIC = {
+    "n_genes": 120,
+    "n_modules": 6,
+    "n_perturbed_genes": 16,
+    "n_combos": 16,
+    "cells_per_condition": 20,
+    "n_control_cells": 200,
+}
 
 
 def _check(capsys, argv) -> tuple[int, str]:
@@ -37,10 +52,15 @@ def _split_line(report: str, split: str, seed: int) -> str:
 
 def _set_sizes(pert_data: PertData) -> str:
     """What the check says of a split, from the sets ``prepare_split`` made."""
-    sizes = ", ".join(f"{name} {sum(c != 'ctrl' for c in pert_data.set2conditions[name])}"
-                      for name in ("train", "val", "test") if name in pert_data.set2conditions)
-    groups = "".join(f"; {where.split('_')[0]}: " + ", ".join(f"{g} {len(m)}" for g, m in subgroups.items() if m)
-                     for where, subgroups in (pert_data.subgroup or {}).items())
+    sizes = ", ".join(
+        f"{name} {sum(c != 'ctrl' for c in pert_data.set2conditions[name])}"
+        for name in ("train", "val", "test")
+        if name in pert_data.set2conditions
+    )
+    groups = "".join(
+        f"; {where.split('_')[0]}: " + ", ".join(f"{g} {len(m)}" for g, m in subgroups.items() if m)
+        for where, subgroups in (pert_data.subgroup or {}).items()
+    )
     return f"{sizes} perturbations{groups}"
 
 
@@ -49,9 +69,21 @@ def _set_sizes(pert_data: PertData) -> str:
 
 def test_the_packaged_real_screen_would_train_as_it_is_processed_and_split(tmp_path, capsys):
     data = tmp_path / "data"
-    screen = ["--adata", str(packaged_file(SCREEN_FILE)), "--data-path", str(data), "--name", REAL_NAME,
-              "--perturbation-column", PERTURBATION_COLUMN, "--control-label", CONTROL_LABEL, "--normalize",
-              "--go-gene-sets", str(papalexi2021_go_gene_sets())]
+    screen = [
+        "--adata",
+        str(packaged_file(SCREEN_FILE)),
+        "--data-path",
+        str(data),
+        "--name",
+        REAL_NAME,
+        "--perturbation-column",
+        PERTURBATION_COLUMN,
+        "--control-label",
+        CONTROL_LABEL,
+        "--normalize",
+        "--go-gene-sets",
+        str(papalexi2021_go_gene_sets()),
+    ]
     status, report = _check(capsys, [*screen, "--drop-unannotated", "--split-seeds", "1", "2", "3"])
     assert status == 0, report
     assert not data.exists()  # nothing written: not even the data folder
@@ -60,7 +92,9 @@ def test_the_packaged_real_screen_would_train_as_it_is_processed_and_split(tmp_p
     unannotated = sorted(set(targets) - {CONTROL_LABEL} - set(read_gene_sets(papalexi2021_go_gene_sets())))
     assert unannotated  # MARCH8, spelt MARCHF8 in the gene sets
     assert f"{targets.nunique() - 1} perturbations from obs['target_gene']" in report
-    assert f"{targets.nunique() - 1 - len(unannotated)} of {targets.nunique() - 1} perturbed genes have GO terms" in report
+    assert (
+        f"{targets.nunique() - 1 - len(unannotated)} of {targets.nunique() - 1} perturbed genes have GO terms" in report
+    )
     assert f"{int((targets == CONTROL_LABEL).sum())} control cells" in report
     dropped = next(line for line in report.splitlines() if "dropping" in line)
     assert all(gene in dropped for gene in unannotated) and "--go-gene-sets" in dropped
@@ -83,8 +117,10 @@ def test_the_packaged_real_screen_would_train_as_it_is_processed_and_split(tmp_p
 def test_the_synthetic_data_would_train_and_its_splits_are_those_prepare_split_makes(tmp_path, capsys):
     folder = write_synthetic_dataset(tmp_path, name="synthetic", **SMALL_SYNTHETIC)
     config = tmp_path / "run.yaml"
-    config.write_text(f"pert_data_path: {tmp_path}\ndataset_name: synthetic\nsplit_config: {{split: simulation}}\n"
-                      "replicates: {split_seeds: [2, 5]}\n")
+    config.write_text(
+        f"pert_data_path: {tmp_path}\ndataset_name: synthetic\nsplit_config: {{split: simulation}}\n"
+        "replicates: {split_seeds: [2, 5]}\n"
+    )
     status, report = _check(capsys, ["--config", str(config)])
     assert status == 0, report
     assert "two-gene) and the control" in report and "taken as log-normalised" in report
@@ -94,8 +130,10 @@ def test_the_synthetic_data_would_train_and_its_splits_are_those_prepare_split_m
         pert_data.prepare_split("simulation", seed=seed)
         assert _split_line(report, "simulation", seed).endswith(_set_sizes(pert_data))
     assert "seed 1:" not in report  # the replicates' split seeds, not split_config's
-    status, report = _check(capsys, ["--data-path", str(tmp_path), "--name", "synthetic", "--split", "combo_seen1",
-                                     "single", "--split-seeds", "3"])
+    status, report = _check(
+        capsys,
+        ["--data-path", str(tmp_path), "--name", "synthetic", "--split", "combo_seen1", "single", "--split-seeds", "3"],
+    )
     assert status == 0, report
     for split in ("combo_seen1", "single"):
         pert_data.prepare_split(split, seed=3)
@@ -104,19 +142,38 @@ def test_the_synthetic_data_would_train_and_its_splits_are_those_prepare_split_m
 
 def test_a_synthetic_screen_as_it_comes_would_train(tmp_path, capsys):
     path = write_synthetic_screen(tmp_path, name="screen", layout="screen", **SMALL_SYNTHETIC)
-    status, report = _check(capsys, ["--adata", str(path), "--data-path", str(tmp_path), "--perturbation-column",
-                                     "target_gene", "--control-label", "non-targeting", "--normalize",
-                                     "--combination-separator", "+"])
+    status, report = _check(
+        capsys,
+        [
+            "--adata",
+            str(path),
+            "--data-path",
+            str(tmp_path),
+            "--perturbation-column",
+            "target_gene",
+            "--control-label",
+            "non-targeting",
+            "--normalize",
+            "--combination-separator",
+            "+",
+        ],
+    )
     assert status == 0, report
     labels = anndata.read_h5ad(path, backed="r").obs["target_gene"]
     assert f"{labels.nunique() - 1} perturbations from obs['target_gene'] (" in report and "(raw counts)" in report
 
 
 def test_a_processed_dataset_takes_no_option_of_a_raw_screen_and_must_be_there(tmp_path, capsys):
-    _refused_in_one_line_check(capsys, ["--data-path", str(tmp_path), "--name", "absent"],
-                               f"no processed dataset at {tmp_path / 'absent' / io.PROCESSED_FILE}")
-    _refused_in_one_line_check(capsys, ["--data-path", str(tmp_path), "--name", "x", "--normalize"],
-                               "--normalize read a screen as it comes: give it with --adata")
+    _refused_in_one_line_check(
+        capsys,
+        ["--data-path", str(tmp_path), "--name", "absent"],
+        f"no processed dataset at {tmp_path / 'absent' / io.PROCESSED_FILE}",
+    )
+    _refused_in_one_line_check(
+        capsys,
+        ["--data-path", str(tmp_path), "--name", "x", "--normalize"],
+        "--normalize read a screen as it comes: give it with --adata",
+    )
     _refused_in_one_line_check(capsys, ["--name", "x"], "give the data folder (--data-path")
 
 
@@ -132,8 +189,10 @@ def _refused_in_one_line_check(capsys, argv, text):
 def _own_column(adata, separator="_", control="NT"):
     """The screen with its perturbations in obs['target'] (genes joined by ``separator``),
     as screens come: no condition column."""
-    labels = [control if c == "ctrl" else separator.join(g for g in c.split("+") if g != "ctrl")
-              for c in adata.obs["condition"].astype(str)]
+    labels = [
+        control if c == "ctrl" else separator.join(g for g in c.split("+") if g != "ctrl")
+        for c in adata.obs["condition"].astype(str)
+    ]
     adata.obs = pd.DataFrame({"target": labels, "cell_type": "toy"}, index=adata.obs_names)
     return adata
 
@@ -190,69 +249,188 @@ def _split_conditions(adata, conditions):
 
 
 BROKEN = {  # problem: (the screen from the toy one, check_screen's options, topic, texts of the problem and fix, stops)
-    "no condition column": (lambda a: _with(a, obs=a.obs.drop(columns="condition")), {}, "columns",
-                            ["lacks required column(s) obs['condition']", "--perturbation-column",
-                             "its obs columns are cell_type"], True),
-    "perturbation column absent": (_own_column, {"perturbation_column": "gene", "control_label": "NT"},
-                                   "condition column", ["no obs column 'gene'; its columns: target, cell_type"], True),
-    "control label absent": (_own_column, {"perturbation_column": "target", "control_label": "non-targeting",
-                                           "combination_separator": "_"}, "control label",
-                             ["no cell of obs['target'] has the control label 'non-targeting'",
-                              "its labels, most frequent first: NT (120)"], True),
-    "label of three genes": (lambda a: _own_column(_conditions(a, lambda c: _set(c, _first_control(c), "G1+G2+G3"))),
-                             {"perturbation_column": "target", "control_label": "NT", "combination_separator": "_"},
-                             "conditions", ["label 'G1_G2_G3' names 3 genes; GEARS models one or two per cell"], True),
-    "label with an unsplit +": (lambda a: _own_column(a, separator="+"), {"perturbation_column": "target",
-                                                                          "control_label": "NT"},
-                                "conditions", ["holds '+'", "give '+' as the combination separator"], True),
-    "malformed condition": (lambda a: _conditions(a, lambda c: _set(c, _first_control(c), " G1+ctrl")), {}, "conditions",
-                            ["malformed condition strings", "' G1+ctrl': empty gene name or surrounding whitespace",
-                             "write each as 'ctrl', 'GENE+ctrl' or 'GENE1+GENE2'"], True),
-    "no control cells": (lambda a: a[a.obs["condition"] != "ctrl"].copy(), {}, "control label",
-                         ["has no control cells", "--control-label"], True),
-    "two cell types": (lambda a: _with(a, obs=a.obs.assign(cell_type=np.where(np.arange(a.n_obs) % 2, "A", "B"))),
-                       {}, "cell type", ["has 2 cell types", "subset the AnnData first"], True),
-    "perturbed genes not measured": (_var_gene_ids, {}, "perturbed genes",
-                                     ["10 perturbed gene(s) are not among the measured genes", "var['symbol'] holds 10 "
-                                      "of the 10", "give var['gene_name'] the symbols the labels use"], False),
-    "a condition of one cell": (lambda a: _conditions(a, lambda c: _set(c, np.flatnonzero(c == "G8+ctrl")[1:], "ctrl")),
-                                {}, "cells per condition", ["['G8+ctrl'] have fewer than two cells",
-                                                            "remove them, or pass skip_calc_de=True"], True),
-    "a condition of few cells": (lambda a: _conditions(a, lambda c: _set(c, np.flatnonzero(c == "G8+ctrl")[4:], "ctrl")),
-                                 {}, "cells per condition", ["1 condition(s) have fewer than 10 cells: G8+ctrl (4)",
-                                                             "collect more, or remove them"], False),
-    "raw counts not normalised": (_counts, {}, "expression", ["holds raw counts", "gears-ddp process --normalize"], True),
-    "normalised values given to normalisation": (lambda a: a, {"normalize": True}, "expression",
-                                                 ["values that are not whole numbers",
-                                                  "process it without normalisation"], False),
-    "negative values": (lambda a: _x(a, lambda x: _set(x, (3, 4), -1.0)), {}, "expression",
-                        ["1 negative expression values", "normalise_total + log1p"], True),
-    "n_top_genes without counts": (lambda a: a, {"n_top_genes": 5}, "options",
-                                   ["n_top_genes chooses genes on the raw counts", "normalize=True"], True),
-    "repeated gene names": (lambda a: _with(a, var=a.var.assign(gene_name=["G0", *a.var["gene_name"][1:-1], "G0"])),
-                            {}, "duplicates", ["var['gene_name'] repeats genes ['G0']", "keep one row per gene"], True),
-    "repeated gene ids": (lambda a: _renamed(a, "var_names", 4, 5), {}, "duplicates",
-                          ["var_names repeat gene ids G4", "adata.var_names_make_unique()"], True),
-    "repeated cells": (lambda a: _renamed(a, "obs_names", 0, 1), {}, "duplicates",
-                       ["obs_names repeat 1 cell name(s) (cell0)", "adata.obs_names_make_unique()"], False),
-    "genes without GO terms": (lambda a: _conditions(a, lambda c: _set(c, c == "G9+ctrl", "NOGO+ctrl")),
-                               {"drop_unannotated": False}, "GO terms",
-                               ["1 perturbed gene(s) are outside the perturbation vocabulary", "NOGO, in 12 cells",
-                                "--drop-unannotated", "--go-gene-sets FILE.gmt"], True),
-    "genes without GO terms, dropped": (lambda a: _conditions(a, lambda c: _set(c, c == "G9+ctrl", "NOGO+ctrl")), {},
-                                        "GO terms", ["dropping 1 conditions", "NOGO+ctrl, 12 cells",
-                                                     "--go-annotation FILE.gaf"], False),
-    "too few perturbations for the split": (lambda a: _split_conditions(a, ["G0+ctrl", "G1+ctrl"]), {"splits": [{}]},
-                                            "split simulation, seed 1",
-                                            ["split 'simulation' with seed 1 leaves the", "too few perturbations "
-                                             "for this split", "(it has 2 perturbations)"], True),
-    "single genes for a combination split": (lambda a: _split_conditions(a, toy_data.SINGLES),
-                                             {"splits": [{"split": "combo_seen2"}]}, "split combo_seen2, seed 1",
-                                             ["leaves the val and test set(s) without perturbations", "single-gene "
-                                              "perturbations only", "use split 'simulation' or 'single'"], True),
-    "combinations for a single-gene split": (lambda a: a, {"splits": [{"split": "simulation_single"}]},
-                                             "split simulation_single, seed 1",
-                                             ["needs single perturbations only", "use 'simulation' instead"], True),
+    "no condition column": (
+        lambda a: _with(a, obs=a.obs.drop(columns="condition")),
+        {},
+        "columns",
+        ["lacks required column(s) obs['condition']", "--perturbation-column", "its obs columns are cell_type"],
+        True,
+    ),
+    "perturbation column absent": (
+        _own_column,
+        {"perturbation_column": "gene", "control_label": "NT"},
+        "condition column",
+        ["no obs column 'gene'; its columns: target, cell_type"],
+        True,
+    ),
+    "control label absent": (
+        _own_column,
+        {"perturbation_column": "target", "control_label": "non-targeting", "combination_separator": "_"},
+        "control label",
+        ["no cell of obs['target'] has the control label 'non-targeting'", "its labels, most frequent first: NT (120)"],
+        True,
+    ),
+    "label of three genes": (
+        lambda a: _own_column(_conditions(a, lambda c: _set(c, _first_control(c), "G1+G2+G3"))),
+        {"perturbation_column": "target", "control_label": "NT", "combination_separator": "_"},
+        "conditions",
+        ["label 'G1_G2_G3' names 3 genes; GEARS models one or two per cell"],
+        True,
+    ),
+    "label with an unsplit +": (
+        lambda a: _own_column(a, separator="+"),
+        {"perturbation_column": "target", "control_label": "NT"},
+        "conditions",
+        ["holds '+'", "give '+' as the combination separator"],
+        True,
+    ),
+    "malformed condition": (
+        lambda a: _conditions(a, lambda c: _set(c, _first_control(c), " G1+ctrl")),
+        {},
+        "conditions",
+        [
+            "malformed condition strings",
+            "' G1+ctrl': empty gene name or surrounding whitespace",
+            "write each as 'ctrl', 'GENE+ctrl' or 'GENE1+GENE2'",
+        ],
+        True,
+    ),
+    "no control cells": (
+        lambda a: a[a.obs["condition"] != "ctrl"].copy(),
+        {},
+        "control label",
+        ["has no control cells", "--control-label"],
+        True,
+    ),
+    "two cell types": (
+        lambda a: _with(a, obs=a.obs.assign(cell_type=np.where(np.arange(a.n_obs) % 2, "A", "B"))),
+        {},
+        "cell type",
+        ["has 2 cell types", "subset the AnnData first"],
+        True,
+    ),
+    "perturbed genes not measured": (
+        _var_gene_ids,
+        {},
+        "perturbed genes",
+        [
+            "10 perturbed gene(s) are not among the measured genes",
+            "var['symbol'] holds 10 of the 10",
+            "give var['gene_name'] the symbols the labels use",
+        ],
+        False,
+    ),
+    "a condition of one cell": (
+        lambda a: _conditions(a, lambda c: _set(c, np.flatnonzero(c == "G8+ctrl")[1:], "ctrl")),
+        {},
+        "cells per condition",
+        ["['G8+ctrl'] have fewer than two cells", "remove them, or pass skip_calc_de=True"],
+        True,
+    ),
+    "a condition of few cells": (
+        lambda a: _conditions(a, lambda c: _set(c, np.flatnonzero(c == "G8+ctrl")[4:], "ctrl")),
+        {},
+        "cells per condition",
+        ["1 condition(s) have fewer than 10 cells: G8+ctrl (4)", "collect more, or remove them"],
+        False,
+    ),
+    "raw counts not normalised": (
+        _counts,
+        {},
+        "expression",
+        ["holds raw counts", "gears-ddp process --normalize"],
+        True,
+    ),
+    "normalised values given to normalisation": (
+        lambda a: a,
+        {"normalize": True},
+        "expression",
+        ["values that are not whole numbers", "process it without normalisation"],
+        False,
+    ),
+    "negative values": (
+        lambda a: _x(a, lambda x: _set(x, (3, 4), -1.0)),
+        {},
+        "expression",
+        ["1 negative expression values", "normalise_total + log1p"],
+        True,
+    ),
+    "n_top_genes without counts": (
+        lambda a: a,
+        {"n_top_genes": 5},
+        "options",
+        ["n_top_genes chooses genes on the raw counts", "normalize=True"],
+        True,
+    ),
+    "repeated gene names": (
+        lambda a: _with(a, var=a.var.assign(gene_name=["G0", *a.var["gene_name"][1:-1], "G0"])),
+        {},
+        "duplicates",
+        ["var['gene_name'] repeats genes ['G0']", "keep one row per gene"],
+        True,
+    ),
+    "repeated gene ids": (
+        lambda a: _renamed(a, "var_names", 4, 5),
+        {},
+        "duplicates",
+        ["var_names repeat gene ids G4", "adata.var_names_make_unique()"],
+        True,
+    ),
+    "repeated cells": (
+        lambda a: _renamed(a, "obs_names", 0, 1),
+        {},
+        "duplicates",
+        ["obs_names repeat 1 cell name(s) (cell0)", "adata.obs_names_make_unique()"],
+        False,
+    ),
+    "genes without GO terms": (
+        lambda a: _conditions(a, lambda c: _set(c, c == "G9+ctrl", "NOGO+ctrl")),
+        {"drop_unannotated": False},
+        "GO terms",
+        [
+            "1 perturbed gene(s) are outside the perturbation vocabulary",
+            "NOGO, in 12 cells",
+            "--drop-unannotated",
+            "--go-gene-sets FILE.gmt",
+        ],
+        True,
+    ),
+    "genes without GO terms, dropped": (
+        lambda a: _conditions(a, lambda c: _set(c, c == "G9+ctrl", "NOGO+ctrl")),
+        {},
+        "GO terms",
+        ["dropping 1 conditions", "NOGO+ctrl, 12 cells", "--go-annotation FILE.gaf"],
+        False,
+    ),
+    "too few perturbations for the split": (
+        lambda a: _split_conditions(a, ["G0+ctrl", "G1+ctrl"]),
+        {"splits": [{}]},
+        "split simulation, seed 1",
+        [
+            "split 'simulation' with seed 1 leaves the",
+            "too few perturbations for this split",
+            "(it has 2 perturbations)",
+        ],
+        True,
+    ),
+    "single genes for a combination split": (
+        lambda a: _split_conditions(a, toy_data.SINGLES),
+        {"splits": [{"split": "combo_seen2"}]},
+        "split combo_seen2, seed 1",
+        [
+            "leaves the val and test set(s) without perturbations",
+            "single-gene perturbations only",
+            "use split 'simulation' or 'single'",
+        ],
+        True,
+    ),
+    "combinations for a single-gene split": (
+        lambda a: a,
+        {"splits": [{"split": "simulation_single"}]},
+        "split simulation_single, seed 1",
+        ["needs single perturbations only", "use 'simulation' instead"],
+        True,
+    ),
 }
 
 
@@ -274,8 +452,14 @@ def test_a_split_seed_that_leaves_a_set_empty_is_told_the_seeds_that_do_not(data
     pert_data = PertData(data_root)
     refused = pert_data.check_screen(screen, "toy").stopping
     assert [p.topic for p in refused] == ["split simulation, seed 1"]
-    seeds = [int(seed) for seed in refused[0].text.split("split seeds that give every set perturbations: ")[1]
-             .split(" (of")[0].split(" and")[0].split(", ")]
+    seeds = [
+        int(seed)
+        for seed in refused[0]
+        .text.split("split seeds that give every set perturbations: ")[1]
+        .split(" (of")[0]
+        .split(" and")[0]
+        .split(", ")
+    ]
     assert seeds and 1 not in seeds
     for seed in seeds:
         assert pert_data.check_screen(screen, "toy", splits=[{"seed": seed}]).would_train
@@ -285,21 +469,27 @@ def test_a_go_file_is_said_to_add_the_genes_it_covers(data_root):
     screen = toy_data.make_raw()
     toy_data.write_go_files(data_root, genes=[g for g in toy_data.GENES if g != "G3"])
     annotation = {gene: {"GO:1", "GO:2"} for gene in toy_data.GENES}
-    report = PertData(data_root).check_screen(screen, "toy", drop_unannotated=False, go_annotation=annotation,
-                                              go_annotation_origin="sets.gmt")
+    report = PertData(data_root).check_screen(
+        screen, "toy", drop_unannotated=False, go_annotation=annotation, go_annotation_origin="sets.gmt"
+    )
     assert report.would_train, str(report)
-    assert ("GO terms", "10 of 10 perturbed genes have GO terms in sets.gmt (a perturbation vocabulary of 40 genes)") \
-        in report.facts
-    assert ("GO terms", f"sets.gmt adds 1 perturbed gene(s) that the GO files of {data_root} leave(s) out: G3") \
-        in report.facts
+    assert (
+        "GO terms",
+        "10 of 10 perturbed genes have GO terms in sets.gmt (a perturbation vocabulary of 40 genes)",
+    ) in report.facts
+    assert (
+        "GO terms",
+        f"sets.gmt adds 1 perturbed gene(s) that the GO files of {data_root} leave(s) out: G3",
+    ) in report.facts
     assert not PertData(data_root).check_screen(screen, "toy", drop_unannotated=False).would_train
 
 
 def test_the_check_changes_nothing_of_the_screen(data_root):
     screen = _own_column(_counts(toy_data.make_raw()))
     before = (screen.obs.copy(), screen.var.copy(), screen.X.copy())
-    report = PertData(data_root).check_screen(screen, "toy", perturbation_column="target", control_label="NT",
-                                              combination_separator="_", normalize=True)
+    report = PertData(data_root).check_screen(
+        screen, "toy", perturbation_column="target", control_label="NT", combination_separator="_", normalize=True
+    )
     assert report.would_train, str(report)
     pd.testing.assert_frame_equal(screen.obs, before[0])
     pd.testing.assert_frame_equal(screen.var, before[1])
@@ -323,18 +513,32 @@ def _many_problems(path):
     return ["--perturbation-column", "target", "--control-label", "NT", "--combination-separator", "_"]
 
 
-MANY_PROBLEMS = [("duplicates: ", "var_names repeat gene ids G4", "var_names_make_unique"),
-                 ("conditions: ", "label 'G1_G2_G3' names 3 genes"),
-                 ("cells per condition: ", "['G8+ctrl'] have fewer than two cells", "remove them"),
-                 ("GO terms: ", "NOGO, in 12 cells", "--drop-unannotated"),
-                 ("expression: ", "holds raw counts", "--normalize")]
+MANY_PROBLEMS = [
+    ("duplicates: ", "var_names repeat gene ids G4", "var_names_make_unique"),
+    ("conditions: ", "label 'G1_G2_G3' names 3 genes"),
+    ("cells per condition: ", "['G8+ctrl'] have fewer than two cells", "remove them"),
+    ("GO terms: ", "NOGO, in 12 cells", "--drop-unannotated"),
+    ("expression: ", "holds raw counts", "--normalize"),
+]
 
 
 def test_a_screen_with_many_problems_gets_them_all_in_one_run_with_exit_status_2(data_root):
     path = data_root / "screen.h5ad"
     own = _many_problems(path)
-    command = [sys.executable, "-m", "gears_ddp", "check", "--adata", str(path), "--data-path", str(data_root), *own,
-               "--split", "simulation", "combo_seen2"]
+    command = [
+        sys.executable,
+        "-m",
+        "gears_ddp",
+        "check",
+        "--adata",
+        str(path),
+        "--data-path",
+        str(data_root),
+        *own,
+        "--split",
+        "simulation",
+        "combo_seen2",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
@@ -349,33 +553,57 @@ def test_a_screen_with_many_problems_gets_them_all_in_one_run_with_exit_status_2
 def test_process_refuses_the_same_screen_naming_every_problem_before_writing_anything(data_root, capsys):
     path = data_root / "screen.h5ad"
     own = _many_problems(path)
-    _refused_naming(capsys, ["process", "--adata", str(path), "--data-path", str(data_root), "--name", "many", *own],
-                    *[texts[1:] for texts in MANY_PROBLEMS])  # process splits nothing
+    _refused_naming(
+        capsys,
+        ["process", "--adata", str(path), "--data-path", str(data_root), "--name", "many", *own],
+        *[texts[1:] for texts in MANY_PROBLEMS],
+    )  # process splits nothing
     assert not (data_root / "many").exists()
     with pytest.raises(ScreenProblems) as refused:
-        PertData(data_root).new_data_process("many", anndata.read_h5ad(path), drop_unannotated=False,
-                                             perturbation_column="target", control_label="NT",
-                                             combination_separator="_")
+        PertData(data_root).new_data_process(
+            "many",
+            anndata.read_h5ad(path),
+            drop_unannotated=False,
+            perturbation_column="target",
+            control_label="NT",
+            combination_separator="_",
+        )
     assert [p.topic for p in refused.value.problems] == [texts[0].rstrip(": ") for texts in MANY_PROBLEMS]
 
 
 # ----------------------------------------------------------------------------- empty screens
 
 
-@pytest.mark.parametrize("empty, what", [(lambda screen: screen[:, []], "has no genes (336 cells x 0 genes)"),
-                                         (lambda screen: screen[[]], "has no cells (0 cells x 40 genes)")],
-                         ids=["no genes", "no cells"])
-def test_a_screen_without_cells_or_genes_is_named_so_in_one_line_by_check_and_process(empty, what, data_root,
-                                                                                       capsys):
+@pytest.mark.parametrize(
+    "empty, what",
+    [
+        (lambda screen: screen[:, []], "has no genes (336 cells x 0 genes)"),
+        (lambda screen: screen[[]], "has no cells (0 cells x 40 genes)"),
+    ],
+    ids=["no genes", "no cells"],
+)
+def test_a_screen_without_cells_or_genes_is_named_so_in_one_line_by_check_and_process(empty, what, data_root, capsys):
     path = data_root / "empty.h5ad"
     empty(_own_column(_counts(toy_data.make_raw()))).copy().write_h5ad(path)
-    screen = ["--adata", str(path), "--data-path", str(data_root), "--perturbation-column", "target",
-              "--control-label", "NT", "--combination-separator", "_", "--normalize"]
+    screen = [
+        "--adata",
+        str(path),
+        "--data-path",
+        str(data_root),
+        "--perturbation-column",
+        "target",
+        "--control-label",
+        "NT",
+        "--combination-separator",
+        "_",
+        "--normalize",
+    ]
     status, report = _check(capsys, screen)
     problems = [line for line in report.splitlines() if line.startswith("  - ")]
     assert status == 2 and len(problems) == 1, report
-    assert problems[0].startswith(f"  - cells and genes: AnnData for dataset 'empty' {what}, so there is nothing to "
-                                  "train on; ")
+    assert problems[0].startswith(
+        f"  - cells and genes: AnnData for dataset 'empty' {what}, so there is nothing to train on; "
+    )
     _refused_in_one_line(capsys, ["process", *screen, "--name", "empty"], problems[0].split(": ", 1)[1])
     assert not (data_root / "empty").exists()
 
@@ -396,11 +624,13 @@ def _other_screens_folder(root):
 
 
 REFUSED_SCREENS = {  # the screen (from the toy one) and its options: refused before, or while, its counts are read
-    "a label of three genes": (lambda a: _own_column(_counts(_conditions(a, lambda c: _set(c, _first_control(c),
-                                                                                           "G1+G2+G3"))))),
+    "a label of three genes": (
+        lambda a: _own_column(_counts(_conditions(a, lambda c: _set(c, _first_control(c), "G1+G2+G3"))))
+    ),
     "no genes": (lambda a: _own_column(_counts(a))[:, []].copy()),
-    "negative counts, met while they are written": (lambda a: _own_column(_x(_counts(a), lambda x: _set(x, (3, 4),
-                                                                                                        -1.0)))),
+    "negative counts, met while they are written": (
+        lambda a: _own_column(_x(_counts(a), lambda x: _set(x, (3, 4), -1.0)))
+    ),
 }
 
 
@@ -412,9 +642,24 @@ def test_a_refused_process_leaves_every_byte_of_a_folder_of_other_go_files_as_it
     REFUSED_SCREENS[problem](toy_data.make_raw()).write_h5ad(path)
     gene_sets = tmp_path / "go.gmt"
     gene_sets.write_text("".join(f"set{i}\t\t" + "\t".join(toy_data.GENES[i::4]) + "\n" for i in range(4)))
-    argv = ["process", "--adata", str(path), "--data-path", str(data), "--name", "new", "--perturbation-column",
-            "target", "--control-label", "NT", "--combination-separator", "_", "--normalize",
-            "--go-gene-sets", str(gene_sets)]
+    argv = [
+        "process",
+        "--adata",
+        str(path),
+        "--data-path",
+        str(data),
+        "--name",
+        "new",
+        "--perturbation-column",
+        "target",
+        "--control-label",
+        "NT",
+        "--combination-separator",
+        "_",
+        "--normalize",
+        "--go-gene-sets",
+        str(gene_sets),
+    ]
     assert main(argv) == 2
     assert "Traceback" not in capsys.readouterr().err
     assert _files_and_folders(data) == before
@@ -427,8 +672,13 @@ def test_a_screen_processed_with_go_files_writes_them_all_or_none(tmp_path, monk
     data = _other_screens_folder(tmp_path / "data")
     before = _files_and_folders(data)
     annotation = {gene: {"GO:1", f"GO:{gene}"} for gene in toy_data.GENES}
-    screen = {"perturbation_column": "target", "control_label": "NT", "combination_separator": "_",
-              "normalize": True, "go_annotation": annotation}
+    screen = {
+        "perturbation_column": "target",
+        "control_label": "NT",
+        "combination_separator": "_",
+        "normalize": True,
+        "go_annotation": annotation,
+    }
     blocks = normalization.normalized_blocks
 
     def interrupted(*args, **kwargs):  # the process is stopped once the first block of cells is written

@@ -3,6 +3,7 @@ it (for ``PertData`` the processed folder, the vocabulary, the cell table, the s
 the graph caches; for ``GEARS`` the trainer, the model's queries, the interactions, the pair
 screen, the model folder), so each class stays short enough to read whole. Checked in the
 code."""
+
 from __future__ import annotations
 
 import ast
@@ -31,5 +32,7 @@ def test_gears_stays_a_short_front():
 
 
 def test_the_count_takes_the_whole_class_and_only_it():
-    source = "import os\n\n\nclass Front:\n    def a(self):\n        return 1\n\n    b = 2\n\n\ndef helper():\n    pass\n"
+    source = (
+        "import os\n\n\nclass Front:\n    def a(self):\n        return 1\n\n    b = 2\n\n\ndef helper():\n    pass\n"
+    )
     assert class_lines(source, "Front") == 5

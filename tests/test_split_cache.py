@@ -1,6 +1,7 @@
 """The split cache of ``PertData.prepare_split``: a cached split is reused only for the
 settings it was built with, and a split file of the published GEARS (which writes no
 settings) is still read when its name matches."""
+
 import logging
 import pickle
 from pathlib import Path
@@ -8,13 +9,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-
 import toy_data
+
 from gears_ddp import PertData
 from gears_ddp.data.splits import split_conditions
 
-DEFAULTS = {"train_gene_set_size": 0.75, "combo_seen2_train_frac": 0.75, "combo_single_split_test_set_fraction": 0.1,
-            "test_perts": None, "only_test_set_perts": False, "test_pert_genes": None}
+DEFAULTS = {
+    "train_gene_set_size": 0.75,
+    "combo_seen2_train_frac": 0.75,
+    "combo_single_split_test_set_fraction": 0.1,
+    "test_perts": None,
+    "only_test_set_perts": False,
+    "test_pert_genes": None,
+}
 
 # (split, the settings of the first call, the one setting the second call changes); none of
 # these settings is part of the split file's name
@@ -32,9 +39,11 @@ def screen(data_root):
     and test with one seed."""
     combos = toy_data.COMBOS + ["G10+G11", "G12+G20", "G13+G14", "G3+G25"]
     pert_data = PertData(data_root)
-    pert_data.new_data_process("screen", toy_data.make_raw(n_ctrl=40, cells_per_condition=3, combos=combos,
-                                                           singles=[f"G{i}+ctrl" for i in range(30)]),
-                               skip_calc_de=True)
+    pert_data.new_data_process(
+        "screen",
+        toy_data.make_raw(n_ctrl=40, cells_per_condition=3, combos=combos, singles=[f"G{i}+ctrl" for i in range(30)]),
+        skip_calc_de=True,
+    )
     return pert_data
 
 
@@ -108,7 +117,7 @@ def test_the_coexpression_graph_cache_follows_the_split(screen):
 def test_a_coexpression_graph_file_without_settings_is_used_when_its_name_matches(screen):
     screen.prepare_split("simulation", seed=1)
     screen.coexpression_graph()
-    graph_file, = [p for p in _graph_files(screen) if p.suffix == ".csv"]
+    (graph_file,) = [p for p in _graph_files(screen) if p.suffix == ".csv"]
     for path in _graph_files(screen):
         if path != graph_file:
             path.unlink()

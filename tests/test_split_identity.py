@@ -4,12 +4,13 @@ The expected lists in tests/data/reference_splits.json were produced once by the
 package (cell-gears 0.1.2) with tests/data/make_reference_splits.py on the dataset of
 tests/split_reference.py.
 """
+
 import json
 from pathlib import Path
 
 import pytest
-
 import split_reference as ref
+
 from gears_ddp import PertData
 
 REFERENCE = json.loads(ref.REFERENCE_FILE.read_text())

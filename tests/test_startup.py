@@ -1,5 +1,6 @@
 """What importing the library costs: every ``gears-ddp`` command pays it before it does
 anything (``gears-ddp --help`` included)."""
+
 import subprocess
 import sys
 
@@ -10,10 +11,12 @@ def test_importing_the_library_imports_neither_the_compiler_nor_scipy_stats():
     """torch's compiler (with sympy) and scipy.stats take seconds to import; only
     ``compile: True``, the DE test, the replicates' intervals and torch's optimisers use them,
     and they import them when they run."""
-    code = ("import sys, gears_ddp, gears_ddp.cli, gears_ddp.train_distributed, gears_ddp.distributed.rank, "
-            "gears_ddp.distributed.replicates, gears_ddp.training.recipe\n"
-            f"print(sorted({{name.split('.')[0] if name.startswith('sympy') else name for name in sys.modules "
-            f"if name in {SLOW_TO_IMPORT!r} or name.startswith('sympy.')}}))\n")
+    code = (
+        "import sys, gears_ddp, gears_ddp.cli, gears_ddp.train_distributed, gears_ddp.distributed.rank, "
+        "gears_ddp.distributed.replicates, gears_ddp.training.recipe\n"
+        f"print(sorted({{name.split('.')[0] if name.startswith('sympy') else name for name in sys.modules "
+        f"if name in {SLOW_TO_IMPORT!r} or name.startswith('sympy.')}}))\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -1,20 +1,21 @@
 """Processing reads a screen a block of cells at a time, normalising, summing and writing each
 block as it comes: the result is scanpy's on the whole matrix, the same whatever the blocks,
 and bad counts are refused in one line with nothing left behind."""
+
 import anndata
 import h5py
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from test_bad_input import _refused_in_one_line, _refused_naming
+from test_raw_screens import _counts, _own_columns
 
 from gears_ddp import PertData
 from gears_ddp.data import grouped, io, normalization
 from gears_ddp.data.grouped import ConditionSums, row_blocks
 from gears_ddp.data.highly_variable import highly_variable
 from gears_ddp.data.processing import RANK_KEY
-from test_bad_input import _refused_in_one_line, _refused_naming
-from test_raw_screens import _counts, _own_columns
 
 N_GENES = 40  # the toy screen's
 
@@ -39,8 +40,9 @@ def _processed(folder):
     return anndata.read_h5ad(folder / io.PROCESSED_FILE)
 
 
-def test_counts_normalised_in_blocks_are_scanpy_s_whole_matrix_and_process_as_in_one_block(data_root, monkeypatch,
-                                                                                           small_blocks):
+def test_counts_normalised_in_blocks_are_scanpy_s_whole_matrix_and_process_as_in_one_block(
+    data_root, monkeypatch, small_blocks
+):
     expected = _scanpy_normalised(_counts()).X
     PertData(data_root).new_data_process("blocks", _counts(), normalize=True)
     streamed = _processed(data_root / "blocks")
@@ -65,8 +67,9 @@ def test_counts_normalised_in_blocks_are_scanpy_s_whole_matrix_and_process_as_in
         if condition != "ctrl":
             nonzero = (dense[conditions == condition] != 0).any(0)
             np.testing.assert_array_equal(streamed.uns["non_zeros_gene_idx"][name], np.flatnonzero(nonzero))
-            np.testing.assert_array_equal(streamed.uns["non_dropout_gene_idx"][name],
-                                          np.flatnonzero(nonzero | control_zero))
+            np.testing.assert_array_equal(
+                streamed.uns["non_dropout_gene_idx"][name], np.flatnonzero(nonzero | control_zero)
+            )
 
 
 def test_highly_variable_genes_from_blocks_are_scanpy_s_to_the_bit(monkeypatch):
@@ -116,14 +119,36 @@ def test_the_process_command_refuses_bad_counts_naming_every_problem(tmp_path, c
     screen.X = sp.csr_matrix(x)
     raw = tmp_path / "screen.h5ad"
     screen.write_h5ad(raw)
-    command = ["process", "--adata", str(raw), "--data-path", str(data_path), "--name", "own", "--normalize",
-               "--perturbation-column", "target", "--control-label", "NT", "--combination-separator", "_"]
+    command = [
+        "process",
+        "--adata",
+        str(raw),
+        "--data-path",
+        str(data_path),
+        "--name",
+        "own",
+        "--normalize",
+        "--perturbation-column",
+        "target",
+        "--control-label",
+        "NT",
+        "--combination-separator",
+        "_",
+    ]
     _refused_in_one_line(capsys, command, "AnnData for dataset 'own' has 1 non-finite values", "raw counts are finite")
     nan = ("AnnData for dataset 'own' has 1 non-finite values", "raw counts are finite")  # named with the others
-    _refused_naming(capsys, command[:-6] + ["--perturbation-column", "guide", "--control-label", "NT"],
-                    ("no obs column 'guide'; its columns: target",), nan)
-    _refused_naming(capsys, command[:-4] + ["--control-label", "control", "--combination-separator", "_"],
-                    ("no cell of obs['target'] has the control label 'control'", "NT (120)"), nan)
+    _refused_naming(
+        capsys,
+        command[:-6] + ["--perturbation-column", "guide", "--control-label", "NT"],
+        ("no obs column 'guide'; its columns: target",),
+        nan,
+    )
+    _refused_naming(
+        capsys,
+        command[:-4] + ["--control-label", "control", "--combination-separator", "_"],
+        ("no cell of obs['target'] has the control label 'control'", "NT (120)"),
+        nan,
+    )
     assert not (data_path / "own").exists()
 
 
@@ -142,15 +167,17 @@ def test_sums_of_blocks_depend_only_on_where_the_summed_blocks_start(monkeypatch
         in_threes.add(start, block)
     for name in statistics:
         np.testing.assert_array_equal(in_threes.sums[name], by_row_blocks.sums[name], err_msg=name)
-    np.testing.assert_allclose(in_threes.mean("sum"), [dense[codes == c].astype(np.float64).mean(0) for c in range(6)],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        in_threes.mean("sum"), [dense[codes == c].astype(np.float64).mean(0) for c in range(6)], rtol=1e-12
+    )
 
 
 def test_a_matrix_written_in_blocks_widens_its_row_pointers_when_int32_no_longer_holds_them(tmp_path, monkeypatch):
     monkeypatch.setattr(io.CsrRows, "INT32_VALUES", 50)  # as if int32 held 50 values
     blocks = [sp.random(10, 8, density=0.5, format="csr", dtype=np.float32, random_state=seed) for seed in range(4)]
-    cells = anndata.AnnData(obs=pd.DataFrame(index=[f"c{i}" for i in range(40)]),
-                            var=pd.DataFrame(index=[f"g{i}" for i in range(8)]))
+    cells = anndata.AnnData(
+        obs=pd.DataFrame(index=[f"c{i}" for i in range(40)]), var=pd.DataFrame(index=[f"g{i}" for i in range(8)])
+    )
     path = tmp_path / "blocks.h5ad"
     with io.h5ad_by_blocks(path, cells, np.float32) as expression:
         expression.append(blocks[0])

@@ -1,4 +1,5 @@
 """A sweep's search space: every mistake named by its key before any trial starts."""
+
 import pytest
 
 from gears_ddp.distributed.run_config import checked_run_options
@@ -12,32 +13,49 @@ def _check(config):
 
 
 def test_a_space_of_args_and_model_options_gives_optunas_distributions():
-    space = SearchSpace.from_mapping({"args": {
-        "lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
-        "batch_size": {"type": "categorical", "choices": [16, 32]},
-        "model_config": {"hidden_size": {"type": "int", "low": 16, "high": 64}}}})
+    space = SearchSpace.from_mapping(
+        {
+            "args": {
+                "lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+                "batch_size": {"type": "categorical", "choices": [16, 32]},
+                "model_config": {"hidden_size": {"type": "int", "low": 16, "high": 64}},
+            }
+        }
+    )
     assert [d.key for d in space.dimensions] == ["args.lr", "args.batch_size", "args.model_config.hidden_size"]
     distributions = space.distributions()
     assert distributions["args.lr"].log and distributions["args.model_config.hidden_size"].high == 64
     assert list(distributions["args.batch_size"].choices) == [16, 32]
     space.check_against(RUN, _check)
-    assert with_values(RUN, {"args.model_config.hidden_size": 32})["args"] == {"epochs": 3,
-                                                                               "model_config": {"hidden_size": 32}}
+    assert with_values(RUN, {"args.model_config.hidden_size": 32})["args"] == {
+        "epochs": 3,
+        "model_config": {"hidden_size": 32},
+    }
 
 
-@pytest.mark.parametrize("args, message", [
-    ({"learning_rate": {"type": "float", "low": 0.1, "high": 1}}, "args.learning_rate is not an option of the run"),
-    ({"model_config": {"hidden": {"type": "int", "low": 1, "high": 2}}},
-     "args.model_config.hidden is not an option of the run"),
-    ({"save_path": {"type": "categorical", "choices": ["a", "b"]}}, "args.save_path says where or how a trial runs"),
-    ({"lr": {"type": "float", "low": 0.1, "high": 0.1}}, "args.lr has low 0.1 >= high 0.1"),
-    ({"lr": {"type": "float", "low": 0.0, "high": 0.1, "log": True}}, "args.lr is on a log scale but its range "
-                                                                      "reaches 0.0"),
-    ({"batch_size": {"type": "categorical", "choices": []}}, "args.batch_size is categorical with no choices"),
-    ({"epochs": {"type": "int", "low": 1.5, "high": 3}}, "args.epochs.low must be an integer"),
-    ({"lr": {"type": "uniform", "low": 0.1, "high": 1}}, "args.lr must be a mapping with type"),
-    ({"lr": {"type": "float", "low": 0.1, "high": 1, "step": 2}}, "args.lr .float. takes high, log, low, type"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({"learning_rate": {"type": "float", "low": 0.1, "high": 1}}, "args.learning_rate is not an option of the run"),
+        (
+            {"model_config": {"hidden": {"type": "int", "low": 1, "high": 2}}},
+            "args.model_config.hidden is not an option of the run",
+        ),
+        (
+            {"save_path": {"type": "categorical", "choices": ["a", "b"]}},
+            "args.save_path says where or how a trial runs",
+        ),
+        ({"lr": {"type": "float", "low": 0.1, "high": 0.1}}, "args.lr has low 0.1 >= high 0.1"),
+        (
+            {"lr": {"type": "float", "low": 0.0, "high": 0.1, "log": True}},
+            "args.lr is on a log scale but its range reaches 0.0",
+        ),
+        ({"batch_size": {"type": "categorical", "choices": []}}, "args.batch_size is categorical with no choices"),
+        ({"epochs": {"type": "int", "low": 1.5, "high": 3}}, "args.epochs.low must be an integer"),
+        ({"lr": {"type": "uniform", "low": 0.1, "high": 1}}, "args.lr must be a mapping with type"),
+        ({"lr": {"type": "float", "low": 0.1, "high": 1, "step": 2}}, "args.lr .float. takes high, log, low, type"),
+    ],
+)
 def test_each_mistake_is_named_by_its_key(args, message):
     with pytest.raises(SearchSpaceError, match=message):
         SearchSpace.from_mapping({"args": args})
@@ -45,8 +63,9 @@ def test_each_mistake_is_named_by_its_key(args, message):
 
 def test_a_value_the_runs_own_checks_refuse_is_named_before_any_trial():
     space = SearchSpace.from_mapping({"args": {"amp": {"type": "categorical", "choices": ["off", "fp8"]}}})
-    with pytest.raises(SearchSpaceError,
-                       match="args.amp='fp8' of the search space: the run file: args\\['amp'\\] must be one of"):
+    with pytest.raises(
+        SearchSpaceError, match="args.amp='fp8' of the search space: the run file: args\\['amp'\\] must be one of"
+    ):
         space.check_against(RUN, _check)
 
 
@@ -54,8 +73,9 @@ def test_a_storage_that_does_not_answer_and_a_study_of_another_space_are_named(t
     from gears_ddp.sweeps.study import SweepError, load_or_create_study, open_storage
     from gears_ddp.sweeps.sweep import PRUNER
 
-    with pytest.raises(SweepError, match="--storage postgresql://nobody@127.0.0.1:9/none: the database does not "
-                                         "answer"):
+    with pytest.raises(
+        SweepError, match="--storage postgresql://nobody@127.0.0.1:9/none: the database does not answer"
+    ):
         open_storage(tmp_path, "postgresql://nobody@127.0.0.1:9/none")
     with pytest.raises(SweepError, match="--storage ftp://x: a database URL"):
         open_storage(tmp_path, "ftp://x")
@@ -63,7 +83,9 @@ def test_a_storage_that_does_not_answer_and_a_study_of_another_space_are_named(t
     made_by = {"space": {"args.lr": {"type": "float", "low": 0.001, "high": 0.1, "log": True}}, "seed": 0}
     study = load_or_create_study(storage, "sweep", made_by, 0, PRUNER)
     assert (tmp_path / "study.journal").is_file() and study.user_attrs["made_by"] == made_by
-    assert load_or_create_study(open_storage(tmp_path, None), "sweep", made_by, 0, PRUNER).user_attrs["made_by"] == made_by
+    assert (
+        load_or_create_study(open_storage(tmp_path, None), "sweep", made_by, 0, PRUNER).user_attrs["made_by"] == made_by
+    )
     other = {**made_by, "space": {"args.lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}}}
     with pytest.raises(SweepError, match="the study 'sweep' was made by another sweep .its space differ"):
         load_or_create_study(open_storage(tmp_path, None), "sweep", other, 0, PRUNER)

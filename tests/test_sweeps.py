@@ -2,6 +2,7 @@
 before its last epoch, the best trial chosen on validation alone, the report; a sweep killed
 halfway finishes with its number of trials and no trial trained twice; two processes on one
 journal draw disjoint trials; every bad input named before any trial starts."""
+
 import csv
 import json
 import os
@@ -13,26 +14,45 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_launch import _clean_environment
 
 from gears_ddp.data.io import write_yaml
 from gears_ddp.sweeps import sweep as sweep_module
-from test_launch import _clean_environment
 
 pytestmark = pytest.mark.distributed
 SPLIT = {"split": "simulation", "seed": 1}
-SPACE = {"args": {"lr": {"type": "categorical", "choices": [0.003, 10.0]},
-                  "model_config": {"hidden_size": {"type": "int", "low": 8, "high": 16}}}}
+SPACE = {
+    "args": {
+        "lr": {"type": "categorical", "choices": [0.003, 10.0]},
+        "model_config": {"hidden_size": {"type": "int", "low": 8, "high": 16}},
+    }
+}
 
 
 def _args(folder, **more):
-    return {"epochs": 12, "batch_size": 16, "test_batch_size": 64, "cpu_processes": 1,
-            "model_config": {"hidden_size": 8}, "save_path": str(folder), **more}
+    return {
+        "epochs": 12,
+        "batch_size": 16,
+        "test_batch_size": 64,
+        "cpu_processes": 1,
+        "model_config": {"hidden_size": 8},
+        "save_path": str(folder),
+        **more,
+    }
 
 
 def _files(tmp_path, data_folder, folder, **more):
     run, space = tmp_path / "run.yaml", tmp_path / "space.yaml"
-    run.write_text(yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy", "split_config": SPLIT,
-                                   "args": _args(folder, **more)}))
+    run.write_text(
+        yaml.safe_dump(
+            {
+                "pert_data_path": str(data_folder),
+                "dataset_name": "toy",
+                "split_config": SPLIT,
+                "args": _args(folder, **more),
+            }
+        )
+    )
     space.write_text(yaml.safe_dump(SPACE))
     return run, space
 
@@ -53,8 +73,9 @@ def test_a_sweep_prunes_a_planted_bad_trial_and_chooses_on_validation(data_folde
     folder = tmp_path / "sweep"
     summary = sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder, epochs=8), SPACE, 4)
     rows = _rows(folder)
-    assert [int(row["number"]) for row in rows] == [0, 1, 2, 3] and summary["counts"] == \
-        {state: sum(row["state"] == state for row in rows) for state in dict.fromkeys(row["state"] for row in rows)}
+    assert [int(row["number"]) for row in rows] == [0, 1, 2, 3] and summary["counts"] == {
+        state: sum(row["state"] == state for row in rows) for state in dict.fromkeys(row["state"] for row in rows)
+    }
     pruned = [row for row in rows if row["state"] == "PRUNED"]
     assert pruned and all(float(row["args.lr"]) == 10.0 and int(row["epochs"]) < 8 for row in pruned)
     complete = [row for row in rows if row["state"] == "COMPLETE"]
@@ -72,14 +93,21 @@ def test_a_sweep_prunes_a_planted_bad_trial_and_chooses_on_validation(data_folde
     assert summary["best_verdicts"] and summary["best_verdicts"][0]["metric"] == "pearson_delta"
     # the same call again holds its trials already: nothing is trained
     modified = {row["folder"]: (Path(row["folder"]) / "metrics.csv").stat().st_mtime_ns for row in rows}
-    assert sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder, epochs=8), SPACE, 4)["best"] == \
-        summary["best"]
+    assert (
+        sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder, epochs=8), SPACE, 4)["best"]
+        == summary["best"]
+    )
     assert {row["folder"]: (Path(row["folder"]) / "metrics.csv").stat().st_mtime_ns for row in rows} == modified
 
 
 def _sweep(*arguments, **environment):
-    return subprocess.Popen([sys.executable, "-m", "gears_ddp", "sweep", *map(str, arguments)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_clean_environment(**environment))
+    return subprocess.Popen(
+        [sys.executable, "-m", "gears_ddp", "sweep", *map(str, arguments)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_clean_environment(**environment),
+    )
 
 
 def _wait_for(path: Path, process, timeout_s: float = 240) -> None:
@@ -131,21 +159,33 @@ def test_two_processes_on_one_journal_draw_disjoint_trials(data_folder, tmp_path
 
 
 def _trial_names(log: str) -> list[str]:
-    return [line.split("trial-")[1][:4] for line in log.splitlines()
-            if "gears_ddp.distributed.group_runs: trial-" in line and "training on group" in line]
+    return [
+        line.split("trial-")[1][:4]
+        for line in log.splitlines()
+        if "gears_ddp.distributed.group_runs: trial-" in line and "training on group" in line
+    ]
 
 
-@pytest.mark.parametrize("change, message", [
-    (["--storage", "postgresql://nobody@127.0.0.1:9/none"], "--storage postgresql://nobody@127.0.0.1:9/none: the "
-                                                            "database does not answer"),
-    (["--trials", "0"], "--trials must be a positive integer, got 0"),
-    ("space: {args: {learning_rate: {type: float, low: 0.1, high: 1}}}", "args.learning_rate is not an option"),
-    ("space: {args: {lr: {type: float, low: 0.0, high: 1, log: true}}}", "args.lr is on a log scale but its range "
-                                                                          "reaches 0.0"),
-    ("space: {args: {batch_size: {type: categorical, choices: []}}}", "args.batch_size is categorical with no "
-                                                                      "choices"),
-    ("space: {args: {lr: {type: float, low: 1, high: 1}}}", "args.lr has low 1 >= high 1"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            ["--storage", "postgresql://nobody@127.0.0.1:9/none"],
+            "--storage postgresql://nobody@127.0.0.1:9/none: the database does not answer",
+        ),
+        (["--trials", "0"], "--trials must be a positive integer, got 0"),
+        ("space: {args: {learning_rate: {type: float, low: 0.1, high: 1}}}", "args.learning_rate is not an option"),
+        (
+            "space: {args: {lr: {type: float, low: 0.0, high: 1, log: true}}}",
+            "args.lr is on a log scale but its range reaches 0.0",
+        ),
+        (
+            "space: {args: {batch_size: {type: categorical, choices: []}}}",
+            "args.batch_size is categorical with no choices",
+        ),
+        ("space: {args: {lr: {type: float, low: 1, high: 1}}}", "args.lr has low 1 >= high 1"),
+    ],
+)
 def test_bad_input_is_named_before_any_trial_starts(data_folder, tmp_path, capsys, change, message):
     from gears_ddp.cli import main
 
@@ -168,8 +208,9 @@ def test_a_sweep_folder_of_another_space_is_refused(data_folder, tmp_path, capsy
     folder = tmp_path / "sweep"
     run, space = _files(tmp_path, data_folder, folder)
     folder.mkdir()
-    plan = sweep_module.plan_sweep(yaml.safe_load(run.read_text()), {"args": {"lr": {"type": "float", "low": 0.001,
-                                                                                     "high": 0.01}}}, 3)
+    plan = sweep_module.plan_sweep(
+        yaml.safe_load(run.read_text()), {"args": {"lr": {"type": "float", "low": 0.001, "high": 0.01}}}, 3
+    )
     write_yaml(plan.record(), folder / "sweep.yaml")
     assert main(["sweep", "--config", str(run), "--space", str(space), "--trials", "3"]) == 2
     assert f"{folder} holds a sweep of another search space" in capsys.readouterr().err
@@ -209,15 +250,33 @@ def postgres():
         os.chown(data, user.pw_uid, user.pw_gid)
         run_as = ["runuser", "-u", "postgres", "--"]
     port = find_free_port()
-    subprocess.run([*run_as, str(binaries / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust"],
-                   check=True, capture_output=True)
-    subprocess.run([*run_as, str(binaries / "pg_ctl"), "-D", str(data / "db"), "-l", str(data / "log"), "-w", "-o",
-                    f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
+    subprocess.run(
+        [*run_as, str(binaries / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *run_as,
+            str(binaries / "pg_ctl"),
+            "-D",
+            str(data / "db"),
+            "-l",
+            str(data / "log"),
+            "-w",
+            "-o",
+            f"-p {port} -k {data} -c listen_addresses=127.0.0.1",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([*run_as, str(binaries / "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            [*run_as, str(binaries / "pg_ctl"), "-D", str(data / "db"), "-m", "fast", "stop"], capture_output=True
+        )
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -1,4 +1,5 @@
 """Tests for gears_ddp.datasets.synthetic: format, determinism, ground truth and validation."""
+
 import itertools
 import json
 import re
@@ -13,8 +14,9 @@ from gears_ddp.data.graphs import coexpression_edge_list
 from gears_ddp.data.processing import check_expression, validate_annotations
 from gears_ddp.datasets import SyntheticPerturbSeq, make_synthetic_perturb_seq
 
-SMALL = dict(n_genes=300, n_modules=10, n_perturbed_genes=20, n_combos=20, cells_per_condition=30,
-             n_control_cells=300, seed=3)
+SMALL = dict(
+    n_genes=300, n_modules=10, n_perturbed_genes=20, n_combos=20, cells_per_condition=30, n_control_cells=300, seed=3
+)
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +94,9 @@ def _non_self_coexpression_edges(data: SyntheticPerturbSeq) -> pd.DataFrame:
     """GEARS's co-expression graph (|r| > 0.4, top 21 per gene) over control and single cells, minus self pairs."""
     conditions = data.adata.obs["condition"].astype(str).to_numpy()
     rows = np.flatnonzero([c == "ctrl" or is_single(c) for c in conditions])
-    edges = coexpression_edge_list(data.adata.X.toarray(), rows, data.adata.var["gene_name"].to_numpy(),
-                                   threshold=0.4, k=20)
+    edges = coexpression_edge_list(
+        data.adata.X.toarray(), rows, data.adata.var["gene_name"].to_numpy(), threshold=0.4, k=20
+    )
     return edges[edges["source"] != edges["target"]]
 
 
@@ -220,29 +223,32 @@ def test_h5ad_round_trip(data, tmp_path):
     assert (back.X != data.adata.X).nnz == 0
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"n_combos": 191}, "exceeds the 190 possible pairs"),
-    ({"n_perturbed_genes": 301}, "must not exceed n_genes"),
-    ({"n_genes": 0}, "n_genes must be an integer >= 1"),
-    ({"cells_per_condition": -5}, "cells_per_condition must be an integer >= 1"),
-    ({"n_control_cells": 2.5}, "n_control_cells must be an integer"),
-    ({"n_modules": 400}, "n_modules .* must not exceed n_genes"),
-    ({"n_go_terms": 5}, "n_go_terms .* must be at least n_modules"),
-    ({"seed": -1}, "seed must be an integer >= 0"),
-    ({"frac_activation": 1.5}, "frac_activation must be a number in"),
-    ({"interaction_fractions": {"synergy": 0.7, "buffering": 0.5}}, "sum to 1.2 > 1"),
-    ({"interaction_fractions": {"antagonism": 0.1}}, "unknown types"),
-    ({"cell_type": ""}, "cell_type must be a non-empty string"),
-    ({"program_sd": -0.1}, "program_sd must be a finite number >= 0"),
-    ({"program_sd": float("nan")}, "program_sd must be a finite number >= 0"),
-    ({"activation_range": (2.0, 1.0)}, "activation_range must be"),
-    ({"activation_range": (0.0, 1.0)}, "activation_range must be"),
-    ({"activation_range": 2.0}, "activation_range must be"),
-    ({"shared_response": -1.0}, "shared_response must be a finite number >= 0"),
-    ({"library_size": 0}, "library_size must be > 0"),
-    ({"library_size": 1e4, "measured_share": 0.0}, "measured_share must be in"),
-    ({"measured_share": 0.5}, "and 1 unless library_size is given"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"n_combos": 191}, "exceeds the 190 possible pairs"),
+        ({"n_perturbed_genes": 301}, "must not exceed n_genes"),
+        ({"n_genes": 0}, "n_genes must be an integer >= 1"),
+        ({"cells_per_condition": -5}, "cells_per_condition must be an integer >= 1"),
+        ({"n_control_cells": 2.5}, "n_control_cells must be an integer"),
+        ({"n_modules": 400}, "n_modules .* must not exceed n_genes"),
+        ({"n_go_terms": 5}, "n_go_terms .* must be at least n_modules"),
+        ({"seed": -1}, "seed must be an integer >= 0"),
+        ({"frac_activation": 1.5}, "frac_activation must be a number in"),
+        ({"interaction_fractions": {"synergy": 0.7, "buffering": 0.5}}, "sum to 1.2 > 1"),
+        ({"interaction_fractions": {"antagonism": 0.1}}, "unknown types"),
+        ({"cell_type": ""}, "cell_type must be a non-empty string"),
+        ({"program_sd": -0.1}, "program_sd must be a finite number >= 0"),
+        ({"program_sd": float("nan")}, "program_sd must be a finite number >= 0"),
+        ({"activation_range": (2.0, 1.0)}, "activation_range must be"),
+        ({"activation_range": (0.0, 1.0)}, "activation_range must be"),
+        ({"activation_range": 2.0}, "activation_range must be"),
+        ({"shared_response": -1.0}, "shared_response must be a finite number >= 0"),
+        ({"library_size": 0}, "library_size must be > 0"),
+        ({"library_size": 1e4, "measured_share": 0.0}, "measured_share must be in"),
+        ({"measured_share": 0.5}, "and 1 unless library_size is given"),
+    ],
+)
 def test_invalid_parameters_raise(overrides, message):
     with pytest.raises(ValueError, match=message):
         make_synthetic_perturb_seq(**{**SMALL, **overrides})

@@ -1,6 +1,7 @@
 """The "norman" synthetic preset reproduces the Norman screen's statistics it is calibrated on
 (``gears_ddp.evaluation.calibration``; targets in ``NORMAN_TARGETS``), measured on the data as a
 user loads it: written by ``write_synthetic_dataset``, processed, split as the demo splits it."""
+
 import pytest
 
 from gears_ddp import PertData

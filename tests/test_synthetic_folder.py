@@ -1,4 +1,5 @@
 """write_synthetic_dataset writes a folder PertData loads, and never clobbers other GO files."""
+
 import json
 import pickle
 
@@ -8,8 +9,7 @@ import pytest
 from gears_ddp import PertData
 from gears_ddp.datasets import read_true_means, write_synthetic_dataset
 
-SMALL = dict(n_genes=200, n_modules=8, n_perturbed_genes=16, n_combos=12, cells_per_condition=15,
-             n_control_cells=200)
+SMALL = dict(n_genes=200, n_modules=8, n_perturbed_genes=16, n_combos=12, cells_per_condition=15, n_control_cells=200)
 
 
 def test_folder_loads_with_ground_truth(tmp_path):

@@ -2,6 +2,7 @@
 as a screen comes (raw counts, ``obs['target_gene']``, ``non-targeting`` controls, gene
 symbols as ``var_names``), and the ``"vcc"`` preset, shaped as the Virtual Cell Challenge's
 training file, which ``gears-ddp process`` takes in one command."""
+
 import contextlib
 import logging
 from io import StringIO
@@ -16,8 +17,9 @@ from gears_ddp.cli import main
 from gears_ddp.data import io
 from gears_ddp.datasets import make_synthetic_perturb_seq, preset, write_synthetic_dataset, write_synthetic_screen
 
-SMALL = dict(n_genes=120, n_modules=6, n_perturbed_genes=10, n_combos=6, cells_per_condition=12,
-             n_control_cells=60, seed=5)
+SMALL = dict(
+    n_genes=120, n_modules=6, n_perturbed_genes=10, n_combos=6, cells_per_condition=12, n_control_cells=60, seed=5
+)
 
 
 def _screen_labels(conditions: pd.Series) -> list[str]:
@@ -65,8 +67,20 @@ def test_the_vcc_preset_is_shaped_as_the_challenge_s_training_file(vcc_screen):
 
 def test_the_vcc_shaped_screen_is_processed_in_one_command(vcc_screen, caplog):
     data = vcc_screen.parent
-    argv = ["process", "--adata", str(vcc_screen), "--data-path", str(data), "--name", "vcc",
-            "--perturbation-column", "target_gene", "--control-label", "non-targeting", "--normalize"]
+    argv = [
+        "process",
+        "--adata",
+        str(vcc_screen),
+        "--data-path",
+        str(data),
+        "--name",
+        "vcc",
+        "--perturbation-column",
+        "target_gene",
+        "--control-label",
+        "non-targeting",
+        "--normalize",
+    ]
     with contextlib.redirect_stdout(StringIO()), caplog.at_level(logging.INFO, logger="gears_ddp"):
         assert main(argv) == 0
     processed = anndata.read_h5ad(data / "vcc" / io.PROCESSED_FILE)
@@ -81,16 +95,22 @@ def test_the_vcc_shaped_screen_is_processed_in_one_command(vcc_screen, caplog):
 def test_a_screen_s_own_gene_names_are_kept(data_root):
     """var['gene_name'] is filled in from var_names only where the screen has none."""
     import toy_data
+
     from gears_ddp import PertData
 
     raw = toy_data.make_raw()
     labels = ["NT" if c == "ctrl" else c.replace("+ctrl", "").replace("+", "_") for c in raw.obs["condition"]]
-    screen = anndata.AnnData(raw.X, obs=pd.DataFrame({"target": labels}, index=raw.obs_names),
-                             var=pd.DataFrame({"gene_name": raw.var["gene_name"].to_numpy()},
-                                              index=[f"ENSG{i:011d}" for i in range(raw.n_vars)]))
+    screen = anndata.AnnData(
+        raw.X,
+        obs=pd.DataFrame({"target": labels}, index=raw.obs_names),
+        var=pd.DataFrame(
+            {"gene_name": raw.var["gene_name"].to_numpy()}, index=[f"ENSG{i:011d}" for i in range(raw.n_vars)]
+        ),
+    )
     pert_data = PertData(data_root)
-    pert_data.new_data_process("own", screen, perturbation_column="target", control_label="NT",
-                               combination_separator="_")
+    pert_data.new_data_process(
+        "own", screen, perturbation_column="target", control_label="NT", combination_separator="_"
+    )
     assert list(pert_data.gene_names) == list(raw.var["gene_name"])
 
 

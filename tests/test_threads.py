@@ -1,5 +1,6 @@
 """Processes forked from one that uses gears_ddp: each gets one torch thread and runs torch's
 parallel operations (a fork inherits no OpenMP threads, and would otherwise wait for them)."""
+
 import multiprocessing
 
 import torch

@@ -1,6 +1,7 @@
 """The seed guide's module, ``gears_ddp.train_distributed``: its imports, its example call
 (the guide's ``split_config`` and ``args``, on 2 CPU processes instead of 4 GPUs), and its
 worker started by ``torch.multiprocessing.spawn`` as the guide starts it."""
+
 import json
 
 import pytest
@@ -13,9 +14,9 @@ pytestmark = pytest.mark.distributed
 
 
 def test_the_guide_imports_its_four_names():
+    import gears_ddp
     from gears_ddp.train_distributed import cleanup_ddp, setup_ddp, train_ddp_worker, train_multi_gpu
 
-    import gears_ddp
     assert gears_ddp.train_multi_gpu is train_multi_gpu
     assert all(callable(f) for f in (setup_ddp, cleanup_ddp, train_ddp_worker))
 
@@ -24,8 +25,14 @@ def guide_arguments(save_path) -> tuple[dict, dict]:
     """The guide's example ``split_config`` and ``args`` (its 'Basic Usage'), with the
     epochs and sizes made small and CPU processes in place of its 4 GPUs."""
     split_config = {"split": "simulation", "seed": 1, "train_gene_set_size": 0.75}
-    args = {"model_config": {"hidden_size": 8, "num_go_gnn_layers": 1, "num_gene_gnn_layers": 1},
-            "batch_size": 8, "epochs": 1, "lr": 1e-3, "save_path": str(save_path), "cpu_processes": 2}
+    args = {
+        "model_config": {"hidden_size": 8, "num_go_gnn_layers": 1, "num_gene_gnn_layers": 1},
+        "batch_size": 8,
+        "epochs": 1,
+        "lr": 1e-3,
+        "save_path": str(save_path),
+        "cpu_processes": 2,
+    }
     return split_config, args
 
 
@@ -35,8 +42,14 @@ def _guide_worker(rank, world_size, port, data_folder, split_config, args, out):
 
     report = train_ddp_worker(rank, world_size, data_folder, "toy", split_config, args, master_port=port)
     with open(f"{out}/rank{rank}.json", "w", encoding="utf-8") as file:
-        json.dump({"report": None if report is None else {"world_size": report["world_size"],
-                                                           "digests": report["parameter_digests"]}}, file)
+        json.dump(
+            {
+                "report": None
+                if report is None
+                else {"world_size": report["world_size"], "digests": report["parameter_digests"]}
+            },
+            file,
+        )
 
 
 def test_the_guide_example_call_trains_and_saves_as_its_worker_spawned_as_the_guide_does(data_folder, tmp_path):
@@ -46,14 +59,17 @@ def test_the_guide_example_call_trains_and_saves_as_its_worker_spawned_as_the_gu
     from gears_ddp.train_distributed import train_multi_gpu
 
     split_config, args = guide_arguments(tmp_path / "models" / "gears_ddp")
-    report = train_multi_gpu(pert_data_path=str(data_folder), dataset_name="toy", split_config=split_config,
-                             args=args)
+    report = train_multi_gpu(pert_data_path=str(data_folder), dataset_name="toy", split_config=split_config, args=args)
     assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
     assert (tmp_path / "models" / "gears_ddp" / "model.pt").is_file()
 
     _, spawned_args = guide_arguments(tmp_path / "spawned")
-    mp.spawn(_guide_worker, args=(2, find_free_port(), str(data_folder), split_config, spawned_args, str(tmp_path)),
-             nprocs=2, join=True)
+    mp.spawn(
+        _guide_worker,
+        args=(2, find_free_port(), str(data_folder), split_config, spawned_args, str(tmp_path)),
+        nprocs=2,
+        join=True,
+    )
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert results[1]["report"] is None and results[0]["report"]["world_size"] == 2
     assert len(set(results[0]["report"]["digests"])) == 1

@@ -1,5 +1,6 @@
 """What new users ran into: each mistake gets a clear error at once, naming what is wrong,
 and leaves nothing half-done behind."""
+
 import os
 import stat
 import subprocess
@@ -8,19 +9,21 @@ import time
 
 import pytest
 import torch
-
 import toy_data
+from test_launch import _clean_environment
+
 from gears_ddp import PertData
 from gears_ddp.data import download, io
 from gears_ddp.gears import GEARS
-from test_launch import _clean_environment
 
-SCRIPT = '''
+SCRIPT = """
 from gears_ddp import train_multi_gpu
 {body}
-'''
-CALL = ('train_multi_gpu({data!r}, "toy", {{"split": "simulation", "seed": 1}}, {{"epochs": 1, "batch_size": 8, '
-        '"cpu_processes": 2, "model_config": {{"hidden_size": 8}}, "save_path": {save!r}}})')
+"""
+CALL = (
+    'train_multi_gpu({data!r}, "toy", {{"split": "simulation", "seed": 1}}, {{"epochs": 1, "batch_size": 8, '
+    '"cpu_processes": 2, "model_config": {{"hidden_size": 8}}, "save_path": {save!r}}})'
+)
 
 
 @pytest.mark.parametrize("layout", ["top level", "main() called at the top level"])
@@ -30,8 +33,9 @@ def test_a_script_without_the_main_guard_fails_at_once_saying_what_to_add(data_f
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(body=body))
     start = time.monotonic()
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                          env=_clean_environment())
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=_clean_environment()
+    )
     assert done.returncode != 0 and time.monotonic() - start < 60
     assert f"train_multi_gpu is called at the top level of {script}" in done.stderr
     assert 'if __name__ == "__main__":' in done.stderr
@@ -50,9 +54,11 @@ def test_a_guarded_script_edited_while_it_runs_is_not_taken_for_an_unguarded_one
         "    time.sleep(0.05)\n"
         "    path.write_text('\\n' * 50 + path.read_text())  # an edit that moves every line\n"
         "    check_main_guard('train_multi_gpu')\n"
-        "    print('started')\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                          env=_clean_environment())
+        "    print('started')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=_clean_environment()
+    )
     assert done.returncode == 0 and done.stdout.strip() == "started", done.stderr[-2000:]
 
 
@@ -128,15 +134,18 @@ def trained(toy):
     return gears
 
 
-@pytest.mark.parametrize("queries, message", [
-    (["G0"], r"query 0 is the string 'G0', not a list of genes: write \['G0'\]"),
-    ([["G0", "G0"]], r"query 0 names 'G0' twice"),
-    ([["G0", "G1", "G2"]], r"query 0 must be a list of one or two gene names"),
-    ([[1]], r"query 0 must be a list of one or two gene names"),
-    ("G0", r"queries must be a non-empty list of gene lists"),
-    ([], r"queries must be a non-empty list of gene lists"),
-    ([["G0"], ["NOPE"]], r"genes not in the perturbation vocabulary.*\['NOPE'\]"),
-])
+@pytest.mark.parametrize(
+    "queries, message",
+    [
+        (["G0"], r"query 0 is the string 'G0', not a list of genes: write \['G0'\]"),
+        ([["G0", "G0"]], r"query 0 names 'G0' twice"),
+        ([["G0", "G1", "G2"]], r"query 0 must be a list of one or two gene names"),
+        ([[1]], r"query 0 must be a list of one or two gene names"),
+        ("G0", r"queries must be a non-empty list of gene lists"),
+        ([], r"queries must be a non-empty list of gene lists"),
+        ([["G0"], ["NOPE"]], r"genes not in the perturbation vocabulary.*\['NOPE'\]"),
+    ],
+)
 def test_malformed_queries_are_named(trained, queries, message):
     with pytest.raises(ValueError, match=message):
         trained.predict(queries)
@@ -163,12 +172,15 @@ def test_a_device_this_machine_lacks_is_named(toy):
         GEARS(toy, device="gpu")
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("hidden_size", 0, "hidden_size must be an integer >= 1, got 0"),
-    ("num_go_gnn_layers", -1, "num_go_gnn_layers must be an integer >= 0"),
-    ("coexpress_threshold", 1.5, "coexpress_threshold is a correlation in"),
-    ("direction_lambda", float("nan"), "direction_lambda must be a non-negative number"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("hidden_size", 0, "hidden_size must be an integer >= 1, got 0"),
+        ("num_go_gnn_layers", -1, "num_go_gnn_layers must be an integer >= 0"),
+        ("coexpress_threshold", 1.5, "coexpress_threshold is a correlation in"),
+        ("direction_lambda", float("nan"), "direction_lambda must be a non-negative number"),
+    ],
+)
 def test_bad_model_options_are_named(toy, option, value, message):
     toy.get_dataloader(16)
     with pytest.raises(ValueError, match=f"model_initialize: {message}"):

@@ -3,6 +3,7 @@ VCC-shaped synthetic screen: process, train with whole perturbations held out, p
 chosen number of cells per held-out perturbation, and score with the real cell-eval. It ends
 with cell-eval's scores, one row per held-out perturbation, and those perturbations were
 never trained on."""
+
 import importlib.util
 import os
 import pickle
@@ -16,10 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from test_launch import _clean_environment
 
 from gears_ddp import PertData
 from gears_ddp.data.conditions import CONTROL, condition_genes
-from test_launch import _clean_environment
 
 try:
     import cell_eval  # noqa: F401  (the example runs it)
@@ -38,8 +39,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # tens of seconds; tra
 def workflow(tmp_path_factory):
     """The example run once on the synthetic screen: its work folder and its output."""
     work = tmp_path_factory.mktemp("vcc")
-    command = [sys.executable, str(EXAMPLE), "--work", str(work), "--epochs", "1",
-               "--cells-per-perturbation", str(CELLS)]
+    command = [
+        sys.executable,
+        str(EXAMPLE),
+        "--work",
+        str(work),
+        "--epochs",
+        "1",
+        "--cells-per-perturbation",
+        str(CELLS),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_environment())
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return work, done.stdout
@@ -68,7 +77,7 @@ def test_the_workflow_ends_with_cell_eval_s_scores_of_each_held_out_perturbation
     assert np.isfinite(results["pearson_delta"]).all() and results["pearson_delta"].abs().le(1).all()
     assert (results[["mse", "mae"]] >= 0).all().all()
     # the printed table is cell-eval's: a row per perturbation and their mean
-    table = out[out.index("cell-eval's scores of the"):]
+    table = out[out.index("cell-eval's scores of the") :]
     for perturbation, value in zip(results["perturbation"], results["pearson_delta"]):
         assert re.search(rf"^ *{perturbation} +{value:.4f} ", table, re.MULTILINE), perturbation
     assert re.search(rf"^ *mean +{results['pearson_delta'].mean():.4f} ", table, re.MULTILINE)

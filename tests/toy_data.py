@@ -1,5 +1,6 @@
 """A tiny raw Perturb-seq AnnData and GO files for fast data-layer tests, and copies of a
 data folder as another machine would hold them."""
+
 import os
 import shutil
 from pathlib import Path
@@ -34,8 +35,9 @@ def make_raw(n_ctrl=120, cells_per_condition=12, seed=0, singles=SINGLES, combos
                 rates[row, GENES.index(gene)] = 0.2
     counts = rng.poisson(rates).astype(np.float32)
     x = np.log1p(counts / counts.sum(1, keepdims=True) * 1e4).astype(np.float32)
-    obs = pd.DataFrame({"condition": conditions, "cell_type": "toy"},
-                       index=[f"cell{i}" for i in range(len(conditions))])
+    obs = pd.DataFrame(
+        {"condition": conditions, "cell_type": "toy"}, index=[f"cell{i}" for i in range(len(conditions))]
+    )
     return anndata.AnnData(X=sp.csr_matrix(x), obs=obs, var=pd.DataFrame({"gene_name": GENES}, index=GENES))
 
 

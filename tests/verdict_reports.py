@@ -1,6 +1,7 @@
 """Reports as a run writes them, built from per-perturbation values: the summaries are the
 means over the perturbations, as ``evaluation.scoring.score`` computes them, so that a
 test states the values each perturbation has and the verdicts follow from them."""
+
 import math
 
 import numpy as np
@@ -27,9 +28,15 @@ def report_from_values(model: dict, baselines: dict, subgroups: dict | None = No
         return out
 
     methods = {GEARS: model, **baselines}
-    return {"model": summary(model), "baselines": {name: summary(values) for name, values in baselines.items()},
-            "per_perturbation": {
-                "conditions": conditions,
-                "subgroups": {name: [conditions[i] for i in rows] for name, rows in subgroups.items()},
-                "values": {method: {metric: [float(v) for v in column] for metric, column in values.items()}
-                           for method, values in methods.items()}}}
+    return {
+        "model": summary(model),
+        "baselines": {name: summary(values) for name, values in baselines.items()},
+        "per_perturbation": {
+            "conditions": conditions,
+            "subgroups": {name: [conditions[i] for i in rows] for name, rows in subgroups.items()},
+            "values": {
+                method: {metric: [float(v) for v in column] for metric, column in values.items()}
+                for method, values in methods.items()
+            },
+        },
+    }

@@ -10,6 +10,7 @@ there as it runs (``LABEL.log``, numbered when a label repeats), with the librar
 logs and their times, so that a run stopped from outside (the GPU check's time limits)
 still shows how far each child got.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,23 +26,34 @@ from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
 # the child's whole program: benchmarks/ importable, then call_function with its arguments
-CHILD_CODE = ("import sys; sys.path.insert(0, sys.argv[1]); from harness.child import call_function; "
-              "call_function(*sys.argv[2:])")
+CHILD_CODE = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from harness.child import call_function; call_function(*sys.argv[2:])"
+)
 
 
-def run_in_child(script: str | Path, function: str, *arguments, environment: dict | None = None,
-                 label: str | None = None) -> dict | list | None:
+def run_in_child(
+    script: str | Path, function: str, *arguments, environment: dict | None = None, label: str | None = None
+) -> dict | list | None:
     """What ``function(*arguments)`` of ``script`` returns, called in a new Python process
     (``environment`` added to this one's). None when the child fails: then ``label`` (default
     the function's name), its exit status and the end of its stderr go to stderr."""
     with tempfile.TemporaryDirectory() as folder:
         figures = Path(folder) / "figures.json"
-        command = [sys.executable, "-c", CHILD_CODE, str(BENCHMARKS), str(Path(script).resolve()), function,
-                   json.dumps(arguments), str(figures)]
+        command = [
+            sys.executable,
+            "-c",
+            CHILD_CODE,
+            str(BENCHMARKS),
+            str(Path(script).resolve()),
+            function,
+            json.dumps(arguments),
+            str(figures),
+        ]
         log = _log_file(label or function) or Path(folder) / "child.log"
         with open(log, "w") as output:  # stdout and stderr in the order the child wrote them
-            done = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT,
-                                  env={**os.environ, **(environment or {})})
+            done = subprocess.run(
+                command, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **(environment or {})}
+            )
         if done.returncode != 0 or not figures.exists():
             print(f"{label or function} failed (exit {done.returncode}):\n{log.read_text()[-3000:]}", file=sys.stderr)
             return None

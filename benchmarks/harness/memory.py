@@ -3,6 +3,7 @@ this process, the memory lines of ``/proc/<pid>/status`` (current resident, priv
 and peak), a thread that samples peaks the kernel does not keep (of private memory, or of
 other processes), and the peaks of every process of a tree that a command starts (its
 private memory, and the pages of a mapped file it holds)."""
+
 from __future__ import annotations
 
 import resource
@@ -87,11 +88,13 @@ def mapped_file_mib(pid: int, suffix: str) -> tuple[float, float]:
     return resident / 1024, shared / 1024
 
 
-def sample_tree(root: int, is_counted: Callable[[bytes], bool] = lambda cmdline: True,
-                map_suffix: str = ".npy") -> PeakSampler:
+def sample_tree(
+    root: int, is_counted: Callable[[bytes], bool] = lambda cmdline: True, map_suffix: str = ".npy"
+) -> PeakSampler:
     """Peaks, per process of the tree under ``root`` that ``is_counted(cmdline)`` picks, of
     its private memory (``RssAnon``), its resident memory (``VmRSS``) and its resident and
     shared pages of mapped files named ``*map_suffix`` (``per_process`` reads them)."""
+
     def sample() -> dict:
         figures = {}
         for pid in [root] + descendants(root):
@@ -102,9 +105,16 @@ def sample_tree(root: int, is_counted: Callable[[bytes], bool] = lambda cmdline:
                 resident, shared = mapped_file_mib(pid, map_suffix)
             except OSError:  # the process ended meanwhile
                 continue
-            figures.update({(pid, "private"): memory.get("RssAnon", 0.0), (pid, "rss"): memory.get("VmRSS", 0.0),
-                            (pid, "resident"): resident, (pid, "shared"): shared})
+            figures.update(
+                {
+                    (pid, "private"): memory.get("RssAnon", 0.0),
+                    (pid, "rss"): memory.get("VmRSS", 0.0),
+                    (pid, "resident"): resident,
+                    (pid, "shared"): shared,
+                }
+            )
         return figures
+
     return PeakSampler(sample, SAMPLING_S)
 
 

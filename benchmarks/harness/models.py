@@ -1,5 +1,6 @@
 """A GEARS on the benchmarks' data, made, seeded and trained as a user does it, with the
 published hyperparameters (``settings``)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,8 +34,7 @@ def trained_model(pert_data, epochs: int, seed: int = 0, loader_seed: int | None
     return gears, gears.train(epochs=epochs, lr=LR, weight_decay=WEIGHT_DECAY, **train_options)
 
 
-def trained_synthetic_model(data_path: Path, name: str, dataset: dict, epochs: int = 1,
-                            max_steps: int | None = None):
+def trained_synthetic_model(data_path: Path, name: str, dataset: dict, epochs: int = 1, max_steps: int | None = None):
     """(GEARS, its training report) on the synthetic dataset ``dataset``
     (``write_synthetic_dataset``'s options, written once as ``data_path/name``), trained
     ``epochs`` epochs or ``max_steps`` optimiser steps (``trained_model``)."""

@@ -1,6 +1,7 @@
 """The published GEARS (``cell-gears``) beside gears_ddp: whether it is installed, what it
 needs to run on current scipy, a stand-in that runs its ``predict`` and ``GI_predict`` on a
 gears_ddp model's data and weights, and its test figures read as gears_ddp reports them."""
+
 from __future__ import annotations
 
 import math
@@ -32,6 +33,7 @@ def patch_csr_indexing() -> None:
         def getitem(self, key, _original=original):
             key = tuple(plain(k) for k in key) if isinstance(key, tuple) else plain(key)
             return _original(self, key)
+
         cls.__getitem__ = getitem
 
 
@@ -50,8 +52,12 @@ def published_test_figures(pert_data, result: dict, overall: dict, compute_metri
         values = [pearson[c] for c in conditions if c in pearson]
         return float(np.mean(values)) if values else math.nan
 
-    return {"mse": float(overall["mse"]), "mse_de": float(overall["mse_de"]), "pearson_delta": mean_of(pearson),
-            "subgroups": {name: mean_of(subgroups.get(name, [])) for name in SUBGROUPS}}
+    return {
+        "mse": float(overall["mse"]),
+        "mse_de": float(overall["mse_de"]),
+        "pearson_delta": mean_of(pearson),
+        "subgroups": {name: mean_of(subgroups.get(name, [])) for name in SUBGROUPS},
+    }
 
 
 def published_gears(gears):
@@ -76,8 +82,15 @@ def published_gears(gears):
     cells = gears.pert_data.cells
     obs = {"condition": [cells.conditions[code] for code in cells.condition_codes.tolist()]}
     adata = anndata.AnnData(X=sp.csr_matrix(cells.expression.float().numpy()), obs=obs, var=gears.pert_data.var)
-    stand_in = types.SimpleNamespace(adata=adata, pert_list=list(gears.pert_list), config=model.args,
-                                     best_model=model, device="cpu", saved_pred={}, saved_logvar_sum={})
+    stand_in = types.SimpleNamespace(
+        adata=adata,
+        pert_list=list(gears.pert_list),
+        config=model.args,
+        best_model=model,
+        device="cpu",
+        saved_pred={},
+        saved_logvar_sum={},
+    )
     stand_in.predict = types.MethodType(published.GEARS.predict, stand_in)
     stand_in.GI_predict = types.MethodType(published.GEARS.GI_predict, stand_in)
     return stand_in

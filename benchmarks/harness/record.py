@@ -6,6 +6,7 @@ A recorded section starts with the date, the command and the machine (CPU, cores
 torch and CUDA versions); its body is exactly what the script printed to stdout. A JSON
 file holds the command, the machine and the script's figures, NaN written as null.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,13 +23,17 @@ RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
 
 
 def add_record_argument(parser) -> None:
-    parser.add_argument("--record", action="store_true",
-                        help=f"also append the printed tables to {RESULTS.relative_to(RESULTS.parents[1])}")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"also append the printed tables to {RESULTS.relative_to(RESULTS.parents[1])}",
+    )
 
 
 def add_json_argument(parser) -> None:
-    parser.add_argument("--json", metavar="FILE",
-                        help="also write the figures to FILE as JSON, with the command and the machine")
+    parser.add_argument(
+        "--json", metavar="FILE", help="also write the figures to FILE as JSON, with the command and the machine"
+    )
 
 
 def write_figures(path, figures: dict) -> None:
@@ -59,8 +64,10 @@ def recorded(enabled: bool):
         yield
     arguments = [os.path.relpath(sys.argv[0]), *(a for a in sys.argv[1:] if a != "--record")]
     command = " ".join(["python", *map(shlex.quote, arguments)])
-    section = (f"\n## {datetime.date.today().isoformat()}: `{command}`\n\nMachine: {describe_machine()}.\n\n"
-               f"{captured.getvalue().strip()}\n")
+    section = (
+        f"\n## {datetime.date.today().isoformat()}: `{command}`\n\nMachine: {describe_machine()}.\n\n"
+        f"{captured.getvalue().strip()}\n"
+    )
     with open(RESULTS, "a", encoding="utf-8") as handle:
         handle.write(section)
     print(f"\nrecorded in {RESULTS}", file=sys.stderr)

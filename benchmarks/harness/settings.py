@@ -1,6 +1,7 @@
 """The settings every training benchmark shares, so that the figures of one script compare
 with another's: the published GEARS's defaults (hidden size, learning rate, weight decay,
 batch size) and the split of the synthetic data."""
+
 HIDDEN_SIZE = 64
 LR = 1e-3
 WEIGHT_DECAY = 5e-4

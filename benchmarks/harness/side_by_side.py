@@ -17,6 +17,7 @@ embedding). The published model runs its co-expression GNN with an edge index ov
 cell's genes on a batch of cells, so only the first cell of a batch gets the messages; with
 no edges the two models compute the same function for every cell.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,11 @@ def add_workflow_options(parser: argparse.ArgumentParser) -> None:
     add_size_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--test-batch-size", type=int, default=32)
-    parser.add_argument("--without-coexpression", action="store_true",
-                        help="give both models an empty co-expression graph (see the module docstring)")
+    parser.add_argument(
+        "--without-coexpression",
+        action="store_true",
+        help="give both models an empty co-expression graph (see the module docstring)",
+    )
 
 
 def split_seed(args) -> int:
@@ -88,4 +92,5 @@ def _coexpression_graph(args) -> dict:
     if not args.without_coexpression:
         return {}
     import torch
+
     return {"G_coexpress": torch.zeros(2, 0, dtype=torch.long), "G_coexpress_weight": torch.zeros(0)}

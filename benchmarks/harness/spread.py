@@ -1,6 +1,7 @@
 """Figures over seeds: the mean ± sample standard deviation of one side, and the paired
 difference of two sides seed by seed with its verdict. Pairing by seed removes what a seed
 changes for both sides alike (the split, the data)."""
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,9 @@ def mean_sd(values: list[float]) -> str:
     return Spread(list(values)).text
 
 
-def paired_difference(first: list[float], second: list[float], higher_is_better: bool,
-                      names: tuple[str, str]) -> tuple[int, str, str]:
+def paired_difference(
+    first: list[float], second: list[float], higher_is_better: bool, names: tuple[str, str]
+) -> tuple[int, str, str]:
     """(paired seeds, 'mean +- standard error' of first - second over the seeds where both
     have a value, verdict). The verdict is 'within noise' when |mean| <= 2 standard errors,
     else '<name> better' of the better side; '-' with fewer than two paired seeds. With a

@@ -1,6 +1,7 @@
 """The synthetic data of the benchmarks: the size options every script takes (each with its
 own default sizes) and the data made from them, written, loaded or prepared the ways the
 scripts start from (generator seed 0, the split of ``settings.SPLIT``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,23 +11,42 @@ from pathlib import Path
 
 from harness.settings import SPLIT
 
-SIZE_OPTIONS = {"genes": "n_genes", "cells_per_condition": "cells_per_condition",  # argument -> generator option
-                "perturbed_genes": "n_perturbed_genes", "combos": "n_combos", "control_cells": "n_control_cells"}
+SIZE_OPTIONS = {
+    "genes": "n_genes",
+    "cells_per_condition": "cells_per_condition",  # argument -> generator option
+    "perturbed_genes": "n_perturbed_genes",
+    "combos": "n_combos",
+    "control_cells": "n_control_cells",
+}
 GO_FILES = ("gene2go_all.pkl", "essential_all_data_pert_genes.pkl", "go_essential_all")
 
 
-def add_size_arguments(parser: argparse.ArgumentParser, genes: int = 1000, cells_per_condition: int = 45,
-                       perturbed_genes: int = 60, combos: int = 80, control_cells: int = 1000) -> None:
+def add_size_arguments(
+    parser: argparse.ArgumentParser,
+    genes: int = 1000,
+    cells_per_condition: int = 45,
+    perturbed_genes: int = 60,
+    combos: int = 80,
+    control_cells: int = 1000,
+) -> None:
     """The synthetic data's options of every benchmark, each with its own default sizes (if
     not given, the generator's defaults: 7,300 cells x 1,000 genes, 60 singles and 80 combos
     of 45 cells, 1,000 controls): ``--preset NAME`` takes every generator setting from that
     preset of ``gears_ddp.datasets.PRESETS`` instead; a size given explicitly wins either way."""
     from gears_ddp.datasets import PRESETS
 
-    defaults = {"genes": genes, "cells_per_condition": cells_per_condition, "perturbed_genes": perturbed_genes,
-                "combos": combos, "control_cells": control_cells}
-    parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="a synthetic preset (default: the generator's defaults at the sizes below)")
+    defaults = {
+        "genes": genes,
+        "cells_per_condition": cells_per_condition,
+        "perturbed_genes": perturbed_genes,
+        "combos": combos,
+        "control_cells": control_cells,
+    }
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="a synthetic preset (default: the generator's defaults at the sizes below)",
+    )
     for name, default in defaults.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"default {default}, or the preset's")
     parser.set_defaults(size_defaults=defaults)
@@ -37,8 +57,11 @@ def synthetic_options(args) -> dict:
     options (``add_size_arguments``), generator seed 0."""
     from gears_ddp.datasets import preset
 
-    options = preset(args.preset) if args.preset else {SIZE_OPTIONS[name]: value
-                                                       for name, value in args.size_defaults.items()}
+    options = (
+        preset(args.preset)
+        if args.preset
+        else {SIZE_OPTIONS[name]: value for name, value in args.size_defaults.items()}
+    )
     options.update({key: getattr(args, name) for name, key in SIZE_OPTIONS.items() if getattr(args, name) is not None})
     return {**options, "seed": 0}
 
@@ -99,7 +122,8 @@ def write_raw_input(folder: Path, args, **generator_options) -> Path:
         pickle.dump(synthetic.pert_genes, f)
     (folder / "go_essential_all").mkdir(exist_ok=True)
     jaccard_edge_list(synthetic.gene2go, synthetic.pert_genes).to_csv(
-        folder / "go_essential_all" / "go_essential_all.csv", index=False)
+        folder / "go_essential_all" / "go_essential_all.csv", index=False
+    )
     synthetic.true_means.to_csv(folder / TRUE_MEANS_FILE, compression="gzip")
     raw = folder / "raw.h5ad"
     synthetic.adata.write_h5ad(raw)
@@ -112,8 +136,7 @@ def write_run_config(path: Path, data_path, dataset_name: str, args: dict, split
     (``SPLIT`` unless given)."""
     import yaml
 
-    config = {"pert_data_path": str(data_path), "dataset_name": dataset_name, "split_config": dict(split),
-              "args": args}
+    config = {"pert_data_path": str(data_path), "dataset_name": dataset_name, "split_config": dict(split), "args": args}
     Path(path).write_text(yaml.safe_dump(config), encoding="utf-8")
     return Path(path)
 

@@ -1,5 +1,6 @@
 """Markdown tables and numbers as every benchmark prints them: the first ``left`` columns
 (labels) aligned left, the others (figures) right, in the source as in a rendered page."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,11 @@ def format_number(value, spec: str = ".4f") -> str:
 
 
 def _line(cells, widths, left: int) -> str:
-    return "| " + " | ".join(str(c).ljust(w) if i < left else str(c).rjust(w)
-                             for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    return (
+        "| "
+        + " | ".join(str(c).ljust(w) if i < left else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        + " |"
+    )
 
 
 def _rule(widths, left: int) -> str:

@@ -3,6 +3,7 @@ that the device has finished (a GPU runs asynchronously, so its queue is waited 
 ends), CPU seconds beside it (``time.process_time``: all threads of this process, and, where
 asked, of its ended children), medians of repeated calls (of several functions in turn, for
 fair ratios), and the times of each call of a wrapped function."""
+
 from __future__ import annotations
 
 import resource
@@ -81,9 +82,11 @@ def alternating_medians(functions: dict[str, Callable], repeats: int, device=Non
 
 def timed_calls(function: Callable, log: list) -> Callable:
     """``function`` with the (start, end) ``perf_counter`` times of each call appended to ``log``."""
+
     def wrapper(*args, **kwargs):
         start = time.perf_counter()
         out = function(*args, **kwargs)
         log.append((start, time.perf_counter()))
         return out
+
     return wrapper

@@ -1,6 +1,7 @@
 """A torchrun job started by a benchmark: ``torchrun --standalone`` with some processes on
 this machine, in an environment free of the variables of any launcher that started the
 benchmark itself, so that the job is a job of its own."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,7 @@ LAUNCHER_VARIABLES = ("RANK", "LOCAL_", "WORLD_", "GROUP_", "ROLE_", "MASTER_", 
 
 def torchrun_command(processes: int, *arguments: str) -> list[str]:
     """``torchrun --standalone --nproc_per_node=processes ARGUMENTS`` with this Python."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-            *arguments]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", *arguments]
 
 
 def job_environment(extra: dict | None = None) -> dict:

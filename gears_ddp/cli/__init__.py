@@ -5,6 +5,7 @@ does. ``python -m gears_ddp`` runs it too.
 
 May import: every layer.
 """
+
 from gears_ddp.cli.dispatch import main
 
 __all__ = ["main"]

@@ -1,6 +1,7 @@
 """``gears-ddp demo``: the main job on a screen that ships with gears_ddp (the real one, or
 synthetic data calibrated to the Norman screen), trained with DDP, then the summary and
 what was measured on that data."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,39 +16,53 @@ DEMO_RUN_PATH, DEMO_PRESET, DEMO_SYNTHETIC_NAME = "./runs/demo", "norman", "synt
 DEMO_DATA_PATHS = {"real": "./data/demo", "synthetic": "./data/demo-synthetic"}
 DEMO_DATA = {
     "real": "the real screen of Papalexi et al. (Nature Genetics 2021): CRISPR knockouts in THP-1 cells, single "
-            "genes only, its raw counts packaged with gears_ddp (gears_ddp.datasets.papalexi2021)",
+    "genes only, its raw counts packaged with gears_ddp (gears_ddp.datasets.papalexi2021)",
     "synthetic": "synthetic data calibrated to the Norman screen, with two-gene combinations "
-                 "(gears_ddp.datasets.write_synthetic_dataset, preset 'norman')",
+    "(gears_ddp.datasets.write_synthetic_dataset, preset 'norman')",
 }
 DEMO_FINDINGS = {
-    "real": ("Measured over 3 seeds (replicates of split and model seeds 1-3: 14 test knockouts; benchmarks/"
-             "RESULTS.md): GEARS loses to the mean-effect baseline on pearson_delta and mse (their 95% intervals lie "
-             "below 0), and shows no clear difference from predicting no change on mse_de (better on 8 of 14 "
-             "knockouts, but the interval holds 0) nor from the linear baseline on any metric. Why, measured beside "
-             "the published GEARS: the test knockouts' GO neighbours are genes no training knockout reads; with a GO "
-             "graph of the screen's own genes (--set args.default_pert_graph=false) GEARS scores higher, as the "
-             "published GEARS does on a graph of the knockouts alone (docs/demo.md)."),
-    "synthetic": ("Measured over 3 seeds (replicates of split and model seeds 1-3: 86 test perturbations; "
-                  "benchmarks/RESULTS.md): on this Norman-calibrated data GEARS beats predicting no change on mse_de "
-                  "but loses to it on mse, and loses to the mean-effect baseline on pearson_delta (95% intervals); "
-                  "the published GEARS scored alike on the same data, also when trained with a Norman run's learning "
-                  "budget."),
+    "real": (
+        "Measured over 3 seeds (replicates of split and model seeds 1-3: 14 test knockouts; benchmarks/"
+        "RESULTS.md): GEARS loses to the mean-effect baseline on pearson_delta and mse (their 95% intervals lie "
+        "below 0), and shows no clear difference from predicting no change on mse_de (better on 8 of 14 "
+        "knockouts, but the interval holds 0) nor from the linear baseline on any metric. Why, measured beside "
+        "the published GEARS: the test knockouts' GO neighbours are genes no training knockout reads; with a GO "
+        "graph of the screen's own genes (--set args.default_pert_graph=false) GEARS scores higher, as the "
+        "published GEARS does on a graph of the knockouts alone (docs/demo.md)."
+    ),
+    "synthetic": (
+        "Measured over 3 seeds (replicates of split and model seeds 1-3: 86 test perturbations; "
+        "benchmarks/RESULTS.md): on this Norman-calibrated data GEARS beats predicting no change on mse_de "
+        "but loses to it on mse, and loses to the mean-effect baseline on pearson_delta (95% intervals); "
+        "the published GEARS scored alike on the same data, also when trained with a Norman run's learning "
+        "budget."
+    ),
 }
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(NAME, allow_abbrev=False,
-                                   help="train on a built-in screen (no download) and write a run report",
-                                   description="Train GEARS with DDP on a screen that ships with gears_ddp: by default "
-                                               "the real one (Papalexi et al. 2021, CRISPR knockouts), processed from "
-                                               "its raw counts as gears-ddp process does; --data synthetic for the "
-                                               "synthetic data calibrated to the Norman screen, which has two-gene "
-                                               "combinations.")
-    parser.add_argument("--data", choices=list(DEMO_DATA), default="real",
-                        help="; ".join(f"{name}: {meaning}" for name, meaning in DEMO_DATA.items()))
-    parser.add_argument("--data-path", help="where the dataset is written (default: "
-                                            + ", ".join(f"{path} for {name}" for name, path in DEMO_DATA_PATHS.items())
-                                            + ")")
+    parser = subparsers.add_parser(
+        NAME,
+        allow_abbrev=False,
+        help="train on a built-in screen (no download) and write a run report",
+        description="Train GEARS with DDP on a screen that ships with gears_ddp: by default "
+        "the real one (Papalexi et al. 2021, CRISPR knockouts), processed from "
+        "its raw counts as gears-ddp process does; --data synthetic for the "
+        "synthetic data calibrated to the Norman screen, which has two-gene "
+        "combinations.",
+    )
+    parser.add_argument(
+        "--data",
+        choices=list(DEMO_DATA),
+        default="real",
+        help="; ".join(f"{name}: {meaning}" for name, meaning in DEMO_DATA.items()),
+    )
+    parser.add_argument(
+        "--data-path",
+        help="where the dataset is written (default: "
+        + ", ".join(f"{path} for {name}" for name, path in DEMO_DATA_PATHS.items())
+        + ")",
+    )
     parser.add_argument("--save-path", default=DEMO_RUN_PATH, help="the run folder")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--cpu-processes", type=int, default=2, help="CPU processes when no GPU is visible")
@@ -66,9 +81,12 @@ def run(options) -> int:
     args = {"epochs": options.epochs, "save_path": options.save_path}
     if cuda_or_cpu().type == "cpu":
         args["cpu_processes"] = options.cpu_processes
-    config = {"pert_data_path": data_path,
-              "dataset_name": REAL_SCREEN_NAME if options.data == "real" else DEMO_SYNTHETIC_NAME,
-              "split_config": {"split": "simulation", "seed": 1}, "args": args}
+    config = {
+        "pert_data_path": data_path,
+        "dataset_name": REAL_SCREEN_NAME if options.data == "real" else DEMO_SYNTHETIC_NAME,
+        "split_config": {"split": "simulation", "seed": 1},
+        "args": args,
+    }
     run = run_options_with_overrides(config, options.overrides, "its options")
     run = replacing_earlier_demo(run)
     if options.data == "real":
@@ -88,14 +106,22 @@ def replacing_earlier_demo(run: RunOptions) -> RunOptions:
     from gears_ddp.report.run_folder import read_settings
 
     args = run.args
-    if args.save_path is None or args.resume_from is not None or args.overwrite_save_path \
-            or not Path(args.save_path).is_dir():
+    if (
+        args.save_path is None
+        or args.resume_from is not None
+        or args.overwrite_save_path
+        or not Path(args.save_path).is_dir()
+    ):
         return run
     try:
         held = read_settings(args.save_path)
     except (OSError, yaml.YAMLError):  # an unreadable config.yaml: not a demo's
         return run
-    if not isinstance(held, dict) or held.get("dataset_name") != run.dataset_name \
-            or held.get("pert_data_path") != run.pert_data_path or "replicates" in held:
+    if (
+        not isinstance(held, dict)
+        or held.get("dataset_name") != run.dataset_name
+        or held.get("pert_data_path") != run.pert_data_path
+        or "replicates" in held
+    ):
         return run
     return dataclasses.replace(run, args=dataclasses.replace(args, overwrite_save_path=True))

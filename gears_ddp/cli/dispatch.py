@@ -32,6 +32,7 @@ train), 2 a bad configuration, input or path, or a run folder in use by another 
 args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
 failed included).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,9 @@ COMMANDS = (train, demo, sweep, evaluate, predict, pair_screen, interactions, pr
 def build_parser() -> argparse.ArgumentParser:
     """The ``gears-ddp`` parser: each command's module adds its own subcommand."""
     # no abbreviated options: `train --seed 3` must not be read as `--seeds 3`
-    parser = argparse.ArgumentParser(prog="gears-ddp", description=__doc__, allow_abbrev=False,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="gears-ddp", description=__doc__, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(subparsers)
@@ -69,8 +71,15 @@ def main(argv=None) -> int:
     run = {command.NAME: command.run for command in COMMANDS}[options.command]
     try:
         return run(options) or 0
-    except (RunConfigError, FileNotFoundError, FileExistsError, PermissionError, ValueError, DownloadError,
-            FolderInUse) as err:
+    except (
+        RunConfigError,
+        FileNotFoundError,
+        FileExistsError,
+        PermissionError,
+        ValueError,
+        DownloadError,
+        FolderInUse,
+    ) as err:
         print(f"gears-ddp {options.command}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except TrainingInterrupted as stop:

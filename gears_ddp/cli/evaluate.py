@@ -1,5 +1,6 @@
 """``gears-ddp evaluate``: a saved run's model scored on its test set beside the baselines,
 with the verdicts logged; ``--out`` also writes the scores as JSON."""
+
 from __future__ import annotations
 
 from gears_ddp.cli.shared_options import add_run
@@ -8,8 +9,9 @@ NAME = "evaluate"
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(NAME, allow_abbrev=False,
-                                   help="score a saved model on the test set beside the baselines")
+    parser = subparsers.add_parser(
+        NAME, allow_abbrev=False, help="score a saved model on the test set beside the baselines"
+    )
     add_run(parser)
     parser.add_argument("--out", help="also write the scores as JSON here")
     return parser

@@ -1,6 +1,7 @@
 """``gears-ddp interactions``: the observed two-gene combinations scored for genetic
 interactions from their observed changes, alone (a processed dataset) or beside a model's
 calls of the same pairs (a run folder, replicates, or several run folders)."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,25 +14,39 @@ NAME = "interactions"
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        NAME, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        NAME,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="score the observed two-gene combinations for genetic interactions, beside a model's calls",
         epilog=interactions_help(),
         description="Score every observed two-gene combination A+B whose singles were observed too from its observed "
-                    "changes (its mean expression minus the mean of the control cells), with the scores and "
-                    "interaction types of a screen. Given a run folder, the model's predictions of the same pairs "
-                    "are scored beside them, and the agreement (per score the correlation and the mean absolute "
-                    "difference; per type how many calls agree, with the confusion table) is printed and written "
-                    "beside the table (.json); given a replicates folder or several run folders, the models' mean "
-                    "scores and majority calls are.")
+        "changes (its mean expression minus the mean of the control cells), with the scores and "
+        "interaction types of a screen. Given a run folder, the model's predictions of the same pairs "
+        "are scored beside them, and the agreement (per score the correlation and the mean absolute "
+        "difference; per type how many calls agree, with the confusion table) is printed and written "
+        "beside the table (.json); given a replicates folder or several run folders, the models' mean "
+        "scores and majority calls are.",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--run", nargs="+", metavar="RUN", help="a run folder, a replicates folder or several run "
-                                                                "folders: their models' calls beside the observed")
+    source.add_argument(
+        "--run",
+        nargs="+",
+        metavar="RUN",
+        help="a run folder, a replicates folder or several run folders: their models' calls beside the observed",
+    )
     source.add_argument("--data-path", help="with --name: a processed dataset, its observed calls only")
     parser.add_argument("--name", help="with --data-path: the dataset (the folder under --data-path)")
-    parser.add_argument("--pairs", choices=("test", "all"), default="test",
-                        help="with --run: the combinations of the run's test set (default) or every observed one")
-    parser.add_argument("--gi-genes-file", help="take the scores on the genes listed here only (GI_predict's "
-                                                "GI_genes_file: one per line, or a .npy array)")
+    parser.add_argument(
+        "--pairs",
+        choices=("test", "all"),
+        default="test",
+        help="with --run: the combinations of the run's test set (default) or every observed one",
+    )
+    parser.add_argument(
+        "--gi-genes-file",
+        help="take the scores on the genes listed here only (GI_predict's "
+        "GI_genes_file: one per line, or a .npy array)",
+    )
     parser.add_argument("--out", required=True, help="the table (.csv), one row per pair")
     add_set(parser)
     return parser
@@ -41,22 +56,25 @@ def interactions_help() -> str:
     """The columns of ``gears-ddp interactions``'s table, for its ``--help``."""
     from gears_ddp.interactions.observed import OBSERVED_COLUMN_MEANINGS
 
-    return meanings_text("the table, one row per observed pair (with --run, observed_<name> beside "
-                         "predicted_<name>)", OBSERVED_COLUMN_MEANINGS)
+    return meanings_text(
+        "the table, one row per observed pair (with --run, observed_<name> beside predicted_<name>)",
+        OBSERVED_COLUMN_MEANINGS,
+    )
 
 
 def run(options) -> int:
-    from gears_ddp.runs.interaction_check import check_saved_runs
-    from gears_ddp.interactions.agreement import agreement_lines
     from gears_ddp.inference.pair_screen import checked_output_file, write_record, write_table
+    from gears_ddp.interactions.agreement import agreement_lines
+    from gears_ddp.runs.interaction_check import check_saved_runs
 
     out = checked_output_file(options.out, "--out", "CSV", (".csv",))
     if options.data_path is not None:
         return _observed_only(options, out)
     if options.name is not None:
         raise ValueError("--name goes with --data-path; a run folder says its dataset itself")
-    table, agreement = check_saved_runs(options.run, None if options.pairs == "all" else "test",
-                                        options.gi_genes_file, options.overrides)
+    table, agreement = check_saved_runs(
+        options.run, None if options.pairs == "all" else "test", options.gi_genes_file, options.overrides
+    )
     write_table(table, out)
     write_record(out.with_suffix(".json"), agreement)
     print(f"observed and predicted calls written to {out}, their agreement to {out.with_suffix('.json')}")
@@ -67,10 +85,10 @@ def run(options) -> int:
 def _observed_only(options, out: Path) -> int:
     """The observed calls of the processed dataset ``--data-path``/``--name``, and how many of each."""
     from gears_ddp.data.pertdata import PertData
-    from gears_ddp.interactions.agreement import CALL_NAMES
-    from gears_ddp.interactions.observed import observed_interactions
     from gears_ddp.inference.pair_screen import write_table
+    from gears_ddp.interactions.agreement import CALL_NAMES
     from gears_ddp.interactions.calls import CALL_ORDER
+    from gears_ddp.interactions.observed import observed_interactions
 
     if options.name is None:
         raise ValueError("--data-path needs --name: the dataset's folder under it")
@@ -81,6 +99,8 @@ def _observed_only(options, out: Path) -> int:
     print(f"{len(table)} observed pairs of {options.name} scored, written to {out}")
     for kind in CALL_ORDER:
         counts = table[kind].value_counts()
-        print(f"  {kind}: " + ", ".join(f"{CALL_NAMES.get(call, call)} {counts.get(call, 0)}"
-                                        for call in CALL_ORDER[kind]))
+        print(
+            f"  {kind}: "
+            + ", ".join(f"{CALL_NAMES.get(call, call)} {counts.get(call, 0)}" for call in CALL_ORDER[kind])
+        )
     return 0

@@ -2,6 +2,7 @@
 predicted with a saved model and each pair scored as ``GI_predict`` does, on every GPU (or
 one process per CPU core); given replicates (or several run folders), every model screens
 the pairs and the table says how far the models agree on each call."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,36 +16,68 @@ NAME = "screen"
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        NAME, allow_abbrev=False, help="score every pair of a gene set for genetic interactions",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=screen_help(),
+        NAME,
+        allow_abbrev=False,
+        help="score every pair of a gene set for genetic interactions",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=screen_help(),
         description="Predict every single and pair of the genes with a saved model and score each pair as GI_predict "
-                    "does; writes the table (--out), its record (.json beside it) and a picture (.png). Given a "
-                    "replicates folder or several run folders, every model screens the pairs and the table says, per "
-                    "pair, how the models agree: mean, sd and 95% interval of every score, and which calls are "
-                    "confident. Run again after an interruption, it continues from the chunks it finished.")
-    parser.add_argument("--run", required=True, nargs="+", metavar="RUN",
-                        help="a run folder (config.yaml and the saved model); or a replicates folder (gears-ddp train "
-                             "--seeds ...) or several run folders: a screen over replicates")
+        "does; writes the table (--out), its record (.json beside it) and a picture (.png). Given a "
+        "replicates folder or several run folders, every model screens the pairs and the table says, per "
+        "pair, how the models agree: mean, sd and 95% interval of every score, and which calls are "
+        "confident. Run again after an interruption, it continues from the chunks it finished.",
+    )
+    parser.add_argument(
+        "--run",
+        required=True,
+        nargs="+",
+        metavar="RUN",
+        help="a run folder (config.yaml and the saved model); or a replicates folder (gears-ddp train "
+        "--seeds ...) or several run folders: a screen over replicates",
+    )
     add_set(parser)
     genes = parser.add_mutually_exclusive_group(required=True)
     genes.add_argument("--genes", nargs="+", metavar="GENE", help="the genes whose pairs are screened")
     genes.add_argument("--genes-file", help="the genes: one per line, or a .npy array of names")
-    genes.add_argument("--all-perturbable", action="store_true",
-                       help="every gene of the model's perturbation vocabulary (n genes: n(n-1)/2 pairs)")
-    parser.add_argument("--out", required=True, help="the table (.csv), one row per pair; over replicates each "
-                                                     "model's table goes to <out>.models/")
-    parser.add_argument("--gi-genes-file", help="take the scores on the genes listed here only (GI_predict's "
-                                                "GI_genes_file: one per line, or a .npy array)")
-    parser.add_argument("--change", choices=list(CHANGE_MODES), default=EXACT_CHANGE,
-                        help="; ".join(f"{mode}: {meaning}" for mode, meaning in CHANGE_MODES.items()))
-    parser.add_argument("--seed", type=int, nargs="+", metavar="SEED",
-                        help=f"seed of the drawn control cells (--change {DRAWN_CELLS_CHANGE} only; default 0); "
-                             "over replicates several seeds measure the drawn cells' noise within each model")
+    genes.add_argument(
+        "--all-perturbable",
+        action="store_true",
+        help="every gene of the model's perturbation vocabulary (n genes: n(n-1)/2 pairs)",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="the table (.csv), one row per pair; over replicates each model's table goes to <out>.models/",
+    )
+    parser.add_argument(
+        "--gi-genes-file",
+        help="take the scores on the genes listed here only (GI_predict's "
+        "GI_genes_file: one per line, or a .npy array)",
+    )
+    parser.add_argument(
+        "--change",
+        choices=list(CHANGE_MODES),
+        default=EXACT_CHANGE,
+        help="; ".join(f"{mode}: {meaning}" for mode, meaning in CHANGE_MODES.items()),
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help=f"seed of the drawn control cells (--change {DRAWN_CELLS_CHANGE} only; default 0); "
+        "over replicates several seeds measure the drawn cells' noise within each model",
+    )
     parser.add_argument("--figure", help="the picture (default: --out with .png)")
-    parser.add_argument("--changes-out", help="also write the predicted changes (singles and pairs x genes) as "
-                                              "AnnData (.h5ad); one run only")
-    parser.add_argument("--cpu-processes", type=int, help="CPU worker processes, one thread each (default without "
-                                                          "GPUs: one per usable core)")
+    parser.add_argument(
+        "--changes-out",
+        help="also write the predicted changes (singles and pairs x genes) as AnnData (.h5ad); one run only",
+    )
+    parser.add_argument(
+        "--cpu-processes",
+        type=int,
+        help="CPU worker processes, one thread each (default without GPUs: one per usable core)",
+    )
     parser.add_argument("--gpu-ids", type=int, nargs="+", help="GPUs for the workers (default: every visible GPU)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing screen at --out")
     return parser
@@ -52,46 +85,58 @@ def add_parser(subparsers):
 
 def screen_help() -> str:
     """The meaning of every column of a screen's table, for ``gears-ddp screen --help``."""
-    from gears_ddp.interactions.scores import GI_SCORE_MEANINGS
-    from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
     from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS
     from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS
+    from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
+    from gears_ddp.interactions.scores import GI_SCORE_MEANINGS
 
-    sections = (("the table, one row per pair", PAIR_SCREEN_COLUMN_MEANINGS),
-                ("its scores (A, B, AB: the changes over control of the singles and the double, one value per gene; "
-                 "docs/screens.md reads an example)", GI_SCORE_MEANINGS),
-                ("the interaction types they imply (the published analysis's thresholds)", INTERACTION_TYPE_MEANINGS),
-                ("a screen over replicates: the pair's columns, then for each score (<score>) and each type "
-                 "(<type>)", SUMMARY_COLUMN_MEANINGS))
+    sections = (
+        ("the table, one row per pair", PAIR_SCREEN_COLUMN_MEANINGS),
+        (
+            "its scores (A, B, AB: the changes over control of the singles and the double, one value per gene; "
+            "docs/screens.md reads an example)",
+            GI_SCORE_MEANINGS,
+        ),
+        ("the interaction types they imply (the published analysis's thresholds)", INTERACTION_TYPE_MEANINGS),
+        (
+            "a screen over replicates: the pair's columns, then for each score (<score>) and each type (<type>)",
+            SUMMARY_COLUMN_MEANINGS,
+        ),
+    )
     return "\n\n".join(meanings_text(title, meanings) for title, meanings in sections)
 
 
 def run(options) -> int:
     from gears_ddp.data.io import write_h5ad
-    from gears_ddp.runs.saved_runs import is_replicates_folder, load_run
     from gears_ddp.distributed.pair_screen import screen_on_devices
     from gears_ddp.inference.figures import plot_screen
-    from gears_ddp.interactions.calls import read_gene_list
-    from gears_ddp.inference.replicate_pair_screen import ReplicatePairScreenFolder
     from gears_ddp.inference.pair_screen import PairScreenFolder, checked_output_file, pair_screen_changes
+    from gears_ddp.inference.replicate_pair_screen import ReplicatePairScreenFolder
+    from gears_ddp.interactions.calls import read_gene_list
+    from gears_ddp.runs.saved_runs import is_replicates_folder, load_run
 
     replicates = len(options.run) > 1 or is_replicates_folder(options.run[0])
     # bad names fail before the runs are loaded
     out = (ReplicatePairScreenFolder if replicates else PairScreenFolder)(options.out).table
-    figure = checked_output_file(options.figure or out.with_suffix(".png"), "--figure", "a picture",
-                                 figure_suffixes())
+    figure = checked_output_file(options.figure or out.with_suffix(".png"), "--figure", "a picture", figure_suffixes())
     if options.changes_out is not None:
         if replicates:
-            raise ValueError("--changes-out writes the changes one model predicts: give it with one run folder "
-                             "(e.g. one replicate's)")
+            raise ValueError(
+                "--changes-out writes the changes one model predicts: give it with one run folder "
+                "(e.g. one replicate's)"
+            )
         checked_output_file(options.changes_out, "--changes-out", "AnnData", (".h5ad",))
     if options.seed is not None and options.change == EXACT_CHANGE:
-        raise ValueError(f"--seed draws control cells for --change {DRAWN_CELLS_CHANGE} only; the exact change (the "
-                         "default) draws none")
+        raise ValueError(
+            f"--seed draws control cells for --change {DRAWN_CELLS_CHANGE} only; the exact change (the "
+            "default) draws none"
+        )
     seeds = options.seed or [0]
     if len(seeds) > 1 and not replicates:
-        raise ValueError(f"several --seed values ({seeds}) measure the drawn cells' noise within the models of a "
-                         "screen over replicates; a screen of one run takes one")
+        raise ValueError(
+            f"several --seed values ({seeds}) measure the drawn cells' noise within the models of a "
+            "screen over replicates; a screen of one run takes one"
+        )
     genes = read_gene_list(options.genes_file) if options.genes_file else options.genes
     if replicates:
         return _screen_replicates(options, None if options.all_perturbable else genes, out, figure, seeds)
@@ -100,8 +145,10 @@ def run(options) -> int:
     choice = {"GI_genes_file": options.gi_genes_file, "change": options.change, "seed": seeds[0]}
     table = screen_on_devices(gears, genes, out, options.overwrite, options.cpu_processes, options.gpu_ids, **choice)
     plot_screen(table, figure)
-    print(f"screen of {len(genes)} genes: {len(table)} pairs written to {out} (its record: "
-          f"{out.with_suffix('.json')}), the picture to {figure}")
+    print(
+        f"screen of {len(genes)} genes: {len(table)} pairs written to {out} (its record: "
+        f"{out.with_suffix('.json')}), the picture to {figure}"
+    )
     if options.changes_out:
         write_h5ad(pair_screen_changes(gears.screen_job(genes, **choice), gears.gene_list), options.changes_out)
         print(f"predicted changes of {len(genes)} singles and {len(table)} pairs written to {options.changes_out}")
@@ -112,18 +159,32 @@ def run(options) -> int:
 
 def _screen_replicates(options, genes, out: Path, figure: Path, seeds: list[int]) -> int:
     """A screen over replicates, its picture, and how many calls are confident."""
-    from gears_ddp.runs.pair_screens import screen_replicates
     from gears_ddp.inference.figures import plot_replicate_screen
     from gears_ddp.inference.pair_screen_statistics import confident_counts
+    from gears_ddp.runs.pair_screens import screen_replicates
 
-    summary = screen_replicates(options.run, genes, out, options.overwrite, options.cpu_processes, options.gpu_ids,
-                                options.gi_genes_file, options.change, seeds, overrides=options.overrides)
+    summary = screen_replicates(
+        options.run,
+        genes,
+        out,
+        options.overwrite,
+        options.cpu_processes,
+        options.gpu_ids,
+        options.gi_genes_file,
+        options.change,
+        seeds,
+        overrides=options.overrides,
+    )
     plot_replicate_screen(summary, figure)
     models = int(summary["models"].iloc[0])
-    print(f"screen over {models} models: {len(summary)} pairs summarised in {out} (its record: "
-          f"{out.with_suffix('.json')}; each model's table in {out.with_suffix('.models')}), the picture to {figure}")
-    print(f"confident calls (every model agrees and the 95% interval over the models lies on the call's side), of "
-          f"{len(summary)} pairs:")
+    print(
+        f"screen over {models} models: {len(summary)} pairs summarised in {out} (its record: "
+        f"{out.with_suffix('.json')}; each model's table in {out.with_suffix('.models')}), the picture to {figure}"
+    )
+    print(
+        f"confident calls (every model agrees and the 95% interval over the models lies on the call's side), of "
+        f"{len(summary)} pairs:"
+    )
     for kind, counts in confident_counts(summary).items():
         print(f"  {kind}: " + ", ".join(f"{call} {count}" for call, count in counts.items()))
     return 0

@@ -1,6 +1,7 @@
 """``gears-ddp predict``: a saved run's predictions, of queries (``--perturbations``) or of
 every cell of a set of its split (``--split``, the truth written beside them), or a
 baseline's cells of that set built the same way."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,21 +18,35 @@ def add_parser(subparsers):
     parser = subparsers.add_parser(NAME, allow_abbrev=False, help="predict perturbations with a saved model")
     add_run(parser)
     what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("--perturbations", nargs="+", metavar="GENES",
-                      help="queries: a gene (FEV) or two joined by + (FEV+SAMD1)")
-    what.add_argument("--split", choices=("train", "val", "test"),
-                      help="every cell of this set of the run's split, with the truth written beside it")
-    parser.add_argument("--format", choices=FORMATS,
-                        help="anndata: one row per query (mean); cell-eval: cells in cell-eval's layout; "
-                             "csv: one row per query (default: csv for an --out ending in .csv, else anndata)")
-    parser.add_argument("--cells-per-perturbation", type=int, metavar="N",
-                        help="predict N cells per perturbation, from N control cells drawn at random (seed 0): "
-                             "with --split, instead of one per cell of the set; with --perturbations, instead of "
-                             "300")
-    parser.add_argument("--baseline", choices=(*BASELINES, PRETRAINED),
-                        help="with --split: that baseline's cells instead of the model's, built the same way, to "
-                             "score with cell-eval beside the model's (linear_pretrained: the run's "
-                             "args.linear_baseline_screen)")
+    what.add_argument(
+        "--perturbations", nargs="+", metavar="GENES", help="queries: a gene (FEV) or two joined by + (FEV+SAMD1)"
+    )
+    what.add_argument(
+        "--split",
+        choices=("train", "val", "test"),
+        help="every cell of this set of the run's split, with the truth written beside it",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="anndata: one row per query (mean); cell-eval: cells in cell-eval's layout; "
+        "csv: one row per query (default: csv for an --out ending in .csv, else anndata)",
+    )
+    parser.add_argument(
+        "--cells-per-perturbation",
+        type=int,
+        metavar="N",
+        help="predict N cells per perturbation, from N control cells drawn at random (seed 0): "
+        "with --split, instead of one per cell of the set; with --perturbations, instead of "
+        "300",
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=(*BASELINES, PRETRAINED),
+        help="with --split: that baseline's cells instead of the model's, built the same way, to "
+        "score with cell-eval beside the model's (linear_pretrained: the run's "
+        "args.linear_baseline_screen)",
+    )
     parser.add_argument("--out", required=True, help="the file to write (.h5ad, or .csv)")
     return parser
 
@@ -68,9 +83,11 @@ def output_format(given: str | None, out: Path) -> str:
         return "csv" if table else "anndata"
     if (given == "csv") != table:
         wanted = ".csv" if given == "csv" else ".h5ad"
-        raise ValueError(f"--format {given} writes {'a table' if given == 'csv' else 'an AnnData (HDF5)'}, but --out "
-                         f"{out} ends in {out.suffix or 'no suffix'}: name the file *{wanted}, or give the format "
-                         "its name says")
+        raise ValueError(
+            f"--format {given} writes {'a table' if given == 'csv' else 'an AnnData (HDF5)'}, but --out "
+            f"{out} ends in {out.suffix or 'no suffix'}: name the file *{wanted}, or give the format "
+            "its name says"
+        )
     return given
 
 
@@ -79,17 +96,23 @@ def _predict_split(options, gears, linear_baseline_screen: str | None) -> int:
     run's option of that name) to ``--out``, the true cells beside them."""
     if options.format == "csv":
         raise ValueError("--split writes cells: use --format cell-eval or anndata")
-    baseline = {} if options.baseline is None else {"baseline": options.baseline,
-                                                    "linear_baseline_screen": linear_baseline_screen}
-    predicted, real = gears.predict_split(options.split, cells_per_perturbation=options.cells_per_perturbation,
-                                          **baseline)
+    baseline = (
+        {}
+        if options.baseline is None
+        else {"baseline": options.baseline, "linear_baseline_screen": linear_baseline_screen}
+    )
+    predicted, real = gears.predict_split(
+        options.split, cells_per_perturbation=options.cells_per_perturbation, **baseline
+    )
     out = Path(options.out)
     truth = out.with_name(out.name.replace(".h5ad", "") + ".truth.h5ad")
     predicted.write_h5ad(out)
     real.write_h5ad(truth)
     n_cells = options.cells_per_perturbation
-    what = f"{predicted.n_obs} cells" if n_cells is None else \
-        f"{predicted.obs['condition'].nunique() - 1} perturbations ({n_cells} cells each) and the control cells"
-    print(f"predictions for the {what} of the {options.split} set written to {out}, their true expression to "
-          f"{truth}")
+    what = (
+        f"{predicted.n_obs} cells"
+        if n_cells is None
+        else f"{predicted.obs['condition'].nunique() - 1} perturbations ({n_cells} cells each) and the control cells"
+    )
+    print(f"predictions for the {what} of the {options.split} set written to {out}, their true expression to {truth}")
     return 0

@@ -1,5 +1,6 @@
 """``gears-ddp process``: a screen (h5ad) turned into a GEARS-format dataset folder, as
 ``PertData.new_data_process`` does, with the GO files built from an annotation if given."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,15 +13,18 @@ NAME = "process"
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        NAME, allow_abbrev=False, help="turn a screen (h5ad) into a GEARS-format dataset folder",
+        NAME,
+        allow_abbrev=False,
+        help="turn a screen (h5ad) into a GEARS-format dataset folder",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Process a screen into DATA_PATH/NAME/perturb_processed.h5ad, as PertData.new_data_process "
-                    "does. The screen may come as screens come: its perturbations in a column of its own, raw "
-                    "counts, no cell type; GO files may be built from a GAF annotation or from GMT gene sets.",
+        "does. The screen may come as screens come: its perturbations in a column of its own, raw "
+        "counts, no cell type; GO files may be built from a GAF annotation or from GMT gene sets.",
         epilog="example (a screen with raw counts, its targets in obs['target_gene'], GO from Enrichr gene sets):\n"
-               "  gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen \\\n"
-               "      --perturbation-column target_gene --control-label non-targeting --normalize \\\n"
-               "      --go-gene-sets GO_Biological_Process_2021.gmt.gz --drop-unannotated")
+        "  gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen \\\n"
+        "      --perturbation-column target_gene --control-label non-targeting --normalize \\\n"
+        "      --go-gene-sets GO_Biological_Process_2021.gmt.gz --drop-unannotated",
+    )
     parser.add_argument("--adata", required=True, help=SCREEN_HELP)
     parser.add_argument("--data-path", required=True, help="data folder (GO files, datasets)")
     parser.add_argument("--name", required=True, help="dataset name: the folder under --data-path")
@@ -44,15 +48,23 @@ def run(options) -> int:
     adata = read_h5ad(source, backed=True)
     gene2go, origin = go_annotation(options) or (None, "")
     pert_data = PertData(options.data_path)
-    pert_data.new_data_process(options.name, adata, overwrite=options.overwrite, **screen_reading_options(options),
-                               drop_unannotated=options.drop_unannotated, go_annotation=gene2go,
-                               go_annotation_origin=str(origin))
+    pert_data.new_data_process(
+        options.name,
+        adata,
+        overwrite=options.overwrite,
+        **screen_reading_options(options),
+        drop_unannotated=options.drop_unannotated,
+        go_annotation=gene2go,
+        go_annotation_origin=str(origin),
+    )
     if gene2go is not None:
         print(f"GO files built from {origin} ({len(gene2go)} genes) in {options.data_path}")
     perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
     dropped = [gene for gene in perturbed if gene not in pert_data.node_map_pert]
-    print(f"dataset {options.name}: {pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, "
-          f"{len(pert_data.cells.conditions)} conditions, written to {pert_data.dataset_path}; "
-          f"{len(perturbed) - len(dropped)} of {len(perturbed)} perturbed genes have GO terms"
-          + (f" (cells dropped: {', '.join(dropped)})" if dropped else ""))
+    print(
+        f"dataset {options.name}: {pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, "
+        f"{len(pert_data.cells.conditions)} conditions, written to {pert_data.dataset_path}; "
+        f"{len(perturbed) - len(dropped)} of {len(perturbed)} perturbed genes have GO terms"
+        + (f" (cells dropped: {', '.join(dropped)})" if dropped else "")
+    )
     return 0

@@ -1,5 +1,6 @@
 """Options several commands take alike: ``--set`` overrides, a saved run's ``--run``, and
 the epilogs that list what each name of a table means."""
+
 from __future__ import annotations
 
 import textwrap
@@ -7,8 +8,14 @@ import textwrap
 
 def add_set(parser) -> None:
     """``--set KEY=VALUE``, repeatable: one value of the configuration overridden."""
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one value, e.g. args.epochs=5 or args.model_config.hidden_size=32")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one value, e.g. args.epochs=5 or args.model_config.hidden_size=32",
+    )
 
 
 def add_run(parser) -> None:

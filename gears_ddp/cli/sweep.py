@@ -1,6 +1,7 @@
 """``gears-ddp sweep``: a hyperparameter sweep of a run file over a search space (Optuna's TPE,
 pruned on the validation metric, resumable), its trials placed over the devices as
 replicates are; ``--join FOLDER`` adds this machine's devices to a sweep started elsewhere."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,25 +12,36 @@ NAME = "sweep"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(NAME, allow_abbrev=False, help="tune a run: trials over a search space",
-                                   description="Train trials of the run file, each with settings Optuna draws from "
-                                               "the search space (a YAML file: per option under args or "
-                                               "args.model_config, {type: float|int, low, high, log} or {type: "
-                                               "categorical, choices}), one per GPU (or CPU process) at once, each in "
-                                               "its own folder under the run file's args.save_path; a trial behind "
-                                               "the median on the validation mse_de is pruned. The same command again "
-                                               "continues the sweep.")
+    parser = subparsers.add_parser(
+        NAME,
+        allow_abbrev=False,
+        help="tune a run: trials over a search space",
+        description="Train trials of the run file, each with settings Optuna draws from "
+        "the search space (a YAML file: per option under args or "
+        "args.model_config, {type: float|int, low, high, log} or {type: "
+        "categorical, choices}), one per GPU (or CPU process) at once, each in "
+        "its own folder under the run file's args.save_path; a trial behind "
+        "the median on the validation mse_de is pruned. The same command again "
+        "continues the sweep.",
+    )
     parser.add_argument("--config", help="the run file, as gears-ddp train takes it")
     parser.add_argument("--space", help="the search space (YAML)")
     parser.add_argument("--trials", type=int, help="how many trials the sweep holds in all")
-    parser.add_argument("--storage", help="the study's storage: a database URL (postgresql://user@host/db) or a "
-                                          "journal file on a shared filesystem (default: study.journal in the sweep "
-                                          "folder)")
+    parser.add_argument(
+        "--storage",
+        help="the study's storage: a database URL (postgresql://user@host/db) or a "
+        "journal file on a shared filesystem (default: study.journal in the sweep "
+        "folder)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
-    parser.add_argument("--join", metavar="FOLDER", help="join the sweep in FOLDER (started elsewhere, on a shared "
-                                                         "filesystem): its run file, space and storage, this machine's "
-                                                         "devices (--set n_gpus=..., gpu_ids=..., "
-                                                         "args.cpu_processes=...)")
+    parser.add_argument(
+        "--join",
+        metavar="FOLDER",
+        help="join the sweep in FOLDER (started elsewhere, on a shared "
+        "filesystem): its run file, space and storage, this machine's "
+        "devices (--set n_gpus=..., gpu_ids=..., "
+        "args.cpu_processes=...)",
+    )
     add_set(parser)
     return parser
 
@@ -37,13 +49,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(options) -> int:
     from gears_ddp.distributed.run_config import apply_override, load_yaml, read_run_options
     from gears_ddp.sweeps.space import SearchSpaceError
-    from gears_ddp.sweeps.sweep import plan_sweep, read_plan, run_sweep
     from gears_ddp.sweeps.study import SweepError
+    from gears_ddp.sweeps.sweep import plan_sweep, read_plan, run_sweep
 
     if options.join:
         if options.config or options.space:
-            raise SweepError("--join takes the run file and the search space of the sweep it joins: leave --config "
-                             "and --space out")
+            raise SweepError(
+                "--join takes the run file and the search space of the sweep it joins: leave --config and --space out"
+            )
         plan = read_plan(options.join)
         config = dict(plan.config)
         for assignment in options.overrides:  # this machine's devices
@@ -60,8 +73,9 @@ def run(options) -> int:
         except OSError as err:
             raise SweepError(f"cannot read the search space {options.space}: {err.strerror or err}") from None
         try:
-            plan = plan_sweep(run_options.config(), space, options.trials, options.storage, options.seed,
-                              options.config)
+            plan = plan_sweep(
+                run_options.config(), space, options.trials, options.storage, options.seed, options.config
+            )
         except SearchSpaceError as err:
             raise SweepError(f"{options.space}: {err}") from None
         summary = run_sweep(plan)
@@ -75,7 +89,8 @@ def _print_summary(summary: dict) -> None:
     print(f"\n{sum(summary['counts'].values())} trials: {counts}{retried}")
     best = summary["best"]
     if best is not None:
-        settings = ", ".join(f"{key.split('.')[-1]}={value!r}" for key, value in best.items()
-                             if key.startswith("args."))
+        settings = ", ".join(
+            f"{key.split('.')[-1]}={value!r}" for key, value in best.items() if key.startswith("args.")
+        )
         print(f"best: trial {best['number']}, validation mse_de {best['value']:.4g} ({settings}), in {best['folder']}")
     print(f"report: {summary['report_path']}")

@@ -1,6 +1,7 @@
 """``gears-ddp train``: train from a YAML configuration, as ``train_multi_gpu`` does (spawned
 workers), as this process's rank under torchrun or srun, or replicates (``--seeds``) as
 ``train_replicates`` does; then the summary: did the model learn, and where the run is."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,29 +10,50 @@ from pathlib import Path
 
 from gears_ddp.cli.exit_status import EXIT_FAILED
 from gears_ddp.cli.shared_options import add_set
-from gears_ddp.distributed.run_config import RunConfigError, RunOptions, option_help, read_run_options, \
-    run_options_with_overrides
+from gears_ddp.distributed.run_config import (
+    RunConfigError,
+    RunOptions,
+    option_help,
+    read_run_options,
+    run_options_with_overrides,
+)
 from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
 
 NAME = "train"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(NAME, allow_abbrev=False, help="train from a YAML configuration",
-                                   epilog=option_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
-                                   description="Train GEARS as train_multi_gpu does, from a YAML file whose top-level "
-                                               "keys are train_multi_gpu's parameters: pert_data_path, dataset_name, "
-                                               "split_config, args, n_gpus, gpu_ids.")
+    parser = subparsers.add_parser(
+        NAME,
+        allow_abbrev=False,
+        help="train from a YAML configuration",
+        epilog=option_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train GEARS as train_multi_gpu does, from a YAML file whose top-level "
+        "keys are train_multi_gpu's parameters: pert_data_path, dataset_name, "
+        "split_config, args, n_gpus, gpu_ids.",
+    )
     parser.add_argument("--config", help="the YAML file (a run folder's config.yaml repeats that run)")
-    parser.add_argument("--seeds", nargs="+", type=int, metavar="SEED",
-                        help="replicates: one run per model seed in save_path/seed-N, summarised in save_path "
-                             "(replicates.seeds)")
-    parser.add_argument("--split-seeds", nargs="+", type=int, metavar="SEED",
-                        help="replicates: one run per split seed (replicates.split_seeds); with --seeds, the lists "
-                             "pair up")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="train into a save_path that holds an earlier run, replacing it "
-                             "(args.overwrite_save_path); without it such a folder is refused")
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        metavar="SEED",
+        help="replicates: one run per model seed in save_path/seed-N, summarised in save_path (replicates.seeds)",
+    )
+    parser.add_argument(
+        "--split-seeds",
+        nargs="+",
+        type=int,
+        metavar="SEED",
+        help="replicates: one run per split seed (replicates.split_seeds); with --seeds, the lists pair up",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train into a save_path that holds an earlier run, replacing it "
+        "(args.overwrite_save_path); without it such a folder is refused",
+    )
     add_set(parser)
     return parser
 
@@ -45,8 +67,11 @@ def run(options) -> int:
             overrides.append(f"replicates.{key}={seeds}")
     if options.overwrite:
         overrides.append("args.overwrite_save_path=true")
-    run_options = read_run_options(options.config, overrides) if options.config else \
-        run_options_with_overrides({}, overrides, "--set")
+    run_options = (
+        read_run_options(options.config, overrides)
+        if options.config
+        else run_options_with_overrides({}, overrides, "--set")
+    )
     return run_training(run_options)
 
 
@@ -59,8 +84,10 @@ def run_training(run: RunOptions, note: str | None = None) -> int:
     environment = launch_environment()
     if run.replicates is not None:
         if environment is not None:
-            raise RunConfigError(f"replicates run on one machine, started by gears-ddp train itself, not under "
-                                 f"{environment.source}: start it without the launcher")
+            raise RunConfigError(
+                f"replicates run on one machine, started by gears-ddp train itself, not under "
+                f"{environment.source}: start it without the launcher"
+            )
         return _train_replicates(run)
     if environment is not None:
         from gears_ddp.distributed.launch import train_launched
@@ -100,9 +127,11 @@ def _print_summary(report: dict, note: str | None = None) -> None:
     print(f"\nbest epoch {report['best_epoch']} of {len(report['history'])}, {report['world_size']} process(es)")
     if "model" in report:  # the log above shows the test table, once
         run_path = Path(report.get("model_path", "."))
-        print(f"The intervals above cover the test perturbations of one seed; for intervals that cover seeds too: "
-              f"gears-ddp train --config {run_path / CONFIG_FILE} --seeds 1 2 3 4 5 --set "
-              f"args.save_path={run_path}-replicates")
+        print(
+            f"The intervals above cover the test perturbations of one seed; for intervals that cover seeds too: "
+            f"gears-ddp train --config {run_path / CONFIG_FILE} --seeds 1 2 3 4 5 --set "
+            f"args.save_path={run_path}-replicates"
+        )
     print("\n" + "\n".join(learning_checks(report) + ([note] if note else [])))
     if "model_path" in report:
         print(f"\nmodel and run report in {report['model_path']} (open {Path(report['model_path']) / PAGE_FILE})")

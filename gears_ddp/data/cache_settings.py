@@ -8,6 +8,7 @@ file. A cache whose settings file differs from a request was built for another r
 a cache without one (the published package writes none) is taken on its name, as the
 published package takes it.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,11 @@ def differences(cache: Path, settings: dict) -> list[str]:
     if not isinstance(cached, dict):
         return [f"{path.name} holds no settings"]
     wanted = json.loads(json.dumps(settings))  # as JSON gives them back: tuples become lists
-    return [f"{name}: cached {cached.get(name)!r}, asked {value!r}" for name, value in wanted.items()
-            if name not in cached or cached[name] != value]
+    return [
+        f"{name}: cached {cached.get(name)!r}, asked {value!r}"
+        for name, value in wanted.items()
+        if name not in cached or cached[name] != value
+    ]
 
 
 def forget(cache: Path) -> None:

@@ -10,6 +10,7 @@ A training example pairs a perturbed cell (target ``y``) with a control cell (in
 ``x``); control cells are paired with themselves. ``draw_control_partners`` makes that
 pairing from a seed, so it is reproducible and identical on every rank.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -79,13 +80,13 @@ class CellTable:
     unpickles it maps the same file instead of receiving a copy.
     """
 
-    expression: torch.Tensor         # (cells, genes) float32 or float16
-    condition_codes: torch.Tensor    # (cells,) long, index into ``conditions``
-    conditions: list[str]            # condition strings, in order of first appearance
+    expression: torch.Tensor  # (cells, genes) float32 or float16
+    condition_codes: torch.Tensor  # (cells,) long, index into ``conditions``
+    conditions: list[str]  # condition strings, in order of first appearance
     condition_pert_idx: torch.Tensor  # (conditions, 2) long, -1 padded
-    condition_de_idx: torch.Tensor   # (conditions, 20) long, -1 padded
-    condition_names: list[str]       # each condition's ``condition_name`` (the key of the uns gene sets)
-    mapped_from: str | None = None   # the map file ``expression`` reads, if any
+    condition_de_idx: torch.Tensor  # (conditions, 20) long, -1 padded
+    condition_names: list[str]  # each condition's ``condition_name`` (the key of the uns gene sets)
+    mapped_from: str | None = None  # the map file ``expression`` reads, if any
     expression_digest: str | None = None  # ``expression_map.values_digest`` of ``expression``, once known
     _control_mean: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
@@ -96,6 +97,7 @@ class CellTable:
         condition and the per-condition tables). Where the files lie and when they were
         written play no part."""
         from gears_ddp.data.expression_map import values_digest
+
         if self.expression_digest is None:
             self.expression_digest = values_digest(self.expression)
         expression = f"{self.expression.dtype} {tuple(self.expression.shape)} {self.expression_digest}"
@@ -103,8 +105,10 @@ class CellTable:
         for tensor in (self.condition_codes, self.condition_pert_idx, self.condition_de_idx):
             cells.update(tensor.numpy().tobytes())
         cells.update(repr((self.conditions, self.condition_names)).encode())
-        return {"expression": hashlib.blake2b(expression.encode(), digest_size=16).hexdigest(),
-                "cells": cells.hexdigest()}
+        return {
+            "expression": hashlib.blake2b(expression.encode(), digest_size=16).hexdigest(),
+            "cells": cells.hexdigest(),
+        }
 
     @property
     def n_cells(self) -> int:
@@ -126,6 +130,7 @@ class CellTable:
         self.__dict__.update(state)
         if self.mapped_from is not None:
             from gears_ddp.data.expression_map import as_tensor, open_map
+
             self.expression = as_tensor(open_map(self.mapped_from))
 
     def share_memory_(self) -> "CellTable":
@@ -138,8 +143,10 @@ class CellTable:
 
     def nbytes(self) -> int:
         """Bytes held by the table's tensors."""
-        return sum(t.element_size() * t.numel() for t in (
-            self.expression, self.condition_codes, self.condition_pert_idx, self.condition_de_idx))
+        return sum(
+            t.element_size() * t.numel()
+            for t in (self.expression, self.condition_codes, self.condition_pert_idx, self.condition_de_idx)
+        )
 
     def control_cells(self) -> torch.Tensor:
         """Indices of the control cells."""

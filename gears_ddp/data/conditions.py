@@ -5,6 +5,7 @@ A condition names what was done to a cell, in the GEARS notation:
 ``'A+B'`` (genes A and B together). Every other module goes through these helpers
 so that the notation is interpreted in exactly one place.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -62,9 +63,12 @@ def malformed_conditions_problem(conditions: Iterable[object], source: str = "ob
     if not bad:
         return None
     shown = "; ".join(bad[:10]) + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
-    return Problem("conditions", f"malformed condition strings in {source}: {shown}; write each as 'ctrl', "
-                                 "'GENE+ctrl' or 'GENE1+GENE2', or read the screen's own labels (gears-ddp process "
-                                 "--perturbation-column and --control-label)")
+    return Problem(
+        "conditions",
+        f"malformed condition strings in {source}: {shown}; write each as 'ctrl', "
+        "'GENE+ctrl' or 'GENE1+GENE2', or read the screen's own labels (gears-ddp process "
+        "--perturbation-column and --control-label)",
+    )
 
 
 def validate_conditions(conditions: Iterable[object], source: str = "obs['condition']") -> None:

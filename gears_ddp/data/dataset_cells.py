@@ -7,6 +7,7 @@ cache, or a dense tensor in memory. With it come the per-condition tables GEARS 
 perturbed genes' positions in the vocabulary, the top DE genes). ``anndata_view`` gives the
 same cells as an AnnData whose ``X`` views that expression, without a copy.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,14 +38,16 @@ def cell_table(data, keep: np.ndarray, node_map_pert: dict, folder: Path, storag
     first_cells = np.unique(codes, return_index=True)[1]  # codes number the conditions in order of first cell
     names = dict(zip(conditions, kept["condition_name"].iloc[first_cells].astype(str)))
     pert_idx, de_idx = _condition_tables(conditions, names, dict(data.uns), data.var_names, node_map_pert)
-    table = CellTable(expression, torch.from_numpy(codes), conditions, pert_idx, de_idx,
-                      [names[c] for c in conditions], mapped_from)
+    table = CellTable(
+        expression, torch.from_numpy(codes), conditions, pert_idx, de_idx, [names[c] for c in conditions], mapped_from
+    )
     table.expression_digest = digest
     return table
 
 
-def _condition_tables(conditions: list[str], condition_names: dict, uns: dict, var_names: pd.Index,
-                      node_map_pert: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def _condition_tables(
+    conditions: list[str], condition_names: dict, uns: dict, var_names: pd.Index, node_map_pert: dict
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-condition perturbed-gene indices (C x 2) and top-20 DE gene indices (C x 20), -1 padded.
 
     DE indices are the positions of the condition's 20 top-ranked genes, in gene order (as
@@ -54,10 +57,10 @@ def _condition_tables(conditions: list[str], condition_names: dict, uns: dict, v
     de_idx = torch.full((len(conditions), N_DE_GENES), -1, dtype=torch.long)
     for code, condition in enumerate(conditions):
         genes = condition_genes(condition)
-        pert_idx[code, :len(genes)] = torch.tensor([node_map_pert[g] for g in genes], dtype=torch.long)
+        pert_idx[code, : len(genes)] = torch.tensor([node_map_pert[g] for g in genes], dtype=torch.long)
         if condition != CONTROL:
             top = processing.top_de_positions(uns, var_names, condition_names[condition])
-            de_idx[code, :len(top)] = torch.from_numpy(top)
+            de_idx[code, : len(top)] = torch.from_numpy(top)
     return pert_idx, de_idx
 
 
@@ -69,8 +72,9 @@ def _in_memory(matrix, keep: np.ndarray, dtype: str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(dense, dtype=np.dtype(dtype)))
 
 
-def anndata_view(expression: torch.Tensor, obs: pd.DataFrame, keep: np.ndarray, var: pd.DataFrame,
-                 uns: dict) -> anndata.AnnData:
+def anndata_view(
+    expression: torch.Tensor, obs: pd.DataFrame, keep: np.ndarray, var: pd.DataFrame, uns: dict
+) -> anndata.AnnData:
     """An AnnData of the cells ``keep`` of ``obs`` (without categories that no longer occur)
     whose ``X`` views ``expression``, the kept cells' values."""
     obs = obs.iloc[np.flatnonzero(keep)].copy() if not keep.all() else obs.copy()

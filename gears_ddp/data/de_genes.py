@@ -18,6 +18,7 @@ cells (``grouped.ConditionSums``), for every condition in one pass: no copy of t
 per condition, and none of scanpy's compiled kernels (whose compilation for sparse input
 holds memory in every process that ranks genes).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -56,9 +57,12 @@ def small_groups_problem(counts: np.ndarray, groups: Sequence[str]) -> Problem |
     small = [groups[code] for code in np.flatnonzero(counts < 2)]
     if not small:
         return None
-    return Problem("cells per condition", f"conditions {small[:10]} have fewer than two cells: their gene "
-                                          "variances, so their DE genes, are undefined; remove them, or pass "
-                                          "skip_calc_de=True")
+    return Problem(
+        "cells per condition",
+        f"conditions {small[:10]} have fewer than two cells: their gene "
+        "variances, so their DE genes, are undefined; remove them, or pass "
+        "skip_calc_de=True",
+    )
 
 
 def check_group_sizes(counts: np.ndarray, groups: Sequence[str]) -> None:
@@ -66,8 +70,9 @@ def check_group_sizes(counts: np.ndarray, groups: Sequence[str]) -> None:
     refuse([small_groups_problem(counts, groups)], "the conditions")
 
 
-def welch_t_test_of_sums(counts: np.ndarray, mean: np.ndarray, mean_square: np.ndarray, groups: Sequence[str],
-                         reference: int) -> tuple[np.ndarray, np.ndarray]:
+def welch_t_test_of_sums(
+    counts: np.ndarray, mean: np.ndarray, mean_square: np.ndarray, groups: Sequence[str], reference: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``welch_t_test`` from each group's number of cells, mean and mean square (groups x
     genes, float64: ``ConditionSums`` of the ``MOMENTS``), which one pass over the cells
     gives for every group at once."""
@@ -76,9 +81,15 @@ def welch_t_test_of_sums(counts: np.ndarray, mean: np.ndarray, mean_square: np.n
     check_group_sizes(counts, groups)
     variance = (mean_square - mean * mean) * (counts / (counts - 1))[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
-        scores, pvalues = stats.ttest_ind_from_stats(mean, np.sqrt(variance), counts[:, None],
-                                                     mean[reference], np.sqrt(variance[reference]),
-                                                     counts[reference], equal_var=False)
+        scores, pvalues = stats.ttest_ind_from_stats(
+            mean,
+            np.sqrt(variance),
+            counts[:, None],
+            mean[reference],
+            np.sqrt(variance[reference]),
+            counts[reference],
+            equal_var=False,
+        )
     undefined = np.isnan(scores)
     scores[undefined] = 0.0
     pvalues[undefined | np.isnan(pvalues)] = 1.0

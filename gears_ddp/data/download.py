@@ -14,6 +14,7 @@ three ways to supply them: a mirror (``GEARS_DDP_DATAVERSE_URL``), a local archi
 (``PertData.load(data_name=..., archive=...)``, ``go_archive=...`` for the GO files,
 unpacked here as a download is), or the files placed in the folder by hand.
 """
+
 import contextlib
 import functools
 import http.client
@@ -58,8 +59,7 @@ _ARCHIVE_SUFFIXES = {"zip": ".zip", "tar": ".tar.gz"}
 _CHUNK_BYTES = 1 << 20
 _HTML_PREFIXES = (b"<!doctype", b"<html")
 _SYNTHETIC_HINT = (
-    "For a no-download alternative, use the built-in synthetic dataset "
-    "(gears_ddp.datasets.write_synthetic_dataset)."
+    "For a no-download alternative, use the built-in synthetic dataset (gears_ddp.datasets.write_synthetic_dataset)."
 )
 
 
@@ -92,17 +92,13 @@ def _check_response(response: http.client.HTTPResponse, url: str, dest: Path) ->
     if response.status != 200:
         raise DownloadError(f"HTTP status {response.status} from {url} while downloading {dest}")
     if response.headers.get_content_type() == "text/html":
-        raise DownloadError(
-            f"{url} returned an HTML page (Content-Type text/html), not the data file for {dest}"
-        )
+        raise DownloadError(f"{url} returned an HTML page (Content-Type text/html), not the data file for {dest}")
 
 
 def _stream(response: http.client.HTTPResponse, tmp: Path, desc: str, total: int | None) -> int:
     """Copy the response body into ``tmp`` with a progress bar; return the number of bytes received."""
     received = 0
-    with open(tmp, "wb") as out, tqdm(
-        total=total, unit="B", unit_scale=True, desc=desc, disable=None
-    ) as bar:
+    with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=None) as bar:
         while chunk := response.read(_CHUNK_BYTES):
             out.write(chunk)
             received += len(chunk)
@@ -121,9 +117,7 @@ def _fetch(url: str, tmp: Path, dest: Path, timeout: float) -> None:
         except (http.client.HTTPException, ConnectionError, TimeoutError) as exc:
             raise DownloadError(f"download of {url} to {dest} was interrupted ({exc!r})") from exc
     if expected is not None and received != expected:
-        raise DownloadError(
-            f"truncated download from {url}: received {received} of {expected} bytes for {dest}"
-        )
+        raise DownloadError(f"truncated download from {url}: received {received} of {expected} bytes for {dest}")
 
 
 def _check_not_html(path: Path, url: str, dest: Path) -> None:
@@ -284,8 +278,10 @@ def unpack_dataset_archive(archive, name: str, data_path) -> Path:
     elif DATASET_FILE in names:
         root = Path(data_path) / name
     else:
-        raise ValueError(f"archive {archive} holds neither {name}/{DATASET_FILE} nor {DATASET_FILE} (it holds "
-                         f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''})")
+        raise ValueError(
+            f"archive {archive} holds neither {name}/{DATASET_FILE} nor {DATASET_FILE} (it holds "
+            f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''})"
+        )
     _extract_archive(archive, root, kind)
     logger.info("extracted %s from %s", Path(data_path) / name / DATASET_FILE, archive)
     return Path(data_path) / name
@@ -340,8 +336,10 @@ def _download(url: str, kind: str, expected: Path) -> None:
 
 
 def _mirror_advice(file_ids) -> str:
-    return (f"a mirror of the published files: set {DATAVERSE_URL_ENV} to its file API (it serves each file by "
-            f"its Dataverse id: {', '.join(str(i) for i in file_ids)})")
+    return (
+        f"a mirror of the published files: set {DATAVERSE_URL_ENV} to its file API (it serves each file by "
+        f"its Dataverse id: {', '.join(str(i) for i in file_ids)})"
+    )
 
 
 def ensure_dataset(name: str, data_path, archive=None) -> Path:
@@ -364,7 +362,8 @@ def ensure_dataset(name: str, data_path, archive=None) -> Path:
             f"{exc}. Missing: {expected}. Supply it in one of three ways: {_mirror_advice([file_id])}; a local "
             f"archive of the published folder (zip or tar.gz): PertData({str(data_path)!r}).load(data_name={name!r}, "
             f"archive='{name}.zip'); or the folder itself: put {DATASET_FILE} in {folder}/ (any folder holding it "
-            f"loads with PertData.load(data_path=...)). {_SYNTHETIC_HINT}") from exc
+            f"loads with PertData.load(data_path=...)). {_SYNTHETIC_HINT}"
+        ) from exc
     return folder
 
 
@@ -398,7 +397,8 @@ def ensure_go_files(names, data_path, archive=None) -> list[Path]:
             f"under {data_path} (zip or tar.gz; the published go_essential_all.tar.gz holds the graph): "
             f"PertData({str(data_path)!r}).load(..., go_archive='go_files.zip'); or the folder itself: put them in "
             f"{data_path}, or build them from a gene-to-GO annotation of your own (gears-ddp process --go-annotation "
-            f"FILE.gaf or --go-gene-sets FILE.gmt). {_SYNTHETIC_HINT}")
+            f"FILE.gaf or --go-gene-sets FILE.gmt). {_SYNTHETIC_HINT}"
+        )
     return list(expected.values())
 
 

@@ -27,6 +27,7 @@ every process (private copies, and row gathers that cost a read call each); ``to
 maps the file writable; shared memory (``/dev/shm``) is one copy per machine only for
 processes that one parent starts, and must fit in memory.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,10 +61,13 @@ def record_file(folder, dtype: str = "float32") -> Path:
 def wanted_record(h5ad: Path, keep: np.ndarray, n_genes: int, dtype: str) -> dict:
     """What a current map of ``h5ad``'s cells ``keep`` must have been built from."""
     status = h5ad.stat()
-    return {"format": FORMAT_VERSION, "source": {"file": h5ad.name, "size": status.st_size,
-                                                 "mtime_ns": status.st_mtime_ns},
-            "cells": hashlib.blake2b(np.packbits(keep).tobytes(), digest_size=16).hexdigest(),
-            "dtype": dtype, "shape": [int(np.count_nonzero(keep)), int(n_genes)]}
+    return {
+        "format": FORMAT_VERSION,
+        "source": {"file": h5ad.name, "size": status.st_size, "mtime_ns": status.st_mtime_ns},
+        "cells": hashlib.blake2b(np.packbits(keep).tobytes(), digest_size=16).hexdigest(),
+        "dtype": dtype,
+        "shape": [int(np.count_nonzero(keep)), int(n_genes)],
+    }
 
 
 def values_digest(values) -> str:
@@ -99,9 +103,11 @@ def mapped_expression(folder, matrix, keep: np.ndarray, dtype: str = "float32") 
                         tmp.write_text(json.dumps({**wanted, DIGEST_KEY: digest}, indent=1))
                     current = open_map(path), digest
         except PermissionError as err:
-            raise PermissionError(f"cannot write the expression map of {folder} ({err}); make the folder writable "
-                                  "once, or keep the expression in memory (PertData(..., "
-                                  "expression_storage='memory'))") from None
+            raise PermissionError(
+                f"cannot write the expression map of {folder} ({err}); make the folder writable "
+                "once, or keep the expression in memory (PertData(..., "
+                "expression_storage='memory'))"
+            ) from None
     values, digest = current
     return values, path, digest
 
@@ -111,8 +117,11 @@ def _current(path: Path, record: Path, wanted: dict) -> tuple[np.ndarray, str] |
     what ``wanted`` describes and the file opens as an array of that shape and dtype (a
     damaged file is built again)."""
     found = _read_record(record) if path.is_file() else None
-    if found is None or not isinstance(found.get(DIGEST_KEY), str) \
-            or {key: value for key, value in found.items() if key != DIGEST_KEY} != wanted:
+    if (
+        found is None
+        or not isinstance(found.get(DIGEST_KEY), str)
+        or {key: value for key, value in found.items() if key != DIGEST_KEY} != wanted
+    ):
         return None
     try:
         values = open_map(path)
@@ -143,11 +152,12 @@ def _write_map(path: Path, matrix, keep: np.ndarray, dtype, source: Path) -> str
     logger.info("writing the expression map %s (%d cells x %d genes, %s)", path, *shape, np.dtype(dtype).name)
     with io.atomic_path(path) as tmp, open(tmp, "wb") as out:
         # written, not mapped: pages written through a map count in the writer's resident memory
-        np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                                                   "fortran_order": False, "shape": shape})
+        np.lib.format.write_array_header_1_0(
+            out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
+        )
         for start, block in row_blocks(matrix, block_elements=2**22):
             check.add(block)
-            block = np.ascontiguousarray(block[keep[start:start + len(block)]], dtype=dtype)
+            block = np.ascontiguousarray(block[keep[start : start + len(block)]], dtype=dtype)
             digest.update(block.data)
             out.write(block.data)
         out.flush()

@@ -9,6 +9,7 @@ similarity of two genes' term sets). A set named with its GO id, as Enrichr name
 Genes are taken as written: a perturbed gene that the file spells otherwise (an older
 symbol) has no sets, and ``PertData`` names it.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -38,15 +39,19 @@ def read_gene_sets(path) -> dict[str, set[str]]:
                 genes = [gene.split(",")[0].strip() for gene in fields[2:]]  # Enrichr's 'GENE,1.0' weights dropped
                 genes = [gene for gene in genes if gene]
                 if not fields[0].strip() or not genes:
-                    raise ValueError(f"{path} line {number} is no gene set: a GMT line is the set's name, a "
-                                     f"description and its genes, separated by tabs; it reads {line[:80]!r}")
+                    raise ValueError(
+                        f"{path} line {number} is no gene set: a GMT line is the set's name, a "
+                        f"description and its genes, separated by tabs; it reads {line[:80]!r}"
+                    )
                 match = GO_ID.search(fields[0])
                 term = match.group(1) if match else fields[0].strip()
                 for gene in genes:
                     gene2terms.setdefault(gene, set()).add(term)
     except (UnicodeDecodeError, OSError, EOFError) as err:  # binary content, a damaged gzip stream
-        raise ValueError(f"cannot read the gene set file {path} ({type(err).__name__}: {err}): expected GMT text "
-                         "(name, description, genes; tab-separated), plain or gzip-compressed") from None
+        raise ValueError(
+            f"cannot read the gene set file {path} ({type(err).__name__}: {err}): expected GMT text "
+            "(name, description, genes; tab-separated), plain or gzip-compressed"
+        ) from None
     if not gene2terms:
         raise ValueError(f"{path} holds no gene sets")
     return gene2terms

@@ -7,6 +7,7 @@ the user asked to keep every cell, the screen is refused; both ways the genes ar
 ``PertData`` applies this when it loads or processes a dataset, and ``screen_check`` when it
 checks one, with the same texts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,13 +38,18 @@ class GoCoverage:
 def go_coverage(cells_per_condition: dict[str, int], vocabulary) -> GoCoverage:
     """The ``GoCoverage`` of the conditions (``cells_per_condition``: condition -> its
     cells, in the screen's order) by ``vocabulary`` (a set or mapping of genes)."""
-    known = {condition: all(gene in vocabulary for gene in condition_genes(condition))
-             for condition in cells_per_condition}
+    known = {
+        condition: all(gene in vocabulary for gene in condition_genes(condition)) for condition in cells_per_condition
+    }
     perturbed = [str(gene) for gene in genes_of_conditions(cells_per_condition)]
     dropped = [condition for condition, ok in known.items() if not ok]
-    return GoCoverage(perturbed, [gene for gene in perturbed if gene not in vocabulary], dropped,
-                      sum(cells_per_condition[condition] for condition in dropped),
-                      [condition for condition, ok in known.items() if ok])
+    return GoCoverage(
+        perturbed,
+        [gene for gene in perturbed if gene not in vocabulary],
+        dropped,
+        sum(cells_per_condition[condition] for condition in dropped),
+        [condition for condition, ok in known.items() if ok],
+    )
 
 
 def coverage_problems(coverage: GoCoverage, name: str, where: str, drop_unannotated: bool) -> list[Problem]:
@@ -52,21 +58,37 @@ def coverage_problems(coverage: GoCoverage, name: str, where: str, drop_unannota
     (their cells dropped) with it; a screen none of whose perturbations is covered stops."""
     problems = []
     if coverage.dropped and not drop_unannotated:
-        problems.append(Problem("GO terms", f"dataset {name!r}: {len(coverage.outside)} perturbed gene(s) are outside "
-                                            f"the perturbation vocabulary (no GO annotation in {where}): "
-                                            f"{listed(coverage.outside)}, in {coverage.cells_dropped} cells; drop "
-                                            "those cells (drop_unannotated=True; gears-ddp process "
-                                            "--drop-unannotated) or build the GO files from annotations that cover "
-                                            f"them ({GO_FILES_ADVICE})"))
+        problems.append(
+            Problem(
+                "GO terms",
+                f"dataset {name!r}: {len(coverage.outside)} perturbed gene(s) are outside "
+                f"the perturbation vocabulary (no GO annotation in {where}): "
+                f"{listed(coverage.outside)}, in {coverage.cells_dropped} cells; drop "
+                "those cells (drop_unannotated=True; gears-ddp process "
+                "--drop-unannotated) or build the GO files from annotations that cover "
+                f"them ({GO_FILES_ADVICE})",
+            )
+        )
     elif coverage.dropped:
-        problems.append(Problem("GO terms", f"dropping {len(coverage.dropped)} conditions whose genes are not in the "
-                                            f"perturbation vocabulary (no GO annotation in {where}: "
-                                            f"{listed(coverage.outside)}), so their effect cannot be predicted: "
-                                            f"{listed(coverage.dropped)}, {coverage.cells_dropped} cells; to keep "
-                                            f"them, build the GO files from annotations that cover them "
-                                            f"({GO_FILES_ADVICE})", stops=False))
+        problems.append(
+            Problem(
+                "GO terms",
+                f"dropping {len(coverage.dropped)} conditions whose genes are not in the "
+                f"perturbation vocabulary (no GO annotation in {where}: "
+                f"{listed(coverage.outside)}), so their effect cannot be predicted: "
+                f"{listed(coverage.dropped)}, {coverage.cells_dropped} cells; to keep "
+                f"them, build the GO files from annotations that cover them "
+                f"({GO_FILES_ADVICE})",
+                stops=False,
+            )
+        )
     if not coverage.kept_perturbations:
-        problems.append(Problem("GO terms", f"no perturbation of dataset {name!r} is in the perturbation vocabulary; "
-                                            f"check gene symbols against the GO annotations ({where}), or build the "
-                                            f"GO files from annotations that cover them ({GO_FILES_ADVICE})"))
+        problems.append(
+            Problem(
+                "GO terms",
+                f"no perturbation of dataset {name!r} is in the perturbation vocabulary; "
+                f"check gene symbols against the GO annotations ({where}), or build the "
+                f"GO files from annotations that cover them ({GO_FILES_ADVICE})",
+            )
+        )
     return problems

@@ -12,6 +12,7 @@ Consortium and UniProt publish them: ``.gaf`` or ``.gaf.gz``) or a two-column ta
 header (gene symbol, GO id; comma- or tab-separated). ``gears-ddp process --go-annotation``
 does both.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,22 +41,30 @@ def read_annotation(path) -> dict[str, set[str]]:
         else:
             table = pd.read_csv(path, sep=None, engine="python", dtype=str)
     except Exception as err:  # pandas, csv, gzip and codecs raise many types for a file of another kind
-        raise ValueError(f"cannot read the GO annotation {path} ({type(err).__name__}: {err}): expected "
-                         + ("a GAF file (tab-separated, 15+ columns)" if gaf else "a text table with a header "
-                            "and two columns, gene symbol and GO id (comma- or tab-separated)")) from None
+        raise ValueError(
+            f"cannot read the GO annotation {path} ({type(err).__name__}: {err}): expected "
+            + (
+                "a GAF file (tab-separated, 15+ columns)"
+                if gaf
+                else "a text table with a header and two columns, gene symbol and GO id (comma- or tab-separated)"
+            )
+        ) from None
     if gaf:
         table = table[~table[GAF_QUALIFIER_COLUMN].fillna("").str.contains("NOT")]
         pairs = table[[GAF_SYMBOL_COLUMN, GAF_GO_COLUMN]]
     else:
         if table.shape[1] < 2:
-            raise ValueError(f"{path}: a GO annotation table needs two columns (gene symbol, GO id), "
-                             f"found {list(table.columns)}")
+            raise ValueError(
+                f"{path}: a GO annotation table needs two columns (gene symbol, GO id), found {list(table.columns)}"
+            )
         pairs = table.iloc[:, :2]
     pairs = pairs.dropna()
     bad = pairs[~pairs.iloc[:, 1].str.startswith("GO:")]
     if len(bad):
-        raise ValueError(f"{path}: {len(bad)} rows have no GO id (GO:nnnnnnn) in the "
-                         f"{'fifth' if gaf else 'second'} column, e.g. {bad.iloc[0].tolist()}")
+        raise ValueError(
+            f"{path}: {len(bad)} rows have no GO id (GO:nnnnnnn) in the "
+            f"{'fifth' if gaf else 'second'} column, e.g. {bad.iloc[0].tolist()}"
+        )
     gene2go: dict[str, set[str]] = {}
     for gene, term in pairs.itertuples(index=False):
         gene2go.setdefault(gene, set()).add(term)
@@ -67,8 +76,11 @@ def read_annotation(path) -> dict[str, set[str]]:
 def go_file_paths(data_path) -> list[Path]:
     """Where the three GO files lie in ``data_path``: gene2go, the perturbable genes, the GO graph."""
     data_path = Path(data_path)
-    return [data_path / GENE2GO_FILE, data_path / ESSENTIAL_GENES_FILE,
-            data_path / GO_EDGES_NAME / f"{GO_EDGES_NAME}.csv"]
+    return [
+        data_path / GENE2GO_FILE,
+        data_path / ESSENTIAL_GENES_FILE,
+        data_path / GO_EDGES_NAME / f"{GO_EDGES_NAME}.csv",
+    ]
 
 
 def write_go_files(data_path, gene2go: dict, pert_genes=None, overwrite: bool = False) -> None:
@@ -78,8 +90,10 @@ def write_go_files(data_path, gene2go: dict, pert_genes=None, overwrite: bool = 
     existing = Path(data_path) / GENE2GO_FILE
     if existing.exists() and not overwrite:
         if io.read_pickle(existing, "gene -> GO terms mapping") != gene2go:
-            raise FileExistsError(f"{existing} holds other GO annotations; write into another data_path, "
-                                  "or pass overwrite=True to replace them")
+            raise FileExistsError(
+                f"{existing} holds other GO annotations; write into another data_path, "
+                "or pass overwrite=True to replace them"
+            )
         return
     with io.atomic_files(go_file_paths(data_path)) as paths:
         write_go_files_to(paths, gene2go, pert_genes)

@@ -14,6 +14,7 @@ A cache's name holds only some of what it was built from, so the rest is written
   vocabulary, ``go_essential_<dataset>.csv`` (its Jaccard edges, as the reference caches
   them).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,13 +32,23 @@ from gears_ddp.data.go_files import GO_EDGES_NAME
 logger = get_logger(__name__)
 
 CACHE_ADVICE = "it is a cache of this dataset folder: delete it and it is built again"
-GO_EDGES_ADVICE = ("replace it: delete it to download it again, or build it with gears-ddp process --go-annotation "
-                   "or --go-gene-sets")
+GO_EDGES_ADVICE = (
+    "replace it: delete it to download it again, or build it with gears-ddp process --go-annotation or --go-gene-sets"
+)
 
 
-def coexpression_graph(cells: CellTable, gene_names: np.ndarray, node_map: dict, train_conditions: list[str],
-                       dataset_path, split: str, seed: int, train_gene_set_size: float, threshold: float,
-                       k: int) -> graphs.GeneGraph:
+def coexpression_graph(
+    cells: CellTable,
+    gene_names: np.ndarray,
+    node_map: dict,
+    train_conditions: list[str],
+    dataset_path,
+    split: str,
+    seed: int,
+    train_gene_set_size: float,
+    threshold: float,
+    k: int,
+) -> graphs.GeneGraph:
     """The co-expression graph of the measured genes ``gene_names`` (placed by
     ``node_map``) over the cells of control and the single conditions among
     ``train_conditions`` (those of the split ``split``, ``seed``, ``train_gene_set_size``),
@@ -51,8 +62,7 @@ def coexpression_graph(cells: CellTable, gene_names: np.ndarray, node_map: dict,
     if cached and not cache_settings.differences(cache, settings):
         return graphs.to_gene_graph(graphs.read_edge_list(cache, "co-expression graph", CACHE_ADVICE), node_map)
     if cached:
-        logger.info("cached co-expression graph %s was built from other training conditions: building it again",
-                    cache)
+        logger.info("cached co-expression graph %s was built from other training conditions: building it again", cache)
     rows = cells.cells_of(conditions).numpy()
     edges = graphs.coexpression_edge_list(cells.expression, rows, gene_names, threshold, k)
     if use_cache:
@@ -60,8 +70,7 @@ def coexpression_graph(cells: CellTable, gene_names: np.ndarray, node_map: dict,
     return graphs.to_gene_graph(edges, node_map)
 
 
-def default_go_graph(data_path, dataset_path, pert_names: np.ndarray, node_map_pert: dict,
-                     k: int) -> graphs.GeneGraph:
+def default_go_graph(data_path, dataset_path, pert_names: np.ndarray, node_map_pert: dict, k: int) -> graphs.GeneGraph:
     """The GO graph of the published vocabulary's genes ``pert_names`` (placed by
     ``node_map_pert``; top ``k + 1`` sources per gene), from the GO edge list of
     ``data_path`` (``go_essential_all.csv``, every annotated gene's edges; downloaded if
@@ -69,11 +78,16 @@ def default_go_graph(data_path, dataset_path, pert_names: np.ndarray, node_map_p
     source = download.ensure_go_file(GO_EDGES_NAME, data_path)
     cache = Path(dataset_path) / f"go_graph_{k}.csv"
     stat = source.stat()
-    settings = {"go_edges_size": stat.st_size,
-                "go_edges_mtime_ns": stat.st_mtime_ns,
-                "vocabulary_sha256": hashlib.sha256("\n".join(pert_names).encode()).hexdigest()}
-    if cache.exists() and cache_settings.settings_path(cache).is_file() \
-            and not cache_settings.differences(cache, settings):
+    settings = {
+        "go_edges_size": stat.st_size,
+        "go_edges_mtime_ns": stat.st_mtime_ns,
+        "vocabulary_sha256": hashlib.sha256("\n".join(pert_names).encode()).hexdigest(),
+    }
+    if (
+        cache.exists()
+        and cache_settings.settings_path(cache).is_file()
+        and not cache_settings.differences(cache, settings)
+    ):
         edges = graphs.read_edge_list(cache, "GO graph", CACHE_ADVICE)
     else:
         edges = graphs.go_edge_list(graphs.read_edge_list(source, "GO graph", GO_EDGES_ADVICE), pert_names, k)
@@ -81,8 +95,9 @@ def default_go_graph(data_path, dataset_path, pert_names: np.ndarray, node_map_p
     return graphs.to_gene_graph(edges, node_map_pert)
 
 
-def dataset_go_graph(gene2go: Callable[[], dict], dataset_path, dataset_name: str, pert_names: np.ndarray,
-                     node_map_pert: dict, k: int) -> graphs.GeneGraph:
+def dataset_go_graph(
+    gene2go: Callable[[], dict], dataset_path, dataset_name: str, pert_names: np.ndarray, node_map_pert: dict, k: int
+) -> graphs.GeneGraph:
     """The GO graph of a dataset's own vocabulary ``pert_names`` (placed by
     ``node_map_pert``; top ``k + 1`` sources per gene): the Jaccard similarity of the GO
     terms ``gene2go()`` gives (read only when the graph is not cached), cached in

@@ -11,6 +11,7 @@ Edge lists are ``DataFrame(source, target, importance)`` as in the reference's C
 ``to_gene_graph`` turns one into tensors. Both computations are matrix products (sparse for
 GO, chunked dense for correlations) rather than loops over gene pairs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,15 +51,15 @@ def jaccard_edge_list(gene2go: dict, genes, threshold: float = GO_JACCARD_THRESH
     term_col = {t: i for i, t in enumerate(terms)}
     rows = np.repeat(np.arange(len(genes)), [len(gene2go[g]) for g in genes])
     cols = np.fromiter((term_col[t] for g in genes for t in gene2go[g]), dtype=np.int64, count=len(rows))
-    membership = sp.csr_matrix((np.ones(len(rows), dtype=np.float64), (rows, cols)),
-                               shape=(len(genes), len(terms)))
+    membership = sp.csr_matrix((np.ones(len(rows), dtype=np.float64), (rows, cols)), shape=(len(genes), len(terms)))
     intersection = (membership @ membership.T).tocoo()
     sizes = np.asarray(membership.sum(axis=1)).ravel()
     jaccard = intersection.data / (sizes[intersection.row] + sizes[intersection.col] - intersection.data)
     keep = jaccard > threshold
     names = np.asarray(genes, dtype=object)
-    return pd.DataFrame({"source": names[intersection.row[keep]], "target": names[intersection.col[keep]],
-                         "importance": jaccard[keep]})
+    return pd.DataFrame(
+        {"source": names[intersection.row[keep]], "target": names[intersection.col[keep]], "importance": jaccard[keep]}
+    )
 
 
 def top_sources_per_target(edges: pd.DataFrame, k: int) -> pd.DataFrame:
@@ -94,8 +95,13 @@ def go_edge_list(go_edges: pd.DataFrame, vocabulary, k: int) -> pd.DataFrame:
     name_order = np.empty(len(known), dtype=np.int64)
     name_order[known.argsort()] = np.arange(len(known))  # targets ordered by name
     top = inside[_top_rows_per_target(name_order[targets[inside]], importance, k)]
-    return pd.DataFrame({"source": known[sources[top]].to_numpy(object), "target": known[targets[top]].to_numpy(object),
-                         "importance": go_edges["importance"].to_numpy()[top]})
+    return pd.DataFrame(
+        {
+            "source": known[sources[top]].to_numpy(object),
+            "target": known[targets[top]].to_numpy(object),
+            "importance": go_edges["importance"].to_numpy()[top],
+        }
+    )
 
 
 def _positions_in(index: pd.Index, column: pd.Series) -> np.ndarray:
@@ -122,7 +128,7 @@ def top_correlations(expression, rows: np.ndarray, n_top: int, cells_per_block: 
     block of cells and the lists, whatever the numbers of genes and cells.
     """
     n_genes = expression.shape[1]
-    blocks = [rows[start:start + cells_per_block] for start in range(0, len(rows), cells_per_block)]
+    blocks = [rows[start : start + cells_per_block] for start in range(0, len(rows), cells_per_block)]
 
     def shifted_blocks(shift: np.ndarray):
         """The blocks of cells, float32, each value minus ``shift`` (its gene's): the copy that
@@ -148,7 +154,7 @@ def top_correlations(expression, rows: np.ndarray, n_top: int, cells_per_block: 
         panel.div_(torch.outer(scale[first:last], scale[first:])).clamp_(-1.0, 1.0).abs_()
         later = torch.arange(first, n_genes)
         _keep_top(top_values, top_genes, slice(first, last), panel, later)  # the panel's genes: now complete
-        _keep_top(top_values, top_genes, slice(last, n_genes), panel[:, last - first:].T, later[:last - first])
+        _keep_top(top_values, top_genes, slice(last, n_genes), panel[:, last - first :].T, later[: last - first])
     return top_values, top_genes
 
 
@@ -165,16 +171,20 @@ def _keep_top(top_values, top_genes, genes: slice, values: torch.Tensor, columns
     n_top = top_values.shape[1]
     for start in range(0, values.shape[0], MERGE_ROWS):
         part = slice(genes.start + start, min(genes.start + start + MERGE_ROWS, genes.stop))
-        rows = values[start:start + MERGE_ROWS]
+        rows = values[start : start + MERGE_ROWS]
         best = torch.cat([top_values[part], rows], dim=1).topk(n_top, dim=1)
         kept = best.indices < n_top  # from the list, else from ``rows``
-        top_genes[part] = torch.where(kept, top_genes[part].gather(1, best.indices.clamp(max=n_top - 1)),
-                                      columns[(best.indices - n_top).clamp(min=0)])
+        top_genes[part] = torch.where(
+            kept,
+            top_genes[part].gather(1, best.indices.clamp(max=n_top - 1)),
+            columns[(best.indices - n_top).clamp(min=0)],
+        )
         top_values[part] = best.values
 
 
-def coexpression_edge_list(expression, rows: np.ndarray, gene_names, threshold: float, k: int,
-                           cells_per_block: int = 2048) -> pd.DataFrame:
+def coexpression_edge_list(
+    expression, rows: np.ndarray, gene_names, threshold: float, k: int, cells_per_block: int = 2048
+) -> pd.DataFrame:
     """For each target gene, its ``k + 1`` most correlated genes with correlation above
     ``threshold``, listed per target from the least to the most correlated, as the published
     GEARS lists them (``cells_per_block``: see ``top_correlations``)."""
@@ -183,8 +193,7 @@ def coexpression_edge_list(expression, rows: np.ndarray, gene_names, threshold: 
     sources, values = sources.ravel(), values.ravel()
     keep = values > threshold  # with fewer than k + 1 genes the lists' unused places hold -1: never kept
     names = np.asarray(gene_names, dtype=object)
-    return pd.DataFrame({"source": names[sources[keep]], "target": names[targets[keep]],
-                         "importance": values[keep]})
+    return pd.DataFrame({"source": names[sources[keep]], "target": names[targets[keep]], "importance": values[keep]})
 
 
 def read_edge_list(path, what: str, advice: str) -> pd.DataFrame:
@@ -197,8 +206,10 @@ def read_edge_list(path, what: str, advice: str) -> pd.DataFrame:
         raise ValueError(f"cannot read the {what} {path} ({type(err).__name__}: {err}); {advice}") from None
     missing = [column for column in EDGE_COLUMNS if column not in edges.columns]
     if missing or not pd.api.types.is_numeric_dtype(edges["importance"]):
-        raise ValueError(f"{path} is not a {what}: it needs the columns {', '.join(EDGE_COLUMNS)} (numeric "
-                         f"importance), and has {list(edges.columns)[:10]}; {advice}")
+        raise ValueError(
+            f"{path} is not a {what}: it needs the columns {', '.join(EDGE_COLUMNS)} (numeric "
+            f"importance), and has {list(edges.columns)[:10]}; {advice}"
+        )
     return edges
 
 
@@ -207,14 +218,17 @@ def write_edge_list(edges: pd.DataFrame, path) -> None:
     read (``source,target,importance``, names quoted only where CSV needs it): each
     importance as the shortest text that reads back to its value, as pandas writes a
     float64, in a third of ``DataFrame.to_csv``'s time (one formatted line per edge)."""
-    codes, names = pd.factorize(pd.concat([edges["source"].astype(object), edges["target"].astype(object)],
-                                          ignore_index=True))
+    codes, names = pd.factorize(
+        pd.concat([edges["source"].astype(object), edges["target"].astype(object)], ignore_index=True)
+    )
     fields = [_csv_field(str(name)) for name in names]
-    sources, targets = codes[:len(edges)].tolist(), codes[len(edges):].tolist()
+    sources, targets = codes[: len(edges)].tolist(), codes[len(edges) :].tolist()
     with open(path, "w", encoding="utf-8") as file:
         file.write(",".join(EDGE_COLUMNS) + "\n")
-        file.writelines(f"{fields[source]},{fields[target]},{importance!r}\n"
-                        for source, target, importance in zip(sources, targets, edges["importance"].tolist()))
+        file.writelines(
+            f"{fields[source]},{fields[target]},{importance!r}\n"
+            for source, target, importance in zip(sources, targets, edges["importance"].tolist())
+        )
 
 
 def _csv_field(text: str) -> str:
@@ -231,7 +245,7 @@ def to_gene_graph(edges: pd.DataFrame, node_index: dict) -> GeneGraph:
     if unknown:
         raise ValueError(f"graph edges name genes outside the node set: {unknown[:10]}")
     edges = edges.drop_duplicates(["source", "target"])
-    index = np.stack([edges["source"].map(node_index).to_numpy(np.int64),
-                      edges["target"].map(node_index).to_numpy(np.int64)])
-    return GeneGraph(torch.from_numpy(index),
-                     torch.tensor(edges["importance"].to_numpy(np.float32)))
+    index = np.stack(
+        [edges["source"].map(node_index).to_numpy(np.int64), edges["target"].map(node_index).to_numpy(np.int64)]
+    )
+    return GeneGraph(torch.from_numpy(index), torch.tensor(edges["importance"].to_numpy(np.float32)))

@@ -12,6 +12,7 @@ A block's sums are the indicator product of its rows (made dense: at the density
 expression data a sparse product is slower), accumulated in row order within the block,
 then added to the running totals, so the totals depend only on where the blocks start.
 """
+
 from __future__ import annotations
 
 from typing import Iterator, Sequence
@@ -23,7 +24,7 @@ BLOCK_ELEMENTS = 2**21  # values of a block of rows read at once, unless a calle
 
 STATISTICS = {  # name -> the values summed, of a block's values (float64 sums of the values' dtype)
     "sum": lambda values: values,
-    "sum_squares": np.square,   # squared in the values' dtype, as scanpy squares them
+    "sum_squares": np.square,  # squared in the values' dtype, as scanpy squares them
     "nonzero": lambda values: values != 0,
 }
 
@@ -34,8 +35,9 @@ def block_rows(n_columns: int, block_elements: int | None = None) -> int:
     return max(1, (BLOCK_ELEMENTS if block_elements is None else block_elements) // max(1, n_columns))
 
 
-def row_blocks(matrix, block_elements: int | None = None, *, dense: bool = True,
-               rows: int | None = None) -> Iterator[tuple[int, np.ndarray | sp.csr_matrix]]:
+def row_blocks(
+    matrix, block_elements: int | None = None, *, dense: bool = True, rows: int | None = None
+) -> Iterator[tuple[int, np.ndarray | sp.csr_matrix]]:
     """``(first row, block)`` for consecutive blocks of the rows of ``matrix``: a numpy array
     or memory map, a scipy sparse matrix, a tensor, or the backed ``X`` of an h5ad file (an
     h5py dataset or anndata's backed sparse matrix), so that a matrix larger than memory is
@@ -45,7 +47,7 @@ def row_blocks(matrix, block_elements: int | None = None, *, dense: bool = True,
     as dense arrays, or, with ``dense=False``, sparse blocks stay CSR."""
     rows = block_rows(matrix.shape[1], block_elements) if rows is None else rows
     for start in range(0, matrix.shape[0], rows):
-        block = matrix[start:start + rows]
+        block = matrix[start : start + rows]
         if sp.issparse(block):
             yield start, block.toarray() if dense else sp.csr_matrix(block)
         else:
@@ -58,8 +60,14 @@ class ConditionSums:
     condition; rows with a negative code are left out. Rows are summed in blocks of about
     ``block_elements`` values."""
 
-    def __init__(self, codes: np.ndarray, n_conditions: int, n_genes: int, statistics: Sequence[str] = ("sum",),
-                 block_elements: int | None = None):
+    def __init__(
+        self,
+        codes: np.ndarray,
+        n_conditions: int,
+        n_genes: int,
+        statistics: Sequence[str] = ("sum",),
+        block_elements: int | None = None,
+    ):
         unknown = set(statistics) - set(STATISTICS)
         if unknown:
             raise ValueError(f"unknown statistics {sorted(unknown)}; known: {sorted(STATISTICS)}")
@@ -78,13 +86,14 @@ class ConditionSums:
         blocks of ``row_blocks`` when ``start`` is a multiple of that (as ``row_blocks``
         starts its blocks), so a block of several of them sums as they would."""
         for first in range(0, block.shape[0], self.step):
-            self._add_rows(start + first, block[first:first + self.step])
+            self._add_rows(start + first, block[first : first + self.step])
 
     def _add_rows(self, start: int, block) -> None:
-        block_codes = self.codes[start:start + block.shape[0]]
+        block_codes = self.codes[start : start + block.shape[0]]
         kept = np.flatnonzero(block_codes >= 0)
-        indicator = sp.csr_matrix((np.ones(len(kept)), (block_codes[kept], kept)),
-                                  shape=(self.n_conditions, len(block_codes)))
+        indicator = sp.csr_matrix(
+            (np.ones(len(kept)), (block_codes[kept], kept)), shape=(self.n_conditions, len(block_codes))
+        )
         values = block.toarray() if sp.issparse(block) else np.asarray(block)
         for name, sums in self.sums.items():
             sums += indicator @ np.asarray(STATISTICS[name](values), np.float64)
@@ -95,8 +104,9 @@ class ConditionSums:
             return self.sums[name] / self.counts[:, None]
 
 
-def condition_means(matrix, codes: np.ndarray, n_conditions: int, statistic: str = "sum",
-                    block_elements: int | None = None) -> np.ndarray:
+def condition_means(
+    matrix, codes: np.ndarray, n_conditions: int, statistic: str = "sum", block_elements: int | None = None
+) -> np.ndarray:
     """(conditions x genes) float64 means of the rows of ``matrix`` (see ``row_blocks``)
     grouped by ``codes``, of ``statistic`` (a name of ``STATISTICS``: the values, their
     squares, or whether they are non-zero). Rows with a negative code are left out; a

@@ -12,6 +12,7 @@ float64, taken value by value in the order of the cells, over all blocks: scanpy
 with one thread (its first pass splits the cells among its threads, which changes nothing
 for whole-number counts, whose float64 sums are exact in any order).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,14 +47,14 @@ def highly_variable(counts, n_top_genes: int, check=None) -> pd.DataFrame:
         np.add.at(total, block.indices, block.data)
         np.add.at(squares, block.indices, block.data * block.data)  # squared in the counts' dtype, as scanpy
     mean = total / n_cells
-    variance = (squares / n_cells - mean ** 2) * (n_cells / (n_cells - 1))
+    variance = (squares / n_cells - mean**2) * (n_cells / (n_cells - 1))
 
     expected_log_variance = np.zeros(n_genes)
     varying = variance > 0
     model = loess(np.log10(mean[varying]), np.log10(variance[varying]), span=LOESS_SPAN, degree=2)
     model.fit()
     expected_log_variance[varying] = model.outputs.fitted_values
-    expected_sd = np.sqrt(10 ** expected_log_variance)
+    expected_sd = np.sqrt(10**expected_log_variance)
     clip = expected_sd * np.sqrt(n_cells) + mean
 
     clipped_total, clipped_squares = np.zeros(n_genes), np.zeros(n_genes)
@@ -61,12 +62,20 @@ def highly_variable(counts, n_top_genes: int, check=None) -> pd.DataFrame:
         block = _stored(block)
         values = np.minimum(block.data.astype(np.float64), clip[block.indices])
         np.add.at(clipped_total, block.indices, values)
-        np.add.at(clipped_squares, block.indices, values ** 2)
+        np.add.at(clipped_squares, block.indices, values**2)
     normalised_variance = (1 / ((n_cells - 1) * np.square(expected_sd))) * (
-        n_cells * np.square(mean) + clipped_squares - 2 * clipped_total * mean)
+        n_cells * np.square(mean) + clipped_squares - 2 * clipped_total * mean
+    )
 
     rank = np.argsort(np.argsort(-normalised_variance)).astype(np.float32)  # as scanpy ranks them
     chosen = rank < n_top_genes
     rank[~chosen] = np.nan
-    return pd.DataFrame({"highly_variable": chosen, "highly_variable_rank": rank, "means": mean,
-                         "variances": variance, "variances_norm": normalised_variance})
+    return pd.DataFrame(
+        {
+            "highly_variable": chosen,
+            "highly_variable_rank": rank,
+            "means": mean,
+            "variances": variance,
+            "variances_norm": normalised_variance,
+        }
+    )

@@ -15,6 +15,7 @@ which admits only plain data: builtin containers and scalars, numpy arrays and s
 torch tensors (rebuilt through ``torch.load(..., weights_only=True)``). A pickle naming any
 other callable is refused before anything is called, so a downloaded file cannot run code.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,8 +69,11 @@ def atomic_files(dests) -> Iterator[list[Path]]:
     or a crash while they are written leaves the old files (and, after a failure, no folder
     made for the new ones); a writer that is atomic itself may be given these paths."""
     dests = [Path(dest) for dest in dests]
-    made = sorted({folder for dest in dests for folder in (dest.parent, *dest.parent.parents) if not folder.exists()},
-                  key=lambda folder: len(folder.parts), reverse=True)  # the deepest first
+    made = sorted(
+        {folder for dest in dests for folder in (dest.parent, *dest.parent.parents) if not folder.exists()},
+        key=lambda folder: len(folder.parts),
+        reverse=True,
+    )  # the deepest first
     for dest in dests:
         dest.parent.mkdir(parents=True, exist_ok=True)
     tmp_paths, renamed = [], False
@@ -169,13 +173,21 @@ def _tensor_storage(data: bytes):
 
 
 PLAIN_DATA = {
-    ("builtins", "set"): set, ("builtins", "frozenset"): frozenset, ("builtins", "complex"): complex,
-    ("builtins", "slice"): slice, ("builtins", "bytearray"): bytearray,
-    ("collections", "OrderedDict"): None, ("_codecs", "encode"): None,
-    ("numpy", "ndarray"): None, ("numpy", "dtype"): None,
-    ("numpy.core.multiarray", "_reconstruct"): None, ("numpy._core.multiarray", "_reconstruct"): None,
-    ("numpy.core.multiarray", "scalar"): None, ("numpy._core.multiarray", "scalar"): None,
-    ("torch._utils", "_rebuild_tensor_v2"): None, ("torch._utils", "_rebuild_tensor"): None,
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    ("builtins", "complex"): complex,
+    ("builtins", "slice"): slice,
+    ("builtins", "bytearray"): bytearray,
+    ("collections", "OrderedDict"): None,
+    ("_codecs", "encode"): None,
+    ("numpy", "ndarray"): None,
+    ("numpy", "dtype"): None,
+    ("numpy.core.multiarray", "_reconstruct"): None,
+    ("numpy._core.multiarray", "_reconstruct"): None,
+    ("numpy.core.multiarray", "scalar"): None,
+    ("numpy._core.multiarray", "scalar"): None,
+    ("torch._utils", "_rebuild_tensor_v2"): None,
+    ("torch._utils", "_rebuild_tensor"): None,
     ("torch.storage", "_load_from_bytes"): _tensor_storage,
 }
 
@@ -205,12 +217,16 @@ def read_pickle(path: str | os.PathLike, what: str) -> Any:
     try:
         return loads_plain_data(path.read_bytes())
     except RefusedPickle as err:
-        raise ValueError(f"refused to read {what} from {path}: it asks to call {err}, which plain data never "
-                         "needs (a pickle can run code when it is read); only builtin containers, numbers, "
-                         "strings, numpy arrays and torch tensors are read") from None
+        raise ValueError(
+            f"refused to read {what} from {path}: it asks to call {err}, which plain data never "
+            "needs (a pickle can run code when it is read); only builtin containers, numbers, "
+            "strings, numpy arrays and torch tensors are read"
+        ) from None
     except Exception as err:  # any other unpickling failure means the file is unusable
-        raise ValueError(f"cannot read {what} from {path}: {type(err).__name__}: {err}; "
-                         "the file is corrupt or not a pickle, replace it") from err
+        raise ValueError(
+            f"cannot read {what} from {path}: {type(err).__name__}: {err}; "
+            "the file is corrupt or not a pickle, replace it"
+        ) from err
 
 
 def read_torch_file(path: str | os.PathLike, what: str) -> Any:
@@ -223,12 +239,16 @@ def read_torch_file(path: str | os.PathLike, what: str) -> Any:
         text = str(err)
         refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
         if refused:
-            raise ValueError(f"cannot read {what} {path}: refused, since it asks to call {refused.group(1)}, which "
-                             "saved weights and checkpoints never need (a pickle can run code when it is read)") from None
+            raise ValueError(
+                f"cannot read {what} {path}: refused, since it asks to call {refused.group(1)}, which "
+                "saved weights and checkpoints never need (a pickle can run code when it is read)"
+            ) from None
         reason = re.search(r"WeightsUnpickler error: (.+?)(?:\n\s*\n|$)", text, re.S)
         detail = (reason.group(1) if reason else text).strip().splitlines()[0] if text.strip() else ""
-        raise ValueError(f"cannot read {what} {path}: {type(err).__name__}: {detail}; the file is damaged, or "
-                         "not one that torch.save wrote") from None
+        raise ValueError(
+            f"cannot read {what} {path}: {type(err).__name__}: {detail}; the file is damaged, or "
+            "not one that torch.save wrote"
+        ) from None
 
 
 def write_h5ad(adata: anndata.AnnData, dest: str | os.PathLike) -> None:
@@ -288,8 +308,9 @@ def h5ad_by_blocks(dest: str | os.PathLike, annotations: anndata.AnnData, dtype)
             expression = CsrRows(handle, "X", annotations.n_vars, dtype)
             yield expression
             if expression.n_rows != annotations.n_obs:
-                raise RuntimeError(f"{expression.n_rows} cells were written to {dest}, which annotates "
-                                   f"{annotations.n_obs}")
+                raise RuntimeError(
+                    f"{expression.n_rows} cells were written to {dest}, which annotates {annotations.n_obs}"
+                )
             del handle["uns"]
             write_elem(handle, "uns", dict(annotations.uns))
 
@@ -321,9 +342,13 @@ def h5ad_parts(path: str | os.PathLike, obs_columns) -> Iterator[H5adParts]:
         obs_group = handle["obs"]
         obs = pd.DataFrame({c: read_elem(obs_group[c]) for c in obs_columns if c in obs_group})
         matrix = handle["X"]
-        parts = H5adParts(obs, read_elem(handle["var"]), read_elem(handle["uns"]) if "uns" in handle else {},
-                          sparse_dataset(matrix) if isinstance(matrix, h5py.Group) else matrix,
-                          int(matrix.attrs["shape"][0]) if isinstance(matrix, h5py.Group) else matrix.shape[0])
+        parts = H5adParts(
+            obs,
+            read_elem(handle["var"]),
+            read_elem(handle["uns"]) if "uns" in handle else {},
+            sparse_dataset(matrix) if isinstance(matrix, h5py.Group) else matrix,
+            int(matrix.attrs["shape"][0]) if isinstance(matrix, h5py.Group) else matrix.shape[0],
+        )
     except Exception as err:  # h5py/anndata raise many types for damaged files
         raise unreadable_h5ad(path, err, "download it again or re-run PertData.new_data_process") from err
     try:
@@ -362,6 +387,8 @@ def unreadable_h5ad(path: Path, err: Exception, advice: str) -> ValueError:
     """The error for an h5ad file that cannot be read: one that is no HDF5 file at all (a
     text file, a web page saved in its place), or a damaged one, with ``advice``."""
     if not h5py.is_hdf5(path):
-        return ValueError(f"{path} is not an h5ad file: h5ad files are HDF5, and it does not start with HDF5's "
-                          "signature (a text file, a web page, or another format under this name?)")
+        return ValueError(
+            f"{path} is not an h5ad file: h5ad files are HDF5, and it does not start with HDF5's "
+            "signature (a text file, a web page, or another format under this name?)"
+        )
     return ValueError(f"cannot read {path}: {type(err).__name__}: {err}; the file is truncated or corrupt: {advice}")

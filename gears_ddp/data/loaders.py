@@ -19,6 +19,7 @@ mapped expression file as easily as memory, and for a GPU writes straight into p
 memory, from which the step copies asynchronously. With ``num_workers > 0`` the same plan
 is served through a ``torch.utils.data.DataLoader``.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,14 @@ class PairedCellDataset:
     """The cells ``cell_indices`` of a table, each paired with a control cell (its input):
     ``partners[cell]``, one index per cell of the table, shared by the datasets of a split."""
 
-    def __init__(self, table: CellTable, cell_indices: torch.Tensor, partners: torch.Tensor, pairing_seed: int,
-                 resample_controls: bool = False):
+    def __init__(
+        self,
+        table: CellTable,
+        cell_indices: torch.Tensor,
+        partners: torch.Tensor,
+        pairing_seed: int,
+        resample_controls: bool = False,
+    ):
         self.table = table
         self.cell_indices = cell_indices
         self.partners = partners
@@ -75,12 +82,19 @@ class EpochPlan(Dataset):
     (``epoch_perturbation_sets``).
     """
 
-    def __init__(self, dataset: PairedCellDataset, positions: torch.Tensor | slice, batch_size: int,
-                 drop_last: bool, pin_memory: bool = False, pad_sets_to: int | None = None,
-                 window_batches: int = PLAN_WINDOW_BATCHES):
+    def __init__(
+        self,
+        dataset: PairedCellDataset,
+        positions: torch.Tensor | slice,
+        batch_size: int,
+        drop_last: bool,
+        pin_memory: bool = False,
+        pad_sets_to: int | None = None,
+        window_batches: int = PLAN_WINDOW_BATCHES,
+    ):
         cells = dataset.cell_indices[positions]  # a view of the dataset's cells for a slice
         if drop_last:
-            cells = cells[:len(cells) // batch_size * batch_size]
+            cells = cells[: len(cells) // batch_size * batch_size]
         self.cells, self.partners, self.table = cells, dataset.partners, dataset.table  # this epoch's partners
         self.batch_size, self.pin_memory, self.pad_sets_to = batch_size, pin_memory, pad_sets_to
         self.window_batches = window_batches
@@ -97,9 +111,15 @@ class EpochPlan(Dataset):
         cells = slice(first, first + self.batch_size)
         table, codes = self.table, layout["codes"][cells]
         x, y = self._gather(layout["rows"][i % self.window_batches]).chunk(2)  # the inputs, then the targets
-        batch = PertBatch(x=x, y=y, pert_idx=layout["pert_idx"][cells], condition=codes,
-                          de_idx=table.condition_de_idx.index_select(0, codes), condition_names=table.conditions,
-                          sets=layout["sets"][i % self.window_batches])
+        batch = PertBatch(
+            x=x,
+            y=y,
+            pert_idx=layout["pert_idx"][cells],
+            condition=codes,
+            de_idx=table.condition_de_idx.index_select(0, codes),
+            condition_names=table.conditions,
+            sets=layout["sets"][i % self.window_batches],
+        )
         return batch.pin_memory() if self.pin_memory else batch  # (the rows are pinned already)
 
     def _layout(self, window: int) -> dict:
@@ -107,14 +127,19 @@ class EpochPlan(Dataset):
         (kept until another window is asked for)."""
         if self._window is None or self._window[0] != window:
             span = self.window_batches * self.batch_size
-            cells = self.cells[window * span:(window + 1) * span]
+            cells = self.cells[window * span : (window + 1) * span]
             table = self.table
             codes = table.condition_codes[cells]
             pert_idx = table.condition_pert_idx[codes]
-            self._window = window, {
-                "codes": codes, "pert_idx": pert_idx, "rows": _rows_of_batches(self.partners[cells], cells,
-                                                                               self.batch_size),
-                "sets": epoch_perturbation_sets(pert_idx, table.n_perts, self.batch_size, self.pad_sets_to)}
+            self._window = (
+                window,
+                {
+                    "codes": codes,
+                    "pert_idx": pert_idx,
+                    "rows": _rows_of_batches(self.partners[cells], cells, self.batch_size),
+                    "sets": epoch_perturbation_sets(pert_idx, table.n_perts, self.batch_size, self.pad_sets_to),
+                },
+            )
         return self._window[1]
 
     def _gather(self, index: torch.Tensor) -> torch.Tensor:
@@ -179,7 +204,7 @@ class ShuffledShardSampler(Sampler):
     def positions(self) -> torch.Tensor:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         order = torch.randperm(self.n, generator=generator)
-        return order[:self.per_rank * self.world_size][self.rank::self.world_size]
+        return order[: self.per_rank * self.world_size][self.rank :: self.world_size]
 
     def __iter__(self):
         return iter(self.positions().tolist())
@@ -201,8 +226,9 @@ def check_loader_options(options: dict, name=str) -> None:
         if key not in options or (key == "test_batch_size" and options[key] is None):
             continue
         if not (is_int(options[key]) and options[key] >= smallest):
-            raise ValueError(f"{name(key)} must be a {'positive' if smallest else 'non-negative'} integer, "
-                             f"got {options[key]!r}")
+            raise ValueError(
+                f"{name(key)} must be a {'positive' if smallest else 'non-negative'} integer, got {options[key]!r}"
+            )
     if "resample_controls" in options and not isinstance(options["resample_controls"], bool):
         raise ValueError(f"{name('resample_controls')} must be True or False, got {options['resample_controls']!r}")
 
@@ -210,8 +236,15 @@ def check_loader_options(options: dict, name=str) -> None:
 class CellLoader:
     """Batches of a ``PairedCellDataset`` in its sampler's order (an iterable, like a DataLoader)."""
 
-    def __init__(self, dataset: PairedCellDataset, batch_size: int, sampler: Sampler, drop_last: bool,
-                 num_workers: int = 0, pin_memory: bool = False):
+    def __init__(
+        self,
+        dataset: PairedCellDataset,
+        batch_size: int,
+        sampler: Sampler,
+        drop_last: bool,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+    ):
         self.dataset = dataset
         self.batch_size = batch_size
         self.sampler = sampler
@@ -236,13 +269,21 @@ class CellLoader:
         """This epoch's batches from batch ``first`` on (a resumed epoch skips those it did),
         their perturbation sets padded to ``pad_sets_to`` when given (``max_sets_per_batch``)."""
         if self.num_workers > 0:  # worker processes gather; the DataLoader pins in this process
-            plan = EpochPlan(self.dataset, self.sampler.positions(), self.batch_size, self.drop_last,
-                             pad_sets_to=pad_sets_to)
-            yield from DataLoader(plan, batch_size=None, sampler=range(first, len(plan)),
-                                  num_workers=self.num_workers, pin_memory=self.pin_memory, collate_fn=_keep_batch)
+            plan = EpochPlan(
+                self.dataset, self.sampler.positions(), self.batch_size, self.drop_last, pad_sets_to=pad_sets_to
+            )
+            yield from DataLoader(
+                plan,
+                batch_size=None,
+                sampler=range(first, len(plan)),
+                num_workers=self.num_workers,
+                pin_memory=self.pin_memory,
+                collate_fn=_keep_batch,
+            )
             return
-        plan = EpochPlan(self.dataset, self.sampler.positions(), self.batch_size, self.drop_last, self.pin_memory,
-                         pad_sets_to)
+        plan = EpochPlan(
+            self.dataset, self.sampler.positions(), self.batch_size, self.drop_last, self.pin_memory, pad_sets_to
+        )
         for i in range(first, len(plan)):
             yield plan[i]
 
@@ -255,10 +296,18 @@ class CellLoader:
         return min(self.batch_size, len(torch.unique(keys)))
 
 
-def build_loaders(table: CellTable, set2cells: dict[str, torch.Tensor], batch_size: int,
-                  test_batch_size: int, world_size: int = 1, rank: int = 0, seed: int = 0,
-                  resample_controls: bool = False, num_workers: int = 0,
-                  pin_memory: bool = False) -> dict[str, CellLoader]:
+def build_loaders(
+    table: CellTable,
+    set2cells: dict[str, torch.Tensor],
+    batch_size: int,
+    test_batch_size: int,
+    world_size: int = 1,
+    rank: int = 0,
+    seed: int = 0,
+    resample_controls: bool = False,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+) -> dict[str, CellLoader]:
     """Loaders keyed ``'{set}_loader'`` for every set in ``set2cells`` (train shuffled), plus
     ``'train_eval_loader'``: the training cells in evaluation order (sharded like val / test),
     for the per-epoch evaluation of the training set."""
@@ -270,15 +319,21 @@ def build_loaders(table: CellTable, set2cells: dict[str, torch.Tensor], batch_si
         dataset = PairedCellDataset(table, cells, partners, seed, resample_controls and name == "train")
         if name == "train":
             if len(cells) < batch_size * world_size:
-                raise ValueError(f"the train set has {len(cells)} cells, fewer than one batch of "
-                                 f"{batch_size} per rank x {world_size} ranks; lower batch_size")
+                raise ValueError(
+                    f"the train set has {len(cells)} cells, fewer than one batch of "
+                    f"{batch_size} per rank x {world_size} ranks; lower batch_size"
+                )
             sampler = ShuffledShardSampler(len(cells), world_size, rank, seed)
             loaders[f"{name}_loader"] = CellLoader(dataset, batch_size, sampler, True, num_workers, pin_memory)
             loaders["train_eval_loader"] = CellLoader(
-                PairedCellDataset(table, cells, partners, seed), test_batch_size,
-                ContiguousShardSampler(len(cells), world_size, rank), False, num_workers, pin_memory)
+                PairedCellDataset(table, cells, partners, seed),
+                test_batch_size,
+                ContiguousShardSampler(len(cells), world_size, rank),
+                False,
+                num_workers,
+                pin_memory,
+            )
         else:
             sampler = ContiguousShardSampler(len(cells), world_size, rank)
-            loaders[f"{name}_loader"] = CellLoader(dataset, test_batch_size, sampler, False, num_workers,
-                                                   pin_memory)
+            loaders[f"{name}_loader"] = CellLoader(dataset, test_batch_size, sampler, False, num_workers, pin_memory)
     return loaders

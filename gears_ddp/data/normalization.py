@@ -13,6 +13,7 @@ cell's scale does not depend on which genes were kept. scanpy is imported inside
 functions only: it takes seconds to import, and the processes that train (every DDP rank)
 read processed data and never need it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,12 +41,18 @@ def option_problems(normalize: bool, n_top_genes) -> list[Problem]:
     """The problems of the normalisation options: ``n_top_genes`` must be a positive whole
     number, and chooses genes on counts, so needs ``normalize``."""
     problems = []
-    if n_top_genes is not None and (isinstance(n_top_genes, bool) or not isinstance(n_top_genes, (int, np.integer))
-                                    or n_top_genes < 1):
+    if n_top_genes is not None and (
+        isinstance(n_top_genes, bool) or not isinstance(n_top_genes, (int, np.integer)) or n_top_genes < 1
+    ):
         problems.append(Problem("options", f"n_top_genes must be a positive whole number, got {n_top_genes!r}"))
     if n_top_genes is not None and not normalize:
-        problems.append(Problem("options", "n_top_genes chooses genes on the raw counts: give the screen's counts "
-                                           "with normalize=True (gears-ddp process --normalize)"))
+        problems.append(
+            Problem(
+                "options",
+                "n_top_genes chooses genes on the raw counts: give the screen's counts "
+                "with normalize=True (gears-ddp process --normalize)",
+            )
+        )
     return problems
 
 
@@ -54,15 +61,29 @@ def counts_problems(check: ExpressionCheck, source: str) -> list[Problem]:
     them; values that are not whole numbers (normalised already?) are a warning."""
     problems = []
     if check.non_finite:
-        problems.append(Problem("expression", f"{source} has {check.non_finite} non-finite values (NaN or inf); raw "
-                                              "counts are finite"))
+        problems.append(
+            Problem(
+                "expression", f"{source} has {check.non_finite} non-finite values (NaN or inf); raw counts are finite"
+            )
+        )
     if check.negative:
-        problems.append(Problem("expression", f"{source} has {check.negative} negative values (min "
-                                              f"{check.minimum:.4g}); raw counts are never negative: normalisation "
-                                              "needs the screen's raw counts"))
+        problems.append(
+            Problem(
+                "expression",
+                f"{source} has {check.negative} negative values (min "
+                f"{check.minimum:.4g}); raw counts are never negative: normalisation "
+                "needs the screen's raw counts",
+            )
+        )
     if not check.whole:
-        problems.append(Problem("expression", f"{source} holds values that are not whole numbers: if it is normalised "
-                                              "already, process it without normalisation", stops=False))
+        problems.append(
+            Problem(
+                "expression",
+                f"{source} holds values that are not whole numbers: if it is normalised "
+                "already, process it without normalisation",
+                stops=False,
+            )
+        )
     return problems
 
 
@@ -74,8 +95,9 @@ def finish_counts_check(check: ExpressionCheck, source: str) -> None:
         logger.warning("%s", problem)
 
 
-def normalized_annotations(adata, n_top_genes: int | None, perturbed_genes,
-                           source: str = "the AnnData") -> tuple[anndata.AnnData, np.ndarray | None]:
+def normalized_annotations(
+    adata, n_top_genes: int | None, perturbed_genes, source: str = "the AnnData"
+) -> tuple[anndata.AnnData, np.ndarray | None]:
     """The annotations of the raw-count screen ``adata`` normalised (an AnnData without
     ``X``: its ``obs``, ``var``, ``uns``, ``obsm`` and ``varm``, and ``uns['log1p']`` as scanpy
     adds it), and which of its genes that
@@ -93,9 +115,15 @@ def normalized_annotations(adata, n_top_genes: int | None, perturbed_genes,
             var[column] = chosen[column].to_numpy()
         uns["hvg"] = {"flavor": HVG_FLAVOR}
         keep = chosen["highly_variable"].to_numpy() | var["gene_name"].astype(str).isin(set(perturbed_genes)).to_numpy()
-        logger.info("%s: %d highly variable genes (%s, on the counts) and %d perturbed genes outside them: %d of "
-                    "%d genes kept", source, n_top_genes, HVG_FLAVOR, int(np.count_nonzero(keep)) - n_top_genes,
-                    int(np.count_nonzero(keep)), adata.n_vars)
+        logger.info(
+            "%s: %d highly variable genes (%s, on the counts) and %d perturbed genes outside them: %d of %d genes kept",
+            source,
+            n_top_genes,
+            HVG_FLAVOR,
+            int(np.count_nonzero(keep)) - n_top_genes,
+            int(np.count_nonzero(keep)),
+            adata.n_vars,
+        )
     if keep is not None:  # as anndata subsets genes: the categories no kept gene has go
         var = var[keep]
         for column in var.columns:
@@ -110,8 +138,9 @@ def normalized_dtype(counts) -> np.dtype:
     return counts.dtype if np.issubdtype(counts.dtype, np.floating) else np.dtype(np.float32)
 
 
-def normalized_blocks(counts, genes: np.ndarray | None = None, source: str = "the AnnData",
-                      check_counts: bool = True) -> Iterator[tuple[int, sp.csr_matrix]]:
+def normalized_blocks(
+    counts, genes: np.ndarray | None = None, source: str = "the AnnData", check_counts: bool = True
+) -> Iterator[tuple[int, sp.csr_matrix]]:
     """``(first cell, block)`` for consecutive blocks of cells of the raw ``counts`` (cells x
     genes, in memory or backed), normalised as ``sc.pp.normalize_total(target_sum=1e4)``
     then ``sc.pp.log1p`` normalise them, cut to the ``genes`` (a mask; None: all), as CSR of

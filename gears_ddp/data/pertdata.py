@@ -11,6 +11,7 @@ shares through the page cache, whatever started it, and which may be larger than
 ``torch.multiprocessing`` does when it starts workers) passes it through shared memory.
 ``adata.X`` views the same values either way.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,8 +23,16 @@ import numpy as np
 import pandas as pd
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data import (dataset_cells, download, graph_cache, io, processed_dataset, raw_screens, screen_check,
-                            split_cache)
+from gears_ddp.data import (
+    dataset_cells,
+    download,
+    graph_cache,
+    io,
+    processed_dataset,
+    raw_screens,
+    screen_check,
+    split_cache,
+)
 from gears_ddp.data.cells import CellTable
 from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.data.expression_map import DTYPES
@@ -57,8 +66,14 @@ class PertData:
         statistics are computed in float32 / float64 either way).
     """
 
-    def __init__(self, data_path, gene_set_path=None, default_pert_graph: bool = True,
-                 expression_storage: str = "mapped", expression_dtype: str = "float32"):
+    def __init__(
+        self,
+        data_path,
+        gene_set_path=None,
+        default_pert_graph: bool = True,
+        expression_storage: str = "mapped",
+        expression_dtype: str = "float32",
+    ):
         if expression_storage not in STORAGES:
             raise ValueError(f"expression_storage must be one of {STORAGES}, got {expression_storage!r}")
         if expression_dtype not in DTYPES:
@@ -66,8 +81,9 @@ class PertData:
         self.expression_storage, self.expression_dtype = expression_storage, expression_dtype
         self.data_path = str(data_path)
         if Path(self.data_path).exists() and not Path(self.data_path).is_dir():
-            raise ValueError(f"data_path {self.data_path} is a file; PertData needs a folder (for the GO files and "
-                             "the datasets)")
+            raise ValueError(
+                f"data_path {self.data_path} is a file; PertData needs a folder (for the GO files and the datasets)"
+            )
         self.gene_set_path = gene_set_path
         self.default_pert_graph = default_pert_graph and gene_set_path is None
         self.dataset_name: str | None = None
@@ -98,8 +114,7 @@ class PertData:
             self._gene2go = io.read_pickle(path, "gene -> GO terms mapping")
         return self._gene2go
 
-    def load(self, data_name: str | None = None, data_path: str | None = None, archive=None,
-             go_archive=None) -> None:
+    def load(self, data_name: str | None = None, data_path: str | None = None, archive=None, go_archive=None) -> None:
         """Load a dataset: one of the paper's by ``data_name`` (downloaded into ``data_path``
         of the constructor if absent), or a local folder holding ``perturb_processed.h5ad``.
 
@@ -112,12 +127,22 @@ class PertData:
         with processed_dataset.opened_dataset(folder, check_values=self.expression_storage == "memory") as parts:
             self._use_dataset(parts, folder, self._cells_in_vocabulary(parts, folder.name))
 
-    def new_data_process(self, dataset_name: str, adata: anndata.AnnData | None = None,
-                         skip_calc_de: bool = False, overwrite: bool = False, *,
-                         perturbation_column: str | None = None, control_label: str | None = None,
-                         combination_separator: str | None = None, normalize: bool = False,
-                         n_top_genes: int | None = None, drop_unannotated: bool = True,
-                         go_annotation: dict | None = None, go_annotation_origin: str = "go_annotation") -> None:
+    def new_data_process(
+        self,
+        dataset_name: str,
+        adata: anndata.AnnData | None = None,
+        skip_calc_de: bool = False,
+        overwrite: bool = False,
+        *,
+        perturbation_column: str | None = None,
+        control_label: str | None = None,
+        combination_separator: str | None = None,
+        normalize: bool = False,
+        n_top_genes: int | None = None,
+        drop_unannotated: bool = True,
+        go_annotation: dict | None = None,
+        go_annotation_origin: str = "go_annotation",
+    ) -> None:
         """Process a screen into ``data_path/<dataset_name>/perturb_processed.h5ad`` and load it.
 
         The published GEARS takes ``obs['condition']`` (``'ctrl'``, ``'A+ctrl'``, ``'A+B'``),
@@ -149,34 +174,62 @@ class PertData:
         if adata is None:
             raise ValueError("new_data_process needs the raw AnnData as `adata`")
         folder = processed_dataset.folder_to_process(self.data_path, dataset_name, overwrite)
-        screen = {"perturbation_column": perturbation_column, "control_label": control_label,
-                  "combination_separator": combination_separator, "normalize": normalize, "n_top_genes": n_top_genes,
-                  "drop_unannotated": drop_unannotated, "skip_calc_de": skip_calc_de, "splits": [],
-                  "go_annotation": go_annotation, "go_annotation_origin": go_annotation_origin}
+        screen = {
+            "perturbation_column": perturbation_column,
+            "control_label": control_label,
+            "combination_separator": combination_separator,
+            "normalize": normalize,
+            "n_top_genes": n_top_genes,
+            "drop_unannotated": drop_unannotated,
+            "skip_calc_de": skip_calc_de,
+            "splits": [],
+            "go_annotation": go_annotation,
+            "go_annotation_origin": go_annotation_origin,
+        }
         if not self.check_screen(adata, dataset_name, read_expression=False, **screen).would_train:
             self.check_screen(adata, dataset_name, **screen).refuse()  # the expression's problems named too
         source = screen_check.screen_source(dataset_name)
-        raw_screens.add_gears_columns(adata, dataset_name, perturbation_column, control_label,
-                                      combination_separator, source)
+        raw_screens.add_gears_columns(
+            adata, dataset_name, perturbation_column, control_label, combination_separator, source
+        )
         if go_annotation is None:
             self.ensure_go_inputs()  # every GO file there, or all the missing ones named, before any work
-        cells_to_keep = functools.partial(self._cells_in_vocabulary, name=dataset_name,
-                                          drop_unannotated=drop_unannotated, go_annotation=go_annotation)
-        with processed_dataset.processed_dataset(adata, folder, normalize=normalize, n_top_genes=n_top_genes,
-                                                 de=not skip_calc_de, go_annotation=go_annotation,
-                                                 data_path=self.data_path, cells_to_keep=cells_to_keep,
-                                                 source=source) as (data, annotations, keep):
+        cells_to_keep = functools.partial(
+            self._cells_in_vocabulary, name=dataset_name, drop_unannotated=drop_unannotated, go_annotation=go_annotation
+        )
+        with processed_dataset.processed_dataset(
+            adata,
+            folder,
+            normalize=normalize,
+            n_top_genes=n_top_genes,
+            de=not skip_calc_de,
+            go_annotation=go_annotation,
+            data_path=self.data_path,
+            cells_to_keep=cells_to_keep,
+            source=source,
+        ) as (data, annotations, keep):
             if go_annotation is not None:
                 self._gene2go = go_annotation  # what the GO files just written hold
             self._use_dataset(data, folder, keep)
         self._adata = dataset_cells.anndata_view(self.cells.expression, annotations.obs, keep, self.var, self.uns)
 
-    def check_screen(self, adata: anndata.AnnData, dataset_name: str = "screen", *,
-                     perturbation_column: str | None = None, control_label: str | None = None,
-                     combination_separator: str | None = None, normalize: bool = False,
-                     n_top_genes: int | None = None, drop_unannotated: bool = True, skip_calc_de: bool = False,
-                     go_annotation: dict | None = None, go_annotation_origin: str = "go_annotation",
-                     splits: list[dict] | None = None, read_expression: bool = True) -> ScreenReport:
+    def check_screen(
+        self,
+        adata: anndata.AnnData,
+        dataset_name: str = "screen",
+        *,
+        perturbation_column: str | None = None,
+        control_label: str | None = None,
+        combination_separator: str | None = None,
+        normalize: bool = False,
+        n_top_genes: int | None = None,
+        drop_unannotated: bool = True,
+        skip_calc_de: bool = False,
+        go_annotation: dict | None = None,
+        go_annotation_origin: str = "go_annotation",
+        splits: list[dict] | None = None,
+        read_expression: bool = True,
+    ) -> ScreenReport:
         """Check a screen whole, as ``new_data_process(dataset_name, adata, ...)`` with the same
         options would take it and as ``prepare_split`` would split it with each of ``splits``
         (dicts of its options; None: its defaults, the simulation split with seed 1), and
@@ -191,12 +244,19 @@ class PertData:
         out the one check that reads every cell's expression. A processed dataset is checked
         as one: its ``perturb_processed.h5ad`` read backed, with ``skip_calc_de=True``."""
         return screen_check.check_screen(
-            adata, dataset_name, perturbation_column=perturbation_column, control_label=control_label,
-            combination_separator=combination_separator, normalize=normalize, n_top_genes=n_top_genes,
-            de=not skip_calc_de, drop_unannotated=drop_unannotated,
+            adata,
+            dataset_name,
+            perturbation_column=perturbation_column,
+            control_label=control_label,
+            combination_separator=combination_separator,
+            normalize=normalize,
+            n_top_genes=n_top_genes,
+            de=not skip_calc_de,
+            drop_unannotated=drop_unannotated,
             vocabulary=lambda annotations: self._go_vocabulary(annotations, go_annotation, go_annotation_origin),
             splits=[_split_request(options) for options in ([{}] if splits is None else splits)],
-            read_expression=read_expression)
+            read_expression=read_expression,
+        )
 
     @property
     def _vocabulary_source(self) -> VocabularySource:
@@ -214,8 +274,9 @@ class PertData:
         or downloaded, if absent), or fail at once naming all that are missing."""
         download.ensure_go_files(self._vocabulary_source.go_files(), self.data_path, archive)
 
-    def _cells_in_vocabulary(self, adata: anndata.AnnData, name: str, drop_unannotated: bool = True,
-                             go_annotation: dict | None = None) -> np.ndarray:
+    def _cells_in_vocabulary(
+        self, adata: anndata.AnnData, name: str, drop_unannotated: bool = True, go_annotation: dict | None = None
+    ) -> np.ndarray:
         """Set the perturbation vocabulary, of the data folder's GO files or of those
         ``go_annotation`` will make; returns which cells it can represent. The others'
         conditions are dropped with a warning naming them, or (``drop_unannotated=False``)
@@ -233,15 +294,21 @@ class PertData:
         self.dataset_name = folder.name
         self.dataset_path = str(folder)
         self.var, self.uns = data.var.copy(), dict(data.uns)
-        self.cells = dataset_cells.cell_table(data, keep, self.node_map_pert, folder, self.expression_storage,
-                                              self.expression_dtype)
+        self.cells = dataset_cells.cell_table(
+            data, keep, self.node_map_pert, folder, self.expression_storage, self.expression_dtype
+        )
         self._adata = None  # built from the h5ad when first asked for (the cells' names cost memory)
         self.gene_names = self.var["gene_name"]
         self.node_map = {g: i for i, g in enumerate(self.gene_names)}
         self.split = self.set2conditions = self.subgroup = self.dataloader = None
-        logger.info("dataset %s: %d cells, %d genes, %d conditions, perturbation vocabulary of %d genes",
-                    self.dataset_name, self.cells.n_cells, len(self.var), len(self.cells.conditions),
-                    len(self.pert_names))
+        logger.info(
+            "dataset %s: %d cells, %d genes, %d conditions, perturbation vocabulary of %d genes",
+            self.dataset_name,
+            self.cells.n_cells,
+            len(self.var),
+            len(self.cells.conditions),
+            len(self.pert_names),
+        )
 
     @property
     def adata(self) -> anndata.AnnData | None:
@@ -264,10 +331,18 @@ class PertData:
         return [self.node_map_pert[g] for g in condition_genes(condition)]
 
     # ------------------------------------------------------------------ splits
-    def prepare_split(self, split: str = "simulation", seed: int = 1, train_gene_set_size: float = 0.75,
-                      combo_seen2_train_frac: float = 0.75, combo_single_split_test_set_fraction: float = 0.1,
-                      test_perts=None, only_test_set_perts: bool = False, test_pert_genes=None,
-                      split_dict_path=None) -> None:
+    def prepare_split(
+        self,
+        split: str = "simulation",
+        seed: int = 1,
+        train_gene_set_size: float = 0.75,
+        combo_seen2_train_frac: float = 0.75,
+        combo_single_split_test_set_fraction: float = 0.1,
+        test_perts=None,
+        only_test_set_perts: bool = False,
+        test_pert_genes=None,
+        split_dict_path=None,
+    ) -> None:
         """Split conditions into train / val / test (sets ``set2conditions`` and ``subgroup``).
 
         Same parameters and results as the published GEARS; splits are cached in
@@ -284,15 +359,31 @@ class PertData:
         """
         self._require_data()
         result = split_cache.prepared_split(
-            self.cells.conditions, self.dataset_path, self.dataset_name, split, seed, train_gene_set_size,
-            combo_seen2_train_frac, combo_single_split_test_set_fraction, test_perts, only_test_set_perts,
-            test_pert_genes, split_dict_path)
+            self.cells.conditions,
+            self.dataset_path,
+            self.dataset_name,
+            split,
+            seed,
+            train_gene_set_size,
+            combo_seen2_train_frac,
+            combo_single_split_test_set_fraction,
+            test_perts,
+            only_test_set_perts,
+            test_pert_genes,
+            split_dict_path,
+        )
         self.split, self.seed, self.train_gene_set_size = split, seed, train_gene_set_size
         self.set2conditions, self.subgroup = result.set2conditions, result.subgroup
 
     # ------------------------------------------------------------------ loaders
-    def get_dataloader(self, batch_size: int, test_batch_size: int | None = None, seed: int = 0,
-                       resample_controls: bool = False, num_workers: int = 0) -> dict:
+    def get_dataloader(
+        self,
+        batch_size: int,
+        test_batch_size: int | None = None,
+        seed: int = 0,
+        resample_controls: bool = False,
+        num_workers: int = 0,
+    ) -> dict:
         """Loaders for one process: ``{'train_loader', 'val_loader', 'test_loader'}`` (the sets
         the split defines), also stored as ``self.dataloader``.
 
@@ -300,14 +391,27 @@ class PertData:
         ``resample_controls=True`` draws new control partners for training every epoch
         (call ``loader.set_epoch(epoch)``).
         """
-        return self.get_dataloader_distributed(batch_size, test_batch_size, world_size=1, rank=0,
-                                               num_workers=num_workers, seed=seed,
-                                               resample_controls=resample_controls)
+        return self.get_dataloader_distributed(
+            batch_size,
+            test_batch_size,
+            world_size=1,
+            rank=0,
+            num_workers=num_workers,
+            seed=seed,
+            resample_controls=resample_controls,
+        )
 
-    def get_dataloader_distributed(self, batch_size: int, test_batch_size: int | None = None,
-                                   world_size: int = 1, rank: int = 0, num_workers: int = 0,
-                                   pin_memory: bool = False, seed: int = 0,
-                                   resample_controls: bool = False) -> dict:
+    def get_dataloader_distributed(
+        self,
+        batch_size: int,
+        test_batch_size: int | None = None,
+        world_size: int = 1,
+        rank: int = 0,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        resample_controls: bool = False,
+    ) -> dict:
         """Loaders for rank ``rank`` of ``world_size``: train shuffled as ``DistributedSampler``
         shuffles (``drop_last``; call ``set_epoch``), val/test as contiguous shards that cover
         every cell exactly once across ranks.
@@ -315,24 +419,57 @@ class PertData:
         ``num_workers`` defaults to 0 because a batch is one in-memory gather; worker
         processes would only add copies between processes.
         """
-        check_loader_options({"batch_size": batch_size, "test_batch_size": test_batch_size, "seed": seed,
-                              "num_workers": num_workers, "resample_controls": resample_controls})
-        return self.use_loaders(batch_size, test_batch_size, world_size, rank, num_workers, pin_memory, seed,
-                                resample_controls)
+        check_loader_options(
+            {
+                "batch_size": batch_size,
+                "test_batch_size": test_batch_size,
+                "seed": seed,
+                "num_workers": num_workers,
+                "resample_controls": resample_controls,
+            }
+        )
+        return self.use_loaders(
+            batch_size, test_batch_size, world_size, rank, num_workers, pin_memory, seed, resample_controls
+        )
 
-    def use_loaders(self, batch_size: int, test_batch_size: int | None = None, world_size: int = 1, rank: int = 0,
-                    num_workers: int = 0, pin_memory: bool = False, seed: int = 0,
-                    resample_controls: bool = False) -> dict:
+    def use_loaders(
+        self,
+        batch_size: int,
+        test_batch_size: int | None = None,
+        world_size: int = 1,
+        rank: int = 0,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        resample_controls: bool = False,
+    ) -> dict:
         """``get_dataloader_distributed`` of options checked where they came in (a training
         run's: ``TrainingOptions``), so not again."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before asking for loaders or graphs")
         set2cells = cells_of_sets(self.cells, self.set2conditions, self.split)
-        self.dataloader = build_loaders(self.cells, set2cells, batch_size, test_batch_size or batch_size,
-                                        world_size, rank, seed, resample_controls, num_workers, pin_memory)
-        self.loader_options = {"batch_size": batch_size, "test_batch_size": test_batch_size, "world_size": world_size,
-                               "rank": rank, "num_workers": num_workers, "pin_memory": pin_memory, "seed": seed,
-                               "resample_controls": resample_controls}
+        self.dataloader = build_loaders(
+            self.cells,
+            set2cells,
+            batch_size,
+            test_batch_size or batch_size,
+            world_size,
+            rank,
+            seed,
+            resample_controls,
+            num_workers,
+            pin_memory,
+        )
+        self.loader_options = {
+            "batch_size": batch_size,
+            "test_batch_size": test_batch_size,
+            "world_size": world_size,
+            "rank": rank,
+            "num_workers": num_workers,
+            "pin_memory": pin_memory,
+            "seed": seed,
+            "resample_controls": resample_controls,
+        }
         return self.dataloader
 
     # ------------------------------------------------------------------ graphs
@@ -346,9 +483,18 @@ class PertData:
         cache built from other ones is built again; one without them is used on its name."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before building the co-expression graph")
-        return graph_cache.coexpression_graph(self.cells, self.gene_names.to_numpy(), self.node_map,
-                                              self.set2conditions["train"], self.dataset_path, self.split,
-                                              self.seed, self.train_gene_set_size, threshold, k)
+        return graph_cache.coexpression_graph(
+            self.cells,
+            self.gene_names.to_numpy(),
+            self.node_map,
+            self.set2conditions["train"],
+            self.dataset_path,
+            self.split,
+            self.seed,
+            self.train_gene_set_size,
+            threshold,
+            k,
+        )
 
     def go_graph(self, k: int = 20) -> GeneGraph:
         """GO-similarity graph over the perturbation vocabulary (top ``k + 1`` sources per gene).
@@ -360,10 +506,12 @@ class PertData:
         not the whole edge list again."""
         self._require_data()
         if self.default_pert_graph:
-            return graph_cache.default_go_graph(self.data_path, self.dataset_path, self.pert_names,
-                                                self.node_map_pert, k)
-        return graph_cache.dataset_go_graph(lambda: self.gene2go, self.dataset_path, self.dataset_name,
-                                            self.pert_names, self.node_map_pert, k)
+            return graph_cache.default_go_graph(
+                self.data_path, self.dataset_path, self.pert_names, self.node_map_pert, k
+            )
+        return graph_cache.dataset_go_graph(
+            lambda: self.gene2go, self.dataset_path, self.dataset_name, self.pert_names, self.node_map_pert, k
+        )
 
     # ------------------------------------------------------------------ sharing
     def _require_data(self) -> None:
@@ -388,8 +536,11 @@ class PertData:
 
 
 SPLIT_OPTIONS = tuple(name for name in inspect.signature(PertData.prepare_split).parameters if name != "self")
-SPLIT_DEFAULTS = {name: parameter.default for name, parameter in
-                  inspect.signature(PertData.prepare_split).parameters.items() if name in SPLIT_OPTIONS}
+SPLIT_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(PertData.prepare_split).parameters.items()
+    if name in SPLIT_OPTIONS
+}
 
 
 def _split_request(options: dict) -> dict:
@@ -399,5 +550,8 @@ def _split_request(options: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown split option(s) {unknown}; prepare_split's options: {', '.join(SPLIT_OPTIONS)}")
     request = {**SPLIT_DEFAULTS, **options}
-    return {**request, "test_perts": split_cache.names_given(request["test_perts"]),
-            "test_pert_genes": split_cache.names_given(request["test_pert_genes"])}
+    return {
+        **request,
+        "test_perts": split_cache.names_given(request["test_perts"]),
+        "test_pert_genes": split_cache.names_given(request["test_pert_genes"]),
+    }

@@ -8,6 +8,7 @@ many batches of an epoch at once (``epoch_perturbation_sets``, used by ``loaders
 for a window of batches at a time), and they reach the device with each batch's other
 tensors.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -86,8 +87,17 @@ class PerturbationSets:
     padded: bool = False
 
     @classmethod
-    def pack(cls, sets, counts, first_cell, first_perturbed_cell, cell_set, cells_by_set, n_unperturbed: int,
-             unperturbed_cells: int) -> "PerturbationSets":
+    def pack(
+        cls,
+        sets,
+        counts,
+        first_cell,
+        first_perturbed_cell,
+        cell_set,
+        cells_by_set,
+        n_unperturbed: int,
+        unperturbed_cells: int,
+    ) -> "PerturbationSets":
         """The sets of the given tensors (see the class docstring), packed into one."""
         packed = torch.cat((sets.reshape(-1), counts, first_cell, first_perturbed_cell, cell_set, cells_by_set))
         return cls(packed, sets.shape[0], sets.shape[1], cell_set.shape[0], n_unperturbed, unperturbed_cells)
@@ -101,8 +111,16 @@ class PerturbationSets:
         cells_by_set = torch.repeat_interleave(torch.arange(len(sets), device=sets.device), counts)
         first_cell = torch.cumsum(counts, 0) - counts
         unperturbed_cells = int(counts[0]) if n_unperturbed else 0
-        return cls.pack(sets, counts, first_cell, first_cell[n_unperturbed:] - unperturbed_cells, cell_set,
-                        cells_by_set, n_unperturbed, unperturbed_cells)
+        return cls.pack(
+            sets,
+            counts,
+            first_cell,
+            first_cell[n_unperturbed:] - unperturbed_cells,
+            cell_set,
+            cells_by_set,
+            n_unperturbed,
+            unperturbed_cells,
+        )
 
     @classmethod
     def each_once(cls, sets: torch.Tensor) -> "PerturbationSets":
@@ -112,7 +130,7 @@ class PerturbationSets:
         return cls.pack(sets, torch.ones_like(each), each, each, each, each, 0, 0)
 
     def _part(self, start: int, length: int) -> torch.Tensor:
-        return self.packed[start:start + length]
+        return self.packed[start : start + length]
 
     @property
     def sets(self) -> torch.Tensor:
@@ -152,8 +170,9 @@ class PerturbationSets:
         return dataclasses.replace(self, packed=fn(self.packed))
 
 
-def epoch_perturbation_sets(pert_idx: torch.Tensor, n_perts: int, batch_size: int,
-                            pad_to: int | None = None) -> list[PerturbationSets]:
+def epoch_perturbation_sets(
+    pert_idx: torch.Tensor, n_perts: int, batch_size: int, pad_to: int | None = None
+) -> list[PerturbationSets]:
     """The ``PerturbationSets`` of every batch of an epoch, found at once: item ``i`` equals
     ``PerturbationSets.of`` of batch ``i``'s ``pert_idx``. With ``pad_to``, every batch's sets
     are ``padded``: followed by sets of no cell (no gene, -1; count 0; first cells 0) up to
@@ -206,19 +225,29 @@ def epoch_perturbation_sets(pert_idx: torch.Tensor, n_perts: int, batch_size: in
     packed.index_copy_(0, at, first_cell)
     at += n_slots - dropped.index_select(0, set_batch)
     if pad_to is None:
-        packed.index_copy_(0, torch.where(key == 0, len(packed) - 1, at),
-                           first_cell - unperturbed_cells.index_select(0, set_batch))
+        packed.index_copy_(
+            0, torch.where(key == 0, len(packed) - 1, at), first_cell - unperturbed_cells.index_select(0, set_batch)
+        )
     else:  # the perturbed-cells tensors of padded sets are those of all sets
         packed.index_copy_(0, at, first_cell)
     at = (end - 2 * cells_per_batch).index_select(0, cell_batch) + torch.arange(n_cells) - cell_batch * batch_size
     packed.index_copy_(0, at, inverse - first_set.index_select(0, cell_batch))
-    packed.index_copy_(0, at + cells_per_batch.index_select(0, cell_batch),
-                       torch.repeat_interleave(set_in_batch, counts))
+    packed.index_copy_(
+        0, at + cells_per_batch.index_select(0, cell_batch), torch.repeat_interleave(set_in_batch, counts)
+    )
     # padded sets' host integers do not depend on the batch: no unperturbed set is set apart
     apart = (n_unperturbed, unperturbed_cells) if pad_to is None else (dropped, dropped)
-    return [PerturbationSets(*fields, padded=pad_to is not None) for fields in zip(
-        packed[:-1].split(lengths.tolist()), slots.tolist(), [n_columns] * n_batches,
-        cells_per_batch.tolist(), apart[0].tolist(), apart[1].tolist())]
+    return [
+        PerturbationSets(*fields, padded=pad_to is not None)
+        for fields in zip(
+            packed[:-1].split(lengths.tolist()),
+            slots.tolist(),
+            [n_columns] * n_batches,
+            cells_per_batch.tolist(),
+            apart[0].tolist(),
+            apart[1].tolist(),
+        )
+    ]
 
 
 def _check_padding(n_sets: int, sets_per_batch: torch.Tensor, cells_per_batch: torch.Tensor) -> None:
@@ -227,6 +256,8 @@ def _check_padding(n_sets: int, sets_per_batch: torch.Tensor, cells_per_batch: t
     too_few = torch.nonzero((sets_per_batch > n_sets) | (cells_per_batch < n_sets)).flatten()
     if len(too_few):
         batch = int(too_few[0])
-        raise ValueError(f"a batch of {int(cells_per_batch[batch])} cells with {int(sets_per_batch[batch])} distinct "
-                         f"perturbation sets cannot be padded to {n_sets} sets: from its own number up to one per "
-                         "cell")
+        raise ValueError(
+            f"a batch of {int(cells_per_batch[batch])} cells with {int(sets_per_batch[batch])} distinct "
+            f"perturbation sets cannot be padded to {n_sets} sets: from its own number up to one per "
+            "cell"
+        )

@@ -2,6 +2,7 @@
 a processed folder), prepare its split and build (cache) the gene graphs the model will ask
 for, so that the ranks that then read it find everything built.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,9 @@ def load_dataset(pert_data_path, dataset_name: str, **pert_data_options) -> Pert
     return pert_data
 
 
-def prepare_data(pert_data_path, dataset_name: str, split_options: dict, model_options: dict,
-                 **pert_data_options) -> PertData:
+def prepare_data(
+    pert_data_path, dataset_name: str, split_options: dict, model_options: dict, **pert_data_options
+) -> PertData:
     """Load the data, prepare the split (``PertData.prepare_split``'s ``split_options``) and
     build (cache) the graphs that ``model_initialize`` with ``model_options`` will ask for,
     once, for all workers.
@@ -37,8 +39,9 @@ def prepare_data(pert_data_path, dataset_name: str, split_options: dict, model_o
     with file_lock(dataset.parent / f".{dataset.name}.prepare.lock"):
         pert_data = load_dataset(pert_data_path, dataset_name, **pert_data_options)
         pert_data.prepare_split(**split_options)
-        pert_data.coexpression_graph(model_options["coexpress_threshold"],
-                                     model_options["num_similar_genes_co_express_graph"])
+        pert_data.coexpression_graph(
+            model_options["coexpress_threshold"], model_options["num_similar_genes_co_express_graph"]
+        )
         pert_data.go_graph(model_options["num_similar_genes_go_graph"])
     pert_data.cells.identity()  # values in memory are hashed here, once, not in every spawned worker
     return pert_data

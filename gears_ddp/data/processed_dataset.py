@@ -9,6 +9,7 @@ counts, or taken as it is), checked, summed for the DE genes and written, with t
 of an annotation when one is given, all renamed into place together or none; then the
 split and graph caches of earlier data are removed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,9 +36,11 @@ def dataset_folder(data_name: str | None, data_path, root, archive=None) -> Path
         return download.ensure_dataset(data_name, root, archive)
     if data_path is not None and Path(data_path).is_dir():
         return Path(data_path)
-    raise ValueError(f"nothing to load: data_name must be one of {sorted(download.DATASET_FILE_IDS)} "
-                     f"(got {data_name!r}) or come with an archive, or data_path must be an existing "
-                     f"folder (got {data_path!r})")
+    raise ValueError(
+        f"nothing to load: data_name must be one of {sorted(download.DATASET_FILE_IDS)} "
+        f"(got {data_name!r}) or come with an archive, or data_path must be an existing "
+        f"folder (got {data_path!r})"
+    )
 
 
 @contextlib.contextmanager
@@ -60,15 +63,26 @@ def folder_to_process(data_path, dataset_name: str, overwrite: bool) -> Path:
     folder = Path(data_path) / dataset_name.lower()
     target = folder / io.PROCESSED_FILE
     if target.exists() and not overwrite:
-        raise FileExistsError(f"{target} already exists; load it with PertData.load(data_path="
-                              f"'{folder}') or pass overwrite=True to replace it")
+        raise FileExistsError(
+            f"{target} already exists; load it with PertData.load(data_path="
+            f"'{folder}') or pass overwrite=True to replace it"
+        )
     return folder
 
 
 @contextlib.contextmanager
-def processed_dataset(adata: anndata.AnnData, folder: Path, *, normalize: bool, n_top_genes: int | None, de: bool,
-                      go_annotation: dict | None, data_path, cells_to_keep: Callable[[anndata.AnnData], np.ndarray],
-                      source: str) -> Iterator[tuple[object, anndata.AnnData, np.ndarray]]:
+def processed_dataset(
+    adata: anndata.AnnData,
+    folder: Path,
+    *,
+    normalize: bool,
+    n_top_genes: int | None,
+    de: bool,
+    go_annotation: dict | None,
+    data_path,
+    cells_to_keep: Callable[[anndata.AnnData], np.ndarray],
+    source: str,
+) -> Iterator[tuple[object, anndata.AnnData, np.ndarray]]:
     """Process the checked screen ``adata`` (GEARS's columns added) into ``folder``, and
     yield what to load: the processed data (``adata`` itself, or the parts of the file
     written from its normalised counts), its annotations, and which cells to keep
@@ -97,9 +111,14 @@ def processed_dataset(adata: anndata.AnnData, folder: Path, *, normalize: bool, 
         annotations, genes = normalization.normalized_annotations(adata, n_top_genes, perturbed, source)
         keep = cells_to_keep(adata)
         with _files_of_dataset(target, data_path, go_annotation) as processed_path:
-            write_normalized_dataset(annotations, processed_path, normalization.normalized_blocks(
-                adata.X, genes, source, check_counts=genes is None), normalization.normalized_dtype(adata.X), de,
-                source)
+            write_normalized_dataset(
+                annotations,
+                processed_path,
+                normalization.normalized_blocks(adata.X, genes, source, check_counts=genes is None),
+                normalization.normalized_dtype(adata.X),
+                de,
+                source,
+            )
         clear_stale_caches(annotations, folder)
         with io.h5ad_parts(target, PROCESSED_OBS_COLUMNS) as parts:
             yield parts, annotations, keep
@@ -124,8 +143,9 @@ def _files_of_dataset(target: Path, data_path, go_annotation: dict | None) -> It
         yield processed_path
 
 
-def read_processed_expression(adata: anndata.AnnData, de: bool = True,
-                              source: str = "the AnnData") -> processing.ExpressionReading:
+def read_processed_expression(
+    adata: anndata.AnnData, de: bool = True, source: str = "the AnnData"
+) -> processing.ExpressionReading:
     """Add the processed columns to the validated ``adata`` (``processing.validate_annotations``)
     and read its expression, a block of cells at a time: checked, and, with ``de``, summed for
     the DE ranking and the gene sets (``write_processed_dataset`` writes them)."""
@@ -142,8 +162,9 @@ def write_processed_dataset(adata: anndata.AnnData, path: Path, reading: process
     io.write_h5ad(adata, path)
 
 
-def write_normalized_dataset(annotations: anndata.AnnData, path: Path, blocks, dtype, de: bool = True,
-                             source: str = "the AnnData") -> None:
+def write_normalized_dataset(
+    annotations: anndata.AnnData, path: Path, blocks, dtype, de: bool = True, source: str = "the AnnData"
+) -> None:
     """Process and write the processed file ``path`` from a screen's ``annotations`` (an
     AnnData without ``X``, validated) and its expression, which ``blocks`` gives a block of
     cells at a time (``(first cell, CSR block)``: ``normalization.normalized_blocks``), as
@@ -167,9 +188,18 @@ def clear_stale_caches(adata: anndata.AnnData, folder: Path) -> None:
     """Delete the split and graph caches of an earlier version of the dataset just written
     to ``folder``."""
     splits = folder / "splits"
-    stale = list(splits.glob("*.pkl")) + list(splits.glob(f"*{cache_settings.SUFFIX}")) \
-        + list(folder.glob("*_co_expression_network*")) + list(folder.glob("go_essential_*.csv"))
+    stale = (
+        list(splits.glob("*.pkl"))
+        + list(splits.glob(f"*{cache_settings.SUFFIX}"))
+        + list(folder.glob("*_co_expression_network*"))
+        + list(folder.glob("go_essential_*.csv"))
+    )
     for path in stale:
         path.unlink()
-    logger.info("wrote %s (%d cells x %d genes)%s", folder / io.PROCESSED_FILE, adata.n_obs, adata.n_vars,
-                f"; removed {len(stale)} cached split/graph files of earlier data" if stale else "")
+    logger.info(
+        "wrote %s (%d cells x %d genes)%s",
+        folder / io.PROCESSED_FILE,
+        adata.n_obs,
+        adata.n_vars,
+        f"; removed {len(stale)} cached split/graph files of earlier data" if stale else "",
+    )

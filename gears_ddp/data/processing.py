@@ -13,6 +13,7 @@ non-zero values (``grouped.ConditionSums``), from which the DE ranking and the g
 follow, vectorised over genes. Nothing holds the matrix whole, so a screen larger than
 memory is processed from its backed file, or from blocks as normalisation writes them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,13 +42,18 @@ def missing_columns_problem(adata, source: str, obs_columns=REQUIRED_OBS, var_co
     missing += [f"var[{c!r}]" for c in var_columns if c not in adata.var.columns]
     if not missing:
         return None
-    own_column = (f"; or name the screen's own column of perturbations and its control label (perturbation_column "
-                  f"and control_label; gears-ddp process --perturbation-column, --control-label): its obs columns "
-                  f"are {listed(adata.obs.columns) or 'none'}" if "condition" in obs_columns
-                  and "condition" not in adata.obs.columns else "")
-    return Problem("columns", f"{source} lacks required column(s) {', '.join(missing)}; GEARS data needs "
-                              "obs['condition'] ('ctrl', 'A+ctrl', 'A+B'), obs['cell_type'] and var['gene_name']"
-                              + own_column)
+    own_column = (
+        f"; or name the screen's own column of perturbations and its control label (perturbation_column "
+        f"and control_label; gears-ddp process --perturbation-column, --control-label): its obs columns "
+        f"are {listed(adata.obs.columns) or 'none'}"
+        if "condition" in obs_columns and "condition" not in adata.obs.columns
+        else ""
+    )
+    return Problem(
+        "columns",
+        f"{source} lacks required column(s) {', '.join(missing)}; GEARS data needs "
+        "obs['condition'] ('ctrl', 'A+ctrl', 'A+B'), obs['cell_type'] and var['gene_name']" + own_column,
+    )
 
 
 def check_columns(adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQUIRED_VAR) -> None:
@@ -87,21 +93,42 @@ class ExpressionCheck:
         warning."""
         problems = []
         if self.non_finite:
-            problems.append(Problem("expression", f"{source} has {self.non_finite} non-finite expression values "
-                                                  "(NaN or inf); GEARS needs log-normalised, finite expression"))
+            problems.append(
+                Problem(
+                    "expression",
+                    f"{source} has {self.non_finite} non-finite expression values "
+                    "(NaN or inf); GEARS needs log-normalised, finite expression",
+                )
+            )
         if self.negative:
-            problems.append(Problem("expression", f"{source} has {self.negative} negative expression values (min "
-                                                  f"{self.minimum:.4g}); GEARS needs non-negative log-normalised "
-                                                  "expression (normalise_total + log1p)"))
+            problems.append(
+                Problem(
+                    "expression",
+                    f"{source} has {self.negative} negative expression values (min "
+                    f"{self.minimum:.4g}); GEARS needs non-negative log-normalised "
+                    "expression (normalise_total + log1p)",
+                )
+            )
         if self.raw_counts:
-            problems.append(Problem("expression", f"{source} holds raw counts (whole numbers up to {self.maximum:.0f}); "
-                                                  "GEARS needs log-normalised expression: process the screen with "
-                                                  "normalize=True (gears-ddp process --normalize), which normalises "
-                                                  "each cell to 1e4 counts and takes log1p"))
+            problems.append(
+                Problem(
+                    "expression",
+                    f"{source} holds raw counts (whole numbers up to {self.maximum:.0f}); "
+                    "GEARS needs log-normalised expression: process the screen with "
+                    "normalize=True (gears-ddp process --normalize), which normalises "
+                    "each cell to 1e4 counts and takes log1p",
+                )
+            )
         elif self.maximum > NOT_LOG_TRANSFORMED:
-            problems.append(Problem("expression", f"{source}: maximum expression {self.maximum:.1f} looks normalised but "
-                                                  "not log-transformed; GEARS expects log-normalised data "
-                                                  "(normalise_total to 1e4, then log1p)", stops=False))
+            problems.append(
+                Problem(
+                    "expression",
+                    f"{source}: maximum expression {self.maximum:.1f} looks normalised but "
+                    "not log-transformed; GEARS expects log-normalised data "
+                    "(normalise_total to 1e4, then log1p)",
+                    stops=False,
+                )
+            )
         return problems
 
     def finish(self, source: str) -> None:
@@ -128,23 +155,38 @@ def annotation_problems(adata, source: str = "the AnnData") -> list[Problem]:
         conditions = adata.obs["condition"].astype(object)
         problems.append(malformed_conditions_problem(conditions, f"{source} obs['condition']"))
         if not (conditions == CONTROL).any():
-            problems.append(Problem("control label", f"{source} has no control cells (obs['condition'] == 'ctrl'); "
-                                                     "GEARS pairs each perturbed cell with a control cell: label "
-                                                     "them 'ctrl', or name the screen's own column and control "
-                                                     "label (gears-ddp process --perturbation-column, "
-                                                     "--control-label)"))
+            problems.append(
+                Problem(
+                    "control label",
+                    f"{source} has no control cells (obs['condition'] == 'ctrl'); "
+                    "GEARS pairs each perturbed cell with a control cell: label "
+                    "them 'ctrl', or name the screen's own column and control "
+                    "label (gears-ddp process --perturbation-column, "
+                    "--control-label)",
+                )
+            )
     if "cell_type" in adata.obs.columns:
         cell_types = pd.unique(adata.obs["cell_type"].astype(object))
         if len(cell_types) != 1:
-            problems.append(Problem("cell type", f"{source} has {len(cell_types)} cell types {list(cell_types)[:10]}; "
-                                                 "GEARS models one cell type per dataset: subset the AnnData first"))
+            problems.append(
+                Problem(
+                    "cell type",
+                    f"{source} has {len(cell_types)} cell types {list(cell_types)[:10]}; "
+                    "GEARS models one cell type per dataset: subset the AnnData first",
+                )
+            )
     if "gene_name" in adata.var.columns:
         gene_names = adata.var["gene_name"].astype(str)
         duplicated = sorted(set(gene_names[gene_names.duplicated()]))
         if duplicated:
-            problems.append(Problem("duplicates", f"{source} var['gene_name'] repeats genes {duplicated[:10]}; gene "
-                                                  "names must be unique: keep one row per gene (drop or sum the "
-                                                  "repeats)"))
+            problems.append(
+                Problem(
+                    "duplicates",
+                    f"{source} var['gene_name'] repeats genes {duplicated[:10]}; gene "
+                    "names must be unique: keep one row per gene (drop or sum the "
+                    "repeats)",
+                )
+            )
     return [problem for problem in problems if problem is not None]
 
 
@@ -208,8 +250,7 @@ def add_condition_columns(adata) -> None:
     two_part = conditions.str.count(r"\+") == 1
     adata.obs["dose_val"] = np.where(two_part, "1+1", "1")
     adata.obs["control"] = np.where(two_part, 0, 1)
-    adata.obs["condition_name"] = (adata.obs["cell_type"].astype(str) + "_" + conditions + "_"
-                                   + adata.obs["dose_val"])
+    adata.obs["condition_name"] = adata.obs["cell_type"].astype(str) + "_" + conditions + "_" + adata.obs["dose_val"]
     adata.obs = adata.obs.astype("category")
 
 
@@ -223,11 +264,15 @@ def rank_de_genes(adata, reading: ExpressionReading) -> None:
     rows = reading.rows([condition_of[group] for group in groups])
     sums = reading.sums
     control = groups.index(str(names[(adata.obs["condition"] == CONTROL).to_numpy()].iloc[0]))
-    scores, _ = welch_t_test_of_sums(sums.counts[rows], sums.mean("sum")[rows], sums.mean("sum_squares")[rows],
-                                     groups, control)
+    scores, _ = welch_t_test_of_sums(
+        sums.counts[rows], sums.mean("sum")[rows], sums.mean("sum_squares")[rows], groups, control
+    )
     gene_ids = np.asarray(adata.var_names).astype(str)
-    adata.uns[RANK_KEY] = {group: gene_ids[order_by_magnitude(scores[code])].tolist()
-                           for code, group in enumerate(groups) if code != control}
+    adata.uns[RANK_KEY] = {
+        group: gene_ids[order_by_magnitude(scores[code])].tolist()
+        for code, group in enumerate(groups)
+        if code != control
+    }
 
 
 def top_de_positions(uns, var_names: pd.Index, condition_name: str) -> np.ndarray:
@@ -251,8 +296,9 @@ def add_dropout_gene_sets(adata, reading: ExpressionReading) -> None:
     gene_ids = np.asarray(adata.var_names)
     position_of = pd.Index(gene_ids)
 
-    sets = {key: {} for key in ("top_non_dropout_de_20", "non_dropout_gene_idx",
-                                "non_zeros_gene_idx", "top_non_zero_de_20")}
+    sets = {
+        key: {} for key in ("top_non_dropout_de_20", "non_dropout_gene_idx", "non_zeros_gene_idx", "top_non_zero_de_20")
+    }
     for name, ranked_ids in adata.uns[RANK_KEY].items():
         nonzero_mask = nonzero[row_of[name_to_condition[name]]]
         non_dropout_mask = nonzero_mask | control_zero

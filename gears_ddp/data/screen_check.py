@@ -11,6 +11,7 @@ expression holds and what normalisation will do with it, each split's sets) and 
 reads the same here as where processing would meet it. ``PertData.check_screen`` is the
 entry point: it knows the GO files; ``new_data_process`` runs it first.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -26,9 +27,17 @@ from gears_ddp.data.de_genes import small_groups_problem
 from gears_ddp.data.go_coverage import coverage_problems, go_coverage
 from gears_ddp.data.grouped import row_blocks
 from gears_ddp.data.screen_report import Problem, ScreenReport, listed
-from gears_ddp.data.splits import (ALL_SETS, SUBGROUP_NAMES, TOO_FEW_PERTURBATIONS, read_custom_split,
-                                   sets_of_split, sets_without_perturbations, split_conditions, split_option_problems,
-                                   split_set_problems)
+from gears_ddp.data.splits import (
+    ALL_SETS,
+    SUBGROUP_NAMES,
+    TOO_FEW_PERTURBATIONS,
+    read_custom_split,
+    sets_of_split,
+    sets_without_perturbations,
+    split_conditions,
+    split_option_problems,
+    split_set_problems,
+)
 
 FEW_CELLS = 10  # a condition of fewer cells has a mean (what training fits and metrics score) of little weight
 SEEDS_TRIED = 20  # split seeds tried for one that gives every set perturbations, when the one asked for does not
@@ -53,11 +62,21 @@ def screen_source(name: str) -> str:
     return f"AnnData for dataset {name!r}"
 
 
-def check_screen(adata, name: str = "screen", *, perturbation_column: str | None = None,
-                 control_label: str | None = None, combination_separator: str | None = None,
-                 normalize: bool = False, n_top_genes: int | None = None, de: bool = True,
-                 drop_unannotated: bool = True, vocabulary: Callable[[anndata.AnnData], GoVocabulary] | None = None,
-                 splits: Sequence[dict] = (), read_expression: bool = True) -> ScreenReport:
+def check_screen(
+    adata,
+    name: str = "screen",
+    *,
+    perturbation_column: str | None = None,
+    control_label: str | None = None,
+    combination_separator: str | None = None,
+    normalize: bool = False,
+    n_top_genes: int | None = None,
+    de: bool = True,
+    drop_unannotated: bool = True,
+    vocabulary: Callable[[anndata.AnnData], GoVocabulary] | None = None,
+    splits: Sequence[dict] = (),
+    read_expression: bool = True,
+) -> ScreenReport:
     """The ``ScreenReport`` of ``adata`` (in memory or backed) taken as
     ``new_data_process(name, adata, ...)`` takes it with the same options (``de``: not
     ``skip_calc_de``), and split with each of ``splits`` (``prepare_split``'s options, all
@@ -88,15 +107,17 @@ def check_screen(adata, name: str = "screen", *, perturbation_column: str | None
     return report
 
 
-def _gears_annotations(adata, name: str, perturbation_column, control_label, combination_separator,
-                       report: ScreenReport) -> anndata.AnnData | None:
+def _gears_annotations(
+    adata, name: str, perturbation_column, control_label, combination_separator, report: ScreenReport
+) -> anndata.AnnData | None:
     """The screen's annotations (no expression) with GEARS's columns written as processing
     writes them, only the cells whose condition is well formed, after their problems are
     reported; None when the conditions cannot be read (the problems say why)."""
     source = report.source
     annotations = anndata.AnnData(obs=adata.obs.copy(), var=adata.var.copy())
-    conditions, problems = raw_screens.gears_column_problems(annotations, perturbation_column, control_label,
-                                                             combination_separator, source)
+    conditions, problems = raw_screens.gears_column_problems(
+        annotations, perturbation_column, control_label, combination_separator, source
+    )
     report.add(problems)
     if perturbation_column is not None and conditions is None:
         return None
@@ -117,9 +138,12 @@ def _empty_screen_problem(adata, source: str) -> Problem | None:
     missing = [what for what, count in (("cells", adata.n_obs), ("genes", adata.n_vars)) if count == 0]
     if not missing:
         return None
-    return Problem("cells and genes", f"{source} has no {' and no '.join(missing)} ({adata.n_obs} cells x "
-                                      f"{adata.n_vars} genes), so there is nothing to train on; give the screen's "
-                                      "own file (cells or genes chosen by names that match none leave it empty)")
+    return Problem(
+        "cells and genes",
+        f"{source} has no {' and no '.join(missing)} ({adata.n_obs} cells x "
+        f"{adata.n_vars} genes), so there is nothing to train on; give the screen's "
+        "own file (cells or genes chosen by names that match none leave it empty)",
+    )
 
 
 def _duplicate_problems(adata, source: str) -> list[Problem]:
@@ -128,18 +152,29 @@ def _duplicate_problems(adata, source: str) -> list[Problem]:
     problems = []
     genes = pd.Index(adata.var_names)
     if genes.has_duplicates:
-        problems.append(Problem("duplicates", f"{source} var_names repeat gene ids "
-                                              f"{listed(sorted(set(genes[genes.duplicated()])))}; gene ids must be "
-                                              "unique: keep one row per gene, or make them unique "
-                                              "(adata.var_names_make_unique())"))
+        problems.append(
+            Problem(
+                "duplicates",
+                f"{source} var_names repeat gene ids "
+                f"{listed(sorted(set(genes[genes.duplicated()])))}; gene ids must be "
+                "unique: keep one row per gene, or make them unique "
+                "(adata.var_names_make_unique())",
+            )
+        )
     cells = pd.Index(adata.obs_names)
     if cells.has_duplicates:
         repeated = sorted(set(cells[cells.duplicated()]))
-        problems.append(Problem("duplicates", f"{source} obs_names repeat {len(repeated)} cell name(s) "
-                                              f"({listed(repeated, 5)}); if the screen joins files of several "
-                                              "lanes or samples, make the names unique "
-                                              "(adata.obs_names_make_unique()); if a cell is there twice, remove "
-                                              "the copy", stops=False))
+        problems.append(
+            Problem(
+                "duplicates",
+                f"{source} obs_names repeat {len(repeated)} cell name(s) "
+                f"({listed(repeated, 5)}); if the screen joins files of several "
+                "lanes or samples, make the names unique "
+                "(adata.obs_names_make_unique()); if a cell is there twice, remove "
+                "the copy",
+                stops=False,
+            )
+        )
     return problems
 
 
@@ -151,20 +186,34 @@ def _check_cells(annotations, perturbation_column, de: bool, report: ScreenRepor
     perturbations = [condition for condition in conditions if condition != CONTROL]
     combos = sum(is_combo(condition) for condition in perturbations)
     column = f"obs[{perturbation_column!r}]" if perturbation_column else "obs['condition']"
-    report.fact("conditions", f"{len(perturbations)} perturbations from {column} ({len(perturbations) - combos} "
-                              f"single-gene, {combos} two-gene) and the control")
+    report.fact(
+        "conditions",
+        f"{len(perturbations)} perturbations from {column} ({len(perturbations) - combos} "
+        f"single-gene, {combos} two-gene) and the control",
+    )
     counts = [cells[condition] for condition in perturbations]
     if counts:
-        report.fact("cells per condition", f"{cells.get(CONTROL, 0)} control cells; perturbations {min(counts)} to "
-                                           f"{max(counts)} cells (median {int(np.median(counts))})")
+        report.fact(
+            "cells per condition",
+            f"{cells.get(CONTROL, 0)} control cells; perturbations {min(counts)} to "
+            f"{max(counts)} cells (median {int(np.median(counts))})",
+        )
     if de:
         report.add([small_groups_problem(np.array(list(cells.values())), conditions)])
     few = [f"{condition} ({n})" for condition, n in cells.items() if (2 if de else 0) <= n < FEW_CELLS]
     if few:
-        report.add([Problem("cells per condition", f"{len(few)} condition(s) have fewer than {FEW_CELLS} cells: "
-                                                   f"{listed(few)}; their mean, which training fits and the "
-                                                   "metrics score, rests on few cells: collect more, or remove "
-                                                   "them", stops=False)])
+        report.add(
+            [
+                Problem(
+                    "cells per condition",
+                    f"{len(few)} condition(s) have fewer than {FEW_CELLS} cells: "
+                    f"{listed(few)}; their mean, which training fits and the "
+                    "metrics score, rests on few cells: collect more, or remove "
+                    "them",
+                    stops=False,
+                )
+            ]
+        )
     return cells
 
 
@@ -175,8 +224,11 @@ def _check_measured(annotations, cells: dict[str, int], report: ScreenReport) ->
     perturbed = set(genes_of_conditions(cells))
     if not perturbed or "gene_name" not in annotations.var.columns:
         return
-    columns = {f"var[{column!r}]": values for column, values in annotations.var.items()
-               if not pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)}
+    columns = {
+        f"var[{column!r}]": values
+        for column, values in annotations.var.items()
+        if not pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    }
     columns["var_names"] = annotations.var_names
     found = {column: perturbed & set(values.astype(str)) for column, values in columns.items()}
     measured = found["var['gene_name']"]
@@ -185,13 +237,19 @@ def _check_measured(annotations, cells: dict[str, int], report: ScreenReport) ->
     if not unmeasured:
         return
     best = max(found, key=lambda column: len(found[column]))
-    hint = (f" ({best} holds {len(found[best])} of the {len(perturbed)})" if len(found[best]) > len(measured)
-            else "")
-    report.add([Problem("perturbed genes", f"{len(unmeasured)} perturbed gene(s) are not among the measured genes "
-                                           f"(var['gene_name']): {listed(unmeasured)}; GEARS predicts them from the "
-                                           "GO graph, but their own expression is not seen: if var names them "
-                                           f"otherwise, give var['gene_name'] the symbols the labels use{hint}",
-                        stops=False)])
+    hint = f" ({best} holds {len(found[best])} of the {len(perturbed)})" if len(found[best]) > len(measured) else ""
+    report.add(
+        [
+            Problem(
+                "perturbed genes",
+                f"{len(unmeasured)} perturbed gene(s) are not among the measured genes "
+                f"(var['gene_name']): {listed(unmeasured)}; GEARS predicts them from the "
+                "GO graph, but their own expression is not seen: if var names them "
+                f"otherwise, give var['gene_name'] the symbols the labels use{hint}",
+                stops=False,
+            )
+        ]
+    )
 
 
 def _screen_vocabulary(annotations, vocabulary: Callable[[anndata.AnnData], GoVocabulary] | None) -> GoVocabulary:
@@ -204,26 +262,35 @@ def _screen_vocabulary(annotations, vocabulary: Callable[[anndata.AnnData], GoVo
     return vocabulary(annotations)
 
 
-def _check_go_terms(cells: dict[str, int], vocabulary: GoVocabulary, name: str, drop_unannotated: bool,
-                    report: ScreenReport) -> list[str]:
+def _check_go_terms(
+    cells: dict[str, int], vocabulary: GoVocabulary, name: str, drop_unannotated: bool, report: ScreenReport
+) -> list[str]:
     """The conditions processing keeps (in order): those whose genes have GO terms
     (``go_coverage``), or all of them when the GO terms are not known; what a GO file of
     the user's adds to the data folder's GO files."""
     if vocabulary.genes is None:
-        report.add([Problem("GO terms", f"the perturbed genes' GO terms are not checked: {vocabulary.origin}",
-                            stops=False)])
+        report.add(
+            [Problem("GO terms", f"the perturbed genes' GO terms are not checked: {vocabulary.origin}", stops=False)]
+        )
         return list(cells)
     coverage = go_coverage(cells, vocabulary.genes)
     covered = len(coverage.perturbed) - len(coverage.outside)
-    report.fact("GO terms", f"{covered} of {len(coverage.perturbed)} perturbed genes have GO terms in "
-                            f"{vocabulary.origin} (a perturbation vocabulary of {len(vocabulary.genes)} genes)")
+    report.fact(
+        "GO terms",
+        f"{covered} of {len(coverage.perturbed)} perturbed genes have GO terms in "
+        f"{vocabulary.origin} (a perturbation vocabulary of {len(vocabulary.genes)} genes)",
+    )
     earlier = vocabulary.replaces
     if earlier is not None and earlier.genes is not None:
         added = [gene for gene in coverage.perturbed if gene in vocabulary.genes and gene not in earlier.genes]
         lost = [gene for gene in coverage.perturbed if gene in earlier.genes and gene not in vocabulary.genes]
-        report.fact("GO terms", f"{vocabulary.origin} adds {len(added)} perturbed gene(s) that {earlier.origin} "
-                                f"leave(s) out" + (f": {listed(added)}" if added else "")
-                                + (f"; it leaves out {len(lost)} that they cover: {listed(lost)}" if lost else ""))
+        report.fact(
+            "GO terms",
+            f"{vocabulary.origin} adds {len(added)} perturbed gene(s) that {earlier.origin} "
+            f"leave(s) out"
+            + (f": {listed(added)}" if added else "")
+            + (f"; it leaves out {len(lost)} that they cover: {listed(lost)}" if lost else ""),
+        )
     report.add(coverage_problems(coverage, name, vocabulary.origin, drop_unannotated))
     return coverage.kept
 
@@ -241,8 +308,13 @@ def _check_split(conditions: list[str], options: dict, report: ScreenReport) -> 
             problems = [Problem("split", str(refused))]
         else:
             empty = sets_without_perturbations(sets, sets_of_split(split))
-            problems = split_set_problems(sets, conditions, sets_of_split(split), f"split {split!r} with seed {seed}",
-                                          _advice(conditions, options) if empty else TOO_FEW_PERTURBATIONS)
+            problems = split_set_problems(
+                sets,
+                conditions,
+                sets_of_split(split),
+                f"split {split!r} with seed {seed}",
+                _advice(conditions, options) if empty else TOO_FEW_PERTURBATIONS,
+            )
             report.fact(topic, _split_summary(sets, subgroups))
             problems += _empty_subgroup_problems(conditions, subgroups)
     report.add(replace(problem, topic=topic) for problem in problems)
@@ -252,9 +324,17 @@ def _split_sets(conditions: list[str], options: dict) -> tuple[dict, dict | None
     """The sets (and the subgroups, for a simulation split) ``prepare_split`` would make."""
     if options["split"] == "custom":
         return read_custom_split(options["split_dict_path"]), None
-    result = split_conditions(conditions, options["split"], options["seed"], options["train_gene_set_size"],
-                              options["combo_seen2_train_frac"], options["combo_single_split_test_set_fraction"],
-                              options["test_perts"], options["only_test_set_perts"], options["test_pert_genes"])
+    result = split_conditions(
+        conditions,
+        options["split"],
+        options["seed"],
+        options["train_gene_set_size"],
+        options["combo_seen2_train_frac"],
+        options["combo_single_split_test_set_fraction"],
+        options["test_perts"],
+        options["only_test_set_perts"],
+        options["test_pert_genes"],
+    )
     return result.set2conditions, result.subgroup
 
 
@@ -278,8 +358,10 @@ def _advice(conditions: list[str], options: dict) -> str:
     without the combinations the split tests, the seeds that work, or more perturbations."""
     split = options["split"]
     if split in COMBINATION_SPLITS and not any(is_combo(condition) for condition in conditions):
-        return (f"the screen has single-gene perturbations only, and a {split} split tests two-gene combinations: "
-                "use split 'simulation' or 'single'")
+        return (
+            f"the screen has single-gene perturbations only, and a {split} split tests two-gene combinations: "
+            "use split 'simulation' or 'single'"
+        )
     if split == "custom":
         return "give each set of the split file some of the screen's perturbations"
     working = []
@@ -303,8 +385,14 @@ def _empty_subgroup_problems(conditions: list[str], subgroups: dict | None) -> l
     empty = [group for group in SUBGROUP_NAMES if not subgroups["test_subgroup"].get(group)]
     if not empty:
         return []
-    return [Problem("split", f"the test set has no {' and no '.join(empty)} perturbations, so their metrics will be "
-                             "missing; another split seed or train_gene_set_size may give them some", stops=False)]
+    return [
+        Problem(
+            "split",
+            f"the test set has no {' and no '.join(empty)} perturbations, so their metrics will be "
+            "missing; another split seed or train_gene_set_size may give them some",
+            stops=False,
+        )
+    ]
 
 
 def _check_expression(matrix, source: str, normalize: bool, n_top_genes: int | None, report: ScreenReport) -> None:
@@ -315,15 +403,25 @@ def _check_expression(matrix, source: str, normalize: bool, n_top_genes: int | N
     for _, block in row_blocks(matrix, dense=False):
         check.add(block)
     if check.maximum > -np.inf:
-        report.fact("expression", ("whole numbers" if check.whole else "values, not all whole numbers,")
-                    + f" up to {check.maximum:.4g}" + (" (raw counts)" if check.raw_counts else ""))
+        report.fact(
+            "expression",
+            ("whole numbers" if check.whole else "values, not all whole numbers,")
+            + f" up to {check.maximum:.4g}"
+            + (" (raw counts)" if check.raw_counts else ""),
+        )
     if normalize:
-        report.fact("expression", f"normalisation (--normalize) scales each cell to "
-                                  f"{normalization.TARGET_SUM:.0e} counts, then takes log1p"
-                                  + (f"; then {n_top_genes} highly variable genes ({normalization.HVG_FLAVOR}, on the "
-                                     "counts) and every measured perturbed gene are kept" if n_top_genes else ""))
+        report.fact(
+            "expression",
+            f"normalisation (--normalize) scales each cell to "
+            f"{normalization.TARGET_SUM:.0e} counts, then takes log1p"
+            + (
+                f"; then {n_top_genes} highly variable genes ({normalization.HVG_FLAVOR}, on the "
+                "counts) and every measured perturbed gene are kept"
+                if n_top_genes
+                else ""
+            ),
+        )
         report.add(normalization.counts_problems(check, source))
     else:
         report.fact("expression", "taken as log-normalised, as it is (no normalisation)")
         report.add(check.problems(source))
-

@@ -10,6 +10,7 @@ as processing checks a screen (``processing.ExpressionCheck``: raw counts, negat
 non-finite values are refused), so a screen of millions of cells takes the memory of one
 block and its sums.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ def screen_file(path) -> Path:
     path = Path(path)
     if path.is_dir():
         if not (path / PROCESSED_FILE).is_file():
-            raise FileNotFoundError(f"{path} is a folder without {PROCESSED_FILE}; give {SCREEN_FORMS} "
-                                    "(gears-ddp process writes a processed data folder)")
+            raise FileNotFoundError(
+                f"{path} is a folder without {PROCESSED_FILE}; give {SCREEN_FORMS} "
+                "(gears-ddp process writes a processed data folder)"
+            )
         return path / PROCESSED_FILE
     if not path.exists():
         raise FileNotFoundError(f"no screen at {path}; give {SCREEN_FORMS}")
@@ -56,8 +59,10 @@ def read_screen_means(path) -> ScreenMeans:
     file = screen_file(path)
     with h5ad_parts(file, ["condition"]) as parts:
         if "condition" not in parts.obs.columns:
-            raise ValueError(f"{file} has no obs['condition'] column; give {SCREEN_FORMS} in the GEARS notation "
-                             "('ctrl', 'A+ctrl', 'A+B'): gears-ddp process turns a raw screen into one")
+            raise ValueError(
+                f"{file} has no obs['condition'] column; give {SCREEN_FORMS} in the GEARS notation "
+                "('ctrl', 'A+ctrl', 'A+B'): gears-ddp process turns a raw screen into one"
+            )
         conditions, codes = coded_conditions(parts.obs["condition"], f"{file} obs['condition']")
         check = ExpressionCheck()
         sums = ConditionSums(codes, len(conditions), parts.X.shape[1])

@@ -9,6 +9,7 @@ something the user did not ask for) or is a warning (training goes on). ``refuse
 the stopping ones together as one ``ScreenProblems``, a ``ValueError`` whose message is the
 problem's own text when there is one, and a list when there are several.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,8 +38,9 @@ class ScreenProblems(ValueError):
         if len(self.problems) == 1:
             message = self.problems[0].text
         else:
-            message = (f"{source}: {len(self.problems)} problems stop it, each with its fix:\n"
-                       + "\n".join(f"  - {problem.topic}: {problem.text}" for problem in self.problems))
+            message = f"{source}: {len(self.problems)} problems stop it, each with its fix:\n" + "\n".join(
+                f"  - {problem.topic}: {problem.text}" for problem in self.problems
+            )
         super().__init__(message)
 
 
@@ -91,11 +93,16 @@ class ScreenReport:
             lines += [f"  - {p.topic}: {p.text}" for p in self.warnings]
         if self.stopping:
             one = len(self.stopping) == 1
-            lines += [f"{counted(len(self.stopping), 'problem')} that stop{'s' if one else ''} it, "
-                      f"{'with its fix' if one else 'each with its fix'}:"]
+            lines += [
+                f"{counted(len(self.stopping), 'problem')} that stop{'s' if one else ''} it, "
+                f"{'with its fix' if one else 'each with its fix'}:"
+            ]
             lines += [f"  - {p.topic}: {p.text}" for p in self.stopping]
-        lines.append(("it would train" + (f", with {counted(len(self.warnings), 'warning')}" if self.warnings else ""))
-                     if self.would_train else f"it would not train: {counted(len(self.stopping), 'problem')} to fix")
+        lines.append(
+            ("it would train" + (f", with {counted(len(self.warnings), 'warning')}" if self.warnings else ""))
+            if self.would_train
+            else f"it would not train: {counted(len(self.stopping), 'problem')} to fix"
+        )
         return lines
 
     def __str__(self) -> str:

@@ -6,6 +6,7 @@ split of ``splits`` read from ``<dataset>/splits/`` or computed and written ther
 settings beside it (``cache_settings``). Every split is checked against the dataset's
 conditions before it is used.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,14 @@ from pathlib import Path
 from gears_ddp._logging import get_logger
 from gears_ddp.data import cache_settings, io
 from gears_ddp.data.screen_report import refuse
-from gears_ddp.data.splits import (SplitResult, check_split_sets, read_custom_split, sets_of_split, split_conditions,
-                                   split_option_problems)
+from gears_ddp.data.splits import (
+    SplitResult,
+    check_split_sets,
+    read_custom_split,
+    sets_of_split,
+    split_conditions,
+    split_option_problems,
+)
 
 logger = get_logger(__name__)
 
@@ -26,49 +33,92 @@ def names_given(value) -> list[str] | None:
     return value.split("_") if isinstance(value, str) else [str(name) for name in value]
 
 
-def prepared_split(conditions: list[str], dataset_path, dataset_name: str, split: str, seed: int,
-                   train_gene_set_size: float, combo_seen2_train_frac: float,
-                   combo_single_split_test_set_fraction: float, test_perts, only_test_set_perts: bool,
-                   test_pert_genes, split_dict_path) -> SplitResult:
+def prepared_split(
+    conditions: list[str],
+    dataset_path,
+    dataset_name: str,
+    split: str,
+    seed: int,
+    train_gene_set_size: float,
+    combo_seen2_train_frac: float,
+    combo_single_split_test_set_fraction: float,
+    test_perts,
+    only_test_set_perts: bool,
+    test_pert_genes,
+    split_dict_path,
+) -> SplitResult:
     """The split of the dataset ``dataset_name`` in ``dataset_path``, whose conditions are
     ``conditions``, with ``PertData.prepare_split``'s options: read from the cache, or
     computed and cached (a custom split read from ``split_dict_path``); refused, naming the
     problem, when an option is invalid or a set the split needs is left empty."""
-    refuse(split_option_problems(split, seed, train_gene_set_size=train_gene_set_size,
-                                 combo_seen2_train_frac=combo_seen2_train_frac,
-                                 combo_single_split_test_set_fraction=combo_single_split_test_set_fraction),
-           "prepare_split")
+    refuse(
+        split_option_problems(
+            split,
+            seed,
+            train_gene_set_size=train_gene_set_size,
+            combo_seen2_train_frac=combo_seen2_train_frac,
+            combo_single_split_test_set_fraction=combo_single_split_test_set_fraction,
+        ),
+        "prepare_split",
+    )
     required = sets_of_split(split)
     if split == "custom":
         sets = read_custom_split(split_dict_path)
         check_split_sets(sets, conditions, required, f"custom split file {split_dict_path}")
         return SplitResult(sets)
     test_perts, test_pert_genes = names_given(test_perts), names_given(test_pert_genes)
-    split_path = Path(dataset_path) / "splits" / (
-        f"{dataset_name}_{split}_{seed}_{train_gene_set_size}"
-        + (f"_{'_'.join(test_perts)}" if test_perts else "") + ".pkl")
-    settings = {"split": split, "seed": seed, "train_gene_set_size": train_gene_set_size,
-                "combo_seen2_train_frac": combo_seen2_train_frac,
-                "combo_single_split_test_set_fraction": combo_single_split_test_set_fraction,
-                "test_perts": test_perts, "only_test_set_perts": only_test_set_perts,
-                "test_pert_genes": test_pert_genes}
+    split_path = (
+        Path(dataset_path)
+        / "splits"
+        / (
+            f"{dataset_name}_{split}_{seed}_{train_gene_set_size}"
+            + (f"_{'_'.join(test_perts)}" if test_perts else "")
+            + ".pkl"
+        )
+    )
+    settings = {
+        "split": split,
+        "seed": seed,
+        "train_gene_set_size": train_gene_set_size,
+        "combo_seen2_train_frac": combo_seen2_train_frac,
+        "combo_single_split_test_set_fraction": combo_single_split_test_set_fraction,
+        "test_perts": test_perts,
+        "only_test_set_perts": only_test_set_perts,
+        "test_pert_genes": test_pert_genes,
+    }
     other_settings = cache_settings.differences(split_path, settings) if split_path.exists() else []
     if other_settings:
-        logger.info("cached split %s was built with other settings (%s): building it again",
-                    split_path, "; ".join(other_settings))
+        logger.info(
+            "cached split %s was built with other settings (%s): building it again",
+            split_path,
+            "; ".join(other_settings),
+        )
     if split_path.exists() and not other_settings:
         result = _cached_split(split_path, split, conditions, required)
     else:
-        result = split_conditions(conditions, split, seed, train_gene_set_size, combo_seen2_train_frac,
-                                  combo_single_split_test_set_fraction, test_perts, only_test_set_perts,
-                                  test_pert_genes)
+        result = split_conditions(
+            conditions,
+            split,
+            seed,
+            train_gene_set_size,
+            combo_seen2_train_frac,
+            combo_single_split_test_set_fraction,
+            test_perts,
+            only_test_set_perts,
+            test_pert_genes,
+        )
         check_split_sets(result.set2conditions, conditions, required, f"split {split!r} with seed {seed}")
         _write_split(split_path, result, settings)
-    logger.info("split %s (seed %s): %s conditions", split, seed,
-                {name: len(conds) for name, conds in result.set2conditions.items()})
+    logger.info(
+        "split %s (seed %s): %s conditions",
+        split,
+        seed,
+        {name: len(conds) for name, conds in result.set2conditions.items()},
+    )
     if result.subgroup is not None:
-        logger.info("test composition: %s",
-                    {name: len(conds) for name, conds in result.subgroup["test_subgroup"].items()})
+        logger.info(
+            "test composition: %s", {name: len(conds) for name, conds in result.subgroup["test_subgroup"].items()}
+        )
     return result
 
 

@@ -18,6 +18,7 @@ Split types (``SPLIT_TYPES``):
   val) genes or conditions drawn at random, as in the reference.
 - ``no_split``: everything in test. ``custom``: a pickled ``{'train','val','test'}`` dict.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -98,8 +99,9 @@ def _seen_and_unseen_genes(pert_list, fraction, seed, forced_test_genes, only_fo
     return seen, np.setdiff1d(genes, seen)
 
 
-def simulation_split(pert_list, train_gene_set_size, combo_seen2_train_frac, seed,
-                     forced_test_genes=None, only_forced=False):
+def simulation_split(
+    pert_list, train_gene_set_size, combo_seen2_train_frac, seed, forced_test_genes=None, only_forced=False
+):
     """One round of the simulation split: returns (train, test, subgroups)."""
     seen, unseen = _seen_and_unseen_genes(pert_list, train_gene_set_size, seed, forced_test_genes, only_forced)
 
@@ -108,25 +110,31 @@ def simulation_split(pert_list, train_gene_set_size, combo_seen2_train_frac, see
     combo_seen1 = [c for c in combos_touching_seen if _count_in(c, seen) == 1]
     both_seen = np.setdiff1d(combos_touching_seen, combo_seen1)
     combo_train = np.random.RandomState(seed).choice(
-        both_seen, int(len(both_seen) * combo_seen2_train_frac), replace=False)
+        both_seen, int(len(both_seen) * combo_seen2_train_frac), replace=False
+    )
     combo_seen2 = np.setdiff1d(both_seen, combo_train).tolist()
     train.extend(str(c) for c in combo_train)
 
     unseen_single = _perts_with_genes(unseen, pert_list, "single")
     combo_seen0 = [c for c in _perts_with_genes(unseen, pert_list, "combo") if _count_in(c, seen) == 0]
     test = combo_seen1 + combo_seen2 + unseen_single + combo_seen0
-    subgroups = {"combo_seen0": combo_seen0, "combo_seen1": combo_seen1,
-                 "combo_seen2": [str(c) for c in combo_seen2], "unseen_single": unseen_single}
+    subgroups = {
+        "combo_seen0": combo_seen0,
+        "combo_seen1": combo_seen1,
+        "combo_seen2": [str(c) for c in combo_seen2],
+        "unseen_single": unseen_single,
+    }
     return train, test, subgroups
 
 
-def simulation_single_split(pert_list, train_gene_set_size, seed, forced_test_genes=None,
-                            only_forced=False):
+def simulation_single_split(pert_list, train_gene_set_size, seed, forced_test_genes=None, only_forced=False):
     """Simulation split on single perturbations: returns (train, test, subgroups)."""
     combos = [p for p in pert_list if is_combo(p)]
     if combos:
-        raise ValueError(f"split 'simulation_single' needs single perturbations only; the data has "
-                         f"{len(combos)} combinations (e.g. {combos[:3]}): use 'simulation' instead")
+        raise ValueError(
+            f"split 'simulation_single' needs single perturbations only; the data has "
+            f"{len(combos)} combinations (e.g. {combos[:3]}): use 'simulation' instead"
+        )
     seen, unseen = _seen_and_unseen_genes(pert_list, train_gene_set_size, seed, forced_test_genes, only_forced)
     train = _perts_with_genes(seen, pert_list, "single")
     unseen_single = _perts_with_genes(unseen, pert_list, "single")
@@ -157,8 +165,9 @@ def random_holdout_split(rng, split_type, pert_list, test_size, test_pert_genes=
         max_seen = int(split_type[-1])
         test_combos = _perts_with_genes(test_pert_genes, pert_list, "combo")
         dropped = [c for c in test_combos if len(c.split("+")) - _count_in(c, test_pert_genes) > max_seen]
-        test_perts = (_perts_with_genes(test_pert_genes, pert_list, "single")
-                      + [c for c in test_combos if c not in dropped])
+        test_perts = _perts_with_genes(test_pert_genes, pert_list, "single") + [
+            c for c in test_combos if c not in dropped
+        ]
     elif split_type == "combo_seen2":
         if test_perts is None:
             test_perts = rng.choice(combos, int(len(combos) * test_size))
@@ -170,11 +179,17 @@ def random_holdout_split(rng, split_type, pert_list, test_size, test_pert_genes=
     return kept, [str(p) for p in np.asarray(test_perts).tolist()]
 
 
-def split_conditions(conditions_in_order: Sequence[str], split: str, seed: int = 1,
-                     train_gene_set_size: float = 0.75, combo_seen2_train_frac: float = 0.75,
-                     combo_single_split_test_set_fraction: float = 0.1,
-                     test_perts: list[str] | None = None, only_test_set_perts: bool = False,
-                     test_pert_genes: list[str] | None = None) -> SplitResult:
+def split_conditions(
+    conditions_in_order: Sequence[str],
+    split: str,
+    seed: int = 1,
+    train_gene_set_size: float = 0.75,
+    combo_seen2_train_frac: float = 0.75,
+    combo_single_split_test_set_fraction: float = 0.1,
+    test_perts: list[str] | None = None,
+    only_test_set_perts: bool = False,
+    test_pert_genes: list[str] | None = None,
+) -> SplitResult:
     """Assign each condition to train / val / test as the reference does.
 
     ``conditions_in_order``: the cells' conditions in order of first appearance in the data
@@ -191,21 +206,22 @@ def split_conditions(conditions_in_order: Sequence[str], split: str, seed: int =
     subgroup = None
     test: list[str] = []
     if split == "simulation":
-        train, test, test_sub = simulation_split(perts, train_gene_set_size, combo_seen2_train_frac,
-                                                 seed, test_perts, only_test_set_perts)
+        train, test, test_sub = simulation_split(
+            perts, train_gene_set_size, combo_seen2_train_frac, seed, test_perts, only_test_set_perts
+        )
         train, val, val_sub = simulation_split(train, 0.9, 0.9, seed)
         subgroup = {"test_subgroup": test_sub, "val_subgroup": val_sub}
     elif split == "simulation_single":
-        train, test, _ = simulation_single_split(perts, train_gene_set_size, seed, test_perts,
-                                                 only_test_set_perts)
+        train, test, _ = simulation_single_split(perts, train_gene_set_size, seed, test_perts, only_test_set_perts)
         train, val, _ = simulation_single_split(train, 0.9, seed)
     else:
         rng = np.random.RandomState(seed)
         if split == "no_test":
             train, val = random_holdout_split(rng, split, perts, VAL_FRACTION)
         else:
-            train, test = random_holdout_split(rng, split, perts, combo_single_split_test_set_fraction,
-                                               test_pert_genes, test_perts)
+            train, test = random_holdout_split(
+                rng, split, perts, combo_single_split_test_set_fraction, test_pert_genes, test_perts
+            )
             train, val = random_holdout_split(rng, split, train, VAL_FRACTION)
 
     assignment = {c: "train" for c in train}
@@ -220,20 +236,26 @@ def split_conditions(conditions_in_order: Sequence[str], split: str, seed: int =
     return SplitResult(set2conditions, subgroup)
 
 
-TOO_FEW_PERTURBATIONS = ("the dataset has too few perturbations for this split: use more perturbations, another "
-                         "split type or seed, or a custom split")
+TOO_FEW_PERTURBATIONS = (
+    "the dataset has too few perturbations for this split: use more perturbations, another "
+    "split type or seed, or a custom split"
+)
 
 
 def read_custom_split(split_dict_path) -> dict[str, list[str]]:
     """The sets of a custom split: the pickled dict ``{'train': [...], 'val': [...], 'test':
     [...]}`` of conditions at ``split_dict_path`` (plain data only: ``io.read_pickle``)."""
     if split_dict_path is None:
-        raise ValueError("split='custom' needs split_dict_path, a pickled dict "
-                         "{'train': [...], 'val': [...], 'test': [...]} of conditions")
+        raise ValueError(
+            "split='custom' needs split_dict_path, a pickled dict "
+            "{'train': [...], 'val': [...], 'test': [...]} of conditions"
+        )
     loaded = io.read_pickle(split_dict_path, "custom split")
     if not isinstance(loaded, dict):
-        raise ValueError(f"custom split file {split_dict_path} holds a {type(loaded).__name__}, "
-                         "expected a dict {'train': [...], 'val': [...], 'test': [...]}")
+        raise ValueError(
+            f"custom split file {split_dict_path} holds a {type(loaded).__name__}, "
+            "expected a dict {'train': [...], 'val': [...], 'test': [...]}"
+        )
     return {name: [str(c) for c in conds] for name, conds in loaded.items()}
 
 
@@ -274,8 +296,13 @@ def sets_without_perturbations(set2conditions: dict, required_sets: Sequence[str
     return [name for name in required_sets if not [c for c in set2conditions.get(name, []) if c != CONTROL]]
 
 
-def split_set_problems(set2conditions: dict, known_conditions, required_sets: Sequence[str], source: str,
-                       advice: str = TOO_FEW_PERTURBATIONS) -> list[Problem]:
+def split_set_problems(
+    set2conditions: dict,
+    known_conditions,
+    required_sets: Sequence[str],
+    source: str,
+    advice: str = TOO_FEW_PERTURBATIONS,
+) -> list[Problem]:
     """The problems of a split: required sets without perturbations (then ``advice``),
     conditions absent from the data, conditions in two sets. ``source`` names where the
     split came from (a file, or the split type and seed), so the text tells the user what
@@ -284,21 +311,36 @@ def split_set_problems(set2conditions: dict, known_conditions, required_sets: Se
     missing_sets = sets_without_perturbations(set2conditions, required_sets)
     if missing_sets:
         sizes = {name: len(conds) for name, conds in set2conditions.items()}
-        problems.append(Problem("split", f"{source} leaves the {' and '.join(missing_sets)} set(s) without "
-                                         f"perturbations (conditions per set: {sizes}); {advice}"))
+        problems.append(
+            Problem(
+                "split",
+                f"{source} leaves the {' and '.join(missing_sets)} set(s) without "
+                f"perturbations (conditions per set: {sizes}); {advice}",
+            )
+        )
     known = set(known_conditions)
     unknown = sorted({c for conds in set2conditions.values() for c in conds} - known)
     if unknown:
-        problems.append(Problem("split", f"{source} names conditions absent from the data: {unknown[:20]}"
-                                         + (f" and {len(unknown) - 20} more" if len(unknown) > 20 else "")
-                                         + "; split the conditions the data has"))
+        problems.append(
+            Problem(
+                "split",
+                f"{source} names conditions absent from the data: {unknown[:20]}"
+                + (f" and {len(unknown) - 20} more" if len(unknown) > 20 else "")
+                + "; split the conditions the data has",
+            )
+        )
     names = list(set2conditions)
     for i, first in enumerate(names):
-        for second in names[i + 1:]:
+        for second in names[i + 1 :]:
             shared = sorted(set(set2conditions[first]) & set(set2conditions[second]))
             if shared:
-                problems.append(Problem("split", f"{source} puts conditions in both {first!r} and {second!r}: "
-                                                 f"{shared[:20]}; put each condition in one set"))
+                problems.append(
+                    Problem(
+                        "split",
+                        f"{source} puts conditions in both {first!r} and {second!r}: "
+                        f"{shared[:20]}; put each condition in one set",
+                    )
+                )
     return problems
 
 

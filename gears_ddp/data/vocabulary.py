@@ -8,6 +8,7 @@ are those of the data folder's GO files, or of an annotation the GO files are ab
 built from. ``VocabularySource`` holds that choice; ``cells_in_vocabulary`` says which cells
 of a screen the vocabulary covers, dropping or refusing the others (``go_coverage``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,8 +67,9 @@ class VocabularySource:
         are about to be built from, whose gene list will hold every gene it annotates."""
         return graphs.pert_vocabulary(gene2go, self.candidates(adata, sorted(gene2go) if from_annotation else None))
 
-    def screen_vocabulary(self, annotations, folder_gene2go: Callable[[], dict], gene2go: dict | None,
-                          origin: str) -> GoVocabulary:
+    def screen_vocabulary(
+        self, annotations, folder_gene2go: Callable[[], dict], gene2go: dict | None, origin: str
+    ) -> GoVocabulary:
         """The ``GoVocabulary`` a check of the screen ``annotations`` holds it to: that of
         ``gene2go`` (an annotation named ``origin``) when given, as the GO files built from it
         would make it, beside that of the data folder's GO files (``folder_gene2go`` reads
@@ -75,28 +77,36 @@ class VocabularySource:
         downloaded)."""
         absent = [name for name in self.vocabulary_files() if download.local_go_file(name, self.data_path) is None]
         if absent:
-            local = GoVocabulary(None, f"{self.data_path} lacks {', '.join(absent)}, which processing downloads; give "
-                                       "the data folder that holds the GO files, or a GO annotation (gears-ddp check "
-                                       "--go-gene-sets FILE.gmt or --go-annotation FILE.gaf)")
+            local = GoVocabulary(
+                None,
+                f"{self.data_path} lacks {', '.join(absent)}, which processing downloads; give "
+                "the data folder that holds the GO files, or a GO annotation (gears-ddp check "
+                "--go-gene-sets FILE.gmt or --go-annotation FILE.gaf)",
+            )
         else:
-            local = GoVocabulary(frozenset(self.genes(annotations, folder_gene2go())),
-                                 f"the GO files of {self.data_path}")
+            local = GoVocabulary(
+                frozenset(self.genes(annotations, folder_gene2go())), f"the GO files of {self.data_path}"
+            )
         if gene2go is None:
             return local
         return GoVocabulary(frozenset(self.genes(annotations, gene2go, from_annotation=True)), origin, local)
 
 
-def cells_in_vocabulary(adata: anndata.AnnData, name: str, node_map_pert: dict, where: str,
-                        drop_unannotated: bool = True) -> np.ndarray:
+def cells_in_vocabulary(
+    adata: anndata.AnnData, name: str, node_map_pert: dict, where: str, drop_unannotated: bool = True
+) -> np.ndarray:
     """Which cells of dataset ``name`` (``adata``, GEARS's columns) the perturbation
     vocabulary ``node_map_pert`` (of GO terms from ``where``) can represent. The others'
     conditions are dropped with a warning naming them, or (``drop_unannotated=False``)
     refused naming their genes and the ways to keep them (``go_coverage``)."""
     conditions, codes = coded_conditions(adata.obs["condition"], f"dataset {name!r} obs['condition']")
-    coverage = go_coverage(dict(zip(conditions, np.bincount(codes, minlength=len(conditions)).tolist())),
-                           node_map_pert)
-    logger.info("dataset %s: %d of %d perturbed genes are in the perturbation vocabulary (genes with GO "
-                "annotations)", name, len(coverage.perturbed) - len(coverage.outside), len(coverage.perturbed))
+    coverage = go_coverage(dict(zip(conditions, np.bincount(codes, minlength=len(conditions)).tolist())), node_map_pert)
+    logger.info(
+        "dataset %s: %d of %d perturbed genes are in the perturbation vocabulary (genes with GO annotations)",
+        name,
+        len(coverage.perturbed) - len(coverage.outside),
+        len(coverage.perturbed),
+    )
     problems = coverage_problems(coverage, name, where, drop_unannotated)
     refuse(problems, f"dataset {name!r}")
     for warning in problems:

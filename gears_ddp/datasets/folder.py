@@ -17,6 +17,7 @@ different GO files (the real ones, say) is refused rather than overwritten.
 input of ``PertData.new_data_process``), a block of cells at a time, so that screens of
 millions of cells can be generated with bounded memory.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,7 @@ TRUE_MEANS_FILE = "true_means.csv.gz"
 GROUND_TRUTH_FILE = "ground_truth.json"
 
 
-def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool = False,
-                            **generator_options) -> Path:
+def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool = False, **generator_options) -> Path:
     """Generate the synthetic dataset and write it as ``data_path/<name>``; return that folder.
 
     ``generator_options`` go to ``make_synthetic_perturb_seq`` (sizes, ``seed``). If the
@@ -50,9 +50,11 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
     if data_path.exists() and not data_path.is_dir():
         raise ValueError(f"data path {data_path} is a file; the synthetic dataset needs a folder")
     if generator_options.get("layout", GEARS_LAYOUT) != GEARS_LAYOUT:
-        raise ValueError(f"write_synthetic_dataset processes GEARS's layout; layout="
-                         f"{generator_options['layout']!r} is a screen as it comes: write it with "
-                         "write_synthetic_screen and process it (gears-ddp process)")
+        raise ValueError(
+            f"write_synthetic_dataset processes GEARS's layout; layout="
+            f"{generator_options['layout']!r} is a screen as it comes: write it with "
+            "write_synthetic_screen and process it (gears-ddp process)"
+        )
     folder = data_path / name.lower()
     if (folder / io.PROCESSED_FILE).exists() and (folder / TRUE_MEANS_FILE).exists() and not overwrite:
         logger.info("synthetic dataset already at %s", folder)
@@ -62,8 +64,9 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
     write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
     source = f"synthetic dataset {name!r}"
     processing.validate_annotations(synthetic.adata, source)
-    write_processed_dataset(synthetic.adata, folder / io.PROCESSED_FILE,
-                            read_processed_expression(synthetic.adata, source=source))
+    write_processed_dataset(
+        synthetic.adata, folder / io.PROCESSED_FILE, read_processed_expression(synthetic.adata, source=source)
+    )
     clear_stale_caches(synthetic.adata, folder)
     with io.atomic_path(folder / TRUE_MEANS_FILE) as tmp:
         synthetic.true_means.to_csv(tmp, compression="gzip")
@@ -74,8 +77,7 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
     return folder
 
 
-def write_synthetic_screen(data_path, name: str = "screen", overwrite: bool = False,
-                           **generator_options) -> Path:
+def write_synthetic_screen(data_path, name: str = "screen", overwrite: bool = False, **generator_options) -> Path:
     """Generate a synthetic screen and write it, unprocessed, as ``data_path/<name>.h5ad``
     (CSR expression appended a block of cells at a time), with the GO files in
     ``data_path``; returns the h5ad's path. ``generator_options`` go to
@@ -96,8 +98,9 @@ def write_synthetic_screen(data_path, name: str = "screen", overwrite: bool = Fa
 
     synthetic = make_synthetic_perturb_seq(**generator_options, expression_to=to_file)
     write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
-    logger.info("wrote synthetic screen %s: %d cells x %d genes", path, synthetic.params["n_cells"],
-                synthetic.params["n_genes"])
+    logger.info(
+        "wrote synthetic screen %s: %d cells x %d genes", path, synthetic.params["n_cells"], synthetic.params["n_genes"]
+    )
     return path
 
 
@@ -111,6 +114,8 @@ def read_ground_truth(dataset_folder) -> dict:
     planted type: additive, synergy, buffering or epistasis) and the generator's ``params``."""
     path = Path(dataset_folder) / GROUND_TRUTH_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: {dataset_folder} is not a synthetic dataset folder "
-                                "(write_synthetic_dataset writes one)")
+        raise FileNotFoundError(
+            f"{path} does not exist: {dataset_folder} is not a synthetic dataset folder "
+            "(write_synthetic_dataset writes one)"
+        )
     return json.loads(path.read_text())

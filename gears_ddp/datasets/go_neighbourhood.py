@@ -14,6 +14,7 @@ depends on the two genes' own terms only, and a gene whose ``k + 1`` sources are
 keeps them (ties resolve in the order of the gene names either way).
 ``restrict_gene_sets`` writes such a restricted GMT file.
 """
+
 from __future__ import annotations
 
 import gzip

@@ -18,6 +18,7 @@ citations.
 - ``write_papalexi2021_go_gene_sets(full, out)``: how the packaged GMT was derived from the
   full one.
 """
+
 from __future__ import annotations
 
 from importlib import resources
@@ -72,9 +73,15 @@ def write_papalexi2021_dataset(data_path, overwrite: bool = False) -> Path:
     if (folder / io.PROCESSED_FILE).exists() and not overwrite:
         logger.info("the real screen is processed already at %s", folder)
         return folder
-    PertData(data_path).new_data_process(NAME, papalexi2021(), overwrite=overwrite,
-                                         perturbation_column=PERTURBATION_COLUMN, control_label=CONTROL_LABEL,
-                                         normalize=True, drop_unannotated=True)
+    PertData(data_path).new_data_process(
+        NAME,
+        papalexi2021(),
+        overwrite=overwrite,
+        perturbation_column=PERTURBATION_COLUMN,
+        control_label=CONTROL_LABEL,
+        normalize=True,
+        drop_unannotated=True,
+    )
     return folder
 
 
@@ -84,6 +91,7 @@ def write_papalexi2021_go_gene_sets(full_gene_sets, out) -> Path:
     ``GO_SIMILAR_GENES`` similar genes (how the packaged file was made from Enrichr's
     GO_Biological_Process_2021). Returns ``out``."""
     targets = set(anndata.read_h5ad(packaged_file(SCREEN_FILE), backed="r").obs[PERTURBATION_COLUMN].astype(str))
-    genes = go_neighbourhood(read_gene_sets(full_gene_sets), sorted(targets - {CONTROL_LABEL}),
-                             GO_SIMILAR_GENES, GO_LAYERS)
+    genes = go_neighbourhood(
+        read_gene_sets(full_gene_sets), sorted(targets - {CONTROL_LABEL}), GO_SIMILAR_GENES, GO_LAYERS
+    )
     return restrict_gene_sets(full_gene_sets, genes, out)

@@ -144,6 +144,7 @@ Presets (``preset(name)`` gives the options, ``PRESETS`` lists them):
   for combinations from Ahlmann-Eltze et al., Nature Methods 2025. The DE share has no
   published figure we could find; the preset is held to 0.03-0.2.
 """
+
 from __future__ import annotations
 
 import math
@@ -168,7 +169,7 @@ DEFAULT_INTERACTION_FRACTIONS = {"synergy": 0.15, "buffering": 0.15, "epistasis"
 GO_TERMS_PER_MODULE = 8
 GEARS_LAYOUT, SCREEN_LAYOUT = "gears", "screen"
 SCREEN_PERTURBATION_COLUMN = "target_gene"  # the Virtual Cell Challenge's column (cell-eval's default)
-SCREEN_CONTROL_LABEL = "non-targeting"      # and its label of control cells
+SCREEN_CONTROL_LABEL = "non-targeting"  # and its label of control cells
 TARGET_SUM = 1e4
 
 MODULE_SIZE_CONCENTRATION = 4.0
@@ -203,7 +204,8 @@ class SyntheticPerturbSeq:
 
     ``adata``: log-normalised CSR expression, ``obs['condition']``, ``obs['cell_type']`` and
     ``var['gene_name']``, or in the ``"screen"`` layout raw counts and ``obs['target_gene']``
-    (module docstring, step 10); None when ``expression_to`` wrote the expression elsewhere. ``gene2go``: gene symbol -> set of GO term ids. ``pert_genes``: the
+    (module docstring, step 10); None when ``expression_to`` wrote the expression elsewhere. ``gene2go``: gene symbol
+    -> set of GO term ids. ``pert_genes``: the
     perturbable vocabulary (every annotated gene, measured or not). ``true_means``: noise-free
     log-normalised profile per condition (rows) and measured gene (columns).
     ``interaction_types``: combo condition -> 'additive' | 'synergy' | 'buffering' |
@@ -232,20 +234,43 @@ def _check_fraction(name: str, value) -> None:
 
 def _check_non_negative(name: str, value) -> None:
     """Raise ``ValueError`` unless ``value`` is a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or value < 0
+    ):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
-def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition,
-              n_control_cells, n_go_terms, seed, frac_activation, frac_unmeasured,
-              interaction_fractions, cell_type, program_sd, activation_range, shared_response, library_size,
-              measured_share, layout) -> None:
+def _validate(
+    n_genes,
+    n_modules,
+    n_perturbed_genes,
+    n_combos,
+    cells_per_condition,
+    n_control_cells,
+    n_go_terms,
+    seed,
+    frac_activation,
+    frac_unmeasured,
+    interaction_fractions,
+    cell_type,
+    program_sd,
+    activation_range,
+    shared_response,
+    library_size,
+    measured_share,
+    layout,
+) -> None:
     """Check every argument of ``make_synthetic_perturb_seq``, naming the offending one."""
-    for name, value in (("n_genes", n_genes), ("n_modules", n_modules),
-                        ("n_perturbed_genes", n_perturbed_genes),
-                        ("cells_per_condition", cells_per_condition),
-                        ("n_control_cells", n_control_cells)):
+    for name, value in (
+        ("n_genes", n_genes),
+        ("n_modules", n_modules),
+        ("n_perturbed_genes", n_perturbed_genes),
+        ("cells_per_condition", cells_per_condition),
+        ("n_control_cells", n_control_cells),
+    ):
         _check_positive_int(name, value)
     _check_positive_int("n_combos", n_combos, minimum=0)
     _check_positive_int("seed", seed, minimum=0)
@@ -255,25 +280,33 @@ def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_conditi
         raise ValueError(f"n_perturbed_genes ({n_perturbed_genes}) must not exceed n_genes ({n_genes})")
     max_combos = n_perturbed_genes * (n_perturbed_genes - 1) // 2
     if n_combos > max_combos:
-        raise ValueError(f"n_combos ({n_combos}) exceeds the {max_combos} possible pairs of "
-                         f"{n_perturbed_genes} perturbed genes")
+        raise ValueError(
+            f"n_combos ({n_combos}) exceeds the {max_combos} possible pairs of {n_perturbed_genes} perturbed genes"
+        )
     if n_go_terms is not None:
         _check_positive_int("n_go_terms", n_go_terms)
         if n_go_terms < n_modules:
-            raise ValueError(f"n_go_terms ({n_go_terms}) must be at least n_modules ({n_modules}) "
-                             "so that every module has its own GO terms")
+            raise ValueError(
+                f"n_go_terms ({n_go_terms}) must be at least n_modules ({n_modules}) "
+                "so that every module has its own GO terms"
+            )
     if not isinstance(cell_type, str) or not cell_type:
         raise ValueError(f"cell_type must be a non-empty string, got {cell_type!r}")
     if layout not in (GEARS_LAYOUT, SCREEN_LAYOUT):
-        raise ValueError(f"layout must be {GEARS_LAYOUT!r} (GEARS's raw input) or {SCREEN_LAYOUT!r} (raw counts "
-                         f"and obs[{SCREEN_PERTURBATION_COLUMN!r}], as a screen comes), got {layout!r}")
+        raise ValueError(
+            f"layout must be {GEARS_LAYOUT!r} (GEARS's raw input) or {SCREEN_LAYOUT!r} (raw counts "
+            f"and obs[{SCREEN_PERTURBATION_COLUMN!r}], as a screen comes), got {layout!r}"
+        )
     _check_fraction("frac_activation", frac_activation)
     _check_fraction("frac_unmeasured", frac_unmeasured)
     _check_non_negative("program_sd", program_sd)
     _check_non_negative("shared_response", shared_response)
-    if (not isinstance(activation_range, (tuple, list)) or len(activation_range) != 2
-            or not all(isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) for v in activation_range)
-            or not 0 < activation_range[0] <= activation_range[1]):
+    if (
+        not isinstance(activation_range, (tuple, list))
+        or len(activation_range) != 2
+        or not all(isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) for v in activation_range)
+        or not 0 < activation_range[0] <= activation_range[1]
+    ):
         raise ValueError(f"activation_range must be (low, high) with 0 < low <= high, got {activation_range!r}")
     if library_size is not None:
         _check_non_negative("library_size", library_size)
@@ -281,11 +314,15 @@ def _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_conditi
             raise ValueError("library_size must be > 0 (or None: counts of the measured genes only)")
     _check_fraction("measured_share", measured_share)
     if measured_share == 0 or (library_size is None and measured_share != 1):
-        raise ValueError(f"measured_share must be in (0, 1], and 1 unless library_size is given; got {measured_share!r}")
+        raise ValueError(
+            f"measured_share must be in (0, 1], and 1 unless library_size is given; got {measured_share!r}"
+        )
     unknown = set(interaction_fractions) - set(NON_ADDITIVE_TYPES)
     if unknown:
-        raise ValueError(f"interaction_fractions has unknown types {sorted(unknown)}; "
-                         f"allowed: {list(NON_ADDITIVE_TYPES)} (the rest is additive)")
+        raise ValueError(
+            f"interaction_fractions has unknown types {sorted(unknown)}; "
+            f"allowed: {list(NON_ADDITIVE_TYPES)} (the rest is additive)"
+        )
     for name, value in interaction_fractions.items():
         _check_fraction(f"interaction_fractions[{name!r}]", value)
     if sum(interaction_fractions.values()) > 1:
@@ -326,8 +363,9 @@ def _within_module_edges(rng: np.random.Generator, members: np.ndarray) -> tuple
     return targets, regulators
 
 
-def _cross_module_edges(rng: np.random.Generator, modules: np.ndarray, rank: np.ndarray,
-                        n_edges: int) -> tuple[np.ndarray, np.ndarray]:
+def _cross_module_edges(
+    rng: np.random.Generator, modules: np.ndarray, rank: np.ndarray, n_edges: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Up to ``n_edges`` distinct (targets, regulators) joining different modules, earlier to later."""
     n_candidates = 4 * n_edges + 16
     regulators = rng.integers(len(modules), size=n_candidates)
@@ -408,12 +446,14 @@ def _baseline(rng: np.random.Generator, n_genes: int, perturbed: np.ndarray) -> 
     return baseline
 
 
-def _direct_effects(rng: np.random.Generator, n_perturbed: int, frac_activation: float,
-                    activation_range: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+def _direct_effects(
+    rng: np.random.Generator, n_perturbed: int, frac_activation: float, activation_range: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray]:
     """Direct log effect on each perturbed gene and whether it is activated (else knocked down)."""
     activated = rng.random(n_perturbed) < frac_activation
-    effect = np.where(activated, rng.uniform(*activation_range, size=n_perturbed),
-                      rng.uniform(*KNOCKDOWN_RANGE, size=n_perturbed))
+    effect = np.where(
+        activated, rng.uniform(*activation_range, size=n_perturbed), rng.uniform(*KNOCKDOWN_RANGE, size=n_perturbed)
+    )
     return effect, activated
 
 
@@ -434,8 +474,9 @@ def _interaction_labels(rng: np.random.Generator, n_combos: int, fractions: dict
     return rng.permutation(np.array(labels, dtype=object))
 
 
-def _combo_effect(rng: np.random.Generator, kind: str, direct: np.ndarray, downstream_a: np.ndarray,
-                  downstream_b: np.ndarray) -> np.ndarray:
+def _combo_effect(
+    rng: np.random.Generator, kind: str, direct: np.ndarray, downstream_a: np.ndarray, downstream_b: np.ndarray
+) -> np.ndarray:
     """Log-rate effect of a two-gene combo of interaction ``kind`` (see the module docstring)."""
     if kind == "synergy":
         downstream = (1 + rng.uniform(*SYNERGY_GAIN_RANGE)) * (downstream_a + downstream_b)
@@ -449,8 +490,9 @@ def _combo_effect(rng: np.random.Generator, kind: str, direct: np.ndarray, downs
     return direct + downstream
 
 
-def _go_terms_per_gene(rng: np.random.Generator, modules: np.ndarray, n_modules: int, n_go_terms: int,
-                       annotated: np.ndarray) -> list[set[int]]:
+def _go_terms_per_gene(
+    rng: np.random.Generator, modules: np.ndarray, n_modules: int, n_go_terms: int, annotated: np.ndarray
+) -> list[set[int]]:
     """GO term indices per gene: most of its module's terms plus a few random ones."""
     module_terms = np.array_split(rng.permutation(n_go_terms), n_modules)
     probability = rng.beta(*GO_MODULE_TERM_BETA, size=len(modules))
@@ -477,9 +519,16 @@ def _program_loadings(rng: np.random.Generator, n_genes: int) -> np.ndarray:
     return sign * rng.uniform(*PROGRAM_LOADING_RANGE, size=n_genes)
 
 
-def _sample_expression(rng: np.random.Generator, expected: np.ndarray, other: np.ndarray, cells_of: np.ndarray,
-                       modules: np.ndarray, loadings: np.ndarray, program_sd: float,
-                       raw_counts: bool = False) -> tuple[np.ndarray, Iterator[sp.csr_matrix]]:
+def _sample_expression(
+    rng: np.random.Generator,
+    expected: np.ndarray,
+    other: np.ndarray,
+    cells_of: np.ndarray,
+    modules: np.ndarray,
+    loadings: np.ndarray,
+    program_sd: float,
+    raw_counts: bool = False,
+) -> tuple[np.ndarray, Iterator[sp.csr_matrix]]:
     """Each cell's condition index (cells in shuffled order), and their log-normalised
     expression (``raw_counts``: their counts of the measured genes) as CSR blocks of
     ``CELL_CHUNK`` cells, drawn as they are consumed.
@@ -519,32 +568,42 @@ def _sample_expression(rng: np.random.Generator, expected: np.ndarray, other: np
     return condition, blocks()
 
 
-def _shared_response(rng: np.random.Generator, modules: np.ndarray, pairs: np.ndarray, n_perturbed: int,
-                     sd: float) -> np.ndarray:
+def _shared_response(
+    rng: np.random.Generator, modules: np.ndarray, pairs: np.ndarray, n_perturbed: int, sd: float
+) -> np.ndarray:
     """The shared perturbation response's log-rate effect (conditions x genes: control,
     singles, combos); all zero when ``sd`` is 0 (then nothing is drawn)."""
     n_conditions = 1 + n_perturbed + len(pairs)
     if sd == 0:
         return np.zeros((n_conditions, len(modules)))
     n_modules = int(modules.max()) + 1
-    chosen = rng.choice(n_modules, size=max(1, int(round(SHARED_RESPONSE_MODULE_FRACTION * n_modules))),
-                        replace=False)
+    chosen = rng.choice(n_modules, size=max(1, int(round(SHARED_RESPONSE_MODULE_FRACTION * n_modules))), replace=False)
     response = np.where(np.isin(modules, chosen), rng.normal(0.0, sd, size=len(modules)), 0.0)
     single = rng.uniform(*SHARED_RESPONSE_STRENGTH_RANGE, size=n_perturbed)
     combo = 1 - (1 - single[pairs[:, 0]]) * (1 - single[pairs[:, 1]])
     return np.concatenate([[0.0], single, combo])[:, None] * response[None, :]
 
 
-def _log_rates(rng: np.random.Generator, baseline: np.ndarray, grn: sp.csr_matrix, rank: np.ndarray,
-               perturbed: np.ndarray, direct_values: np.ndarray, pairs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+def _log_rates(
+    rng: np.random.Generator,
+    baseline: np.ndarray,
+    grn: sp.csr_matrix,
+    rank: np.ndarray,
+    perturbed: np.ndarray,
+    direct_values: np.ndarray,
+    pairs: np.ndarray,
+    labels: np.ndarray,
+) -> np.ndarray:
     """Log-rate matrix (conditions x genes): control, then singles, then combos."""
     n_genes, n_perturbed = len(baseline), len(perturbed)
     direct = np.zeros((n_genes, n_perturbed))
     direct[perturbed, np.arange(n_perturbed)] = direct_values
     response = _propagate(grn, rank, direct)
     downstream = response - direct
-    combos = [_combo_effect(rng, kind, direct[:, a] + direct[:, b], downstream[:, a], downstream[:, b])
-              for (a, b), kind in zip(pairs, labels)]
+    combos = [
+        _combo_effect(rng, kind, direct[:, a] + direct[:, b], downstream[:, a], downstream[:, b])
+        for (a, b), kind in zip(pairs, labels)
+    ]
     effects = np.vstack([np.zeros((1, n_genes)), response.T] + [np.asarray(combos).reshape(-1, n_genes)])
     return baseline[None, :] + effects
 
@@ -556,8 +615,15 @@ def _unannotated_genes(rng: np.random.Generator, n_genes: int, perturbed: np.nda
     return rng.choice(candidates, size=count, replace=False)
 
 
-def _gene2go(rng: np.random.Generator, measured: list[str], unmeasured: list[str], modules: np.ndarray,
-             n_modules: int, n_go_terms: int, perturbed: np.ndarray) -> dict[str, set[str]]:
+def _gene2go(
+    rng: np.random.Generator,
+    measured: list[str],
+    unmeasured: list[str],
+    modules: np.ndarray,
+    n_modules: int,
+    n_go_terms: int,
+    perturbed: np.ndarray,
+) -> dict[str, set[str]]:
     """Gene symbol -> set of ``GO:0000123``-style ids for every annotated gene.
 
     Unmeasured genes join random modules; a few never-perturbed measured genes stay unannotated.
@@ -567,8 +633,9 @@ def _gene2go(rng: np.random.Generator, measured: list[str], unmeasured: list[str
     annotated[_unannotated_genes(rng, len(measured), perturbed)] = False
     term_ids = [f"GO:{i:07d}" for i in range(1, n_go_terms + 1)]
     terms = _go_terms_per_gene(rng, all_modules, n_modules, n_go_terms, annotated)
-    return {gene: {term_ids[t] for t in gene_terms} for gene, gene_terms in zip(measured + unmeasured, terms)
-            if gene_terms}
+    return {
+        gene: {term_ids[t] for t in gene_terms} for gene, gene_terms in zip(measured + unmeasured, terms) if gene_terms
+    }
 
 
 def screen_label(condition: str) -> str:
@@ -577,25 +644,42 @@ def screen_label(condition: str) -> str:
     return "+".join(condition_genes(condition)) or SCREEN_CONTROL_LABEL
 
 
-def _obs_and_var(condition_index: np.ndarray, conditions: list[str], symbols: np.ndarray, modules: np.ndarray,
-                 perturbed: np.ndarray, activated: np.ndarray, cell_type: str,
-                 layout: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _obs_and_var(
+    condition_index: np.ndarray,
+    conditions: list[str],
+    symbols: np.ndarray,
+    modules: np.ndarray,
+    perturbed: np.ndarray,
+    activated: np.ndarray,
+    cell_type: str,
+    layout: str,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``obs`` and ``var`` in the ``layout`` (module docstring, step 10), plus
     ``var['module']`` and ``var['perturbation']`` ground truth."""
     width = len(str(len(condition_index)))
     index = pd.Index([f"cell{i:0{width}d}" for i in range(len(condition_index))])
     if layout == SCREEN_LAYOUT:
         labels = [screen_label(c) for c in conditions]
-        obs = pd.DataFrame({SCREEN_PERTURBATION_COLUMN: pd.Categorical.from_codes(condition_index, labels)},
-                           index=index)
+        obs = pd.DataFrame(
+            {SCREEN_PERTURBATION_COLUMN: pd.Categorical.from_codes(condition_index, labels)}, index=index
+        )
     else:
-        obs = pd.DataFrame({"condition": pd.Categorical.from_codes(condition_index, conditions),
-                            "cell_type": pd.Categorical([cell_type] * len(condition_index))}, index=index)
+        obs = pd.DataFrame(
+            {
+                "condition": pd.Categorical.from_codes(condition_index, conditions),
+                "cell_type": pd.Categorical([cell_type] * len(condition_index)),
+            },
+            index=index,
+        )
     mode = np.full(len(symbols), "none", dtype=object)
     mode[perturbed] = np.where(activated, "activation", "knockdown")
-    var = pd.DataFrame({"module": modules.astype(np.int64),
-                        "perturbation": pd.Categorical(mode, categories=["none", "knockdown", "activation"])},
-                       index=pd.Index(symbols))
+    var = pd.DataFrame(
+        {
+            "module": modules.astype(np.int64),
+            "perturbation": pd.Categorical(mode, categories=["none", "knockdown", "activation"]),
+        },
+        index=pd.Index(symbols),
+    )
     if layout == GEARS_LAYOUT:
         var.insert(0, "gene_name", symbols)
     return obs, var
@@ -605,15 +689,33 @@ PRESETS = {
     # the generator's defaults: the data of the speed and parity benchmarks, and of most tests
     "benchmark": {},
     # calibrated to the Norman screen (see "Presets" in the module docstring); the demo's data
-    "norman": {"n_genes": 500, "n_modules": 20, "n_perturbed_genes": 48, "n_combos": 60,
-               "cells_per_condition": 200, "n_control_cells": 1900, "frac_activation": 1.0,
-               "interaction_fractions": {"synergy": 0.05, "buffering": 0.05, "epistasis": 0.05},
-               "activation_range": (2.0, 4.0), "shared_response": 1.0, "library_size": 10000.0,
-               "measured_share": 0.006},
+    "norman": {
+        "n_genes": 500,
+        "n_modules": 20,
+        "n_perturbed_genes": 48,
+        "n_combos": 60,
+        "cells_per_condition": 200,
+        "n_control_cells": 1900,
+        "frac_activation": 1.0,
+        "interaction_fractions": {"synergy": 0.05, "buffering": 0.05, "epistasis": 0.05},
+        "activation_range": (2.0, 4.0),
+        "shared_response": 1.0,
+        "library_size": 10000.0,
+        "measured_share": 0.006,
+    },
     # the Virtual Cell Challenge's file in shape (see "Presets"); examples/vcc_workflow.py's data
-    "vcc": {"n_genes": 300, "n_modules": 10, "n_perturbed_genes": 20, "n_combos": 0, "cells_per_condition": 100,
-            "n_control_cells": 500, "frac_activation": 0.0, "shared_response": 1.0, "library_size": 5000.0,
-            "layout": SCREEN_LAYOUT},
+    "vcc": {
+        "n_genes": 300,
+        "n_modules": 10,
+        "n_perturbed_genes": 20,
+        "n_combos": 0,
+        "cells_per_condition": 100,
+        "n_control_cells": 500,
+        "frac_activation": 0.0,
+        "shared_response": 1.0,
+        "library_size": 5000.0,
+        "layout": SCREEN_LAYOUT,
+    },
 }
 
 
@@ -629,15 +731,27 @@ def in_memory(obs: pd.DataFrame, var: pd.DataFrame, blocks: Iterator[sp.csr_matr
     return anndata.AnnData(X=sp.vstack(list(blocks), format="csr"), obs=obs, var=var)
 
 
-def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_perturbed_genes: int = 60,
-                               n_combos: int = 80, cells_per_condition: int = 45, n_control_cells: int = 1000,
-                               n_go_terms: int | None = None, seed: int = 0, frac_activation: float = 0.2,
-                               frac_unmeasured: float = 0.15, interaction_fractions: dict | None = None,
-                               cell_type: str = "synthetic", program_sd: float = DEFAULT_PROGRAM_SD,
-                               activation_range: tuple[float, float] = ACTIVATION_RANGE,
-                               shared_response: float = 0.0, library_size: float | None = None,
-                               measured_share: float = 1.0, layout: str = GEARS_LAYOUT,
-                               expression_to: Callable = in_memory) -> SyntheticPerturbSeq:
+def make_synthetic_perturb_seq(
+    n_genes: int = 1000,
+    n_modules: int = 20,
+    n_perturbed_genes: int = 60,
+    n_combos: int = 80,
+    cells_per_condition: int = 45,
+    n_control_cells: int = 1000,
+    n_go_terms: int | None = None,
+    seed: int = 0,
+    frac_activation: float = 0.2,
+    frac_unmeasured: float = 0.15,
+    interaction_fractions: dict | None = None,
+    cell_type: str = "synthetic",
+    program_sd: float = DEFAULT_PROGRAM_SD,
+    activation_range: tuple[float, float] = ACTIVATION_RANGE,
+    shared_response: float = 0.0,
+    library_size: float | None = None,
+    measured_share: float = 1.0,
+    layout: str = GEARS_LAYOUT,
+    expression_to: Callable = in_memory,
+) -> SyntheticPerturbSeq:
     """Generate a synthetic Perturb-seq dataset (see the module docstring for the model).
 
     Defaults give 7,300 cells x 1,000 genes (60 singles and 80 combos of 45 cells, 1,000
@@ -649,15 +763,33 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     the rest additive). ``program_sd`` is the standard deviation of the per-cell module
     (program) activities that create within-module co-expression (0 turns them off).
     ``layout``: ``"gears"`` (GEARS's raw input) or ``"screen"`` (raw counts and
-    ``obs['target_gene']``, as a screen comes; module docstring, step 10). Deterministic for a given ``seed``. ``expression_to(obs, var, blocks)`` consumes the
+    ``obs['target_gene']``, as a screen comes; module docstring, step 10). Deterministic for a given ``seed``.
+    ``expression_to(obs, var, blocks)`` consumes the
     expression, which arrives as CSR blocks of cells, and returns the AnnData to report: by
     default one in memory; ``datasets.write_synthetic_screen`` writes the blocks to a file
     instead, so a screen larger than memory can be generated.
     """
     fractions = dict(DEFAULT_INTERACTION_FRACTIONS if interaction_fractions is None else interaction_fractions)
-    _validate(n_genes, n_modules, n_perturbed_genes, n_combos, cells_per_condition, n_control_cells,
-              n_go_terms, seed, frac_activation, frac_unmeasured, fractions, cell_type, program_sd, activation_range,
-              shared_response, library_size, measured_share, layout)
+    _validate(
+        n_genes,
+        n_modules,
+        n_perturbed_genes,
+        n_combos,
+        cells_per_condition,
+        n_control_cells,
+        n_go_terms,
+        seed,
+        frac_activation,
+        frac_unmeasured,
+        fractions,
+        cell_type,
+        program_sd,
+        activation_range,
+        shared_response,
+        library_size,
+        measured_share,
+        layout,
+    )
     n_go_terms = GO_TERMS_PER_MODULE * n_modules if n_go_terms is None else n_go_terms
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -671,8 +803,9 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
     direct_values, activated = _direct_effects(rng, n_perturbed_genes, frac_activation, activation_range)
     pairs = _choose_pairs(rng, n_perturbed_genes, n_combos)
     labels = _interaction_labels(rng, n_combos, fractions)
-    log_rates = _log_rates(rng, baseline, grn, rank, perturbed, direct_values, pairs, labels) \
-        + _shared_response(rng, modules, pairs, n_perturbed_genes, float(shared_response))
+    log_rates = _log_rates(rng, baseline, grn, rank, perturbed, direct_values, pairs, labels) + _shared_response(
+        rng, modules, pairs, n_perturbed_genes, float(shared_response)
+    )
 
     symbols = np.array(measured_genes)
     pert_symbols = symbols[perturbed]
@@ -686,24 +819,52 @@ def make_synthetic_perturb_seq(n_genes: int = 1000, n_modules: int = 20, n_pertu
         expected = rates * (library_size * measured_share / rates[0].sum())
         other = np.full(len(rates), library_size * (1 - measured_share))
     loadings = _program_loadings(rng, n_genes)
-    condition_index, blocks = _sample_expression(rng, expected, other, cells_of, modules, loadings, float(program_sd),
-                                                 raw_counts=layout == SCREEN_LAYOUT)
+    condition_index, blocks = _sample_expression(
+        rng, expected, other, cells_of, modules, loadings, float(program_sd), raw_counts=layout == SCREEN_LAYOUT
+    )
     obs, var = _obs_and_var(condition_index, conditions, symbols, modules, perturbed, activated, cell_type, layout)
     adata = expression_to(obs, var, blocks)  # consumes every block before the GO draws below (None: written)
     gene2go = _gene2go(rng, measured_genes, unmeasured_genes, modules, n_modules, n_go_terms, perturbed)
-    true_means = pd.DataFrame(np.log1p(TARGET_SUM * expected / (expected.sum(axis=1, keepdims=True) + other[:, None])),
-                              index=pd.Index(conditions, name="condition"), columns=pd.Index(symbols, name="gene"))
-    params = {"n_genes": int(n_genes), "n_modules": int(n_modules), "n_perturbed_genes": int(n_perturbed_genes),
-              "n_combos": int(n_combos), "cells_per_condition": int(cells_per_condition),
-              "n_control_cells": int(n_control_cells), "n_go_terms": int(n_go_terms), "seed": int(seed),
-              "frac_activation": float(frac_activation), "frac_unmeasured": float(frac_unmeasured),
-              "interaction_fractions": {k: float(v) for k, v in fractions.items()}, "cell_type": cell_type,
-              "program_sd": float(program_sd), "activation_range": [float(v) for v in activation_range],
-              "shared_response": float(shared_response),
-              "library_size": None if library_size is None else float(library_size),
-              "measured_share": float(measured_share), "layout": layout,
-              "n_cells": int(cells_of.sum()), "n_unmeasured_genes": n_unmeasured}
-    logger.info("synthetic Perturb-seq: %d cells x %d genes, %d conditions, %d GO-annotated genes (%.1f s)",
-                int(cells_of.sum()), n_genes, len(conditions), len(gene2go), time.perf_counter() - started)
-    return SyntheticPerturbSeq(adata=adata, gene2go=gene2go, pert_genes=sorted(gene2go), true_means=true_means,
-                               interaction_types=dict(zip(combo_names, labels.tolist())), params=params)
+    true_means = pd.DataFrame(
+        np.log1p(TARGET_SUM * expected / (expected.sum(axis=1, keepdims=True) + other[:, None])),
+        index=pd.Index(conditions, name="condition"),
+        columns=pd.Index(symbols, name="gene"),
+    )
+    params = {
+        "n_genes": int(n_genes),
+        "n_modules": int(n_modules),
+        "n_perturbed_genes": int(n_perturbed_genes),
+        "n_combos": int(n_combos),
+        "cells_per_condition": int(cells_per_condition),
+        "n_control_cells": int(n_control_cells),
+        "n_go_terms": int(n_go_terms),
+        "seed": int(seed),
+        "frac_activation": float(frac_activation),
+        "frac_unmeasured": float(frac_unmeasured),
+        "interaction_fractions": {k: float(v) for k, v in fractions.items()},
+        "cell_type": cell_type,
+        "program_sd": float(program_sd),
+        "activation_range": [float(v) for v in activation_range],
+        "shared_response": float(shared_response),
+        "library_size": None if library_size is None else float(library_size),
+        "measured_share": float(measured_share),
+        "layout": layout,
+        "n_cells": int(cells_of.sum()),
+        "n_unmeasured_genes": n_unmeasured,
+    }
+    logger.info(
+        "synthetic Perturb-seq: %d cells x %d genes, %d conditions, %d GO-annotated genes (%.1f s)",
+        int(cells_of.sum()),
+        n_genes,
+        len(conditions),
+        len(gene2go),
+        time.perf_counter() - started,
+    )
+    return SyntheticPerturbSeq(
+        adata=adata,
+        gene2go=gene2go,
+        pert_genes=sorted(gene2go),
+        true_means=true_means,
+        interaction_types=dict(zip(combo_names, labels.tolist())),
+        params=params,
+    )

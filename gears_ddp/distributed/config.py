@@ -6,6 +6,7 @@ bad value fails at once with a message naming it, not after a minute of spawning
 ``args`` holds every ``GEARS.train`` option under the same name (``options.TrainingOptions``),
 the model options (``model_config``) and the options of the launch itself.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,8 +19,13 @@ from gears_ddp.training.options import TrainingOptions
 
 PERT_DATA_OPTIONS = ("expression_storage", "expression_dtype", "default_pert_graph")  # args given to PertData
 # the defaults of GEARS.train's options that args changes: the loaders are built with them, the model saved there
-ARGS_DEFAULTS = {"seed": 0, "batch_size": 32, "num_workers": 0, "resample_controls": False,
-                 "save_path": "./runs/gears_ddp"}
+ARGS_DEFAULTS = {
+    "seed": 0,
+    "batch_size": 32,
+    "num_workers": 0,
+    "resample_controls": False,
+    "save_path": "./runs/gears_ddp",
+}
 
 
 @dataclass
@@ -46,19 +52,28 @@ class TrainingArgs(TrainingOptions):
     """
 
     model_config: dict = option({}, "GEARS.model_initialize's options (hidden_size, uncertainty, ...)")
-    expression_storage: str = option("mapped", "'mapped': one file per dataset that every process maps (one copy per "
-                                               "machine in the page cache); 'memory': each process holds the "
-                                               "expression")
+    expression_storage: str = option(
+        "mapped",
+        "'mapped': one file per dataset that every process maps (one copy per "
+        "machine in the page cache); 'memory': each process holds the "
+        "expression",
+    )
     expression_dtype: str = option("float32", "'float32' or 'float16' (halves the map) expression storage")
-    default_pert_graph: bool = option(True, "the perturbations a model knows and its GO graph: True, every gene of "
-                                            "the GO files (the published GEARS's default); False, the dataset's "
-                                            "genes and its perturbed genes, with the GO graph among them (the "
-                                            "published PertData's default_pert_graph=False)")
+    default_pert_graph: bool = option(
+        True,
+        "the perturbations a model knows and its GO graph: True, every gene of "
+        "the GO files (the published GEARS's default); False, the dataset's "
+        "genes and its perturbed genes, with the GO graph among them (the "
+        "published PertData's default_pert_graph=False)",
+    )
     cpu_processes: int | None = option(None, "this many gloo processes on CPU instead of GPUs")
     timeout_s: float = option(600.0, "how long ranks wait for each other (s)")
-    find_unused_parameters: bool = option(False, "accepted for configurations written for DistributedDataParallel; "
-                                                  "nothing to find: a step averages every parameter's gradient in "
-                                                  "one buffer, counting one a rank did not reach as zeros")
+    find_unused_parameters: bool = option(
+        False,
+        "accepted for configurations written for DistributedDataParallel; "
+        "nothing to find: a step averages every parameter's gradient in "
+        "one buffer, counting one a rank did not reach as zeros",
+    )
 
     @classmethod
     def defaults(cls) -> dict:
@@ -76,20 +91,26 @@ class TrainingArgs(TrainingOptions):
         if self.model_config is None:
             self.model_config = {}
         if not isinstance(self.model_config, dict):
-            raise ValueError(f"args['model_config'] must be a dict of GEARS.model_initialize options, "
-                             f"got {self.model_config!r}")
+            raise ValueError(
+                f"args['model_config'] must be a dict of GEARS.model_initialize options, got {self.model_config!r}"
+            )
         self.model_config = ModelOptions.from_dict(self.model_config, "args['model_config']").as_dict()
         for key, allowed in (("expression_storage", STORAGES), ("expression_dtype", tuple(DTYPES))):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"args['{key}'] must be one of {allowed}, got {getattr(self, key)!r}")
-        if not isinstance(self.timeout_s, (int, float)) or isinstance(self.timeout_s, bool) \
-                or not self.timeout_s > 0 or self.timeout_s == float("inf"):
+        if (
+            not isinstance(self.timeout_s, (int, float))
+            or isinstance(self.timeout_s, bool)
+            or not self.timeout_s > 0
+            or self.timeout_s == float("inf")
+        ):
             raise ValueError(f"args['timeout_s'] must be a positive number, got {self.timeout_s!r}")
         if not isinstance(self.default_pert_graph, bool):
             raise ValueError(f"args['default_pert_graph'] must be True or False, got {self.default_pert_graph!r}")
         if not isinstance(self.find_unused_parameters, bool):
-            raise ValueError(f"args['find_unused_parameters'] must be True or False, "
-                             f"got {self.find_unused_parameters!r}")
+            raise ValueError(
+                f"args['find_unused_parameters'] must be True or False, got {self.find_unused_parameters!r}"
+            )
 
     def model_options(self) -> ModelOptions:
         """``model_config`` as the model's options, checked when these options were."""
@@ -105,13 +126,19 @@ class ReplicateOptions(Options):
     """What a ``replicates`` key (``train_replicates``' ``replicates``) may hold: the seeds
     that make the replicates and how they share the devices."""
 
-    seeds: list | None = option(None, "model seeds (args.seed: initial weights, shuffling, control pairing); one "
-                                      "replicate per seed")
-    split_seeds: list | None = option(None, "split seeds (split_config.seed); given with seeds, the lists pair up: "
-                                            "replicate i uses split_seeds[i] and seeds[i]")
+    seeds: list | None = option(
+        None, "model seeds (args.seed: initial weights, shuffling, control pairing); one replicate per seed"
+    )
+    split_seeds: list | None = option(
+        None,
+        "split seeds (split_config.seed); given with seeds, the lists pair up: "
+        "replicate i uses split_seeds[i] and seeds[i]",
+    )
     ranks_per_replicate: int = option(1, "devices (DDP ranks) each replicate trains on")
-    parallel: int | None = option(None, "replicates training at once (None: as many groups of ranks_per_replicate "
-                                        "devices as the devices given make)")
+    parallel: int | None = option(
+        None,
+        "replicates training at once (None: as many groups of ranks_per_replicate devices as the devices given make)",
+    )
 
     @classmethod
     def from_dict(cls, values: dict | None, where: str = "replicates") -> "ReplicateOptions":
@@ -134,12 +161,15 @@ class ReplicateOptions(Options):
                 raise ValueError(f"replicates.{key} must hold non-negative integers; {bad} are not")
             repeated = sorted({value for value in values if list(values).count(value) > 1})
             if repeated:
-                raise ValueError(f"replicates.{key} {list(values)} lists {repeated} more than once: each seed makes "
-                                 "one replicate")
+                raise ValueError(
+                    f"replicates.{key} {list(values)} lists {repeated} more than once: each seed makes one replicate"
+                )
             setattr(self, key, list(values))
         if self.seeds is not None and self.split_seeds is not None and len(self.seeds) != len(self.split_seeds):
-            raise ValueError(f"replicates.seeds ({len(self.seeds)}) and replicates.split_seeds "
-                             f"({len(self.split_seeds)}) pair up, one replicate per pair: give lists of equal length")
+            raise ValueError(
+                f"replicates.seeds ({len(self.seeds)}) and replicates.split_seeds "
+                f"({len(self.split_seeds)}) pair up, one replicate per pair: give lists of equal length"
+            )
         for key in ("ranks_per_replicate", "parallel"):
             value = getattr(self, key)
             if (value is not None or key == "ranks_per_replicate") and not (is_int(value) and value >= 1):

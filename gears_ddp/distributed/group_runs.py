@@ -10,6 +10,7 @@ group of its own, which hold its folder until they end (``GroupOfRanks``). The r
 ends its own workers only; the others go on. A stop signal (SIGTERM, SIGUSR1) reaches every
 running run, which stops with a checkpoint, and no new one starts.
 """
+
 from __future__ import annotations
 
 import functools
@@ -91,9 +92,12 @@ class GroupScheduler:
     def ranks(self) -> int:
         return sum(map(len, self.groups))
 
-    def run(self, next_run: Callable[[], GroupRun | None],
-            watch: Callable[[RunningGroup], None] | None = None,
-            settled: Callable[[GroupRun, dict, bool], None] | None = None) -> tuple[dict[str, dict], int]:
+    def run(
+        self,
+        next_run: Callable[[], GroupRun | None],
+        watch: Callable[[RunningGroup], None] | None = None,
+        settled: Callable[[GroupRun, dict, bool], None] | None = None,
+    ) -> tuple[dict[str, dict], int]:
         """Each run's outcome by name (``{'status': 'finished' | 'failed' | 'interrupted',
         'error': ..., 'seconds': ...}``) and the stop signal received (0 when none);
         ``settled(run, outcome, stopping)`` is called as each run ends (``stopping``: a stop
@@ -144,11 +148,20 @@ class GroupScheduler:
         """Start the run's workers on group ``index``, after the launcher's opening."""
         group = self.groups[index]
         placements = local_placements(group, find_free_port(), index * len(group), self.ranks)
-        logger.info("%s: training on group %d (%s), run folder %s", group_run.name, index + 1,
-                    ", ".join(map(str, group)), group_run.folder)
-        way = GroupOfRanks(placements, group_run.config_on(group),
-                           functools.partial(self._shared_data, group_run.data_key),
-                           f"{group_run.name}: ", group_run.holder)
+        logger.info(
+            "%s: training on group %d (%s), run folder %s",
+            group_run.name,
+            index + 1,
+            ", ".join(map(str, group)),
+            group_run.folder,
+        )
+        way = GroupOfRanks(
+            placements,
+            group_run.config_on(group),
+            functools.partial(self._shared_data, group_run.data_key),
+            f"{group_run.name}: ",
+            group_run.holder,
+        )
         return Launcher(group_run.run, way).launch()
 
     def _shared_data(self, key, run: RunOptions):
@@ -163,10 +176,16 @@ class GroupScheduler:
         try:
             messages = entry.workers.result()
         except DistributedTrainingError as error:
-            if any(isinstance(message, RunReport) for message in entry.workers.received) \
-                    and finished_report(entry.run.folder) is not None:  # it failed while exiting, its work done
-                logger.warning("%s: finished in %.0f s (its report is complete), but a worker failed as it ended: "
-                               "%s", name, seconds, error)
+            if (
+                any(isinstance(message, RunReport) for message in entry.workers.received)
+                and finished_report(entry.run.folder) is not None
+            ):  # it failed while exiting, its work done
+                logger.warning(
+                    "%s: finished in %.0f s (its report is complete), but a worker failed as it ended: %s",
+                    name,
+                    seconds,
+                    error,
+                )
                 return {"status": "finished", "seconds": seconds}
             logger.error("%s: failed after %.0f s: %s", name, seconds, error)
             return {"status": "failed", "error": str(error), "seconds": seconds}
@@ -213,8 +232,11 @@ class GroupOfRanks:
         return self.prepared(run)
 
     def start(self, run: RunOptions, opening: Opening) -> SpawnedWorkers:
-        workers = SpawnedWorkers(functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
-                                 (self.placements, opening.pert_data, run.args), len(self.placements),
-                                 log_prefix=self.log_prefix)
+        workers = SpawnedWorkers(
+            functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
+            (self.placements, opening.pert_data, run.args),
+            len(self.placements),
+            log_prefix=self.log_prefix,
+        )
         workers.holding = opening.held.pop_all()  # the run's folder, released when its workers are closed
         return workers

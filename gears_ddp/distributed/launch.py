@@ -19,6 +19,7 @@ or SIGUSR1 every rank stops at the next optimiser step after rank 0 wrote a chec
 exits with status 75; under Slurm, SIGUSR1 (``sbatch --signal=USR1@90``) also requeues the
 job (``scontrol requeue``), which then continues with ``resume_from: "auto"``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,9 @@ from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.runtime.threads import OPENMP_WAITING
 
 
-def run_launched_rank(pert_data_path, dataset_name: str, split_config: dict, args: dict,
-                      environment: LaunchEnvironment) -> dict | None:
+def run_launched_rank(
+    pert_data_path, dataset_name: str, split_config: dict, args: dict, environment: LaunchEnvironment
+) -> dict | None:
     """Train as the rank of a torchrun or srun job that ``environment`` describes
     (``launch_environment()``), with ``train_multi_gpu``'s parameters; rank 0 writes
     the run folder's ``config.yaml`` and returns the report (None on the other ranks). A stop
@@ -55,9 +57,17 @@ def train_launched(run: RunOptions, environment: LaunchEnvironment) -> dict | No
     if device.type == "cpu" and environment.rank == 0 and not any(name in os.environ for name in OPENMP_WAITING):
         logging.getLogger(LIBRARY_LOGGER_NAME).warning(
             "training on CPU with OpenMP threads that spin while they wait: on a node shared with other work, "
-            "export OMP_WAIT_POLICY=PASSIVE before torchrun or srun (docs/long-runs.md)")
-    placement = Placement(environment.rank, environment.world_size, environment.local_rank,
-                          environment.local_world_size, device, environment.master_addr, environment.master_port)
+            "export OMP_WAIT_POLICY=PASSIVE before torchrun or srun (docs/long-runs.md)"
+        )
+    placement = Placement(
+        environment.rank,
+        environment.world_size,
+        environment.local_rank,
+        environment.local_world_size,
+        device,
+        environment.master_addr,
+        environment.master_port,
+    )
     try:
         return Launcher(run, ThisRank(placement)).launch()
     except TrainingInterrupted as stop:
@@ -81,5 +91,3 @@ def requeue_slurm_job() -> None:
         log.warning("could not requeue Slurm job %s (%s); resubmit it to continue from the checkpoint", job, problem)
     else:
         log.warning("Slurm job %s requeued", job)
-
-

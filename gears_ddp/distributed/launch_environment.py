@@ -3,6 +3,7 @@ sets the ``env://`` variables) or Slurm's ``srun``. Every process reads its rank
 place on its machine and the rendezvous address from the environment with
 ``launch_environment``; a plain ``python`` start has none.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,19 +42,32 @@ def launch_environment(environ: Mapping[str, str] = os.environ) -> LaunchEnviron
     """
     if "RANK" in environ:
         environment = LaunchEnvironment(
-            environment_integer(environ, "RANK"), environment_integer(environ, "WORLD_SIZE"), environment_integer(environ, "LOCAL_RANK"),
-            environment_integer(environ, "LOCAL_WORLD_SIZE"), _text(environ, "MASTER_ADDR"), environment_integer(environ, "MASTER_PORT"),
-            "torchrun")
+            environment_integer(environ, "RANK"),
+            environment_integer(environ, "WORLD_SIZE"),
+            environment_integer(environ, "LOCAL_RANK"),
+            environment_integer(environ, "LOCAL_WORLD_SIZE"),
+            _text(environ, "MASTER_ADDR"),
+            environment_integer(environ, "MASTER_PORT"),
+            "torchrun",
+        )
         names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
     elif "SLURM_PROCID" in environ:
         environment = LaunchEnvironment(
-            environment_integer(environ, "SLURM_PROCID"), environment_integer(environ, "SLURM_NTASKS"), environment_integer(environ, "SLURM_LOCALID"),
-            _slurm_tasks_on_this_node(environ), _slurm_master_addr(environ), _slurm_master_port(environ), "slurm")
+            environment_integer(environ, "SLURM_PROCID"),
+            environment_integer(environ, "SLURM_NTASKS"),
+            environment_integer(environ, "SLURM_LOCALID"),
+            _slurm_tasks_on_this_node(environ),
+            _slurm_master_addr(environ),
+            _slurm_master_port(environ),
+            "slurm",
+        )
         names = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE")
     else:
         return None
-    for value, name, within in ((environment.rank, names[0], environment.world_size),
-                                (environment.local_rank, names[2], environment.local_world_size)):
+    for value, name, within in (
+        (environment.rank, names[0], environment.world_size),
+        (environment.local_rank, names[2], environment.local_world_size),
+    ):
         if not 0 <= value < within:
             raise ValueError(f"{name}={value} is outside 0..{within - 1} (from {names[1 if name == names[0] else 3]})")
     return environment

@@ -3,7 +3,8 @@
 A run's options come in checked once (``run_config.RunOptions``). The ``Launcher`` does the
 opening every run shares, once: the save folder taken and checked (by the process that
 writes the run folder, which holds it until the ranks end: ``training.save_folder``), the
-resume checkpoint read, the configuration written there, and the data prepared. It then hands the checked options, the data and the checkpoint to a way of
+resume checkpoint read, the configuration written there, and the data prepared. It then hands the checked options,
+the data and the checkpoint to a way of
 starting the ranks, each of which ends in ``rank.run_rank``:
 
 - ``SpawnedRanks``: one process per device of this machine (``train_multi_gpu``); the
@@ -16,6 +17,7 @@ starting the ranks, each of which ends in ``rank.run_rank``:
 As Lightning's launchers do, each way only starts processes; the strategy (what crosses
 ranks) is ``runtime.ranks`` and the cluster's environment ``launch_environment``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -81,8 +83,15 @@ class Launcher:
         args = self.run.args
         writes = self.way.writes_run_folder and args.save_path is not None
         if writes:
-            held.enter_context(held_save_path(args.save_path, self.way.holder, args.resume_from,
-                                              args.overwrite_save_path, check=self.way.checks_save_path))
+            held.enter_context(
+                held_save_path(
+                    args.save_path,
+                    self.way.holder,
+                    args.resume_from,
+                    args.overwrite_save_path,
+                    check=self.way.checks_save_path,
+                )
+            )
         resume = resolve_resume(args.resume_from, args.save_path)
         if writes:
             write_run_config(args.save_path, self.way.config(self.run))
@@ -97,8 +106,13 @@ def continued_after_restart(run: RunOptions) -> RunOptions:
     job = this_job()
     if not is_restart(job) or run.args.resume_from is not None or run.args.save_path is None:
         return run
-    logger.info("%s job %s restarted (attempt %s): continuing from the newest checkpoint in %s", job["scheduler"],
-                job["id"], job["attempt"], run.args.save_path)
+    logger.info(
+        "%s job %s restarted (attempt %s): continuing from the newest checkpoint in %s",
+        job["scheduler"],
+        job["id"],
+        job["attempt"],
+        run.args.save_path,
+    )
     return dataclasses.replace(run, args=dataclasses.replace(run.args, resume_from="auto", overwrite_save_path=False))
 
 
@@ -125,10 +139,17 @@ class SpawnedRanks:
     def start(self, run: RunOptions, opening: Opening) -> dict:
         """Rank 0's report, once every rank ended."""
         placements = local_placements(self.devices, rendezvous_port())
-        logger.info("starting %d %s process(es): %s", len(self.devices), self.devices[0].type,
-                    [str(device) for device in self.devices])
-        messages = spawn_workers(functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
-                                 (placements, opening.pert_data, run.args), len(self.devices))
+        logger.info(
+            "starting %d %s process(es): %s",
+            len(self.devices),
+            self.devices[0].type,
+            [str(device) for device in self.devices],
+        )
+        messages = spawn_workers(
+            functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
+            (placements, opening.pert_data, run.args),
+            len(self.devices),
+        )
         for message in messages:
             if isinstance(message, RunInterrupted):
                 raise TrainingInterrupted(message.message, message.signal_name, message.checkpoint)
@@ -155,8 +176,13 @@ class ThisRank:
 
     @staticmethod
     def data(run: RunOptions):
-        return prepare_data(run.pert_data_path, run.dataset_name, run.split.options, run.args.model_config,
-                            **run.args.pert_data_options())
+        return prepare_data(
+            run.pert_data_path,
+            run.dataset_name,
+            run.split.options,
+            run.args.model_config,
+            **run.args.pert_data_options(),
+        )
 
     def start(self, run: RunOptions, opening: Opening) -> dict | None:
         """The report on rank 0, None elsewhere."""

@@ -2,6 +2,7 @@
 "__main__":``: each spawned worker imports the main script first, so without the guard every
 worker would run the script, and the call, again.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,9 +24,11 @@ def check_main_guard(caller: str) -> None:
         where = _unguarded_call_site()
         if where is None:
             return
-    raise RuntimeError(f"{caller} is called at the top level of {where}, outside `if __name__ == \"__main__\":`. "
-                       "The worker processes it starts import the script first, so they would call it again: "
-                       "put the call (or the main() that makes it) under that guard")
+    raise RuntimeError(
+        f'{caller} is called at the top level of {where}, outside `if __name__ == "__main__":`. '
+        "The worker processes it starts import the script first, so they would call it again: "
+        "put the call (or the main() that makes it) under that guard"
+    )
 
 
 def _unguarded_call_site() -> str | None:
@@ -33,8 +36,9 @@ def _unguarded_call_site() -> str | None:
     ``if __name__ == "__main__":`` block; None when guarded or when the source is unknown
     (an interactive session, ``python -c``, a script edited since it started)."""
     frame = sys._getframe(1)
-    while frame is not None and not (frame.f_code.co_name == "<module>"
-                                     and frame.f_globals.get("__name__") == "__main__"):
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
+    ):
         frame = frame.f_back
     if frame is None:
         return None
@@ -46,7 +50,10 @@ def _unguarded_call_site() -> str | None:
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return None
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and node.lineno <= line <= node.end_lineno \
-                and ast.unparse(node.test).replace("'", '"') in ('__name__ == "__main__"', '"__main__" == __name__'):
+        if (
+            isinstance(node, ast.If)
+            and node.lineno <= line <= node.end_lineno
+            and ast.unparse(node.test).replace("'", '"') in ('__name__ == "__main__"', '"__main__" == __name__')
+        ):
             return None
     return f"{path}, line {line}"

@@ -17,6 +17,7 @@ to its own loggers (``replay_log``), where its handlers and levels decide what t
 
 What travels is typed: each kind of message is a small dataclass below, read by its fields.
 """
+
 from __future__ import annotations
 
 import logging
@@ -77,6 +78,7 @@ class PairScreenChunk:
     chunk: int
     scores: dict
 
+
 _LENGTH = struct.Struct("!Q")
 _READ_BYTES = 1 << 20
 
@@ -99,8 +101,13 @@ class WorkerMessages:
         self.log_level = logging.getLogger(LIBRARY_LOGGER_NAME).getEffectiveLevel()  # the parent's, at creation
 
     def __getstate__(self) -> dict:
-        return {"_reader": self._reader, "_writer": self._writer, "_write_lock": self._write_lock,
-                "_byte_stream": self._byte_stream, "log_level": self.log_level}
+        return {
+            "_reader": self._reader,
+            "_writer": self._writer,
+            "_write_lock": self._write_lock,
+            "_byte_stream": self._byte_stream,
+            "log_level": self.log_level,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _pending=bytearray())
@@ -114,7 +121,7 @@ class WorkerMessages:
                 return
             frame = memoryview(_LENGTH.pack(len(payload)) + payload)
             while frame:
-                frame = frame[os.write(self._writer.fileno(), frame):]
+                frame = frame[os.write(self._writer.fileno(), frame) :]
 
     def put_failure(self, worker: int) -> None:
         """Tell the parent that ``worker`` failed with the exception being handled."""
@@ -138,7 +145,7 @@ class WorkerMessages:
             end = _LENGTH.size + length
             if len(self._pending) < end:
                 break
-            messages.append(pickle.loads(self._pending[_LENGTH.size:end]))
+            messages.append(pickle.loads(self._pending[_LENGTH.size : end]))
             del self._pending[:end]
         return messages
 

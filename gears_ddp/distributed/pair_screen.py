@@ -15,6 +15,7 @@ On CPU one thread per process: the scores are many small operations, and on a bu
 machine threads that wait for each other lose far more than they gain (measured in
 benchmarks/RESULTS.md).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,10 +28,16 @@ from gears_ddp._logging import get_logger
 from gears_ddp.distributed.main_guard import check_main_guard
 from gears_ddp.distributed.messages import PairScreenChunk
 from gears_ddp.distributed.supervisor import spawn_workers
+from gears_ddp.inference.pair_screen import (
+    PAIR_SCREEN_CHUNK_PAIRS,
+    PairScreenFolder,
+    PairScreenJob,
+    run_pair_screen,
+    score_chunks,
+    score_chunks_here,
+)
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.inference.replicate_pair_screen import run_replicate_pair_screen
-from gears_ddp.inference.pair_screen import PAIR_SCREEN_CHUNK_PAIRS, PairScreenFolder, PairScreenJob, run_pair_screen, \
-    score_chunks, score_chunks_here
 from gears_ddp.runtime.devices import cuda_or_cpu, resolve_devices
 from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
 
@@ -45,9 +52,18 @@ def pair_screen_devices(cpu_processes: int | None = None, gpu_ids=None) -> list[
     return resolve_devices(None, gpu_ids, cpu_processes)
 
 
-def screen_on_devices(gears, genes, out=None, overwrite: bool = False, cpu_processes: int | None = None,
-                      gpu_ids=None, GI_genes_file=None, change: str = EXACT_CHANGE, seed: int = 0,
-                      chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> pd.DataFrame:
+def screen_on_devices(
+    gears,
+    genes,
+    out=None,
+    overwrite: bool = False,
+    cpu_processes: int | None = None,
+    gpu_ids=None,
+    GI_genes_file=None,
+    change: str = EXACT_CHANGE,
+    seed: int = 0,
+    chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS,
+) -> pd.DataFrame:
     """``GEARS.screen`` with the pairs shared among workers on ``pair_screen_devices(cpu_processes,
     gpu_ids)``; the same table, the same resumable output. One device runs in this process;
     several are spawned processes, so a script calling this needs ``if __name__ ==
@@ -57,8 +73,9 @@ def screen_on_devices(gears, genes, out=None, overwrite: bool = False, cpu_proce
     return run_pair_screen(job, out, overwrite, _executor(devices, "screen_on_devices"))
 
 
-def replicate_pair_screen_on_devices(jobs: Mapping[str, Sequence[PairScreenJob]], devices: list[torch.device],
-                                     out=None, overwrite: bool = False) -> pd.DataFrame:
+def replicate_pair_screen_on_devices(
+    jobs: Mapping[str, Sequence[PairScreenJob]], devices: list[torch.device], out=None, overwrite: bool = False
+) -> pd.DataFrame:
     """A pair screen over replicates (``inference.replicate_pair_screen``) of the models'
     ``jobs``, each model's pairs shared among the workers on ``devices``
     (``pair_screen_devices``, checked before the models were loaded) as ``screen_on_devices``
@@ -76,11 +93,13 @@ def _executor(devices: list[torch.device], caller: str):
     def execute(job, chunks, folder):
         with at_most_usable_threads():
             return score_chunks_here(job, chunks, folder, devices[0])
+
     return execute
 
 
 def _spawning_executor(devices: list[torch.device]):
     """An executor for ``run_pair_screen`` that shares the chunks among workers on ``devices``."""
+
     def execute(job: PairScreenJob, chunks: list[int], folder: PairScreenFolder | None) -> dict[int, dict]:
         if not chunks:
             return {}
@@ -90,11 +109,18 @@ def _spawning_executor(devices: list[torch.device]):
         logger.info("screen: %d chunks shared among %d %s worker(s)", len(chunks), workers, devices[0].type)
         messages = spawn_workers(pair_screen_worker, (shared, shares, devices[:workers], folder), workers)
         return {message.chunk: message.scores for message in messages if isinstance(message, PairScreenChunk)}
+
     return execute
 
 
-def pair_screen_worker(worker: int, job: PairScreenJob, shares: list[list[int]], devices: list[torch.device],
-                       folder: PairScreenFolder | None, messages) -> None:
+def pair_screen_worker(
+    worker: int,
+    job: PairScreenJob,
+    shares: list[list[int]],
+    devices: list[torch.device],
+    folder: PairScreenFolder | None,
+    messages,
+) -> None:
     """The ``torch.multiprocessing.spawn`` target: score the chunks ``shares[worker]`` on
     ``devices[worker]``, writing each to ``folder`` (else putting a ``PairScreenChunk`` on
     ``messages``); a failure is put there (``WorkerFailed``) before it is raised."""
@@ -105,8 +131,11 @@ def pair_screen_worker(worker: int, job: PairScreenJob, shares: list[list[int]],
             torch.set_num_threads(cpu_threads(len(devices)))
         else:
             torch.cuda.set_device(device)
-        store = folder.write_chunk if folder is not None else \
-            (lambda chunk, scores: messages.put(PairScreenChunk(chunk, scores)))
+        store = (
+            folder.write_chunk
+            if folder is not None
+            else (lambda chunk, scores: messages.put(PairScreenChunk(chunk, scores)))
+        )
         score_chunks(job, shares[worker], store, device, label=f"screen worker {worker}")
     except BaseException:
         messages.put_failure(worker)

@@ -2,6 +2,7 @@
 (``cleanup_ddp``), its backend, and a free rendezvous port for ranks spawned on one machine.
 Only these two functions touch the process group.
 """
+
 from __future__ import annotations
 
 import gc
@@ -75,9 +76,7 @@ def setup_ddp(
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside 0..{world_size - 1} (world_size={world_size})")
     if dist.is_initialized():
-        raise RuntimeError(
-            f"rank {rank}: a process group is already initialised; call cleanup_ddp() first"
-        )
+        raise RuntimeError(f"rank {rank}: a process group is already initialised; call cleanup_ddp() first")
     device = launched_rank_device(rank) if device is None else torch.device(device)
     port = guide_rendezvous_port(master_port)
     os.environ["MASTER_ADDR"] = master_addr
@@ -87,14 +86,24 @@ def setup_ddp(
     backend = backend_for(device)
     logger.debug(
         "rank %d/%d joining %s process group at %s:%d on %s",
-        rank, world_size, backend, master_addr, port, device,
+        rank,
+        world_size,
+        backend,
+        master_addr,
+        port,
+        device,
     )
     timeout = timedelta(seconds=timeout_s)
     try:
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        dist.init_process_group(backend, store=dist.PrefixStore(f"gears_ddp/attempt_{attempt}", store), rank=rank,
-                                world_size=world_size, timeout=timeout)
+        dist.init_process_group(
+            backend,
+            store=dist.PrefixStore(f"gears_ddp/attempt_{attempt}", store),
+            rank=rank,
+            world_size=world_size,
+            timeout=timeout,
+        )
     except (RuntimeError, TimeoutError, OSError) as error:
         raise RuntimeError(
             f"rank {rank} of world size {world_size} could not initialise the {backend} process "

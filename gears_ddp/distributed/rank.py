@@ -6,6 +6,7 @@ same data, build this rank's loaders and model, and train as ``GEARS.train`` tra
 per device (``spawned_rank``), torchrun and srun start them through ``gears-ddp train``
 (``distributed.launch``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,8 +51,11 @@ class Placement:
     master_port: int
 
 
-IDENTITY_PARTS = {"expression": "the expression values", "cells": "the cells, their conditions and DE genes",
-                  "split": "the train / val / test conditions"}
+IDENTITY_PARTS = {
+    "expression": "the expression values",
+    "cells": "the cells, their conditions and DE genes",
+    "split": "the train / val / test conditions",
+}
 
 
 def data_identity(pert_data) -> dict[str, str]:
@@ -74,13 +78,17 @@ def check_same_data(pert_data, ranks: ProcessGroupRanks) -> None:
         for rank, identity in enumerate(identities):
             groups.setdefault(identity[part], []).append(rank)
         if len(groups) > 1:
-            differences.append(f"{part} ({meaning}): " + ", ".join(f"ranks {members} hold {digest[:8]}"
-                                                                    for digest, members in groups.items()))
+            differences.append(
+                f"{part} ({meaning}): "
+                + ", ".join(f"ranks {members} hold {digest[:8]}" for digest, members in groups.items())
+            )
             readers.update({members[0]: identities[members[0]]["where"] for members in groups.values()})
     if differences:
         where = ", ".join(f"rank {rank} read {place}" for rank, place in sorted(readers.items()))
-        raise RuntimeError(f"ranks do not hold the same data: {'; '.join(differences)} ({where}); every rank must "
-                           "load the same dataset files (a copy on each machine is fine) with the same split options")
+        raise RuntimeError(
+            f"ranks do not hold the same data: {'; '.join(differences)} ({where}); every rank must "
+            "load the same dataset files (a copy on each machine is fine) with the same split options"
+        )
 
 
 def progress_bars_without_semaphores() -> None:
@@ -93,8 +101,15 @@ def progress_bars_without_semaphores() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def spawned_rank(local_rank: int, placements: list[Placement], pert_data, args: TrainingArgs,
-                 messages, resume=READ_FROM_OPTIONS, spawned_at: float | None = None) -> None:
+def spawned_rank(
+    local_rank: int,
+    placements: list[Placement],
+    pert_data,
+    args: TrainingArgs,
+    messages,
+    resume=READ_FROM_OPTIONS,
+    spawned_at: float | None = None,
+) -> None:
     """The ``torch.multiprocessing.spawn`` target: rank ``local_rank`` of ``placements``, with
     ``resume`` the checkpoint its parent read; ``spawned_at``, the parent's ``time.time()``
     when it started the ranks, makes the process's own start (the interpreter, its imports,
@@ -115,8 +130,14 @@ def spawned_rank(local_rank: int, placements: list[Placement], pert_data, args: 
             messages.put(RunDiverged(str(stop)))
 
 
-def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None,
-             resume=READ_FROM_OPTIONS, process_start: float = 0.0) -> dict | None:
+def run_rank(
+    placement: Placement,
+    pert_data,
+    args: TrainingArgs,
+    messages=None,
+    resume=READ_FROM_OPTIONS,
+    process_start: float = 0.0,
+) -> dict | None:
     """Train as one rank; returns the report on rank 0, None elsewhere.
 
     ``pert_data`` has its split prepared; ``args`` were checked, and the save folder, by
@@ -141,13 +162,17 @@ def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None,
         with clock.phase("rank start-up"):
             if device.type == "cpu":
                 torch.set_num_threads(cpu_threads(placement.local_world_size))
-            setup_ddp(rank, placement.world_size, device, placement.master_addr, placement.master_port,
-                      args.timeout_s)
+            setup_ddp(rank, placement.world_size, device, placement.master_addr, placement.master_port, args.timeout_s)
             ranks = ProcessGroupRanks()
             check_same_data(pert_data, ranks)
             if rank == 0:
-                logger.info("%d rank(s); rank 0 on %s, one of %d rank(s) on its machine, with %d thread(s)",
-                            placement.world_size, device, placement.local_world_size, torch.get_num_threads())
+                logger.info(
+                    "%d rank(s); rank 0 on %s, one of %d rank(s) on its machine, with %d thread(s)",
+                    placement.world_size,
+                    device,
+                    placement.local_world_size,
+                    torch.get_num_threads(),
+                )
         report = train_rank(pert_data, args, device, ranks, clock, resume)
     except (TrainingInterrupted, NonFiniteLoss):  # every rank stops there together: not a failure
         raise
@@ -162,16 +187,24 @@ def run_rank(placement: Placement, pert_data, args: TrainingArgs, messages=None,
     return report if rank == 0 else None
 
 
-def train_rank(pert_data, args: TrainingArgs, device: torch.device, ranks: ProcessGroupRanks,
-               clock: PhaseClock, resume) -> dict:
+def train_rank(
+    pert_data, args: TrainingArgs, device: torch.device, ranks: ProcessGroupRanks, clock: PhaseClock, resume
+) -> dict:
     """This rank's loaders and model, as a single-process user builds them (the seed first,
     then the loaders, then the model; the phase ``rank start-up`` of ``clock``), from options
     checked before, and the training from ``resume``."""
     with clock.phase("rank start-up"):
         torch.manual_seed(args.seed)
-        pert_data.use_loaders(args.batch_size, args.test_batch_size, ranks.world_size, ranks.rank,
-                              args.num_workers, pin_memory=device.type == "cuda", seed=args.seed,
-                              resample_controls=args.resample_controls)
+        pert_data.use_loaders(
+            args.batch_size,
+            args.test_batch_size,
+            ranks.world_size,
+            ranks.rank,
+            args.num_workers,
+            pin_memory=device.type == "cuda",
+            seed=args.seed,
+            resample_controls=args.resample_controls,
+        )
         gears = GEARS(pert_data, device=device)
         gears.build_model(args.model_options())
     return gears.train_with(args, ranks, clock, resume)

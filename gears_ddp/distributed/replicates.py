@@ -20,6 +20,7 @@ wrote one). The summary (``report.replicate_report``) goes to ``save_path`` itse
 signal (SIGTERM, SIGUSR1) reaches every running replicate, which stops with a checkpoint;
 no new one starts.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,8 +49,16 @@ __all__ = ["train_replicates", "ReplicatesFailed"]
 
 logger = get_logger(__name__)
 # settings that say where a run trains, not what it computes: a save path may be continued with others
-PLACEMENT_SETTINGS = ("n_gpus", "gpu_ids", "args.cpu_processes", "args.resume_from", "args.save_path",
-                      "replicates.seeds", "replicates.split_seeds", "replicates.parallel")
+PLACEMENT_SETTINGS = (
+    "n_gpus",
+    "gpu_ids",
+    "args.cpu_processes",
+    "args.resume_from",
+    "args.save_path",
+    "replicates.seeds",
+    "replicates.split_seeds",
+    "replicates.parallel",
+)
 
 
 class ReplicatesFailed(DistributedTrainingError):
@@ -72,8 +81,15 @@ class Replicate:
 
     def described(self, status: str, error: str | None = None, seconds: float | None = None) -> dict:
         """As the summary lists it; ``seconds``: its wall time in this run (None when it did not run)."""
-        return {"name": self.name, "seed": self.seed, "split_seed": self.split_seed, "folder": str(self.folder),
-                "status": status, "error": error, "seconds": seconds}
+        return {
+            "name": self.name,
+            "seed": self.seed,
+            "split_seed": self.split_seed,
+            "folder": str(self.folder),
+            "status": status,
+            "error": error,
+            "seconds": seconds,
+        }
 
 
 def plan_replicates(replicates: ReplicateOptions, split: SplitConfig, options: TrainingArgs) -> list[Replicate]:
@@ -99,26 +115,43 @@ def device_groups(devices: list[torch.device], replicates: ReplicateOptions) -> 
     needed = max(count, 1) * size
     if needed > len(devices):
         asked = f"replicates.parallel={count} group(s)" if replicates.parallel is not None else "one group"
-        raise ValueError(f"{asked} of replicates.ranks_per_replicate={size} device(s) need {needed} devices, but "
-                         f"{len(devices)} are given ({', '.join(map(str, devices))}): give more devices (gpu_ids, "
-                         "n_gpus or args.cpu_processes) or ask for fewer")
-    groups = [devices[index * size:(index + 1) * size] for index in range(count)]
-    idle = devices[count * size:]
+        raise ValueError(
+            f"{asked} of replicates.ranks_per_replicate={size} device(s) need {needed} devices, but "
+            f"{len(devices)} are given ({', '.join(map(str, devices))}): give more devices (gpu_ids, "
+            "n_gpus or args.cpu_processes) or ask for fewer"
+        )
+    groups = [devices[index * size : (index + 1) * size] for index in range(count)]
+    idle = devices[count * size :]
     if idle:
-        logger.warning("replicates: %s stay idle (%d group(s) of %d device(s) use %d of the %d devices given)",
-                       ", ".join(map(str, idle)), count, size, count * size, len(devices))
+        logger.warning(
+            "replicates: %s stay idle (%d group(s) of %d device(s) use %d of the %d devices given)",
+            ", ".join(map(str, idle)),
+            count,
+            size,
+            count * size,
+            len(devices),
+        )
     return groups
 
 
 def replicate_config(config: dict, run: Replicate, group: list[torch.device]) -> dict:
     """The configuration of one replicate alone, on ``group`` (what its ``config.yaml``
     holds: ``gears-ddp train --config`` on it repeats the replicate)."""
-    args = {**config["args"], "seed": run.seed, "save_path": str(run.folder), "resume_from": "auto",
-            "cpu_processes": len(group) if group[0].type == "cpu" else None}
+    args = {
+        **config["args"],
+        "seed": run.seed,
+        "save_path": str(run.folder),
+        "resume_from": "auto",
+        "cpu_processes": len(group) if group[0].type == "cpu" else None,
+    }
     gpu_ids = None if group[0].type == "cpu" else [device.index for device in group]
-    return {**{key: value for key, value in config.items() if key != "replicates"},
-            "split_config": {**config["split_config"], "seed": run.split_seed}, "args": args, "n_gpus": None,
-            "gpu_ids": gpu_ids}
+    return {
+        **{key: value for key, value in config.items() if key != "replicates"},
+        "split_config": {**config["split_config"], "seed": run.split_seed},
+        "args": args,
+        "n_gpus": None,
+        "gpu_ids": gpu_ids,
+    }
 
 
 def check_same_configuration(folder: Path, config: dict, what: str) -> None:
@@ -130,19 +163,32 @@ def check_same_configuration(folder: Path, config: dict, what: str) -> None:
     held = read_settings(folder)
     if not isinstance(held, dict) or ("replicates" in held) != ("replicates" in config):
         kind = "replicates" if isinstance(held, dict) and "replicates" in held else "a single run"
-        raise ValueError(f"{what} {folder} holds {kind} (its {CONFIG_FILE}), not this configuration: choose another "
-                         "save_path")
+        raise ValueError(
+            f"{what} {folder} holds {kind} (its {CONFIG_FILE}), not this configuration: choose another save_path"
+        )
     there = {key: value for key, value in flatten_settings(held) if key not in PLACEMENT_SETTINGS}
     here = {key: value for key, value in flatten_settings(config) if key not in PLACEMENT_SETTINGS}
-    differing = [f"{key}: {there.get(key, 'absent')} there, {here.get(key, 'absent')} here"
-                 for key in sorted(set(there) | set(here)) if there.get(key) != here.get(key)]
+    differing = [
+        f"{key}: {there.get(key, 'absent')} there, {here.get(key, 'absent')} here"
+        for key in sorted(set(there) | set(here))
+        if there.get(key) != here.get(key)
+    ]
     if differing:
-        raise ValueError(f"{what} {folder} holds a run of another configuration ({'; '.join(differing)}): choose "
-                         "another save_path, or give the configuration it holds to continue it")
+        raise ValueError(
+            f"{what} {folder} holds a run of another configuration ({'; '.join(differing)}): choose "
+            "another save_path, or give the configuration it holds to continue it"
+        )
 
 
-def train_replicates(pert_data_path, dataset_name: str, split_config: dict, args: dict, replicates: dict,
-                     n_gpus: int | None = None, gpu_ids=None) -> dict:
+def train_replicates(
+    pert_data_path,
+    dataset_name: str,
+    split_config: dict,
+    args: dict,
+    replicates: dict,
+    n_gpus: int | None = None,
+    gpu_ids=None,
+) -> dict:
     """Train one run per seed (``replicates``: ``{'seeds': [...]}`` and/or ``{'split_seeds':
     [...]}``, see ``ReplicateOptions``) in ``args['save_path']/<name>``, concurrently over
     the devices (as ``train_multi_gpu`` takes them), and summarise them in ``save_path``.
@@ -157,8 +203,9 @@ def train_replicates(pert_data_path, dataset_name: str, split_config: dict, args
     check_main_guard("train_replicates")
     if replicates is None:
         ReplicateOptions.from_dict(replicates)  # refused: a replicated run needs its replicates
-    return train_checked_replicates(RunOptions.checked(pert_data_path, dataset_name, split_config, args, n_gpus,
-                                                       gpu_ids, replicates))
+    return train_checked_replicates(
+        RunOptions.checked(pert_data_path, dataset_name, split_config, args, n_gpus, gpu_ids, replicates)
+    )
 
 
 def train_checked_replicates(run: RunOptions) -> dict:
@@ -168,16 +215,22 @@ def train_checked_replicates(run: RunOptions) -> dict:
     if options.save_path is None:
         raise ValueError("replicates need args['save_path']: each replicate writes its run folder under it")
     if options.resume_from not in (None, "auto"):
-        raise ValueError(f"args['resume_from']={options.resume_from!r} names one run's checkpoint, but each replicate "
-                         "continues from its own folder: leave resume_from out (running the same command again "
-                         "continues every unfinished replicate)")
+        raise ValueError(
+            f"args['resume_from']={options.resume_from!r} names one run's checkpoint, but each replicate "
+            "continues from its own folder: leave resume_from out (running the same command again "
+            "continues every unfinished replicate)"
+        )
     if options.overwrite_save_path:
-        raise ValueError("args['overwrite_save_path'] with replicates: running the same command again continues the "
-                         "unfinished replicates and keeps the finished ones; to train them anew, give another "
-                         "save_path")
+        raise ValueError(
+            "args['overwrite_save_path'] with replicates: running the same command again continues the "
+            "unfinished replicates and keeps the finished ones; to train them anew, give another "
+            "save_path"
+        )
     if plan.split_seeds is not None and split.options.get("split_dict_path") is not None:
-        raise ValueError("replicates.split_seeds with split_config.split_dict_path: the split is read from that file, "
-                         "so every split seed would give the same split")
+        raise ValueError(
+            "replicates.split_seeds with split_config.split_dict_path: the split is read from that file, "
+            "so every split seed would give the same split"
+        )
     groups = device_groups(located_devices(run.n_gpus, run.gpu_ids, options.cpu_processes), plan)
     top = Path(options.save_path)
     config = run.config()
@@ -185,34 +238,43 @@ def train_checked_replicates(run: RunOptions) -> dict:
     with held_save_path(top, "replicates", resume_from="auto"), log_file(top):
         check_same_configuration(top, config, "save_path")
         for replicate in runs:
-            check_same_configuration(replicate.folder, replicate_config(config, replicate, groups[0]),
-                                     f"replicate {replicate.name}:")
+            check_same_configuration(
+                replicate.folder, replicate_config(config, replicate, groups[0]), f"replicate {replicate.name}:"
+            )
         write_run_config(top, config)
         _log_layout(runs, groups)
         reports = {replicate.name: finished_report(replicate.folder) for replicate in runs}
         for replicate in runs:
             if reports[replicate.name] is not None:
-                logger.info("%s: finished before (its report is complete in %s), skipped", replicate.name,
-                            replicate.folder)
+                logger.info(
+                    "%s: finished before (its report is complete in %s), skipped", replicate.name, replicate.folder
+                )
         waiting = [replicate for replicate in runs if reports[replicate.name] is None]
         queue = deque(waiting)
         scheduler = GroupScheduler(groups, keys_ahead=lambda: {replicate.split_seed for replicate in queue})
         outcomes, stop = scheduler.run(lambda: _group_run(run, config, queue.popleft()) if queue else None)
         for replicate in waiting:
-            if outcomes.get(replicate.name, {}).get("status") == "finished":  # none for those a stop signal kept waiting
+            if (
+                outcomes.get(replicate.name, {}).get("status") == "finished"
+            ):  # none for those a stop signal kept waiting
                 reports[replicate.name] = finished_report(replicate.folder)
         return _summarise(top, config, runs, reports, outcomes, stop)
 
 
 def _log_layout(runs: list[Replicate], groups: list[list[torch.device]]) -> None:
     layout = "; ".join(f"group {index + 1}: {', '.join(map(str, group))}" for index, group in enumerate(groups))
-    logger.info("%d replicate(s) (%s) on %d device group(s) of %d rank(s), %d training at once: %s", len(runs),
-                ", ".join(run.name for run in runs), len(groups), len(groups[0]), min(len(groups), len(runs)),
-                layout)
+    logger.info(
+        "%d replicate(s) (%s) on %d device group(s) of %d rank(s), %d training at once: %s",
+        len(runs),
+        ", ".join(run.name for run in runs),
+        len(groups),
+        len(groups[0]),
+        min(len(groups), len(runs)),
+        layout,
+    )
 
 
-def _summarise(top: Path, config: dict, runs: list[Replicate], reports: dict, outcomes: dict,
-               stop: int) -> dict:
+def _summarise(top: Path, config: dict, runs: list[Replicate], reports: dict, outcomes: dict, stop: int) -> dict:
     """Write the summary, log the outcome and return the summary, or raise when not all
     finished."""
     described = []
@@ -227,14 +289,20 @@ def _summarise(top: Path, config: dict, runs: list[Replicate], reports: dict, ou
     logger.info("replicates: %d of %d finished; summary %s", len(finished), len(runs), page)
     unfinished = [entry for entry in described if entry["status"] != "finished"]
     if stop:
-        raise TrainingInterrupted(f"replicates stopped on {signal_name(stop)}: {len(finished)} of {len(runs)} "
-                                  "finished; run the same command again to continue the others", signal_name(stop),
-                                  None)
+        raise TrainingInterrupted(
+            f"replicates stopped on {signal_name(stop)}: {len(finished)} of {len(runs)} "
+            "finished; run the same command again to continue the others",
+            signal_name(stop),
+            None,
+        )
     if unfinished:
         failures = "\n".join(f"- {entry['name']} {entry['status']}: {entry['error']}" for entry in unfinished)
-        raise ReplicatesFailed(f"{len(unfinished)} of {len(runs)} replicates did not finish:\n{failures}\nThe summary "
-                               f"of the {len(finished)} finished ones: {page}. Run the same command again to retry "
-                               "them (the finished ones are skipped).", summary)
+        raise ReplicatesFailed(
+            f"{len(unfinished)} of {len(runs)} replicates did not finish:\n{failures}\nThe summary "
+            f"of the {len(finished)} finished ones: {page}. Run the same command again to retry "
+            "them (the finished ones are skipped).",
+            summary,
+        )
     return summary
 
 
@@ -245,7 +313,13 @@ def _group_run(run: RunOptions, config: dict, replicate: Replicate) -> GroupRun:
     args = dataclasses.replace(run.args, seed=replicate.seed, save_path=str(replicate.folder), resume_from="auto")
     if args.wandb:
         args.wandb = {**args.wandb, "name": f"{args.wandb.get('name', 'GEARS')}-{replicate.name}"}
-    options = dataclasses.replace(run, split=SplitConfig({**run.split.options, "seed": replicate.split_seed}),
-                                  args=args, replicates=None)
-    return GroupRun(replicate.name, options, functools.partial(replicate_config, config, replicate),
-                    f"replicate {replicate.name} of the replicates in {replicate.folder.parent}", replicate.split_seed)
+    options = dataclasses.replace(
+        run, split=SplitConfig({**run.split.options, "seed": replicate.split_seed}), args=args, replicates=None
+    )
+    return GroupRun(
+        replicate.name,
+        options,
+        functools.partial(replicate_config, config, replicate),
+        f"replicate {replicate.name} of the replicates in {replicate.folder.parent}",
+        replicate.split_seed,
+    )

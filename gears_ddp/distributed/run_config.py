@@ -16,6 +16,7 @@ runs, by the checks ``train_multi_gpu`` itself uses, and an error names the key 
 file. The run folder keeps the resolved configuration (every default filled in) as
 ``config.yaml``, which ``gears-ddp train --config`` reads back to repeat the run.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,21 +26,23 @@ from pathlib import Path
 import yaml
 
 from gears_ddp.data.io import write_yaml
-from gears_ddp.data.splits import SPLIT_OPTION_HELP
 from gears_ddp.data.pertdata import SPLIT_DEFAULTS
+from gears_ddp.data.splits import SPLIT_OPTION_HELP
 from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
-from gears_ddp.runtime.devices import check_device_request
 from gears_ddp.model.options import ModelOptions
-from gears_ddp.training.options import TrainingOptions
 from gears_ddp.report.run_folder import CONFIG_FILE
+from gears_ddp.runtime.devices import check_device_request
+from gears_ddp.training.options import TrainingOptions
 
 RUN_KEYS = ("pert_data_path", "dataset_name", "split_config", "args", "n_gpus", "gpu_ids", "replicates")
-RUN_KEY_HELP = {"pert_data_path": "the data folder (GO files, datasets); required",
-                "dataset_name": "a published dataset's name, or a dataset folder in pert_data_path; required",
-                "n_gpus": "use the first N visible GPUs (None: all of them)",
-                "gpu_ids": "use these GPUs; rank r runs on gpu_ids[r]",
-                "replicates": "train one run per seed, in save_path/seed-N/, and summarise them (train_replicates; "
-                              "see the replicates keys below)"}
+RUN_KEY_HELP = {
+    "pert_data_path": "the data folder (GO files, datasets); required",
+    "dataset_name": "a published dataset's name, or a dataset folder in pert_data_path; required",
+    "n_gpus": "use the first N visible GPUs (None: all of them)",
+    "gpu_ids": "use these GPUs; rank r runs on gpu_ids[r]",
+    "replicates": "train one run per seed, in save_path/seed-N/, and summarise them (train_replicates; "
+    "see the replicates keys below)",
+}
 REQUIRED_KEYS = ("pert_data_path", "dataset_name")
 
 
@@ -49,9 +52,12 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+"
-               r"(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"),
-    list("-+0123456789."))
+    re.compile(
+        r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+"
+        r"(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"
+    ),
+    list("-+0123456789."),
+)
 
 
 def load_yaml(text: str):
@@ -87,8 +93,7 @@ def read_run_options(path, overrides=()) -> "RunOptions":
     if config is None:
         config = {}
     if not isinstance(config, dict):
-        raise RunConfigError(f"{path} must hold a mapping of {', '.join(RUN_KEYS)}; it holds a "
-                             f"{type(config).__name__}")
+        raise RunConfigError(f"{path} must hold a mapping of {', '.join(RUN_KEYS)}; it holds a {type(config).__name__}")
     return run_options_with_overrides(config, overrides, str(path))
 
 
@@ -129,7 +134,7 @@ def apply_override(config: dict, assignment: str) -> None:
     for depth, key in enumerate(keys[:-1]):
         target = target.setdefault(key, {})
         if not isinstance(target, dict):
-            raise RunConfigError(f"--set {assignment!r}: {'.'.join(keys[:depth + 1])} is not a mapping")
+            raise RunConfigError(f"--set {assignment!r}: {'.'.join(keys[: depth + 1])} is not a mapping")
     target[keys[-1]] = value
 
 
@@ -145,9 +150,15 @@ def checked_run_options(config: dict, source: str) -> "RunOptions":
         if config.get(key) is not None and not isinstance(config[key], dict):
             raise RunConfigError(f"{source}: {key} must be a mapping, got {config[key]!r}")
     try:
-        run = RunOptions.checked(config["pert_data_path"], config["dataset_name"], config.get("split_config"),
-                                 config.get("args"), config.get("n_gpus"), config.get("gpu_ids"),
-                                 config.get("replicates"))
+        run = RunOptions.checked(
+            config["pert_data_path"],
+            config["dataset_name"],
+            config.get("split_config"),
+            config.get("args"),
+            config.get("n_gpus"),
+            config.get("gpu_ids"),
+            config.get("replicates"),
+        )
     except (ValueError, FileNotFoundError) as err:
         raise RunConfigError(f"{source}: {err}") from None
     return run
@@ -169,33 +180,60 @@ class RunOptions:
     replicates: ReplicateOptions | None = None
 
     @classmethod
-    def checked(cls, pert_data_path, dataset_name: str, split_config: dict | None, args: dict | None,
-                n_gpus: int | None = None, gpu_ids=None, replicates: dict | None = None) -> "RunOptions":
+    def checked(
+        cls,
+        pert_data_path,
+        dataset_name: str,
+        split_config: dict | None,
+        args: dict | None,
+        n_gpus: int | None = None,
+        gpu_ids=None,
+        replicates: dict | None = None,
+    ) -> "RunOptions":
         """The options of ``train_multi_gpu``'s parameters (and ``train_replicates``'
         ``replicates``), each checked here once; a ValueError names the first bad one."""
         split, checked_args = SplitConfig.from_dict(split_config), TrainingArgs.from_dict(args)
         plan = None if replicates is None else ReplicateOptions.from_dict(replicates)
         check_device_request(n_gpus, gpu_ids, checked_args.cpu_processes)
-        return cls(str(pert_data_path), str(dataset_name), split, checked_args, n_gpus,
-                   None if gpu_ids is None else [int(i) for i in gpu_ids], plan)
+        return cls(
+            str(pert_data_path),
+            str(dataset_name),
+            split,
+            checked_args,
+            n_gpus,
+            None if gpu_ids is None else [int(i) for i in gpu_ids],
+            plan,
+        )
 
     def config(self) -> dict:
         """The configuration with every default filled in (``resolved_config``)."""
-        return resolved_config(self.pert_data_path, self.dataset_name, self.split, self.args, self.n_gpus,
-                               self.gpu_ids, self.replicates)
+        return resolved_config(
+            self.pert_data_path, self.dataset_name, self.split, self.args, self.n_gpus, self.gpu_ids, self.replicates
+        )
 
 
-def resolved_config(pert_data_path: str, dataset_name: str, split: SplitConfig, args: TrainingArgs,
-                    n_gpus: int | None = None, gpu_ids: list[int] | None = None,
-                    replicates: ReplicateOptions | None = None) -> dict:
+def resolved_config(
+    pert_data_path: str,
+    dataset_name: str,
+    split: SplitConfig,
+    args: TrainingArgs,
+    n_gpus: int | None = None,
+    gpu_ids: list[int] | None = None,
+    replicates: ReplicateOptions | None = None,
+) -> dict:
     """The configuration with every default filled in: what the run folder keeps. A single
     run's has no ``replicates`` key; ``overwrite_save_path`` is kept false (the folder's
     ``config.yaml`` repeats the run into its own folder, which it must never replace
     unasked)."""
     values = {**args.as_dict(), "overwrite_save_path": False}
-    config = {"pert_data_path": pert_data_path, "dataset_name": dataset_name,
-              "split_config": {**SPLIT_DEFAULTS, **split.options}, "args": values, "n_gpus": n_gpus,
-              "gpu_ids": None if gpu_ids is None else [int(i) for i in gpu_ids]}
+    config = {
+        "pert_data_path": pert_data_path,
+        "dataset_name": dataset_name,
+        "split_config": {**SPLIT_DEFAULTS, **split.options},
+        "args": values,
+        "n_gpus": n_gpus,
+        "gpu_ids": None if gpu_ids is None else [int(i) for i in gpu_ids],
+    }
     if replicates is not None:
         config["replicates"] = replicates.as_dict()
     return config
@@ -225,16 +263,31 @@ def option_sections(with_train_defaults: bool = True) -> list[tuple[str, str, li
             default += f" (GEARS.train: {in_train[name]!r})"
         args.append((name, default, TrainingArgs.help()[name]))
     return [
-        ("Top-level keys (train_multi_gpu's parameters, and train_replicates' replicates)", "",
-         [(name, "required" if name in REQUIRED_KEYS else "None", RUN_KEY_HELP[name])
-          for name in RUN_KEYS if name not in ("split_config", "args")]),
+        (
+            "Top-level keys (train_multi_gpu's parameters, and train_replicates' replicates)",
+            "",
+            [
+                (name, "required" if name in REQUIRED_KEYS else "None", RUN_KEY_HELP[name])
+                for name in RUN_KEYS
+                if name not in ("split_config", "args")
+            ],
+        ),
         ("args (GEARS.train's keyword arguments, but those marked args only)", "args.", args),
-        ("args.model_config (GEARS.model_initialize)", "args.model_config.",
-         [(name, repr(value), ModelOptions.help()[name]) for name, value in ModelOptions.defaults().items()]),
-        ("split_config (PertData.prepare_split)", "split_config.",
-         [(name, repr(value), SPLIT_OPTION_HELP[name]) for name, value in SPLIT_DEFAULTS.items()]),
-        ("replicates (train_replicates)", "replicates.",
-         [(name, repr(value), ReplicateOptions.help()[name]) for name, value in ReplicateOptions.defaults().items()]),
+        (
+            "args.model_config (GEARS.model_initialize)",
+            "args.model_config.",
+            [(name, repr(value), ModelOptions.help()[name]) for name, value in ModelOptions.defaults().items()],
+        ),
+        (
+            "split_config (PertData.prepare_split)",
+            "split_config.",
+            [(name, repr(value), SPLIT_OPTION_HELP[name]) for name, value in SPLIT_DEFAULTS.items()],
+        ),
+        (
+            "replicates (train_replicates)",
+            "replicates.",
+            [(name, repr(value), ReplicateOptions.help()[name]) for name, value in ReplicateOptions.defaults().items()],
+        ),
     ]
 
 
@@ -249,15 +302,22 @@ def option_help() -> str:
 
 def option_reference() -> str:
     """The text of docs/options.md: every option, a Markdown table per section."""
-    lines = ["# Options", "", "<!-- Written from the options' own definitions by `python tests/test_docs.py "
-             "--write`; the test suite checks that it is current. -->", "",
-             "A configuration file (`gears-ddp train --config run.yaml`) has the top-level keys below, which "
-             "are `train_multi_gpu`'s parameters, and `replicates` (`train_replicates`, see "
-             "[replicates](replicates.md)). `GEARS.train` takes the `args` options as keyword "
-             "arguments, but those marked *args only*; where its default differs, the table says so (its "
-             "loader options default to what `get_dataloader` was given, and it saves nothing without a "
-             "`save_path`). `gears-ddp train --help` prints the same list."]
+    lines = [
+        "# Options",
+        "",
+        "<!-- Written from the options' own definitions by `python tests/test_docs.py "
+        "--write`; the test suite checks that it is current. -->",
+        "",
+        "A configuration file (`gears-ddp train --config run.yaml`) has the top-level keys below, which "
+        "are `train_multi_gpu`'s parameters, and `replicates` (`train_replicates`, see "
+        "[replicates](replicates.md)). `GEARS.train` takes the `args` options as keyword "
+        "arguments, but those marked *args only*; where its default differs, the table says so (its "
+        "loader options default to what `get_dataloader` was given, and it saves nothing without a "
+        "`save_path`). `gears-ddp train --help` prints the same list.",
+    ]
     for title, prefix, rows in option_sections():
         lines += ["", f"## {title}", "", "| option | default | meaning |", "|---|---|---|"]
-        lines += [f"| `{prefix}{name}` | `{default}` | {meaning.replace('|', '/')} |" for name, default, meaning in rows]
+        lines += [
+            f"| `{prefix}{name}` | `{default}` | {meaning.replace('|', '/')} |" for name, default, meaning in rows
+        ]
     return "\n".join(lines) + "\n"

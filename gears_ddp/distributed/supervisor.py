@@ -1,8 +1,10 @@
 """Supervising spawned worker processes: start them with ``torch.multiprocessing.spawn`` (on
 Linux they end with the process that spawned them), watch them without blocking, hand their
 log records to this process's loggers, pass stop signals on, and turn a failure into one
-error that names the rank that failed first, with its traceback. ``train_multi_gpu``, ``train_replicates`` and screens use it.
+error that names the rank that failed first, with its traceback. ``train_multi_gpu``, ``train_replicates`` and
+screens use it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -77,8 +79,12 @@ class SpawnedWorkers:
         self.failed: list[tuple[int, int]] = []  # (rank, exit code) of the workers failed when a failure was seen
         try:
             with passive_openmp_environment():
-                self.context = mp.spawn(functools.partial(_ending_with_parent, worker, os.getpid()),
-                                        args=(*worker_args, self.messages), nprocs=nprocs, join=False)
+                self.context = mp.spawn(
+                    functools.partial(_ending_with_parent, worker, os.getpid()),
+                    args=(*worker_args, self.messages),
+                    nprocs=nprocs,
+                    join=False,
+                )
         except BaseException:
             self.messages.close()
             raise
@@ -114,12 +120,14 @@ class SpawnedWorkers:
             return self.collect()
         _stop_workers(self.processes, self.collect)
         errors = sorted(m for m in self.collect() if isinstance(m, WorkerFailed))
-        raise _failure(self.failed, errors, self.nprocs,
-                       _raised_before_reporting(self.context.error_files[self.failed[0][0]]))
+        raise _failure(
+            self.failed, errors, self.nprocs, _raised_before_reporting(self.context.error_files[self.failed[0][0]])
+        )
 
     def close(self) -> None:
         """End any worker still running (whatever happened, none outlives its set), close the
-        channel, release what the set held (``holding``) and delete the files ``mp.spawn`` made for the workers' tracebacks (a failed
+        channel, release what the set held (``holding``) and delete the files ``mp.spawn`` made for the workers'
+        tracebacks (a failed
         worker's stays in the temporary folder otherwise: torch deletes it only in its own
         ``join``, which this class does not call)."""
         for process in self.processes:
@@ -167,8 +175,9 @@ def _raised_before_reporting(error_file: str) -> str | None:
         return None
 
 
-def _failure(failed: list[tuple[int, int]], errors: list[WorkerFailed], nprocs: int,
-             raised: str | None = None) -> DistributedTrainingError:
+def _failure(
+    failed: list[tuple[int, int]], errors: list[WorkerFailed], nprocs: int, raised: str | None = None
+) -> DistributedTrainingError:
     """The error that tells the user which rank failed first, and why."""
     reported = {m.worker: m.traceback for m in errors}
     killed = [(rank, code) for rank, code in failed if code < 0 and rank not in reported]  # could not say why
@@ -180,19 +189,23 @@ def _failure(failed: list[tuple[int, int]], errors: list[WorkerFailed], nprocs: 
             return DistributedTrainingError(f"{killed_by} (out of memory, or stopped from outside?)")
         return DistributedTrainingError(  # the last line names the cause again, below the other rank's traceback
             f"{killed_by} (out of memory, or stopped from outside?); ranks {others} failed after it, the first "
-            f"with:\n{reported[others[0]].rstrip()}\n(the cause: {killed_by})")
+            f"with:\n{reported[others[0]].rstrip()}\n(the cause: {killed_by})"
+        )
     if errors:
         rank, trace = errors[0].worker, errors[0].traceback
         later = sorted({m.worker for m in errors[1:]})
-        return DistributedTrainingError(f"rank {rank} of {nprocs} failed first; its traceback:\n{trace}"
-                                        + (f"\nranks {later} failed after rank {rank}" if later else ""))
+        return DistributedTrainingError(
+            f"rank {rank} of {nprocs} failed first; its traceback:\n{trace}"
+            + (f"\nranks {later} failed after rank {rank}" if later else "")
+        )
     rank, code = failed[0]
     if raised:
         return DistributedTrainingError(f"rank {rank} of {nprocs} failed; its traceback:\n{raised}")
     return DistributedTrainingError(
         f"rank {rank} of {nprocs} exited with code {code} before it started training: when a script calls "
         "train_multi_gpu, each worker process first imports that script, so the call must sit under "
-        "`if __name__ == \"__main__\":` (see the worker's error above)")
+        '`if __name__ == "__main__":` (see the worker\'s error above)'
+    )
 
 
 @contextlib.contextmanager

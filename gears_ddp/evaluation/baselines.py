@@ -20,6 +20,7 @@ A baseline is an ``EvaluationResult`` identical to the model's but for ``pred_me
 same metric functions score it. ``baseline_effects`` gives a baseline's predicted changes as
 the model's come, so the cell-eval export writes a baseline's cells as it writes the model's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,8 +48,9 @@ def training_condition_means(pert_data) -> dict[str, np.ndarray]:
     return {c: means[code] for c, code in zip(train, train_codes)}
 
 
-def baseline_predictions(pert_data, conditions: list[str],
-                         other_screen: PerturbationEmbedding | None = None) -> dict[str, np.ndarray]:
+def baseline_predictions(
+    pert_data, conditions: list[str], other_screen: PerturbationEmbedding | None = None
+) -> dict[str, np.ndarray]:
     """Predicted mean expression (conditions x genes) of each baseline, from training data
     only; with ``other_screen`` (``linear_baseline.other_screen_embedding``) also
     ``linear_pretrained``'s."""
@@ -62,24 +64,30 @@ def baseline_predictions(pert_data, conditions: list[str],
     mean_single = np.mean(list(single_effect.values()), axis=0) if single_effect else mean_effect
 
     def additive(condition: str) -> np.ndarray:
-        return control + sum((single_effect.get(g, mean_single) for g in condition_genes(condition)),
-                             np.zeros_like(control))
+        return control + sum(
+            (single_effect.get(g, mean_single) for g in condition_genes(condition)), np.zeros_like(control)
+        )
 
-    predictions = {"no_change": np.tile(control, (len(conditions), 1)),
-                   "mean_effect": np.stack([control + (0 if c == CONTROL else mean_effect) for c in conditions]),
-                   "additive": np.stack([additive(c) for c in conditions]),
-                   "linear": LinearModel.fit(means, pert_data.gene_names).predict(conditions)}
+    predictions = {
+        "no_change": np.tile(control, (len(conditions), 1)),
+        "mean_effect": np.stack([control + (0 if c == CONTROL else mean_effect) for c in conditions]),
+        "additive": np.stack([additive(c) for c in conditions]),
+        "linear": LinearModel.fit(means, pert_data.gene_names).predict(conditions),
+    }
     if other_screen is not None:
         predictions[PRETRAINED] = LinearModel.fit(means, pert_data.gene_names, other_screen).predict(conditions)
     return predictions
 
 
-def baseline_results(pert_data, result: EvaluationResult,
-                     other_screen: PerturbationEmbedding | None = None) -> dict[str, EvaluationResult]:
+def baseline_results(
+    pert_data, result: EvaluationResult, other_screen: PerturbationEmbedding | None = None
+) -> dict[str, EvaluationResult]:
     """The model's evaluation result with each baseline's predictions in place of the model's
     (``other_screen``: see ``baseline_predictions``)."""
-    return {name: dataclasses.replace(result, pred_mean=pred, logvar_mean=None)
-            for name, pred in baseline_predictions(pert_data, result.conditions, other_screen).items()}
+    return {
+        name: dataclasses.replace(result, pred_mean=pred, logvar_mean=None)
+        for name, pred in baseline_predictions(pert_data, result.conditions, other_screen).items()
+    }
 
 
 def baseline_effects(pert_data, name: str, other_screen: PerturbationEmbedding | None = None):
@@ -93,8 +101,9 @@ def baseline_effects(pert_data, name: str, other_screen: PerturbationEmbedding |
         needs = f"; {PRETRAINED} needs another screen (linear_baseline_screen)" if name == PRETRAINED else ""
         raise ValueError(f"no baseline {name!r} here: the baselines are {', '.join(names)}{needs}")
     table = pert_data.cells
-    condition_of = {tuple(pert_set): condition
-                    for condition, pert_set in zip(table.conditions, table.condition_pert_idx.tolist())}
+    condition_of = {
+        tuple(pert_set): condition for condition, pert_set in zip(table.conditions, table.condition_pert_idx.tolist())
+    }
 
     def effects(sets: torch.Tensor) -> tuple[torch.Tensor, None]:
         predictions = baseline_predictions(pert_data, [condition_of[tuple(s)] for s in sets.tolist()], other_screen)

@@ -19,16 +19,17 @@ change from the control mean, averaged over conditions): over all test condition
 (``mean_effect_pearson_delta``, ``additive_pearson_delta``) and over the two-gene
 combinations whose genes were both seen in training (``..._combo_seen2_pearson_delta``).
 """
+
 from __future__ import annotations
 
 import numpy as np
 from scipy.stats import false_discovery_control
 
-from gears_ddp.evaluation.baselines import baseline_predictions
-from gears_ddp.evaluation.metrics import pearson_rows
 from gears_ddp.data.conditions import CONTROL, is_combo, is_single
 from gears_ddp.data.de_genes import welch_t_test
 from gears_ddp.data.grouped import condition_means, row_blocks
+from gears_ddp.evaluation.baselines import baseline_predictions
+from gears_ddp.evaluation.metrics import pearson_rows
 
 DE_FALSE_DISCOVERY_RATE = 0.05
 
@@ -40,10 +41,16 @@ NORMAN_TARGETS = {
     "cells_per_condition": ("median cells per perturbed condition", "272", (150, 300)),
     "control_share": ("share of the cells that are controls", "0.081 (7,353 cells)", (0.06, 0.10)),
     "nonzero_share": ("share of the expression matrix that is not zero", "0.081", (0.06, 0.11)),
-    "de_share": ("median share of the genes DE in a perturbed condition (t-test, FDR 5%)",
-                 "no published figure found; held to 0.03-0.2", (0.03, 0.2)),
-    "mean_effect_pearson_delta": ("mean-effect baseline, test pearson_delta (simulation split)",
-                                  "0.570 (GEARS issue #82)", (0.5, 0.65)),
+    "de_share": (
+        "median share of the genes DE in a perturbed condition (t-test, FDR 5%)",
+        "no published figure found; held to 0.03-0.2",
+        (0.03, 0.2),
+    ),
+    "mean_effect_pearson_delta": (
+        "mean-effect baseline, test pearson_delta (simulation split)",
+        "0.570 (GEARS issue #82)",
+        (0.5, 0.65),
+    ),
 }
 
 
@@ -56,8 +63,13 @@ def de_shares(expression, codes: np.ndarray, conditions: list[str]) -> np.ndarra
     """Per perturbed condition (in ``conditions`` order, control left out), the fraction of
     genes DE against control (Welch's t-test, BH false discovery rate 5%)."""
     _, pvalues = welch_t_test(expression, codes, conditions, conditions.index(CONTROL))
-    return np.array([(false_discovery_control(p) < DE_FALSE_DISCOVERY_RATE).mean()
-                     for c, p in zip(conditions, pvalues) if c != CONTROL])
+    return np.array(
+        [
+            (false_discovery_control(p) < DE_FALSE_DISCOVERY_RATE).mean()
+            for c, p in zip(conditions, pvalues)
+            if c != CONTROL
+        ]
+    )
 
 
 def calibration_statistics(pert_data) -> dict:
@@ -77,13 +89,20 @@ def calibration_statistics(pert_data) -> dict:
     control = means[conditions.index(CONTROL)]
     predictions = baseline_predictions(pert_data, test)
     seen2 = [test.index(c) for c in pert_data.subgroup["test_subgroup"].get("combo_seen2", [])]
-    statistics = {"genes": expression.shape[1], "singles": sum(map(is_single, conditions)),
-                  "combos": sum(map(is_combo, conditions)), "cells_per_condition": float(np.median(perturbed_counts)),
-                  "control_share": float(counts[conditions.index(CONTROL)] / counts.sum()),
-                  "nonzero_share": nonzero / expression.size, "de_share": float(np.median(shares)),
-                  "de_share_q10": float(np.quantile(shares, 0.1)), "de_share_q90": float(np.quantile(shares, 0.9))}
+    statistics = {
+        "genes": expression.shape[1],
+        "singles": sum(map(is_single, conditions)),
+        "combos": sum(map(is_combo, conditions)),
+        "cells_per_condition": float(np.median(perturbed_counts)),
+        "control_share": float(counts[conditions.index(CONTROL)] / counts.sum()),
+        "nonzero_share": nonzero / expression.size,
+        "de_share": float(np.median(shares)),
+        "de_share_q10": float(np.quantile(shares, 0.1)),
+        "de_share_q90": float(np.quantile(shares, 0.9)),
+    }
     for name in ("mean_effect", "additive"):
         statistics[f"{name}_pearson_delta"] = _mean_pearson_delta(predictions[name], observed, control)
         statistics[f"{name}_combo_seen2_pearson_delta"] = _mean_pearson_delta(
-            predictions[name][seen2], observed[seen2], control)
+            predictions[name][seen2], observed[seen2], control
+        )
     return statistics

@@ -27,6 +27,7 @@ row (not measured, or not perturbed in the other screen) adds zero, so a conditi
 genes is predicted as control + ``b``, where their script predicts nothing and leaves the
 condition out of its evaluation.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -91,8 +92,9 @@ def screen_embedding(screen: ScreenMeans, n_components: int = N_COMPONENTS) -> P
         if is_single(condition):
             by_gene.setdefault(condition_genes(condition)[0], []).append(row)
     control = scores[screen.conditions.index(CONTROL)] if CONTROL in screen.conditions else np.zeros(scores.shape[1])
-    return PerturbationEmbedding({gene: np.mean(rows, axis=0) for gene, rows in by_gene.items()}, control,
-                                 screen.source)
+    return PerturbationEmbedding(
+        {gene: np.mean(rows, axis=0) for gene, rows in by_gene.items()}, control, screen.source
+    )
 
 
 def other_screen_embedding(path, training_conditions) -> PerturbationEmbedding:
@@ -102,20 +104,24 @@ def other_screen_embedding(path, training_conditions) -> PerturbationEmbedding:
     embedding = screen_embedding(read_screen_means(path))
     genes = genes_of_conditions(training_conditions)
     if not any(gene in embedding.rows for gene in genes):
-        raise ValueError(f"{embedding.source} perturbs none of the {len(genes)} genes "
-                         f"of this screen's training conditions ({listed(genes)}) in a single-gene condition, so its "
-                         "PCA places none of them; give a screen that perturbs some of the same genes (gene names "
-                         "as this screen writes them)")
+        raise ValueError(
+            f"{embedding.source} perturbs none of the {len(genes)} genes "
+            f"of this screen's training conditions ({listed(genes)}) in a single-gene condition, so its "
+            "PCA places none of them; give a screen that perturbs some of the same genes (gene names "
+            "as this screen writes them)"
+        )
     return embedding
 
 
-def ridge_weights(gene_scores: np.ndarray, changes: np.ndarray, embedding: np.ndarray,
-                  ridge: float = RIDGE_PENALTY) -> np.ndarray:
+def ridge_weights(
+    gene_scores: np.ndarray, changes: np.ndarray, embedding: np.ndarray, ridge: float = RIDGE_PENALTY
+) -> np.ndarray:
     """``W = (GᵀG + λI)⁻¹ Gᵀ Y Pᵀ (PPᵀ + λI)⁻¹`` for ``G`` = ``gene_scores`` (genes x K),
     ``Y`` = ``changes`` (genes x conditions, centred) and ``P`` = ``embedding`` (K' x
     conditions), by two linear solves (``PPᵀ + λI`` is symmetric)."""
-    left = np.linalg.solve(gene_scores.T @ gene_scores + ridge * np.eye(gene_scores.shape[1]),
-                           gene_scores.T @ changes @ embedding.T)
+    left = np.linalg.solve(
+        gene_scores.T @ gene_scores + ridge * np.eye(gene_scores.shape[1]), gene_scores.T @ changes @ embedding.T
+    )
     return np.linalg.solve(embedding @ embedding.T + ridge * np.eye(embedding.shape[0]), left.T).T
 
 
@@ -132,8 +138,14 @@ class LinearModel:
     fitted: list[str]
 
     @classmethod
-    def fit(cls, training_means: dict[str, np.ndarray], gene_names, embedding: PerturbationEmbedding | None = None,
-            n_components: int = N_COMPONENTS, ridge: float = RIDGE_PENALTY) -> "LinearModel":
+    def fit(
+        cls,
+        training_means: dict[str, np.ndarray],
+        gene_names,
+        embedding: PerturbationEmbedding | None = None,
+        n_components: int = N_COMPONENTS,
+        ridge: float = RIDGE_PENALTY,
+    ) -> "LinearModel":
         """Fit on ``training_means`` (each training condition's mean expression, control among
         them; genes in the order of ``gene_names``). ``embedding`` gives ``P``; None: the rows
         of the training data's own PCA for the perturbed genes that are measured."""
@@ -143,8 +155,9 @@ class LinearModel:
         means = np.stack([training_means[name] for name in names])
         gene_scores = principal_component_scores(means.T, n_components)
         if embedding is None:
-            embedding = PerturbationEmbedding(dict(zip(gene_names, gene_scores)), np.zeros(gene_scores.shape[1]),
-                                              "the training data")
+            embedding = PerturbationEmbedding(
+                dict(zip(gene_names, gene_scores)), np.zeros(gene_scores.shape[1]), "the training data"
+            )
         fitted = [name for name in names if embedding.covers(name)]
         control = training_means[CONTROL]
         changes = np.stack([training_means[name] - control for name in fitted], axis=1)
@@ -157,9 +170,14 @@ class LinearModel:
         """The predicted mean expression (conditions x genes): control mean + ``G W P_p + b``."""
         missing = [condition for condition in conditions if not self.embedding.covers(condition)]
         if missing:
-            logger.info("linear baseline (the PCA of %s): %d of %d conditions perturb a gene without a row there (not "
-                        "measured, or not perturbed in that screen), which adds nothing to P; one of such genes "
-                        "alone is predicted as control + b: %s", self.embedding.source, len(missing),
-                        len(conditions), listed(missing))
+            logger.info(
+                "linear baseline (the PCA of %s): %d of %d conditions perturb a gene without a row there (not "
+                "measured, or not perturbed in that screen), which adds nothing to P; one of such genes "
+                "alone is predicted as control + b: %s",
+                self.embedding.source,
+                len(missing),
+                len(conditions),
+                listed(missing),
+            )
         perturbations = np.stack([self.embedding.of(condition) for condition in conditions], axis=1)
         return self.control + (self.gene_scores @ self.weights @ perturbations).T + self.offset

@@ -17,6 +17,7 @@ Where the reference raises (a condition without a DE ranking such as ``ctrl``, e
 gene with zero spread, fewer than 20 DE genes), the functions here skip the condition,
 give NaN, or use the genes that exist; these are the only intended differences.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,8 @@ from gears_ddp.data.cells import N_DE_GENES
 from gears_ddp.data.conditions import CONTROL
 from gears_ddp.data.grouped import condition_means
 from gears_ddp.data.processing import RANK_KEY
-from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.evaluation.truth_spread import QUANTILE_BANDS, SPREAD_STATISTICS, condition_spreads
+from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 
 logger = get_logger(__name__)
 
@@ -75,7 +76,7 @@ def non_dropout_de_table(uns: Mapping, var_names: pd.Index, condition_names: Seq
         genes = top.get(name)
         if genes is not None:
             positions = _gene_positions(var_names, list(genes)[:N_DE_GENES])
-            table[code, :len(positions)] = torch.from_numpy(positions)
+            table[code, : len(positions)] = torch.from_numpy(positions)
     return table
 
 
@@ -90,11 +91,11 @@ class EvaluationResult:
     """
 
     conditions: list[str]
-    n_cells: np.ndarray             # (C,)
-    pred_mean: np.ndarray           # (C, G) float64
-    truth_mean: np.ndarray          # (C, G) float64
+    n_cells: np.ndarray  # (C,)
+    pred_mean: np.ndarray  # (C, G) float64
+    truth_mean: np.ndarray  # (C, G) float64
     logvar_mean: np.ndarray | None  # (C, G) float64, with uncertainty
-    de_idx: np.ndarray              # (C, 20)
+    de_idx: np.ndarray  # (C, 20)
     non_dropout_de_idx: np.ndarray  # (C, 20)
 
 
@@ -112,8 +113,10 @@ class ConditionEffects:
     def add(self, codes: torch.Tensor, effect: torch.Tensor, logvar: torch.Tensor | None = None) -> None:
         """``effect`` / ``logvar`` (K x G) of the conditions ``codes`` (K,), once per cell."""
         if (logvar is not None) != self.uncertainty:
-            raise ValueError(f"this accumulator was built with uncertainty={self.uncertainty}; "
-                             f"logvar must be {'given' if self.uncertainty else 'None'}")
+            raise ValueError(
+                f"this accumulator was built with uncertainty={self.uncertainty}; "
+                f"logvar must be {'given' if self.uncertainty else 'None'}"
+            )
         codes = codes.to(self.counts.device, torch.long)
         cells = self.counts[codes].to(self.dtype).unsqueeze(1)
         self._sums["pred"].index_add_(0, codes, cells * effect.detach().to(self.counts.device, self.dtype))
@@ -138,24 +141,36 @@ class EvaluationAccumulator:
     ``all_reduce`` of each) and ``load_state`` the sums.
     """
 
-    def __init__(self, condition_names: Sequence[str], n_genes: int, de_idx_table: torch.Tensor,
-                 non_dropout_de_table: torch.Tensor, uncertainty: bool = False, device="cpu"):
+    def __init__(
+        self,
+        condition_names: Sequence[str],
+        n_genes: int,
+        de_idx_table: torch.Tensor,
+        non_dropout_de_table: torch.Tensor,
+        uncertainty: bool = False,
+        device="cpu",
+    ):
         self.condition_names = list(condition_names)
         self.n_genes = n_genes
         self.uncertainty = uncertainty
         self.device = torch.device(device)
         self.dtype = torch.float32 if self.device.type == "mps" else torch.float64  # MPS has no float64
         # the DE tables are read only by ``result``, on the host: they stay there
-        self.tables = {"de": de_idx_table.to("cpu", torch.long).numpy(),
-                       "non_dropout_de": non_dropout_de_table.to("cpu", torch.long).numpy()}
+        self.tables = {
+            "de": de_idx_table.to("cpu", torch.long).numpy(),
+            "non_dropout_de": non_dropout_de_table.to("cpu", torch.long).numpy(),
+        }
         n_conditions = len(self.condition_names)
         for name, table in self.tables.items():
             if table.shape != (n_conditions, N_DE_GENES):
-                raise ValueError(f"the {name} gene table has shape {tuple(table.shape)}, "
-                                 f"expected ({n_conditions}, {N_DE_GENES})")
-        sums = {"pred": torch.zeros(n_conditions, n_genes, dtype=self.dtype, device=self.device),
-                "truth": torch.zeros(n_conditions, n_genes, dtype=self.dtype, device=self.device),
-                "count": torch.zeros(n_conditions, dtype=torch.long, device=self.device)}
+                raise ValueError(
+                    f"the {name} gene table has shape {tuple(table.shape)}, expected ({n_conditions}, {N_DE_GENES})"
+                )
+        sums = {
+            "pred": torch.zeros(n_conditions, n_genes, dtype=self.dtype, device=self.device),
+            "truth": torch.zeros(n_conditions, n_genes, dtype=self.dtype, device=self.device),
+            "count": torch.zeros(n_conditions, dtype=torch.long, device=self.device),
+        }
         if uncertainty:
             sums["logvar"] = torch.zeros(n_conditions, n_genes, dtype=self.dtype, device=self.device)
         self._sums = sums
@@ -164,16 +179,24 @@ class EvaluationAccumulator:
     def from_pert_data(cls, pert_data, uncertainty: bool = False, device="cpu") -> "EvaluationAccumulator":
         """An accumulator for the conditions, genes and DE tables of a loaded ``PertData``."""
         cells = pert_data.cells
-        return cls(cells.conditions, cells.expression.shape[1], cells.condition_de_idx,
-                   non_dropout_de_table(pert_data.uns, pert_data.var.index, cells.condition_names), uncertainty,
-                   device)
+        return cls(
+            cells.conditions,
+            cells.expression.shape[1],
+            cells.condition_de_idx,
+            non_dropout_de_table(pert_data.uns, pert_data.var.index, cells.condition_names),
+            uncertainty,
+            device,
+        )
 
-    def add(self, codes: torch.Tensor, pred: torch.Tensor, truth: torch.Tensor,
-            logvar: torch.Tensor | None = None) -> None:
+    def add(
+        self, codes: torch.Tensor, pred: torch.Tensor, truth: torch.Tensor, logvar: torch.Tensor | None = None
+    ) -> None:
         """Add a batch: condition codes (B,), predictions and truth (B x G), log-variance (B x G)."""
         if (logvar is not None) != self.uncertainty:
-            raise ValueError(f"this accumulator was built with uncertainty={self.uncertainty}; "
-                             f"logvar must be {'given' if self.uncertainty else 'None'}")
+            raise ValueError(
+                f"this accumulator was built with uncertainty={self.uncertainty}; "
+                f"logvar must be {'given' if self.uncertainty else 'None'}"
+            )
         codes = self._add_cells(codes, pred, truth)
         if logvar is not None:
             self._sums["logvar"].index_add_(0, codes, logvar.detach().to(self.device, self.dtype))
@@ -224,12 +247,19 @@ class EvaluationAccumulator:
         together = torch.cat([counts] + [self._sums[name] for name in names], 1).cpu().numpy()
         present = np.flatnonzero(together[:, 0])
         n_cells = together[present, 0].astype(np.int64)
-        mean = {name: together[present, 1 + i * self.n_genes:1 + (i + 1) * self.n_genes] / n_cells[:, None]
-                for i, name in enumerate(names)}
+        mean = {
+            name: together[present, 1 + i * self.n_genes : 1 + (i + 1) * self.n_genes] / n_cells[:, None]
+            for i, name in enumerate(names)
+        }
         return EvaluationResult(
-            conditions=[self.condition_names[code] for code in present], n_cells=n_cells,
-            pred_mean=mean["pred"], truth_mean=mean["truth"], logvar_mean=mean.get("logvar"),
-            de_idx=self.tables["de"][present], non_dropout_de_idx=self.tables["non_dropout_de"][present])
+            conditions=[self.condition_names[code] for code in present],
+            n_cells=n_cells,
+            pred_mean=mean["pred"],
+            truth_mean=mean["truth"],
+            logvar_mean=mean.get("logvar"),
+            de_idx=self.tables["de"][present],
+            non_dropout_de_idx=self.tables["non_dropout_de"][present],
+        )
 
 
 # ---------------------------------------------------------------------------- row-wise statistics
@@ -264,7 +294,7 @@ def pearson_rows(x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -
     with np.errstate(invalid="ignore", divide="ignore"):
         xc = np.where(mask, x - _masked_mean(x, mask)[:, None], 0.0)
         yc = np.where(mask, y - _masked_mean(y, mask)[:, None], 0.0)
-        r = np.clip((xc * yc).sum(1) / np.sqrt((xc ** 2).sum(1) * (yc ** 2).sum(1)), -1.0, 1.0)
+        r = np.clip((xc * yc).sum(1) / np.sqrt((xc**2).sum(1) * (yc**2).sum(1)), -1.0, 1.0)
     undefined = np.isnan(r) | _is_constant(x, mask) | _is_constant(y, mask)
     return np.where(undefined, 0.0, r)
 
@@ -284,9 +314,11 @@ def _direction_change(pred: np.ndarray, truth: np.ndarray, control: np.ndarray) 
 
 def _direction_fractions(change: np.ndarray, mask: np.ndarray, suffix: str) -> dict:
     """The reference's correct / opposite / 0-1 direction fractions over the masked genes."""
-    return {f"frac_correct_direction_{suffix}": _fraction(change == 0, mask),
-            f"frac_opposite_direction_{suffix}": _fraction(change == 2, mask),
-            f"frac_0/1_direction_{suffix}": _fraction(change == 1, mask)}
+    return {
+        f"frac_correct_direction_{suffix}": _fraction(change == 0, mask),
+        f"frac_opposite_direction_{suffix}": _fraction(change == 2, mask),
+        f"frac_0/1_direction_{suffix}": _fraction(change == 1, mask),
+    }
 
 
 def _gather(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -308,7 +340,7 @@ def _padded(index_lists: Sequence[np.ndarray], width: int) -> np.ndarray:
     """(rows x width) table of the first ``width`` positions of each list, -1 padded."""
     table = np.full((len(index_lists), width), -1, dtype=np.int64)
     for row, idx in enumerate(index_lists):
-        table[row, :min(len(idx), width)] = idx[:width]
+        table[row, : min(len(idx), width)] = idx[:width]
     return table
 
 
@@ -316,15 +348,18 @@ def _stacked_spread(spreads: Mapping[str, dict], conditions: Sequence[str]) -> d
     """``{statistic: (conditions x 20)}`` from per-condition spreads (``MetricContext.spreads``)."""
     missing = [c for c in conditions if c not in spreads]
     if missing:
-        raise ValueError(f"the metric context has no truth spread for conditions {missing[:10]}: build it with "
-                         "MetricContext.from_pert_data(pert_data, conditions) for the evaluated conditions")
+        raise ValueError(
+            f"the metric context has no truth spread for conditions {missing[:10]}: build it with "
+            "MetricContext.from_pert_data(pert_data, conditions) for the evaluated conditions"
+        )
     if not conditions:
         return {name: np.empty((0, N_DE_GENES)) for name in SPREAD_STATISTICS}
     return {name: np.stack([spreads[c][name] for c in conditions]) for name in SPREAD_STATISTICS}
 
 
-def _spread_metrics(pred: np.ndarray, mean: np.ndarray, spread: dict, valid: np.ndarray,
-                    suffix: str) -> tuple[dict, np.ndarray]:
+def _spread_metrics(
+    pred: np.ndarray, mean: np.ndarray, spread: dict, valid: np.ndarray, suffix: str
+) -> tuple[dict, np.ndarray]:
     """The reference's in-range and sigma metrics of the mean prediction against the per-cell
     truth spread at 20 DE genes, and the mask of DE genes they cover: those not 0 in every cell.
     The metrics exist only for conditions where that mask is not empty.
@@ -366,9 +401,12 @@ def _fold_change_gaps(pred: np.ndarray, truth: np.ndarray, control: np.ndarray) 
 def _per_condition(conditions: Sequence[str], columns: Mapping[str, tuple]) -> dict[str, dict]:
     """``{condition: {key: value}}`` from ``key -> (values, present)`` columns; a key is left out
     of a condition's dict where ``present`` is False (``present`` None: always there)."""
-    return {condition: {key: float(values[row]) for key, (values, present) in columns.items()
-                        if present is None or present[row]}
-            for row, condition in enumerate(conditions)}
+    return {
+        condition: {
+            key: float(values[row]) for key, (values, present) in columns.items() if present is None or present[row]
+        }
+        for row, condition in enumerate(conditions)
+    }
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -381,21 +419,31 @@ def compute_metrics(result: EvaluationResult) -> tuple[dict, dict]:
     undefined Pearson correlation counts as 0.
     """
     pred, truth = result.pred_mean, result.truth_mean
-    return condition_metrics(result.conditions, pred, truth, _gather(pred, result.de_idx),
-                             _gather(truth, result.de_idx), result.de_idx >= 0)
+    return condition_metrics(
+        result.conditions, pred, truth, _gather(pred, result.de_idx), _gather(truth, result.de_idx), result.de_idx >= 0
+    )
 
 
-def condition_metrics(conditions: Sequence[str], pred: np.ndarray, truth: np.ndarray, pred_de: np.ndarray,
-                      truth_de: np.ndarray, valid: np.ndarray | None = None) -> tuple[dict, dict]:
+def condition_metrics(
+    conditions: Sequence[str],
+    pred: np.ndarray,
+    truth: np.ndarray,
+    pred_de: np.ndarray,
+    truth_de: np.ndarray,
+    valid: np.ndarray | None = None,
+) -> tuple[dict, dict]:
     """``compute_metrics`` from each condition's mean prediction and truth (conditions x G)
     and their values at its DE genes (conditions x 20; ``valid`` marks the genes that
     exist, None: all): what the published ``compute_metrics`` computes from per-cell
     ``pred_de`` / ``truth_de``, whose means these are."""
     valid = np.ones(pred_de.shape, dtype=bool) if valid is None else valid
     control = np.array([c == CONTROL for c in conditions], dtype=bool)
-    columns = {"mse": _mse_rows(pred, truth), "pearson": pearson_rows(pred, truth),
-               "mse_de": np.where(control, 0.0, _mse_rows(pred_de, truth_de, valid)),
-               "pearson_de": np.where(control, 0.0, pearson_rows(pred_de, truth_de, valid))}
+    columns = {
+        "mse": _mse_rows(pred, truth),
+        "pearson": pearson_rows(pred, truth),
+        "mse_de": np.where(control, 0.0, _mse_rows(pred_de, truth_de, valid)),
+        "pearson_de": np.where(control, 0.0, pearson_rows(pred_de, truth_de, valid)),
+    }
     metrics_pert = _per_condition(conditions, {k: (v, None) for k, v in columns.items()})
     metrics = {}
     for name in ("mse", "pearson"):
@@ -432,8 +480,9 @@ class MetricContext:
     spreads: dict[str, dict[str, dict]]
 
     @classmethod
-    def from_pert_data(cls, pert_data, conditions: Sequence[str] | None = None,
-                       ranks: SingleProcess = SINGLE_PROCESS) -> "MetricContext":
+    def from_pert_data(
+        cls, pert_data, conditions: Sequence[str] | None = None, ranks: SingleProcess = SINGLE_PROCESS
+    ) -> "MetricContext":
         """Build from a loaded ``PertData`` (DE ranking and gene sets in its ``uns``); the
         per-condition means are summed over the cell table a block of cells at a time. The
         truth spreads are read for ``conditions`` (the evaluated ones; None: every condition
@@ -444,14 +493,24 @@ class MetricContext:
         names = dict(zip(cells.conditions, cells.condition_names))
         if conditions is None:
             conditions = [c for c, n in names.items() if n in uns[RANK_KEY] or n in uns[NON_DROPOUT_GENES_KEY]]
-        tables = {"de": cells.condition_de_idx,
-                  "non_dropout_de": non_dropout_de_table(uns, pert_data.var.index, cells.condition_names)}
-        return cls.from_tables(uns, pert_data.var.index, names, means,
-                               condition_spreads(cells, conditions, tables, ranks))
+        tables = {
+            "de": cells.condition_de_idx,
+            "non_dropout_de": non_dropout_de_table(uns, pert_data.var.index, cells.condition_names),
+        }
+        return cls.from_tables(
+            uns, pert_data.var.index, names, means, condition_spreads(cells, conditions, tables, ranks)
+        )
 
     @classmethod
-    def from_tables(cls, uns: Mapping, var_names: pd.Index, condition_names: Mapping[str, str], means: np.ndarray,
-                    spreads: dict[str, dict[str, dict]], most_variable_genes=None) -> "MetricContext":
+    def from_tables(
+        cls,
+        uns: Mapping,
+        var_names: pd.Index,
+        condition_names: Mapping[str, str],
+        means: np.ndarray,
+        spreads: dict[str, dict[str, dict]],
+        most_variable_genes=None,
+    ) -> "MetricContext":
         """Build from the dataset's ``uns`` gene sets, its ``var_names``, each condition's
         ``condition_name`` (in the order of the rows of ``means``, the conditions' mean
         expression, ``'ctrl'`` among them) and the truth ``spreads``; ``most_variable_genes``
@@ -468,21 +527,33 @@ class MetricContext:
             n_genes=len(var_names),
             control_mean=means[conditions.index(CONTROL)],
             most_variable_genes=np.asarray(most_variable_genes, dtype=np.int64),
-            ranked_de={c: _gene_positions(var_names, list(ranked[n])[:max(TOP_DE_SIZES)])
-                       for c, n in condition_names.items() if n in ranked},
-            non_zero_genes={c: np.asarray(uns[NON_ZERO_GENES_KEY][n], dtype=np.int64)
-                            for c, n in condition_names.items() if n in uns[NON_ZERO_GENES_KEY]},
-            non_dropout_genes={c: np.asarray(uns[NON_DROPOUT_GENES_KEY][n], dtype=np.int64)
-                               for c, n in condition_names.items() if n in uns[NON_DROPOUT_GENES_KEY]},
-            spreads=spreads)
+            ranked_de={
+                c: _gene_positions(var_names, list(ranked[n])[: max(TOP_DE_SIZES)])
+                for c, n in condition_names.items()
+                if n in ranked
+            },
+            non_zero_genes={
+                c: np.asarray(uns[NON_ZERO_GENES_KEY][n], dtype=np.int64)
+                for c, n in condition_names.items()
+                if n in uns[NON_ZERO_GENES_KEY]
+            },
+            non_dropout_genes={
+                c: np.asarray(uns[NON_DROPOUT_GENES_KEY][n], dtype=np.int64)
+                for c, n in condition_names.items()
+                if n in uns[NON_DROPOUT_GENES_KEY]
+            },
+            spreads=spreads,
+        )
 
 
 def check_analysis_entries(uns: Mapping) -> None:
     """An error naming the ``uns`` entries the deeper analyses need and the data lacks."""
     missing = [k for k in (RANK_KEY, NON_ZERO_GENES_KEY, NON_DROPOUT_GENES_KEY) if k not in uns]
     if missing:
-        raise ValueError(f"the dataset's uns lacks {missing}: the deeper analyses need DE genes "
-                         "(process the data without skip_calc_de)")
+        raise ValueError(
+            f"the dataset's uns lacks {missing}: the deeper analyses need DE genes "
+            "(process the data without skip_calc_de)"
+        )
 
 
 def _analysed_rows(result: EvaluationResult, available: Mapping, what: str) -> np.ndarray:
@@ -524,9 +595,12 @@ def deeper_analysis(context: MetricContext, result: EvaluationResult) -> dict[st
     spread_columns, nonzero = _spread_metrics(pred_de, truth_de, spread, de_idx >= 0, "")
     # Reference quirk: gene-order columns compared with the control at the rank-order DE genes.
     control_rank_order = _gather(control, _padded(ranked, N_DE_GENES))
-    spread_columns = {"frac_correct_direction_20_nonzero":
-                      _fraction(_direction_change(pred_de, truth_de, control_rank_order) == 0, nonzero),
-                      **spread_columns}
+    spread_columns = {
+        "frac_correct_direction_20_nonzero": _fraction(
+            _direction_change(pred_de, truth_de, control_rank_order) == 0, nonzero
+        ),
+        **spread_columns,
+    }
     columns = {key: (values, None) for key, values in columns.items()}
     columns.update({key: (values, nonzero.any(1)) for key, values in spread_columns.items()})
 
@@ -560,23 +634,34 @@ def non_dropout_analysis(context: MetricContext, result: EvaluationResult) -> di
     change = _direction_change(pred, truth, control)
 
     columns = _direction_fractions(_direction_change(pred_de, truth_de, control_de), valid, "top20_non_dropout")
-    columns.update(_direction_fractions(
-        change, _index_mask([context.non_zero_genes[c] for c in conditions], context.n_genes), "non_zero"))
-    columns.update(_direction_fractions(
-        change, _index_mask([context.non_dropout_genes[c] for c in conditions], context.n_genes), "non_dropout"))
+    columns.update(
+        _direction_fractions(
+            change, _index_mask([context.non_zero_genes[c] for c in conditions], context.n_genes), "non_zero"
+        )
+    )
+    columns.update(
+        _direction_fractions(
+            change, _index_mask([context.non_dropout_genes[c] for c in conditions], context.n_genes), "non_dropout"
+        )
+    )
     columns = {key: (values, None) for key, values in columns.items()}
     spread = _stacked_spread(context.spreads["non_dropout_de"], conditions)
     spread_columns, nonzero = _spread_metrics(pred_de, truth_de, spread, valid, "_non_dropout")
     columns.update({key: (values, nonzero.any(1)) for key, values in spread_columns.items()})
-    columns["pearson_delta_top20_de_non_dropout"] = (pearson_rows(pred_de - control_de, truth_de - control_de,
-                                                                   valid), None)
+    columns["pearson_delta_top20_de_non_dropout"] = (
+        pearson_rows(pred_de - control_de, truth_de - control_de, valid),
+        None,
+    )
     columns["pearson_top20_de_non_dropout"] = (pearson_rows(pred_de, truth_de, valid), None)
     columns["mse_top20_de_non_dropout"] = (_mse_rows(pred_de - control_de, truth_de - control_de, valid), None)
     return _per_condition(conditions, columns)
 
 
-def subgroup_metrics(metrics_pert: Mapping[str, Mapping[str, float]],
-                     subgroup_conditions: Mapping[str, Sequence[str]], prefix: str = "test_") -> dict[str, float]:
+def subgroup_metrics(
+    metrics_pert: Mapping[str, Mapping[str, float]],
+    subgroup_conditions: Mapping[str, Sequence[str]],
+    prefix: str = "test_",
+) -> dict[str, float]:
     """Mean of each metric over the conditions of each subgroup that have it, keyed
     ``{prefix}{subgroup}_{metric}`` as the reference logs them; subgroups with no evaluated
     condition are left out (the reference logs NaN for them)."""

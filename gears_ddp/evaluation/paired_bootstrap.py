@@ -26,6 +26,7 @@ Every comparison on the same perturbations shares one set of draws (vectorised: 
 resamples' sums are one matrix product), so all metrics and baselines of a test set cost
 one bootstrap.
 """
+
 from __future__ import annotations
 
 import functools
@@ -39,9 +40,11 @@ RESAMPLES = 10_000
 SEED = 0
 MIN_PERTURBATIONS = 3
 BEATS, LOSES, NO_CLEAR, NOT_APPLICABLE = "beats", "loses to", "no clear difference", "n/a"
-INTERVAL_METHOD = (f"{CONFIDENCE:.0%} expanded percentile bootstrap interval (Hesterberg 2015) of the mean paired "
-                   "difference, signed so that + favours GEARS, over the test perturbations (and, over replicates, "
-                   f"over the replicates too, resampled independently); {RESAMPLES:,} resamples, seed {SEED}")
+INTERVAL_METHOD = (
+    f"{CONFIDENCE:.0%} expanded percentile bootstrap interval (Hesterberg 2015) of the mean paired "
+    "difference, signed so that + favours GEARS, over the test perturbations (and, over replicates, "
+    f"over the replicates too, resampled independently); {RESAMPLES:,} resamples, seed {SEED}"
+)
 
 
 @dataclass
@@ -63,9 +66,17 @@ class PairedComparison:
 
     def record(self) -> dict:
         """As ``report.json`` holds it."""
-        return {"difference": self.difference, "low": self.low, "high": self.high, "won": self.won, "n": self.n,
-                "dropped": self.dropped, "replicates": self.replicates, "verdict": self.verdict,
-                "reason": self.reason}
+        return {
+            "difference": self.difference,
+            "low": self.low,
+            "high": self.high,
+            "won": self.won,
+            "n": self.n,
+            "dropped": self.dropped,
+            "replicates": self.replicates,
+            "verdict": self.verdict,
+            "reason": self.reason,
+        }
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,9 +98,15 @@ def resample_counts(rng: np.random.Generator, size: int, resamples: int) -> np.n
     return np.bincount(offsets, minlength=resamples * size).reshape(resamples, size).astype(np.float64)
 
 
-def compare_paired(model: np.ndarray, baselines: np.ndarray, higher: np.ndarray, reasons=None,
-                   resamples: int = RESAMPLES, seed: int = SEED, confidence: float = CONFIDENCE
-                   ) -> list[PairedComparison]:
+def compare_paired(
+    model: np.ndarray,
+    baselines: np.ndarray,
+    higher: np.ndarray,
+    reasons=None,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    confidence: float = CONFIDENCE,
+) -> list[PairedComparison]:
     """One ``PairedComparison`` per comparison ``k``: ``model[k]`` and ``baselines[k]`` are
     replicates x perturbations (NaN: missing), ``higher[k]`` whether the metric is better
     high, ``reasons[k]`` why the comparison is no verdict (None: it is one). Every
@@ -116,10 +133,11 @@ def compare_paired(model: np.ndarray, baselines: np.ndarray, higher: np.ndarray,
         mean = float(values[k].sum() / valid[k].sum()) if n else math.nan
         won = int(np.sum(_column_means(values[k], valid[k])[tested[k]] > 0))
         if k not in wanted:
-            reason = reasons[k] or (f"{n} test perturbation{'s' if n != 1 else ''} with both values: an interval "
-                                    f"needs at least {MIN_PERTURBATIONS}")
-            out.append(PairedComparison(mean, math.nan, math.nan, won, n, dropped, replicates, NOT_APPLICABLE,
-                                        reason))
+            reason = reasons[k] or (
+                f"{n} test perturbation{'s' if n != 1 else ''} with both values: an interval "
+                f"needs at least {MIN_PERTURBATIONS}"
+            )
+            out.append(PairedComparison(mean, math.nan, math.nan, won, n, dropped, replicates, NOT_APPLICABLE, reason))
             continue
         low, high = (float(x) for x in ends[:, wanted.index(k)])
         out.append(PairedComparison(mean, low, high, won, n, dropped, replicates, interval_verdict(low, high)))
@@ -145,8 +163,9 @@ def _column_means(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return values.sum(axis=0) / np.maximum(counts, 1)
 
 
-def _resampled_means(values: np.ndarray, valid: np.ndarray, perturbation_counts: np.ndarray,
-                     replicate_counts: np.ndarray | None) -> np.ndarray:
+def _resampled_means(
+    values: np.ndarray, valid: np.ndarray, perturbation_counts: np.ndarray, replicate_counts: np.ndarray | None
+) -> np.ndarray:
     """The mean difference of each resample (resamples x comparisons; replicates x
     perturbations drawn; NaN for a resample that drew no pair with a value), one matrix
     product for every comparison with one replicate."""
@@ -154,10 +173,12 @@ def _resampled_means(values: np.ndarray, valid: np.ndarray, perturbation_counts:
     if replicate_counts is None:  # one replicate
         sums, counts = perturbation_counts @ values[:, 0].T, perturbation_counts @ weights[:, 0].T
     else:
-        sums = np.stack([np.einsum("bp,bp->b", replicate_counts @ column, perturbation_counts) for column in values],
-                        axis=1)
-        counts = np.stack([np.einsum("bp,bp->b", replicate_counts @ column, perturbation_counts) for column in weights],
-                          axis=1)
+        sums = np.stack(
+            [np.einsum("bp,bp->b", replicate_counts @ column, perturbation_counts) for column in values], axis=1
+        )
+        counts = np.stack(
+            [np.einsum("bp,bp->b", replicate_counts @ column, perturbation_counts) for column in weights], axis=1
+        )
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 

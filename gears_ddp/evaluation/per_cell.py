@@ -11,6 +11,7 @@ condition's mean prediction and mean truth, apart from the in-range and sigma me
 which read the spread of the cells' truth at 20 DE genes: the dict is reduced here to
 exactly those (``CellResults``), and ``metrics`` gives the published values from them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,8 +54,10 @@ class CellResults:
         n_cells = len(arrays["pert_cat"])
         for key, values in arrays.items():
             if key != "pert_cat" and (values.ndim != 2 or len(values) != n_cells):
-                raise ValueError(f"test_res['{key}'] has shape {values.shape}; it needs one row per cell of "
-                                 f"test_res['pert_cat'] ({n_cells} cells)")
+                raise ValueError(
+                    f"test_res['{key}'] has shape {values.shape}; it needs one row per cell of "
+                    f"test_res['pert_cat'] ({n_cells} cells)"
+                )
         conditions, codes = np.unique(arrays["pert_cat"].astype(str), return_inverse=True)
         return cls(arrays, conditions.tolist(), codes.reshape(-1))
 
@@ -64,8 +67,9 @@ class CellResults:
 
     def metrics(self) -> tuple[dict, dict]:
         """The published ``compute_metrics`` of these cells (``metrics.condition_metrics``)."""
-        return condition_metrics(self.conditions, self.means("pred"), self.means("truth"), self.means("pred_de"),
-                                 self.means("truth_de"))
+        return condition_metrics(
+            self.conditions, self.means("pred"), self.means("truth"), self.means("pred_de"), self.means("truth_de")
+        )
 
     def spreads(self, tables: Mapping[str, np.ndarray]) -> dict[str, dict[str, dict]]:
         """``MetricContext.spreads`` of these cells: for each table (conditions x 20 gene
@@ -100,14 +104,18 @@ def analysis_inputs(adata, test_res, most_variable_genes=None) -> tuple[MetricCo
     de_idx = np.full((len(cells.conditions), N_DE_GENES), -1, dtype=np.int64)
     for row, condition in enumerate(cells.conditions):
         top = top_de_positions(adata.uns, var_names, names[condition])
-        de_idx[row, :len(top)] = top
+        de_idx[row, : len(top)] = top
     tested_names = [names[c] for c in cells.conditions]
     non_dropout_de_idx = non_dropout_de_table(adata.uns, var_names, tested_names).numpy()
     result = EvaluationResult(
-        conditions=cells.conditions, n_cells=np.bincount(cells.codes, minlength=len(cells.conditions)),
-        pred_mean=cells.means("pred"), truth_mean=cells.means("truth"),
+        conditions=cells.conditions,
+        n_cells=np.bincount(cells.codes, minlength=len(cells.conditions)),
+        pred_mean=cells.means("pred"),
+        truth_mean=cells.means("truth"),
         logvar_mean=cells.means("logvar") if "logvar" in cells.arrays else None,
-        de_idx=de_idx, non_dropout_de_idx=non_dropout_de_idx)
+        de_idx=de_idx,
+        non_dropout_de_idx=non_dropout_de_idx,
+    )
     spreads = cells.spreads({"de": de_idx, "non_dropout_de": non_dropout_de_idx})
     means = condition_means(adata.X, codes, len(conditions))
     context = MetricContext.from_tables(adata.uns, var_names, names, means, spreads, most_variable_genes)

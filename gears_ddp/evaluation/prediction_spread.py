@@ -11,6 +11,7 @@ averaged over genes, over the same for the true means. 1: predictions as varied 
 truth; 0: the same prediction for every perturbation, as the no-change and mean-effect
 baselines give by construction. Below ``COLLAPSE_BELOW`` the report warns.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,10 @@ import math
 import numpy as np
 
 COLLAPSE_BELOW = 0.5
-BY_CONSTRUCTION = {"no_change": "the control mean for every perturbation",
-                   "mean_effect": "the same average change for every perturbation"}
+BY_CONSTRUCTION = {
+    "no_change": "the control mean for every perturbation",
+    "mean_effect": "the same average change for every perturbation",
+}
 
 
 def spread_ratio(predicted: np.ndarray, truth: np.ndarray) -> float:
@@ -39,19 +42,28 @@ def spread_warnings(ratios: dict[str, float], model: str = "GEARS") -> list[str]
     lines = []
     ratio = ratios.get(model, math.nan)
     if ratio == ratio and ratio < COLLAPSE_BELOW:
-        lines.append(f"Warning: {model}'s predictions barely differ between perturbations (spread ratio {ratio:.2f}, "
-                     f"below {COLLAPSE_BELOW}): it predicts nearly the same change for every test perturbation, so a "
-                     "win over no change may be the average effect, not the perturbations'.")
-    low = [f"{name} {value:.2f}" + (f" (by construction: {BY_CONSTRUCTION[name]})" if name in BY_CONSTRUCTION else "")
-           for name, value in ratios.items() if name != model and value == value and value < COLLAPSE_BELOW]
+        lines.append(
+            f"Warning: {model}'s predictions barely differ between perturbations (spread ratio {ratio:.2f}, "
+            f"below {COLLAPSE_BELOW}): it predicts nearly the same change for every test perturbation, so a "
+            "win over no change may be the average effect, not the perturbations'."
+        )
+    low = [
+        f"{name} {value:.2f}" + (f" (by construction: {BY_CONSTRUCTION[name]})" if name in BY_CONSTRUCTION else "")
+        for name, value in ratios.items()
+        if name != model and value == value and value < COLLAPSE_BELOW
+    ]
     if low:
-        lines.append(f"Baselines whose predictions barely differ between perturbations (spread ratio below "
-                     f"{COLLAPSE_BELOW}): " + ", ".join(low) + ".")
+        lines.append(
+            f"Baselines whose predictions barely differ between perturbations (spread ratio below "
+            f"{COLLAPSE_BELOW}): " + ", ".join(low) + "."
+        )
     return lines
 
 
 def spread_line(ratios: dict[str, float]) -> str:
     """``'spread of predicted changes across test perturbations / true spread: GEARS 0.41,
     no_change 0.00, ...'``."""
-    return ("spread of predicted changes across the test perturbations, over the true spread (1: as varied as the "
-            "truth, 0: the same for all): " + ", ".join(f"{name} {ratio:.2f}" for name, ratio in ratios.items()))
+    return (
+        "spread of predicted changes across the test perturbations, over the true spread (1: as varied as the "
+        "truth, 0: the same for all): " + ", ".join(f"{name} {ratio:.2f}" for name, ratio in ratios.items())
+    )

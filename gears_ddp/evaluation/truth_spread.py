@@ -9,6 +9,7 @@ the number of cells in the test set, and nothing per cell crosses between ranks.
 cell of an evaluated condition is in its evaluation set (splits assign whole conditions),
 so the spread equals the one over the evaluated cells.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -40,14 +41,20 @@ def gene_values(expression: torch.Tensor, cells: torch.Tensor, genes: torch.Tens
     """(cells x genes) float32 expression of ``cells`` at ``genes``, NaN where a gene is -1
     (padding); only those columns are read, about ``VALUES_PER_BLOCK`` values at a time."""
     columns = genes.clamp(min=0)
-    blocks = [expression[block.unsqueeze(1), columns.unsqueeze(0)].float()
-              for block in cells.split(max(1, VALUES_PER_BLOCK // max(1, len(genes))))]
+    blocks = [
+        expression[block.unsqueeze(1), columns.unsqueeze(0)].float()
+        for block in cells.split(max(1, VALUES_PER_BLOCK // max(1, len(genes))))
+    ]
     values = torch.cat(blocks) if blocks else torch.empty(0, len(genes))
     return values.masked_fill(genes < 0, float("nan")).numpy()
 
 
-def condition_spreads(cell_table, conditions: Sequence[str], gene_tables: Mapping[str, torch.Tensor],
-                      ranks: SingleProcess = SINGLE_PROCESS) -> dict[str, dict[str, dict]]:
+def condition_spreads(
+    cell_table,
+    conditions: Sequence[str],
+    gene_tables: Mapping[str, torch.Tensor],
+    ranks: SingleProcess = SINGLE_PROCESS,
+) -> dict[str, dict[str, dict]]:
     """``{table name: {condition: spread}}``: the ``spread`` of the cells of each of
     ``conditions`` at the genes of its row of each table (conditions x 20 gene positions, -1
     padded, indexed by condition code like ``CellTable.condition_de_idx``).
@@ -65,10 +72,10 @@ def condition_spreads(cell_table, conditions: Sequence[str], gene_tables: Mappin
     names = list(gene_tables)
     ends = np.cumsum([gene_tables[name].shape[1] for name in names]).tolist()
     mine = {name: {} for name in names}
-    for condition in list(conditions)[ranks.rank::ranks.world_size]:
+    for condition in list(conditions)[ranks.rank :: ranks.world_size]:
         code = code_of[condition]
         genes = torch.cat([gene_tables[name][code] for name in names])
-        values = gene_values(cell_table.expression, order[bounds[code]:bounds[code + 1]], genes)
+        values = gene_values(cell_table.expression, order[bounds[code] : bounds[code + 1]], genes)
         for name, start, end in zip(names, [0] + ends[:-1], ends):
             mine[name][condition] = spread(values[:, start:end])
     if ranks.world_size == 1:

@@ -9,17 +9,17 @@ deeper_analysis, non_dropout_analysis``).
 
 May import: ``interactions``, ``report``, ``evaluation``, ``runtime``, ``model``, ``data``.
 """
-from gears_ddp.inference.published_inference import compute_metrics, deeper_analysis, evaluate, \
-    non_dropout_analysis
+
+from gears_ddp.inference.published_inference import compute_metrics, deeper_analysis, evaluate, non_dropout_analysis
 
 __all__ = ["compute_metrics", "deeper_analysis", "evaluate", "non_dropout_analysis"]
 
 # names the paper's scripts import from gears.inference that no published release defines
 UNPUBLISHED_NAMES = {
     "GIs": "the Norman et al. 2019 interaction labels of an unreleased GEARS (cell-gears 0.1.2 does not define "
-           "GIs either: its GI_subgroup fails for want of it). To call the interactions of the observed "
-           "combinations of your own data, use GEARS.observed_interactions() or gears-ddp interactions "
-           "(docs/observed-interactions.md)",
+    "GIs either: its GI_subgroup fails for want of it). To call the interactions of the observed "
+    "combinations of your own data, use GEARS.observed_interactions() or gears-ddp interactions "
+    "(docs/observed-interactions.md)",
 }
 
 

@@ -72,6 +72,7 @@ cell-eval's ``mse_delta`` equals its ``mse`` on these files (the control means c
 other metrics (top-20 DE genes, non-dropout genes, direction, spread) have no cell-eval
 counterpart, and cell-eval's DE metrics none of ours.
 """
+
 from __future__ import annotations
 
 import copy
@@ -85,11 +86,11 @@ import torch
 from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.inference.prediction import checked_cell_count, drawn_controls
 
-PERT_COLUMN = "target_gene"      # the default --pert-col of `cell-eval run`
+PERT_COLUMN = "target_gene"  # the default --pert-col of `cell-eval run`
 CONTROL_LABEL = "non-targeting"  # cell-eval's default control_pert
 PROVENANCE_KEY = "gears_ddp"
-GENE_ID_COLUMN = "gene_id"       # the data's var_names, where they are not the gene names
-ROWS_PER_BLOCK = 4096            # cells shifted at a time (bounds the temporary of a shift)
+GENE_ID_COLUMN = "gene_id"  # the data's var_names, where they are not the gene names
+ROWS_PER_BLOCK = 4096  # cells shifted at a time (bounds the temporary of a shift)
 
 
 # ---------------------------------------------------------------------------- names
@@ -107,8 +108,10 @@ def _targets(conditions: Sequence[str]) -> list[str]:
     for condition, target in zip(conditions, targets):
         other = first.setdefault(target, condition)
         if other != condition:
-            raise ValueError(f"conditions {other!r} and {condition!r} both perturb {target!r}; cell-eval's "
-                             f"{PERT_COLUMN!r} column would merge them: write one spelling in obs['condition']")
+            raise ValueError(
+                f"conditions {other!r} and {condition!r} both perturb {target!r}; cell-eval's "
+                f"{PERT_COLUMN!r} column would merge them: write one spelling in obs['condition']"
+            )
     return targets
 
 
@@ -119,10 +122,16 @@ def condition_obs(conditions: Sequence[str], index: Sequence[str]) -> pd.DataFra
     rows = pd.Categorical(list(conditions))
     distinct = list(rows.categories)
     genes = [(condition_genes(c) + [CONTROL, CONTROL])[:2] for c in distinct]
-    columns = {"condition": distinct, PERT_COLUMN: _targets(distinct),
-               "gene_1": [g[0] for g in genes], "gene_2": [g[1] for g in genes]}
-    return pd.DataFrame({name: pd.Categorical(np.asarray(values, dtype=object)[rows.codes])
-                         for name, values in columns.items()}, index=pd.Index(list(index), dtype=str))
+    columns = {
+        "condition": distinct,
+        PERT_COLUMN: _targets(distinct),
+        "gene_1": [g[0] for g in genes],
+        "gene_2": [g[1] for g in genes],
+    }
+    return pd.DataFrame(
+        {name: pd.Categorical(np.asarray(values, dtype=object)[rows.codes]) for name, values in columns.items()},
+        index=pd.Index(list(index), dtype=str),
+    )
 
 
 def query_conditions(pert_data, pert_list: Sequence[Sequence[str]]) -> list[str]:
@@ -133,8 +142,7 @@ def query_conditions(pert_data, pert_list: Sequence[Sequence[str]]) -> list[str]
     for condition in pert_data.cells.conditions:
         if condition != CONTROL:
             spelled.setdefault(frozenset(condition_genes(condition)), condition)
-    return [spelled.get(frozenset(query), "+".join(list(query) + [CONTROL] * (2 - len(query))))
-            for query in pert_list]
+    return [spelled.get(frozenset(query), "+".join(list(query) + [CONTROL] * (2 - len(query)))) for query in pert_list]
 
 
 def gene_var(pert_data) -> pd.DataFrame:
@@ -149,8 +157,15 @@ def gene_var(pert_data) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------- GEARS.predict
-def mean_predictions(pert_data, provenance: dict, pert_list, prediction: np.ndarray,
-                     uncertainty: np.ndarray | None, seed: int, control_cells: int) -> anndata.AnnData:
+def mean_predictions(
+    pert_data,
+    provenance: dict,
+    pert_list,
+    prediction: np.ndarray,
+    uncertainty: np.ndarray | None,
+    seed: int,
+    control_cells: int,
+) -> anndata.AnnData:
     """``GEARS.predict(..., return_type='anndata')``: one row per query, its mean prediction
     (Q x G) over ``control_cells`` control cells drawn with ``seed``, named by its condition
     as the data writes it (``A+ctrl``, ``A+B``), with the queried genes and cell-eval's
@@ -164,8 +179,9 @@ def mean_predictions(pert_data, provenance: dict, pert_list, prediction: np.ndar
     return anndata.AnnData(X=prediction, obs=obs, var=gene_var(pert_data), uns=uns)
 
 
-def cell_predictions(pert_data, provenance: dict, pert_list, controls: torch.Tensor, effect: torch.Tensor,
-                     seed: int) -> anndata.AnnData:
+def cell_predictions(
+    pert_data, provenance: dict, pert_list, controls: torch.Tensor, effect: torch.Tensor, seed: int
+) -> anndata.AnnData:
     """``GEARS.predict(..., return_type='cell-eval')``: for each query, the drawn control
     cells ``controls`` (N x G, drawn with ``seed``) each with the query's predicted change
     ``effect`` (Q x G), clipped at 0; then the same control cells unchanged, as
@@ -197,13 +213,20 @@ def _add_effects(rows: torch.Tensor, effect: torch.Tensor, which: torch.Tensor) 
     """``rows[i] += effect[which[i]]`` in place for the first ``len(which)`` rows, a block of
     rows at a time."""
     for start in range(0, len(which), ROWS_PER_BLOCK):
-        block = which[start:start + ROWS_PER_BLOCK]
-        rows[start:start + len(block)] += effect[block]
+        block = which[start : start + ROWS_PER_BLOCK]
+        rows[start : start + len(block)] += effect[block]
 
 
-def split_predictions(pert_data, loaders: dict, effects, provenance: dict, split: str = "test",
-                      clip_at_zero: bool = True, cells_per_perturbation: int | None = None,
-                      seed: int = 0) -> tuple[anndata.AnnData, anndata.AnnData]:
+def split_predictions(
+    pert_data,
+    loaders: dict,
+    effects,
+    provenance: dict,
+    split: str = "test",
+    clip_at_zero: bool = True,
+    cells_per_perturbation: int | None = None,
+    seed: int = 0,
+) -> tuple[anndata.AnnData, anndata.AnnData]:
     """Predicted and real AnnData of the perturbations of ``split`` (``'train'``, ``'val'`` or
     ``'test'``) in cell-eval's layout (what ``gears-ddp predict --format cell-eval --split``
     writes); score them with ``cell-eval run -ap pred.h5ad -ar real.h5ad``. ``loaders`` are
@@ -260,12 +283,25 @@ def split_predictions(pert_data, loaders: dict, effects, provenance: dict, split
         starts.clamp_(min=0)
     control_rows, control_names = table.rows(controls), [str(i) for i in controls.tolist()]
     var = gene_var(pert_data)
-    uns = {PROVENANCE_KEY: {**provenance, "split": split, "split_mode": pert_data.split, "split_seed": pert_data.seed,
-                            **drawn, "control_cells": len(controls), "clipped_at_zero": clip_at_zero}}
+    uns = {
+        PROVENANCE_KEY: {
+            **provenance,
+            "split": split,
+            "split_mode": pert_data.split,
+            "split_seed": pert_data.seed,
+            **drawn,
+            "control_cells": len(controls),
+            "clipped_at_zero": clip_at_zero,
+        }
+    }
     controls_of = [CONTROL] * len(controls)
     predicted_obs = condition_obs([conditions[i] for i in shifts.tolist()] + controls_of, index=names + control_names)
-    real_obs = condition_obs([conditions[i] for i in which.tolist()] + controls_of,
-                             index=[str(i) for i in cells.tolist()] + control_names)
-    return (anndata.AnnData(X=torch.cat((starts, control_rows)).numpy(), obs=predicted_obs, var=var, uns=uns),
-            anndata.AnnData(X=torch.cat((table.rows(cells), control_rows)).numpy(), obs=real_obs, var=var.copy(),
-                            uns=copy.deepcopy(uns)))
+    real_obs = condition_obs(
+        [conditions[i] for i in which.tolist()] + controls_of, index=[str(i) for i in cells.tolist()] + control_names
+    )
+    return (
+        anndata.AnnData(X=torch.cat((starts, control_rows)).numpy(), obs=predicted_obs, var=var, uns=uns),
+        anndata.AnnData(
+            X=torch.cat((table.rows(cells), control_rows)).numpy(), obs=real_obs, var=var.copy(), uns=copy.deepcopy(uns)
+        ),
+    )

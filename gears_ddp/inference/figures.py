@@ -10,6 +10,7 @@
 
 Figures are built with matplotlib's object-oriented API on an Agg canvas, so they work
 headless, leave pyplot's global state alone and never open a window."""
+
 from __future__ import annotations
 
 import os
@@ -29,24 +30,32 @@ def observed_change_at_de_genes(pert_data, condition: str, control: np.ndarray) 
     naming it."""
     cells = pert_data.cells
     if condition not in cells.conditions or condition == CONTROL:
-        raise ValueError(f"{condition!r} is not a perturbation condition of the data "
-                         f"(e.g. {[c for c in cells.conditions if c != CONTROL][:5]})")
+        raise ValueError(
+            f"{condition!r} is not a perturbation condition of the data "
+            f"(e.g. {[c for c in cells.conditions if c != CONTROL][:5]})"
+        )
     name = cells.condition_names[cells.conditions.index(condition)]
     positions = non_dropout_de_table(pert_data.uns, pert_data.var.index, [name])[0]
     positions = positions[positions >= 0].numpy()
     return positions, cells.rows(cells.cells_of([condition])).numpy()[:, positions] - control[positions]
 
 
-def plot_perturbation(pert_data, query: str, control: np.ndarray, mean_expression: Callable[[list[str]], np.ndarray],
-                      save_file=None):
+def plot_perturbation(
+    pert_data, query: str, control: np.ndarray, mean_expression: Callable[[list[str]], np.ndarray], save_file=None
+):
     """``GEARS.plot_perturbation``: the observed change over ``control`` of ``query``'s cells
     at its top-20 non-dropout DE genes (``observed_change_at_de_genes``; an unknown condition
     is an error before anything is predicted), with the change ``mean_expression`` predicts
     for its genes marked (``plot_perturbation_figure``)."""
     positions, observed = observed_change_at_de_genes(pert_data, query, control)
     predicted = mean_expression(condition_genes(query))
-    return plot_perturbation_figure(observed, predicted[positions] - control[positions],
-                                    [pert_data.gene_names[p] for p in positions], query, save_file)
+    return plot_perturbation_figure(
+        observed,
+        predicted[positions] - control[positions],
+        [pert_data.gene_names[p] for p in positions],
+        query,
+        save_file,
+    )
 
 
 def plot_perturbation_figure(
@@ -78,10 +87,7 @@ def plot_perturbation_figure(
     predicted_change = np.asarray(predicted_change, dtype=np.float64)
     gene_names = [str(name) for name in gene_names]
     if truth_change.ndim != 2 or truth_change.shape[0] < 1 or truth_change.shape[1] < 1:
-        raise ValueError(
-            "`truth_change` must be a non-empty (cells x genes) array, "
-            f"got shape {truth_change.shape}"
-        )
+        raise ValueError(f"`truth_change` must be a non-empty (cells x genes) array, got shape {truth_change.shape}")
     n_genes = truth_change.shape[1]
     if predicted_change.shape != (n_genes,) or len(gene_names) != n_genes:
         raise ValueError(
@@ -95,9 +101,7 @@ def plot_perturbation_figure(
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     positions = np.arange(1, n_genes + 1)
-    axes.boxplot(
-        truth_change, positions=positions, showfliers=False, medianprops={"linewidth": 0}
-    )
+    axes.boxplot(truth_change, positions=positions, showfliers=False, medianprops={"linewidth": 0})
     axes.scatter(positions, predicted_change, color="red", zorder=3)
     axes.axhline(0, linestyle="dashed", color="green")
     axes.set_xticks(positions, labels=gene_names, rotation=90)
@@ -131,19 +135,34 @@ def plot_screen(table, save_file: str | os.PathLike | None = None, top: int = 10
     """
     pairs = _PairMap(table, "mag")
     figure, axes, text_axes = _map_figure()
-    image = axes.imshow(pairs.matrix[np.ix_(pairs.order, pairs.order)], cmap=_colours(), vmin=-pairs.limit,
-                        vmax=pairs.limit, interpolation="nearest")
+    image = axes.imshow(
+        pairs.matrix[np.ix_(pairs.order, pairs.order)],
+        cmap=_colours(),
+        vmin=-pairs.limit,
+        vmax=pairs.limit,
+        interpolation="nearest",
+    )
     _colour_bar(figure, axes, image)
     pairs.dot_trained(axes, table["seen_in_training"].to_numpy(dtype=bool), "pair seen in training")
     by_mag = np.argsort(-pairs.log_mag, kind="stable")
     # by mag alone: a short list can reach additive pairs, which the text names as such
-    lists = {"highest mag (most synergistic first)": by_mag[:top],
-             "lowest mag (most suppressive first)": by_mag[::-1][:top]}
+    lists = {
+        "highest mag (most synergistic first)": by_mag[:top],
+        "lowest mag (most suppressive first)": by_mag[::-1][:top],
+    }
     for (title, picked), marker in zip(lists.items(), ("^", "v")):
         pairs.mark(axes, picked, marker, f"{title.split(' (')[0]}: {len(picked)} pairs")
     pairs.label_axes(axes, f"Genetic-interaction magnitude of {len(table):,} pairs of {len(pairs.genes)} genes")
-    text_axes.text(0, 1, _named_pairs(table, lists), va="top", ha="left", family="monospace", fontsize=8,
-                   transform=text_axes.transAxes)
+    text_axes.text(
+        0,
+        1,
+        _named_pairs(table, lists),
+        va="top",
+        ha="left",
+        family="monospace",
+        fontsize=8,
+        transform=text_axes.transAxes,
+    )
     _save(figure, save_file)
     return figure
 
@@ -170,15 +189,30 @@ def plot_replicate_screen(summary, save_file: str | os.PathLike | None = None, t
     grey = ~held & np.isfinite(pairs.matrix)
     rgba[grey, :3] = GREYED_WEIGHT * rgba[grey, :3] + (1 - GREYED_WEIGHT) * GREYED_TO
     axes.imshow(rgba[np.ix_(pairs.order, pairs.order)], interpolation="nearest")
-    _colour_bar(figure, axes, _mappable(colours, scale), "log2(mean mag over the models): 0 additive, > 0 "
-                "synergy, < 0 suppression; greyed: not confident")
+    _colour_bar(
+        figure,
+        axes,
+        _mappable(colours, scale),
+        "log2(mean mag over the models): 0 additive, > 0 synergy, < 0 suppression; greyed: not confident",
+    )
     pairs.mark(axes, np.flatnonzero(confident), "s", "confident magnitude call", size=16)
     pairs.dot_trained(axes, summary["seen_in_training"].to_numpy() > 0, "pair seen in training (by some model)")
     models = int(summary["models"].iloc[0]) if len(summary) else 0
-    pairs.label_axes(axes, f"Genetic-interaction magnitude over {models} models: {len(summary):,} pairs of "
-                           f"{len(pairs.genes)} genes, {int(confident.sum()):,} confident")
-    text_axes.text(0, 1, _confident_text(summary, top), va="top", ha="left", family="monospace", fontsize=8,
-                   transform=text_axes.transAxes)
+    pairs.label_axes(
+        axes,
+        f"Genetic-interaction magnitude over {models} models: {len(summary):,} pairs of "
+        f"{len(pairs.genes)} genes, {int(confident.sum()):,} confident",
+    )
+    text_axes.text(
+        0,
+        1,
+        _confident_text(summary, top),
+        va="top",
+        ha="left",
+        family="monospace",
+        fontsize=8,
+        transform=text_axes.transAxes,
+    )
     _save(figure, save_file)
     return figure
 
@@ -213,12 +247,28 @@ class _PairMap:
 
     def dot_trained(self, axes, seen: np.ndarray, label: str) -> None:
         # white edges keep the marks visible on the darkest cells
-        axes.scatter(self.columns[seen], self.rows[seen], s=16, color="black", marker="o", edgecolors="white",
-                     linewidths=0.6, label=label)
+        axes.scatter(
+            self.columns[seen],
+            self.rows[seen],
+            s=16,
+            color="black",
+            marker="o",
+            edgecolors="white",
+            linewidths=0.6,
+            label=label,
+        )
 
     def mark(self, axes, picked: np.ndarray, marker: str, label: str, size: float = 34) -> None:
-        axes.scatter(self.columns[picked], self.rows[picked], s=size, facecolors="none" if marker == "s" else "white",
-                     edgecolors="black", marker=marker, linewidths=0.9, label=label)
+        axes.scatter(
+            self.columns[picked],
+            self.rows[picked],
+            s=size,
+            facecolors="none" if marker == "s" else "white",
+            edgecolors="black",
+            marker=marker,
+            linewidths=0.9,
+            label=label,
+        )
 
     def label_axes(self, axes, title: str) -> None:
         many = len(self.genes) > 60
@@ -231,8 +281,9 @@ class _PairMap:
             axes.set_xticks(range(len(self.genes)), labels=labels, rotation=90, fontsize=7)
             axes.set_yticks(range(len(self.genes)), labels=labels, fontsize=7)
         axes.set_title(title)
-        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.06 if many else -0.12), ncol=3, fontsize=8,
-                    frameon=False)
+        axes.legend(
+            loc="upper center", bbox_to_anchor=(0.5, -0.06 if many else -0.12), ncol=3, fontsize=8, frameon=False
+        )
 
 
 def _map_figure():
@@ -289,8 +340,11 @@ def _named_pairs(table, lists: dict) -> str:
             pair = table.iloc[int(row)]
             kinds = [kind for kind in ("neomorphic", "redundant", "epistasis") if bool(pair[kind])]
             seen = " (trained)" if bool(pair["seen_in_training"]) else ""
-            lines.append(f"{pair['pair'][:24]:<24} {pair['mag']:6.2f}  {pair['magnitude_type']}"
-                         + (", " + ", ".join(kinds) if kinds else "") + seen)
+            lines.append(
+                f"{pair['pair'][:24]:<24} {pair['mag']:6.2f}  {pair['magnitude_type']}"
+                + (", " + ", ".join(kinds) if kinds else "")
+                + seen
+            )
         lines.append("")
     return "\n".join(lines + _threshold_lines())
 
@@ -303,29 +357,45 @@ def _confident_text(summary, top: int) -> str:
     confident = summary[summary["magnitude_type_confident"].to_numpy(dtype=bool)]
     models = int(summary["models"].iloc[0]) if len(summary) else 0
     lines = []
-    for call, title, ascending in (("synergy", "highest mean mag first", False),
-                                   ("suppressor", "lowest mean mag first", True)):
+    for call, title, ascending in (
+        ("synergy", "highest mean mag first", False),
+        ("suppressor", "lowest mean mag first", True),
+    ):
         held = confident[confident["magnitude_type"] == call].sort_values("mag_mean", ascending=ascending)
         lines += [f"confident {call}: {len(held)} pairs ({title})", "    mean mag [95% interval over the models]"]
         for _, pair in held.head(top).iterrows():
-            kinds = [kind for kind in ("neomorphic", "redundant", "epistasis")
-                     if bool(pair[kind]) and bool(pair[f"{kind}_confident"])]
+            kinds = [
+                kind
+                for kind in ("neomorphic", "redundant", "epistasis")
+                if bool(pair[kind]) and bool(pair[f"{kind}_confident"])
+            ]
             seen = f" (trained in {pair['seen_in_training']}/{models})" if pair["seen_in_training"] else ""
-            lines.append(f"{pair['pair'][:24]:<24} {pair['mag_mean']:5.2f} [{pair['mag_ci_low']:.2f}, "
-                         f"{pair['mag_ci_high']:.2f}]" + (" " + ", ".join(kinds) if kinds else "") + seen)
+            lines.append(
+                f"{pair['pair'][:24]:<24} {pair['mag_mean']:5.2f} [{pair['mag_ci_low']:.2f}, "
+                f"{pair['mag_ci_high']:.2f}]" + (" " + ", ".join(kinds) if kinds else "") + seen
+            )
         lines.append("")
     lines.append(f"confident calls of {len(summary):,} pairs:")
-    lines += [f"{kind}: " + ", ".join(f"{call} {count}" for call, count in counts.items())
-              for kind, counts in confident_counts(summary).items()]
-    lines += ["", "confident: every model makes the call and the 95%", "interval of the mean over the models lies "
-              "where", "the call holds.", ""]
+    lines += [
+        f"{kind}: " + ", ".join(f"{call} {count}" for call, count in counts.items())
+        for kind, counts in confident_counts(summary).items()
+    ]
+    lines += [
+        "",
+        "confident: every model makes the call and the 95%",
+        "interval of the mean over the models lies where",
+        "the call holds.",
+        "",
+    ]
     return "\n".join(lines + _threshold_lines())
 
 
 def _threshold_lines() -> list[str]:
     limits = INTERACTION_THRESHOLDS
-    return ["types as the published GEARS analysis reads them:",
-            f"synergy mag > {1 + limits['additive_band']:g}, suppressor mag < {1 - limits['additive_band']:g}, "
-            "additive between;",
-            f"neomorphic corr_fit < {limits['neomorphic_below']:g}; redundant dcor > {limits['redundant_above']:g};",
-            f"epistasis dominance > {limits['epistasis_above']:g}"]
+    return [
+        "types as the published GEARS analysis reads them:",
+        f"synergy mag > {1 + limits['additive_band']:g}, suppressor mag < {1 - limits['additive_band']:g}, "
+        "additive between;",
+        f"neomorphic corr_fit < {limits['neomorphic_below']:g}; redundant dcor > {limits['redundant_above']:g};",
+        f"epistasis dominance > {limits['epistasis_above']:g}",
+    ]

@@ -9,6 +9,7 @@ the model's predictions (``interaction_agreement``).
 in place, so that a user sees them where the published package keeps them. Built for each
 call from what the front holds then, it never outlives a change of weights.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,8 +21,15 @@ import torch
 
 from gears_ddp._version import __version__
 from gears_ddp.evaluation.baselines import baseline_effects
-from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor, drawn_control_cells, \
-    query_keys, query_sets, set_effects
+from gears_ddp.inference.prediction import (
+    EXACT_CHANGE,
+    PREDICTION_CELLS,
+    ChangePredictor,
+    drawn_control_cells,
+    query_keys,
+    query_sets,
+    set_effects,
+)
 from gears_ddp.inference.saved_predictions import handed_in, saved_expression
 from gears_ddp.interactions.agreement import agreement_record, compare_calls
 from gears_ddp.interactions.observed import observed_interactions, predicted_interactions
@@ -31,8 +39,10 @@ from gears_ddp.model.folder import GRAPH_KEYS
 
 RETURN_TYPES = ("dict", "dataframe", "anndata", "cell-eval")
 NO_MODEL = "no model yet: call model_initialize(...) or load_pretrained(path) first"
-RANDOM_WEIGHTS = ("the model still has its random initial weights: train it (train(...)) or load trained weights "
-                  "(load_pretrained(path)) before predicting")
+RANDOM_WEIGHTS = (
+    "the model still has its random initial weights: train it (train(...)) or load trained weights "
+    "(load_pretrained(path)) before predicting"
+)
 
 
 @dataclass
@@ -80,9 +90,12 @@ class ModelQueries:
         tensors left out)."""
         if self.config is None:
             raise RuntimeError(NO_MODEL)
-        return {"version": __version__, "dataset": self.pert_data.dataset_name,
-                "weights_from": str(self.weights_origin),
-                "config": {k: v for k, v in self.config.items() if k not in GRAPH_KEYS}}
+        return {
+            "version": __version__,
+            "dataset": self.pert_data.dataset_name,
+            "weights_from": str(self.weights_origin),
+            "config": {k: v for k, v in self.config.items() if k not in GRAPH_KEYS},
+        }
 
     @property
     def uncertain(self) -> bool:
@@ -108,8 +121,14 @@ class ModelQueries:
         self.require_weights()
         return set_effects(self.network, sets, self.device)
 
-    def predict(self, pert_list, return_type: str = "dict", seed: int = 0,
-                cells_per_perturbation: int = PREDICTION_CELLS, all_samples: bool = False):
+    def predict(
+        self,
+        pert_list,
+        return_type: str = "dict",
+        seed: int = 0,
+        cells_per_perturbation: int = PREDICTION_CELLS,
+        all_samples: bool = False,
+    ):
         """``GEARS.predict``: the mean predicted expression for each query (a list of 1 or 2
         genes), over ``cells_per_perturbation`` control cells drawn with ``seed`` (with
         replacement), each with the query's perturbation applied.
@@ -141,8 +160,10 @@ class ModelQueries:
         if return_type not in RETURN_TYPES:
             raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
         if all_samples and return_type != "dict":
-            raise ValueError("all_samples=True gives each query's predicted cells as arrays in a dict: it goes with "
-                             "return_type='dict' (return_type='cell-eval' gives them as an AnnData)")
+            raise ValueError(
+                "all_samples=True gives each query's predicted cells as arrays in a dict: it goes with "
+                "return_type='dict' (return_type='cell-eval' gives them as an AnnData)"
+            )
         sets = query_sets(pert_list, self.pert_data.node_map_pert)
         pert_list = [list(query) for query in pert_list]
         keys = query_keys(pert_list)
@@ -172,10 +193,13 @@ class ModelQueries:
             return pd.DataFrame(prediction, index=keys, columns=list(self.pert_data.gene_names))
         if return_type == "anndata":
             from gears_ddp.inference.cell_eval_export import mean_predictions
-            return mean_predictions(self.pert_data, self.provenance, pert_list, prediction, uncertainty, seed,
-                                    len(picked))
+
+            return mean_predictions(
+                self.pert_data, self.provenance, pert_list, prediction, uncertainty, seed, len(picked)
+            )
         if return_type == "cell-eval":
             from gears_ddp.inference.cell_eval_export import cell_predictions
+
             return cell_predictions(self.pert_data, self.provenance, pert_list, picked, effect.cpu(), seed)
         predictions = dict(zip(keys, prediction))
         return predictions if uncertainty is None else (predictions, dict(zip(keys, uncertainty.tolist())))
@@ -207,12 +231,15 @@ class ModelQueries:
         sets = query_sets([[combo[0]], [combo[1]], list(combo)], self.pert_data.node_map_pert)
         if self.weights_problem is not None:
             missing = [key for key in keys if key not in saved]
-            raise RuntimeError(f"{self.weights_problem}; or hand in the predictions GI_predict scores without "
-                               f"weights: saved_pred needs {missing} beside {sorted(saved)}")
+            raise RuntimeError(
+                f"{self.weights_problem}; or hand in the predictions GI_predict scores without "
+                f"weights: saved_pred needs {missing} beside {sorted(saved)}"
+            )
         return self.change_predictor(change, seed).changes(sets)
 
-    def interaction_agreement(self, observed: pd.DataFrame, GI_genes_file=None,
-                              train_conditions: Sequence[str] = ()) -> dict:
+    def interaction_agreement(
+        self, observed: pd.DataFrame, GI_genes_file=None, train_conditions: Sequence[str] = ()
+    ) -> dict:
         """The pairs of ``observed`` (``interactions.observed.observed_interactions``) scored
         from the model's exact predicted changes, whatever its weights, beside the observed
         scores: ``{'observed', 'predicted', 'agreement'}`` (``agreement.compare_calls``)."""
@@ -221,8 +248,10 @@ class ModelQueries:
 
         def changes(queries):
             return predictor.changes(query_sets(queries, node_map_pert))
-        predicted = predicted_interactions(observed, changes, list(self.pert_data.gene_names), GI_genes_file,
-                                           train_conditions, predictor.device)
+
+        predicted = predicted_interactions(
+            observed, changes, list(self.pert_data.gene_names), GI_genes_file, train_conditions, predictor.device
+        )
         return {"observed": observed, "predicted": predicted, "agreement": compare_calls(observed, predicted)}
 
     def split_agreement(self, split: str | None = "test", GI_genes_file=None) -> dict:
@@ -243,8 +272,16 @@ class ModelQueries:
         train = trained_conditions(self.pert_data.set2conditions)
         return agreement_record("test", self.interaction_agreement(observed, None, train))
 
-    def split_predictions(self, loaders: dict, split: str, clip_at_zero: bool, cells_per_perturbation: int | None,
-                          seed: int, baseline: str | None = None, other_screen=None):
+    def split_predictions(
+        self,
+        loaders: dict,
+        split: str,
+        clip_at_zero: bool,
+        cells_per_perturbation: int | None,
+        seed: int,
+        baseline: str | None = None,
+        other_screen=None,
+    ):
         """``GEARS.predict_split``: predicted and real AnnData of ``split`` in cell-eval's
         layout (``cell_eval_export.split_predictions``), from the model's predicted changes
         or from those of ``baseline`` (``other_screen``: the embedding ``linear_pretrained``
@@ -256,5 +293,6 @@ class ModelQueries:
         if baseline is not None:
             effects = baseline_effects(self.pert_data, baseline, other_screen)
             provenance["baseline"] = baseline
-        return split_predictions(self.pert_data, loaders, effects, provenance, split, clip_at_zero,
-                                 cells_per_perturbation, seed)
+        return split_predictions(
+            self.pert_data, loaders, effects, provenance, split, clip_at_zero, cells_per_perturbation, seed
+        )

@@ -21,6 +21,7 @@ genes as given. The parts:
 - ``run_pair_screen``: all of it, the chunks computed by an executor: in this process
   (``score_chunks_here``) or by spawned workers (``distributed.pair_screen``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,9 +40,9 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.io import atomic_path, file_in_the_way
+from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed
 from gears_ddp.interactions.pair_tables import pair_table, score_gene_positions, with_training_columns
 from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores, theil_sen_subsets
-from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed
 from gears_ddp.model.folder import parameter_digest
 from gears_ddp.runtime.folder_lock import FolderLock
 
@@ -50,15 +51,20 @@ logger = get_logger(__name__)
 PAIR_SCREEN_CHUNK_PAIRS = 256  # pairs per chunk: the work an interruption can lose, per process
 RECORD_FORMAT = "gears_ddp screen 1"
 # what makes two screens the same screen, with what to call a difference
-RECORD_IDENTITY = {"model": "the model's weights and graphs", "genes": "the screened genes",
-                   "score_genes": "the genes the scores are taken on", "change": "the change vectors scored",
-                   "seed": "the seed of the drawn control cells", "chunk_pairs": "the chunk size"}
+RECORD_IDENTITY = {
+    "model": "the model's weights and graphs",
+    "genes": "the screened genes",
+    "score_genes": "the genes the scores are taken on",
+    "change": "the change vectors scored",
+    "seed": "the seed of the drawn control cells",
+    "chunk_pairs": "the chunk size",
+}
 # the columns of a screen's table besides the scores and the interaction types
 PAIR_SCREEN_COLUMN_MEANINGS = {
     "pair, first_gene, second_gene": "the pair (A+B) and its genes, in the order of itertools.combinations over "
-                                     "the genes as given",
+    "the genes as given",
     "seen_in_training": "whether A+B (or B+A) is a condition of the model's train set: if not, the pair's "
-                        "prediction is an extrapolation",
+    "prediction is an extrapolation",
     "singles_in_training": "how many of A+ctrl and B+ctrl are in the train set (0, 1 or 2)",
 }
 
@@ -83,12 +89,18 @@ def checked_pair_screen_genes(genes, node_map_pert: Mapping[str, int], gene2go: 
     if unknown:
         without_go = [g for g in unknown if g not in gene2go]
         elsewhere = [g for g in unknown if g in gene2go]
-        reasons = ([f"without GO annotation (GEARS reaches a perturbed gene through its GO neighbours): {without_go}"]
-                   if without_go else []) + \
-                  ([f"annotated in GO but not in the model's perturbation vocabulary (GEARS.pert_list): {elsewhere}"]
-                   if elsewhere else [])
-        raise ValueError(f"{len(unknown)} of the {len(genes)} genes cannot be perturbed by this model; "
-                         + "; ".join(reasons))
+        reasons = (
+            [f"without GO annotation (GEARS reaches a perturbed gene through its GO neighbours): {without_go}"]
+            if without_go
+            else []
+        ) + (
+            [f"annotated in GO but not in the model's perturbation vocabulary (GEARS.pert_list): {elsewhere}"]
+            if elsewhere
+            else []
+        )
+        raise ValueError(
+            f"{len(unknown)} of the {len(genes)} genes cannot be perturbed by this model; " + "; ".join(reasons)
+        )
     return genes
 
 
@@ -113,18 +125,35 @@ class PairScreenJob:
     chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS
 
     @classmethod
-    def build(cls, genes, node_map_pert: Mapping[str, int], gene2go: Mapping, gene_list: Sequence[str],
-              predictor: ChangePredictor, genes_file=None, train_conditions: Sequence[str] = (),
-              model: dict | None = None, chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS) -> "PairScreenJob":
+    def build(
+        cls,
+        genes,
+        node_map_pert: Mapping[str, int],
+        gene2go: Mapping,
+        gene_list: Sequence[str],
+        predictor: ChangePredictor,
+        genes_file=None,
+        train_conditions: Sequence[str] = (),
+        model: dict | None = None,
+        chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS,
+    ) -> "PairScreenJob":
         """Check the inputs and draw the Theil-Sen subsets (seconds for thousands of genes)."""
         genes = checked_pair_screen_genes(genes, node_map_pert, gene2go)
         if not isinstance(chunk_pairs, int) or isinstance(chunk_pairs, bool) or chunk_pairs < 1:
             raise ValueError(f"chunk_pairs must be a positive integer, got {chunk_pairs!r}")
         score_genes = score_gene_positions(gene_list, genes_file)
         n_score_genes = len(gene_list) if score_genes is None else len(score_genes)
-        return cls(genes, torch.tensor([node_map_pert[g] for g in genes]), predictor, score_genes,
-                   None if genes_file is None else str(genes_file), theil_sen_subsets(n_score_genes),
-                   list(train_conditions), model or {}, chunk_pairs)
+        return cls(
+            genes,
+            torch.tensor([node_map_pert[g] for g in genes]),
+            predictor,
+            score_genes,
+            None if genes_file is None else str(genes_file),
+            theil_sen_subsets(n_score_genes),
+            list(train_conditions),
+            model or {},
+            chunk_pairs,
+        )
 
     @property
     def n_pairs(self) -> int:
@@ -150,10 +179,16 @@ class PairScreenJob:
         else:
             digest = hashlib.blake2b(self.score_genes.tobytes(), digest_size=16).hexdigest()
             score_genes = {"from": self.score_genes_from, "count": len(self.score_genes), "digest": digest}
-        return {"format": RECORD_FORMAT, "model": self.model, "genes": self.genes, "score_genes": score_genes,
-                "change": self.predictor.change,
-                "seed": self.predictor.seed if self.predictor.change == DRAWN_CELLS_CHANGE else None,
-                "chunk_pairs": self.chunk_pairs, "pairs": self.n_pairs}
+        return {
+            "format": RECORD_FORMAT,
+            "model": self.model,
+            "genes": self.genes,
+            "score_genes": score_genes,
+            "change": self.predictor.change,
+            "seed": self.predictor.seed if self.predictor.change == DRAWN_CELLS_CHANGE else None,
+            "chunk_pairs": self.chunk_pairs,
+            "pairs": self.n_pairs,
+        }
 
     def with_draw_seed(self, seed: int) -> "PairScreenJob":
         """The same screen with control cells drawn with ``seed`` (the drawn-cells change);
@@ -178,8 +213,13 @@ def single_sets(gene_sets: torch.Tensor) -> torch.Tensor:
     return torch.stack((gene_sets, torch.full_like(gene_sets, -1)), dim=1)
 
 
-def score_chunks(job: PairScreenJob, chunks: Sequence[int], store: Callable[[int, dict], None],
-                 device: torch.device | str | None = None, label: str = "screen") -> None:
+def score_chunks(
+    job: PairScreenJob,
+    chunks: Sequence[int],
+    store: Callable[[int, dict], None],
+    device: torch.device | str | None = None,
+    label: str = "screen",
+) -> None:
     """Predict and score the pairs of ``chunks``, handing each chunk's scores (score name ->
     array over its pairs) to ``store(chunk, scores)`` as soon as it is done; on ``device``
     (default: the predictor's)."""
@@ -194,15 +234,30 @@ def score_chunks(job: PairScreenJob, chunks: Sequence[int], store: Callable[[int
         rows = pairs[start:stop]
         doubles = job.restricted(predictor.changes(pair_sets(job.gene_sets, rows)))
         index = torch.as_tensor(rows, device=singles.device)
-        store(chunk, interaction_scores(singles[index[:, 0]], singles[index[:, 1]], doubles,
-                                        device=predictor.device, subsets=job.subsets))
+        store(
+            chunk,
+            interaction_scores(
+                singles[index[:, 0]], singles[index[:, 1]], doubles, device=predictor.device, subsets=job.subsets
+            ),
+        )
         done += stop - start
-        logger.info("%s: chunk %d of %d done (pairs %d-%d), %.2f pairs/s", label, number, len(chunks), start,
-                    stop - 1, done / (time.perf_counter() - started))
+        logger.info(
+            "%s: chunk %d of %d done (pairs %d-%d), %.2f pairs/s",
+            label,
+            number,
+            len(chunks),
+            start,
+            stop - 1,
+            done / (time.perf_counter() - started),
+        )
 
 
-def score_chunks_here(job: PairScreenJob, chunks: Sequence[int], folder: "PairScreenFolder | None",
-                      device: torch.device | str | None = None) -> dict[int, dict]:
+def score_chunks_here(
+    job: PairScreenJob,
+    chunks: Sequence[int],
+    folder: "PairScreenFolder | None",
+    device: torch.device | str | None = None,
+) -> dict[int, dict]:
     """The executor of one process: score ``chunks`` here (on ``device``), writing each to
     ``folder`` when there is one (the result is then empty), else returning them."""
     results: dict[int, dict] = {}
@@ -210,9 +265,12 @@ def score_chunks_here(job: PairScreenJob, chunks: Sequence[int], folder: "PairSc
     return results
 
 
-def run_pair_screen(job: PairScreenJob, out=None, overwrite: bool = False,
-               execute: Callable[[PairScreenJob, list[int], "PairScreenFolder | None"], dict] = score_chunks_here
-               ) -> pd.DataFrame:
+def run_pair_screen(
+    job: PairScreenJob,
+    out=None,
+    overwrite: bool = False,
+    execute: Callable[[PairScreenJob, list[int], "PairScreenFolder | None"], dict] = score_chunks_here,
+) -> pd.DataFrame:
     """The screen's table (``pair_screen_table``), its chunks computed by ``execute(job, chunks,
     folder)``; with ``out``, resumable and written there (see ``PairScreenFolder``)."""
     folder = None if out is None else PairScreenFolder(out)
@@ -227,12 +285,20 @@ def _run_pair_screen(job: PairScreenJob, folder: "PairScreenFolder | None", over
         logger.info("%s already holds this screen; nothing to compute (overwrite to compute it again)", folder.table)
         return folder.read_table()
     remaining = [chunk for chunk in range(job.n_chunks) if chunk not in done]
-    logger.info("screen of %d genes: %d pairs in %d chunks, %d to compute", len(job.genes), job.n_pairs,
-                job.n_chunks, len(remaining))
+    logger.info(
+        "screen of %d genes: %d pairs in %d chunks, %d to compute",
+        len(job.genes),
+        job.n_pairs,
+        job.n_chunks,
+        len(remaining),
+    )
     started = time.perf_counter()
     results = execute(job, remaining, folder)
-    chunks = [folder.read_chunk(chunk, job) for chunk in range(job.n_chunks)] if folder is not None \
+    chunks = (
+        [folder.read_chunk(chunk, job) for chunk in range(job.n_chunks)]
+        if folder is not None
         else [results[chunk] for chunk in range(job.n_chunks)]
+    )
     scores = {name: np.concatenate([chunk[name] for chunk in chunks]) for name in GI_SCORE_NAMES}
     table = pair_screen_table(job, scores)
     if folder is not None:
@@ -262,9 +328,10 @@ def pair_screen_changes(job: PairScreenJob, gene_names: Sequence[str]):
     first = job.genes + [job.genes[i] for i in pairs[:, 0]]
     second = ["ctrl"] * len(job.genes) + [job.genes[j] for j in pairs[:, 1]]
     conditions = [f"{a}+{b}" for a, b in zip(first, second)]
-    obs = pd.DataFrame({"condition": conditions, "first_gene": first,
-                        "second_gene": [None if b == "ctrl" else b for b in second]},
-                       index=pd.Index(conditions, name="perturbation"))
+    obs = pd.DataFrame(
+        {"condition": conditions, "first_gene": first, "second_gene": [None if b == "ctrl" else b for b in second]},
+        index=pd.Index(conditions, name="perturbation"),
+    )
     var = pd.DataFrame({"gene_name": list(gene_names)}, index=pd.Index(list(gene_names)))
     return anndata.AnnData(X=changes, obs=obs, var=var, uns={"gears_ddp_screen": _without_none(job.record())})
 
@@ -295,12 +362,16 @@ class PairScreenFolder:
         which removes it."""
         found, where = self._existing_record()
         if found is None and self.table.exists() and not overwrite:
-            raise FileExistsError(f"{self.table} exists and is not a screen's table (no {self.record_file.name} "
-                                  f"beside it): pass overwrite=True (--overwrite) to replace it")
+            raise FileExistsError(
+                f"{self.table} exists and is not a screen's table (no {self.record_file.name} "
+                f"beside it): pass overwrite=True (--overwrite) to replace it"
+            )
         differences = [] if found is None else record_differences(found, record)
         if differences and not overwrite:
-            raise FileExistsError(f"{where} holds a screen with other {'; other '.join(differences)}; pass "
-                                  f"overwrite=True (--overwrite) to replace it, or write to another file")
+            raise FileExistsError(
+                f"{where} holds a screen with other {'; other '.join(differences)}; pass "
+                f"overwrite=True (--overwrite) to replace it, or write to another file"
+            )
         if overwrite or differences:
             shutil.rmtree(self.partial, ignore_errors=True)
             self.record_file.unlink(missing_ok=True)
@@ -317,8 +388,10 @@ class PairScreenFolder:
             if path.exists():
                 found = read_record(path)
                 if found.get("format") != RECORD_FORMAT:
-                    raise ValueError(f"{path} is not the record of a screen of one model ({RECORD_FORMAT!r}; it "
-                                     f"holds {found.get('format')!r}); remove it, or pass overwrite=True")
+                    raise ValueError(
+                        f"{path} is not the record of a screen of one model ({RECORD_FORMAT!r}; it "
+                        f"holds {found.get('format')!r}); remove it, or pass overwrite=True"
+                    )
                 return found, path
         return None, None
 
@@ -338,11 +411,14 @@ class PairScreenFolder:
             with np.load(path, allow_pickle=False) as data:
                 scores = {name: data[name] for name in GI_SCORE_NAMES}
         except (OSError, ValueError, KeyError) as err:
-            raise ValueError(f"cannot read the screen chunk {path}: {err}; delete it and run the screen again to "
-                             "recompute it") from None
+            raise ValueError(
+                f"cannot read the screen chunk {path}: {err}; delete it and run the screen again to recompute it"
+            ) from None
         if any(values.shape != (stop - start,) for values in scores.values()):
-            raise ValueError(f"the screen chunk {path} does not hold the {stop - start} pairs of chunk {chunk}; "
-                             "delete it and run the screen again to recompute it")
+            raise ValueError(
+                f"the screen chunk {path} does not hold the {stop - start} pairs of chunk {chunk}; "
+                "delete it and run the screen again to recompute it"
+            )
         return scores
 
     def finish(self, table: pd.DataFrame, record: dict) -> None:
@@ -350,8 +426,7 @@ class PairScreenFolder:
         write_table(table, self.table)
         write_record(self.record_file, record)
         shutil.rmtree(self.partial, ignore_errors=True)
-        logger.info("screen table written to %s (%d pairs), its record to %s", self.table, len(table),
-                    self.record_file)
+        logger.info("screen table written to %s (%d pairs), its record to %s", self.table, len(table), self.record_file)
 
     def read_table(self) -> pd.DataFrame:
         return read_table(self.table)
@@ -377,8 +452,13 @@ def held_output(table: Path) -> FolderLock:
     """The lock a screen writing ``table`` holds while it runs (its folder made first): a
     second screen to the same table is refused, naming the first (``runtime.folder_lock``)."""
     table.parent.mkdir(parents=True, exist_ok=True)
-    return FolderLock(table.parent, f"a pair screen writing {table.name}", "or write this screen to another --out",
-                      lock_name=f".{table.name}.lock", record_name=f".{table.name}.owner.json")
+    return FolderLock(
+        table.parent,
+        f"a pair screen writing {table.name}",
+        "or write this screen to another --out",
+        lock_name=f".{table.name}.lock",
+        record_name=f".{table.name}.owner.json",
+    )
 
 
 def write_table(table: pd.DataFrame, path: Path) -> None:
@@ -403,8 +483,14 @@ def record_differences(found: dict, wanted: dict) -> list[str]:
         elif key == "score_genes":
             old, new = ([(value or {}).get(part) for part in ("count", "digest")] for value in (old, new))
         if old != new:
-            differences.append(meaning + (f" ({found.get('model', {}).get('from')} there, "
-                                          f"{wanted.get('model', {}).get('from')} here)" if key == "model" else ""))
+            differences.append(
+                meaning
+                + (
+                    f" ({found.get('model', {}).get('from')} there, {wanted.get('model', {}).get('from')} here)"
+                    if key == "model"
+                    else ""
+                )
+            )
     return differences
 
 
@@ -413,8 +499,9 @@ def read_record(path: Path) -> dict:
     try:
         found = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise ValueError(f"cannot read the screen record {path}: {err}; remove it (or pass overwrite=True) to start "
-                         "the screen again") from None
+        raise ValueError(
+            f"cannot read the screen record {path}: {err}; remove it (or pass overwrite=True) to start the screen again"
+        ) from None
     if not isinstance(found, dict):
         raise ValueError(f"{path} is not a screen record; remove it, or pass overwrite=True")
     return found

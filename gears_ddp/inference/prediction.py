@@ -13,6 +13,7 @@ all control cells, which adds to each set's change the drawn cells' mean minus t
 mean: sampling noise, different for every set. ``ChangePredictor`` gives either
 (``CHANGE_MODES``); the second only to reproduce published numbers.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,11 +30,10 @@ QUERY_EXAMPLE = "e.g. [['FEV'], ['FEV', 'SAMD1']]"
 EXACT_CHANGE = "exact"
 DRAWN_CELLS_CHANGE = "drawn-cells-minus-control-mean"
 CHANGE_MODES = {
-    EXACT_CHANGE: "the model's predicted change over control: the prediction over any control cells minus "
-                  "their mean",
+    EXACT_CHANGE: "the model's predicted change over control: the prediction over any control cells minus their mean",
     DRAWN_CELLS_CHANGE: f"as the published GI_predict: the mean prediction over {PREDICTION_CELLS} control cells "
-                        "drawn at random for each perturbation set, minus the mean of all control cells (adds "
-                        "sampling noise; for reproducing published numbers)",
+    "drawn at random for each perturbation set, minus the mean of all control cells (adds "
+    "sampling noise; for reproducing published numbers)",
 }
 # A forward pass holds (sets x genes) rows of hidden width: on a GPU up to SETS_PER_PASS sets,
 # elsewhere as many as ROWS_PER_PASS rows hold (one pass of 64 sets at 2,000 genes in float64,
@@ -49,12 +49,15 @@ def query_sets(pert_list, node_map_pert: Mapping[str, int]) -> torch.Tensor:
         raise ValueError(f"queries must be a non-empty list of gene lists, {QUERY_EXAMPLE}; got {pert_list!r}")
     for number, query in enumerate(pert_list):
         if isinstance(query, str):
-            raise ValueError(f"query {number} is the string {query!r}, not a list of genes: write [{query!r}] "
-                             f"({QUERY_EXAMPLE})")
-        if not isinstance(query, (list, tuple)) or not 1 <= len(query) <= 2 \
-                or not all(isinstance(gene, str) for gene in query):
-            raise ValueError(f"query {number} must be a list of one or two gene names ({QUERY_EXAMPLE}); "
-                             f"got {query!r}")
+            raise ValueError(
+                f"query {number} is the string {query!r}, not a list of genes: write [{query!r}] ({QUERY_EXAMPLE})"
+            )
+        if (
+            not isinstance(query, (list, tuple))
+            or not 1 <= len(query) <= 2
+            or not all(isinstance(gene, str) for gene in query)
+        ):
+            raise ValueError(f"query {number} must be a list of one or two gene names ({QUERY_EXAMPLE}); got {query!r}")
         if len(set(query)) < len(query):
             raise ValueError(f"query {number} names {query[0]!r} twice; a combination needs two different genes")
     unknown = sorted({g for query in pert_list for g in query if g not in node_map_pert})
@@ -87,8 +90,9 @@ def sets_per_pass(num_genes: int, device) -> int:
     return max(1, min(SETS_PER_PASS, ROWS_PER_PASS // num_genes))
 
 
-def set_effects_in_passes(network, sets: torch.Tensor, device: torch.device,
-                          sets_in_a_pass: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def set_effects_in_passes(
+    network, sets: torch.Tensor, device: torch.device, sets_in_a_pass: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``set_effects`` of any number of sets, ``sets_in_a_pass`` sets per forward pass (which
     bounds the (sets x genes) rows of hidden width a pass holds; by default
     ``sets_per_pass``)."""
@@ -180,8 +184,14 @@ class ChangePredictor:
         network = copy.deepcopy(network).double().eval()
         if checked_change_mode(change) == EXACT_CHANGE:
             return cls(network, torch.device(device), change, seed)
-        return cls(network, torch.device(device), change, checked_draw_seed(seed),
-                   cell_table.rows(cell_table.control_cells()), cell_table.control_mean())
+        return cls(
+            network,
+            torch.device(device),
+            change,
+            checked_draw_seed(seed),
+            cell_table.rows(cell_table.control_cells()),
+            cell_table.control_mean(),
+        )
 
     def to(self, device) -> "ChangePredictor":
         """The same predictor with its network on ``device`` (a copy when the device differs)."""

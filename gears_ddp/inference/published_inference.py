@@ -17,6 +17,7 @@ Published quirks kept, so that numbers compare with published ones: ``pred_de`` 
 the last gene's value where the DE list is padded (the published ``de_idx`` pads with -1);
 the metrics' own quirks are ``evaluation.metrics``'s.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,8 +41,10 @@ def evaluate(loader, model, uncertainty, device) -> dict[str, np.ndarray]:
     if not hasattr(model, "set_effects"):
         raise TypeError(f"model must be a gears_ddp network (gears_model.model), got a {type(model).__name__}")
     if uncertainty and not model.uncertainty:
-        raise ValueError("uncertainty=True needs a model built in uncertainty mode "
-                         "(model_initialize(uncertainty=True)); pass gears_model.config['uncertainty']")
+        raise ValueError(
+            "uncertainty=True needs a model built in uncertainty mode "
+            "(model_initialize(uncertainty=True)); pass gears_model.config['uncertainty']"
+        )
     device = torch.device(device)
     model.to(device)
     codes, inputs, truth, de_idx = [], [], [], []
@@ -66,9 +69,13 @@ def evaluate(loader, model, uncertainty, device) -> dict[str, np.ndarray]:
     pred = (torch.cat(inputs).float() + effects.float().cpu()[rows]).numpy()
     truth = torch.cat(truth).float().numpy()
     de_idx = torch.cat(de_idx).numpy()  # -1 padded: -1 reads the last gene, as the published de_idx does
-    results = {"pert_cat": np.array([names[code] for code in codes.tolist()]), "pred": pred, "truth": truth,
-               "pred_de": np.take_along_axis(pred, de_idx, axis=1),
-               "truth_de": np.take_along_axis(truth, de_idx, axis=1)}
+    results = {
+        "pert_cat": np.array([names[code] for code in codes.tolist()]),
+        "pred": pred,
+        "truth": truth,
+        "pred_de": np.take_along_axis(pred, de_idx, axis=1),
+        "truth_de": np.take_along_axis(truth, de_idx, axis=1),
+    }
     if uncertainty:
         results["logvar"] = logvar.float().cpu()[rows].numpy()
     return results
@@ -81,8 +88,9 @@ def compute_metrics(results) -> tuple[dict, dict]:
     return CellResults.of(results).metrics()
 
 
-def deeper_analysis(adata, test_res, de_column_prefix: str = PUBLISHED_DE_PREFIX,
-                    most_variable_genes=None) -> dict[str, dict]:
+def deeper_analysis(
+    adata, test_res, de_column_prefix: str = PUBLISHED_DE_PREFIX, most_variable_genes=None
+) -> dict[str, dict]:
     """The published ``deeper_analysis``: per condition of ``test_res`` (``evaluate``'s
     dict), its direction, in-range, sigma, delta-correlation, fold-change, top-200 HVG and
     top 20/50/100/200 DE metrics against the dataset ``adata`` (``gears_model.adata``).
@@ -91,9 +99,11 @@ def deeper_analysis(adata, test_res, de_column_prefix: str = PUBLISHED_DE_PREFIX
     ``uns['rank_genes_groups_cov_all']``; so does this one, and it refuses another prefix
     rather than let it seem to be used."""
     if de_column_prefix != PUBLISHED_DE_PREFIX:
-        raise ValueError(f"de_column_prefix={de_column_prefix!r}: the published deeper_analysis always reads "
-                         f"uns['{RANK_KEY}'] whatever the prefix, and so does this one; leave it at "
-                         f"{PUBLISHED_DE_PREFIX!r} (to analyse another ranking, store it under uns['{RANK_KEY}'])")
+        raise ValueError(
+            f"de_column_prefix={de_column_prefix!r}: the published deeper_analysis always reads "
+            f"uns['{RANK_KEY}'] whatever the prefix, and so does this one; leave it at "
+            f"{PUBLISHED_DE_PREFIX!r} (to analyse another ranking, store it under uns['{RANK_KEY}'])"
+        )
     return condition_deeper_analysis(*analysis_inputs(adata, test_res, most_variable_genes))
 
 

@@ -12,6 +12,7 @@ confidence rule and how many calls are confident). Run again after an interrupti
 reads the finished models' tables back and continues the one under way; with other models
 (seeds added, say) the summary is computed anew, the models already screened read back.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,10 +24,23 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 
 from gears_ddp._logging import get_logger
-from gears_ddp.inference.pair_screen import PairScreenFolder, PairScreenJob, checked_output_file, held_output, \
-    read_record, run_pair_screen, score_chunks_here, write_record, write_table
-from gears_ddp.inference.pair_screen_statistics import CONFIDENT_RULE, PAIR_SCREEN_INTERVAL, confident_counts, \
-    summarise_models
+from gears_ddp.inference.pair_screen import (
+    PairScreenFolder,
+    PairScreenJob,
+    checked_output_file,
+    held_output,
+    read_record,
+    run_pair_screen,
+    score_chunks_here,
+    write_record,
+    write_table,
+)
+from gears_ddp.inference.pair_screen_statistics import (
+    CONFIDENT_RULE,
+    PAIR_SCREEN_INTERVAL,
+    confident_counts,
+    summarise_models,
+)
 
 logger = get_logger(__name__)
 
@@ -58,22 +72,35 @@ class ReplicatePairScreenFolder:
         if self.record_file.exists():
             found = read_record(self.record_file).get("format")
             if found != REPLICATE_RECORD_FORMAT:
-                raise FileExistsError(f"{self.record_file} is the record of another kind of screen ({found!r}, not "
-                                      f"{REPLICATE_RECORD_FORMAT!r}): pass overwrite=True (--overwrite) to replace "
-                                      "it, or write to another file")
+                raise FileExistsError(
+                    f"{self.record_file} is the record of another kind of screen ({found!r}, not "
+                    f"{REPLICATE_RECORD_FORMAT!r}): pass overwrite=True (--overwrite) to replace "
+                    "it, or write to another file"
+                )
         elif self.table.exists():
-            raise FileExistsError(f"{self.table} exists and is not a screen's table (no {self.record_file.name} "
-                                  "beside it): pass overwrite=True (--overwrite) to replace it")
+            raise FileExistsError(
+                f"{self.table} exists and is not a screen's table (no {self.record_file.name} "
+                "beside it): pass overwrite=True (--overwrite) to replace it"
+            )
 
     def finish(self, summary: pd.DataFrame, record: dict) -> None:
         write_table(summary, self.table)
         write_record(self.record_file, record)
-        logger.info("summary over %d models written to %s (%d pairs), its record to %s", len(record["models"]),
-                    self.table, len(summary), self.record_file)
+        logger.info(
+            "summary over %d models written to %s (%d pairs), its record to %s",
+            len(record["models"]),
+            self.table,
+            len(summary),
+            self.record_file,
+        )
 
 
-def run_replicate_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]], out=None, overwrite: bool = False,
-                         execute: Callable = score_chunks_here) -> pd.DataFrame:
+def run_replicate_pair_screen(
+    jobs: Mapping[str, Sequence[PairScreenJob]],
+    out=None,
+    overwrite: bool = False,
+    execute: Callable = score_chunks_here,
+) -> pd.DataFrame:
     """The summary over models (``pair_screen_statistics.summarise_models``) of the screens
     ``jobs`` describes: for each model (by name) one job per draw of control cells (one with
     the exact change), every job of the same genes and options. Each is computed by
@@ -85,17 +112,25 @@ def run_replicate_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]], out=N
         return _run_replicate_pair_screen(jobs, first, folder, overwrite, execute)
 
 
-def _run_replicate_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]], first: PairScreenJob,
-                               folder: ReplicatePairScreenFolder | None, overwrite: bool, execute) -> pd.DataFrame:
+def _run_replicate_pair_screen(
+    jobs: Mapping[str, Sequence[PairScreenJob]],
+    first: PairScreenJob,
+    folder: ReplicatePairScreenFolder | None,
+    overwrite: bool,
+    execute,
+) -> pd.DataFrame:
     if folder is not None:
         folder.prepare(overwrite)
     started = time.perf_counter()
     tables = {}
     for number, (name, model_jobs) in enumerate(jobs.items(), 1):
-        logger.info("screen over replicates: model %d of %d, %s (%s)", number, len(jobs), name,
-                    model_jobs[0].model.get("from"))
-        tables[name] = [run_pair_screen(job, None if folder is None else folder.model_table(name, job), overwrite, execute)
-                        for job in model_jobs]
+        logger.info(
+            "screen over replicates: model %d of %d, %s (%s)", number, len(jobs), name, model_jobs[0].model.get("from")
+        )
+        tables[name] = [
+            run_pair_screen(job, None if folder is None else folder.model_table(name, job), overwrite, execute)
+            for job in model_jobs
+        ]
     summary = summarise_models(tables, first.predictor.change)
     if folder is not None:
         folder.finish(summary, replicate_record(jobs, folder, summary, time.perf_counter() - started))
@@ -107,8 +142,9 @@ def check_same_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]]) -> PairS
     same options, each draw with its own seed, and no two models to have the same weights;
     else an error naming the model that differs."""
     if len(jobs) < 2:
-        raise ValueError(f"a screen over replicates needs at least 2 models (an interval over models), got "
-                         f"{len(jobs)}: {list(jobs)}")
+        raise ValueError(
+            f"a screen over replicates needs at least 2 models (an interval over models), got {len(jobs)}: {list(jobs)}"
+        )
     first_name, first_jobs = next(iter(jobs.items()))
     if not first_jobs:
         raise ValueError(f"model {first_name} has no screen to compute")
@@ -116,15 +152,19 @@ def check_same_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]]) -> PairS
     weights = {}
     for name, model_jobs in jobs.items():
         if [_shared_record(job) for job in model_jobs] != [shared] * len(first_jobs):
-            raise ValueError(f"the screens of {name} differ from those of {first_name}: every model screens the same "
-                             "genes with the same options and draws")
+            raise ValueError(
+                f"the screens of {name} differ from those of {first_name}: every model screens the same "
+                "genes with the same options and draws"
+            )
         seeds = [job.record()["seed"] for job in model_jobs]
         if len(set(seeds)) < len(seeds):
             raise ValueError(f"the draws of {name} repeat a seed ({seeds}): each draw needs its own seed")
         digest = model_jobs[0].model.get("weights")
         if digest in weights:
-            raise ValueError(f"models {weights[digest]} and {name} have the same weights: an interval over models "
-                             "needs independently trained ones (give each run folder once)")
+            raise ValueError(
+                f"models {weights[digest]} and {name} have the same weights: an interval over models "
+                "needs independently trained ones (give each run folder once)"
+            )
         weights[digest] = name
     return first_jobs[0]
 
@@ -134,18 +174,28 @@ def _shared_record(job: PairScreenJob) -> dict:
     return {key: value for key, value in job.record().items() if key not in ("model", "seed")}
 
 
-def replicate_record(jobs: Mapping[str, Sequence[PairScreenJob]], folder: ReplicatePairScreenFolder, summary: pd.DataFrame,
-                     seconds: float) -> dict:
+def replicate_record(
+    jobs: Mapping[str, Sequence[PairScreenJob]],
+    folder: ReplicatePairScreenFolder,
+    summary: pd.DataFrame,
+    seconds: float,
+) -> dict:
     """What a screen over replicates is: the models (weights, folder and tables), the genes
     and options the screens share, the draws' seeds, how the summary reads the models and how
     many of its calls are confident."""
     first = next(iter(jobs.values()))[0]
     record = _shared_record(first)
     draw_seeds = [job.record()["seed"] for job in next(iter(jobs.values()))]
-    return {**record, "format": REPLICATE_RECORD_FORMAT,
-            "models": {name: {**model_jobs[0].model,
-                              "tables": [str(folder.model_table(name, job)) for job in model_jobs]}
-                       for name, model_jobs in jobs.items()},
-            "draw_seeds": None if draw_seeds == [None] else draw_seeds,
-            "interval": PAIR_SCREEN_INTERVAL, "confident_rule": CONFIDENT_RULE, "confident": confident_counts(summary),
-            "seconds": round(seconds, 1)}
+    return {
+        **record,
+        "format": REPLICATE_RECORD_FORMAT,
+        "models": {
+            name: {**model_jobs[0].model, "tables": [str(folder.model_table(name, job)) for job in model_jobs]}
+            for name, model_jobs in jobs.items()
+        },
+        "draw_seeds": None if draw_seeds == [None] else draw_seeds,
+        "interval": PAIR_SCREEN_INTERVAL,
+        "confident_rule": CONFIDENT_RULE,
+        "confident": confident_counts(summary),
+        "seconds": round(seconds, 1),
+    }

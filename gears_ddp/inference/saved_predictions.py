@@ -20,6 +20,7 @@ published cache does), and ``GI_predict`` scores the model's exact changes rathe
 predict's drawn cells' means. ``handed_in`` tells the two apart by identity: an entry is
 the object's own while it is the very array its ``predict`` stored.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Mapping
@@ -43,8 +44,10 @@ def saved_expression(entries: Mapping[str, object], keys: Iterable[str], n_genes
         except (TypeError, ValueError) as err:
             raise ValueError(f"saved_pred[{key!r}] is not an array of numbers: {err}") from None
         if row.shape != (n_genes,):
-            raise ValueError(f"saved_pred[{key!r}] holds {row.size} values; it needs one per gene of the data "
-                             f"({n_genes}, in the order of GEARS.gene_list)")
+            raise ValueError(
+                f"saved_pred[{key!r}] holds {row.size} values; it needs one per gene of the data "
+                f"({n_genes}, in the order of GEARS.gene_list)"
+            )
         if not np.isfinite(row).all():
             raise ValueError(f"saved_pred[{key!r}] holds NaN or infinite values")
         rows.append(row)

@@ -8,6 +8,7 @@
 - ``side_by_side``, ``agreement_lines`` and ``interaction_records``: the tables and the
   agreement shown (a table, lines of text, report.json's records).
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -82,9 +83,13 @@ def compare_calls(observed: pd.DataFrame, predicted: pd.DataFrame) -> dict:
 def interaction_records(table: pd.DataFrame) -> list[dict]:
     """Each row's scores (floats) and interaction calls (strings, booleans) as plain data,
     for report.json."""
-    return [{**{name: float(row[name]) for name in GI_SCORE_NAMES},
-             **{kind: row[kind] if isinstance(row[kind], str) else bool(row[kind]) for kind in CALL_ORDER}}
-            for row in table.to_dict("records")]
+    return [
+        {
+            **{name: float(row[name]) for name in GI_SCORE_NAMES},
+            **{kind: row[kind] if isinstance(row[kind], str) else bool(row[kind]) for kind in CALL_ORDER},
+        }
+        for row in table.to_dict("records")
+    ]
 
 
 def agreement_record(set_name: str, check: Mapping) -> dict:
@@ -92,20 +97,30 @@ def agreement_record(set_name: str, check: Mapping) -> dict:
     (``{'observed', 'predicted', 'agreement'}``) of the pairs of the set ``set_name``: the
     agreement, and each pair's observed and predicted scores and calls."""
     observed, predicted = check["observed"], check["predicted"]
-    return {"set": set_name, "agreement": check["agreement"],
-            "pairs": [{"pair": pair, "observed": seen, "predicted": called}
-                      for pair, seen, called in zip(observed["pair"], interaction_records(observed),
-                                                    interaction_records(predicted))]}
+    return {
+        "set": set_name,
+        "agreement": check["agreement"],
+        "pairs": [
+            {"pair": pair, "observed": seen, "predicted": called}
+            for pair, seen, called in zip(
+                observed["pair"], interaction_records(observed), interaction_records(predicted)
+            )
+        ],
+    }
 
 
 def agreement_lines(agreement: Mapping) -> list[str]:
     """``compare_calls``'s result as a few lines of text (the command prints them)."""
     lines = [f"{agreement['pairs']} observed pairs"]
     for name, values in agreement["scores"].items():
-        lines.append(f"  {name}: Pearson r {values['pearson']:.3f}, mean absolute error "
-                     f"{values['mean_absolute_error']:.3f} ({values['pairs']} pairs)")
+        lines.append(
+            f"  {name}: Pearson r {values['pearson']:.3f}, mean absolute error "
+            f"{values['mean_absolute_error']:.3f} ({values['pairs']} pairs)"
+        )
     for kind, values in agreement["types"].items():
-        cells = "; ".join(f"observed {seen}: " + ", ".join(f"{call} {count}" for call, count in row.items())
-                          for seen, row in values["confusion"].items())
+        cells = "; ".join(
+            f"observed {seen}: " + ", ".join(f"{call} {count}" for call, count in row.items())
+            for seen, row in values["confusion"].items()
+        )
         lines.append(f"  {kind}: {values['agree']} of {agreement['pairs']} calls agree ({cells})")
     return lines

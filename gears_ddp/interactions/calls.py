@@ -15,6 +15,7 @@ however they were produced (a trained model, a baseline, saved outputs).
 - ``read_gene_list``: reads the optional list of genes the GI scores are restricted to
   (usually genes with a high mean expression).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,20 +34,27 @@ from gears_ddp.interactions.scores import MIN_GI_GENES, interaction_scores
 # calls a combination synergistic when mag > 1, suppressive when mag < 1, additive when
 # |mag - 1| <= 0.3, neomorphic when corr_fit < 0.85, redundant when dcor > 0.8 and
 # epistatic when dominance > 0.25.
-INTERACTION_THRESHOLDS = {"additive_band": 0.3, "neomorphic_below": 0.85, "redundant_above": 0.8,
-                          "epistasis_above": 0.25}
+INTERACTION_THRESHOLDS = {
+    "additive_band": 0.3,
+    "neomorphic_below": 0.85,
+    "redundant_above": 0.8,
+    "epistasis_above": 0.25,
+}
 # the score each type is called on, and each type's calls in the order tables list them
 TYPE_SCORES = {"magnitude_type": "mag", "neomorphic": "corr_fit", "redundant": "dcor", "epistasis": "dominance"}
-CALL_ORDER = {"magnitude_type": ("additive", "synergy", "suppressor"), "neomorphic": (False, True),
-              "redundant": (False, True), "epistasis": (False, True)}
+CALL_ORDER = {
+    "magnitude_type": ("additive", "synergy", "suppressor"),
+    "neomorphic": (False, True),
+    "redundant": (False, True),
+    "epistasis": (False, True),
+}
 INTERACTION_TYPE_MEANINGS = {
     "magnitude_type": f"synergy (mag > {1 + INTERACTION_THRESHOLDS['additive_band']:g}), suppressor (mag < "
-                      f"{1 - INTERACTION_THRESHOLDS['additive_band']:g}) or additive (between)",
+    f"{1 - INTERACTION_THRESHOLDS['additive_band']:g}) or additive (between)",
     "neomorphic": f"corr_fit < {INTERACTION_THRESHOLDS['neomorphic_below']:g}: the double is not a combination of "
-                  "the singles' changes",
+    "the singles' changes",
     "redundant": f"dcor > {INTERACTION_THRESHOLDS['redundant_above']:g}: the double is what the singles already do",
-    "epistasis": f"dominance > {INTERACTION_THRESHOLDS['epistasis_above']:g}: one single's change dominates the "
-                 "double",
+    "epistasis": f"dominance > {INTERACTION_THRESHOLDS['epistasis_above']:g}: one single's change dominates the double",
 }
 
 
@@ -63,9 +71,7 @@ def _as_change_vector(name: str, values) -> np.ndarray:
     return array
 
 
-def genetic_interaction_scores(
-    first: np.ndarray, second: np.ndarray, double: np.ndarray
-) -> dict[str, float]:
+def genetic_interaction_scores(first: np.ndarray, second: np.ndarray, double: np.ndarray) -> dict[str, float]:
     """Genetic-interaction scores of a combination A+B from three change-from-control vectors.
 
     ``first``, ``second`` and ``double`` are the (predicted) mean expression changes from the
@@ -102,10 +108,7 @@ def genetic_interaction_scores(
             f"{first.shape}, {second.shape} and {double.shape}"
         )
     if first.shape[0] < MIN_GI_GENES:
-        raise ValueError(
-            f"genetic-interaction scores need at least {MIN_GI_GENES} genes, "
-            f"got {first.shape[0]}"
-        )
+        raise ValueError(f"genetic-interaction scores need at least {MIN_GI_GENES} genes, got {first.shape[0]}")
 
     scores = interaction_scores(first[np.newaxis], second[np.newaxis], double[np.newaxis])
     return {key: float(values[0]) for key, values in scores.items()}
@@ -162,8 +165,9 @@ def interaction_types(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]
     mag = np.asarray(scores["mag"], dtype=float)
     with np.errstate(invalid="ignore"):
         return {
-            "magnitude_type": np.where(np.abs(mag - 1.0) <= limits["additive_band"], "additive",
-                                       np.where(mag > 1.0, "synergy", "suppressor")),
+            "magnitude_type": np.where(
+                np.abs(mag - 1.0) <= limits["additive_band"], "additive", np.where(mag > 1.0, "synergy", "suppressor")
+            ),
             "neomorphic": np.asarray(scores["corr_fit"], dtype=float) < limits["neomorphic_below"],
             "redundant": np.asarray(scores["dcor"], dtype=float) > limits["redundant_above"],
             "epistasis": np.asarray(scores["dominance"], dtype=float) > limits["epistasis_above"],
@@ -192,8 +196,10 @@ def read_gene_list(path: str | os.PathLike) -> list[str]:
             lines = path.read_text(encoding="utf-8").splitlines()
             genes = [line.strip() for line in lines if line.strip()]
     except RefusedPickle as err:
-        raise ValueError(f"refused to read gene list file {path}: its array asks to call {err}, which an array "
-                         "of names never needs (a pickle can run code when it is read)") from None
+        raise ValueError(
+            f"refused to read gene list file {path}: its array asks to call {err}, which an array "
+            "of names never needs (a pickle can run code when it is read)"
+        ) from None
     except (OSError, ValueError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(f"cannot read gene list file {path}: {err}") from err
     if not genes:
@@ -205,8 +211,7 @@ def _npy_names(path: Path) -> list[str]:
     """The names in a .npy file: an array of strings, or of objects that are all strings."""
     with open(path, "rb") as handle:
         version = np.lib.format.read_magic(handle)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-            np.lib.format.read_array_header_2_0
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         _, _, dtype = read_header(handle)
         if dtype.hasobject:
             array = loads_plain_data(handle.read())

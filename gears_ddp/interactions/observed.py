@@ -13,6 +13,7 @@ were measured: it writes each observed condition's true mean expression into
 
 How far the two agree is ``agreement``'s.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -31,7 +32,7 @@ OBSERVED_COLUMN_MEANINGS = {
     "pair, first_gene, second_gene": "the observed condition A+B and its genes, as the data writes them",
     "set": "which set of the split holds the condition (train, val or test; empty without a split)",
     "<score>, <type>": "the GI_predict scores of the observed changes (the condition's mean expression minus the "
-                       "mean of all control cells) and the interaction types they imply, as in a screen's table",
+    "mean of all control cells) and the interaction types they imply, as in a screen's table",
 }
 
 
@@ -68,14 +69,14 @@ def observed_changes(cell_table, conditions: Sequence[str]) -> np.ndarray:
     return means[[distinct.index(condition) for condition in conditions]] - cell_table.control_mean().double().numpy()
 
 
-def _scored(first: np.ndarray, second: np.ndarray, double: np.ndarray, score_genes: np.ndarray | None,
-            device) -> dict:
+def _scored(first: np.ndarray, second: np.ndarray, double: np.ndarray, score_genes: np.ndarray | None, device) -> dict:
     """``interaction_scores`` of (pairs x genes) changes, on ``score_genes`` only when given,
     computed on ``device``."""
     if score_genes is not None:
         first, second, double = first[:, score_genes], second[:, score_genes], double[:, score_genes]
-    return interaction_scores(torch.from_numpy(first), torch.from_numpy(second), torch.from_numpy(double),
-                              device=device)
+    return interaction_scores(
+        torch.from_numpy(first), torch.from_numpy(second), torch.from_numpy(double), device=device
+    )
 
 
 def observed_interactions(pert_data, split: str | None = None, GI_genes_file=None, device=None) -> pd.DataFrame:
@@ -97,15 +98,21 @@ def observed_interactions(pert_data, split: str | None = None, GI_genes_file=Non
     else:
         doubles, firsts, seconds = (observed_changes(cells, list(column)) for column in zip(*pairs))
         genes = [condition_genes(pair[0]) for pair in pairs]
-        table = pair_table([g[0] for g in genes], [g[1] for g in genes],
-                           _scored(firsts, seconds, doubles, score_genes, device))
+        table = pair_table(
+            [g[0] for g in genes], [g[1] for g in genes], _scored(firsts, seconds, doubles, score_genes, device)
+        )
     table.insert(3, "set", [set_of.get(f"{a}+{b}", "") for a, b in zip(table["first_gene"], table["second_gene"])])
     return table
 
 
-def predicted_interactions(observed: pd.DataFrame, predicted_changes: Callable[[list[list[str]]], torch.Tensor],
-                           gene_list: Sequence[str], GI_genes_file=None, train_conditions: Sequence[str] = (),
-                           device=None) -> pd.DataFrame:
+def predicted_interactions(
+    observed: pd.DataFrame,
+    predicted_changes: Callable[[list[list[str]]], torch.Tensor],
+    gene_list: Sequence[str],
+    GI_genes_file=None,
+    train_conditions: Sequence[str] = (),
+    device=None,
+) -> pd.DataFrame:
     """The pairs of ``observed`` (``observed_interactions``) scored from the changes over
     control that ``predicted_changes`` gives for queries (``[['A'], ['B'], ['A', 'B']]``:
     one row per query, one column per gene of ``gene_list``), computed on ``device``: the

@@ -3,6 +3,7 @@ the ``GI_predict`` scores and the interaction types they imply (``pair_table``),
 the pair and its singles were trained on (``with_training_columns``), and the genes scores
 are taken on (``score_gene_positions``). A pair screen's table, the observed pairs' and the
 predicted pairs' all share these columns."""
+
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -24,8 +25,10 @@ def score_gene_positions(gene_list: Sequence[str], genes_file) -> np.ndarray | N
     wanted = set(read_gene_list(genes_file))
     positions = np.array([i for i, gene in enumerate(gene_list) if gene in wanted], dtype=np.int64)
     if len(positions) < MIN_GI_GENES:
-        raise ValueError(f"gene list file {genes_file} names {len(positions)} of the data's genes; genetic-"
-                         f"interaction scores need at least {MIN_GI_GENES}")
+        raise ValueError(
+            f"gene list file {genes_file} names {len(positions)} of the data's genes; genetic-"
+            f"interaction scores need at least {MIN_GI_GENES}"
+        )
     return positions
 
 
@@ -46,8 +49,9 @@ def with_training_columns(table: pd.DataFrame, train_conditions: Sequence[str]) 
     pairs = list(zip(table["first_gene"], table["second_gene"]))
     position = table.columns.get_loc(GI_SCORE_NAMES[-1]) + 1
     table.insert(position, "seen_in_training", [frozenset(pair) in seen_pairs for pair in pairs])
-    table.insert(position + 1, "singles_in_training", [int(a in seen_singles) + int(b in seen_singles)
-                                                       for a, b in pairs])
+    table.insert(
+        position + 1, "singles_in_training", [int(a in seen_singles) + int(b in seen_singles) for a, b in pairs]
+    )
     return table
 
 
@@ -55,8 +59,14 @@ def pair_table(first: Sequence[str], second: Sequence[str], scores: Mapping[str,
     """One row per pair A+B: ``pair`` (``'A+B'``), ``first_gene``, ``second_gene``, the
     ``GI_predict`` scores and the interaction types they imply
     (``interactions.interaction_types``): the columns every table of scored pairs has."""
-    table = pd.DataFrame({"pair": [f"{a}+{b}" for a, b in zip(first, second)], "first_gene": list(first),
-                          "second_gene": list(second), **{name: scores[name] for name in GI_SCORE_NAMES}})
+    table = pd.DataFrame(
+        {
+            "pair": [f"{a}+{b}" for a, b in zip(first, second)],
+            "first_gene": list(first),
+            "second_gene": list(second),
+            **{name: scores[name] for name in GI_SCORE_NAMES},
+        }
+    )
     for name, values in interaction_types(scores).items():
         table[name] = values
     return table

@@ -35,6 +35,7 @@ the iterations move along that line and amplify rounding, and the published coef
 themselves hang on numpy's summation order; there the two can differ by up to about the
 iterations' tolerance (1e-3).
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,30 +47,38 @@ from scipy.linalg.lapack import get_lapack_funcs
 
 MIN_GI_GENES = 3
 GI_SCORE_NAMES = (
-    "c1", "c2", "mag", "dcor", "dcor_singles", "dcor_first", "dcor_second",
-    "corr_fit", "dominance", "eq_contr",
+    "c1",
+    "c2",
+    "mag",
+    "dcor",
+    "dcor_singles",
+    "dcor_first",
+    "dcor_second",
+    "corr_fit",
+    "dominance",
+    "eq_contr",
 )
 # What each score is and how to read it; A, B and AB are the changes over control of the two
 # singles and the double, one value per gene (docs/screens.md has a worked example).
 GI_SCORE_MEANINGS = {
     "c1": "weight of A in the Theil-Sen fit AB ~ c1*A + c2*B over the genes (no intercept; a median over many "
-          "two-gene fits, so a few extreme genes do not move it). 1: A's change enters the double as it is; above "
-          "1 amplified, below 1 damped, near 0 absent.",
+    "two-gene fits, so a few extreme genes do not move it). 1: A's change enters the double as it is; above "
+    "1 amplified, below 1 damped, near 0 absent.",
     "c2": "the same weight for B.",
     "mag": "sqrt(c1^2 + c2^2): how strong the double is against its singles. The plain sum AB = A + B has mag "
-           "1.41; for two singles of the same size and unrelated changes, mag 1 is a double as strong as one "
-           "single. The published analysis reads it against 1: synergy above, suppression below.",
+    "1.41; for two singles of the same size and unrelated changes, mag 1 is a double as strong as one "
+    "single. The published analysis reads it against 1: synergy above, suppression below.",
     "dcor": "distance correlation of the double with the two singles together (0 to 1; 0: unrelated, 1: the "
-            "double is a function of the singles). High: the double does what the singles already do.",
+    "double is a function of the singles). High: the double does what the singles already do.",
     "dcor_singles": "distance correlation of A with B: how alike the two singles act (1: the same change).",
     "dcor_first": "distance correlation of A with the double: how much of the double A alone shows.",
     "dcor_second": "distance correlation of B with the double.",
     "corr_fit": "Pearson correlation of the fit c1*A + c2*B with the double over the genes: how well the singles "
-                "combined explain the double (1: fully; low: the double does something new).",
+    "combined explain the double (1: fully; low: the double does something new).",
     "dominance": "|log10(c1 / c2)|: 0 when A and B weigh the same in the double, 1 when one weighs 10 times the "
-                 "other; high: one single dominates.",
+    "other; high: one single dominates.",
     "eq_contr": "min(dcor_first, dcor_second) / max(dcor_first, dcor_second): 1 when the double resembles both "
-                "singles equally, near 0 when it resembles one only.",
+    "singles equally, near 0 when it resembles one only.",
 }
 
 # The published settings of scikit-learn's TheilSenRegressor (gears.utils.get_coeffs); tol
@@ -158,8 +167,9 @@ def _subset_solutions(changes: torch.Tensor, subsets: torch.Tensor) -> torch.Ten
     pair, subset = suspect.nonzero(as_tuple=True)
     system = torch.stack([value[pair, subset] for value in (a11, a12, a21, a22, y1, y2)], dim=1)
     b11, b12, b21, b22, c1, c2 = system.unbind(dim=1)
-    zero_line = ((b11 == 0) & (b12 == 0)) | ((b21 == 0) & (b22 == 0)) \
-        | ((b11 == 0) & (b21 == 0)) | ((b12 == 0) & (b22 == 0))
+    zero_line = (
+        ((b11 == 0) & (b12 == 0)) | ((b21 == 0) & (b22 == 0)) | ((b11 == 0) & (b21 == 0)) | ((b12 == 0) & (b22 == 0))
+    )
     norm_sq = frob[pair, subset]
     scale = torch.where(norm_sq > 0, 1.0 / torch.where(norm_sq > 0, norm_sq, 1.0), 0.0)
     answer = torch.stack(((b11 * c1 + b21 * c2) * scale, (b12 * c1 + b22 * c2) * scale), dim=1)
@@ -183,8 +193,9 @@ def _gelss_solutions(systems: np.ndarray) -> np.ndarray:
     return solutions
 
 
-def spatial_median(points: torch.Tensor, max_iter: int = SPATIAL_MEDIAN_MAX_ITER,
-                   tol: float = SPATIAL_MEDIAN_TOL) -> torch.Tensor:
+def spatial_median(
+    points: torch.Tensor, max_iter: int = SPATIAL_MEDIAN_MAX_ITER, tol: float = SPATIAL_MEDIAN_TOL
+) -> torch.Tensor:
     """Spatial (L1) median (batch x 2) of each batch row of ``points`` (batch x 2 x points)
     by scikit-learn's modified Weiszfeld iterations (``_spatial_median``): start at the
     mean; each step moves to the inverse-distance-weighted mean of the points, damped when
@@ -239,8 +250,9 @@ def _weiszfeld_step(points: torch.Tensor, previous: torch.Tensor) -> torch.Tenso
     return torch.clamp(1.0 - ratio, min=0.0) * direction + torch.clamp(ratio, max=1.0) * previous
 
 
-def theil_sen_coefficients(first: torch.Tensor, second: torch.Tensor, double: torch.Tensor,
-                           subsets=None) -> torch.Tensor:
+def theil_sen_coefficients(
+    first: torch.Tensor, second: torch.Tensor, double: torch.Tensor, subsets=None
+) -> torch.Tensor:
     """Theil-Sen coefficients (pairs x 2) of ``double`` on ``first`` and ``second`` (each
     pairs x genes) without intercept, equal to scikit-learn's ``TheilSenRegressor(
     fit_intercept=False, max_subpopulation=1e5, max_iter=1000, random_state=1000)`` fitted
@@ -261,8 +273,10 @@ def _subsets_tensor(n_genes: int, subsets, device: torch.device) -> torch.Tensor
     subsets = torch.as_tensor(subsets, dtype=torch.long, device=device)
     expected = min(math.comb(n_genes, 2), THEIL_SEN_MAX_SUBSETS)
     if subsets.dim() != 2 or subsets.shape != (expected, 2) or (len(subsets) and int(subsets.max()) >= n_genes):
-        raise ValueError(f"Theil-Sen subsets of shape {tuple(subsets.shape)} are not those of {n_genes} genes "
-                         f"({expected} x 2, indices below {n_genes}): draw them with theil_sen_subsets({n_genes})")
+        raise ValueError(
+            f"Theil-Sen subsets of shape {tuple(subsets.shape)} are not those of {n_genes} genes "
+            f"({expected} x 2, indices below {n_genes}): draw them with theil_sen_subsets({n_genes})"
+        )
     return subsets
 
 
@@ -277,8 +291,9 @@ def _row_sums_1d(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n = values.shape[1]
     ordered, order = values.sort(dim=1)
     ranks = torch.arange(n, device=values.device, dtype=values.dtype)
-    ordered_sums = (2.0 * ranks - n) * ordered + ordered.sum(dim=1, keepdim=True) \
-        - 2.0 * _exclusive_cumsum(ordered, dim=1)
+    ordered_sums = (
+        (2.0 * ranks - n) * ordered + ordered.sum(dim=1, keepdim=True) - 2.0 * _exclusive_cumsum(ordered, dim=1)
+    )
     return torch.empty_like(values).scatter_(1, order, ordered_sums), order
 
 
@@ -312,8 +327,11 @@ def _earlier_smaller_sums(ranks: torch.Tensor, features: torch.Tensor) -> torch.
         within = torch.arange(span, device=ranks.device)
         destination = torch.where(is_left, lefts_before, half + within - lefts_before)
         order = torch.empty_like(positions).scatter_(2, destination, positions).view(rows, size)
-        carried = torch.empty_like(block_carried).scatter_(
-            2, destination.unsqueeze(-1).expand(-1, -1, -1, 2 * k), block_carried).view(rows, size, 2 * k)
+        carried = (
+            torch.empty_like(block_carried)
+            .scatter_(2, destination.unsqueeze(-1).expand(-1, -1, -1, 2 * k), block_carried)
+            .view(rows, size, 2 * k)
+        )
         span = half
     return carried[:, :n, k:]  # blocks of one: rank order within a block is position order
 
@@ -339,8 +357,7 @@ def _planar_distance_sums(points: torch.Tensor, distances_per_block: int) -> tup
     upper = torch.zeros_like(lower)
     for start in range(0, n, block):
         stop = min(start + block, n)
-        distances = torch.cdist(points[:, start:stop], points[:, :stop],
-                                compute_mode="donot_use_mm_for_euclid_dist")
+        distances = torch.cdist(points[:, start:stop], points[:, :stop], compute_mode="donot_use_mm_for_euclid_dist")
         distances[:, :, start:stop].tril_(diagonal=-1)
         lower[:, start:stop] += distances.sum(dim=2)
         upper[:, :stop] += distances.sum(dim=1)
@@ -366,8 +383,11 @@ def _distance_correlation_from_terms(product, x_row_sums, x_squares, y_row_sums,
     variance_x = covariance(x_squares, x_row_sums, x_total, x_row_sums, x_total)
     variance_y = covariance(y_squares, y_row_sums, y_total, y_row_sums, y_total)
     denominator = torch.sqrt((variance_x * variance_y).abs())
-    correlation_sq = torch.where(denominator == 0, torch.zeros_like(covariance_xy),
-                                 covariance_xy / torch.where(denominator == 0, 1.0, denominator))
+    correlation_sq = torch.where(
+        denominator == 0,
+        torch.zeros_like(covariance_xy),
+        covariance_xy / torch.where(denominator == 0, 1.0, denominator),
+    )
     return torch.sqrt(torch.clamp(correlation_sq, min=0.0))
 
 
@@ -381,8 +401,9 @@ def _squared_distance_sum(values: torch.Tensor) -> torch.Tensor:
     return 2.0 * n * squares.sum(dim=1)
 
 
-def distance_correlation(x: torch.Tensor, y: torch.Tensor,
-                         distances_per_block: int = CPU_DISTANCES_PER_BLOCK) -> torch.Tensor:
+def distance_correlation(
+    x: torch.Tensor, y: torch.Tensor, distances_per_block: int = CPU_DISTANCES_PER_BLOCK
+) -> torch.Tensor:
     """dcor's ``distance_correlation(x_p, y_p)`` for each row p of a batch: ``y`` is (rows x
     n), ``x`` is (rows x n) or (rows x n x 2) (two-column samples, the singles matrix).
 
@@ -402,7 +423,8 @@ def distance_correlation(x: torch.Tensor, y: torch.Tensor,
     if x.dim() == 2:
         x_row_sums, x_order = _row_sums_1d(x)
         x_ranks = torch.empty_like(x_order).scatter_(
-            1, x_order, torch.arange(x.shape[1], device=x.device).expand_as(x_order))
+            1, x_order, torch.arange(x.shape[1], device=x.device).expand_as(x_order)
+        )
         lower = _lower_row_sums_1d(x.gather(1, order), x_ranks.gather(1, order))
         row_sums = x_row_sums.gather(1, order)
     else:
@@ -410,7 +432,8 @@ def distance_correlation(x: torch.Tensor, y: torch.Tensor,
         x_row_sums = torch.empty_like(row_sums).scatter_(1, order, row_sums)
     product = 2.0 * (y_sorted * (2.0 * lower - row_sums)).sum(dim=1)
     return _distance_correlation_from_terms(
-        product, x_row_sums, _squared_distance_sum(x), y_row_sums, _squared_distance_sum(y))
+        product, x_row_sums, _squared_distance_sum(x), y_row_sums, _squared_distance_sum(y)
+    )
 
 
 def _pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -428,8 +451,11 @@ def _pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def _as_change_matrix(name: str, values, device) -> torch.Tensor:
     """One (pairs x genes) change-from-control input as a finite float64 tensor, or raise."""
     try:
-        matrix = torch.as_tensor(np.asarray(values, dtype=np.float64) if not torch.is_tensor(values) else values,
-                                 dtype=torch.float64, device=device)
+        matrix = torch.as_tensor(
+            np.asarray(values, dtype=np.float64) if not torch.is_tensor(values) else values,
+            dtype=torch.float64,
+            device=device,
+        )
     except (TypeError, ValueError) as err:
         raise ValueError(f"`{name}` must be numeric: {err}") from err
     if matrix.dim() != 2:
@@ -439,8 +465,9 @@ def _as_change_matrix(name: str, values, device) -> torch.Tensor:
     return matrix
 
 
-def interaction_scores(first, second, double, *, device: str | torch.device | None = None,
-                       batch_size: int | None = None, subsets=None) -> dict[str, np.ndarray]:
+def interaction_scores(
+    first, second, double, *, device: str | torch.device | None = None, batch_size: int | None = None, subsets=None
+) -> dict[str, np.ndarray]:
     """Genetic-interaction scores of a batch of combinations A+B, one per row.
 
     ``first``, ``second`` and ``double`` (pairs x genes, arrays or tensors) are the changes
@@ -467,7 +494,8 @@ def interaction_scores(first, second, double, *, device: str | torch.device | No
     if not first.shape == second.shape == double.shape:
         raise ValueError(
             "`first`, `second` and `double` must have the same shape, got "
-            f"{tuple(first.shape)}, {tuple(second.shape)} and {tuple(double.shape)}")
+            f"{tuple(first.shape)}, {tuple(second.shape)} and {tuple(double.shape)}"
+        )
     if first.shape[1] < MIN_GI_GENES:
         raise ValueError(f"genetic-interaction scores need at least {MIN_GI_GENES} genes, got {first.shape[1]}")
     on_cpu = device.type == "cpu"
@@ -477,21 +505,32 @@ def interaction_scores(first, second, double, *, device: str | torch.device | No
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     distances_per_block = CPU_DISTANCES_PER_BLOCK if on_cpu else GPU_DISTANCES_PER_BLOCK
     subsets = _subsets_tensor(first.shape[1], subsets, device)
-    parts = [_score_batch(first[start:start + batch_size], second[start:start + batch_size],
-                          double[start:start + batch_size], subsets, distances_per_block)
-             for start in range(0, first.shape[0], batch_size)]
-    return {name: torch.cat([part[name] for part in parts]).cpu().numpy() if parts else np.empty(0)
-            for name in GI_SCORE_NAMES}
+    parts = [
+        _score_batch(
+            first[start : start + batch_size],
+            second[start : start + batch_size],
+            double[start : start + batch_size],
+            subsets,
+            distances_per_block,
+        )
+        for start in range(0, first.shape[0], batch_size)
+    ]
+    return {
+        name: torch.cat([part[name] for part in parts]).cpu().numpy() if parts else np.empty(0)
+        for name in GI_SCORE_NAMES
+    }
 
 
-def _score_batch(first: torch.Tensor, second: torch.Tensor, double: torch.Tensor, subsets: torch.Tensor,
-                 distances_per_block: int) -> dict[str, torch.Tensor]:
+def _score_batch(
+    first: torch.Tensor, second: torch.Tensor, double: torch.Tensor, subsets: torch.Tensor, distances_per_block: int
+) -> dict[str, torch.Tensor]:
     """The scores of one batch of pairs, as ``gears.utils.get_coeffs`` computes them."""
     singles = torch.stack((first, second), dim=-1)
     c1, c2 = theil_sen_coefficients(first, second, double, subsets).unbind(dim=-1)
     fitted = c1.unsqueeze(1) * first + c2.unsqueeze(1) * second
     dcor_first, dcor_second, dcor_singles = distance_correlation(
-        torch.cat((first, second, first)), torch.cat((double, double, second))).chunk(3)
+        torch.cat((first, second, first)), torch.cat((double, double, second))
+    ).chunk(3)
     return {
         "c1": c1,
         "c2": c2,

@@ -5,6 +5,7 @@ A model folder holds ``config.pkl`` (the published keys: model options, graphs, 
 ``vocabulary.json``, which records the gene and perturbation names so that loading a model
 into other data fails clearly instead of silently mis-assigning genes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,8 +36,15 @@ def parameter_digest(model: nn.Module) -> str:
 
 def model_from_config(config: dict) -> GEARSModel:
     """The network described by a published-format config dict (graphs included)."""
-    return GEARSModel(config["num_genes"], config["num_perts"], config["G_coexpress"], config["G_coexpress_weight"],
-                      config["G_go"], config["G_go_weight"], **{name: config[name] for name in NETWORK_OPTIONS})
+    return GEARSModel(
+        config["num_genes"],
+        config["num_perts"],
+        config["G_coexpress"],
+        config["G_coexpress_weight"],
+        config["G_go"],
+        config["G_go_weight"],
+        **{name: config[name] for name in NETWORK_OPTIONS},
+    )
 
 
 def model_config(options: dict, pert_data, device, graphs: dict) -> dict:
@@ -46,14 +54,20 @@ def model_config(options: dict, pert_data, device, graphs: dict) -> dict:
     thresholds), the device and the sizes."""
     graphs = dict(graphs)
     if graphs.get("G_coexpress") is None:
-        graph = pert_data.coexpression_graph(options["coexpress_threshold"],
-                                             options["num_similar_genes_co_express_graph"])
+        graph = pert_data.coexpression_graph(
+            options["coexpress_threshold"], options["num_similar_genes_co_express_graph"]
+        )
         graphs["G_coexpress"], graphs["G_coexpress_weight"] = graph.edge_index, graph.edge_weight
     if graphs.get("G_go") is None:
         graph = pert_data.go_graph(options["num_similar_genes_go_graph"])
         graphs["G_go"], graphs["G_go_weight"] = graph.edge_index, graph.edge_weight
-    return {**options, **{key: graphs.get(key) for key in GRAPH_KEYS}, "device": str(device),
-            "num_genes": len(pert_data.gene_names), "num_perts": len(pert_data.pert_names)}
+    return {
+        **options,
+        **{key: graphs.get(key) for key in GRAPH_KEYS},
+        "device": str(device),
+        "num_genes": len(pert_data.gene_names),
+        "num_perts": len(pert_data.pert_names),
+    }
 
 
 def saved_model_options(path, options, gene_names, pert_names) -> dict:
@@ -67,7 +81,7 @@ def saved_model_options(path, options, gene_names, pert_names) -> dict:
 
 def strip_module_prefix(state_dict: dict) -> dict:
     """Remove the ``module.`` prefix that DataParallel / DistributedDataParallel add."""
-    return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state_dict.items()}
+    return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in state_dict.items()}
 
 
 def save_model_folder(path, config: dict, state_dict: dict, gene_names, pert_names) -> None:
@@ -87,9 +101,14 @@ def read_config(path, options=()) -> dict:
     file = Path(path) / CONFIG_FILE
     config = io.read_pickle(file, "GEARS model config")
     if not isinstance(config, dict) or not {"num_genes", "num_perts"} <= set(config):
-        raise ValueError(f"{file} is not a GEARS model config: it holds "
-                         + (f"a dict without {sorted({'num_genes', 'num_perts'} - set(config))}"
-                            if isinstance(config, dict) else f"a {type(config).__name__}, not a dict"))
+        raise ValueError(
+            f"{file} is not a GEARS model config: it holds "
+            + (
+                f"a dict without {sorted({'num_genes', 'num_perts'} - set(config))}"
+                if isinstance(config, dict)
+                else f"a {type(config).__name__}, not a dict"
+            )
+        )
     unknown = sorted(set(config) - set(options) - {"device", "num_genes", "num_perts"}) if options else []
     if unknown:
         raise ValueError(f"{file} is not a GEARS model config: unknown option(s) {unknown}")
@@ -111,13 +130,23 @@ def load_weights(model: torch.nn.Module, path) -> None:
     """Load the weights of the model folder ``path`` into ``model``, refusing, with the file
     named, weights of another network (other parameter names or shapes)."""
     weights, expected = read_weights(path), model.state_dict()
-    problems = [f"{what} {names[:5]}{' ...' if len(names) > 5 else ''}" for what, names in (
-        ("missing", sorted(set(expected) - set(weights))), ("unexpected", sorted(set(weights) - set(expected))),
-        ("of another shape", sorted(name for name in set(expected) & set(weights)
-                                    if weights[name].shape != expected[name].shape))) if names]
+    problems = [
+        f"{what} {names[:5]}{' ...' if len(names) > 5 else ''}"
+        for what, names in (
+            ("missing", sorted(set(expected) - set(weights))),
+            ("unexpected", sorted(set(weights) - set(expected))),
+            (
+                "of another shape",
+                sorted(name for name in set(expected) & set(weights) if weights[name].shape != expected[name].shape),
+            ),
+        )
+        if names
+    ]
     if problems:
-        raise ValueError(f"{Path(path) / WEIGHTS_FILE} does not hold the weights of the network its {CONFIG_FILE} "
-                         f"describes: tensors {'; '.join(problems)}")
+        raise ValueError(
+            f"{Path(path) / WEIGHTS_FILE} does not hold the weights of the network its {CONFIG_FILE} "
+            f"describes: tensors {'; '.join(problems)}"
+        )
     model.load_state_dict(weights)
 
 
@@ -130,15 +159,24 @@ def check_vocabulary(path, config: dict, gene_names, pert_names) -> None:
             vocabulary = json.loads(saved.read_text(encoding="utf-8"))
             vocabulary = {key: [str(name) for name in vocabulary[key]] for key in ("genes", "perturbations")}
         except (ValueError, KeyError, TypeError) as err:  # not JSON, not text, or other content
-            raise ValueError(f"{saved} is not a model's vocabulary (JSON with lists 'genes' and 'perturbations'): "
-                             f"{type(err).__name__}: {err}") from None
-        for what, theirs, ours in (("gene", vocabulary["genes"], list(gene_names)),
-                                   ("perturbation", vocabulary["perturbations"], list(pert_names))):
+            raise ValueError(
+                f"{saved} is not a model's vocabulary (JSON with lists 'genes' and 'perturbations'): "
+                f"{type(err).__name__}: {err}"
+            ) from None
+        for what, theirs, ours in (
+            ("gene", vocabulary["genes"], list(gene_names)),
+            ("perturbation", vocabulary["perturbations"], list(pert_names)),
+        ):
             if theirs != ours:
                 differ = sorted(set(theirs) ^ set(ours))
-                raise ValueError(f"checkpoint {path} was trained on another {what} vocabulary "
-                                 f"({len(theirs)} vs {len(ours)} names in the data"
-                                 + (f"; differing: {differ[:10]}" if differ else "; same names, other order") + ")")
+                raise ValueError(
+                    f"checkpoint {path} was trained on another {what} vocabulary "
+                    f"({len(theirs)} vs {len(ours)} names in the data"
+                    + (f"; differing: {differ[:10]}" if differ else "; same names, other order")
+                    + ")"
+                )
     elif (config["num_genes"], config["num_perts"]) != (len(gene_names), len(pert_names)):
-        raise ValueError(f"checkpoint {path} has {config['num_genes']} genes and {config['num_perts']} "
-                         f"perturbation genes; the data has {len(gene_names)} and {len(pert_names)}")
+        raise ValueError(
+            f"checkpoint {path} has {config['num_genes']} genes and {config['num_perts']} "
+            f"perturbation genes; the data has {len(gene_names)} and {len(pert_names)}"
+        )

@@ -14,6 +14,7 @@ here because importing torch_geometric costs every distributed rank memory and s
 time (it imports ``torch._dynamo`` and sympy) for two sparse products (docs/architecture.md's
 dependencies section has the measured cost).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -107,8 +108,12 @@ class NormalisedAdjacency(nn.Module):
         per_piece = len(sources) if x.device.type != "cpu" else max(1, MESSAGE_BYTES_PER_PIECE // max(node_bytes, 1))
         if per_piece >= len(sources):
             return _aggregated(x, sources, weights)
-        return torch.cat([_aggregated(x, sources[start:start + per_piece], weights[start:start + per_piece])
-                          for start in range(0, len(sources), per_piece)])
+        return torch.cat(
+            [
+                _aggregated(x, sources[start : start + per_piece], weights[start : start + per_piece])
+                for start in range(0, len(sources), per_piece)
+            ]
+        )
 
     def _sparse(self, suffix: str) -> torch.Tensor:
         """The CSR matrix (its layers: ``_layered_csr``) of the buffers ``crow``, ``col`` and
@@ -117,9 +122,13 @@ class NormalisedAdjacency(nn.Module):
         any tensor. Its invariants were checked when the arrays were made."""
         row_pointers = getattr(self, "crow" + suffix)
         with _csr_beta_warning_ignored():
-            return torch.sparse_csr_tensor(row_pointers, getattr(self, "col" + suffix),
-                                           getattr(self, "values" + suffix), (len(row_pointers) - 1, self.num_nodes),
-                                           check_invariants=False)
+            return torch.sparse_csr_tensor(
+                row_pointers,
+                getattr(self, "col" + suffix),
+                getattr(self, "values" + suffix),
+                (len(row_pointers) - 1, self.num_nodes),
+                check_invariants=False,
+            )
 
 
 def uses_sparse_product(x: torch.Tensor) -> bool:
@@ -146,8 +155,11 @@ def _layered_csr(rows: torch.Tensor, columns: torch.Tensor, values: torch.Tensor
     layers = int(layer.max()) + 1 if len(layer) else 1
     indices = torch.stack([layer * num_nodes + key // num_nodes, key % num_nodes])
     with _csr_beta_warning_ignored():
-        matrix = torch.sparse_coo_tensor(indices, values, (layers * num_nodes, num_nodes),
-                                         check_invariants=True).coalesce().to_sparse_csr()
+        matrix = (
+            torch.sparse_coo_tensor(indices, values, (layers * num_nodes, num_nodes), check_invariants=True)
+            .coalesce()
+            .to_sparse_csr()
+        )
     return matrix.crow_indices(), matrix.col_indices(), matrix.values()
 
 

@@ -5,6 +5,7 @@ transposes and views), for the Linears of every training step.
 Under autocast the forward product runs as autocast runs it, and the backward products in
 the same precision; the gradients come back in the parameters' and the input's dtypes.
 """
+
 from __future__ import annotations
 
 import torch

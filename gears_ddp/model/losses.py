@@ -9,6 +9,7 @@ genes (for a perturbed condition its ``non_zeros_gene_idx``, for control all gen
 and the loss is the mean of the group terms. In uncertainty mode the first term becomes
 ``sum((pred - y)^4 + reg * exp(-logvar) * (pred - y)^4) / (cells * genes)``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -38,13 +39,19 @@ class LossContext:
         self.genes_per_condition = self.retained_genes.sum(1)
 
     @classmethod
-    def from_pert_data(cls, pert_data, direction_lambda: float = DEFAULTS["direction_lambda"],
-                       uncertainty_reg: float = DEFAULTS["uncertainty_reg"]):
+    def from_pert_data(
+        cls,
+        pert_data,
+        direction_lambda: float = DEFAULTS["direction_lambda"],
+        uncertainty_reg: float = DEFAULTS["uncertainty_reg"],
+    ):
         """Build it from a loaded ``PertData`` (needs the DE gene sets of ``new_data_process``)."""
         uns, cells = pert_data.uns, pert_data.cells
         if "non_zeros_gene_idx" not in uns:
-            raise ValueError(f"dataset {pert_data.dataset_name!r} has no uns['non_zeros_gene_idx']: the loss "
-                             "needs the gene sets that new_data_process computes unless skip_calc_de=True")
+            raise ValueError(
+                f"dataset {pert_data.dataset_name!r} has no uns['non_zeros_gene_idx']: the loss "
+                "needs the gene sets that new_data_process computes unless skip_calc_de=True"
+            )
         retained = torch.zeros(len(cells.conditions), len(pert_data.var), dtype=torch.bool)
         for code, (condition, name) in enumerate(zip(cells.conditions, cells.condition_names)):
             if condition == CONTROL:
@@ -54,12 +61,18 @@ class LossContext:
         return cls(retained, pert_data.cells.control_mean(), direction_lambda, uncertainty_reg)
 
     def to(self, device) -> "LossContext":
-        return LossContext(self.retained_genes.to(device), self.ctrl_mean.to(device), self.direction_lambda,
-                           self.uncertainty_reg)
+        return LossContext(
+            self.retained_genes.to(device), self.ctrl_mean.to(device), self.direction_lambda, self.uncertainty_reg
+        )
 
 
-def gears_loss(pred: torch.Tensor, y: torch.Tensor, condition: torch.Tensor, context: LossContext,
-               logvar: torch.Tensor | None = None) -> torch.Tensor:
+def gears_loss(
+    pred: torch.Tensor,
+    y: torch.Tensor,
+    condition: torch.Tensor,
+    context: LossContext,
+    logvar: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The GEARS loss of a batch (``condition``: each cell's condition code).
 
     The group terms are summed into one slot per condition of the dataset, and their mean

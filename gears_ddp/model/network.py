@@ -30,6 +30,7 @@ not:
   few operators (``tests/test_device_work.py`` counts them).
 - The graphs' normalised adjacencies are computed once, when the model is built.
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,8 +48,14 @@ from gears_ddp.model.weighted_norm import WeightedBatchNorm1d, running_statistic
 
 PERT_EMB_LAMBDA = 0.2  # weight of the co-expression (positional) embedding
 DEFAULTS = ModelOptions.defaults()  # the network's options default to the model options' one definition
-NETWORK_OPTIONS = ("hidden_size", "num_go_gnn_layers", "num_gene_gnn_layers", "decoder_hidden_size", "uncertainty",
-                   "no_perturb")  # the model options the network itself takes
+NETWORK_OPTIONS = (
+    "hidden_size",
+    "num_go_gnn_layers",
+    "num_gene_gnn_layers",
+    "decoder_hidden_size",
+    "uncertainty",
+    "no_perturb",
+)  # the model options the network itself takes
 
 
 class MLP(nn.Module):
@@ -77,7 +84,7 @@ class MLP(nn.Module):
     def _after_first(self, x: torch.Tensor, set_counts) -> torch.Tensor:
         layers = list(self.network)
         for step in range(1, len(layers) - 1, 3):
-            norm, _, next_linear = layers[step:step + 3]
+            norm, _, next_linear = layers[step : step + 3]
             x = norm.relu_linear(x, set_counts, next_linear)
         return layers[-1](x, set_counts)
 
@@ -123,12 +130,21 @@ class GEARSModel(nn.Module):
     ``uncertainty`` also the log-variance (B x G).
     """
 
-    def __init__(self, num_genes: int, num_perts: int, coexpress_edge_index: torch.Tensor,
-                 coexpress_edge_weight: torch.Tensor, go_edge_index: torch.Tensor, go_edge_weight: torch.Tensor,
-                 hidden_size: int = DEFAULTS["hidden_size"], num_go_gnn_layers: int = DEFAULTS["num_go_gnn_layers"],
-                 num_gene_gnn_layers: int = DEFAULTS["num_gene_gnn_layers"],
-                 decoder_hidden_size: int = DEFAULTS["decoder_hidden_size"], uncertainty: bool = DEFAULTS["uncertainty"],
-                 no_perturb: bool = DEFAULTS["no_perturb"]):
+    def __init__(
+        self,
+        num_genes: int,
+        num_perts: int,
+        coexpress_edge_index: torch.Tensor,
+        coexpress_edge_weight: torch.Tensor,
+        go_edge_index: torch.Tensor,
+        go_edge_weight: torch.Tensor,
+        hidden_size: int = DEFAULTS["hidden_size"],
+        num_go_gnn_layers: int = DEFAULTS["num_go_gnn_layers"],
+        num_gene_gnn_layers: int = DEFAULTS["num_gene_gnn_layers"],
+        decoder_hidden_size: int = DEFAULTS["decoder_hidden_size"],
+        uncertainty: bool = DEFAULTS["uncertainty"],
+        no_perturb: bool = DEFAULTS["no_perturb"],
+    ):
         super().__init__()
         self.num_genes, self.num_perts = num_genes, num_perts
         self.uncertainty, self.no_perturb = uncertainty, no_perturb
@@ -235,9 +251,18 @@ class GEARSModel(nn.Module):
 
         genes = self.gene_embeddings(sets.n_cells)
         if self.training and not self.uncertainty and self.fused_decoder:
-            gene_out = decode_sets(genes, shift, counts, sets.n_cells, self.bn_pert_base, self.recovery_w,
-                                   self.indv_w1[:, :, 0], self.indv_b1[:, 0], self.bn_pert_base.synchronizing(),
-                                   self.decoder_buffers)
+            gene_out = decode_sets(
+                genes,
+                shift,
+                counts,
+                sets.n_cells,
+                self.bn_pert_base,
+                self.recovery_w,
+                self.indv_w1[:, :, 0],
+                self.indv_b1[:, 0],
+                self.bn_pert_base.synchronizing(),
+                self.decoder_buffers,
+            )
             logvar = None
         else:
             hidden = (genes.unsqueeze(0) + shift.unsqueeze(1)).reshape(n_sets * n_genes, -1)  # (S * G) x H
@@ -246,7 +271,7 @@ class GEARSModel(nn.Module):
             decoded = self.recovery_w(hidden, counts).reshape(n_sets, n_genes, -1)
             gene_out = (decoded * self.indv_w1[:, :, 0]).sum(-1) + self.indv_b1[:, 0]
         if self.training:
-            cross = self._per_set_rows(self.cross_gene_state, gene_out, sets)                 # S x H
+            cross = self._per_set_rows(self.cross_gene_state, gene_out, sets)  # S x H
         else:
             cross = self.cross_gene_state(gene_out)
         w2 = self.indv_w2[0]
@@ -265,8 +290,11 @@ class GEARSModel(nn.Module):
             return rows[first:]
         if mlp.synchronizing():
             return mlp(rows[first:], sets.counts[first:])
-        cells, picked = ((sets.perturbed_cells_by_set, sets.first_perturbed_cell) if perturbed_only
-                         else (sets.cells_by_set, sets.first_cell))
+        cells, picked = (
+            (sets.perturbed_cells_by_set, sets.first_perturbed_cell)
+            if perturbed_only
+            else (sets.cells_by_set, sets.first_cell)
+        )
         return mlp.per_cell(rows, cells.expand(2) if len(cells) == 1 else cells, picked)
 
     def train(self, mode: bool = True) -> "GEARSModel":

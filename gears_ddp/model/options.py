@@ -5,6 +5,7 @@
 --help`` and docs/options.md all come from ``ModelOptions``. The defaults are the published
 package's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,8 +13,14 @@ from dataclasses import dataclass
 from gears_ddp._options import Options, is_int, is_number, option
 
 # the smallest value of each integer option
-SMALLEST = {"hidden_size": 1, "num_go_gnn_layers": 0, "num_gene_gnn_layers": 0, "decoder_hidden_size": 1,
-            "num_similar_genes_go_graph": 1, "num_similar_genes_co_express_graph": 1}
+SMALLEST = {
+    "hidden_size": 1,
+    "num_go_gnn_layers": 0,
+    "num_gene_gnn_layers": 0,
+    "decoder_hidden_size": 1,
+    "num_similar_genes_go_graph": 1,
+    "num_similar_genes_co_express_graph": 1,
+}
 
 
 @dataclass
@@ -25,10 +32,10 @@ class ModelOptions(Options):
     num_gene_gnn_layers: int = option(1, "number of GNN layers on the co-expression gene graph")
     decoder_hidden_size: int = option(16, "hidden dimension of the gene-specific decoder")
     num_similar_genes_go_graph: int = option(20, "most similar genes kept per gene in the GO graph")
-    num_similar_genes_co_express_graph: int = option(20, "most similar genes kept per gene in the co-expression "
-                                                         "graph")
-    coexpress_threshold: float = option(0.4, "Pearson correlation above which two genes are linked in the "
-                                             "co-expression graph")
+    num_similar_genes_co_express_graph: int = option(20, "most similar genes kept per gene in the co-expression graph")
+    coexpress_threshold: float = option(
+        0.4, "Pearson correlation above which two genes are linked in the co-expression graph"
+    )
     uncertainty: bool = option(False, "uncertainty mode: also predict a log-variance per gene")
     uncertainty_reg: float = option(1, "weight of the uncertainty loss against the prediction loss")
     direction_lambda: float = option(1e-1, "weight of the direction loss against the prediction loss")
@@ -50,9 +57,9 @@ class ModelOptions(Options):
             if not (is_number(value) and value >= 0):
                 raise ValueError(f"{where}: {key} must be a non-negative number, got {value!r}")
         if self.coexpress_threshold > 1:
-            raise ValueError(f"{where}: coexpress_threshold is a correlation in "
-                             f"[0, 1], got {self.coexpress_threshold!r}")
+            raise ValueError(
+                f"{where}: coexpress_threshold is a correlation in [0, 1], got {self.coexpress_threshold!r}"
+            )
         for key in ("uncertainty", "no_perturb"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{where}: {key} must be True or False, got {getattr(self, key)!r}")
-

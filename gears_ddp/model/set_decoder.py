@@ -36,15 +36,30 @@ Outputs and gradients are those of the module chain (the test suite compares the
 float64). With ``synchronize`` (distributed ``sync_batchnorm``) the statistics and the
 backward sums run over the rows of all ranks.
 """
+
 from __future__ import annotations
 
 import torch
 
-from gears_ddp.model.weighted_norm import (block_shares, block_slices, blocks_of, column_dot, first_dim_sum,
-                                           full_precision, mean_and_variance, minus_block_shares,
-                                           normalisation_backward, relu_mask_, relu_normalised, RowShares,
-                                           statistics_gradient, summed_over_ranks, update_running_statistics,
-                                           weighted_moments, weighted_statistics)
+from gears_ddp.model.weighted_norm import (
+    RowShares,
+    block_shares,
+    block_slices,
+    blocks_of,
+    column_dot,
+    first_dim_sum,
+    full_precision,
+    mean_and_variance,
+    minus_block_shares,
+    normalisation_backward,
+    relu_mask_,
+    relu_normalised,
+    statistics_gradient,
+    summed_over_ranks,
+    update_running_statistics,
+    weighted_moments,
+    weighted_statistics,
+)
 
 
 def _first_activation(set_part, gene_part, part=None):
@@ -92,8 +107,9 @@ class RowBuffers:
     def release(self) -> None:
         self._buffers.clear()
 
-    def buffer(self, name: str, like: torch.Tensor, n_rows: int, capacity: int, width: int,
-               dtype: torch.dtype | None = None) -> torch.Tensor:
+    def buffer(
+        self, name: str, like: torch.Tensor, n_rows: int, capacity: int, width: int, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """An uninitialised (n_rows x width) tensor (``like``'s dtype unless ``dtype``, on its
         device) cut from the buffer ``name`` of ``capacity`` rows, made when there is none of
         that size yet (only the rows used are touched, so only they take memory)."""
@@ -110,8 +126,15 @@ class RowBuffers:
         return {"_buffers": {}, "borrowed": False}  # a pickled network carries no buffers
 
 
-def _row_buffer(buffers: RowBuffers | None, name: str, like: torch.Tensor, n_rows: int, capacity: int, width: int,
-                dtype: torch.dtype | None = None) -> torch.Tensor:
+def _row_buffer(
+    buffers: RowBuffers | None,
+    name: str,
+    like: torch.Tensor,
+    n_rows: int,
+    capacity: int,
+    width: int,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """``buffers.buffer(...)``, or without ``buffers`` a new buffer of that size."""
     if buffers is None:
         return _first_rows(like.new_empty(capacity, width, dtype=dtype), n_rows)
@@ -122,17 +145,26 @@ def _first_rows(buffer: torch.Tensor, n_rows: int) -> torch.Tensor:
     return buffer if len(buffer) == n_rows else buffer[:n_rows]
 
 
-def _inputs_buffer(buffers: RowBuffers | None, name: str, like: torch.Tensor, n_rows: int, capacity: int, width: int,
-                   matmul_dtype: torch.dtype):
+def _inputs_buffer(
+    buffers: RowBuffers | None,
+    name: str,
+    like: torch.Tensor,
+    n_rows: int,
+    capacity: int,
+    width: int,
+    matmul_dtype: torch.dtype,
+):
     """Where a product's input rows are kept for the backward pass, in the product's precision,
     when that is not the rows' own (under autocast); None otherwise (the backward pass
     recomputes them)."""
-    return None if matmul_dtype == like.dtype else _row_buffer(buffers, name, like, n_rows, capacity, width,
-                                                                matmul_dtype)
+    return (
+        None if matmul_dtype == like.dtype else _row_buffer(buffers, name, like, n_rows, capacity, width, matmul_dtype)
+    )
 
 
-def _linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                 kept: torch.Tensor | None) -> None:
+def _linear_into(
+    out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, kept: torch.Tensor | None
+) -> None:
     """``out[:] = linear(x, weight, bias)``. With ``kept`` (a piece of ``_inputs_buffer``) ``x`` is
     cast into it and the product runs in its precision (``weight`` and ``bias`` given in it),
     as autocast runs a Linear; else straight into ``out``."""
@@ -157,9 +189,28 @@ def _part(tensor: torch.Tensor | None, part: slice | None) -> torch.Tensor | Non
 
 class _SetDecoder(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, genes, shifts, counts, n_cells: int, gamma0, beta0, weight1, bias1, gamma1, beta1, weight2,
-                bias2, gamma2, beta2, out_weight, out_bias, eps: tuple[float, float, float], synchronize: bool,
-                buffers: RowBuffers | None):
+    def forward(
+        ctx,
+        genes,
+        shifts,
+        counts,
+        n_cells: int,
+        gamma0,
+        beta0,
+        weight1,
+        bias1,
+        gamma1,
+        beta1,
+        weight2,
+        bias2,
+        gamma2,
+        beta2,
+        out_weight,
+        out_bias,
+        eps: tuple[float, float, float],
+        synchronize: bool,
+        buffers: RowBuffers | None,
+    ):
         ctx.input_dtypes = genes.dtype, shifts.dtype
         ctx.set_materialize_grads(False)  # the statistics' (absent) gradients need no zeros
         genes, shifts = full_precision(genes), full_precision(shifts)  # the tables' statistics, as for any row
@@ -182,32 +233,60 @@ class _SetDecoder(torch.autograd.Function):
         # recovery_w: Linear, BatchNorm, ReLU, Linear, BatchNorm, a piece of rows at a time; each
         # BatchNorm's input centred in place. The products run as autocast runs them, their
         # inputs kept in their precision (``_inputs_buffer``)
-        matmul_dtype = (torch.get_autocast_dtype(genes.device.type)
-                        if torch.is_autocast_enabled(genes.device.type) else genes.dtype)
+        matmul_dtype = (
+            torch.get_autocast_dtype(genes.device.type) if torch.is_autocast_enabled(genes.device.type) else genes.dtype
+        )
         products = [t.to(matmul_dtype) for t in (weight1, bias1, weight2, bias2)]
         z1 = _row_buffer(buffers, "centred1", genes, n_rows, capacity, weight1.shape[0])
         inputs1 = _inputs_buffer(buffers, "inputs1", genes, n_rows, capacity, weight1.shape[1], matmul_dtype)
         for sets, rows in pieces:
-            _linear_into(_part(z1, rows), _first_activation(set_part, gene_part, sets), *products[:2],
-                         _part(inputs1, rows))
+            _linear_into(
+                _part(z1, rows), _first_activation(set_part, gene_part, sets), *products[:2], _part(inputs1, rows)
+            )
         centred1, mean1, var1, invstd1 = weighted_statistics(z1, weights, eps[1], synchronize, in_place=True)
         z2 = _row_buffer(buffers, "centred2", genes, n_rows, capacity, weight2.shape[0])
         inputs2 = _inputs_buffer(buffers, "inputs2", genes, n_rows, capacity, weight2.shape[1], matmul_dtype)
         for _, rows in pieces:
-            _linear_into(_part(z2, rows), relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1),
-                         *products[2:], _part(inputs2, rows))
+            _linear_into(
+                _part(z2, rows),
+                relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1),
+                *products[2:],
+                _part(inputs2, rows),
+            )
         centred2, mean2, var2, invstd2 = weighted_statistics(z2, weights, eps[2], synchronize, in_place=True)
         # gene_out = (gamma2 * invstd2 * centred2 + beta2) . out_weight[g] + out_bias[g], in the rows' precision
         per_gene_weight, blocks2 = gamma2 * invstd2 * out_weight, blocks_of(centred2, n_sets)
         with torch.autocast(genes.device.type, enabled=False):
-            gene_out = torch.cat([torch.linalg.vecdot(_part(blocks2, sets), per_gene_weight, dim=-1)
-                                  for sets, _ in pieces]) if len(pieces) > 1 else (blocks2 * per_gene_weight).sum(-1)
+            gene_out = (
+                torch.cat([torch.linalg.vecdot(_part(blocks2, sets), per_gene_weight, dim=-1) for sets, _ in pieces])
+                if len(pieces) > 1
+                else (blocks2 * per_gene_weight).sum(-1)
+            )
         gene_out += torch.addmv(out_bias, out_weight, beta2)
         ctx.matmul_dtype = matmul_dtype
         ctx.synchronize, ctx.capacity, ctx.buffers, ctx.backward_done = synchronize, capacity, buffers, False
-        ctx.save_for_backward(genes_centred, shifts_centred, set_part, gene_part, shares, invstd0, scale0, weight1,
-                              centred1, invstd1, gamma1, beta1, weight2, centred2, invstd2, gamma2, beta2, out_weight,
-                              inputs1, inputs2)
+        ctx.save_for_backward(
+            genes_centred,
+            shifts_centred,
+            set_part,
+            gene_part,
+            shares,
+            invstd0,
+            scale0,
+            weight1,
+            centred1,
+            invstd1,
+            gamma1,
+            beta1,
+            weight2,
+            centred2,
+            invstd2,
+            gamma2,
+            beta2,
+            out_weight,
+            inputs1,
+            inputs2,
+        )
         statistics = (mean0, var0, mean1, var1, mean2, var2, cells)
         ctx.mark_non_differentiable(*statistics)
         return (gene_out, *statistics)
@@ -215,11 +294,33 @@ class _SetDecoder(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, *_):
         if ctx.backward_done:
-            raise RuntimeError("the fused GEARS decoder reuses its saved tensors in backward: backward through it "
-                               "can run once (no retain_graph)")
+            raise RuntimeError(
+                "the fused GEARS decoder reuses its saved tensors in backward: backward through it "
+                "can run once (no retain_graph)"
+            )
         ctx.backward_done = True
-        (genes_centred, shifts_centred, set_part, gene_part, share, invstd0, scale0, weight1, centred1, invstd1,
-         gamma1, beta1, weight2, centred2, invstd2, gamma2, beta2, out_weight, inputs1, inputs2) = ctx.saved_tensors
+        (
+            genes_centred,
+            shifts_centred,
+            set_part,
+            gene_part,
+            share,
+            invstd0,
+            scale0,
+            weight1,
+            centred1,
+            invstd1,
+            gamma1,
+            beta1,
+            weight2,
+            centred2,
+            invstd2,
+            gamma2,
+            beta2,
+            out_weight,
+            inputs1,
+            inputs2,
+        ) = ctx.saved_tensors
         synchronize, matmul_dtype = ctx.synchronize, ctx.matmul_dtype
         n_sets, n_genes = shifts_centred.shape[0], genes_centred.shape[0]
         pieces = _pieces(n_sets, n_genes, grad_out.device)
@@ -240,18 +341,36 @@ class _SetDecoder(torch.autograd.Function):
 
         # second Linear, then ReLU (its output kept, or recomputed a piece at a time) and bn1
         grad_a1 = _row_buffer(ctx.buffers, "grad_a1", centred1, len(centred1), ctx.capacity, centred1.shape[1])
-        grad_weight2 = _linear_backward(grad_z2, grad_a1, weight2, pieces, matmul_dtype, lambda sets, rows: (
-            _part(inputs2, rows) if inputs2 is not None else
-            relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1)))
+        grad_weight2 = _linear_backward(
+            grad_z2,
+            grad_a1,
+            weight2,
+            pieces,
+            matmul_dtype,
+            lambda sets, rows: (
+                _part(inputs2, rows)
+                if inputs2 is not None
+                else relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1)
+            ),
+        )
         grad_bias2 = first_dim_sum(grad_z2).to(weight2.dtype)
-        grad_z1, grad_gamma1, grad_beta1 = normalisation_backward(grad_a1, centred1, minus_shares, invstd1, gamma1,
-                                                                  synchronize, in_place=True)
+        grad_z1, grad_gamma1, grad_beta1 = normalisation_backward(
+            grad_a1, centred1, minus_shares, invstd1, gamma1, synchronize, in_place=True
+        )
         del grad_a1
 
         # first Linear, then ReLU and bn0 (through the gene and set tables); the gradient at
         # bn0's output goes where grad_z2 was
-        grad_weight1 = _linear_backward(grad_z1, grad_z2, weight1, pieces, matmul_dtype, lambda sets, rows: (
-            _part(inputs1, rows) if inputs1 is not None else _first_activation(set_part, gene_part, sets)))
+        grad_weight1 = _linear_backward(
+            grad_z1,
+            grad_z2,
+            weight1,
+            pieces,
+            matmul_dtype,
+            lambda sets, rows: (
+                _part(inputs1, rows) if inputs1 is not None else _first_activation(set_part, gene_part, sets)
+            ),
+        )
         grad_bias1 = first_dim_sum(grad_z1).to(weight1.dtype)
         grad_a0 = blocks_of(grad_z2, n_sets)
         over_sets, over_genes = grad_a0.sum(0), grad_a0.sum(1)  # G x H, S x H
@@ -263,13 +382,32 @@ class _SetDecoder(torch.autograd.Function):
         # on every rank, get the sum of the ranks' gradients.)
         slope = grad_gamma0 * invstd0
         grad_genes = scale0 * (over_sets - share.sum() * torch.addcmul(grad_beta0, slope, genes_centred))
-        grad_shifts = scale0 * torch.addcmul(over_genes, n_genes * minus_shares.view(-1, 1),
-                                             torch.addcmul(grad_beta0, slope, shifts_centred))
+        grad_shifts = scale0 * torch.addcmul(
+            over_genes, n_genes * minus_shares.view(-1, 1), torch.addcmul(grad_beta0, slope, shifts_centred)
+        )
         if ctx.buffers is not None:
             ctx.buffers.give_back()
-        return (grad_genes.to(ctx.input_dtypes[0]), grad_shifts.to(ctx.input_dtypes[1]), None, None, local_gamma0,
-                local_beta0, grad_weight1, grad_bias1, grad_gamma1, grad_beta1, grad_weight2, grad_bias2,
-                local_gamma2, local_beta2, grad_out_weight, grad_out_bias, None, None, None)
+        return (
+            grad_genes.to(ctx.input_dtypes[0]),
+            grad_shifts.to(ctx.input_dtypes[1]),
+            None,
+            None,
+            local_gamma0,
+            local_beta0,
+            grad_weight1,
+            grad_bias1,
+            grad_gamma1,
+            grad_beta1,
+            grad_weight2,
+            grad_bias2,
+            local_gamma2,
+            local_beta2,
+            grad_out_weight,
+            grad_out_bias,
+            None,
+            None,
+            None,
+        )
 
 
 def _linear_backward(grad, grad_input, weight, pieces, matmul_dtype, input_of):
@@ -288,8 +426,18 @@ def _linear_backward(grad, grad_input, weight, pieces, matmul_dtype, input_of):
     return total.to(weight.dtype)
 
 
-def decode_sets(genes, shifts, counts, n_cells: int, bn_pert_base, recovery_w, out_weight, out_bias,
-                synchronize: bool, buffers: RowBuffers | None = None):
+def decode_sets(
+    genes,
+    shifts,
+    counts,
+    n_cells: int,
+    bn_pert_base,
+    recovery_w,
+    out_weight,
+    out_bias,
+    synchronize: bool,
+    buffers: RowBuffers | None = None,
+):
     """Training-mode ``gene_out`` (S x G) of the per-set rows ``genes[g] + shifts[s]`` (see the
     module docstring) of a batch of ``n_cells`` cells (``counts.sum()``); updates the three
     BatchNorms' running statistics. ``buffers``: the row buffers kept between steps
@@ -299,12 +447,33 @@ def decode_sets(genes, shifts, counts, n_cells: int, bn_pert_base, recovery_w, o
     release), else the pass makes its own."""
     norm0, linear1, norm1, _, linear2, norm2 = bn_pert_base, *recovery_w.network
     # the CUDA runtime is asked about a capture last: never while torch.compile traces this
-    keep = (buffers is not None and torch.is_grad_enabled() and not torch.compiler.is_compiling()
-            and not (genes.device.type == "cuda" and torch.cuda.is_current_stream_capturing()))
+    keep = (
+        buffers is not None
+        and torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+        and not (genes.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    )
     gene_out, mean0, var0, mean1, var1, mean2, var2, cells = _SetDecoder.apply(
-        genes, shifts, counts, n_cells, norm0.weight, norm0.bias, linear1.weight, linear1.bias, norm1.weight, norm1.bias,
-        linear2.weight, linear2.bias, norm2.weight, norm2.bias, out_weight, out_bias, (norm0.eps, norm1.eps, norm2.eps),
-        synchronize, buffers.borrow() if keep else None)
+        genes,
+        shifts,
+        counts,
+        n_cells,
+        norm0.weight,
+        norm0.bias,
+        linear1.weight,
+        linear1.bias,
+        norm1.weight,
+        norm1.bias,
+        linear2.weight,
+        linear2.bias,
+        norm2.weight,
+        norm2.bias,
+        out_weight,
+        out_bias,
+        (norm0.eps, norm1.eps, norm2.eps),
+        synchronize,
+        buffers.borrow() if keep else None,
+    )
     rows_stood = cells * genes.shape[0] if synchronize else n_cells * genes.shape[0]
     update_running_statistics([norm0, norm1, norm2], [mean0, mean1, mean2], [var0, var1, var2], rows_stood)
     return gene_out

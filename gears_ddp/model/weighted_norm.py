@@ -12,6 +12,7 @@ full precision even under autocast), and the backward passes are written out
 (a few fused operations instead of autograd's chain). Rows that all stand for the same
 number of cells (the per-gene rows) need no weights: BatchNorm's own kernels normalise them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -103,7 +104,8 @@ class RowShares:
             return shares.mm(x)
         if self._per_row is None:
             self._per_row = self.shares.repeat_interleave(
-                self.rows_per_block, output_size=len(self.shares) * self.rows_per_block).view(1, -1)
+                self.rows_per_block, output_size=len(self.shares) * self.rows_per_block
+            ).view(1, -1)
         return (self._per_row if blocks is None else self._per_row[:, self._rows(blocks)]).mm(x)
 
     def sum_of_squares(self, x: torch.Tensor) -> torch.Tensor:
@@ -245,8 +247,9 @@ class _WeightedBatchNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *_):
         centred, shares, invstd, gamma = ctx.saved_tensors
-        grad_x, grad_gamma, grad_beta = normalisation_backward(grad, centred, minus_block_shares(shares), invstd,
-                                                               gamma, ctx.synchronize)
+        grad_x, grad_gamma, grad_beta = normalisation_backward(
+            grad, centred, minus_block_shares(shares), invstd, gamma, ctx.synchronize
+        )
         return grad_x.to(ctx.input_dtype), None, None, grad_gamma, grad_beta, None, None
 
 
@@ -279,8 +282,9 @@ class _WeightedBatchNormReluLinear(torch.autograd.Function):
         grad_bias = grad.sum(0).to(weight.dtype)
         grad_activated = relu_mask_(grad.mm(weight.to(ctx.matmul_dtype)).to(centred.dtype), activated)
         del activated
-        grad_x, grad_gamma, grad_beta = normalisation_backward(grad_activated, centred, minus_block_shares(shares),
-                                                               invstd, gamma, ctx.synchronize)
+        grad_x, grad_gamma, grad_beta = normalisation_backward(
+            grad_activated, centred, minus_block_shares(shares), invstd, gamma, ctx.synchronize
+        )
         return grad_x.to(ctx.input_dtype), None, None, grad_gamma, grad_beta, None, None, grad_weight, grad_bias
 
 
@@ -309,8 +313,9 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
         if isinstance(set_counts, int) and not self.synchronizing():
             return self._repeated_rows(x, set_counts)
         shares, rows_per_block, total = self._shares(x, set_counts)
-        out, mean, var = _WeightedBatchNorm.apply(x, shares, rows_per_block, self.weight, self.bias, self.eps,
-                                                  self.synchronizing())
+        out, mean, var = _WeightedBatchNorm.apply(
+            x, shares, rows_per_block, self.weight, self.bias, self.eps, self.synchronizing()
+        )
         update_running_statistics([self], [mean], [var], total)
         return out
 
@@ -321,7 +326,16 @@ class WeightedBatchNorm1d(nn.BatchNorm1d):
             return linear_function(F.relu(self(x, set_counts)), linear)
         shares, rows_per_block, total = self._shares(x, set_counts)
         out, mean, var = _WeightedBatchNormReluLinear.apply(
-            x, shares, rows_per_block, self.weight, self.bias, self.eps, self.synchronizing(), linear.weight, linear.bias)
+            x,
+            shares,
+            rows_per_block,
+            self.weight,
+            self.bias,
+            self.eps,
+            self.synchronizing(),
+            linear.weight,
+            linear.bias,
+        )
         update_running_statistics([self], [mean], [var], total)
         return out
 

@@ -8,13 +8,15 @@ conditions, the mean effect is the mean single-gene effect; the additive baselin
 gene without a single-gene effect in training exactly that; and a simulation split tests
 only genes not seen in training (docs/evaluation.md, the baselines).
 """
+
 from __future__ import annotations
 
 WHY_EQUAL = {
-    frozenset({"mean_effect", "additive"}):
-        "the training conditions hold no two-gene combination, so the mean effect is the mean single-gene "
-        "effect, which the additive baseline gives each gene not seen in training, and the test set holds "
-        "such genes only",
+    frozenset(
+        {"mean_effect", "additive"}
+    ): "the training conditions hold no two-gene combination, so the mean effect is the mean single-gene "
+    "effect, which the additive baseline gives each gene not seen in training, and the test set holds "
+    "such genes only",
 }
 
 
@@ -34,14 +36,19 @@ def equal_baseline_groups(baselines: dict[str, dict]) -> list[tuple[str, ...]]:
 
 def _equal(first: dict, second: dict) -> bool:
     return first.keys() == second.keys() and all(
-        first[key] == second[key] or (first[key] != first[key] and second[key] != second[key]) for key in first)
+        first[key] == second[key] or (first[key] != first[key] and second[key] != second[key]) for key in first
+    )
 
 
 def equal_baselines_notes(groups: list[tuple[str, ...]]) -> list[str]:
     """For each group of more than one baseline: that they predicted the same here, and why."""
-    return [f"{' and '.join(group)} predicted the same on this test set, so they are shown as one: "
-            + WHY_EQUAL.get(frozenset(group), "their test metrics are equal, every one") + "."
-            for group in groups if len(group) > 1]
+    return [
+        f"{' and '.join(group)} predicted the same on this test set, so they are shown as one: "
+        + WHY_EQUAL.get(frozenset(group), "their test metrics are equal, every one")
+        + "."
+        for group in groups
+        if len(group) > 1
+    ]
 
 
 def group_heading(group: tuple[str, ...]) -> str:

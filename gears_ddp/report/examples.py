@@ -7,6 +7,7 @@ hardest cases, then unseen singles), the one with the most cells in each, up to
 mean, every test cell's true expression and the mean prediction of the model and of the
 baselines at those genes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,14 @@ def pick_conditions(result: EvaluationResult, subgroups: dict | None, limit: int
     return picked[:limit]
 
 
-def prediction_examples(result: EvaluationResult, baselines: dict[str, EvaluationResult], cell_table, gene_names,
-                        control_mean: np.ndarray, subgroups: dict | None = None) -> list[dict]:
+def prediction_examples(
+    result: EvaluationResult,
+    baselines: dict[str, EvaluationResult],
+    cell_table,
+    gene_names,
+    control_mean: np.ndarray,
+    subgroups: dict | None = None,
+) -> list[dict]:
     """What ``report.plots.plot_predictions`` draws, for the conditions ``pick_conditions``
     chooses: condition, subgroup, gene names, control mean, the true expression of every
     cell of the condition (read from ``cell_table``), model and baseline means, all at the
@@ -47,10 +54,18 @@ def prediction_examples(result: EvaluationResult, baselines: dict[str, Evaluatio
         genes = result.non_dropout_de_idx[row]
         valid = genes >= 0
         positions = genes[valid]
-        cells = gene_values(cell_table.expression, cell_table.cells_of([result.conditions[row]]),
-                            torch.from_numpy(positions))
-        examples.append({"condition": result.conditions[row], "subgroup": subgroup,
-                         "genes": [str(gene_names[p]) for p in positions], "control": control_mean[positions],
-                         "truth_cells": cells, "model": result.pred_mean[row, positions],
-                         "baselines": {name: other.pred_mean[row, positions] for name, other in baselines.items()}})
+        cells = gene_values(
+            cell_table.expression, cell_table.cells_of([result.conditions[row]]), torch.from_numpy(positions)
+        )
+        examples.append(
+            {
+                "condition": result.conditions[row],
+                "subgroup": subgroup,
+                "genes": [str(gene_names[p]) for p in positions],
+                "control": control_mean[positions],
+                "truth_cells": cells,
+                "model": result.pred_mean[row, positions],
+                "baselines": {name: other.pred_mean[row, positions] for name, other in baselines.items()},
+            }
+        )
     return examples

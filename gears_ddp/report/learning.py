@@ -9,6 +9,7 @@ test perturbations (the report's ``verdicts``, never two means alone), and a war
 the model's predictions barely differ between perturbations (``evaluation.prediction_spread``).
 ``gears-ddp demo`` prints them and the run report page shows them.
 """
+
 from __future__ import annotations
 
 from gears_ddp.evaluation.prediction_spread import spread_warnings
@@ -30,8 +31,10 @@ def _comparison(report: dict, metric: str, baseline: str) -> str | None:
     values = f"{metric} {record['model']:.4g} against {compared['value']:.4g}"
     if compared["verdict"] == "n/a":
         return f"{values}: no verdict ({compared['reason']})"
-    return (f"{values}: {compared['verdict']} ({format_interval(compared['difference'], compared['low'], compared['high'])}"
-            f", won {compared['won']} of {compared['n']} perturbations)")
+    return (
+        f"{values}: {compared['verdict']} ({format_interval(compared['difference'], compared['low'], compared['high'])}"
+        f", won {compared['won']} of {compared['n']} perturbations)"
+    )
 
 
 def learning_checks(report: dict) -> list[str]:

@@ -16,6 +16,7 @@ Such a comparison is *not applicable*: neither a win nor a loss. The console tab
 run's ``report.json`` and page, and the replicates' summary show it as n/a with the reason
 given here, the one place that says which (baseline, metric) pairs these are.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -23,18 +24,23 @@ from typing import Iterable
 NOT_APPLICABLE = "not applicable"
 # (baseline, metric name prefix) -> why comparing GEARS with that baseline on those metrics is no verdict
 REASONS = {
-    ("no_change", "pearson_delta"):
-        "it predicts no change, so a correlation with the change is undefined (reported as 0)",
-    ("no_change", "frac_opposite_direction"):
-        "it predicts no change, so it never moves a gene the wrong way (0 by construction)",
+    (
+        "no_change",
+        "pearson_delta",
+    ): "it predicts no change, so a correlation with the change is undefined (reported as 0)",
+    (
+        "no_change",
+        "frac_opposite_direction",
+    ): "it predicts no change, so it never moves a gene the wrong way (0 by construction)",
 }
 
 
 def not_applicable_reason(baseline: str, metric: str) -> str | None:
     """Why comparing GEARS with ``baseline`` on ``metric`` (a name without prefix or
     subgroup) is no verdict; None when it is one."""
-    return next((reason for (name, prefix), reason in REASONS.items()
-                 if name == baseline and metric.startswith(prefix)), None)
+    return next(
+        (reason for (name, prefix), reason in REASONS.items() if name == baseline and metric.startswith(prefix)), None
+    )
 
 
 def not_applicable_notes(pairs: Iterable[tuple[str, str]]) -> list[str]:
@@ -49,4 +55,5 @@ def not_applicable_notes(pairs: Iterable[tuple[str, str]]) -> list[str]:
     if not metrics:
         return []
     return ["n/a: not a verdict, the baseline's value is fixed by how it predicts:"] + [
-        f"  {baseline} on {', '.join(names)}: {reason}" for (baseline, reason), names in metrics.items()]
+        f"  {baseline} on {', '.join(names)}: {reason}" for (baseline, reason), names in metrics.items()
+    ]

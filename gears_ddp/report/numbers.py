@@ -1,6 +1,7 @@
 """How the report writes a figure: a value, a signed difference with its interval, a mean
 ± sd, a duration. The console tables and both pages write them through these, so the same
 figure reads the same wherever it is shown."""
+
 from __future__ import annotations
 
 import math

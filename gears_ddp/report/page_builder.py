@@ -14,6 +14,7 @@ pictures are linked by their path relative to the page, so a run folder can be m
 copied whole. Every string taken from the data is HTML-escaped here or by the caller that
 builds a cell.
 """
+
 from __future__ import annotations
 
 from html import escape
@@ -47,24 +48,36 @@ figcaption { color: #555; }
 """
 
 
-def report_page(title: str, settings: dict, outcome: str, sections: Sequence[str], about: str = "",
-                below: str = "") -> str:
+def report_page(
+    title: str, settings: dict, outcome: str, sections: Sequence[str], about: str = "", below: str = ""
+) -> str:
     """A whole page: its title (``title: dataset``), the dataset and split followed by
     ``about``, the ``outcome`` in one line, ``below`` it, then ``sections`` (HTML; empty
     ones left out) and last the settings. ``about`` and ``below`` are HTML."""
     dataset = escape(str(settings.get("dataset_name", "unknown dataset")))
     split = (settings.get("split_config") or {}).get("split")
-    heading = (f"<h1>{escape(title)}: {dataset}</h1>\n"
-               f"<p>Dataset <b>{dataset}</b>{f', split <b>{escape(str(split))}</b>' if split else ''}{about}</p>\n"
-               f'<p class="outcome">{escape(outcome)}</p>' + (f"\n{below}" if below else ""))
+    heading = (
+        f"<h1>{escape(title)}: {dataset}</h1>\n"
+        f"<p>Dataset <b>{dataset}</b>{f', split <b>{escape(str(split))}</b>' if split else ''}{about}</p>\n"
+        f'<p class="outcome">{escape(outcome)}</p>' + (f"\n{below}" if below else "")
+    )
     body = [heading, *sections, settings_section(settings)]
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>{escape(title)}: {dataset}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-            + "\n".join(part for part in body if part) + "\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{escape(title)}: {dataset}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+        + "\n".join(part for part in body if part)
+        + "\n</body>\n</html>\n"
+    )
 
 
-def verdict_section(title: str, intro: str, verdicts: list, value_headings: Sequence[str],
-                    value_cells: Callable[[object], Sequence[str]], whole: str = SUBGROUP_NAMES[None]) -> str:
+def verdict_section(
+    title: str,
+    intro: str,
+    verdicts: list,
+    value_headings: Sequence[str],
+    value_cells: Callable[[object], Sequence[str]],
+    whole: str = SUBGROUP_NAMES[None],
+) -> str:
     """The test metrics table under the heading ``title`` and the ``intro`` (HTML): per
     verdict (a run's ``MetricVerdict`` or the replicates' ``ReplicateVerdict``), the metric
     and its meaning, its direction, the page's own cells (``value_cells(verdict)``, one
@@ -78,13 +91,17 @@ def verdict_section(title: str, intro: str, verdicts: list, value_headings: Sequ
             subgroup = verdict.subgroup
             name = (whole if subgroup is None else SUBGROUP_NAMES.get(subgroup, subgroup)).capitalize()
             rows.append(f'<tr class="subgroup"><th colspan="{columns}">{escape(str(name))}</th></tr>')
-        rows.append(f'<tr><td><b>{escape(verdict.metric)}</b><br>'
-                    f'<span class="meaning">{escape(MEANINGS.get(verdict.metric, ""))}</span></td>'
-                    f"<td>{escape(verdict.direction)}</td>" + "".join(value_cells(verdict))
-                    + f'<td class="{verdict_cue(verdict)}">{escape(verdict.summary)}</td></tr>')
-    return (f"<h2>{escape(title)}</h2>\n{intro}"
-            f"<table>\n<tr><th>metric</th><th>better</th>{header}<th>verdict</th></tr>\n"
-            + "\n".join(rows) + "\n</table>")
+        rows.append(
+            f"<tr><td><b>{escape(verdict.metric)}</b><br>"
+            f'<span class="meaning">{escape(MEANINGS.get(verdict.metric, ""))}</span></td>'
+            f"<td>{escape(verdict.direction)}</td>"
+            + "".join(value_cells(verdict))
+            + f'<td class="{verdict_cue(verdict)}">{escape(verdict.summary)}</td></tr>'
+        )
+    return (
+        f"<h2>{escape(title)}</h2>\n{intro}"
+        f"<table>\n<tr><th>metric</th><th>better</th>{header}<th>verdict</th></tr>\n" + "\n".join(rows) + "\n</table>"
+    )
 
 
 def verdict_cue(verdict) -> str:
@@ -103,8 +120,11 @@ def not_applicable_cell(reason: str) -> str:
 def pictures_section(title: str, figures: Sequence[tuple[str, str, str]]) -> str:
     """Each picture, given as ``(path relative to the page, alt text, caption)``, under the
     heading ``title``."""
-    shown = [f'<figure><img src="{escape(Path(relative).as_posix())}" alt="{escape(alt)}">'
-             f"<figcaption>{escape(caption)}</figcaption></figure>" for relative, alt, caption in figures]
+    shown = [
+        f'<figure><img src="{escape(Path(relative).as_posix())}" alt="{escape(alt)}">'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
+        for relative, alt, caption in figures
+    ]
     return f"<h2>{escape(title)}</h2>\n" + ("\n".join(shown) if shown else "<p>No pictures were drawn.</p>")
 
 
@@ -112,11 +132,15 @@ def settings_section(settings: dict) -> str:
     """The run's configuration, one row per setting, nested keys dotted as ``--set`` writes them."""
     if not settings:
         return "<h2>Settings</h2>\n<p>The run's settings were not recorded (no config.yaml).</p>"
-    rows = [f"<tr><td><code>{escape(key)}</code></td><td>{escape(value)}</td></tr>"
-            for key, value in flatten_settings(settings)]
-    return ("<h2>Settings</h2>\n<p>Each setting as <code>gears-ddp train --set key=value</code> names it; "
-            "<code>config.yaml</code> in this folder repeats the run.</p>\n"
-            "<table>\n<tr><th>setting</th><th>value</th></tr>\n" + "\n".join(rows) + "\n</table>")
+    rows = [
+        f"<tr><td><code>{escape(key)}</code></td><td>{escape(value)}</td></tr>"
+        for key, value in flatten_settings(settings)
+    ]
+    return (
+        "<h2>Settings</h2>\n<p>Each setting as <code>gears-ddp train --set key=value</code> names it; "
+        "<code>config.yaml</code> in this folder repeats the run.</p>\n"
+        "<table>\n<tr><th>setting</th><th>value</th></tr>\n" + "\n".join(rows) + "\n</table>"
+    )
 
 
 def flatten_settings(settings: dict, prefix: str = "") -> list[tuple[str, str]]:

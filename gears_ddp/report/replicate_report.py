@@ -14,16 +14,18 @@ folder lies below it):
 
 ``replicates`` describes each replicate as plain data: ``name``, ``seed``, ``split_seed``,
 ``folder`` (its run folder), ``status`` (``'finished'``, ``'failed'``, ``'interrupted'`` or
-``'not started'``), ``error`` and ``seconds`` (its wall time, None when it did not run now); ``reports`` holds the run report of each finished one.
+``'not started'``), ``error`` and ``seconds`` (its wall time, None when it did not run now); ``reports`` holds the
+run report of each finished one.
 """
+
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
 from gears_ddp.data.io import atomic_path
-from gears_ddp.report.replicate_page import render_replicate_page
 from gears_ddp.evaluation.paired_bootstrap import INTERVAL_METHOD
+from gears_ddp.report.replicate_page import render_replicate_page
 from gears_ddp.report.replicate_summary import GEARS, ReplicateVerdict, summarise_replicates, summary_records
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE, write_json
 from gears_ddp.report.verdicts import SUBGROUP_METRICS, SUBGROUP_NAMES, shown_subgroups, whole_test_set_name
@@ -42,10 +44,18 @@ def write_replicate_report(folder, settings: dict, replicates: list[dict], repor
 
     folder = Path(folder)
     verdicts = summarise_replicates(reports)
-    write_json(folder / REPORT_FILE, {"interval_method": INTERVAL_METHOD, "replicates": replicates,
-                                      "finished": len(reports), "metrics": summary_records(verdicts)})
-    write_replicate_table(folder / TABLE_FILE, [r for name in reports for r in replicates if r["name"] == name],
-                          verdicts)
+    write_json(
+        folder / REPORT_FILE,
+        {
+            "interval_method": INTERVAL_METHOD,
+            "replicates": replicates,
+            "finished": len(reports),
+            "metrics": summary_records(verdicts),
+        },
+    )
+    write_replicate_table(
+        folder / TABLE_FILE, [r for name in reports for r in replicates if r["name"] == name], verdicts
+    )
     models = {key: value for report in reports.values() for key, value in report.get("model", {}).items()}
     shown = [verdict for verdict in verdicts if verdict.subgroup in (None, *shown_subgroups(models))]
     whole = whole_test_set_name(models)
@@ -58,14 +68,21 @@ def write_replicate_report(folder, settings: dict, replicates: list[dict], repor
         name = whole if subgroup is None else SUBGROUP_NAMES.get(subgroup, subgroup)
         title = f"GEARS against each baseline over the replicates and their test perturbations: {name}"
         relative = f"{PICTURE_FOLDER}/differences_{subgroup or 'all'}.png"
-        plot_intervals([(v.metric, v.higher_is_better, v.differences) for v in shown
-                        if v.subgroup == subgroup and (subgroup is None or v.metric in SUBGROUP_METRICS)],
-                       title, folder / relative)
+        plot_intervals(
+            [
+                (v.metric, v.higher_is_better, v.differences)
+                for v in shown
+                if v.subgroup == subgroup and (subgroup is None or v.metric in SUBGROUP_METRICS)
+            ],
+            title,
+            folder / relative,
+        )
         pictures[title] = relative
     page = folder / PAGE_FILE
     with atomic_path(page) as tmp:
-        Path(tmp).write_text(render_replicate_page(settings, replicates, shown, pictures, folder, whole),
-                             encoding="utf-8")
+        Path(tmp).write_text(
+            render_replicate_page(settings, replicates, shown, pictures, folder, whole), encoding="utf-8"
+        )
     return page
 
 
@@ -78,9 +95,18 @@ def write_replicate_table(path, finished: list[dict], verdicts: list[ReplicateVe
         for verdict in verdicts:
             for method, spread in {GEARS: verdict.gears, **verdict.baselines}.items():
                 for replicate, value in zip(finished, spread.values):
-                    writer.writerow([replicate["name"], replicate["seed"], replicate["split_seed"],
-                                     verdict.subgroup or "all", verdict.metric, method, value,
-                                     verdict.higher_is_better])
+                    writer.writerow(
+                        [
+                            replicate["name"],
+                            replicate["seed"],
+                            replicate["split_seed"],
+                            verdict.subgroup or "all",
+                            verdict.metric,
+                            method,
+                            value,
+                            verdict.higher_is_better,
+                        ]
+                    )
     return Path(path)
 
 

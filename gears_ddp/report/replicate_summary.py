@@ -14,6 +14,7 @@ when wholly below, "no clear difference" when it holds 0; n/a, with the reason, 
 is no interval (a comparison ``not_applicable`` rules out, fewer than 3 perturbations,
 reports without per-perturbation values).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,11 +25,23 @@ import numpy as np
 from gears_ddp.evaluation.paired_bootstrap import LOSES, NOT_APPLICABLE, PairedComparison
 from gears_ddp.report.not_applicable import not_applicable_notes, not_applicable_reason
 from gears_ddp.report.numbers import format_interval, format_mean_sd
-from gears_ddp.report.verdicts import (GEARS, HEADLINE_METRICS, READING, SUBGROUPS, beats_every_baseline,
-                                       comparison_summary, direction_words, higher_is_better, metric_key,
-                                       paired_comparisons, summary_value)
+from gears_ddp.report.verdicts import (
+    GEARS,
+    HEADLINE_METRICS,
+    READING,
+    SUBGROUPS,
+    beats_every_baseline,
+    comparison_summary,
+    direction_words,
+    higher_is_better,
+    metric_key,
+    paired_comparisons,
+    summary_value,
+)
 
 CONFIDENCE = 0.95
+
+
 @dataclass
 class Spread:
     """One method's values of one metric, one per replicate (NaN where missing)."""
@@ -124,27 +137,36 @@ def _float_or_array(values: np.ndarray) -> float | np.ndarray:
     return float(values) if values.ndim == 0 else values
 
 
-def summarise_replicates(reports: dict[str, dict], metrics=HEADLINE_METRICS,
-                         subgroups=(None, *SUBGROUPS)) -> list[ReplicateVerdict]:
+def summarise_replicates(
+    reports: dict[str, dict], metrics=HEADLINE_METRICS, subgroups=(None, *SUBGROUPS)
+) -> list[ReplicateVerdict]:
     """One ``ReplicateVerdict`` for each (subgroup, metric) some replicate's model summary
     has, in the order given. ``reports`` maps each replicate's name to its run report
     (``'model'`` and ``'baselines'`` test summaries and ``'per_perturbation'`` values); the
     values keep the mapping's order."""
     runs = list(reports.values())
     baseline_names = list(dict.fromkeys(name for report in runs for name in report.get("baselines", {})))
-    keys = [(subgroup, metric) for subgroup in subgroups for metric in metrics
-            if any(metric_key(metric, subgroup) in report.get("model", {}) for report in runs)]
-    comparisons = paired_comparisons(runs, [(subgroup, metric, name) for subgroup, metric in keys
-                                            for name in baseline_names])
+    keys = [
+        (subgroup, metric)
+        for subgroup in subgroups
+        for metric in metrics
+        if any(metric_key(metric, subgroup) in report.get("model", {}) for report in runs)
+    ]
+    comparisons = paired_comparisons(
+        runs, [(subgroup, metric, name) for subgroup, metric in keys for name in baseline_names]
+    )
     verdicts = []
     for subgroup, metric in keys:
         key = metric_key(metric, subgroup)
         gears = Spread([summary_value(report.get("model", {}), key) for report in runs])
-        baselines = {name: Spread([summary_value(report.get("baselines", {}).get(name, {}), key) for report in runs])
-                     for name in baseline_names}
+        baselines = {
+            name: Spread([summary_value(report.get("baselines", {}).get(name, {}), key) for report in runs])
+            for name in baseline_names
+        }
         differences = {name: comparisons[(subgroup, metric, name)] for name in baseline_names}
-        verdicts.append(ReplicateVerdict(key, subgroup, metric, higher_is_better(metric), gears, baselines,
-                                         differences))
+        verdicts.append(
+            ReplicateVerdict(key, subgroup, metric, higher_is_better(metric), gears, baselines, differences)
+        )
     return verdicts
 
 
@@ -160,19 +182,36 @@ def summary_records(verdicts: list[ReplicateVerdict]) -> list[dict]:
         methods = {GEARS: verdict.gears, **verdict.baselines}
         differences = {}
         for name, comparison in verdict.differences.items():
-            raw = [a - b for a, b in zip(verdict.gears.values, verdict.baselines[name].values)
-                   if math.isfinite(a) and math.isfinite(b)]
-            ends = (comparison.low, comparison.high) if verdict.higher_is_better else \
-                (-comparison.high, -comparison.low)
-            differences[name] = {**comparison.record(), "gears_minus_baseline": raw,
-                                 "mean": float(np.mean(raw)) if raw else math.nan,
-                                 "sd": standard_deviation(raw), "ci_low": ends[0], "ci_high": ends[1]}
-        records.append({
-            "key": verdict.key, "subgroup": verdict.subgroup, "metric": verdict.metric,
-            "higher_is_better": verdict.higher_is_better,
-            "methods": {name: {"values": spread.values, "n": spread.n, "mean": spread.mean, "sd": spread.sd}
-                        for name, spread in methods.items()},
-            "differences": differences, "summary": verdict.summary})
+            raw = [
+                a - b
+                for a, b in zip(verdict.gears.values, verdict.baselines[name].values)
+                if math.isfinite(a) and math.isfinite(b)
+            ]
+            ends = (
+                (comparison.low, comparison.high) if verdict.higher_is_better else (-comparison.high, -comparison.low)
+            )
+            differences[name] = {
+                **comparison.record(),
+                "gears_minus_baseline": raw,
+                "mean": float(np.mean(raw)) if raw else math.nan,
+                "sd": standard_deviation(raw),
+                "ci_low": ends[0],
+                "ci_high": ends[1],
+            }
+        records.append(
+            {
+                "key": verdict.key,
+                "subgroup": verdict.subgroup,
+                "metric": verdict.metric,
+                "higher_is_better": verdict.higher_is_better,
+                "methods": {
+                    name: {"values": spread.values, "n": spread.n, "mean": spread.mean, "sd": spread.sd}
+                    for name, spread in methods.items()
+                },
+                "differences": differences,
+                "summary": verdict.summary,
+            }
+        )
     return records
 
 
@@ -187,21 +226,35 @@ def replicate_table(records: list[dict]) -> str:
     rows = [header]
     for record in records:
         gears = record["methods"][GEARS]
-        row = [f"{record['subgroup'] + ': ' if record['subgroup'] else ''}{record['metric']}",
-               "higher" if record["higher_is_better"] else "lower",
-               format_mean_sd(gears["mean"], gears["sd"], gears["n"])]
+        row = [
+            f"{record['subgroup'] + ': ' if record['subgroup'] else ''}{record['metric']}",
+            "higher" if record["higher_is_better"] else "lower",
+            format_mean_sd(gears["mean"], gears["sd"], gears["n"]),
+        ]
         for name in names:
             d = record["differences"][name]
-            row.append("n/a" if d["verdict"] == NOT_APPLICABLE else
-                       f"{format_interval(d['difference'], d['low'], d['high'])} {d['won']}/{d['n']} "
-                       f"{d['verdict']}")
+            row.append(
+                "n/a"
+                if d["verdict"] == NOT_APPLICABLE
+                else f"{format_interval(d['difference'], d['low'], d['high'])} {d['won']}/{d['n']} {d['verdict']}"
+            )
         rows.append(row)
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    notes = not_applicable_notes((name, record["metric"]) for record in records
-                                 for name, d in record["differences"].items()
-                                 if d["verdict"] == NOT_APPLICABLE and not_applicable_reason(name, record["metric"]))
-    others = dict.fromkeys(d["reason"] for record in records for name, d in record["differences"].items()
-                           if d["verdict"] == NOT_APPLICABLE and not not_applicable_reason(name, record["metric"]))
-    return "\n".join(["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-                     + [READING.replace("over the test perturbations", "over the replicates and their test "
-                                        "perturbations")] + notes + [f"n/a: {reason}" for reason in others])
+    notes = not_applicable_notes(
+        (name, record["metric"])
+        for record in records
+        for name, d in record["differences"].items()
+        if d["verdict"] == NOT_APPLICABLE and not_applicable_reason(name, record["metric"])
+    )
+    others = dict.fromkeys(
+        d["reason"]
+        for record in records
+        for name, d in record["differences"].items()
+        if d["verdict"] == NOT_APPLICABLE and not not_applicable_reason(name, record["metric"])
+    )
+    return "\n".join(
+        ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+        + [READING.replace("over the test perturbations", "over the replicates and their test perturbations")]
+        + notes
+        + [f"n/a: {reason}" for reason in others]
+    )

@@ -13,6 +13,7 @@
   the paired differences with their intervals (one forest plot per test subgroup),
   predicted against true changes, and one page that shows them with the run's settings.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,13 @@ from gears_ddp.data.io import atomic_path
 from gears_ddp.evaluation.paired_bootstrap import NOT_APPLICABLE
 from gears_ddp.report.equal_baselines import equal_baseline_groups, group_heading
 from gears_ddp.report.page import write_report_page
-from gears_ddp.report.verdicts import SUBGROUP_METRICS, SUBGROUP_NAMES, report_verdicts, shown_subgroups, \
-    whole_test_set_name
+from gears_ddp.report.verdicts import (
+    SUBGROUP_METRICS,
+    SUBGROUP_NAMES,
+    report_verdicts,
+    shown_subgroups,
+    whole_test_set_name,
+)
 from gears_ddp.runtime.phase_clock import PhaseClock
 
 CONFIG_FILE = "config.yaml"
@@ -38,8 +44,11 @@ METRICS_FILE = "metrics.csv"
 LOG_FILE = "train.log"
 REPORT_FILE = "report.json"
 PAGE_FILE = "report.html"
-PICTURES = {"Training": "plots/training_curves.png", "Test metrics beside the baselines": "plots/test_metrics.png",
-            "Predicted and true change at the top DE genes": "plots/predictions.png"}
+PICTURES = {
+    "Training": "plots/training_curves.png",
+    "Test metrics beside the baselines": "plots/test_metrics.png",
+    "Predicted and true change at the top DE genes": "plots/predictions.png",
+}
 INTERVALS_PICTURE = "plots/differences_{}.png"  # per test subgroup ('all': all test conditions)
 
 
@@ -125,10 +134,19 @@ def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClo
             for subgroup in dict.fromkeys(verdict.subgroup for verdict in verdicts):
                 name = whole_test_set_name(report["model"]) if subgroup is None else SUBGROUP_NAMES.get(subgroup)
                 title = f"GEARS against each baseline, perturbation by perturbation: {name}"
-                rows = [(v.metric, v.higher_is_better,
-                         {group_heading(group): v.comparisons[group[0]] for group in groups
-                          if group[0] in v.comparisons}) for v in verdicts
-                        if v.subgroup == subgroup and (subgroup is None or v.metric in SUBGROUP_METRICS)]
+                rows = [
+                    (
+                        v.metric,
+                        v.higher_is_better,
+                        {
+                            group_heading(group): v.comparisons[group[0]]
+                            for group in groups
+                            if group[0] in v.comparisons
+                        },
+                    )
+                    for v in verdicts
+                    if v.subgroup == subgroup and (subgroup is None or v.metric in SUBGROUP_METRICS)
+                ]
                 if not any(c.verdict != NOT_APPLICABLE for _, _, comparisons in rows for c in comparisons.values()):
                     continue  # no interval to draw (fewer than 3 perturbations): the table says why
                 relative = INTERVALS_PICTURE.format(subgroup or "all")

@@ -11,6 +11,7 @@ page and its plots share them. A comparison without an interval (``not_applicabl
 few perturbations, a metric that is one number for the whole test set) is neither a win
 nor a loss.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,24 +19,45 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NO_CLEAR, NOT_APPLICABLE, PairedComparison, \
-    compare_paired
+from gears_ddp.evaluation.paired_bootstrap import (
+    BEATS,
+    LOSES,
+    NO_CLEAR,
+    NOT_APPLICABLE,
+    PairedComparison,
+    compare_paired,
+)
 from gears_ddp.report.equal_baselines import equal_baseline_groups, equal_baselines_notes, group_heading
 from gears_ddp.report.not_applicable import not_applicable_notes, not_applicable_reason
 from gears_ddp.report.numbers import format_comparison
 
 SUBGROUPS = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")
-SUBGROUP_NAMES = {None: "all test conditions",  # the simulation split's test subgroups, in words
-                  "combo_seen0": "two-gene combinations, neither gene seen in training",
-                  "combo_seen1": "two-gene combinations, one gene seen in training",
-                  "combo_seen2": "two-gene combinations, both genes seen in training",
-                  "unseen_single": "single genes not seen in training"}
+SUBGROUP_NAMES = {
+    None: "all test conditions",  # the simulation split's test subgroups, in words
+    "combo_seen0": "two-gene combinations, neither gene seen in training",
+    "combo_seen1": "two-gene combinations, one gene seen in training",
+    "combo_seen2": "two-gene combinations, both genes seen in training",
+    "unseen_single": "single genes not seen in training",
+}
 # the metrics shown by default: the reference's logged test summary and its overall metrics
-HEADLINE_METRICS = ("pearson_delta", "mse_de", "pearson_delta_de", "mse", "pearson",
-                    "frac_opposite_direction_top20_non_dropout", "mse_top20_de_non_dropout")
+HEADLINE_METRICS = (
+    "pearson_delta",
+    "mse_de",
+    "pearson_delta_de",
+    "mse",
+    "pearson",
+    "frac_opposite_direction_top20_non_dropout",
+    "mse_top20_de_non_dropout",
+)
 SUBGROUP_METRICS = ("pearson_delta", "mse_de")  # what the console and the pictures show per subgroup
-LOWER_IS_BETTER_PREFIXES = ("mse", "frac_opposite_direction", "frac_0/1_direction", "fold_change_gap", "mean_sigma",
-                            "std_sigma")
+LOWER_IS_BETTER_PREFIXES = (
+    "mse",
+    "frac_opposite_direction",
+    "frac_0/1_direction",
+    "fold_change_gap",
+    "mean_sigma",
+    "std_sigma",
+)
 MEANINGS = {
     "pearson_delta": "correlation of predicted and true change over control, all genes",
     "pearson_delta_de": "correlation of predicted and true change over control, top 20 DE genes",
@@ -68,14 +90,16 @@ def summary_value(summary: dict, key: str) -> float:
 
 GEARS = "GEARS"
 ONE_NUMBER = "one number for the whole test set, not one per perturbation: no interval"
-NO_PER_PERTURBATION = ("the report holds no per-perturbation values (written before verdicts had intervals): no "
-                       "interval")
-READING = ("difference: GEARS minus the baseline, signed so that + favours GEARS, with its 95% interval over the test "
-           "perturbations (docs/evaluation.md, reading a verdict); won: the perturbations where GEARS did better")
+NO_PER_PERTURBATION = "the report holds no per-perturbation values (written before verdicts had intervals): no interval"
+READING = (
+    "difference: GEARS minus the baseline, signed so that + favours GEARS, with its 95% interval over the test "
+    "perturbations (docs/evaluation.md, reading a verdict); won: the perturbations where GEARS did better"
+)
 
 
-def per_perturbation_record(conditions, subgroups: dict | None, per_condition: dict[str, dict],
-                            metrics=HEADLINE_METRICS) -> dict:
+def per_perturbation_record(
+    conditions, subgroups: dict | None, per_condition: dict[str, dict], metrics=HEADLINE_METRICS
+) -> dict:
     """The per-perturbation values a report keeps, from which every verdict is derived:
     ``conditions`` (the test perturbations, control left out), ``subgroups`` (each
     subgroup's conditions) and ``values`` (method -> metric -> one value per condition, NaN
@@ -84,16 +108,22 @@ def per_perturbation_record(conditions, subgroups: dict | None, per_condition: d
     conditions = [condition for condition in conditions if condition != "ctrl"]
     values = {}
     for method, by_condition in per_condition.items():
-        values[method] = {metric: [float(by_condition.get(c, {}).get(metric, math.nan)) for c in conditions]
-                          for metric in metrics if any(metric in by_condition.get(c, {}) for c in conditions)}
+        values[method] = {
+            metric: [float(by_condition.get(c, {}).get(metric, math.nan)) for c in conditions]
+            for metric in metrics
+            if any(metric in by_condition.get(c, {}) for c in conditions)
+        }
     chosen = set(conditions)
-    return {"conditions": conditions,
-            "subgroups": {name: [c for c in members if c in chosen] for name, members in (subgroups or {}).items()},
-            "values": values}
+    return {
+        "conditions": conditions,
+        "subgroups": {name: [c for c in members if c in chosen] for name, members in (subgroups or {}).items()},
+        "values": values,
+    }
 
 
-def paired_comparisons(reports: list[dict], wanted: list[tuple[str | None, str, str]]
-                       ) -> dict[tuple[str | None, str, str], PairedComparison]:
+def paired_comparisons(
+    reports: list[dict], wanted: list[tuple[str | None, str, str]]
+) -> dict[tuple[str | None, str, str], PairedComparison]:
     """The ``PairedComparison`` of each ``(subgroup, metric, baseline)`` of ``wanted``, from
     the per-perturbation values of ``reports`` (one run's report, or each replicate's):
     their perturbations aligned by name (a replicate that did not test one leaves a gap)
@@ -105,31 +135,21 @@ def paired_comparisons(reports: list[dict], wanted: list[tuple[str | None, str, 
     for subgroup in dict.fromkeys(subgroup for subgroup, _, _ in wanted):
         chosen = [(metric, name) for group, metric, name in wanted if group == subgroup]
         if any(record is None for record in records):
-            out.update({(subgroup, metric, name): _not_applicable(NO_PER_PERTURBATION, len(reports))
-                        for metric, name in chosen})
+            out.update(
+                {
+                    (subgroup, metric, name): _not_applicable(NO_PER_PERTURBATION, len(reports))
+                    for metric, name in chosen
+                }
+            )
             continue
-        members = [record["conditions"] if subgroup is None else record["subgroups"].get(subgroup, [])
-                   for record in records]
-        conditions = list(dict.fromkeys(c for listed in members for c in listed))
-        position = {condition: index for index, condition in enumerate(conditions)}
-
-        def grid(method: str, metric: str) -> np.ndarray | None:
-            values = np.full((len(records), len(conditions)), np.nan)
-            found = False
-            for row, record in enumerate(records):
-                column = record["values"].get(method, {}).get(metric)
-                if column is None:
-                    continue
-                found = True
-                index = {c: i for i, c in enumerate(record["conditions"])}
-                for condition in (record["conditions"] if subgroup is None else record["subgroups"].get(subgroup, [])):
-                    value = column[index[condition]]
-                    values[row, position[condition]] = math.nan if value is None else value
-            return values if found else None
-
+        members = [_members(record, subgroup) for record in records]
+        position = {condition: index for index, condition in enumerate(dict.fromkeys(c for m in members for c in m))}
         stacked, keys, reasons, higher = [], [], [], []
         for metric, name in chosen:
-            model, baseline = grid(GEARS, metric), grid(name, metric)
+            model, baseline = (
+                _grid(records, members, position, GEARS, metric),
+                _grid(records, members, position, name, metric),
+            )
             if model is None or baseline is None:
                 out[(subgroup, metric, name)] = _not_applicable(ONE_NUMBER, len(reports))
                 continue
@@ -138,10 +158,35 @@ def paired_comparisons(reports: list[dict], wanted: list[tuple[str | None, str, 
             reasons.append(not_applicable_reason(name, metric))
             higher.append(higher_is_better(metric))
         if stacked:
-            compared = compare_paired(np.stack([m for m, _ in stacked]), np.stack([b for _, b in stacked]), higher,
-                                      reasons)
+            compared = compare_paired(
+                np.stack([m for m, _ in stacked]), np.stack([b for _, b in stacked]), higher, reasons
+            )
             out.update(zip(keys, compared))
     return out
+
+
+def _members(record: dict, subgroup: str | None) -> list[str]:
+    """The perturbations of ``subgroup`` (None: all) that a run's record tested."""
+    return record["conditions"] if subgroup is None else record["subgroups"].get(subgroup, [])
+
+
+def _grid(
+    records: list[dict], members: list[list[str]], position: dict[str, int], method: str, metric: str
+) -> np.ndarray | None:
+    """``method``'s ``metric`` per run (rows) and perturbation (columns, at ``position``) over
+    each run's ``members``; NaN where a run did not test one; None when no run has it."""
+    values = np.full((len(records), len(position)), np.nan)
+    found = False
+    for row, (record, tested) in enumerate(zip(records, members)):
+        column = record["values"].get(method, {}).get(metric)
+        if column is None:
+            continue
+        found = True
+        index = {c: i for i, c in enumerate(record["conditions"])}
+        for condition in tested:
+            value = column[index[condition]]
+            values[row, position[condition]] = math.nan if value is None else value
+    return values if found else None
 
 
 def _not_applicable(reason: str, replicates: int) -> PairedComparison:
@@ -210,23 +255,41 @@ class MetricVerdict:
         return comparison_summary(self.comparisons)
 
 
-def compare(report: dict, metrics=HEADLINE_METRICS, subgroups=(None, *SUBGROUPS),
-            prefix: str = "test_") -> list[MetricVerdict]:
+def compare(
+    report: dict, metrics=HEADLINE_METRICS, subgroups=(None, *SUBGROUPS), prefix: str = "test_"
+) -> list[MetricVerdict]:
     """A verdict for each (subgroup, metric) the report's model summary has, in the order
     given, each baseline's from the paired per-perturbation comparison
     (``paired_comparisons``); never from the two means alone."""
     model, baselines = report["model"], report.get("baselines", {})
-    keys = [(subgroup, metric) for subgroup in subgroups for metric in metrics
-            if metric_key(metric, subgroup, prefix) in model]
-    wanted = [(subgroup, metric, name) for subgroup, metric in keys for name, summary in baselines.items()
-              if metric_key(metric, subgroup, prefix) in summary]
+    keys = [
+        (subgroup, metric)
+        for subgroup in subgroups
+        for metric in metrics
+        if metric_key(metric, subgroup, prefix) in model
+    ]
+    wanted = [
+        (subgroup, metric, name)
+        for subgroup, metric in keys
+        for name, summary in baselines.items()
+        if metric_key(metric, subgroup, prefix) in summary
+    ]
     comparisons = paired_comparisons([report], wanted)
     verdicts = []
     for subgroup, metric in keys:
         key = metric_key(metric, subgroup, prefix)
         values = {name: summary_value(summary, key) for name, summary in baselines.items() if key in summary}
-        verdicts.append(MetricVerdict(key, subgroup, metric, higher_is_better(metric), summary_value(model, key),
-                                      values, {name: comparisons[(subgroup, metric, name)] for name in values}))
+        verdicts.append(
+            MetricVerdict(
+                key,
+                subgroup,
+                metric,
+                higher_is_better(metric),
+                summary_value(model, key),
+                values,
+                {name: comparisons[(subgroup, metric, name)] for name in values},
+            )
+        )
     return verdicts
 
 
@@ -235,17 +298,30 @@ def report_verdicts(report: dict, subgroups=(None, *SUBGROUPS)) -> list[MetricVe
     computes them once, when it scores its test set; the page and its pictures show the very
     same), else computed from its per-perturbation values (``compare``)."""
     records = report.get("verdicts") or []
-    if not records or any("verdict" not in compared for record in records
-                          for compared in record["baselines"].values()):
+    if not records or any("verdict" not in compared for record in records for compared in record["baselines"].values()):
         return compare(report, subgroups=subgroups)
     fields = PairedComparison.__dataclass_fields__
-    return [MetricVerdict(record["key"], record["subgroup"], record["metric"], record["higher_is_better"],
-                          _number(record["model"]),
-                          {name: _number(compared["value"]) for name, compared in record["baselines"].items()},
-                          {name: PairedComparison(**{key: _number(compared[key]) if key in ("difference", "low", "high")
-                                                     else compared[key] for key in fields})
-                           for name, compared in record["baselines"].items()})
-            for record in records if record["subgroup"] in subgroups]
+    return [
+        MetricVerdict(
+            record["key"],
+            record["subgroup"],
+            record["metric"],
+            record["higher_is_better"],
+            _number(record["model"]),
+            {name: _number(compared["value"]) for name, compared in record["baselines"].items()},
+            {
+                name: PairedComparison(
+                    **{
+                        key: _number(compared[key]) if key in ("difference", "low", "high") else compared[key]
+                        for key in fields
+                    }
+                )
+                for name, compared in record["baselines"].items()
+            },
+        )
+        for record in records
+        if record["subgroup"] in subgroups
+    ]
 
 
 def _number(value) -> float:
@@ -263,9 +339,9 @@ def summary_verdicts(verdicts: list[MetricVerdict], model: dict) -> list[MetricV
     test conditions, then ``pearson_delta`` and ``mse_de`` per subgroup that differs from
     them (``shown_subgroups`` of the model's summary)."""
     shown = shown_subgroups(model)
-    return ([v for v in verdicts if v.subgroup is None]
-            + [v for subgroup in shown for v in verdicts
-               if v.subgroup == subgroup and v.metric in SUBGROUP_METRICS])
+    return [v for v in verdicts if v.subgroup is None] + [
+        v for subgroup in shown for v in verdicts if v.subgroup == subgroup and v.metric in SUBGROUP_METRICS
+    ]
 
 
 def shown_subgroups(model: dict, prefix: str = "test_") -> tuple[str, ...]:
@@ -287,8 +363,9 @@ def whole_test_set_name(model: dict, prefix: str = "test_") -> str:
 
 def _present_subgroups(model: dict, prefix: str) -> tuple[str, ...]:
     """The subgroups (in ``SUBGROUPS`` order) that the summary ``model`` has a metric of."""
-    return tuple(subgroup for subgroup in SUBGROUPS
-                 if any(key.startswith(metric_key("", subgroup, prefix)) for key in model))
+    return tuple(
+        subgroup for subgroup in SUBGROUPS if any(key.startswith(metric_key("", subgroup, prefix)) for key in model)
+    )
 
 
 def verdict_table(verdicts: list[MetricVerdict]) -> str:
@@ -309,22 +386,39 @@ def verdict_table(verdicts: list[MetricVerdict]) -> str:
             if name not in v.comparisons:
                 continue
             comparison = v.comparisons[name]
-            rows.append([label if first else "", ("higher" if v.higher_is_better else "lower") if first else "",
-                         f"{v.model:.4f}" if first else "", heading,
-                         "n/a" if not_applicable_reason(name, v.metric) else f"{v.baselines[name]:.4f}",
-                         format_comparison(comparison), comparison.verdict])
+            rows.append(
+                [
+                    label if first else "",
+                    ("higher" if v.higher_is_better else "lower") if first else "",
+                    f"{v.model:.4f}" if first else "",
+                    heading,
+                    "n/a" if not_applicable_reason(name, v.metric) else f"{v.baselines[name]:.4f}",
+                    format_comparison(comparison),
+                    comparison.verdict,
+                ]
+            )
             first = False
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     right = {2, 4}
-    lines = ["  ".join(cell.rjust(width) if column in right else cell.ljust(width)
-                       for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    lines = [
+        "  ".join(
+            cell.rjust(width) if column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in rows
+    ]
     if any(v.subgroup is None for v in verdicts):
         lines.append("overall: " + outcome_line(verdicts, interval_basis(verdicts)))
     lines.append(READING)
-    lines += not_applicable_notes((name, v.metric) for v in verdicts for name in v.comparisons
-                                  if not_applicable_reason(name, v.metric))
-    other_reasons = dict.fromkeys(c.reason for v in verdicts for name, c in v.comparisons.items()
-                                  if c.verdict == NOT_APPLICABLE and not not_applicable_reason(name, v.metric))
+    lines += not_applicable_notes(
+        (name, v.metric) for v in verdicts for name in v.comparisons if not_applicable_reason(name, v.metric)
+    )
+    other_reasons = dict.fromkeys(
+        c.reason
+        for v in verdicts
+        for name, c in v.comparisons.items()
+        if c.verdict == NOT_APPLICABLE and not not_applicable_reason(name, v.metric)
+    )
     lines += [f"n/a: {reason}" for reason in other_reasons]
     return "\n".join(lines + equal_baselines_notes(groups))
 
@@ -335,21 +429,40 @@ def verdict_records(verdicts: list[MetricVerdict]) -> list[dict]:
     ``low``, ``high``, ``won``, ``n``, ``dropped``, ``verdict``, ``reason``: ``PairedComparison``),
     and, as earlier reports had them, ``beats`` (true: beaten, false: lost to, interval and
     all; null: neither) and ``not_applicable`` (why there is no verdict)."""
-    return [{"key": v.key, "subgroup": v.subgroup, "metric": v.metric, "higher_is_better": v.higher_is_better,
-             "model": v.model,
-             "baselines": {name: {"value": v.baselines.get(name), **comparison.record(),
-                                  "beats": v.beats[name], "not_applicable": v.not_applicable.get(name)}
-                           for name, comparison in v.comparisons.items()},
-             "beats_every_baseline": v.beats_every_baseline, "summary": v.summary} for v in verdicts]
+    return [
+        {
+            "key": v.key,
+            "subgroup": v.subgroup,
+            "metric": v.metric,
+            "higher_is_better": v.higher_is_better,
+            "model": v.model,
+            "baselines": {
+                name: {
+                    "value": v.baselines.get(name),
+                    **comparison.record(),
+                    "beats": v.beats[name],
+                    "not_applicable": v.not_applicable.get(name),
+                }
+                for name, comparison in v.comparisons.items()
+            },
+            "beats_every_baseline": v.beats_every_baseline,
+            "summary": v.summary,
+        }
+        for v in verdicts
+    ]
 
 
 def interval_basis(verdicts: list[MetricVerdict]) -> str:
     """``'all test conditions, 95% intervals over 6 test perturbations'``: what the overall
     verdicts rest on (``'all test conditions'`` where none has an interval)."""
-    counted = [c.n for v in verdicts if v.subgroup is None for c in v.comparisons.values()
-               if c.verdict != NOT_APPLICABLE]
-    return f"{SUBGROUP_NAMES[None]}, 95% intervals over {max(counted)} test perturbations" if counted else \
-        SUBGROUP_NAMES[None]
+    counted = [
+        c.n for v in verdicts if v.subgroup is None for c in v.comparisons.values() if c.verdict != NOT_APPLICABLE
+    ]
+    return (
+        f"{SUBGROUP_NAMES[None]}, 95% intervals over {max(counted)} test perturbations"
+        if counted
+        else SUBGROUP_NAMES[None]
+    )
 
 
 def outcome_line(verdicts: list, basis: str = "all test conditions") -> str:

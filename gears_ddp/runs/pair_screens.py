@@ -1,6 +1,7 @@
 """A pair screen over saved replicates: every model of a replicates folder, or of several run
 folders, loaded and its genes checked first, then screened as ``screen_on_devices`` screens
 one (``distributed.pair_screen.replicate_pair_screen_on_devices``)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -13,9 +14,19 @@ from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.runs.saved_runs import load_run, run_folders
 
 
-def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_processes: int | None = None,
-                      gpu_ids=None, GI_genes_file=None, change: str = EXACT_CHANGE, seeds: Sequence[int] = (0,),
-                      chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS, overrides: Sequence[str] = ()) -> pd.DataFrame:
+def screen_replicates(
+    runs,
+    genes,
+    out=None,
+    overwrite: bool = False,
+    cpu_processes: int | None = None,
+    gpu_ids=None,
+    GI_genes_file=None,
+    change: str = EXACT_CHANGE,
+    seeds: Sequence[int] = (0,),
+    chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS,
+    overrides: Sequence[str] = (),
+) -> pd.DataFrame:
     """A screen over replicates (``inference.replicate_pair_screen``): every model of ``runs`` (a
     replicates folder, or several run folders: ``saved_runs.run_folders``) screens every
     pair of ``genes`` (None: every gene of the first model's perturbation vocabulary) as
@@ -33,8 +44,9 @@ def screen_replicates(runs, genes, out=None, overwrite: bool = False, cpu_proces
     if not seeds:
         raise ValueError("seeds must name at least one seed of the drawn control cells")
     if change == EXACT_CHANGE and len(seeds) > 1:
-        raise ValueError(f"several seeds ({seeds}) draw control cells for the drawn-cells change only; the exact "
-                         "change draws none")
+        raise ValueError(
+            f"several seeds ({seeds}) draw control cells for the drawn-cells change only; the exact change draws none"
+        )
     folders = run_folders(runs)
     devices = pair_screen_devices(cpu_processes, gpu_ids)  # a bad request fails before any model is loaded
     jobs = {}

@@ -1,13 +1,13 @@
 """Trained runs read back from their folders: a run folder's model with its data and split
 (``open_run``, ``load_run``), and the run folders a list of paths stands for, a replicates folder standing
 for its replicates (``run_folders``)."""
+
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
-
-from dataclasses import dataclass
 
 from gears_ddp.distributed.group_runs import finished_report
 from gears_ddp.distributed.replicates import plan_replicates
@@ -37,8 +37,10 @@ def open_run(folder, overrides: Sequence[str] = ()) -> SavedRun:
         raise FileNotFoundError(f"{folder} is not a run folder: it has no {CONFIG_FILE}")
     run = read_run_options(folder / CONFIG_FILE, overrides)
     if run.replicates is not None:
-        raise ValueError(f"{folder} holds replicates, not one run: name one of its run folders (e.g. "
-                         f"{folder / next(iter(replicate_folders(folder, run)))})")
+        raise ValueError(
+            f"{folder} holds replicates, not one run: name one of its run folders (e.g. "
+            f"{folder / next(iter(replicate_folders(folder, run)))})"
+        )
     args = run.args
     pert_data = load_dataset(run.pert_data_path, run.dataset_name, **args.pert_data_options())
     pert_data.prepare_split(**run.split.options)
@@ -73,8 +75,9 @@ def replicate_folders(folder, run: RunOptions | None = None) -> dict[str, Path]:
     order they were given (its ``config.yaml``, or ``run``, its options read before)."""
     folder = Path(folder)
     run = run or read_run_options(folder / CONFIG_FILE)
-    return {replicate.name: folder / replicate.name
-            for replicate in plan_replicates(run.replicates, run.split, run.args)}
+    return {
+        replicate.name: folder / replicate.name for replicate in plan_replicates(run.replicates, run.split, run.args)
+    }
 
 
 def run_folders(paths) -> dict[str, Path]:
@@ -98,9 +101,11 @@ def run_folders(paths) -> dict[str, Path]:
             folders.append(path)
     if unfinished:
         finished = [str(folder) for folder in folders if str(folder) not in unfinished]
-        raise ValueError(f"replicates that have not finished (no complete report): {', '.join(unfinished)}; finish "
-                         "them (run the same train command again), or screen the finished ones by naming their "
-                         f"folders: {' '.join(finished) or 'none has finished'}")
+        raise ValueError(
+            f"replicates that have not finished (no complete report): {', '.join(unfinished)}; finish "
+            "them (run the same train command again), or screen the finished ones by naming their "
+            f"folders: {' '.join(finished) or 'none has finished'}"
+        )
     resolved = [folder.resolve() for folder in folders]
     twice = sorted({str(folder) for folder, real in zip(folders, resolved) if resolved.count(real) > 1})
     if twice:

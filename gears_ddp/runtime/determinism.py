@@ -7,6 +7,7 @@ deterministic mode uses algorithms that add in a fixed order instead (somewhat s
 cuBLAS needs a fixed workspace for it (``CUBLAS_WORKSPACE_CONFIG``, set here unless the user
 set it; it must be set before cuBLAS first runs in the process to take effect).
 """
+
 from __future__ import annotations
 
 import contextlib

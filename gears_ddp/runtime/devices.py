@@ -4,6 +4,7 @@ the form of a run's request (``check_device_request``, once, where its options a
 the devices of spawned ranks (``located_devices``) and of a launched rank
 (``launched_rank_device``).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -36,19 +37,24 @@ def checked_device(device) -> torch.device:
     try:
         checked = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device={device!r} is not a device: use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto' "
-                         f"({err})") from None
+        raise ValueError(
+            f"device={device!r} is not a device: use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto' ({err})"
+        ) from None
     if checked.type == "cuda":
         count = visible_cuda_devices()
         if count == 0:
-            raise ValueError(f"device={device!r}, but torch sees no CUDA GPU (torch.cuda.is_available() is False; "
-                             f"torch {torch.__version__}): use device='cpu', or install a CUDA build of torch")
+            raise ValueError(
+                f"device={device!r}, but torch sees no CUDA GPU (torch.cuda.is_available() is False; "
+                f"torch {torch.__version__}): use device='cpu', or install a CUDA build of torch"
+            )
         if (checked.index or 0) >= count:
             raise ValueError(f"device={device!r}, but torch sees {count} CUDA GPU(s) (cuda:0..cuda:{count - 1})")
     if checked.type == "mps" and not mps_available():
-        raise ValueError(f"device={device!r}, but torch cannot use Apple silicon's GPU here "
-                         f"(torch.backends.mps.is_available() is False; torch {torch.__version__}): use "
-                         f"device='cpu' or 'auto'")
+        raise ValueError(
+            f"device={device!r}, but torch cannot use Apple silicon's GPU here "
+            f"(torch.backends.mps.is_available() is False; torch {torch.__version__}): use "
+            f"device='cpu' or 'auto'"
+        )
     return checked
 
 
@@ -83,8 +89,7 @@ def _counted_cuda_devices() -> int:
     return count
 
 
-def check_device_request(n_gpus: int | None, gpu_ids: Sequence[int] | None,
-                         cpu_processes: int | None = None) -> None:
+def check_device_request(n_gpus: int | None, gpu_ids: Sequence[int] | None, cpu_processes: int | None = None) -> None:
     """Check the form of a device request, before any device is looked at: the one check of
     ``n_gpus``, ``gpu_ids`` and ``cpu_processes``, made where a run's options are read.
 
@@ -93,8 +98,10 @@ def check_device_request(n_gpus: int | None, gpu_ids: Sequence[int] | None,
     """
     if cpu_processes is not None:
         if n_gpus is not None or gpu_ids is not None:
-            raise ValueError(f"cpu_processes={cpu_processes} cannot be combined with n_gpus={n_gpus} or "
-                             f"gpu_ids={gpu_ids}: choose CPU processes or GPUs")
+            raise ValueError(
+                f"cpu_processes={cpu_processes} cannot be combined with n_gpus={n_gpus} or "
+                f"gpu_ids={gpu_ids}: choose CPU processes or GPUs"
+            )
         if not is_int(cpu_processes) or cpu_processes < 1:
             raise ValueError(f"cpu_processes must be an integer >= 1, got {cpu_processes!r}")
         return
@@ -119,8 +126,7 @@ def _devices_from_ids(gpu_ids: Sequence[int], visible: int) -> list[torch.device
     bad = [gpu for gpu in gpu_ids if not 0 <= gpu < visible]
     if bad:
         raise ValueError(
-            f"gpu_ids {bad} are not valid CUDA device ids: {visible} device(s) are visible "
-            f"(ids 0..{visible - 1})"
+            f"gpu_ids {bad} are not valid CUDA device ids: {visible} device(s) are visible (ids 0..{visible - 1})"
         )
     return [torch.device(f"cuda:{gpu}") for gpu in gpu_ids]
 
@@ -136,8 +142,7 @@ def resolve_devices(
     return located_devices(n_gpus, gpu_ids, cpu_processes)
 
 
-def located_devices(n_gpus: int | None, gpu_ids: Sequence[int] | None,
-                    cpu_processes: int | None) -> list[torch.device]:
+def located_devices(n_gpus: int | None, gpu_ids: Sequence[int] | None, cpu_processes: int | None) -> list[torch.device]:
     """The device of every rank of a request whose form ``check_device_request`` checked, in
     rank order, found on this machine: ``cpu_processes=N`` gives N CPU ranks (gloo);
     otherwise ``gpu_ids`` picks GPUs explicitly and ``n_gpus`` takes the first ``n_gpus``

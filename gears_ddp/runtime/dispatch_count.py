@@ -21,6 +21,7 @@ A synchronisation is counted when the code
 Kernels that wait inside their own implementation (none of which the training step uses)
 cannot be seen from Python.
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,10 +33,21 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "cpu"})
 DEVICE_COPIES = frozenset({"to", "cuda", "copy_"})
-DATA_DEPENDENT_OPERATORS = frozenset({
-    "aten._local_scalar_dense", "aten.nonzero", "aten.argwhere", "aten._unique", "aten._unique2",
-    "aten.unique_dim", "aten.unique_consecutive", "aten.unique_dim_consecutive", "aten.masked_select",
-    "aten.bincount", "aten.equal"})
+DATA_DEPENDENT_OPERATORS = frozenset(
+    {
+        "aten._local_scalar_dense",
+        "aten.nonzero",
+        "aten.argwhere",
+        "aten._unique",
+        "aten._unique2",
+        "aten.unique_dim",
+        "aten.unique_consecutive",
+        "aten.unique_dim_consecutive",
+        "aten.masked_select",
+        "aten.bincount",
+        "aten.equal",
+    }
+)
 INDEXING_OPERATORS = frozenset({"aten.index", "aten.index_put", "aten.index_put_", "aten._index_put_impl_"})
 
 
@@ -110,8 +122,11 @@ class _FunctionCount(TorchFunctionMode):
         if name in HOST_READS and getattr(func, "__qualname__", "").startswith(("TensorBase.", "Tensor.")):
             return self.count._host_read(name, lambda: func(*args, **kwargs))
         result = func(*args, **kwargs)
-        if name in DEVICE_COPIES and not self.count._paused and _blocking_copy_between_devices(name, args, kwargs,
-                                                                                             result):
+        if (
+            name in DEVICE_COPIES
+            and not self.count._paused
+            and _blocking_copy_between_devices(name, args, kwargs, result)
+        ):
             self.count.synchronisations[f"Tensor.{name} between devices, blocking"] += 1
         return result
 
@@ -129,8 +144,9 @@ class _OperatorCount(TorchDispatchMode):
             if func.is_view:
                 count.views[str(func)] += 1
             packet = str(func.overloadpacket)
-            if packet in DATA_DEPENDENT_OPERATORS and not (packet == "aten._local_scalar_dense"
-                                                           and count._in_host_read):
+            if packet in DATA_DEPENDENT_OPERATORS and not (
+                packet == "aten._local_scalar_dense" and count._in_host_read
+            ):
                 count.synchronisations[packet] += 1
             elif packet == "aten.repeat_interleave" and kwargs.get("output_size") is None and _has_tensor_repeats(args):
                 count.synchronisations[f"{packet} without output_size"] += 1
@@ -148,8 +164,7 @@ def _blocking_copy_between_devices(name: str, args, kwargs, result) -> bool:
         source, target = (args[1] if len(args) > 1 else kwargs.get("src")), args[0]
     else:
         source, target = args[0], result
-    return (isinstance(source, torch.Tensor) and isinstance(target, torch.Tensor)
-            and source.device != target.device)
+    return isinstance(source, torch.Tensor) and isinstance(target, torch.Tensor) and source.device != target.device
 
 
 def _has_tensor_repeats(args) -> bool:

@@ -17,6 +17,7 @@ requeued Slurm job). A record of this machine under a granted lock is a holder t
 without releasing (the kernel released its lock). Where the filesystem refuses locks
 altogether, the record alone decides, created exclusively (``os.link``).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -102,15 +103,22 @@ class Holder:
         if job:
             where += f", {job.get('scheduler')} job {job.get('id')}"
         command = record.get("command")
-        return (f"{where} ({record.get('what', 'a run')}{'; command: ' + command if command else ''}), since "
-                f"{record.get('since', '?')}")
+        return (
+            f"{where} ({record.get('what', 'a run')}{'; command: ' + command if command else ''}), since "
+            f"{record.get('since', '?')}"
+        )
 
     def is_earlier_attempt_of(self, job: dict | None) -> bool:
         """Whether this holder was an earlier attempt of ``job`` (a restart of the same job)."""
         held = self.record.get("job")
-        return bool(job and isinstance(held, dict) and held.get("scheduler") == job["scheduler"]
-                    and held.get("id") == job["id"] and isinstance(held.get("attempt"), list)
-                    and held["attempt"] < job["attempt"])
+        return bool(
+            job
+            and isinstance(held, dict)
+            and held.get("scheduler") == job["scheduler"]
+            and held.get("id") == job["id"]
+            and isinstance(held.get("attempt"), list)
+            and held["attempt"] < job["attempt"]
+        )
 
 
 def _read_holder(path: Path) -> Holder | None:
@@ -128,8 +136,7 @@ class FolderLock:
     what holds it in a refused run's message ("training", "a pair screen"); ``advice``
     ends that message (what the refused user can do)."""
 
-    def __init__(self, folder, what: str, advice: str = "", lock_name: str = LOCK_FILE,
-                 record_name: str = RECORD_FILE):
+    def __init__(self, folder, what: str, advice: str = "", lock_name: str = LOCK_FILE, record_name: str = RECORD_FILE):
         self.folder = Path(folder)
         self.what, self.advice = what, advice
         self.lock_path, self.record_path = self.folder / lock_name, self.folder / record_name
@@ -163,8 +170,7 @@ class FolderLock:
             self._unlock()
             raise
         self.held = True
-        self._heartbeat = threading.Thread(target=self._beat, name=f"gears_ddp folder lock {self.folder}",
-                                           daemon=True)
+        self._heartbeat = threading.Thread(target=self._beat, name=f"gears_ddp folder lock {self.folder}", daemon=True)
         self._heartbeat.start()
 
     def release(self) -> None:
@@ -221,9 +227,16 @@ class FolderLock:
 
     def _record(self) -> dict:
         now = time.time()
-        return {"host": socket.gethostname(), "pid": os.getpid(),
-                "since": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-                "heartbeat": now, "what": self.what, "command": _command(), "job": this_job(), "token": self._token}
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "heartbeat": now,
+            "what": self.what,
+            "command": _command(),
+            "job": this_job(),
+            "token": self._token,
+        }
 
     def _write_record(self, record: dict) -> None:
         """Replace the record atomically (readers see the old one or the new one)."""
@@ -270,8 +283,10 @@ class FolderLock:
         who = holder.described() if holder is not None and holder.record else "another process (no record of it yet)"
         if holder is not None and holder.host != socket.gethostname() and holder.record:
             who += f", last seen {holder.age_s():.0f} s ago"
-        return FolderInUse(f"{self.folder} is in use by {who}: wait for it to end or stop it"
-                           f"{', ' + self.advice if self.advice else ''}")
+        return FolderInUse(
+            f"{self.folder} is in use by {who}: wait for it to end or stop it"
+            f"{', ' + self.advice if self.advice else ''}"
+        )
 
 
 def _command() -> str:

@@ -20,6 +20,7 @@ does not depend on the order, and the gradients are equal bit for bit
 (``tests/test_gradient_average.py``). ``GradientAverage`` is the one-process case: every phase
 does nothing.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterable
@@ -62,8 +63,9 @@ class FlatGradientAverage(GradientAverage):
 
     crosses_ranks = True
 
-    def __init__(self, parameters: Iterable[nn.Parameter], world_size: int,
-                 all_reduce: Callable[[torch.Tensor], object]):
+    def __init__(
+        self, parameters: Iterable[nn.Parameter], world_size: int, all_reduce: Callable[[torch.Tensor], object]
+    ):
         self.parameters = [p for p in parameters if p.requires_grad]
         self.scale = 1.0 / world_size
         self.all_reduce = all_reduce

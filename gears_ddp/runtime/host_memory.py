@@ -3,7 +3,8 @@
 A CPU training step allocates and frees tensors of several MiB each (rows of sets x genes).
 With glibc's default settings the heap's free top is given back to the operating system
 whenever it exceeds twice the last large free, so the next step touches fresh pages again
-(thousands of page faults per step, a large share of its time; benchmarks/RESULTS.md). ``retained_host_memory()`` raises the threshold above which freed memory is returned
+(thousands of page faults per step, a large share of its time; benchmarks/RESULTS.md). ``retained_host_memory()``
+raises the threshold above which freed memory is returned
 (``M_TRIM_THRESHOLD``, 256 MiB) and serves allocations up to 32 MiB (glibc's maximum)
 from the heap (``M_MMAP_THRESHOLD``), for an epoch's optimiser steps, and then gives the
 retained memory back (``malloc_trim``). Peak memory is unchanged; it is reached once
@@ -17,6 +18,7 @@ retained memory is returned. Evaluations (of the epoch's train and val cells, an
 test set) run without: their large batch blocks alternate with small pieces, which a
 retaining heap would keep growing with the number of cells.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -5,6 +5,7 @@ baselines, interactions, report; a rank's start-up), in the order they first ran
 with its ``line()`` in the log and its ``seconds`` in the report (``report.json``'s
 ``timing``), so that a phase that grows shows itself in the next run's log.
 """
+
 from __future__ import annotations
 
 import contextlib

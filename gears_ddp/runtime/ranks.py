@@ -12,6 +12,7 @@ integer over ranks (a stop request).
 is the member of a ``torch.distributed`` process group that the current process already
 joined (``distributed.process_group.setup_ddp``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -121,4 +122,3 @@ class ProcessGroupRanks(SingleProcess):
         tensor = torch.tensor([value], dtype=torch.int64)
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._host_group)
         return int(tensor)
-

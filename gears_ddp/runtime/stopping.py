@@ -11,6 +11,7 @@ stuck in a collective is never kept alive by it.
 Handlers can only be installed from the main thread; elsewhere ``StopSignals`` does nothing.
 The previous handlers are restored on exit.
 """
+
 from __future__ import annotations
 
 import os

@@ -17,6 +17,7 @@ is imported, so a process that is already running keeps its own: set
 ``OMP_WAIT_POLICY=PASSIVE`` before starting Python on a shared node. Settings the user made
 (``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``) are always kept.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -9,6 +9,7 @@
   validation value, the settings' importances (Optuna's, PED-ANOVA) and the best trial's
   test verdicts, reported once: the best trial was chosen on validation alone.
 """
+
 from __future__ import annotations
 
 import csv
@@ -27,10 +28,18 @@ from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE, read_settings, w
 
 TRIALS_FILE = "trials.csv"
 BEST_RUN_FILE = "run.yaml"
-PICTURES = {"history": "plots/sweep_history.png", "settings": "plots/sweep_settings.png",
-            "importances": "plots/sweep_importances.png"}
-STATE_COLOURS = {"COMPLETE": "#2e7d32", "PRUNED": "#ef6c00", "FAIL": "#b71c1c", "RUNNING": "#1565c0",
-                 "WAITING": "#777777"}
+PICTURES = {
+    "history": "plots/sweep_history.png",
+    "settings": "plots/sweep_settings.png",
+    "importances": "plots/sweep_importances.png",
+}
+STATE_COLOURS = {
+    "COMPLETE": "#2e7d32",
+    "PRUNED": "#ef6c00",
+    "FAIL": "#b71c1c",
+    "RUNNING": "#1565c0",
+    "WAITING": "#777777",
+}
 
 
 def trial_rows(study) -> list[dict]:
@@ -55,10 +64,19 @@ def trial_rows(study) -> list[dict]:
                 value = trial.intermediate_values[max(trial.intermediate_values)]
             if "retry_of" in trial.user_attrs and not note:
                 note = f"retry of trial {trial.user_attrs['retry_of']}, continued in its folder"
-        rows.append({"number": trial.number, "state": trial.state.name, "value": value,
-                     **{key: trial.params.get(key) for key in sorted(trial.distributions)},
-                     "epochs": epochs, "seconds": trial.user_attrs.get("seconds"), "folder": str(folder),
-                     "note": note, "retried": trial.number in retried_by})
+        rows.append(
+            {
+                "number": trial.number,
+                "state": trial.state.name,
+                "value": value,
+                **{key: trial.params.get(key) for key in sorted(trial.distributions)},
+                "epochs": epochs,
+                "seconds": trial.user_attrs.get("seconds"),
+                "folder": str(folder),
+                "note": note,
+                "retried": trial.number in retried_by,
+            }
+        )
     return rows
 
 
@@ -68,8 +86,11 @@ def write_sweep_report(folder, plan, study) -> dict:
     rows = trial_rows(study)
     keys = list(plan.space.record())
     with atomic_path(folder / TRIALS_FILE) as tmp, open(tmp, "w", newline="", encoding="utf-8") as out:
-        writer = csv.DictWriter(out, fieldnames=["number", "state", "value", *keys, "epochs", "seconds", "folder",
-                                                 "note"], extrasaction="ignore")
+        writer = csv.DictWriter(
+            out,
+            fieldnames=["number", "state", "value", *keys, "epochs", "seconds", "folder", "note"],
+            extrasaction="ignore",
+        )
         writer.writeheader()
         writer.writerows(rows)
     complete = [row for row in rows if row["state"] == "COMPLETE"]
@@ -78,19 +99,26 @@ def write_sweep_report(folder, plan, study) -> dict:
     if best is not None:
         _write_best_run(folder, Path(best["folder"]))
     counted = [row for row in rows if not row["retried"]]  # a retried trial counts as its retry
-    counts = {state: sum(row["state"] == state for row in counted) for state in dict.fromkeys(r["state"]
-                                                                                              for r in counted)}
+    counts = {
+        state: sum(row["state"] == state for row in counted) for state in dict.fromkeys(r["state"] for r in counted)
+    }
     retried = len(rows) - len(counted)
     importances = _importances(study)
-    summary = {"trials": rows, "counts": counts, "retried": retried, "metric": "val_mse_de", "best": best,
-               "importances": importances, "best_verdicts": (best_report or {}).get("verdicts"),
-               "report_path": str(folder / PAGE_FILE)}
+    summary = {
+        "trials": rows,
+        "counts": counts,
+        "retried": retried,
+        "metric": "val_mse_de",
+        "best": best,
+        "importances": importances,
+        "best_verdicts": (best_report or {}).get("verdicts"),
+        "report_path": str(folder / PAGE_FILE),
+    }
     write_json(folder / REPORT_FILE, summary)
     pictures = _pictures(folder, rows, keys, plan, importances)
     page = folder / PAGE_FILE
     with atomic_path(page) as tmp:
-        Path(tmp).write_text(_page(folder, plan, rows, best, best_report, counts, retried, pictures),
-                             encoding="utf-8")
+        Path(tmp).write_text(_page(folder, plan, rows, best, best_report, counts, retried, pictures), encoding="utf-8")
     return summary
 
 
@@ -123,8 +151,13 @@ def _pictures(folder: Path, rows: list[dict], keys: list[str], plan, importances
     for state, colour in STATE_COLOURS.items():
         chosen = [row for row in finished if row["state"] == state]
         if chosen:
-            axes.scatter([row["number"] for row in chosen], [row["value"] for row in chosen], color=colour,
-                         label={"PRUNED": "pruned (its last reported epoch)"}.get(state, state.lower()), zorder=3)
+            axes.scatter(
+                [row["number"] for row in chosen],
+                [row["value"] for row in chosen],
+                color=colour,
+                label={"PRUNED": "pruned (its last reported epoch)"}.get(state, state.lower()),
+                zorder=3,
+            )
     complete = sorted((row for row in finished if row["state"] == "COMPLETE"), key=lambda row: row["number"])
     if complete:
         best = np.minimum.accumulate([row["value"] for row in complete])
@@ -176,8 +209,16 @@ def _scale(axes, values: list[float]) -> None:
         axes.set_yscale("log")
 
 
-def _page(folder: Path, plan, rows: list[dict], best: dict | None, best_report: dict | None, counts: dict,
-          retried: int, pictures: dict[str, str]) -> str:
+def _page(
+    folder: Path,
+    plan,
+    rows: list[dict],
+    best: dict | None,
+    best_report: dict | None,
+    counts: dict,
+    retried: int,
+    pictures: dict[str, str],
+) -> str:
     keys = list(plan.space.record())
     trials = sum(counts.values())
     if best is None:
@@ -185,48 +226,78 @@ def _page(folder: Path, plan, rows: list[dict], best: dict | None, best_report: 
     else:
         settings = ", ".join(f"{key.split('.')[-1]} = {best[key]!r}" for key in keys)
         outcome = f"Best of {trials} trials: trial {best['number']}, validation mse_de {best['value']:.4g} ({settings})"
-    header = "".join(f"<th>{escape(text)}</th>" for text in
-                     ["trial", "state", "validation mse_de", *(key.split(".")[-1] for key in keys), "epochs",
-                      "seconds", "note"])
+    header = "".join(
+        f"<th>{escape(text)}</th>"
+        for text in [
+            "trial",
+            "state",
+            "validation mse_de",
+            *(key.split(".")[-1] for key in keys),
+            "epochs",
+            "seconds",
+            "note",
+        ]
+    )
     lines = []
     for row in rows:
         page = Path(row["folder"]) / PAGE_FILE
-        link = (f'<a href="{escape(Path(os.path.relpath(page, folder)).as_posix())}">{row["number"]}</a>'
-                if page.is_file() else str(row["number"]))
-        cells = [link, escape(row["state"].lower()), format_number(row["value"]),
-                 *(escape(str(row[key])) for key in keys), format_number(row["epochs"]),
-                 format_number(row["seconds"]), escape(row["note"] or "")]
+        link = (
+            f'<a href="{escape(Path(os.path.relpath(page, folder)).as_posix())}">{row["number"]}</a>'
+            if page.is_file()
+            else str(row["number"])
+        )
+        cells = [
+            link,
+            escape(row["state"].lower()),
+            format_number(row["value"]),
+            *(escape(str(row[key])) for key in keys),
+            format_number(row["epochs"]),
+            format_number(row["seconds"]),
+            escape(row["note"] or ""),
+        ]
         mark = ' class="best"' if best is not None and row["number"] == best["number"] else ""
         lines.append(f"<tr{mark}>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
-    sections = [f"<h2>Trials</h2>\n<p>{escape(_how_to_read(plan, counts, retried))}</p>\n<table>\n<tr>{header}</tr>\n"
-                + "\n".join(lines) + "\n</table>",
-                pictures_section("Pictures", [(relative, title, title) for title, relative in pictures.items()]),
-                _best_section(folder, best, best_report)]
+    sections = [
+        f"<h2>Trials</h2>\n<p>{escape(_how_to_read(plan, counts, retried))}</p>\n<table>\n<tr>{header}</tr>\n"
+        + "\n".join(lines)
+        + "\n</table>",
+        pictures_section("Pictures", [(relative, title, title) for title, relative in pictures.items()]),
+        _best_section(folder, best, best_report),
+    ]
     return report_page("GEARS sweep", read_settings(folder) or plan.config, outcome, sections)
 
 
 def _how_to_read(plan, counts: dict, retried: int) -> str:
-    return (f"{plan.trials} trials asked for; " + ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
-            + (f" ({retried} more interrupted and retried)" if retried else "") + ". Each trial trains the run with the settings drawn by Optuna's TPE sampler (seed "
-            f"{plan.seed}); its value is its best epoch's validation mse_de (lower is better), reported after every "
-            "epoch, and a trial behind the median of the earlier trials at the same epoch is pruned (stopped). The "
-            "test set is never used to choose. Highlighted: the best trial; each number links to its run report.")
+    return (
+        f"{plan.trials} trials asked for; "
+        + ", ".join(f"{n} {state.lower()}" for state, n in counts.items())
+        + (f" ({retried} more interrupted and retried)" if retried else "")
+        + ". Each trial trains the run with the settings drawn by Optuna's TPE sampler (seed "
+        f"{plan.seed}); its value is its best epoch's validation mse_de (lower is better), reported after every "
+        "epoch, and a trial behind the median of the earlier trials at the same epoch is pruned (stopped). The "
+        "test set is never used to choose. Highlighted: the best trial; each number links to its run report."
+    )
 
 
 def _best_section(folder: Path, best: dict | None, report: dict | None) -> str:
     """The best trial's test verdicts, reported once, with its forest plot."""
     if best is None or report is None:
         return "<h2>The best trial on test</h2>\n<p>No trial finished with a test report.</p>"
-    from gears_ddp.report.verdicts import report_verdicts, outcome_line, interval_basis
+    from gears_ddp.report.verdicts import interval_basis, outcome_line, report_verdicts
 
     verdicts = report_verdicts(report, (None,)) if "model" in report else []
     picture = Path(best["folder"]) / "plots" / "differences_all.png"
-    image = (f'<figure><img src="{escape(Path(os.path.relpath(picture, folder)).as_posix())}" alt="the best '
-             f'trial against each baseline"></figure>' if picture.is_file() else "")
+    image = (
+        f'<figure><img src="{escape(Path(os.path.relpath(picture, folder)).as_posix())}" alt="the best '
+        f'trial against each baseline"></figure>'
+        if picture.is_file()
+        else ""
+    )
     outcome = outcome_line(verdicts, interval_basis(verdicts)) if verdicts else "its split has no test set"
-    return ("<h2>The best trial on test</h2>\n<p class=\"note\">The best trial was chosen on validation alone; its "
-            "test verdicts are reported once, here, and are the sweep's only look at the test set (a sweep that "
-            f"chose on test would overstate them).</p>\n<p>Trial {best['number']}: {escape(outcome)}. Its "
-            f"<a href=\"{escape(Path(os.path.relpath(Path(best['folder']) / PAGE_FILE, folder)).as_posix())}\">run "
-            f"report</a> has every metric; <code>{escape(BEST_RUN_FILE)}</code> trains its settings again.</p>\n"
-            + image)
+    return (
+        '<h2>The best trial on test</h2>\n<p class="note">The best trial was chosen on validation alone; its '
+        "test verdicts are reported once, here, and are the sweep's only look at the test set (a sweep that "
+        f"chose on test would overstate them).</p>\n<p>Trial {best['number']}: {escape(outcome)}. Its "
+        f'<a href="{escape(Path(os.path.relpath(Path(best["folder"]) / PAGE_FILE, folder)).as_posix())}">run '
+        f"report</a> has every metric; <code>{escape(BEST_RUN_FILE)}</code> trains its settings again.</p>\n" + image
+    )

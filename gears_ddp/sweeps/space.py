@@ -16,6 +16,7 @@ rather than shapes it: ``PLACEMENT_OPTIONS``), a range with ``low >= high``, a l
 through 0, a categorical without choices, and any value at the ends of a range or among the
 choices that the run's own checks refuse.
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,8 +28,17 @@ from gears_ddp.model.options import ModelOptions
 
 TYPES = ("float", "int", "categorical")
 # options that say where and how a trial runs, which the sweep sets itself, not what it computes
-PLACEMENT_OPTIONS = ("save_path", "resume_from", "overwrite_save_path", "cpu_processes", "timeout_s",
-                     "checkpoint_every", "checkpoint_every_steps", "keep_checkpoints", "wandb")
+PLACEMENT_OPTIONS = (
+    "save_path",
+    "resume_from",
+    "overwrite_save_path",
+    "cpu_processes",
+    "timeout_s",
+    "checkpoint_every",
+    "checkpoint_every_steps",
+    "keep_checkpoints",
+    "wandb",
+)
 
 
 class SearchSpaceError(ValueError):
@@ -77,15 +87,16 @@ class SearchSpace:
     def from_mapping(cls, space, source: str = "the search space") -> "SearchSpace":
         """The checked space of a YAML mapping (``args: {...}``)."""
         if not isinstance(space, dict) or set(space) != {"args"} or not isinstance(space["args"], dict):
-            raise SearchSpaceError(f"{source} must be a mapping with one key, args (its options as the run file "
-                                   "nests them: args.lr, args.model_config.hidden_size)")
+            raise SearchSpaceError(
+                f"{source} must be a mapping with one key, args (its options as the run file "
+                "nests them: args.lr, args.model_config.hidden_size)"
+            )
         dimensions = []
         for key, spec in space["args"].items():
             if key == "model_config":
                 if not isinstance(spec, dict) or not spec:
                     raise SearchSpaceError(f"{source}: args.model_config must map model options to their ranges")
-                dimensions += [_dimension(f"args.model_config.{name}", value, source)
-                               for name, value in spec.items()]
+                dimensions += [_dimension(f"args.model_config.{name}", value, source) for name, value in spec.items()]
             else:
                 dimensions.append(_dimension(f"args.{key}", spec, source))
         if not dimensions:
@@ -129,11 +140,15 @@ def _dimension(key: str, spec, source: str) -> Dimension:
     known = ModelOptions.names() if key.startswith("args.model_config.") else TrainingArgs.names()
     if name not in known or name == "model_config":
         where = "args.model_config" if key.startswith("args.model_config.") else "args"
-        raise SearchSpaceError(f"{source}: {key} is not an option of the run; the options of {where} are "
-                               f"{', '.join(sorted(set(known) - {'model_config'}))}")
+        raise SearchSpaceError(
+            f"{source}: {key} is not an option of the run; the options of {where} are "
+            f"{', '.join(sorted(set(known) - {'model_config'}))}"
+        )
     if name in PLACEMENT_OPTIONS and not key.startswith("args.model_config."):
-        raise SearchSpaceError(f"{source}: {key} says where or how a trial runs, which the sweep sets itself; "
-                               "search options that shape the model and its training")
+        raise SearchSpaceError(
+            f"{source}: {key} says where or how a trial runs, which the sweep sets itself; "
+            "search options that shape the model and its training"
+        )
     if not isinstance(spec, dict) or spec.get("type") not in TYPES:
         raise SearchSpaceError(f"{source}: {key} must be a mapping with type {' or '.join(TYPES)}, got {spec!r}")
     kind = spec["type"]
@@ -152,13 +167,15 @@ def _dimension(key: str, spec, source: str) -> Dimension:
     number = is_int if kind == "int" else is_number
     for end, value in (("low", low), ("high", high)):
         if not number(value):
-            raise SearchSpaceError(f"{source}: {key}.{end} must be {'an integer' if kind == 'int' else 'a number'}, "
-                                   f"got {value!r}")
+            raise SearchSpaceError(
+                f"{source}: {key}.{end} must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}"
+            )
     if not isinstance(log, bool):
         raise SearchSpaceError(f"{source}: {key}.log must be true or false, got {log!r}")
     if low >= high:
         raise SearchSpaceError(f"{source}: {key} has low {low} >= high {high}; give a range with low below high")
     if log and low <= 0:
-        raise SearchSpaceError(f"{source}: {key} is on a log scale but its range reaches {low}: a log range must "
-                               "lie above 0")
+        raise SearchSpaceError(
+            f"{source}: {key} is on a log scale but its range reaches {low}: a log range must lie above 0"
+        )
     return Dimension(key, kind, low, high, log)

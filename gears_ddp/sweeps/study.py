@@ -14,6 +14,7 @@ so an uninterrupted sweep on one process draws the same settings every time; a p
 resumes or joins it seeds its sampler afresh (seed + trials drawn + its process id), so that
 it does not draw the first process's settings again.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,13 +44,16 @@ def open_storage(folder: Path, url: str | None):
             raise SweepError(f"--storage {path}: cannot open the journal file: {err}") from None
     scheme = url.split("://", 1)[0].split("+", 1)[0]
     if scheme not in DATABASE_SCHEMES:
-        raise SweepError(f"--storage {url}: a database URL ({', '.join(DATABASE_SCHEMES)}) or a journal file path "
-                         "is expected")
+        raise SweepError(
+            f"--storage {url}: a database URL ({', '.join(DATABASE_SCHEMES)}) or a journal file path is expected"
+        )
     try:
         return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except ImportError:
-        raise SweepError(f"--storage {url}: no database driver for {scheme} here; install one (PostgreSQL: pip "
-                         "install 'psycopg[binary]')") from None
+        raise SweepError(
+            f"--storage {url}: no database driver for {scheme} here; install one (PostgreSQL: pip "
+            "install 'psycopg[binary]')"
+        ) from None
     except Exception as err:  # SQLAlchemy's errors: the URL does not answer
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise SweepError(f"--storage {url}: the database does not answer ({reason})") from None
@@ -68,8 +72,14 @@ def load_or_create_study(storage, name: str, made_by: dict, seed: int, pruner: d
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Optuna prunes from the step n_warmup_steps on: epochs (steps from 1) up to warmup_epochs are never pruned
     median = MedianPruner(n_startup_trials=pruner["startup_trials"], n_warmup_steps=pruner["warmup_epochs"] + 1)
-    study = optuna.create_study(study_name=name, storage=storage, sampler=TPESampler(seed=seed), pruner=median,
-                                direction="minimize", load_if_exists=True)
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        sampler=TPESampler(seed=seed),
+        pruner=median,
+        direction="minimize",
+        load_if_exists=True,
+    )
     drawn = len(study.get_trials(deepcopy=False))
     if drawn:  # a resumed or joining process: a draw of its own, not the first process's draws again
         study.sampler = TPESampler(seed=seed + drawn + os.getpid())
@@ -78,6 +88,8 @@ def load_or_create_study(storage, name: str, made_by: dict, seed: int, pruner: d
         study.set_user_attr("made_by", made_by)
     elif held != made_by:
         differing = sorted(key for key in set(held) | set(made_by) if held.get(key) != made_by.get(key))
-        raise SweepError(f"the study {name!r} was made by another sweep (its {', '.join(differing)} differ): give "
-                         "the sweep its own folder or storage, or the search space it was made by")
+        raise SweepError(
+            f"the study {name!r} was made by another sweep (its {', '.join(differing)} differ): give "
+            "the sweep its own folder or storage, or the search space it was made by"
+        )
     return study

@@ -20,6 +20,7 @@ Resuming: the same command after a kill continues the study; finished trials are
 trial left running by a sweep that is gone (its folder's lock free) is marked failed, its
 folder says so, and it is retried once, in its folder, from its newest checkpoint.
 """
+
 from __future__ import annotations
 
 import csv
@@ -70,27 +71,44 @@ class SweepPlan:
 
     def made_by(self) -> dict:
         """What made the study (a study made by another sweep is refused)."""
-        return {"space": self.space.record(), "metric": METRIC, "sampler": {"name": "tpe", "seed": self.seed},
-                "pruner": PRUNER}
+        return {
+            "space": self.space.record(),
+            "metric": METRIC,
+            "sampler": {"name": "tpe", "seed": self.seed},
+            "pruner": PRUNER,
+        }
 
     def record(self) -> dict:
-        return {"run": self.config, "space": self.space.record(), "trials": self.trials, "storage": self.storage,
-                "study": self.study, "seed": self.seed, "metric": METRIC, "pruner": PRUNER}
+        return {
+            "run": self.config,
+            "space": self.space.record(),
+            "trials": self.trials,
+            "storage": self.storage,
+            "study": self.study,
+            "seed": self.seed,
+            "metric": METRIC,
+            "pruner": PRUNER,
+        }
 
 
-def plan_sweep(config: dict, space, trials: int, storage: str | None = None, seed: int = 0,
-               source: str = "the run file") -> SweepPlan:
+def plan_sweep(
+    config: dict, space, trials: int, storage: str | None = None, seed: int = 0, source: str = "the run file"
+) -> SweepPlan:
     """The checked plan of a sweep of the run file ``config`` over ``space`` (a mapping, as
     the space's YAML holds it): every mistake named before any trial starts."""
     run = checked_run_options(dict(config), source)
     if run.replicates is not None:
-        raise SweepError(f"{source}: a sweep's trials are single runs; leave replicates out (replicate the best "
-                         "trial's run.yaml afterwards)")
+        raise SweepError(
+            f"{source}: a sweep's trials are single runs; leave replicates out (replicate the best "
+            "trial's run.yaml afterwards)"
+        )
     if run.args.save_path is None:
         raise SweepError(f"{source}: a sweep needs args.save_path: its folder, with one folder per trial below it")
     if run.args.resume_from is not None or run.args.overwrite_save_path:
-        raise SweepError(f"{source}: leave args.resume_from and args.overwrite_save_path out: each trial has its "
-                         "own folder, and running the same sweep again continues it")
+        raise SweepError(
+            f"{source}: leave args.resume_from and args.overwrite_save_path out: each trial has its "
+            "own folder, and running the same sweep again continues it"
+        )
     if not (isinstance(trials, int) and not isinstance(trials, bool) and trials >= 1):
         raise SweepError(f"--trials must be a positive integer, got {trials!r}")
     space = space if isinstance(space, SearchSpace) else SearchSpace.from_mapping(space)
@@ -112,8 +130,18 @@ def read_plan(folder) -> SweepPlan:
     return SweepPlan(held["run"], space, held["trials"], held.get("storage"), held["study"], held["seed"])
 
 
-def train_sweep(pert_data_path, dataset_name: str, split_config: dict, args: dict, space: dict, trials: int,
-                n_gpus: int | None = None, gpu_ids=None, storage: str | None = None, seed: int = 0) -> dict:
+def train_sweep(
+    pert_data_path,
+    dataset_name: str,
+    split_config: dict,
+    args: dict,
+    space: dict,
+    trials: int,
+    n_gpus: int | None = None,
+    gpu_ids=None,
+    storage: str | None = None,
+    seed: int = 0,
+) -> dict:
     """Run a sweep of ``trials`` trials of the run ``train_multi_gpu``'s parameters describe,
     each drawing the options of ``space`` (as the space's YAML nests them: ``{'args': {'lr':
     {'type': 'float', 'low': 1e-4, 'high': 1e-2, 'log': True}}}``), concurrently over the
@@ -121,8 +149,14 @@ def train_sweep(pert_data_path, dataset_name: str, split_config: dict, args: dic
     ``args['save_path']``; ``storage``: a database URL or a journal file shared with other
     processes. Returns the summary (``report.json`` of the sweep folder)."""
     check_main_guard("train_sweep")
-    config = {"pert_data_path": str(pert_data_path), "dataset_name": dataset_name, "split_config": split_config,
-              "args": args, "n_gpus": n_gpus, "gpu_ids": gpu_ids}
+    config = {
+        "pert_data_path": str(pert_data_path),
+        "dataset_name": dataset_name,
+        "split_config": split_config,
+        "args": args,
+        "n_gpus": n_gpus,
+        "gpu_ids": gpu_ids,
+    }
     return run_sweep(plan_sweep(config, space, trials, storage, seed, "train_sweep"))
 
 
@@ -134,8 +168,10 @@ def run_sweep(plan: SweepPlan, joining: bool = False) -> dict:
     if held.exists() and not joining:
         existing = read_plan(folder)
         if existing.space.record() != plan.space.record():
-            raise SweepError(f"{folder} holds a sweep of another search space ({held}): give this sweep another "
-                             "save_path, or the search space that folder was made by")
+            raise SweepError(
+                f"{folder} holds a sweep of another search space ({held}): give this sweep another "
+                "save_path, or the search space that folder was made by"
+            )
     storage = open_storage(folder, plan.storage)  # a storage that does not answer fails here, before any trial
     study = load_or_create_study(storage, plan.study, plan.made_by(), plan.seed, PRUNER)
     if not held.exists():
@@ -145,15 +181,17 @@ def run_sweep(plan: SweepPlan, joining: bool = False) -> dict:
     with log_file(folder):
         _retry_abandoned(study, folder)
         trials = _Trials(plan, study)
-        _, stop = GroupScheduler(groups, keys_ahead=lambda: {"data"}).run(trials.next_run, trials.watch,
-                                                                          trials.settled)
+        _, stop = GroupScheduler(groups, keys_ahead=lambda: {"data"}).run(trials.next_run, trials.watch, trials.settled)
         from gears_ddp.sweeps.report import write_sweep_report
 
         summary = write_sweep_report(folder, plan, study)
     if stop:
-        raise TrainingInterrupted(f"the sweep stopped on {signal_name(stop)}; run the same command again to "
-                                  "continue it (an interrupted trial is retried from its checkpoint)",
-                                  signal_name(stop), None)
+        raise TrainingInterrupted(
+            f"the sweep stopped on {signal_name(stop)}; run the same command again to "
+            "continue it (an interrupted trial is retried from its checkpoint)",
+            signal_name(stop),
+            None,
+        )
     return summary
 
 
@@ -179,20 +217,27 @@ def _retry_abandoned(study, folder: Path) -> None:
         except OSError:
             pass
         retry = trial.user_attrs.get("attempt", 1) < 2
-        note = ("interrupted: the sweep that ran it stopped; " + ("retried once, in this folder, from its newest "
-                "checkpoint" if retry else "not retried again (its retry was interrupted too)"))
+        note = "interrupted: the sweep that ran it stopped; " + (
+            "retried once, in this folder, from its newest checkpoint"
+            if retry
+            else "not retried again (its retry was interrupted too)"
+        )
         study.tell(trial.number, state=TrialState.FAIL)
         _write_trial_file(trial_folder, trial.number, trial.params, "failed", None, note)
         logger.warning("trial %d: %s", trial.number, note)
         if retry:
-            study.enqueue_trial(trial.params, user_attrs={"folder": str(trial_folder), "attempt": 2,
-                                                          "retry_of": trial.number}, skip_if_exists=False)
+            study.enqueue_trial(
+                trial.params,
+                user_attrs={"folder": str(trial_folder), "attempt": 2, "retry_of": trial.number},
+                skip_if_exists=False,
+            )
 
 
 def _write_trial_file(folder: Path, number: int, params: dict, state: str, value, note: str | None) -> None:
     if folder.is_dir():
-        write_json(folder / TRIAL_FILE, {"number": number, "params": params, "state": state, "value": value,
-                                         "note": note})
+        write_json(
+            folder / TRIAL_FILE, {"number": number, "params": params, "state": state, "value": value, "note": note}
+        )
 
 
 class _Trials:
@@ -230,21 +275,32 @@ class _Trials:
         self.active[name] = {"trial": trial, "reported": 0, "pruned": None}
         settings = ", ".join(f"{key.split('.')[-1]}={value!r}" for key, value in trial.params.items())
         logger.info("%s: %s", name, settings)
-        return GroupRun(name, options, lambda group: _trial_config(options, group),
-                        f"trial {trial.number} of the sweep in {self.plan.folder}", "data")
+        return GroupRun(
+            name,
+            options,
+            lambda group: _trial_config(options, group),
+            f"trial {trial.number} of the sweep in {self.plan.folder}",
+            "data",
+        )
 
     def watch(self, running: RunningGroup) -> None:
         """Report the trial's new epochs; stop it (SIGTERM to its ranks) when pruned."""
         state = self.active[running.run.name]
         if state["pruned"] is not None:
             return
-        for epoch, value in _epochs(running.run.folder / METRICS_FILE)[state["reported"]:]:
+        for epoch, value in _epochs(running.run.folder / METRICS_FILE)[state["reported"] :]:
             state["trial"].report(value, epoch)
             state["reported"] = epoch
             if state["trial"].should_prune():
                 state["pruned"] = (epoch, value)
-                logger.info("%s: pruned after epoch %d (%s %.4g, behind the median of earlier trials at that "
-                            "epoch): stopping it", running.run.name, epoch, METRIC, value)
+                logger.info(
+                    "%s: pruned after epoch %d (%s %.4g, behind the median of earlier trials at that "
+                    "epoch): stopping it",
+                    running.run.name,
+                    epoch,
+                    METRIC,
+                    value,
+                )
                 for process in running.workers.processes:
                     if process.is_alive():
                         os.kill(process.pid, signal.SIGTERM)
@@ -258,14 +314,19 @@ class _Trials:
         name = group_run.name
         state = self.active.pop(name)
         trial, folder = state["trial"], group_run.folder
-        origin = (f"; a retry of trial {trial.user_attrs['retry_of']}, interrupted when its sweep stopped"
-                  if "retry_of" in trial.user_attrs else "")
+        origin = (
+            f"; a retry of trial {trial.user_attrs['retry_of']}, interrupted when its sweep stopped"
+            if "retry_of" in trial.user_attrs
+            else ""
+        )
         trial.set_user_attr("seconds", outcome.get("seconds"))
         report = finished_report(folder) if outcome["status"] == "finished" else None
         if state["pruned"] is not None:
             epoch, value = state["pruned"]
             self.study.tell(trial, state=TrialState.PRUNED)
-            _write_trial_file(folder, trial.number, trial.params, "pruned", value, f"pruned after epoch {epoch}{origin}")
+            _write_trial_file(
+                folder, trial.number, trial.params, "pruned", value, f"pruned after epoch {epoch}{origin}"
+            )
             logger.info("%s: stopped%s", name, self._progress())
             return
         if report is not None:
@@ -274,20 +335,30 @@ class _Trials:
             if math.isfinite(value):
                 self.study.tell(trial, value)
                 _write_trial_file(folder, trial.number, trial.params, "complete", value, origin[2:] or None)
-                logger.info("%s: finished, best %s %.4g (epoch %d)%s", name, METRIC, value, report["best_epoch"],
-                            self._progress())
+                logger.info(
+                    "%s: finished, best %s %.4g (epoch %d)%s",
+                    name,
+                    METRIC,
+                    value,
+                    report["best_epoch"],
+                    self._progress(),
+                )
                 return
             outcome = {"status": "failed", "error": f"no finite {METRIC} in any epoch"}
         if outcome["status"] == "interrupted" and stopping:  # the sweep was stopped: the trial is retried next time
             retry = trial.user_attrs.get("attempt", 1) < 2
-            note = "interrupted by a stop signal; " + ("retried once, in this folder, from its checkpoint when the "
-                                                       "sweep runs again" if retry else "not retried again")
+            note = "interrupted by a stop signal; " + (
+                "retried once, in this folder, from its checkpoint when the sweep runs again"
+                if retry
+                else "not retried again"
+            )
             trial.set_user_attr("note", note)
             self.study.tell(trial, state=TrialState.FAIL)
             _write_trial_file(folder, trial.number, trial.params, "failed", None, note)
             if retry:
-                self.study.enqueue_trial(trial.params, user_attrs={"folder": str(folder), "attempt": 2,
-                                                                   "retry_of": trial.number})
+                self.study.enqueue_trial(
+                    trial.params, user_attrs={"folder": str(folder), "attempt": 2, "retry_of": trial.number}
+                )
             logger.warning("%s: %s", name, note)
             return
         error = str(outcome.get("error") or "failed").strip().splitlines()
@@ -302,12 +373,16 @@ class _Trials:
 
         trials = self.study.get_trials(deepcopy=False)
         retried = {t.user_attrs["retry_of"] for t in trials if "retry_of" in t.user_attrs}
-        done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-                and t.number not in retried]
+        done = [
+            t
+            for t in trials
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) and t.number not in retried
+        ]
         complete = [t for t in done if t.state == TrialState.COMPLETE]
         best = min(complete, key=lambda t: t.value) if complete else None
-        return (f" ({len(done)} of {self.plan.trials} trials done"
-                + (f"; best so far: trial {best.number}, {best.value:.4g})" if best else ")"))
+        return f" ({len(done)} of {self.plan.trials} trials done" + (
+            f"; best so far: trial {best.number}, {best.value:.4g})" if best else ")"
+        )
 
 
 def _trial_config(options: RunOptions, group) -> dict:

@@ -13,6 +13,7 @@ into place. They hold plain types and tensors only, so ``torch.load(...,
 weights_only=True)`` reads them and no code in the file is ever run. ``latest_checkpoint``
 finds the newest one that can be read, skipping (with a warning naming it) one that cannot.
 """
+
 from __future__ import annotations
 
 import random
@@ -35,8 +36,11 @@ _NAME = re.compile(r"checkpoint-(\d+)\.pt")
 def capture_rng_states() -> dict:
     """Python, numpy, torch (and CUDA) random-number states, as plain types and tensors."""
     kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    states = {"python": random.getstate(), "torch": torch.get_rng_state(),
-              "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian]}
+    states = {
+        "python": random.getstate(),
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached_gaussian],
+    }
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -58,8 +62,11 @@ def checkpoint_folder(save_path) -> Path:
 def checkpoint_files(save_path) -> list[Path]:
     """The checkpoint files in ``save_path``, oldest first (a folder named like one is not)."""
     folder = checkpoint_folder(save_path)
-    found = [(int(m.group(1)), path) for path in folder.glob("checkpoint-*.pt")
-             if (m := _NAME.fullmatch(path.name)) and path.is_file()]
+    found = [
+        (int(m.group(1)), path)
+        for path in folder.glob("checkpoint-*.pt")
+        if (m := _NAME.fullmatch(path.name)) and path.is_file()
+    ]
     return [path for _, path in sorted(found)]
 
 

@@ -39,6 +39,7 @@ step's float is a double, so graphed and eager runs differ by that rounding (abo
 each update) unless the rate is a float32 value. If capture fails (an operation the graph
 cannot hold), the run says why and continues eagerly.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,7 +52,14 @@ from gears_ddp._logging import get_logger
 from gears_ddp.data.cells import PertBatch
 from gears_ddp.model.losses import LossContext
 from gears_ddp.runtime.gradient_average import NO_AVERAGE, GradientAverage
-from gears_ddp.training.engine import GRAD_CLIP_VALUE, Precision, apply_gradients, backward_passes, training_step
+from gears_ddp.training.engine import (
+    FULL_PRECISION,
+    GRAD_CLIP_VALUE,
+    Precision,
+    apply_gradients,
+    backward_passes,
+    training_step,
+)
 
 logger = get_logger(__name__)
 
@@ -89,8 +97,19 @@ class StaticBatches:
 def _shape(batch: PertBatch) -> tuple:
     """What a captured graph fixes of a batch: its tensors' shapes and its sets' host integers."""
     sets = batch.sets
-    set_integers = None if sets is None else (sets.n_sets, sets.n_columns, sets.n_cells, sets.n_unperturbed,
-                                              sets.unperturbed_cells, sets.padded, tuple(sets.packed.shape))
+    set_integers = (
+        None
+        if sets is None
+        else (
+            sets.n_sets,
+            sets.n_columns,
+            sets.n_cells,
+            sets.n_unperturbed,
+            sets.unperturbed_cells,
+            sets.padded,
+            tuple(sets.packed.shape),
+        )
+    )
     return tuple(tuple(getattr(batch, name).shape) for name in PertBatch._TENSORS) + (set_integers,)
 
 
@@ -124,8 +143,13 @@ class CapturedStep:
     running the step again, to check on a CPU what surrounds the graphs.
     """
 
-    def __init__(self, device: torch.device, warmup_steps: int = WARMUP_STEPS, micro_batches: int = 1,
-                 graph_factory: Callable[[], CudaGraph] = CudaGraph):
+    def __init__(
+        self,
+        device: torch.device,
+        warmup_steps: int = WARMUP_STEPS,
+        micro_batches: int = 1,
+        graph_factory: Callable[[], CudaGraph] = CudaGraph,
+    ):
         self.device, self.warmup_steps, self.graph_factory = device, warmup_steps, graph_factory
         self.micro_batches = micro_batches
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -141,21 +165,39 @@ class CapturedStep:
         """Whether steps now replay the captured graphs."""
         return bool(self.graphs)
 
-    def __call__(self, model: nn.Module, micro_batches: Sequence[PertBatch], optimizer: torch.optim.Optimizer,
-                 context: LossContext, uncertainty: bool, device: torch.device, precision: Precision = Precision(),
-                 gradients: GradientAverage = NO_AVERAGE, clip_value: float | None = GRAD_CLIP_VALUE) -> torch.Tensor:
+    def __call__(
+        self,
+        model: nn.Module,
+        micro_batches: Sequence[PertBatch],
+        optimizer: torch.optim.Optimizer,
+        context: LossContext,
+        uncertainty: bool,
+        device: torch.device,
+        precision: Precision = FULL_PRECISION,
+        gradients: GradientAverage = NO_AVERAGE,
+        clip_value: float | None = GRAD_CLIP_VALUE,
+    ) -> torch.Tensor:
         def step(batches: Sequence[PertBatch], step_precision: Precision = precision) -> torch.Tensor:
-            return training_step(model, batches, optimizer, context, uncertainty, device, step_precision, gradients,
-                                 clip_value)
+            return training_step(
+                model, batches, optimizer, context, uncertainty, device, step_precision, gradients, clip_value
+            )
 
         padded = all(batch.sets is not None and batch.sets.padded for batch in micro_batches)
         whole = len(micro_batches) == self.micro_batches
-        if self.failed or not padded or not whole or (self._static is not None and not self._static.fits(micro_batches)):
+        if (
+            self.failed
+            or not padded
+            or not whole
+            or (self._static is not None and not self._static.fits(micro_batches))
+        ):
             return step(micro_batches)
         self.steps_done += 1
         if self.steps_done <= self.warmup_steps:
-            return self._on_side_stream(lambda: self._with_learning_rates(
-                optimizer, lambda: step(micro_batches, _without_cast_cache(precision)), fill=True))
+            return self._on_side_stream(
+                lambda: self._with_learning_rates(
+                    optimizer, lambda: step(micro_batches, _without_cast_cache(precision)), fill=True
+                )
+            )
         if not self.graphs:
             self._static = StaticBatches(micro_batches, device)
             captured = _without_cast_cache(precision)
@@ -168,18 +210,25 @@ class CapturedStep:
             def update() -> None:
                 gradients.unpack()
                 apply_gradients(model, optimizer, captured, clip_value)
+
             try:
                 self._capture(optimizer, gradients_of_step, update, gradients.crosses_ranks)
             except Exception as err:  # noqa: BLE001 - any capture failure leaves the eager step, which works
                 self.failed, self.graphs, self._static = True, [], None
                 if precision.scaler is not None:  # a step cut short left the scaler's per-step record half done
                     precision.scaler._per_optimizer_states.clear()
-                logger.warning("training steps could not be captured in a CUDA graph (%s: %s); they run eagerly "
-                               "(cuda_graphs=False skips the attempt)", type(err).__name__, err)
+                logger.warning(
+                    "training steps could not be captured in a CUDA graph (%s: %s); they run eagerly "
+                    "(cuda_graphs=False skips the attempt)",
+                    type(err).__name__,
+                    err,
+                )
                 return step(micro_batches)
-            logger.info("training steps replay %s from optimiser step %d on",
-                        "two CUDA graphs around one all-reduce of the gradients" if len(self.graphs) == 2
-                        else "a CUDA graph", self.steps_done)
+            logger.info(
+                "training steps replay %s from optimiser step %d on",
+                "two CUDA graphs around one all-reduce of the gradients" if len(self.graphs) == 2 else "a CUDA graph",
+                self.steps_done,
+            )
         else:
             self._static.load(micro_batches)
         for rate, group in zip(self._learning_rates, optimizer.param_groups):
@@ -190,10 +239,16 @@ class CapturedStep:
             self.graphs[1].replay()
         return self._loss.clone()
 
-    def _capture(self, optimizer: torch.optim.Optimizer, gradients_of_step: Callable[[], torch.Tensor],
-                 update: Callable[[], None], collective_between: bool) -> None:
+    def _capture(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradients_of_step: Callable[[], torch.Tensor],
+        update: Callable[[], None],
+        collective_between: bool,
+    ) -> None:
         """Capture the step (on the static batches), reading the learning rates from device
         tensors: one graph, or, with a collective between its parts, one graph for each."""
+
         def whole() -> torch.Tensor:
             loss = gradients_of_step()
             update()
@@ -209,7 +264,9 @@ class CapturedStep:
             second = self.graph_factory()
             second.capture(update, shares_pool_with=first)
             self.graphs = [first, second]
+
         self._with_learning_rates(optimizer, capture_all, fill=False)
+
     def _with_learning_rates(self, optimizer: torch.optim.Optimizer, step: Callable[[], object], fill: bool):
         """``step()`` with each parameter group's learning rate a device tensor (filled from the
         group's float when ``fill``) and Adam capturable; the floats and flags back after."""

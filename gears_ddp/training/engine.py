@@ -6,6 +6,7 @@ all-reduce after the backward passes, whatever the number of micro-batches), and
 accumulators are combined by ``ranks.merge_evaluation``. With the defaults (``NO_AVERAGE``,
 ``SINGLE_PROCESS``) each of these does nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,11 +19,11 @@ from tqdm import tqdm
 
 from gears_ddp.data.cells import PertBatch
 from gears_ddp.data.perturbation_sets import PerturbationSets
-from gears_ddp.model.losses import LossContext, gears_loss
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
-from gears_ddp.training.optimization import Warmup
+from gears_ddp.model.losses import LossContext, gears_loss
 from gears_ddp.runtime.gradient_average import NO_AVERAGE, GradientAverage
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
+from gears_ddp.training.optimization import Warmup
 
 GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
 
@@ -61,6 +62,9 @@ class Precision:
         return torch.autocast(device_type=device.type, dtype=self.dtype, cache_enabled=self.cache_casts)
 
 
+FULL_PRECISION = Precision()  # the default of the step functions: no autocast, no scaler
+
+
 def batch_loss(model: nn.Module, batch: PertBatch, context: LossContext, uncertainty: bool) -> torch.Tensor:
     """Forward pass and GEARS loss of one batch (already on the model's device)."""
     out = model(batch.x, batch.pert_idx, batch.sets)
@@ -70,10 +74,17 @@ def batch_loss(model: nn.Module, batch: PertBatch, context: LossContext, uncerta
     return gears_loss(out.float(), batch.y, batch.condition, context)
 
 
-def training_step(model: nn.Module, micro_batches: Sequence[PertBatch], optimizer: torch.optim.Optimizer,
-                  context: LossContext, uncertainty: bool, device: torch.device,
-                  precision: Precision = Precision(), gradients: GradientAverage = NO_AVERAGE,
-                  clip_value: float | None = GRAD_CLIP_VALUE) -> torch.Tensor:
+def training_step(
+    model: nn.Module,
+    micro_batches: Sequence[PertBatch],
+    optimizer: torch.optim.Optimizer,
+    context: LossContext,
+    uncertainty: bool,
+    device: torch.device,
+    precision: Precision = FULL_PRECISION,
+    gradients: GradientAverage = NO_AVERAGE,
+    clip_value: float | None = GRAD_CLIP_VALUE,
+) -> torch.Tensor:
     """One optimiser step over ``micro_batches`` (one batch, or several accumulated):
     ``backward_passes``, the gradients averaged over ranks (``gradients.average()``), then
     ``apply_gradients``. Returns the mean loss, detached, on ``device`` (no host
@@ -85,9 +96,15 @@ def training_step(model: nn.Module, micro_batches: Sequence[PertBatch], optimize
     return total
 
 
-def backward_passes(model: nn.Module, micro_batches: Sequence[PertBatch], optimizer: torch.optim.Optimizer,
-                    context: LossContext, uncertainty: bool, device: torch.device,
-                    precision: Precision = Precision()) -> torch.Tensor:
+def backward_passes(
+    model: nn.Module,
+    micro_batches: Sequence[PertBatch],
+    optimizer: torch.optim.Optimizer,
+    context: LossContext,
+    uncertainty: bool,
+    device: torch.device,
+    precision: Precision = FULL_PRECISION,
+) -> torch.Tensor:
     """The gradients of a step: each micro-batch's loss, divided by their number, backward,
     so that the gradient is the mean of the micro-batch gradients (scaled by the fp16
     scaler's factor). Returns the mean loss, detached, on ``device``."""
@@ -102,8 +119,12 @@ def backward_passes(model: nn.Module, micro_batches: Sequence[PertBatch], optimi
     return total
 
 
-def apply_gradients(model: nn.Module, optimizer: torch.optim.Optimizer, precision: Precision = Precision(),
-                    clip_value: float | None = GRAD_CLIP_VALUE) -> None:
+def apply_gradients(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    precision: Precision = FULL_PRECISION,
+    clip_value: float | None = GRAD_CLIP_VALUE,
+) -> None:
     """The optimiser step on the (averaged) gradients: unscaled (float16) before value
     clipping, then Adam, which the scaler skips when a gradient overflowed."""
     if precision.scaler:
@@ -117,10 +138,19 @@ def apply_gradients(model: nn.Module, optimizer: torch.optim.Optimizer, precisio
         optimizer.step()
 
 
-def optimizer_steps(model: nn.Module, batches: Iterable[PertBatch], optimizer: torch.optim.Optimizer,
-                    context: LossContext, uncertainty: bool, device: torch.device, precision: Precision = Precision(),
-                    accumulation_steps: int = 1, gradients: GradientAverage = NO_AVERAGE, warmup: Warmup | None = None,
-                    step: Callable[..., torch.Tensor] = training_step) -> Iterator[torch.Tensor]:
+def optimizer_steps(
+    model: nn.Module,
+    batches: Iterable[PertBatch],
+    optimizer: torch.optim.Optimizer,
+    context: LossContext,
+    uncertainty: bool,
+    device: torch.device,
+    precision: Precision = FULL_PRECISION,
+    accumulation_steps: int = 1,
+    gradients: GradientAverage = NO_AVERAGE,
+    warmup: Warmup | None = None,
+    step: Callable[..., torch.Tensor] = training_step,
+) -> Iterator[torch.Tensor]:
     """Train on ``batches``, grouped ``accumulation_steps`` at a time into one optimiser step
     (a short last group still steps); yields each step's mean loss, a tensor on ``device``.
     ``warmup`` scales the learning rate of the steps it covers; ``step`` runs one optimiser
@@ -146,10 +176,17 @@ def optimizer_steps(model: nn.Module, batches: Iterable[PertBatch], optimizer: t
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncertainty: bool,
-             device: torch.device, precision: Precision = Precision(),
-             ranks: SingleProcess = SINGLE_PROCESS, rows_per_pass: int = 16384,
-             progress: str | None = None) -> EvaluationResult:
+def evaluate(
+    model: nn.Module,
+    loader,
+    accumulator: EvaluationAccumulator,
+    uncertainty: bool,
+    device: torch.device,
+    precision: Precision = FULL_PRECISION,
+    ranks: SingleProcess = SINGLE_PROCESS,
+    rows_per_pass: int = 16384,
+    progress: str | None = None,
+) -> EvaluationResult:
     """Score every cell of ``loader`` with the model in evaluation mode; returns the
     per-condition result.
 
@@ -180,7 +217,7 @@ def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncer
     network.renormalise_embeddings()  # as every pass does: ranks with no pass change their weights alike
     conditions_per_pass = max(1, rows_per_pass // network.num_genes)
     passes = torch.nonzero(accumulator.cell_counts() > 0).flatten().split(conditions_per_pass)
-    for codes in passes[ranks.rank::ranks.world_size]:
+    for codes in passes[ranks.rank :: ranks.world_size]:
         with precision.autocast(device):
             effect, logvar = network.set_effects(PerturbationSets.each_once(perturbation_set[codes]))
         effects.add(codes, effect.float(), logvar.float() if uncertainty else None)
@@ -188,8 +225,9 @@ def evaluate(model: nn.Module, loader, accumulator: EvaluationAccumulator, uncer
     return accumulator.result()
 
 
-def _sets_of_all_ranks(perturbation_set: torch.Tensor, cells_of_all_ranks: torch.Tensor,
-                       ranks: SingleProcess) -> torch.Tensor:
+def _sets_of_all_ranks(
+    perturbation_set: torch.Tensor, cells_of_all_ranks: torch.Tensor, ranks: SingleProcess
+) -> torch.Tensor:
     """Each condition's perturbation set (C x 2, -1 padded) as the ranks that had its cells
     saw it: the rows of those ranks are equal, so their sum over ranks divided by how many
     ranks had cells is that row (-1 for a condition no rank had)."""

@@ -14,6 +14,7 @@ they were) and lowers the scale. A loss that stays non-finite makes the scaler h
 scale at every step; once it has fallen below ``MIN_LOSS_SCALE`` the cause is not the
 scaling of float16 gradients, and the run stops as in full precision.
 """
+
 from __future__ import annotations
 
 import torch
@@ -60,4 +61,5 @@ class LossWatch:
             f"the training loss is not finite (NaN or infinite) at optimiser step {step_in_epoch} of epoch "
             f"{position.epoch + 1} ({first} in all) on rank(s) {sorted(bad)}: training stopped, and nothing was "
             "saved from those weights (the last checkpoint, if any, is from before). Lower the learning rate (lr), "
-            "or check the data for NaN or very large values")
+            "or check the data for NaN or very large values"
+        )

@@ -1,5 +1,6 @@
 """The optimiser and learning-rate schedule of the published GEARS (Adam, the rate halved
 every epoch), and the linear warmup added here for large effective batches."""
+
 from __future__ import annotations
 
 import contextlib

@@ -5,6 +5,7 @@ Each option has one name, one meaning and one check, whichever way training is s
 misspelt key or a bad value fails at once with a message naming it, before any data is
 touched or any process starts.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,15 +33,22 @@ class TrainingOptions(Options):
     loaders itself, gives them values.
     """
 
-    epochs: int = option(20, "training epochs (the published training: Adam, learning rate halved every epoch, "
-                             "gradient values clipped at 1.0); GEARS.train(epochs=0) scores the model as it is")
+    epochs: int = option(
+        20,
+        "training epochs (the published training: Adam, learning rate halved every epoch, "
+        "gradient values clipped at 1.0); GEARS.train(epochs=0) scores the model as it is",
+    )
     lr: float = option(1e-3, "learning rate (Adam), halved every epoch")
     weight_decay: float = option(5e-4, "Adam weight decay")
-    amp: str = option("off", "'off', 'bf16' or 'fp16' (with a gradient scaler: gradients unscaled before clipping, "
-                             "a step whose gradients overflow skipped and the scale lowered)")
+    amp: str = option(
+        "off",
+        "'off', 'bf16' or 'fp16' (with a gradient scaler: gradients unscaled before clipping, "
+        "a step whose gradients overflow skipped and the scale lowered)",
+    )
     seed: int | None = option(None, "shuffling and control pairing (and, in args, the initial weights)")
-    max_steps: int | None = option(None, "stop after this many optimiser steps in all (the epoch then ends with its "
-                                         "evaluation)")
+    max_steps: int | None = option(
+        None, "stop after this many optimiser steps in all (the epoch then ends with its evaluation)"
+    )
     batch_size: int | None = option(None, "cells per batch and process")
     test_batch_size: int | None = option(None, "cells per evaluation batch and process (None: batch_size)")
     num_workers: int | None = option(None, "loader worker processes")
@@ -51,33 +59,58 @@ class TrainingOptions(Options):
     checkpoint_every: int = option(0, "epochs between training checkpoints; 0: none")
     checkpoint_every_steps: int = option(0, "optimiser steps between training checkpoints; 0: none")
     keep_checkpoints: int = option(3, "the newest checkpoints kept in save_path/checkpoints")
-    resume_from: str | None = option(None, "'auto' (the newest readable checkpoint in save_path, else a fresh start),"
-                                           " a checkpoint file or a save folder; resuming continues exactly, "
-                                           "mid-epoch too (on CPU bit for bit)")
-    save_path: str | None = option(None, "the run folder: model, checkpoints, metrics, log, report; held by this run "
-                                         "alone while it trains (another run on it is refused), checked for write "
-                                         "access and free space before training; None: nothing saved")
-    overwrite_save_path: bool = option(False, "train into a save_path that holds an earlier run (its model, report "
-                                              "or checkpoints), replacing it; without it such a folder is refused "
-                                              "(resume_from continues it instead)")
+    resume_from: str | None = option(
+        None,
+        "'auto' (the newest readable checkpoint in save_path, else a fresh start),"
+        " a checkpoint file or a save folder; resuming continues exactly, "
+        "mid-epoch too (on CPU bit for bit)",
+    )
+    save_path: str | None = option(
+        None,
+        "the run folder: model, checkpoints, metrics, log, report; held by this run "
+        "alone while it trains (another run on it is refused), checked for write "
+        "access and free space before training; None: nothing saved",
+    )
+    overwrite_save_path: bool = option(
+        False,
+        "train into a save_path that holds an earlier run (its model, report "
+        "or checkpoints), replacing it; without it such a folder is refused "
+        "(resume_from continues it instead)",
+    )
     sync_batchnorm: bool = option(False, "BatchNorm statistics over all ranks' batches")
-    fused_decoder: bool = option(True, "the per-gene decoder as one autograd function; False runs the plain module "
-                                       "chain (the same function)")
-    compile: bool = option(False, "torch.compile the model for the training steps (its forward and backward "
-                                  "passes; evaluation runs eagerly); the first steps wait for the compilation")
-    cuda_graphs: bool = option(True, "on a GPU, replay each optimiser step from one CUDA graph (two around the "
-                                     "gradients' all-reduce with several ranks; batches' perturbation sets padded to "
-                                     "a fixed number; the first steps run eagerly, then the step is captured); False "
-                                     "launches its operators one by one. Not with sync_batchnorm on several ranks")
-    deterministic: bool = option(False, "torch's deterministic algorithms (on a GPU, sums without atomic additions): "
-                                        "the same run gives the same weights bit for bit, somewhat slower")
-    wandb: dict | None = option(None, "{'project': ..., 'name': ...}: the main rank logs each epoch and the test "
-                                      "summary to Weights & Biases (pip install wandb)")
-    linear_baseline_screen: str | None = option(None, "another Perturb-seq screen (a processed data folder, or an h5ad"
-                                                      " file with obs['condition'] and log-normalised X) whose PCA "
-                                                      "places the perturbations of the linear_pretrained baseline, "
-                                                      "as Ahlmann-Eltze et al.'s best linear model takes Replogle's "
-                                                      "K562 screen (docs/evaluation.md); None: no such baseline")
+    fused_decoder: bool = option(
+        True, "the per-gene decoder as one autograd function; False runs the plain module chain (the same function)"
+    )
+    compile: bool = option(
+        False,
+        "torch.compile the model for the training steps (its forward and backward "
+        "passes; evaluation runs eagerly); the first steps wait for the compilation",
+    )
+    cuda_graphs: bool = option(
+        True,
+        "on a GPU, replay each optimiser step from one CUDA graph (two around the "
+        "gradients' all-reduce with several ranks; batches' perturbation sets padded to "
+        "a fixed number; the first steps run eagerly, then the step is captured); False "
+        "launches its operators one by one. Not with sync_batchnorm on several ranks",
+    )
+    deterministic: bool = option(
+        False,
+        "torch's deterministic algorithms (on a GPU, sums without atomic additions): "
+        "the same run gives the same weights bit for bit, somewhat slower",
+    )
+    wandb: dict | None = option(
+        None,
+        "{'project': ..., 'name': ...}: the main rank logs each epoch and the test "
+        "summary to Weights & Biases (pip install wandb)",
+    )
+    linear_baseline_screen: str | None = option(
+        None,
+        "another Perturb-seq screen (a processed data folder, or an h5ad"
+        " file with obs['condition'] and log-normalised X) whose PCA "
+        "places the perturbations of the linear_pretrained baseline, "
+        "as Ahlmann-Eltze et al.'s best linear model takes Replogle's "
+        "K562 screen (docs/evaluation.md); None: no such baseline",
+    )
 
     @classmethod
     def from_dict(cls, values: dict | None, where: str = "args"):
@@ -89,8 +122,10 @@ class TrainingOptions(Options):
 
         if where == UNTRAINED_TEST_ALLOWED_IN:
             if not (is_int(self.epochs) and self.epochs >= 0):
-                raise ValueError(f"{name('epochs')} must be a non-negative integer (0: no training, the model "
-                                 f"scored as it is), got {self.epochs!r}")
+                raise ValueError(
+                    f"{name('epochs')} must be a non-negative integer (0: no training, the model "
+                    f"scored as it is), got {self.epochs!r}"
+                )
         elif not (is_int(self.epochs) and self.epochs >= 1):
             raise ValueError(f"{name('epochs')} must be a positive integer, got {self.epochs!r}")
         check_loader_options(self.loader_options(), name)  # the loader options' one check, the loaders' own
@@ -108,10 +143,17 @@ class TrainingOptions(Options):
         for key in ("lr", "weight_decay"):
             value = getattr(self, key)
             if not is_number(value) or value < 0 or (key == "lr" and value == 0):
-                raise ValueError(f"{name(key)} must be a {'positive' if key == 'lr' else 'non-negative'} "
-                                 f"number, got {value!r}")
-        for key in ("sync_batchnorm", "fused_decoder", "compile", "cuda_graphs", "deterministic",
-                    "overwrite_save_path"):
+                raise ValueError(
+                    f"{name(key)} must be a {'positive' if key == 'lr' else 'non-negative'} number, got {value!r}"
+                )
+        for key in (
+            "sync_batchnorm",
+            "fused_decoder",
+            "compile",
+            "cuda_graphs",
+            "deterministic",
+            "overwrite_save_path",
+        ):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name(key)} must be True or False, got {value!r}")
@@ -119,26 +161,34 @@ class TrainingOptions(Options):
             raise ValueError(f"{name('wandb')} must be a dict such as {{'project': 'GEARS', 'name': 'run1'}}")
         for key in ("checkpoint_every", "checkpoint_every_steps", "overwrite_save_path"):
             if getattr(self, key) and self.save_path is None:
-                raise ValueError(f"{name(key)}={getattr(self, key)} needs {name('save_path')}: the folder the "
-                                 "checkpoints go to")
+                raise ValueError(
+                    f"{name(key)}={getattr(self, key)} needs {name('save_path')}: the folder the checkpoints go to"
+                )
         for key in ("save_path", "resume_from", "linear_baseline_screen"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, (str, os.PathLike)):
-                raise ValueError(f"{name(key)} must be a path{' or auto' if key == 'resume_from' else ''}, "
-                                 f"got {value!r}")
+                raise ValueError(
+                    f"{name(key)} must be a path{' or auto' if key == 'resume_from' else ''}, got {value!r}"
+                )
             if value is not None:
                 setattr(self, key, str(value))  # checkpoints store plain types
         if self.resume_from not in (None, "auto") and not Path(self.resume_from).exists():
             raise FileNotFoundError(f"{name('resume_from')}={self.resume_from!r}: no such checkpoint file or folder")
         if self.linear_baseline_screen is not None and not Path(self.linear_baseline_screen).exists():
-            raise FileNotFoundError(f"{name('linear_baseline_screen')}={self.linear_baseline_screen!r}: no such "
-                                    "processed data folder or h5ad file")
+            raise FileNotFoundError(
+                f"{name('linear_baseline_screen')}={self.linear_baseline_screen!r}: no such "
+                "processed data folder or h5ad file"
+            )
         if self.resume_from == "auto" and self.save_path is None:
-            raise ValueError(f"{name('resume_from')}='auto' needs {name('save_path')}: the folder whose latest "
-                             "checkpoint to continue from")
+            raise ValueError(
+                f"{name('resume_from')}='auto' needs {name('save_path')}: the folder whose latest "
+                "checkpoint to continue from"
+            )
         if self.resume_from is not None and self.overwrite_save_path:
-            raise ValueError(f"{name('resume_from')} continues the run in {name('save_path')} and "
-                             f"{name('overwrite_save_path')} replaces it: give one of them")
+            raise ValueError(
+                f"{name('resume_from')} continues the run in {name('save_path')} and "
+                f"{name('overwrite_save_path')} replaces it: give one of them"
+            )
 
     def scaled_lr(self, world_size: int) -> float:
         """The learning rate for ``world_size`` processes: ``lr`` times the effective batch

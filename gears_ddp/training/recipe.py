@@ -19,6 +19,7 @@ with the effective batch, checkpoints every N epochs or optimiser steps with exa
 (mid-epoch too), stopping cleanly on SIGTERM / SIGUSR1, and stopping every rank at a
 non-finite loss before anything is evaluated or saved (``finite_loss``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,12 +40,12 @@ from gears_ddp.model.folder import parameter_digest
 from gears_ddp.model.losses import LossContext
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
 from gears_ddp.report.run_folder import write_history
+from gears_ddp.runtime.determinism import deterministic_algorithms
 from gears_ddp.runtime.host_memory import retained_host_memory
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.runtime.stopping import StopSignals, TrainingInterrupted, signal_name
 from gears_ddp.runtime.threads import at_most_usable_threads
 from gears_ddp.training.checkpoint import restore_rng_states, save_training_checkpoint
-from gears_ddp.runtime.determinism import deterministic_algorithms
 from gears_ddp.training.cuda_graphs import CapturedStep, use_cuda_graphs
 from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, training_step, unwrapped
 from gears_ddp.training.finite_loss import LossWatch
@@ -133,8 +134,13 @@ class TrainingRecipe:
     rank with ``NonFiniteLoss`` before anything else is evaluated or saved.
     """
 
-    def __init__(self, inputs: TrainingInputs, options: TrainingOptions, ranks: SingleProcess = SINGLE_PROCESS,
-                 resume: tuple[Path, dict] | None = None):
+    def __init__(
+        self,
+        inputs: TrainingInputs,
+        options: TrainingOptions,
+        ranks: SingleProcess = SINGLE_PROCESS,
+        resume: tuple[Path, dict] | None = None,
+    ):
         self.inputs, self.options, self.ranks = inputs, options, ranks
         self.device = inputs.device
         self.save_path = Path(options.save_path) if options.save_path is not None else None
@@ -145,19 +151,25 @@ class TrainingRecipe:
             if isinstance(module, WeightedBatchNorm1d):
                 module.synchronize = synchronized_batchnorm
         self.precision = Precision.for_mode(options.amp, self.device)
-        self.optimizer, self.scheduler = make_optimizer(network, options.scaled_lr(ranks.world_size),
-                                                        options.weight_decay)
+        self.optimizer, self.scheduler = make_optimizer(
+            network, options.scaled_lr(ranks.world_size), options.weight_decay
+        )
         self.outcome, self.position = TrainingOutcome(), TrainingPosition()
         self._resume(resume)
         ranks.share_parameters(network)
         self.gradients = ranks.gradient_average(network)
         self.warmup = Warmup(options.warmup_steps, self.position.global_step)
         # on a GPU each step replays CUDA graphs, on batches of a fixed number of perturbation sets
-        self.captured = (CapturedStep(self.device, micro_batches=options.grad_accum_steps)
-                         if use_cuda_graphs(options.cuda_graphs, self.device, synchronized_batchnorm) else None)
+        self.captured = (
+            CapturedStep(self.device, micro_batches=options.grad_accum_steps)
+            if use_cuda_graphs(options.cuda_graphs, self.device, synchronized_batchnorm)
+            else None
+        )
         if options.cuda_graphs and self.device.type == "cuda" and synchronized_batchnorm and ranks.is_main:
-            logger.info("sync_batchnorm: BatchNorm statistics cross ranks inside the forward pass, so training "
-                        "steps run eagerly (no CUDA graph holds a collective)")
+            logger.info(
+                "sync_batchnorm: BatchNorm statistics cross ranks inside the forward pass, so training "
+                "steps run eagerly (no CUDA graph holds a collective)"
+            )
         self.pad_sets_to = inputs.loaders["train_loader"].max_sets_per_batch() if self.captured else None
         self.model = torch.compile(network) if options.compile else network
         self.tracker = inputs.tracker if ranks.is_main else None
@@ -168,16 +180,28 @@ class TrainingRecipe:
         """Train the remaining epochs; then the best network and its test evaluation."""
         loaders = self.inputs.loaders
         if self.ranks.is_main:
-            logger.info("training epochs %d-%d on %d %s rank(s), %d optimiser step(s) per epoch and rank",
-                        self.position.epoch + 1, self.options.epochs, self.ranks.world_size, self.device.type,
-                        math.ceil(len(loaders["train_loader"]) / self.options.grad_accum_steps))
+            logger.info(
+                "training epochs %d-%d on %d %s rank(s), %d optimiser step(s) per epoch and rank",
+                self.position.epoch + 1,
+                self.options.epochs,
+                self.ranks.world_size,
+                self.device.type,
+                math.ceil(len(loaders["train_loader"]) / self.options.grad_accum_steps),
+            )
         on_cpu = self.device.type == "cpu"
         started = time.perf_counter()
         with deterministic_algorithms(self.options.deterministic):
-            with at_most_usable_threads() if on_cpu else contextlib.nullcontext(), \
-                    self.signals if self.save_path is not None else contextlib.nullcontext(), \
-                    tqdm(total=self.options.epochs, initial=self.position.epoch, desc="epochs", unit="epoch",
-                         disable=not self.ranks.is_main or None) as epochs:
+            with (
+                at_most_usable_threads() if on_cpu else contextlib.nullcontext(),
+                self.signals if self.save_path is not None else contextlib.nullcontext(),
+                tqdm(
+                    total=self.options.epochs,
+                    initial=self.position.epoch,
+                    desc="epochs",
+                    unit="epoch",
+                    disable=not self.ranks.is_main or None,
+                ) as epochs,
+            ):
                 while self.position.epoch < self.options.epochs and self._epoch_to_run():
                     self._train_epoch(loaders)
                     epochs.update()
@@ -191,18 +215,38 @@ class TrainingRecipe:
         loader = loaders["train_loader"]
         loader.set_epoch(epoch)
         first = position.step_in_epoch * options.grad_accum_steps
-        batches = tqdm(loader.batches(first, self.pad_sets_to), total=len(loader), initial=first,
-                       desc=f"epoch {epoch + 1}", disable=not self.ranks.is_main or None, leave=False)
-        loss_sum = torch.tensor(position.loss_sum_of(self.ranks.rank, self.ranks.world_size), dtype=torch.float32,
-                                device=self.device)
+        batches = tqdm(
+            loader.batches(first, self.pad_sets_to),
+            total=len(loader),
+            initial=first,
+            desc=f"epoch {epoch + 1}",
+            disable=not self.ranks.is_main or None,
+            leave=False,
+        )
+        loss_sum = torch.tensor(
+            position.loss_sum_of(self.ranks.rank, self.ranks.world_size), dtype=torch.float32, device=self.device
+        )
         # freed memory is retained for the optimiser steps only: an evaluation's batch blocks,
         # alternating with small pieces, would keep a retaining heap growing with the cells
         steps_left = not self._steps_done()  # none when resumed from the step that reached max_steps
         with retained_host_memory() if self.device.type == "cpu" else contextlib.nullcontext():
-            for loss in optimizer_steps(self.model, batches, self.optimizer, self.inputs.loss_context,
-                                        self.inputs.uncertainty, self.device, self.precision,
-                                        options.grad_accum_steps, self.gradients, self.warmup,
-                                        self.captured or training_step) if steps_left else ():
+            for loss in (
+                optimizer_steps(
+                    self.model,
+                    batches,
+                    self.optimizer,
+                    self.inputs.loss_context,
+                    self.inputs.uncertainty,
+                    self.device,
+                    self.precision,
+                    options.grad_accum_steps,
+                    self.gradients,
+                    self.warmup,
+                    self.captured or training_step,
+                )
+                if steps_left
+                else ()
+            ):
                 loss_sum += loss
                 self.losses.record(loss)
                 position.step_in_epoch += 1
@@ -210,8 +254,7 @@ class TrainingRecipe:
                 if position.step_in_epoch % LOG_EVERY_STEPS == 1:
                     self.losses.check(self.ranks, position)
                     if self.ranks.is_main:
-                        logger.info("epoch %d step %d: train loss %.4f", epoch + 1, position.step_in_epoch,
-                                    loss.item())
+                        logger.info("epoch %d step %d: train loss %.4f", epoch + 1, position.step_in_epoch, loss.item())
                 if options.checkpoint_every_steps and position.global_step % options.checkpoint_every_steps == 0:
                     self._save_checkpoint(loss_sum)
                 if self.save_path is not None:
@@ -220,23 +263,38 @@ class TrainingRecipe:
                     break
         self.losses.check(self.ranks, position)  # before the epoch's evaluation, best-model choice and checkpoint
         self.scheduler.step()
-        totals = self.ranks.sum(torch.stack([loss_sum.detach().cpu().double(),
-                                             torch.tensor(float(position.step_in_epoch), dtype=torch.float64)]))
+        totals = self.ranks.sum(
+            torch.stack(
+                [loss_sum.detach().cpu().double(), torch.tensor(float(position.step_in_epoch), dtype=torch.float64)]
+            )
+        )
         train_loss = float(totals[0] / totals[1].clamp(min=1))
         train_seconds = time.perf_counter() - tick
         network = unwrapped(self.model)
         self.ranks.broadcast_buffers(network)  # evaluate with the main rank's running statistics everywhere
         train_metrics = self._metrics(loaders["train_eval_loader"], "evaluating train")
         val_metrics = self._metrics(loaders["val_loader"], "evaluating val")
-        record = {"epoch": epoch + 1, "train_loss": train_loss, "train_seconds": train_seconds,
-                  "seconds": time.perf_counter() - tick,
-                  **{f"train_{k}": v for k, v in train_metrics.items()},
-                  **{f"val_{k}": v for k, v in val_metrics.items()}}
+        record = {
+            "epoch": epoch + 1,
+            "train_loss": train_loss,
+            "train_seconds": train_seconds,
+            "seconds": time.perf_counter() - tick,
+            **{f"train_{k}": v for k, v in train_metrics.items()},
+            **{f"val_{k}": v for k, v in val_metrics.items()},
+        }
         self.outcome.history.append(record)
         if self.ranks.is_main:
-            logger.info("epoch %d/%d: train loss %.4f, train mse %.4f / mse_de %.4f, val mse %.4f / mse_de %.4f "
-                        "(%.1f s)", epoch + 1, options.epochs, train_loss, train_metrics["mse"],
-                        train_metrics["mse_de"], val_metrics["mse"], val_metrics["mse_de"], record["seconds"])
+            logger.info(
+                "epoch %d/%d: train loss %.4f, train mse %.4f / mse_de %.4f, val mse %.4f / mse_de %.4f (%.1f s)",
+                epoch + 1,
+                options.epochs,
+                train_loss,
+                train_metrics["mse"],
+                train_metrics["mse_de"],
+                val_metrics["mse"],
+                val_metrics["mse_de"],
+                record["seconds"],
+            )
         if self.tracker is not None:
             self.tracker.log(record)
         if self.save_path is not None and self.ranks.is_main:
@@ -258,8 +316,16 @@ class TrainingRecipe:
         return not self._steps_done() or self.position.step_in_epoch > 0
 
     def _metrics(self, loader, progress: str) -> dict:
-        result = evaluate(self.model, loader, self.inputs.new_accumulator(), self.inputs.uncertainty, self.device,
-                          self.precision, self.ranks, progress=progress)
+        result = evaluate(
+            self.model,
+            loader,
+            self.inputs.new_accumulator(),
+            self.inputs.uncertainty,
+            self.device,
+            self.precision,
+            self.ranks,
+            progress=progress,
+        )
         return compute_metrics(result)[0]
 
     def _stop_if_asked(self, loss_sum: torch.Tensor) -> None:
@@ -273,7 +339,10 @@ class TrainingRecipe:
         raise TrainingInterrupted(
             f"training stopped on {name} in epoch {self.position.epoch + 1}, after optimiser step "
             f"{self.position.step_in_epoch} of the epoch ({self.position.global_step} in all); checkpoint "
-            f"{path}; continue with resume_from='auto' and the same save_path", name, str(path))
+            f"{path}; continue with resume_from='auto' and the same save_path",
+            name,
+            str(path),
+        )
 
     def _save_checkpoint(self, loss_sum: torch.Tensor | None = None) -> Path:
         """The main rank writes the training state, with every rank's ``loss_sum`` of the
@@ -284,14 +353,26 @@ class TrainingRecipe:
             self.position.epoch_loss_sums = self.ranks.gather(float(loss_sum))
         path = None
         if self.ranks.is_main:
-            path = save_training_checkpoint(self.save_path, {
-                "position": asdict(self.position), "model": _cpu_state(unwrapped(self.model)),
-                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
-                "outcome": asdict(self.outcome), "options": self.options.as_dict(),
-                "world_size": self.ranks.world_size}, self.options.keep_checkpoints)
-            logger.info("checkpoint at epoch %d, step %d written to %s", self.position.epoch + 1,
-                        self.position.step_in_epoch, path)
+            path = save_training_checkpoint(
+                self.save_path,
+                {
+                    "position": asdict(self.position),
+                    "model": _cpu_state(unwrapped(self.model)),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "scaler": self.precision.scaler.state_dict() if self.precision.scaler is not None else None,
+                    "outcome": asdict(self.outcome),
+                    "options": self.options.as_dict(),
+                    "world_size": self.ranks.world_size,
+                },
+                self.options.keep_checkpoints,
+            )
+            logger.info(
+                "checkpoint at epoch %d, step %d written to %s",
+                self.position.epoch + 1,
+                self.position.step_in_epoch,
+                path,
+            )
         self.ranks.barrier()
         return path
 
@@ -311,12 +392,19 @@ class TrainingRecipe:
             self.precision.scaler.load_state_dict(state["scaler"])
         restore_rng_states(state["rng"])
         if state["world_size"] != self.ranks.world_size:
-            logger.warning("resuming a run of %d rank(s) with %d: the data order differs from the original run",
-                           state["world_size"], self.ranks.world_size)
+            logger.warning(
+                "resuming a run of %d rank(s) with %d: the data order differs from the original run",
+                state["world_size"],
+                self.ranks.world_size,
+            )
         self.position, self.outcome = TrainingPosition(**state["position"]), TrainingOutcome(**state["outcome"])
         if self.ranks.is_main:
-            logger.info("resuming from %s: epoch %d, after optimiser step %d of the epoch", path,
-                        self.position.epoch + 1, self.position.step_in_epoch)
+            logger.info(
+                "resuming from %s: epoch %d, after optimiser step %d of the epoch",
+                path,
+                self.position.epoch + 1,
+                self.position.step_in_epoch,
+            )
 
     def _finish(self, epoch_seconds: float) -> TrainingResult:
         """The best network (the current one when no epoch chose one: none ran, or val
@@ -331,11 +419,27 @@ class TrainingRecipe:
         best.load_state_dict(self.outcome.best_state)
         best.eval()
         test_loader = self.inputs.loaders.get("test_loader")
-        test_result = None if test_loader is None else evaluate(
-            best, test_loader, self.inputs.new_accumulator(), self.inputs.uncertainty, self.device, ranks=self.ranks,
-            progress="evaluating test")
-        return TrainingResult(best, self.outcome.best_epoch + 1, self.outcome.history, test_result, digests,
-                              {"epochs": epoch_seconds, "test": time.perf_counter() - tick})
+        test_result = (
+            None
+            if test_loader is None
+            else evaluate(
+                best,
+                test_loader,
+                self.inputs.new_accumulator(),
+                self.inputs.uncertainty,
+                self.device,
+                ranks=self.ranks,
+                progress="evaluating test",
+            )
+        )
+        return TrainingResult(
+            best,
+            self.outcome.best_epoch + 1,
+            self.outcome.history,
+            test_result,
+            digests,
+            {"epochs": epoch_seconds, "test": time.perf_counter() - tick},
+        )
 
 
 def _cpu_state(model: nn.Module) -> dict:

@@ -8,6 +8,7 @@ that the folder is writable with room for checkpoints (a full disk must not surf
 hours of training). Reading a folder in use (``load_pretrained``, ``gears-ddp evaluate``,
 ``predict --run``) takes nothing: every file a run writes is replaced atomically.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +19,8 @@ from typing import Iterator
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.io import file_in_the_way
-from gears_ddp.model.folder import CONFIG_FILE as MODEL_CONFIG_FILE, VOCABULARY_FILE, WEIGHTS_FILE
+from gears_ddp.model.folder import CONFIG_FILE as MODEL_CONFIG_FILE
+from gears_ddp.model.folder import VOCABULARY_FILE, WEIGHTS_FILE
 from gears_ddp.report.run_folder import CONFIG_FILE, LOG_FILE, METRICS_FILE, PAGE_FILE, PICTURES, REPORT_FILE
 from gears_ddp.runtime.folder_lock import FolderLock
 from gears_ddp.training.checkpoint import CHECKPOINT_FOLDER, checkpoint_files
@@ -27,11 +29,21 @@ logger = get_logger(__name__)
 
 MIN_FREE_BYTES = 50 * 2**20  # room a save folder needs for checkpoints
 # what a run writes in its folder: an overwrite removes these (and nothing else the user keeps there)
-RUN_FILES = (WEIGHTS_FILE, MODEL_CONFIG_FILE, VOCABULARY_FILE, REPORT_FILE, PAGE_FILE, METRICS_FILE, LOG_FILE,
-             CONFIG_FILE)
+RUN_FILES = (
+    WEIGHTS_FILE,
+    MODEL_CONFIG_FILE,
+    VOCABULARY_FILE,
+    REPORT_FILE,
+    PAGE_FILE,
+    METRICS_FILE,
+    LOG_FILE,
+    CONFIG_FILE,
+)
 PICTURES_FOLDER = str(Path(next(iter(PICTURES.values()))).parent)  # plots/
-IN_USE_ADVICE = ("or give this run another save_path (reading the folder: load_pretrained, gears-ddp evaluate, "
-                 "predict --run is not blocked)")
+IN_USE_ADVICE = (
+    "or give this run another save_path (reading the folder: load_pretrained, gears-ddp evaluate, "
+    "predict --run is not blocked)"
+)
 
 
 def make_save_folder(save_path) -> Path:
@@ -41,8 +53,9 @@ def make_save_folder(save_path) -> Path:
     blocker = file_in_the_way(path)
     if blocker is not None:
         where = "is a file" if blocker == path else f"cannot be made: {blocker} is a file"
-        raise FileExistsError(f"save_path {path} {where}, not a folder; choose another save_path (a run writes its "
-                              "folder there)")
+        raise FileExistsError(
+            f"save_path {path} {where}, not a folder; choose another save_path (a run writes its folder there)"
+        )
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -58,8 +71,10 @@ def check_save_path(save_path) -> Path:
         raise PermissionError(f"cannot write to save_path {path}: {err}") from err
     free = shutil.disk_usage(path).free
     if free < MIN_FREE_BYTES:
-        raise OSError(f"save_path {path} has only {free / 2**20:.0f} MiB free; checkpoints need at least "
-                      f"{MIN_FREE_BYTES / 2**20:.0f} MiB")
+        raise OSError(
+            f"save_path {path} has only {free / 2**20:.0f} MiB free; checkpoints need at least "
+            f"{MIN_FREE_BYTES / 2**20:.0f} MiB"
+        )
     return path
 
 
@@ -69,8 +84,9 @@ def earlier_run(folder) -> str | None:
     folder = Path(folder)
     checkpoints = checkpoint_files(folder)
     if (folder / WEIGHTS_FILE).is_file() or (folder / REPORT_FILE).is_file():
-        written = max((folder / name).stat().st_mtime for name in (WEIGHTS_FILE, REPORT_FILE)
-                      if (folder / name).is_file())
+        written = max(
+            (folder / name).stat().st_mtime for name in (WEIGHTS_FILE, REPORT_FILE) if (folder / name).is_file()
+        )
         when = datetime.datetime.fromtimestamp(written).strftime("%Y-%m-%d %H:%M")
         return f"a finished run (its model and report written {when})"
     if checkpoints:
@@ -106,14 +122,17 @@ def refuse_or_clear_earlier_run(folder, resume_from, overwrite: bool) -> None:
         logger.warning("save_path %s holds %s: this run replaces it (overwrite_save_path)", folder, found)
         clear_earlier_run(folder)
         return
-    raise FileExistsError(f"save_path {folder} holds {found}: continue it with resume_from='auto' (more epochs "
-                          "train further), replace it with overwrite_save_path=True (gears-ddp train: --set "
-                          "args.resume_from=auto, or --overwrite), or choose another save_path")
+    raise FileExistsError(
+        f"save_path {folder} holds {found}: continue it with resume_from='auto' (more epochs "
+        "train further), replace it with overwrite_save_path=True (gears-ddp train: --set "
+        "args.resume_from=auto, or --overwrite), or choose another save_path"
+    )
 
 
 @contextlib.contextmanager
-def held_save_path(save_path, what: str, resume_from=None, overwrite: bool = False,
-                   check: bool = True) -> Iterator[Path]:
+def held_save_path(
+    save_path, what: str, resume_from=None, overwrite: bool = False, check: bool = True
+) -> Iterator[Path]:
     """While active, this process holds ``save_path`` (``FolderLock``); on entry, before
     anything is written there, an earlier run is refused or replaced
     (``refuse_or_clear_earlier_run``) and, with ``check``, the folder is checked for write

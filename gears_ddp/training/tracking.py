@@ -1,4 +1,5 @@
 """Experiment tracking with Weights & Biases (the optional ``wandb`` package)."""
+
 from __future__ import annotations
 
 

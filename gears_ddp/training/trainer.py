@@ -8,6 +8,7 @@ comes back (``TrainedModel``); a distributed rank runs the same ``Trainer.train`
 the best model it shows, save it, check the test interactions, which need inference) is
 handed in as callables.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,13 +22,19 @@ from gears_ddp._logging import get_logger
 from gears_ddp.evaluation.baselines import baseline_results
 from gears_ddp.evaluation.linear_baseline import PerturbationEmbedding, other_screen_embedding
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, MetricContext
+from gears_ddp.evaluation.prediction_spread import spread_line, spread_ratio, spread_warnings
 from gears_ddp.evaluation.scoring import score
 from gears_ddp.model.losses import LossContext
 from gears_ddp.report.examples import prediction_examples
 from gears_ddp.report.run_folder import log_file, write_run_report
-from gears_ddp.evaluation.prediction_spread import spread_line, spread_ratio, spread_warnings
-from gears_ddp.report.verdicts import GEARS, compare, per_perturbation_record, summary_verdicts, verdict_records, \
-    verdict_table
+from gears_ddp.report.verdicts import (
+    GEARS,
+    compare,
+    per_perturbation_record,
+    summary_verdicts,
+    verdict_records,
+    verdict_table,
+)
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.training.checkpoint import resolve_resume
@@ -85,8 +92,9 @@ class Trainer:
 
     def loss_context(self) -> LossContext:
         """The loss's per-condition gene sets and control mean, on the model's device."""
-        return LossContext.from_pert_data(self.pert_data, self.config["direction_lambda"],
-                                          self.config["uncertainty_reg"]).to(self.device)
+        return LossContext.from_pert_data(
+            self.pert_data, self.config["direction_lambda"], self.config["uncertainty_reg"]
+        ).to(self.device)
 
     def new_accumulator(self) -> EvaluationAccumulator:
         """An empty per-condition accumulator for one evaluation pass."""
@@ -97,9 +105,18 @@ class Trainer:
         screen's training conditions (None without a path)."""
         return None if path is None else other_screen_embedding(path, self.pert_data.set2conditions["train"])
 
-    def train(self, network: nn.Module, loaders: dict, options: TrainingOptions, ranks: SingleProcess,
-              clock: PhaseClock, resume, keep: Callable[[TrainingResult], None],
-              test_interactions: Callable[[], dict | None], save: Callable[[str], None]) -> TrainedModel:
+    def train(
+        self,
+        network: nn.Module,
+        loaders: dict,
+        options: TrainingOptions,
+        ranks: SingleProcess,
+        clock: PhaseClock,
+        resume,
+        keep: Callable[[TrainingResult], None],
+        test_interactions: Callable[[], dict | None],
+        save: Callable[[str], None],
+    ) -> TrainedModel:
         """The recipe on ``network`` and ``loaders`` as this process's rank of ``ranks``
         (``options`` checked, ``options.save_path`` checked by whoever started the run; the
         checkpoint to continue from, ``resume``, read once by it, or ``READ_FROM_OPTIONS``);
@@ -128,26 +145,42 @@ class Trainer:
                 resume = resolve_resume(options.resume_from, options.save_path)
         with log_file(options.save_path) if writes else contextlib.nullcontext():
             with clock.phase("set-up"):
-                inputs = TrainingInputs(network, loaders, self.loss_context(), self.new_accumulator,
-                                        self.config["uncertainty"], self.device,
-                                        self.tracker if ranks.is_main else None)
+                inputs = TrainingInputs(
+                    network,
+                    loaders,
+                    self.loss_context(),
+                    self.new_accumulator,
+                    self.config["uncertainty"],
+                    self.device,
+                    self.tracker if ranks.is_main else None,
+                )
                 recipe = TrainingRecipe(inputs, options, ranks, resume)
             result = recipe.run()
             for phase, seconds in result.phase_seconds.items():
                 clock.add(phase, seconds)
             keep(result)
             report = self._tested(result, ranks, other_screen, clock, test_interactions if writes else None)
-            report.update(best_epoch=result.best_epoch, history=result.history, world_size=ranks.world_size,
-                          parameter_digests=result.parameter_digests,
-                          timing=clock.seconds)  # the clock's own dict: the report phase joins it
+            report.update(
+                best_epoch=result.best_epoch,
+                history=result.history,
+                world_size=ranks.world_size,
+                parameter_digests=result.parameter_digests,
+                timing=clock.seconds,
+            )  # the clock's own dict: the report phase joins it
             if options.save_path is not None:
                 self._save(report, options.save_path, result.best_epoch, ranks, clock, save)
             if ranks.is_main:
                 logger.info("%s", clock.line())
         return TrainedModel(report, self.tracker, self.test_evaluation, self.baseline_evaluations)
 
-    def _tested(self, result: TrainingResult, ranks: SingleProcess, other_screen: PerturbationEmbedding | None,
-                clock: PhaseClock, test_interactions: Callable[[], dict | None] | None) -> dict:
+    def _tested(
+        self,
+        result: TrainingResult,
+        ranks: SingleProcess,
+        other_screen: PerturbationEmbedding | None,
+        clock: PhaseClock,
+        test_interactions: Callable[[], dict | None] | None,
+    ) -> dict:
         """The test scores of ``result`` beside the baselines, with the run report's
         interaction check when ``test_interactions`` is given; an empty report without a
         test set."""
@@ -163,8 +196,15 @@ class Trainer:
                 report["interactions"] = interactions
         return report
 
-    def _save(self, report: dict, save_path: str, best_epoch: int, ranks: SingleProcess, clock: PhaseClock,
-              save: Callable[[str], None]) -> None:
+    def _save(
+        self,
+        report: dict,
+        save_path: str,
+        best_epoch: int,
+        ranks: SingleProcess,
+        clock: PhaseClock,
+        save: Callable[[str], None],
+    ) -> None:
         """The model and the run report in ``save_path``, by the main rank; every rank waits."""
         report["model_path"] = str(save_path)
         if ranks.is_main:
@@ -175,20 +215,33 @@ class Trainer:
             logger.info("run report: %s", page)
         ranks.barrier()
 
-    def test(self, best_network: nn.Module, test_loader, ranks: SingleProcess = SINGLE_PROCESS,
-             linear_baseline_screen=None) -> TrainedModel:
+    def test(
+        self, best_network: nn.Module, test_loader, ranks: SingleProcess = SINGLE_PROCESS, linear_baseline_screen=None
+    ) -> TrainedModel:
         """``best_network`` and the baselines scored on ``test_loader`` (``GEARS.test``), with
         subgroups for the simulation split; the main rank logs each metric beside the
         baselines with its verdict. In a distributed run every rank scores its share of the
         cells and ``ranks`` merges them."""
         other_screen = self.other_screen(linear_baseline_screen)
-        result = evaluate(best_network, test_loader, self.new_accumulator(), self.config["uncertainty"],
-                          self.device, ranks=ranks, progress="evaluating test")
+        result = evaluate(
+            best_network,
+            test_loader,
+            self.new_accumulator(),
+            self.config["uncertainty"],
+            self.device,
+            ranks=ranks,
+            progress="evaluating test",
+        )
         report = self.score_test(result, ranks, other_screen, PhaseClock())
         return TrainedModel(report, self.tracker, self.test_evaluation, self.baseline_evaluations)
 
-    def score_test(self, result: EvaluationResult, ranks: SingleProcess,
-                   other_screen: PerturbationEmbedding | None, clock: PhaseClock) -> dict:
+    def score_test(
+        self,
+        result: EvaluationResult,
+        ranks: SingleProcess,
+        other_screen: PerturbationEmbedding | None,
+        clock: PhaseClock,
+    ) -> dict:
         """The test summaries of the model's evaluation ``result`` and of the baselines
         (``linear_pretrained`` too with ``other_screen``; ``'model'``, ``'baselines'``), their
         per-perturbation values (``'per_perturbation'``), each method's spread of predicted
@@ -203,18 +256,24 @@ class Trainer:
         with clock.phase("baselines"):
             self.baseline_evaluations = baseline_results(self.pert_data, result, other_screen)
             scored = {name: score(res, context, subgroups) for name, res in self.baseline_evaluations.items()}
-            report = {"model": model_summary, "baselines": {name: summary for name, (summary, _) in scored.items()},
-                      "per_perturbation": per_perturbation_record(
-                          result.conditions, subgroups,
-                          {GEARS: model_conditions, **{name: per for name, (_, per) in scored.items()}}),
-                      "prediction_spread": prediction_spreads(result, self.baseline_evaluations)}
+            report = {
+                "model": model_summary,
+                "baselines": {name: summary for name, (summary, _) in scored.items()},
+                "per_perturbation": per_perturbation_record(
+                    result.conditions,
+                    subgroups,
+                    {GEARS: model_conditions, **{name: per for name, (_, per) in scored.items()}},
+                ),
+                "prediction_spread": prediction_spreads(result, self.baseline_evaluations),
+            }
             verdicts = compare(report)
             report["verdicts"] = verdict_records(verdicts)
         if ranks.is_main:
-            logger.info("test set, best model vs baselines:\n%s\n%s",
-                        verdict_table(summary_verdicts(verdicts, model_summary)),
-                        "\n".join([spread_line(report["prediction_spread"]),
-                                   *spread_warnings(report["prediction_spread"])]))
+            logger.info(
+                "test set, best model vs baselines:\n%s\n%s",
+                verdict_table(summary_verdicts(verdicts, model_summary)),
+                "\n".join([spread_line(report["prediction_spread"]), *spread_warnings(report["prediction_spread"])]),
+            )
         if self.tracker:
             self.tracker.log(model_summary)
         return report
@@ -223,9 +282,14 @@ class Trainer:
         """The test conditions the report's predictions picture shows (none without a test set)."""
         if self.test_evaluation is None:
             return []
-        return prediction_examples(self.test_evaluation, self.baseline_evaluations, self.pert_data.cells,
-                                   list(self.pert_data.gene_names), self.pert_data.cells.control_mean().numpy(),
-                                   self._test_subgroups())
+        return prediction_examples(
+            self.test_evaluation,
+            self.baseline_evaluations,
+            self.pert_data.cells,
+            list(self.pert_data.gene_names),
+            self.pert_data.cells.control_mean().numpy(),
+            self._test_subgroups(),
+        )
 
     def _test_subgroups(self):
         subgroup = self.pert_data.subgroup
@@ -236,5 +300,7 @@ def prediction_spreads(result: EvaluationResult, baselines: dict[str, Evaluation
     """The spread ratio (``evaluation.prediction_spread``) of the model's and each baseline's
     predictions over the test perturbations (control left out)."""
     rows = [index for index, condition in enumerate(result.conditions) if condition != "ctrl"]
-    return {name: spread_ratio(evaluation.pred_mean[rows], evaluation.truth_mean[rows])
-            for name, evaluation in {GEARS: result, **baselines}.items()}
+    return {
+        name: spread_ratio(evaluation.pred_mean[rows], evaluation.truth_mean[rows])
+        for name, evaluation in {GEARS: result, **baselines}.items()
+    }

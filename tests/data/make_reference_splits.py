@@ -14,6 +14,7 @@ splitter asserts there are no combos) and cannot go through the published
 ``DataSplitter`` is called directly with the arguments ``prepare_split`` would pass, on the
 loaded data, and the sets are read off its split column as ``prepare_split`` does.
 """
+
 import contextlib
 import io
 import json
@@ -57,8 +58,13 @@ def main():
             pert_data = datasets["toy"]
             if split == "simulation_single":
                 splitter = DataSplitter(datasets["toysingles"].adata.copy(), split_type=split)
-                adata = splitter.split_data(train_gene_set_size=size, combo_seen2_train_frac=0.75, seed=seed,
-                                            test_perts=None, only_test_set_perts=False)
+                adata = splitter.split_data(
+                    train_gene_set_size=size,
+                    combo_seen2_train_frac=0.75,
+                    seed=seed,
+                    test_perts=None,
+                    only_test_set_perts=False,
+                )
                 entry = {"set2conditions": _sets_from_split_column(adata)}
             else:
                 pert_data.prepare_split(split=split, seed=seed, train_gene_set_size=size)
@@ -66,8 +72,11 @@ def main():
                 if split == "simulation":
                     entry["subgroup"] = _plain(pert_data.subgroup)
             results[ref.case_key(split, seed, size)] = entry
-    payload = {"produced_by": "cell-gears 0.1.2 via tests/data/make_reference_splits.py",
-               "conditions": ref.CONDITIONS, "cases": results}
+    payload = {
+        "produced_by": "cell-gears 0.1.2 via tests/data/make_reference_splits.py",
+        "conditions": ref.CONDITIONS,
+        "cases": results,
+    }
     ref.REFERENCE_FILE.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
     print(f"wrote {ref.REFERENCE_FILE} with {len(results)} cases")
 

@@ -11,6 +11,7 @@ reproduce from the folder
 (tests/test_earlier_runs.py). The folder kept is the run's config, model folder, metrics and
 checkpoint (its report, log and pictures left out).
 """
+
 import json
 import shutil
 import sys
@@ -33,14 +34,29 @@ if __name__ == "__main__":
     toy_data.write_go_files(data)
     PertData(data).new_data_process("toy", toy_data.make_raw())
     run = work / "run"
-    args = {"epochs": 1, "batch_size": 16, "test_batch_size": 64, "cpu_processes": 1, "seed": 0,
-            "model_config": {"hidden_size": 8}, "save_path": str(run), "checkpoint_every": 1}
+    args = {
+        "epochs": 1,
+        "batch_size": 16,
+        "test_batch_size": 64,
+        "cpu_processes": 1,
+        "seed": 0,
+        "model_config": {"hidden_size": 8},
+        "save_path": str(run),
+        "checkpoint_every": 1,
+    }
     train_multi_gpu(str(data), "toy", {"split": "simulation", "seed": 1}, args)
     queries = [["G0"], ["G3"], ["G0", "G1"]]
     predicted = load_run(str(run)).predict(queries)
     main(["evaluate", "--run", str(run), "--out", str(work / "scores.json")])
     scores = json.loads((work / "scores.json").read_text())["model"]
-    (work / "predictions.json").write_text(json.dumps(
-        {"version": gears_ddp.__version__, "queries": queries,
-         "predictions": {key: [float(x) for x in row] for key, row in predicted.items()},
-         "evaluate": {name: value for name, value in scores.items() if isinstance(value, float)}}, indent=1))
+    (work / "predictions.json").write_text(
+        json.dumps(
+            {
+                "version": gears_ddp.__version__,
+                "queries": queries,
+                "predictions": {key: [float(x) for x in row] for key, row in predicted.items()},
+                "evaluate": {name: value for name, value in scores.items() if isinstance(value, float)},
+            },
+            indent=1,
+        )
+    )

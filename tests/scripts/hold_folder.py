@@ -6,6 +6,7 @@ Prints ``held`` once the folder is taken. With ``screen TABLE``, holds a pair sc
 instead (its lock beside the table). The heartbeat is slowed so that the holder changes
 nothing in the folder while a test looks at it.
 """
+
 import sys
 import time
 from pathlib import Path

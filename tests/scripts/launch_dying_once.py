@@ -1,6 +1,7 @@
 """``gears-ddp train`` for a torchrun test: on the first attempt
 (``TORCHELASTIC_RESTART_COUNT`` 0), rank 1 kills itself with SIGKILL after its
 ``DIE_AFTER_STEPS``-th optimiser step, as a node lost mid-epoch would."""
+
 import os
 import signal
 import sys

@@ -1,6 +1,7 @@
 """``gears-ddp train`` for a torchrun test: when training is done, and while every
 rank is still alive, each rank writes ``$MAPS_REPORT/rank<r>.json`` describing its mapping
 of the dataset's expression file (from ``/proc/self/smaps``)."""
+
 import json
 import os
 import sys
@@ -22,9 +23,13 @@ def mapping_of(path: str) -> dict:
         elif found and parts[0].endswith(":") and len(parts) == 3:
             fields[parts[0][:-1]] = fields.get(parts[0][:-1], 0) + int(parts[1])
             fields["permissions"] = found
-    return {"path": path, "permissions": fields.get("permissions"), "resident_kib": fields.get("Rss", 0),
-            "shared_kib": fields.get("Shared_Clean", 0) + fields.get("Shared_Dirty", 0),
-            "private_kib": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)}
+    return {
+        "path": path,
+        "permissions": fields.get("permissions"),
+        "resident_kib": fields.get("Rss", 0),
+        "shared_kib": fields.get("Shared_Clean", 0) + fields.get("Shared_Dirty", 0),
+        "private_kib": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0),
+    }
 
 
 train_with = GEARS.train_with

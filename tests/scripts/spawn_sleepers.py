@@ -3,6 +3,7 @@ supervisor, print their process ids, and wait: a test kills this process and wat
 
     python tests/scripts/spawn_sleepers.py
 """
+
 import time
 
 from gears_ddp.distributed.supervisor import SpawnedWorkers

@@ -6,6 +6,7 @@ print the report as JSON on the last line.
 ``single``: ``GEARS.train`` in this process; ``multi``: ``train_multi_gpu`` with 2 CPU
 processes. The options are ``GEARS.train``'s keyword arguments or ``args`` keys.
 """
+
 import json
 import sys
 
@@ -30,8 +31,9 @@ def single(data_folder: str, options: dict) -> dict:
 
 
 def multi(data_folder: str, options: dict) -> dict:
-    return train_multi_gpu(data_folder, "toy", SPLIT, {"cpu_processes": 2, "test_batch_size": 32,
-                                                       "model_config": MODEL, **options})
+    return train_multi_gpu(
+        data_folder, "toy", SPLIT, {"cpu_processes": 2, "test_batch_size": 32, "model_config": MODEL, **options}
+    )
 
 
 if __name__ == "__main__":
