@@ -96,7 +96,7 @@ def is_number(value) -> bool:
 def signature_with(function, options: type[Options]) -> inspect.Signature:
     """``function``'s signature with its ``**options`` replaced by the keyword parameters of
     ``options`` and their defaults, so that ``help()`` and editors show the options that
-    the function checks with ``options.from_dict``."""
+    the function checks with ``Options.from_dict``."""
     signature = inspect.signature(function)
     kept = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     named = [

@@ -236,7 +236,7 @@ class PertData:
         process nothing: no file is written, nothing downloaded, ``adata`` left as it is.
 
         Returns the ``ScreenReport``: what the screen holds and every problem, each with its
-        fix (``print(report)``; ``report.would_train``; ``report.refuse()`` raises them all).
+        fix (``print(report)``; ``ScreenReport.would_train``; ``ScreenReport.refuse()`` raises them all).
         The GO terms are those of the GO files in ``data_path``, when they are there; or, given
         ``go_annotation`` (gene -> GO terms, as ``read_gene_sets`` and ``read_annotation``
         read a GMT or GAF file, named by ``go_annotation_origin``), those the GO files built

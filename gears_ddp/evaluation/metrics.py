@@ -137,7 +137,7 @@ class EvaluationAccumulator:
     predictions to the host every batch).
 
     Distributed evaluation: each rank accumulates its cells, then the ranks add up the
-    tensors of ``state()`` (``ranks.merge_evaluation``; with ``torch.distributed``, an
+    tensors of ``state()`` (``SingleProcess.merge_evaluation``; with ``torch.distributed``, an
     ``all_reduce`` of each) and ``load_state`` the sums.
     """
 

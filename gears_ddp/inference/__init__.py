@@ -1,6 +1,6 @@
 """Using a trained model: predictions of perturbation queries and their changes over control
 (``prediction``; the genetic-interaction scores are ``gears_ddp.interactions``'),
-in-silico combinatorial screens (``screen``), screens over replicates (``replicate_pair_screen``)
+in-silico combinatorial screens (``pair_screen``), screens over replicates (``replicate_pair_screen``)
 and how far the models agree on each call (``pair_screen_statistics``), the perturbation figure
 and the screen's map (``figures``), predictions in cell-eval's layout
 (``cell_eval_export``), and the published ``gears.inference`` functions under their names

@@ -58,7 +58,7 @@ def with_training_columns(table: pd.DataFrame, train_conditions: Sequence[str]) 
 def pair_table(first: Sequence[str], second: Sequence[str], scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """One row per pair A+B: ``pair`` (``'A+B'``), ``first_gene``, ``second_gene``, the
     ``GI_predict`` scores and the interaction types they imply
-    (``interactions.interaction_types``): the columns every table of scored pairs has."""
+    (``calls.interaction_types``): the columns every table of scored pairs has."""
     table = pd.DataFrame(
         {
             "pair": [f"{a}+{b}" for a, b in zip(first, second)],

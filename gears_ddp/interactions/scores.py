@@ -472,8 +472,8 @@ def interaction_scores(
 
     ``first``, ``second`` and ``double`` (pairs x genes, arrays or tensors) are the changes
     from control after perturbing A, B and A+B, over the same genes. Returns, under the
-    names ``GI_predict`` uses (``GI_SCORE_NAMES``; see
-    ``inference.genetic_interaction_scores`` for their meaning), a float64 array of one
+    names ``GI_predict`` uses (``GI_SCORE_NAMES``; ``GI_SCORE_MEANINGS`` says what each
+    means), a float64 array of one
     score per pair, equal to what the published ``get_GI_params`` gives pair by pair.
 
     The work runs on ``device`` (default: the inputs' device, else CPU) in float64,

@@ -1,9 +1,9 @@
 """Training steps and one evaluation pass, as the recipe runs them.
 
 What crosses ranks comes in through two objects (``gears_ddp.runtime``): a step's gradients
-are made the mean over ranks by ``gradients`` (``ranks.gradient_average``: one flat
+are made the mean over ranks by ``gradients`` (``SingleProcess.gradient_average``: one flat
 all-reduce after the backward passes, whatever the number of micro-batches), and evaluation
-accumulators are combined by ``ranks.merge_evaluation``. With the defaults (``NO_AVERAGE``,
+accumulators are combined by ``SingleProcess.merge_evaluation``. With the defaults (``NO_AVERAGE``,
 ``SINGLE_PROCESS``) each of these does nothing.
 """
 
@@ -195,7 +195,7 @@ def evaluate(
     runs once per condition at the end: the result equals running it on every cell. A pass
     takes as many conditions as fit in ``rows_per_pass`` (condition, gene) rows, at least
     one, which bounds evaluation memory whatever the number of genes. Each rank scores its
-    share of the cells; ``ranks.merge_evaluation`` gives every rank the sums of all. The
+    share of the cells; ``SingleProcess.merge_evaluation`` gives every rank the sums of all. The
     passes are then cut from the conditions of all ranks, as one process cuts them, and
     shared out among the ranks, so each condition's effect comes from the same pass
     whatever the number of ranks (a float32 product's rounding can depend on the other rows

@@ -126,8 +126,8 @@ class TrainingRecipe:
     """Train ``inputs.network`` on ``inputs.loaders`` as this process's rank of ``ranks``.
 
     ``run()`` trains the remaining epochs and returns a ``TrainingResult``, continuing from
-    ``resume`` (the checkpoint ``options.resume_from`` names, read once by whoever started
-    the run: ``checkpoint.resolve_resume``), if given. With ``options.save_path`` (a folder
+    ``resume`` (the checkpoint ``TrainingOptions.resume_from`` names, read once by whoever started
+    the run: ``checkpoint.resolve_resume``), if given. With ``TrainingOptions.save_path`` (a folder
     the caller holds and checked with ``save_folder.held_save_path``), the main rank writes the per-epoch
     metrics and the checkpoints there, and a SIGTERM or SIGUSR1 stops every rank at the next optimiser step with a
     checkpoint (``run()`` raises ``TrainingInterrupted``). A non-finite loss stops every
@@ -377,7 +377,7 @@ class TrainingRecipe:
         return path
 
     def _resume(self, found: tuple[Path, dict] | None) -> None:
-        """Continue from ``found``, the checkpoint ``options.resume_from`` names as whoever
+        """Continue from ``found``, the checkpoint ``TrainingOptions.resume_from`` names as whoever
         started the run read it (``checkpoint.resolve_resume``), if any: weights, optimiser,
         schedule, scaler, random states, position and outcome so far."""
         if found is None:

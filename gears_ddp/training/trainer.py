@@ -48,7 +48,7 @@ logger = get_logger(__name__)
 
 class ReadFromOptions:
     """The ``resume`` of a run whose starter did not read its checkpoint: the trainer reads
-    ``options.resume_from`` itself, once."""
+    ``TrainingOptions.resume_from`` itself, once."""
 
 
 READ_FROM_OPTIONS = ReadFromOptions()
@@ -118,7 +118,7 @@ class Trainer:
         save: Callable[[str], None],
     ) -> TrainedModel:
         """The recipe on ``network`` and ``loaders`` as this process's rank of ``ranks``
-        (``options`` checked, ``options.save_path`` checked by whoever started the run; the
+        (``options`` checked, ``TrainingOptions.save_path`` checked by whoever started the run; the
         checkpoint to continue from, ``resume``, read once by it, or ``READ_FROM_OPTIONS``);
         then ``keep(result)`` (the front keeps the best network), the test scores beside the
         baselines, and, on the main rank with a ``save_path``, ``test_interactions()``,
