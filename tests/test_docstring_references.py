@@ -379,6 +379,14 @@ def long_module_docstrings(package: Package, skip=frozenset()) -> list[str]:
     return long
 
 
+def test_no_module_docstring_is_an_essay():
+    long = long_module_docstrings(the_package(), skip=OWNED_ELSEWHERE)
+    assert long == [], (
+        f"module docstrings over {MODULE_DOCSTRING_LINES} lines (say what and why; the explanation "
+        "belongs in docs/):\n" + "\n".join(long)
+    )
+
+
 if __name__ == "__main__":
     package = the_package()
     broken, checked = broken_references(package)

@@ -1,148 +1,17 @@
 """A built-in, Perturb-seq-like synthetic dataset, so GEARS can be trained with no download.
 
 ``make_synthetic_perturb_seq`` returns a ``SyntheticPerturbSeq``: an AnnData in the raw GEARS
-input form, a GO annotation (``gene2go``), the perturbable-gene vocabulary (``pert_genes``)
-and the ground truth (noise-free mean profile and interaction type of every condition).
+input form (``layout="gears"``) or as a screen comes (``layout="screen"``: raw counts,
+``obs['target_gene']``), a GO annotation (``gene2go``), the perturbable-gene vocabulary
+(``pert_genes``) and the ground truth (noise-free mean profile and interaction type of every
+condition). A gene-regulatory network over gene modules spreads each perturbation's direct
+effect downstream; two-gene combinations are additive or synergistic, buffering or
+epistatic; cellular programs make genes of a module co-vary from cell to cell; counts are
+negative binomial; GO terms follow the modules. Every random draw comes from one
+``numpy.random.default_rng(seed)``. ``preset(name)`` gives the options of ``PRESETS``
+(``"benchmark"``, ``"vcc"``, ``"norman"``, the last calibrated to the Norman screen).
 
-Generative model (every random draw comes from one ``numpy.random.default_rng(seed)``):
-
-1. **Genes and modules.** ``n_genes`` measured genes (symbols ``SG0001``, ...) are split into
-   ``n_modules`` modules of random sizes (Dirichlet proportions, at least one gene each).
-   Another ``frac_unmeasured * n_genes`` gene symbols exist only in the GO annotation (real
-   GEARS vocabularies contain unmeasured genes); they are assigned to random modules.
-2. **Gene-regulatory network.** A DAG over the measured genes, following a random
-   topological order. Inside a module each gene gets Poisson(3) regulators among the genes
-   before it in the module, chosen with probability proportional to 1/(position+1), so the
-   first genes of a module become hubs (transcription-factor-like). About 10% extra edges
-   join genes of different modules (always from earlier to later in the order). Weights are
-   random-sign, magnitude uniform in [0.4, 1.0]; each gene's absolute incoming weight sum is
-   scaled down to at most 0.8. With ``W[target, regulator]`` the log-rate response to a
-   direct perturbation vector ``s`` is ``x = (I - W)^-1 s``: solvable because ``I - W`` is
-   triangular in the DAG order, and bounded (``|x|max <= |s|max / (1 - 0.8)``).
-   Since a perturbed gene has no path back to itself, ``x`` equals ``s`` at the target;
-   ``x - s`` is the downstream effect.
-3. **Baseline.** Log mean count per gene ``b ~ Normal(-1, 1.5)`` clipped to [-5, 4.5]
-   (a gene's mean count ranges from under 0.01 per cell, nearly all zeros, to about 90).
-   Perturbed genes get ``b >= 0`` (screens target genes whose knock-down can be observed).
-4. **Single perturbations.** ``n_perturbed_genes`` genes, drawn with probability
-   proportional to (downstream influence + 0.1), the influence being the summed absolute
-   path weight to all descendants (column sums of ``(I - |W|)^-1`` minus 1), so most
-   perturbations have downstream effects, as for the transcription factors of real screens.
-   Each is knocked down (CRISPRi, direct log effect uniform in [-2.5, -1.5], its own
-   expression falling about 5-12 fold) or, with probability ``frac_activation``, activated
-   (CRISPRa, uniform in ``activation_range``, default [1.0, 2.0]).
-5. **Two-gene combos.** ``n_combos`` distinct pairs of perturbed genes (so every combo gene
-   also appears as a single; some perturbed genes appear in no combo), written ``'A+B'``
-   with ``A < B``. With direct effects ``s_A, s_B`` and downstream effects ``d_A, d_B``
-   the combo log-rate effect is ``s_A + s_B + g(d_A, d_B)`` where ``g`` is, by type
-   (counts ``round(fraction * n_combos)``, default 15% each non-additive type):
-   additive ``d_A + d_B``; synergy ``(1 + u)(d_A + d_B)``, u ~ U[0.5, 1];
-   buffering ``(1 - u)(d_A + d_B)``, u ~ U[0.5, 0.8]; epistasis ``d_dom + u * d_other``,
-   u ~ U[0, 0.2], with the dominant gene picked at random. Direct (guide) effects stay
-   additive: a guide's knock-down efficiency does not depend on the other guide.
-   **Shared response** (``shared_response`` > 0; off by default). Real screens also move
-   most perturbed cells the same way, whatever the target (a common differentiation or
-   stress state, and everything perturbed cells share against controls): on the Norman
-   screen the average effect of the training perturbations alone reaches a test
-   ``pearson_delta`` of 0.57. Here 15% of the modules (at least one), drawn at random, form
-   a response program: each of their genes gets a log-rate effect ``r_g ~ Normal(0,
-   shared_response)``. Perturbed gene A pushes cells along it with a strength ``a_A ~
-   U[0.3, 0.9]``; a combo with ``1 - (1 - a_A)(1 - a_B)`` (two pushes saturate, as cells
-   cannot be more than fully in the state). A condition's log rates gain ``strength * r``.
-6. **Cellular programs.** Each module is a program whose activity varies from cell to cell,
-   independently of the condition: ``z[i, m] ~ Normal(0, program_sd)`` (default 1.0) for
-   cell ``i`` and module ``m``. Gene ``g`` of module ``m(g)`` responds with a loading
-   ``l_g``, magnitude ~ Uniform(0.5, 1.5), negative for 20% of genes (anti-correlated
-   members). The program multiplies the gene's rate by
-   ``exp(l_g * z[i, m(g)] - (l_g * program_sd)^2 / 2)``, a log-normal factor of mean one,
-   so a condition's expected rate is unchanged. This is the source of within-module
-   co-expression among cells of one condition (real Perturb-seq has it from shared
-   programs: cell cycle, stress, metabolism...): with the defaults, GEARS's co-expression
-   graph (|Pearson r| > 0.4 over control and single-perturbation cells, top 21 per gene)
-   has about 2,000 non-self edges, nearly all within modules, among the ~300 moderately
-   to highly expressed genes; with ``program_sd=0`` it has essentially none: perturbation
-   effects alone are too sparse and too small relative to count noise. Larger values
-   strengthen co-expression at the cost of noisier per-cell (and, slightly, per-condition
-   mean) perturbation responses.
-7. **Counts.** Each condition has ``cells_per_condition`` cells (``n_control_cells`` for
-   control), in shuffled order. Cell ``i`` of condition ``c`` has counts
-   ``NegativeBinomial(mean = f_i * m_c * program factor, inverse dispersion theta_g)``
-   with size factor ``f_i ~ LogNormal(0, 0.3)`` and ``theta_g ~ LogNormal(log 4, 0.5)`` per
-   gene, where the expected count ``m_c`` is ``exp(b + x_c)`` by default. With
-   ``library_size`` L, a control cell of size factor one has L counts in all, a
-   ``measured_share`` of them on the measured genes (``m_c = exp(b + x_c) * L *
-   measured_share / sum(exp(b))``); the rest, on genes that are not measured, are drawn as
-   one Poisson(``f_i * L * (1 - measured_share)``) count that enters only the cell's total,
-   as in real data normalised before its genes were selected (GEARS's Norman file:
-   normalised over 24,665 genes, then cut to 5,045). ``X = log1p(1e4 * counts / total
-   counts of the cell)`` stored as float32 CSR (a cell whose counts are all zero, possible
-   only for tiny ``n_genes``, stays all zero). Sampling is vectorised over chunks of cells.
-8. **Ground truth.** ``true_means`` is the plug-in noise-free profile
-   ``log1p(1e4 * m_c / (sum(m_c) + u))`` with ``u`` the expected unmeasured count (0 by
-   default): the program-free rates, which are also the expected rates over cells since the
-   program factor has mean one. It is not a Monte-Carlo mean: for lowly expressed genes the mean of ``X`` over
-   cells is lower, by Jensen's inequality, and program variation (more log-rate spread)
-   widens that gap somewhat; it is the same in every condition, so effects relative to
-   control are hardly biased.
-9. **GO annotation.** ``n_go_terms`` terms (default 8 per module) are dealt out to the
-   modules at random. A gene takes each term of its module with a gene-specific probability
-   ``p ~ Beta(2, 1.5)`` (mean 0.57: informative, with some genes having few terms) plus
-   Poisson(1) random terms from the whole set (noise); an annotated gene left with no term
-   gets one of its module's. 3% of the measured genes that are never perturbed get no GO
-   terms at all (like real unannotated genes) and so are not in ``pert_genes``.
-
-``adata.var`` also records each gene's ``module`` and ``perturbation``
-(``'knockdown'``, ``'activation'`` or ``'none'``) for evaluation.
-
-10. **Layout.** ``layout="gears"`` (the default) writes GEARS's raw input: the log-normalised
-    ``X`` above, ``obs['condition']`` (``ctrl``, ``A+ctrl``, ``A+B``), ``obs['cell_type']``
-    and ``var['gene_name']``. ``layout="screen"`` writes the same cells as a screen comes,
-    in the Virtual Cell Challenge's layout: ``X`` holds the raw counts of step 7 (whole
-    numbers, float32 CSR; the unmeasured count, which enters only a cell's total, is not
-    written), ``obs['target_gene']`` names each cell's perturbed gene (``A``, ``A+B`` for a
-    combination, ``non-targeting`` for control cells), and there is no ``condition``,
-    ``cell_type`` or ``gene_name`` column: the gene symbols are the ``var_names``. Every
-    random draw is the same in both layouts, so with ``library_size=None`` normalising the
-    screen's counts (1e4 per cell, log1p) gives the GEARS layout's ``X``.
-
-Presets (``preset(name)`` gives the options, ``PRESETS`` lists them):
-
-- ``"benchmark"``: the defaults above (7,300 cells x 1,000 genes). Speed and parity
-  benchmarks and most tests use it. Its effects are small against the count noise (45 cells
-  per condition, about 1,100 counts per cell), so models learn little from it:
-  ``benchmarks/bench_learning.py`` measures why (``benchmarks/RESULTS.md``).
-- ``"vcc"``: the Virtual Cell Challenge's training file in shape, not in size or
-  statistics: ``layout="screen"`` (raw counts, ``obs['target_gene']``, ``non-targeting``
-  controls, one cell type, gene symbols as ``var_names``), CRISPRi knock-downs of single
-  genes only; 300 genes, 20 perturbed genes of 100 cells, 500 controls (2,500 cells), about
-  5,000 counts per control cell, a shared response of sd 1.0 (so that the mean-effect
-  baseline and a model trained for two epochs have something to find).
-  ``examples/vcc_workflow.py`` runs the VCC workflow on it.
-- ``"norman"``: calibrated to the Norman screen as GEARS ships it (91,205 cells x 5,045
-  genes), scaled down so that ``gears-ddp demo`` trains on it in minutes on 2 CPU cores:
-  500 genes, 48 CRISPRa-activated genes (direct log effect 2-4), 60 two-gene combinations
-  (15% non-additive), a shared response of sd 1.0, a library of 10,000 counts per cell of
-  which 0.6% fall on the measured genes; 23,500 cells. Targets and the values
-  ``gears_ddp.evaluation.calibration`` measures on it (split ``simulation``, seed 1; the
-  test ``tests/test_synthetic_calibration.py`` holds it to them at seeds 1-3):
-
-  ==============================================  ======================  ============
-  statistic                                       Norman                  preset
-  ==============================================  ======================  ============
-  genes; singles; two-gene combinations           5,045; 105; 131         500; 48; 60
-  median cells per perturbed condition            272                     200
-  share of the cells that are controls            0.081                   0.081
-  share of the expression matrix not zero         0.081                   0.087
-  median share of genes DE (t-test, FDR 5%)       no figure found         0.10
-  mean-effect baseline, test pearson_delta        0.570                   0.564
-  two-gene combinations of seen genes,            additive above          0.909 against
-  pearson_delta of additive against mean effect   mean effect             0.635
-  ==============================================  ======================  ============
-
-  Sources: GEARS's processed Norman file (cell counts, controls, non-zero entries); the
-  mean-effect baseline's 0.570 from GEARS issue #82; the additive baseline as the strongest
-  for combinations from Ahlmann-Eltze et al., Nature Methods 2025. The DE share has no
-  published figure we could find; the preset is held to 0.03-0.2.
+docs/synthetic.md describes the generative model step by step, and the presets.
 """
 
 from __future__ import annotations

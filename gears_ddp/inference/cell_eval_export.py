@@ -1,76 +1,17 @@
 """Predictions in the layout of Arc Institute's ``cell-eval`` (the Virtual Cell Challenge
-evaluator), and how its ``pearson_delta`` and ``mse`` relate to ours.
+evaluator): predicted and real AnnData files with each cell's perturbation in
+``obs[PERT_COLUMN]`` (``'target_gene'``), controls labelled ``CONTROL_LABEL``
+(``'non-targeting'``), genes matched by ``var_names`` and the provenance in
+``uns['gears_ddp']``, so that ``cell-eval run`` scores them with its defaults.
 
-Layout
-------
-cell-eval reads two AnnData files, predicted and real, with per-cell expression in ``X``,
-the perturbation of each cell in ``obs[PERT_COLUMN]`` (the default ``--pert-col`` of its
-``cell-eval run`` command and the Virtual Cell Challenge's column, ``'target_gene'``) and
-control cells labelled ``CONTROL_LABEL`` (its default ``control_pert``,
-``'non-targeting'``); genes are matched by ``var_names``. The files written here have:
+A predicted cell is a real control cell shifted by its condition's predicted change (GEARS
+predicts a mean change, not a distribution), written as ``max(prediction, 0)`` by default
+because cell-eval refuses negative expression. ``split_predictions`` puts every control cell
+in both files and pairs cells as the loader does, so on unclipped predictions cell-eval's
+``pearson_delta`` and ``mse`` equal ours to float32 rounding.
 
-- ``obs['target_gene']``: the perturbed gene(s), ``A`` for the single ``A+ctrl`` and ``A+B`` for
-  the combination ``A+B`` (genes in the order the condition writes them), ``non-targeting``
-  for control cells;
-- ``obs['condition']``: the condition as the data writes it (``A+ctrl``, ``A+B``, ``ctrl``);
-  ``obs['gene_1']`` / ``obs['gene_2']``: the perturbed genes, ``'ctrl'`` where there is
-  none (``gene_2`` of a single, both of a control cell); all four are categoricals;
-- ``var``: the data's ``var`` indexed by gene name (cell-eval names genes by
-  ``var_names`` and a single perturbation by its gene); where the data's ``var_names`` are
-  other identifiers (e.g. Ensembl ids) they are kept in ``var['gene_id']``;
-- ``uns['gears_ddp']``: provenance (library version, dataset, where the weights came from, the
-  model options without the graph tensors, seeds and control cells used).
-
-GEARS predicts a cell's expression as its paired control cell plus its condition's
-predicted change (``engine.evaluate``), so a predicted cell here is a real control cell
-shifted by that change: GEARS predicts a mean change, not a distribution, and cell-eval's
-per-cell and differential-expression metrics measure that construction.
-
-Negative values: cell-eval accepts only non-negative (log-normalised) expression and
-refuses a file with a value below 0 (``guess_is_lognorm``). A GEARS prediction goes below 0
-where a control cell does not express a gene whose predicted change is negative (14% to 32%
-of the values of small models on the synthetic data), so predicted cells are written as
-``max(prediction, 0)`` (``clip_at_zero=True``, the default). That moves a condition's mean
-up at those genes: on the test's model, cell-eval's ``pearson_delta`` then differs from ours
-by up to 0.012 and its ``mse`` by up to 0.03.
-
-cell-eval's metrics and ours
-----------------------------
-Per perturbation, cell-eval's ``pearson_delta`` is the Pearson correlation over all genes
-of (predicted mean - predicted control mean) and (true mean - true control mean), each file
-using its own control cells; its ``mse`` is the mean squared error over all genes of the
-predicted and true means. Ours (``metrics``) are the published GEARS definitions: per
-condition, ``pearson_delta`` correlates (mean prediction - control mean) with (mean truth -
-control mean), where the control mean is that of ALL control cells of the dataset, and
-``mse`` compares the mean prediction and the mean truth over all genes. ``split_predictions``
-puts every control cell of the dataset into both files, so the control means coincide, and
-pairs each cell with the control cell its loader pairs it with, so the means are those
-``GEARS.test`` scores: on unclipped predictions (``clip_at_zero=False``) cell-eval's
-``pearson_delta`` and ``mse`` functions give ours to float32 rounding
-(``tests/test_cell_eval.py``). They differ:
-
-- by the clipping: cell-eval scores ``max(prediction, 0)``, whose means exceed ours at the
-  clipped genes (its evaluator refuses the unclipped file);
-- where a correlation is undefined (a constant change): ours is 0, as the published GEARS
-  sets it, cell-eval's is NaN (``scipy.stats.pearsonr``);
-- in the conditions averaged: cell-eval scores every perturbation but control; our
-  ``pearson_delta`` covers the conditions with a DE ranking, and our ``mse`` over the
-  training cells (the per-epoch ``train_mse``) also counts ``ctrl``;
-- in naming: cell-eval's perturbation is ``obs['target_gene']`` (``A``, ``A+B``), ours the
-  condition (``A+ctrl``, ``A+B``); ``A+B`` and ``B+A`` stay two perturbations in both.
-  cell-eval's discrimination score leaves a single's target gene out of its distances
-  (``var_names == target``) but no gene of a combination (no gene is named ``A+B``);
-- with ``GEARS.predict(..., return_type='cell-eval')`` the predicted controls are the drawn
-  control cells (300, or ``cells_per_perturbation``), so cell-eval's predicted change is
-  exactly the model's, while the real file's change is measured from that file's own
-  control cells; with ``split_predictions(..., cells_per_perturbation=N)`` the predicted
-  cells start from N drawn control cells and the controls of both files are all the
-  dataset's, so cell-eval's predicted change also carries the drawn cells' mean less the
-  control mean.
-
-cell-eval's ``mse_delta`` equals its ``mse`` on these files (the control means cancel). Our
-other metrics (top-20 DE genes, non-dropout genes, direction, spread) have no cell-eval
-counterpart, and cell-eval's DE metrics none of ours.
+docs/evaluation.md ("cell-eval's layout and metrics, in detail") lists the columns written
+and every way cell-eval's scores differ from ours.
 """
 
 from __future__ import annotations

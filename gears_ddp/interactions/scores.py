@@ -2,38 +2,18 @@
 published GEARS scores one combination (its ``get_GI_params``), on CPU or GPU.
 
 The published scores fit the double's change from control as ``c1 * first + c2 * second``
-with scikit-learn's ``TheilSenRegressor(fit_intercept=False, max_subpopulation=1e5,
-max_iter=1000, random_state=1000)`` and take four distance correlations with ``dcor``. Per
-pair that is 100,000 small least-squares solves, a spatial median and an O(genes^2)
-distance matrix, all in Python loops or on one core. Here a batch of pairs (rows of
-``(pairs, genes)`` tensors) is scored together with the same arithmetic:
+with scikit-learn's ``TheilSenRegressor`` and take four distance correlations with
+``dcor``, pair after pair in Python loops. Here a batch of pairs (rows of ``(pairs,
+genes)`` tensors) is scored together with the same arithmetic: ``theil_sen_subsets`` (the
+gene pairs Theil-Sen takes the median of, drawn once as scikit-learn draws them),
+``theil_sen_coefficients`` and ``spatial_median`` (scikit-learn's solves and Weiszfeld
+iterations), ``distance_correlation`` (dcor's biased distance correlation), and
+``interaction_scores``, every score ``GI_predict`` returns for a batch of pairs. Results
+equal the published ones to rounding, but in one degenerate case (every subset's solution
+on one line), where they can differ by up to about the iterations' tolerance.
 
-- ``theil_sen_subsets``: the gene pairs whose least-squares solutions Theil-Sen takes the
-  median of. They depend only on the number of genes (scikit-learn enumerates all pairs up
-  to 100,000 and otherwise draws 100,000 from its seeded generator), so they are drawn once,
-  the way scikit-learn draws them, and shared by every combination.
-- ``theil_sen_coefficients``: the 2 x 2 least-squares solution of every subset (in closed
-  form, and by LAPACK ``gelss``, scikit-learn's solver, for the rare near-singular ones,
-  where its answer hangs on rounding), then ``spatial_median``: scikit-learn's modified
-  Weiszfeld iterations, from the same start, with the same update and stopping rule, for
-  every pair until each has converged.
-- ``distance_correlation``: dcor's biased distance correlation from the same terms dcor
-  uses (the matrix of pairwise distances enters only through its row sums and its inner
-  product with the other matrix). For two 1-D variables the inner product is found in
-  O(genes log genes) from sorted orders (``_lower_row_sums_1d``); for the two-column
-  singles matrix only the matrix's row sums need the O(genes^2) pairwise distances, which
-  are computed block by block (``_planar_distance_sums``). Those square roots, 12.7
-  million per pair over 5,045 genes, are the floor of the scores' cost on a CPU.
-- ``interaction_scores``: every score ``GI_predict`` returns, under the same names, for a
-  batch of pairs.
-
-Results equal the published ones to rounding (summation orders differ), Theil-Sen's
-coefficients included: its iterations contract, so rounding differences shrink. One
-degenerate case is the exception: when every subset's solution lies on one line (one
-single's change is 0 at every gene, or the two singles' changes are exactly proportional),
-the iterations move along that line and amplify rounding, and the published coefficients
-themselves hang on numpy's summation order; there the two can differ by up to about the
-iterations' tolerance (1e-3).
+docs/screens.md ("How the scores are computed, many pairs at once") explains each step, its
+cost and that exception.
 """
 
 from __future__ import annotations

@@ -2,33 +2,17 @@
 
 Parameter names, shapes and initialisation are those of the published ``GEARS_Model``, so
 state dicts load both ways with ``strict=True``. The mathematics is the same; the work is
-not:
+not: the per-gene part and the GO GNN are computed once per batch, not on B x G repeated
+rows (so every cell, not only a batch's first, receives the co-expression messages: the
+model the paper describes); everything before ``+ x`` is computed once per distinct
+perturbation set in the batch (found by the loaders, ``gears_ddp.data.perturbation_sets``),
+with every BatchNorm given the per-cell statistics; in training mode the per-gene decoder
+is one autograd function (``gears_ddp.model.set_decoder``; ``fused_decoder = False`` runs
+the plain module chain, a test holds the two equal). A training step never makes the host
+wait for the device (``tests/test_device_work.py``), and the graphs' normalised
+adjacencies are computed once, when the model is built.
 
-- The per-gene part (gene embedding, ``bn_emb``, co-expression GNN, ``emb_trans_v2``) and
-  the GO GNN over the perturbation vocabulary are computed once per batch, not on B x G
-  repeated rows. (The published model also runs its co-expression GNN on B x G rows with
-  an edge index over G nodes only, so only the first cell of a batch receives the
-  co-expression messages; here every cell does, which is the model the paper describes.
-  At batch size 1 the two agree.)
-- Everything before ``+ x`` depends only on a cell's set of perturbed genes. It is computed
-  once per distinct set in the batch (the loaders find the sets on the host:
-  ``gears_ddp.data.perturbation_sets``). Every BatchNorm that the published model runs over
-  per-cell rows gets the same statistics: those of ``pert_fuse`` and ``cross_gene_state``
-  run on the per-set rows repeated once per cell (narrow rows, by BatchNorm's own kernels),
-  the decoder's over (set, gene) rows weight each row by its set's cells, and the per-gene
-  part's count their G rows once per cell. Batch statistics, running statistics, outputs
-  and gradients equal the per-cell computation. In evaluation mode a batch of one
-  condition costs one pass.
-- In training mode (without the uncertainty head) the per-gene decoder over the (set, gene)
-  rows is one autograd function (``gears_ddp.model.set_decoder``) that computes ``bn_pert_base``
-  from the gene and set tables and keeps two row-sized tensors for the backward pass;
-  elsewhere each weighted BatchNorm -> ReLU -> Linear step is fused
-  (``gears_ddp.model.weighted_norm``). ``fused_decoder = False`` runs the plain module chain
-  instead (the same function; a test holds the two equal), so a device can pick the faster.
-- A training step never makes the host wait for the device (no operator whose result's size
-  depends on the data, no value read back), and its Linears and BatchNorm statistics take
-  few operators (``tests/test_device_work.py`` counts them).
-- The graphs' normalised adjacencies are computed once, when the model is built.
+docs/differences.md says what is the same as the published model and what is not, and why.
 """
 
 from __future__ import annotations

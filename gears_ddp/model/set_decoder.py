@@ -2,39 +2,20 @@
 autograd function.
 
 For each distinct perturbation set ``s`` (``counts[s]`` cells) and gene ``g`` the model
-computes, on the row ``x[s, g] = genes[g] + shifts[s]``::
-
-    decoded = bn2(lin2(relu(bn1(lin1(relu(bn0(x)))))))      # bn_pert_base, recovery_w
-    gene_out[s, g] = decoded[s, g] . out_weight[g] + out_bias[g]   # indv_w1, indv_b1
-
-with training-mode BatchNorm statistics over all rows weighted by ``counts``. This is the
-bulk of a training step (S x G rows), and autograd's module-by-module chain spends most of
-it allocating and re-reading row-sized tensors. Here:
-
-- ``bn0``'s statistics come from the two small tables: over the (set, gene) grid the gene
-  and set terms are independent, so the mean is ``mean(genes) + mean(shifts)`` and the
-  variance ``var(genes) + var(shifts)``; its backward needs only the row gradient's sums
-  over sets and over genes. Its input rows are never materialised.
-- ``bn2`` followed by the dot product with ``out_weight`` is one vector product per row.
-- Only the centred inputs of ``bn1`` and ``bn2`` are kept for the backward pass; the ReLU
-  outputs are recomputed there, and the normalisation backward passes overwrite those
-  centred tensors in place (so the backward pass can run once, not with ``retain_graph``).
-  Under autocast the two Linears' products run in its precision, as autocast runs a
-  Linear, and their inputs (the ReLU outputs, cast for the products) are kept in that
-  precision instead (2 bytes a value in bfloat16): recomputing them would add a float32
-  pass and a cast per piece, and casts cost a CPU as much as the passes they feed.
-- The row-sized tensors are three buffers (``bn1``'s centred input, then its gradient;
-  ``bn1``'s output gradient; ``bn2``'s centred input, then its gradient, then ``bn0``'s
-  output gradient, which has the same width in GEARS), sized for one set per cell, which
-  does not change from step to step, and kept from one step to the next (``RowBuffers``).
-  Everything else runs a piece of rows at a time
-  (``rows_per_pass``: about 4,096 on a CPU, so its temporaries stay small and the step's
-  live memory is those buffers; about a million on a GPU, where each piece costs kernel
-  launches).
+decodes the row ``x[s, g] = genes[g] + shifts[s]`` through BatchNorm, ReLU and Linear
+layers, with training-mode BatchNorm statistics over all rows weighted by ``counts``. This
+is the bulk of a training step (S x G rows), and autograd's module-by-module chain spends
+most of it allocating and re-reading row-sized tensors. Here the first BatchNorm's
+statistics come from the two small tables (its input rows are never built), the last
+BatchNorm and the output dot product are one vector product per row, the backward pass
+recomputes the ReLU outputs and overwrites its few kept tensors in place, and the
+row-sized tensors are three buffers kept from step to step (``RowBuffers``); everything
+else runs ``rows_per_pass`` rows at a time.
 
 Outputs and gradients are those of the module chain (the test suite compares them in
 float64). With ``synchronize`` (distributed ``sync_batchnorm``) the statistics and the
-backward sums run over the rows of all ranks.
+backward sums run over the rows of all ranks. docs/performance.md ("The fused decoder")
+gives the computation and each of these steps.
 """
 
 from __future__ import annotations

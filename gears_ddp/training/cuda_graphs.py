@@ -1,43 +1,17 @@
 """An optimiser step replayed from CUDA graphs: the whole step in one launch (three with several ranks).
 
-A GEARS training step at batch 32 is about 440 small operators. Launched one by one, each
-costs the host tens of microseconds, so the GPU waits for the host whatever the work: a
-step took 12.5 ms on an H200 at 299 genes and at 5,000 alike. ``CapturedStep`` records the
-parts of ``engine.training_step`` (forward, loss, backward, the gradients' average across
-ranks, gradient clipping, the fp16 gradient scaler and fused Adam) once in CUDA graphs, and
-replays them for every later step: one launch a step in one process, plus the copies of the
-batch into the graphs' input tensors and the learning rate.
+A GEARS training step is a few hundred small operators; launched one by one, the GPU waits
+for the host whatever the work. ``CapturedStep`` records the parts of
+``engine.training_step`` (forward, loss, backward, the gradients' average across ranks,
+gradient clipping, the fp16 gradient scaler and fused Adam) once in CUDA graphs, after a
+few eager warm-up steps, and replays them for every later step: one launch a step in one
+process, plus the copies of the batch into the graphs' static input tensors and the
+learning rate. No collective is captured: with several ranks the step is two graphs around
+one eagerly launched all-reduce of the flat gradient buffer. A step of other shapes runs
+eagerly; so does every step if capture fails, and the run says why.
 
-No collective is captured. With several ranks the step is two graphs and one all-reduce
-between them: the backward passes and the gradients packed into one flat buffer
-(``gradient_average.FlatGradientAverage.pack``); the all-reduce of that buffer, launched
-eagerly; then the averaged gradients unpacked, clipped and applied. (A capture holding
-``DistributedDataParallel``'s all-reduce was invalidated under NCCL on an H200: its hooks run
-on the autograd thread and NCCL's watchdog queries the events of captured work.) With one
-rank there is nothing to all-reduce and the step is one graph. ``sync_batchnorm``, whose
-BatchNorm statistics cross ranks inside the forward pass, is never captured (the recipe's
-``steps_can_replay``).
-
-What capture needs, and where it is met:
-
-- The same shapes every step: the loaders pad each batch's perturbation sets to a fixed
-  number (``epoch_perturbation_sets(pad_to=...)``) and drop the short last batch; a step of other
-  shapes (the short last group of ``grad_accum_steps``) runs eagerly.
-- No host synchronisation inside the step (``tests/test_device_work.py`` counts them).
-- The same memory every replay: the batch is copied into static tensors on the device
-  (``StaticBatches``), and the learning rate, which the schedule and the warmup change, is a
-  device tensor the graph reads (Adam's tensor learning rate, filled before each replay).
-  Adam runs with ``capturable=True`` while capturing; autocast without its cast cache. The
-  second graph shares the first one's memory pool and reads the gradients it made.
-- Warm-up before capture: the first steps (3) run eagerly on a side stream, where the
-  optimiser's state and cuBLAS's workspaces are made. They are ordinary training steps, so
-  no batch is trained twice or skipped; the step captured is then replayed for its own batch.
-
-The replayed step runs the kernels of the eager step in the same order, so it computes the
-same function; one difference: Adam reads a tensor learning rate in float32 where an eager
-step's float is a double, so graphed and eager runs differ by that rounding (about 5e-8 of
-each update) unless the rate is a float32 value. If capture fails (an operation the graph
-cannot hold), the run says why and continues eagerly.
+docs/performance.md ("How a step is captured in CUDA graphs") says what capture needs and
+where it is met, and how a replayed step differs from an eager one.
 """
 
 from __future__ import annotations
