@@ -36,8 +36,8 @@ CHANGE_MODES = {
     "sampling noise; for reproducing published numbers)",
 }
 # A forward pass holds (sets x genes) rows of hidden width: on a GPU up to SETS_PER_PASS sets,
-# elsewhere as many as ROWS_PER_PASS rows hold (one pass of 64 sets at 2,000 genes in float64,
-# as the interaction scores predict, held 480 MiB of host memory; 16,384 rows hold about 60).
+# elsewhere as many as ROWS_PER_PASS rows hold (a pass of 64 sets at 2,000 genes in float64, as
+# the interaction scores predict, holds hundreds of MiB of host memory; 16,384 rows a few tens).
 SETS_PER_PASS = 64
 ROWS_PER_PASS = 1 << 14
 

@@ -53,11 +53,10 @@ class NormalisedAdjacency(nn.Module):
 
     - **On a CPU, the whole product** runs as a sparse (CSR) matrix product, and its backward
       pass as the product with the transposed matrix, also kept (``_SparseProduct``; a graph
-      with repeated edges has one matrix per repeat, ``_layered_csr``): on the
-      co-expression graph of 2,000 genes (13,183 edges) forward and backward take 0.8 ms
-      against 6.4 ms for the gather below, whose table pads every node to the most incoming
-      edges (42,000 slots) and whose backward is a batched outer product and a scatter
-      (benchmarks/RESULTS.md). Under autocast or in half precision it runs in float32 (the
+      with repeated edges has one matrix per repeat, ``_layered_csr``): several times faster
+      there than the gather below, whose table pads every node to the most incoming edges and
+      whose backward is a batched outer product and a scatter (benchmarks/RESULTS.md has the
+      timings). Under autocast or in half precision it runs in float32 (the
       CPU kernel has no bfloat16), its result cast to ``x``'s dtype.
     - **On a GPU, in a ``torch.compile``d graph, and for a few rows** (``rows``), a gather:
       each node's incoming edges are one row of a (nodes x most incoming edges) table of

@@ -64,8 +64,8 @@ class RowBuffers:
     """The decoder's row-sized buffers, kept by its network from one training step to the next.
 
     At 18,000 genes each is 100-300 MiB, above glibc's largest mmap threshold (32 MiB):
-    allocated afresh, each step would map them and fault their pages in again (a third of
-    the step's time; benchmarks/RESULTS.md). A forward pass borrows them and its backward
+    allocated afresh, each step would map them and fault their pages in again (a large share
+    of the step's time: benchmarks/RESULTS.md). A forward pass borrows them and its backward
     pass gives them back; a forward pass that finds them borrowed (a second forward pass
     before the first one's backward) gets buffers of its own. ``release`` frees them (the
     network does when it leaves training mode, so evaluation does not hold them), and a

@@ -155,13 +155,12 @@ def in_cache_pieces(device: torch.device) -> bool:
 def sums_as_products(device: torch.device) -> bool:
     """Whether sums over rows run as matrix-vector products (with ones, or with the rows'
     shares) rather than as torch's reductions: on a CPU (``in_cache_pieces``) with one torch
-    thread. The BLAS's matrix-vector kernel runs on one thread whatever torch's thread count
-    (45,000 x 128 rows on an AMD EPYC: 2.9 ms at one thread and at two), where torch's
-    reductions split the rows between the threads (3.4 ms at one, 1.3 ms at two); at one
-    thread the product was the faster on an Intel Xeon (1.7x) and about as fast on that AMD
-    EPYC (benchmarks/RESULTS.md). On a GPU a sum over rows is one kernel either way (the
-    weighted sums stay products there, ``RowShares``). In a ``torch.compile``d graph, which
-    cannot read the thread count, products."""
+    thread. The BLAS's matrix-vector kernel runs on one thread whatever torch's thread count,
+    where torch's reductions split the rows between the threads; at one thread the product
+    is as fast or faster, depending on the CPU (benchmarks/RESULTS.md has the timings). On a
+    GPU a sum over rows is one kernel either way (the weighted sums stay products there,
+    ``RowShares``). In a ``torch.compile``d graph, which cannot read the thread count,
+    products."""
     return in_cache_pieces(device) and (torch.compiler.is_compiling() or torch.get_num_threads() == 1)
 
 

@@ -3,8 +3,8 @@
 After each rank's backward passes, an optimiser step needs the mean of all ranks' gradients.
 ``DistributedDataParallel`` computes it with hooks inside the backward pass: bucket by bucket,
 on the autograd thread, with host-side bookkeeping in its first iterations. None of that can
-sit inside a CUDA graph (a capture with DDP's all-reduce in it was invalidated on an H200
-under NCCL), and its ``no_sync`` context was the only way to accumulate micro-batches.
+sit inside a CUDA graph (a capture with DDP's all-reduce in it was invalidated under
+NCCL), and its ``no_sync`` context was the only way to accumulate micro-batches.
 
 ``FlatGradientAverage`` does the same arithmetic in three explicit phases, so that a step
 replayed from CUDA graphs holds no collective (``training.cuda_graphs``):
