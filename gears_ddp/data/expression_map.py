@@ -15,17 +15,9 @@ any file times, give the same digest, and ranks compare it before training
 while the map is written, over the bytes of the values in the storage dtype in cell order,
 which is also what ``values_digest`` computes from expression held in memory.
 
-Why a ``.npy`` file mapped with ``numpy.load(mmap_mode='r')``: a read-only shared mapping
-puts the values in the operating system's page cache once per machine, so every process
-that maps the file (the workers ``train_multi_gpu`` spawns, torchrun or srun ranks, ranks on
-other machines over a shared filesystem, each with its own cache) reads the same pages and
-holds no private copy; a batch is a gather of rows, which the cache serves at memory speed
-once warm; the file can be larger than memory; and the format is numpy's own (a short
-header, then the values in row order), which any tool reads. The alternatives were weighed:
-anndata's backed mode and zarr read through their own chunk caches and decompression in
-every process (private copies, and row gathers that cost a read call each); ``torch.from_file``
-maps the file writable; shared memory (``/dev/shm``) is one copy per machine only for
-processes that one parent starts, and must fit in memory.
+A ``.npy`` file mapped read-only (``numpy.load(mmap_mode='r')``) puts the values in the
+operating system's page cache once per machine, however many processes map it, and can be
+larger than memory; docs/million-cells.md says why this format and not the alternatives.
 """
 
 from __future__ import annotations

@@ -18,14 +18,9 @@ that screen's condition means with conditions as rows (each gene centred over th
 conditions), a gene's row being the scores of that screen's condition perturbing it, and
 control's row that of its control condition.
 
-Where this follows their code and where it must choose (docs/evaluation.md says the same):
-the conditions fitted are control and every training condition whose genes all have a row
-(their script drops the others from ``Y`` and ``b``); a two-gene condition's ``P`` is the sum
-of its genes' rows, as their draft for combinations summed them (their published analysis
-scores combinations with the additive model, which stays beside this one); a gene without a
-row (not measured, or not perturbed in the other screen) adds zero, so a condition of such
-genes is predicted as control + ``b``, where their script predicts nothing and leaves the
-condition out of its evaluation.
+Where their code leaves a choice (the conditions fitted, a two-gene condition's ``P`` as
+the sum of its genes' rows, a gene without a row adding zero), docs/evaluation.md ("The
+baselines") says what is chosen here and why.
 """
 
 from __future__ import annotations

@@ -16,15 +16,10 @@ t-interval: ``z(a'/2) = sqrt(n / (n - 1)) t(a/2, n - 1)``. The plain percentile 
 too narrow for the handful of perturbations a test set often has (6 in the demo); this one
 is not, and for many perturbations it is the percentile interval.
 
-Over replicates (several seeds of one run) the differences form a grid, replicates x
-perturbations (a perturbation some replicate did not test is a gap), and the bootstrap
-resamples both, independently (two levels: replicates and perturbations, crossed), so
-that the interval covers the seed-to-seed and the perturbation-to-perturbation spread. One
-replicate is the single run's bootstrap, draw for draw.
-
-Every comparison on the same perturbations shares one set of draws (vectorised: the
-resamples' sums are one matrix product), so all metrics and baselines of a test set cost
-one bootstrap.
+Over replicates the bootstrap resamples replicates and perturbations, crossed, so the
+interval covers the seed-to-seed spread too (docs/replicates.md); one replicate is the
+single run's bootstrap, draw for draw. Every comparison on the same perturbations shares
+one set of draws, so all metrics and baselines of a test set cost one bootstrap.
 """
 
 from __future__ import annotations
