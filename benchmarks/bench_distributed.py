@@ -11,7 +11,7 @@ the graphs; then ``share_memory_``). The same prepared data then trains with 1, 
 ``--max-processes`` CPU processes in turn (``cpu_processes`` = N; published
 hyperparameters, hidden size 64), the same per-process batch size and epochs each time,
 so N processes see N times the cells per optimiser step and the same cells per epoch.
-The benchmark starts the workers itself with ``distributed.supervisor.spawn_workers``, as
+The benchmark starts the workers itself with ``launching.supervisor.spawn_workers``, as
 ``train_multi_gpu`` does, so that each worker can be wrapped (``measured_worker``) to
 time its training loop and read its own memory; the library is not modified.
 
@@ -69,12 +69,12 @@ from harness.settings import HIDDEN_SIZE, LR, WEIGHT_DECAY
 from harness.synthetic import add_size_arguments, prepared_synthetic
 from harness.tables import per_rank, print_table
 
-from gears_ddp.distributed.before_spawn import local_placements
 from gears_ddp.distributed.config import TrainingArgs
-from gears_ddp.distributed.messages import RunReport
-from gears_ddp.distributed.process_group import find_free_port
-from gears_ddp.distributed.rank import spawned_rank
-from gears_ddp.distributed.supervisor import spawn_workers
+from gears_ddp.launching.environments import find_free_port
+from gears_ddp.launching.launchers import local_placements
+from gears_ddp.launching.rank_training import spawned_rank
+from gears_ddp.launching.supervisor import spawn_workers
+from gears_ddp.launching.worker_messages import RunReport
 
 TARGET_EXTRA_RANK_MIB = 0.3e9 / 2**20  # 0.3 GB
 PRIVATE_SAMPLING_S = 0.01

@@ -56,7 +56,7 @@ def rank() -> None:
     import gears_ddp.data.graphs as graphs
     import gears_ddp.data.preparation as preparation
     import gears_ddp.data.split_cache as split_cache
-    import gears_ddp.distributed.launch as launch
+    import gears_ddp.launching.launchers as launchers
     import gears_ddp.training.recipe as recipe
     from gears_ddp.cli import main
     from gears_ddp.data import expression_map
@@ -77,7 +77,7 @@ def rank() -> None:
     counted(graphs, "coexpression_edge_list", "co-expression graph")
     if os.environ.get(WITHOUT_LOCK):
         preparation.file_lock = lambda path: contextlib.nullcontext()
-    prepare = launch.prepare_data
+    prepare = launchers.prepare_data
 
     def timed_prepare(*args, **kwargs):
         wall, cpu = time.time(), time.process_time()
@@ -86,7 +86,7 @@ def rank() -> None:
         finally:
             figures.update(prepare_s=time.time() - wall, prepare_cpu_s=time.process_time() - cpu)
 
-    launch.prepare_data = timed_prepare
+    launchers.prepare_data = timed_prepare
     steps = recipe.optimizer_steps
 
     def report_first_step(*args, **kwargs):

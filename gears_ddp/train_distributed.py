@@ -9,23 +9,20 @@ under the guide's names.
   leaves the group. ``train_multi_gpu`` does not spawn it (its parent loads the data once
   and shares it with the workers), but a script may, as the guide does.
 - ``setup_ddp(rank, world_size, ...)`` and ``cleanup_ddp()``: join and leave the process
-  group (``distributed.process_group``).
+  group (``launching.process_group``).
 
-Runs over several machines start the same ranks with torchrun or srun through ``gears-ddp
-train --config run.yaml`` (``distributed.launch``).
+Each starts its ranks through ``launching.choose.launch``, as runs over several machines do,
+started by torchrun or srun through ``gears-ddp train --config run.yaml``.
 """
 
 from __future__ import annotations
 
-import torch
-
-from gears_ddp.distributed.launcher import Launcher, SpawnedRanks, ThisRank
-from gears_ddp.distributed.main_guard import check_main_guard
-from gears_ddp.distributed.process_group import cleanup_ddp, guide_rendezvous_port, setup_ddp
-from gears_ddp.distributed.rank import Placement
 from gears_ddp.distributed.run_config import RunOptions
-from gears_ddp.distributed.supervisor import DistributedTrainingError
-from gears_ddp.runtime.devices import launched_rank_device, located_devices
+from gears_ddp.launching.choose import launch
+from gears_ddp.launching.environments import DEFAULT_RENDEZVOUS_PORT, LocalEnvironment
+from gears_ddp.launching.main_guard import check_main_guard
+from gears_ddp.launching.process_group import cleanup_ddp, setup_ddp
+from gears_ddp.launching.supervisor import DistributedTrainingError
 
 __all__ = ["train_multi_gpu", "train_ddp_worker", "setup_ddp", "cleanup_ddp", "DistributedTrainingError"]
 
@@ -47,13 +44,8 @@ def train_multi_gpu(
     ``TrainingInterrupted`` (after a checkpoint), a non-finite loss ``NonFiniteLoss``.
     """
     check_main_guard("train_multi_gpu")
-    return train_spawned(RunOptions.checked(pert_data_path, dataset_name, split_config, args, n_gpus, gpu_ids))
-
-
-def train_spawned(run: RunOptions) -> dict:
-    """``train_multi_gpu`` of options checked before (``gears-ddp train --config``)."""
-    devices = located_devices(run.n_gpus, run.gpu_ids, run.args.cpu_processes)
-    return Launcher(run, SpawnedRanks(devices)).launch()
+    run = RunOptions.checked(pert_data_path, dataset_name, split_config, args, n_gpus, gpu_ids)
+    return launch(run, spawn=True)
 
 
 def train_ddp_worker(
@@ -68,13 +60,13 @@ def train_ddp_worker(
 ) -> dict | None:
     """Train as rank ``rank`` of ``world_size``, as the guide's worker does: load the data
     (``args`` as ``train_multi_gpu`` takes it), join the process group at ``master_addr``
-    and ``master_port`` (``MASTER_PORT``, else the guide's 12355), train, leave the group.
+    and ``master_port`` (else the launcher's rendezvous port if one is set, else the guide's
+    12355), train, leave the group.
     The device is the CPU with ``args['cpu_processes']``, else GPU ``rank`` (the guide's
     ``cuda:rank``; the CPU on a machine without one). Rank 0 checks the save folder and
     writes the run's configuration there. Returns the report on rank 0, None elsewhere.
     ``torch.multiprocessing.spawn(train_ddp_worker, args=(world_size, ...),
     nprocs=world_size)`` runs a job on one machine."""
     run = RunOptions.checked(pert_data_path, dataset_name, split_config, args)
-    device = torch.device("cpu") if run.args.cpu_processes is not None else launched_rank_device(rank)
-    placement = Placement(rank, world_size, rank, world_size, device, master_addr, guide_rendezvous_port(master_port))
-    return Launcher(run, ThisRank(placement)).launch()
+    port = LocalEnvironment.rendezvous_port(master_port, default=DEFAULT_RENDEZVOUS_PORT)
+    return launch(run, LocalEnvironment(rank, world_size, rank, world_size, master_addr, port))

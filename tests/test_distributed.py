@@ -9,13 +9,14 @@ import torch
 from model_fixtures import make_model, random_batch
 
 from gears_ddp import PertData
-from gears_ddp.distributed.before_spawn import local_placements, shared_data
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-from gears_ddp.distributed.messages import RunReport
-from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
-from gears_ddp.distributed.rank import spawned_rank
-from gears_ddp.distributed.supervisor import DistributedTrainingError, spawn_workers
 from gears_ddp.gears import GEARS
+from gears_ddp.launching.environments import find_free_port
+from gears_ddp.launching.launchers import local_placements, shared_data
+from gears_ddp.launching.process_group import cleanup_ddp, setup_ddp
+from gears_ddp.launching.rank_training import spawned_rank
+from gears_ddp.launching.supervisor import DistributedTrainingError, spawn_workers
+from gears_ddp.launching.worker_messages import RunReport
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
 from gears_ddp.train_distributed import train_multi_gpu
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint

@@ -87,7 +87,7 @@ def test_copies_of_a_dataset_are_one_dataset_whatever_their_folder_file_times_or
     rebuilt), for the same values written dense, and for expression in memory; a changed
     value changes the expression part only, another split the split part only."""
     import gears_ddp.data.expression_map as expression_map
-    from gears_ddp.distributed.rank import data_identity
+    from gears_ddp.launching.rank_training import data_identity
 
     copies = [
         toy_data.copy_data_folder(data_folder, tmp_path / f"node{i}", mtime_ns=(i + 1) * 10**18) for i in range(2)

@@ -21,11 +21,10 @@ from test_restarts import _ranks, _start, _wait_for_step
 from gears_ddp import GEARS, PertData, train_multi_gpu
 from gears_ddp.cli import main
 from gears_ddp.cli.demo import replacing_earlier_demo
-from gears_ddp.distributed.launch import run_launched_rank
-from gears_ddp.distributed.launch_environment import LaunchEnvironment
-from gears_ddp.distributed.process_group import find_free_port
 from gears_ddp.distributed.replicates import ReplicatesFailed, train_replicates
-from gears_ddp.distributed.run_config import run_options_with_overrides
+from gears_ddp.distributed.run_config import RunOptions, run_options_with_overrides
+from gears_ddp.launching.choose import launch
+from gears_ddp.launching.environments import TorchrunEnvironment, find_free_port
 from gears_ddp.runtime import folder_lock
 from gears_ddp.runtime.folder_lock import RECORD_FILE, FolderInUse, FolderLock
 from gears_ddp.train_distributed import train_ddp_worker
@@ -146,8 +145,8 @@ def test_gears_ddp_train_is_refused_with_one_line(held, data_folder, tmp_path, c
 
 def test_rank_0_of_a_torchrun_or_srun_job_is_refused(held, data_folder):
     folder, holder = held
-    environment = LaunchEnvironment(0, 1, 0, 1, "127.0.0.1", find_free_port(), "torchrun")
-    _refused(lambda: run_launched_rank(data_folder, "toy", SPLIT, _args(folder), environment), folder, holder)
+    environment = TorchrunEnvironment(0, 1, 0, 1, "127.0.0.1", find_free_port())
+    _refused(lambda: launch(RunOptions.checked(data_folder, "toy", SPLIT, _args(folder)), environment), folder, holder)
 
 
 def test_a_guide_worker_is_refused(held, data_folder):

@@ -15,9 +15,10 @@ from model_fixtures import make_model, random_batch
 from test_distributed import _args, _spawn_on_toy
 
 from gears_ddp.data.cells import PertBatch
-from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
-from gears_ddp.distributed.rank import spawned_rank
-from gears_ddp.distributed.supervisor import spawn_workers
+from gears_ddp.launching.environments import find_free_port
+from gears_ddp.launching.process_group import cleanup_ddp, setup_ddp
+from gears_ddp.launching.rank_training import spawned_rank
+from gears_ddp.launching.supervisor import spawn_workers
 from gears_ddp.model.folder import read_weights
 from gears_ddp.model.losses import LossContext
 from gears_ddp.runtime.ranks import ProcessGroupRanks

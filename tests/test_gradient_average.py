@@ -17,8 +17,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gears_ddp.data.cells import PertBatch
 from gears_ddp.data.perturbation_sets import epoch_perturbation_sets
-from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
-from gears_ddp.distributed.supervisor import spawn_workers
+from gears_ddp.launching.environments import find_free_port
+from gears_ddp.launching.process_group import cleanup_ddp, setup_ddp
+from gears_ddp.launching.supervisor import spawn_workers
 from gears_ddp.model.losses import LossContext
 from gears_ddp.runtime.gradient_average import FlatGradientAverage
 from gears_ddp.runtime.ranks import ProcessGroupRanks

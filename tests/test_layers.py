@@ -22,6 +22,7 @@ LAYERS = (
     ("interactions",),  # scores of changes, observed and predicted: below inference, which predicts the changes
     ("training", "inference"),
     ("gears",),
+    ("launching",),  # starting a run's ranks: cluster environments, launchers, supervision, one rank
     ("distributed",),
     ("runs", "sweeps"),  # saved runs read back; sweeps of runs (their trials placed as replicates are)
     ("train_distributed",),  # the seed guide's module: train_multi_gpu and the functions it names
@@ -29,6 +30,17 @@ LAYERS = (
     ("__init__", "__main__", "launch", "utils"),  # the public names, the entry points, the published gears.utils
 )
 LAYER_OF = {part: level for level, parts in enumerate(LAYERS) for part in parts}
+# Modules in another layer than their folder's, each for a reason:
+PLACED_APART = {
+    # the scheduler job's identity, which the run folder's lock (runtime.folder_lock) records,
+    # is read from the launchers' variables there, the one module that reads them: it imports
+    # nothing from gears_ddp (test_the_environments_import_nothing_from_the_package)
+    "gears_ddp.launching.environments": "_logging",
+    # a run's options, checked once, which launching starts and distributed schedules: they
+    # import nothing above training
+    "gears_ddp.distributed.config": "gears",
+    "gears_ddp.distributed.run_config": "gears",
+}
 
 
 def module_name(path: Path) -> str:
@@ -40,6 +52,11 @@ def part_of(module: str) -> str:
     """The layer part of ``gears_ddp.x.y``: ``x`` (``__init__`` for the package itself)."""
     pieces = module.split(".")
     return pieces[1] if len(pieces) > 1 else "__init__"
+
+
+def layer_of(module: str) -> int:
+    """The layer of ``module``: its part's, unless ``PLACED_APART`` places it elsewhere."""
+    return LAYER_OF[PLACED_APART.get(module, part_of(module))]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -67,10 +84,8 @@ def import_graph() -> dict[str, set[str]]:
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     wrong = []
     for module, imports in graph.items():
-        mine = part_of(module)
         for target in imports:
-            theirs = part_of(target)
-            if theirs != mine and LAYER_OF[theirs] >= LAYER_OF[mine]:
+            if part_of(target) != part_of(module) and layer_of(target) >= layer_of(module):
                 wrong.append(f"{module} imports {target}")
     return sorted(wrong)
 
@@ -103,6 +118,10 @@ def test_no_module_imports_a_higher_layer_or_a_sibling_layer():
     assert layer_violations(import_graph()) == []
 
 
+def test_the_environments_import_nothing_from_the_package():
+    assert import_graph()["gears_ddp.launching.environments"] == set()
+
+
 def test_no_import_circles():
     graph = {
         module: {t for t in targets if t != module and not module.startswith(t + ".")}
@@ -115,3 +134,5 @@ def test_the_checks_catch_an_upward_import_and_a_circle():
     graph = {"gears_ddp.data.io": {"gears_ddp.training.recipe"}, "gears_ddp.training.recipe": {"gears_ddp.data.io"}}
     assert layer_violations(graph) == ["gears_ddp.data.io imports gears_ddp.training.recipe"]
     assert circles(graph) == [["gears_ddp.data.io", "gears_ddp.training.recipe", "gears_ddp.data.io"]]
+    placed = {"gears_ddp.launching.environments": {"gears_ddp.runtime.devices"}}
+    assert layer_violations(placed) == ["gears_ddp.launching.environments imports gears_ddp.runtime.devices"]

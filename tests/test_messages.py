@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from gears_ddp.distributed.messages import WorkerMessages
-from gears_ddp.distributed.supervisor import DistributedTrainingError, spawn_workers
+from gears_ddp.launching.supervisor import DistributedTrainingError, spawn_workers
+from gears_ddp.launching.worker_messages import WorkerMessages
 
 pytestmark = pytest.mark.distributed
 
@@ -158,7 +158,7 @@ class _ExitingBetweenReadings:
 
 
 def test_a_worker_exiting_while_the_parent_looks_is_seen_as_failed():
-    from gears_ddp.distributed.supervisor import SpawnedWorkers
+    from gears_ddp.launching.supervisor import SpawnedWorkers
 
     workers = SpawnedWorkers.__new__(SpawnedWorkers)  # the watching part alone, no process started
     workers.processes, workers.received, workers.failed = [_ExitingBetweenReadings()], [], []

@@ -14,7 +14,7 @@ import toy_data
 from test_cli import _write_config
 from test_launch import _clean_environment, _launch_arguments, _report
 
-from gears_ddp.distributed.process_group import find_free_port
+from gears_ddp.launching.environments import find_free_port
 from gears_ddp.model.folder import read_weights
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]

@@ -21,10 +21,10 @@ import yaml
 
 from gears_ddp import GEARS, PertData
 from gears_ddp.cli import main
-from gears_ddp.distributed.launch import run_launched_rank
-from gears_ddp.distributed.launch_environment import LaunchEnvironment
-from gears_ddp.distributed.process_group import find_free_port
 from gears_ddp.distributed.replicates import train_replicates
+from gears_ddp.distributed.run_config import RunOptions
+from gears_ddp.launching.choose import launch
+from gears_ddp.launching.environments import TorchrunEnvironment, find_free_port
 from gears_ddp.train_distributed import train_ddp_worker, train_multi_gpu
 
 pytestmark = pytest.mark.distributed
@@ -38,8 +38,8 @@ import sys
 
 def instrument(path, setattr=setattr):
     """Make each checker append its name and this process's id to ``path`` when called."""
-    import gears_ddp.distributed.launcher, gears_ddp.distributed.replicates, gears_ddp.train_distributed  # noqa
-    import gears_ddp.distributed.launch, gears_ddp.cli.train  # noqa
+    import gears_ddp.launching.launchers, gears_ddp.distributed.replicates, gears_ddp.train_distributed  # noqa
+    import gears_ddp.launching.choose, gears_ddp.cli.train  # noqa
     from gears_ddp.data import loaders
     from gears_ddp.model.options import ModelOptions
     from gears_ddp.runtime import devices
@@ -146,8 +146,8 @@ def test_a_guide_worker_checks_each_option_once(data_folder, tmp_path, counted_c
 
 def test_a_launched_rank_checks_each_option_once(data_folder, tmp_path, counted_checks, monkeypatch):
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # a restarted rank: resume_from='auto' set, not checked
-    environment = LaunchEnvironment(0, 1, 0, 1, "127.0.0.1", find_free_port(), "torchrun")
-    report = run_launched_rank(data_folder, "toy", SPLIT, _args(tmp_path / "run"), environment)
+    environment = TorchrunEnvironment(0, 1, 0, 1, "127.0.0.1", find_free_port())
+    report = launch(RunOptions.checked(data_folder, "toy", SPLIT, _args(tmp_path / "run")), environment)
     here, elsewhere = counted_checks()
     assert report["world_size"] == 1
     assert here == Counter({**ONCE, "gpu_ids": 1}) and not elsewhere

@@ -8,10 +8,11 @@ import pytest
 import torch
 from model_fixtures import make_model
 
-from gears_ddp.distributed.process_group import cleanup_ddp, find_free_port, setup_ddp
-from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.evaluation.metrics import EvaluationAccumulator
 from gears_ddp.evaluation.truth_spread import condition_spreads
+from gears_ddp.launching.environments import find_free_port
+from gears_ddp.launching.process_group import cleanup_ddp, setup_ddp
+from gears_ddp.launching.supervisor import spawn_workers
 from gears_ddp.runtime.gradient_average import NO_AVERAGE, FlatGradientAverage
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, ProcessGroupRanks
 

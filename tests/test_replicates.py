@@ -25,6 +25,7 @@ from gears_ddp.distributed import group_runs
 from gears_ddp.distributed.config import ReplicateOptions
 from gears_ddp.distributed.replicates import device_groups
 from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NO_CLEAR, interval_verdict
+from gears_ddp.launching import launchers
 from gears_ddp.report.plots import figure_replicate_values
 from gears_ddp.report.replicate_report import TABLE_COLUMNS, TABLE_FILE, write_replicate_report
 from gears_ddp.report.replicate_summary import replicate_table, summarise_replicates, t_interval
@@ -241,7 +242,7 @@ def no_processes(monkeypatch):
     def refuse(*_, **__):
         raise AssertionError("a process or the data was started before the input was checked")
 
-    monkeypatch.setattr(group_runs, "SpawnedWorkers", refuse)
+    monkeypatch.setattr(launchers, "SpawnedWorkers", refuse)
     monkeypatch.setattr(group_runs, "shared_data", refuse)
 
 
@@ -505,7 +506,7 @@ def test_a_stop_signal_stops_the_running_replicate_with_a_checkpoint_and_starts_
 
 def _worker_failing_as_it_ends(local_rank, *args, **handed):
     """A rank that does all its work, report included, and then exits with an error."""
-    group_runs.spawned_rank(local_rank, *args, **handed)
+    launchers.spawned_rank(local_rank, *args, **handed)
     os._exit(3)
 
 
@@ -514,7 +515,7 @@ def _worker_failing_as_it_ends(local_rank, *args, **handed):
 def test_a_replicate_whose_worker_fails_after_its_complete_report_counts_as_finished(
     data_folder, tmp_path, monkeypatch, caplog
 ):
-    monkeypatch.setattr(group_runs, "spawned_rank", _worker_failing_as_it_ends)
+    monkeypatch.setattr(launchers, "spawned_rank", _worker_failing_as_it_ends)
     summary = train_replicates(
         data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1, max_steps=2), {"seeds": [7]}
     )

@@ -1,4 +1,4 @@
-"""The process-group plumbing: launch variables, devices and gloo groups."""
+"""The process-group plumbing: devices and gloo groups (the launchers' variables: test_launch.py)."""
 
 import gc
 import os
@@ -11,119 +11,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from gears_ddp.distributed.launch_environment import LaunchEnvironment, first_slurm_host, launch_environment
-from gears_ddp.distributed.process_group import backend_for, cleanup_ddp, find_free_port, setup_ddp
+from gears_ddp.launching.environments import find_free_port
+from gears_ddp.launching.process_group import backend_for, cleanup_ddp, setup_ddp
 from gears_ddp.runtime.devices import resolve_devices
-
-TORCHRUN = {
-    "RANK": "3",
-    "WORLD_SIZE": "8",
-    "LOCAL_RANK": "1",
-    "LOCAL_WORLD_SIZE": "4",
-    "MASTER_ADDR": "host0",
-    "MASTER_PORT": "29500",
-}
-SLURM = {
-    "SLURM_PROCID": "5",
-    "SLURM_NTASKS": "8",
-    "SLURM_LOCALID": "1",
-    "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
-    "SLURM_NODEID": "1",
-    "SLURM_JOB_NODELIST": "gpu[07-08]",
-    "SLURM_JOB_ID": "123456",
-}
-
-
-# ----------------------------------------------------------------------------- launch_environment
-
-
-def test_torchrun_variables():
-    env = launch_environment(TORCHRUN)
-    assert env == LaunchEnvironment(3, 8, 1, 4, "host0", 29500, "torchrun")
-
-
-def test_torchrun_takes_precedence_over_slurm():
-    assert launch_environment({**SLURM, **TORCHRUN}).source == "torchrun"
-
-
-def test_slurm_variables_derive_address_and_port():
-    env = launch_environment(SLURM)
-    assert env == LaunchEnvironment(5, 8, 1, 4, "gpu07", 20000 + 123456 % 20000, "slurm")
-
-
-@pytest.mark.parametrize(
-    "per_node, node, expected", [("4(x2)", 0, 4), ("2(x3),1", 3, 1), ("2(x3),1", 2, 2), ("3,1,2", 2, 2), ("1", 0, 1)]
-)
-def test_slurm_tasks_on_this_node(per_node, node, expected):
-    environ = {
-        **SLURM,
-        "SLURM_STEP_TASKS_PER_NODE": per_node,
-        "SLURM_NODEID": str(node),
-        "SLURM_LOCALID": "0",
-        "SLURM_PROCID": "0",
-    }
-    assert launch_environment(environ).local_world_size == expected
-
-
-def test_slurm_master_variables_override():
-    env = launch_environment({**SLURM, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "12345"})
-    assert (env.master_addr, env.master_port) == ("10.0.0.1", 12345)
-
-
-def test_slurm_without_address_port_or_tasks_fails():
-    for missing, named in (
-        ("SLURM_JOB_NODELIST", "SLURM_JOB_NODELIST"),
-        ("SLURM_JOB_ID", "SLURM_JOB_ID"),
-        ("SLURM_STEP_TASKS_PER_NODE", "srun"),
-    ):
-        with pytest.raises(ValueError, match=named):
-            launch_environment({k: v for k, v in SLURM.items() if k != missing})
-
-
-def test_no_launcher_gives_none():
-    assert launch_environment({"PATH": "/usr/bin", "MASTER_PORT": "1234"}) is None
-
-
-@pytest.mark.parametrize("missing", ["WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"])
-def test_missing_torchrun_variable(missing):
-    environ = {k: v for k, v in TORCHRUN.items() if k != missing}
-    with pytest.raises(ValueError, match=missing):
-        launch_environment(environ)
-
-
-@pytest.mark.parametrize(
-    "override, variable",
-    [
-        ({"RANK": "8"}, "RANK"),
-        ({"RANK": "-1"}, "RANK"),
-        ({"LOCAL_RANK": "4"}, "LOCAL_RANK"),
-        ({"WORLD_SIZE": "eight"}, "WORLD_SIZE"),
-    ],
-)
-def test_invalid_torchrun_values(override, variable):
-    with pytest.raises(ValueError, match=variable):
-        launch_environment({**TORCHRUN, **override})
-
-
-def test_invalid_slurm_rank():
-    with pytest.raises(ValueError, match="SLURM_PROCID"):
-        launch_environment({**SLURM, "SLURM_PROCID": "8"})
-
-
-@pytest.mark.parametrize(
-    "nodelist, host",
-    [
-        ("node01", "node01"),
-        ("node[01-03,07]", "node01"),
-        ("gpu[1-2],cpu5", "gpu1"),
-        ("a[3,1]-ib,b3", "a3-ib"),
-        ("r[2-3]n[01-02],x", "r2n01"),
-        (" n[098-101] ", "n098"),
-    ],
-)
-def test_first_slurm_host(nodelist, host):
-    assert first_slurm_host(nodelist) == host
-
 
 # ----------------------------------------------------------------------------- ports and devices
 

@@ -12,7 +12,7 @@ def test_importing_the_library_imports_neither_the_compiler_nor_scipy_stats():
     ``compile: True``, the DE test, the replicates' intervals and torch's optimisers use them,
     and they import them when they run."""
     code = (
-        "import sys, gears_ddp, gears_ddp.cli, gears_ddp.train_distributed, gears_ddp.distributed.rank, "
+        "import sys, gears_ddp, gears_ddp.cli, gears_ddp.train_distributed, gears_ddp.launching.rank_training, "
         "gears_ddp.distributed.replicates, gears_ddp.training.recipe\n"
         f"print(sorted({{name.split('.')[0] if name.startswith('sympy') else name for name in sys.modules "
         f"if name in {SLOW_TO_IMPORT!r} or name.startswith('sympy.')}}))\n"

@@ -239,7 +239,7 @@ def postgres():
     import shutil
     import tempfile
 
-    from gears_ddp.distributed.process_group import find_free_port
+    from gears_ddp.launching.environments import find_free_port
 
     data = Path(tempfile.mkdtemp(prefix="gears-ddp-postgres-"))  # not under pytest's folder, which only root reads
     run_as = []

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch.multiprocessing as mp
 
-from gears_ddp.distributed.process_group import find_free_port
+from gears_ddp.launching.environments import find_free_port
 from gears_ddp.model.folder import read_weights
 
 pytestmark = pytest.mark.distributed
@@ -104,9 +104,12 @@ def test_the_guides_setup_and_cleanup_join_and_leave_the_process_group(tmp_path)
 
 
 def test_the_guides_port_is_taken_when_none_is_given(monkeypatch):
-    from gears_ddp.distributed.process_group import GUIDE_PORT, guide_rendezvous_port
+    from gears_ddp.launching.environments import DEFAULT_RENDEZVOUS_PORT, LocalEnvironment
+
+    def port(given=None):
+        return LocalEnvironment.rendezvous_port(given, default=DEFAULT_RENDEZVOUS_PORT)
 
     monkeypatch.delenv("MASTER_PORT", raising=False)
-    assert guide_rendezvous_port() == GUIDE_PORT == 12355
+    assert port() == DEFAULT_RENDEZVOUS_PORT == 12355
     monkeypatch.setenv("MASTER_PORT", "23456")
-    assert guide_rendezvous_port() == 23456 and guide_rendezvous_port(34567) == 34567
+    assert port() == 23456 and port(34567) == 34567

@@ -48,7 +48,7 @@ def test_a_guarded_script_edited_while_it_runs_is_not_taken_for_an_unguarded_one
     script = tmp_path / "edited.py"
     script.write_text(
         "import pathlib, time\n"
-        "from gears_ddp.distributed.main_guard import check_main_guard\n"
+        "from gears_ddp.launching.main_guard import check_main_guard\n"
         "if __name__ == '__main__':\n"
         "    path = pathlib.Path(__file__)\n"
         "    time.sleep(0.05)\n"

@@ -71,8 +71,8 @@ def prepared_synthetic(folder: Path, args, hidden_size: int):
     prepared as ``train_multi_gpu`` prepares it (split ``SPLIT``, graphs built and cached),
     in shared memory."""
     from gears_ddp.datasets import write_synthetic_dataset
-    from gears_ddp.distributed.before_spawn import shared_data
     from gears_ddp.distributed.config import SplitConfig, TrainingArgs
+    from gears_ddp.launching.launchers import shared_data
 
     write_synthetic_dataset(folder, **synthetic_options(args))
     options = TrainingArgs.from_dict({"model_config": {"hidden_size": hidden_size}})

@@ -76,30 +76,17 @@ def run(options) -> int:
 
 
 def run_training(run: RunOptions, note: str | None = None) -> int:
-    """Train with options read and checked once: replicates, this rank under a launcher, or
-    spawned workers (``train_checked_replicates``, ``train_launched``, ``train_spawned``,
-    which check nothing again); the summary ends with ``note``."""
-    from gears_ddp.distributed.launch_environment import launch_environment
-
-    environment = launch_environment()
+    """Train with options read and checked once: replicates (``train_checked_replicates``),
+    else the run, started where its environment says (``launching.choose.launch``: this
+    rank under torchrun or srun, else spawned workers), none checking again; the summary
+    ends with ``note``."""
     if run.replicates is not None:
-        if environment is not None:
-            raise RunConfigError(
-                f"replicates run on one machine, started by gears-ddp train itself, not under "
-                f"{environment.source}: start it without the launcher"
-            )
         return _train_replicates(run)
-    if environment is not None:
-        from gears_ddp.distributed.launch import train_launched
+    from gears_ddp.launching.choose import launch
 
-        report = train_launched(run, environment)
-        if report is not None:
-            _print_summary(report, note)
-        return 0
-    from gears_ddp.train_distributed import train_spawned
-
-    report = train_spawned(run)
-    _print_summary(report, note)
+    report = launch(run)
+    if report is not None:
+        _print_summary(report, note)
     return 0
 
 

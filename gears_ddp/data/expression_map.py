@@ -11,7 +11,7 @@ test of a stale map; a copied file gets a new time, so its map is built once mor
 
 The digest identifies the data by content: two copies of a dataset, in any folder and with
 any file times, give the same digest, and ranks compare it before training
-(``distributed.rank.check_same_data``) without reading the values again. It is computed
+(``launching.rank_training.check_same_data``) without reading the values again. It is computed
 while the map is written, over the bytes of the values in the storage dtype in cell order,
 which is also what ``values_digest`` computes from expression held in memory.
 

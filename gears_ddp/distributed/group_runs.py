@@ -3,9 +3,10 @@ training one run at a time and taking the next when it is done, every running gr
 watched at once. ``train_replicates`` (``replicates``) and sweeps (``sweeps.sweep``) place
 their runs this way.
 
-Each run is trained as ``train_multi_gpu`` trains one: the launcher's opening (its folder
-taken, its configuration written) and workers running ``rank.spawned_rank`` on a process
-group of its own, which hold its folder until they end (``GroupOfRanks``). The runs of one
+Each run is trained as ``train_multi_gpu`` trains one, started through
+``launching.choose.launch``: the launchers' opening (its folder taken, its configuration
+written) and workers running ``rank_training.spawned_rank`` on a process group of its own,
+which hold its folder until they end (``launchers.GroupOfRanks``). The runs of one
 ``data_key`` share one prepared dataset, prepared once in this process. A run that fails
 ends its own workers only; the others go on. A stop signal (SIGTERM, SIGUSR1) reaches every
 running run, which stops with a checkpoint, and no new one starts.
@@ -25,13 +26,11 @@ from typing import Callable
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.before_spawn import local_placements, shared_data
-from gears_ddp.distributed.launcher import Launcher, Opening
-from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
-from gears_ddp.distributed.process_group import find_free_port
-from gears_ddp.distributed.rank import spawned_rank
 from gears_ddp.distributed.run_config import RunOptions
-from gears_ddp.distributed.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
+from gears_ddp.launching.choose import launch
+from gears_ddp.launching.launchers import GroupOfRanks, shared_data
+from gears_ddp.launching.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
+from gears_ddp.launching.worker_messages import RunDiverged, RunInterrupted, RunReport
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE
 from gears_ddp.runtime.stopping import STOP_SIGNALS
 
@@ -145,9 +144,8 @@ class GroupScheduler:
         return outcomes, received[0] if received else 0
 
     def _start(self, group_run: GroupRun, index: int) -> SpawnedWorkers:
-        """Start the run's workers on group ``index``, after the launcher's opening."""
+        """Start the run's workers on group ``index``, after the launchers' opening."""
         group = self.groups[index]
-        placements = local_placements(group, find_free_port(), index * len(group), self.ranks)
         logger.info(
             "%s: training on group %d (%s), run folder %s",
             group_run.name,
@@ -155,14 +153,16 @@ class GroupScheduler:
             ", ".join(map(str, group)),
             group_run.folder,
         )
-        way = GroupOfRanks(
-            placements,
+        launcher = GroupOfRanks(
+            group,
+            index * len(group),
+            self.ranks,
             group_run.config_on(group),
             functools.partial(self._shared_data, group_run.data_key),
             f"{group_run.name}: ",
             group_run.holder,
         )
-        return Launcher(group_run.run, way).launch()
+        return launch(group_run.run, launcher=launcher)
 
     def _shared_data(self, key, run: RunOptions):
         """The prepared data of ``key``, prepared once for every run using it."""
@@ -209,34 +209,3 @@ class GroupScheduler:
         needed = set(self.keys_ahead()) | {entry.run.data_key for entry in running.values()}
         for key in set(self.data) - needed:
             del self.data[key]
-
-
-class GroupOfRanks:
-    """The launcher's way of starting a run on one group of devices (``placements``): its
-    ranks started and left running for the scheduler to watch (``SpawnedWorkers``, which
-    hold the run's folder until they are closed). Its configuration is given (``config``),
-    its data comes prepared from the scheduler (``prepared``), and its folder lies in one the
-    scheduler's caller checked before."""
-
-    writes_run_folder = True
-    checks_save_path = False
-
-    def __init__(self, placements: list, config: dict, prepared, log_prefix: str, holder: str):
-        self.placements, self.written, self.prepared, self.log_prefix = placements, config, prepared, log_prefix
-        self.holder = holder
-
-    def config(self, run: RunOptions) -> dict:
-        return self.written
-
-    def data(self, run: RunOptions):
-        return self.prepared(run)
-
-    def start(self, run: RunOptions, opening: Opening) -> SpawnedWorkers:
-        workers = SpawnedWorkers(
-            functools.partial(spawned_rank, resume=opening.resume, spawned_at=time.time()),
-            (self.placements, opening.pert_data, run.args),
-            len(self.placements),
-            log_prefix=self.log_prefix,
-        )
-        workers.holding = opening.held.pop_all()  # the run's folder, released when its workers are closed
-        return workers

@@ -25,9 +25,6 @@ import pandas as pd
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.main_guard import check_main_guard
-from gears_ddp.distributed.messages import PairScreenChunk
-from gears_ddp.distributed.supervisor import spawn_workers
 from gears_ddp.inference.pair_screen import (
     PAIR_SCREEN_CHUNK_PAIRS,
     PairScreenFolder,
@@ -38,6 +35,9 @@ from gears_ddp.inference.pair_screen import (
 )
 from gears_ddp.inference.prediction import EXACT_CHANGE
 from gears_ddp.inference.replicate_pair_screen import run_replicate_pair_screen
+from gears_ddp.launching.main_guard import check_main_guard
+from gears_ddp.launching.supervisor import spawn_workers
+from gears_ddp.launching.worker_messages import PairScreenChunk
 from gears_ddp.runtime.devices import cuda_or_cpu, resolve_devices
 from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
 

@@ -5,7 +5,7 @@ A replicate is the run the configuration describes with its own model seed (``ar
 and/or split seed (``split_config.seed``). Each is a complete run in its own folder under
 ``save_path`` (``seed-1``, ``split-2``, ``split-2-seed-1``), holding everything a run folder
 holds; its ``config.yaml`` repeats it alone. Each is trained as ``train_multi_gpu`` trains a
-run: workers started by ``supervisor.SpawnedWorkers`` running ``rank.spawned_rank``, the
+run: workers started by ``supervisor.SpawnedWorkers`` running ``rank_training.spawned_rank``, the
 recipe every run uses, on a process group of its own (of one rank or more).
 
 The devices given (``gpu_ids`` / ``n_gpus``, or ``args.cpu_processes``) are cut into groups
@@ -35,9 +35,10 @@ import torch
 from gears_ddp._logging import get_logger
 from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, finished_report
-from gears_ddp.distributed.main_guard import check_main_guard
 from gears_ddp.distributed.run_config import RunOptions, write_run_config
-from gears_ddp.distributed.supervisor import DistributedTrainingError
+from gears_ddp.launching.choose import refuse_replicates_under_a_launcher
+from gears_ddp.launching.main_guard import check_main_guard
+from gears_ddp.launching.supervisor import DistributedTrainingError
 from gears_ddp.report.page_builder import flatten_settings
 from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.run_folder import CONFIG_FILE, REPORT_FILE, log_file, read_settings
@@ -210,7 +211,8 @@ def train_replicates(
 
 def train_checked_replicates(run: RunOptions) -> dict:
     """``train_replicates`` of options checked before (``gears-ddp train --config`` with
-    ``replicates``)."""
+    ``replicates``); refused under torchrun or srun."""
+    refuse_replicates_under_a_launcher()
     split, options, plan = run.split, run.args, run.replicates
     if options.save_path is None:
         raise ValueError("replicates need args['save_path']: each replicate writes its run folder under it")

@@ -32,6 +32,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from gears_ddp.launching.environments import this_job
+
 LOCK_FILE = ".gears_ddp.lock"
 RECORD_FILE = ".gears_ddp_owner.json"
 HEARTBEAT_S = 30.0
@@ -43,30 +45,6 @@ NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
 class FolderInUse(RuntimeError):
     """The folder is held by another run; the message names the folder, the holder and what
     to do."""
-
-
-def this_job() -> dict | None:
-    """The scheduler job this process belongs to (None outside one): ``scheduler`` and ``id``
-    (Slurm's job id, which a requeued job keeps, else torchrun's run id) and ``attempt``,
-    the restarts so far: ``[Slurm's requeues]`` and/or ``[torchrun's restarts]``, in that
-    order, so that a later attempt compares greater."""
-    slurm = os.environ.get("SLURM_JOB_ID")
-    torchrun = os.environ.get("TORCHELASTIC_RUN_ID") or ("?" if "TORCHELASTIC_RESTART_COUNT" in os.environ else None)
-    if not (slurm or torchrun):
-        return None
-    attempt = []
-    for present, variable in ((slurm, "SLURM_RESTART_COUNT"), (torchrun, "TORCHELASTIC_RESTART_COUNT")):
-        if present:
-            try:
-                attempt.append(int(os.environ.get(variable, "0") or 0))
-            except ValueError:
-                attempt.append(0)
-    return {"scheduler": "slurm" if slurm else "torchrun", "id": slurm or torchrun, "attempt": attempt}
-
-
-def is_restart(job: dict | None) -> bool:
-    """Whether ``job`` (``this_job()``) is a restarted or requeued attempt."""
-    return bool(job) and any(job["attempt"])
 
 
 def _is_alive(pid: int) -> bool:

@@ -10,7 +10,7 @@ integer over ranks (a stop request).
 
 ``SingleProcess`` is one process: every operation is the identity. ``ProcessGroupRanks``
 is the member of a ``torch.distributed`` process group that the current process already
-joined (``distributed.process_group.setup_ddp``).
+joined (``launching.process_group.setup_ddp``).
 """
 
 from __future__ import annotations

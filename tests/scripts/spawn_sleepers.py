@@ -6,7 +6,7 @@ supervisor, print their process ids, and wait: a test kills this process and wat
 
 import time
 
-from gears_ddp.distributed.supervisor import SpawnedWorkers
+from gears_ddp.launching.supervisor import SpawnedWorkers
 
 
 def sleeper(local_rank, messages):

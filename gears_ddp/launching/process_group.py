@@ -1,55 +1,31 @@
 """The ``torch.distributed`` process group of a run: joining it (``setup_ddp``), leaving it
-(``cleanup_ddp``), its backend, and a free rendezvous port for ranks spawned on one machine.
-Only these two functions touch the process group.
+(``cleanup_ddp``) and its backend. Only these two functions touch the process group; where
+the ranks meet is the cluster environment's (``environments``).
 """
 
 from __future__ import annotations
 
 import gc
-import os
-import socket
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.launch_environment import environment_integer
+from gears_ddp.launching.environments import (
+    DEFAULT_RENDEZVOUS_PORT,
+    LocalEnvironment,
+    TorchrunEnvironment,
+    publish_rendezvous_address,
+)
 from gears_ddp.runtime.devices import launched_rank_device
 
 logger = get_logger(__name__)
-GUIDE_PORT = 12355  # the seed guide's rendezvous port, taken when neither a port nor MASTER_PORT is given
-
-
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port the OS reports free on ``host`` (bind to port 0, read it, close).
-
-    The port is free when this returns; another process could take it before the rendezvous
-    binds it, which is unlikely enough for launching workers on one machine.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def backend_for(device: torch.device) -> str:
     """The collective backend for a device: NCCL for CUDA, gloo for everything else."""
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
-
-
-def guide_rendezvous_port(master_port: int | None = None) -> int:
-    """The given port, else ``MASTER_PORT`` from the environment, else the guide's 12355; a
-    TCP port either way."""
-    if master_port is not None:
-        port = int(master_port)
-    elif os.environ.get("MASTER_PORT"):
-        port = environment_integer(os.environ, "MASTER_PORT")
-    else:
-        port = GUIDE_PORT
-    if not 1 <= port <= 65535:
-        raise ValueError(f"rendezvous port {port} is not a TCP port (1..65535)")
-    return port
 
 
 def setup_ddp(
@@ -63,24 +39,25 @@ def setup_ddp(
     """Join the default process group as ``rank`` of ``world_size`` on ``device``.
 
     ``setup_ddp(rank, world_size)`` does what the seed guide's does: GPU ``rank`` with NCCL
-    (the CPU with gloo on a machine without a GPU), port ``MASTER_PORT``, else the guide's
-    12355. Sets ``MASTER_ADDR``/``MASTER_PORT`` for the ``env://`` rendezvous, selects the CUDA device
-    first (so NCCL binds to the right GPU) and initialises NCCL for CUDA or gloo otherwise.
+    (the CPU with gloo on a machine without a GPU), the launcher's rendezvous port if one is
+    set, else 12355 (``LocalEnvironment.rendezvous_port``). Publishes the address for the
+    ``env://`` rendezvous (``environments.publish_rendezvous_address``), selects the CUDA
+    device first (so NCCL binds to the right GPU) and initialises NCCL for CUDA or gloo
+    otherwise.
     ``timeout_s`` bounds both the rendezvous and later collectives: a rank that never joins
     becomes a clear RuntimeError rather than a silent hang.
 
     Under torchrun the ranks meet in the agent's store, which outlives a restart of the
-    workers; the keys of each attempt (``TORCHELASTIC_RESTART_COUNT``) get a prefix of their
-    own, so restarted ranks never read the addresses the previous attempt left there.
+    workers; the keys of each attempt (``TorchrunEnvironment.restart_attempt``) get a prefix
+    of their own, so restarted ranks never read the addresses the previous attempt left there.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside 0..{world_size - 1} (world_size={world_size})")
     if dist.is_initialized():
         raise RuntimeError(f"rank {rank}: a process group is already initialised; call cleanup_ddp() first")
     device = launched_rank_device(rank) if device is None else torch.device(device)
-    port = guide_rendezvous_port(master_port)
-    os.environ["MASTER_ADDR"] = master_addr
-    os.environ["MASTER_PORT"] = str(port)
+    port = LocalEnvironment.rendezvous_port(master_port, default=DEFAULT_RENDEZVOUS_PORT)
+    publish_rendezvous_address(master_addr, port)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = backend_for(device)
@@ -96,7 +73,7 @@ def setup_ddp(
     timeout = timedelta(seconds=timeout_s)
     try:
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        attempt = TorchrunEnvironment.restart_attempt()
         dist.init_process_group(
             backend,
             store=dist.PrefixStore(f"gears_ddp/attempt_{attempt}", store),

@@ -4,7 +4,8 @@ same data, build this rank's loaders and model, and train as ``GEARS.train`` tra
 
 ``run_rank`` is what every rank runs, whoever started it: ``train_multi_gpu`` spawns one
 per device (``spawned_rank``), torchrun and srun start them through ``gears-ddp train``
-(``distributed.launch``).
+(``choose.launch``). Where it runs is its ``Placement``: its cluster environment's rank and
+rendezvous address (``environments``) and its device.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from tqdm import tqdm
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, get_logger
 from gears_ddp.distributed.config import TrainingArgs
-from gears_ddp.distributed.messages import RunDiverged, RunInterrupted, RunReport
-from gears_ddp.distributed.process_group import cleanup_ddp, setup_ddp
 from gears_ddp.gears import GEARS
+from gears_ddp.launching.environments import ClusterEnvironment
+from gears_ddp.launching.process_group import cleanup_ddp, setup_ddp
+from gears_ddp.launching.worker_messages import RunDiverged, RunInterrupted, RunReport
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import ProcessGroupRanks
 from gears_ddp.runtime.stopping import TrainingInterrupted
@@ -49,6 +51,19 @@ class Placement:
     device: torch.device
     master_addr: str
     master_port: int
+
+
+def place(environment: ClusterEnvironment, device: torch.device) -> Placement:
+    """The rank ``environment`` describes, on ``device`` (the one function that places a rank)."""
+    return Placement(
+        environment.rank,
+        environment.world_size,
+        environment.local_rank,
+        environment.local_world_size,
+        torch.device(device),
+        environment.master_addr,
+        environment.master_port,
+    )
 
 
 IDENTITY_PARTS = {
@@ -141,9 +156,9 @@ def run_rank(
     """Train as one rank; returns the report on rank 0, None elsewhere.
 
     ``pert_data`` has its split prepared; ``args`` were checked, and the save folder, by
-    whoever started the rank (``launcher``), which also read ``resume``, the checkpoint to
+    whoever started the rank (``launchers``), which also read ``resume``, the checkpoint to
     continue from. With ``messages`` (a
-    :class:`~gears_ddp.distributed.messages.WorkerMessages` from a spawning parent), this
+    :class:`~gears_ddp.launching.worker_messages.WorkerMessages` from a spawning parent), this
     rank's log records go to the parent (rank 0's from the parent's level, the others'
     warnings and errors), rank 0 puts its ``RunReport`` there, and a rank that fails puts
     a ``WorkerFailed`` there first, so the parent can tell the first failure from the ranks

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch.multiprocessing as mp
 
 from gears_ddp.data.io import loads_plain_data
-from gears_ddp.distributed.messages import LogRecord, WorkerFailed, WorkerMessages, replay_log
+from gears_ddp.launching.worker_messages import LogRecord, WorkerFailed, WorkerMessages, replay_log
 from gears_ddp.runtime.stopping import STOP_SIGNALS
 from gears_ddp.runtime.threads import passive_openmp_environment
 
