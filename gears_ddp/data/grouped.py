@@ -22,7 +22,9 @@ import scipy.sparse as sp
 
 BLOCK_ELEMENTS = 2**21  # values of a block of rows read at once, unless a caller says otherwise
 
-STATISTICS: dict[str, Callable[[np.ndarray], np.ndarray]] = {  # name -> the values summed, of a block's values (float64 sums of the values' dtype)
+STATISTICS: dict[
+    str, Callable[[np.ndarray], np.ndarray]
+] = {  # name -> the values summed, of a block's values (float64 sums of the values' dtype)
     "sum": lambda values: values,
     "sum_squares": np.square,  # squared in the values' dtype, as scanpy squares them
     "nonzero": lambda values: values != 0,

@@ -60,7 +60,6 @@ def _loaded(value: T | None) -> T:
     return value
 
 
-
 class PertData:
     """A Perturb-seq dataset for GEARS: conditions, splits, gene graphs and loaders.
 
