@@ -39,9 +39,10 @@ backward sums run over the rows of all ranks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast, overload
+from typing import Protocol, cast, overload
 
 import torch
+from torch import nn
 
 from gears_ddp.model.weighted_norm import (
     RowShares,
@@ -64,8 +65,14 @@ from gears_ddp.model.weighted_norm import (
     weighted_statistics,
 )
 
-if TYPE_CHECKING:  # network imports this module
-    from gears_ddp.model.network import MLP
+
+class LayeredMLP(Protocol):
+    """What the decoder reads of ``recovery_w`` (a ``network.MLP``, which imports this
+    module): its Linear and BatchNorm layers by position."""
+
+    def linear_layer(self, i: int) -> nn.Linear: ...
+
+    def norm_layer(self, i: int) -> WeightedBatchNorm1d: ...
 
 
 def _first_activation(set_part, gene_part, part=None):
@@ -453,7 +460,7 @@ def decode_sets(
     counts,
     n_cells: int,
     bn_pert_base: WeightedBatchNorm1d,
-    recovery_w: MLP,
+    recovery_w: LayeredMLP,
     out_weight,
     out_bias,
     synchronize: bool,
