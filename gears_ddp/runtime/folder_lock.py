@@ -66,7 +66,7 @@ def this_job() -> dict | None:
 
 def is_restart(job: dict | None) -> bool:
     """Whether ``job`` (``this_job()``) is a restarted or requeued attempt."""
-    return bool(job) and any(job["attempt"])
+    return any(job["attempt"]) if job else False
 
 
 def _is_alive(pid: int) -> bool:
