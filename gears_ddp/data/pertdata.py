@@ -374,7 +374,7 @@ class PertData:
         for other settings wants their split, not a request to delete files. A split file
         without settings (as the published GEARS writes it) is used when its name matches.
         """
-        cells = self._require_data()
+        cells = self.require_data()
         result = split_cache.prepared_split(
             cells.conditions,
             self.dataset_path,
@@ -464,7 +464,7 @@ class PertData:
         run's: ``TrainingOptions``), so not again."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before asking for loaders or graphs")
-        cells = self._require_data()
+        cells = self.require_data()
         set2cells = cells_of_sets(cells, self.set2conditions, self.split)
         self.dataloader = build_loaders(
             cells,
@@ -502,7 +502,7 @@ class PertData:
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before building the co-expression graph")
         return graph_cache.coexpression_graph(
-            self._require_data(),
+            self.require_data(),
             self.gene_names.to_numpy(),
             self.node_map,
             self.set2conditions["train"],
@@ -522,7 +522,7 @@ class PertData:
         ``go_graph_<k>.csv``, with the edge list's size and time and the vocabulary beside it
         (``cache_settings``): the ranks of a run and later runs read the vocabulary's edges,
         not the whole edge list again."""
-        self._require_data()
+        self.require_data()
         pert_names = _loaded(self.pert_names)
         if self.default_pert_graph:
             return graph_cache.default_go_graph(self.data_path, self.dataset_path, pert_names, self.node_map_pert, k)
@@ -531,7 +531,7 @@ class PertData:
         )
 
     # ------------------------------------------------------------------ sharing
-    def _require_data(self) -> CellTable:
+    def require_data(self) -> CellTable:
         """The loaded dataset's cell table; a RuntimeError while none is loaded."""
         return _loaded(self.cells)
 
@@ -540,7 +540,7 @@ class PertData:
         kept in memory moves to shared memory (``/dev/shm``: containers need it large enough
         for the matrix, e.g. ``docker run --shm-size``), so ``adata.X`` is pointed at the
         shared copy and the private one is freed; a mapped expression is shared already."""
-        cells = self._require_data()
+        cells = self.require_data()
         cells.share_memory_()
         if self._adata is not None:
             self._adata.X = cells.expression.numpy()

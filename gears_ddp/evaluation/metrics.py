@@ -602,7 +602,9 @@ def deeper_analysis(context: MetricContext, result: EvaluationResult) -> dict[st
         **spread_columns,
     }
     # each column's values, and the conditions it is defined for (None: all)
-    columns: dict[str, tuple[np.ndarray, np.ndarray | None]] = {key: (values, None) for key, values in fractions.items()}
+    columns: dict[str, tuple[np.ndarray, np.ndarray | None]] = {
+        key: (values, None) for key, values in fractions.items()
+    }
     columns.update({key: (values, nonzero.any(1)) for key, values in spread_columns.items()})
 
     delta_pearson_top = {k: pearson_rows(pred_delta, truth_delta, top[k]) for k in TOP_DE_SIZES}

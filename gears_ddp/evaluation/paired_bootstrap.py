@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -101,7 +102,7 @@ def resample_counts(rng: np.random.Generator, size: int, resamples: int) -> np.n
 def compare_paired(
     model: np.ndarray,
     baselines: np.ndarray,
-    higher: np.ndarray,
+    higher: Sequence[bool] | np.ndarray,
     reasons=None,
     resamples: int = RESAMPLES,
     seed: int = SEED,

@@ -91,7 +91,7 @@ class TrainingResult:
     wall seconds of the run's two phases, ``'epochs'`` (training and the per-epoch
     evaluation) and ``'test'`` (the best network restored and evaluated on test)."""
 
-    best_network: nn.Module
+    best_network: GEARSModel
     best_epoch: int
     history: list[dict]
     test_result: EvaluationResult | None
