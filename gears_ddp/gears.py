@@ -81,7 +81,7 @@ class GEARS:
     def __init__(
         self,
         pert_data,
-        device: str = "cpu",
+        device: str | torch.device = "cpu",
         weight_bias_track: bool = False,
         proj_name: str = "GEARS",
         exp_name: str = "GEARS",
