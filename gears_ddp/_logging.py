@@ -15,6 +15,9 @@ class CurrentStderrHandler(logging.StreamHandler):
     does), so that stderr redirected after the handler was made (a notebook, a test's
     capture) never leaves it writing to a closed stream."""
 
+    # set on the one handler ``enable_console_logging`` adds, so that a second call adds none
+    _gears_ddp_console: bool = False
+
     def __init__(self):
         super().__init__(sys.stderr)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import asdict, field, fields
+from dataclasses import Field, asdict, field, fields
+from typing import Any, ClassVar
 
 
 def option(default, help: str):
@@ -27,6 +28,9 @@ def option_default(item):
 class Options:
     """Base of an options dataclass: ``from_dict`` builds it checked, ``check`` raises a
     ValueError naming the first bad option as the caller wrote it (``where``)."""
+
+    # declared (never set here) so that the type checker knows every subclass is a dataclass
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @classmethod
     def names(cls) -> list[str]:

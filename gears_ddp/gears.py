@@ -13,6 +13,7 @@ published format (``model.folder``).
 from __future__ import annotations
 
 import contextlib
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
-from gears_ddp.evaluation.metrics import EvaluationAccumulator
+from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.inference.model_queries import NO_MODEL, ModelQueries, SavedPredictions
 from gears_ddp.inference.pair_screen import (
     PAIR_SCREEN_CHUNK_PAIRS,
@@ -58,6 +59,16 @@ from gears_ddp.training.trainer import READ_FROM_OPTIONS, TrainedModel, Trainer,
 logger = get_logger(__name__)
 
 
+T = TypeVar("T")
+
+
+def _built(value: T | None) -> T:
+    """``value``, an attribute that ``model_initialize`` sets; a RuntimeError before it."""
+    if value is None:
+        raise RuntimeError(NO_MODEL)
+    return value
+
+
 class GEARS:
     """Train and use GEARS on a ``PertData`` that has a split and loaders.
 
@@ -70,7 +81,7 @@ class GEARS:
     def __init__(
         self,
         pert_data,
-        device: str = "cpu",
+        device: str | torch.device = "cpu",
         weight_bias_track: bool = False,
         proj_name: str = "GEARS",
         exp_name: str = "GEARS",
@@ -98,7 +109,7 @@ class GEARS:
         self.saved_logvar_sum: dict[str, float] = {}
         self._own_predictions: dict[str, np.ndarray] = {}  # the entries of saved_pred this object's predict wrote
         self.history: list[dict] = []
-        self.test_result = None  # the last test evaluation (EvaluationResult), and the baselines'
+        self.test_result: EvaluationResult | None = None  # the last test evaluation, and the baselines'
         self.test_baseline_results: dict = {}
         self.weights_from: str | None = None  # 'training' or the model folder the weights were loaded from
 
@@ -147,7 +158,7 @@ class GEARS:
     # ------------------------------------------------------------------ training
     def _trainer(self) -> Trainer:
         """The owner of this model's training, scoring and run report (``training.trainer``)."""
-        return Trainer(self.pert_data, self.config, self.device, self.wandb)
+        return Trainer(self.pert_data, _built(self.config), self.device, self.wandb)
 
     def loss_context(self) -> LossContext:
         """The loss's per-condition gene sets and control mean, on the model's device."""
@@ -172,16 +183,16 @@ class GEARS:
         (``training.save_folder.held_save_path``)."""
         clock = PhaseClock()
         with clock.phase("set-up"):
-            options = TrainingOptions.from_dict(options, where="train")  # the options' one check
+            checked: TrainingOptions = TrainingOptions.from_dict(options, where="train")  # the options' one check
             self._require_model()
         with (
             contextlib.nullcontext()
-            if options.save_path is None
-            else held_save_path(options.save_path, "GEARS.train", options.resume_from, options.overwrite_save_path)
+            if checked.save_path is None
+            else held_save_path(checked.save_path, "GEARS.train", checked.resume_from, checked.overwrite_save_path)
         ):
             with clock.phase("set-up"):
-                self.dataloader = loaders_for(self.pert_data, options, self.device)
-            return self.train_with(options, SINGLE_PROCESS, clock)
+                self.dataloader = loaders_for(self.pert_data, checked, self.device)
+            return self.train_with(checked, SINGLE_PROCESS, clock)
 
     def train_with(
         self,
@@ -196,7 +207,7 @@ class GEARS:
         ``'parameter_digests'``."""
         self._require_model()
         trained = self._trainer().train(
-            self.model,
+            _built(self.model),
             self.dataloader,
             options,
             ranks,
@@ -229,7 +240,7 @@ class GEARS:
         screen whose PCA places the ``linear_pretrained`` baseline's perturbations."""
         self._require_model()
         return self._kept_scores(
-            self._trainer().test(self.best_model, self.dataloader["test_loader"], ranks, linear_baseline_screen)
+            self._trainer().test(_built(self.best_model), self.dataloader["test_loader"], ranks, linear_baseline_screen)
         )
 
     def _test_interactions(self) -> dict | None:
@@ -365,16 +376,19 @@ class GEARS:
     def save_model(self, path) -> None:
         """Write ``config.pkl``, ``model.pt`` (best model) and ``vocabulary.json`` atomically."""
         self._require_model()
-        save_model_folder(path, self.config, self.best_model.state_dict(), self.gene_list, self.pert_list)
+        save_model_folder(
+            path, _built(self.config), _built(self.best_model).state_dict(), self.gene_list, self.pert_list
+        )
 
     def load_pretrained(self, path) -> None:
         """Load a model folder written by ``save_model``, by a distributed run or by the
         published GEARS (a ``module.`` prefix is stripped)."""
         self.model_initialize(**saved_model_options(path, ModelOptions.names(), self.gene_list, self.pert_list))
-        load_weights(self.model, path)
+        load_weights(_built(self.model), path)
         self.best_model = self.model
         self.weights_from = str(path)
 
 
-GEARS.model_initialize.__signature__ = signature_with(GEARS.model_initialize, ModelOptions)
-GEARS.train.__signature__ = signature_with(GEARS.train, TrainingOptions)
+# the signatures inspect.signature (help(), editors) reads; typeshed declares no function __signature__
+GEARS.model_initialize.__signature__ = signature_with(GEARS.model_initialize, ModelOptions)  # type: ignore[attr-defined]
+GEARS.train.__signature__ = signature_with(GEARS.train, TrainingOptions)  # type: ignore[attr-defined]

@@ -60,10 +60,11 @@ def run(options) -> int:
     if gene2go is not None:
         print(f"GO files built from {origin} ({len(gene2go)} genes) in {options.data_path}")
     perturbed = genes_of_conditions(adata.obs["condition"].astype(str).unique())
+    cells = pert_data.require_data()
     dropped = [gene for gene in perturbed if gene not in pert_data.node_map_pert]
     print(
-        f"dataset {options.name}: {pert_data.cells.n_cells} cells x {len(pert_data.var)} genes, "
-        f"{len(pert_data.cells.conditions)} conditions, written to {pert_data.dataset_path}; "
+        f"dataset {options.name}: {cells.n_cells} cells x {len(pert_data.gene_names)} genes, "
+        f"{len(cells.conditions)} conditions, written to {pert_data.dataset_path}; "
         f"{len(perturbed) - len(dropped)} of {len(perturbed)} perturbed genes have GO terms"
         + (f" (cells dropped: {', '.join(dropped)})" if dropped else "")
     )

@@ -54,7 +54,7 @@ def welch_t_test(matrix, codes: np.ndarray, groups: Sequence[str], reference: in
 def small_groups_problem(counts: np.ndarray, groups: Sequence[str]) -> Problem | None:
     """The ``Problem`` naming the groups of fewer than two cells (``counts``), whose
     variances, so whose t statistics, are undefined; None when there are none."""
-    small = [groups[code] for code in np.flatnonzero(counts < 2)]
+    small = [groups[int(code)] for code in np.flatnonzero(counts < 2)]
     if not small:
         return None
     return Problem(

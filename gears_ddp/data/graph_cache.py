@@ -43,15 +43,16 @@ def coexpression_graph(
     node_map: dict,
     train_conditions: list[str],
     dataset_path,
-    split: str,
-    seed: int,
-    train_gene_set_size: float,
+    split: str | None,
+    seed: int | None,
+    train_gene_set_size: float | None,
     threshold: float,
     k: int,
 ) -> graphs.GeneGraph:
     """The co-expression graph of the measured genes ``gene_names`` (placed by
     ``node_map``) over the cells of control and the single conditions among
-    ``train_conditions`` (those of the split ``split``, ``seed``, ``train_gene_set_size``),
+    ``train_conditions`` (those of the split ``split``, ``seed``, ``train_gene_set_size``;
+    None for conditions not split by ``prepare_split``),
     read from or written to its cache in ``dataset_path`` when it was built from the same
     conditions; a cache without them is used on its name."""
     cache = Path(dataset_path) / f"{split}_{seed}_{train_gene_set_size}_{threshold}_{k}_co_expression_network.csv"

@@ -15,14 +15,16 @@ then added to the running totals, so the totals depend only on where the blocks 
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 BLOCK_ELEMENTS = 2**21  # values of a block of rows read at once, unless a caller says otherwise
 
-STATISTICS = {  # name -> the values summed, of a block's values (float64 sums of the values' dtype)
+STATISTICS: dict[
+    str, Callable[[np.ndarray], np.ndarray]
+] = {  # name -> the values summed, of a block's values (float64 sums of the values' dtype)
     "sum": lambda values: values,
     "sum_squares": np.square,  # squared in the values' dtype, as scanpy squares them
     "nonzero": lambda values: values != 0,

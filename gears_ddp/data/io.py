@@ -76,7 +76,8 @@ def atomic_files(dests) -> Iterator[list[Path]]:
     )  # the deepest first
     for dest in dests:
         dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp_paths, renamed = [], False
+    tmp_paths: list[Path] = []
+    renamed = False
     try:
         tmp_paths.extend(_new_temporary(dest) for dest in dests)
         yield list(tmp_paths)

@@ -164,8 +164,10 @@ def _rows_of_batches(inputs: torch.Tensor, cells: torch.Tensor, batch_size: int)
     return rows
 
 
-def _keep_batch(batch: PertBatch) -> PertBatch:
-    """Collate function: a plan item is already a whole batch."""
+def _keep_batch(batch):
+    """Collate function: a plan item is already a whole batch (a ``PertBatch``; left
+    unannotated since the DataLoader's stub types a collate function's argument as the list it
+    is without ``batch_size=None``)."""
     return batch
 
 
@@ -213,6 +215,9 @@ class ShuffledShardSampler(Sampler):
         return self.per_rank
 
 
+ShardSampler = ContiguousShardSampler | ShuffledShardSampler  # the samplers a CellLoader takes
+
+
 LOADER_SMALLEST = {"batch_size": 1, "test_batch_size": 1, "num_workers": 0, "seed": 0}
 
 
@@ -240,7 +245,7 @@ class CellLoader:
         self,
         dataset: PairedCellDataset,
         batch_size: int,
-        sampler: Sampler,
+        sampler: ShardSampler,
         drop_last: bool,
         num_workers: int = 0,
         pin_memory: bool = False,
@@ -315,6 +320,7 @@ def build_loaders(
         raise ValueError(f"rank {rank} is outside world_size {world_size}")
     loaders = {}
     partners = table.draw_control_partners(seed)
+    sampler: ShardSampler
     for name, cells in set2cells.items():
         dataset = PairedCellDataset(table, cells, partners, seed, resample_controls and name == "train")
         if name == "train":

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from pathlib import Path
+from typing import Any, TypeVar
 
 import anndata
 import numpy as np
@@ -46,6 +48,16 @@ from gears_ddp.data.vocabulary import VocabularySource, cells_in_vocabulary
 logger = get_logger(__name__)
 
 STORAGES = ("mapped", "memory")
+NO_DATASET = "no dataset loaded: call load() or new_data_process() first"
+
+T = TypeVar("T")
+
+
+def _loaded(value: T | None) -> T:
+    """``value``, an attribute that loading a dataset sets; a RuntimeError while none is loaded."""
+    if value is None:
+        raise RuntimeError(NO_DATASET)
+    return value
 
 
 class PertData:
@@ -114,7 +126,9 @@ class PertData:
             self._gene2go = io.read_pickle(path, "gene -> GO terms mapping")
         return self._gene2go
 
-    def load(self, data_name: str | None = None, data_path: str | None = None, archive=None, go_archive=None) -> None:
+    def load(
+        self, data_name: str | None = None, data_path: str | os.PathLike | None = None, archive=None, go_archive=None
+    ) -> None:
         """Load a dataset: one of the paper's by ``data_name`` (downloaded into ``data_path``
         of the constructor if absent), or a local folder holding ``perturb_processed.h5ad``.
 
@@ -174,7 +188,7 @@ class PertData:
         if adata is None:
             raise ValueError("new_data_process needs the raw AnnData as `adata`")
         folder = processed_dataset.folder_to_process(self.data_path, dataset_name, overwrite)
-        screen = {
+        screen: dict[str, Any] = {
             "perturbation_column": perturbation_column,
             "control_label": control_label,
             "combination_separator": combination_separator,
@@ -211,7 +225,9 @@ class PertData:
             if go_annotation is not None:
                 self._gene2go = go_annotation  # what the GO files just written hold
             self._use_dataset(data, folder, keep)
-        self._adata = dataset_cells.anndata_view(self.cells.expression, annotations.obs, keep, self.var, self.uns)
+        self._adata = dataset_cells.anndata_view(
+            _loaded(self.cells).expression, annotations.obs, keep, self.var, _loaded(self.uns)
+        )
 
     def check_screen(
         self,
@@ -294,7 +310,7 @@ class PertData:
         self.dataset_name = folder.name
         self.dataset_path = str(folder)
         self.var, self.uns = data.var.copy(), dict(data.uns)
-        self.cells = dataset_cells.cell_table(
+        self.cells = cells = dataset_cells.cell_table(
             data, keep, self.node_map_pert, folder, self.expression_storage, self.expression_dtype
         )
         self._adata = None  # built from the h5ad when first asked for (the cells' names cost memory)
@@ -304,10 +320,10 @@ class PertData:
         logger.info(
             "dataset %s: %d cells, %d genes, %d conditions, perturbation vocabulary of %d genes",
             self.dataset_name,
-            self.cells.n_cells,
+            cells.n_cells,
             len(self.var),
-            len(self.cells.conditions),
-            len(self.pert_names),
+            len(cells.conditions),
+            len(_loaded(self.pert_names)),
         )
 
     @property
@@ -316,15 +332,16 @@ class PertData:
         table of ``perturb_processed.h5ad``. Built on first use: training needs only the cell
         table and the condition tables, and a million cells' names alone take tens of MB."""
         if self._adata is None and self.cells is not None:
-            obs = io.read_obs(Path(self.dataset_path) / io.PROCESSED_FILE)
+            obs = io.read_obs(Path(_loaded(self.dataset_path)) / io.PROCESSED_FILE)
             keep = obs["condition"].astype(str).isin(self.cells.conditions).to_numpy()
-            self._adata = dataset_cells.anndata_view(self.cells.expression, obs, keep, self.var, self.uns)
+            self._adata = dataset_cells.anndata_view(self.cells.expression, obs, keep, self.var, _loaded(self.uns))
         return self._adata
 
     @property
     def ctrl_adata(self) -> anndata.AnnData:
         """The control cells (a view of ``adata``)."""
-        return self.adata[self.adata.obs["condition"] == CONTROL]
+        adata = _loaded(self.adata)
+        return adata[adata.obs["condition"] == CONTROL]
 
     def get_pert_idx(self, condition: str) -> list[int]:
         """Indices of a condition's perturbed genes in the perturbation vocabulary."""
@@ -357,11 +374,11 @@ class PertData:
         for other settings wants their split, not a request to delete files. A split file
         without settings (as the published GEARS writes it) is used when its name matches.
         """
-        self._require_data()
+        cells = self.require_data()
         result = split_cache.prepared_split(
-            self.cells.conditions,
+            cells.conditions,
             self.dataset_path,
-            self.dataset_name,
+            _loaded(self.dataset_name),
             split,
             seed,
             train_gene_set_size,
@@ -447,9 +464,10 @@ class PertData:
         run's: ``TrainingOptions``), so not again."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before asking for loaders or graphs")
-        set2cells = cells_of_sets(self.cells, self.set2conditions, self.split)
+        cells = self.require_data()
+        set2cells = cells_of_sets(cells, self.set2conditions, self.split)
         self.dataloader = build_loaders(
-            self.cells,
+            cells,
             set2cells,
             batch_size,
             test_batch_size or batch_size,
@@ -484,7 +502,7 @@ class PertData:
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before building the co-expression graph")
         return graph_cache.coexpression_graph(
-            self.cells,
+            self.require_data(),
             self.gene_names.to_numpy(),
             self.node_map,
             self.set2conditions["train"],
@@ -504,29 +522,28 @@ class PertData:
         ``go_graph_<k>.csv``, with the edge list's size and time and the vocabulary beside it
         (``cache_settings``): the ranks of a run and later runs read the vocabulary's edges,
         not the whole edge list again."""
-        self._require_data()
+        self.require_data()
+        pert_names = _loaded(self.pert_names)
         if self.default_pert_graph:
-            return graph_cache.default_go_graph(
-                self.data_path, self.dataset_path, self.pert_names, self.node_map_pert, k
-            )
+            return graph_cache.default_go_graph(self.data_path, self.dataset_path, pert_names, self.node_map_pert, k)
         return graph_cache.dataset_go_graph(
-            lambda: self.gene2go, self.dataset_path, self.dataset_name, self.pert_names, self.node_map_pert, k
+            lambda: self.gene2go, self.dataset_path, _loaded(self.dataset_name), pert_names, self.node_map_pert, k
         )
 
     # ------------------------------------------------------------------ sharing
-    def _require_data(self) -> None:
-        if self.cells is None:
-            raise RuntimeError("no dataset loaded: call load() or new_data_process() first")
+    def require_data(self) -> CellTable:
+        """The loaded dataset's cell table; a RuntimeError while none is loaded."""
+        return _loaded(self.cells)
 
     def share_memory_(self) -> "PertData":
         """Make the data shareable with spawned workers without a copy each: an expression
         kept in memory moves to shared memory (``/dev/shm``: containers need it large enough
         for the matrix, e.g. ``docker run --shm-size``), so ``adata.X`` is pointed at the
         shared copy and the private one is freed; a mapped expression is shared already."""
-        self._require_data()
-        self.cells.share_memory_()
+        cells = self.require_data()
+        cells.share_memory_()
         if self._adata is not None:
-            self._adata.X = self.cells.expression.numpy()
+            self._adata.X = cells.expression.numpy()
         return self
 
     def __getstate__(self) -> dict:

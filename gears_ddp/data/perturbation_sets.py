@@ -238,8 +238,10 @@ def epoch_perturbation_sets(
     # padded sets' host integers do not depend on the batch: no unperturbed set is set apart
     apart = (n_unperturbed, unperturbed_cells) if pad_to is None else (dropped, dropped)
     return [
-        PerturbationSets(*fields, padded=pad_to is not None)
-        for fields in zip(
+        PerturbationSets(
+            batch_packed, batch_sets, columns, batch_cells, sets_apart, cells_apart, padded=pad_to is not None
+        )
+        for batch_packed, batch_sets, columns, batch_cells, sets_apart, cells_apart in zip(
             packed[:-1].split(lengths.tolist()),
             slots.tolist(),
             [n_columns] * n_batches,

@@ -43,5 +43,5 @@ def prepare_data(
             model_options["coexpress_threshold"], model_options["num_similar_genes_co_express_graph"]
         )
         pert_data.go_graph(model_options["num_similar_genes_go_graph"])
-    pert_data.cells.identity()  # values in memory are hashed here, once, not in every spawned worker
+    pert_data.require_data().identity()  # values in memory are hashed here, once, not in every spawned worker
     return pert_data

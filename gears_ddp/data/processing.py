@@ -296,7 +296,7 @@ def add_dropout_gene_sets(adata, reading: ExpressionReading) -> None:
     gene_ids = np.asarray(adata.var_names)
     position_of = pd.Index(gene_ids)
 
-    sets = {
+    sets: dict[str, dict[str, np.ndarray]] = {
         key: {} for key in ("top_non_dropout_de_20", "non_dropout_gene_idx", "non_zeros_gene_idx", "top_non_zero_de_20")
     }
     for name, ranked_ids in adata.uns[RANK_KEY].items():

@@ -82,7 +82,8 @@ def gears_conditions(
                 f"{control_label!r}; its labels, most frequent first: {shown}",
             )
         )
-    conditions, bad = [], []
+    conditions: list[str | None] = []
+    bad: list[str] = []
     for label in labels.cat.categories.astype(str):
         try:
             conditions.append(gears_condition(label, control_label, separator))
@@ -101,7 +102,7 @@ def gears_conditions(
     if not has_control:
         return None, problems
     codes = labels.cat.codes.to_numpy()
-    return pd.Categorical(np.append(np.asarray(conditions, dtype=object), None)[codes]), problems
+    return pd.Categorical(np.asarray([*conditions, None], dtype=object)[codes]), problems
 
 
 def gears_column_problems(

@@ -259,12 +259,13 @@ def read_custom_split(split_dict_path) -> dict[str, list[str]]:
     return {name: [str(c) for c in conds] for name, conds in loaded.items()}
 
 
-def sets_of_split(split: str) -> tuple[str, ...]:
-    """The sets a split of this type must give perturbations to (``SETS_OF_SPLIT``)."""
-    return SETS_OF_SPLIT.get(split, ALL_SETS)
+def sets_of_split(split: str | None) -> tuple[str, ...]:
+    """The sets a split of this type must give perturbations to (``SETS_OF_SPLIT``; all
+    three for None, conditions not split by ``prepare_split``)."""
+    return ALL_SETS if split is None else SETS_OF_SPLIT.get(split, ALL_SETS)
 
 
-def cells_of_sets(table, set2conditions: dict[str, list[str]], split: str) -> dict:
+def cells_of_sets(table, set2conditions: dict[str, list[str]], split: str | None) -> dict:
     """The cell indices (``table.cells_of``, a ``CellTable``'s) of each set a split of type
     ``split`` defines, from its conditions ``set2conditions`` (control excluded from a
     ``no_split`` test)."""

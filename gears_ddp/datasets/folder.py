@@ -61,19 +61,20 @@ def write_synthetic_dataset(data_path, name: str = "synthetic", overwrite: bool 
         return folder
     data_path.mkdir(parents=True, exist_ok=True)
     synthetic = make_synthetic_perturb_seq(**generator_options)
+    adata = synthetic.adata
+    if adata is None:  # an ``expression_to`` among the options wrote the expression elsewhere
+        raise ValueError("write_synthetic_dataset writes the expression itself; it takes no expression_to")
     write_go_files(data_path, synthetic.gene2go, synthetic.pert_genes, overwrite)
     source = f"synthetic dataset {name!r}"
-    processing.validate_annotations(synthetic.adata, source)
-    write_processed_dataset(
-        synthetic.adata, folder / io.PROCESSED_FILE, read_processed_expression(synthetic.adata, source=source)
-    )
-    clear_stale_caches(synthetic.adata, folder)
+    processing.validate_annotations(adata, source)
+    write_processed_dataset(adata, folder / io.PROCESSED_FILE, read_processed_expression(adata, source=source))
+    clear_stale_caches(adata, folder)
     with io.atomic_path(folder / TRUE_MEANS_FILE) as tmp:
         synthetic.true_means.to_csv(tmp, compression="gzip")
     ground_truth = {"interaction_types": synthetic.interaction_types, "params": synthetic.params}
     with io.atomic_path(folder / GROUND_TRUTH_FILE) as tmp:
         tmp.write_text(json.dumps(ground_truth, indent=1))
-    logger.info("wrote synthetic dataset %s: %d cells x %d genes", folder, *synthetic.adata.shape)
+    logger.info("wrote synthetic dataset %s: %d cells x %d genes", folder, *adata.shape)
     return folder
 
 

@@ -215,12 +215,13 @@ def _assign_modules(rng: np.random.Generator, n_genes: int, n_modules: int) -> n
     return rng.permutation(np.repeat(np.arange(n_modules), sizes))
 
 
-def _within_module_edges(rng: np.random.Generator, members: np.ndarray) -> tuple[list, list]:
+def _within_module_edges(rng: np.random.Generator, members: np.ndarray) -> tuple[list[int], list[int]]:
     """(targets, regulators) inside one module whose ``members`` are in topological order.
 
     Earlier genes are preferred as regulators (weight 1/(position+1)), which makes hubs.
     """
-    targets, regulators = [], []
+    targets: list[int] = []
+    regulators: list[int] = []
     for position in range(1, len(members)):
         n_regulators = min(position, rng.poisson(MEAN_REGULATORS))
         if n_regulators == 0:
@@ -254,16 +255,17 @@ def _make_grn(rng: np.random.Generator, modules: np.ndarray) -> tuple[sp.csr_mat
     """
     n_genes = len(modules)
     rank = rng.permutation(n_genes)
-    targets, regulators = [], []
+    within_targets: list[int] = []
+    within_regulators: list[int] = []
     for module in range(modules.max() + 1):
         members = np.flatnonzero(modules == module)
         module_targets, module_regulators = _within_module_edges(rng, members[np.argsort(rank[members])])
-        targets.extend(module_targets)
-        regulators.extend(module_regulators)
-    n_cross = int(round(CROSS_MODULE_EDGE_FRACTION * len(targets)))
+        within_targets.extend(module_targets)
+        within_regulators.extend(module_regulators)
+    n_cross = int(round(CROSS_MODULE_EDGE_FRACTION * len(within_targets)))
     cross_targets, cross_regulators = _cross_module_edges(rng, modules, rank, n_cross)
-    targets = np.concatenate([np.asarray(targets, dtype=np.int64), cross_targets])
-    regulators = np.concatenate([np.asarray(regulators, dtype=np.int64), cross_regulators])
+    targets = np.concatenate([np.asarray(within_targets, dtype=np.int64), cross_targets])
+    regulators = np.concatenate([np.asarray(within_regulators, dtype=np.int64), cross_regulators])
     weights = rng.choice([-1.0, 1.0], size=len(targets)) * rng.uniform(*EDGE_WEIGHT_RANGE, size=len(targets))
     incoming = np.bincount(targets, weights=np.abs(weights), minlength=n_genes)
     scale = np.minimum(1.0, MAX_INCOMING_WEIGHT / np.maximum(incoming, 1e-12))
@@ -335,7 +337,7 @@ def _choose_pairs(rng: np.random.Generator, n_perturbed: int, n_combos: int) -> 
 
 def _interaction_labels(rng: np.random.Generator, n_combos: int, fractions: dict) -> np.ndarray:
     """Interaction type per combo: ``round(fraction * n_combos)`` of each type, rest additive."""
-    labels = []
+    labels: list[str] = []
     for name in NON_ADDITIVE_TYPES:
         count = min(int(round(fractions.get(name, 0.0) * n_combos)), n_combos - len(labels))
         labels.extend([name] * count)
@@ -369,7 +371,7 @@ def _go_terms_per_gene(
     for module, own in enumerate(module_terms):
         members = np.flatnonzero(modules == module)
         taken = rng.random((len(members), len(own))) < probability[members, None]
-        for gene, row in zip(members, taken):
+        for gene, row in zip(members.tolist(), taken):
             terms[gene].update(own[row].tolist())
     n_noise = rng.poisson(GO_NOISE_TERMS_MEAN, size=len(modules))
     noise = np.split(rng.integers(n_go_terms, size=n_noise.sum()), np.cumsum(n_noise)[:-1])

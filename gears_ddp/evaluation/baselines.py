@@ -60,8 +60,8 @@ def baseline_predictions(
     control = means[CONTROL]
     effects = {c: m - control for c, m in means.items() if c != CONTROL}
     single_effect = {condition_genes(c)[0]: e for c, e in effects.items() if is_single(c)}
-    mean_effect = np.mean(list(effects.values()), axis=0) if effects else np.zeros_like(control)
-    mean_single = np.mean(list(single_effect.values()), axis=0) if single_effect else mean_effect
+    mean_effect: np.ndarray = np.mean(list(effects.values()), axis=0) if effects else np.zeros_like(control)
+    mean_single: np.ndarray = np.mean(list(single_effect.values()), axis=0) if single_effect else mean_effect
 
     def additive(condition: str) -> np.ndarray:
         return control + sum(

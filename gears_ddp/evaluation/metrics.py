@@ -32,7 +32,7 @@ from gears_ddp.data.cells import N_DE_GENES
 from gears_ddp.data.conditions import CONTROL
 from gears_ddp.data.grouped import condition_means
 from gears_ddp.data.processing import RANK_KEY
-from gears_ddp.evaluation.truth_spread import QUANTILE_BANDS, SPREAD_STATISTICS, condition_spreads
+from gears_ddp.evaluation.truth_spread import QUANTILE_BANDS, SPREAD_STATISTICS, Spread, condition_spreads
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 
 logger = get_logger(__name__)
@@ -344,7 +344,7 @@ def _padded(index_lists: Sequence[np.ndarray], width: int) -> np.ndarray:
     return table
 
 
-def _stacked_spread(spreads: Mapping[str, dict], conditions: Sequence[str]) -> dict[str, np.ndarray]:
+def _stacked_spread(spreads: Mapping[str, dict], conditions: Sequence[str]) -> Spread:
     """``{statistic: (conditions x 20)}`` from per-condition spreads (``MetricContext.spreads``)."""
     missing = [c for c in conditions if c not in spreads]
     if missing:
@@ -585,9 +585,9 @@ def deeper_analysis(context: MetricContext, result: EvaluationResult) -> dict[st
     same_direction = _direction_change(pred, truth, control) == 0
     everywhere = np.ones(pred.shape, dtype=bool)
 
-    columns = {"frac_correct_direction_all": _fraction(same_direction, everywhere)}
+    fractions = {"frac_correct_direction_all": _fraction(same_direction, everywhere)}
     for k in TOP_DE_SIZES:
-        columns[f"frac_correct_direction_{k}"] = _fraction(same_direction, top[k], denominator=k)
+        fractions[f"frac_correct_direction_{k}"] = _fraction(same_direction, top[k], denominator=k)
 
     de_idx = result.de_idx[rows]
     pred_de, truth_de = _gather(pred, de_idx), _gather(truth, de_idx)
@@ -601,7 +601,10 @@ def deeper_analysis(context: MetricContext, result: EvaluationResult) -> dict[st
         ),
         **spread_columns,
     }
-    columns = {key: (values, None) for key, values in columns.items()}
+    # each column's values, and the conditions it is defined for (None: all)
+    columns: dict[str, tuple[np.ndarray, np.ndarray | None]] = {
+        key: (values, None) for key, values in fractions.items()
+    }
     columns.update({key: (values, nonzero.any(1)) for key, values in spread_columns.items()})
 
     delta_pearson_top = {k: pearson_rows(pred_delta, truth_delta, top[k]) for k in TOP_DE_SIZES}

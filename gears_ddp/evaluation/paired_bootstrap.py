@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def resample_counts(rng: np.random.Generator, size: int, resamples: int) -> np.n
 def compare_paired(
     model: np.ndarray,
     baselines: np.ndarray,
-    higher: np.ndarray,
+    higher: Sequence[bool] | np.ndarray,
     reasons=None,
     resamples: int = RESAMPLES,
     seed: int = SEED,
@@ -120,14 +121,16 @@ def compare_paired(
     replicate_counts = resample_counts(rng, replicates, resamples) if replicates > 1 else None
     tested = valid.any(axis=1)  # comparisons x perturbations with a difference in some replicate
     wanted = [k for k in range(comparisons) if reasons[k] is None and tested[k].sum() >= MIN_PERTURBATIONS]
-    means = _resampled_means(values[wanted], valid[wanted], perturbation_counts, replicate_counts) if wanted else None
-    ends = _interval_ends(means, [int(tested[k].sum()) for k in wanted], confidence) if wanted else None
+    ends = None
+    if wanted and perturbation_counts is not None:  # the second always holds with the first
+        means = _resampled_means(values[wanted], valid[wanted], perturbation_counts, replicate_counts)
+        ends = _interval_ends(means, [int(tested[k].sum()) for k in wanted], confidence)
     out = []
     for k in range(comparisons):
         n, dropped = int(tested[k].sum()), int(perturbations - tested[k].sum())
         mean = float(values[k].sum() / valid[k].sum()) if n else math.nan
         won = int(np.sum(_column_means(values[k], valid[k])[tested[k]] > 0))
-        if k not in wanted:
+        if k not in wanted or ends is None:  # ends are made whenever some k is wanted
             reason = reasons[k] or (
                 f"{n} test perturbation{'s' if n != 1 else ''} with both values: an interval "
                 f"needs at least {MIN_PERTURBATIONS}"

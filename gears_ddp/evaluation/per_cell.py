@@ -76,7 +76,7 @@ class CellResults:
         positions, -1 padded, rows in ``conditions`` order), the spread of each condition's
         cells' truth at its row's genes (``truth_spread.spread``; NaN where padded)."""
         truth = torch.from_numpy(np.ascontiguousarray(self.arrays["truth"]))
-        out = {name: {} for name in tables}
+        out: dict[str, dict[str, dict]] = {name: {} for name in tables}
         for row, condition in enumerate(self.conditions):
             cells = torch.from_numpy(np.flatnonzero(self.codes == row))
             for name, table in tables.items():

@@ -31,8 +31,8 @@ def score(
     per-condition metrics (compute_metrics, deeper and non-dropout analyses merged)."""
     overall, per_condition = compute_metrics(result)
     for extra in (deeper_analysis(context, result), non_dropout_analysis(context, result)):
-        for condition, values in extra.items():
-            per_condition.setdefault(condition, {}).update(values)
+        for condition, metrics in extra.items():
+            per_condition.setdefault(condition, {}).update(metrics)
     summary = {f"{prefix}{k}": float(v) for k, v in overall.items()}
     for metric in SUMMARY_METRICS:
         values = [m[metric] for m in per_condition.values() if metric in m]

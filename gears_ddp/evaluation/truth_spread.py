@@ -22,17 +22,18 @@ from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 
 QUANTILE_BANDS = {"45_55": (0.45, 0.55), "40_60": (0.4, 0.6), "25_75": (0.25, 0.75)}
 QUANTILES = sorted({q for band in QUANTILE_BANDS.values() for q in band})
-SPREAD_STATISTICS = ("std", "min", "max", *QUANTILES)
+SPREAD_STATISTICS: tuple[str | float, ...] = ("std", "min", "max", *QUANTILES)
+Spread = dict[str | float, np.ndarray]  # statistic (a name, or a quantile) -> its values per gene
 
 
-def spread(values: np.ndarray) -> dict:
+def spread(values: np.ndarray) -> Spread:
     """Per column of ``values`` (cells x genes): std, min, max and ``QUANTILES`` over the
     cells, in float64 (NaN for a column holding NaN, and everywhere when there are no cells).
     The values are summed in row order whatever their layout, so equal values give equal bits."""
     block = np.ascontiguousarray(values, dtype=np.float64)
     if not len(block):
         return {name: np.full(block.shape[1], np.nan) for name in SPREAD_STATISTICS}
-    out = {"std": block.std(0), "min": block.min(0), "max": block.max(0)}
+    out: Spread = {"std": block.std(0), "min": block.min(0), "max": block.max(0)}
     out.update(zip(QUANTILES, np.quantile(block, QUANTILES, axis=0)))
     return out
 
@@ -71,7 +72,7 @@ def condition_spreads(
     bounds = torch.searchsorted(codes[order], torch.arange(len(cell_table.conditions) + 1)).tolist()
     names = list(gene_tables)
     ends = np.cumsum([gene_tables[name].shape[1] for name in names]).tolist()
-    mine = {name: {} for name in names}
+    mine: dict[str, dict[str, Spread]] = {name: {} for name in names}
     for condition in list(conditions)[ranks.rank :: ranks.world_size]:
         code = code_of[condition]
         genes = torch.cat([gene_tables[name][code] for name in names])
@@ -80,7 +81,7 @@ def condition_spreads(
             mine[name][condition] = spread(values[:, start:end])
     if ranks.world_size == 1:
         return mine
-    merged = {name: {} for name in names}
+    merged: dict[str, dict[str, Spread]] = {name: {} for name in names}
     for share in ranks.gather(mine):
         for name in names:
             merged[name].update(share[name])

@@ -45,7 +45,7 @@ def _targets(conditions: Sequence[str]) -> list[str]:
     """``target_of`` each of the distinct ``conditions``; an error names two conditions that
     would share a target (``A+ctrl`` and ``ctrl+A``), which cell-eval would merge."""
     targets = [target_of(c) for c in conditions]
-    first = {}
+    first: dict[str, str] = {}
     for condition, target in zip(conditions, targets):
         other = first.setdefault(target, condition)
         if other != condition:
@@ -79,7 +79,7 @@ def query_conditions(pert_data, pert_list: Sequence[Sequence[str]]) -> list[str]
     """The condition of each query as the data writes it (``ctrl+A`` or ``B+A`` if that is
     the data's spelling of the query's genes); a query the data lacks is ``A+ctrl`` or
     ``A+B`` in query order."""
-    spelled = {}
+    spelled: dict[frozenset[str], str] = {}
     for condition in pert_data.cells.conditions:
         if condition != CONTROL:
             spelled.setdefault(frozenset(condition_genes(condition)), condition)

@@ -35,8 +35,8 @@ def observed_change_at_de_genes(pert_data, condition: str, control: np.ndarray) 
             f"(e.g. {[c for c in cells.conditions if c != CONTROL][:5]})"
         )
     name = cells.condition_names[cells.conditions.index(condition)]
-    positions = non_dropout_de_table(pert_data.uns, pert_data.var.index, [name])[0]
-    positions = positions[positions >= 0].numpy()
+    row = non_dropout_de_table(pert_data.uns, pert_data.var.index, [name])[0]
+    positions = row[row >= 0].numpy()
     return positions, cells.rows(cells.cells_of([condition])).numpy()[:, positions] - control[positions]
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 from gears_ddp._version import __version__
+from gears_ddp.data.pertdata import PertData
 from gears_ddp.evaluation.baselines import baseline_effects
 from gears_ddp.inference.prediction import (
     EXACT_CHANGE,
@@ -78,7 +79,7 @@ class ModelQueries:
 
     network: torch.nn.Module | None
     device: torch.device
-    pert_data: object
+    pert_data: PertData
     saved: SavedPredictions
     config: dict | None = None
     weights_origin: str | None = None
@@ -177,7 +178,8 @@ class ModelQueries:
             picked = drawn_control_cells(self.pert_data.cells, seed, cells_per_perturbation)
             effect, logvar = self.effects(sets[computed])
             prediction[computed] = (effect + picked.mean(0).to(self.device)).cpu().numpy()
-            if self.uncertain:
+            if uncertainty is not None:  # as self.uncertain
+                assert logvar is not None  # a network in uncertainty mode gives the log-variance
                 uncertainty[computed] = torch.exp(-logvar.mean(1)).cpu().numpy()
         if all_samples:
             cells = {key: (picked.to(self.device) + effect[row]).cpu().numpy() for row, key in enumerate(keys)}
@@ -185,7 +187,7 @@ class ModelQueries:
         for row, key in enumerate(keys):
             if key in saved:
                 prediction[row] = saved_expression(saved, [key], prediction.shape[1])[0]
-                if self.uncertain:
+                if uncertainty is not None:  # as self.uncertain
                     uncertainty[row] = self.saved.logvar_sums[key]
             else:
                 self.saved.keep(key, prediction[row], None if uncertainty is None else uncertainty[row])
@@ -226,7 +228,7 @@ class ModelQueries:
         keys = [combo[0], combo[1], "_".join(combo)]
         saved = self.saved.handed_in(keys)
         if len(saved) == len(keys):
-            control = self.pert_data.cells.control_mean().double().numpy()
+            control = self.pert_data.require_data().control_mean().double().numpy()
             return torch.from_numpy(saved_expression(saved, keys, len(self.pert_data.gene_names)) - control)
         sets = query_sets([[combo[0]], [combo[1]], list(combo)], self.pert_data.node_map_pert)
         if self.weights_problem is not None:

@@ -101,7 +101,8 @@ def set_effects_in_passes(
     parts = [set_effects(network, batch, device) for batch in sets.split(sets_in_a_pass)]
     if not parts:
         return torch.empty(0, network.num_genes, device=device), None
-    logvar = None if parts[0][1] is None else torch.cat([part[1] for part in parts])
+    logvars = [part[1] for part in parts if part[1] is not None]  # every part's, or none (no uncertainty)
+    logvar = torch.cat(logvars) if logvars else None
     return torch.cat([part[0] for part in parts]), logvar
 
 
@@ -206,6 +207,8 @@ class ChangePredictor:
         effects = set_effects_in_passes(self.network, sets, self.device, sets_in_a_pass)[0]
         if self.change == EXACT_CHANGE:
             return effects
+        if self.controls is None or self.control_mean is None:
+            raise ValueError(f"change {self.change!r} needs the control cells: build the predictor with for_data")
         draws = control_draws(sets, len(self.controls), self.seed)
         drawn_means = torch.nn.functional.embedding_bag(draws, self.controls, mode="mean")
         return effects + (drawn_means - self.control_mean).to(self.device, effects.dtype)

@@ -47,28 +47,28 @@ def evaluate(loader, model, uncertainty, device) -> dict[str, np.ndarray]:
         )
     device = torch.device(device)
     model.to(device)
-    codes, inputs, truth, de_idx = [], [], [], []
-    sets = {}
+    code_parts, input_parts, truth_parts, de_parts = [], [], [], []
+    sets: dict[int, torch.Tensor] = {}
     names = None
     for batch in loader:
-        codes.append(batch.condition)
-        inputs.append(batch.x)
-        truth.append(batch.y)
-        de_idx.append(batch.de_idx)
+        code_parts.append(batch.condition)
+        input_parts.append(batch.x)
+        truth_parts.append(batch.y)
+        de_parts.append(batch.de_idx)
         names = batch.condition_names
         for code, perturbed in zip(batch.condition.tolist(), batch.pert_idx):
             sets.setdefault(code, perturbed)
     if names is None:
         raise ValueError("the loader holds no cells to evaluate")
-    codes = torch.cat(codes)
+    codes = torch.cat(code_parts)
     present = sorted(sets)
     effects, logvar = set_effects_in_passes(model, torch.stack([sets[code] for code in present]), device)
     row_of = torch.full((len(names),), -1, dtype=torch.long)
     row_of[present] = torch.arange(len(present))
     rows = row_of[codes]
-    pred = (torch.cat(inputs).float() + effects.float().cpu()[rows]).numpy()
-    truth = torch.cat(truth).float().numpy()
-    de_idx = torch.cat(de_idx).numpy()  # -1 padded: -1 reads the last gene, as the published de_idx does
+    pred = (torch.cat(input_parts).float() + effects.float().cpu()[rows]).numpy()
+    truth = torch.cat(truth_parts).float().numpy()
+    de_idx = torch.cat(de_parts).numpy()  # -1 padded: -1 reads the last gene, as the published de_idx does
     results = {
         "pert_cat": np.array([names[code] for code in codes.tolist()]),
         "pred": pred,
@@ -77,6 +77,7 @@ def evaluate(loader, model, uncertainty, device) -> dict[str, np.ndarray]:
         "truth_de": np.take_along_axis(truth, de_idx, axis=1),
     }
     if uncertainty:
+        assert logvar is not None  # a network in uncertainty mode (checked above) gives it
         results["logvar"] = logvar.float().cpu()[rows].numpy()
     return results
 

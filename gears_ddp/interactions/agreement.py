@@ -19,7 +19,7 @@ import pandas as pd
 from gears_ddp.interactions.calls import CALL_ORDER
 from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
-CALL_NAMES = {True: "yes", False: "no"}  # how a yes/no type's calls are written in the agreement
+CALL_NAMES: dict[str | bool, str] = {True: "yes", False: "no"}  # how a yes/no type's calls are written in the agreement
 
 
 def consensus_calls(summary: pd.DataFrame) -> pd.DataFrame:

@@ -52,9 +52,11 @@ def observed_pairs(conditions: Sequence[str]) -> list[tuple[str, str, str]]:
     pairs = []
     for condition in conditions:
         genes = condition_genes(condition)
-        singles = [single_condition(gene, present) for gene in genes]
-        if len(genes) == 2 and None not in singles:
-            pairs.append((condition, *singles))
+        if len(genes) != 2:
+            continue
+        first, second = (single_condition(gene, present) for gene in genes)
+        if first is not None and second is not None:
+            pairs.append((condition, first, second))
     return pairs
 
 

@@ -70,6 +70,10 @@ class NormalisedAdjacency(nn.Module):
     ``state_dict``.
     """
 
+    # buffers (``register_buffer``), declared for the type checker
+    sources: torch.Tensor
+    weights: torch.Tensor
+
     def __init__(self, edge_index: torch.Tensor, edge_weight: torch.Tensor, num_nodes: int):
         super().__init__()
         source, target, weight = normalised_edges(edge_index.long(), edge_weight, num_nodes, edge_weight.dtype)

@@ -18,6 +18,7 @@ docs/differences.md says what is the same as the published model and what is not
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -56,25 +57,32 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor, set_counts: torch.Tensor | int | None = None) -> torch.Tensor:
         """Each (BatchNorm, ReLU, Linear) step through ``WeightedBatchNorm1d.relu_linear``;
         ``set_counts`` weight the BatchNorms' rows (see ``WeightedBatchNorm1d``)."""
-        return self._after_first(linear(x, self.network[0]), set_counts)
+        return self._after_first(linear(x, self.linear_layer(0)), set_counts)
 
     def per_cell(self, x: torch.Tensor, cells: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
         """The layers with one row per cell: the first Linear on ``x``'s rows (one per set),
         the rest on those rows repeated for each cell (``cells``: the row of ``x`` of each
         cell), so that each BatchNorm's own kernel computes the per-cell statistics; returns
         the result's rows ``picked`` (one per set)."""
-        return self._after_first(linear(x, self.network[0]).index_select(0, cells), None).index_select(0, picked)
+        return self._after_first(linear(x, self.linear_layer(0)).index_select(0, cells), None).index_select(0, picked)
 
     def _after_first(self, x: torch.Tensor, set_counts) -> torch.Tensor:
         layers = list(self.network)
         for step in range(1, len(layers) - 1, 3):
-            norm, _, next_linear = layers[step : step + 3]
-            x = norm.relu_linear(x, set_counts, next_linear)
+            x = self.norm_layer(step).relu_linear(x, set_counts, self.linear_layer(step + 2))
         return layers[-1](x, set_counts)
+
+    def linear_layer(self, i: int) -> nn.Linear:
+        """Layer ``i`` of ``network``, one of its Linears (``__init__`` lays them out)."""
+        return cast(nn.Linear, self.network[i])
+
+    def norm_layer(self, i: int) -> WeightedBatchNorm1d:
+        """Layer ``i`` of ``network``, one of its BatchNorms (``__init__`` lays them out)."""
+        return cast(WeightedBatchNorm1d, self.network[i])
 
     def synchronizing(self) -> bool:
         """Whether its BatchNorms' statistics are those of all ranks (``sync_batchnorm``)."""
-        return self.network[1].synchronizing()
+        return self.norm_layer(1).synchronizing()
 
 
 def renormalise(*embeddings: nn.Embedding) -> None:
@@ -97,7 +105,8 @@ def renormalise(*embeddings: nn.Embedding) -> None:
 def _renormalise(*embeddings: nn.Embedding) -> None:
     with torch.no_grad():
         for embedding in embeddings:
-            embedding.weight.renorm_(embedding.norm_type, 0, embedding.max_norm)
+            if embedding.max_norm is not None:  # a lookup rescales rows only under a max_norm
+                embedding.weight.renorm_(embedding.norm_type, 0, embedding.max_norm)
 
 
 @functools.cache

@@ -20,10 +20,14 @@ gives the computation and each of these steps.
 
 from __future__ import annotations
 
+from typing import Protocol, cast, overload
+
 import torch
+from torch import nn
 
 from gears_ddp.model.weighted_norm import (
     RowShares,
+    WeightedBatchNorm1d,
     block_shares,
     block_slices,
     blocks_of,
@@ -41,6 +45,15 @@ from gears_ddp.model.weighted_norm import (
     weighted_moments,
     weighted_statistics,
 )
+
+
+class LayeredMLP(Protocol):
+    """What the decoder reads of ``recovery_w`` (a ``network.MLP``, which imports this
+    module): its Linear and BatchNorm layers by position."""
+
+    def linear_layer(self, i: int) -> nn.Linear: ...
+
+    def norm_layer(self, i: int) -> WeightedBatchNorm1d: ...
 
 
 def _first_activation(set_part, gene_part, part=None):
@@ -164,6 +177,12 @@ def _masked_mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, activat
         out.copy_(relu_mask_(a.mm(b), activated))
 
 
+@overload
+def _part(tensor: torch.Tensor, part: slice | None) -> torch.Tensor: ...
+@overload
+def _part(tensor: None, part: slice | None) -> None: ...
+@overload
+def _part(tensor: torch.Tensor | None, part: slice | None) -> torch.Tensor | None: ...
 def _part(tensor: torch.Tensor | None, part: slice | None) -> torch.Tensor | None:
     return tensor if part is None or tensor is None else tensor[part]
 
@@ -217,12 +236,16 @@ class _SetDecoder(torch.autograd.Function):
         matmul_dtype = (
             torch.get_autocast_dtype(genes.device.type) if torch.is_autocast_enabled(genes.device.type) else genes.dtype
         )
-        products = [t.to(matmul_dtype) for t in (weight1, bias1, weight2, bias2)]
+        weight1_mm, bias1_mm, weight2_mm, bias2_mm = (t.to(matmul_dtype) for t in (weight1, bias1, weight2, bias2))
         z1 = _row_buffer(buffers, "centred1", genes, n_rows, capacity, weight1.shape[0])
         inputs1 = _inputs_buffer(buffers, "inputs1", genes, n_rows, capacity, weight1.shape[1], matmul_dtype)
         for sets, rows in pieces:
             _linear_into(
-                _part(z1, rows), _first_activation(set_part, gene_part, sets), *products[:2], _part(inputs1, rows)
+                _part(z1, rows),
+                _first_activation(set_part, gene_part, sets),
+                weight1_mm,
+                bias1_mm,
+                _part(inputs1, rows),
             )
         centred1, mean1, var1, invstd1 = weighted_statistics(z1, weights, eps[1], synchronize, in_place=True)
         z2 = _row_buffer(buffers, "centred2", genes, n_rows, capacity, weight2.shape[0])
@@ -231,7 +254,8 @@ class _SetDecoder(torch.autograd.Function):
             _linear_into(
                 _part(z2, rows),
                 relu_normalised(_part(centred1, rows), invstd1, gamma1, beta1),
-                *products[2:],
+                weight2_mm,
+                bias2_mm,
                 _part(inputs2, rows),
             )
         centred2, mean2, var2, invstd2 = weighted_statistics(z2, weights, eps[2], synchronize, in_place=True)
@@ -311,7 +335,10 @@ class _SetDecoder(torch.autograd.Function):
         # output dot product and bn2: the gradient reaching bn2's output is grad_out[s, g] * out_weight[g]
         scale2 = gamma2 * invstd2
         blocks2, grad_rows_out = blocks_of(centred2, n_sets), grad_out.unsqueeze(-1)
-        per_gene = sum(first_dim_sum(_part(grad_rows_out, sets) * _part(blocks2, sets)) for sets, _ in pieces)
+        # pieces is never empty, so the sum is a tensor, not sum's start 0
+        per_gene = cast(
+            torch.Tensor, sum(first_dim_sum(_part(grad_rows_out, sets) * _part(blocks2, sets)) for sets, _ in pieces)
+        )
         grad_out_bias = grad_out.sum(0)
         grad_out_weight = torch.addcmul(torch.outer(grad_out_bias, beta2), per_gene, scale2)
         local_beta2, local_gamma2 = torch.mv(out_weight.T, grad_out_bias), (out_weight * per_gene).sum(0) * invstd2
@@ -397,14 +424,15 @@ def _linear_backward(grad, grad_input, weight, pieces, matmul_dtype, input_of):
     gradient ``grad.T @ input`` (summed over the pieces in float32 at least).
     ``input_of(sets, rows)`` gives a piece's input (the ReLU's output): kept in ``matmul_dtype``
     by the forward pass, or recomputed in the rows' own dtype when that is ``matmul_dtype``."""
-    matmul_weight, total = weight.to(matmul_dtype), None
+    matmul_weight = weight.to(matmul_dtype)
+    total: torch.Tensor | None = None
     for sets, rows in pieces:
         activated = input_of(sets, rows)
         grad_rows = _part(grad, rows).to(matmul_dtype)
         piece = grad_rows.T.mm(activated)
         total = full_precision(piece) if total is None else total.add_(piece)
         _masked_mm_into(_part(grad_input, rows), grad_rows, matmul_weight, activated)
-    return total.to(weight.dtype)
+    return cast(torch.Tensor, total).to(weight.dtype)  # pieces is never empty: a total was made
 
 
 def decode_sets(
@@ -412,8 +440,8 @@ def decode_sets(
     shifts,
     counts,
     n_cells: int,
-    bn_pert_base,
-    recovery_w,
+    bn_pert_base: WeightedBatchNorm1d,
+    recovery_w: LayeredMLP,
     out_weight,
     out_bias,
     synchronize: bool,
@@ -426,7 +454,8 @@ def decode_sets(
     while compiling (the compiler traces no side effects) and not while a CUDA graph is
     captured (its buffers must come from the graph's own memory, which outlives their
     release), else the pass makes its own."""
-    norm0, linear1, norm1, _, linear2, norm2 = bn_pert_base, *recovery_w.network
+    norm0, linear1, norm1 = bn_pert_base, recovery_w.linear_layer(0), recovery_w.norm_layer(1)
+    linear2, norm2 = recovery_w.linear_layer(3), recovery_w.norm_layer(4)
     # the CUDA runtime is asked about a capture last: never while torch.compile traces this
     keep = (
         buffers is not None
@@ -453,7 +482,7 @@ def decode_sets(
         out_bias,
         (norm0.eps, norm1.eps, norm2.eps),
         synchronize,
-        buffers.borrow() if keep else None,
+        buffers.borrow() if keep and buffers is not None else None,
     )
     rows_stood = cells * genes.shape[0] if synchronize else n_cells * genes.shape[0]
     update_running_statistics([norm0, norm1, norm2], [mean0, mean1, mean2], [var0, var1, var2], rows_stood)

@@ -16,6 +16,7 @@ number of cells (the per-gene rows) need no weights: BatchNorm's own kernels nor
 from __future__ import annotations
 
 import contextlib
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -115,7 +116,8 @@ class RowShares:
         if len(pieces) == 1:
             return self.sum(x * x)
         rows = [x[self._rows(part)] for part in pieces]  # views
-        return sum(self.sum(piece * piece, part) for piece, part in zip(rows, pieces))
+        # several pieces (one returned above), so the sum is a tensor, not sum's start 0
+        return cast(torch.Tensor, sum(self.sum(piece * piece, part) for piece, part in zip(rows, pieces)))
 
     def _rows(self, blocks: slice) -> slice:
         return slice(blocks.start * self.rows_per_block, blocks.stop * self.rows_per_block)
@@ -188,7 +190,8 @@ def column_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     pieces = block_slices(a.shape[0], 1, a.device)
     if len(pieces) == 1:
         return first_dim_sum(a * b)
-    return sum(first_dim_sum(a[part] * b[part]) for part in pieces)
+    # several pieces (one returned above), so the sum is a tensor, not sum's start 0
+    return cast(torch.Tensor, sum(first_dim_sum(a[part] * b[part]) for part in pieces))
 
 
 def normalisation_backward(grad, centred, minus_shares, invstd, gamma, synchronize: bool, in_place: bool = False):

@@ -23,12 +23,13 @@ SUBGROUP_ORDER = ("combo_seen2", "combo_seen1", "combo_seen0", "unseen_single")
 
 def pick_conditions(result: EvaluationResult, subgroups: dict | None, limit: int = MAX_EXAMPLES) -> list[tuple]:
     """``(row of result, subgroup or None)`` of the conditions to show."""
-    has_genes = (result.non_dropout_de_idx >= 0).any(1)
+    has_genes = np.asarray((result.non_dropout_de_idx >= 0).any(1))  # one bool per condition
     rows = {c: row for row, c in enumerate(result.conditions) if c != CONTROL and has_genes[row]}
     by_cells = sorted(rows, key=lambda c: -result.n_cells[rows[c]])
-    picked = []
-    for subgroup in SUBGROUP_ORDER if subgroups else ():
-        members = set(subgroups.get(subgroup, ()))
+    picked: list[tuple[int, str | None]] = []
+    members_of = subgroups or {}
+    for subgroup in SUBGROUP_ORDER if members_of else ():
+        members = set(members_of.get(subgroup, ()))
         best = next((c for c in by_cells if c in members), None)
         if best is not None:
             picked.append((rows[best], subgroup))

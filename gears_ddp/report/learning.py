@@ -25,7 +25,9 @@ def _comparison(report: dict, metric: str, baseline: str) -> str | None:
     """``'mse_de 0.377 against 0.4766: beats (+0.0996 [+0.03, +0.17], won 5 of 6 perturbations)'``,
     from the report's verdict over all test conditions; None when the report has none."""
     record = next((v for v in report.get("verdicts") or [] if v["subgroup"] is None and v["metric"] == metric), None)
-    compared = (record or {}).get("baselines", {}).get(baseline)
+    if record is None:
+        return None
+    compared = record.get("baselines", {}).get(baseline)
     if not compared or "verdict" not in compared:
         return None
     values = f"{metric} {record['model']:.4g} against {compared['value']:.4g}"

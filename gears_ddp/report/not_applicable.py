@@ -46,7 +46,7 @@ def not_applicable_reason(baseline: str, metric: str) -> str | None:
 def not_applicable_notes(pairs: Iterable[tuple[str, str]]) -> list[str]:
     """The note under a console table that shows n/a for the ``(baseline, metric)`` pairs:
     for each baseline and reason, the metrics it covers; no lines when there are none."""
-    metrics: dict[tuple[str, str], list[str]] = {}
+    metrics: dict[tuple[str, str | None], list[str]] = {}
     for baseline, metric in pairs:
         reason = not_applicable_reason(baseline, metric)
         metrics.setdefault((baseline, reason), [])

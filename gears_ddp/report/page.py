@@ -150,7 +150,7 @@ def _verdict_section(
                 shown = (
                     escape(format_comparison(comparison))
                     if comparison.verdict != NOT_APPLICABLE
-                    else f'n/a<br><span class="meaning">{escape(comparison.reason)}</span>'
+                    else f'n/a<br><span class="meaning">{escape(comparison.reason or "")}</span>'
                 )
                 cells.append(f'<td class="number {cue}">{format_number(verdict.baselines.get(name))}<br>{shown}</td>')
         return cells

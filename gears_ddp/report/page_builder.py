@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from html import escape
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from gears_ddp.report.verdicts import MEANINGS, SUBGROUP_NAMES
 
@@ -70,12 +70,33 @@ def report_page(
     )
 
 
+class ShownVerdict(Protocol):
+    """What a verdicts table shows of a verdict (a run's ``MetricVerdict``, the replicates'
+    ``ReplicateVerdict``)."""
+
+    @property
+    def subgroup(self) -> str | None: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def direction(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def beats_every_baseline(self) -> bool: ...
+    @property
+    def loses_to_a_baseline(self) -> bool: ...
+
+
+V = TypeVar("V", bound=ShownVerdict)
+
+
 def verdict_section(
     title: str,
     intro: str,
-    verdicts: list,
+    verdicts: Sequence[V],
     value_headings: Sequence[str],
-    value_cells: Callable[[object], Sequence[str]],
+    value_cells: Callable[[V], Sequence[str]],
     whole: str = SUBGROUP_NAMES[None],
 ) -> str:
     """The test metrics table under the heading ``title`` and the ``intro`` (HTML): per
@@ -104,7 +125,7 @@ def verdict_section(
     )
 
 
-def verdict_cue(verdict) -> str:
+def verdict_cue(verdict: ShownVerdict) -> str:
     """The colour class of a verdict: ``lose`` (loses to a baseline), ``win`` (beats every
     baseline compared) or ``unknown``."""
     if verdict.loses_to_a_baseline:
@@ -112,9 +133,10 @@ def verdict_cue(verdict) -> str:
     return "win" if verdict.beats_every_baseline else "unknown"
 
 
-def not_applicable_cell(reason: str) -> str:
-    """The cell of a baseline whose comparison with GEARS is no verdict: n/a and why."""
-    return f'<td class="na">n/a<br><span class="meaning">{escape(reason)}</span></td>'
+def not_applicable_cell(reason: str | None) -> str:
+    """The cell of a baseline whose comparison with GEARS is no verdict: n/a and why (none
+    where a saved comparison gives no reason)."""
+    return f'<td class="na">n/a<br><span class="meaning">{escape(reason or "")}</span></td>'
 
 
 def pictures_section(title: str, figures: Sequence[tuple[str, str, str]]) -> str:

@@ -63,7 +63,7 @@ class Spread:
 
     @property
     def sd(self) -> float:
-        return standard_deviation(self.finite)
+        return float(standard_deviation(self.finite))  # a float already: one row of values
 
     @property
     def text(self) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -142,13 +143,14 @@ def paired_comparisons(
                 }
             )
             continue
-        members = [_members(record, subgroup) for record in records]
+        complete = [record for record in records if record is not None]  # every one (none is None, above)
+        members = [_members(record, subgroup) for record in complete]
         position = {condition: index for index, condition in enumerate(dict.fromkeys(c for m in members for c in m))}
         stacked, keys, reasons, higher = [], [], [], []
         for metric, name in chosen:
             model, baseline = (
-                _grid(records, members, position, GEARS, metric),
-                _grid(records, members, position, name, metric),
+                _grid(complete, members, position, GEARS, metric),
+                _grid(complete, members, position, name, metric),
             )
             if model is None or baseline is None:
                 out[(subgroup, metric, name)] = _not_applicable(ONE_NUMBER, len(reports))
@@ -238,7 +240,7 @@ class MetricVerdict:
         return {name: {BEATS: True, LOSES: False}.get(c.verdict) for name, c in self.comparisons.items()}
 
     @property
-    def not_applicable(self) -> dict[str, str]:
+    def not_applicable(self) -> dict[str, str | None]:
         """Per baseline without an interval: why."""
         return {name: c.reason for name, c in self.comparisons.items() if c.verdict == NOT_APPLICABLE}
 
@@ -300,7 +302,6 @@ def report_verdicts(report: dict, subgroups=(None, *SUBGROUPS)) -> list[MetricVe
     records = report.get("verdicts") or []
     if not records or any("verdict" not in compared for record in records for compared in record["baselines"].values()):
         return compare(report, subgroups=subgroups)
-    fields = PairedComparison.__dataclass_fields__
     return [
         MetricVerdict(
             record["key"],
@@ -309,19 +310,20 @@ def report_verdicts(report: dict, subgroups=(None, *SUBGROUPS)) -> list[MetricVe
             record["higher_is_better"],
             _number(record["model"]),
             {name: _number(compared["value"]) for name, compared in record["baselines"].items()},
-            {
-                name: PairedComparison(
-                    **{
-                        key: _number(compared[key]) if key in ("difference", "low", "high") else compared[key]
-                        for key in fields
-                    }
-                )
-                for name, compared in record["baselines"].items()
-            },
+            {name: _comparison_of_record(compared) for name, compared in record["baselines"].items()},
         )
         for record in records
         if record["subgroup"] in subgroups
     ]
+
+
+def _comparison_of_record(compared: dict) -> PairedComparison:
+    """A ``PairedComparison`` as ``report.json`` holds it (``PairedComparison.record``)."""
+    values: dict[str, Any] = {
+        key: _number(compared[key]) if key in ("difference", "low", "high") else compared[key]
+        for key in PairedComparison.__dataclass_fields__
+    }
+    return PairedComparison(**values)
 
 
 def _number(value) -> float:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from gears_ddp.distributed.group_runs import finished_report
 from gears_ddp.distributed.replicates import plan_replicates
 from gears_ddp.distributed.run_config import RunOptions, read_run_options
 from gears_ddp.report.run_folder import CONFIG_FILE
+
+if TYPE_CHECKING:  # imported when a run is opened, not with this module
+    from gears_ddp.gears import GEARS
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,7 @@ class SavedRun:
     ``config.yaml`` holds, read and checked once (a command reads ``linear_baseline_screen``
     there, not from the file again)."""
 
-    gears: object
+    gears: GEARS
     options: RunOptions
 
 
@@ -44,13 +47,14 @@ def open_run(folder, overrides: Sequence[str] = ()) -> SavedRun:
     args = run.args
     pert_data = load_dataset(run.pert_data_path, run.dataset_name, **args.pert_data_options())
     pert_data.prepare_split(**run.split.options)
+    assert args.batch_size is not None and args.seed is not None  # args give both (their defaults)
     pert_data.use_loaders(args.batch_size, args.test_batch_size, seed=args.seed)
     gears = GEARS(pert_data, device=cuda_or_cpu())
     gears.load_pretrained(folder)
     return SavedRun(gears, run)
 
 
-def load_run(folder, overrides: Sequence[str] = ()):
+def load_run(folder, overrides: Sequence[str] = ()) -> GEARS:
     """The ``GEARS`` of the run folder ``folder`` (``open_run``)."""
     return open_run(folder, overrides).gears
 
@@ -75,6 +79,8 @@ def replicate_folders(folder, run: RunOptions | None = None) -> dict[str, Path]:
     order they were given (its ``config.yaml``, or ``run``, its options read before)."""
     folder = Path(folder)
     run = run or read_run_options(folder / CONFIG_FILE)
+    if run.replicates is None:
+        raise ValueError(f"{folder} holds one run, not replicates (its {CONFIG_FILE} has no replicates key)")
     return {
         replicate.name: folder / replicate.name for replicate in plan_replicates(run.replicates, run.split, run.args)
     }

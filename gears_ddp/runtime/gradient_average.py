@@ -23,7 +23,7 @@ does nothing.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, cast
 
 import torch
 from torch import nn
@@ -74,21 +74,25 @@ class FlatGradientAverage(GradientAverage):
             by_dtype.setdefault((parameter.dtype, parameter.device), []).append(index)
         self.buffers: list[torch.Tensor] = []
         self.members: list[list[int]] = []
-        self.slices: list[torch.Tensor | None] = [None] * len(self.parameters)
+        slices: list[torch.Tensor | None] = [None] * len(self.parameters)
         for (dtype, device), indices in by_dtype.items():
             buffer = torch.zeros(sum(self.parameters[i].numel() for i in indices), dtype=dtype, device=device)
             pieces = buffer.split([self.parameters[i].numel() for i in indices])
             for i, piece in zip(indices, pieces):
-                self.slices[i] = piece.view_as(self.parameters[i])
+                slices[i] = piece.view_as(self.parameters[i])
             self.buffers.append(buffer)
             self.members.append(indices)
+        self.slices = cast(list[torch.Tensor], slices)  # every parameter is in one group: none is left None
 
     def pack(self) -> None:
         for buffer, indices in zip(self.buffers, self.members):
+            grads = []
             for i in indices:
-                if self.parameters[i].grad is None:  # not reached by this rank's backward pass
-                    self.parameters[i].grad = torch.zeros_like(self.parameters[i])
-            torch.cat([self.parameters[i].grad.reshape(-1) for i in indices], out=buffer)
+                grad = self.parameters[i].grad
+                if grad is None:  # not reached by this rank's backward pass
+                    grad = self.parameters[i].grad = torch.zeros_like(self.parameters[i])
+                grads.append(grad.reshape(-1))
+            torch.cat(grads, out=buffer)
             buffer.mul_(self.scale)
 
     def reduce(self) -> None:
@@ -96,4 +100,5 @@ class FlatGradientAverage(GradientAverage):
             self.all_reduce(buffer)
 
     def unpack(self) -> None:
-        torch._foreach_copy_([p.grad for p in self.parameters], self.slices)
+        grads = cast(list[torch.Tensor], [p.grad for p in self.parameters])  # pack gave each one a gradient
+        torch._foreach_copy_(grads, self.slices)

@@ -17,9 +17,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from types import FrameType
+from typing import Any, Callable
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name))
 EXIT_INTERRUPTED = 75  # exit status of a launched rank that stopped on a signal (EX_TEMPFAIL: try again)
+
+
+# what ``signal.signal`` takes and returns: a function, SIG_DFL / SIG_IGN, or None (set outside Python)
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class TrainingInterrupted(RuntimeError):
@@ -37,7 +43,7 @@ class StopSignals:
 
     def __init__(self):
         self.received = 0
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Handler] = {}
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():

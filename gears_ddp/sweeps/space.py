@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 from gears_ddp._options import is_int, is_number
 from gears_ddp.distributed.config import TrainingArgs
@@ -62,19 +63,33 @@ class Dimension:
         from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
         if self.type == "categorical":
-            return CategoricalDistribution(list(self.choices))
-        kind = FloatDistribution if self.type == "float" else IntDistribution
-        return kind(self.low, self.high, log=self.log)
+            return CategoricalDistribution(self._choice_list())
+        low, high = self._ends()
+        if self.type == "float":
+            return FloatDistribution(low, high, log=self.log)
+        return IntDistribution(int(low), int(high), log=self.log)
 
     def record(self) -> dict:
         """As the sweep folder and the study keep it (plain data)."""
         if self.type == "categorical":
-            return {"type": self.type, "choices": list(self.choices)}
+            return {"type": self.type, "choices": self._choice_list()}
         return {"type": self.type, "low": self.low, "high": self.high, "log": self.log}
 
     def edge_values(self) -> list:
         """The values the run's checks must accept: the ends of a range, or every choice."""
-        return list(self.choices) if self.type == "categorical" else [self.low, self.high]
+        return self._choice_list() if self.type == "categorical" else [self.low, self.high]
+
+    def _choice_list(self) -> list:
+        """A categorical dimension's choices."""
+        if self.choices is None:
+            raise ValueError(f"the categorical dimension {self.key} has no choices")
+        return list(self.choices)
+
+    def _ends(self) -> tuple[float | int, float | int]:
+        """A range's low and high ends."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"the {self.type} dimension {self.key} has no low and high ends")
+        return self.low, self.high
 
 
 @dataclass(frozen=True)
@@ -163,7 +178,9 @@ def _dimension(key: str, spec, source: str) -> Dimension:
         if not all(choice is None or isinstance(choice, (bool, int, float, str)) for choice in choices):
             raise SearchSpaceError(f"{source}: {key}'s choices must be numbers, strings, true/false or null")
         return Dimension(key, kind, choices=tuple(choices))
-    low, high, log = spec.get("low"), spec.get("high"), spec.get("log", False)
+    low: Any = spec.get("low")  # as the file gives them: checked below
+    high: Any = spec.get("high")
+    log = spec.get("log", False)
     number = is_int if kind == "int" else is_number
     for end, value in (("low", low), ("high", high)):
         if not number(value):

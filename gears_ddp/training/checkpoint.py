@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import re
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -35,7 +36,10 @@ _NAME = re.compile(r"checkpoint-(\d+)\.pt")
 
 def capture_rng_states() -> dict:
     """Python, numpy, torch (and CUDA) random-number states, as plain types and tensors."""
-    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    # the legacy state of numpy's global MT19937 generator: always this tuple, never a dict
+    kind, keys, position, has_gauss, cached_gaussian = cast(
+        tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True)
+    )
     states = {
         "python": random.getstate(),
         "torch": torch.get_rng_state(),

@@ -65,6 +65,7 @@ class StaticBatches:
         for static, batch in zip(self.batches, micro_batches):
             for name in PertBatch._TENSORS:
                 getattr(static, name).copy_(getattr(batch, name), non_blocking=True)
+            assert static.sets is not None and batch.sets is not None  # captured batches are padded: they have sets
             static.sets.packed.copy_(batch.sets.packed, non_blocking=True)
 
 
@@ -173,11 +174,11 @@ class CapturedStep:
                 )
             )
         if not self.graphs:
-            self._static = StaticBatches(micro_batches, device)
+            static = self._static = StaticBatches(micro_batches, device)
             captured = _without_cast_cache(precision)
 
             def gradients_of_step() -> torch.Tensor:
-                loss = backward_passes(model, self._static.batches, optimizer, context, uncertainty, device, captured)
+                loss = backward_passes(model, static.batches, optimizer, context, uncertainty, device, captured)
                 gradients.pack()
                 return loss
 
@@ -204,6 +205,7 @@ class CapturedStep:
                 self.steps_done,
             )
         else:
+            assert self._static is not None  # made with the graphs
             self._static.load(micro_batches)
         for rate, group in zip(self._learning_rates, optimizer.param_groups):
             rate.fill_(group["lr"])
@@ -211,6 +213,7 @@ class CapturedStep:
         if len(self.graphs) == 2:
             gradients.reduce()  # the step's one collective, between the graphs
             self.graphs[1].replay()
+        assert self._loss is not None  # the captured step's loss, made with the graphs
         return self._loss.clone()
 
     def _capture(

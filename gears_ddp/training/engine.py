@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence, cast
 
 import torch
 from torch import nn
@@ -21,6 +21,7 @@ from gears_ddp.data.cells import PertBatch
 from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.model.losses import LossContext, gears_loss
+from gears_ddp.model.network import GEARSModel
 from gears_ddp.runtime.gradient_average import NO_AVERAGE, GradientAverage
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.training.optimization import Warmup
@@ -28,9 +29,10 @@ from gears_ddp.training.optimization import Warmup
 GRAD_CLIP_VALUE = 1.0  # the reference clips gradient values at 1.0
 
 
-def unwrapped(model: nn.Module) -> nn.Module:
-    """The network itself: ``torch.compile`` keeps what it compiled as ``._orig_mod``."""
-    return getattr(model, "_orig_mod", model)
+def unwrapped(model: nn.Module) -> GEARSModel:
+    """The network itself: ``torch.compile`` keeps what it compiled as ``._orig_mod``. The
+    steps train a ``GEARSModel``, compiled or not."""
+    return cast(GEARSModel, getattr(model, "_orig_mod", model))
 
 
 @dataclass

@@ -43,8 +43,9 @@ class LossWatch:
         """Count an optimiser step and remember it if its ``loss`` is not finite."""
         self.steps += 1
         bad = ~torch.isfinite(loss)
-        if self.scaler is not None:
-            bad &= self.scaler._get_scale_async() < MIN_LOSS_SCALE
+        scale = None if self.scaler is None else self.scaler._get_scale_async()
+        if scale is not None:  # None without a scaler, or before its first scaled loss
+            bad &= scale < MIN_LOSS_SCALE
         self.first_bad_step = torch.where(bad & (self.first_bad_step < 0), self.steps, self.first_bad_step)
 
     def check(self, ranks, position) -> None:

@@ -28,7 +28,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol, cast
 
 import torch
 from torch import nn
@@ -38,6 +38,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, compute_metrics
 from gears_ddp.model.folder import parameter_digest
 from gears_ddp.model.losses import LossContext
+from gears_ddp.model.network import GEARSModel
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
 from gears_ddp.report.run_folder import write_history
 from gears_ddp.runtime.determinism import deterministic_algorithms
@@ -56,6 +57,12 @@ logger = get_logger(__name__)
 LOG_EVERY_STEPS = 50
 
 
+class Tracker(Protocol):
+    """An experiment tracker (a Weights & Biases run): ``log`` gets each epoch's record."""
+
+    def log(self, data: dict) -> None: ...
+
+
 @dataclass
 class TrainingInputs:
     """What the recipe trains: the ``network`` (initialised, on ``device``), this rank's
@@ -66,13 +73,13 @@ class TrainingInputs:
     ``log(dict)``, such as a Weights & Biases run, that gets each epoch's record; the main
     rank's only)."""
 
-    network: nn.Module
+    network: GEARSModel
     loaders: dict
     loss_context: LossContext
     new_accumulator: Callable[[], EvaluationAccumulator]
     uncertainty: bool
     device: torch.device
-    tracker: object | None = None
+    tracker: Tracker | None = None
 
 
 @dataclass
@@ -84,7 +91,7 @@ class TrainingResult:
     wall seconds of the run's two phases, ``'epochs'`` (training and the per-epoch
     evaluation) and ``'test'`` (the best network restored and evaluated on test)."""
 
-    best_network: nn.Module
+    best_network: GEARSModel
     best_epoch: int
     history: list[dict]
     test_result: EvaluationResult | None
@@ -171,7 +178,8 @@ class TrainingRecipe:
                 "steps run eagerly (no CUDA graph holds a collective)"
             )
         self.pad_sets_to = inputs.loaders["train_loader"].max_sets_per_batch() if self.captured else None
-        self.model = torch.compile(network) if options.compile else network
+        # torch.compile of a Module is a Module (an OptimizedModule wrapping it)
+        self.model = cast(nn.Module, torch.compile(network)) if options.compile else network
         self.tracker = inputs.tracker if ranks.is_main else None
         self.signals = StopSignals()
         self.losses = LossWatch(self.device, self.precision.scaler, self.position.global_step)
@@ -344,9 +352,10 @@ class TrainingRecipe:
             str(path),
         )
 
-    def _save_checkpoint(self, loss_sum: torch.Tensor | None = None) -> Path:
+    def _save_checkpoint(self, loss_sum: torch.Tensor | None = None) -> Path | None:
         """The main rank writes the training state, with every rank's ``loss_sum`` of the
-        epoch so far (mid-epoch); every rank waits for it. Returns its path. A checkpoint
+        epoch so far (mid-epoch); every rank waits for it. Returns its path (None on the
+        other ranks). A checkpoint
         never holds the weights of a non-finite loss: the losses are checked first."""
         self.losses.check(self.ranks, self.position)
         if loss_sum is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from torch import nn
 
@@ -25,6 +25,7 @@ from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.evaluation.prediction_spread import spread_line, spread_ratio, spread_warnings
 from gears_ddp.evaluation.scoring import score
 from gears_ddp.model.losses import LossContext
+from gears_ddp.model.network import GEARSModel
 from gears_ddp.report.examples import prediction_examples
 from gears_ddp.report.run_folder import log_file, write_run_report
 from gears_ddp.report.verdicts import (
@@ -107,7 +108,7 @@ class Trainer:
 
     def train(
         self,
-        network: nn.Module,
+        network: GEARSModel,
         loaders: dict,
         options: TrainingOptions,
         ranks: SingleProcess,
@@ -137,9 +138,10 @@ class Trainer:
                 self.tracker = start_wandb(**options.wandb)
             if ranks.is_main and self.tracker is not None:
                 self.tracker.config.update({"training": options.as_dict(), "world_size": ranks.world_size})
-            writes = options.save_path is not None and ranks.is_main
-            if writes:  # checked by whoever started the run; made here for a rank started by hand
-                Path(options.save_path).mkdir(parents=True, exist_ok=True)
+            written = options.save_path if ranks.is_main else None  # the folder this rank writes to
+            writes = written is not None
+            if written is not None:  # checked by whoever started the run; made here for a rank started by hand
+                Path(written).mkdir(parents=True, exist_ok=True)
             other_screen = self.other_screen(options.linear_baseline_screen)  # read (and checked) before training
             if isinstance(resume, ReadFromOptions):
                 resume = resolve_resume(options.resume_from, options.save_path)
@@ -256,7 +258,7 @@ class Trainer:
         with clock.phase("baselines"):
             self.baseline_evaluations = baseline_results(self.pert_data, result, other_screen)
             scored = {name: score(res, context, subgroups) for name, res in self.baseline_evaluations.items()}
-            report = {
+            report: dict[str, Any] = {
                 "model": model_summary,
                 "baselines": {name: summary for name, (summary, _) in scored.items()},
                 "per_perturbation": per_perturbation_record(
