@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import asdict, field, fields
-from typing import TypeVar
+from typing import Any, ClassVar, TypeVar
 
 Checked = TypeVar("Checked", bound="Options")
 
@@ -32,6 +32,8 @@ class Options:
     ValueError naming the first bad option as the caller wrote it (``where``) and never
     changes the options; ``checked`` returns them checked, in the plain form the package
     takes inside (``normalized``), as a new object."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
 
     @classmethod
     def names(cls) -> list[str]:

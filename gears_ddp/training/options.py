@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gears_ddp._options import Options, is_int, is_number, option, option_name
 from gears_ddp.data.loaders import check_loader_options
@@ -194,7 +195,7 @@ class TrainingOptions(Options):
 
     def normalized(self):
         """The paths as plain strings (checkpoints store plain types)."""
-        paths = {key: str(getattr(self, key)) for key in PATH_OPTIONS if getattr(self, key) is not None}
+        paths: dict[str, Any] = {key: str(getattr(self, key)) for key in PATH_OPTIONS if getattr(self, key) is not None}
         return dataclasses.replace(self, **paths) if paths else self
 
     def scaled_lr(self, world_size: int) -> float:
