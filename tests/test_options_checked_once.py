@@ -135,7 +135,7 @@ def test_a_replicate_scheduler_checks_each_option_once(data_folder, tmp_path, co
     assert here == Counter({**ONCE, "gpu_ids": 1}) and not elsewhere
 
 
-def test_a_guide_worker_checks_each_option_once(data_folder, tmp_path, counted_checks):
+def test_a_train_ddp_worker_checks_each_option_once(data_folder, tmp_path, counted_checks):
     report = train_ddp_worker(
         0, 1, data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1), master_port=find_free_port()
     )
