@@ -43,7 +43,8 @@ def instrument(path, setattr=setattr):
     from gears_ddp.data import loaders
     from gears_ddp.model.options import ModelOptions
     from gears_ddp.runtime import devices
-    from gears_ddp.training import options, save_folder
+    from gears_ddp.training import save_folder
+    from gears_ddp.training.options import TrainingOptions
 
     def counted(name, function):
         def checker(*args, **kwargs):
@@ -53,7 +54,7 @@ def instrument(path, setattr=setattr):
         return checker
 
     setattr(ModelOptions, "check", counted("model_config", ModelOptions.check))
-    setattr(options.TrainingOptions, "check", counted("training_options", options.TrainingOptions.check))
+    setattr(TrainingOptions, "check", counted("training_options", TrainingOptions.check))
     for name, original in (("save_path", save_folder.check_save_path), ("gpu_ids", devices.check_device_request),
                            ("device", devices.checked_device), ("batch_size", loaders.check_loader_options)):
         checker = counted(name, original)
