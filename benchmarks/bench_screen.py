@@ -15,7 +15,7 @@ written once under ``--data-path``; ``--data-only`` writes it and stops), GEARS 
 size 64 trained ``--train-steps``
 optimiser steps on the CPU (the timings hardly depend on the weights). Then:
 
-- gears_ddp: ``gears_ddp.distributed.pair_screen.screen_on_devices`` over every pair of the
+- gears_ddp: ``gears_ddp.distributed.pair_screen.pair_screen_on_devices`` over every pair of the
   ``--screen-genes`` first genes the data perturbs (102: 5,151 pairs), written to a table as
   ``gears-ddp screen`` writes it, with ``--processes`` single-thread CPU worker processes
   (default: every usable core), or on the GPUs ``--gpu-ids`` names (one GPU: in this
@@ -206,10 +206,10 @@ def screen_dataset(args) -> tuple[str, dict]:
     return f"norman_size_{args.genes}_genes", {**NORMAN_SIZE, "n_genes": args.genes}
 
 
-def our_screen(gears, genes: list[str], processes: int | None, gpu_ids: list[int] | None) -> tuple[Timing, object]:
+def our_pair_screen(gears, genes: list[str], processes: int | None, gpu_ids: list[int] | None) -> tuple[Timing, object]:
     """The whole screen as ``gears-ddp screen`` runs it, subsets drawn afresh, on the GPUs
     ``gpu_ids`` or else ``processes`` CPU processes."""
-    from gears_ddp.distributed.pair_screen import screen_on_devices
+    from gears_ddp.distributed.pair_screen import pair_screen_on_devices
     from gears_ddp.interactions.scores import theil_sen_subsets
 
     theil_sen_subsets.cache_clear()
@@ -217,11 +217,11 @@ def our_screen(gears, genes: list[str], processes: int | None, gpu_ids: list[int
     on = f"GPU(s) {', '.join(map(str, gpu_ids))}" if gpu_ids else f"{processes} single-thread CPU process(es)"
     with tempfile.TemporaryDirectory() as folder:
         with Stopwatch(gpu_ids and f"cuda:{gpu_ids[0]}", cpu_of="self and children") as watch:
-            table = screen_on_devices(gears, genes, Path(folder) / "screen.csv", **devices)
+            table = pair_screen_on_devices(gears, genes, out=Path(folder) / "screen.csv", **devices)
     return Timing.of(f"gears_ddp screen on {on}, all {len(table):,} pairs", len(table), watch), table
 
 
-def published_screen(gears, genes: list[str], n_pairs: int) -> tuple[Timing, Timing, list[dict]]:
+def published_pair_screen(gears, genes: list[str], n_pairs: int) -> tuple[Timing, Timing, list[dict]]:
     """The published ``GI_predict`` over the first ``n_pairs`` pairs in screen order, its
     singles predicted before (timed apart, per single)."""
     published = published_gears(gears)
@@ -252,9 +252,9 @@ def screen_part(args) -> dict:
     genes = perturbed_genes(gears)[: args.screen_genes]
     published = None
     if args.published_screen_pairs:
-        published, single, published_scores = published_screen(gears, genes, args.published_screen_pairs)
+        published, single, published_scores = published_pair_screen(gears, genes, args.published_screen_pairs)
     load_between = load_average()
-    ours, table = our_screen(gears, genes, processes, args.gpu_ids)
+    ours, table = our_pair_screen(gears, genes, processes, args.gpu_ids)
     load_after = load_average()
     n_pairs = len(table)
     print(
@@ -296,7 +296,7 @@ def screen_part(args) -> dict:
             f"{TARGET_SCREEN_SECONDS / 60:.0f} min on 2 CPU cores: {target}); the published loop not run"
         )
         return figures
-    published_screen_s = n_pairs / published.pairs_per_second + len(genes) * single.seconds / single.pairs
+    published_pair_screen_s = n_pairs / published.pairs_per_second + len(genes) * single.seconds / single.pairs
     speedup = ours.pairs_per_second / published.pairs_per_second
     print(
         f"\npublished predict of one single: {single.seconds / single.pairs:.2f} s "
@@ -304,7 +304,7 @@ def screen_part(args) -> dict:
     )
     print(
         f"published loop over all {n_pairs:,} pairs at this rate, with its {len(genes)} singles: "
-        f"{published_screen_s / 3600:.1f} h"
+        f"{published_pair_screen_s / 3600:.1f} h"
     )
     print(
         f"gears_ddp: {n_pairs:,} pairs in {ours.seconds / 60:.1f} min, prediction included (target: under "

@@ -58,7 +58,7 @@ def noise_of_sets(gears, genes: list[str], seed: int) -> tuple[np.ndarray, np.nd
     from gears_ddp.inference.pair_screen import pair_sets, single_sets
     from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
 
-    job = gears.screen_job(genes)
+    job = gears.pair_screen_job(genes)
     import torch
 
     sets = torch.cat((single_sets(job.gene_sets), pair_sets(job.gene_sets, job.pairs())))
@@ -91,16 +91,16 @@ def main() -> None:
     if args.screen_genes is not None and args.screen_genes < 2:
         parser.error("--screen-genes must be at least 2 (one pair)")
 
-    from gears_ddp.distributed.pair_screen import screen_on_devices
+    from gears_ddp.distributed.pair_screen import pair_screen_on_devices
     from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
     from gears_ddp.runtime.threads import usable_cores
 
     processes = args.processes or usable_cores()
     gears, report = trained_synthetic_model(Path(args.data_path), "noise", DATASET, epochs=args.epochs)
     genes = perturbed_genes(gears)[: args.screen_genes]
-    exact = screen_on_devices(gears, genes, args.exact_out, overwrite=True, cpu_processes=processes)
+    exact = pair_screen_on_devices(gears, genes, out=args.exact_out, overwrite=True, cpu_processes=processes)
     published = {
-        seed: screen_on_devices(gears, genes, cpu_processes=processes, change=DRAWN_CELLS_CHANGE, seed=seed)
+        seed: pair_screen_on_devices(gears, genes, cpu_processes=processes, change=DRAWN_CELLS_CHANGE, seeds=[seed])
         for seed in args.seeds
     }
     largest, relative = zip(*(noise_of_sets(gears, genes, seed) for seed in args.seeds))

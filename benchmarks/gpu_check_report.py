@@ -326,7 +326,7 @@ def _width(results: Path) -> tuple[dict, str]:
     return figures, f"{found['genes']:,} genes, a step {steps}; a challenge-size epoch {vcc}"
 
 
-def _screen(results: Path) -> tuple[dict, str]:
+def _pair_screen(results: Path) -> tuple[dict, str]:
     screen = (_json(results, "screen.json") or {}).get("screen")
     if screen is None:
         return {}, ""
@@ -374,7 +374,7 @@ HEADLINES = {
     "profile": _profile,
     "precision": _precision_stage,
     "width": _width,
-    "screen": _screen,
+    "screen": _pair_screen,
     "published": _published,
 }
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import Field, asdict, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+Checked = TypeVar("Checked", bound="Options")
 
 
 def option(default, help: str):
@@ -27,7 +29,9 @@ def option_default(item):
 
 class Options:
     """Base of an options dataclass: ``from_dict`` builds it checked, ``check`` raises a
-    ValueError naming the first bad option as the caller wrote it (``where``)."""
+    ValueError naming the first bad option as the caller wrote it (``where``) and never
+    changes the options; ``checked`` returns them checked, in the plain form the package
+    takes inside (``normalized``), as a new object."""
 
     # declared (never set here) so that the type checker knows every subclass is a dataclass
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
@@ -50,12 +54,21 @@ class Options:
         spells them (``args['lr']``, ``train(lr=...)``)."""
         values = dict(values or {})
         reject_unknown(values, cls.names(), where)
-        options = cls(**values)
-        options.check(where)
-        return options
+        return cls(**values).checked(where)
+
+    def checked(self: Checked, where: str) -> Checked:
+        """These options checked once (``check``) and ``normalized``: a new object, this one
+        unchanged."""
+        self.check(where)
+        return self.normalized()
 
     def check(self, where: str) -> None:
-        """Raise a ValueError naming the first bad option."""
+        """Raise a ValueError naming the first bad option; never changes the options."""
+
+    def normalized(self: Checked) -> Checked:
+        """The options, checked before, in the form the package takes inside (lists, plain
+        strings, nested options filled in): a new object, or this one where nothing changes."""
+        return self
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -23,13 +23,8 @@ from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.inference.model_queries import NO_MODEL, ModelQueries, SavedPredictions
-from gears_ddp.inference.pair_screen import (
-    PAIR_SCREEN_CHUNK_PAIRS,
-    PairScreenJob,
-    model_record,
-    run_pair_screen,
-    score_chunks_here,
-)
+from gears_ddp.inference.pair_screen import PairScreenJob, model_record, run_pair_screen, score_chunks_here
+from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_CHUNK_PAIRS, PairScreenOptions
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor
 from gears_ddp.inference.saved_predictions import forget_own
 from gears_ddp.interactions.calls import pair_scores
@@ -333,36 +328,39 @@ class GEARS:
         overwrite: bool = False,
         chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS,
     ) -> pd.DataFrame:
-        """An in-silico screen in this process: every pair of ``genes`` scored as ``GI_predict``
-        scores one, a row per pair; ``out`` (.csv): written with its record, resumable from
-        finished chunks of ``chunk_pairs`` pairs, another screen there refused unless
-        ``overwrite`` (``inference.pair_screen.run_pair_screen``; docs/screens.md)."""
-        return run_pair_screen(
-            self.screen_job(genes, GI_genes_file, change, seed, chunk_pairs), out, overwrite, score_chunks_here
-        )
+        """An in-silico pair screen in this process: every pair of ``genes`` scored as
+        ``GI_predict`` scores one, a row per pair; ``out`` (.csv): written with its record,
+        resumable from finished chunks of ``chunk_pairs`` pairs, another screen there refused
+        unless ``overwrite`` (``inference.pair_screen.run_pair_screen``; docs/screens.md).
+        ``seed``: of the drawn control cells, with the drawn-cells ``change`` only. The
+        options are ``inference.pair_screen_options.PairScreenOptions``."""
+        given = {"GI_genes_file": GI_genes_file, "change": change, "seeds": [seed], "chunk_pairs": chunk_pairs}
+        options = PairScreenOptions.from_dict({**given, "out": out, "overwrite": overwrite}, "screen")
+        return run_pair_screen(self.pair_screen_job(genes, options), out, overwrite, score_chunks_here)
 
-    def screen_job(
-        self,
-        genes,
-        GI_genes_file=None,
-        change: str = EXACT_CHANGE,
-        seed: int = 0,
-        chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS,
-    ) -> PairScreenJob:
-        """What ``screen`` computes, checked: the genes (unknown ones named all at once), the
-        pairs, the predictor, the genes scores are taken on, and the Theil-Sen subsets."""
-        predictor = self.change_predictor(change, seed)
+    def pair_screen_job(self, genes, options: PairScreenOptions | None = None) -> PairScreenJob:
+        """What a pair screen of ``genes`` with ``options`` (checked before) computes: the genes
+        (unknown ones named all at once), the pairs, the predictor (the first of
+        ``options.seeds``), the genes scores are taken on, and the Theil-Sen subsets."""
+        options = options or PairScreenOptions()
+        predictor = self.change_predictor(options.change, options.seed)
         return PairScreenJob.build(
             genes,
             self.node_map_pert,
             self.pert_data.gene2go,
             self.gene_list,
             predictor,
-            GI_genes_file,
+            options.GI_genes_file,
             trained_conditions(self.pert_data.set2conditions),
             model_record(self.best_model, self.weights_from),
-            chunk_pairs,
+            options.chunk_pairs,
         )
+
+    def pair_screen_jobs(self, genes, options: PairScreenOptions) -> list[PairScreenJob]:
+        """One ``pair_screen_job`` per seed of ``options.seeds`` (one with the exact change),
+        sharing the network, the control cells and the Theil-Sen subsets."""
+        job = self.pair_screen_job(genes, options)
+        return [job.with_draw_seed(seed) for seed in options.seeds]
 
     def plot_perturbation(self, query: str, save_file=None):
         """Box plots of the true change over control at the condition's top-20 non-dropout DE

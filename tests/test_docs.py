@@ -37,7 +37,7 @@ def test_the_reference_shows_where_gears_train_differs_from_args():
 DOCUMENTS = [OPTIONS_PAGE.parent.parent / "README.md", *sorted(OPTIONS_PAGE.parent.glob("*.md"))]
 
 
-def test_every_file_and_page_the_guide_names_exists():
+def test_every_file_and_page_the_documentation_names_exists():
     import re
 
     root = OPTIONS_PAGE.parent.parent

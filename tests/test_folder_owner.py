@@ -149,7 +149,7 @@ def test_rank_0_of_a_torchrun_or_srun_job_is_refused(held, data_folder):
     _refused(lambda: launch(RunOptions.checked(data_folder, "toy", SPLIT, _args(folder)), environment), folder, holder)
 
 
-def test_a_guide_worker_is_refused(held, data_folder):
+def test_a_train_ddp_worker_is_refused(held, data_folder):
     folder, holder = held
     _refused(
         lambda: train_ddp_worker(

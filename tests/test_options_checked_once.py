@@ -43,7 +43,8 @@ def instrument(path, setattr=setattr):
     from gears_ddp.data import loaders
     from gears_ddp.model.options import ModelOptions
     from gears_ddp.runtime import devices
-    from gears_ddp.training import options, save_folder
+    from gears_ddp.training import save_folder
+    from gears_ddp.training.options import TrainingOptions
 
     def counted(name, function):
         def checker(*args, **kwargs):
@@ -53,7 +54,7 @@ def instrument(path, setattr=setattr):
         return checker
 
     setattr(ModelOptions, "check", counted("model_config", ModelOptions.check))
-    setattr(options.TrainingOptions, "check", counted("training_options", options.TrainingOptions.check))
+    setattr(TrainingOptions, "check", counted("training_options", TrainingOptions.check))
     for name, original in (("save_path", save_folder.check_save_path), ("gpu_ids", devices.check_device_request),
                            ("device", devices.checked_device), ("batch_size", loaders.check_loader_options)):
         checker = counted(name, original)
@@ -135,7 +136,7 @@ def test_a_replicate_scheduler_checks_each_option_once(data_folder, tmp_path, co
     assert here == Counter({**ONCE, "gpu_ids": 1}) and not elsewhere
 
 
-def test_a_guide_worker_checks_each_option_once(data_folder, tmp_path, counted_checks):
+def test_a_train_ddp_worker_checks_each_option_once(data_folder, tmp_path, counted_checks):
     report = train_ddp_worker(
         0, 1, data_folder, "toy", SPLIT, _args(tmp_path / "run", cpu_processes=1), master_port=find_free_port()
     )

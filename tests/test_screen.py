@@ -15,10 +15,10 @@ from reference_package import published_gears
 from gears_ddp import PertData
 from gears_ddp.cli import main
 from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-from gears_ddp.distributed.pair_screen import screen_on_devices
+from gears_ddp.distributed.pair_screen import pair_screen_on_devices
 from gears_ddp.distributed.run_config import resolved_config, write_run_config
 from gears_ddp.gears import GEARS
-from gears_ddp.inference.figures import plot_screen
+from gears_ddp.inference.figures import plot_pair_screen
 from gears_ddp.inference.pair_screen import PairScreenFolder, checked_pair_screen_genes
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, PREDICTION_CELLS, control_draws, query_sets
 from gears_ddp.interactions.calls import interaction_types
@@ -136,7 +136,7 @@ def test_published_option_equals_the_published_gi_predict_with_the_same_control_
 # ----------------------------------------------------------------------------- the screen's table
 
 
-def test_screen_table_rows_are_the_gi_predict_scores_of_each_pair(gears, table):
+def test_pair_screen_table_rows_are_the_gi_predict_scores_of_each_pair(gears, table):
     assert len(table) == 36 and list(table["pair"][:3]) == ["G0+G1", "G0+G2", "G0+G3"]
     assert list(table.columns[:3]) == ["pair", "first_gene", "second_gene"]
     for row in table.sample(4, random_state=0).itertuples():
@@ -192,7 +192,7 @@ class Interrupted(Exception):
     pass
 
 
-def test_an_interrupted_screen_resumes_to_the_same_table(gears, table, tmp_path, monkeypatch):
+def test_an_interrupted_pair_screen_resumes_to_the_same_table(gears, table, tmp_path, monkeypatch):
     whole = table
     out = tmp_path / "screen.csv"
     written = []
@@ -229,7 +229,7 @@ def test_an_interrupted_screen_resumes_to_the_same_table(gears, table, tmp_path,
     assert computed == []  # a finished screen is read back, not computed again
 
 
-def test_a_screen_of_another_model_or_options_is_refused_unless_overwritten(gears, data_folder, tmp_path):
+def test_a_pair_screen_of_another_model_or_options_is_refused_unless_overwritten(gears, data_folder, tmp_path):
     out = tmp_path / "screen.csv"
     gears.screen(GENES[:4], out=out)
     other = _trained(data_folder, seed=1, epochs=1)
@@ -245,7 +245,7 @@ def test_a_screen_of_another_model_or_options_is_refused_unless_overwritten(gear
     pd.testing.assert_frame_equal(pd.read_csv(out, float_precision="round_trip"), replaced, check_exact=True)
     assert (
         json.loads((tmp_path / "screen.json").read_text())["model"]["weights"]
-        != gears.screen_job(GENES[:4]).model["weights"]
+        != gears.pair_screen_job(GENES[:4]).model["weights"]
     )
     foreign = tmp_path / "mine.csv"
     foreign.write_text("my,own\n1,2\n")
@@ -289,19 +289,21 @@ def test_genes_without_go_and_outside_the_vocabulary_are_named_apart():
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_a_screen_split_over_two_processes_equals_the_one_process_table(gears, table, tmp_path):
+def test_a_pair_screen_split_over_two_processes_equals_the_one_process_table(gears, table, tmp_path):
     """Chunks are shared between 2 spawned processes: sent to the parent, or written to the
     output (here with the published change vectors), the table is the one-process table."""
     pd.testing.assert_frame_equal(
-        screen_on_devices(gears, GENES, cpu_processes=2, chunk_pairs=5), table, check_exact=True
+        pair_screen_on_devices(gears, GENES, cpu_processes=2, chunk_pairs=5), table, check_exact=True
     )
-    options = {"chunk_pairs": 3, "change": DRAWN_CELLS_CHANGE, "seed": 2}
-    written = screen_on_devices(gears, GENES[:6], tmp_path / "screen.csv", cpu_processes=2, **options)
-    pd.testing.assert_frame_equal(written, gears.screen(GENES[:6], **options), check_exact=True)
+    options = {"chunk_pairs": 3, "change": DRAWN_CELLS_CHANGE}
+    written = pair_screen_on_devices(
+        gears, GENES[:6], out=tmp_path / "screen.csv", cpu_processes=2, seeds=[2], **options
+    )
+    pd.testing.assert_frame_equal(written, gears.screen(GENES[:6], seed=2, **options), check_exact=True)
     assert json.loads((tmp_path / "screen.json").read_text())["seed"] == 2
 
 
-def test_the_screen_command_writes_the_table_record_picture_and_changes(
+def test_the_pair_screen_command_writes_the_table_record_picture_and_changes(
     gears, data_folder, tmp_path, capsys, monkeypatch
 ):
     import anndata
@@ -352,7 +354,7 @@ def test_the_screen_command_writes_the_table_record_picture_and_changes(
 
 
 def test_the_picture_names_the_most_synergistic_and_suppressive_pairs(table, tmp_path):
-    figure = plot_screen(table, tmp_path / "map.png", top=3)
+    figure = plot_pair_screen(table, tmp_path / "map.png", top=3)
     text = figure.axes[1].texts[0].get_text()
     by_mag = table.sort_values("mag")
     for pair in [*by_mag["pair"][:3], *by_mag["pair"][-3:]]:

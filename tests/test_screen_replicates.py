@@ -26,7 +26,7 @@ from gears_ddp.interactions.calls import CALL_ORDER, INTERACTION_TYPE_MEANINGS, 
 from gears_ddp.interactions.scores import GI_SCORE_MEANINGS, GI_SCORE_NAMES
 from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE
 from gears_ddp.runs import pair_screens as pair_screens_module
-from gears_ddp.runs.pair_screens import screen_replicates
+from gears_ddp.runs.pair_screens import pair_screen_replicates
 from gears_ddp.runs.saved_runs import load_run, run_folders
 
 SCREENED = GENES[:6]  # 15 pairs
@@ -179,18 +179,18 @@ def replicates(models, data_folder, tmp_path_factory):
 @pytest.fixture(scope="module")
 def summary(replicates, tmp_path_factory):
     out = tmp_path_factory.mktemp("screen") / "screen.csv"
-    return screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4), out
+    return pair_screen_replicates(replicates, SCREENED, out=out, cpu_processes=1, chunk_pairs=4), out
 
 
 def test_a_bad_device_request_is_refused_before_any_model_is_loaded(replicates, tmp_path, monkeypatch):
     loaded = []
     monkeypatch.setattr(pair_screens_module, "load_run", lambda *args: loaded.append(args))
     with pytest.raises(ValueError, match="cpu_processes"):
-        screen_replicates(replicates, SCREENED, tmp_path / "screen.csv", cpu_processes=0)
+        pair_screen_replicates(replicates, SCREENED, out=tmp_path / "screen.csv", cpu_processes=0)
     assert loaded == []
 
 
-def test_a_screen_over_replicates_summarises_each_models_own_screen(models, replicates, summary):
+def test_a_pair_screen_over_replicates_summarises_each_models_own_pair_screen(models, replicates, summary):
     summary, out = summary
     tables = {}
     for seed, gears in enumerate(models, 1):
@@ -208,7 +208,9 @@ def test_a_screen_over_replicates_summarises_each_models_own_screen(models, repl
     assert summary["mag_sd_models"].gt(0).all()  # independently trained models differ
 
 
-def test_an_interrupted_screen_over_replicates_resumes_to_the_same_summary(replicates, summary, tmp_path, monkeypatch):
+def test_an_interrupted_pair_screen_over_replicates_resumes_to_the_same_summary(
+    replicates, summary, tmp_path, monkeypatch
+):
     """Stopped in the second model's screen (4 chunks of 4 pairs each): run again, it reads
     the first model's table back and computes only the chunks that are missing."""
     whole, _ = summary
@@ -223,28 +225,28 @@ def test_an_interrupted_screen_over_replicates_resumes_to_the_same_summary(repli
 
     monkeypatch.setattr(PairScreenFolder, "write_chunk", write_then_stop)
     with pytest.raises(Interrupted):
-        screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4)
+        pair_screen_replicates(replicates, SCREENED, out=out, cpu_processes=1, chunk_pairs=4)
     assert not out.exists() and (out.with_suffix(".models") / "seed-1.csv").exists()
     monkeypatch.setattr(
         PairScreenFolder,
         "write_chunk",
         lambda folder, chunk, scores: (written.append((folder.table.stem, chunk)), original(folder, chunk, scores)),
     )
-    resumed = screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4)
+    resumed = pair_screen_replicates(replicates, SCREENED, out=out, cpu_processes=1, chunk_pairs=4)
     assert written[6:] == [("seed-2", 2), ("seed-2", 3), ("seed-3", 0), ("seed-3", 1), ("seed-3", 2), ("seed-3", 3)]
     pd.testing.assert_frame_equal(resumed, whole, check_exact=True)
     del written[:]
     pd.testing.assert_frame_equal(
-        screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4), whole, check_exact=True
+        pair_screen_replicates(replicates, SCREENED, out=out, cpu_processes=1, chunk_pairs=4), whole, check_exact=True
     )
     assert written == []  # every model's table read back
 
 
 # a screen over replicates in a process of its own, each chunk followed by a pause, so that
 # the test can kill it part-way (argv: the replicates folder, the out file, the genes)
-KILLED_SCREEN = """
+KILLED_PAIR_SCREEN = """
 import sys, time
-from gears_ddp.runs.pair_screens import screen_replicates
+from gears_ddp.runs.pair_screens import pair_screen_replicates
 from gears_ddp.inference.pair_screen import PairScreenFolder
 
 write_chunk = PairScreenFolder.write_chunk
@@ -255,12 +257,12 @@ def write_then_pause(folder, chunk, scores):
 
 PairScreenFolder.write_chunk = write_then_pause
 if __name__ == "__main__":
-    screen_replicates(sys.argv[1], sys.argv[3:], sys.argv[2], cpu_processes=1, chunk_pairs=4)
+    pair_screen_replicates(sys.argv[1], sys.argv[3:], out=sys.argv[2], cpu_processes=1, chunk_pairs=4)
 """
 
 
 @pytest.mark.distributed
-def test_a_screen_over_replicates_killed_part_way_resumes_to_the_same_summary(replicates, summary, tmp_path):
+def test_a_pair_screen_over_replicates_killed_part_way_resumes_to_the_same_summary(replicates, summary, tmp_path):
     """SIGKILL in the second model's screen: the run again reads the first model's table
     and the finished chunks back, and ends with the summary of an uninterrupted run."""
     import signal
@@ -271,7 +273,7 @@ def test_a_screen_over_replicates_killed_part_way_resumes_to_the_same_summary(re
     whole, _ = summary
     out = tmp_path / "screen.csv"
     script = tmp_path / "screen.py"
-    script.write_text(KILLED_SCREEN)
+    script.write_text(KILLED_PAIR_SCREEN)
     process = subprocess.Popen(
         [sys.executable, str(script), str(replicates), str(out), *SCREENED],
         start_new_session=True,
@@ -290,17 +292,19 @@ def test_a_screen_over_replicates_killed_part_way_resumes_to_the_same_summary(re
         and not (out.with_suffix(".models") / "seed-3.csv").exists()
     )
     pd.testing.assert_frame_equal(
-        screen_replicates(replicates, SCREENED, out, cpu_processes=1, chunk_pairs=4), whole, check_exact=True
+        pair_screen_replicates(replicates, SCREENED, out=out, cpu_processes=1, chunk_pairs=4), whole, check_exact=True
     )
 
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_a_screen_over_replicates_on_two_processes_equals_the_one_process_screen(replicates, summary, tmp_path):
+def test_a_pair_screen_over_replicates_on_two_processes_equals_the_one_process_pair_screen(
+    replicates, summary, tmp_path
+):
     whole, _ = summary
     out = tmp_path / "screen.csv"
     pd.testing.assert_frame_equal(
-        screen_replicates(replicates, SCREENED, out, cpu_processes=2, chunk_pairs=4), whole, check_exact=True
+        pair_screen_replicates(replicates, SCREENED, out=out, cpu_processes=2, chunk_pairs=4), whole, check_exact=True
     )
     for seed in (1, 2, 3):
         name = f"seed-{seed}.csv"
@@ -311,8 +315,8 @@ def test_a_screen_over_replicates_on_two_processes_equals_the_one_process_screen
         )
 
 
-def test_with_drawn_cells_each_model_screens_every_draw(models, replicates):
-    summary = screen_replicates(
+def test_with_drawn_cells_each_model_pair_screens_every_draw(models, replicates):
+    summary = pair_screen_replicates(
         [replicates / "seed-1", replicates / "seed-3"],
         SCREENED[:4],
         cpu_processes=1,
@@ -326,13 +330,13 @@ def test_with_drawn_cells_each_model_screens_every_draw(models, replicates):
     pd.testing.assert_frame_equal(summary, summarise_models(tables, DRAWN_CELLS_CHANGE), check_exact=True)
     assert summary["mag_sd_draws"].gt(0).all() and summary["models"].eq(2).all()
     with pytest.raises(ValueError, match=r"the draws of seed-1 repeat a seed \(\[4, 4\]\)"):
-        screen_replicates(replicates, SCREENED[:4], change=DRAWN_CELLS_CHANGE, seeds=[4, 4], cpu_processes=1)
+        pair_screen_replicates(replicates, SCREENED[:4], change=DRAWN_CELLS_CHANGE, seeds=[4, 4], cpu_processes=1)
     with pytest.raises(
         ValueError,
         match=r"several seeds \(\[4, 7\]\) draw control cells for the drawn-cells change "
         "only",
     ):
-        screen_replicates(replicates, SCREENED[:4], seeds=[4, 7], cpu_processes=1)
+        pair_screen_replicates(replicates, SCREENED[:4], seeds=[4, 7], cpu_processes=1)
 
 
 # ----------------------------------------------------------------------------- the run folders
@@ -370,7 +374,7 @@ def test_models_with_the_same_weights_are_refused(models, data_folder, replicate
         ValueError,
         match="models seed-1 and copy have the same weights: an interval over models needs independently trained ones",
     ):
-        screen_replicates([replicates / "seed-1", tmp_path / "copy"], SCREENED[:3], cpu_processes=1)
+        pair_screen_replicates([replicates / "seed-1", tmp_path / "copy"], SCREENED[:3], cpu_processes=1)
 
 
 # ----------------------------------------------------------------------------- the command
@@ -384,7 +388,7 @@ def command_logging(monkeypatch):
     monkeypatch.setattr(library_logger, "level", library_logger.level)
 
 
-def test_the_screen_command_over_a_replicates_folder_writes_the_summary_and_the_picture(
+def test_the_pair_screen_command_over_a_replicates_folder_writes_the_summary_and_the_picture(
     models, replicates, tmp_path, capsys, command_logging
 ):
     out = tmp_path / "out" / "screen.csv"
@@ -481,7 +485,7 @@ def test_all_perturbable_genes_over_replicates_are_those_of_the_first_models_voc
         ),
     ],
 )
-def test_every_mistake_with_the_screen_command_gets_one_line_and_status_2(
+def test_every_mistake_with_the_pair_screen_command_gets_one_line_and_status_2(
     replicates, models, tmp_path, capsys, command_logging, options, message
 ):
     (tmp_path / "a_file").write_text("mine")
@@ -544,7 +548,7 @@ def test_the_command_help_says_what_every_column_means(capsys):
 
 def test_the_picture_keeps_the_colour_of_confident_calls_and_greys_out_the_rest(tmp_path):
     summary = summarise_models({f"seed-{model}": [_table(model)] for model in range(3)})
-    figure = figures.plot_replicate_screen(summary, tmp_path / "map.png", top=3)
+    figure = figures.plot_replicate_pair_screen(summary, tmp_path / "map.png", top=3)
     assert (tmp_path / "map.png").stat().st_size > 20_000
     image = figure.axes[0].images[0].get_array()  # RGBA
     layout = figures._PairMap(summary, "mag_mean")  # where each pair is, and the colour scale

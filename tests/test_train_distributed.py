@@ -13,7 +13,7 @@ from gears_ddp.model.folder import read_weights
 pytestmark = pytest.mark.distributed
 
 
-def test_the_guide_imports_its_four_names():
+def test_train_distributed_imports_its_four_names():
     import gears_ddp
     from gears_ddp.train_distributed import cleanup_ddp, setup_ddp, train_ddp_worker, train_multi_gpu
 
@@ -21,7 +21,7 @@ def test_the_guide_imports_its_four_names():
     assert all(callable(f) for f in (setup_ddp, cleanup_ddp, train_ddp_worker))
 
 
-def guide_arguments(save_path) -> tuple[dict, dict]:
+def example_call_arguments(save_path) -> tuple[dict, dict]:
     """The guide's example ``split_config`` and ``args`` (its 'Basic Usage'), with the
     epochs and sizes made small and CPU processes in place of its 4 GPUs."""
     split_config = {"split": "simulation", "seed": 1, "train_gene_set_size": 0.75}
@@ -36,7 +36,7 @@ def guide_arguments(save_path) -> tuple[dict, dict]:
     return split_config, args
 
 
-def _guide_worker(rank, world_size, port, data_folder, split_config, args, out):
+def _example_worker(rank, world_size, port, data_folder, split_config, args, out):
     """What a script written from the guide runs in each spawned process."""
     from gears_ddp.train_distributed import train_ddp_worker
 
@@ -52,20 +52,20 @@ def _guide_worker(rank, world_size, port, data_folder, split_config, args, out):
         )
 
 
-def test_the_guide_example_call_trains_and_saves_as_its_worker_spawned_as_the_guide_does(data_folder, tmp_path):
+def test_the_example_call_trains_and_saves_as_its_worker_spawned_by_a_script_does(data_folder, tmp_path):
     """The guide's example call of ``train_multi_gpu``; then ``mp.spawn(train_ddp_worker,
     args=(world_size, ...), nprocs=world_size)``: each rank loads its data, joins, trains;
     rank 0 saves the same weights as ``train_multi_gpu``."""
     from gears_ddp.train_distributed import train_multi_gpu
 
-    split_config, args = guide_arguments(tmp_path / "models" / "gears_ddp")
+    split_config, args = example_call_arguments(tmp_path / "models" / "gears_ddp")
     report = train_multi_gpu(pert_data_path=str(data_folder), dataset_name="toy", split_config=split_config, args=args)
     assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
     assert (tmp_path / "models" / "gears_ddp" / "model.pt").is_file()
 
-    _, spawned_args = guide_arguments(tmp_path / "spawned")
+    _, spawned_args = example_call_arguments(tmp_path / "spawned")
     mp.spawn(
-        _guide_worker,
+        _example_worker,
         args=(2, find_free_port(), str(data_folder), split_config, spawned_args, str(tmp_path)),
         nprocs=2,
         join=True,
@@ -78,7 +78,7 @@ def test_the_guide_example_call_trains_and_saves_as_its_worker_spawned_as_the_gu
     assert all((spawned[name] == multi[name]).all() for name in spawned)
 
 
-def _guide_setup(rank, world_size, port, out):
+def _example_setup(rank, world_size, port, out):
     """The guide's own calls in a spawned process: ``setup_ddp(rank, world_size)``, a
     collective, ``cleanup_ddp()``."""
     import os
@@ -98,12 +98,12 @@ def _guide_setup(rank, world_size, port, out):
     assert not dist.is_initialized()
 
 
-def test_the_guides_setup_and_cleanup_join_and_leave_the_process_group(tmp_path):
-    mp.spawn(_guide_setup, args=(2, find_free_port(), str(tmp_path)), nprocs=2, join=True)
+def test_setup_and_cleanup_join_and_leave_the_process_group(tmp_path):
+    mp.spawn(_example_setup, args=(2, find_free_port(), str(tmp_path)), nprocs=2, join=True)
     assert [(tmp_path / f"rank{rank}.txt").read_text() for rank in (0, 1)] == ["gloo 2 3.0"] * 2
 
 
-def test_the_guides_port_is_taken_when_none_is_given(monkeypatch):
+def test_the_default_rendezvous_port_is_taken_when_none_is_given(monkeypatch):
     from gears_ddp.launching.environments import DEFAULT_RENDEZVOUS_PORT, LocalEnvironment
 
     def port(given=None):

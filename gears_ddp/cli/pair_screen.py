@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from gears_ddp.cli.shared_options import add_set, meanings_text
+from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_COMMAND
 from gears_ddp.inference.prediction import CHANGE_MODES, DRAWN_CELLS_CHANGE, EXACT_CHANGE
 
 NAME = "screen"
@@ -20,7 +21,7 @@ def add_parser(subparsers):
         allow_abbrev=False,
         help="score every pair of a gene set for genetic interactions",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=screen_help(),
+        epilog=pair_screen_help(),
         description="Predict every single and pair of the genes with a saved model and score each pair as GI_predict "
         "does; writes the table (--out), its record (.json beside it) and a picture (.png). Given a "
         "replicates folder or several run folders, every model screens the pairs and the table says, per "
@@ -83,8 +84,8 @@ def add_parser(subparsers):
     return parser
 
 
-def screen_help() -> str:
-    """The meaning of every column of a screen's table, for ``gears-ddp screen --help``."""
+def pair_screen_help() -> str:
+    """The meaning of every column of a pair screen's table, for ``gears-ddp screen --help``."""
     from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS
     from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS
     from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
@@ -108,8 +109,8 @@ def screen_help() -> str:
 
 def run(options) -> int:
     from gears_ddp.data.io import write_h5ad
-    from gears_ddp.distributed.pair_screen import screen_on_devices
-    from gears_ddp.inference.figures import plot_screen
+    from gears_ddp.distributed.pair_screen import pair_screen_checked
+    from gears_ddp.inference.figures import plot_pair_screen
     from gears_ddp.inference.pair_screen import PairScreenFolder, checked_output_file, pair_screen_changes
     from gears_ddp.inference.replicate_pair_screen import ReplicatePairScreenFolder
     from gears_ddp.interactions.calls import read_gene_list
@@ -126,56 +127,54 @@ def run(options) -> int:
                 "(e.g. one replicate's)"
             )
         checked_output_file(options.changes_out, "--changes-out", "AnnData", (".h5ad",))
-    if options.seed is not None and options.change == EXACT_CHANGE:
-        raise ValueError(
-            f"--seed draws control cells for --change {DRAWN_CELLS_CHANGE} only; the exact change (the "
-            "default) draws none"
-        )
-    seeds = options.seed or [0]
-    if len(seeds) > 1 and not replicates:
-        raise ValueError(
-            f"several --seed values ({seeds}) measure the drawn cells' noise within the models of a "
-            "screen over replicates; a screen of one run takes one"
-        )
+    screen_options = pair_screen_options(options, out)
     genes = read_gene_list(options.genes_file) if options.genes_file else options.genes
     if replicates:
-        return _screen_replicates(options, None if options.all_perturbable else genes, out, figure, seeds)
+        return _pair_screen_replicates(options, None if options.all_perturbable else genes, screen_options, figure)
+    screen_options = screen_options.with_one_draw(PAIR_SCREEN_COMMAND)
     gears = load_run(options.run[0], options.overrides)
     genes = gears.pert_list if options.all_perturbable else genes
-    choice = {"GI_genes_file": options.gi_genes_file, "change": options.change, "seed": seeds[0]}
-    table = screen_on_devices(gears, genes, out, options.overwrite, options.cpu_processes, options.gpu_ids, **choice)
-    plot_screen(table, figure)
+    table = pair_screen_checked(gears, genes, screen_options)
+    plot_pair_screen(table, figure)
     print(
         f"screen of {len(genes)} genes: {len(table)} pairs written to {out} (its record: "
         f"{out.with_suffix('.json')}), the picture to {figure}"
     )
     if options.changes_out:
-        write_h5ad(pair_screen_changes(gears.screen_job(genes, **choice), gears.gene_list), options.changes_out)
+        write_h5ad(
+            pair_screen_changes(gears.pair_screen_job(genes, screen_options), gears.gene_list), options.changes_out
+        )
         print(f"predicted changes of {len(genes)} singles and {len(table)} pairs written to {options.changes_out}")
     for title, row in (("highest mag", table["mag"].idxmax()), ("lowest mag", table["mag"].idxmin())):
         print(f"{title}: {table.at[row, 'pair']} (mag {table.at[row, 'mag']:.3f}, {table.at[row, 'magnitude_type']})")
     return 0
 
 
-def _screen_replicates(options, genes, out: Path, figure: Path, seeds: list[int]) -> int:
-    """A screen over replicates, its picture, and how many calls are confident."""
-    from gears_ddp.inference.figures import plot_replicate_screen
-    from gears_ddp.inference.pair_screen_statistics import confident_counts
-    from gears_ddp.runs.pair_screens import screen_replicates
+def pair_screen_options(options, out: Path):
+    """The command's pair-screen options (``PairScreenOptions``), checked once here."""
+    from gears_ddp.inference.pair_screen_options import PairScreenOptions
 
-    summary = screen_replicates(
-        options.run,
-        genes,
-        out,
-        options.overwrite,
-        options.cpu_processes,
-        options.gpu_ids,
-        options.gi_genes_file,
-        options.change,
-        seeds,
-        overrides=options.overrides,
-    )
-    plot_replicate_screen(summary, figure)
+    given = {
+        "GI_genes_file": options.gi_genes_file,
+        "change": options.change,
+        "seeds": options.seed,
+        "out": out,
+        "overwrite": options.overwrite,
+        "cpu_processes": options.cpu_processes,
+        "gpu_ids": options.gpu_ids,
+    }
+    return PairScreenOptions.from_dict(given, PAIR_SCREEN_COMMAND)
+
+
+def _pair_screen_replicates(options, genes, screen_options, figure: Path) -> int:
+    """A pair screen over replicates, its picture, and how many calls are confident."""
+    from gears_ddp.inference.figures import plot_replicate_pair_screen
+    from gears_ddp.inference.pair_screen_statistics import confident_counts
+    from gears_ddp.runs.pair_screens import pair_screen_replicates_checked
+
+    out = Path(screen_options.out)
+    summary = pair_screen_replicates_checked(options.run, genes, screen_options, options.overrides)
+    plot_replicate_pair_screen(summary, figure)
     models = int(summary["models"].iloc[0])
     print(
         f"screen over {models} models: {len(summary)} pairs summarised in {out} (its record: "

@@ -15,7 +15,6 @@ shares through the page cache, whatever started it, and which may be larger than
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,7 +41,7 @@ from gears_ddp.data.go_files import GENE2GO_FILE
 from gears_ddp.data.graphs import GeneGraph
 from gears_ddp.data.loaders import build_loaders, check_loader_options
 from gears_ddp.data.screen_report import ScreenReport
-from gears_ddp.data.splits import cells_of_sets
+from gears_ddp.data.splits import SplitOptions, cells_of_sets
 from gears_ddp.data.vocabulary import VocabularySource, cells_in_vocabulary
 
 logger = get_logger(__name__)
@@ -552,12 +551,8 @@ class PertData:
         return {**self.__dict__, "dataloader": None, "loader_options": None, "_adata": None}
 
 
-SPLIT_OPTIONS = tuple(name for name in inspect.signature(PertData.prepare_split).parameters if name != "self")
-SPLIT_DEFAULTS = {
-    name: parameter.default
-    for name, parameter in inspect.signature(PertData.prepare_split).parameters.items()
-    if name in SPLIT_OPTIONS
-}
+SPLIT_OPTIONS = tuple(SplitOptions.names())  # prepare_split's parameters (a test checks they are the same)
+SPLIT_DEFAULTS = SplitOptions.defaults()
 
 
 def _split_request(options: dict) -> dict:

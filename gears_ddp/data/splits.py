@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from gears_ddp._options import Options, option
 from gears_ddp.data import io
 from gears_ddp.data.conditions import CONTROL, condition_genes, genes_of_conditions, is_combo, is_single
 from gears_ddp.data.screen_report import Problem, refuse
@@ -41,17 +42,31 @@ SPLIT_TYPES = (
     "no_split",
     "custom",
 )
-SPLIT_OPTION_HELP = {  # PertData.prepare_split's options, in words
-    "split": "the split type: " + ", ".join(SPLIT_TYPES),
-    "seed": "the seed of the split's random draws (the published package's, the same sets)",
-    "train_gene_set_size": "simulation splits: the fraction of perturbed genes seen in training",
-    "combo_seen2_train_frac": "simulation splits: the fraction of combinations of two seen genes put in training",
-    "combo_single_split_test_set_fraction": "combo_seen0/1/2 and single splits: the fraction drawn for test",
-    "test_perts": "conditions (a list, or '_'-joined) put in the test set",
-    "only_test_set_perts": "with test_perts: the test set holds only those",
-    "test_pert_genes": "genes (a list, or '_'-joined) whose perturbations go to the test set",
-    "split_dict_path": "split='custom': a pickle of {'train': [...], 'val': [...], 'test': [...]} conditions",
-}
+
+
+@dataclass
+class SplitOptions(Options):
+    """``PertData.prepare_split``'s options (its signature gives the same defaults), declared
+    once: the keys of a run's ``split_config``, their defaults and help."""
+
+    split: str = option("simulation", "the split type: " + ", ".join(SPLIT_TYPES))
+    seed: int = option(1, "the seed of the split's random draws (the published package's, the same sets)")
+    train_gene_set_size: float = option(0.75, "simulation splits: the fraction of perturbed genes seen in training")
+    combo_seen2_train_frac: float = option(
+        0.75, "simulation splits: the fraction of combinations of two seen genes put in training"
+    )
+    combo_single_split_test_set_fraction: float = option(
+        0.1, "combo_seen0/1/2 and single splits: the fraction drawn for test"
+    )
+    test_perts: object = option(None, "conditions (a list, or '_'-joined) put in the test set")
+    only_test_set_perts: bool = option(False, "with test_perts: the test set holds only those")
+    test_pert_genes: object = option(None, "genes (a list, or '_'-joined) whose perturbations go to the test set")
+    split_dict_path: object = option(
+        None, "split='custom': a pickle of {'train': [...], 'val': [...], 'test': [...]} conditions"
+    )
+
+
+SPLIT_OPTION_HELP = SplitOptions.help()  # PertData.prepare_split's options, in words
 SETS_OF_SPLIT = {"no_split": ("test",), "no_test": ("train", "val")}  # the sets of the others: ALL_SETS
 ALL_SETS = ("train", "val", "test")
 SUBGROUP_NAMES = ("combo_seen0", "combo_seen1", "combo_seen2", "unseen_single")

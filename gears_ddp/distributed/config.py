@@ -9,6 +9,7 @@ the model options (``model_config``) and the options of the launch itself.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from gears_ddp._options import Options, is_int, option, reject_unknown
@@ -88,13 +89,11 @@ class TrainingArgs(TrainingOptions):
         for key in ("seed", "batch_size", "num_workers", "resample_controls"):
             if getattr(self, key) is None:
                 raise ValueError(f"args['{key}'] must be set, got None")
-        if self.model_config is None:
-            self.model_config = {}
-        if not isinstance(self.model_config, dict):
+        if self.model_config is not None and not isinstance(self.model_config, dict):
             raise ValueError(
                 f"args['model_config'] must be a dict of GEARS.model_initialize options, got {self.model_config!r}"
             )
-        self.model_config = ModelOptions.from_dict(self.model_config, "args['model_config']").as_dict()
+        ModelOptions.from_dict(self.model_config, "args['model_config']")
         for key, allowed in (("expression_storage", STORAGES), ("expression_dtype", tuple(DTYPES))):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"args['{key}'] must be one of {allowed}, got {getattr(self, key)!r}")
@@ -111,6 +110,11 @@ class TrainingArgs(TrainingOptions):
             raise ValueError(
                 f"args['find_unused_parameters'] must be True or False, got {self.find_unused_parameters!r}"
             )
+
+    def normalized(self) -> "TrainingArgs":
+        """``model_config`` with every model option filled in (checked by ``check``)."""
+        args = super().normalized()
+        return dataclasses.replace(args, model_config=ModelOptions(**(args.model_config or {})).as_dict())
 
     def model_options(self) -> ModelOptions:
         """``model_config`` as the model's options, checked when these options were."""
@@ -164,7 +168,6 @@ class ReplicateOptions(Options):
                 raise ValueError(
                     f"replicates.{key} {list(values)} lists {repeated} more than once: each seed makes one replicate"
                 )
-            setattr(self, key, list(values))
         if self.seeds is not None and self.split_seeds is not None and len(self.seeds) != len(self.split_seeds):
             raise ValueError(
                 f"replicates.seeds ({len(self.seeds)}) and replicates.split_seeds "
@@ -174,3 +177,35 @@ class ReplicateOptions(Options):
             value = getattr(self, key)
             if (value is not None or key == "ranks_per_replicate") and not (is_int(value) and value >= 1):
                 raise ValueError(f"replicates.{key} must be a positive integer, got {value!r}")
+
+    def normalized(self) -> "ReplicateOptions":
+        """The seeds as lists."""
+        return dataclasses.replace(
+            self,
+            seeds=None if self.seeds is None else list(self.seeds),
+            split_seeds=None if self.split_seeds is None else list(self.split_seeds),
+        )
+
+
+def check_replicated_run(split: SplitConfig, args: TrainingArgs, replicates: ReplicateOptions) -> None:
+    """What replicates refuse of the other options (a ValueError naming them): each replicate
+    writes its own run folder under ``save_path`` and continues from there."""
+    if args.save_path is None:
+        raise ValueError("replicates need args['save_path']: each replicate writes its run folder under it")
+    if args.resume_from not in (None, "auto"):
+        raise ValueError(
+            f"args['resume_from']={args.resume_from!r} names one run's checkpoint, but each replicate "
+            "continues from its own folder: leave resume_from out (running the same command again "
+            "continues every unfinished replicate)"
+        )
+    if args.overwrite_save_path:
+        raise ValueError(
+            "args['overwrite_save_path'] with replicates: running the same command again continues the "
+            "unfinished replicates and keeps the finished ones; to train them anew, give another "
+            "save_path"
+        )
+    if replicates.split_seeds is not None and split.options.get("split_dict_path") is not None:
+        raise ValueError(
+            "replicates.split_seeds with split_config.split_dict_path: the split is read from that file, "
+            "so every split seed would give the same split"
+        )

@@ -7,7 +7,7 @@ to compute. Pairs are independent, so the workers never talk to each other: each
 its finished chunks (or, without an output file, sends them to the parent), and the parent
 merges them into one table in pair order (``inference.pair_screen.run_pair_screen``).
 Chunk layout and forward passes do not depend on the number of workers, so the table does
-not either. A screen over replicates (``replicate_pair_screen_on_devices``; its models are
+not either. A pair screen over replicates (``replicate_pair_screen_on_devices``; its models are
 loaded by ``runs.pair_screens``) screens one model after the other, each shared among the
 workers the same way.
 
@@ -25,52 +25,52 @@ import pandas as pd
 import torch
 
 from gears_ddp._logging import get_logger
+from gears_ddp._options import signature_with
 from gears_ddp.inference.pair_screen import (
-    PAIR_SCREEN_CHUNK_PAIRS,
     PairScreenFolder,
     PairScreenJob,
     run_pair_screen,
     score_chunks,
     score_chunks_here,
 )
-from gears_ddp.inference.prediction import EXACT_CHANGE
+from gears_ddp.inference.pair_screen_options import PairScreenOptions
 from gears_ddp.inference.replicate_pair_screen import run_replicate_pair_screen
 from gears_ddp.launching.main_guard import check_main_guard
 from gears_ddp.launching.supervisor import spawn_workers
 from gears_ddp.launching.worker_messages import PairScreenChunk
-from gears_ddp.runtime.devices import cuda_or_cpu, resolve_devices
+from gears_ddp.runtime.devices import cuda_or_cpu, located_devices
 from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
 
 logger = get_logger(__name__)
 
 
-def pair_screen_devices(cpu_processes: int | None = None, gpu_ids=None) -> list[torch.device]:
-    """The device of each worker: ``cpu_processes`` CPU processes when given; else the GPUs
-    ``gpu_ids`` (every visible one when None); without GPUs, one CPU process per usable core."""
-    if cpu_processes is None and gpu_ids is None and cuda_or_cpu().type == "cpu":
+def pair_screen_devices(options: PairScreenOptions) -> list[torch.device]:
+    """The device of each worker of ``options`` (their request checked before):
+    ``cpu_processes`` CPU processes when given; else the GPUs ``gpu_ids`` (every visible one
+    when None); without GPUs, one CPU process per usable core."""
+    cpu_processes = options.cpu_processes
+    if cpu_processes is None and options.gpu_ids is None and cuda_or_cpu().type == "cpu":
         cpu_processes = usable_cores()
-    return resolve_devices(None, gpu_ids, cpu_processes)
+    return located_devices(None, options.gpu_ids, cpu_processes)
 
 
-def screen_on_devices(
-    gears,
-    genes,
-    out=None,
-    overwrite: bool = False,
-    cpu_processes: int | None = None,
-    gpu_ids=None,
-    GI_genes_file=None,
-    change: str = EXACT_CHANGE,
-    seed: int = 0,
-    chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS,
-) -> pd.DataFrame:
-    """``GEARS.screen`` with the pairs shared among workers on ``pair_screen_devices(cpu_processes,
-    gpu_ids)``; the same table, the same resumable output. One device runs in this process;
-    several are spawned processes, so a script calling this needs ``if __name__ ==
-    "__main__":``."""
-    devices = pair_screen_devices(cpu_processes, gpu_ids)
-    job = gears.screen_job(genes, GI_genes_file, change, seed, chunk_pairs)
-    return run_pair_screen(job, out, overwrite, _executor(devices, "screen_on_devices"))
+def pair_screen_on_devices(gears, genes, **options) -> pd.DataFrame:
+    """``GEARS.screen`` with the pairs shared among workers on ``pair_screen_devices``; the
+    same table, the same resumable output. ``options``: ``PairScreenOptions`` (one seed).
+    One device runs in this process; several are spawned processes, so a script calling
+    this needs ``if __name__ == "__main__":``."""
+    checked = PairScreenOptions.from_dict(options, "pair_screen_on_devices").with_one_draw("pair_screen_on_devices")
+    return pair_screen_checked(gears, genes, checked)
+
+
+pair_screen_on_devices.__signature__ = signature_with(pair_screen_on_devices, PairScreenOptions)  # type: ignore[attr-defined]
+
+
+def pair_screen_checked(gears, genes, options: PairScreenOptions) -> pd.DataFrame:
+    """``pair_screen_on_devices`` of options checked before (``gears-ddp screen``)."""
+    devices = pair_screen_devices(options)
+    job = gears.pair_screen_job(genes, options)
+    return run_pair_screen(job, options.out, options.overwrite, _executor(devices, "pair_screen_on_devices"))
 
 
 def replicate_pair_screen_on_devices(
@@ -78,9 +78,9 @@ def replicate_pair_screen_on_devices(
 ) -> pd.DataFrame:
     """A pair screen over replicates (``inference.replicate_pair_screen``) of the models'
     ``jobs``, each model's pairs shared among the workers on ``devices``
-    (``pair_screen_devices``, checked before the models were loaded) as ``screen_on_devices``
-    shares them (``runs.pair_screens.screen_replicates`` loads the models)."""
-    return run_replicate_pair_screen(jobs, out, overwrite, _executor(devices, "screen_replicates"))
+    (``pair_screen_devices``, found before the models were loaded) as ``pair_screen_on_devices``
+    shares them (``runs.pair_screens.pair_screen_replicates`` loads the models)."""
+    return run_replicate_pair_screen(jobs, out, overwrite, _executor(devices, "pair_screen_replicates"))
 
 
 def _executor(devices: list[torch.device], caller: str):
@@ -106,7 +106,7 @@ def _spawning_executor(devices: list[torch.device]):
         workers = min(len(devices), len(chunks))
         shared = dataclasses.replace(job, predictor=job.predictor.to("cpu"))  # each worker moves it to its device
         shares = [chunks[worker::workers] for worker in range(workers)]
-        logger.info("screen: %d chunks shared among %d %s worker(s)", len(chunks), workers, devices[0].type)
+        logger.info("pair screen: %d chunks shared among %d %s worker(s)", len(chunks), workers, devices[0].type)
         messages = spawn_workers(pair_screen_worker, (shared, shares, devices[:workers], folder), workers)
         return {message.chunk: message.scores for message in messages if isinstance(message, PairScreenChunk)}
 
@@ -136,7 +136,7 @@ def pair_screen_worker(
             if folder is not None
             else (lambda chunk, scores: messages.put(PairScreenChunk(chunk, scores)))
         )
-        score_chunks(job, shares[worker], store, device, label=f"screen worker {worker}")
+        score_chunks(job, shares[worker], store, device, label=f"pair screen worker {worker}")
     except BaseException:
         messages.put_failure(worker)
         raise

@@ -214,25 +214,6 @@ def train_checked_replicates(run: RunOptions) -> dict:
     ``replicates``); refused under torchrun or srun."""
     refuse_replicates_under_a_launcher()
     split, options, plan = run.split, run.args, run.replicates
-    if options.save_path is None:
-        raise ValueError("replicates need args['save_path']: each replicate writes its run folder under it")
-    if options.resume_from not in (None, "auto"):
-        raise ValueError(
-            f"args['resume_from']={options.resume_from!r} names one run's checkpoint, but each replicate "
-            "continues from its own folder: leave resume_from out (running the same command again "
-            "continues every unfinished replicate)"
-        )
-    if options.overwrite_save_path:
-        raise ValueError(
-            "args['overwrite_save_path'] with replicates: running the same command again continues the "
-            "unfinished replicates and keeps the finished ones; to train them anew, give another "
-            "save_path"
-        )
-    if plan.split_seeds is not None and split.options.get("split_dict_path") is not None:
-        raise ValueError(
-            "replicates.split_seeds with split_config.split_dict_path: the split is read from that file, "
-            "so every split seed would give the same split"
-        )
     groups = device_groups(located_devices(run.n_gpus, run.gpu_ids, options.cpu_processes), plan)
     top = Path(options.save_path)
     config = run.config()

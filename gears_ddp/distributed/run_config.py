@@ -28,7 +28,7 @@ import yaml
 from gears_ddp.data.io import write_yaml
 from gears_ddp.data.pertdata import SPLIT_DEFAULTS
 from gears_ddp.data.splits import SPLIT_OPTION_HELP
-from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs, check_replicated_run
 from gears_ddp.model.options import ModelOptions
 from gears_ddp.report.run_folder import CONFIG_FILE
 from gears_ddp.runtime.devices import check_device_request
@@ -194,6 +194,8 @@ class RunOptions:
         ``replicates``), each checked here once; a ValueError names the first bad one."""
         split, checked_args = SplitConfig.from_dict(split_config), TrainingArgs.from_dict(args)
         plan = None if replicates is None else ReplicateOptions.from_dict(replicates)
+        if plan is not None:
+            check_replicated_run(split, checked_args, plan)
         check_device_request(n_gpus, gpu_ids, checked_args.cpu_processes)
         return cls(
             str(pert_data_path),

@@ -1,11 +1,12 @@
 """Using a trained model: predictions of perturbation queries and their changes over control
 (``prediction``; the genetic-interaction scores are ``gears_ddp.interactions``'),
-in-silico combinatorial screens (``pair_screen``), screens over replicates (``replicate_pair_screen``)
-and how far the models agree on each call (``pair_screen_statistics``), the perturbation figure
-and the screen's map (``figures``), predictions in cell-eval's layout
-(``cell_eval_export``), and the published ``gears.inference`` functions under their names
-(``published_inference``: ``from gears_ddp.inference import evaluate, compute_metrics,
-deeper_analysis, non_dropout_analysis``).
+in-silico pair screens (``pair_screen``, their options ``pair_screen_options``), pair screens
+over replicates (``replicate_pair_screen``) and how far the models agree on each call
+(``pair_screen_statistics``), the perturbation figure and the pair screen's map
+(``figures``), predictions in cell-eval's layout (``cell_eval_export``), and the published
+``gears.inference`` functions under their names (``published_inference``: ``from
+gears_ddp.inference import evaluate, compute_metrics, deeper_analysis,
+non_dropout_analysis``).
 
 May import: ``interactions``, ``report``, ``evaluation``, ``runtime``, ``model``, ``data``.
 """

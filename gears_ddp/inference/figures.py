@@ -4,9 +4,9 @@
   per-cell change at a condition's top-20 non-dropout DE genes, with the predicted change
   marked (``plot_perturbation_figure``);
 - the map of a screen: the genetic-interaction magnitude of every pair of its genes, with
-  the most synergistic and the most suppressive pairs named (``plot_screen``); over several
+  the most synergistic and the most suppressive pairs named (``plot_pair_screen``); over several
   models, the same map in full colour only where the magnitude call is confident, the most
-  synergistic and suppressive confident pairs named (``plot_replicate_screen``).
+  synergistic and suppressive confident pairs named (``plot_replicate_pair_screen``).
 
 Figures are built with matplotlib's object-oriented API on an Agg canvas, so they work
 headless, leave pyplot's global state alone and never open a window."""
@@ -121,7 +121,7 @@ def plot_perturbation_figure(
 GREYED_WEIGHT, GREYED_TO = 0.2, 0.8  # a greyed-out cell keeps a fifth of its colour, on light grey
 
 
-def plot_screen(table, save_file: str | os.PathLike | None = None, top: int = 10):
+def plot_pair_screen(table, save_file: str | os.PathLike | None = None, top: int = 10):
     """The map of a screen (``inference.pair_screen.pair_screen_table``): a heatmap of ``log2(mag)``
     over every pair of its genes (red: synergy, the double changes more than the singles'
     sum; blue: suppression, less; white: additive), the genes ordered by similarity of
@@ -167,16 +167,16 @@ def plot_screen(table, save_file: str | os.PathLike | None = None, top: int = 10
     return figure
 
 
-def plot_replicate_screen(summary, save_file: str | os.PathLike | None = None, top: int = 10):
+def plot_replicate_pair_screen(summary, save_file: str | os.PathLike | None = None, top: int = 10):
     """The map of a screen over replicates (``inference.pair_screen_statistics.summarise_models``):
-    ``log2`` of every pair's mean ``mag`` over the models, as ``plot_screen`` draws it, but in
+    ``log2`` of every pair's mean ``mag`` over the models, as ``plot_pair_screen`` draws it, but in
     full colour and outlined only where the magnitude call is confident (the models agree
     and the interval lies on the call's side of its thresholds); the other pairs are greyed
     out. Pairs some model saw in training are dotted. Beside it the ``top`` confident
     synergies and suppressions (highest and lowest mean ``mag``), named with their interval
     and the models' agreement, and how many calls of each type are confident.
 
-    Written to ``save_file`` when given, as ``plot_screen``. Returns the figure."""
+    Written to ``save_file`` when given, as ``plot_pair_screen``. Returns the figure."""
     from matplotlib.colors import Normalize
 
     pairs = _PairMap(summary, "mag_mean")

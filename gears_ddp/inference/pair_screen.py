@@ -20,6 +20,9 @@ genes as given. The parts:
   record beside it (``<out>.json``), and the partial folder is removed.
 - ``run_pair_screen``: all of it, the chunks computed by an executor: in this process
   (``score_chunks_here``) or by spawned workers (``distributed.pair_screen``).
+
+What a screen takes besides the model and the genes is declared once, in
+``pair_screen_options.PairScreenOptions``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,6 +43,7 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.io import atomic_path, file_in_the_way
+from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_CHUNK_PAIRS
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed
 from gears_ddp.interactions.pair_tables import pair_table, score_gene_positions, with_training_columns
 from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores, theil_sen_subsets
@@ -48,7 +52,6 @@ from gears_ddp.runtime.folder_lock import FolderLock
 
 logger = get_logger(__name__)
 
-PAIR_SCREEN_CHUNK_PAIRS = 256  # pairs per chunk: the work an interruption can lose, per process
 RECORD_FORMAT = "gears_ddp screen 1"
 # what makes two screens the same screen, with what to call a difference
 RECORD_IDENTITY = {
@@ -137,10 +140,9 @@ class PairScreenJob:
         model: dict | None = None,
         chunk_pairs: int = PAIR_SCREEN_CHUNK_PAIRS,
     ) -> "PairScreenJob":
-        """Check the inputs and draw the Theil-Sen subsets (seconds for thousands of genes)."""
+        """Check the genes (the options were checked: ``PairScreenOptions``) and draw the
+        Theil-Sen subsets (seconds for thousands of genes)."""
         genes = checked_pair_screen_genes(genes, node_map_pert, gene2go)
-        if not isinstance(chunk_pairs, int) or isinstance(chunk_pairs, bool) or chunk_pairs < 1:
-            raise ValueError(f"chunk_pairs must be a positive integer, got {chunk_pairs!r}")
         score_genes = score_gene_positions(gene_list, genes_file)
         n_score_genes = len(gene_list) if score_genes is None else len(score_genes)
         return cls(
@@ -174,6 +176,7 @@ class PairScreenJob:
     def record(self) -> dict:
         """What this screen is, for its output's record: two screens with the same
         ``RECORD_IDENTITY`` entries compute the same table."""
+        score_genes: dict[str, str | int | None]
         if self.score_genes is None:
             score_genes = {"from": "all genes", "count": None, "digest": None}
         else:
@@ -282,6 +285,7 @@ def _run_pair_screen(job: PairScreenJob, folder: "PairScreenFolder | None", over
     record = job.record()
     done = folder.prepare(record, overwrite) if folder is not None else set()
     if done is None:
+        assert folder is not None  # only a folder holds a finished screen
         logger.info("%s already holds this screen; nothing to compute (overwrite to compute it again)", folder.table)
         return folder.read_table()
     remaining = [chunk for chunk in range(job.n_chunks) if chunk not in done]
@@ -400,7 +404,8 @@ class PairScreenFolder:
 
     def write_chunk(self, chunk: int, scores: Mapping[str, np.ndarray]) -> None:
         with atomic_path(self.chunk_path(chunk)) as tmp, open(tmp, "wb") as handle:
-            np.savez(handle, **{name: np.asarray(scores[name], dtype=np.float64) for name in GI_SCORE_NAMES})
+            arrays: dict[str, Any] = {name: np.asarray(scores[name], dtype=np.float64) for name in GI_SCORE_NAMES}
+            np.savez(handle, **arrays)
 
     def read_chunk(self, chunk: int, job: PairScreenJob) -> dict[str, np.ndarray]:
         """The scores of a finished chunk; a missing, unreadable or wrong-sized file is an

@@ -137,6 +137,13 @@ def _within_model_sd(values: np.ndarray, change: str) -> np.ndarray:
         return np.sqrt(np.mean(standard_deviation(values) ** 2, axis=1))
 
 
+def _call_name(call: str | bool) -> str:
+    """A call as the counts name it: ``'yes'`` and ``'no'`` for the True/False types."""
+    if isinstance(call, bool):
+        return "yes" if call else "no"
+    return call
+
+
 def confident_counts(summary: pd.DataFrame) -> dict[str, dict[str, int]]:
     """How many confident calls of each kind ``summary`` holds, per interaction type:
     ``{'magnitude_type': {'additive': 40, 'synergy': 3, 'suppressor': 7}, 'neomorphic':
@@ -144,5 +151,5 @@ def confident_counts(summary: pd.DataFrame) -> dict[str, dict[str, int]]:
     counts = {}
     for kind, order in CALL_ORDER.items():
         confident = summary[kind][summary[f"{kind}_confident"].astype(bool)]
-        counts[kind] = {{True: "yes", False: "no"}.get(call, call): int((confident == call).sum()) for call in order}
+        counts[kind] = {_call_name(call): int((confident == call).sum()) for call in order}
     return counts

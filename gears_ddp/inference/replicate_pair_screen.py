@@ -149,7 +149,7 @@ def check_same_pair_screen(jobs: Mapping[str, Sequence[PairScreenJob]]) -> PairS
     if not first_jobs:
         raise ValueError(f"model {first_name} has no screen to compute")
     shared = _shared_record(first_jobs[0])
-    weights = {}
+    weights: dict[str | None, str] = {}
     for name, model_jobs in jobs.items():
         if [_shared_record(job) for job in model_jobs] != [shared] * len(first_jobs):
             raise ValueError(

@@ -8,10 +8,12 @@ touched or any process starts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gears_ddp._options import Options, is_int, is_number, option, option_name
 from gears_ddp.data.loaders import check_loader_options
@@ -22,6 +24,7 @@ LOADER_OPTIONS = ("batch_size", "test_batch_size", "seed", "num_workers", "resam
 # GEARS.train(epochs=0), as published: no optimiser step, then the test evaluation and report of
 # the model as it is (the paper's no-perturbation baseline); a distributed run trains at least one epoch
 UNTRAINED_TEST_ALLOWED_IN = "train"
+PATH_OPTIONS = ("save_path", "resume_from", "linear_baseline_screen")
 
 
 @dataclass
@@ -164,19 +167,19 @@ class TrainingOptions(Options):
                 raise ValueError(
                     f"{name(key)}={getattr(self, key)} needs {name('save_path')}: the folder the checkpoints go to"
                 )
-        for key in ("save_path", "resume_from", "linear_baseline_screen"):
+        for key in PATH_OPTIONS:
             value = getattr(self, key)
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise ValueError(
                     f"{name(key)} must be a path{' or auto' if key == 'resume_from' else ''}, got {value!r}"
                 )
-            if value is not None:
-                setattr(self, key, str(value))  # checkpoints store plain types
         if self.resume_from not in (None, "auto") and not Path(self.resume_from).exists():
-            raise FileNotFoundError(f"{name('resume_from')}={self.resume_from!r}: no such checkpoint file or folder")
+            raise FileNotFoundError(
+                f"{name('resume_from')}={str(self.resume_from)!r}: no such checkpoint file or folder"
+            )
         if self.linear_baseline_screen is not None and not Path(self.linear_baseline_screen).exists():
             raise FileNotFoundError(
-                f"{name('linear_baseline_screen')}={self.linear_baseline_screen!r}: no such "
+                f"{name('linear_baseline_screen')}={str(self.linear_baseline_screen)!r}: no such "
                 "processed data folder or h5ad file"
             )
         if self.resume_from == "auto" and self.save_path is None:
@@ -189,6 +192,11 @@ class TrainingOptions(Options):
                 f"{name('resume_from')} continues the run in {name('save_path')} and "
                 f"{name('overwrite_save_path')} replaces it: give one of them"
             )
+
+    def normalized(self):
+        """The paths as plain strings (checkpoints store plain types)."""
+        paths: dict[str, Any] = {key: str(getattr(self, key)) for key in PATH_OPTIONS if getattr(self, key) is not None}
+        return dataclasses.replace(self, **paths) if paths else self
 
     def scaled_lr(self, world_size: int) -> float:
         """The learning rate for ``world_size`` processes: ``lr`` times the effective batch
