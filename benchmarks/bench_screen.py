@@ -15,7 +15,7 @@ written once under ``--data-path``; ``--data-only`` writes it and stops), GEARS 
 size 64 trained ``--train-steps``
 optimiser steps on the CPU (the timings hardly depend on the weights). Then:
 
-- gears_ddp: ``gears_ddp.distributed.pair_screen.pair_screen_on_devices`` over every pair of the
+- gears_ddp: ``gears_ddp.distributed.pair_screen_workers.pair_screen_on_devices`` over every pair of the
   ``--screen-genes`` first genes the data perturbs (102: 5,151 pairs), written to a table as
   ``gears-ddp screen`` writes it, with ``--processes`` single-thread CPU worker processes
   (default: every usable core), or on the GPUs ``--gpu-ids`` names (one GPU: in this
@@ -209,7 +209,7 @@ def screen_dataset(args) -> tuple[str, dict]:
 def our_pair_screen(gears, genes: list[str], processes: int | None, gpu_ids: list[int] | None) -> tuple[Timing, object]:
     """The whole screen as ``gears-ddp screen`` runs it, subsets drawn afresh, on the GPUs
     ``gpu_ids`` or else ``processes`` CPU processes."""
-    from gears_ddp.distributed.pair_screen import pair_screen_on_devices
+    from gears_ddp.distributed.pair_screen_workers import pair_screen_on_devices
     from gears_ddp.interactions.scores import theil_sen_subsets
 
     theil_sen_subsets.cache_clear()

@@ -55,7 +55,7 @@ TYPES = ("magnitude_type", "neomorphic", "redundant", "epistasis")
 def noise_of_sets(gears, genes: list[str], seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Per perturbation set of the screen (singles, then pairs): the largest |noise| over
     genes, and the noise's norm over the exact change's norm."""
-    from gears_ddp.inference.pair_screen import pair_sets, single_sets
+    from gears_ddp.inference.pair_screen_job import pair_sets, single_sets
     from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
 
     job = gears.pair_screen_job(genes)
@@ -91,7 +91,7 @@ def main() -> None:
     if args.screen_genes is not None and args.screen_genes < 2:
         parser.error("--screen-genes must be at least 2 (one pair)")
 
-    from gears_ddp.distributed.pair_screen import pair_screen_on_devices
+    from gears_ddp.distributed.pair_screen_workers import pair_screen_on_devices
     from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
     from gears_ddp.runtime.threads import usable_cores
 

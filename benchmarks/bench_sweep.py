@@ -58,14 +58,14 @@ def main() -> None:
 
     from gears_ddp.datasets import write_papalexi2021_dataset
     from gears_ddp.datasets.real_screen import NAME
-    from gears_ddp.sweeps import report, study, sweep
+    from gears_ddp.sweeps import report, study, train_sweep
 
     spent = collections.defaultdict(float)
-    sweep._Trials.next_run = timed(spent, "drawing a trial and building its run", sweep._Trials.next_run)
-    sweep._Trials.watch = timed(spent, "reading epochs, asking the pruner", sweep._Trials.watch)
-    sweep._Trials.settled = timed(spent, "telling the study how a trial ended", sweep._Trials.settled)
-    sweep.open_storage = timed(spent, "opening the storage and the study", study.open_storage)
-    sweep.load_or_create_study = timed(spent, "opening the storage and the study", study.load_or_create_study)
+    train_sweep._Trials.next_run = timed(spent, "drawing a trial and building its run", train_sweep._Trials.next_run)
+    train_sweep._Trials.watch = timed(spent, "reading epochs, asking the pruner", train_sweep._Trials.watch)
+    train_sweep._Trials.settled = timed(spent, "telling the study how a trial ended", train_sweep._Trials.settled)
+    train_sweep.open_storage = timed(spent, "opening the storage and the study", study.open_storage)
+    train_sweep.load_or_create_study = timed(spent, "opening the storage and the study", study.load_or_create_study)
     report.write_sweep_report = timed(spent, "writing the report", report.write_sweep_report)
     with tempfile.TemporaryDirectory() as work:
         data = Path(options.data_path or Path(work) / "data")
@@ -73,7 +73,7 @@ def main() -> None:
         folder = Path(work) / "sweep"
         args = {"epochs": options.epochs, "cpu_processes": options.processes, "save_path": str(folder)}
         started = time.perf_counter()
-        summary = sweep.train_sweep(data, NAME, {"split": "simulation", "seed": 1}, args, SPACE, options.trials)
+        summary = train_sweep.train_sweep(data, NAME, {"split": "simulation", "seed": 1}, args, SPACE, options.trials)
         wall = time.perf_counter() - started
         with open(folder / report.TRIALS_FILE, newline="") as table:
             rows = list(csv.DictReader(table))

@@ -4,10 +4,10 @@ predict, GI_predict, plot_perturbation, save_model, load_pretrained, uncertainty
 The class is a thin front that keeps the state a user sees (the data, the options, the
 network, the best model, the history, the last test scores) and hands explicit inputs to
 the parts that do the work: the network is ``model.network.GEARSModel`` with options
-``model.options.ModelOptions``, training is ``training.recipe.TrainingRecipe`` (the code
+``model.model_options.ModelOptions``, training is ``training.recipe.TrainingRecipe`` (the code
 every rank of a distributed run runs, through ``train_with``), scoring is
 ``evaluation.scoring.score``, predictions come from ``inference``, and saved models are the
-published format (``model.folder``).
+published format (``model.model_folder``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult
 from gears_ddp.inference.model_queries import NO_MODEL, ModelQueries, SavedPredictions
-from gears_ddp.inference.pair_screen import PairScreenJob, model_record, run_pair_screen, score_chunks_here
+from gears_ddp.inference.pair_screen_job import PairScreenJob, model_record, run_pair_screen, score_chunks_here
 from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_CHUNK_PAIRS, PairScreenOptions
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor
 from gears_ddp.inference.saved_predictions import forget_own
@@ -31,7 +31,8 @@ from gears_ddp.interactions.calls import pair_scores
 from gears_ddp.interactions.observed import observed_interactions
 from gears_ddp.interactions.pair_tables import score_gene_positions, trained_conditions
 from gears_ddp.interactions.scores import scoring_device
-from gears_ddp.model.folder import (
+from gears_ddp.model.losses import LossContext
+from gears_ddp.model.model_folder import (
     GRAPH_KEYS,
     load_weights,
     model_config,
@@ -39,17 +40,16 @@ from gears_ddp.model.folder import (
     save_model_folder,
     saved_model_options,
 )
-from gears_ddp.model.losses import LossContext
+from gears_ddp.model.model_options import ModelOptions
 from gears_ddp.model.network import GEARSModel
-from gears_ddp.model.options import ModelOptions
 from gears_ddp.runtime.devices import checked_device
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
-from gears_ddp.training.options import TrainingOptions
 from gears_ddp.training.recipe import TrainingResult
 from gears_ddp.training.save_folder import held_save_path
 from gears_ddp.training.tracking import start_wandb
 from gears_ddp.training.trainer import READ_FROM_OPTIONS, TrainedModel, Trainer, loaders_for
+from gears_ddp.training.training_options import TrainingOptions
 
 logger = get_logger(__name__)
 
@@ -331,7 +331,7 @@ class GEARS:
         """An in-silico pair screen in this process: every pair of ``genes`` scored as
         ``GI_predict`` scores one, a row per pair; ``out`` (.csv): written with its record,
         resumable from finished chunks of ``chunk_pairs`` pairs, another screen there refused
-        unless ``overwrite`` (``inference.pair_screen.run_pair_screen``; docs/screens.md).
+        unless ``overwrite`` (``inference.pair_screen_job.run_pair_screen``; docs/screens.md).
         ``seed``: of the drawn control cells, with the drawn-cells ``change`` only. The
         options are ``inference.pair_screen_options.PairScreenOptions``."""
         given = {"GI_genes_file": GI_genes_file, "change": change, "seeds": [seed], "chunk_pairs": chunk_pairs}

@@ -11,7 +11,7 @@ from stand_in_graphs import FailingGraph, ReplayingGraph
 from gears_ddp import GEARS
 from gears_ddp.training import recipe
 from gears_ddp.training.engine import optimizer_steps
-from gears_ddp.training.options import TrainingOptions
+from gears_ddp.training.training_options import TrainingOptions
 
 
 def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_size=64, **train_options):

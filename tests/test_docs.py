@@ -6,7 +6,7 @@ python tests/test_docs.py --write     # rewrite it after changing an option
 import sys
 from pathlib import Path
 
-from gears_ddp.distributed.run_config import option_reference, option_sections
+from gears_ddp.distributed.run_options import option_reference, option_sections
 
 OPTIONS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "options.md"
 
@@ -55,7 +55,7 @@ def test_every_file_and_page_the_documentation_names_exists():
 
 
 def test_the_screen_page_says_what_every_score_and_column_means():
-    from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS
+    from gears_ddp.inference.pair_screen_job import PAIR_SCREEN_COLUMN_MEANINGS
     from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS
     from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
     from gears_ddp.interactions.scores import GI_SCORE_NAMES

@@ -113,7 +113,7 @@ def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():
 
 
 def test_learning_rate_scaling_with_the_effective_batch():
-    from gears_ddp.distributed.config import TrainingArgs
+    from gears_ddp.distributed.config_sections import TrainingArgs
 
     args = {"lr": 1e-3, "grad_accum_steps": 2}
     assert TrainingArgs.from_dict({**args, "lr_scaling": "linear"}).scaled_lr(4) == pytest.approx(8e-3)
@@ -125,7 +125,7 @@ def test_learning_rate_scaling_with_the_effective_batch():
 
 def test_deterministic_algorithms_hold_for_the_block_and_the_setting_comes_back(monkeypatch):
     from gears_ddp.runtime.determinism import CUBLAS_WORKSPACE_CONFIG, deterministic_algorithms
-    from gears_ddp.training.options import TrainingOptions
+    from gears_ddp.training.training_options import TrainingOptions
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     assert not torch.are_deterministic_algorithms_enabled()

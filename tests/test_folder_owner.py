@@ -22,7 +22,7 @@ from gears_ddp import GEARS, PertData, train_multi_gpu
 from gears_ddp.cli import main
 from gears_ddp.cli.demo import replacing_earlier_demo
 from gears_ddp.distributed.replicates import ReplicatesFailed, train_replicates
-from gears_ddp.distributed.run_config import RunOptions, run_options_with_overrides
+from gears_ddp.distributed.run_options import RunOptions, run_options_with_overrides
 from gears_ddp.launching.choose import launch
 from gears_ddp.launching.environments import TorchrunEnvironment, find_free_port
 from gears_ddp.runtime import folder_lock
@@ -361,7 +361,7 @@ def test_an_unfinished_runs_checkpoints_are_kept_too(data_folder, tmp_path):
 
 
 def test_overwrite_with_resume_or_without_a_save_path_is_refused_naming_both():
-    from gears_ddp.training.options import TrainingOptions
+    from gears_ddp.training.training_options import TrainingOptions
 
     with pytest.raises(ValueError, match="resume_from.*overwrite_save_path.*give one of them"):
         TrainingOptions.from_dict({"save_path": "x", "resume_from": "auto", "overwrite_save_path": True}, "args")

@@ -19,8 +19,8 @@ from gears_ddp.launching.environments import find_free_port
 from gears_ddp.launching.process_group import cleanup_ddp, setup_ddp
 from gears_ddp.launching.rank_training import spawned_rank
 from gears_ddp.launching.supervisor import spawn_workers
-from gears_ddp.model.folder import read_weights
 from gears_ddp.model.losses import LossContext
+from gears_ddp.model.model_folder import read_weights
 from gears_ddp.runtime.ranks import ProcessGroupRanks
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
 from gears_ddp.training.engine import Precision, batch_loss, training_step

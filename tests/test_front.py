@@ -14,8 +14,8 @@ from test_layers import LAYER_OF, PACKAGE, module_name, part_of
 from gears_ddp.evaluation.metrics import EvaluationAccumulator
 from gears_ddp.model.losses import LossContext
 from gears_ddp.model.network import GEARSModel
-from gears_ddp.training.options import TrainingOptions
 from gears_ddp.training.recipe import TrainingInputs, TrainingRecipe, TrainingResult
+from gears_ddp.training.training_options import TrainingOptions
 
 BELOW_THE_FRONT = {part for part, level in LAYER_OF.items() if level < LAYER_OF["gears"]}
 

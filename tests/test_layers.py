@@ -38,8 +38,8 @@ PLACED_APART = {
     "gears_ddp.launching.environments": "_logging",
     # a run's options, checked once, which launching starts and distributed schedules: they
     # import nothing above training
-    "gears_ddp.distributed.config": "gears",
-    "gears_ddp.distributed.run_config": "gears",
+    "gears_ddp.distributed.config_sections": "gears",
+    "gears_ddp.distributed.run_options": "gears",
 }
 
 

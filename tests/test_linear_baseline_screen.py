@@ -13,7 +13,7 @@ from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.data.screen_means import read_screen_means
 from gears_ddp.evaluation.baselines import PRETRAINED, baseline_predictions
 from gears_ddp.evaluation.linear_baseline import LinearModel, other_screen_embedding
-from gears_ddp.training.options import TrainingOptions
+from gears_ddp.training.training_options import TrainingOptions
 
 OTHER_SINGLES = [f"G{i}+ctrl" for i in range(0, 40, 2)]  # every other gene perturbed: G0, G2, ..., G38
 

@@ -6,10 +6,10 @@ import inspect
 
 import pytest
 
-from gears_ddp.distributed.config import TrainingArgs
-from gears_ddp.distributed.run_config import option_help
+from gears_ddp.distributed.config_sections import TrainingArgs
+from gears_ddp.distributed.run_options import option_help
 from gears_ddp.gears import GEARS
-from gears_ddp.model.options import ModelOptions
+from gears_ddp.model.model_options import ModelOptions
 
 
 def test_model_initialize_shows_every_model_option_with_its_default():

@@ -15,7 +15,7 @@ from test_cli import _write_config
 from test_launch import _clean_environment, _launch_arguments, _report
 
 from gears_ddp.launching.environments import find_free_port
-from gears_ddp.model.folder import read_weights
+from gears_ddp.model.model_folder import read_weights
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ from gears_ddp.report.not_applicable import not_applicable_reason
 from gears_ddp.report.plots import figure_replicate_values
 from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.replicate_summary import replicate_table, summarise_replicates
-from gears_ddp.report.run_folder import write_run_report
+from gears_ddp.report.run_files import write_run_report
 from gears_ddp.report.verdicts import compare, verdict_records, verdict_table
 
 OPPOSITE = "frac_opposite_direction_top20_non_dropout"

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from test_interaction_scores import _published_scores
-from test_screen import _assert_close_scores
-from test_screen_replicates import models, replicates  # noqa: F401 (fixtures: three trained runs)
+from test_pair_screen import _assert_close_scores
+from test_pair_screen_replicates import models, replicates  # noqa: F401 (fixtures: three trained runs)
 
 from gears_ddp import GEARS, PertData
 from gears_ddp.cli import main
-from gears_ddp.inference.pair_screen import read_table
+from gears_ddp.inference.pair_screen_job import read_table
 from gears_ddp.inference.prediction import query_sets
 from gears_ddp.interactions.agreement import compare_calls
 from gears_ddp.interactions.observed import observed_changes, observed_interactions, observed_pairs

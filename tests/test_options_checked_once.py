@@ -22,7 +22,7 @@ import yaml
 from gears_ddp import GEARS, PertData
 from gears_ddp.cli import main
 from gears_ddp.distributed.replicates import train_replicates
-from gears_ddp.distributed.run_config import RunOptions
+from gears_ddp.distributed.run_options import RunOptions
 from gears_ddp.launching.choose import launch
 from gears_ddp.launching.environments import TorchrunEnvironment, find_free_port
 from gears_ddp.train_distributed import train_ddp_worker, train_multi_gpu
@@ -41,10 +41,10 @@ def instrument(path, setattr=setattr):
     import gears_ddp.launching.launchers, gears_ddp.distributed.replicates, gears_ddp.train_distributed  # noqa
     import gears_ddp.launching.choose, gears_ddp.cli.train  # noqa
     from gears_ddp.data import loaders
-    from gears_ddp.model.options import ModelOptions
+    from gears_ddp.model.model_options import ModelOptions
     from gears_ddp.runtime import devices
     from gears_ddp.training import save_folder
-    from gears_ddp.training.options import TrainingOptions
+    from gears_ddp.training.training_options import TrainingOptions
 
     def counted(name, function):
         def checker(*args, **kwargs):

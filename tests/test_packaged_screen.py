@@ -37,7 +37,7 @@ from gears_ddp.datasets.real_screen import (
     write_papalexi2021_go_gene_sets,
 )
 from gears_ddp.model.graph_conv import normalised_edges
-from gears_ddp.model.options import ModelOptions
+from gears_ddp.model.model_options import ModelOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT.parent / "shared" / "data" / "real"

@@ -13,11 +13,11 @@ import torch
 from gears_testing import exact_on
 
 from gears_ddp import PertData, train_multi_gpu
-from gears_ddp.distributed.config import TrainingArgs
+from gears_ddp.distributed.config_sections import TrainingArgs
 from gears_ddp.gears import GEARS
-from gears_ddp.model.folder import read_weights
+from gears_ddp.model.model_folder import read_weights
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
-from gears_ddp.training.options import TrainingOptions
+from gears_ddp.training.training_options import TrainingOptions
 
 SPLIT = {"split": "simulation", "seed": 1}
 

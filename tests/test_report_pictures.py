@@ -28,7 +28,7 @@ from gears_ddp.report.plots import (
     subgroup_label,
     true_change_per_gene,
 )
-from gears_ddp.report.run_folder import PAGE_FILE
+from gears_ddp.report.run_files import PAGE_FILE
 from gears_ddp.report.verdicts import compare
 
 BASELINE_NAMES = ("no_change", "mean_effect", "additive", "linear")

@@ -18,7 +18,7 @@ from test_launch import _clean_environment, _launch_arguments, _report
 from gears_ddp import PertData, train_multi_gpu
 from gears_ddp.gears import GEARS
 from gears_ddp.launching.environments import find_free_port
-from gears_ddp.model.folder import read_weights
+from gears_ddp.model.model_folder import read_weights
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.training.checkpoint import checkpoint_files, latest_checkpoint, load_training_checkpoint
 

@@ -6,7 +6,7 @@ them; refusing to predict with untrained weights stays for everything else."""
 import numpy as np
 import pytest
 from reference_package import published_gears
-from test_screen import _assert_close_scores
+from test_pair_screen import _assert_close_scores
 
 from gears_ddp import GEARS
 from gears_ddp.interactions.calls import genetic_interaction_scores

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gears_ddp.distributed.run_config import checked_run_options
+from gears_ddp.distributed.run_options import checked_run_options
 from gears_ddp.sweeps.space import SearchSpace, SearchSpaceError, with_values
 
 RUN = {"pert_data_path": "./data", "dataset_name": "norman", "args": {"epochs": 3}}
@@ -71,7 +71,7 @@ def test_a_value_the_runs_own_checks_refuse_is_named_before_any_trial():
 
 def test_a_storage_that_does_not_answer_and_a_study_of_another_space_are_named(tmp_path):
     from gears_ddp.sweeps.study import SweepError, load_or_create_study, open_storage
-    from gears_ddp.sweeps.sweep import PRUNER
+    from gears_ddp.sweeps.train_sweep import PRUNER
 
     with pytest.raises(
         SweepError, match="--storage postgresql://nobody@127.0.0.1:9/none: the database does not answer"

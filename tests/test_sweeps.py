@@ -17,7 +17,7 @@ import yaml
 from test_launch import _clean_environment
 
 from gears_ddp.data.io import write_yaml
-from gears_ddp.sweeps import sweep as sweep_module
+from gears_ddp.sweeps import train_sweep as sweep_module
 
 pytestmark = pytest.mark.distributed
 SPLIT = {"split": "simulation", "seed": 1}

@@ -8,7 +8,7 @@ import pytest
 import torch.multiprocessing as mp
 
 from gears_ddp.launching.environments import find_free_port
-from gears_ddp.model.folder import read_weights
+from gears_ddp.model.model_folder import read_weights
 
 pytestmark = pytest.mark.distributed
 

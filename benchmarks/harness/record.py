@@ -39,7 +39,7 @@ def add_json_argument(parser) -> None:
 def write_figures(path, figures: dict) -> None:
     """``--json``: ``figures`` with the command line and the machine, as strict JSON (NaN and
     infinities as null) at ``path``."""
-    from gears_ddp.report.run_folder import write_json
+    from gears_ddp.report.run_files import write_json
 
     write_json(path, {"command": sys.argv, "machine": describe_machine(), **figures})
 

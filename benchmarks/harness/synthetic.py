@@ -71,7 +71,7 @@ def prepared_synthetic(folder: Path, args, hidden_size: int):
     prepared as ``train_multi_gpu`` prepares it (split ``SPLIT``, graphs built and cached),
     in shared memory."""
     from gears_ddp.datasets import write_synthetic_dataset
-    from gears_ddp.distributed.config import SplitConfig, TrainingArgs
+    from gears_ddp.distributed.config_sections import SplitConfig, TrainingArgs
     from gears_ddp.launching.launchers import shared_data
 
     write_synthetic_dataset(folder, **synthetic_options(args))
@@ -112,7 +112,7 @@ def write_raw_input(folder: Path, args, **generator_options) -> Path:
     h5ad's path. ``generator_options`` are more ``make_synthetic_perturb_seq`` settings."""
     from gears_ddp.data.graphs import jaccard_edge_list
     from gears_ddp.datasets import make_synthetic_perturb_seq
-    from gears_ddp.datasets.folder import TRUE_MEANS_FILE
+    from gears_ddp.datasets.synthetic_folder import TRUE_MEANS_FILE
 
     synthetic = make_synthetic_perturb_seq(**synthetic_options(args), **generator_options)
     folder.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gears_ddp.cli.shared_options import add_set
 from gears_ddp.cli.train import run_training
-from gears_ddp.distributed.run_config import RunOptions, run_options_with_overrides
+from gears_ddp.distributed.run_options import RunOptions, run_options_with_overrides
 
 NAME = "demo"
 DEMO_RUN_PATH, DEMO_PRESET, DEMO_SYNTHETIC_NAME = "./runs/demo", "norman", "synthetic"
@@ -103,7 +103,7 @@ def replacing_earlier_demo(run: RunOptions) -> RunOptions:
     of the same data is kept (the run is refused there, as any run is)."""
     import yaml
 
-    from gears_ddp.report.run_folder import read_settings
+    from gears_ddp.report.run_files import read_settings
 
     args = run.args
     if (

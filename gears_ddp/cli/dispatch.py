@@ -16,18 +16,22 @@
     gears-ddp interactions --data-path ./data --name my_screen --out observed.csv   observed calls only
     gears-ddp process --adata screen.h5ad --data-path ./data --name my_screen [--normalize --go-gene-sets go.gmt]
 
-``train`` starts one worker per GPU of the machine (or ``args.cpu_processes`` CPU
-processes) as ``train_multi_gpu`` does, or runs this process's rank under torchrun or srun;
-``--seeds`` (or a ``replicates`` key) trains replicates as ``train_replicates`` does.
-``evaluate``, ``predict``, ``screen`` and ``interactions --run`` read a run folder
-(docs/command-line.md); ``check`` lists every problem of a screen at once, processing
-nothing. ``gears-ddp COMMAND --help`` says more.
-
-Exit status: 0 done (``check``: the screen would train), 2 a bad configuration, input or
-path, or a run folder in use by another run (``check``: a problem stops the screen), 75
-stopped by a signal with a checkpoint (continue with ``--set args.resume_from=auto``;
-replicates: the same command), 1 anything else (a replicate that failed included).
-"""
+``train`` on one machine starts one worker per GPU (or ``args.cpu_processes`` CPU
+processes) as ``train_multi_gpu`` does; under torchrun or srun it runs this process's rank,
+with the same configuration. ``--seeds`` (or a ``replicates`` key) trains one run per seed
+concurrently over the devices, as ``train_replicates`` does, and summarises them.
+``evaluate`` and ``predict`` read a run folder: its
+``config.yaml`` says where the data is and how it was split, its model folder holds the
+weights; so does ``screen``, which scores every pair of a gene set for genetic
+interactions on every GPU (or one process per CPU core), and given replicates (or several
+run folders) says how far the models agree on each call. ``check`` reads a screen (or a
+processed dataset) as ``process`` and ``train`` would, processes nothing, and lists every
+problem at once, each with its fix. Exit status: 0 done (``check``: the screen would
+train), 2 a bad configuration, input or path, or a run folder in use by another run
+(``check``: a problem stops the screen), 75 stopped by a signal with a checkpoint (continue with ``--set
+args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
+failed included).
+"""  # noqa: E501 (this docstring is the --help text, kept as it reads)
 
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from gears_ddp._logging import enable_console_logging
 from gears_ddp.cli import check, demo, evaluate, interactions, pair_screen, predict, process, sweep, train
 from gears_ddp.cli.exit_status import EXIT_BAD_INPUT, EXIT_FAILED
 from gears_ddp.data.download import DownloadError
-from gears_ddp.distributed.run_config import RunConfigError
+from gears_ddp.distributed.run_options import RunConfigError
 from gears_ddp.runtime.folder_lock import FolderInUse
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss

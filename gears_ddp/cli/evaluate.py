@@ -18,7 +18,7 @@ def add_parser(subparsers):
 
 
 def run(options) -> int:
-    from gears_ddp.report.run_folder import write_json
+    from gears_ddp.report.run_files import write_json
     from gears_ddp.runs.saved_runs import open_run
 
     saved = open_run(options.run, options.overrides)

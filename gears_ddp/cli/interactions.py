@@ -63,7 +63,7 @@ def interactions_help() -> str:
 
 
 def run(options) -> int:
-    from gears_ddp.inference.pair_screen import checked_output_file, write_record, write_table
+    from gears_ddp.inference.pair_screen_job import checked_output_file, write_record, write_table
     from gears_ddp.interactions.agreement import agreement_lines
     from gears_ddp.runs.interaction_check import check_saved_runs
 
@@ -85,7 +85,7 @@ def run(options) -> int:
 def _observed_only(options, out: Path) -> int:
     """The observed calls of the processed dataset ``--data-path``/``--name``, and how many of each."""
     from gears_ddp.data.pertdata import PertData
-    from gears_ddp.inference.pair_screen import write_table
+    from gears_ddp.inference.pair_screen_job import write_table
     from gears_ddp.interactions.agreement import CALL_NAMES
     from gears_ddp.interactions.calls import CALL_ORDER
     from gears_ddp.interactions.observed import observed_interactions

@@ -86,7 +86,7 @@ def add_parser(subparsers):
 
 def pair_screen_help() -> str:
     """The meaning of every column of a pair screen's table, for ``gears-ddp screen --help``."""
-    from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS
+    from gears_ddp.inference.pair_screen_job import PAIR_SCREEN_COLUMN_MEANINGS
     from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS
     from gears_ddp.interactions.calls import INTERACTION_TYPE_MEANINGS
     from gears_ddp.interactions.scores import GI_SCORE_MEANINGS
@@ -109,9 +109,9 @@ def pair_screen_help() -> str:
 
 def run(options) -> int:
     from gears_ddp.data.io import write_h5ad
-    from gears_ddp.distributed.pair_screen import pair_screen_checked
+    from gears_ddp.distributed.pair_screen_workers import pair_screen_checked
     from gears_ddp.inference.figures import plot_pair_screen
-    from gears_ddp.inference.pair_screen import PairScreenFolder, checked_output_file, pair_screen_changes
+    from gears_ddp.inference.pair_screen_job import PairScreenFolder, checked_output_file, pair_screen_changes
     from gears_ddp.inference.replicate_pair_screen import ReplicatePairScreenFolder
     from gears_ddp.interactions.calls import read_gene_list
     from gears_ddp.runs.saved_runs import is_replicates_folder, load_run

@@ -10,14 +10,14 @@ from pathlib import Path
 
 from gears_ddp.cli.exit_status import EXIT_FAILED
 from gears_ddp.cli.shared_options import add_set
-from gears_ddp.distributed.run_config import (
+from gears_ddp.distributed.run_options import (
     RunConfigError,
     RunOptions,
     option_help,
     read_run_options,
     run_options_with_overrides,
 )
-from gears_ddp.report.run_folder import CONFIG_FILE, PAGE_FILE
+from gears_ddp.report.run_files import CONFIG_FILE, PAGE_FILE
 
 NAME = "train"
 

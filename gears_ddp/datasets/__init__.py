@@ -5,14 +5,14 @@ Perturb-seq generator and the writer of a complete data folder.
 May import: ``data``.
 """
 
-from gears_ddp.datasets.folder import (
+from gears_ddp.datasets.real_screen import papalexi2021, papalexi2021_go_gene_sets, write_papalexi2021_dataset
+from gears_ddp.datasets.synthetic import PRESETS, SyntheticPerturbSeq, make_synthetic_perturb_seq, preset
+from gears_ddp.datasets.synthetic_folder import (
     read_ground_truth,
     read_true_means,
     write_synthetic_dataset,
     write_synthetic_screen,
 )
-from gears_ddp.datasets.real_screen import papalexi2021, papalexi2021_go_gene_sets, write_papalexi2021_dataset
-from gears_ddp.datasets.synthetic import PRESETS, SyntheticPerturbSeq, make_synthetic_perturb_seq, preset
 
 __all__ = [
     "PRESETS",

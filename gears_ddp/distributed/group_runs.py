@@ -1,6 +1,6 @@
 """Several runs over the devices of one machine: the devices cut into groups, each group
 training one run at a time and taking the next when it is done, every running group
-watched at once. ``train_replicates`` (``replicates``) and sweeps (``sweeps.sweep``) place
+watched at once. ``train_replicates`` (``replicates``) and sweeps (``sweeps.train_sweep``) place
 their runs this way.
 
 Each run is trained as ``train_multi_gpu`` trains one, started through
@@ -26,12 +26,12 @@ from typing import Callable
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.run_config import RunOptions
+from gears_ddp.distributed.run_options import RunOptions
 from gears_ddp.launching.choose import launch
 from gears_ddp.launching.launchers import GroupOfRanks, shared_data
 from gears_ddp.launching.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
 from gears_ddp.launching.worker_messages import RunDiverged, RunInterrupted, RunReport
-from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE
+from gears_ddp.report.run_files import PAGE_FILE, REPORT_FILE
 from gears_ddp.runtime.stopping import STOP_SIGNALS
 
 logger = get_logger(__name__)
@@ -53,6 +53,8 @@ class GroupRun:
 
     @property
     def folder(self) -> Path:
+        """The run's folder (a run of a group always has one: its scheduler gave it)."""
+        assert self.run.args.save_path is not None, "a run of a group is given its folder"
         return Path(self.run.args.save_path)
 
 
@@ -101,7 +103,8 @@ class GroupScheduler:
         'error': ..., 'seconds': ...}``) and the stop signal received (0 when none);
         ``settled(run, outcome, stopping)`` is called as each run ends (``stopping``: a stop
         signal was received), before the next is drawn."""
-        running, live, outcomes, exhausted = {}, [], {}, False
+        running, outcomes, exhausted = {}, {}, False
+        live: list[multiprocessing.process.BaseProcess] = []  # every running worker, which a stop signal reaches
         with signals_passed_on(STOP_SIGNALS, live) as received:
             try:
                 while True:

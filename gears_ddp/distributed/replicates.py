@@ -33,15 +33,15 @@ from pathlib import Path
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.distributed.config_sections import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, finished_report
-from gears_ddp.distributed.run_config import RunOptions, write_run_config
+from gears_ddp.distributed.run_options import RunOptions, write_run_config
 from gears_ddp.launching.choose import refuse_replicates_under_a_launcher
 from gears_ddp.launching.main_guard import check_main_guard
 from gears_ddp.launching.supervisor import DistributedTrainingError
 from gears_ddp.report.page_builder import flatten_settings
 from gears_ddp.report.replicate_report import write_replicate_report
-from gears_ddp.report.run_folder import CONFIG_FILE, REPORT_FILE, log_file, read_settings
+from gears_ddp.report.run_files import CONFIG_FILE, REPORT_FILE, log_file, read_settings
 from gears_ddp.runtime.devices import located_devices
 from gears_ddp.runtime.stopping import TrainingInterrupted, signal_name
 from gears_ddp.training.save_folder import held_save_path
@@ -94,8 +94,11 @@ class Replicate:
 
 
 def plan_replicates(replicates: ReplicateOptions, split: SplitConfig, options: TrainingArgs) -> list[Replicate]:
-    """The replicates, in the order given: one per seed, per split seed, or per pair."""
-    count = len(replicates.seeds or replicates.split_seeds)
+    """The replicates, in the order given: one per seed, per split seed, or per pair, each in
+    its folder under ``options.save_path`` (which a replicated run's check requires)."""
+    if options.save_path is None:
+        raise ValueError("replicates need args['save_path']: each trains in its own folder under it")
+    count = len(replicates.seeds or replicates.split_seeds or [])
     seeds = replicates.seeds or [options.seed] * count
     split_seeds = replicates.split_seeds or [split.options.get("seed", 1)] * count
     runs = []
@@ -196,9 +199,9 @@ def train_replicates(
 
     Returns the summary (``report.json`` of ``save_path``): ``'replicates'`` (each one's
     seeds, folder and status), ``'finished'``, ``'metrics'`` (per metric and subgroup: each
-    method's mean and sd, each baseline's paired difference with its 95% t-interval and
-    verdict), ``'interval_method'`` and ``'report_path'``. Raises ``ReplicatesFailed``
-    (with the summary) when some failed, ``TrainingInterrupted`` when a signal stopped them.
+    method's mean and sd, each baseline's paired difference with its 95% bootstrap interval over
+    replicates and perturbations, and its verdict), ``'interval_method'`` and ``'report_path'``.
+    Raises ``ReplicatesFailed`` (with the summary) when some failed, ``TrainingInterrupted`` when a signal stopped them.
     Every check runs before any process starts.
     """
     check_main_guard("train_replicates")
@@ -214,6 +217,7 @@ def train_checked_replicates(run: RunOptions) -> dict:
     ``replicates``); refused under torchrun or srun."""
     refuse_replicates_under_a_launcher()
     split, options, plan = run.split, run.args, run.replicates
+    assert plan is not None and options.save_path is not None, "RunOptions.checked requires both for replicates"
     groups = device_groups(located_devices(run.n_gpus, run.gpu_ids, options.cpu_processes), plan)
     top = Path(options.save_path)
     config = run.config()

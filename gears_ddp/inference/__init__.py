@@ -1,6 +1,6 @@
 """Using a trained model: predictions of perturbation queries and their changes over control
 (``prediction``; the genetic-interaction scores are ``gears_ddp.interactions``'),
-in-silico pair screens (``pair_screen``, their options ``pair_screen_options``), pair screens
+in-silico pair screens (``pair_screen_job``, their options ``pair_screen_options``), pair screens
 over replicates (``replicate_pair_screen``) and how far the models agree on each call
 (``pair_screen_statistics``), the perturbation figure and the pair screen's map
 (``figures``), predictions in cell-eval's layout (``cell_eval_export``), and the published

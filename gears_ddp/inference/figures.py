@@ -122,7 +122,7 @@ GREYED_WEIGHT, GREYED_TO = 0.2, 0.8  # a greyed-out cell keeps a fifth of its co
 
 
 def plot_pair_screen(table, save_file: str | os.PathLike | None = None, top: int = 10):
-    """The map of a screen (``inference.pair_screen.pair_screen_table``): a heatmap of ``log2(mag)``
+    """The map of a screen (``inference.pair_screen_job.pair_screen_table``): a heatmap of ``log2(mag)``
     over every pair of its genes (red: synergy, the double changes more than the singles'
     sum; blue: suppression, less; white: additive), the genes ordered by similarity of
     their rows (average-linkage clustering), pairs seen in training dotted, and beside it

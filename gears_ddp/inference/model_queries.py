@@ -36,7 +36,7 @@ from gears_ddp.interactions.agreement import agreement_record, compare_calls
 from gears_ddp.interactions.observed import observed_interactions, predicted_interactions
 from gears_ddp.interactions.pair_tables import trained_conditions
 from gears_ddp.interactions.scores import scoring_device
-from gears_ddp.model.folder import GRAPH_KEYS
+from gears_ddp.model.model_folder import GRAPH_KEYS
 
 RETURN_TYPES = ("dict", "dataframe", "anndata", "cell-eval")
 NO_MODEL = "no model yet: call model_initialize(...) or load_pretrained(path) first"

@@ -1,5 +1,5 @@
 """The options of an in-silico pair screen, declared once: what ``GEARS.screen``,
-``distributed.pair_screen.pair_screen_on_devices``, ``runs.pair_screens.pair_screen_replicates``
+``distributed.pair_screen_workers.pair_screen_on_devices``, ``runs.pair_screens.pair_screen_replicates``
 and ``gears-ddp screen`` take besides the model(s) and the genes.
 
 Each edge (a Python call, the command line) builds one ``PairScreenOptions`` with

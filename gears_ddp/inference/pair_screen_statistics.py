@@ -2,7 +2,7 @@
 types of each pair of a screen agree across independently trained models (replicates), and
 how far they move within one model when its changes carry the published drawn-cells noise.
 
-The input is each model's screen tables (``inference.pair_screen.pair_screen_table``) over the same
+The input is each model's screen tables (``inference.pair_screen_job.pair_screen_table``) over the same
 pairs in the same order: one table per model with the exact change, one per draw of control
 cells (one seed each) with the drawn-cells change. A model's value of a score is the mean
 over its draws. Two kinds of uncertainty, in columns of their own:
@@ -18,7 +18,7 @@ over its draws. Two kinds of uncertainty, in columns of their own:
   on the seed and the genes only), so that noise shifts all models alike and does not show
   in the spread across models.
 
-For each interaction type (``interactions.interaction_types``), from each model's own call:
+For each interaction type (``calls.interaction_types``), from each model's own call:
 ``<type>`` is the call most models make (a tie goes to the first call of ``CALL_ORDER``: no
 interaction before one), ``<type>_agreement`` the share of models making it, and
 ``<type>_confident`` whether the call holds across the models (``CONFIDENT_RULE``).

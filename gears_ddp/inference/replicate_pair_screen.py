@@ -3,7 +3,7 @@ or any run folders) screens the same pairs, and one table summarises them across
 (``pair_screen_statistics``): per pair and score the mean, sd and 95% interval, per interaction
 type the majority call, the models' agreement with it and whether it is confident.
 
-Each model's screen is an ordinary screen (``pair_screen.run_pair_screen``), resumable as any; with
+Each model's screen is an ordinary screen (``pair_screen_job.run_pair_screen``), resumable as any; with
 an output file ``<out>`` it is written to ``<out>.models/<model>.csv`` (with the
 drawn-cells change one per draw of control cells, ``<model>.draw-<seed>.csv``), with its
 record and, while it runs, its partial folder. The summary is computed from those tables:
@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 
 from gears_ddp._logging import get_logger
-from gears_ddp.inference.pair_screen import (
+from gears_ddp.inference.pair_screen_job import (
     PairScreenFolder,
     PairScreenJob,
     checked_output_file,
@@ -104,7 +104,7 @@ def run_replicate_pair_screen(
     """The summary over models (``pair_screen_statistics.summarise_models``) of the screens
     ``jobs`` describes: for each model (by name) one job per draw of control cells (one with
     the exact change), every job of the same genes and options. Each is computed by
-    ``screen.run_pair_screen`` with ``execute``; with ``out``, each model's table is written
+    ``pair_screen_job.run_pair_screen`` with ``execute``; with ``out``, each model's table is written
     under ``<out>.models/`` (resumable) and the summary to ``out`` (``ReplicatePairScreenFolder``)."""
     first = check_same_pair_screen(jobs)
     folder = None if out is None else ReplicatePairScreenFolder(out)

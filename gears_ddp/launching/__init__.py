@@ -18,5 +18,5 @@ launcher protocol, one place that chooses):
 ``train_multi_gpu`` itself is in ``gears_ddp.train_distributed``, the seed guide's module.
 
 May import: ``gears`` (the API) and every layer below it, and the run's options
-(``distributed.config``, ``distributed.run_config``).
+(``distributed.config_sections``, ``distributed.run_options``).
 """

@@ -1,6 +1,6 @@
 """The launchers: each starts a run's ranks one way, after the opening every run shares.
 
-A run's options come in checked once (``run_config.RunOptions``). The opening, done once by
+A run's options come in checked once (``run_options.RunOptions``). The opening, done once by
 ``open_and_start`` for every launcher: the save folder taken and checked (by the process that
 writes the run folder, which holds it until the ranks end: ``training.save_folder``), the
 resume checkpoint read, the configuration written there, and the data prepared. It then
@@ -33,8 +33,8 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.preparation import prepare_data
-from gears_ddp.distributed.config import SplitConfig, TrainingArgs
-from gears_ddp.distributed.run_config import RunOptions, write_run_config
+from gears_ddp.distributed.config_sections import SplitConfig, TrainingArgs
+from gears_ddp.distributed.run_options import RunOptions, write_run_config
 from gears_ddp.launching.environments import LocalEnvironment, find_free_port, is_restart, this_job
 from gears_ddp.launching.rank_training import Placement, place, run_rank, spawned_rank
 from gears_ddp.launching.supervisor import SpawnedWorkers, spawn_workers

@@ -10,6 +10,7 @@ import multiprocessing
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 _IMPORTED_AT = time.time()  # a main script whose file is newer was edited while it ran
 
@@ -18,6 +19,7 @@ def check_main_guard(caller: str) -> None:
     """Refuse to start workers from a script whose call is not under ``if __name__ ==
     "__main__":``. Each spawned worker imports the main script first, so without the guard
     every worker would run the script, and the call, again."""
+    where: str | None
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         where = "the script, which a starting worker process is importing"
     else:
@@ -35,7 +37,7 @@ def _unguarded_call_site() -> str | None:
     """``'file, line N'`` where the main script's top level leads to this call outside an
     ``if __name__ == "__main__":`` block; None when guarded or when the source is unknown
     (an interactive session, ``python -c``, a script edited since it started)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and not (
         frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
     ):
@@ -52,7 +54,7 @@ def _unguarded_call_site() -> str | None:
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.If)
-            and node.lineno <= line <= node.end_lineno
+            and node.lineno <= line <= (node.end_lineno or node.lineno)
             and ast.unparse(node.test).replace("'", '"') in ('__name__ == "__main__"', '"__main__" == __name__')
         ):
             return None

@@ -6,7 +6,7 @@ its own.
   decoder, the BatchNorm weighted by cells per set, the graph convolution
   (torch_geometric's SGConv) and a Linear with its backward pass written out;
 - ``losses``: the GEARS loss (autofocus and direction terms, uncertainty);
-- ``folder``: saved models in the published format (``model.pt``, ``config.pkl``).
+- ``model_folder``: saved models in the published format (``model.pt``, ``config.pkl``).
 
 May import: ``data``.
 """

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from gears_ddp.data.conditions import CONTROL
-from gears_ddp.model.options import ModelOptions
+from gears_ddp.model.model_options import ModelOptions
 
 GAMMA = 2  # the error is raised to 2 + GAMMA
 DEFAULTS = ModelOptions.defaults()  # the loss's weights default to the model options' one definition

@@ -27,7 +27,7 @@ from torch import nn
 from gears_ddp.data.perturbation_sets import PerturbationSets
 from gears_ddp.model.graph_conv import NormalisedAdjacency, SimpleGraphConv
 from gears_ddp.model.linear import linear
-from gears_ddp.model.options import ModelOptions
+from gears_ddp.model.model_options import ModelOptions
 from gears_ddp.model.set_decoder import RowBuffers, decode_sets
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d, running_statistics_together
 

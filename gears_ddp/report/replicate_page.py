@@ -16,7 +16,7 @@ from gears_ddp.evaluation.paired_bootstrap import BEATS, INTERVAL_METHOD, LOSES,
 from gears_ddp.report.numbers import format_comparison, format_duration
 from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
 from gears_ddp.report.replicate_summary import ReplicateVerdict
-from gears_ddp.report.run_folder import PAGE_FILE
+from gears_ddp.report.run_files import PAGE_FILE
 from gears_ddp.report.verdicts import SUBGROUP_NAMES, outcome_line
 
 TITLE = "GEARS replicates"

@@ -27,7 +27,7 @@ from gears_ddp.data.io import atomic_path
 from gears_ddp.evaluation.paired_bootstrap import INTERVAL_METHOD
 from gears_ddp.report.replicate_page import render_replicate_page
 from gears_ddp.report.replicate_summary import GEARS, ReplicateVerdict, summarise_replicates, summary_records
-from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE, write_json
+from gears_ddp.report.run_files import PAGE_FILE, REPORT_FILE, write_json
 from gears_ddp.report.verdicts import SUBGROUP_METRICS, SUBGROUP_NAMES, shown_subgroups, whole_test_set_name
 
 TABLE_FILE = "replicates.csv"

@@ -1,6 +1,6 @@
 """A pair screen over saved replicates: every model of a replicates folder, or of several run
 folders, loaded and its genes checked first, then screened as ``pair_screen_on_devices``
-screens one (``distributed.pair_screen.replicate_pair_screen_on_devices``)."""
+screens one (``distributed.pair_screen_workers.replicate_pair_screen_on_devices``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Sequence
 import pandas as pd
 
 from gears_ddp._options import signature_with
-from gears_ddp.distributed.pair_screen import pair_screen_devices, replicate_pair_screen_on_devices
+from gears_ddp.distributed.pair_screen_workers import pair_screen_devices, replicate_pair_screen_on_devices
 from gears_ddp.inference.pair_screen_options import PairScreenOptions
 from gears_ddp.runs.saved_runs import load_run, run_folders
 
@@ -18,7 +18,7 @@ def pair_screen_replicates(runs, genes, *, overrides: Sequence[str] = (), **opti
     """A pair screen over replicates (``inference.replicate_pair_screen``): every model of
     ``runs`` (a replicates folder, or several run folders: ``saved_runs.run_folders``)
     screens every pair of ``genes`` (None: every gene of the first model's perturbation
-    vocabulary) as ``distributed.pair_screen.pair_screen_on_devices`` does, its pairs shared
+    vocabulary) as ``distributed.pair_screen_workers.pair_screen_on_devices`` does, its pairs shared
     among the workers, and the table summarises the models: per pair and score the mean, sd
     and 95% interval over the models, per interaction type the majority call, the models'
     agreement and whether it is confident (``inference.pair_screen_statistics``). With the

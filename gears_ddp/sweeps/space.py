@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gears_ddp._options import is_int, is_number
-from gears_ddp.distributed.config import TrainingArgs
-from gears_ddp.model.options import ModelOptions
+from gears_ddp.distributed.config_sections import TrainingArgs
+from gears_ddp.model.model_options import ModelOptions
 
 TYPES = ("float", "int", "categorical")
 # options that say where and how a trial runs, which the sweep sets itself, not what it computes

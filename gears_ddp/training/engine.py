@@ -48,7 +48,7 @@ class Precision:
 
     @classmethod
     def for_mode(cls, amp: str, device: torch.device) -> "Precision":
-        """The precision of an ``amp`` option (one of ``options.AMP_MODES``, as ``TrainingOptions``
+        """The precision of an ``amp`` option (one of ``training_options.AMP_MODES``, as ``TrainingOptions``
         checked it) on ``device``: bfloat16 autocast,
         float16 autocast with a gradient scaler (which scales the loss so that small float16
         gradients do not flush to zero, and skips a step whose gradients overflowed), or none."""

@@ -36,11 +36,11 @@ from tqdm import tqdm
 
 from gears_ddp._logging import get_logger
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, compute_metrics
-from gears_ddp.model.folder import parameter_digest
 from gears_ddp.model.losses import LossContext
+from gears_ddp.model.model_folder import parameter_digest
 from gears_ddp.model.network import GEARSModel
 from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
-from gears_ddp.report.run_folder import write_history
+from gears_ddp.report.run_files import write_history
 from gears_ddp.runtime.determinism import deterministic_algorithms
 from gears_ddp.runtime.host_memory import retained_host_memory
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
@@ -51,7 +51,7 @@ from gears_ddp.training.cuda_graphs import CapturedStep, use_cuda_graphs
 from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, training_step, unwrapped
 from gears_ddp.training.finite_loss import LossWatch
 from gears_ddp.training.optimization import Warmup, make_optimizer
-from gears_ddp.training.options import TrainingOptions
+from gears_ddp.training.training_options import TrainingOptions
 
 logger = get_logger(__name__)
 LOG_EVERY_STEPS = 50

@@ -19,9 +19,9 @@ from typing import Iterator
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.io import file_in_the_way
-from gears_ddp.model.folder import CONFIG_FILE as MODEL_CONFIG_FILE
-from gears_ddp.model.folder import VOCABULARY_FILE, WEIGHTS_FILE
-from gears_ddp.report.run_folder import CONFIG_FILE, LOG_FILE, METRICS_FILE, PAGE_FILE, PICTURES, REPORT_FILE
+from gears_ddp.model.model_folder import CONFIG_FILE as MODEL_CONFIG_FILE
+from gears_ddp.model.model_folder import VOCABULARY_FILE, WEIGHTS_FILE
+from gears_ddp.report.run_files import CONFIG_FILE, LOG_FILE, METRICS_FILE, PAGE_FILE, PICTURES, REPORT_FILE
 from gears_ddp.runtime.folder_lock import FolderLock
 from gears_ddp.training.checkpoint import CHECKPOINT_FOLDER, checkpoint_files
 

@@ -27,7 +27,7 @@ from gears_ddp.evaluation.scoring import score
 from gears_ddp.model.losses import LossContext
 from gears_ddp.model.network import GEARSModel
 from gears_ddp.report.examples import prediction_examples
-from gears_ddp.report.run_folder import log_file, write_run_report
+from gears_ddp.report.run_files import log_file, write_run_report
 from gears_ddp.report.verdicts import (
     GEARS,
     compare,
@@ -40,9 +40,9 @@ from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
 from gears_ddp.training.checkpoint import resolve_resume
 from gears_ddp.training.engine import evaluate
-from gears_ddp.training.options import TrainingOptions
 from gears_ddp.training.recipe import TrainingInputs, TrainingRecipe, TrainingResult
 from gears_ddp.training.tracking import start_wandb
+from gears_ddp.training.training_options import TrainingOptions
 
 logger = get_logger(__name__)
 

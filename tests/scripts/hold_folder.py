@@ -17,7 +17,7 @@ folder_lock.HEARTBEAT_S = 3600.0
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2] == "screen":
-        from gears_ddp.inference.pair_screen import held_output
+        from gears_ddp.inference.pair_screen_job import held_output
 
         holding = held_output(Path(sys.argv[3]))
     else:

@@ -3,7 +3,7 @@
 ``train_multi_gpu(..., split_config, args)`` takes plain dicts. ``SplitConfig.from_dict``
 and ``TrainingArgs.from_dict`` turn them into checked dataclasses, so a misspelt key or a
 bad value fails at once with a message naming it, not after a minute of spawning processes.
-``args`` holds every ``GEARS.train`` option under the same name (``options.TrainingOptions``),
+``args`` holds every ``GEARS.train`` option under the same name (``training_options.TrainingOptions``),
 the model options (``model_config``) and the options of the launch itself.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from gears_ddp._options import Options, is_int, option, reject_unknown
 from gears_ddp.data.expression_map import DTYPES
 from gears_ddp.data.pertdata import SPLIT_OPTIONS, STORAGES
-from gears_ddp.model.options import ModelOptions
-from gears_ddp.training.options import TrainingOptions
+from gears_ddp.model.model_options import ModelOptions
+from gears_ddp.training.training_options import TrainingOptions
 
 PERT_DATA_OPTIONS = ("expression_storage", "expression_dtype", "default_pert_graph")  # args given to PertData
 # the defaults of GEARS.train's options that args changes: the loaders are built with them, the model saved there

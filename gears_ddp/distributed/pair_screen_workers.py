@@ -5,7 +5,7 @@ The parent builds the screen's job once (the genes checked, the Theil-Sen subset
 and hands each worker the same job and its own chunks, every ``workers``-th of those left
 to compute. Pairs are independent, so the workers never talk to each other: each writes
 its finished chunks (or, without an output file, sends them to the parent), and the parent
-merges them into one table in pair order (``inference.pair_screen.run_pair_screen``).
+merges them into one table in pair order (``inference.pair_screen_job.run_pair_screen``).
 Chunk layout and forward passes do not depend on the number of workers, so the table does
 not either. A pair screen over replicates (``replicate_pair_screen_on_devices``; its models are
 loaded by ``runs.pair_screens``) screens one model after the other, each shared among the
@@ -26,7 +26,7 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp._options import signature_with
-from gears_ddp.inference.pair_screen import (
+from gears_ddp.inference.pair_screen_job import (
     PairScreenFolder,
     PairScreenJob,
     run_pair_screen,

@@ -28,11 +28,11 @@ import yaml
 from gears_ddp.data.io import write_yaml
 from gears_ddp.data.pertdata import SPLIT_DEFAULTS
 from gears_ddp.data.splits import SPLIT_OPTION_HELP
-from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs, check_replicated_run
-from gears_ddp.model.options import ModelOptions
-from gears_ddp.report.run_folder import CONFIG_FILE
+from gears_ddp.distributed.config_sections import ReplicateOptions, SplitConfig, TrainingArgs, check_replicated_run
+from gears_ddp.model.model_options import ModelOptions
+from gears_ddp.report.run_files import CONFIG_FILE
 from gears_ddp.runtime.devices import check_device_request
-from gears_ddp.training.options import TrainingOptions
+from gears_ddp.training.training_options import TrainingOptions
 
 RUN_KEYS = ("pert_data_path", "dataset_name", "split_config", "args", "n_gpus", "gpu_ids", "replicates")
 RUN_KEY_HELP = {

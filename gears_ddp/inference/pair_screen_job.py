@@ -19,7 +19,7 @@ genes as given. The parts:
   unless asked to overwrite. When every chunk is there the table is written, with the
   record beside it (``<out>.json``), and the partial folder is removed.
 - ``run_pair_screen``: all of it, the chunks computed by an executor: in this process
-  (``score_chunks_here``) or by spawned workers (``distributed.pair_screen``).
+  (``score_chunks_here``) or by spawned workers (``distributed.pair_screen_workers``).
 
 What a screen takes besides the model and the genes is declared once, in
 ``pair_screen_options.PairScreenOptions``.
@@ -47,7 +47,7 @@ from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_CHUNK_PAIRS
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed
 from gears_ddp.interactions.pair_tables import pair_table, score_gene_positions, with_training_columns
 from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores, theil_sen_subsets
-from gears_ddp.model.folder import parameter_digest
+from gears_ddp.model.model_folder import parameter_digest
 from gears_ddp.runtime.folder_lock import FolderLock
 
 logger = get_logger(__name__)

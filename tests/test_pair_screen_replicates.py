@@ -12,19 +12,19 @@ import pandas as pd
 import pytest
 from matplotlib.colors import Normalize
 from scipy import stats
-from test_screen import GENES, Interrupted, _trained
+from test_pair_screen import GENES, Interrupted, _trained
 
 from gears_ddp.cli import main
-from gears_ddp.distributed.config import ReplicateOptions, SplitConfig, TrainingArgs
-from gears_ddp.distributed.run_config import resolved_config, write_run_config
+from gears_ddp.distributed.config_sections import ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.distributed.run_options import resolved_config, write_run_config
 from gears_ddp.inference import figures
-from gears_ddp.inference.pair_screen import PAIR_SCREEN_COLUMN_MEANINGS, PairScreenFolder, read_table
+from gears_ddp.inference.pair_screen_job import PAIR_SCREEN_COLUMN_MEANINGS, PairScreenFolder, read_table
 from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS, confident_counts, summarise_models
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
 from gears_ddp.inference.replicate_pair_screen import REPLICATE_RECORD_FORMAT
 from gears_ddp.interactions.calls import CALL_ORDER, INTERACTION_TYPE_MEANINGS, interaction_types
 from gears_ddp.interactions.scores import GI_SCORE_MEANINGS, GI_SCORE_NAMES
-from gears_ddp.report.run_folder import PAGE_FILE, REPORT_FILE
+from gears_ddp.report.run_files import PAGE_FILE, REPORT_FILE
 from gears_ddp.runs import pair_screens as pair_screens_module
 from gears_ddp.runs.pair_screens import pair_screen_replicates
 from gears_ddp.runs.saved_runs import load_run, run_folders
@@ -247,7 +247,7 @@ def test_an_interrupted_pair_screen_over_replicates_resumes_to_the_same_summary(
 KILLED_PAIR_SCREEN = """
 import sys, time
 from gears_ddp.runs.pair_screens import pair_screen_replicates
-from gears_ddp.inference.pair_screen import PairScreenFolder
+from gears_ddp.inference.pair_screen_job import PairScreenFolder
 
 write_chunk = PairScreenFolder.write_chunk
 
