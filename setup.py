@@ -1,4 +1,5 @@
 """Packaging for gears_ddp: fast single- and multi-device training of GEARS."""
+
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -40,9 +41,22 @@ setup(
     extras_require={
         # torch-geometric, scikit-learn and dcor: the tests compare gears_ddp's graph operator and
         # genetic-interaction scores with theirs (and the DE ranking with scanpy's)
-        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "cell-gears==0.1.2", "torch-geometric>=2.4",
-                 "scikit-learn>=1.0", "dcor>=0.6", "networkx", "cell-eval",
-                 "psycopg[binary]"],  # a sweep's study in a real PostgreSQL server (tests/test_sweeps.py)
+        "test": [
+            "pytest>=7",
+            "pytest-timeout>=2",
+            "pytest-xdist>=3",
+            "cell-gears==0.1.2",
+            "torch-geometric>=2.4",
+            "scikit-learn>=1.0",
+            "dcor>=0.6",
+            "networkx",
+            "cell-eval",
+            "psycopg[binary]",  # a sweep's study in a real PostgreSQL server (tests/test_sweeps.py)
+            # the linter, formatter and type checker CI runs (ruff.toml, mypy.ini), pinned so that a
+            # new release cannot fail a build whose code did not change
+            "ruff==0.17.6",
+            "mypy==2.4.1",
+        ],
         "wandb": ["wandb"],
     },
 )
