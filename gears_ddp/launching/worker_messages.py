@@ -73,7 +73,7 @@ class RunDiverged:
 
 @dataclass(frozen=True)
 class PairScreenChunk:
-    """The scores of one finished chunk of a screen's pairs."""
+    """The scores of one finished chunk of a pair screen's pairs."""
 
     chunk: int
     scores: dict
