@@ -69,7 +69,7 @@ from harness.settings import HIDDEN_SIZE, LR, WEIGHT_DECAY
 from harness.synthetic import add_size_arguments, prepared_synthetic
 from harness.tables import per_rank, print_table
 
-from gears_ddp.distributed.config_sections import TrainingArgs
+from gears_ddp.configuration.sections import TrainingArgs
 from gears_ddp.launching.environments import find_free_port
 from gears_ddp.launching.launchers import local_placements
 from gears_ddp.launching.rank_training import spawned_rank

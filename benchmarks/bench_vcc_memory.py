@@ -261,7 +261,7 @@ def prepare(dataset: Path) -> dict:
     """Prepare the data as ``train_multi_gpu``'s parent does (a child process)."""
     code = (
         "import sys; from gears_ddp.data.preparation import prepare_data;"
-        "from gears_ddp.distributed.config_sections import TrainingArgs;"
+        "from gears_ddp.configuration.sections import TrainingArgs;"
         f"options = TrainingArgs.from_dict({{'model_config': {{'hidden_size': {HIDDEN_SIZE}}}}});"
         f"prepare_data(sys.argv[1], sys.argv[2], {SPLIT!r}, options.model_config)"
     )

@@ -17,7 +17,7 @@ started by torchrun or srun through ``gears-ddp train --config run.yaml``.
 
 from __future__ import annotations
 
-from gears_ddp.distributed.run_options import RunOptions
+from gears_ddp.configuration.run_options import RunOptions
 from gears_ddp.launching.choose import launch
 from gears_ddp.launching.environments import DEFAULT_RENDEZVOUS_PORT, LocalEnvironment
 from gears_ddp.launching.main_guard import check_main_guard

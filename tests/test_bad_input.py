@@ -14,10 +14,10 @@ import toy_data
 
 from gears_ddp import PertData
 from gears_ddp.cli import main
+from gears_ddp.configuration.run_options import resolved_config, write_run_config
+from gears_ddp.configuration.sections import SplitConfig, TrainingArgs
 from gears_ddp.data import io
 from gears_ddp.data.conditions import coded_conditions
-from gears_ddp.distributed.config_sections import SplitConfig, TrainingArgs
-from gears_ddp.distributed.run_options import resolved_config, write_run_config
 from gears_ddp.gears import GEARS
 
 

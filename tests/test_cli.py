@@ -18,9 +18,9 @@ from verdict_reports import report_from_values
 from gears_ddp.cli import demo, main
 from gears_ddp.cli.demo import DEMO_DATA, DEMO_DATA_PATHS, DEMO_FINDINGS
 from gears_ddp.cli.train import _print_summary
+from gears_ddp.configuration.run_options import RunConfigError, apply_override, read_run_config
 from gears_ddp.data import io
 from gears_ddp.data.go_files import read_annotation
-from gears_ddp.distributed.run_options import RunConfigError, apply_override, read_run_config
 from gears_ddp.report.plots import figure_test_metrics
 from gears_ddp.report.verdicts import compare, verdict_records
 

@@ -9,7 +9,7 @@ import torch
 from model_fixtures import make_model, random_batch
 
 from gears_ddp import PertData
-from gears_ddp.distributed.config_sections import SplitConfig, TrainingArgs
+from gears_ddp.configuration.sections import SplitConfig, TrainingArgs
 from gears_ddp.gears import GEARS
 from gears_ddp.launching.environments import find_free_port
 from gears_ddp.launching.launchers import local_placements, shared_data

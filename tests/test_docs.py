@@ -6,7 +6,7 @@ python tests/test_docs.py --write     # rewrite it after changing an option
 import sys
 from pathlib import Path
 
-from gears_ddp.distributed.run_options import option_reference, option_sections
+from gears_ddp.configuration.run_options import option_reference, option_sections
 
 OPTIONS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "options.md"
 

@@ -113,7 +113,7 @@ def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():
 
 
 def test_learning_rate_scaling_with_the_effective_batch():
-    from gears_ddp.distributed.config_sections import TrainingArgs
+    from gears_ddp.configuration.sections import TrainingArgs
 
     args = {"lr": 1e-3, "grad_accum_steps": 2}
     assert TrainingArgs.from_dict({**args, "lr_scaling": "linear"}).scaled_lr(4) == pytest.approx(8e-3)

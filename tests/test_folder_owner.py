@@ -21,8 +21,8 @@ from test_restarts import _ranks, _start, _wait_for_step
 from gears_ddp import GEARS, PertData, train_multi_gpu
 from gears_ddp.cli import main
 from gears_ddp.cli.demo import replacing_earlier_demo
+from gears_ddp.configuration.run_options import RunOptions, run_options_with_overrides
 from gears_ddp.distributed.replicates import ReplicatesFailed, train_replicates
-from gears_ddp.distributed.run_options import RunOptions, run_options_with_overrides
 from gears_ddp.launching.choose import launch
 from gears_ddp.launching.environments import TorchrunEnvironment, find_free_port
 from gears_ddp.runtime import folder_lock

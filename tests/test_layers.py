@@ -21,6 +21,7 @@ LAYERS = (
     ("report",),
     ("interactions",),  # scores of changes, observed and predicted: below inference, which predicts the changes
     ("training", "inference"),
+    ("configuration",),  # a run's options, checked once: what launching starts and distributed schedules
     ("gears",),
     ("launching",),  # starting a run's ranks: cluster environments, launchers, supervision, one rank
     ("distributed",),
@@ -36,10 +37,6 @@ PLACED_APART = {
     # is read from the launchers' variables there, the one module that reads them: it imports
     # nothing from gears_ddp (test_the_environments_import_nothing_from_the_package)
     "gears_ddp.launching.environments": "_logging",
-    # a run's options, checked once, which launching starts and distributed schedules: they
-    # import nothing above training
-    "gears_ddp.distributed.config_sections": "gears",
-    "gears_ddp.distributed.run_options": "gears",
 }
 
 

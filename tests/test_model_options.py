@@ -6,8 +6,8 @@ import inspect
 
 import pytest
 
-from gears_ddp.distributed.config_sections import TrainingArgs
-from gears_ddp.distributed.run_options import option_help
+from gears_ddp.configuration.run_options import option_help
+from gears_ddp.configuration.sections import TrainingArgs
 from gears_ddp.gears import GEARS
 from gears_ddp.model.model_options import ModelOptions
 

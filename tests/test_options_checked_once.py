@@ -21,8 +21,8 @@ import yaml
 
 from gears_ddp import GEARS, PertData
 from gears_ddp.cli import main
+from gears_ddp.configuration.run_options import RunOptions
 from gears_ddp.distributed.replicates import train_replicates
-from gears_ddp.distributed.run_options import RunOptions
 from gears_ddp.launching.choose import launch
 from gears_ddp.launching.environments import TorchrunEnvironment, find_free_port
 from gears_ddp.train_distributed import train_ddp_worker, train_multi_gpu

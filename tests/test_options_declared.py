@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gears_ddp.configuration.sections import ReplicateOptions, TrainingArgs
 from gears_ddp.data.pertdata import SPLIT_DEFAULTS, SPLIT_OPTIONS, PertData
 from gears_ddp.data.splits import SplitOptions
-from gears_ddp.distributed.config_sections import ReplicateOptions, TrainingArgs
 from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_COMMAND, PairScreenOptions
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE
 from gears_ddp.training.training_options import TrainingOptions

@@ -14,9 +14,9 @@ from reference_package import published_gears
 
 from gears_ddp import PertData
 from gears_ddp.cli import main
-from gears_ddp.distributed.config_sections import SplitConfig, TrainingArgs
+from gears_ddp.configuration.run_options import resolved_config, write_run_config
+from gears_ddp.configuration.sections import SplitConfig, TrainingArgs
 from gears_ddp.distributed.pair_screen_workers import pair_screen_on_devices
-from gears_ddp.distributed.run_options import resolved_config, write_run_config
 from gears_ddp.gears import GEARS
 from gears_ddp.inference.figures import plot_pair_screen
 from gears_ddp.inference.pair_screen_job import PairScreenFolder, checked_pair_screen_genes

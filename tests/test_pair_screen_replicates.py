@@ -15,8 +15,8 @@ from scipy import stats
 from test_pair_screen import GENES, Interrupted, _trained
 
 from gears_ddp.cli import main
-from gears_ddp.distributed.config_sections import ReplicateOptions, SplitConfig, TrainingArgs
-from gears_ddp.distributed.run_options import resolved_config, write_run_config
+from gears_ddp.configuration.run_options import resolved_config, write_run_config
+from gears_ddp.configuration.sections import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.inference import figures
 from gears_ddp.inference.pair_screen_job import PAIR_SCREEN_COLUMN_MEANINGS, PairScreenFolder, read_table
 from gears_ddp.inference.pair_screen_statistics import SUMMARY_COLUMN_MEANINGS, confident_counts, summarise_models

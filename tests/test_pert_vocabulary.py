@@ -6,7 +6,7 @@ import pytest
 import toy_data
 
 from gears_ddp import PertData, train_multi_gpu
-from gears_ddp.distributed.config_sections import TrainingArgs
+from gears_ddp.configuration.sections import TrainingArgs
 from gears_ddp.model.model_folder import read_weights
 from gears_ddp.runs.saved_runs import load_run
 

@@ -13,7 +13,7 @@ import torch
 from gears_testing import exact_on
 
 from gears_ddp import PertData, train_multi_gpu
-from gears_ddp.distributed.config_sections import TrainingArgs
+from gears_ddp.configuration.sections import TrainingArgs
 from gears_ddp.gears import GEARS
 from gears_ddp.model.model_folder import read_weights
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint

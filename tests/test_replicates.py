@@ -21,8 +21,8 @@ from verdict_reports import report_from_values
 
 from gears_ddp import train_multi_gpu, train_replicates
 from gears_ddp.cli import main
+from gears_ddp.configuration.sections import ReplicateOptions
 from gears_ddp.distributed import group_runs
-from gears_ddp.distributed.config_sections import ReplicateOptions
 from gears_ddp.distributed.replicates import device_groups
 from gears_ddp.evaluation.paired_bootstrap import BEATS, LOSES, NO_CLEAR, interval_verdict
 from gears_ddp.launching import launchers

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gears_ddp.distributed.run_options import checked_run_options
+from gears_ddp.configuration.run_options import checked_run_options
 from gears_ddp.sweeps.space import SearchSpace, SearchSpaceError, with_values
 
 RUN = {"pert_data_path": "./data", "dataset_name": "norman", "args": {"epochs": 3}}

@@ -70,8 +70,8 @@ def prepared_synthetic(folder: Path, args, hidden_size: int):
     """The synthetic dataset of the size options written to ``folder/synthetic``, loaded and
     prepared as ``train_multi_gpu`` prepares it (split ``SPLIT``, graphs built and cached),
     in shared memory."""
+    from gears_ddp.configuration.sections import SplitConfig, TrainingArgs
     from gears_ddp.datasets import write_synthetic_dataset
-    from gears_ddp.distributed.config_sections import SplitConfig, TrainingArgs
     from gears_ddp.launching.launchers import shared_data
 
     write_synthetic_dataset(folder, **synthetic_options(args))

@@ -11,8 +11,8 @@ from pathlib import Path
 from gears_ddp.cli.exit_status import EXIT_BAD_INPUT
 from gears_ddp.cli.screen_input import SCREEN_HELP, add_screen_reading_options, go_annotation, screen_reading_options
 from gears_ddp.cli.shared_options import add_set
+from gears_ddp.configuration.run_options import read_run_config, resolve_with_overrides
 from gears_ddp.data.splits import SPLIT_TYPES
-from gears_ddp.distributed.run_options import read_run_config, resolve_with_overrides
 
 NAME = "check"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gears_ddp.cli.shared_options import add_set
 from gears_ddp.cli.train import run_training
-from gears_ddp.distributed.run_options import RunOptions, run_options_with_overrides
+from gears_ddp.configuration.run_options import RunOptions, run_options_with_overrides
 
 NAME = "demo"
 DEMO_RUN_PATH, DEMO_PRESET, DEMO_SYNTHETIC_NAME = "./runs/demo", "norman", "synthetic"

@@ -1,4 +1,22 @@
-"""The ``gears-ddp`` command (``python -m gears_ddp`` does the same).
+"""The ``gears-ddp`` command's parser, assembled from one module per command, and the exit
+status of each kind of error. ``gears-ddp --help`` prints ``DESCRIPTION``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from gears_ddp._logging import enable_console_logging
+from gears_ddp.cli import check, demo, evaluate, interactions, pair_screen, predict, process, sweep, train
+from gears_ddp.cli.exit_status import EXIT_BAD_INPUT, EXIT_FAILED
+from gears_ddp.configuration.run_options import RunConfigError
+from gears_ddp.data.download import DownloadError
+from gears_ddp.runtime.folder_lock import FolderInUse
+from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
+from gears_ddp.training.finite_loss import NonFiniteLoss
+
+DESCRIPTION = """The ``gears-ddp`` command (``python -m gears_ddp`` does the same).
 
     gears-ddp demo [--data synthetic]               the README's main job, no download
     gears-ddp train --config run.yaml [--set args.epochs=5 ...]
@@ -31,22 +49,7 @@ train), 2 a bad configuration, input or path, or a run folder in use by another 
 (``check``: a problem stops the screen), 75 stopped by a signal with a checkpoint (continue with ``--set
 args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
 failed included).
-"""  # noqa: E501 (this docstring is the --help text, kept as it reads)
-
-from __future__ import annotations
-
-import argparse
-import logging
-import sys
-
-from gears_ddp._logging import enable_console_logging
-from gears_ddp.cli import check, demo, evaluate, interactions, pair_screen, predict, process, sweep, train
-from gears_ddp.cli.exit_status import EXIT_BAD_INPUT, EXIT_FAILED
-from gears_ddp.data.download import DownloadError
-from gears_ddp.distributed.run_options import RunConfigError
-from gears_ddp.runtime.folder_lock import FolderInUse
-from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
-from gears_ddp.training.finite_loss import NonFiniteLoss
+"""  # noqa: E501 (the --help text, as it reads)
 
 # one module per command, in the order --help lists them: each has NAME, add_parser(subparsers) and run(options)
 COMMANDS = (train, demo, sweep, evaluate, predict, pair_screen, interactions, process, check)
@@ -56,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``gears-ddp`` parser: each command's module adds its own subcommand."""
     # no abbreviated options: `train --seed 3` must not be read as `--seeds 3`
     parser = argparse.ArgumentParser(
-        prog="gears-ddp", description=__doc__, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="gears-ddp",
+        description=DESCRIPTION,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:

@@ -47,7 +47,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(options) -> int:
-    from gears_ddp.distributed.run_options import apply_override, load_yaml, read_run_options
+    from gears_ddp.configuration.run_options import apply_override, load_yaml, read_run_options
     from gears_ddp.sweeps.space import SearchSpaceError
     from gears_ddp.sweeps.study import SweepError
     from gears_ddp.sweeps.train_sweep import plan_sweep, read_plan, run_sweep

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gears_ddp.cli.exit_status import EXIT_FAILED
 from gears_ddp.cli.shared_options import add_set
-from gears_ddp.distributed.run_options import (
+from gears_ddp.configuration.run_options import (
     RunConfigError,
     RunOptions,
     option_help,

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.run_options import RunOptions
+from gears_ddp.configuration.run_options import RunOptions
 from gears_ddp.launching.choose import launch
 from gears_ddp.launching.launchers import GroupOfRanks, shared_data
 from gears_ddp.launching.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on

@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.distributed.config_sections import ReplicateOptions, SplitConfig, TrainingArgs
+from gears_ddp.configuration.run_options import RunOptions, write_run_config
+from gears_ddp.configuration.sections import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, finished_report
-from gears_ddp.distributed.run_options import RunOptions, write_run_config
 from gears_ddp.launching.choose import refuse_replicates_under_a_launcher
 from gears_ddp.launching.main_guard import check_main_guard
 from gears_ddp.launching.supervisor import DistributedTrainingError

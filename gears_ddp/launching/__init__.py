@@ -17,6 +17,6 @@ launcher protocol, one place that chooses):
 
 ``train_multi_gpu`` itself is in ``gears_ddp.train_distributed``, the seed guide's module.
 
-May import: ``gears`` (the API) and every layer below it, and the run's options
-(``distributed.config_sections``, ``distributed.run_options``).
+May import: ``gears`` (the API) and every layer below it, the run's options
+(``configuration``) among them.
 """

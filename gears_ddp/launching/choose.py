@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, enable_console_logging
-from gears_ddp.distributed.run_options import RunOptions
+from gears_ddp.configuration.run_options import RunOptions
 from gears_ddp.launching.environments import ClusterEnvironment, pick_environment
 from gears_ddp.launching.launchers import Launcher, SpawnedRanks, ThisRank, open_and_start
 from gears_ddp.launching.rank_training import place, progress_bars_without_semaphores

@@ -32,9 +32,9 @@ from typing import Any, Callable, Protocol
 import torch
 
 from gears_ddp._logging import get_logger
+from gears_ddp.configuration.run_options import RunOptions, write_run_config
+from gears_ddp.configuration.sections import SplitConfig, TrainingArgs
 from gears_ddp.data.preparation import prepare_data
-from gears_ddp.distributed.config_sections import SplitConfig, TrainingArgs
-from gears_ddp.distributed.run_options import RunOptions, write_run_config
 from gears_ddp.launching.environments import LocalEnvironment, find_free_port, is_restart, this_job
 from gears_ddp.launching.rank_training import Placement, place, run_rank, spawned_rank
 from gears_ddp.launching.supervisor import SpawnedWorkers, spawn_workers

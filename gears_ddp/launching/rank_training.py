@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, get_logger
-from gears_ddp.distributed.config_sections import TrainingArgs
+from gears_ddp.configuration.sections import TrainingArgs
 from gears_ddp.gears import GEARS
 from gears_ddp.launching.environments import ClusterEnvironment
 from gears_ddp.launching.process_group import cleanup_ddp, setup_ddp

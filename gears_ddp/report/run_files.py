@@ -1,6 +1,6 @@
 """The files a run leaves in its ``save_path`` besides the model, written by the main rank:
 
-- ``config.yaml``: the resolved configuration (``gears_ddp.distributed.run_options``), which
+- ``config.yaml``: the resolved configuration (``gears_ddp.configuration.run_options``), which
   ``gears-ddp train --config`` reads back;
 - ``metrics.csv``: one row per epoch (training loss, train and val metrics, seconds),
   rewritten after every epoch, so it is complete after a resume too;

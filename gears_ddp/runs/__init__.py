@@ -4,7 +4,7 @@ beside those of saved runs (``interaction_check``); a pair screen over saved rep
 (``pair_screens``).
 
 A run folder is what a run of ``distributed`` leaves (its ``config.yaml`` is
-``distributed.run_options``'s, its replicates ``distributed.replicates``'), so reading one
+``configuration.run_options``'s, its replicates ``distributed.replicates``'), so reading one
 back sits above it.
 
 May import: ``distributed``, ``gears`` and every layer below them.

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from gears_ddp.configuration.run_options import RunOptions, read_run_options
 from gears_ddp.distributed.group_runs import finished_report
 from gears_ddp.distributed.replicates import plan_replicates
-from gears_ddp.distributed.run_options import RunOptions, read_run_options
 from gears_ddp.report.run_files import CONFIG_FILE
 
 if TYPE_CHECKING:  # imported when a run is opened, not with this module

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gears_ddp._options import is_int, is_number
-from gears_ddp.distributed.config_sections import TrainingArgs
+from gears_ddp.configuration.sections import TrainingArgs
 from gears_ddp.model.model_options import ModelOptions
 
 TYPES = ("float", "int", "categorical")

@@ -31,9 +31,9 @@ import signal
 from pathlib import Path
 
 from gears_ddp._logging import get_logger
+from gears_ddp.configuration.run_options import RunConfigError, RunOptions, checked_run_options, load_yaml
 from gears_ddp.data.io import write_yaml
 from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, RunningGroup, finished_report
-from gears_ddp.distributed.run_options import RunConfigError, RunOptions, checked_run_options, load_yaml
 from gears_ddp.launching.main_guard import check_main_guard
 from gears_ddp.report.run_files import METRICS_FILE, log_file, write_json
 from gears_ddp.runtime.devices import located_devices

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import yaml
 
+from gears_ddp.configuration.sections import ReplicateOptions, SplitConfig, TrainingArgs, check_replicated_run
 from gears_ddp.data.io import write_yaml
 from gears_ddp.data.pertdata import SPLIT_DEFAULTS
 from gears_ddp.data.splits import SPLIT_OPTION_HELP
-from gears_ddp.distributed.config_sections import ReplicateOptions, SplitConfig, TrainingArgs, check_replicated_run
 from gears_ddp.model.model_options import ModelOptions
 from gears_ddp.report.run_files import CONFIG_FILE
 from gears_ddp.runtime.devices import check_device_request
