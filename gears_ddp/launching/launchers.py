@@ -188,13 +188,7 @@ class ThisRank:
 
     @staticmethod
     def data(run: RunOptions):
-        return prepare_data(
-            run.pert_data_path,
-            run.dataset_name,
-            run.split.options,
-            run.args.model_config,
-            **run.args.pert_data_options(),
-        )
+        return prepared_data(run.pert_data_path, run.dataset_name, run.split, run.args)
 
     def start(self, run: RunOptions, opening: Opening) -> dict | None:
         """The report on rank 0, None elsewhere."""
@@ -243,12 +237,17 @@ class GroupOfRanks:
         return workers
 
 
-def shared_data(pert_data_path, dataset_name: str, split: SplitConfig, options: TrainingArgs):
-    """The dataset with its split and graphs prepared, its tensors in shared memory, so that
-    spawned workers receive it without a copy."""
+def prepared_data(pert_data_path, dataset_name: str, split: SplitConfig, options: TrainingArgs):
+    """The dataset with its split and graphs prepared as the run's options say."""
     return prepare_data(
         pert_data_path, dataset_name, split.options, options.model_config, **options.pert_data_options()
-    ).share_memory_()
+    )
+
+
+def shared_data(pert_data_path, dataset_name: str, split: SplitConfig, options: TrainingArgs):
+    """``prepared_data`` with its tensors in shared memory, so that spawned workers receive it
+    without a copy."""
+    return prepared_data(pert_data_path, dataset_name, split, options).share_memory_()
 
 
 def local_placements(
