@@ -1,6 +1,7 @@
 """``benchmarks/gpu_check.sh --small``: every stage of the GPU check, at small sizes on the
-CPU, and the archive it writes; and how a GPU run's archive is recorded in
-``benchmarks/RESULTS.md`` (what it measures on a GPU is recorded there, never asserted here)."""
+CPU, run as the two device calls its header gives, and the archives they write; and how a
+GPU run's archive is recorded in ``benchmarks/RESULTS.md`` (what it measures on a GPU is
+recorded there, never asserted here)."""
 
 import importlib
 import json
@@ -74,90 +75,104 @@ def _small_check(folder: Path, *options: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_stages_chosen_run_alone_after_the_environment_and_an_unknown_one_is_refused(tmp_path):
-    done = _small_check(tmp_path, "--stages", "tests")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [stage["stage"] for stage in summary["stages"]] == ["environment", "wheels", "tests"]
-    (tmp_path / "again").mkdir()
-    refused = _small_check(tmp_path / "again", "--stages", "tests,epochs")
+def test_an_unknown_stage_is_refused_before_any_stage_runs(tmp_path):
+    refused = _small_check(tmp_path, "--stages", "tests,epochs")
     assert refused.returncode == 2 and "no stage 'epochs'" in refused.stderr
-    assert not (tmp_path / "again" / "out").exists()
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    """The small check run once: (its completed process, the archive's extracted folder, $OUT)."""
-    folder = tmp_path_factory.mktemp("gpu_check")
-    out = folder / "out"
-    done = _small_check(folder)
-    extracted = folder / "extracted"
-    if (out / "gpu_check.tar.gz").exists():
-        with tarfile.open(out / "gpu_check.tar.gz") as archive:
-            archive.extractall(extracted, filter="data")
-    return done, extracted / "gpu_check", out
+    """The small check run as the header's two device calls, one after the other: for each,
+    (its stages, its completed process, the archive's extracted folder, $OUT)."""
+    calls = []
+    for number, chosen in enumerate(_documented_calls()):
+        folder = tmp_path_factory.mktemp(f"gpu_check_call_{number}")
+        out = folder / "out"
+        done = _small_check(folder, "--stages", ",".join(sorted(chosen)))
+        extracted = folder / "extracted"
+        if (out / "gpu_check.tar.gz").exists():
+            with tarfile.open(out / "gpu_check.tar.gz") as archive:
+                archive.extractall(extracted, filter="data")
+        calls.append((chosen, done, extracted / "gpu_check", out))
+    return calls
 
 
 def _json(results: Path, name: str) -> dict:
     return json.loads((results / name).read_text(encoding="utf-8"))
 
 
+def _read(small_run, name: str) -> dict:
+    """The JSON file ``name`` of the archive of the call that wrote it."""
+    return json.loads(_archived(small_run, name).read_text(encoding="utf-8"))
+
+
+def _archived(small_run, name: str) -> Path:
+    """``name`` in the archive of the call that wrote it (environment and wheels: the first)."""
+    return next(results / name for _, _, results, _ in small_run if (results / name).exists())
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(1500)
-def test_every_stage_runs_and_passes_and_the_summary_says_so(small_run):
-    done, results, out = small_run
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    summary = _json(results, "summary.json")
-    assert {stage["stage"] for stage in summary["stages"]} == STAGES
-    assert {stage["stage"]: stage["rc"] for stage in summary["stages"]} == dict.fromkeys(STAGES, 0)
-    assert summary["failed"] == [] and json.loads((out / "summary.json").read_text()) == summary
-    for stage in summary["stages"]:
-        assert 0 < stage["seconds"] <= stage["limit_s"], stage
-        assert (results / f"{stage['stage']}.log").exists()
-    table = done.stdout[done.stdout.index("| stage") :]
-    assert all(f"| {stage}" in table for stage in STAGES) and "all passed" in table
+def test_each_documented_call_runs_its_stages_alone_and_together_they_run_every_stage(small_run):
+    ran = set()
+    for chosen, done, results, out in small_run:
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        summary = _json(results, "summary.json")
+        names = [stage["stage"] for stage in summary["stages"]]
+        # environment and wheels first; the data stage beside the stages that read its datasets
+        data = {"data"} if chosen & {"epoch", "profile", "precision", "width", "screen"} else set()
+        assert names[:2] == ["environment", "wheels"] and set(names[2:]) == chosen | data, names
+        assert all(stage["rc"] == 0 for stage in summary["stages"]), summary["stages"]
+        assert summary["failed"] == [] and json.loads((out / "summary.json").read_text()) == summary
+        for stage in summary["stages"]:
+            assert 0 < stage["seconds"] <= stage["limit_s"], stage
+            assert (results / f"{stage['stage']}.log").exists()
+        table = done.stdout[done.stdout.index("| stage") :]
+        assert all(f"| {name}" in table for name in names) and "all passed" in table
+        ran |= set(names)
+    assert ran == STAGES
 
 
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(1500)
 def test_the_archive_holds_each_stage_s_figures(small_run):
-    _, results, _ = small_run
-    env = _json(results, "env.json")
+    env = _read(small_run, "env.json")
     assert env["torch"] and env["python"] and env["gpu"] is None  # a CPU machine
-    assert _json(results, "wheels.json")["missing"] == []
-    suite = ElementTree.parse(results / "tests.xml").getroot().find("testsuite")
+    assert _read(small_run, "wheels.json")["missing"] == []
+    suite = ElementTree.parse(_archived(small_run, "tests.xml")).getroot().find("testsuite")
     assert int(suite.get("tests")) > 0 and int(suite.get("failures")) == int(suite.get("errors")) == 0
 
     runs = [
         run
         for name in ("epoch_graphs.json", "epoch_fp16.json", "epoch_256.json")
-        for run in _json(results, name)["results"]
+        for run in _read(small_run, name)["results"]
     ]
     assert sorted((r["batch_size"], r["amp"]) for r in runs) == sorted(
         [(32, "off"), (32, "bf16"), (32, "fp16"), (256, "off"), (256, "bf16")]
     )
     assert {r["cuda_graphs"] for r in runs} == {"on"} and {r["steps"] for r in runs} == {"eager"}  # no graph on a CPU
     assert all(r["epoch_s"] > 0 for r in runs)
-    profile = _json(results, "profile.json")["settings"]
+    profile = _read(small_run, "profile.json")["settings"]
     assert [(s["compile"], s["amp"], s["replayed"]) for s in profile] == [(False, "off", False)]  # no graph on a CPU
     assert all(s["step_ms"] > 0 and s["floor_ms"] > 0 and len(s["kernels"]) == 15 for s in profile)
     assert all(0 < k["share"] <= 1 and k["calls_per_step"] > 0 for s in profile for k in s["kernels"])
 
-    width = _json(results, "width.json")
+    width = _read(small_run, "width.json")
     assert set(width["step_s"]) == {"off", "bf16"} and width["vcc_epoch_s"]["off"] > 0
-    screen = _json(results, "screen.json")["screen"]
+    screen = _read(small_run, "screen.json")["screen"]
     assert screen["pairs"] == 45 and screen["pairs_per_s"] > 0  # 10 genes
-    published = _json(results, "published.json")
+    published = _read(small_run, "published.json")
     assert published["gears_ddp"]["epoch"] > 0
     # each benchmark child's own output, as it ran (BENCH_CHILD_LOGS): gears_ddp's side of
     # the published stage ends with its timing line
-    assert "where the time went:" in (results / "children" / "ours.log").read_text()
+    assert "where the time went:" in _archived(small_run, "children/ours.log").read_text()
     assert (
         published["published"] is not None
         if published["published_installed"]
-        else "not installed" in (results / "published.log").read_text()
+        else "not installed" in _archived(small_run, "published.log").read_text()
     )
 
 
@@ -165,15 +180,14 @@ def test_the_archive_holds_each_stage_s_figures(small_run):
 @pytest.mark.distributed
 @pytest.mark.timeout(1500)
 def test_the_demo_reports_and_the_resumed_job_says_it_resumed(small_run):
-    _, results, _ = small_run
-    report = _json(results, "demo_report.json")
+    report = _read(small_run, "demo_report.json")
     assert len(report["history"]) == 1 and "test_pearson_delta" in report["model"]
-    resume = _json(results, "resume.json")
+    resume = _read(small_run, "resume.json")
     assert resume["failures"] == [] and resume["resumed"]["resumed_from"]["checkpoint"] == "checkpoint-000000006.pt"
     assert resume["stopped"]["epochs"] == 1 and resume["resumed"]["epochs"] == 2
-    logged = (results / "resume" / "resumed.log").read_text()
+    logged = _archived(small_run, "resume/resumed.log").read_text()
     assert re.search(r"resuming from \S+checkpoint-000000006\.pt: epoch 1, after optimiser step 6", logged)
-    assert "resuming from" not in (results / "resume" / "stopped.log").read_text()
+    assert "resuming from" not in _archived(small_run, "resume/stopped.log").read_text()
 
 
 @pytest.fixture
