@@ -7,6 +7,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 # deterministic runs on a GPU need cuBLAS's fixed workspace, set before cuBLAS first runs
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+# the test processes share the machine's cores (two pytest workers, each starting ranks): OpenMP
+# threads that wait by spinning take cores from the others, so they wait passively, as
+# docs/distributed.md advises for any shared machine; set before torch loads OpenMP, kept where set
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -87,7 +87,7 @@ def _launched_rank(run: RunOptions, environment: ClusterEnvironment) -> dict | N
     if device.type == "cpu" and environment.rank == 0 and not any(name in os.environ for name in OPENMP_WAITING):
         logging.getLogger(LIBRARY_LOGGER_NAME).warning(
             "training on CPU with OpenMP threads that spin while they wait: on a node shared with other work, "
-            "export OMP_WAIT_POLICY=PASSIVE before torchrun or srun (docs/long-runs.md)"
+            "export OMP_WAIT_POLICY=PASSIVE before torchrun or srun (docs/distributed.md)"
         )
     try:
         return open_and_start(run, ThisRank(place(environment, device)))
