@@ -2,6 +2,7 @@
 checkpoints (both formats and directions), and clear errors."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -173,9 +174,20 @@ def test_published_gears_loads_our_checkpoint(trained, tmp_path):
 
 
 def test_plot_works_for_every_test_condition(trained, tmp_path):
+    """Each test condition's picture, its genes named as var names them: the names of the
+    condition's top non-dropout DE genes (``uns`` lists them by var's index), read by label
+    here and by position in the plot, without pandas's warning that integer keys of a Series
+    become labels (pandas 3)."""
     gears, _ = trained
-    for condition in gears.pert_data.set2conditions["test"]:
-        figure = gears.plot_perturbation(condition, save_file=tmp_path / f"{condition}.png")
+    pert_data = gears.pert_data
+    name_of = dict(zip(pert_data.adata.obs["condition"], pert_data.adata.obs["condition_name"]))
+    for condition in pert_data.set2conditions["test"]:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*treating keys as positions", category=FutureWarning)
+            figure = gears.plot_perturbation(condition, save_file=tmp_path / f"{condition}.png")
+        de_genes = pert_data.adata.uns["top_non_dropout_de_20"][name_of[condition]]
+        expected = list(pert_data.var.loc[de_genes, "gene_name"])
+        assert [label.get_text() for label in figure.axes[0].get_xticklabels()] == expected
         assert figure.axes[0].get_title() == condition
         assert (tmp_path / f"{condition}.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="not a perturbation condition"):

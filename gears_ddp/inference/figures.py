@@ -52,7 +52,7 @@ def plot_perturbation(
     return plot_perturbation_figure(
         observed,
         predicted[positions] - control[positions],
-        [pert_data.gene_names[p] for p in positions],
+        list(pert_data.gene_names.iloc[positions]),  # by position: the Series' index is var's names
         query,
         save_file,
     )
