@@ -1,5 +1,10 @@
 """``compile: True``: the training steps run a ``torch.compile``d model and give the losses of
-eager training."""
+eager training; refused under a torch release where it fails.
+
+These tests measure ``torch.compile`` on the installed torch, whichever it is: the refusal of
+the releases known to fail (``COMPILE_FAILS_UNDER_TORCH``) is lifted for them, and their
+failure there is held as expected (strictly: a release that stops failing says so).
+"""
 
 import functools
 
@@ -9,9 +14,17 @@ import torch
 from stand_in_graphs import FailingGraph, ReplayingGraph
 
 from gears_ddp import GEARS
-from gears_ddp.training import recipe
+from gears_ddp.training import recipe, training_options
 from gears_ddp.training.engine import optimizer_steps
-from gears_ddp.training.training_options import TrainingOptions
+from gears_ddp.training.training_options import COMPILE_FAILS_UNDER_TORCH, TrainingOptions
+
+FAILING_RELEASE = str(torch.__version__).split("+")[0] in COMPILE_FAILS_UNDER_TORCH
+
+
+@pytest.fixture(autouse=True)
+def compile_allowed(monkeypatch):
+    """The refusal of the torch releases where compiling fails, lifted (see the module docstring)."""
+    monkeypatch.setattr(training_options, "COMPILE_FAILS_UNDER_TORCH", ())
 
 
 def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_size=64, **train_options):
@@ -38,9 +51,18 @@ def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_siz
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    FAILING_RELEASE,
+    raises=AssertionError,
+    strict=True,
+    reason="torch 2.11.0's dynamo asserts in tracing the fused decoder at the recompilation",
+)
 def test_compiled_training_steps_give_the_eager_losses(toy, monkeypatch):
     """Four steps, with batches of several numbers of perturbation sets (a recompilation):
-    the losses agree to 1e-5 (the compiled kernels add in another order)."""
+    the losses agree to 1e-5 (the compiled kernels add in another order). Under torch 2.11.0
+    (measured on a CPU) dynamo's trace of the fused decoder, an autograd.Function, fails an
+    assertion at the recompilation: a size it took as symbolic comes out of the function's
+    subgraph as a constant."""
     torch._dynamo.reset()
     eager_model, eager = _step_losses(toy, monkeypatch, compile=False)
     compiled_model, compiled = _step_losses(toy, monkeypatch, compile=True)
@@ -99,21 +121,24 @@ def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu
     replayed, and their losses are the eager network's (replayed too) to 1e-3 (the kernels
     add in other orders).
 
-    Known to fail on an H200 (GPU check of 2026-11-28, torch 2.11): inductor's AOTAutograd
-    trace of the network's graph after the embedding renormalisation raises "element 2 of
-    tensors does not require grad" in its first warm-up step; on a CPU the same training
-    (inductor or aot_eager, stand-in graphs, the accelerator's piece sizes) compiles and
-    trains. Marked as an expected failure of that error alone, strict, so that the check
-    that no longer fails says so (benchmarks/RESULTS.md, the GPU check of 2026-11-28)."""
+    Known to fail on an H200 under torch 2.11.0 (GPU check of 2026-11-28), the one release
+    a GPU here has run: inductor's AOTAutograd trace of the network's graph after the
+    embedding renormalisation raises "element 2 of tensors does not require grad" in its
+    first warm-up step, where on a CPU the same training (inductor or aot_eager, stand-in
+    graphs, the accelerator's piece sizes) compiles and trains under 2.11.0 too. Under that
+    release, an expected failure of that error alone, strict, so that a check where it no
+    longer fails says so (benchmarks/RESULTS.md, the GPU check of 2026-11-28); under the
+    others, which compile the network on a CPU, a test expected to pass."""
     if device.type != "cuda":
         pytest.skip("inductor's CUDA kernels under a CUDA graph need a GPU (the CPU proof: the test above)")
-    request.applymarker(
-        pytest.mark.xfail(
-            raises=torch._dynamo.exc.BackendCompilerFailed,
-            strict=True,
-            reason="compile=True fails on CUDA in AOTAutograd (see the docstring)",
+    if FAILING_RELEASE:
+        request.applymarker(
+            pytest.mark.xfail(
+                raises=torch._dynamo.exc.BackendCompilerFailed,
+                strict=True,
+                reason="compile=True fails on CUDA in AOTAutograd under torch 2.11.0 (see the docstring)",
+            )
         )
-    )
     caplog.set_level("INFO", logger="gears_ddp")
     compiled_model, compiled = _step_losses(toy, monkeypatch, True, device, hidden_size=32, epochs=2, lr=2.0**-10)
     assert isinstance(compiled_model, torch._dynamo.eval_frame.OptimizedModule)
@@ -127,3 +152,24 @@ def test_compile_is_a_boolean_option():
     assert TrainingOptions.from_dict({}).compile is False
     with pytest.raises(ValueError, match=r"args\['compile'\] must be True or False"):
         TrainingOptions.from_dict({"compile": "yes"})
+
+
+def test_compile_is_refused_under_a_torch_release_where_it_fails(monkeypatch, toy):
+    """Under a release of ``COMPILE_FAILS_UNDER_TORCH`` (whatever its build), compile=True is an
+    error naming the option, the release and the remedy, from ``GEARS.train`` too; the
+    option's default, and compile=True under the other releases, are accepted."""
+    monkeypatch.setattr(training_options, "COMPILE_FAILS_UNDER_TORCH", ("2.11.0",))
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    refusal = r"is True, but torch.compile fails on the GEARS network under torch 2\.11\.0\+cu130.*other than 2\.11\.0"
+    with pytest.raises(ValueError, match=r"args\['compile'\] " + refusal):
+        TrainingOptions.from_dict({"compile": True})
+    toy.get_dataloader(32, test_batch_size=64)
+    gears = GEARS(toy, device="cpu")
+    gears.model_initialize(hidden_size=8)
+    with pytest.raises(
+        ValueError, match=r"train\(compile=\.\.\.\) " + refusal + r".*leave train\(compile=\.\.\.\) False"
+    ):
+        gears.train(epochs=1, compile=True)
+    assert TrainingOptions.from_dict({}).compile is False
+    monkeypatch.setattr(torch, "__version__", "2.12.1+cu130")
+    assert TrainingOptions.from_dict({"compile": True}).compile is True

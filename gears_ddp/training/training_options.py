@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from gears_ddp._options import Options, is_int, is_number, option, option_name
 from gears_ddp.data.loaders import check_loader_options
 
@@ -25,6 +27,25 @@ LOADER_OPTIONS = ("batch_size", "test_batch_size", "seed", "num_workers", "resam
 # the model as it is (the paper's no-perturbation baseline); a distributed run trains at least one epoch
 UNTRAINED_TEST_ALLOWED_IN = "train"
 PATH_OPTIONS = ("save_path", "resume_from", "linear_baseline_screen")
+# torch releases under which torch.compile fails on the GEARS network, whatever the device:
+# 2.11.0's dynamo cannot trace the fused decoder (an autograd.Function) once a batch brings
+# another number of perturbation sets (on a CPU), and its AOTAutograd fails in the first step
+# on a GPU (docs/training.md, "Compiling the step"; 2.9.1, 2.10.0, 2.12.1 and 2.13.0 compile it)
+COMPILE_FAILS_UNDER_TORCH = ("2.11.0",)
+
+
+def compile_refusal(option: str) -> str | None:
+    """Why the option ``option`` (named as the user gave it) cannot be True under the
+    installed torch, or None where it can."""
+    release = str(torch.__version__).split("+")[0]
+    if release not in COMPILE_FAILS_UNDER_TORCH:
+        return None
+    return (
+        f"{option} is True, but torch.compile fails on the GEARS network under torch {torch.__version__} "
+        "(its dynamo cannot trace the fused decoder once batches bring other numbers of perturbation "
+        f"sets): install a torch release other than {', '.join(COMPILE_FAILS_UNDER_TORCH)} (2.12 and later "
+        f"compile it), or leave {option} False (the default)"
+    )
 
 
 @dataclass
@@ -160,6 +181,8 @@ class TrainingOptions(Options):
             value = getattr(self, key)
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name(key)} must be True or False, got {value!r}")
+        if self.compile and (refusal := compile_refusal(name("compile"))):
+            raise ValueError(refusal)
         if self.wandb is not None and not isinstance(self.wandb, dict):
             raise ValueError(f"{name('wandb')} must be a dict such as {{'project': 'GEARS', 'name': 'run1'}}")
         for key in ("checkpoint_every", "checkpoint_every_steps", "overwrite_save_path"):
