@@ -144,6 +144,63 @@ def test_a_sweep_killed_halfway_finishes_its_trials_and_trains_none_twice(data_f
 
 
 @pytest.mark.slow
+def test_a_stopped_sweep_exits_75_and_its_trial_continues_from_its_checkpoint(data_folder, tmp_path):
+    """SIGTERM to a sweep halfway through a trial that writes checkpoints: the trial stops
+    with a checkpoint, the sweep exits with status 75 and marks it failed, to be retried;
+    the same command then retries it in its folder from that checkpoint (its metrics keep
+    the epochs trained before the stop) and finishes the sweep's trials."""
+    folder = tmp_path / "sweep"
+    run, space = _files(tmp_path, data_folder, folder, epochs=30, checkpoint_every=1)
+    stopped = _sweep("--config", run, "--space", space, "--trials", 2)
+    _wait_for(folder / "trial-0000" / "checkpoints", stopped)
+    time.sleep(1)
+    stopped.send_signal(signal.SIGTERM)
+    _, err = stopped.communicate(timeout=300)
+    assert stopped.returncode == 75, err[-3000:]
+    assert "the sweep stopped on SIGTERM; run the same command again to continue it" in err
+    interrupted, queued = _rows(folder)  # the stopped trial, and its retry queued with its settings
+    assert interrupted["state"] == "FAIL" and interrupted["note"].startswith("interrupted when its sweep stopped")
+    assert queued["state"] == "WAITING" and queued["note"] == "retry of trial 0, continued in its folder"
+    assert queued["args.lr"] == interrupted["args.lr"] != ""
+    epochs_before = len(_metric_rows(folder / "trial-0000"))
+    assert 1 <= epochs_before < 30
+    resumed = _sweep("--config", run, "--space", space, "--trials", 2)
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-3000:]
+    rows = _rows(folder)
+    retry = next(row for row in rows if row["folder"] == interrupted["folder"] and row["number"] != "0")
+    assert retry["state"] in ("COMPLETE", "PRUNED")
+    assert f"trial-{int(retry['number']):04d}: resuming from {folder / 'trial-0000' / 'checkpoints'}" in err
+    epochs = [int(row["epoch"]) for row in _metric_rows(folder / "trial-0000")]
+    assert epochs == list(range(1, len(epochs) + 1)) and len(epochs) > epochs_before  # continued, not restarted
+    assert len([row for row in rows if row["state"] in ("COMPLETE", "PRUNED")]) == 2
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_trials_all_fail_records_each_error_and_exits_1(data_folder, tmp_path):
+    """A trial that fails as it trains (a learning rate whose loss is no longer finite) is
+    marked failed with its error and the sweep goes on to the next; with no trial complete
+    there is no best run, and the command says so with exit status 1."""
+    folder = tmp_path / "sweep"
+    run, space = _files(tmp_path, data_folder, folder, epochs=3)
+    space.write_text(yaml.safe_dump({"args": {"lr": {"type": "categorical", "choices": [1e30]}}}))
+    failing = _sweep("--config", run, "--space", space, "--trials", 2)
+    out, err = failing.communicate(timeout=600)
+    assert failing.returncode == 1, err[-3000:]
+    assert "2 trials: 2 fail" in out and "Traceback" not in err
+    assert f"no trial completed, so there is no best run (no run.yaml); trials.csv in {folder}" in err
+    rows = _rows(folder)
+    assert [row["state"] for row in rows] == ["FAIL", "FAIL"]
+    assert all(row["note"].startswith("the training loss is not finite") for row in rows)
+    assert (folder / "report.html").is_file() and not (folder / "run.yaml").exists()
+
+
+def _metric_rows(trial_folder) -> list[dict]:
+    with open(Path(trial_folder) / "metrics.csv", newline="") as table:
+        return list(csv.DictReader(table))
+
+
+@pytest.mark.slow
 def test_two_processes_on_one_journal_draw_disjoint_trials(data_folder, tmp_path):
     folder = tmp_path / "sweep"
     run, space = _files(tmp_path, data_folder, folder, epochs=2)

@@ -48,7 +48,7 @@ problem at once, each with its fix. Exit status: 0 done (``check``: the screen w
 train), 2 a bad configuration, input or path, or a run folder in use by another run
 (``check``: a problem stops the screen), 75 stopped by a signal with a checkpoint (continue with ``--set
 args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
-failed included).
+failed, or a sweep whose trials all failed or were pruned, included).
 """  # noqa: E501 (the --help text, as it reads)
 
 # one module per command, in the order --help lists them: each has NAME, add_parser(subparsers) and run(options)

@@ -5,7 +5,10 @@ replicates are; ``--join FOLDER`` adds this machine's devices to a sweep started
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
+from gears_ddp.cli.exit_status import EXIT_FAILED
 from gears_ddp.cli.shared_options import add_set
 
 NAME = "sweep"
@@ -80,6 +83,14 @@ def run(options) -> int:
             raise SweepError(f"{options.space}: {err}") from None
         summary = run_sweep(plan)
     _print_summary(summary)
+    unfinished = {"RUNNING", "WAITING"} & set(summary["counts"])  # trials other processes have yet to end
+    if summary["best"] is None and not unfinished:  # every trial failed or was pruned: nothing to choose
+        print(
+            "gears-ddp sweep: no trial completed, so there is no best run (no run.yaml); "
+            f"trials.csv in {Path(summary['report_path']).parent} says how each ended",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     return 0
 
 

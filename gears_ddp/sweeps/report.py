@@ -45,11 +45,14 @@ STATE_COLOURS = {
 def trial_rows(study) -> list[dict]:
     """One row per trial of the study, in number order: a complete trial's value is its best
     epoch's validation mse_de, a pruned one's its last reported epoch's; a trial interrupted
-    and retried says by which trial (its folder is the retry's now)."""
+    and retried says by which trial (its folder is the retry's now). A retry not started yet
+    (a sweep stopped by a signal queues it) has the settings of the trial it retries."""
     trials = study.get_trials(deepcopy=False)
+    by_number = {trial.number: trial for trial in trials}
     retried_by = {trial.user_attrs["retry_of"]: trial.number for trial in trials if "retry_of" in trial.user_attrs}
     rows = []
     for trial in trials:
+        settings = trial if trial.distributions else by_number.get(trial.user_attrs.get("retry_of"), trial)
         folder = Path(trial.user_attrs.get("folder", ""))
         epochs, value, note = None, None, trial.user_attrs.get("note")
         if trial.number in retried_by:
@@ -69,7 +72,7 @@ def trial_rows(study) -> list[dict]:
                 "number": trial.number,
                 "state": trial.state.name,
                 "value": value,
-                **{key: trial.params.get(key) for key in sorted(trial.distributions)},
+                **{key: settings.params.get(key) for key in sorted(settings.distributions)},
                 "epochs": epochs,
                 "seconds": trial.user_attrs.get("seconds"),
                 "folder": str(folder),
@@ -166,7 +169,10 @@ def _pictures(folder: Path, rows: list[dict], keys: list[str], plan, importances
     axes.set_xlabel("trial")
     axes.set_ylabel("validation mse_de (lower is better)")
     axes.set_title("Optimisation history")
-    axes.legend(frameon=False)
+    if finished:
+        axes.legend(frameon=False)
+    else:  # every trial failed, or waits to be retried
+        axes.text(0.5, 0.5, "no trial has finished yet", ha="center", va="center", transform=axes.transAxes)
     save_figure(figure, folder / PICTURES["history"])
     pictures["Optimisation history: each trial's validation mse_de, and the best so far"] = PICTURES["history"]
 
