@@ -176,7 +176,7 @@ def _pictures(folder: Path, rows: list[dict], keys: list[str], plan, importances
     save_figure(figure, folder / PICTURES["history"])
     pictures["Optimisation history: each trial's validation mse_de, and the best so far"] = PICTURES["history"]
 
-    figure = new_figure(4 * len(keys), 3.8)
+    figure = new_figure(max(4 * len(keys), 8), 3.8)  # at least the title's width
     for axes, key in zip(np.atleast_1d(figure.subplots(1, len(keys))), keys):
         spec = plan.space.record()[key]
         categorical = spec["type"] == "categorical"
