@@ -259,6 +259,41 @@ def test_bad_input_is_named_before_any_trial_starts(data_folder, tmp_path, capsy
     assert not list(folder.glob("trial-*"))
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"replicates": {"seeds": [1, 2]}}, "a sweep's trials are single runs; leave replicates out"),
+        ({"args": {"save_path": None}}, "a sweep needs args.save_path"),
+        ({"args": {"resume_from": "auto"}}, "leave args.resume_from and args.overwrite_save_path out"),
+        ({"args": {"overwrite_save_path": True}}, "leave args.resume_from and args.overwrite_save_path out"),
+    ],
+)
+def test_a_run_file_a_sweep_cannot_take_is_named_before_any_trial_starts(
+    data_folder, tmp_path, capsys, change, message
+):
+    from gears_ddp.cli import main
+
+    folder = tmp_path / "sweep"
+    run, space = _files(tmp_path, data_folder, folder)
+    config = yaml.safe_load(run.read_text())
+    config["args"].update(change.pop("args", {}))
+    run.write_text(yaml.safe_dump({**config, **change}))
+    assert main(["sweep", "--config", str(run), "--space", str(space), "--trials", "3"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"{run}: {message}" in error and "\n" not in error, error
+    assert not folder.exists()
+
+
+def test_joining_a_folder_that_holds_no_sweep_is_named(tmp_path, capsys):
+    from gears_ddp.cli import main
+
+    assert main(["sweep", "--join", str(tmp_path)]) == 2
+    assert f"--join {tmp_path}: no sweep there ({tmp_path / 'sweep.yaml'}" in capsys.readouterr().err
+    (tmp_path / "sweep.yaml").write_text("run: {}\n")
+    assert main(["sweep", "--join", str(tmp_path)]) == 2
+    assert f"{tmp_path / 'sweep.yaml'} is not a sweep's file" in capsys.readouterr().err
+
+
 def test_a_sweep_folder_of_another_space_is_refused(data_folder, tmp_path, capsys):
     from gears_ddp.cli import main
 

@@ -76,9 +76,7 @@ def run(options) -> int:
         except OSError as err:
             raise SweepError(f"cannot read the search space {options.space}: {err.strerror or err}") from None
         try:
-            plan = plan_sweep(
-                run_options.config(), space, options.trials, options.storage, options.seed, options.config
-            )
+            plan = plan_sweep(run_options, space, options.trials, options.storage, options.seed, options.config)
         except SearchSpaceError as err:
             raise SweepError(f"{options.space}: {err}") from None
         summary = run_sweep(plan)

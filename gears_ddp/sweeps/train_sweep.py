@@ -92,11 +92,18 @@ class SweepPlan:
 
 
 def plan_sweep(
-    config: dict, space, trials: int, storage: str | None = None, seed: int = 0, source: str = "the run file"
+    config: dict | RunOptions,
+    space,
+    trials: int,
+    storage: str | None = None,
+    seed: int = 0,
+    source: str = "the run file",
 ) -> SweepPlan:
-    """The checked plan of a sweep of the run file ``config`` over ``space`` (a mapping, as
-    the space's YAML holds it): every mistake named before any trial starts."""
-    run = checked_run_options(dict(config), source)
+    """The checked plan of a sweep of the run ``config`` (a run file's mapping, or its options
+    as read: ``read_run_options``, whose resolved ``config()`` no longer says whether it asked
+    to overwrite its folder) over ``space`` (a mapping, as the space's YAML holds it): every
+    mistake named before any trial starts."""
+    run = config if isinstance(config, RunOptions) else checked_run_options(dict(config), source)
     if run.replicates is not None:
         raise SweepError(
             f"{source}: a sweep's trials are single runs; leave replicates out (replicate the best "
