@@ -456,6 +456,18 @@ def test_without_file_locks_the_record_alone_keeps_one_holder(tmp_path, monkeypa
     _record(tmp_path, heartbeat=time.time() - folder_lock.STALE_S - 1)
     with FolderLock(tmp_path, "training"):
         assert json.loads((tmp_path / RECORD_FILE).read_text())["pid"] == os.getpid()
+    # a fresh record of a process of this machine that has ended (killed before it could release)
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    _record(tmp_path, host=socket.gethostname(), pid=int(ended.stdout))
+    with FolderLock(tmp_path, "training"):
+        assert json.loads((tmp_path / RECORD_FILE).read_text())["pid"] == os.getpid()
+
+
+def test_an_unreadable_record_belongs_to_no_live_holder(tmp_path):
+    """A record cut short (a full disk) names no holder and no heartbeat: the folder is taken."""
+    (tmp_path / RECORD_FILE).write_text('{"host": "another-no')
+    with FolderLock(tmp_path, "training"):
+        assert json.loads((tmp_path / RECORD_FILE).read_text())["pid"] == os.getpid()
 
 
 def test_the_holder_refreshes_its_record(tmp_path, monkeypatch):
