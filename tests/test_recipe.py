@@ -149,6 +149,22 @@ def test_bad_options_are_named(toy):
         gears.train(epoch=3)
 
 
+def test_resuming_from_what_is_no_checkpoint_is_named(toy, tmp_path):
+    """resume_from a run's model file (the published format, not a training checkpoint) or a
+    folder without checkpoints: an error naming the path, before any step."""
+    toy.get_dataloader(16, test_batch_size=64)
+    gears = GEARS(toy)
+    gears.model_initialize(hidden_size=8)
+    gears.train(epochs=1, save_path=str(tmp_path / "run"))
+    model_file = tmp_path / "run" / "model.pt"
+    with pytest.raises(ValueError, match=f"{model_file} is not a gears_ddp training checkpoint"):
+        gears.train(epochs=2, save_path=str(tmp_path / "again"), resume_from=str(model_file))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=f"resume_from='{tmp_path / 'empty'}': no readable checkpoint in"):
+        gears.train(epochs=2, save_path=str(tmp_path / "again"), resume_from=str(tmp_path / "empty"))
+    assert not (tmp_path / "again" / "model.pt").exists()
+
+
 def test_single_process_checkpoints_and_resumes_exactly(toy, tmp_path):
     toy.get_dataloader(16, test_batch_size=64)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gears_ddp import PertData
-from gears_ddp.datasets import read_true_means, write_synthetic_dataset
+from gears_ddp.datasets import read_ground_truth, read_true_means, write_synthetic_dataset
 
 SMALL = dict(n_genes=200, n_modules=8, n_perturbed_genes=16, n_combos=12, cells_per_condition=15, n_control_cells=200)
 
@@ -20,9 +20,13 @@ def test_folder_loads_with_ground_truth(tmp_path):
     truth = read_true_means(folder)
     assert set(truth.index) == set(pert_data.cells.conditions)
     assert list(truth.columns) == list(pert_data.gene_names)
-    ground_truth = json.loads((folder / "ground_truth.json").read_text())
+    ground_truth = read_ground_truth(folder)
+    assert ground_truth == json.loads((folder / "ground_truth.json").read_text())
     combos = [c for c in pert_data.cells.conditions if "ctrl" not in c]
     assert set(ground_truth["interaction_types"]) == set(combos)
+    assert set(ground_truth["interaction_types"].values()) <= {"additive", "synergy", "buffering", "epistasis"}
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path} is not a synthetic dataset folder"):
+        read_ground_truth(tmp_path)
     # the observed control mean tracks the noise-free control profile
     control = pert_data.adata.X[pert_data.adata.obs["condition"] == "ctrl"].mean(0)
     assert np.corrcoef(control, truth.loc["ctrl"].to_numpy())[0, 1] > 0.9
