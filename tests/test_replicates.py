@@ -272,6 +272,10 @@ def no_processes(monkeypatch):
             r"args\['resume_from'\]=.*seed-1.* names one run's checkpoint",
         ),
         ({"seeds": [1, 2]}, {"save_path": None}, r"replicates need args\['save_path'\]"),
+        ({"seeds": [1, -2]}, {}, r"replicates.seeds must hold non-negative integers; \[-2\] are not"),
+        ({"seeds": [1, 2], "ranks_per_replicate": 0}, {}, "replicates.ranks_per_replicate must be a positive integer"),
+        ({"seeds": [1, 2]}, {"overwrite_save_path": True}, r"args\['overwrite_save_path'\] with replicates"),
+        ("1 2 3", {}, "replicates must be a mapping such as"),
     ],
 )
 def test_bad_input_is_refused_naming_it(tmp_path, data_folder, no_processes, replicates, args, message):

@@ -54,11 +54,27 @@ def test_a_space_of_args_and_model_options_gives_optunas_distributions():
         ({"epochs": {"type": "int", "low": 1.5, "high": 3}}, "args.epochs.low must be an integer"),
         ({"lr": {"type": "uniform", "low": 0.1, "high": 1}}, "args.lr must be a mapping with type"),
         ({"lr": {"type": "float", "low": 0.1, "high": 1, "step": 2}}, "args.lr .float. takes high, log, low, type"),
+        (
+            {"lr": {"type": "float", "low": 0.1, "high": 1, "log": "yes"}},
+            "args.lr.log must be true or false, got 'yes'",
+        ),
+        (
+            {"batch_size": {"type": "categorical", "choices": [16, [32]]}},
+            "args.batch_size's choices must be numbers, strings, true/false or null",
+        ),
+        ({"model_config": {}}, "args.model_config must map model options to their ranges"),
+        ({}, "no option to search; give at least one under args"),
     ],
 )
 def test_each_mistake_is_named_by_its_key(args, message):
     with pytest.raises(SearchSpaceError, match=message):
         SearchSpace.from_mapping({"args": args})
+
+
+@pytest.mark.parametrize("space", [{"lr": {"type": "float", "low": 0.1, "high": 1}}, {"args": [1]}, [1], None])
+def test_a_space_is_a_mapping_of_args(space):
+    with pytest.raises(SearchSpaceError, match="must be a mapping with one key, args"):
+        SearchSpace.from_mapping(space)
 
 
 def test_a_value_the_runs_own_checks_refuse_is_named_before_any_trial():
