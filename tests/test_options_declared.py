@@ -1,12 +1,14 @@
 """Options declared once: the split options are a dataclass that ``PertData.prepare_split``'s
 signature agrees with, every options class checks without changing itself, and a pair
-screen's options (``PairScreenOptions``) are checked once, at the edge."""
+screen's options (``PairScreenOptions``) are checked once, at the edge; a bad launch option
+of ``args``, a run file's section that is no mapping and a malformed ``--set`` are named."""
 
 import dataclasses
 import inspect
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gears_ddp.configuration.sections import ReplicateOptions, TrainingArgs
 from gears_ddp.data.pertdata import SPLIT_DEFAULTS, SPLIT_OPTIONS, PertData
@@ -84,3 +86,39 @@ def test_bad_pair_screen_options_are_named(values, message):
 def test_unknown_pair_screen_options_are_refused_as_python_refuses_them():
     with pytest.raises(TypeError, match=r"pair_screen_on_devices\(\) got unknown keyword argument\(s\) \['seed'\]"):
         PairScreenOptions.from_dict({"seed": 2}, "pair_screen_on_devices")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({"model_config": 64}, r"args\['model_config'\] must be a dict of GEARS.model_initialize options, got 64"),
+        ({"expression_storage": "disk"}, r"args\['expression_storage'\] must be one of \("),
+        ({"timeout_s": 0}, r"args\['timeout_s'\] must be a positive number, got 0"),
+        ({"timeout_s": float("inf")}, r"args\['timeout_s'\] must be a positive number, got inf"),
+        ({"timeout_s": True}, r"args\['timeout_s'\] must be a positive number, got True"),
+        ({"find_unused_parameters": "no"}, r"args\['find_unused_parameters'\] must be True or False, got 'no'"),
+        ({"seed": None}, r"args\['seed'\] must be set, got None"),
+    ],
+)
+def test_bad_launch_args_are_named(args, message):
+    with pytest.raises(ValueError, match=message):
+        TrainingArgs.from_dict(args)
+
+
+@pytest.mark.parametrize(
+    "config, overrides, message",
+    [
+        ({"args": [1, 2]}, [], r"run.yaml: args must be a mapping, got \[1, 2\]"),
+        ({"split_config": "simulation"}, [], "run.yaml: split_config must be a mapping, got 'simulation'"),
+        ({}, ["args.epochs=[1"], r"--set 'args.epochs=\[1': the value is not valid YAML \(.* at line 1, column"),
+        ({}, ["args.epochs"], r"--set 'args.epochs': write it as key=value"),
+        ({}, ["epochs=3"], r"--set 'epochs=3': unknown key 'epochs'; the keys are"),
+    ],
+)
+def test_a_run_file_and_its_overrides_are_named_where_they_are_wrong(tmp_path, config, overrides, message):
+    from gears_ddp.configuration.run_options import RunConfigError, read_run_options
+
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump({"pert_data_path": str(tmp_path), "dataset_name": "toy", **config}))
+    with pytest.raises(RunConfigError, match=message):
+        read_run_options(run, overrides)
