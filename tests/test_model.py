@@ -428,6 +428,34 @@ def test_positional_weight_is_the_published_constant():
     assert PERT_EMB_LAMBDA == 0.2
 
 
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("counts_as", ["a count per block", "one count for every row"])
+def test_weighted_batchnorm_is_batchnorm_of_the_expanded_rows_running_statistics_too(momentum, counts_as):
+    """Rows weighted by counts normalise, and move the running statistics (an exponential
+    average, or with ``momentum=None`` the cumulative one), as ``BatchNorm1d`` does on each
+    row repeated its count of times, over three batches; evaluation then uses them alike."""
+    from gears_ddp.model.weighted_norm import WeightedBatchNorm1d
+
+    generator = torch.Generator().manual_seed(0)
+    weighted = WeightedBatchNorm1d(4, momentum=momentum).double().train()
+    plain = torch.nn.BatchNorm1d(4, momentum=momentum).double().train()
+    for n_rows in (5, 7, 3):
+        x = torch.randn(n_rows, 4, generator=generator, dtype=torch.float64) * 2 + 1
+        if counts_as == "a count per block":
+            counts = torch.randint(1, 4, (n_rows,), generator=generator)
+            expanded = x.repeat_interleave(counts, dim=0)
+            out = weighted(x, counts)
+            torch.testing.assert_close(out.repeat_interleave(counts, dim=0), plain(expanded))
+        else:
+            out = weighted(x, 3)
+            torch.testing.assert_close(out, plain(x.repeat_interleave(3, dim=0))[::3])
+    torch.testing.assert_close(weighted.running_mean, plain.running_mean)
+    torch.testing.assert_close(weighted.running_var, plain.running_var)
+    assert int(weighted.num_batches_tracked) == int(plain.num_batches_tracked) == 3
+    probe = torch.randn(6, 4, generator=generator, dtype=torch.float64)
+    torch.testing.assert_close(weighted.eval()(probe), plain.eval()(probe))
+
+
 def test_weighted_batchnorm_keeps_half_precision_inputs_finite():
     """Under mixed precision the statistics are computed in float32 (as autocast does for
     BatchNorm): float16 sums over 20,000 rows of values around 40 would overflow."""
