@@ -339,3 +339,23 @@ def test_a_spoilt_graph_file_is_named_with_what_to_do(toy, content, message):
     go_edges.write_bytes(content)
     with pytest.raises(ValueError, match=f"{re.escape(str(go_edges))}.*delete it to download it again"):
         toy.go_graph()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"expression_storage": "disk"}, r"expression_storage must be one of \('mapped', 'memory'\), got 'disk'"),
+        ({"expression_dtype": "float64"}, r"expression_dtype must be one of \('float32', 'float16'\), got 'float64'"),
+    ],
+)
+def test_pertdata_storage_options_are_named(data_root, options, message):
+    with pytest.raises(ValueError, match=message):
+        PertData(data_root, **options)
+
+
+def test_processing_without_an_anndata_and_checking_an_unknown_split_option_are_named(data_root):
+    pert_data = PertData(data_root)
+    with pytest.raises(ValueError, match="new_data_process needs the raw AnnData as `adata`"):
+        pert_data.new_data_process("toy")
+    with pytest.raises(ValueError, match=r"unknown split option\(s\) \['sed'\]; prepare_split's options: split, seed"):
+        pert_data.check_screen(toy_data.make_raw(), "toy", splits=[{"split": "simulation", "sed": 2}])
