@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import warnings
 from html import escape
 from pathlib import Path
 
@@ -106,7 +107,7 @@ def write_sweep_report(folder, plan, study) -> dict:
         state: sum(row["state"] == state for row in counted) for state in dict.fromkeys(r["state"] for r in counted)
     }
     retried = len(rows) - len(counted)
-    importances = _importances(study)
+    importances = importances_of(study)
     summary = {
         "trials": rows,
         "counts": counts,
@@ -133,14 +134,23 @@ def _write_best_run(folder: Path, best_folder: Path) -> None:
         write_yaml(config, folder / BEST_RUN_FILE)
 
 
-def _importances(study) -> dict | None:
-    """Optuna's importance of each setting (PED-ANOVA), or None with too few finished trials."""
+def importances_of(study) -> dict | None:
+    """Optuna's importance of each setting (PED-ANOVA), or None where it cannot rank them:
+    with too few finished trials it warns and gives every setting the same importance (0
+    with one finished trial), which a picture would show as a finding."""
     import optuna
 
-    try:
-        return dict(optuna.importance.get_param_importances(study))
-    except (ValueError, RuntimeError, ZeroDivisionError):
-        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            importances = dict(optuna.importance.get_param_importances(study))
+        except (ValueError, RuntimeError, ZeroDivisionError):
+            return None
+    unranked = [warning for warning in caught if "importances will be equal" in str(warning.message)]
+    for warning in caught:  # Optuna's other warnings, as they came
+        if warning not in unranked:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return None if unranked else importances
 
 
 def _pictures(folder: Path, rows: list[dict], keys: list[str], plan, importances: dict | None) -> dict[str, str]:
