@@ -63,8 +63,7 @@ def _rows(folder) -> list[dict]:
 
 
 def _best_validation(trial_folder) -> float:
-    with open(Path(trial_folder) / "metrics.csv", newline="") as table:
-        return min(float(row["val_mse_de"]) for row in csv.DictReader(table))
+    return min(float(row["val_mse_de"]) for row in _metric_rows(trial_folder))
 
 
 @pytest.mark.slow
