@@ -52,10 +52,18 @@ def _scanpy_ranking(adata):
     }
 
 
+def _expressed_at_one_value(expression: np.ndarray) -> np.ndarray:
+    """Genes (columns) whose cells (rows) all hold one nonzero value."""
+    return (expression == expression[:1]).all(0) & (expression[0] != 0)
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_ranking_equals_scanpys(sparse):
-    """Same statistics in the same order; genes whose |t| is within rounding of another's
-    may swap (scanpy's own order for them depends on format and threads), all others match."""
+    """Same statistics for each gene, in the same order; genes whose |t| is within rounding of
+    another's may swap (scanpy's own order for them depends on its release, format and
+    threads), all others match. Genes that a condition, or control, expresses at one nonzero
+    value are left out of that condition's comparison: scanpy before 1.12 may rank them 0
+    (``test_a_gene_expressed_at_one_value_in_a_condition_gets_its_t``)."""
     rng = np.random.default_rng(3)
     conditions = ["ctrl"] * 60 + ["A+ctrl"] * 7 + ["B+ctrl"] * 2 + ["A+B"] * 11 + ["C+ctrl"] * 25
     expression = _tie_heavy_expression(rng, len(conditions), 300)
@@ -63,20 +71,49 @@ def test_ranking_equals_scanpys(sparse):
     add_condition_columns(adata)
     expected = _scanpy_ranking(adata)
     groups = list(adata.obs["condition_name"].cat.categories)
-    scores = welch_t_scores(
-        adata.X, adata.obs["condition_name"].cat.codes.to_numpy(np.int64), groups, groups.index("K562_ctrl_1")
-    )
+    codes = adata.obs["condition_name"].cat.codes.to_numpy(np.int64)
+    scores = welch_t_scores(adata.X, codes, groups, groups.index("K562_ctrl_1"))
     rank_de_genes(adata, read_expression(adata))
     ours = adata.uns[RANK_KEY]
     assert list(ours) == list(expected)  # same conditions, in scanpy's order
+    at_one_value_in_control = _expressed_at_one_value(expression[codes == groups.index("K562_ctrl_1")])
     for name, (genes, their_scores) in expected.items():
-        our_scores = scores[groups.index(name)][[int(g[1:]) for g in ours[name]]]
-        np.testing.assert_allclose(our_scores, their_scores, rtol=1e-6, err_msg=name)
+        at_one_value = at_one_value_in_control | _expressed_at_one_value(expression[codes == groups.index(name)])
+        compared = [not at_one_value[int(g[1:])] for g in genes]
+        genes, their_scores = np.asarray(genes)[compared], their_scores[compared]
+        our_genes = np.asarray([g for g in ours[name] if not at_one_value[int(g[1:])]])
+        our_scores = scores[groups.index(name)][[int(g[1:]) for g in genes]]
+        np.testing.assert_allclose(our_scores, their_scores, rtol=1e-6, atol=1e-12, err_msg=name)
         magnitude = np.abs(their_scores)
-        close = np.isclose(magnitude[:, None], magnitude[None, :], rtol=1e-6, atol=0)
+        close = np.isclose(magnitude[:, None], magnitude[None, :], rtol=1e-6, atol=1e-12)
         unambiguous = close.sum(1) == 1
         assert unambiguous.sum() > 100, name  # the comparison below has teeth
-        assert np.array_equal(np.asarray(ours[name])[unambiguous], np.asarray(genes)[unambiguous]), name
+        assert np.array_equal(our_genes[unambiguous], genes[unambiguous]), name
+    assert _expressed_at_one_value(expression[codes == groups.index("K562_B+ctrl_1+1")]).sum() > 5  # left out
+
+
+def test_a_gene_expressed_at_one_value_in_a_condition_gets_its_t():
+    """A condition whose cells all express a gene at one value has variance 0 there: its Welch
+    t is the difference of means over control's standard error alone (scipy's ``ttest_ind``
+    of the cells), as scanpy 1.12 gives it. Rounding in E[x^2] - E[x]^2 made that variance
+    slightly negative, the t NaN and the gene ranked last (scanpy before 1.12 does so)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    control = np.log1p(rng.poisson(0.3, size=(60, 40))).astype(np.float32)
+    condition = np.log1p(rng.poisson(0.3, size=(2, 40))).astype(np.float32)
+    condition[:, :8] = np.log1p(np.arange(1, 9, dtype=np.float32))  # each of 8 genes at one value
+    expression = np.vstack([control, condition])
+    codes = np.repeat([0, 1], [60, 2])
+    scores = welch_t_scores(expression, codes, ["ctrl", "A+ctrl"], reference=0)[1]
+    expected = stats.ttest_ind(condition.astype(np.float64), control.astype(np.float64), equal_var=False).statistic
+    expected[np.isnan(expected)] = 0
+    np.testing.assert_allclose(scores, expected, rtol=1e-4)
+    assert (np.abs(scores[:8]) > 2).all()  # large, not 0
+    adata = _raw(expression, ["ctrl"] * 60 + ["A+ctrl"] * 2)
+    add_condition_columns(adata)
+    rank_de_genes(adata, read_expression(adata))
+    assert set(adata.uns[RANK_KEY]["K562_A+ctrl_1+1"][:8]) <= {f"G{i}" for i in range(40) if abs(expected[i]) > 2}
 
 
 def test_tied_silent_genes_keep_the_published_order():

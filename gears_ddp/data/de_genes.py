@@ -79,7 +79,11 @@ def welch_t_test_of_sums(
     from scipy import stats  # here, not at the top: seconds to import, and most users of this module never test
 
     check_group_sizes(counts, groups)
-    variance = (mean_square - mean * mean) * (counts / (counts - 1))[:, None]
+    # At least 0, as a variance is: rounding in E[x^2] - E[x]^2 can make the variance of a gene
+    # that a condition's cells all express at one nonzero value slightly negative, and its t
+    # NaN, so 0 and ranked last. Scanpy before 1.12 (which the published GEARS calls) has that
+    # artefact; 1.12 computes variances with Welford's algorithm and gives such a gene its t.
+    variance = np.maximum(mean_square - mean * mean, 0.0) * (counts / (counts - 1))[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
         scores, pvalues = stats.ttest_ind_from_stats(
             mean,
