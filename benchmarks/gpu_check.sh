@@ -255,8 +255,9 @@ stage_screen() {
 }
 
 stage_published() {
-    if ! "$PYTHON" -c "import gears" > /dev/null 2>&1; then
-        echo "published GEARS not installed (import gears fails): gears_ddp alone"
+    if ! PYTHONPATH="$BENCH${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c \
+        "import sys; from harness.published import reference_available; sys.exit(not reference_available())"; then
+        echo "published GEARS not installed, or not runnable here (import gears fails, or pandas 3): gears_ddp alone"
     fi
     "$PYTHON" "$BENCH/bench_model.py" --device "$DEVICE" --epochs 1 --eval-repeats 1 \
         --json "$RESULTS/published.json" $(sizes published)

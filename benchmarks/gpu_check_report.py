@@ -346,7 +346,10 @@ def _published(results: Path) -> tuple[dict, str]:
         "genes": ours["genes"],
     }
     if not found["published_installed"]:
-        return figures, f"published GEARS not installed: gears_ddp alone, epoch {ours['epoch']:.2f} s"
+        return (
+            figures,
+            f"published GEARS not installed or not runnable here: gears_ddp alone, epoch {ours['epoch']:.2f} s",
+        )
     if theirs is None:
         return (
             figures,

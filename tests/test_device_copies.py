@@ -111,9 +111,12 @@ def test_batches_are_pinned_and_copied_without_blocking_only_for_cuda(toy, monke
     if device == "cuda":
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-        # no capture is underway (Adam's step asks; a CUDA build of torch with no driver would
-        # ask the CUDA runtime and fail)
+        # no capture is underway (Adam's step asks: through torch.cuda before torch 2.13, through
+        # torch.accelerator since; a CUDA build of torch with no driver would ask the CUDA runtime
+        # and fail)
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+        if hasattr(torch, "accelerator"):
+            monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: None)
     with fake:
         _train(toy, device)
     assert len(batch_copies) >= 3  # the training steps' batches, then the evaluation passes'

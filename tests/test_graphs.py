@@ -202,7 +202,7 @@ def test_coexpression_matches_published_gears(toy, tmp_path):
 def test_go_graph_matches_published_gears(toy):
     """The published package's GO graph from the same GO files: top k + 1 sources per
     target by Jaccard importance, as node indices of the perturbation vocabulary."""
-    utils = import_reference("gears.utils")
+    utils = import_reference("gears.utils", runs_data_code=True)
     edges = utils.get_similarity_network(
         "go", toy.adata, None, 3, str(toy.data_path), "toy", "simulation", 1, 0.75, toy.set2conditions
     )

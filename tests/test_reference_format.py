@@ -22,7 +22,7 @@ UNS_KEYS = (
 @pytest.fixture
 def reference_pert_data(data_root):
     """The toy dataset processed by the published GEARS, in ``data_root/reference_toy``."""
-    gears = import_reference("gears")
+    gears = import_reference("gears", runs_data_code=True)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         pert_data = gears.PertData(str(data_root))
         pert_data.new_data_process("reference_toy", toy_data.make_raw())
@@ -57,7 +57,7 @@ def test_our_processing_writes_what_the_published_gears_writes(reference_pert_da
 
 
 def test_the_published_gears_reads_our_file(data_root):
-    gears = import_reference("gears")
+    gears = import_reference("gears", runs_data_code=True)
     ours = PertData(data_root)
     ours.new_data_process("our_toy", toy_data.make_raw())
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

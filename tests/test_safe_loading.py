@@ -3,6 +3,7 @@
 asked for, and still reads what the published GEARS writes."""
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -33,7 +34,10 @@ def plant(path, tmp_path, inside=None):
 
 
 def assert_refused(call, path, target):
-    with pytest.raises(ValueError, match=rf"refused to read .* from {path}: it asks to call io\.open"):
+    # the planted call is io.open, which pickle names _io.open from Python 3.12
+    with pytest.raises(
+        ValueError, match=rf"refused to read .* from {re.escape(str(path))}: it asks to call _?io\.open"
+    ):
         call()
     assert not target.exists()
 

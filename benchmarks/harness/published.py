@@ -13,7 +13,12 @@ from harness.settings import SUBGROUPS
 
 def reference_available() -> bool:
     """Whether the published package imports (in a process of its own: it seeds torch and
-    prints on import)."""
+    prints on import) and can run here: its data code fails under pandas 3 (cell-gears 0.1.2
+    reads a Series by position and counts on ``groupby().apply`` keeping the grouping column)."""
+    import pandas as pd
+
+    if int(pd.__version__.split(".")[0]) >= 3:
+        return False
     return subprocess.run([sys.executable, "-c", "import gears"], capture_output=True).returncode == 0
 
 

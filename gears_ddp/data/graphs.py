@@ -203,7 +203,10 @@ def read_edge_list(path, what: str, advice: str) -> pd.DataFrame:
         # in one piece (low_memory=False): no chunks of categories to merge after the parse
         edges = pd.read_csv(path, dtype={"source": "category", "target": "category"}, low_memory=False)
     except Exception as err:  # pandas and codecs raise many types for a file of another kind
-        raise ValueError(f"cannot read the {what} {path} ({type(err).__name__}: {err}); {advice}") from None
+        # pandas 3's parser errors end with a line break: the message stays on one line
+        raise ValueError(
+            f"cannot read the {what} {path} ({type(err).__name__}: {str(err).strip()}); {advice}"
+        ) from None
     missing = [column for column in EDGE_COLUMNS if column not in edges.columns]
     if missing or not pd.api.types.is_numeric_dtype(edges["importance"]):
         raise ValueError(
