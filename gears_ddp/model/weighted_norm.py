@@ -437,7 +437,12 @@ def _apply_running_statistics(norms, means, variances, n_rows) -> None:
         return
     for norm, mean, var in zip(norms, means, unbiased):
         if stood is None:
-            factor = 1.0 / norm.num_batches_tracked if norm.momentum is None else norm.momentum
+            # the cumulative weight as a tensor of the statistics' dtype (torch < 2.5 lerps by no other)
+            factor = (
+                norm.num_batches_tracked.to(norm.running_mean.dtype).reciprocal()
+                if norm.momentum is None
+                else norm.momentum
+            )
         else:
             factor = stood / norm.num_batches_tracked.clamp(min=1) if norm.momentum is None else stood * norm.momentum
         norm.running_mean.lerp_(mean, factor)
