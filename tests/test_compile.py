@@ -3,7 +3,9 @@ eager training; refused under a torch release where it fails.
 
 These tests measure ``torch.compile`` on the installed torch, whichever it is: the refusal of
 the releases known to fail (``COMPILE_FAILS_UNDER_TORCH``) is lifted for them, and their
-failure there is held as expected (strictly: a release that stops failing says so).
+failure there is held as expected (strictly: a release that stops failing says so). Releases
+older than the oldest that compiles the network (``OLDEST_TORCH_THAT_COMPILES``) are not
+measured: there compile=True is refused, as the last test checks.
 """
 
 import functools
@@ -18,7 +20,14 @@ from gears_ddp.training import recipe, training_options
 from gears_ddp.training.engine import optimizer_steps
 from gears_ddp.training.training_options import TrainingOptions, compile_refusal
 
-FAILING_RELEASE = compile_refusal("compile") is not None  # read before the fixture below lifts the refusal
+TOO_OLD = (
+    torch.torch_version.TorchVersion(torch.__version__.split("+")[0]) < training_options.OLDEST_TORCH_THAT_COMPILES
+)
+# read before the fixture below lifts the refusal
+FAILING_RELEASE = compile_refusal("compile") is not None and not TOO_OLD
+measures_compile = pytest.mark.skipif(
+    TOO_OLD, reason=f"torch {torch.__version__} is older than the oldest release that compiles the network"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +60,7 @@ def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_siz
 
 
 @pytest.mark.slow
+@measures_compile
 @pytest.mark.xfail(
     FAILING_RELEASE,
     raises=AssertionError,
@@ -99,6 +109,7 @@ def _losses_with_graphs(pert_data, monkeypatch, graph) -> list[float]:
     return seen
 
 
+@measures_compile
 def test_a_compiled_network_is_captured_and_its_replayed_steps_train_as_its_eager_steps(toy, monkeypatch, caplog):
     """compile and cuda_graphs together, as on a GPU: the steps of the compiled network are
     captured after the warm-up (compiled there) and replayed, with the losses of the same
@@ -114,6 +125,7 @@ def test_a_compiled_network_is_captured_and_its_replayed_steps_train_as_its_eage
 
 
 @pytest.mark.slow
+@measures_compile
 def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu(
     toy, device, monkeypatch, caplog, request
 ):
@@ -173,3 +185,10 @@ def test_compile_is_refused_under_a_torch_release_where_it_fails(monkeypatch, to
     assert TrainingOptions.from_dict({}).compile is False
     monkeypatch.setattr(torch, "__version__", "2.12.1+cu130")
     assert TrainingOptions.from_dict({"compile": True}).compile is True
+    # older than the oldest release that compiles the network
+    monkeypatch.setattr(torch, "__version__", "2.4.0+cu121")
+    with pytest.raises(
+        ValueError, match=r"args\['compile'\] is True, but .* from torch 2\.9 on, and this is torch 2\.4\.0"
+    ):
+        TrainingOptions.from_dict({"compile": True})
+    assert TrainingOptions.from_dict({}).compile is False

@@ -32,20 +32,30 @@ PATH_OPTIONS = ("save_path", "resume_from", "linear_baseline_screen")
 # another number of perturbation sets (on a CPU), and its AOTAutograd fails in the first step
 # on a GPU (docs/training.md, "Compiling the step"; 2.9.1, 2.10.0, 2.12.1 and 2.13.0 compile it)
 COMPILE_FAILS_UNDER_TORCH = ("2.11.0",)
+# the oldest torch release measured to compile the network (2.9.1); under 2.4.0, the oldest that
+# setup.py allows, dynamo refuses the fused decoder's matrix products into preallocated outputs
+OLDEST_TORCH_THAT_COMPILES = "2.9"
 
 
 def compile_refusal(option: str) -> str | None:
     """Why the option ``option`` (named as the user gave it) cannot be True under the
     installed torch, or None where it can."""
     release = str(torch.__version__).split("+")[0]
-    if release not in COMPILE_FAILS_UNDER_TORCH:
-        return None
-    return (
-        f"{option} is True, but torch.compile fails on the GEARS network under torch {torch.__version__} "
-        "(its dynamo cannot trace the fused decoder once batches bring other numbers of perturbation "
-        f"sets): install a torch release other than {', '.join(COMPILE_FAILS_UNDER_TORCH)} (2.12 and later "
-        f"compile it), or leave {option} False (the default)"
-    )
+    remedy = f"or leave {option} False (the default)"
+    if torch.torch_version.TorchVersion(release) < OLDEST_TORCH_THAT_COMPILES:
+        return (
+            f"{option} is True, but torch.compile compiles the GEARS network from torch "
+            f"{OLDEST_TORCH_THAT_COMPILES} on, and this is torch {torch.__version__} (under 2.4, dynamo "
+            f"cannot trace the fused decoder): install a newer torch, {remedy}"
+        )
+    if release in COMPILE_FAILS_UNDER_TORCH:
+        return (
+            f"{option} is True, but torch.compile fails on the GEARS network under torch {torch.__version__} "
+            "(its dynamo cannot trace the fused decoder once batches bring other numbers of perturbation "
+            f"sets): install a torch release other than {', '.join(COMPILE_FAILS_UNDER_TORCH)} (2.12 and later "
+            f"compile it), {remedy}"
+        )
+    return None
 
 
 @dataclass
