@@ -85,6 +85,27 @@ def test_a_value_the_runs_own_checks_refuse_is_named_before_any_trial():
         space.check_against(RUN, _check)
 
 
+def test_a_postgresql_url_without_a_driver_takes_psycopg_where_it_is_installed(monkeypatch):
+    """``postgresql://`` means psycopg2 to SQLAlchemy before 2.1, psycopg (3) from 2.1 on: with
+    psycopg installed, the one the documentation asks for, the URL names it whatever the
+    SQLAlchemy; a URL that names a driver, and other databases, are left as given."""
+    import importlib.util
+
+    from gears_ddp.sweeps.study import with_installed_driver
+
+    find_spec = importlib.util.find_spec
+    for installed in (find_spec("json"), None):  # a module's spec, or none: psycopg found or not
+
+        def psycopg_as(name, *args, spec=installed):
+            return spec if name == "psycopg" else find_spec(name, *args)
+
+        monkeypatch.setattr(importlib.util, "find_spec", psycopg_as)
+        url = "postgresql://me@dbhost:5432/sweeps"
+        assert with_installed_driver(url) == ("postgresql+psycopg://me@dbhost:5432/sweeps" if installed else url)
+        for given in ("postgresql+psycopg2://me@dbhost/sweeps", "mysql://me@dbhost/sweeps", "sqlite:///sweeps.db"):
+            assert with_installed_driver(given) == given
+
+
 def test_a_storage_that_does_not_answer_and_a_study_of_another_space_are_named(tmp_path):
     from gears_ddp.sweeps.study import SweepError, load_or_create_study, open_storage
     from gears_ddp.sweeps.train_sweep import PRUNER

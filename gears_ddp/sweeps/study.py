@@ -48,7 +48,7 @@ def open_storage(folder: Path, url: str | None):
             f"--storage {url}: a database URL ({', '.join(DATABASE_SCHEMES)}) or a journal file path is expected"
         )
     try:
-        return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        return RDBStorage(with_installed_driver(url), engine_kwargs={"pool_pre_ping": True})
     except ImportError:
         raise SweepError(
             f"--storage {url}: no database driver for {scheme} here; install one (PostgreSQL: pip "
@@ -57,6 +57,18 @@ def open_storage(folder: Path, url: str | None):
     except Exception as err:  # SQLAlchemy's errors: the URL does not answer
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise SweepError(f"--storage {url}: the database does not answer ({reason})") from None
+
+
+def with_installed_driver(url: str) -> str:
+    """``url``, naming psycopg (3) as its driver where it is a ``postgresql://`` URL that names
+    none and psycopg is installed: the driver these pages ask for, which SQLAlchemy takes
+    such a URL to mean from 2.1 on; before, it takes psycopg2."""
+    import importlib.util
+
+    scheme, rest = url.split("://", 1)
+    if scheme == "postgresql" and importlib.util.find_spec("psycopg") is not None:
+        return f"postgresql+psycopg://{rest}"
+    return url
 
 
 def load_or_create_study(storage, name: str, made_by: dict, seed: int, pruner: dict):
