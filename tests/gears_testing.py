@@ -10,6 +10,7 @@ Markers (registered in ``conftest.py``): ``distributed`` for tests that start pr
 
 import os
 
+import pytest
 import torch
 
 
@@ -29,3 +30,18 @@ def exact_on(device: torch.device) -> bool:
     additions (``index_add_``, scatter) sum in a varying order, so only closeness can be
     asserted, unless the runs use torch's deterministic algorithms (``deterministic``)."""
     return torch.device(device).type == "cpu"
+
+
+def torch_compiles_the_network() -> bool:
+    """Whether the installed torch is one that compiles the GEARS network at all: releases
+    older than ``OLDEST_TORCH_THAT_COMPILES`` cannot, so there compile=True is refused and
+    the tests that measure ``torch.compile`` do not run."""
+    from gears_ddp.training.training_options import OLDEST_TORCH_THAT_COMPILES
+
+    return torch.torch_version.TorchVersion(torch.__version__.split("+")[0]) >= OLDEST_TORCH_THAT_COMPILES
+
+
+needs_a_torch_that_compiles = pytest.mark.skipif(
+    not torch_compiles_the_network(),
+    reason=f"torch {torch.__version__} is older than the oldest release that compiles the network",
+)

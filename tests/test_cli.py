@@ -1,7 +1,9 @@
 """The gears-ddp command: configuration files, the run folder, evaluate, predict, process."""
 
 import csv
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -362,6 +364,32 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     assert (
         main(["predict", "--run", str(save), "--split", "test", "--format", "cell-eval", "--out", str(predicted)]) == 0
     )
+    # the linear baseline's cells in the same layout, beside the same truth
+    baseline = tmp_path / "test.linear.h5ad"
+    assert (
+        main(
+            [
+                "predict",
+                "--run",
+                str(save),
+                "--split",
+                "test",
+                "--format",
+                "cell-eval",
+                "--baseline",
+                "linear",
+                "--out",
+                str(baseline),
+            ]
+        )
+        == 0
+    )
+    written = anndata.read_h5ad(baseline)
+    assert written.uns["gears_ddp"]["baseline"] == "linear" and written.n_obs == anndata.read_h5ad(predicted).n_obs
+    assert (tmp_path / "test.linear.truth.h5ad").is_file()
+    # the real cell-eval reads the predictions (CI installs it and sets GEARS_DDP_REQUIRE_REFERENCE=1)
+    if importlib.util.find_spec("cell_eval") is None and os.environ.get("GEARS_DDP_REQUIRE_REFERENCE") != "1":
+        pytest.skip("cell-eval is not installed: everything but its reading of the predictions was checked")
     truth = tmp_path / "test.truth.h5ad"
     outdir = tmp_path / "cell-eval"
     cell_eval = [
@@ -387,29 +415,6 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     tested = {c.replace("+ctrl", "") for c in anndata.read_h5ad(truth).obs["condition"].astype(str) if c != "ctrl"}
     assert set(rows) == tested and len(tested) > 1
     assert all(-1 <= float(row["pearson_delta"]) <= 1 for row in rows.values())
-    # the linear baseline's cells in the same layout, beside the same truth
-    baseline = tmp_path / "test.linear.h5ad"
-    assert (
-        main(
-            [
-                "predict",
-                "--run",
-                str(save),
-                "--split",
-                "test",
-                "--format",
-                "cell-eval",
-                "--baseline",
-                "linear",
-                "--out",
-                str(baseline),
-            ]
-        )
-        == 0
-    )
-    written = anndata.read_h5ad(baseline)
-    assert written.uns["gears_ddp"]["baseline"] == "linear" and written.n_obs == anndata.read_h5ad(predicted).n_obs
-    assert (tmp_path / "test.linear.truth.h5ad").is_file()
 
 
 @pytest.mark.distributed

@@ -13,6 +13,7 @@ import functools
 import numpy as np
 import pytest
 import torch
+from gears_testing import needs_a_torch_that_compiles, torch_compiles_the_network
 from stand_in_graphs import FailingGraph, ReplayingGraph
 
 from gears_ddp import GEARS
@@ -20,14 +21,8 @@ from gears_ddp.training import recipe, training_options
 from gears_ddp.training.engine import optimizer_steps
 from gears_ddp.training.training_options import TrainingOptions, compile_refusal
 
-TOO_OLD = (
-    torch.torch_version.TorchVersion(torch.__version__.split("+")[0]) < training_options.OLDEST_TORCH_THAT_COMPILES
-)
 # read before the fixture below lifts the refusal
-FAILING_RELEASE = compile_refusal("compile") is not None and not TOO_OLD
-measures_compile = pytest.mark.skipif(
-    TOO_OLD, reason=f"torch {torch.__version__} is older than the oldest release that compiles the network"
-)
+FAILING_RELEASE = compile_refusal("compile") is not None and torch_compiles_the_network()
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +55,7 @@ def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_siz
 
 
 @pytest.mark.slow
-@measures_compile
+@needs_a_torch_that_compiles
 @pytest.mark.xfail(
     FAILING_RELEASE,
     raises=AssertionError,
@@ -109,7 +104,7 @@ def _losses_with_graphs(pert_data, monkeypatch, graph) -> list[float]:
     return seen
 
 
-@measures_compile
+@needs_a_torch_that_compiles
 def test_a_compiled_network_is_captured_and_its_replayed_steps_train_as_its_eager_steps(toy, monkeypatch, caplog):
     """compile and cuda_graphs together, as on a GPU: the steps of the compiled network are
     captured after the warm-up (compiled there) and replayed, with the losses of the same
@@ -125,7 +120,7 @@ def test_a_compiled_network_is_captured_and_its_replayed_steps_train_as_its_eage
 
 
 @pytest.mark.slow
-@measures_compile
+@needs_a_torch_that_compiles
 def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu(
     toy, device, monkeypatch, caplog, request
 ):

@@ -11,6 +11,7 @@ import logging
 
 import pytest
 import torch
+from gears_testing import needs_a_torch_that_compiles
 from stand_in_graphs import FailingGraph, ReplayingGraph
 
 import gears_ddp.model.network as network_module
@@ -227,6 +228,7 @@ def _tensors(batch):
     return [batch.x, batch.y, batch.pert_idx, batch.condition, batch.de_idx, batch.sets.packed]
 
 
+@needs_a_torch_that_compiles
 def test_forward_and_loss_trace_into_one_graph_compiled_once_over_epochs(toy, monkeypatch):
     """``torch.compile(fullgraph=True, dynamic=False)`` over two epochs of real padded batches
     with recompilation an error: one graph, compiled once, the eager losses. The embedding

@@ -15,9 +15,11 @@ from gears_ddp.training import recipe
 from gears_ddp.training.engine import Precision, evaluate, optimizer_steps
 from gears_ddp.training.optimization import make_optimizer
 
-# Operators per optimiser step at hidden 64: 443 (benchmarks/bench_dispatch.py records them
-# at batch 32 and 256); the limit keeps them from growing.
-MAX_OPERATORS_PER_STEP = 450
+# Operators that launch work (not views) per optimiser step at hidden 64: 292 under torch 2.13
+# (with 152 views; benchmarks/bench_dispatch.py records both at batch 32 and 256); the limit
+# keeps them from growing. Views launch nothing, and how many torch's autograd makes is its
+# own: 205 under torch 2.4, where 5 more slices' backward passes launch work too (297).
+MAX_OPERATORS_PER_STEP = 300
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,8 @@ def test_operators_per_step_are_few_and_the_same_every_step(loaded, device, monk
     gears = _gears(loaded, device)
     per_step = []
     for n_steps in (1, 3):
-        per_step.append(_counted_steps(gears, device, n_steps).total_operators / n_steps)
+        count = _counted_steps(gears, device, n_steps)
+        per_step.append((count.total_operators - count.total_views) / n_steps)
     assert per_step[0] == per_step[1]  # nothing depends on how many sets a batch holds
     assert per_step[0] <= MAX_OPERATORS_PER_STEP
 

@@ -292,9 +292,11 @@ def test_the_profile_records_a_failed_compile_and_measures_the_other_settings(mo
 
     def setting(pert_data, device, batch_size, steps, compile, amp, top):
         if compile:
-            raise torch._dynamo.exc.BackendCompilerFailed(
-                lambda: None, RuntimeError("element 2 of tensors does not require grad"), None
-            )
+            error = RuntimeError("element 2 of tensors does not require grad")
+            try:  # the frame to name: an argument of newer releases (2.13), not of 2.4
+                raise torch._dynamo.exc.BackendCompilerFailed(lambda: None, error, None)
+            except TypeError:
+                raise torch._dynamo.exc.BackendCompilerFailed(lambda: None, error) from None
         return {
             "compile": False,
             "amp": amp,

@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SKIPPED_FOLDERS = {".git", ".venv", "build", "dist", "__pycache__", ".pytest_cache"}
+SKIPPED_FOLDERS = {".git", ".venv", ".versions", "build", "dist", "__pycache__", ".pytest_cache"}
 MARKER = re.compile(r"^(<{7}|>{7})( |$)|^={7}$", re.MULTILINE)
 
 
 def repository_files() -> list[Path]:
-    """Every file of the working tree but version-control, environment and build folders."""
+    """Every file of the working tree but version-control, environment (`.ci/versions`'s too) and build
+    folders."""
     return [
         path
         for path in ROOT.rglob("*")
