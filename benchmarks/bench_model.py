@@ -228,7 +228,7 @@ def run_reference(raw: Path, workdir: Path, args) -> dict:
     def metrics_hook(res):
         out = compute_metrics(res)
         metric_calls.append(time.perf_counter())
-        val_mse_de.append(out[0]["mse_de"])
+        val_mse_de.append(float(out[0]["mse_de"]))  # a numpy float32 under numpy 1
         return out
 
     reference.StepLR = TimedStepLR

@@ -375,6 +375,8 @@ def postgres():
 def test_a_postgresql_server_serves_one_study_to_two_processes(data_folder, tmp_path, postgres):
     import optuna
 
+    from gears_ddp.sweeps.study import with_installed_driver
+
     folder = tmp_path / "sweep"
     run, space = _files(tmp_path, data_folder, folder, epochs=2)
     command = ("--config", run, "--space", space, "--trials", 3, "--storage", postgres)
@@ -385,7 +387,7 @@ def test_a_postgresql_server_serves_one_study_to_two_processes(data_folder, tmp_
     assert [process.returncode for process in (first, second)] == [0, 0], logs[1][1][-3000:]
     drawn = [{int(name) for name in _trial_names(err)} for _, err in logs]
     assert drawn[0] and drawn[1] and not drawn[0] & drawn[1]
-    study = optuna.load_study(study_name="sweep", storage=postgres)
+    study = optuna.load_study(study_name="sweep", storage=with_installed_driver(postgres))  # as the sweep reads it
     assert {trial.number for trial in study.trials} == drawn[0] | drawn[1] and len(study.trials) >= 3
     assert not (folder / "study.journal").exists()  # nothing of the study in the folder
     assert yaml.safe_load((folder / "sweep.yaml").read_text())["storage"] == postgres
