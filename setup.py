@@ -23,17 +23,17 @@ setup(
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.4",  # fused Adam on CPU (training/optimization.py)
-        "anndata>=0.9",
-        "numpy>=1.23",
-        "scipy>=1.9",
+        "anndata>=0.11",  # anndata.io (data/io.py)
+        "numpy>=1.24",
+        "scipy>=1.11",  # scipy.stats.false_discovery_control (evaluation/calibration.py)
         "pandas>=1.5",
         "tqdm>=4.60",
         "joblib>=1.3",  # cpu_count: the cores a process may use (affinity, cgroup quota)
-        "matplotlib>=3.5",
+        "matplotlib>=3.7",  # figure legends placed outside the axes (loc="outside ...")
         "pyyaml>=6",  # run configuration files (gears-ddp train --config)
         # screens as they come (gears-ddp process --normalize, --n-top-genes): imported by
         # gears_ddp.data.normalization only, never by the training processes
-        "scanpy>=1.9",
+        "scanpy>=1.11",  # highly variable genes (seurat_v3) equal to the bit (data/highly_variable.py)
         "scikit-misc>=0.3",  # scanpy's highly variable genes, flavor seurat_v3
         "optuna>=4.0",  # sweeps (gears_ddp.sweeps): TPE, the median pruner, journal-file and database studies
     ],
