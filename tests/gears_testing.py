@@ -13,6 +13,8 @@ import os
 import pytest
 import torch
 
+from gears_ddp.training.training_options import torch_compiles_the_network
+
 
 def suite_devices() -> list[str]:
     """The device types the suite runs on."""
@@ -32,15 +34,8 @@ def exact_on(device: torch.device) -> bool:
     return torch.device(device).type == "cpu"
 
 
-def torch_compiles_the_network() -> bool:
-    """Whether the installed torch is one that compiles the GEARS network at all: releases
-    older than ``OLDEST_TORCH_THAT_COMPILES`` cannot, so there compile=True is refused and
-    the tests that measure ``torch.compile`` do not run."""
-    from gears_ddp.training.training_options import OLDEST_TORCH_THAT_COMPILES
-
-    return torch.torch_version.TorchVersion(torch.__version__.split("+")[0]) >= OLDEST_TORCH_THAT_COMPILES
-
-
+# the tests that measure torch.compile: releases older than the oldest that compiles the
+# network cannot, and there compile=True is refused (training_options.compile_refusal)
 needs_a_torch_that_compiles = pytest.mark.skipif(
     not torch_compiles_the_network(),
     reason=f"torch {torch.__version__} is older than the oldest release that compiles the network",

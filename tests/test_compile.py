@@ -13,13 +13,13 @@ import functools
 import numpy as np
 import pytest
 import torch
-from gears_testing import needs_a_torch_that_compiles, torch_compiles_the_network
+from gears_testing import needs_a_torch_that_compiles
 from stand_in_graphs import FailingGraph, ReplayingGraph
 
 from gears_ddp import GEARS
 from gears_ddp.training import recipe, training_options
 from gears_ddp.training.engine import optimizer_steps
-from gears_ddp.training.training_options import TrainingOptions, compile_refusal
+from gears_ddp.training.training_options import TrainingOptions, compile_refusal, torch_compiles_the_network
 
 # read before the fixture below lifts the refusal
 FAILING_RELEASE = compile_refusal("compile") is not None and torch_compiles_the_network()

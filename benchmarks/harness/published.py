@@ -11,13 +11,20 @@ import sys
 from harness.settings import SUBGROUPS
 
 
-def reference_available() -> bool:
-    """Whether the published package imports (in a process of its own: it seeds torch and
-    prints on import) and can run here: its data code fails under pandas 3 (cell-gears 0.1.2
-    reads a Series by position and counts on ``groupby().apply`` keeping the grouping column)."""
+def data_code_runs() -> bool:
+    """Whether the published package's data code (its ``PertData`` processing and loading,
+    its gene graphs) runs with the installed pandas: not under pandas 3, as cell-gears 0.1.2
+    reads a Series by position (``obs['condition_name'][0]``) and counts on
+    ``groupby().apply`` keeping the grouping column (``get_similarity_network``)."""
     import pandas as pd
 
-    if int(pd.__version__.split(".")[0]) >= 3:
+    return int(pd.__version__.split(".")[0]) < 3
+
+
+def reference_available() -> bool:
+    """Whether the published package imports (in a process of its own: it seeds torch and
+    prints on import) and its data code runs here (``data_code_runs``)."""
+    if not data_code_runs():
         return False
     return subprocess.run([sys.executable, "-c", "import gears"], capture_output=True).returncode == 0
 

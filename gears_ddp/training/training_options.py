@@ -37,12 +37,17 @@ COMPILE_FAILS_UNDER_TORCH = ("2.11.0",)
 OLDEST_TORCH_THAT_COMPILES = "2.9"
 
 
+def torch_compiles_the_network() -> bool:
+    """Whether the installed torch is at least ``OLDEST_TORCH_THAT_COMPILES``."""
+    return torch.torch_version.TorchVersion(str(torch.__version__).split("+")[0]) >= OLDEST_TORCH_THAT_COMPILES
+
+
 def compile_refusal(option: str) -> str | None:
     """Why the option ``option`` (named as the user gave it) cannot be True under the
     installed torch, or None where it can."""
     release = str(torch.__version__).split("+")[0]
     remedy = f"or leave {option} False (the default)"
-    if torch.torch_version.TorchVersion(release) < OLDEST_TORCH_THAT_COMPILES:
+    if not torch_compiles_the_network():
         return (
             f"{option} is True, but torch.compile compiles the GEARS network from torch "
             f"{OLDEST_TORCH_THAT_COMPILES} on, and this is torch {torch.__version__} (under 2.4, dynamo "
