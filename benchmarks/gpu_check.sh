@@ -55,6 +55,7 @@ WHEELS=(
     scanpy==1.11.5 session-info2==0.4.1 pynndescent==0.7.0 umap-learn==0.5.12
     scikit-misc==0.5.3                                                # scanpy's seurat_v3 genes
     cell-gears==0.1.2 dcor==0.7                                       # the published GEARS
+    optuna==5.1.0 alembic==1.20.1 sqlalchemy==2.1.9 mako==1.4.3 colorlog==6.12.0  # sweeps (its tests' imports)
 )
 #
 # Stages, in order, each with its budget in seconds (a stage that ends early leaves the
@@ -69,8 +70,10 @@ WHEELS=(
 # there earlier, its data processing and model set-up, and gears_ddp's side before it.
 #
 #   environment  10  nvidia-smi; Python, torch, CUDA, cuDNN, NCCL, the GPU        env.json
-#   wheels       25  install .whl/ (if any); their versions, read from their metadata
-#                    (importing scanpy's numba code took 20 s of the first run's 42)  wheels.json
+#   wheels       25  install .whl/ (if any); the versions of setup.py's requirements and the
+#                    published GEARS's, read from their metadata; fails when one that setup.py
+#                    asks for is missing or too old (importing scanpy's numba code took 20 s
+#                    of the first run's 42: not imported)                          wheels.json
 #   data        240  beside the next stages, on a few CPU cores: the datasets of epoch
 #                    (also the profile's), width and screen (their scripts' --data-only)
 #   demo         60  gears-ddp demo as it comes, through NCCL, timed end to end; whether its

@@ -25,6 +25,7 @@ benchmark printed in its stage's log: no figure copied by hand.
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import importlib
 import json
@@ -37,20 +38,14 @@ from pathlib import Path
 from harness.machine import describe_machine
 from harness.record import RESULTS
 from harness.tables import print_table
+from packaging.requirements import Requirement
 
 TIMED_OUT = 124  # the exit status of `timeout` when the budget ran out
-# distribution -> whether gears_ddp needs it; cell-gears is the published GEARS
-PACKAGES = {
-    "numpy": True,
-    "pandas": True,
-    "anndata": True,
-    "scanpy": True,
-    "scikit-misc": True,
-    "torch-geometric": False,
-    "cell-gears": False,
-    "dcor": False,
-}
-IMPORTED = ("numpy", "pandas", "anndata")  # imported to prove they work: cheap (scanpy's numba code is not)
+SETUP_PY = Path(__file__).resolve().parents[1] / "setup.py"
+# beside gears_ddp's own requirements, reported but not needed: the published GEARS (cell-gears,
+# and dcor, which its genetic-interaction scores import) and the tests' graph operator
+PUBLISHED_SIDE = ("cell-gears", "dcor", "torch-geometric")
+IMPORTED = ("numpy", "pandas", "anndata", "optuna")  # imported to prove they work: cheap (scanpy's numba code is not)
 STAGE_FILES = {
     "environment": ["env.json"],
     "wheels": ["wheels.json"],
@@ -102,20 +97,35 @@ def environment(out: Path, nvidia_smi: Path | None) -> None:
     print(json.dumps(figures, indent=1))
 
 
-def packages(out: Path, wheels: Path | None) -> int:
-    """The version of each distribution of ``PACKAGES`` (from its metadata; those of
-    ``IMPORTED`` imported too), and the wheels installed from ``wheels``, to ``out``; 1 when
-    one gears_ddp needs is missing or does not import."""
+def runtime_requirements(setup_py: Path = SETUP_PY) -> list[Requirement]:
+    """setup.py's ``install_requires``, read from its text: on the GPU machine gears_ddp runs
+    from the checkout, installed by nothing, so no metadata of its own says what it needs."""
+    for node in ast.walk(ast.parse(setup_py.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.keyword) and node.arg == "install_requires":
+            return [Requirement(text) for text in ast.literal_eval(node.value)]
+    raise ValueError(f"{setup_py} has no install_requires")
+
+
+def packages(out: Path, wheels: Path | None, setup_py: Path = SETUP_PY) -> int:
+    """The version of each of gears_ddp's requirements (setup.py's) and of ``PUBLISHED_SIDE``
+    (from their metadata; those of ``IMPORTED`` imported too), and the wheels installed from
+    ``wheels``, to ``out``; 1 when a requirement is missing, does not import or is of a
+    version setup.py does not allow (a stage that needs it would fail: better said first)."""
     versions, missing = {}, []
-    for distribution, needed in PACKAGES.items():
+    needed = {requirement.name: requirement for requirement in runtime_requirements(setup_py)}
+    for distribution in [*needed, *PUBLISHED_SIDE]:
         try:
-            versions[distribution] = metadata.version(distribution)
+            versions[distribution] = version = metadata.version(distribution)
             if distribution in IMPORTED:
                 importlib.import_module(distribution)
         except Exception as err:  # noqa: BLE001 - any failure is the finding
             versions[distribution] = f"not importable: {type(err).__name__}: {err}"
-            if needed:
+            if distribution in needed:
                 missing.append(distribution)
+            continue
+        if distribution in needed and not needed[distribution].specifier.contains(version, prereleases=True):
+            versions[distribution] = f"{version}, but setup.py asks for {needed[distribution]}"
+            missing.append(distribution)
     installed = sorted(path.name for path in wheels.glob("*.whl")) if wheels and wheels.is_dir() else []
     figures = {"wheels": installed, "versions": versions, "missing": missing}
     out.write_text(json.dumps(figures, indent=1))

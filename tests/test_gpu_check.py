@@ -230,6 +230,22 @@ def _archive_of(folder: Path, gpu: str | None, stages: tuple = ()) -> Path:
     return folder
 
 
+def test_the_wheels_stage_checks_every_requirement_of_setup_py(gpu_check_report, tmp_path):
+    # the packages the GPU machine lacks are carried as wheels: one that setup.py asks for and
+    # nobody carried (optuna, once) must fail the wheels stage, not a later stage's imports
+    assert {requirement.name for requirement in gpu_check_report.runtime_requirements()} >= {"torch", "optuna"}
+    setup_py = tmp_path / "setup.py"
+    setup_py.write_text('setup(name="x", install_requires=["numpy>=1.0", "numpy-too-new>=1", "pytest>=999"])\n')
+    assert gpu_check_report.packages(tmp_path / "wheels.json", None, setup_py) == 1
+    found = json.loads((tmp_path / "wheels.json").read_text())
+    assert found["missing"] == ["numpy-too-new", "pytest"]
+    assert found["versions"]["numpy-too-new"].startswith("not importable: PackageNotFoundError")
+    assert found["versions"]["pytest"].endswith("but setup.py asks for pytest>=999")
+    assert not found["versions"]["numpy"].startswith("not importable")
+    setup_py.write_text('setup(name="x", install_requires=["numpy>=1.0"])\n')
+    assert gpu_check_report.packages(tmp_path / "wheels.json", None, setup_py) == 0
+
+
 def test_a_gpu_run_is_recorded_with_its_gpu_and_tables_and_a_cpu_run_is_not(gpu_check_report, tmp_path):
     gpu_check_report.record(_archive_of(tmp_path / "gpu", "NVIDIA H100 80GB HBM3"))
     recorded = (tmp_path / "RESULTS.md").read_text()
