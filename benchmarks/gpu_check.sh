@@ -90,8 +90,9 @@ WHEELS=(
 #                    step's top kernels, its time and its products' floor, compile off and
 #                    on (inductor's fused kernels under the graph)             profile.json
 #   tests       100  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
-#                    pytest-xdist is there); --small: the CPU cases of the CUDA-graph and
-#                    padded-set tests                                               tests.xml
+#                    pytest-xdist is there; two ranks sharing the GPU replay two graphs a step
+#                    around their all-reduce among them); --small: the CPU cases of the
+#                    CUDA-graph and padded-set tests                                tests.xml
 #   precision    70  bench_epoch.py as above: fp16 at batch 32, then fp32 and bf16 at 256
 #                                                          epoch_fp16.json, epoch_256.json
 #   width        45  benchmarks/bench_width.py on the GPU at 18,000 genes, gears_ddp alone,

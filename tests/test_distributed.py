@@ -120,6 +120,73 @@ def test_train_multi_gpu_replays_its_steps_without_a_collective_inside_and_train
     assert replayed["model"] == eager["model"]
 
 
+def _worker_sharing_one_gpu(local_rank, *args, graph):
+    """A rank of two that share one GPU, their collectives through gloo (NCCL takes one GPU a
+    rank), whose steps replay real CUDA graphs (``graph="CudaGraph"``: counted) or whose
+    capture fails (``"FailingGraph"``: eager steps on the same padded batches); it then
+    reports its graphs' replays."""
+    import stand_in_graphs as stand_in
+
+    import gears_ddp.launching.process_group as process_group
+    import gears_ddp.training.recipe as recipe
+    from gears_ddp.training.cuda_graphs import CudaGraph
+
+    replays = [0]
+
+    class CountedGraph(CudaGraph):
+        def replay(self) -> None:
+            replays[0] += 1
+            super().replay()
+
+    process_group.backend_for = lambda device: "gloo"
+    factory = CountedGraph if graph == "CudaGraph" else getattr(stand_in, graph)
+    recipe.CapturedStep = functools.partial(recipe.CapturedStep, graph_factory=factory)
+    spawned_rank(local_rank, *args)
+    args[-1].put(("replays", local_rank, replays[0]))
+
+
+@pytest.mark.slow
+def test_two_ranks_on_one_cuda_device_replay_two_graphs_around_the_all_reduce_and_train_as_eager_steps(
+    data_folder, tmp_path, caplog, device
+):
+    """The step that several ranks on GPUs run, on a GPU: two ranks share GPU 0 (the
+    gradients' all-reduce through gloo), each step two CUDA graphs around one eager all-reduce
+    of the flat gradient buffer. Against the same run whose capture failed (eager steps on the
+    same padded batches): each run's ranks end bit-identical, every step after the warm-up
+    replayed both graphs, and the training losses agree within a GPU's summation order
+    (``test_cuda_graphs.SAME_TRAINING``: a replayed and an eager step sum in other orders).
+    The CPU case of this is the stand-in test above."""
+    if device.type != "cuda":
+        pytest.skip("CUDA graphs replay on a GPU only (the stand-in test above is the CPU's case)")
+    from test_cuda_graphs import SAME_TRAINING
+
+    caplog.set_level("INFO", logger="gears_ddp")
+    runs = {}
+    for graph in ("CudaGraph", "FailingGraph"):
+        caplog.clear()
+        options = TrainingArgs.from_dict(_args(tmp_path / graph, lr=2.0**-10, cpu_processes=None))
+        pert_data = shared_data(data_folder, "toy", SplitConfig.from_dict(SPLIT), options)
+        placements = local_placements([torch.device("cuda", 0)] * 2, find_free_port())
+        messages = spawn_workers(
+            functools.partial(_worker_sharing_one_gpu, graph=graph), (placements, pert_data, options), 2
+        )
+        report = next(m.report for m in messages if isinstance(m, RunReport))
+        replays = [m[2] for m in messages if isinstance(m, tuple) and m[0] == "replays"]
+        runs[graph] = report, replays, caplog.text
+    replayed, replayed_counts, replayed_log = runs["CudaGraph"]
+    eager, eager_counts, eager_log = runs["FailingGraph"]
+    assert "training steps replay two CUDA graphs around one all-reduce of the gradients" in replayed_log
+    assert "could not be captured" not in replayed_log
+    assert "training steps could not be captured in a CUDA graph" in eager_log
+    assert len(replayed_counts) == 2 and all(count > 10 and count % 2 == 0 for count in replayed_counts)
+    assert eager_counts == [0, 0]
+    for report in (replayed, eager):
+        assert report["world_size"] == 2 and len(set(report["parameter_digests"])) == 1
+    loss_rtol, _ = SAME_TRAINING["off"]
+    replayed_losses, eager_losses = ([h["train_loss"] for h in run["history"]] for run in (replayed, eager))
+    torch.testing.assert_close(replayed_losses, eager_losses, rtol=loss_rtol, atol=0)
+
+
 def _worker_refusing_writes_off_rank_zero(local_rank, *args):
     """Rank 1 fails on any attempt to write a file through the library's writers or torch.save
     (to a path: collectives serialise objects with torch.save into memory buffers)."""
