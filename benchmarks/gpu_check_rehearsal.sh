@@ -12,7 +12,7 @@
 #    to give another) and the packages of the GPU machine's image that gears_ddp, its tests
 #    and benchmarks import, at the versions seen there (IMAGE below; torch a CUDA build from
 #    the package index, run on the CPU: GBs, once), and neither gears_ddp nor the wheels;
-# 2. the wheels of .whl/ (GPU_CHECK_WHEELS), downloaded first when that folder has none;
+# 2. the wheels of gpu_check.sh, downloaded into .whl/ (GPU_CHECK_WHEELS) where not there yet;
 # 3. `benchmarks/gpu_check.sh --small` with that Python: its wheels stage installs the wheels
 #    into a folder of its own, first on PYTHONPATH, as on the GPU machine (the archive and
 #    summary.json to <virtualenv>/gpu_check/);
@@ -46,15 +46,17 @@ python_version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])
 venv=$PWD/.versions/gpu-image-$python_version  # absolute: the check runs its stages in a folder of its own
 wheels=$(realpath -m "${GPU_CHECK_WHEELS:-.whl}")
 
-if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c "import torch, pandas, pytest_timeout" 2> /dev/null; then
+# made once, and again when IMAGE changes (the list it was made from is kept in it)
+if [[ "$(cat "$venv/image.txt" 2> /dev/null)" != "$(printf '%s\n' "${IMAGE[@]}")" ]]; then
     rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install -q uv
     VIRTUAL_ENV="$venv" "$venv/bin/uv" pip install -q "${IMAGE[@]}"
+    printf '%s\n' "${IMAGE[@]}" > "$venv/image.txt"
 fi
-if ! compgen -G "$wheels/*.whl" > /dev/null; then
-    GPU_CHECK_WHEELS=$wheels bash benchmarks/gpu_check.sh --download-wheels
-fi
+# those present are kept; pip's output shown only when it failed
+GPU_CHECK_WHEELS=$wheels bash benchmarks/gpu_check.sh --download-wheels > "$venv/download.log" 2>&1 \
+    || { cat "$venv/download.log" >&2; exit 1; }
 echo "== the image's packages, as installed here"
 "$venv/bin/python" -m pip list 2> /dev/null | grep -iE '^(torch|torch-geometric|numpy|pandas|scipy|pytest) '
 
