@@ -14,6 +14,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
@@ -244,6 +246,24 @@ def test_the_wheels_stage_checks_every_requirement_of_setup_py(gpu_check_report,
     assert not found["versions"]["numpy"].startswith("not importable")
     setup_py.write_text('setup(name="x", install_requires=["numpy>=1.0"])\n')
     assert gpu_check_report.packages(tmp_path / "wheels.json", None, setup_py) == 0
+
+
+def _bash_array(script: Path, name: str) -> set[str]:
+    """The distributions a script's bash array ``name=( ... )`` names (``pkg==1.0``,
+    ``"pkg>=3,<4"``; comments left out), canonical."""
+    body = re.search(rf"^{name}=\((.*?)^\)", script.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL).group(1)
+    words = " ".join(line.split("#")[0] for line in body.splitlines()).split()
+    return {canonicalize_name(Requirement(word.strip('"')).name) for word in words}
+
+
+def test_every_requirement_of_setup_py_is_carried_to_the_gpu_machine_or_in_its_image(gpu_check_report):
+    # a requirement added to setup.py must be carried as a wheel (gpu_check.sh's WHEELS) unless
+    # the machine's image has it (the rehearsal's IMAGE, read from the workplace's notes)
+    carried = _bash_array(SCRIPT, "WHEELS")
+    image = _bash_array(ROOT / "benchmarks" / "gpu_check_rehearsal.sh", "IMAGE")
+    assert {"pandas", "anndata", "cell-gears"} <= carried and {"torch", "numpy"} <= image
+    needed = {canonicalize_name(r.name) for r in gpu_check_report.runtime_requirements()}
+    assert needed - carried - image == set()
 
 
 def test_a_gpu_run_is_recorded_with_its_gpu_and_tables_and_a_cpu_run_is_not(gpu_check_report, tmp_path):
