@@ -474,8 +474,14 @@ def write_table(table: pd.DataFrame, path: Path) -> None:
         table.to_csv(tmp, index=False, float_format=lambda value: repr(float(value)))
 
 
+# pandas before 3.1 reads a float's shortest text back to the very value only with its
+# round-trip converter; since 3.1 every converter does, and the option is deprecated
+EXACT_FLOATS = {} if torch.torch_version.TorchVersion(pd.__version__) >= "3.1" else {"float_precision": "round_trip"}
+
+
 def read_table(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, float_precision="round_trip")
+    """A table ``write_table`` wrote, each float the value written."""
+    return pd.read_csv(path, **EXACT_FLOATS)
 
 
 def record_differences(found: dict, wanted: dict) -> list[str]:
