@@ -19,7 +19,7 @@ from gears_ddp.configuration.run_options import resolved_config, write_run_confi
 from gears_ddp.configuration.sections import SplitConfig, TrainingArgs
 from gears_ddp.distributed.pair_screen_workers import pair_screen_on_devices
 from gears_ddp.gears import GEARS
-from gears_ddp.inference.figures import plot_pair_screen
+from gears_ddp.inference.figures import _clustered_order, plot_pair_screen
 from gears_ddp.inference.pair_screen_job import PairScreenFolder, checked_pair_screen_genes, read_table, write_table
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, PREDICTION_CELLS, control_draws, query_sets
 from gears_ddp.interactions.calls import interaction_types
@@ -376,3 +376,23 @@ def test_a_table_reads_back_to_the_very_floats_it_was_written_with_and_no_deprec
         warnings.simplefilter("error")
         read = read_table(tmp_path / "screen.csv")
     pd.testing.assert_frame_equal(read, table, check_exact=True)
+
+
+def test_the_map_clusters_genes_by_their_rows_and_a_zero_diagonal_is_no_distance_matrix():
+    # a pair-score map is symmetric with a zero diagonal, as a distance matrix is: its rows are
+    # still each gene's profile, clustered as scipy clusters observations, without its warning
+    from scipy.cluster.hierarchy import leaves_list, linkage
+
+    rng = np.random.default_rng(1)
+    halves = np.abs(rng.standard_normal((30, 30)))
+    matrix = halves + halves.T
+    np.fill_diagonal(matrix, 0.0)
+    matrix[0, 1] = matrix[1, 0] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        as_observations = leaves_list(linkage(np.nan_to_num(matrix), method="average"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        order = _clustered_order(matrix)
+    assert np.array_equal(order, as_observations) and sorted(order) == list(range(30))
+    assert list(_clustered_order(matrix[:2, :2])) == [0, 1]

@@ -323,12 +323,16 @@ def _save(figure, save_file) -> None:
 
 def _clustered_order(matrix: np.ndarray) -> np.ndarray:
     """The rows of a symmetric matrix ordered by average-linkage clustering of the rows (NaN
-    as 0); the given order for fewer than 3 rows."""
+    as 0), each row a gene's profile: their Euclidean distances are given to ``linkage``
+    condensed, as it computes them itself, so that a matrix with a zero diagonal is not
+    taken for a distance matrix (scipy warns that it looks like one); the given order for
+    fewer than 3 rows."""
     if len(matrix) < 3:
         return np.arange(len(matrix))
     from scipy.cluster.hierarchy import leaves_list, linkage
+    from scipy.spatial.distance import pdist
 
-    return leaves_list(linkage(np.nan_to_num(matrix), method="average"))
+    return leaves_list(linkage(pdist(np.nan_to_num(matrix)), method="average"))
 
 
 def _named_pairs(table, lists: dict) -> str:
