@@ -68,7 +68,9 @@ def test_accumulated_step_uses_the_mean_of_micro_batch_gradients(toy, device):
         model.train()
         batch_loss(model, batch, context, False).backward()
         grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
-    expected_loss = np.mean([float(batch_loss(copy.deepcopy(reference).train(), b, context, False)) for b in batches])
+    expected_loss = np.mean(
+        [float(batch_loss(copy.deepcopy(reference).train(), b, context, False).detach()) for b in batches]
+    )
     assert float(loss) == pytest.approx(expected_loss, rel=1e-5)
     with torch.no_grad():
         for name, param in reference.named_parameters():
@@ -100,11 +102,11 @@ def test_warmup_ramps_the_learning_rate_then_leaves_the_schedule_alone():
     optimizer = torch.optim.SGD([param], lr=1.0)
     warmup, moves = Warmup(3), []
     for _ in range(5):
-        before = float(param)
+        before = float(param.detach())
         param.grad = torch.ones(1)
         with warmup.scaled(optimizer):
             optimizer.step()
-        moves.append(before - float(param))
+        moves.append(before - float(param.detach()))
         assert optimizer.param_groups[0]["lr"] == 1.0
     assert moves == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0, 1.0])
     resumed = Warmup(3, steps_done=1)  # a run resumed after its first step
