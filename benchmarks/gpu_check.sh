@@ -84,8 +84,9 @@ WHEELS=(
 #   epoch        75  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes),
 #                    CUDA graphs, batch 32, fp32 and bf16, 2 epochs each (the second timed)
 #                                                                          epoch_graphs.json
-#   resume       75  benchmarks/bench_resume.py: a torchrun job stopped after 30 steps,
-#                    then resumed from its checkpoint (resume/: both jobs' logs)  resume.json
+#   resume       75  benchmarks/bench_resume.py: a torchrun job killed (SIGKILL, torchrun and
+#                    its workers) once its checkpoint of step 30 is written, then resumed
+#                    from its newest checkpoint (resume/: both jobs' logs)         resume.json
 #   profile      60  benchmarks/bench_step_profile.py on the epoch's data: the replayed
 #                    step's top kernels, its time and its products' floor, compile off and
 #                    on (inductor's fused kernels under the graph)             profile.json
@@ -137,7 +138,7 @@ sizes() {
                         --modules 5 --steps 3 ;;
             screen) echo --genes 300 --screen-genes 10 --train-steps 2 ;;
             resume) echo --genes 200 --cells-per-condition 20 --perturbed-genes 10 --combos 10 --control-cells 300 \
-                         --stop-after 6 --checkpoint-every 3 ;;
+                         --kill-after 6 --checkpoint-every 3 ;;
             published) echo --genes 200 --cells-per-condition 10 --perturbed-genes 10 --combos 10 --control-cells 200 ;;
         esac
     else
@@ -145,7 +146,7 @@ sizes() {
             epoch|profile) echo ;;  # bench_epoch's defaults (and the profile's): Norman size
             width) echo --steps 20 ;;  # bench_width's defaults: 11,000 cells x 18,000 genes
             screen) echo --screen-genes 102 ;;  # 5,151 pairs on a model of Norman's 5,045 genes
-            resume) echo ;;  # bench_resume's defaults: 7,300 cells x 1,000 genes, stopped after 30 steps
+            resume) echo ;;  # bench_resume's defaults: 7,300 cells x 1,000 genes, killed after step 30
             published) echo --genes 2000 --cells-per-condition 120 --control-cells 1200 ;;  # 18,000 cells
         esac
     fi

@@ -245,17 +245,17 @@ def _resume(results: Path) -> tuple[dict, str]:
     found = _json(results, "resume.json")
     if found is None:
         return {}, ""
-    stopped, resumed = found["stopped"], found["resumed"]
+    killed, resumed = found["killed"], found["resumed"]
     where = resumed["resumed_from"]
     figures = {
         "device": found["device"],
-        "stopped_s": stopped["seconds"],
+        "killed_s": killed["seconds"],
         "resumed_s": resumed["seconds"],
         "resumed_from": where,
         "failures": found["failures"],
     }
     said = f"resumed from {where['checkpoint']}" if where else "did not resume"
-    return figures, f"{said}; jobs {stopped['seconds']:.0f} s + {resumed['seconds']:.0f} s"
+    return figures, f"killed, {said}; jobs {killed['seconds']:.0f} s + {resumed['seconds']:.0f} s"
 
 
 def _precision(amp: str) -> str:

@@ -188,15 +188,20 @@ def test_the_archive_holds_each_stage_s_figures(small_run):
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(1500)
-def test_the_demo_reports_and_the_resumed_job_says_it_resumed(small_run):
+def test_the_demo_reports_and_the_killed_job_resumes_from_its_newest_checkpoint(small_run):
     report = _read(small_run, "demo_report.json")
     assert len(report["history"]) == 1 and "test_pearson_delta" in report["model"]
     resume = _read(small_run, "resume.json")
-    assert resume["failures"] == [] and resume["resumed"]["resumed_from"]["checkpoint"] == "checkpoint-000000006.pt"
-    assert resume["stopped"]["epochs"] == 1 and resume["resumed"]["epochs"] == 2
+    killed, resumed = resume["killed"], resume["resumed"]
+    assert resume["failures"] == []
+    # torchrun and its one worker killed mid-run (SIGKILL: exit -9), none left running, after step 6's checkpoint
+    assert killed["killed"] and killed["exit"] == -9 and killed["processes_killed"] == 2 and killed["survivors"] == 0
+    newest = max(killed["checkpoints"])
+    assert newest >= 6 and newest % 3 == 0
+    assert resumed["resumed_from"]["checkpoint"] == f"checkpoint-{newest:09d}.pt" and resumed["epochs"] == 2
     logged = _archived(small_run, "resume/resumed.log").read_text()
-    assert re.search(r"resuming from \S+checkpoint-000000006\.pt: epoch 1, after optimiser step 6", logged)
-    assert "resuming from" not in _archived(small_run, "resume/stopped.log").read_text()
+    assert re.search(rf"resuming from \S+checkpoint-{newest:09d}\.pt: epoch [12], after optimiser step \d+", logged)
+    assert "resuming from" not in _archived(small_run, "resume/killed.log").read_text()
 
 
 @pytest.fixture
