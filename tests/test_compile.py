@@ -9,6 +9,9 @@ measured: there compile=True is refused, as the last test checks.
 """
 
 import functools
+import re
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ import torch
 from gears_testing import needs_a_torch_that_compiles
 from stand_in_graphs import FailingGraph, ReplayingGraph
 
+import gears_ddp
 from gears_ddp import GEARS
 from gears_ddp.training import recipe, training_options
 from gears_ddp.training.engine import optimizer_steps
@@ -67,14 +71,26 @@ def test_compiled_training_steps_give_the_eager_losses(toy, monkeypatch):
     the losses agree to 1e-5 (the compiled kernels add in another order). Under torch 2.11.0
     (measured on a CPU) dynamo's trace of the fused decoder, an autograd.Function, fails an
     assertion at the recompilation: a size it took as symbolic comes out of the function's
-    subgraph as a constant."""
+    subgraph as a constant. Nothing the compiler says names a line of gears_ddp (such as
+    dynamo's warning of a cached function called while it traces)."""
     torch._dynamo.reset()
     eager_model, eager = _step_losses(toy, monkeypatch, compile=False)
-    compiled_model, compiled = _step_losses(toy, monkeypatch, compile=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled_model, compiled = _step_losses(toy, monkeypatch, compile=True)
+    assert [str(warning.message) for warning in caught if _names_a_line_of_ours(str(warning.message))] == []
     assert isinstance(compiled_model, torch._dynamo.eval_frame.OptimizedModule)
     assert not isinstance(eager_model, torch._dynamo.eval_frame.OptimizedModule)
     assert len(eager) == len(compiled) == 4
     np.testing.assert_allclose(compiled, eager, rtol=1e-5)
+
+
+OUR_FILES = {path.name for path in Path(gears_ddp.__file__).parent.rglob("*.py")}
+
+
+def _names_a_line_of_ours(message: str) -> bool:
+    """Whether ``message`` names a line of a gears_ddp file (``'network.py:100'``)."""
+    return any(name in OUR_FILES for name in re.findall(r"([\w]+\.py):\d+", message))
 
 
 def _losses_with_graphs(pert_data, monkeypatch, graph) -> list[float]:

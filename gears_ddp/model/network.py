@@ -17,7 +17,6 @@ docs/differences.md says what is the same as the published model and what is not
 
 from __future__ import annotations
 
-import functools
 from typing import cast
 
 import torch
@@ -97,7 +96,9 @@ def renormalise(*embeddings: nn.Embedding) -> None:
     the compiler and sympy, seconds added to every command that imports the library.)
     """
     if torch.compiler.is_compiling():
-        _renormalise_outside_graphs()(*embeddings)
+        # made here, as the graph is traced (dynamo traces this call and breaks the graph at the
+        # disabled function); a cache around it would be traced through all the same
+        torch.compiler.disable(_renormalise)(*embeddings)
     else:
         _renormalise(*embeddings)
 
@@ -107,12 +108,6 @@ def _renormalise(*embeddings: nn.Embedding) -> None:
         for embedding in embeddings:
             if embedding.max_norm is not None:  # a lookup rescales rows only under a max_norm
                 embedding.weight.renorm_(embedding.norm_type, 0, embedding.max_norm)
-
-
-@functools.cache
-def _renormalise_outside_graphs():
-    """``_renormalise`` as ``torch.compile`` runs it: eagerly, between its graphs."""
-    return torch.compiler.disable(_renormalise)
 
 
 class GEARSModel(nn.Module):
