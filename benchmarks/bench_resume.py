@@ -105,7 +105,7 @@ def kill_job(config: Path, processes: int, save_path: Path, step: int, log: Path
 
 
 def descendants(pid: int) -> list[int]:
-    """The processes started by ``pid`` and by them, in any session (from ``/proc``)."""
+    """The processes started by ``pid`` and by them, in any session (from ``/proc``: Linux)."""
     parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
