@@ -40,7 +40,9 @@ def train_multi_gpu(
     The parent checks every option, the devices and the save folder, loads the data once,
     prepares the split and the graphs, moves the expression to shared memory and starts the
     workers; it does not train. A worker that fails stops the others, and the parent raises
-    ``DistributedTrainingError`` with that rank's traceback. A stop signal raises
+    ``DistributedTrainingError`` with that rank's traceback. On one device (one GPU, or
+    ``cpu_processes=1``) no worker is started: this process trains the one rank, without a
+    process group, and what fails in it is raised as it is. A stop signal raises
     ``TrainingInterrupted`` (after a checkpoint), a non-finite loss ``NonFiniteLoss``.
     """
     check_main_guard("train_multi_gpu")

@@ -113,3 +113,81 @@ def test_the_default_rendezvous_port_is_taken_when_none_is_given(monkeypatch):
     assert port() == DEFAULT_RENDEZVOUS_PORT == 12355
     monkeypatch.setenv("MASTER_PORT", "23456")
     assert port() == 23456 and port(34567) == 34567
+
+
+def _refuse(what: str):
+    def refused(*args, **kwargs):
+        raise AssertionError(f"a run on one device called {what}")
+
+    return refused
+
+
+def test_one_device_trains_in_this_process_with_no_worker_and_no_process_group(
+    data_folder, tmp_path, monkeypatch, caplog
+):
+    """``train_multi_gpu`` on one device starts no process (a spawned rank re-imports torch
+    and the package and is handed the data: seconds before its first step) and joins no
+    process group; it trains here with the threads a spawned rank gets, which it gives back."""
+    import logging
+
+    import torch
+    import torch.distributed as dist
+
+    from gears_ddp.launching import launchers, rank_training, supervisor
+    from gears_ddp.train_distributed import train_multi_gpu
+
+    for module, name in ((launchers, "spawn_workers"), (supervisor, "spawn_workers"), (rank_training, "setup_ddp")):
+        monkeypatch.setattr(module, name, _refuse(f"{module.__name__}.{name}"))
+    trained_with = []
+    train_with = launchers.train_rank
+
+    def counting_threads(*args, **kwargs):
+        trained_with.append(torch.get_num_threads())
+        return train_with(*args, **kwargs)
+
+    monkeypatch.setattr(launchers, "train_rank", counting_threads)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with caplog.at_level(logging.INFO, logger="gears_ddp"):
+            split_config, args = example_call_arguments(tmp_path / "run")
+            report = train_multi_gpu(data_folder, "toy", split_config, {**args, "cpu_processes": 1})
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    from gears_ddp.runtime.threads import cpu_threads
+
+    assert report["world_size"] == 1 and len(report["parameter_digests"]) == 1
+    assert (tmp_path / "run" / "model.pt").is_file() and (tmp_path / "run" / "report.json").is_file()
+    assert trained_with == [cpu_threads(1)] and after == 1  # a spawned rank's threads, then the caller's again
+    assert not dist.is_initialized()
+    assert f"1 rank, in this process, on cpu with {cpu_threads(1)} thread(s)" in caplog.text
+
+
+def test_a_stop_signal_to_a_one_device_run_stops_it_with_a_checkpoint(data_folder, tmp_path, monkeypatch):
+    """SIGTERM to the process training a one-device run: the rank stops after the next
+    optimiser step with a checkpoint, as a spawned rank did, and ``train_multi_gpu`` raises
+    ``TrainingInterrupted`` naming it; the handler is removed."""
+    import os
+    import signal
+    from pathlib import Path
+
+    import gears_ddp.training.recipe as recipe
+    from gears_ddp.runtime.stopping import TrainingInterrupted
+    from gears_ddp.train_distributed import train_multi_gpu
+
+    steps = recipe.optimizer_steps
+
+    def steps_then_signal(*args, **kwargs):
+        for number, loss in enumerate(steps(*args, **kwargs), start=1):
+            yield loss
+            if number == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(recipe, "optimizer_steps", steps_then_signal)
+    split_config, args = example_call_arguments(tmp_path / "run")
+    with pytest.raises(TrainingInterrupted, match="after optimiser step 4") as stop:
+        train_multi_gpu(data_folder, "toy", split_config, {**args, "cpu_processes": 1, "epochs": 2})
+    assert stop.value.signal_name == "SIGTERM" and Path(stop.value.checkpoint).is_file()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -34,7 +34,7 @@ import torch
 from gears_ddp._logging import LIBRARY_LOGGER_NAME, enable_console_logging
 from gears_ddp.configuration.run_options import RunOptions
 from gears_ddp.launching.environments import ClusterEnvironment, pick_environment
-from gears_ddp.launching.launchers import Launcher, SpawnedRanks, ThisRank, open_and_start
+from gears_ddp.launching.launchers import Launcher, RankInThisProcess, SpawnedRanks, ThisRank, open_and_start
 from gears_ddp.launching.rank_training import place, progress_bars_without_semaphores
 from gears_ddp.runtime.devices import launched_rank_device, located_devices
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
@@ -56,7 +56,8 @@ def launch(
     rank), else the one the launcher's variables describe (``pick_environment``), unless
     ``spawn`` (``train_multi_gpu``, which a script may call inside a Slurm batch job):
 
-    - none (a plain start): ``SpawnedRanks``, one process per device of the run;
+    - none (a plain start): ``SpawnedRanks``, one process per device of the run, or
+      ``RankInThisProcess`` when the run has one device;
     - torchrun or Slurm: ``ThisRank`` on the GPU of its local rank (else the CPU); a stop
       signal exits with status 75, after Slurm's requeue on SIGUSR1;
     - a local rank started by a script: ``ThisRank`` on the CPU with ``cpu_processes``,
@@ -67,7 +68,8 @@ def launch(
     if environment is None and not spawn:
         environment = pick_environment()
     if environment is None:
-        return open_and_start(run, SpawnedRanks(located_devices(run.n_gpus, run.gpu_ids, run.args.cpu_processes)))
+        devices = located_devices(run.n_gpus, run.gpu_ids, run.args.cpu_processes)
+        return open_and_start(run, RankInThisProcess(devices[0]) if len(devices) == 1 else SpawnedRanks(devices))
     if not environment.started_by_a_launcher:
         device = (
             torch.device("cpu") if run.args.cpu_processes is not None else launched_rank_device(environment.local_rank)

@@ -36,10 +36,13 @@ from gears_ddp.configuration.run_options import RunOptions, write_run_config
 from gears_ddp.configuration.sections import SplitConfig, TrainingArgs
 from gears_ddp.data.preparation import prepare_data
 from gears_ddp.launching.environments import LocalEnvironment, find_free_port, is_restart, this_job
-from gears_ddp.launching.rank_training import Placement, place, run_rank, spawned_rank
+from gears_ddp.launching.rank_training import Placement, place, run_rank, spawned_rank, train_rank
 from gears_ddp.launching.supervisor import SpawnedWorkers, spawn_workers
 from gears_ddp.launching.worker_messages import RunDiverged, RunInterrupted, RunReport
+from gears_ddp.runtime.phase_clock import PhaseClock
+from gears_ddp.runtime.ranks import SINGLE_PROCESS
 from gears_ddp.runtime.stopping import TrainingInterrupted
+from gears_ddp.runtime.threads import cpu_threads, torch_threads
 from gears_ddp.training.checkpoint import resolve_resume
 from gears_ddp.training.finite_loss import NonFiniteLoss
 from gears_ddp.training.save_folder import held_save_path
@@ -168,6 +171,42 @@ class SpawnedRanks:
             if isinstance(message, RunDiverged):
                 raise NonFiniteLoss(message.message)
         return next(message.report for message in messages if isinstance(message, RunReport))
+
+
+class RankInThisProcess:
+    """The one rank of a run on one ``device``, trained in this process: no process to start
+    (a spawned rank imports torch and the package again and is handed the data: seconds
+    before its first step) and no process group, so nothing crosses ranks
+    (``ranks.SINGLE_PROCESS``). It trains as ``GEARS.train`` trains and as a spawned rank of
+    one would, from the same options, loaders and model (``rank_training.train_rank``); on
+    the CPU with the threads a spawned rank would get, on a GPU with that GPU current. What
+    stops it (``TrainingInterrupted``, ``NonFiniteLoss``) or fails in it is raised here as
+    it is."""
+
+    writes_run_folder = True
+    checks_save_path = True
+    holder = "train_multi_gpu"
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+
+    @staticmethod
+    def config(run: RunOptions) -> dict:
+        return run.config()
+
+    @staticmethod
+    def data(run: RunOptions):
+        return prepared_data(run.pert_data_path, run.dataset_name, run.split, run.args)
+
+    def start(self, run: RunOptions, opening: Opening) -> dict:
+        """The run's report."""
+        with contextlib.ExitStack() as placed:
+            if self.device.type == "cuda":
+                placed.enter_context(torch.cuda.device(self.device))
+            elif self.device.type == "cpu":
+                placed.enter_context(torch_threads(cpu_threads()))
+            logger.info("1 rank, in this process, on %s with %d thread(s)", self.device, torch.get_num_threads())
+            return train_rank(opening.pert_data, run.args, self.device, SINGLE_PROCESS, PhaseClock(), opening.resume)
 
 
 class ThisRank:

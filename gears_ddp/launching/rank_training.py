@@ -29,7 +29,7 @@ from gears_ddp.launching.environments import ClusterEnvironment
 from gears_ddp.launching.process_group import cleanup_ddp, setup_ddp
 from gears_ddp.launching.worker_messages import RunDiverged, RunInterrupted, RunReport
 from gears_ddp.runtime.phase_clock import PhaseClock
-from gears_ddp.runtime.ranks import ProcessGroupRanks
+from gears_ddp.runtime.ranks import ProcessGroupRanks, SingleProcess
 from gears_ddp.runtime.stopping import TrainingInterrupted
 from gears_ddp.runtime.threads import cpu_threads
 from gears_ddp.training.finite_loss import NonFiniteLoss
@@ -203,11 +203,12 @@ def run_rank(
 
 
 def train_rank(
-    pert_data, args: TrainingArgs, device: torch.device, ranks: ProcessGroupRanks, clock: PhaseClock, resume
+    pert_data, args: TrainingArgs, device: torch.device, ranks: SingleProcess, clock: PhaseClock, resume
 ) -> dict:
     """This rank's loaders and model, as a single-process user builds them (the seed first,
     then the loaders, then the model; the phase ``rank start-up`` of ``clock``), from options
-    checked before, and the training from ``resume``."""
+    checked before, and the training from ``resume``; ``ranks``: a process group's, or
+    ``SINGLE_PROCESS`` for a run's one rank in the process that started it."""
     with clock.phase("rank start-up"):
         torch.manual_seed(args.seed)
         pert_data.use_loaders(

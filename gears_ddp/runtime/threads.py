@@ -43,15 +43,21 @@ def cpu_threads(local_processes: int = 1) -> int:
 
 
 @contextlib.contextmanager
-def at_most_usable_threads():
-    """While active, torch uses no more threads than the usable cores (fewer if set so
-    already); the previous count is restored on exit."""
+def torch_threads(count: int):
+    """While active, torch computes with ``count`` threads; the previous count is restored
+    on exit."""
     previous = torch.get_num_threads()
-    torch.set_num_threads(min(previous, cpu_threads()))
+    torch.set_num_threads(count)
     try:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def at_most_usable_threads():
+    """While active, torch uses no more threads than the usable cores (fewer if set so
+    already); the previous count is restored on exit."""
+    return torch_threads(min(torch.get_num_threads(), cpu_threads()))
 
 
 @contextlib.contextmanager
