@@ -6,8 +6,9 @@ or less CPU time (a cgroup quota, set by container runtimes and Slurm), other ra
 same job share the node's cores, and other jobs may keep cores busy. An extra thread then
 waits for a core another process holds, and OpenMP threads spin while they wait, so the
 loss is far larger than the missing cores; ``OMP_WAIT_POLICY=PASSIVE`` (threads sleep while
-they wait) recovers most of it for a small cost on an idle machine
-(``benchmarks/bench_threads.py`` measures both; ``benchmarks/RESULTS.md`` has the figures).
+they wait) recovers most of it, at the cost of waking the threads for each parallel
+operation, which an idle machine pays (``benchmarks/bench_threads.py`` measures both;
+``benchmarks/RESULTS.md`` has the figures).
 
 A forked process gets one thread (``single_threaded_forks``). So: ranks share the usable
 cores evenly (``cpu_threads``); training in one process uses at
