@@ -31,17 +31,18 @@ setup(
         "joblib>=1.3",  # cpu_count: the cores a process may use (affinity, cgroup quota)
         "matplotlib>=3.7",  # figure legends placed outside the axes (loc="outside ...")
         "pyyaml>=6",  # run configuration files (gears-ddp train --config)
-        # screens as they come (gears-ddp process --normalize, --n-top-genes): imported by
-        # gears_ddp.data.normalization only, never by the training processes
-        "scanpy>=1.11",  # highly variable genes (seurat_v3) equal to the bit (data/highly_variable.py)
-        "scikit-misc>=0.3",  # scanpy's highly variable genes, flavor seurat_v3
+        # screens as they come (gears-ddp process --n-top-genes): scanpy's seurat_v3 loess, imported
+        # by gears_ddp.data.highly_variable only, never by the training processes
+        "scikit-misc>=0.3",
         "optuna>=4.0",  # sweeps (gears_ddp.sweeps): TPE, the median pruner, journal-file and database studies
     ],
     entry_points={"console_scripts": ["gears-ddp = gears_ddp.cli:main"]},
     extras_require={
-        # torch-geometric, scikit-learn and dcor: the tests compare gears_ddp's graph operator and
-        # genetic-interaction scores with theirs (and the DE ranking with scanpy's)
+        # scanpy, torch-geometric, scikit-learn and dcor: the tests compare gears_ddp's processing
+        # (normalisation, highly variable genes, DE ranking), graph operator and genetic-interaction
+        # scores with theirs
         "test": [
+            "scanpy>=1.11",
             "pytest>=7",
             "pytest-timeout>=2",
             "pytest-xdist>=3",

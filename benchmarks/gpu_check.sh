@@ -359,7 +359,10 @@ finish() {  # the summary and the archive, whatever happened before; exit 1 if a
         kill -INT "$(cat "$WORK/data.pid")" 2> /dev/null
         wait_for_data
     fi
-    "$PYTHON" "$BENCH/gpu_check_report.py" summary "$RESULTS" | tee "$RESULTS/summary.txt"
+    if ! "$PYTHON" "$BENCH/gpu_check_report.py" summary "$RESULTS" | tee "$RESULTS/summary.txt"; then
+        echo "gpu_check.sh: the summary failed (its traceback above); the stages' logs are in the archive" >&2
+        FAILED+=(summary)
+    fi
     tar -czf "$DEST/gpu_check.tar.gz" -C "$WORK" gpu_check && cp "$RESULTS/summary.json" "$DEST/summary.json"
     echo "archive: $DEST/gpu_check.tar.gz"
     if [[ -n ${REMOVE_WORK:-} ]]; then rm -rf "$WORK"; fi

@@ -253,6 +253,15 @@ def test_the_wheels_stage_checks_every_requirement_of_setup_py(gpu_check_report,
     assert gpu_check_report.packages(tmp_path / "wheels.json", None, setup_py) == 0
 
 
+def test_the_wheels_stage_s_figures_hold_scanpy_and_read_a_record_without_it(gpu_check_report, tmp_path):
+    # scanpy is no requirement of gears_ddp (the tests compare with it): its version is still
+    # reported, and a wheels.json of a check that did not report it is still summarised
+    gpu_check_report.packages(tmp_path / "wheels.json", None)
+    assert "scanpy" in json.loads((tmp_path / "wheels.json").read_text())["versions"]
+    (tmp_path / "wheels.json").write_text(json.dumps({"wheels": [], "versions": {"pandas": "2.3.3"}, "missing": []}))
+    assert gpu_check_report._wheels(tmp_path)[1] == "0 wheels installed; pandas 2.3.3"
+
+
 def _bash_array(script: Path, name: str) -> set[str]:
     """The distributions a script's bash array ``name=( ... )`` names (``pkg==1.0``,
     ``"pkg>=3,<4"``; comments left out), canonical."""

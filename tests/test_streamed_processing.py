@@ -190,3 +190,58 @@ def test_a_matrix_written_in_blocks_widens_its_row_pointers_when_int32_no_longer
     written = anndata.read_h5ad(path)
     np.testing.assert_array_equal(written.X.toarray(), sp.vstack(blocks).toarray())
     assert written.uns["written"] == "after the blocks"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_each_block_is_normalised_as_scanpy_normalises_it_to_the_bit(dtype):
+    """``normalised_in_place`` against ``sc.pp.normalize_total(target_sum=1e4)`` then
+    ``sc.pp.log1p`` on counts with cells of no stored value (first, inside, last), a cell whose
+    stored values are all zero, large counts and unsorted columns: the same CSR, value for value."""
+    import scanpy as sc
+
+    rng = np.random.default_rng(3)
+    dense = rng.negative_binomial(1, 0.05, size=(60, 300)).astype(dtype)
+    dense[rng.random(dense.shape) < 0.7] = 0
+    dense[[0, 17, 59]] = 0  # cells with nothing stored
+    dense[5, :3] = [40000, 65000, 90000]  # counts far above the rest
+    counts = sp.csr_matrix(dense)
+    counts.data[counts.indptr[23] : counts.indptr[24]] = 0  # stored zeros: a cell of no counts
+    for cell in range(counts.shape[0]):
+        stored = slice(counts.indptr[cell], counts.indptr[cell + 1])
+        permuted = rng.permutation(stored.stop - stored.start)
+        counts.indices[stored], counts.data[stored] = counts.indices[stored][permuted], counts.data[stored][permuted]
+    counts.has_sorted_indices = False  # shuffle each cell's columns: its values are summed in their stored order
+    assert np.diff(counts.indptr)[23] > 0
+    expected = anndata.AnnData(counts.copy())
+    with pytest.warns(UserWarning, match="zero counts"):
+        sc.pp.normalize_total(expected, target_sum=1e4)
+    sc.pp.log1p(expected)
+
+    ours = normalization.normalised_in_place(counts.copy())
+    assert ours.dtype == dtype
+    for part in ("data", "indices", "indptr"):
+        np.testing.assert_array_equal(getattr(ours, part), getattr(expected.X, part), err_msg=part)
+
+
+def test_processing_raw_counts_imports_neither_scanpy_nor_numba(data_root):
+    """Normalising and choosing genes are gears_ddp's own code: a process that processes raw
+    counts never imports scanpy (seconds) or numba (whose kernels compile on a machine without
+    their cache)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[2])\n"
+        "from test_raw_screens import _counts\n"
+        "from gears_ddp import PertData\n"
+        "PertData(sys.argv[1]).new_data_process('counts', _counts(), normalize=True, n_top_genes=20)\n"
+        "print(sorted(name for name in ('scanpy', 'numba') if name in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(data_root), str(tests)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert (data_root / "counts" / io.PROCESSED_FILE).is_file()
