@@ -13,7 +13,8 @@ user does:
 gene sets, the expression map), ``prepare_split('simulation', seed=1)`` and the two gene
 graphs. Then, for each launcher and number of ranks, it trains ``--steps`` optimiser steps
 (batch 32 per rank, hidden 64), with the evaluation of train and val that ends an epoch,
-and scores the test set: ``train_multi_gpu(..., cpu_processes=R)`` ("spawn") or
+and scores the test set: ``train_multi_gpu(..., cpu_processes=R)`` ("spawn": R workers, or
+the calling process for one rank) or
 ``torchrun --nproc_per_node=R -m gears_ddp.launch --config`` ("torchrun"). At the smallest size
 it also trains from an in-memory copy of the expression
 (``expression_storage='memory'``), the comparison the throughput target is about.
@@ -21,7 +22,8 @@ it also trains from an in-memory copy of the expression
 Measured from outside, every 0.1 s, in every process of the run (``/proc``):
 
 - peak private memory, ``RssAnon`` of ``/proc/<pid>/status``: of the processing child; of
-  each rank (the worker processes, not the launcher or the parent);
+  each rank (the worker processes, not the launcher or the parent, which is the rank of a
+  one-rank ``train_multi_gpu``);
 - the expression map's resident pages in each rank, and how many of them are shared with
   another process (``Shared_Clean`` of its mapping in ``/proc/<pid>/smaps``), at their peak;
 - time to the first training step: from the launch to rank 0's log line of step 1;
@@ -123,8 +125,8 @@ def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, sto
         )
         command = [sys.executable, "-c", code, str(data_path), name, json.dumps({**args, "cpu_processes": ranks})]
 
-        def is_rank(cmdline: bytes) -> bool:
-            return b"spawn_main" in cmdline
+        def is_rank(cmdline: bytes) -> bool:  # one rank trains in the calling process, several in its workers
+            return b"spawn_main" in cmdline if ranks > 1 else b"train_multi_gpu" in cmdline
     else:
         config = write_run_config(run.parent / f"{run.name}.yaml", data_path, name, args)
         command = [

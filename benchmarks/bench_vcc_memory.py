@@ -24,10 +24,10 @@ For each number of cells (ascending) it:
    then removed), each twice, keeping the second pass (page cache warm);
 4. prepares the data for training as ``train_multi_gpu``'s parent does (map, split
    ``simulation_single``, seed 1, the GO and co-expression graphs: a child process) and trains
-   (``gears-ddp train``: the parent prepares, one CPU worker trains) ``--steps`` optimiser steps
-   of batch 32, then the epoch's evaluation and the test: the peak resident and private memory
-   of the parent and of the worker and the pages of the map each holds, the seconds per step,
-   and the epoch's time estimated from them.
+   (``gears-ddp train`` on one CPU process, which reads the prepared data and trains in the
+   same process) ``--steps`` optimiser steps of batch 32, then the epoch's evaluation and the
+   test: the peak resident and private memory of that process and the pages of the map it
+   holds, the seconds per step, and the epoch's time estimated from them.
 
 The co-expression graph (the correlation of every gene pair over the training cells,
 ``gears_ddp/data/graphs.py``) is built by the preparation at the sizes up to
@@ -269,7 +269,8 @@ def prepare(dataset: Path) -> dict:
 
 
 def train(dataset: Path, steps: int) -> dict:
-    """``gears-ddp train`` of ``steps`` steps and the epoch's evaluation, on 1 CPU worker."""
+    """``gears-ddp train`` of ``steps`` steps and the epoch's evaluation, on 1 CPU process (the
+    command's own: a run on one device trains where it was started)."""
     run = dataset / "bench_run"
     shutil.rmtree(run, ignore_errors=True)
     args = {
@@ -284,7 +285,7 @@ def train(dataset: Path, steps: int) -> dict:
     config = write_run_config(dataset / "bench_run.yaml", dataset.parent, dataset.name, args, SPLIT)
     figures = measured(
         gears_ddp_command("train", "--config", str(config)),
-        lambda cmdline: b"gears_ddp" in cmdline or b"spawn_main" in cmdline,
+        lambda cmdline: b"gears_ddp" in cmdline,
     )
     history = json.loads((run / "report.json").read_text(encoding="utf-8"))["history"][0]
     figures.update(step_s=history["train_seconds"] / steps, evaluation_s=history["seconds"] - history["train_seconds"])
@@ -394,9 +395,10 @@ def print_tables(sizes: dict, args) -> None:
         ],
     )
     print(
-        f"\nTraining: the parent prepares (map, split {SPLIT['split']} seed {SPLIT['seed']}, GO and co-expression "
-        f"graphs), one CPU worker trains {args.steps} steps of batch {BATCH_SIZE} (hidden {HIDDEN_SIZE}), then the "
-        "epoch's evaluation and the test. Map pages: the worker's resident pages of the map, of which shared.\n"
+        f"\nTraining: preparing (map, split {SPLIT['split']} seed {SPLIT['seed']}, GO and co-expression graphs) in "
+        f"a process of its own, then one CPU process reads it and trains {args.steps} steps of batch {BATCH_SIZE} "
+        f"(hidden {HIDDEN_SIZE}), then the epoch's evaluation and the test. Map pages: its resident pages of the map, "
+        "of which shared.\n"
     )
     print_table(
         [
@@ -406,9 +408,8 @@ def print_tables(sizes: dict, args) -> None:
             "preparing, peak RSS",
             "preparing, peak private",
             "training run",
-            "parent: peak RSS / private",
-            "worker: peak RSS / private",
-            "worker: map pages / shared",
+            "training: peak RSS / private",
+            "training: map pages / shared",
             "s / step",
             "evaluation",
             "steps / epoch",
@@ -422,9 +423,8 @@ def print_tables(sizes: dict, args) -> None:
                 mib(s["prepare"]["rss"][0]),
                 mib(s["prepare"]["private"][0]),
                 minutes(s["train"]["seconds"]),
-                f"{mib(s['train']['rss'][0])} / {mib(s['train']['private'][0])}",
-                f"{mib(max(s['train']['rss'][1:]))} / {mib(max(s['train']['private'][1:]))}",
-                f"{mib(max(s['train']['resident'][1:]))} / {mib(max(s['train']['shared'][1:]))}",
+                f"{mib(max(s['train']['rss']))} / {mib(max(s['train']['private']))}",
+                f"{mib(max(s['train']['resident']))} / {mib(max(s['train']['shared']))}",
                 f"{s['train']['step_s']:.2f}",
                 minutes(s["train"]["evaluation_s"]),
                 f"{s['steps_per_epoch']:,}",
@@ -438,8 +438,7 @@ def print_tables(sizes: dict, args) -> None:
         print()
         for label, x, y in (
             ("processing, peak RSS", a["process"]["rss"][0], b["process"]["rss"][0]),
-            ("training worker, peak private", max(a["train"]["private"][1:]), max(b["train"]["private"][1:])),
-            ("training parent, peak private", a["train"]["private"][0], b["train"]["private"][0]),
+            ("training, peak private", max(a["train"]["private"]), max(b["train"]["private"])),
         ):
             print(f"{label}, {small:,} -> {large:,} cells: {mib(x)} -> {mib(y)} MiB ({100 * (y / x - 1):+.1f}%)")
     largest = sizes[max(sizes)]["process"]["rss"][0]
