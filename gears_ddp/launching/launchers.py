@@ -131,21 +131,27 @@ def continued_after_restart(run: RunOptions) -> RunOptions:
     return dataclasses.replace(run, args=dataclasses.replace(run.args, resume_from="auto", overwrite_save_path=False))
 
 
-class SpawnedRanks:
-    """One rank per device of ``devices``, spawned on this machine; the parent prepares the
-    data once and shares it with them, and raises what stopped them
-    (``TrainingInterrupted``, ``NonFiniteLoss``, ``DistributedTrainingError``)."""
+class TrainMultiGpuLaunch:
+    """What the launchers of ``train_multi_gpu`` (and ``gears-ddp train`` without a
+    launcher) share: this process writes and holds the run folder, checked here, and writes
+    the run's own configuration there."""
 
     writes_run_folder = True
     checks_save_path = True
     holder = "train_multi_gpu"
 
-    def __init__(self, devices: list[torch.device]):
-        self.devices = devices
-
     @staticmethod
     def config(run: RunOptions) -> dict:
         return run.config()
+
+
+class SpawnedRanks(TrainMultiGpuLaunch):
+    """One rank per device of ``devices``, spawned on this machine; the parent prepares the
+    data once and shares it with them, and raises what stopped them
+    (``TrainingInterrupted``, ``NonFiniteLoss``, ``DistributedTrainingError``)."""
+
+    def __init__(self, devices: list[torch.device]):
+        self.devices = devices
 
     @staticmethod
     def data(run: RunOptions):
@@ -173,7 +179,7 @@ class SpawnedRanks:
         return next(message.report for message in messages if isinstance(message, RunReport))
 
 
-class RankInThisProcess:
+class RankInThisProcess(TrainMultiGpuLaunch):
     """The one rank of a run on one ``device``, trained in this process: no process to start
     (a spawned rank imports torch and the package again and is handed the data: seconds
     before its first step) and no process group, so nothing crosses ranks
@@ -183,16 +189,8 @@ class RankInThisProcess:
     stops it (``TrainingInterrupted``, ``NonFiniteLoss``) or fails in it is raised here as
     it is."""
 
-    writes_run_folder = True
-    checks_save_path = True
-    holder = "train_multi_gpu"
-
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
-
-    @staticmethod
-    def config(run: RunOptions) -> dict:
-        return run.config()
 
     @staticmethod
     def data(run: RunOptions):
