@@ -134,16 +134,17 @@ def test_one_device_trains_in_this_process_with_no_worker_and_no_process_group(
     import torch.distributed as dist
 
     from gears_ddp.launching import launchers, rank_training, supervisor
+    from gears_ddp.runtime.threads import cpu_threads
     from gears_ddp.train_distributed import train_multi_gpu
 
     for module, name in ((launchers, "spawn_workers"), (supervisor, "spawn_workers"), (rank_training, "setup_ddp")):
         monkeypatch.setattr(module, name, _refuse(f"{module.__name__}.{name}"))
     trained_with = []
-    train_with = launchers.train_rank
+    train_rank = launchers.train_rank
 
     def counting_threads(*args, **kwargs):
         trained_with.append(torch.get_num_threads())
-        return train_with(*args, **kwargs)
+        return train_rank(*args, **kwargs)
 
     monkeypatch.setattr(launchers, "train_rank", counting_threads)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -156,7 +157,6 @@ def test_one_device_trains_in_this_process_with_no_worker_and_no_process_group(
         after = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
-    from gears_ddp.runtime.threads import cpu_threads
 
     assert report["world_size"] == 1 and len(report["parameter_digests"]) == 1
     assert (tmp_path / "run" / "model.pt").is_file() and (tmp_path / "run" / "report.json").is_file()
