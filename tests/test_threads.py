@@ -1,16 +1,19 @@
 """Processes forked from one that uses gears_ddp: each gets one torch thread and runs torch's
 parallel operations (a fork inherits no OpenMP threads, and would otherwise wait for them).
-Processes started for ranks: their OpenMP threads wait passively unless the user chose how."""
+Processes started for ranks that share the machine's cores: their OpenMP threads wait passively
+unless the user chose how; a process alone on the machine keeps OpenMP's default."""
 
 import json
 import multiprocessing
 import os
 import subprocess
 import sys
+import time
 
 import torch
 
 import gears_ddp  # noqa: F401 (importing it is what sets forked processes to one thread)
+from gears_ddp.launching.supervisor import SpawnedWorkers
 from gears_ddp.runtime.threads import OPENMP_WAITING, passive_openmp_environment
 
 
@@ -50,3 +53,32 @@ def test_processes_started_for_ranks_wait_passively_unless_the_user_chose(monkey
     monkeypatch.setenv("GOMP_SPINCOUNT", "1000")
     with passive_openmp_environment():
         assert _started_process_sees() == {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "1000"}
+
+
+def _report_openmp_waiting(local_rank, messages):
+    messages.put((local_rank, os.environ.get("OMP_WAIT_POLICY")))
+
+
+def _spawned_see(nprocs: int, ranks_on_machine: int | None) -> list:
+    """The ``OMP_WAIT_POLICY`` each of ``nprocs`` spawned workers finds."""
+    workers = SpawnedWorkers(_report_openmp_waiting, (), nprocs, ranks_on_machine=ranks_on_machine)
+    try:
+        deadline = time.monotonic() + 120
+        while not workers.finished():
+            assert time.monotonic() < deadline, "the spawned workers did not finish in 120 s"
+            time.sleep(0.05)
+        return [policy for _, policy in sorted(workers.result())]
+    finally:
+        workers.close()
+
+
+def test_spawned_workers_wait_passively_only_where_processes_share_the_cores(monkeypatch):
+    for name in OPENMP_WAITING:
+        monkeypatch.delenv(name, raising=False)
+    assert _spawned_see(2, None) == ["PASSIVE", "PASSIVE"]  # train_multi_gpu's ranks on one machine
+    assert _spawned_see(1, 2) == ["PASSIVE"]  # one run's rank beside another run's (replicates, sweeps)
+    # alone on the machine (one run at a time of a sweep or replicates, one pair-screen worker):
+    # OpenMP's default, as in the calling process; passive waits made such an epoch 3x slower
+    assert _spawned_see(1, 1) == [None]
+    assert _spawned_see(1, None) == [None]
+    assert "OMP_WAIT_POLICY" not in os.environ

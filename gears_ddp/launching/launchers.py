@@ -269,6 +269,7 @@ class GroupOfRanks:
             (placements, opening.pert_data, run.args),
             len(placements),
             log_prefix=self.log_prefix,
+            ranks_on_machine=self.local_world_size,
         )
         workers.holding = opening.held.pop_all()  # the run's folder, released when its workers are closed
         return workers

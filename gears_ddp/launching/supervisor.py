@@ -62,8 +62,11 @@ class SpawnedWorkers:
     The messages are read while the workers run (a worker writing more than a pipe holds
     would otherwise wait forever for a parent that waits for it), and reading never waits
     for a message a dead worker left half-written. Log records go to this process's loggers
-    as they arrive, their messages prefixed with ``log_prefix``. The workers' OpenMP threads
-    wait passively unless the user chose otherwise (``threads.passive_openmp_environment``).
+    as they arrive, their messages prefixed with ``log_prefix``. Where several
+    processes share the machine's cores (``ranks_on_machine``: the ``nprocs`` workers, or
+    with other sets beside them, all of them), the workers' OpenMP threads wait passively
+    unless the user chose otherwise (``threads.passive_openmp_environment``); a process
+    alone on the machine keeps OpenMP's default, as training in the calling process does.
 
     When a worker fails, the others get ``SHUTDOWN_GRACE_S`` to stop on their own (a peer's
     loss usually stops them at once), then SIGTERM, then SIGKILL: a lost rank ends the set
@@ -72,13 +75,16 @@ class SpawnedWorkers:
     reported failure (a ``WorkerFailed`` message) came first.
     """
 
-    def __init__(self, worker, worker_args: tuple, nprocs: int, log_prefix: str = ""):
+    def __init__(
+        self, worker, worker_args: tuple, nprocs: int, log_prefix: str = "", ranks_on_machine: int | None = None
+    ):
         self.nprocs, self.log_prefix = nprocs, log_prefix
+        sharing_cores = (nprocs if ranks_on_machine is None else ranks_on_machine) > 1
         self.messages = WorkerMessages(mp.get_context("spawn"))
         self.received: list = []
         self.failed: list[tuple[int, int]] = []  # (rank, exit code) of the workers failed when a failure was seen
         try:
-            with passive_openmp_environment():
+            with passive_openmp_environment() if sharing_cores else contextlib.nullcontext():
                 self.context = mp.spawn(
                     functools.partial(_ending_with_parent, worker, os.getpid()),
                     args=(*worker_args, self.messages),

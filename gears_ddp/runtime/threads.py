@@ -11,9 +11,10 @@ operation, which an idle machine pays (``benchmarks/bench_threads.py`` measures 
 ``benchmarks/RESULTS.md`` has the figures).
 
 A forked process gets one thread (``single_threaded_forks``). So: ranks share the usable
-cores evenly (``cpu_threads``); training in one process uses at
-most the usable cores (``at_most_usable_threads``); and the workers ``train_multi_gpu``
-spawns wait passively (``passive_openmp_environment``). OpenMP reads its settings when torch
+cores evenly (``cpu_threads``); training in one process uses at most the usable cores
+(``at_most_usable_threads``); and spawned workers that share the machine's cores with other
+ranks wait passively (``passive_openmp_environment``), while a worker alone on the machine
+keeps OpenMP's default, as the calling process does. OpenMP reads its settings when torch
 is imported, so a process that is already running keeps its own: set
 ``OMP_WAIT_POLICY=PASSIVE`` before starting Python on a shared node. Settings the user made
 (``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``) are always kept.
