@@ -395,6 +395,25 @@ def test_the_demo_replaces_its_own_earlier_run_and_keeps_any_other(tmp_path):
     (other / "config.yaml").write_text(yaml.safe_dump(mine))
     assert replacing_earlier_demo(demo_run(other)).args.overwrite_save_path is False
 
+    # a run of the demo's data trained with options of its own (gears-ddp train from the
+    # demo's config.yaml, another model size, checkpoints) is the user's, not a demo's
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "model.pt").write_bytes(b"x")
+    theirs = demo_run(trained).config()
+    theirs["args"]["model_config"]["hidden_size"] = 32
+    theirs["args"]["checkpoint_every"] = 1
+    (trained / "config.yaml").write_text(yaml.safe_dump(theirs))
+    assert replacing_earlier_demo(demo_run(trained)).args.overwrite_save_path is False
+
+    # an earlier demo of other epochs, on other devices, written before a setting existed
+    earlier = demo_run(demo).config()
+    earlier["args"].update(epochs=10, cpu_processes=1)
+    earlier.update(n_gpus=1)
+    del earlier["args"]["timeout_s"]
+    (demo / "config.yaml").write_text(yaml.safe_dump(earlier))
+    assert replacing_earlier_demo(demo_run(demo)).args.overwrite_save_path is True
+
 
 # ---------------------------------------------------------------- the lock itself
 

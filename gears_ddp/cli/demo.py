@@ -97,10 +97,17 @@ def run(options) -> int:
     return run_training(run, note=DEMO_FINDINGS[options.data])
 
 
+# what may differ between two demo runs of one folder: the demo's own options and the devices
+DEMO_VARIABLES = {("args", "epochs"), ("args", "cpu_processes"), ("n_gpus",), ("gpu_ids",)}
+
+
 def replacing_earlier_demo(run: RunOptions) -> RunOptions:
     """``run`` set to replace an earlier demo run in its save_path (a demo always runs; the
-    log says so when the run takes the folder). A folder that holds another run than a demo
-    of the same data is kept (the run is refused there, as any run is)."""
+    log says so when the run takes the folder). An earlier demo run is one whose
+    ``config.yaml`` is this demo's configuration but for ``DEMO_VARIABLES`` (settings this
+    version has and that folder's predates are not compared). A folder that holds any other
+    run (another model, other options, checkpoints of a run trained with ``gears-ddp
+    train``) is kept, and the demo refused there as any run is."""
     import yaml
 
     from gears_ddp.report.run_files import read_settings
@@ -117,11 +124,21 @@ def replacing_earlier_demo(run: RunOptions) -> RunOptions:
         held = read_settings(args.save_path)
     except (OSError, yaml.YAMLError):  # an unreadable config.yaml: not a demo's
         return run
-    if (
-        not isinstance(held, dict)
-        or held.get("dataset_name") != run.dataset_name
-        or held.get("pert_data_path") != run.pert_data_path
-        or "replicates" in held
-    ):
+    if not isinstance(held, dict) or "replicates" in held or not _same_settings(held, run.config()):
         return run
     return dataclasses.replace(run, args=dataclasses.replace(args, overwrite_save_path=True))
+
+
+def _same_settings(held: dict, ours: dict, where: tuple = ()) -> bool:
+    """Whether every setting of ``held`` (nested) equals ``ours``'s, ``DEMO_VARIABLES`` and
+    settings ``ours`` lacks aside."""
+    for key, value in held.items():
+        place = (*where, key)
+        if place in DEMO_VARIABLES or key not in ours:
+            continue
+        if isinstance(value, dict) and isinstance(ours[key], dict):
+            if not _same_settings(value, ours[key], place):
+                return False
+        elif value != ours[key]:
+            return False
+    return True
