@@ -5,6 +5,7 @@ replaces it; reading a folder in use is never blocked. Real processes, real sign
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -352,6 +353,41 @@ def test_a_finished_run_is_refused_without_resume_or_overwrite_and_trained_with_
     assert len(report["history"]) == 1
     assert checkpoint_files(folder) == []  # the earlier run's checkpoints went with it
     assert (folder / "notes.txt").read_text() == "mine"  # what is not a run's stays
+
+
+def test_a_single_run_is_refused_in_a_sweep_or_replicates_folder_even_with_overwrite_or_resume(
+    data_folder, tmp_path, capsys
+):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.yaml").write_text("run: {}\n")  # a sweep, running (no report yet) or finished
+    replicates = tmp_path / "replicates"
+    replicates.mkdir()
+    (replicates / "config.yaml").write_text(yaml.safe_dump({"replicates": {"seeds": [1, 2]}}))
+    (replicates / "report.json").write_text("{}")
+    gears = _toy_gears(data_folder)
+    for folder, held in ((sweep, "a sweep (its sweep.yaml)"), (replicates, "replicates (its config.yaml")):
+        before = _snapshot(folder)
+        for options in ({}, {"overwrite_save_path": True}, {"resume_from": "auto"}):
+            with pytest.raises(FileExistsError, match=re.escape(f"save_path {folder} holds {held}")):
+                gears.train(epochs=1, save_path=str(folder), **options)
+        after = _snapshot(folder)
+        after.pop(folder_lock.LOCK_FILE)  # the lock's own file, which stays
+        assert after.pop(".") and before.pop(".") and after == before  # nothing of theirs replaced or added
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pert_data_path": str(data_folder),
+                "dataset_name": "toy",
+                "split_config": SPLIT,
+                "args": {"epochs": 1, "cpu_processes": 1, "save_path": str(sweep)},
+            }
+        )
+    )
+    assert main(["train", "--config", str(config), "--overwrite"]) == 2
+    assert "holds a sweep (its sweep.yaml), not one run" in capsys.readouterr().err
+    assert not (sweep / "model.pt").exists()
 
 
 def test_an_unfinished_runs_checkpoints_are_kept_too(data_folder, tmp_path):

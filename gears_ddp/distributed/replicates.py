@@ -222,7 +222,7 @@ def train_checked_replicates(run: RunOptions) -> dict:
     top = Path(options.save_path)
     config = run.config()
     runs = plan_replicates(plan, split, options)
-    with held_save_path(top, "replicates", resume_from="auto"), log_file(top):
+    with held_save_path(top, "replicates", resume_from="auto", of_runs=True), log_file(top):
         check_same_configuration(top, config, "save_path")
         for replicate in runs:
             check_same_configuration(

@@ -44,6 +44,7 @@ METRICS_FILE = "metrics.csv"
 LOG_FILE = "train.log"
 REPORT_FILE = "report.json"
 PAGE_FILE = "report.html"
+SWEEP_FILE = "sweep.yaml"  # a sweep folder's plan (sweeps.train_sweep), written before its first trial
 PICTURES = {
     "Training": "plots/training_curves.png",
     "Test metrics beside the baselines": "plots/test_metrics.png",

@@ -17,11 +17,22 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+import yaml
+
 from gears_ddp._logging import get_logger
 from gears_ddp.data.io import file_in_the_way
 from gears_ddp.model.model_folder import CONFIG_FILE as MODEL_CONFIG_FILE
 from gears_ddp.model.model_folder import VOCABULARY_FILE, WEIGHTS_FILE
-from gears_ddp.report.run_files import CONFIG_FILE, LOG_FILE, METRICS_FILE, PAGE_FILE, PICTURES, REPORT_FILE
+from gears_ddp.report.run_files import (
+    CONFIG_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    PAGE_FILE,
+    PICTURES,
+    REPORT_FILE,
+    SWEEP_FILE,
+    read_settings,
+)
 from gears_ddp.runtime.folder_lock import FolderLock
 from gears_ddp.training.checkpoint import CHECKPOINT_FOLDER, checkpoint_files
 
@@ -111,6 +122,34 @@ def clear_earlier_run(folder) -> None:
             (folder / name).rmdir()
 
 
+def folder_of_runs(folder) -> str | None:
+    """What ``folder`` holds when it is the folder of several runs (a sweep, replicates),
+    described; None otherwise. A run of its own never goes there: it would take the place of
+    the sweep's or the replicates' own report and configuration, and a run trained there
+    would be mistaken for one of theirs."""
+    folder = Path(folder)
+    if (folder / SWEEP_FILE).is_file():
+        return f"a sweep (its {SWEEP_FILE})"
+    try:
+        settings = read_settings(folder)
+    except (OSError, yaml.YAMLError):  # an unreadable config.yaml: not the replicates' (they wrote it)
+        return None
+    if isinstance(settings, dict) and "replicates" in settings:
+        return f"replicates (its {CONFIG_FILE} has a replicates section)"
+    return None
+
+
+def refuse_a_folder_of_runs(folder) -> None:
+    """Refuse a single run in a folder of several runs (``folder_of_runs``), naming what
+    holds it; neither ``resume_from`` nor ``overwrite_save_path`` lets it in."""
+    held = folder_of_runs(folder)
+    if held is not None:
+        raise FileExistsError(
+            f"save_path {folder} holds {held}, not one run: a single run cannot be trained there, nor replace it "
+            "(not with overwrite_save_path or resume_from either); choose another save_path"
+        )
+
+
 def refuse_or_clear_earlier_run(folder, resume_from, overwrite: bool) -> None:
     """An earlier run in ``folder`` is continued (``resume_from`` set), replaced
     (``overwrite``: its files removed, said in the log) or refused with a FileExistsError
@@ -131,14 +170,17 @@ def refuse_or_clear_earlier_run(folder, resume_from, overwrite: bool) -> None:
 
 @contextlib.contextmanager
 def held_save_path(
-    save_path, what: str, resume_from=None, overwrite: bool = False, check: bool = True
+    save_path, what: str, resume_from=None, overwrite: bool = False, check: bool = True, of_runs: bool = False
 ) -> Iterator[Path]:
     """While active, this process holds ``save_path`` (``FolderLock``); on entry, before
-    anything is written there, an earlier run is refused or replaced
+    anything is written there, a folder of several runs is refused unless this is its own
+    (``of_runs``: the replicates' top folder), an earlier run is refused or replaced
     (``refuse_or_clear_earlier_run``) and, with ``check``, the folder is checked for write
     access and free space (``check_save_path``). ``what`` names the holder to a refused run."""
     folder = make_save_folder(save_path)
     with FolderLock(folder, what, IN_USE_ADVICE):
+        if not of_runs:
+            refuse_a_folder_of_runs(folder)
         refuse_or_clear_earlier_run(folder, resume_from, overwrite)
         if check:
             check_save_path(folder)
