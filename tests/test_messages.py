@@ -1,10 +1,13 @@
-"""The worker-to-parent message channel: whole messages arrive, a dead writer never hangs the parent."""
+"""The worker-to-parent message channel: whole messages arrive, a dead writer never hangs the parent;
+workers ended by the stop signal their parent passed on are a stop, not a failure."""
 
+import multiprocessing
 import os
 import pickle
 import signal
 import tempfile
 import threading
+import time
 
 import pytest
 import torch
@@ -12,6 +15,7 @@ import torch.multiprocessing as mp
 
 from gears_ddp.launching.supervisor import DistributedTrainingError, spawn_workers
 from gears_ddp.launching.worker_messages import WorkerMessages
+from gears_ddp.runtime.stopping import TrainingInterrupted
 
 pytestmark = pytest.mark.distributed
 
@@ -165,3 +169,33 @@ def test_a_worker_exiting_while_the_parent_looks_is_seen_as_failed():
     workers.collect = lambda: []
     assert not workers.finished()  # running when looked at: not finished, not failed
     assert workers.finished() and workers.failed == [(0, 1)]
+
+
+def _sleep_unguarded(local_rank, messages):
+    time.sleep(120)  # no stop handler: a SIGTERM ends it, as one still starting
+
+
+def _signal_once_started(number: int, workers: int) -> threading.Thread:
+    """A thread that sends this process ``number`` once ``workers`` children run."""
+
+    def send():
+        deadline = time.monotonic() + 60
+        while len(multiprocessing.active_children()) < workers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.kill(os.getpid(), number)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_workers_ended_by_the_stop_signal_passed_on_to_them_are_a_stop_not_a_lost_rank():
+    started, handler = time.monotonic(), signal.getsignal(signal.SIGTERM)
+    _signal_once_started(signal.SIGTERM, 2)
+    with pytest.raises(TrainingInterrupted, match="stopped by SIGTERM, passed on to the 2 worker process") as stop:
+        spawn_workers(_sleep_unguarded, (), 2)
+    assert stop.value.signal_name == "SIGTERM" and stop.value.checkpoint is None
+    assert time.monotonic() - started < 60  # not the sleepers' 120 s
+    assert multiprocessing.active_children() == []
+    assert signal.getsignal(signal.SIGTERM) == handler  # the supervisor's handler gone again

@@ -4,6 +4,7 @@ status of each kind of error. ``gears-ddp --help`` prints ``DESCRIPTION``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 
@@ -13,7 +14,7 @@ from gears_ddp.cli.exit_status import EXIT_BAD_INPUT, EXIT_FAILED
 from gears_ddp.configuration.run_options import RunConfigError
 from gears_ddp.data.download import DownloadError
 from gears_ddp.runtime.folder_lock import FolderInUse
-from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, TrainingInterrupted
+from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, Stopped, TrainingInterrupted, stops_raised
 from gears_ddp.training.finite_loss import NonFiniteLoss
 
 DESCRIPTION = """The ``gears-ddp`` command (``python -m gears_ddp`` does the same).
@@ -46,13 +47,15 @@ run folders) says how far the models agree on each call. ``check`` reads a scree
 processed dataset) as ``process`` and ``train`` would, processes nothing, and lists every
 problem at once, each with its fix. Exit status: 0 done (``check``: the screen would
 train), 2 a bad configuration, input or path, or a run folder in use by another run
-(``check``: a problem stops the screen), 75 stopped by a signal with a checkpoint (continue with ``--set
-args.resume_from=auto``; replicates: the same command), 1 anything else (a replicate that
+(``check``: a problem stops the screen), 75 stopped by a signal (continue with ``--set
+args.resume_from=auto`` where it left checkpoints; replicates and sweeps: the same command), 1 anything else (a replicate that
 failed, or a sweep whose trials all failed or were pruned, included).
 """  # noqa: E501 (the --help text, as it reads)
 
 # one module per command, in the order --help lists them: each has NAME, add_parser(subparsers) and run(options)
 COMMANDS = (train, demo, sweep, evaluate, predict, pair_screen, interactions, process, check)
+# the commands that train: a stop signal outside their training steps exits 75 with one line (stops_raised)
+TRAINING_COMMANDS = {train.NAME, demo.NAME, sweep.NAME}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,7 +79,16 @@ def main(argv=None) -> int:
     enable_console_logging(logging.WARNING if options.command == "check" else logging.INFO)  # check: its report
     run = {command.NAME: command.run for command in COMMANDS}[options.command]
     try:
-        return run(options) or 0
+        with stops_raised() if options.command in TRAINING_COMMANDS else contextlib.nullcontext():
+            return run(options) or 0
+    except Stopped as stop:
+        print(
+            f"gears-ddp {options.command}: {stop} outside the training steps (while preparing or starting the run, "
+            "or while scoring and reporting after its last step): the checkpoints written so far are kept; run the "
+            "same command again (with --set args.resume_from=auto where the run folder holds checkpoints)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     except (
         RunConfigError,
         FileNotFoundError,

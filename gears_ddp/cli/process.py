@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from pathlib import Path
 
 from gears_ddp.cli.screen_input import SCREEN_HELP, add_screen_reading_options, go_annotation, screen_reading_options
+from gears_ddp.runtime import stopping
 
 NAME = "process"
 
@@ -35,7 +38,40 @@ def add_parser(subparsers):
 
 def run(options) -> int:
     """Process a screen; the GO files of --go-annotation or --go-gene-sets are checked with it
-    and written with it, all or none, so a refused screen leaves the data folder as it was."""
+    and written with it, all or none, so a refused screen leaves the data folder as it was.
+    A stop signal (SIGINT: Ctrl-C; SIGTERM) ends it as a stopped training run ends, with
+    ``EXIT_INTERRUPTED`` (75: run it again) and one line saying whether the dataset had been
+    written; its temporary files are removed first (``runtime.stopping``)."""
+    from gears_ddp.data.io import PROCESSED_FILE
+
+    target = Path(options.data_path) / options.name.lower() / PROCESSED_FILE
+    before = _file_identity(target)
+    try:
+        with stopping.stops_raised((signal.SIGINT, *stopping.STOP_SIGNALS)):
+            return _process(options)
+    except stopping.Stopped as stop:
+        files = f"{target}" + (" and the GO files" if options.go_annotation or options.go_gene_sets else "")
+        written = _file_identity(target) not in (None, before)
+        outcome = (
+            f"after {files} had been written whole"
+            if written
+            else f"before {files} had been written: none is left; run the same command again"
+        )
+        print(f"gears-ddp {NAME}: {stop} {outcome}", file=sys.stderr)
+        return stopping.EXIT_INTERRUPTED
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """What tells a file renamed into ``path`` from the one there before (inode, time), or None."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_ino, found.st_mtime_ns
+
+
+def _process(options) -> int:
+    """``run``'s work: read, check and process the screen, and say what was written."""
     from gears_ddp.data.conditions import genes_of_conditions
     from gears_ddp.data.io import read_h5ad
     from gears_ddp.data.pertdata import PertData

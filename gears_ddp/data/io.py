@@ -37,6 +37,8 @@ import scipy.sparse as sp
 import torch
 from anndata.io import read_elem, sparse_dataset, write_elem
 
+from gears_ddp.runtime import stopping
+
 PROCESSED_FILE = "perturb_processed.h5ad"
 # HDF5 chunk of the sparse arrays of an h5ad file written a block of cells at a time (1 MiB of
 # float32): appended data in HDF5's default small chunks makes every later block read (and the
@@ -47,17 +49,22 @@ CHUNK_VALUES = 2**18
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     """Yield a new temporary path next to ``dest``; when the block succeeds, flush what was
-    written there to disk and rename it to ``dest``."""
+    written there to disk and rename it to ``dest``. The temporary file is removed however the
+    block ends, a stop signal included (``runtime.stopping``)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = _new_temporary(dest)
+    tmp_path = None
     try:
+        with stopping.stops_held():  # made and recorded together, so the finally finds it
+            tmp_path = _new_temporary(dest)
         yield tmp_path
         _flush_to_disk(tmp_path)
         os.replace(tmp_path, dest)
         _flush_to_disk(dest.parent)
     finally:
-        tmp_path.unlink(missing_ok=True)
+        if tmp_path is not None:
+            with stopping.stops_held():
+                tmp_path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -67,34 +74,41 @@ def atomic_files(dests) -> Iterator[list[Path]]:
     when the block succeeds, flush every one to disk, then rename them all to their
     destinations. Until every file is written nothing of the old ones changes, so a failure
     or a crash while they are written leaves the old files (and, after a failure, no folder
-    made for the new ones); a writer that is atomic itself may be given these paths."""
+    made for the new ones); a writer that is atomic itself may be given these paths.
+
+    A stop signal under ``stopping.stops_raised`` is an exception like any other here,
+    but for the renames, which it cannot cut in two: one that comes while they run is raised
+    once all are done."""
     dests = [Path(dest) for dest in dests]
     made = sorted(
         {folder for dest in dests for folder in (dest.parent, *dest.parent.parents) if not folder.exists()},
         key=lambda folder: len(folder.parts),
         reverse=True,
     )  # the deepest first
-    for dest in dests:
-        dest.parent.mkdir(parents=True, exist_ok=True)
     tmp_paths: list[Path] = []
     renamed = False
     try:
-        tmp_paths.extend(_new_temporary(dest) for dest in dests)
+        with stopping.stops_held():  # made and recorded together, so the finally finds them
+            for dest in dests:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp_paths.extend(_new_temporary(dest) for dest in dests)
         yield list(tmp_paths)
         for tmp_path in tmp_paths:
             _flush_to_disk(tmp_path)
-        for tmp_path, dest in zip(tmp_paths, dests):
-            os.replace(tmp_path, dest)
-        renamed = True
+        with stopping.stops_held():
+            for tmp_path, dest in zip(tmp_paths, dests):
+                os.replace(tmp_path, dest)
+            renamed = True
         for folder in dict.fromkeys(dest.parent for dest in dests):
             _flush_to_disk(folder)
     finally:
-        for tmp_path in tmp_paths:
-            tmp_path.unlink(missing_ok=True)
-        if not renamed:
-            for folder in made:
-                with contextlib.suppress(OSError):  # another process may have written into it meanwhile
-                    folder.rmdir()
+        with stopping.stops_held():
+            for tmp_path in tmp_paths:
+                tmp_path.unlink(missing_ok=True)
+            if not renamed:
+                for folder in made:
+                    with contextlib.suppress(OSError):  # another process may have written into it meanwhile
+                        folder.rmdir()
 
 
 def _new_temporary(dest: Path) -> Path:

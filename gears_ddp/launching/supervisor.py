@@ -24,7 +24,7 @@ import torch.multiprocessing as mp
 
 from gears_ddp.data.io import loads_plain_data
 from gears_ddp.launching.worker_messages import LogRecord, WorkerFailed, WorkerMessages, replay_log
-from gears_ddp.runtime.stopping import STOP_SIGNALS
+from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted, signal_name
 from gears_ddp.runtime.threads import passive_openmp_environment
 
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent ends
@@ -42,14 +42,28 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
 
     SIGTERM and SIGUSR1 sent to this process while the workers run are passed on to them (a
     scheduler's warning reaches every rank). A failed worker raises the
-    :class:`DistributedTrainingError` of :meth:`SpawnedWorkers.result`.
+    :class:`DistributedTrainingError` of :meth:`SpawnedWorkers.result`, except workers that
+    the passed-on signal ended before they could stop on their own (while starting, or
+    after their last step): that is the stop asked for, raised as ``TrainingInterrupted``.
     """
     workers = SpawnedWorkers(worker, worker_args, nprocs)
     try:
-        with signals_passed_on(STOP_SIGNALS, workers.processes):
+        with signals_passed_on(STOP_SIGNALS, workers.processes) as received:
             while not workers.finished():
                 multiprocessing.connection.wait(workers.sentinels(), timeout=poll_s)
-        return workers.result()
+        try:
+            return workers.result()
+        except DistributedTrainingError:
+            stop = workers.ended_by(received)
+            if stop is None:
+                raise
+            raise TrainingInterrupted(
+                f"stopped by {signal_name(stop)}, passed on to the {nprocs} worker process(es), which it ended "
+                "before they could stop at a step (while starting, or after the last one): what was saved "
+                "(checkpoints, finished files) is kept; run the same command again to continue",
+                signal_name(stop),
+                None,
+            ) from None
     finally:
         workers.close()
 
@@ -84,6 +98,10 @@ class SpawnedWorkers:
         self.received: list = []
         self.failed: list[tuple[int, int]] = []  # (rank, exit code) of the workers failed when a failure was seen
         try:
+            # not held against a stop signal (stopping.stops_held): a worker that dies before it
+            # reads its arguments (a signal sent to the whole process group) would leave mp.spawn
+            # writing them for ever. A stop raised meanwhile leaves the worker being started with
+            # half its arguments, which it reports as it ends with this process
             with passive_openmp_environment() if sharing_cores else contextlib.nullcontext():
                 self.context = mp.spawn(
                     functools.partial(_ending_with_parent, worker, os.getpid()),
@@ -129,6 +147,15 @@ class SpawnedWorkers:
         raise _failure(
             self.failed, errors, self.nprocs, _raised_before_reporting(self.context.error_files[self.failed[0][0]])
         )
+
+    def ended_by(self, received: list[int]) -> int | None:
+        """Once ``finished``: the signal among ``received`` (those passed on to the workers)
+        that ended every failed worker, or None when one failed otherwise."""
+        codes = {code for _, code in self.failed}
+        ending = {-code for code in codes if code < 0}
+        if not codes or len(ending) != len(codes) or not ending <= set(received):
+            return None
+        return ending.pop() if len(ending) == 1 else received[0]
 
     def close(self) -> None:
         """End any worker still running (whatever happened, none outlives its set), close the
