@@ -1,6 +1,6 @@
 """Screens as users have them: their own perturbation column, raw counts normalised as
 scanpy normalises them, highly variable genes, GO files from GMT gene sets, and a clear
-one-line refusal of each bad input."""
+one-line refusal of each bad input; GO tables with a header row or without."""
 
 import gzip
 import logging
@@ -206,6 +206,15 @@ def test_go_files_from_gene_sets_are_those_from_the_same_annotation(tmp_path):
     assert (tmp_path / "from_gmt" / edges).read_text() == (tmp_path / "from_table" / edges).read_text()
     pairs = pd.read_csv(tmp_path / "from_gmt" / edges)
     assert ((pairs["source"] == "G0") & (pairs["target"] == "G3")).any()  # G0 {2 terms}, G3 {1 of them}: 0.5
+
+
+@pytest.mark.parametrize("separator", ["\t", ","], ids=["tab", "comma"])
+@pytest.mark.parametrize("header", ["gene{}go_id\n", ""], ids=["with a header row", "without one"])
+def test_a_go_table_is_read_whole_with_its_header_row_or_without_one(tmp_path, header, separator):
+    pairs = [("FEV", "GO:0000001"), ("FEV", "GO:0000002"), ("SAMD1", "GO:0000003")]
+    table = tmp_path / "pairs.txt"
+    table.write_text(header.format(separator) + "".join(f"{gene}{separator}{term}\n" for gene, term in pairs))
+    assert read_annotation(table) == {"FEV": {"GO:0000001", "GO:0000002"}, "SAMD1": {"GO:0000003"}}
 
 
 def test_bad_gene_set_files_are_refused_in_one_line(tmp_path, capsys):

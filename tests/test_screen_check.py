@@ -1,6 +1,7 @@
 """A screen checked whole before it is processed (``gears-ddp check``, ``PertData.check_screen``):
 the real and synthetic screens pass, each broken screen is named with its fix, a screen with
-many problems gets all of them in one run, and ``gears-ddp process`` refuses it the same way."""
+many problems gets all of them in one run, and ``gears-ddp process`` refuses it the same way;
+the cells that processing drops (genes without GO terms) are not held against the screen."""
 
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from gears_ddp import PertData
 from gears_ddp.cli import main
 from gears_ddp.data import io
 from gears_ddp.data.gene_sets import read_gene_sets
+from gears_ddp.data.processing import RANK_KEY
 from gears_ddp.data.screen_report import ScreenProblems
 from gears_ddp.datasets import papalexi2021, papalexi2021_go_gene_sets, write_synthetic_dataset, write_synthetic_screen
 from gears_ddp.datasets.real_screen import (
@@ -324,7 +326,11 @@ BROKEN = {  # problem: (the screen from the toy one, check_screen's options, top
         lambda a: _conditions(a, lambda c: _set(c, np.flatnonzero(c == "G8+ctrl")[1:], "ctrl")),
         {},
         "cells per condition",
-        ["['G8+ctrl'] have fewer than two cells", "remove them, or pass skip_calc_de=True"],
+        [
+            "['G8+ctrl'] have fewer than two cells",
+            "remove their cells from the screen (the h5ad given to gears-ddp process --adata",
+            "skip_calc_de=True (Python only)",
+        ],
         True,
     ),
     "a condition of few cells": (
@@ -516,7 +522,7 @@ def _many_problems(path):
 MANY_PROBLEMS = [
     ("duplicates: ", "var_names repeat gene ids G4", "var_names_make_unique"),
     ("conditions: ", "label 'G1_G2_G3' names 3 genes"),
-    ("cells per condition: ", "['G8+ctrl'] have fewer than two cells", "remove them"),
+    ("cells per condition: ", "['G8+ctrl'] have fewer than two cells", "remove their cells"),
     ("GO terms: ", "NOGO, in 12 cells", "--drop-unannotated"),
     ("expression: ", "holds raw counts", "--normalize"),
 ]
@@ -717,3 +723,61 @@ def test_a_screen_without_gene_names_is_named_not_failed_on(data_root):
     report = PertData(data_root, default_pert_graph=False).check_screen(screen, "toy")
     assert [p.topic for p in report.stopping] == ["columns"] and "var['gene_name']" in report.stopping[0].text
     assert any(p.topic == "GO terms" and "once var['gene_name'] is there" in p.text for p in report.warnings)
+
+
+# ----------------------------------------------------------------------------- cells that processing drops
+
+
+def _one_cell_without_go_terms(screen):
+    """The toy screen with one control cell perturbing NOGO, a gene without GO terms (and not
+    measured), and G9's single-gene cells perturbing NOGO2, another."""
+    screen = _conditions(screen, lambda c: _set(c, _first_control(c), "NOGO+ctrl"))
+    return _conditions(screen, lambda c: _set(c, c == "G9+ctrl", "NOGO2+ctrl"))
+
+
+def test_a_condition_of_one_cell_stops_the_screen_only_if_its_cells_are_kept(data_root, capsys):
+    path = data_root / "screen.h5ad"
+    _one_cell_without_go_terms(toy_data.make_raw()).write_h5ad(path)
+    screen = ["--adata", str(path), "--data-path", str(data_root)]
+    status, report = _check(capsys, [*screen, "--drop-unannotated"])
+    assert status == 0 and "cells per condition:" not in report.split("\n  - ", 1)[-1], report
+    status, report = _check(capsys, screen)  # without --drop-unannotated NOGO's cell is kept: both are named
+    stopping = report.split("problems that stop it, each with its fix:\n")[1].splitlines()
+    assert status == 2 and [line.split(":")[0] for line in stopping[:-1]] == ["  - cells per condition", "  - GO terms"]
+    assert "['NOGO+ctrl'] have fewer than two cells" in stopping[0] and "(Python only)" in stopping[0]
+    assert main(["process", *screen, "--name", "toy", "--drop-unannotated"]) == 0
+
+
+@pytest.mark.parametrize("normalize", [False, True], ids=["log-normalised", "raw counts"])
+def test_a_dropped_condition_of_one_cell_gets_no_de_genes_and_the_others_theirs(normalize, data_root):
+    screen = _one_cell_without_go_terms(toy_data.make_raw())
+    pert_data = PertData(data_root)
+    pert_data.new_data_process("toy", _counts(screen) if normalize else screen, normalize=normalize)
+    ranked = anndata.read_h5ad(data_root / "toy" / io.PROCESSED_FILE, backed="r").uns[RANK_KEY]
+    assert "toy_NOGO2+ctrl_1+1" in ranked  # dropped, but of 12 cells: ranked, as before
+    assert "toy_NOGO+ctrl_1+1" not in ranked and len(ranked) == len(toy_data.SINGLES) + len(toy_data.COMBOS)
+    assert {"NOGO+ctrl", "NOGO2+ctrl"}.isdisjoint(pert_data.cells.conditions)
+
+
+def test_genes_whose_cells_are_dropped_are_not_counted_among_the_unmeasured(data_root):
+    screen = _one_cell_without_go_terms(toy_data.make_raw())
+    dropped = PertData(data_root).check_screen(screen, "toy", splits=[])
+    assert "perturbed genes: 10 of 10 measured" in str(dropped)
+    assert not [p for p in dropped.warnings if p.topic == "perturbed genes"], str(dropped)
+    kept = PertData(data_root).check_screen(screen, "toy", splits=[], drop_unannotated=False)
+    [warning] = [p for p in kept.warnings if p.topic == "perturbed genes"]
+    assert "perturbed genes: 10 of 12 measured" in str(kept)
+    assert "2 perturbed gene(s) are not among the measured genes (var['gene_name']): NOGO, NOGO2;" in warning.text
+
+
+def test_a_screen_without_conditions_is_told_the_obs_columns_of_its_file(tmp_path, capsys):
+    screen = toy_data.make_raw()
+    screen.obs = screen.obs.rename(columns={"condition": "guide_target"}).drop(columns="cell_type")
+    path = tmp_path / "screen.h5ad"
+    screen.write_h5ad(path)
+    argv = ["--adata", str(path), "--data-path", str(tmp_path / "data")]
+    status, report = _check(capsys, argv)
+    [line] = [line for line in report.splitlines() if "lacks required column(s) obs['condition']" in line]
+    assert status == 2 and line.endswith("its obs columns are guide_target"), line
+    assert main(["process", *argv, "--name", "screen"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("its obs columns are guide_target")

@@ -46,7 +46,8 @@ def add_screen_reading_options(parser, go_meaning: str) -> None:
     go_source.add_argument(
         "--go-annotation",
         metavar="FILE",
-        help=f"{go_meaning} this gene-to-GO annotation (a GAF file, or a two-column table gene, GO id)",
+        help=f"{go_meaning} this gene-to-GO annotation (a GAF file, or a two-column table gene, GO id, "
+        "with a header row or without)",
     )
     go_source.add_argument(
         "--go-gene-sets",

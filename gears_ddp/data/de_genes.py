@@ -60,8 +60,11 @@ def small_groups_problem(counts: np.ndarray, groups: Sequence[str]) -> Problem |
     return Problem(
         "cells per condition",
         f"conditions {small[:10]} have fewer than two cells: their gene "
-        "variances, so their DE genes, are undefined; remove them, or pass "
-        "skip_calc_de=True",
+        "variances, so their DE genes, which training reads, are undefined; "
+        "remove their cells from the screen (the h5ad given to gears-ddp process "
+        "--adata, or the AnnData given to new_data_process); skip_calc_de=True "
+        "(Python only) processes the screen without DE genes, but a dataset "
+        "without them cannot be trained",
     )
 
 

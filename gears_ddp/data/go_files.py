@@ -8,9 +8,9 @@
 
 Offline, or for an organism or annotation of one's own, ``write_go_files`` builds them from
 any annotation: ``read_annotation`` reads a GO Annotation File (GAF 2.x, as the GO
-Consortium and UniProt publish them: ``.gaf`` or ``.gaf.gz``) or a two-column table with a
-header (gene symbol, GO id; comma- or tab-separated). ``gears-ddp process --go-annotation``
-does both.
+Consortium and UniProt publish them: ``.gaf`` or ``.gaf.gz``) or a two-column table (gene
+symbol, GO id; comma- or tab-separated), with a header row or without one: a first row
+whose second field is a GO id is data. ``gears-ddp process --go-annotation`` does both.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ GAF_SYMBOL_COLUMN, GAF_GO_COLUMN, GAF_QUALIFIER_COLUMN = 2, 4, 3
 
 
 def read_annotation(path) -> dict[str, set[str]]:
-    """Gene symbol -> GO term ids from a GAF file or a two-column table (see module doc).
-    GAF lines qualified ``NOT`` say a gene lacks the term, and are skipped."""
+    """Gene symbol -> GO term ids from a GAF file or a two-column table, its header row
+    optional (see module doc). GAF lines qualified ``NOT`` say a gene lacks the term, and
+    are skipped."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"GO annotation file {path} does not exist")
@@ -39,14 +40,14 @@ def read_annotation(path) -> dict[str, set[str]]:
         if gaf:
             table = pd.read_csv(path, sep="\t", comment="!", header=None, dtype=str, usecols=range(5))
         else:
-            table = pd.read_csv(path, sep=None, engine="python", dtype=str)
+            table = pd.read_csv(path, sep=None, engine="python", dtype=str, header=None)
     except Exception as err:  # pandas, csv, gzip and codecs raise many types for a file of another kind
         raise ValueError(
             f"cannot read the GO annotation {path} ({type(err).__name__}: {err}): expected "
             + (
                 "a GAF file (tab-separated, 15+ columns)"
                 if gaf
-                else "a text table with a header and two columns, gene symbol and GO id (comma- or tab-separated)"
+                else "a text table of two columns, gene symbol and GO id (comma- or tab-separated)"
             )
         ) from None
     if gaf:
@@ -55,9 +56,12 @@ def read_annotation(path) -> dict[str, set[str]]:
     else:
         if table.shape[1] < 2:
             raise ValueError(
-                f"{path}: a GO annotation table needs two columns (gene symbol, GO id), found {list(table.columns)}"
+                f"{path}: a GO annotation table needs two columns (gene symbol, GO id), found one: "
+                f"{table.iloc[0].tolist()}"
             )
         pairs = table.iloc[:, :2]
+        if not str(pairs.iloc[0, 1]).startswith("GO:"):  # a header row (gene, GO id), not an annotation
+            pairs = pairs.iloc[1:]
     pairs = pairs.dropna()
     bad = pairs[~pairs.iloc[:, 1].str.startswith("GO:")]
     if len(bad):
@@ -91,8 +95,10 @@ def write_go_files(data_path, gene2go: dict, pert_genes=None, overwrite: bool = 
     if existing.exists() and not overwrite:
         if io.read_pickle(existing, "gene -> GO terms mapping") != gene2go:
             raise FileExistsError(
-                f"{existing} holds other GO annotations; write into another data_path, "
-                "or pass overwrite=True to replace them"
+                f"{existing} holds other GO annotations; write into another data folder "
+                "(data_path; gears-ddp demo --data-path), or replace them (overwrite=True; "
+                "gears-ddp process --go-annotation or --go-gene-sets replaces them with the "
+                "GO files it builds)"
             )
         return
     with io.atomic_files(go_file_paths(data_path)) as paths:

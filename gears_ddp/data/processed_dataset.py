@@ -6,8 +6,8 @@ of the paper's, downloaded by name, or a local one. ``dataset_folder`` finds it 
 runs the processing of ``PertData.new_data_process`` once the screen has passed its checks
 (``screen_check``): the expression read a block of cells at a time (normalised from raw
 counts, or taken as it is), checked, summed for the DE genes and written, with the GO files
-of an annotation when one is given, all renamed into place together or none; then the
-split and graph caches of earlier data are removed.
+of an annotation when one is given, the split and graph caches of earlier data removed,
+and all renamed into place together or none.
 """
 
 from __future__ import annotations
@@ -59,13 +59,22 @@ def opened_dataset(folder: Path, check_values: bool) -> Iterator[io.H5adParts]:
 
 def folder_to_process(data_path, dataset_name: str, overwrite: bool) -> Path:
     """The folder ``new_data_process`` writes dataset ``dataset_name`` into; an existing
-    processed file there is refused unless ``overwrite``."""
+    processed file there is refused unless ``overwrite``, and so is a name that is no plain
+    folder name (empty, ``.``, ``..`` or holding a path separator), which would write
+    elsewhere than in ``data_path``."""
+    if dataset_name in ("", ".", "..") or any(separator in dataset_name for separator in ("/", "\\")):
+        raise ValueError(
+            f"dataset name {dataset_name!r} is not a plain folder name: the dataset is written to the "
+            f"folder of that name in the data folder {data_path}, so give a name without path "
+            "separators, not '.' or '..' (gears-ddp process --name my_screen)"
+        )
     folder = Path(data_path) / dataset_name.lower()
     target = folder / io.PROCESSED_FILE
     if target.exists() and not overwrite:
         raise FileExistsError(
             f"{target} already exists; load it with PertData.load(data_path="
-            f"'{folder}') or pass overwrite=True to replace it"
+            f"'{folder}') (gears-ddp train --set pert_data_path={data_path} --set dataset_name="
+            f"{folder.name}), or replace it (overwrite=True; gears-ddp process --overwrite)"
         )
     return folder
 
@@ -93,11 +102,12 @@ def processed_dataset(
     keeps its counts, and its cells are normalised a block at a time as the processed file
     is written. Either way the expression is read a block of cells at a time, from memory or
     from the file of a backed ``adata`` (``anndata.read_h5ad(path, backed='r')``), so a screen
-    larger than memory can be processed. Split and graph caches in the folder are removed.
-    Every check that can refuse the screen runs before a file is written, but those of raw
-    counts (with ``normalize``), which are read once, as they are written; the files written
-    are renamed into place together once all are complete, so a refused screen, or one
-    interrupted, leaves the disk as it was.
+    larger than memory can be processed. Every check that can refuse the screen runs before a
+    file is written, but those of raw counts (with ``normalize``), which are read once, as
+    they are written; the files written are renamed into place together once all are
+    complete (``io.atomic_files``), so a refused screen, or one interrupted, leaves the disk
+    as it was, but for the split and graph caches of earlier data in the folder, which are
+    removed once the new files are complete, just before the renames.
 
     ``normalize``: ``adata`` holds raw counts, normalised a block at a time as the file is
     written, and checked then (``n_top_genes``: keep that many highly variable genes and
@@ -118,16 +128,19 @@ def processed_dataset(
                 normalization.normalized_dtype(adata.X),
                 de,
                 source,
+                processing.unranked_conditions(annotations.obs, keep),
             )
-        clear_stale_caches(annotations, folder)
+            removed = remove_stale_caches(folder)
+        _log_written(folder, annotations, removed)
         with io.h5ad_parts(target, PROCESSED_OBS_COLUMNS) as parts:
             yield parts, annotations, keep
     else:
-        reading = read_processed_expression(adata, de, source)
         keep = cells_to_keep(adata)
+        reading = read_processed_expression(adata, de, source, processing.unranked_conditions(adata.obs, keep))
         with _files_of_dataset(target, data_path, go_annotation) as processed_path:
             write_processed_dataset(adata, processed_path, reading)
-        clear_stale_caches(adata, folder)
+            removed = remove_stale_caches(folder)
+        _log_written(folder, adata, removed)
         yield adata, adata, keep
 
 
@@ -144,38 +157,44 @@ def _files_of_dataset(target: Path, data_path, go_annotation: dict | None) -> It
 
 
 def read_processed_expression(
-    adata: anndata.AnnData, de: bool = True, source: str = "the AnnData"
+    adata: anndata.AnnData, de: bool = True, source: str = "the AnnData", unranked: frozenset[str] = frozenset()
 ) -> processing.ExpressionReading:
     """Add the processed columns to the validated ``adata`` (``processing.validate_annotations``)
     and read its expression, a block of cells at a time: checked, and, with ``de``, summed for
-    the DE ranking and the gene sets (``write_processed_dataset`` writes them)."""
-    processing.prepare_for_reading(adata, de)
-    return processing.read_expression(adata, source, de)
+    the DE ranking and the gene sets of every condition but those ``unranked``
+    (``processing.unranked_conditions``; ``write_processed_dataset`` writes them)."""
+    processing.prepare_for_reading(adata, de, unranked)
+    return processing.read_expression(adata, source, de, unranked)
 
 
 def write_processed_dataset(adata: anndata.AnnData, path: Path, reading: processing.ExpressionReading) -> None:
     """Add the DE ranking and the gene sets of ``reading`` (``read_processed_expression`` of
     ``adata``) and write ``adata`` as the processed file ``path`` (atomically; a backed one
-    by copying its file, never reading its expression into memory). ``clear_stale_caches``
-    then deletes what an earlier version of the data left in the folder."""
+    by copying its file, never reading its expression into memory)."""
     processing.add_de_entries(adata, reading)
     io.write_h5ad(adata, path)
 
 
 def write_normalized_dataset(
-    annotations: anndata.AnnData, path: Path, blocks, dtype, de: bool = True, source: str = "the AnnData"
+    annotations: anndata.AnnData,
+    path: Path,
+    blocks,
+    dtype,
+    de: bool = True,
+    source: str = "the AnnData",
+    unranked: frozenset[str] = frozenset(),
 ) -> None:
     """Process and write the processed file ``path`` from a screen's ``annotations`` (an
     AnnData without ``X``, validated) and its expression, which ``blocks`` gives a block of
     cells at a time (``(first cell, CSR block)``: ``normalization.normalized_blocks``), as
-    values of ``dtype``. ``clear_stale_caches`` then deletes what an earlier version of the
-    data left in the folder.
+    values of ``dtype``.
 
-    The blocks are read once: checked, summed for the DE ranking and the gene sets (``de``)
-    and appended to the file as they come, so the expression is never in memory whole. The
-    file is written atomically: nothing is left of it when a check fails."""
-    processing.prepare_for_reading(annotations, de)
-    reading = processing.ExpressionReading(annotations.obs, annotations.n_vars, de)
+    The blocks are read once: checked, summed for the DE ranking and the gene sets (``de``;
+    of every condition but those ``unranked``: ``processing.unranked_conditions``) and
+    appended to the file as they come, so the expression is never in memory whole. The file
+    is written atomically: nothing is left of it when a check fails."""
+    processing.prepare_for_reading(annotations, de, unranked)
+    reading = processing.ExpressionReading(annotations.obs, annotations.n_vars, de, unranked)
     with io.h5ad_by_blocks(path, annotations, dtype) as expression:
         for start, block in blocks:
             reading.add(start, block)
@@ -186,7 +205,15 @@ def write_normalized_dataset(
 
 def clear_stale_caches(adata: anndata.AnnData, folder: Path) -> None:
     """Delete the split and graph caches of an earlier version of the dataset just written
-    to ``folder``."""
+    to ``folder`` (``adata``: its cells and genes, logged)."""
+    _log_written(folder, adata, remove_stale_caches(folder))
+
+
+def remove_stale_caches(folder: Path) -> int:
+    """Delete the split and graph caches of an earlier version of the dataset in ``folder``;
+    how many. ``processed_dataset`` calls it once the new processed file is written, before
+    it is renamed into place, so a stop in between costs caches that are built again, never
+    leaves caches of other data beside the new file."""
     splits = folder / "splits"
     stale = (
         list(splits.glob("*.pkl"))
@@ -196,10 +223,16 @@ def clear_stale_caches(adata: anndata.AnnData, folder: Path) -> None:
     )
     for path in stale:
         path.unlink()
+    return len(stale)
+
+
+def _log_written(folder: Path, adata: anndata.AnnData, removed: int) -> None:
+    """Log the processed file written to ``folder`` (``adata``: its cells and genes) and the
+    ``removed`` caches of earlier data."""
     logger.info(
         "wrote %s (%d cells x %d genes)%s",
         folder / io.PROCESSED_FILE,
         adata.n_obs,
         adata.n_vars,
-        f"; removed {len(stale)} cached split/graph files of earlier data" if stale else "",
+        f"; removed {removed} cached split/graph files of earlier data" if removed else "",
     )

@@ -36,8 +36,13 @@ LOG_NORMALISED_MAX = float(np.log1p(1e4))  # the largest log1p value of a cell n
 NOT_LOG_TRANSFORMED = 50  # a larger maximum looks normalised but not log-transformed
 
 
-def missing_columns_problem(adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQUIRED_VAR) -> Problem | None:
-    """The ``Problem`` naming every required ``obs`` / ``var`` column that is missing, or None."""
+def missing_columns_problem(
+    adata, source: str, obs_columns=REQUIRED_OBS, var_columns=REQUIRED_VAR, screen_columns=None
+) -> Problem | None:
+    """The ``Problem`` naming every required ``obs`` / ``var`` column that is missing, or None;
+    without ``obs['condition']`` it lists the screen's own ``obs`` columns (``screen_columns``,
+    default ``adata``'s: those of the file, when ``adata`` has gained GEARS's columns since)
+    for the user to find its column of perturbations among."""
     missing = [f"obs[{c!r}]" for c in obs_columns if c not in adata.obs.columns]
     missing += [f"var[{c!r}]" for c in var_columns if c not in adata.var.columns]
     if not missing:
@@ -45,7 +50,7 @@ def missing_columns_problem(adata, source: str, obs_columns=REQUIRED_OBS, var_co
     own_column = (
         f"; or name the screen's own column of perturbations and its control label (perturbation_column "
         f"and control_label; gears-ddp process --perturbation-column, --control-label): its obs columns "
-        f"are {listed(adata.obs.columns) or 'none'}"
+        f"are {listed(adata.obs.columns if screen_columns is None else screen_columns) or 'none'}"
         if "condition" in obs_columns and "condition" not in adata.obs.columns
         else ""
     )
@@ -147,10 +152,11 @@ def check_expression(matrix, source: str) -> None:
     check.finish(source)
 
 
-def annotation_problems(adata, source: str = "the AnnData") -> list[Problem]:
+def annotation_problems(adata, source: str = "the AnnData", screen_columns=None) -> list[Problem]:
     """The problems of the columns, conditions, control cells, cell type and gene names that
-    processing relies on (the expression is checked as it is read: ``ExpressionCheck``)."""
-    problems = [missing_columns_problem(adata, source)]
+    processing relies on (the expression is checked as it is read: ``ExpressionCheck``);
+    ``screen_columns``: the ``obs`` columns of the screen as it came (``missing_columns_problem``)."""
+    problems = [missing_columns_problem(adata, source, screen_columns=screen_columns)]
     if "condition" in adata.obs.columns:
         conditions = adata.obs["condition"].astype(object)
         problems.append(malformed_conditions_problem(conditions, f"{source} obs['condition']"))
@@ -199,9 +205,11 @@ class ExpressionReading:
     """What processing reads from the expression of ``obs``'s cells, a block of cells at a
     time (``add``): the ``ExpressionCheck``, and, with ``de``, per condition (``conditions``,
     in order of appearance) the sums of the values, of their squares and of the non-zero
-    values, which the DE ranking and the gene sets are computed from."""
+    values, which the DE ranking and the gene sets are computed from; the conditions
+    ``unranked`` (``unranked_conditions``) get neither."""
 
-    def __init__(self, obs: pd.DataFrame, n_genes: int, de: bool = True):
+    def __init__(self, obs: pd.DataFrame, n_genes: int, de: bool = True, unranked: frozenset[str] = frozenset()):
+        self.unranked = unranked
         self.conditions, codes = coded_conditions(obs["condition"])
         self.row_of = {condition: row for row, condition in enumerate(self.conditions)}
         self.check = ExpressionCheck()
@@ -218,30 +226,46 @@ class ExpressionReading:
         return np.array([self.row_of[condition] for condition in conditions], dtype=np.int64)
 
 
-def read_expression(adata, source: str = "the AnnData", de: bool = True) -> ExpressionReading:
+def read_expression(
+    adata, source: str = "the AnnData", de: bool = True, unranked: frozenset[str] = frozenset()
+) -> ExpressionReading:
     """The ``ExpressionReading`` of ``adata``'s expression (in memory or backed), read a block
-    of cells at a time, its checks passed."""
-    reading = ExpressionReading(adata.obs, adata.n_vars, de)
+    of cells at a time, its checks passed; ``unranked``: conditions left out of the DE genes."""
+    reading = ExpressionReading(adata.obs, adata.n_vars, de, unranked)
     for start, block in row_blocks(adata.X, dense=False):
         reading.add(start, block)
     reading.check.finish(source)
     return reading
 
 
-def prepare_for_reading(adata, de: bool = True) -> None:
+def unranked_conditions(obs: pd.DataFrame, keep: np.ndarray) -> frozenset[str]:
+    """The conditions left out of the DE ranking: those of fewer than two cells (whose DE
+    genes are undefined) that processing drops whole (``keep``: the cells it keeps, e.g.
+    those of genes with GO terms), so no model is trained or scored on them. Any other
+    condition of fewer than two cells is refused (``check_de_group_sizes``)."""
+    conditions, codes = coded_conditions(obs["condition"])
+    cells = np.bincount(codes, minlength=len(conditions))
+    kept = np.bincount(codes[keep], minlength=len(conditions))
+    return frozenset(condition for condition, n, k in zip(conditions, cells, kept) if n < 2 and k == 0)
+
+
+def prepare_for_reading(adata, de: bool = True, unranked: frozenset[str] = frozenset()) -> None:
     """Add the processed condition columns to the validated ``adata`` and, with ``de``, refuse
-    the conditions whose DE genes are undefined: both before any expression is read."""
+    the conditions whose DE genes are undefined, but those ``unranked``: both before any
+    expression is read."""
     add_condition_columns(adata)
     if de:
-        check_de_group_sizes(adata)
+        check_de_group_sizes(adata, unranked)
 
 
-def check_de_group_sizes(adata) -> None:
+def check_de_group_sizes(adata, unranked: frozenset[str] = frozenset()) -> None:
     """Refuse, before any expression is read, conditions whose DE genes are undefined (after
-    ``add_condition_columns``: they are named by their ``condition_name``)."""
+    ``add_condition_columns``: they are named by their ``condition_name``), but those
+    ``unranked``, which get none."""
     conditions, codes = coded_conditions(adata.obs["condition"])
     names = dict(zip(adata.obs["condition"].astype(str), adata.obs["condition_name"].astype(str)))
-    check_group_sizes(np.bincount(codes, minlength=len(conditions)), [names[c] for c in conditions])
+    ranked = [code for code, condition in enumerate(conditions) if condition not in unranked]
+    check_group_sizes(np.bincount(codes, minlength=len(conditions))[ranked], [names[conditions[c]] for c in ranked])
 
 
 def add_condition_columns(adata) -> None:
@@ -255,12 +279,12 @@ def add_condition_columns(adata) -> None:
 
 
 def rank_de_genes(adata, reading: ExpressionReading) -> None:
-    """Rank all genes of each condition against control into ``uns[RANK_KEY]``
-    (``{condition_name: [gene ids]}``, scanpy's t-test ranking: see ``de_genes``), from the
-    sums of ``reading``."""
+    """Rank all genes of each condition (but ``reading.unranked``) against control into
+    ``uns[RANK_KEY]`` (``{condition_name: [gene ids]}``, scanpy's t-test ranking: see
+    ``de_genes``), from the sums of ``reading``."""
     names = adata.obs["condition_name"].astype("category")
-    groups = [str(group) for group in names.cat.categories]
     condition_of = dict(zip(adata.obs["condition_name"].astype(str), adata.obs["condition"].astype(str)))
+    groups = [str(group) for group in names.cat.categories if condition_of[str(group)] not in reading.unranked]
     rows = reading.rows([condition_of[group] for group in groups])
     sums = reading.sums
     control = groups.index(str(names[(adata.obs["condition"] == CONTROL).to_numpy()].iloc[0]))

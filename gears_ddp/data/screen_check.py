@@ -29,6 +29,7 @@ from gears_ddp.data.grouped import row_blocks
 from gears_ddp.data.screen_report import Problem, ScreenReport, listed
 from gears_ddp.data.splits import (
     ALL_SETS,
+    SPLIT_FRACTIONS,
     SUBGROUP_NAMES,
     TOO_FEW_PERTURBATIONS,
     read_custom_split,
@@ -41,7 +42,6 @@ from gears_ddp.data.splits import (
 
 FEW_CELLS = 10  # a condition of fewer cells has a mean (what training fits and metrics score) of little weight
 SEEDS_TRIED = 20  # split seeds tried for one that gives every set perturbations, when the one asked for does not
-FRACTIONS = ("train_gene_set_size", "combo_seen2_train_frac", "combo_single_split_test_set_fraction")
 COMBINATION_SPLITS = ("combo_seen0", "combo_seen1", "combo_seen2")
 
 
@@ -96,9 +96,12 @@ def check_screen(
     report.add(_duplicate_problems(adata, source))
     annotations = _gears_annotations(adata, name, perturbation_column, control_label, combination_separator, report)
     if annotations is not None:
-        cells = _check_cells(annotations, perturbation_column, de, report)
-        _check_measured(annotations, cells, report)
-        kept = _check_go_terms(cells, _screen_vocabulary(annotations, vocabulary), name, drop_unannotated, report)
+        cells = _check_conditions(annotations, perturbation_column, report)
+        go_vocabulary = _screen_vocabulary(annotations, vocabulary)
+        staying = _staying(cells, go_vocabulary, drop_unannotated)
+        _check_cells(staying, de, report)
+        _check_measured(annotations, staying, report)
+        kept = _check_go_terms(cells, go_vocabulary, name, drop_unannotated, report)
         if any(condition != CONTROL for condition in kept):
             for options in splits:
                 _check_split(kept, options, report)
@@ -125,7 +128,7 @@ def _gears_annotations(
         report.fact("columns", note)
     if "condition" in annotations.obs.columns:  # cells whose label makes no condition are named above
         annotations = annotations[annotations.obs["condition"].notna().to_numpy()]
-    report.add(processing.annotation_problems(annotations, source))
+    report.add(processing.annotation_problems(annotations, source, screen_columns=list(adata.obs.columns)))
     if "condition" not in annotations.obs.columns:
         return None
     column = annotations.obs["condition"].astype(object)
@@ -178,9 +181,8 @@ def _duplicate_problems(adata, source: str) -> list[Problem]:
     return problems
 
 
-def _check_cells(annotations, perturbation_column, de: bool, report: ScreenReport) -> dict[str, int]:
-    """The cells of each condition (in the screen's order): a condition of fewer than two
-    cells stops the DE genes; fewer than ``FEW_CELLS`` is a warning."""
+def _check_conditions(annotations, perturbation_column, report: ScreenReport) -> dict[str, int]:
+    """The cells of each condition (in the screen's order), told as facts."""
     conditions, codes = coded_conditions(annotations.obs["condition"])
     cells = dict(zip(conditions, np.bincount(codes, minlength=len(conditions)).tolist()))
     perturbations = [condition for condition in conditions if condition != CONTROL]
@@ -198,8 +200,25 @@ def _check_cells(annotations, perturbation_column, de: bool, report: ScreenRepor
             f"{cells.get(CONTROL, 0)} control cells; perturbations {min(counts)} to "
             f"{max(counts)} cells (median {int(np.median(counts))})",
         )
+    return cells
+
+
+def _staying(cells: dict[str, int], vocabulary: GoVocabulary, drop_unannotated: bool) -> dict[str, int]:
+    """The conditions (with their cells) whose cells processing keeps: with
+    ``drop_unannotated``, those the GO vocabulary covers (all when it is not known); without
+    it, all (the uncovered ones are refused, not dropped: ``_check_go_terms`` names them)."""
+    if not drop_unannotated or vocabulary.genes is None:
+        return cells
+    return {condition: cells[condition] for condition in go_coverage(cells, vocabulary.genes).kept}
+
+
+def _check_cells(cells: dict[str, int], de: bool, report: ScreenReport) -> None:
+    """Problems of the cells per condition (``cells``: the conditions processing keeps; one it
+    drops is not trained on, and gets no DE genes if it has fewer than two cells): a
+    condition of fewer than two cells stops the DE genes; fewer than ``FEW_CELLS`` is a
+    warning."""
     if de:
-        report.add([small_groups_problem(np.array(list(cells.values())), conditions)])
+        report.add([small_groups_problem(np.array(list(cells.values())), list(cells))])
     few = [f"{condition} ({n})" for condition, n in cells.items() if (2 if de else 0) <= n < FEW_CELLS]
     if few:
         report.add(
@@ -214,13 +233,13 @@ def _check_cells(annotations, perturbation_column, de: bool, report: ScreenRepor
                 )
             ]
         )
-    return cells
 
 
 def _check_measured(annotations, cells: dict[str, int], report: ScreenReport) -> None:
-    """Perturbed genes that ``var['gene_name']`` lacks are a warning (GEARS predicts them
-    from the GO graph, but their own expression is not seen), naming a ``var`` column that
-    holds more of them, if there is one."""
+    """Perturbed genes (of the conditions ``cells``: those whose cells processing keeps)
+    that ``var['gene_name']`` lacks are a warning (GEARS predicts them from the GO graph,
+    but their own expression is not seen), naming a ``var`` column that holds more of them,
+    if there is one."""
     perturbed = set(genes_of_conditions(cells))
     if not perturbed or "gene_name" not in annotations.var.columns:
         return
@@ -300,7 +319,7 @@ def _check_split(conditions: list[str], options: dict, report: ScreenReport) -> 
     given) gets, the subgroups of a simulation split, and whether a set it needs is empty."""
     split, seed = options["split"], options["seed"]
     topic = f"split {split}, seed {seed}"
-    problems = split_option_problems(split, seed, **{name: options[name] for name in FRACTIONS})
+    problems = split_option_problems(split, seed, **{name: options[name] for name in SPLIT_FRACTIONS})
     if not problems:
         try:
             sets, subgroups = _split_sets(conditions, options)

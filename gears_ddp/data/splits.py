@@ -293,6 +293,10 @@ def cells_of_sets(table, set2conditions: dict[str, list[str]], split: str | None
     return out
 
 
+# the split options that are fractions in (0, 1]
+SPLIT_FRACTIONS = ("train_gene_set_size", "combo_seen2_train_frac", "combo_single_split_test_set_fraction")
+
+
 def split_option_problems(split: str, seed, **fractions) -> list[Problem]:
     """The problems of ``prepare_split``'s options: an unknown split type, a seed that is no
     non-negative integer, ``fractions`` (``train_gene_set_size``, ...) outside (0, 1]."""
