@@ -6,6 +6,7 @@ import copy
 import json
 import logging
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -234,12 +235,24 @@ def test_a_pair_screen_of_another_model_or_options_is_refused_unless_overwritten
     other = _trained(data_folder, seed=1, epochs=1)
     with pytest.raises(
         FileExistsError,
-        match=r"screen.json holds a screen with other the model's weights and graphs "
-        r"\(training there, training here\); pass overwrite=True",
+        match=r"screen.json holds a screen that differs in the model's weights and graphs "
+        r"\(training there, training here\); pass overwrite=True \(gears-ddp screen --overwrite\)",
     ):
         other.screen(GENES[:4], out=out)
-    with pytest.raises(FileExistsError, match=r"other the screened genes; other the change vectors scored"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"differs in the screened genes \(4 there, 5 here; only here: G4\); the change vectors scored "
+        rf"\(exact there, {DRAWN_CELLS_CHANGE} here\); the seed of the drawn control cells \(none there, 0 here\); "
+        r"pass overwrite=True \(gears-ddp screen --overwrite\) to replace it",
+    ):
         gears.screen(GENES[:5], out=out, change=DRAWN_CELLS_CHANGE)
+    with pytest.raises(
+        FileExistsError,
+        match=r"the screened genes \(the same genes in another order, which orders the pairs otherwise\)",
+    ):
+        gears.screen(GENES[3::-1], out=out)
+    with pytest.raises(FileExistsError, match=r"the chunk size \(256 there, 5 here\)"):
+        gears.screen(GENES[:4], out=out, chunk_pairs=5)
     replaced = other.screen(GENES[:4], out=out, overwrite=True)
     pd.testing.assert_frame_equal(read_table(out), replaced, check_exact=True)
     assert (
@@ -253,6 +266,25 @@ def test_a_pair_screen_of_another_model_or_options_is_refused_unless_overwritten
     assert foreign.read_text() == "my,own\n1,2\n"
     with pytest.raises(ValueError, match=r"name it \*.csv"):
         gears.screen(GENES[:4], out=tmp_path / "screen.tsv")
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ("{broken", r"cannot read the screen record .*screen.json: .*; remove it, or pass overwrite=True "),
+        ('{"format": "other"}', r"not the record of a screen of one model .*; remove it, or pass overwrite=True "),
+        ("[1]", r"screen.json is not a screen record; remove it, or pass overwrite=True "),
+    ],
+)
+def test_a_broken_record_names_both_forms_of_overwrite_and_overwrite_replaces_it(gears, tmp_path, record, message):
+    out = tmp_path / "screen.csv"
+    gears.screen(GENES[:3], out=out)
+    (tmp_path / "screen.json").write_text(record)
+    with pytest.raises(ValueError, match=message + r"\(gears-ddp screen --overwrite\)"):
+        gears.screen(GENES[:3], out=out)
+    replaced = gears.screen(GENES[:3], out=out, overwrite=True)  # the fix the message names works
+    assert json.loads((tmp_path / "screen.json").read_text())["genes"] == GENES[:3]
+    pd.testing.assert_frame_equal(read_table(out), replaced, check_exact=True)
 
 
 @pytest.mark.parametrize(
@@ -271,6 +303,16 @@ def test_a_pair_screen_of_another_model_or_options_is_refused_unless_overwritten
 def test_bad_gene_lists_are_refused_naming_the_problem(gears, genes, message):
     with pytest.raises(ValueError, match=message):
         gears.screen(genes)
+
+
+def test_gpus_asked_for_without_cuda_are_refused_naming_the_cpu_processes_option(gears, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without CUDA
+    with pytest.raises(
+        ValueError,
+        match=r"--gpu-ids / gpu_ids=\[0, 1\] asks for GPUs, but torch sees no CUDA GPU here .*pass --cpu-processes N "
+        r"\(cpu_processes=N to pair_screen_on_devices or pair_screen_replicates\)",
+    ):
+        pair_screen_on_devices(gears, GENES[:3], gpu_ids=[0, 1])
 
 
 def test_genes_without_go_and_outside_the_vocabulary_are_named_apart():
@@ -342,14 +384,32 @@ def test_the_pair_screen_command_writes_the_table_record_picture_and_changes(
     assert (tmp_path / "out" / "screen.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "out" / "screen.json").read_text())["genes"] == GENES[:6]
     changes = anndata.read_h5ad(tmp_path / "changes.h5ad")
+    assert changes.X.dtype == np.float32  # as docs/screens.md says: half the size of float64
     assert list(changes.obs_names[:7]) == [f"{g}+ctrl" for g in GENES[:6]] + ["G0+G1"] and changes.n_obs == 6 + 15
     sets = query_sets([["G0"], ["G0", "G1"]], gears.node_map_pert)
     np.testing.assert_allclose(changes.X[[0, 6]], gears.change_predictor().changes(sets).numpy(), atol=1e-6)
     assert main(command[:3] + ["--genes", "G1", "NOPE", "--out", str(out)]) == 2
     assert "cannot be perturbed by this model" in capsys.readouterr().err
     other = command[:3] + ["--genes", "G1", "G2", "G3", "--out", str(out), "--cpu-processes", "1"]
-    assert main(other) == 2 and "holds a screen with other the screened genes" in capsys.readouterr().err
+    assert main(other) == 2 and (
+        "holds a screen that differs in the screened genes (6 there, 3 here; only there: G0, G4, G5); "
+        "pass overwrite=True (gears-ddp screen --overwrite)" in capsys.readouterr().err
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without CUDA
+    assert main(other[:-2] + ["--gpu-ids", "0", "1"]) == 2
+    refused = capsys.readouterr().err
+    assert "asks for GPUs, but torch sees no CUDA GPU here" in refused and "pass --cpu-processes N" in refused
     assert main(other + ["--overwrite"]) == 0 and len(read_table(out)) == 3
+
+
+def test_the_docs_name_the_partial_folder_and_the_record_the_code_writes():
+    """An interrupted screen's chunks are where docs/screens.md sends the reader (the folder
+    keeps its name: partial screens of earlier versions resume)."""
+    folder = PairScreenFolder("screens/norman.csv")
+    text = (Path(__file__).parents[1] / "docs" / "screens.md").read_text()
+    assert folder.partial.as_posix() == "screens/norman.partial"
+    assert f"`{folder.partial.as_posix()}/`" in text and f"`{folder.record_file.as_posix()}`" in text
+    assert "<out>.partial" not in text and "<out>.json" not in text
 
 
 def test_the_picture_names_the_most_synergistic_and_suppressive_pairs(table, tmp_path):

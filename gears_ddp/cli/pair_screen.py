@@ -48,7 +48,8 @@ def add_parser(subparsers):
     parser.add_argument(
         "--out",
         required=True,
-        help="the table (.csv), one row per pair; over replicates each model's table goes to <out>.models/",
+        help="the table (.csv), one row per pair; over replicates each model's table goes to a folder beside "
+        "it (screens/x.models/ for screens/x.csv)",
     )
     parser.add_argument(
         "--gi-genes-file",

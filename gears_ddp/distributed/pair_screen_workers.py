@@ -38,7 +38,7 @@ from gears_ddp.inference.replicate_pair_screen import run_replicate_pair_screen
 from gears_ddp.launching.main_guard import check_main_guard
 from gears_ddp.launching.supervisor import spawn_workers
 from gears_ddp.launching.worker_messages import PairScreenChunk
-from gears_ddp.runtime.devices import cuda_or_cpu, located_devices
+from gears_ddp.runtime.devices import cuda_or_cpu, located_devices, visible_cuda_devices
 from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usable_cores
 
 logger = get_logger(__name__)
@@ -47,7 +47,18 @@ logger = get_logger(__name__)
 def pair_screen_devices(options: PairScreenOptions) -> list[torch.device]:
     """The device of each worker of ``options`` (their request checked before):
     ``cpu_processes`` CPU processes when given; else the GPUs ``gpu_ids`` (every visible one
-    when None); without GPUs, one CPU process per usable core."""
+    when None); without GPUs, one CPU process per usable core.
+
+    GPUs asked for on a machine without CUDA are refused here, in the screen's words (its
+    options, on the command line and in Python), not in those of ``located_devices``, which
+    speak of training."""
+    if options.gpu_ids is not None and not visible_cuda_devices():
+        raise ValueError(
+            f"--gpu-ids / gpu_ids={options.gpu_ids} asks for GPUs, but torch sees no CUDA GPU here "
+            f"(torch.cuda.is_available() is {torch.cuda.is_available()}; torch {torch.__version__}): to screen on "
+            "the CPU, leave out the GPUs (one process per usable core), or pass --cpu-processes N "
+            "(cpu_processes=N to pair_screen_on_devices or pair_screen_replicates) for N processes"
+        )
     cpu_processes = options.cpu_processes
     if cpu_processes is None and options.gpu_ids is None and cuda_or_cpu().type == "cpu":
         cpu_processes = usable_cores()

@@ -13,11 +13,13 @@ genes as given. The parts:
   predicted once per process, each chunk's doubles in forward passes of
   ``prediction.sets_per_pass`` sets, and the chunk's pairs are scored in batches
   (``interactions.scores``); no Python work per pair.
-- ``PairScreenFolder``: with an output file, each finished chunk is written atomically to
-  ``<out>.partial/`` beside a record of the model, genes and options. A screen run again
-  continues from the chunks there; one of another model, genes or options is refused
-  unless asked to overwrite. When every chunk is there the table is written, with the
-  record beside it (``<out>.json``), and the partial folder is removed.
+- ``PairScreenFolder``: with an output file (``screens/x.csv``), each finished chunk is
+  written atomically to a folder beside it, named as the table with ``.partial`` for
+  ``.csv`` (``screens/x.partial/``), with a record of the model, genes and options. A
+  screen run again continues from the chunks there; one of another model, genes or
+  options is refused, naming what differs, unless asked to overwrite. When every chunk is
+  there the table is written, with the record beside it (``screens/x.json``), and the
+  partial folder is removed.
 - ``run_pair_screen``: all of it, the chunks computed by an executor: in this process
   (``score_chunks_here``) or by spawned workers (``distributed.pair_screen_workers``).
 
@@ -44,7 +46,7 @@ import torch
 from gears_ddp._logging import get_logger
 from gears_ddp.data.io import atomic_path, file_in_the_way
 from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_CHUNK_PAIRS
-from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed
+from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed, sets_per_pass
 from gears_ddp.interactions.pair_tables import pair_table, score_gene_positions, with_training_columns
 from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores, theil_sen_subsets
 from gears_ddp.model.model_folder import parameter_digest
@@ -53,6 +55,10 @@ from gears_ddp.runtime.folder_lock import FolderLock
 logger = get_logger(__name__)
 
 RECORD_FORMAT = "gears_ddp screen 1"
+# the fix every refused output names, in Python and on the command line
+OVERWRITE_HINT = "pass overwrite=True (gears-ddp screen --overwrite)"
+# how many genes an error message names before it counts the rest
+NAMED_GENES = 5
 # what makes two screens the same screen, with what to call a difference
 RECORD_IDENTITY = {
     "model": "the model's weights and graphs",
@@ -323,12 +329,17 @@ def pair_screen_changes(job: PairScreenJob, gene_names: Sequence[str]):
     """The predicted changes the screen scores, over every gene, as an AnnData: one row per
     single (``'A+ctrl'``) then per pair (``'A+B'``, screen order), ``obs`` naming the genes,
     ``var['gene_name']``, the screen's record in ``uns['gears_ddp_screen']``. Rows x genes
-    float32 in memory: for big screens, a lot."""
+    float32, in memory and in the file: the predictor computes in float64 (for the scores),
+    and each forward pass's changes are cast as they come, so half the memory, and the file
+    half the size, of float64; for big screens still a lot."""
     import anndata
 
     pairs = job.pairs()
     sets = torch.cat((single_sets(job.gene_sets), pair_sets(job.gene_sets, pairs)))
-    changes = job.predictor.changes(sets).cpu().numpy()
+    changes = np.empty((len(sets), len(gene_names)), dtype=np.float32)
+    per_pass = sets_per_pass(len(gene_names), job.predictor.device)
+    for start in range(0, len(sets), per_pass):
+        changes[start : start + per_pass] = job.predictor.changes(sets[start : start + per_pass]).cpu().numpy()
     first = job.genes + [job.genes[i] for i in pairs[:, 0]]
     second = ["ctrl"] * len(job.genes) + [job.genes[j] for j in pairs[:, 1]]
     conditions = [f"{a}+{b}" for a, b in zip(first, second)]
@@ -348,11 +359,11 @@ def _without_none(value):
 
 
 class PairScreenFolder:
-    """Where a screen writing to ``out`` (a .csv file) keeps its work.
+    """Where a screen writing to ``out`` (a .csv file, ``screens/x.csv``) keeps its work.
 
-    ``<out>.partial/record.json`` and ``chunk-NNNNNNN.npz`` (one per finished chunk, written
-    atomically, numbers only) while it runs; then ``out`` (the table) and ``<out>.json``
-    (the record), and the partial folder is removed.
+    ``screens/x.partial/record.json`` and ``chunk-NNNNNNN.npz`` (one per finished chunk,
+    written atomically, numbers only) while it runs; then ``out`` (the table) and
+    ``screens/x.json`` (the record), and the partial folder is removed.
     """
 
     def __init__(self, out):
@@ -362,26 +373,27 @@ class PairScreenFolder:
 
     def prepare(self, record: dict, overwrite: bool) -> set[int] | None:
         """Get ready to compute ``record``'s screen: the chunks already done (None when the
-        whole table is there). Work of another screen is refused unless ``overwrite``,
-        which removes it."""
-        found, where = self._existing_record()
-        if found is None and self.table.exists() and not overwrite:
-            raise FileExistsError(
-                f"{self.table} exists and is not a screen's table (no {self.record_file.name} "
-                f"beside it): pass overwrite=True (--overwrite) to replace it"
-            )
-        differences = [] if found is None else record_differences(found, record)
-        if differences and not overwrite:
-            raise FileExistsError(
-                f"{where} holds a screen with other {'; other '.join(differences)}; pass "
-                f"overwrite=True (--overwrite) to replace it, or write to another file"
-            )
-        if overwrite or differences:
+        whole table is there). Work of another screen is refused, naming what differs,
+        unless ``overwrite``, which removes it without reading it (so a broken record is
+        replaced too)."""
+        if overwrite:
             shutil.rmtree(self.partial, ignore_errors=True)
             self.record_file.unlink(missing_ok=True)
-            found = None
-        if found is not None and where == self.record_file and self.table.exists():
-            return None
+        else:
+            found, where = self._existing_record()
+            if found is None and self.table.exists():
+                raise FileExistsError(
+                    f"{self.table} exists and is not a screen's table (no {self.record_file.name} "
+                    f"beside it): {OVERWRITE_HINT} to replace it"
+                )
+            differences = [] if found is None else record_differences(found, record)
+            if differences:
+                raise FileExistsError(
+                    f"{where} holds a screen that differs in {'; '.join(differences)}; {OVERWRITE_HINT} to "
+                    "replace it, or write to another file"
+                )
+            if found is not None and where == self.record_file and self.table.exists():
+                return None
         self.partial.mkdir(parents=True, exist_ok=True)
         write_record(self.partial / "record.json", record)
         return {int(path.stem.split("-")[1]) for path in self.partial.glob("chunk-*.npz")}
@@ -394,7 +406,7 @@ class PairScreenFolder:
                 if found.get("format") != RECORD_FORMAT:
                     raise ValueError(
                         f"{path} is not the record of a screen of one model ({RECORD_FORMAT!r}; it "
-                        f"holds {found.get('format')!r}); remove it, or pass overwrite=True"
+                        f"holds {found.get('format')!r}); remove it, or {OVERWRITE_HINT}"
                     )
                 return found, path
         return None, None
@@ -485,24 +497,60 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def record_differences(found: dict, wanted: dict) -> list[str]:
-    """What differs between two screen records, in words (``RECORD_IDENTITY``)."""
-    differences = []
-    for key, meaning in RECORD_IDENTITY.items():
-        old, new = found.get(key), wanted.get(key)
-        if key == "model":
-            old, new = (old or {}).get("weights"), (new or {}).get("weights")
-        elif key == "score_genes":
-            old, new = ([(value or {}).get(part) for part in ("count", "digest")] for value in (old, new))
-        if old != new:
-            differences.append(
-                meaning
-                + (
-                    f" ({found.get('model', {}).get('from')} there, {wanted.get('model', {}).get('from')} here)"
-                    if key == "model"
-                    else ""
-                )
-            )
-    return differences
+    """What differs between the screen recorded there (``found``) and the one wanted here,
+    one phrase per entry of ``RECORD_IDENTITY`` with both values (for the genes: which are
+    there only and here only), so that a refused output says what to change."""
+    return [
+        f"{meaning} ({_difference(key, found.get(key), wanted.get(key))})"
+        for key, meaning in RECORD_IDENTITY.items()
+        if _compared(key, found.get(key)) != _compared(key, wanted.get(key))
+    ]
+
+
+def _compared(key: str, value):
+    """The part of a record's ``key`` entry that makes two screens differ: the model's
+    weights (not where they came from), the count and digest of the genes the scores are
+    taken on (not the name of their file)."""
+    if key == "model":
+        return (value or {}).get("weights")
+    if key == "score_genes":
+        return [(value or {}).get(part) for part in ("count", "digest")]
+    return value
+
+
+def _difference(key: str, there, here) -> str:
+    """How a record's ``key`` entry differs between two screens, in words."""
+    if key == "genes":
+        return _genes_difference(there or [], here or [])
+    return f"{_shown(key, there)} there, {_shown(key, here)} here"
+
+
+def _genes_difference(there: list[str], here: list[str]) -> str:
+    """How two screens' gene lists differ: their counts and the genes of one only, or the
+    same genes in another order (which orders the pairs otherwise)."""
+    there_set, here_set = set(there), set(here)
+    if there_set == here_set:
+        return "the same genes in another order, which orders the pairs otherwise"
+    parts = [f"{len(there)} there, {len(here)} here"]
+    for side, genes in (
+        ("there", [g for g in there if g not in here_set]),
+        ("here", [g for g in here if g not in there_set]),
+    ):
+        if genes:
+            more = f" and {len(genes) - NAMED_GENES} more" if len(genes) > NAMED_GENES else ""
+            parts.append(f"only {side}: {', '.join(genes[:NAMED_GENES])}{more}")
+    return "; ".join(parts)
+
+
+def _shown(key: str, value) -> str:
+    """A record's ``key`` entry in an error message: where the model came from, the genes
+    the scores are taken on, or the value (None, as the seed of the exact change: none)."""
+    if key == "model":
+        return str((value or {}).get("from"))
+    if key == "score_genes":
+        value = value or {}
+        return "all genes" if value.get("count") is None else f"{value['count']} genes of {value.get('from')}"
+    return "none" if value is None else str(value)
 
 
 def read_record(path: Path) -> dict:
@@ -511,10 +559,10 @@ def read_record(path: Path) -> dict:
         found = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ValueError(
-            f"cannot read the screen record {path}: {err}; remove it (or pass overwrite=True) to start the screen again"
+            f"cannot read the screen record {path}: {err}; remove it, or {OVERWRITE_HINT}, to start the screen again"
         ) from None
     if not isinstance(found, dict):
-        raise ValueError(f"{path} is not a screen record; remove it, or pass overwrite=True")
+        raise ValueError(f"{path} is not a screen record; remove it, or {OVERWRITE_HINT}")
     return found
 
 
