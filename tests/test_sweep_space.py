@@ -85,6 +85,15 @@ def test_a_value_the_runs_own_checks_refuse_is_named_before_any_trial():
         space.check_against(RUN, _check)
 
 
+def test_an_unquoted_off_among_the_choices_says_to_quote_them():
+    """YAML reads ``choices: [off, fp16]`` as [False, 'fp16']: the refusal says to quote them."""
+    import yaml
+
+    space = SearchSpace.from_mapping(yaml.safe_load("args: {amp: {type: categorical, choices: [off, fp16]}}"))
+    with pytest.raises(SearchSpaceError, match="args.amp=False of the search space: .*: quote the choices"):
+        space.check_against(RUN, _check)
+
+
 def test_a_postgresql_url_without_a_driver_takes_psycopg_where_it_is_installed(monkeypatch):
     """``postgresql://`` means psycopg2 to SQLAlchemy before 2.1, psycopg (3) from 2.1 on: with
     psycopg installed, the one the documentation asks for, the URL names it whatever the
@@ -124,5 +133,31 @@ def test_a_storage_that_does_not_answer_and_a_study_of_another_space_are_named(t
         load_or_create_study(open_storage(tmp_path, None), "sweep", made_by, 0, PRUNER).user_attrs["made_by"] == made_by
     )
     other = {**made_by, "space": {"args.lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}}}
-    with pytest.raises(SweepError, match="the study 'sweep' was made by another sweep .its space differ"):
+    with pytest.raises(
+        SweepError, match="the study 'sweep' was made by another sweep .its search space differs.: give"
+    ):
+        load_or_create_study(open_storage(tmp_path, None), "sweep", other, 0, PRUNER)
+
+
+def test_a_process_that_continues_a_study_with_another_seed_continues_it(tmp_path):
+    """The seed seeds the process that starts the study; one that resumes or joins it seeds
+    its draws afresh, so another --seed is no other sweep; another pruner is, and is named."""
+    from gears_ddp.sweeps.study import SweepError, load_or_create_study, open_storage
+    from gears_ddp.sweeps.train_sweep import PRUNER
+
+    made_by = {
+        "space": {"args.lr": {"type": "float", "low": 0.001, "high": 0.1}},
+        "sampler": {"name": "tpe", "seed": 0},
+    }
+    load_or_create_study(open_storage(tmp_path, None), "sweep", made_by, 0, PRUNER)
+    reseeded = {**made_by, "sampler": {"name": "tpe", "seed": 5}}
+    assert (
+        load_or_create_study(open_storage(tmp_path, None), "sweep", reseeded, 5, PRUNER).user_attrs["made_by"]
+        == made_by
+    )
+    other = {**made_by, "pruner": {"name": "median", "startup_trials": 2}, "sampler": {"name": "random"}}
+    with pytest.raises(
+        SweepError,
+        match="made by another sweep .its pruner, sampler differ.: give the sweep its own folder or storage$",
+    ):
         load_or_create_study(open_storage(tmp_path, None), "sweep", other, 0, PRUNER)

@@ -77,6 +77,7 @@ def test_a_sweep_prunes_a_planted_bad_trial_and_chooses_on_validation(data_folde
     }
     pruned = [row for row in rows if row["state"] == "PRUNED"]
     assert pruned and all(float(row["args.lr"]) == 10.0 and int(row["epochs"]) < 8 for row in pruned)
+    assert all(row["note"].startswith("pruned after epoch ") for row in pruned)
     complete = [row for row in rows if row["state"] == "COMPLETE"]
     for row in complete:  # a trial's value is its best epoch's validation mse_de: the test set never chooses
         assert float(row["value"]) == pytest.approx(_best_validation(row["folder"]))
@@ -144,13 +145,14 @@ def test_a_sweep_killed_halfway_finishes_its_trials_and_trains_none_twice(data_f
 
 @pytest.mark.slow
 def test_a_stopped_sweep_exits_75_and_its_trial_continues_from_its_checkpoint(data_folder, tmp_path):
-    """SIGTERM to a sweep halfway through a trial that writes checkpoints: the trial stops
-    with a checkpoint, the sweep exits with status 75 and marks it failed, to be retried;
-    the same command then retries it in its folder from that checkpoint (its metrics keep
-    the epochs trained before the stop) and finishes the sweep's trials."""
+    """SIGTERM to a sweep halfway through its last trial, which writes checkpoints: the trial
+    stops with a checkpoint, the sweep exits with status 75 and marks it failed, to be
+    retried; the same command then retries it in its folder from that checkpoint (its
+    metrics keep the epochs trained before the stop), though the retry already counts as
+    the sweep's one trial, and the sweep ends with that trial."""
     folder = tmp_path / "sweep"
     run, space = _files(tmp_path, data_folder, folder, epochs=30, checkpoint_every=1)
-    stopped = _sweep("--config", run, "--space", space, "--trials", 2)
+    stopped = _sweep("--config", run, "--space", space, "--trials", 1)
     _wait_for(folder / "trial-0000" / "checkpoints", stopped)
     time.sleep(1)
     stopped.send_signal(signal.SIGTERM)
@@ -163,8 +165,8 @@ def test_a_stopped_sweep_exits_75_and_its_trial_continues_from_its_checkpoint(da
     assert queued["args.lr"] == interrupted["args.lr"] != ""
     epochs_before = len(_metric_rows(folder / "trial-0000"))
     assert 1 <= epochs_before < 30
-    resumed = _sweep("--config", run, "--space", space, "--trials", 2)
-    _, err = resumed.communicate(timeout=600)
+    resumed = _sweep("--config", run, "--space", space, "--trials", 1)
+    out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err[-3000:]
     rows = _rows(folder)
     retry = next(row for row in rows if row["folder"] == interrupted["folder"] and row["number"] != "0")
@@ -172,7 +174,7 @@ def test_a_stopped_sweep_exits_75_and_its_trial_continues_from_its_checkpoint(da
     assert f"trial-{int(retry['number']):04d}: resuming from {folder / 'trial-0000' / 'checkpoints'}" in err
     epochs = [int(row["epoch"]) for row in _metric_rows(folder / "trial-0000")]
     assert epochs == list(range(1, len(epochs) + 1)) and len(epochs) > epochs_before  # continued, not restarted
-    assert len([row for row in rows if row["state"] in ("COMPLETE", "PRUNED")]) == 2
+    assert len(rows) == 2 and f"1 trial: 1 {retry['state'].lower()}; 1 more interrupted and retried" in out
 
 
 @pytest.mark.slow
@@ -229,6 +231,10 @@ def _trial_names(log: str) -> list[str]:
             ["--storage", "postgresql://nobody@127.0.0.1:9/none"],
             "--storage postgresql://nobody@127.0.0.1:9/none: the database does not answer",
         ),
+        (
+            ["--storage", "sqlite:///nonexistent/dir/x.db"],
+            "--storage sqlite:///nonexistent/dir/x.db: the database does not answer",
+        ),
         (["--trials", "0"], "--trials must be a positive integer, got 0"),
         ("space: {args: {learning_rate: {type: float, low: 0.1, high: 1}}}", "args.learning_rate is not an option"),
         (
@@ -255,7 +261,7 @@ def test_bad_input_is_named_before_any_trial_starts(data_folder, tmp_path, capsy
     assert main(arguments) == 2
     error = capsys.readouterr().err.strip()
     assert message in error and "\n" not in error, error
-    assert not list(folder.glob("trial-*"))
+    assert not folder.exists()  # a refused sweep leaves nothing
 
 
 @pytest.mark.parametrize(
@@ -387,7 +393,167 @@ def test_a_postgresql_server_serves_one_study_to_two_processes(data_folder, tmp_
     assert [process.returncode for process in (first, second)] == [0, 0], logs[1][1][-3000:]
     drawn = [{int(name) for name in _trial_names(err)} for _, err in logs]
     assert drawn[0] and drawn[1] and not drawn[0] & drawn[1]
-    study = optuna.load_study(study_name="sweep", storage=with_installed_driver(postgres))  # as the sweep reads it
+    name = yaml.safe_load((folder / "sweep.yaml").read_text())["study"]
+    assert name == folder.as_posix()  # the folder as given: another folder named sweep is another study
+    study = optuna.load_study(study_name=name, storage=with_installed_driver(postgres))  # as the sweep reads it
     assert {trial.number for trial in study.trials} == drawn[0] | drawn[1] and len(study.trials) >= 3
     assert not (folder / "study.journal").exists()  # nothing of the study in the folder
     assert yaml.safe_load((folder / "sweep.yaml").read_text())["storage"] == postgres
+
+
+# ---------------------------------------------------------------- resuming, refusing, joining (no training)
+
+
+def _config(data_folder, folder, **more) -> dict:
+    return {
+        "pert_data_path": str(data_folder),
+        "dataset_name": "toy",
+        "split_config": SPLIT,
+        "args": _args(folder, **more),
+    }
+
+
+def _journal_study(plan):
+    """The study of ``plan`` in its folder's journal, as ``run_sweep`` opens it."""
+    from gears_ddp.sweeps.study import load_or_create_study, open_storage
+
+    plan.folder.mkdir(parents=True, exist_ok=True)
+    return load_or_create_study(open_storage(plan.folder, None), plan.study, plan.made_by(), 0, sweep_module.PRUNER)
+
+
+def _complete_report(folder: Path, values=(0.5, 0.25)) -> None:
+    """A run's complete report in ``folder`` (``report.json`` with its history, the page)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    history = [{"epoch": epoch, "val_mse_de": value} for epoch, value in enumerate(values, 1)]
+    (folder / "report.json").write_text(json.dumps({"history": history, "best_epoch": len(values)}))
+    (folder / "report.html").write_text("<html></html>")
+
+
+def test_an_interrupted_last_trial_is_retried_when_the_sweep_runs_again(data_folder, tmp_path):
+    """A sweep killed with its last trial running: the trial is marked failed and its retry
+    queued, which counts in its place; the sweep run again draws the retry (in the trial's
+    folder, from its checkpoint) though the study holds the sweep's one trial, then no more."""
+    from optuna.trial import TrialState
+
+    plan = sweep_module.plan_sweep(_config(data_folder, tmp_path / "sweep"), SPACE, 1)
+    study = _journal_study(plan)
+    left = study.ask(plan.space.distributions())  # running when its sweep was killed
+    left.set_user_attr("folder", str(plan.folder / "trial-0000"))
+    sweep_module._retry_abandoned(study, plan.folder)
+    trials = sweep_module._Trials(plan, study)
+    retry = trials.next_run()
+    assert retry is not None and retry.name == "trial-0001"
+    assert retry.folder == plan.folder / "trial-0000" and retry.run.args.resume_from == "auto"
+    assert study.trials[0].state == TrialState.FAIL and study.trials[1].params == left.params
+    assert trials.next_run() is None  # the retry counts as the sweep's one trial
+
+
+def test_a_trial_whose_report_is_complete_when_its_workers_end_is_complete(data_folder, tmp_path):
+    """A stop signal that reaches a trial after it wrote its report ends its workers as they
+    exit (a rank killed by SIGTERM): the trial is complete, with its best epoch's value, not
+    failed; so is a trial left running by a sweep killed just after its report was written."""
+    from optuna.trial import TrialState
+
+    from gears_ddp.sweeps.report import trial_rows
+
+    plan = sweep_module.plan_sweep(_config(data_folder, tmp_path / "sweep"), SPACE, 3)
+    study = _journal_study(plan)
+    trials = sweep_module._Trials(plan, study)
+    run = trials.next_run()
+    assert run is not None
+    _complete_report(run.folder)
+    killed = {"status": "failed", "error": "rank 0 of 1 was killed by SIGTERM", "seconds": 9.0}
+    trials.settled(run, killed, True)
+    assert study.trials[0].state == TrialState.COMPLETE and study.trials[0].value == 0.25
+    assert json.loads((run.folder / "trial.json").read_text())["state"] == "complete"
+    left = study.ask(plan.space.distributions())  # its sweep killed (SIGKILL) after its report was written
+    left.set_user_attr("folder", str(plan.folder / "trial-0001"))
+    _complete_report(plan.folder / "trial-0001", (0.75, 0.5))
+    sweep_module._retry_abandoned(study, plan.folder)
+    assert study.trials[1].state == TrialState.COMPLETE and study.trials[1].value == 0.5
+    assert len(study.trials) == 2 and [row["state"] for row in trial_rows(study)] == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_pruned_trial_says_when_in_trials_csv(data_folder, tmp_path):
+    from gears_ddp.sweeps.report import trial_rows
+
+    plan = sweep_module.plan_sweep(_config(data_folder, tmp_path / "sweep"), SPACE, 3)
+    study = _journal_study(plan)
+    trials = sweep_module._Trials(plan, study)
+    run = trials.next_run()
+    assert run is not None
+    run.folder.mkdir(parents=True)
+    trials.active[run.name]["pruned"] = (2, 8.15e7)
+    trials.settled(run, {"status": "failed", "error": "rank 0 of 1 was killed by SIGTERM"}, False)
+    assert trial_rows(study)[0]["note"] == "pruned after epoch 2"
+    assert json.loads((run.folder / "trial.json").read_text())["note"] == "pruned after epoch 2"
+
+
+def test_a_folder_that_holds_a_run_is_refused_before_anything_is_written(data_folder, tmp_path, capsys):
+    from gears_ddp.cli import main
+
+    folder = tmp_path / "demo"
+    run, space = _files(tmp_path, data_folder, folder)
+    _complete_report(folder)
+    write_yaml(_config(data_folder, folder), folder / "config.yaml")
+    before = sorted(path.name for path in folder.iterdir())
+    assert main(["sweep", "--config", str(run), "--space", str(space), "--trials", "2"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"save_path {folder} holds a single run (its config.yaml), not a sweep" in error, error
+    assert "choose another save_path" in error and "\n" not in error
+    assert sorted(path.name for path in folder.iterdir()) == before
+
+
+def test_sweeps_of_one_database_in_folders_of_one_name_are_two_studies(data_folder, tmp_path):
+    """runs/x/dbsweep and runs/y/dbsweep given one database: each its own study (the second
+    would otherwise report the first's trials as its own and train none)."""
+    from gears_ddp.sweeps.study import load_or_create_study, open_storage
+
+    storage = f"sqlite:///{tmp_path / 'sweeps.db'}"
+    plans = [
+        sweep_module.plan_sweep(_config(data_folder, tmp_path / name / "dbsweep"), SPACE, 2, storage)
+        for name in ("x", "y")
+    ]
+    assert plans[0].study != plans[1].study
+    first, second = (
+        load_or_create_study(open_storage(plan.folder, storage), plan.study, plan.made_by(), 0, sweep_module.PRUNER)
+        for plan in plans
+    )
+    first.ask(plans[0].space.distributions())
+    assert len(first.trials) == 1 and second.trials == []
+
+
+def _no_training(monkeypatch):
+    """Sweeps that draw no trial: what they check and write before training, and the report."""
+    monkeypatch.setattr(sweep_module._Trials, "next_run", lambda self: None)
+
+
+def test_resuming_with_another_run_is_refused_and_a_raised_trial_count_is_recorded(data_folder, tmp_path, monkeypatch):
+    """Only the devices and the number of trials may change when a sweep continues: another
+    run option (more epochs) is refused naming it; a raised count is written to sweep.yaml,
+    which --join reads; another --seed continues the study (a continuing process seeds its
+    draws afresh), the sweep's seed kept."""
+    _no_training(monkeypatch)
+    folder = tmp_path / "sweep"
+    sweep_module.run_sweep(sweep_module.plan_sweep(_config(data_folder, folder), SPACE, 3))
+    with pytest.raises(sweep_module.SweepError) as refused:
+        sweep_module.run_sweep(sweep_module.plan_sweep(_config(data_folder, folder, epochs=2), SPACE, 3))
+    assert f"{folder} holds a sweep of another run (args.epochs: 12 there, 2 here;" in str(refused.value)
+    again = _config(data_folder, folder, cpu_processes=2)  # other devices
+    sweep_module.run_sweep(sweep_module.plan_sweep(again, SPACE, 5, seed=7))
+    held = yaml.safe_load((folder / "sweep.yaml").read_text())
+    assert held["trials"] == 5 and held["seed"] == 0
+    assert sweep_module.joining_plan(folder, ["args.cpu_processes=1"]).trials == 5
+    with pytest.raises(sweep_module.SweepError, match="holds a sweep of another run .args.lr: 0.001 there, 0.01 here"):
+        sweep_module.run_sweep(sweep_module.joining_plan(folder, ["args.lr=0.01"]), joining=True)
+
+
+def test_gpus_join_a_sweep_started_on_cpu_processes(data_folder, tmp_path, monkeypatch):
+    """docs/sweeps.md's --join ... --set gpu_ids=[0,1] on a sweep whose run file says
+    cpu_processes: 2 (the demo's): the devices given replace the sweep's."""
+    _no_training(monkeypatch)
+    folder = tmp_path / "sweep"
+    sweep_module.run_sweep(sweep_module.plan_sweep(_config(data_folder, folder, cpu_processes=2), SPACE, 3))
+    joined = sweep_module.joining_plan(folder, ["gpu_ids=[0,1]"])
+    assert joined.config["gpu_ids"] == [0, 1] and joined.config["args"]["cpu_processes"] is None
+    assert joined.config["args"]["epochs"] == 12

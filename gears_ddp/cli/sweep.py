@@ -50,22 +50,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(options) -> int:
-    from gears_ddp.configuration.run_options import apply_override, load_yaml, read_run_options
+    from gears_ddp.configuration.run_options import load_yaml, read_run_options
     from gears_ddp.sweeps.space import SearchSpaceError
     from gears_ddp.sweeps.study import SweepError
-    from gears_ddp.sweeps.train_sweep import plan_sweep, read_plan, run_sweep
+    from gears_ddp.sweeps.train_sweep import joining_plan, plan_sweep, run_sweep
 
     if options.join:
         if options.config or options.space:
             raise SweepError(
                 "--join takes the run file and the search space of the sweep it joins: leave --config and --space out"
             )
-        plan = read_plan(options.join)
-        config = dict(plan.config)
-        for assignment in options.overrides:  # this machine's devices
-            apply_override(config, assignment)
-        plan = plan_sweep(config, plan.space, options.trials or plan.trials, plan.storage, plan.seed)
-        summary = run_sweep(plan, joining=True)
+        summary = run_sweep(joining_plan(options.join, options.overrides, options.trials), joining=True)
     else:
         if not (options.config and options.space and options.trials is not None):
             raise SweepError("give --config run.yaml --space space.yaml --trials N (or --join FOLDER)")
@@ -95,7 +90,8 @@ def run(options) -> int:
 def _print_summary(summary: dict) -> None:
     counts = ", ".join(f"{count} {state.lower()}" for state, count in summary["counts"].items())
     retried = f"; {summary['retried']} more interrupted and retried" if summary["retried"] else ""
-    print(f"\n{sum(summary['counts'].values())} trials: {counts}{retried}")
+    trials = sum(summary["counts"].values())
+    print(f"\n{trials} trial{'' if trials == 1 else 's'}: {counts}{retried}")
     best = summary["best"]
     if best is not None:
         settings = ", ".join(

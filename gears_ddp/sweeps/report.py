@@ -7,7 +7,8 @@
 - ``report.json``: the summary ``train_sweep`` returns;
 - ``plots/`` and ``report.html``: the optimisation history, each setting against the
   validation value, the settings' importances (Optuna's, PED-ANOVA) and the best trial's
-  test verdicts, reported once: the best trial was chosen on validation alone.
+  test verdicts, the ones that stand for the sweep: the best trial was chosen on validation
+  alone (every trial, an ordinary run, scores its test set too, in its own report).
 """
 
 from __future__ import annotations
@@ -296,7 +297,7 @@ def _how_to_read(plan, counts: dict, retried: int) -> str:
 
 
 def _best_section(folder: Path, best: dict | None, report: dict | None) -> str:
-    """The best trial's test verdicts, reported once, with its forest plot."""
+    """The best trial's test verdicts, the sweep's, with its forest plot."""
     if best is None or report is None:
         return "<h2>The best trial on test</h2>\n<p>No trial finished with a test report.</p>"
     from gears_ddp.report.verdicts import interval_basis, outcome_line, report_verdicts
@@ -312,8 +313,9 @@ def _best_section(folder: Path, best: dict | None, report: dict | None) -> str:
     outcome = outcome_line(verdicts, interval_basis(verdicts)) if verdicts else "its split has no test set"
     return (
         '<h2>The best trial on test</h2>\n<p class="note">The best trial was chosen on validation alone; its '
-        "test verdicts are reported once, here, and are the sweep's only look at the test set (a sweep that "
-        f"chose on test would overstate them).</p>\n<p>Trial {best['number']}: {escape(outcome)}. Its "
+        "test verdicts are the ones that stand for the sweep. Every trial, an ordinary run, scores its test "
+        "set too (its own report has its verdicts): choosing a trial by those would be choosing on test, "
+        f"and would overstate them.</p>\n<p>Trial {best['number']}: {escape(outcome)}. Its "
         f'<a href="{escape(Path(os.path.relpath(Path(best["folder"]) / PAGE_FILE, folder)).as_posix())}">run '
         f"report</a> has every metric; <code>{escape(BEST_RUN_FILE)}</code> trains its settings again.</p>\n" + image
     )

@@ -128,13 +128,20 @@ class SearchSpace:
 
     def check_against(self, config: dict, check) -> None:
         """Refuse any end of a range or choice that ``check(config)`` (the run's own checks)
-        refuses in ``config``, naming the key and the value."""
+        refuses in ``config``, naming the key and the value; a refused true or false says
+        to quote the choices (``off`` unquoted is YAML's false, not the string amp takes)."""
         for dimension in self.dimensions:
             for value in dimension.edge_values():
                 try:
                     check(with_values(config, {dimension.key: value}))
                 except ValueError as err:
-                    raise SearchSpaceError(f"{dimension.key}={value!r} of the search space: {err}") from None
+                    hint = (
+                        " (YAML reads an unquoted off or no as false, on or yes as true: quote the "
+                        "choices, as in choices: ['off', 'fp16'])"
+                        if isinstance(value, bool)
+                        else ""
+                    )
+                    raise SearchSpaceError(f"{dimension.key}={value!r} of the search space: {err}{hint}") from None
 
 
 def with_values(config: dict, values: dict) -> dict:

@@ -75,8 +75,8 @@ def load_or_create_study(storage, name: str, made_by: dict, seed: int, pruner: d
     """The study ``name`` in ``storage``: created with a seeded TPE sampler and a median
     pruner (``pruner``: its ``startup_trials`` and ``warmup_epochs``; a trial reports its
     epochs as steps from 1), ``made_by`` (the space, the metric, the sampler and the pruner)
-    recorded; an existing one is continued when ``made_by`` matches, else refused naming
-    what differs."""
+    recorded; an existing one is continued when ``made_by`` matches, its sampler's seed
+    aside (a continuing process seeds its draws afresh), else refused naming what differs."""
     import optuna
     from optuna.pruners import MedianPruner
     from optuna.samplers import TPESampler
@@ -98,10 +98,24 @@ def load_or_create_study(storage, name: str, made_by: dict, seed: int, pruner: d
     held = study.user_attrs.get("made_by")
     if held is None:
         study.set_user_attr("made_by", made_by)
-    elif held != made_by:
-        differing = sorted(key for key in set(held) | set(made_by) if held.get(key) != made_by.get(key))
+        return study
+    # the seed a process gives matters to the process that starts the study alone
+    mine, theirs = _without_seed(made_by), _without_seed(held)
+    differing = sorted(key for key in set(theirs) | set(mine) if theirs.get(key) != mine.get(key))
+    if differing:
+        what = {"space": "search space"}
         raise SweepError(
-            f"the study {name!r} was made by another sweep (its {', '.join(differing)} differ): give "
-            "the sweep its own folder or storage, or the search space it was made by"
+            f"the study {name!r} was made by another sweep (its "
+            f"{', '.join(what.get(key, key) for key in differing)} "
+            f"{'differs' if len(differing) == 1 else 'differ'}): give the sweep its own folder or storage"
+            + (", or the search space it was made by" if "space" in differing else "")
         )
     return study
+
+
+def _without_seed(made_by: dict) -> dict:
+    """What made a study, less its sampler's seed."""
+    sampler = made_by.get("sampler")
+    if not isinstance(sampler, dict):
+        return made_by
+    return {**made_by, "sampler": {key: value for key, value in sampler.items() if key != "seed"}}

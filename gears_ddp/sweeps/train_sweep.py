@@ -16,40 +16,54 @@ best epoch's validation ``mse_de``; the test set is never used to choose. Severa
 (machines sharing a filesystem and the storage, or ``gears-ddp sweep --join``) draw from one
 study, each trial once.
 
-Resuming: the same command after a kill continues the study; finished trials are kept. A
-trial left running by a sweep that is gone (its folder's lock free) is marked failed, its
-folder says so, and it is retried once, in its folder, from its newest checkpoint.
+Resuming: the same command after a kill continues the study; finished trials are kept (a
+trial whose report is complete counts as complete however its workers ended). A trial left
+running by a sweep that is gone (its folder's lock free) is marked failed, its folder says
+so, and it is retried once, in its folder, from its newest checkpoint; the retry counts in
+its place. Only the devices and the number of trials may change between the processes of a
+sweep (``continued_plan``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import csv
 import dataclasses
 import math
 import os
 import signal
 from pathlib import Path
+from typing import Iterator
 
 from gears_ddp._logging import get_logger
-from gears_ddp.configuration.run_options import RunConfigError, RunOptions, checked_run_options, load_yaml
+from gears_ddp.configuration.run_options import (
+    RunConfigError,
+    RunOptions,
+    apply_override,
+    checked_run_options,
+    load_yaml,
+)
 from gears_ddp.data.io import write_yaml
 from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, RunningGroup, finished_report
 from gears_ddp.launching.main_guard import check_main_guard
-from gears_ddp.report.run_files import METRICS_FILE, log_file, write_json
+from gears_ddp.report.page_builder import flatten_settings
+from gears_ddp.report.run_files import CONFIG_FILE, METRICS_FILE, SWEEP_FILE, log_file, write_json
 from gears_ddp.runtime.devices import located_devices
 from gears_ddp.runtime.folder_lock import FolderInUse, FolderLock
 from gears_ddp.runtime.stopping import TrainingInterrupted, signal_name
 from gears_ddp.sweeps.space import SearchSpace, with_values
 from gears_ddp.sweeps.study import SweepError, load_or_create_study, open_storage
-from gears_ddp.training.save_folder import make_save_folder
+from gears_ddp.training.save_folder import earlier_run, folder_of_runs, make_save_folder
 
 logger = get_logger(__name__)
 
-SWEEP_FILE = "sweep.yaml"
 TRIAL_FILE = "trial.json"  # in each trial's folder: its number, settings, state and value
 METRIC = "val_mse_de"  # the validation metric that picks a run's best epoch: lower is better
 # Optuna's median pruner: no trial is pruned before 5 have finished, nor in its first epoch
 PRUNER = {"name": "median", "startup_trials": 5, "warmup_epochs": 1}
+# what may change between the processes of one sweep: the devices each trains on
+DEVICE_SETTINGS = ("n_gpus", "gpu_ids", "args.cpu_processes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +135,9 @@ def plan_sweep(
     space = space if isinstance(space, SearchSpace) else SearchSpace.from_mapping(space)
     resolved = run.config()
     space.check_against(resolved, lambda candidate: checked_run_options(candidate, source))
-    return SweepPlan(resolved, space, trials, storage, Path(run.args.save_path).name or "sweep", seed)
+    # the study is named after the folder as given, not its last name alone: sweeps in
+    # runs/x/sweep and runs/y/sweep of one database are two studies
+    return SweepPlan(resolved, space, trials, storage, Path(run.args.save_path).as_posix(), seed)
 
 
 def read_plan(folder) -> SweepPlan:
@@ -135,6 +151,21 @@ def read_plan(folder) -> SweepPlan:
         raise SweepError(f"{path} is not a sweep's file")
     space = SearchSpace.from_mapping(with_values({}, held["space"]), str(path))  # its dotted keys nested again
     return SweepPlan(held["run"], space, held["trials"], held.get("storage"), held["study"], held["seed"])
+
+
+def joining_plan(folder, overrides: list[str], trials: int | None = None) -> SweepPlan:
+    """The plan of a process joining the sweep in ``folder`` (``--join``): the sweep's run on
+    this machine's devices, as the ``overrides`` (``--set key=value``) give them, to
+    ``trials`` (default: the sweep's). Devices given replace every device setting of the
+    sweep's run, so that GPUs join a sweep started on CPU processes (and the reverse)."""
+    plan = read_plan(folder)
+    config = copy.deepcopy(plan.config)
+    if any(assignment.partition("=")[0].strip() in DEVICE_SETTINGS for assignment in overrides):
+        config["n_gpus"] = config["gpu_ids"] = config["args"]["cpu_processes"] = None
+    for assignment in overrides:
+        apply_override(config, assignment)
+    source = str(Path(folder) / SWEEP_FILE)
+    return plan_sweep(config, plan.space, trials or plan.trials, plan.storage, plan.seed, source)
 
 
 def train_sweep(
@@ -169,19 +200,23 @@ def train_sweep(
 
 def run_sweep(plan: SweepPlan, joining: bool = False) -> dict:
     """Run ``plan`` (``plan_sweep``'s or, joining another process's sweep, ``read_plan``'s)
-    on this machine's devices until the study holds its trials; returns the summary."""
-    folder = make_save_folder(plan.folder)
-    held = folder / SWEEP_FILE
-    if held.exists() and not joining:
-        existing = read_plan(folder)
-        if existing.space.record() != plan.space.record():
-            raise SweepError(
-                f"{folder} holds a sweep of another search space ({held}): give this sweep another "
-                "save_path, or the search space that folder was made by"
-            )
-    storage = open_storage(folder, plan.storage)  # a storage that does not answer fails here, before any trial
-    study = load_or_create_study(storage, plan.study, plan.made_by(), plan.seed, PRUNER)
-    if not held.exists():
+    on this machine's devices until the study holds its trials; returns the summary. A
+    folder that holds a sweep continues it (``continued_plan``); one that holds a run is
+    refused. A sweep refused before it starts (its storage does not answer, its study is
+    another sweep's) leaves no folder behind."""
+    held = plan.folder / SWEEP_FILE
+    if held.exists():
+        existing = read_plan(plan.folder)
+        plan = continued_plan(existing, plan)
+        changed = not joining and plan.trials != existing.trials  # a resumed sweep's new count, which --join reads
+    else:
+        refuse_a_run_folder(plan.folder)
+        changed = True
+    with _removed_if_refused(plan.folder):
+        folder = make_save_folder(plan.folder)
+        storage = open_storage(folder, plan.storage)  # a storage that does not answer fails here, before any trial
+        study = load_or_create_study(storage, plan.study, plan.made_by(), plan.seed, PRUNER)
+    if changed:
         write_yaml(plan.record(), held)
     run = checked_run_options(dict(plan.config), str(held))
     groups = [[device] for device in located_devices(run.n_gpus, run.gpu_ids, run.args.cpu_processes)]  # a trial each
@@ -202,6 +237,70 @@ def run_sweep(plan: SweepPlan, joining: bool = False) -> dict:
     return summary
 
 
+def continued_plan(existing: SweepPlan, given: SweepPlan) -> SweepPlan:
+    """The plan a process continuing the sweep ``existing`` (its ``sweep.yaml``) runs,
+    given ``given``: its run file, its devices and its trial count; the study's name and
+    seed stay the sweep's (a process that continues a study seeds its draws afresh:
+    ``load_or_create_study``, so another ``--seed`` changes nothing there). Another search
+    space, storage or run (an option other than the devices) is refused, naming what
+    differs: trials of different runs would be ranked together."""
+    folder, held = given.folder, given.folder / SWEEP_FILE
+    if existing.space.record() != given.space.record():
+        raise SweepError(
+            f"{folder} holds a sweep of another search space ({held}): give this sweep another "
+            "save_path, or the search space that folder was made by"
+        )
+    if given.storage != existing.storage:
+        raise SweepError(
+            f"{folder} holds a sweep whose study is in {existing.storage or 'its folder (study.journal)'} "
+            f"({held}), not in {given.storage or 'its folder'}: give the same --storage, or this sweep "
+            "another save_path"
+        )
+    there = dict(flatten_settings(existing.config))
+    here = dict(flatten_settings(given.config))
+    differing = [
+        f"{key}: {there.get(key, 'absent')} there, {here.get(key, 'absent')} here"
+        for key in sorted(set(there) | set(here))
+        if there.get(key) != here.get(key) and key not in (*DEVICE_SETTINGS, "args.save_path")
+    ]
+    if differing:
+        raise SweepError(
+            f"{folder} holds a sweep of another run ({'; '.join(differing)}; {held}): only the devices "
+            "and the number of trials may change when a sweep continues; give the run it was made "
+            "with, or this sweep another save_path"
+        )
+    return dataclasses.replace(existing, config=given.config, trials=given.trials)
+
+
+def refuse_a_run_folder(folder: Path) -> None:
+    """Refuse a sweep folder that holds a run (a single run or replicates: its
+    ``config.yaml``, a model, a report, checkpoints): the sweep's report would replace the
+    run's, and its trials would sit among the run's files."""
+    found = folder_of_runs(folder)  # replicates
+    if found is None and (folder / CONFIG_FILE).is_file():
+        found = f"a single run (its {CONFIG_FILE})"
+    found = found or earlier_run(folder)
+    if found is not None:
+        raise SweepError(
+            f"save_path {folder} holds {found}, not a sweep: a sweep cannot be made there (its report "
+            "would replace the run's); choose another save_path (--set args.save_path=...)"
+        )
+
+
+@contextlib.contextmanager
+def _removed_if_refused(folder: Path) -> Iterator[None]:
+    """While active, a ``SweepError`` removes the folders made for the sweep (``folder``
+    and those above it that did not exist), left empty: a refused sweep leaves nothing."""
+    made = [path for path in (folder, *folder.parents) if not path.exists()]
+    try:
+        yield
+    except SweepError:
+        for path in made:  # the deepest first
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
+
+
 def counted(study) -> int:
     """The trials that count towards the sweep's number: all but those retried (a retry
     counts in their place)."""
@@ -209,9 +308,17 @@ def counted(study) -> int:
     return len(trials) - len({trial.user_attrs["retry_of"] for trial in trials if "retry_of" in trial.user_attrs})
 
 
+def _queued(study) -> bool:
+    """Whether a retry of an interrupted trial waits in the study to be trained."""
+    from optuna.trial import TrialState
+
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
 def _retry_abandoned(study, folder: Path) -> None:
     """Mark failed each trial a sweep that is gone left running (its folder's lock is free),
-    say so in its folder, and queue it once more, in its folder, from its checkpoint."""
+    say so in its folder, and queue it once more, in its folder, from its checkpoint; one
+    whose folder holds its complete report (the sweep was killed as it ended) is complete."""
     from optuna.trial import TrialState
 
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -223,6 +330,13 @@ def _retry_abandoned(study, folder: Path) -> None:
             continue
         except OSError:
             pass
+        report = finished_report(trial_folder)
+        value = _best_value(report) if report is not None else math.nan
+        if math.isfinite(value):  # it finished before its sweep was gone
+            study.tell(trial.number, value)
+            _write_trial_file(trial_folder, trial.number, trial.params, "complete", value, None)
+            logger.warning("trial %d: finished before the sweep that ran it stopped: complete", trial.number)
+            continue
         retry = trial.user_attrs.get("attempt", 1) < 2
         note = "interrupted: the sweep that ran it stopped; " + (
             "retried once, in this folder, from its newest checkpoint"
@@ -238,6 +352,13 @@ def _retry_abandoned(study, folder: Path) -> None:
                 user_attrs={"folder": str(trial_folder), "attempt": 2, "retry_of": trial.number},
                 skip_if_exists=False,
             )
+
+
+def _best_value(report: dict) -> float:
+    """A finished run's value: its best epoch's validation mse_de (NaN when no epoch has a
+    finite one)."""
+    values = [record.get(METRIC) for record in report["history"]]
+    return min((v for v in values if v is not None and math.isfinite(v)), default=math.nan)
 
 
 def _write_trial_file(folder: Path, number: int, params: dict, state: str, value, note: str | None) -> None:
@@ -256,12 +377,15 @@ class _Trials:
         self.active: dict[str, dict] = {}  # trial name -> {'trial', 'reported', 'pruned'}
 
     def next_run(self) -> GroupRun | None:
-        """The next trial, or None when the study holds the sweep's trials. A trial whose
-        options the run's checks refuse fails at once, and the next is drawn."""
+        """The next trial: a queued retry of an interrupted trial (which counts in its place,
+        so it is drawn even when the sweep holds its trials already: the interrupted trials
+        were its last), else a new draw; None when the study holds the sweep's trials and
+        no retry waits. A trial whose options the run's checks refuse fails at once, and the
+        next is drawn."""
         from optuna.trial import TrialState
 
-        while counted(self.study) < self.plan.trials:
-            trial = self.study.ask(self.plan.space.distributions())
+        while counted(self.study) < self.plan.trials or _queued(self.study):
+            trial = self.study.ask(self.plan.space.distributions())  # a queued retry first
             folder = Path(trial.user_attrs.get("folder") or self.plan.folder / f"trial-{trial.number:04d}")
             trial.set_user_attr("folder", str(folder))
             config = with_values(self.plan.config, trial.params)
@@ -327,18 +451,19 @@ class _Trials:
             else ""
         )
         trial.set_user_attr("seconds", outcome.get("seconds"))
-        report = finished_report(folder) if outcome["status"] == "finished" else None
+        # a complete report counts however the workers ended: a stop signal that reaches a
+        # trial after it wrote its report ends its workers as they exit, unreported
+        report = finished_report(folder)
         if state["pruned"] is not None:
             epoch, value = state["pruned"]
+            note = f"pruned after epoch {epoch}{origin}"
+            trial.set_user_attr("note", note)
             self.study.tell(trial, state=TrialState.PRUNED)
-            _write_trial_file(
-                folder, trial.number, trial.params, "pruned", value, f"pruned after epoch {epoch}{origin}"
-            )
+            _write_trial_file(folder, trial.number, trial.params, "pruned", value, note)
             logger.info("%s: stopped%s", name, self._progress())
             return
         if report is not None:
-            values = [record.get(METRIC) for record in report["history"]]
-            value = min((v for v in values if v is not None and math.isfinite(v)), default=math.nan)
+            value = _best_value(report)
             if math.isfinite(value):
                 self.study.tell(trial, value)
                 _write_trial_file(folder, trial.number, trial.params, "complete", value, origin[2:] or None)
