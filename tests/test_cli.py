@@ -509,3 +509,72 @@ def test_options_are_never_abbreviated(command, capsys):
     with pytest.raises(SystemExit) as stop:
         main(command)
     assert stop.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_a_stop_signal_outside_the_training_steps_exits_75_with_one_line(monkeypatch, capsys):
+    import signal
+    import time
+
+    from gears_ddp.cli import train
+
+    def preparing(options):  # the signal lands while the command prepares its run
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        raise AssertionError("the signal did not stop the command")
+
+    handler = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(train, "run", preparing)
+    assert main(["train", "--config", "run.yaml"]) == 75
+    err = capsys.readouterr().err
+    assert err.startswith("gears-ddp train: stopped by SIGTERM outside the training steps") and err.count("\n") == 1
+    assert "Traceback" not in err
+    assert signal.getsignal(signal.SIGTERM) == handler  # this process's handler as it was
+
+
+def test_reading_a_run_that_has_saved_no_model_yet_says_so_and_how_to_go_on(tmp_path, capsys):
+    from gears_ddp.configuration.run_options import run_options_with_overrides
+
+    folder = tmp_path / "run"
+    (folder / "checkpoints").mkdir(parents=True)
+    config = {
+        "pert_data_path": str(tmp_path / "data"),
+        "dataset_name": "toy",
+        "split_config": {"split": "simulation", "seed": 1},
+        "args": {"epochs": 2, "cpu_processes": 1, "save_path": str(folder)},
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(run_options_with_overrides(config, [], "x").config()))
+    assert main(["evaluate", "--run", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"{folder} holds no model yet (config.pkl, model.pt): its run has not saved a model" in err
+    (folder / "checkpoints" / "checkpoint-000000004.pt").write_bytes(b"x")
+    assert main(["predict", "--run", str(folder), "--perturbations", "G1", "--out", str(tmp_path / "p.h5ad")]) == 2
+    err = capsys.readouterr().err
+    assert "saved checkpoints (the newest checkpoint-000000004.pt) but no model" in err
+    assert f"gears-ddp train --config {folder / 'config.yaml'} --set args.resume_from=auto" in err
+
+
+def test_a_mistake_given_with_set_is_named_with_the_set_not_blamed_on_the_file(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"pert_data_path": str(tmp_path), "dataset_name": "toy", "args": {"epochs": 1}}))
+    assert main(["train", "--config", str(config), "--set", "args.amp=fp8"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gears-ddp train: {config} with --set args.amp=fp8: args['amp'] must be one of")
+
+
+def test_a_misspelt_split_is_refused_before_the_data_is_read_or_a_folder_made(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    run = tmp_path / "run"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "pert_data_path": str(tmp_path / "no-data-here"),
+                "dataset_name": "toy",
+                "split_config": {"split": "simulaton", "seed": 1},
+                "args": {"epochs": 1, "cpu_processes": 1, "save_path": str(run)},
+            }
+        )
+    )
+    assert main(["train", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "split_config: unknown split 'simulaton'; available splits: simulation, simulation_single" in err
+    assert not run.exists()

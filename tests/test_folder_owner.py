@@ -533,3 +533,16 @@ def test_the_holder_refreshes_its_record(tmp_path, monkeypatch):
         first = json.loads((tmp_path / RECORD_FILE).read_text())["heartbeat"]
         time.sleep(0.3)
         assert json.loads((tmp_path / RECORD_FILE).read_text())["heartbeat"] > first
+
+
+def test_continuing_a_run_with_another_model_is_refused_before_any_rank_starts(data_folder, tmp_path):
+    folder = tmp_path / "run"
+    small = _args(folder, cpu_processes=1, epochs=1, checkpoint_every=1, model_config={"hidden_size": 8})
+    train_multi_gpu(data_folder, "toy", SPLIT, small)
+    written = (folder / "config.yaml").read_text()
+    larger = {**small, "epochs": 2, "resume_from": "auto", "model_config": {"hidden_size": 16}}
+    with pytest.raises(ValueError, match=r"written by a run of another model \(hidden_size: 8 there, 16 here;"):
+        train_multi_gpu(data_folder, "toy", SPLIT, larger)
+    assert (folder / "config.yaml").read_text() == written  # the run's configuration kept
+    report = train_multi_gpu(data_folder, "toy", SPLIT, {**larger, "model_config": {"hidden_size": 8}})
+    assert len(report["history"]) == 2  # continued with the model it was trained with

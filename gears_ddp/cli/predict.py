@@ -109,8 +109,9 @@ def _predict_split(options, gears, linear_baseline_screen: str | None) -> int:
     predicted.write_h5ad(out)
     real.write_h5ad(truth)
     n_cells = options.cells_per_perturbation
+    controls = int((predicted.obs["condition"] == "ctrl").sum())
     what = (
-        f"{predicted.n_obs} cells"
+        f"{predicted.n_obs - controls} cells and the {controls} control cells"
         if n_cells is None
         else f"{predicted.obs['condition'].nunique() - 1} perturbations ({n_cells} cells each) and the control cells"
     )

@@ -112,9 +112,12 @@ def resolve_with_overrides(config: dict, overrides, source: str) -> dict:
 
 def run_options_with_overrides(config: dict, overrides, source: str) -> "RunOptions":
     """The checked options of ``config`` (changed in place) with the ``--set`` ``overrides``
-    applied; errors name ``source``."""
+    applied; errors name ``source`` and, when there are any, the overrides (the mistake may
+    be in either)."""
     for assignment in overrides:
         apply_override(config, assignment)
+    if overrides:
+        source = f"{source} with {' '.join(f'--set {assignment}' for assignment in overrides)}"
     return checked_run_options(config, source)
 
 

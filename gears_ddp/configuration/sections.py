@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from gears_ddp._options import Options, is_int, option, reject_unknown
 from gears_ddp.data.expression_map import DTYPES
-from gears_ddp.data.pertdata import SPLIT_OPTIONS, STORAGES
+from gears_ddp.data.pertdata import SPLIT_DEFAULTS, SPLIT_OPTIONS, STORAGES
+from gears_ddp.data.splits import SPLIT_FRACTIONS, split_option_problems
 from gears_ddp.model.model_options import ModelOptions
 from gears_ddp.training.training_options import TrainingOptions
 
@@ -37,8 +38,15 @@ class SplitConfig:
 
     @classmethod
     def from_dict(cls, split_config: dict | None) -> "SplitConfig":
+        """The options, their names and the split's type, seed and fractions checked here,
+        before any data is read (the split's sets are checked on the data)."""
         split_config = dict(split_config or {})
         reject_unknown(split_config, SPLIT_OPTIONS, "split_config")
+        request = {**SPLIT_DEFAULTS, **split_config}
+        fractions = {name: request[name] for name in SPLIT_FRACTIONS}
+        problems = split_option_problems(request["split"], request["seed"], **fractions)
+        if problems:
+            raise ValueError(f"split_config: {'; '.join(problem.text for problem in problems)}")
         return cls(split_config)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import torch
+import yaml
 
 from gears_ddp._logging import get_logger
 from gears_ddp.configuration.run_options import RunOptions, write_run_config
@@ -39,6 +40,7 @@ from gears_ddp.launching.environments import LocalEnvironment, find_free_port, i
 from gears_ddp.launching.rank_training import Placement, place, run_rank, spawned_rank, train_rank
 from gears_ddp.launching.supervisor import SpawnedWorkers, spawn_workers
 from gears_ddp.launching.worker_messages import RunDiverged, RunInterrupted, RunReport
+from gears_ddp.report.run_files import CONFIG_FILE, read_settings
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS
 from gears_ddp.runtime.stopping import TrainingInterrupted
@@ -108,9 +110,36 @@ def opening(run: RunOptions, launcher: Launcher, held: contextlib.ExitStack) -> 
             )
         )
     resume = resolve_resume(args.resume_from, args.save_path)
+    if resume is not None:
+        refuse_another_model(resume[0], run)
     if writes:
         write_run_config(args.save_path, launcher.config(run))
     return Opening(launcher.data(run), resume, held)
+
+
+def refuse_another_model(checkpoint: Path, run: RunOptions) -> None:
+    """Refuse to continue from ``checkpoint`` a run whose model options (``args.model_config``)
+    differ from those of the run that wrote it (its folder's ``config.yaml``, when it has
+    one): its weights would not fit this run's model, and the ranks would fail loading them."""
+    folder = checkpoint.parent.parent  # SAVE_PATH/checkpoints/checkpoint-N.pt
+    try:
+        written = read_settings(folder).get("args", {}).get("model_config")
+    except (OSError, yaml.YAMLError, AttributeError):  # no readable configuration: nothing to compare
+        return
+    ours = run.config()["args"]["model_config"]
+    if not isinstance(written, dict):
+        return
+    differing = [
+        f"{key}: {written[key]!r} there, {ours[key]!r} here"
+        for key in sorted(ours)
+        if key in written and written[key] != ours[key]
+    ]
+    if differing:
+        raise ValueError(
+            f"resume_from: {checkpoint} was written by a run of another model ({'; '.join(differing)}; "
+            f"{folder / CONFIG_FILE}): give args.model_config as it had it, or start afresh (overwrite_save_path=True; "
+            "gears-ddp train --overwrite)"
+        )
 
 
 def continued_after_restart(run: RunOptions) -> RunOptions:

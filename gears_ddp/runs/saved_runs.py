@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Sequence
 from gears_ddp.configuration.run_options import RunOptions, read_run_options
 from gears_ddp.distributed.group_runs import finished_report
 from gears_ddp.distributed.replicates import plan_replicates
+from gears_ddp.model.model_folder import CONFIG_FILE as MODEL_CONFIG_FILE
+from gears_ddp.model.model_folder import WEIGHTS_FILE
 from gears_ddp.report.run_files import CONFIG_FILE
+from gears_ddp.training.checkpoint import checkpoint_files
 
 if TYPE_CHECKING:  # imported when a run is opened, not with this module
     from gears_ddp.gears import GEARS
@@ -44,6 +47,7 @@ def open_run(folder, overrides: Sequence[str] = ()) -> SavedRun:
             f"{folder} holds replicates, not one run: name one of its run folders (e.g. "
             f"{folder / next(iter(replicate_folders(folder, run)))})"
         )
+    refuse_a_run_without_a_model(folder)
     args = run.args
     pert_data = load_dataset(run.pert_data_path, run.dataset_name, **args.pert_data_options())
     pert_data.prepare_split(**run.split.options)
@@ -52,6 +56,23 @@ def open_run(folder, overrides: Sequence[str] = ()) -> SavedRun:
     gears = GEARS(pert_data, device=cuda_or_cpu())
     gears.load_pretrained(folder)
     return SavedRun(gears, run)
+
+
+def refuse_a_run_without_a_model(folder: Path) -> None:
+    """Refuse a run folder that holds no saved model yet (its run still training, or stopped
+    before its first epoch ended), saying which and how to go on: there is nothing to read."""
+    if (folder / MODEL_CONFIG_FILE).is_file() and (folder / WEIGHTS_FILE).is_file():
+        return
+    checkpoints = checkpoint_files(folder)
+    state = (
+        f"its run saved checkpoints (the newest {checkpoints[-1].name}) but no model: it is still training, or "
+        f"was stopped before it finished; continue it with gears-ddp train --config {folder / CONFIG_FILE} --set "
+        "args.resume_from=auto"
+        if checkpoints
+        else "its run has not saved a model (a run saves its model at the end of its first epoch): it is still "
+        "training, or stopped before then"
+    )
+    raise FileNotFoundError(f"{folder} holds no model yet ({MODEL_CONFIG_FILE}, {WEIGHTS_FILE}): {state}")
 
 
 def load_run(folder, overrides: Sequence[str] = ()) -> GEARS:

@@ -83,8 +83,8 @@ def _counted_cuda_devices() -> int:
     if count < 1:
         raise ValueError(
             "no CUDA device is visible (torch.cuda.is_available() is False or no device is "
-            "counted); to train without GPUs pass cpu_processes=N (args['cpu_processes']) to "
-            "run N CPU processes with the gloo backend instead"
+            "counted); to train without GPUs pass cpu_processes=N (args['cpu_processes']; gears-ddp "
+            "train: --set args.cpu_processes=N) to run N CPU processes with the gloo backend instead"
         )
     return count
 
