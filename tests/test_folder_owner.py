@@ -36,6 +36,15 @@ HOLD = str(Path(__file__).parent / "scripts" / "hold_folder.py")
 REFUSED_WITHIN_S = 5.0
 
 
+def _run_file(tmp_path: Path, data_folder: Path, args: dict) -> Path:
+    """A run file (``gears-ddp train --config``) of the toy data with ``args``."""
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump({"pert_data_path": str(data_folder), "dataset_name": "toy", "split_config": SPLIT, "args": args})
+    )
+    return config
+
+
 def _args(save_path, **more):
     return {
         "epochs": 1,
@@ -125,17 +134,7 @@ def test_train_multi_gpu_is_refused_before_any_process_starts(held, data_folder)
 
 def test_gears_ddp_train_is_refused_with_one_line(held, data_folder, tmp_path, capsys):
     folder, holder = held
-    config = tmp_path / "run.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "pert_data_path": str(data_folder),
-                "dataset_name": "toy",
-                "split_config": SPLIT,
-                "args": _args(folder, cpu_processes=1),
-            }
-        )
-    )
+    config = _run_file(tmp_path, data_folder, _args(folder, cpu_processes=1))
     before, started = _snapshot(folder), time.monotonic()
     assert main(["train", "--config", str(config)]) == 2
     assert time.monotonic() - started < REFUSED_WITHIN_S and _snapshot(folder) == before
@@ -226,17 +225,7 @@ def test_two_gears_ddp_train_runs_on_one_folder_the_second_is_refused_then_a_fin
     data_folder, tmp_path
 ):
     folder = tmp_path / "run"
-    config = tmp_path / "run.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "pert_data_path": str(data_folder),
-                "dataset_name": "toy",
-                "split_config": SPLIT,
-                "args": _args(folder, cpu_processes=1, epochs=40, seed=11),
-            }
-        )
-    )
+    config = _run_file(tmp_path, data_folder, _args(folder, cpu_processes=1, epochs=40, seed=11))
     command = [sys.executable, "-m", "gears_ddp", "train", "--config", str(config)]
     first = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_clean_environment()
@@ -374,17 +363,7 @@ def test_a_single_run_is_refused_in_a_sweep_or_replicates_folder_even_with_overw
         after = _snapshot(folder)
         after.pop(folder_lock.LOCK_FILE)  # the lock's own file, which stays
         assert after.pop(".") and before.pop(".") and after == before  # nothing of theirs replaced or added
-    config = tmp_path / "run.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "pert_data_path": str(data_folder),
-                "dataset_name": "toy",
-                "split_config": SPLIT,
-                "args": {"epochs": 1, "cpu_processes": 1, "save_path": str(sweep)},
-            }
-        )
-    )
+    config = _run_file(tmp_path, data_folder, {"epochs": 1, "cpu_processes": 1, "save_path": str(sweep)})
     assert main(["train", "--config", str(config), "--overwrite"]) == 2
     assert "holds a sweep (its sweep.yaml), not one run" in capsys.readouterr().err
     assert not (sweep / "model.pt").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import toy_data
 from test_bad_input import _refused_in_one_line
-from test_screen_check import _counts, _files_and_folders, _other_screens_folder, _own_column
+from test_screen_check import _counts, _files_and_folders, _other_screens_folder, _own_column, _toy_process_argv
 
 from gears_ddp.cli import main
 from gears_ddp.data import io
@@ -52,25 +52,7 @@ def _process_argv(tmp_path: Path, data: Path) -> list[str]:
     own column) with GO files built from gene sets, written as dataset ``new`` into ``data``."""
     screen = tmp_path / "screen.h5ad"
     _own_column(_counts(toy_data.make_raw())).write_h5ad(screen)
-    gene_sets = tmp_path / "go.gmt"
-    gene_sets.write_text("".join(f"set{i}\t\t" + "\t".join(toy_data.GENES[i::4]) + "\n" for i in range(4)))
-    return [
-        "--adata",
-        str(screen),
-        "--data-path",
-        str(data),
-        "--name",
-        "new",
-        "--perturbation-column",
-        "target",
-        "--control-label",
-        "NT",
-        "--combination-separator",
-        "_",
-        "--normalize",
-        "--go-gene-sets",
-        str(gene_sets),
-    ]
+    return _toy_process_argv(screen, data, tmp_path)
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

@@ -5,6 +5,7 @@ the cells that processing drops (genes without GO terms) are not held against th
 
 import subprocess
 import sys
+from pathlib import Path
 
 import anndata
 import numpy as np
@@ -629,6 +630,31 @@ def _other_screens_folder(root):
     return root
 
 
+def _toy_process_argv(screen: Path, data: Path, tmp_path: Path) -> list[str]:
+    """``gears-ddp process``'s options for a toy screen file as it comes (``_own_column``: its
+    own column of perturbations, raw counts), its GO files built from gene sets written in
+    ``tmp_path``, processed as dataset ``new`` into ``data``."""
+    gene_sets = tmp_path / "go.gmt"
+    gene_sets.write_text("".join(f"set{i}\t\t" + "\t".join(toy_data.GENES[i::4]) + "\n" for i in range(4)))
+    return [
+        "--adata",
+        str(screen),
+        "--data-path",
+        str(data),
+        "--name",
+        "new",
+        "--perturbation-column",
+        "target",
+        "--control-label",
+        "NT",
+        "--combination-separator",
+        "_",
+        "--normalize",
+        "--go-gene-sets",
+        str(gene_sets),
+    ]
+
+
 REFUSED_SCREENS = {  # the screen (from the toy one) and its options: refused before, or while, its counts are read
     "a label of three genes": (
         lambda a: _own_column(_counts(_conditions(a, lambda c: _set(c, _first_control(c), "G1+G2+G3"))))
@@ -646,27 +672,7 @@ def test_a_refused_process_leaves_every_byte_of_a_folder_of_other_go_files_as_it
     before = _files_and_folders(data)
     path = tmp_path / "screen.h5ad"
     REFUSED_SCREENS[problem](toy_data.make_raw()).write_h5ad(path)
-    gene_sets = tmp_path / "go.gmt"
-    gene_sets.write_text("".join(f"set{i}\t\t" + "\t".join(toy_data.GENES[i::4]) + "\n" for i in range(4)))
-    argv = [
-        "process",
-        "--adata",
-        str(path),
-        "--data-path",
-        str(data),
-        "--name",
-        "new",
-        "--perturbation-column",
-        "target",
-        "--control-label",
-        "NT",
-        "--combination-separator",
-        "_",
-        "--normalize",
-        "--go-gene-sets",
-        str(gene_sets),
-    ]
-    assert main(argv) == 2
+    assert main(["process", *_toy_process_argv(path, data, tmp_path)]) == 2
     assert "Traceback" not in capsys.readouterr().err
     assert _files_and_folders(data) == before
 
