@@ -16,9 +16,8 @@ from test_bad_input import _refused_in_one_line
 from test_screen_check import _counts, _files_and_folders, _other_screens_folder, _own_column, _toy_process_argv
 
 from gears_ddp.cli import main
-from gears_ddp.data import io
+from gears_ddp.data import io, stop_signals
 from gears_ddp.data.go_files import write_go_files
-from gears_ddp.runtime import stopping
 from gears_ddp.runtime.stopping import EXIT_INTERRUPTED
 
 # gears-ddp process with each block of cells written slowly (16 blocks of the toy screen, a
@@ -93,13 +92,13 @@ def test_a_stop_during_the_renames_of_files_that_belong_together_waits_for_all_o
         replace(source, target)
 
     monkeypatch.setattr(os, "replace", stopped_at_the_first)
-    with pytest.raises(stopping.Stopped, match="stopped by SIGTERM"), stopping.stops_raised():
+    with pytest.raises(stop_signals.Stopped, match="stopped by SIGTERM"), stop_signals.stops_raised((signal.SIGTERM,)):
         with io.atomic_files(dests) as paths:
             for path in paths:
                 path.write_text("new")
     assert [dest.read_text() for dest in dests] == ["new"] * 3
     assert not _temporaries(tmp_path)
-    assert signal.getsignal(signal.SIGTERM) is not stopping._raise_stop  # the handlers put back
+    assert signal.getsignal(signal.SIGTERM) is not stop_signals._raise_stop  # the handlers put back
 
 
 def test_a_process_stopped_as_its_files_are_renamed_ends_with_them_all_written(tmp_path, monkeypatch, capsys):

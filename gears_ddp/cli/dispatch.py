@@ -13,8 +13,9 @@ from gears_ddp.cli import check, demo, evaluate, interactions, pair_screen, pred
 from gears_ddp.cli.exit_status import EXIT_BAD_INPUT, EXIT_FAILED
 from gears_ddp.configuration.run_options import RunConfigError
 from gears_ddp.data.download import DownloadError
+from gears_ddp.data.stop_signals import Stopped, stops_raised
 from gears_ddp.runtime.folder_lock import FolderInUse
-from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, Stopped, TrainingInterrupted, stops_raised
+from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, STOP_SIGNALS, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss
 
 DESCRIPTION = """The ``gears-ddp`` command (``python -m gears_ddp`` does the same).
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
     enable_console_logging(logging.WARNING if options.command == "check" else logging.INFO)  # check: its report
     run = {command.NAME: command.run for command in COMMANDS}[options.command]
     try:
-        with stops_raised() if options.command in TRAINING_COMMANDS else contextlib.nullcontext():
+        with stops_raised(STOP_SIGNALS) if options.command in TRAINING_COMMANDS else contextlib.nullcontext():
             return run(options) or 0
     except Stopped as stop:
         print(

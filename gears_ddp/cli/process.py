@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from gears_ddp.cli.screen_input import SCREEN_HELP, add_screen_reading_options, go_annotation, screen_reading_options
-from gears_ddp.runtime import stopping
+from gears_ddp.data import stop_signals
+from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, STOP_SIGNALS
 
 NAME = "process"
 
@@ -41,15 +42,15 @@ def run(options) -> int:
     and written with it, all or none, so a refused screen leaves the data folder as it was.
     A stop signal (SIGINT: Ctrl-C; SIGTERM) ends it as a stopped training run ends, with
     ``EXIT_INTERRUPTED`` (75: run it again) and one line saying whether the dataset had been
-    written; its temporary files are removed first (``runtime.stopping``)."""
+    written; its temporary files are removed first (``stop_signals``)."""
     from gears_ddp.data.io import PROCESSED_FILE
 
     target = Path(options.data_path) / options.name.lower() / PROCESSED_FILE
     before = _file_identity(target)
     try:
-        with stopping.stops_raised((signal.SIGINT, *stopping.STOP_SIGNALS)):
+        with stop_signals.stops_raised((signal.SIGINT, *STOP_SIGNALS)):
             return _process(options)
-    except stopping.Stopped as stop:
+    except stop_signals.Stopped as stop:
         files = f"{target}" + (" and the GO files" if options.go_annotation or options.go_gene_sets else "")
         written = _file_identity(target) not in (None, before)
         outcome = (
@@ -58,7 +59,7 @@ def run(options) -> int:
             else f"before {files} had been written: none is left; run the same command again"
         )
         print(f"gears-ddp {NAME}: {stop} {outcome}", file=sys.stderr)
-        return stopping.EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:

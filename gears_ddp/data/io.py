@@ -37,7 +37,7 @@ import scipy.sparse as sp
 import torch
 from anndata.io import read_elem, sparse_dataset, write_elem
 
-from gears_ddp.runtime import stopping
+from gears_ddp.data import stop_signals
 
 PROCESSED_FILE = "perturb_processed.h5ad"
 # HDF5 chunk of the sparse arrays of an h5ad file written a block of cells at a time (1 MiB of
@@ -50,12 +50,12 @@ CHUNK_VALUES = 2**18
 def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     """Yield a new temporary path next to ``dest``; when the block succeeds, flush what was
     written there to disk and rename it to ``dest``. The temporary file is removed however the
-    block ends, a stop signal included (``runtime.stopping``)."""
+    block ends, a stop signal included (``stop_signals``)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = None
     try:
-        with stopping.stops_held():  # made and recorded together, so the finally finds it
+        with stop_signals.stops_held():  # made and recorded together, so the finally finds it
             tmp_path = _new_temporary(dest)
         yield tmp_path
         _flush_to_disk(tmp_path)
@@ -63,7 +63,7 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
         _flush_to_disk(dest.parent)
     finally:
         if tmp_path is not None:
-            with stopping.stops_held():
+            with stop_signals.stops_held():
                 tmp_path.unlink(missing_ok=True)
 
 
@@ -76,7 +76,7 @@ def atomic_files(dests) -> Iterator[list[Path]]:
     or a crash while they are written leaves the old files (and, after a failure, no folder
     made for the new ones); a writer that is atomic itself may be given these paths.
 
-    A stop signal under ``stopping.stops_raised`` is an exception like any other here,
+    A stop signal under ``stop_signals.stops_raised`` is an exception like any other here,
     but for the renames, which it cannot cut in two: one that comes while they run is raised
     once all are done."""
     dests = [Path(dest) for dest in dests]
@@ -88,21 +88,21 @@ def atomic_files(dests) -> Iterator[list[Path]]:
     tmp_paths: list[Path] = []
     renamed = False
     try:
-        with stopping.stops_held():  # made and recorded together, so the finally finds them
+        with stop_signals.stops_held():  # made and recorded together, so the finally finds them
             for dest in dests:
                 dest.parent.mkdir(parents=True, exist_ok=True)
             tmp_paths.extend(_new_temporary(dest) for dest in dests)
         yield list(tmp_paths)
         for tmp_path in tmp_paths:
             _flush_to_disk(tmp_path)
-        with stopping.stops_held():
+        with stop_signals.stops_held():
             for tmp_path, dest in zip(tmp_paths, dests):
                 os.replace(tmp_path, dest)
             renamed = True
         for folder in dict.fromkeys(dest.parent for dest in dests):
             _flush_to_disk(folder)
     finally:
-        with stopping.stops_held():
+        with stop_signals.stops_held():
             for tmp_path in tmp_paths:
                 tmp_path.unlink(missing_ok=True)
             if not renamed:

@@ -98,7 +98,7 @@ class SpawnedWorkers:
         self.received: list = []
         self.failed: list[tuple[int, int]] = []  # (rank, exit code) of the workers failed when a failure was seen
         try:
-            # not held against a stop signal (stopping.stops_held): a worker that dies before it
+            # not held against a stop signal (stop_signals.stops_held): a worker that dies before it
             # reads its arguments (a signal sent to the whole process group) would leave mp.spawn
             # writing them for ever. A stop raised meanwhile leaves the worker being started with
             # half its arguments, which it reports as it ends with this process

@@ -8,27 +8,23 @@ the main rank writes a checkpoint and every rank raises ``TrainingInterrupted``.
 signal of the same kind ends the process as it would have without the handler, so a rank
 stuck in a collective is never kept alive by it.
 
-Outside the steps a command stops at once instead, and cleanly: under ``stops_raised`` a
-stop signal raises ``Stopped`` where it lands (``gears-ddp train``, ``demo`` and ``sweep``
-while they prepare the data, start ranks, or score and report after the last step;
-``gears-ddp process`` throughout), so temporary files are removed and the run folder
-released by the ``finally`` blocks on the way out, and the command exits with
-``EXIT_INTERRUPTED`` and one line rather than being killed halfway. Steps that must not be
-cut in two (a temporary file made and recorded, the renames of files that belong together)
-run under ``stops_held``: a stop that comes meanwhile is raised when they end.
+Outside the steps a command stops at once instead, and cleanly: under
+``data.stop_signals.stops_raised`` a stop signal raises ``Stopped`` where it lands
+(``gears-ddp train``, ``demo`` and ``sweep`` while they prepare the data, start ranks, or
+score and report after the last step; ``gears-ddp process`` throughout), and the command
+exits with ``EXIT_INTERRUPTED`` and one line rather than being killed halfway.
 
-Handlers can only be installed from the main thread; elsewhere ``StopSignals``,
-``stops_raised`` and ``stops_held`` do nothing. The previous handlers are restored on exit.
+Handlers can only be installed from the main thread; elsewhere ``StopSignals`` does
+nothing. The previous handlers are restored on exit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
 from types import FrameType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name))
 EXIT_INTERRUPTED = 75  # exit status of a launched rank that stopped on a signal (EX_TEMPFAIL: try again)
@@ -76,67 +72,3 @@ class StopSignals:
 
 def signal_name(number: int) -> str:
     return signal.Signals(number).name
-
-
-class Stopped(BaseException):
-    """A stop signal came (``signal_number``) while ``stops_raised`` was active. Like
-    ``KeyboardInterrupt`` it is no ``Exception``: the handlers that turn a library's errors
-    into messages (``except Exception``) let it through."""
-
-    def __init__(self, signal_number: int):
-        self.signal_number = signal_number
-        super().__init__(f"stopped by {signal.Signals(signal_number).name}")
-
-
-class _Held:
-    """How deep in ``stops_held`` steps the main thread is, and the stop that came in one (0: none)."""
-
-    depth = 0
-    pending = 0
-
-
-def _raise_stop(number: int, frame) -> None:
-    """The handler of ``stops_raised``: raise ``Stopped``, or, in a ``stops_held`` step, keep
-    the signal for its end."""
-    if _Held.depth:
-        _Held.pending = number
-        return
-    raise Stopped(number)
-
-
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-@contextlib.contextmanager
-def stops_raised(numbers: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
-    """While the block runs, the signals ``numbers`` (default SIGTERM and SIGUSR1; ``gears-ddp
-    process`` adds SIGINT) raise ``Stopped``; the handlers there were before are restored
-    after it."""
-    if not _in_main_thread():
-        yield
-        return
-    previous = {number: signal.signal(number, _raise_stop) for number in numbers}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-@contextlib.contextmanager
-def stops_held() -> Iterator[None]:
-    """Run the block whole: a stop that comes while it runs (under ``stops_raised``) is raised
-    when it ends, even after an exception of its own (the stop is what the user asked for).
-    Python runs signal handlers in the main thread only, so elsewhere the block just runs."""
-    if not _in_main_thread():
-        yield
-        return
-    _Held.depth += 1
-    try:
-        yield
-    finally:
-        _Held.depth -= 1
-        if not _Held.depth and _Held.pending:
-            number, _Held.pending = _Held.pending, 0
-            raise Stopped(number)
