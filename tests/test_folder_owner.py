@@ -109,14 +109,14 @@ def _refused(call, folder: Path, holder, error=FolderInUse) -> str:
 # ---------------------------------------------------------------- every entry path, refused at once
 
 
-def _toy_gears(data_folder) -> GEARS:
+def _toy_gears(data_folder, hidden_size: int = 8) -> GEARS:
     pert_data = PertData(data_folder)
     pert_data.load(data_path=data_folder / "toy")
     pert_data.prepare_split(**SPLIT)
     pert_data.get_dataloader(16, test_batch_size=32)
     torch.manual_seed(0)
     gears = GEARS(pert_data)
-    gears.model_initialize(hidden_size=8)
+    gears.model_initialize(hidden_size=hidden_size)
     return gears
 
 
@@ -525,3 +525,10 @@ def test_continuing_a_run_with_another_model_is_refused_before_any_rank_starts(d
     assert (folder / "config.yaml").read_text() == written  # the run's configuration kept
     report = train_multi_gpu(data_folder, "toy", SPLIT, {**larger, "model_config": {"hidden_size": 8}})
     assert len(report["history"]) == 2  # continued with the model it was trained with
+
+
+def test_the_published_api_continuing_with_another_model_is_refused_naming_the_weights(data_folder, tmp_path):
+    folder = tmp_path / "run"
+    _toy_gears(data_folder).train(epochs=1, save_path=str(folder), checkpoint_every=1)
+    with pytest.raises(ValueError, match=r"holds the weights of another model \(.+: \[.*8.*\] there, \[.*16.*\] here"):
+        _toy_gears(data_folder, hidden_size=16).train(epochs=2, save_path=str(folder), resume_from="auto")

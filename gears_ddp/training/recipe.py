@@ -394,6 +394,7 @@ class TrainingRecipe:
                 logger.info("resume_from='auto': no checkpoint in %s, starting from the beginning", self.save_path)
             return
         path, state = found
+        refuse_another_model(path, state["model"], self.inputs.network.state_dict())
         self.inputs.network.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -448,6 +449,25 @@ class TrainingRecipe:
             test_result,
             digests,
             {"epochs": epoch_seconds, "test": time.perf_counter() - tick},
+        )
+
+
+def refuse_another_model(path: Path, saved: dict, ours: dict) -> None:
+    """Refuse to continue from the checkpoint ``path`` when its weights (``saved``) are not
+    this model's (``ours``): the model options differ from those it was trained with, and
+    loading would fail with a list of every mismatched tensor."""
+    shapes = [
+        f"{name}: {list(tensor.shape)} there, {list(ours[name].shape)} here"
+        for name, tensor in saved.items()
+        if name in ours and tensor.shape != ours[name].shape
+    ]
+    names = sorted(set(saved) ^ set(ours))
+    if shapes or names:
+        found = "; ".join(shapes[:3]) + (f" and {len(shapes) - 3} more" if len(shapes) > 3 else "")
+        found = found or f"weights {names[:3]} in one and not the other"
+        raise ValueError(
+            f"resume_from: {path} holds the weights of another model ({found}): give the model the options it "
+            "was trained with (model_initialize; args.model_config), or start afresh (overwrite_save_path=True)"
         )
 
 
