@@ -148,3 +148,28 @@ def test_a_dataset_name_that_is_no_plain_folder_name_is_refused(name, tmp_path, 
     argv[argv.index("--name") + 1] = name
     _refused_in_one_line(capsys, ["process", *argv], f"dataset name {name!r} is not a plain folder name")
     assert not data.exists() and sorted(path.name for path in tmp_path.iterdir()) == ["go.gmt", "screen.h5ad"]
+
+
+def test_a_stop_whose_exception_was_dropped_still_stops_at_the_next_held_step_or_the_blocks_end():
+    def dropped_stop():  # as Python drops a handler's exception raised in a weak reference's callback
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except stop_signals.Stopped:
+            pass
+
+    steps = []
+    with pytest.raises(stop_signals.Stopped, match="stopped by SIGTERM"):
+        with stop_signals.stops_raised((signal.SIGTERM,)):
+            dropped_stop()
+            with stop_signals.stops_held():
+                steps.append("held step, run whole")
+            steps.append("after it")
+    assert steps == ["held step, run whole"]
+    with pytest.raises(stop_signals.Stopped, match="stopped by SIGTERM"):
+        with stop_signals.stops_raised((signal.SIGTERM,)):
+            dropped_stop()
+            steps.append("to the end of the block")
+    assert steps[-1] == "to the end of the block"
+    with stop_signals.stops_raised((signal.SIGTERM,)):  # each stop said once: none is left over
+        steps.append("a block of its own")

@@ -32,7 +32,8 @@ class Stopped(BaseException):
 
 
 class _Held:
-    """How deep in ``stops_held`` steps the main thread is, and the stop that came in one (0: none)."""
+    """How deep in ``stops_held`` steps the main thread is, and the stop that came and has not
+    yet reached the command (0: none)."""
 
     depth = 0
     pending = 0
@@ -40,11 +41,20 @@ class _Held:
 
 def _raise_stop(number: int, frame) -> None:
     """The handler of ``stops_raised``: raise ``Stopped``, or, in a ``stops_held`` step, keep
-    the signal for its end."""
+    the signal for its end. The stop is kept either way until it reaches ``stops_raised``: a
+    handler's exception that lands in a garbage collector's callback (a weak reference's) is
+    printed and dropped by Python, and the stop is then raised at the next held step's end,
+    or when the block ends."""
+    _Held.pending = number
     if _Held.depth:
-        _Held.pending = number
         return
     raise Stopped(number)
+
+
+def _take_pending() -> int:
+    """The stop kept for later (0: none), forgotten."""
+    number, _Held.pending = _Held.pending, 0
+    return number
 
 
 def _in_main_thread() -> bool:
@@ -61,9 +71,15 @@ def stops_raised(numbers: tuple[int, ...]) -> Iterator[None]:
     previous = {number: signal.signal(number, _raise_stop) for number in numbers}
     try:
         yield
+    except Stopped:
+        _take_pending()  # it reached the block: said once
+        raise
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+    number = _take_pending()
+    if number:  # a stop whose exception Python dropped, with no held step after it
+        raise Stopped(number)
 
 
 @contextlib.contextmanager
@@ -80,5 +96,4 @@ def stops_held() -> Iterator[None]:
     finally:
         _Held.depth -= 1
         if not _Held.depth and _Held.pending:
-            number, _Held.pending = _Held.pending, 0
-            raise Stopped(number)
+            raise Stopped(_Held.pending)  # kept until it reaches stops_raised
