@@ -111,16 +111,18 @@ def opening(run: RunOptions, launcher: Launcher, held: contextlib.ExitStack) -> 
         )
     resume = resolve_resume(args.resume_from, args.save_path)
     if resume is not None:
-        refuse_another_model(resume[0], run)
+        refuse_other_model_options(resume[0], run)
     if writes:
         write_run_config(args.save_path, launcher.config(run))
     return Opening(launcher.data(run), resume, held)
 
 
-def refuse_another_model(checkpoint: Path, run: RunOptions) -> None:
+def refuse_other_model_options(checkpoint: Path, run: RunOptions) -> None:
     """Refuse to continue from ``checkpoint`` a run whose model options (``args.model_config``)
     differ from those of the run that wrote it (its folder's ``config.yaml``, when it has
-    one): its weights would not fit this run's model, and the ranks would fail loading them."""
+    one): its weights would not fit this run's model. Checked here, before any rank starts,
+    from the options; each rank checks the weights themselves too (``recipe.refuse_other_weights``,
+    which ``GEARS.train`` relies on)."""
     folder = checkpoint.parent.parent  # SAVE_PATH/checkpoints/checkpoint-N.pt
     try:
         written = read_settings(folder).get("args", {}).get("model_config")

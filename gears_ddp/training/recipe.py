@@ -394,7 +394,7 @@ class TrainingRecipe:
                 logger.info("resume_from='auto': no checkpoint in %s, starting from the beginning", self.save_path)
             return
         path, state = found
-        refuse_another_model(path, state["model"], self.inputs.network.state_dict())
+        refuse_other_weights(path, state["model"], self.inputs.network.state_dict())
         self.inputs.network.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -452,7 +452,7 @@ class TrainingRecipe:
         )
 
 
-def refuse_another_model(path: Path, saved: dict, ours: dict) -> None:
+def refuse_other_weights(path: Path, saved: dict, ours: dict) -> None:
     """Refuse to continue from the checkpoint ``path`` when its weights (``saved``) are not
     this model's (``ours``): the model options differ from those it was trained with, and
     loading would fail with a list of every mismatched tensor."""
