@@ -45,6 +45,7 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data.io import atomic_path, file_in_the_way
+from gears_ddp.data.screen_report import listed
 from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_CHUNK_PAIRS
 from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, checked_draw_seed, sets_per_pass
 from gears_ddp.interactions.pair_tables import pair_table, score_gene_positions, with_training_columns
@@ -537,8 +538,7 @@ def _genes_difference(there: list[str], here: list[str]) -> str:
         ("here", [g for g in here if g not in there_set]),
     ):
         if genes:
-            more = f" and {len(genes) - NAMED_GENES} more" if len(genes) > NAMED_GENES else ""
-            parts.append(f"only {side}: {', '.join(genes[:NAMED_GENES])}{more}")
+            parts.append(f"only {side}: {listed(genes, NAMED_GENES)}")
     return "; ".join(parts)
 
 
