@@ -105,6 +105,8 @@ def test_a_runs_report_json_and_page_show_na_and_why(tmp_path):
     no_change = records[OPPOSITE]["baselines"]["no_change"]
     assert (no_change["value"], no_change["beats"], no_change["not_applicable"]) == (0.0, None, DIRECTION_REASON)
     assert no_change["verdict"] == NOT_APPLICABLE and no_change["low"] is None  # NaN written as null
+    correlation = records["pearson_delta"]["baselines"]["no_change"]  # GEARS above no change's 0 on 1 of 6
+    assert (correlation["won"], correlation["n"]) == (None, 6) and no_change["won"] is None  # no wins counted
     additive = records[OPPOSITE]["baselines"]["additive"]
     assert (additive["beats"], additive["verdict"], additive["won"], additive["n"]) == (True, BEATS, 6, 6)
     assert records[OPPOSITE]["beats_every_baseline"] and records["pearson_delta"]["beats_every_baseline"]
@@ -160,6 +162,8 @@ def test_replicates_keep_the_differences_but_give_no_verdict_against_no_change(t
     assert records[OPPOSITE]["differences"]["no_change"]["verdict"] == NOT_APPLICABLE
     assert records[OPPOSITE]["differences"]["no_change"]["reason"] == DIRECTION_REASON
     assert records[OPPOSITE]["differences"]["no_change"]["mean"] == pytest.approx(0.225)  # GEARS - baseline, as before
+    assert records["pearson_delta"]["differences"]["no_change"]["won"] is None  # no wins counted: no verdict
+    assert records["pearson_delta"]["differences"]["mean_effect"]["won"] == 6
     assert records["mse_de"]["differences"]["no_change"]["reason"] is None
 
     table = replicate_table(list(records.values()))

@@ -48,12 +48,15 @@ class PairedComparison:
     """Model against one baseline on one metric: the mean signed difference (+: the model is
     better), its interval, the perturbations the model won (a mean difference above 0), of
     ``n`` with both values, ``dropped`` with a missing one, over ``replicates``; the verdict
-    and, for n/a, the reason."""
+    and, for n/a, the reason. A comparison ruled out by its reason (a baseline whose value
+    is fixed by how it predicts) keeps its difference but counts no perturbations won
+    (None): GEARS's correlations above the no-change baseline's 0 counted as wins would be
+    the verdict that reason denies."""
 
     difference: float
     low: float
     high: float
-    won: int
+    won: int | None
     n: int
     dropped: int
     replicates: int
@@ -129,7 +132,7 @@ def compare_paired(
     for k in range(comparisons):
         n, dropped = int(tested[k].sum()), int(perturbations - tested[k].sum())
         mean = float(values[k].sum() / valid[k].sum()) if n else math.nan
-        won = int(np.sum(_column_means(values[k], valid[k])[tested[k]] > 0))
+        won = None if reasons[k] else int(np.sum(_column_means(values[k], valid[k])[tested[k]] > 0))
         if k not in wanted or ends is None:  # ends are made whenever some k is wanted
             reason = reasons[k] or (
                 f"{n} test perturbation{'s' if n != 1 else ''} with both values: an interval "
