@@ -45,6 +45,9 @@ def test_a_nan_loss_at_a_step_stops_there_and_keeps_the_checkpoints_before_it(to
     assert [int(path.stem.split("-")[1]) for path in checkpoint_files(tmp_path)] == [1, 2]
     assert not (tmp_path / "model.pt").exists() and not (tmp_path / "report.json").exists()
     assert gears.weights_from is None  # the object holds no trained model either
+    log = (tmp_path / "train.log").read_text()  # ends with the error and its traceback
+    assert " ERROR " in log and "the run ended with NonFiniteLoss: the training loss is not finite" in log
+    assert log.strip().splitlines()[-1].startswith("gears_ddp.training.finite_loss.NonFiniteLoss: ")
 
 
 def test_a_learning_rate_that_diverges_stops_in_the_first_epoch(toy, tmp_path):

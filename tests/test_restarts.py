@@ -150,6 +150,9 @@ def test_a_stop_signal_in_one_process_stops_with_a_checkpoint_and_the_run_resume
         _single(data_folder, save_path=str(save_path), **options)
     assert stop.value.signal_name == "SIGTERM" and Path(stop.value.checkpoint).is_file()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler was removed
+    last = (save_path / "train.log").read_text().strip().splitlines()[-1]  # the log says how the run ended
+    assert " WARNING " in last and "training stopped on SIGTERM in epoch 1, after optimiser step 6" in last
+    assert stop.value.checkpoint in last
     monkeypatch.setattr(recipe, "optimizer_steps", steps)
     resumed = _single(data_folder, save_path=str(save_path), resume_from="auto", **options)
     _assert_same_run(resumed, whole)

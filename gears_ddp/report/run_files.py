@@ -4,7 +4,8 @@
   ``gears-ddp train --config`` reads back;
 - ``metrics.csv``: one row per epoch (training loss, train and val metrics, seconds),
   rewritten after every epoch, so it is complete after a resume too;
-- ``train.log``: the library's log records of the main rank (appended across resumes);
+- ``train.log``: the library's log records of the main rank (appended across resumes), and
+  how a stopped or failed run ended;
 - ``report.json``: the final report (NaN written as null), with ``timing``, the wall
   seconds of the run's phases (``runtime.phase_clock``), and, with a test set, the
   per-perturbation values, the spread of each method's predictions and the verdicts against
@@ -27,6 +28,7 @@ import yaml
 
 from gears_ddp._logging import LIBRARY_LOGGER_NAME
 from gears_ddp.data.io import atomic_path
+from gears_ddp.data.stop_signals import Stopped
 from gears_ddp.evaluation.paired_bootstrap import NOT_APPLICABLE
 from gears_ddp.report.equal_baselines import equal_baseline_groups, group_heading
 from gears_ddp.report.page import write_report_page
@@ -38,6 +40,7 @@ from gears_ddp.report.verdicts import (
     whole_test_set_name,
 )
 from gears_ddp.runtime.phase_clock import PhaseClock
+from gears_ddp.runtime.stopping import TrainingInterrupted
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.csv"
@@ -66,7 +69,10 @@ def write_history(folder, history: list[dict]) -> Path:
 
 @contextlib.contextmanager
 def log_file(folder):
-    """While active, the library's log records also go to ``folder/train.log``."""
+    """While active, the library's log records also go to ``folder/train.log``. A block
+    ended by an exception writes how it ended as the file's last record (``ending_record``),
+    there only: the console already says it, and without it a stopped or failed run's log
+    would end mid-epoch with no word of why."""
     handler = logging.FileHandler(Path(folder) / LOG_FILE, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
@@ -77,10 +83,26 @@ def log_file(folder):
     logger.addHandler(handler)
     try:
         yield handler
+    except BaseException as ended:
+        handler.handle(ending_record(logger, ended))
+        raise
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
         handler.close()
+
+
+def ending_record(logger: logging.Logger, ended: BaseException) -> logging.LogRecord:
+    """The log record of a run ended by ``ended``: a stop (a signal at a step boundary, with
+    the checkpoint to continue from; a signal outside the steps; Ctrl-C) a warning with its
+    message; anything else an error with its traceback."""
+    if isinstance(ended, (TrainingInterrupted, Stopped, KeyboardInterrupt)):
+        message = str(ended) or "stopped by Ctrl-C"
+        return logger.makeRecord(logger.name, logging.WARNING, __file__, 0, message, (), None)
+    message = f"the run ended with {type(ended).__name__}: {ended}"
+    return logger.makeRecord(
+        logger.name, logging.ERROR, __file__, 0, message, (), (type(ended), ended, ended.__traceback__)
+    )
 
 
 def read_settings(folder) -> dict:
