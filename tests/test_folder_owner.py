@@ -30,6 +30,7 @@ from gears_ddp.runtime import folder_lock
 from gears_ddp.runtime.folder_lock import RECORD_FILE, FolderInUse, FolderLock
 from gears_ddp.train_distributed import train_ddp_worker
 from gears_ddp.training.checkpoint import checkpoint_files, load_training_checkpoint
+from gears_ddp.training.save_folder import held_save_path
 
 SPLIT = {"split": "simulation", "seed": 1}
 HOLD = str(Path(__file__).parent / "scripts" / "hold_folder.py")
@@ -300,6 +301,23 @@ def test_a_holder_killed_with_sigkill_frees_the_folder_at_once_and_its_ranks_end
     assert resumed.returncode == 0, err[-3000:]
     assert "resuming from" in err and "in use" not in err
     assert len(json.loads(out.strip().splitlines()[-1])["history"]) == epochs
+
+
+def test_the_partly_written_files_of_a_run_killed_mid_write_are_removed_by_the_next_holder(tmp_path, caplog):
+    folder = tmp_path / "run"
+    killed = subprocess.Popen([sys.executable, HOLD, str(folder), "writing"], stdout=subprocess.PIPE, text=True)
+    assert killed.stdout.readline().strip() == "held"
+    killed.kill()  # SIGKILL: no finally runs
+    killed.wait()
+    left = list((folder / "checkpoints").glob(".checkpoint-1.pt.*.tmp"))
+    assert len(left) == 1 and left[0].read_bytes() == b"half a checkpoint"
+    kept = [folder / ".notes.tmp", folder / "mine" / f".{left[0].name[1:]}", folder / "checkpoint-1.pt"]
+    for path in kept:  # the user's files, and one in a folder the run does not write
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("mine")
+    with caplog.at_level("WARNING", logger="gears_ddp"), held_save_path(folder, "a test", resume_from="auto"):
+        assert not left[0].exists() and all(path.read_text() == "mine" for path in kept)
+    assert "removed 1 partly written file(s) (0.0 MiB) left by a run that was killed while writing" in caplog.text
 
 
 @pytest.mark.distributed

@@ -44,6 +44,9 @@ PROCESSED_FILE = "perturb_processed.h5ad"
 # float32): appended data in HDF5's default small chunks makes every later block read (and the
 # writing) hold metadata in proportion to the file
 CHUNK_VALUES = 2**18
+TEMPORARY_TOKEN_BYTES = 6
+# the name of a temporary file next to its destination: hidden, the destination's name, a random token
+TEMPORARY_NAME = re.compile(rf"\..+\.[0-9a-f]{{{2 * TEMPORARY_TOKEN_BYTES}}}\.tmp")
 
 
 @contextlib.contextmanager
@@ -113,9 +116,20 @@ def atomic_files(dests) -> Iterator[list[Path]]:
 
 def _new_temporary(dest: Path) -> Path:
     """A new empty file next to ``dest`` (hidden, with a random name) to write it in."""
-    tmp_path = dest.parent / f".{dest.name}.{secrets.token_hex(6)}.tmp"
+    tmp_path = dest.parent / f".{dest.name}.{secrets.token_hex(TEMPORARY_TOKEN_BYTES)}.tmp"
     os.close(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # mode as the umask allows
     return tmp_path
+
+
+def left_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """The temporary files of ``atomic_path`` and ``atomic_files`` in ``folder`` (not below
+    it). A process killed outright (SIGKILL, the out-of-memory killer, a power loss) runs no
+    ``finally`` and leaves them; one that holds the folder alone may remove them, as no
+    writer of them is alive."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(path for path in folder.iterdir() if TEMPORARY_NAME.fullmatch(path.name) and path.is_file())
 
 
 def file_in_the_way(folder: str | os.PathLike) -> Path | None:

@@ -20,7 +20,7 @@ from typing import Iterator
 import yaml
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.io import file_in_the_way
+from gears_ddp.data.io import file_in_the_way, left_temporaries
 from gears_ddp.model.model_folder import CONFIG_FILE as MODEL_CONFIG_FILE
 from gears_ddp.model.model_folder import VOCABULARY_FILE, WEIGHTS_FILE
 from gears_ddp.report.run_files import (
@@ -168,6 +168,27 @@ def refuse_or_clear_earlier_run(folder, resume_from, overwrite: bool) -> None:
     )
 
 
+def remove_left_temporaries(folder: Path) -> None:
+    """Remove the partly written files (``io.left_temporaries``) that a run killed outright
+    left in ``folder``, its checkpoints' folder and its pictures' folder, saying how many
+    and their size: a job killed at each checkpoint would otherwise keep a partial
+    checkpoint per kill. Only for a folder this process holds (``held_save_path``)."""
+    left = [path for place in ("", CHECKPOINT_FOLDER, PICTURES_FOLDER) for path in left_temporaries(folder / place)]
+    if not left:
+        return
+    size = 0
+    for path in left:
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove: left as it is
+            size += path.stat().st_size
+            path.unlink()
+    logger.warning(
+        "save_path %s: removed %d partly written file(s) (%.1f MiB) left by a run that was killed while writing",
+        folder,
+        len(left),
+        size / 2**20,
+    )
+
+
 @contextlib.contextmanager
 def held_save_path(
     save_path, what: str, resume_from=None, overwrite: bool = False, check: bool = True, of_runs: bool = False
@@ -176,12 +197,14 @@ def held_save_path(
     anything is written there, a folder of several runs is refused unless this is its own
     (``of_runs``: the replicates' top folder), an earlier run is refused or replaced
     (``refuse_or_clear_earlier_run``) and, with ``check``, the folder is checked for write
-    access and free space (``check_save_path``). ``what`` names the holder to a refused run."""
+    access and free space (``check_save_path``); the temporary files a killed run left
+    are removed (``remove_left_temporaries``). ``what`` names the holder to a refused run."""
     folder = make_save_folder(save_path)
     with FolderLock(folder, what, IN_USE_ADVICE):
         if not of_runs:
             refuse_a_folder_of_runs(folder)
         refuse_or_clear_earlier_run(folder, resume_from, overwrite)
+        remove_left_temporaries(folder)
         if check:
             check_save_path(folder)
         yield folder
