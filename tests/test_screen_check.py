@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import toy_data
 from test_bad_input import _refused_in_one_line, _refused_naming
 
-from gears_ddp import PertData
+from gears_ddp import GEARS, PertData
 from gears_ddp.cli import main
 from gears_ddp.data import io
 from gears_ddp.data.gene_sets import read_gene_sets
@@ -763,6 +763,22 @@ def test_a_dropped_condition_of_one_cell_gets_no_de_genes_and_the_others_theirs(
     assert "toy_NOGO2+ctrl_1+1" in ranked  # dropped, but of 12 cells: ranked, as before
     assert "toy_NOGO+ctrl_1+1" not in ranked and len(ranked) == len(toy_data.SINGLES) + len(toy_data.COMBOS)
     assert {"NOGO+ctrl", "NOGO2+ctrl"}.isdisjoint(pert_data.cells.conditions)
+
+
+def test_a_dropped_condition_of_one_cell_stays_out_when_a_covering_vocabulary_loads_it(data_root, caplog):
+    PertData(data_root).new_data_process("toy", _one_cell_without_go_terms(toy_data.make_raw()))
+    toy_data.write_go_files(data_root, genes=[*toy_data.GENES, "NOGO", "NOGO2"])  # GO terms for both genes now
+    pert_data = PertData(data_root)
+    with caplog.at_level("WARNING", logger="gears_ddp"):
+        pert_data.load(data_path=str(data_root / "toy"))
+    assert "NOGO2+ctrl" in pert_data.cells.conditions and "NOGO+ctrl" not in pert_data.cells.conditions
+    [warning] = [record.getMessage() for record in caplog.records if "without DE genes" in record.getMessage()]
+    assert "dropping 1 condition(s) without DE genes" in warning and ": NOGO+ctrl (1 cell);" in warning
+    pert_data.prepare_split("simulation", seed=1)
+    pert_data.get_dataloader(batch_size=8, test_batch_size=8)
+    gears = GEARS(pert_data, device="cpu")
+    gears.model_initialize(hidden_size=8)
+    assert np.isfinite(gears.train(epochs=1)["model"]["test_mse"])  # was a KeyError on NOGO+ctrl's DE genes
 
 
 def test_genes_whose_cells_are_dropped_are_not_counted_among_the_unmeasured(data_root):

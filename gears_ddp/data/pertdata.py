@@ -30,6 +30,7 @@ from gears_ddp.data import (
     graph_cache,
     io,
     processed_dataset,
+    processing,
     raw_screens,
     screen_check,
     split_cache,
@@ -138,7 +139,8 @@ class PertData:
         self.ensure_go_inputs(go_archive)
         folder = processed_dataset.dataset_folder(data_name, data_path, self.data_path, archive)
         with processed_dataset.opened_dataset(folder, check_values=self.expression_storage == "memory") as parts:
-            self._use_dataset(parts, folder, self._cells_in_vocabulary(parts, folder.name))
+            keep = processing.kept_with_de_genes(parts, folder.name, self._cells_in_vocabulary(parts, folder.name))
+            self._use_dataset(parts, folder, keep)
 
     def new_data_process(
         self,

@@ -249,6 +249,43 @@ def unranked_conditions(obs: pd.DataFrame, keep: np.ndarray) -> frozenset[str]:
     return frozenset(condition for condition, n, k in zip(conditions, cells, kept) if n < 2 and k == 0)
 
 
+def kept_with_de_genes(adata, name: str, keep: np.ndarray) -> np.ndarray:
+    """The cells ``keep`` of dataset ``name`` (a processed ``adata``, or its
+    ``io.H5adParts``) less those of conditions without DE genes: every condition but the
+    control needs its entries in ``uns[RANK_KEY]`` and ``uns['non_zeros_gene_idx']``, which
+    training's loss and the DE metrics read (a dataset without DE genes keeps every cell).
+    Processing ranks no condition of fewer than two cells, whose cells it drops; a
+    perturbation vocabulary that covers its genes would keep it, so it is dropped here, with
+    a warning naming it."""
+    rankings = [adata.uns[key] for key in (RANK_KEY, "non_zeros_gene_idx") if key in adata.uns]
+    if not rankings:
+        return keep
+    conditions, codes = coded_conditions(adata.obs["condition"])
+    first = np.unique(codes, return_index=True)[1]  # each condition's first cell (every condition has one)
+    names = adata.obs["condition_name"].iloc[first].astype(str).tolist()
+    ranked = np.array(
+        [
+            condition == CONTROL or all(names[code] in ranking for ranking in rankings)
+            for code, condition in enumerate(conditions)
+        ]
+    )
+    kept_cells = np.bincount(codes[keep], minlength=len(conditions))
+    dropped = [
+        f"{conditions[code]} ({kept_cells[code]} cell{'s' if kept_cells[code] != 1 else ''})"
+        for code in np.flatnonzero(~ranked & (kept_cells > 0))
+    ]
+    if dropped:
+        logger.warning(
+            "dataset %s: dropping %d condition(s) without DE genes (uns['%s']), which training's loss and the DE "
+            "metrics read: %s; a condition of fewer than two cells has none (its DE genes are undefined)",
+            name,
+            len(dropped),
+            RANK_KEY,
+            listed(dropped),
+        )
+    return keep & ranked[codes]
+
+
 def prepare_for_reading(adata, de: bool = True, unranked: frozenset[str] = frozenset()) -> None:
     """Add the processed condition columns to the validated ``adata`` and, with ``de``, refuse
     the conditions whose DE genes are undefined, but those ``unranked``: both before any
