@@ -83,11 +83,7 @@ def atomic_files(dests) -> Iterator[list[Path]]:
     but for the renames, which it cannot cut in two: one that comes while they run is raised
     once all are done."""
     dests = [Path(dest) for dest in dests]
-    made = sorted(
-        {folder for dest in dests for folder in (dest.parent, *dest.parent.parents) if not folder.exists()},
-        key=lambda folder: len(folder.parts),
-        reverse=True,
-    )  # the deepest first
+    made = missing_folders(dest.parent for dest in dests)
     tmp_paths: list[Path] = []
     renamed = False
     try:
@@ -109,9 +105,23 @@ def atomic_files(dests) -> Iterator[list[Path]]:
             for tmp_path in tmp_paths:
                 tmp_path.unlink(missing_ok=True)
             if not renamed:
-                for folder in made:
-                    with contextlib.suppress(OSError):  # another process may have written into it meanwhile
-                        folder.rmdir()
+                remove_empty_folders(made)
+
+
+def missing_folders(folders) -> list[Path]:
+    """The folders that do not exist yet among ``folders`` and those above them, the deepest
+    first: those that making ``folders`` makes, to be removed (``remove_empty_folders``) when
+    what was to go in them is refused or fails, leaving the disk as it was."""
+    missing = {folder for path in map(Path, folders) for folder in (path, *path.parents) if not folder.exists()}
+    return sorted(missing, key=lambda folder: len(folder.parts), reverse=True)
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (``missing_folders``: the deepest first) that is empty or
+    gone; one another process has written into meanwhile is kept."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _new_temporary(dest: Path) -> Path:

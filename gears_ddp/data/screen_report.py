@@ -109,10 +109,11 @@ class ScreenReport:
         return "\n".join(self.lines())
 
 
-def listed(names, limit: int = 10) -> str:
-    """Names for a one-line message: the first ``limit``, then how many more."""
+def listed(names, limit: int = 10, separator: str = ", ") -> str:
+    """Names for a one-line message: the first ``limit``, then how many more; ``separator``
+    between them (``'; '`` for items that hold commas themselves)."""
     names = [str(name) for name in names]
-    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return separator.join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def counted(n: int, noun: str) -> str:

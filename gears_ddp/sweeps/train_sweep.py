@@ -44,7 +44,7 @@ from gears_ddp.configuration.run_options import (
     checked_run_options,
     load_yaml,
 )
-from gears_ddp.data.io import write_yaml
+from gears_ddp.data.io import missing_folders, remove_empty_folders, write_yaml
 from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, RunningGroup, finished_report
 from gears_ddp.launching.main_guard import check_main_guard
 from gears_ddp.report.page_builder import flatten_settings
@@ -291,13 +291,11 @@ def refuse_a_run_folder(folder: Path) -> None:
 def _removed_if_refused(folder: Path) -> Iterator[None]:
     """While active, a ``SweepError`` removes the folders made for the sweep (``folder``
     and those above it that did not exist), left empty: a refused sweep leaves nothing."""
-    made = [path for path in (folder, *folder.parents) if not path.exists()]
+    made = missing_folders([folder])
     try:
         yield
     except SweepError:
-        for path in made:  # the deepest first
-            with contextlib.suppress(OSError):
-                path.rmdir()
+        remove_empty_folders(made)
         raise
 
 

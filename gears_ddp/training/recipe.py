@@ -35,6 +35,7 @@ from torch import nn
 from tqdm import tqdm
 
 from gears_ddp._logging import get_logger
+from gears_ddp.data.screen_report import listed
 from gears_ddp.evaluation.metrics import EvaluationAccumulator, EvaluationResult, compute_metrics
 from gears_ddp.model.losses import LossContext
 from gears_ddp.model.model_folder import parameter_digest
@@ -463,8 +464,7 @@ def refuse_other_weights(path: Path, saved: dict, ours: dict) -> None:
     ]
     names = sorted(set(saved) ^ set(ours))
     if shapes or names:
-        found = "; ".join(shapes[:3]) + (f" and {len(shapes) - 3} more" if len(shapes) > 3 else "")
-        found = found or f"weights {names[:3]} in one and not the other"
+        found = listed(shapes, 3, separator="; ") or f"weights {listed(names, 3)} in one and not the other"
         raise ValueError(
             f"resume_from: {path} holds the weights of another model ({found}): give the model the options it "
             "was trained with (model_initialize; args.model_config), or start afresh (overwrite_save_path=True)"
