@@ -448,6 +448,35 @@ def test_an_interrupted_last_trial_is_retried_when_the_sweep_runs_again(data_fol
     assert trials.next_run() is None  # the retry counts as the sweep's one trial
 
 
+def test_processes_that_draw_the_last_trial_at_once_draw_it_once(data_folder, tmp_path, monkeypatch):
+    """Two processes of one sweep (--join) that count its trials at the same moment: one
+    draws the last trial, the other finds the sweep full, however slow a draw is."""
+    import threading
+    import time
+
+    import optuna
+
+    plan = sweep_module.plan_sweep(_config(data_folder, tmp_path / "sweep"), SPACE, 1)
+    studies = [_journal_study(plan), _journal_study(plan)]  # each process opens the study itself
+    ask = optuna.Study.ask
+
+    def slow_ask(study, *args, **kwargs):
+        time.sleep(0.5)  # counted, not yet drawn: where the other process counts too
+        return ask(study, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.Study, "ask", slow_ask)
+    drawn = []
+    processes = [
+        threading.Thread(target=lambda s=s: drawn.append(sweep_module._Trials(plan, s).next_run())) for s in studies
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=30)
+    assert sorted(run is None for run in drawn) == [False, True]
+    assert len(studies[0].trials) == 1
+
+
 def test_a_trial_whose_report_is_complete_when_its_workers_end_is_complete(data_folder, tmp_path):
     """A stop signal that reaches a trial after it wrote its report ends its workers as they
     exit (a rank killed by SIGTERM): the trial is complete, with its best epoch's value, not

@@ -44,7 +44,7 @@ from gears_ddp.configuration.run_options import (
     checked_run_options,
     load_yaml,
 )
-from gears_ddp.data.io import missing_folders, remove_empty_folders, write_yaml
+from gears_ddp.data.io import file_lock, missing_folders, remove_empty_folders, write_yaml
 from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, RunningGroup, finished_report
 from gears_ddp.launching.main_guard import check_main_guard
 from gears_ddp.report.page_builder import flatten_settings
@@ -59,6 +59,7 @@ from gears_ddp.training.save_folder import earlier_run, folder_of_runs, make_sav
 logger = get_logger(__name__)
 
 TRIAL_FILE = "trial.json"  # in each trial's folder: its number, settings, state and value
+DRAW_LOCK_FILE = ".gears_ddp_draw.lock"  # in the sweep folder: held while a process counts the trials and draws one
 METRIC = "val_mse_de"  # the validation metric that picks a run's best epoch: lower is better
 # Optuna's median pruner: no trial is pruned before 5 have finished, nor in its first epoch
 PRUNER = {"name": "median", "startup_trials": 5, "warmup_epochs": 1}
@@ -379,11 +380,16 @@ class _Trials:
         so it is drawn even when the sweep holds its trials already: the interrupted trials
         were its last), else a new draw; None when the study holds the sweep's trials and
         no retry waits. A trial whose options the run's checks refuse fails at once, and the
-        next is drawn."""
+        next is drawn. The processes of a sweep (``--join``) count and draw under one lock in
+        its folder (``DRAW_LOCK_FILE``): two that counted at once would both draw the last
+        trial, one too many."""
         from optuna.trial import TrialState
 
-        while counted(self.study) < self.plan.trials or _queued(self.study):
-            trial = self.study.ask(self.plan.space.distributions())  # a queued retry first
+        while True:
+            with file_lock(self.plan.folder / DRAW_LOCK_FILE):  # the sweep's processes draw one at a time
+                if counted(self.study) >= self.plan.trials and not _queued(self.study):
+                    return None
+                trial = self.study.ask(self.plan.space.distributions())  # a queued retry first
             folder = Path(trial.user_attrs.get("folder") or self.plan.folder / f"trial-{trial.number:04d}")
             trial.set_user_attr("folder", str(folder))
             config = with_values(self.plan.config, trial.params)
@@ -397,7 +403,6 @@ class _Trials:
                 logger.error("trial-%04d: failed before it started: %s", trial.number, err)
                 continue
             return self._group_run(trial, options)
-        return None
 
     def _group_run(self, trial, options: RunOptions) -> GroupRun:
         name = f"trial-{trial.number:04d}"
