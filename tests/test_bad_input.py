@@ -166,6 +166,23 @@ def test_custom_split_unknown_conditions_and_overlap(toy, tmp_path):
         toy.prepare_split("custom", split_dict_path=_write_split(tmp_path / "empty.pkl", empty))
 
 
+def test_custom_split_without_control_in_train_or_with_a_misnamed_set_is_refused_before_training(toy, tmp_path, caplog):
+    good = {"train": ["ctrl", "G0+ctrl", "G1+ctrl"], "val": ["G2+ctrl"], "test": ["G3+ctrl", "G0+G1"]}
+    no_control = _write_split(tmp_path / "no_control.pkl", dict(good, train=["G0+ctrl", "G1+ctrl"]))
+    with pytest.raises(ValueError, match=r"no_control.pkl leaves the control cells \('ctrl'\) out of the train set"):
+        toy.prepare_split("custom", split_dict_path=no_control)  # was refused by the baselines, after training
+    misnamed = {"train": good["train"], "validation": good["val"], "test": good["test"]}
+    with pytest.raises(ValueError) as refused:
+        toy.prepare_split("custom", split_dict_path=_write_split(tmp_path / "misnamed.pkl", misnamed))
+    assert "has set(s) 'validation', which are none of 'train', 'val' and 'test'" in str(refused.value)
+    assert "leaves the val set(s) without perturbations" in str(refused.value)
+    assert "too few perturbations" not in str(refused.value)  # a custom split's sets are the file's
+    with caplog.at_level("WARNING", logger="gears_ddp"):
+        toy.prepare_split("custom", split_dict_path=_write_split(tmp_path / "good.pkl", good))
+    [unused] = [record.getMessage() for record in caplog.records if "in no set" in record.getMessage()]
+    assert re.search(r"puts \d+ of the data's conditions in no set: they are neither trained nor scored: G", unused)
+
+
 def test_custom_split_file_not_a_dict(toy, tmp_path):
     with pytest.raises(ValueError, match="holds a list"):
         toy.prepare_split("custom", split_dict_path=_write_split(tmp_path / "list.pkl", ["ctrl"]))

@@ -29,6 +29,7 @@ from gears_ddp.data.grouped import row_blocks
 from gears_ddp.data.screen_report import Problem, ScreenReport, listed
 from gears_ddp.data.splits import (
     ALL_SETS,
+    CUSTOM_SPLIT_ADVICE,
     SPLIT_FRACTIONS,
     SUBGROUP_NAMES,
     TOO_FEW_PERTURBATIONS,
@@ -382,7 +383,7 @@ def _advice(conditions: list[str], options: dict) -> str:
             "use split 'simulation' or 'single'"
         )
     if split == "custom":
-        return "give each set of the split file some of the screen's perturbations"
+        return CUSTOM_SPLIT_ADVICE
     working = []
     for seed in range(SEEDS_TRIED):
         try:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data import cache_settings, io
-from gears_ddp.data.screen_report import refuse
+from gears_ddp.data.screen_report import listed, refuse
 from gears_ddp.data.splits import (
+    CUSTOM_SPLIT_ADVICE,
     SplitResult,
     check_split_sets,
     read_custom_split,
@@ -64,7 +65,17 @@ def prepared_split(
     required = sets_of_split(split)
     if split == "custom":
         sets = read_custom_split(split_dict_path)
-        check_split_sets(sets, conditions, required, f"custom split file {split_dict_path}")
+        source = f"custom split file {split_dict_path}"
+        check_split_sets(sets, conditions, required, source, CUSTOM_SPLIT_ADVICE)
+        placed = {condition for members in sets.values() for condition in members}
+        unused = [condition for condition in conditions if condition not in placed]
+        if unused:
+            logger.warning(
+                "%s puts %d of the data's conditions in no set: they are neither trained nor scored: %s",
+                source,
+                len(unused),
+                listed(unused),
+            )
         return SplitResult(sets)
     test_perts, test_pert_genes = names_given(test_perts), names_given(test_pert_genes)
     split_path = (

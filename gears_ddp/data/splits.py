@@ -29,7 +29,7 @@ import numpy as np
 from gears_ddp._options import Options, option
 from gears_ddp.data import io
 from gears_ddp.data.conditions import CONTROL, condition_genes, genes_of_conditions, is_combo, is_single
-from gears_ddp.data.screen_report import Problem, refuse
+from gears_ddp.data.screen_report import Problem, listed, refuse
 
 SPLIT_TYPES = (
     "simulation",
@@ -255,6 +255,7 @@ TOO_FEW_PERTURBATIONS = (
     "the dataset has too few perturbations for this split: use more perturbations, another "
     "split type or seed, or a custom split"
 )
+CUSTOM_SPLIT_ADVICE = "give each set of the split file some of the screen's perturbations"
 
 
 def read_custom_split(split_dict_path) -> dict[str, list[str]]:
@@ -323,11 +324,22 @@ def split_set_problems(
     source: str,
     advice: str = TOO_FEW_PERTURBATIONS,
 ) -> list[Problem]:
-    """The problems of a split: required sets without perturbations (then ``advice``),
-    conditions absent from the data, conditions in two sets. ``source`` names where the
-    split came from (a file, or the split type and seed), so the text tells the user what
-    to change."""
+    """The problems of a split: sets other than train, val and test (a misspelt name
+    leaves its set empty), required sets without perturbations (then ``advice``), a train
+    set without the control cells the data has (the baselines are fitted on them, after
+    the whole training), conditions absent from the data, conditions in two sets.
+    ``source`` names where the split came from (a file, or the split type and seed), so the
+    text tells the user what to change."""
     problems = []
+    other_sets = [name for name in set2conditions if name not in ALL_SETS]
+    if other_sets:
+        problems.append(
+            Problem(
+                "split",
+                f"{source} has set(s) {listed(map(repr, other_sets))}, which are none of 'train', 'val' and "
+                "'test': name the sets 'train', 'val' and 'test'",
+            )
+        )
     missing_sets = sets_without_perturbations(set2conditions, required_sets)
     if missing_sets:
         sizes = {name: len(conds) for name, conds in set2conditions.items()}
@@ -339,6 +351,14 @@ def split_set_problems(
             )
         )
     known = set(known_conditions)
+    if "train" in required_sets and CONTROL in known and CONTROL not in set2conditions.get("train", []):
+        problems.append(
+            Problem(
+                "split",
+                f"{source} leaves the control cells ('{CONTROL}') out of the train set, whose control cells "
+                f"the baselines are fitted on once training ends: add '{CONTROL}' to the train set",
+            )
+        )
     unknown = sorted({c for conds in set2conditions.values() for c in conds} - known)
     if unknown:
         problems.append(
@@ -346,7 +366,8 @@ def split_set_problems(
                 "split",
                 f"{source} names conditions absent from the data: {unknown[:20]}"
                 + (f" and {len(unknown) - 20} more" if len(unknown) > 20 else "")
-                + "; split the conditions the data has",
+                + " (a condition whose genes have no GO terms is dropped when the data is loaded); split the "
+                "conditions the data has",
             )
         )
     names = list(set2conditions)
@@ -364,6 +385,12 @@ def split_set_problems(
     return problems
 
 
-def check_split_sets(set2conditions: dict, known_conditions, required_sets: Sequence[str], source: str) -> None:
+def check_split_sets(
+    set2conditions: dict,
+    known_conditions,
+    required_sets: Sequence[str],
+    source: str,
+    advice: str = TOO_FEW_PERTURBATIONS,
+) -> None:
     """Refuse a split with ``split_set_problems``, naming them all."""
-    refuse(split_set_problems(set2conditions, known_conditions, required_sets, source), source)
+    refuse(split_set_problems(set2conditions, known_conditions, required_sets, source, advice), source)
