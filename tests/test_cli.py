@@ -74,11 +74,25 @@ def test_a_bad_override_is_named(assignment, message):
         apply_override({"args": {"epochs": 3}}, assignment)
 
 
+def test_overwrite_on_the_command_line_sets_aside_the_run_files_resume(tmp_path, data_folder, monkeypatch, capsys):
+    import gears_ddp.cli.train as train_command
+
+    started = []
+    monkeypatch.setattr(train_command, "run_training", lambda run: started.append(run) or 0)
+    config = _write_config(tmp_path, data_folder, tmp_path / "run", resume_from="auto")  # as a run's config.yaml
+    assert main(["train", "--config", str(config), "--overwrite"]) == 0
+    assert started[0].args.resume_from is None and started[0].args.overwrite_save_path is True
+    both = ["train", "--config", str(config), "--overwrite", "--set", "args.resume_from=auto"]
+    assert main(both) == 2  # both asked for on the command line: refused, naming both
+    assert "give one of them" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
         ("pert_data_path: d\ndataset_name: toy\nargs: {epoch: 3}\n", r"run.yaml: unknown args key\(s\) \['epoch'\]"),
         ("pert_data_path: d\ndataset_name: toy\nargs: {epochs: x}\n", r"run.yaml: args\['epochs'\] must be a positive"),
+        ("pert_data_path: d\ndataset_name: toy\nargs: {amp: off}\n", r"got False \(YAML reads an unquoted off"),
         ("pert_data_path: d\ndataset_name: toy\nsplit: simulation\n", r"run.yaml: unknown key\(s\) \['split'\]"),
         (
             "pert_data_path: d\ndataset_name: toy\nsplit_config: {splitt: simulation}\n",

@@ -52,7 +52,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--overwrite",
         action="store_true",
         help="train into a save_path that holds an earlier run, replacing it "
-        "(args.overwrite_save_path); without it such a folder is refused",
+        "(args.overwrite_save_path); without it such a folder is refused. It sets aside the run "
+        "file's args.resume_from (a run file that continues its run, as config.yaml of a run "
+        "started with resume_from=auto does, can replace it)",
     )
     add_set(parser)
     return parser
@@ -67,6 +69,8 @@ def run(options) -> int:
             overrides.append(f"replicates.{key}={seeds}")
     if options.overwrite:
         overrides.append("args.overwrite_save_path=true")
+        if not any(override.startswith("args.resume_from=") for override in options.overrides):
+            overrides.append("args.resume_from=null")  # the command line's choice wins over the file's
     run_options = (
         read_run_options(options.config, overrides)
         if options.config

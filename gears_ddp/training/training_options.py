@@ -177,8 +177,10 @@ class TrainingOptions(Options):
             if value is not None and not (is_int(value) and value >= 0):
                 raise ValueError(f"{name(key)} must be a non-negative integer, got {value!r}")
         for key, allowed in (("amp", AMP_MODES), ("lr_scaling", LR_SCALINGS)):
-            if getattr(self, key) not in allowed:
-                raise ValueError(f"{name(key)} must be one of {allowed}, got {getattr(self, key)!r}")
+            value = getattr(self, key)
+            if value not in allowed:
+                unquoted = " (YAML reads an unquoted off as false: write 'off' in quotes)" if value is False else ""
+                raise ValueError(f"{name(key)} must be one of {allowed}, got {value!r}{unquoted}")
         for key in ("lr", "weight_decay"):
             value = getattr(self, key)
             if not is_number(value) or value < 0 or (key == "lr" and value == 0):
