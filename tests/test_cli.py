@@ -4,6 +4,7 @@ import csv
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -368,16 +369,17 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     queries = anndata.read_h5ad(tmp_path / "queries.h5ad")
     assert list(queries.obs_names) == ["G0+G1", "G3+ctrl"] and queries.uns["gears_ddp"]["weights_from"] == str(save)
     assert (
-        main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out", str(tmp_path / "queries.csv")])
-        == 0
-    )  # the format follows the file's name
-    table = pd.read_csv(tmp_path / "queries.csv", index_col=0)
+        main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out", str(tmp_path / "t/q.csv")]) == 0
+    )  # the format follows the file's name; the folder is made
+    table = pd.read_csv(tmp_path / "t" / "q.csv", index_col=0)
     assert list(table.index) == ["G0+G1", "G3+ctrl"]
     np.testing.assert_allclose(table.to_numpy(), np.asarray(queries.X), rtol=1e-6)
-    predicted = tmp_path / "test.h5ad"
+    predicted = tmp_path / "predictions" / "test.h5ad"  # a folder to be made
     assert (
         main(["predict", "--run", str(save), "--split", "test", "--format", "cell-eval", "--out", str(predicted)]) == 0
     )
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert re.fullmatch(r"predictions for the \d+ cells of the test set and the dataset's \d+ control cells .+", said)
     # the linear baseline's cells in the same layout, beside the same truth
     baseline = tmp_path / "test.linear.h5ad"
     assert (
@@ -404,7 +406,7 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     # the real cell-eval reads the predictions (CI installs it and sets GEARS_DDP_REQUIRE_REFERENCE=1)
     if importlib.util.find_spec("cell_eval") is None and os.environ.get("GEARS_DDP_REQUIRE_REFERENCE") != "1":
         pytest.skip("cell-eval is not installed: everything but its reading of the predictions was checked")
-    truth = tmp_path / "test.truth.h5ad"
+    truth = tmp_path / "predictions" / "test.truth.h5ad"
     outdir = tmp_path / "cell-eval"
     cell_eval = [
         sys.executable,

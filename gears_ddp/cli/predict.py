@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gears_ddp.cli.shared_options import add_run
+from gears_ddp.data.io import atomic_path, file_in_the_way, write_h5ad
 from gears_ddp.evaluation.baselines import BASELINES, PRETRAINED
 from gears_ddp.inference.prediction import checked_cell_count
 
@@ -59,6 +60,7 @@ def run(options) -> int:
     if options.baseline is not None and options.split is None:
         raise ValueError("--baseline writes a baseline's cells of a split: give --split too")
     options.format = output_format(options.format, Path(options.out))
+    out_folder(Path(options.out))  # before the run is loaded and the predictions made
     saved = open_run(options.run, options.overrides)
     gears = saved.gears
     if options.split is not None:
@@ -67,11 +69,23 @@ def run(options) -> int:
     queries = [[gene for gene in query.split("+") if gene != "ctrl"] for query in options.perturbations]
     drawn = {} if options.cells_per_perturbation is None else {"cells_per_perturbation": options.cells_per_perturbation}
     if options.format == "csv":
-        gears.predict(queries, return_type="anndata", **drawn).to_df().to_csv(out)
+        table = gears.predict(queries, return_type="anndata", **drawn).to_df()
+        with atomic_path(out) as tmp:
+            table.to_csv(tmp)
     else:
-        gears.predict(queries, return_type=options.format, **drawn).write_h5ad(out)
+        write_h5ad(gears.predict(queries, return_type=options.format, **drawn), out)
     print(f"predictions for {len(queries)} perturbation(s) written to {out}")
     return 0
+
+
+def out_folder(out: Path) -> Path:
+    """The folder of ``--out``, made if need be; a file standing where it would go is
+    refused, naming it, before any work."""
+    blocker = file_in_the_way(out.parent)
+    if blocker is not None:
+        raise FileExistsError(f"--out {out}: {blocker} is a file, not a folder to write in; give another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out.parent
 
 
 def output_format(given: str | None, out: Path) -> str:
@@ -106,14 +120,18 @@ def _predict_split(options, gears, linear_baseline_screen: str | None) -> int:
     )
     out = Path(options.out)
     truth = out.with_name(out.name.replace(".h5ad", "") + ".truth.h5ad")
-    predicted.write_h5ad(out)
-    real.write_h5ad(truth)
+    write_h5ad(predicted, out)
+    write_h5ad(real, truth)
     n_cells = options.cells_per_perturbation
     controls = int((predicted.obs["condition"] == "ctrl").sum())
+    perturbations = predicted.obs["condition"].nunique() - 1
     what = (
-        f"{predicted.n_obs - controls} cells and the {controls} control cells"
+        f"{predicted.n_obs - controls} cells of the {options.split} set"
         if n_cells is None
-        else f"{predicted.obs['condition'].nunique() - 1} perturbations ({n_cells} cells each) and the control cells"
+        else f"{perturbations} perturbations of the {options.split} set ({n_cells} cells each)"
     )
-    print(f"predictions for the {what} of the {options.split} set written to {out}, their true expression to {truth}")
+    print(
+        f"predictions for the {what} and the dataset's {controls} control cells written to {out}, their true "
+        f"expression to {truth}"
+    )
     return 0
