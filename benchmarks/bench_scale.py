@@ -114,6 +114,7 @@ def train(data_path: Path, name: str, launcher: str, ranks: int, steps: int, sto
         "test_batch_size": 1024,
         "model_config": {"hidden_size": HIDDEN_SIZE},
         "save_path": str(run),
+        "overwrite_save_path": True,  # the run of an earlier benchmark in the kept data folder
         "expression_storage": storage,
     }
     if launcher == "spawn":

@@ -4,7 +4,7 @@ one process per device, and check that the saved model works in the single-proce
     python examples/train_ddp_example.py [--data-path ./data/demo-synthetic] [--epochs 10] [--batch-size 32]
                                          [--gpus N | --cpu-processes 2] [--amp off|fp16|bf16]
                                          [--grad-accum-steps 1] [--lr-scaling none|linear|sqrt]
-                                         [--save-path ./runs/gears_ddp_synthetic]
+                                         [--save-path ./runs/gears_ddp_synthetic] [--overwrite]
 
 On a machine with GPUs it trains on all of them (or the first ``--gpus N``), one process
 each with NCCL; without GPUs it runs ``--cpu-processes`` processes (default 2) with gloo,
@@ -40,6 +40,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
     parser.add_argument("--save-path", default="./runs/gears_ddp_synthetic")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --save-path")
     parser.add_argument("--gpus", type=int, default=None, help="number of GPUs (default: all visible)")
     parser.add_argument("--cpu-processes", type=int, default=2, help="gloo processes when no GPU is visible")
     parser.add_argument("--amp", choices=["off", "fp16", "bf16"], default="off")
@@ -54,6 +55,7 @@ def main():
         "epochs": args.epochs,
         "batch_size": args.batch_size,
         "save_path": args.save_path,
+        "overwrite_save_path": args.overwrite,
         "amp": args.amp,
         "grad_accum_steps": args.grad_accum_steps,
         "lr_scaling": args.lr_scaling,

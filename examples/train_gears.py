@@ -1,9 +1,11 @@
 """Train GEARS in one process on the built-in synthetic dataset (no download) and compare it
 with the baselines.
 
-    python examples/train_gears.py [--data-path DIR] [--epochs 10] [--save-path DIR]
+    python examples/train_gears.py [--data-path DIR] [--epochs 10] [--batch-size 32] [--save-path DIR]
+                                   [--overwrite] [--device cpu]
 
-(``--data-path`` defaults to ./data/demo-synthetic, ``--save-path`` to ./runs/gears_synthetic.)
+(``--data-path`` defaults to ./data/demo-synthetic, ``--save-path`` to ./runs/gears_synthetic;
+a save path that holds an earlier run is refused unless ``--overwrite`` replaces it.)
 
 Writes the demo's synthetic dataset (the preset calibrated to the Norman screen), splits it (simulation split),
 trains with the published
@@ -32,6 +34,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--save-path", default="./runs/gears_synthetic")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --save-path")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     enable_console_logging()
@@ -46,7 +49,7 @@ def main():
     gears = GEARS(pert_data, device=args.device)
     gears.model_initialize(hidden_size=64)
     start = time.perf_counter()
-    report = gears.train(epochs=args.epochs, seed=0, save_path=args.save_path)
+    report = gears.train(epochs=args.epochs, seed=0, save_path=args.save_path, overwrite_save_path=args.overwrite)
     seconds = time.perf_counter() - start
 
     truth = read_true_means(folder)

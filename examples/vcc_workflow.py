@@ -18,7 +18,8 @@ types (docs/vcc.md):
 
 Without --adata it first writes the synthetic screen of preset "vcc" (300 genes, 20
 perturbations, 2,500 cells, with its GO files); the whole run takes about a minute on 2 CPU
-cores. Each step prints the command it runs, then runs it.
+cores. Each step prints the command it runs, then runs it. Run again, it replaces what it
+wrote in --work before (the processed data and the run).
 """
 
 from __future__ import annotations
@@ -195,6 +196,7 @@ def train(args, data: Path, run: Path, split_options: list[str]) -> None:
         f"args.model_config.hidden_size={args.hidden_size}",
         "--set",
         f"args.save_path={run}",
+        "--overwrite",  # WORK is the example's: a run of it before is replaced, as processing replaces its data
     ]
     if processes:
         argv += ["--set", f"args.cpu_processes={processes}"]

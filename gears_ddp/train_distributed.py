@@ -38,7 +38,8 @@ def train_multi_gpu(
     visible GPU; ``args['cpu_processes'] = N`` runs N CPU processes with gloo instead.
 
     The parent checks every option, the devices and the save folder, loads the data once,
-    prepares the split and the graphs, moves the expression to shared memory and starts the
+    prepares the split and the graphs, shares them with the workers (tensors in shared
+    memory; the expression, when mapped from its file, by the file's pages) and starts the
     workers; it does not train. A worker that fails stops the others, and the parent raises
     ``DistributedTrainingError`` with that rank's traceback. On one device (one GPU, or
     ``cpu_processes=1``) no worker is started: this process trains the one rank, without a
