@@ -10,7 +10,8 @@
 # GPUS_PER_NODE defaults to the GPUs torch sees (1 process on a machine without GPUs, which
 # then trains on CPU with gloo). Environment overrides: DATA_PATH (./data), DATASET (norman,
 # or a folder under DATA_PATH such as the synthetic one), SAVE_PATH, ARGS (the training
-# options, docs/options.md, as a YAML mapping). DATA_PATH must hold the same dataset files on
+# options, docs/options.md, as a YAML mapping; SAVE_PATH and the checkpoints a restart
+# continues from are set after it, unless ARGS gives them). DATA_PATH must hold the same dataset files on
 # both machines: a shared filesystem, or a copy on each (file times may differ: the ranks
 # compare the data by content, and name the ranks whose data differ). Both machines need the
 # same gears_ddp version, and node 1 must reach MASTER_ADDR:29500. Rank 0 (node 0) writes the
@@ -45,7 +46,7 @@ fi
 DATA_PATH=${DATA_PATH:-./data}
 DATASET=${DATASET:-norman}
 SAVE_PATH=${SAVE_PATH:-./runs/${DATASET}_torchrun}
-ARGS=${ARGS:-"{epochs: 20, batch_size: 32, lr_scaling: sqrt, checkpoint_every: 1, checkpoint_every_steps: 200, save_path: $SAVE_PATH}"}
+ARGS=${ARGS:-"{epochs: 20, batch_size: 32, lr_scaling: sqrt}"}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # CPU ranks: OpenMP threads sleep while they wait
 
 # The run's configuration, written on each node, which gears-ddp train --config reads.
@@ -62,6 +63,12 @@ EOF
 # rendezvous address, which gears-ddp train reads (one GPU per local rank). If a worker
 # fails, torchrun restarts all of them (up to 3 times); the restarted workers continue from
 # the newest checkpoint in SAVE_PATH (TORCHELASTIC_RESTART_COUNT > 0 means resume_from "auto").
+# The save path and the checkpoints are added to ARGS where it lacks them (a restart without
+# checkpoints would start over).
+SETTINGS=()
+for default in "save_path=$SAVE_PATH" checkpoint_every=1 checkpoint_every_steps=200; do
+    [[ $ARGS == *"${default%%=*}:"* ]] || SETTINGS+=(--set "args.$default")
+done
 torchrun --nnodes=2 --node_rank="$NODE_RANK" --nproc_per_node="$GPUS" --max-restarts=3 \
     --master_addr="$MASTER_ADDR" --master_port=29500 \
-    -m gears_ddp train --config "$CONFIG"
+    -m gears_ddp train --config "$CONFIG" ${SETTINGS[@]+"${SETTINGS[@]}"}
