@@ -252,3 +252,17 @@ def test_train_of_no_epoch_scores_the_model_as_it_is(toy, tmp_path):
         gears.predict([["G0"]])
     with pytest.raises(ValueError, match=r"train\(epochs=...\) must be a non-negative integer"):
         gears.train(epochs=-1)
+
+
+def test_a_loader_option_given_to_one_train_call_is_that_calls_alone(toy):
+    """train(batch_size=8) trains on loaders of batch 8, built for that call: the next call,
+    and another GEARS on the same data, train on the loaders get_dataloader built."""
+    built = toy.get_dataloader(16, test_batch_size=64)
+    gears = GEARS(toy)
+    gears.model_initialize(hidden_size=8)
+    gears.train(epochs=1, batch_size=8)
+    assert gears.dataloader is not built and toy.dataloader is built and toy.loader_options["batch_size"] == 16
+    first_steps = len(gears.dataloader["train_loader"])
+    gears.train(epochs=1)
+    assert gears.dataloader is built and len(built["train_loader"]) < first_steps  # batches of 16 again
+    assert GEARS(toy).dataloader is built

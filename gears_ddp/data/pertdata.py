@@ -462,12 +462,40 @@ class PertData:
         resample_controls: bool = False,
     ) -> dict:
         """``get_dataloader_distributed`` of options checked where they came in (a training
-        run's: ``TrainingOptions``), so not again."""
+        run's: ``TrainingOptions``), so not again: ``new_loaders``, kept as ``self.dataloader``
+        and their options as ``self.loader_options``."""
+        options: dict[str, Any] = {
+            "batch_size": batch_size,
+            "test_batch_size": test_batch_size,
+            "world_size": world_size,
+            "rank": rank,
+            "num_workers": num_workers,
+            "pin_memory": pin_memory,
+            "seed": seed,
+            "resample_controls": resample_controls,
+        }
+        self.dataloader = self.new_loaders(**options)
+        self.loader_options = options
+        return self.dataloader
+
+    def new_loaders(
+        self,
+        batch_size: int,
+        test_batch_size: int | None,
+        world_size: int,
+        rank: int,
+        num_workers: int,
+        pin_memory: bool,
+        seed: int,
+        resample_controls: bool,
+    ) -> dict:
+        """Loaders of the split with these (checked) options, this ``PertData``'s own left as
+        they are: what one ``GEARS.train`` call with other loader options trains on."""
         if self.set2conditions is None:
             raise RuntimeError("call prepare_split before asking for loaders or graphs")
         cells = self.require_data()
         set2cells = cells_of_sets(cells, self.set2conditions, self.split)
-        self.dataloader = build_loaders(
+        return build_loaders(
             cells,
             set2cells,
             batch_size,
@@ -479,17 +507,6 @@ class PertData:
             num_workers,
             pin_memory,
         )
-        self.loader_options = {
-            "batch_size": batch_size,
-            "test_batch_size": test_batch_size,
-            "world_size": world_size,
-            "rank": rank,
-            "num_workers": num_workers,
-            "pin_memory": pin_memory,
-            "seed": seed,
-            "resample_controls": resample_controls,
-        }
-        return self.dataloader
 
     # ------------------------------------------------------------------ graphs
     def coexpression_graph(self, threshold: float = 0.4, k: int = 20) -> GeneGraph:

@@ -56,14 +56,14 @@ READ_FROM_OPTIONS = ReadFromOptions()
 
 
 def loaders_for(pert_data, options: TrainingOptions, device) -> dict:
-    """The loaders ``GEARS.train`` trains on: those ``pert_data.get_dataloader`` built, rebuilt
+    """The loaders ``GEARS.train`` trains on: those ``pert_data.get_dataloader`` built, or,
     when ``options`` set a loader option to another value or the device is a GPU (whose
-    batches are gathered into page-locked memory, from which the copy does not block)."""
+    batches are gathered into page-locked memory, from which the copy does not block), new
+    ones for this call alone: ``pert_data``'s stay as they were built, so a ``batch_size``
+    given to one call is not the next call's (nor another ``GEARS``'s on the same data)."""
     built = pert_data.loader_options
     wanted = {**built, **options.loader_options(), "pin_memory": device.type == "cuda"}
-    if wanted != built:
-        pert_data.use_loaders(**wanted)
-    return pert_data.dataloader
+    return pert_data.dataloader if wanted == built else pert_data.new_loaders(**wanted)
 
 
 @dataclass
