@@ -115,6 +115,19 @@ def test_a_dataset_fails_before_anything_is_written_and_every_missing_go_file_is
     assert (data_root / "toy" / io.PROCESSED_FILE).is_file()
 
 
+def test_a_mistyped_data_path_or_dataset_name_is_named_before_anything_is_fetched_or_made(data_folder, tmp_path):
+    from gears_ddp.data.preparation import prepare_data
+
+    split = {"split": "simulation", "seed": 1}
+    model = {"coexpress_threshold": 0.4, "num_similar_genes_co_express_graph": 20, "num_similar_genes_go_graph": 20}
+    typo = tmp_path / "dat"
+    with pytest.raises(ValueError, match=rf"dataset 'toy': there is no folder {typo}/toy, and 'toy' is none of the"):
+        prepare_data(typo, "toy", split, model)  # was a DownloadError of the GO files, into the mistyped folder
+    assert not typo.exists()
+    with pytest.raises(ValueError, match=r"\(processing names the folder in lower case: .+/toy exists\)"):
+        prepare_data(data_folder, "TOY", split, model)
+
+
 def test_a_dataset_refused_by_its_vocabulary_leaves_no_file(data_root):
     raw = toy_data.make_raw()
     raw.obs["condition"] = raw.obs["condition"].astype(str).str.replace("G", "X")  # genes without GO terms

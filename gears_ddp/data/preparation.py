@@ -15,12 +15,32 @@ from gears_ddp.data.pertdata import PertData
 def load_dataset(pert_data_path, dataset_name: str, **pert_data_options) -> PertData:
     """A published dataset by name (downloaded if absent) or ``pert_data_path/dataset_name``,
     loaded by ``PertData(pert_data_path, **pert_data_options)``."""
+    folder = local_dataset_folder(pert_data_path, dataset_name)
     pert_data = PertData(pert_data_path, **pert_data_options)
-    if dataset_name in download.DATASET_FILE_IDS:
+    if folder is None:
         pert_data.load(data_name=dataset_name)
     else:
-        pert_data.load(data_path=Path(pert_data_path) / dataset_name)
+        pert_data.load(data_path=folder)
     return pert_data
+
+
+def local_dataset_folder(pert_data_path, dataset_name: str) -> Path | None:
+    """The folder of dataset ``dataset_name`` in ``pert_data_path``; None for a published
+    dataset's name (downloaded there if absent). A name that is neither is refused before
+    anything is made or downloaded there (a mistyped data path would otherwise receive the
+    GO files), naming the folder looked for."""
+    if dataset_name in download.DATASET_FILE_IDS:
+        return None
+    folder = Path(pert_data_path) / dataset_name
+    if not folder.is_dir():
+        lower = folder.with_name(dataset_name.lower())
+        hint = f" (processing names the folder in lower case: {lower} exists)" if lower.is_dir() else ""
+        raise ValueError(
+            f"dataset {dataset_name!r}: there is no folder {folder}{hint}, and {dataset_name!r} is none of the "
+            f"published datasets ({', '.join(sorted(download.DATASET_FILE_IDS))}): give the pert_data_path "
+            "that holds the dataset's folder (the --data-path gears-ddp process wrote it into) and its name"
+        )
+    return folder
 
 
 def prepare_data(
@@ -35,6 +55,7 @@ def prepare_data(
     dataset: the first downloads, maps and builds what is missing, the others find it built
     and only read it, so a fresh folder costs one build per machine, not one per rank.
     """
+    local_dataset_folder(pert_data_path, dataset_name)  # before the lock file is made beside it
     dataset = Path(pert_data_path) / dataset_name
     with file_lock(dataset.parent / f".{dataset.name}.prepare.lock"):
         pert_data = load_dataset(pert_data_path, dataset_name, **pert_data_options)
