@@ -352,7 +352,14 @@ BROKEN = {  # problem: (the screen from the toy one, check_screen's options, top
         lambda a: a,
         {"normalize": True},
         "expression",
-        ["values that are not whole numbers", "process it without normalisation"],
+        ["values that are not whole numbers, all at most", "log-transform them twice", "without normalisation"],
+        True,
+    ),
+    "corrected counts given to normalisation": (  # fractional counts (ambient RNA removed): a warning only
+        lambda a: _x(_counts(a), lambda x: x * 2.5 + 0.25 * (x > 0)),
+        {"normalize": True},
+        "expression",
+        ["values that are not whole numbers: if it is normalised already", "process it without normalisation"],
         False,
     ),
     "negative values": (

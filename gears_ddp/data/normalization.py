@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from gears_ddp._logging import get_logger
 from gears_ddp.data.grouped import block_rows, row_blocks
 from gears_ddp.data.highly_variable import highly_variable
-from gears_ddp.data.processing import ExpressionCheck
+from gears_ddp.data.processing import LOG_NORMALISED_MAX, ExpressionCheck
 from gears_ddp.data.screen_report import Problem, refuse
 
 logger = get_logger(__name__)
@@ -59,7 +59,9 @@ def option_problems(normalize: bool, n_top_genes) -> list[Problem]:
 
 def counts_problems(check: ExpressionCheck, source: str) -> list[Problem]:
     """What the values ``check`` saw say of raw counts: non-finite or negative values stop
-    them; values that are not whole numbers (normalised already?) are a warning."""
+    them, and so do values that are not whole numbers and all within the range of
+    log-normalised ones (normalised already); other values that are not whole numbers
+    (corrected counts, or normalised without the log) are a warning."""
     problems = []
     if check.non_finite:
         problems.append(
@@ -76,7 +78,17 @@ def counts_problems(check: ExpressionCheck, source: str) -> list[Problem]:
                 "needs the screen's raw counts",
             )
         )
-    if not check.whole:
+    if not check.whole and check.maximum <= LOG_NORMALISED_MAX:
+        problems.append(
+            Problem(
+                "expression",
+                f"{source} holds values that are not whole numbers, all at most {check.maximum:.4g}, as "
+                f"log-normalised values are (log1p of counts per {TARGET_SUM:.0e}: at most "
+                f"{LOG_NORMALISED_MAX:.4g}), not raw counts: normalising them again would log-transform them "
+                "twice; process the screen without normalisation (no --normalize; normalize=False)",
+            )
+        )
+    elif not check.whole:
         problems.append(
             Problem(
                 "expression",
