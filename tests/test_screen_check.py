@@ -788,6 +788,21 @@ def test_a_dropped_condition_of_one_cell_stays_out_when_a_covering_vocabulary_lo
     assert np.isfinite(gears.train(epochs=1)["model"]["test_mse"])  # was a KeyError on NOGO+ctrl's DE genes
 
 
+def test_processing_says_the_checks_warnings_of_unmeasured_genes_and_few_cells(data_root, caplog):
+    screen = toy_data.make_raw()
+    screen.var["gene_name"] = [
+        f"ENSG{i:011d}" if name == "G3" else name for i, name in enumerate(screen.var["gene_name"])
+    ]
+    screen = _conditions(screen, lambda c: _set(c, np.flatnonzero(c == "G8+ctrl")[4:], "ctrl"))
+    with caplog.at_level("WARNING", logger="gears_ddp"):
+        PertData(data_root).new_data_process("toy", screen)
+    said = [record.getMessage() for record in caplog.records]
+    assert any(
+        m.startswith("1 perturbed gene(s) are not among the measured genes (var['gene_name']): G3;") for m in said
+    )
+    assert any(m.startswith("1 condition(s) have fewer than 10 cells: G8+ctrl (4)") for m in said), said
+
+
 def test_genes_whose_cells_are_dropped_are_not_counted_among_the_unmeasured(data_root):
     screen = _one_cell_without_go_terms(toy_data.make_raw())
     dropped = PertData(data_root).check_screen(screen, "toy", splits=[])

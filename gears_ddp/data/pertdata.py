@@ -47,6 +47,10 @@ from gears_ddp.data.vocabulary import VocabularySource, cells_in_vocabulary
 
 logger = get_logger(__name__)
 
+# the topics of the screen check's warnings that processing logs, as it says them in no other
+# words: perturbed genes that are not measured (gene ids where symbols are wanted), conditions of few cells
+CHECK_WARNINGS_LOGGED = ("perturbed genes", "cells per condition")
+
 STORAGES = ("mapped", "memory")
 NO_DATASET = "no dataset loaded: call load() or new_data_process() first"
 
@@ -201,8 +205,12 @@ class PertData:
             "go_annotation": go_annotation,
             "go_annotation_origin": go_annotation_origin,
         }
-        if not self.check_screen(adata, dataset_name, read_expression=False, **screen).would_train:
+        checked = self.check_screen(adata, dataset_name, read_expression=False, **screen)
+        if not checked.would_train:
             self.check_screen(adata, dataset_name, **screen).refuse()  # the expression's problems named too
+        for warning in checked.warnings:
+            if warning.topic in CHECK_WARNINGS_LOGGED:
+                logger.warning("%s", warning)
         source = screen_check.screen_source(dataset_name)
         raw_screens.add_gears_columns(
             adata, dataset_name, perturbation_column, control_label, combination_separator, source
