@@ -42,6 +42,7 @@ from gears_ddp.model.model_folder import (
 )
 from gears_ddp.model.model_options import ModelOptions
 from gears_ddp.model.network import GEARSModel
+from gears_ddp.runs.trained_split import other_split_warning, split_differences, trained_split
 from gears_ddp.runtime.devices import checked_device
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
@@ -107,6 +108,7 @@ class GEARS:
         self.test_result: EvaluationResult | None = None  # the last test evaluation, and the baselines'
         self.test_baseline_results: dict = {}
         self.weights_from: str | None = None  # 'training' or the model folder the weights were loaded from
+        self.trained_split: dict | None = None  # a loaded run's split_config (runs.trained_split)
 
     @staticmethod
     def tunable_parameters() -> dict[str, str]:
@@ -187,7 +189,8 @@ class GEARS:
         ):
             with clock.phase("set-up"):
                 self.dataloader = loaders_for(self.pert_data, checked, self.device)
-            return self.train_with(checked, SINGLE_PROCESS, clock)
+            # the loaders' own values, where the options left them as built: its checkpoints record them
+            return self.train_with(checked.with_loader_options(self.pert_data.loader_options), SINGLE_PROCESS, clock)
 
     def train_with(
         self,
@@ -218,7 +221,7 @@ class GEARS:
         """Keep what training produced: the best model and the history."""
         self.best_model, self.history = result.best_network, result.history
         if result.history:  # train(epochs=0) leaves the weights, and where they came from, as they were
-            self.weights_from = "training"
+            self.weights_from, self.trained_split = "training", None  # trained on this data's split
         forget_own(self.saved_pred, self.saved_logvar_sum, self._own_predictions)
 
     def _kept_scores(self, trained: TrainedModel) -> dict:
@@ -234,6 +237,7 @@ class GEARS:
         ``test_baseline_results``) for the report's pictures. ``linear_baseline_screen``: the
         screen whose PCA places the ``linear_pretrained`` baseline's perturbations."""
         self._require_model()
+        self._say_if_trained_on_another_split("the test set")
         return self._kept_scores(
             self._trainer().test(_built(self.best_model), self.dataloader["test_loader"], ranks, linear_baseline_screen)
         )
@@ -274,6 +278,7 @@ class GEARS:
         each of its cells, or ``cells_per_perturbation`` per perturbation drawn with ``seed``;
         ``baseline``: that baseline's cells (``'linear_pretrained'`` with
         ``linear_baseline_screen``) instead (``ModelQueries.split_predictions``)."""
+        self._say_if_trained_on_another_split(f"the {split} set")
         other_screen = None if baseline is None else self._trainer().other_screen(linear_baseline_screen)
         return self._queries().split_predictions(
             self.dataloader, split, clip_at_zero, cells_per_perturbation, seed, baseline, other_screen
@@ -385,6 +390,16 @@ class GEARS:
         load_weights(_built(self.model), path)
         self.best_model = self.model
         self.weights_from = str(path)
+        self.trained_split = trained_split(path)
+        self._say_if_trained_on_another_split("its test set")
+
+    def _say_if_trained_on_another_split(self, used_for: str) -> None:
+        """Warn when the loaded run was trained on another split than this data's, which
+        ``used_for`` (the set scored or predicted) then reads (``runs.trained_split``)."""
+        data = self.pert_data
+        differences = split_differences(self.trained_split, self.split, data.seed, data.train_gene_set_size)
+        if differences:
+            logger.warning("%s", other_split_warning(self.weights_from, differences, used_for))
 
 
 # the signatures inspect.signature (help(), editors) reads; typeshed declares no function __signature__

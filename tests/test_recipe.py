@@ -123,7 +123,7 @@ def test_a_seeded_single_process_run_repeats_and_the_seed_matters(toy):
     other, gears = _first_losses(toy, train_seed=6)
     assert first == again
     assert other != first  # another shuffle and control pairing
-    assert toy.loader_options["seed"] == 6 and toy.dataloader is gears.dataloader
+    assert toy.loader_options["seed"] == 0 and gears.dataloader is not toy.dataloader  # the call's loaders alone
 
 
 def test_a_loader_option_rebuilds_the_loaders(toy):
@@ -134,7 +134,8 @@ def test_a_loader_option_rebuilds_the_loaders(toy):
     gears.model_initialize(hidden_size=8)
     gears.train(epochs=1, batch_size=8)
     assert len(gears.dataloader["train_loader"]) in (2 * batches_of_16, 2 * batches_of_16 + 1)
-    assert toy.loader_options["batch_size"] == 8 and toy.loader_options["test_batch_size"] == 64
+    assert len(gears.dataloader["test_loader"]) == len(toy.dataloader["test_loader"])  # test batches of 64 kept
+    assert toy.loader_options["batch_size"] == 16  # the data's own loaders as get_dataloader built them
 
 
 def test_bad_options_are_named(toy):

@@ -8,7 +8,7 @@ import pytest
 from reference_package import published_gears
 from test_pair_screen import _assert_close_scores
 
-from gears_ddp import GEARS
+from gears_ddp import GEARS, PertData
 from gears_ddp.interactions.calls import genetic_interaction_scores
 from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
@@ -95,3 +95,29 @@ def test_uncertainty_mode_needs_the_handed_in_uncertainty_too(trained_toy):
     predictions, uncertainty = gears.predict([["G5"]])
     np.testing.assert_array_equal(predictions["G5"], handed)
     assert uncertainty == {"G5": 0.25}
+
+
+def test_a_run_loaded_onto_another_split_of_its_data_is_said_to_be_so(trained_toy, data_folder, tmp_path, caplog):
+    """A run folder's model loaded into a GEARS whose data was split with another seed: its
+    test set may hold perturbations the model trained on; loading and predict_split say so,
+    naming the setting; on the run's own split nothing is said."""
+    from gears_ddp.data.io import write_yaml
+
+    run = tmp_path / "run"
+    trained_toy.save_model(run)
+    write_yaml({"split_config": {"split": "simulation", "seed": 1, "train_gene_set_size": 0.75}}, run / "config.yaml")
+    for seed, warned in ((2, True), (1, False)):
+        pert_data = PertData(data_folder)
+        pert_data.load(data_path=data_folder / "toy")
+        pert_data.prepare_split("simulation", seed=seed)
+        pert_data.get_dataloader(16, test_batch_size=64)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="gears_ddp"):
+            gears = GEARS(pert_data)
+            gears.load_pretrained(run)
+            gears.predict_split("test", cells_per_perturbation=2)
+        said = [r.getMessage() for r in caplog.records if "trained on another split" in r.getMessage()]
+        assert len(said) == (2 if warned else 0), said
+        if warned:
+            assert "(seed: 1 there, 2 here): its test set may hold perturbations it trained on" in said[0]
+            assert "the test set may hold" in said[1] and "open_run(folder).gears" in said[1]

@@ -15,7 +15,7 @@ from gears_ddp.configuration.run_options import RunConfigError
 from gears_ddp.data.download import DownloadError
 from gears_ddp.data.stop_signals import Stopped, stops_raised
 from gears_ddp.runtime.folder_lock import FolderInUse
-from gears_ddp.runtime.stopping import EXIT_INTERRUPTED, STOP_SIGNALS, TrainingInterrupted
+from gears_ddp.runtime.stopping import CTRL_C, EXIT_INTERRUPTED, STOP_SIGNALS, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss
 
 DESCRIPTION = """The ``gears-ddp`` command (``python -m gears_ddp`` does the same).
@@ -55,7 +55,8 @@ failed, or a sweep whose trials all failed or were pruned, included).
 
 # one module per command, in the order --help lists them: each has NAME, add_parser(subparsers) and run(options)
 COMMANDS = (train, demo, sweep, evaluate, predict, pair_screen, interactions, process, check)
-# the commands that train: a stop signal outside their training steps exits 75 with one line (stops_raised)
+# the commands that train: a stop signal (Ctrl-C too) outside their training steps exits 75 with one
+# line (stops_raised); in the steps it stops at the next one, with a checkpoint (runtime.stopping)
 TRAINING_COMMANDS = {train.NAME, demo.NAME, sweep.NAME}
 
 
@@ -80,7 +81,9 @@ def main(argv=None) -> int:
     enable_console_logging(logging.WARNING if options.command == "check" else logging.INFO)  # check: its report
     run = {command.NAME: command.run for command in COMMANDS}[options.command]
     try:
-        with stops_raised(STOP_SIGNALS) if options.command in TRAINING_COMMANDS else contextlib.nullcontext():
+        with (
+            stops_raised((CTRL_C, *STOP_SIGNALS)) if options.command in TRAINING_COMMANDS else contextlib.nullcontext()
+        ):
             return run(options) or 0
     except Stopped as stop:
         print(

@@ -2,8 +2,8 @@
 so that the ``finally`` blocks on the way out remove temporary files and release the run
 folder, instead of the process dying with them on disk.
 
-Under ``stops_raised`` the signals given (``runtime.stopping.STOP_SIGNALS`` for the training
-commands outside their steps, Ctrl-C's SIGINT too for ``gears-ddp process``) raise
+Under ``stops_raised`` the signals given (``runtime.stopping.STOP_SIGNALS`` and Ctrl-C's
+SIGINT: for the training commands outside their steps, for ``gears-ddp process`` throughout) raise
 ``Stopped`` where they land, and the ``finally`` blocks of ``io.atomic_path`` and
 ``io.atomic_files`` remove what they wrote. Steps that must not be cut in two (making a
 temporary file and recording it, the renames of files that belong together, the removal)

@@ -8,7 +8,7 @@ Each run is trained as ``train_multi_gpu`` trains one, started through
 written) and workers running ``rank_training.spawned_rank`` on a process group of its own,
 which hold its folder until they end (``launchers.GroupOfRanks``). The runs of one
 ``data_key`` share one prepared dataset, prepared once in this process. A run that fails
-ends its own workers only; the others go on. A stop signal (SIGTERM, SIGUSR1) reaches every
+ends its own workers only; the others go on. A stop signal (SIGTERM, SIGUSR1, Ctrl-C) reaches every
 running run, which stops with a checkpoint, and no new one starts.
 """
 
@@ -32,7 +32,7 @@ from gears_ddp.launching.launchers import GroupOfRanks, shared_data
 from gears_ddp.launching.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
 from gears_ddp.launching.worker_messages import RunDiverged, RunInterrupted, RunReport
 from gears_ddp.report.run_files import PAGE_FILE, REPORT_FILE
-from gears_ddp.runtime.stopping import STOP_SIGNALS
+from gears_ddp.runtime.stopping import STOP_SIGNALS, passed_on_as
 
 logger = get_logger(__name__)
 POLL_S = 0.2
@@ -124,6 +124,8 @@ class GroupScheduler:
                                 settled(group_run, outcomes[group_run.name], bool(received))
                             continue
                         live.extend(running[index].workers.processes)
+                        for number in received[:1]:  # a stop that came while they started reaches them too
+                            running[index].workers.send(passed_on_as(number))
                     if not running:
                         if exhausted or received:
                             break

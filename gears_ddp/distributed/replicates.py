@@ -43,7 +43,7 @@ from gears_ddp.report.page_builder import flatten_settings
 from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.run_files import CONFIG_FILE, REPORT_FILE, log_file, read_settings
 from gears_ddp.runtime.devices import located_devices
-from gears_ddp.runtime.stopping import TrainingInterrupted, signal_name
+from gears_ddp.runtime.stopping import TrainingInterrupted, described_signal, signal_name
 from gears_ddp.training.save_folder import held_save_path
 
 __all__ = ["train_replicates", "ReplicatesFailed"]
@@ -277,7 +277,7 @@ def _summarise(top: Path, config: dict, runs: list[Replicate], reports: dict, ou
     unfinished = [entry for entry in described if entry["status"] != "finished"]
     if stop:
         raise TrainingInterrupted(
-            f"replicates stopped on {signal_name(stop)}: {len(finished)} of {len(runs)} "
+            f"replicates stopped on {described_signal(stop)}: {len(finished)} of {len(runs)} "
             "finished; run the same command again to continue the others",
             signal_name(stop),
             None,

@@ -45,7 +45,7 @@ from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS
 from gears_ddp.runtime.stopping import TrainingInterrupted
 from gears_ddp.runtime.threads import cpu_threads, torch_threads
-from gears_ddp.training.checkpoint import resolve_resume
+from gears_ddp.training.checkpoint import refuse_other_training_options, resolve_resume
 from gears_ddp.training.finite_loss import NonFiniteLoss
 from gears_ddp.training.save_folder import held_save_path
 
@@ -95,7 +95,8 @@ def open_and_start(run: RunOptions, launcher: Launcher) -> Any:
 def opening(run: RunOptions, launcher: Launcher, held: contextlib.ExitStack) -> Opening:
     """Take the save folder (``save_folder.held_save_path``: refused when another run holds
     it or an earlier run would be overwritten unasked; kept in ``held``), read the resume
-    checkpoint (an unreadable one fails before any rank starts), write the configuration,
+    checkpoint (an unreadable one, or one written with other model or training options, fails
+    before any rank starts and before the configuration is written), write the configuration,
     and prepare the data."""
     args = run.args
     writes = launcher.writes_run_folder and args.save_path is not None
@@ -112,6 +113,7 @@ def opening(run: RunOptions, launcher: Launcher, held: contextlib.ExitStack) -> 
     resume = resolve_resume(args.resume_from, args.save_path)
     if resume is not None:
         refuse_other_model_options(resume[0], run)
+        refuse_other_training_options(*resume, args)
     if writes:
         write_run_config(args.save_path, launcher.config(run))
     return Opening(launcher.data(run), resume, held)

@@ -1,7 +1,8 @@
 """Supervising spawned worker processes: start them with ``torch.multiprocessing.spawn`` (on
 Linux they end with the process that spawned them), watch them without blocking, hand their
-log records to this process's loggers, pass stop signals on, and turn a failure into one
-error that names the rank that failed first, with its traceback. ``train_multi_gpu``, ``train_replicates`` and
+log records to this process's loggers, pass stop signals on (Ctrl-C included: the workers
+ignore SIGINT, and this process reads it for them), and turn a failure into one error that
+names the rank that failed first, with its traceback. ``train_multi_gpu``, ``train_replicates`` and
 screens use it.
 """
 
@@ -24,7 +25,15 @@ import torch.multiprocessing as mp
 
 from gears_ddp.data.io import loads_plain_data
 from gears_ddp.launching.worker_messages import LogRecord, WorkerFailed, WorkerMessages, replay_log
-from gears_ddp.runtime.stopping import STOP_SIGNALS, TrainingInterrupted, signal_name
+from gears_ddp.runtime.stopping import (
+    CTRL_C,
+    STOP_SIGNALS,
+    TrainingInterrupted,
+    announce_ctrl_c,
+    described_signal,
+    passed_on_as,
+    signal_name,
+)
 from gears_ddp.runtime.threads import passive_openmp_environment
 
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent ends
@@ -41,7 +50,8 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
     process's loggers as they arrive.
 
     SIGTERM and SIGUSR1 sent to this process while the workers run are passed on to them (a
-    scheduler's warning reaches every rank). A failed worker raises the
+    scheduler's warning reaches every rank), and so is a first Ctrl-C (``signals_passed_on``);
+    a second raises ``KeyboardInterrupt`` here, and the workers are ended. A failed worker raises the
     :class:`DistributedTrainingError` of :meth:`SpawnedWorkers.result`, except workers that
     the passed-on signal ended before they could stop on their own (while starting, or
     after their last step): that is the stop asked for, raised as ``TrainingInterrupted``.
@@ -58,7 +68,7 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
             if stop is None:
                 raise
             raise TrainingInterrupted(
-                f"stopped by {signal_name(stop)}, passed on to the {nprocs} worker process(es), which it ended "
+                f"stopped by {described_signal(stop)}, passed on to the {nprocs} worker process(es), which it ended "
                 "before they could stop at a step (while starting, or after the last one): what was saved "
                 "(checkpoints, finished files) is kept; run the same command again to continue",
                 signal_name(stop),
@@ -82,6 +92,11 @@ class SpawnedWorkers:
     unless the user chose otherwise (``threads.passive_openmp_environment``); a process
     alone on the machine keeps OpenMP's default, as training in the calling process does.
 
+    The workers ignore Ctrl-C (SIGINT): a terminal sends it to the parent too, which passes it
+    on (``signals_passed_on``), so that one press is one stop. They are started with it held
+    (``_ctrl_c_held``), so that one that lands while they start cannot end them before they
+    read their arguments; the parent reads it once they are started.
+
     When a worker fails, the others get ``SHUTDOWN_GRACE_S`` to stop on their own (a peer's
     loss usually stops them at once), then SIGTERM, then SIGKILL: a lost rank ends the set
     within a bounded time and leaves no process behind. The error names the rank that failed
@@ -97,19 +112,24 @@ class SpawnedWorkers:
         self.messages = WorkerMessages(mp.get_context("spawn"))
         self.received: list = []
         self.failed: list[tuple[int, int]] = []  # (rank, exit code) of the workers failed when a failure was seen
+        started: list = []
         try:
             # not held against a stop signal (stop_signals.stops_held): a worker that dies before it
             # reads its arguments (a signal sent to the whole process group) would leave mp.spawn
             # writing them for ever. A stop raised meanwhile leaves the worker being started with
-            # half its arguments, which it reports as it ends with this process
-            with passive_openmp_environment() if sharing_cores else contextlib.nullcontext():
+            # half its arguments, which it reports as it ends with this process. Ctrl-C is held
+            # instead (the workers inherit it held), and read as the block ends: what it raises
+            # there (``Stopped``, ``KeyboardInterrupt``) ends the workers just started
+            with passive_openmp_environment() if sharing_cores else contextlib.nullcontext(), _ctrl_c_held():
                 self.context = mp.spawn(
                     functools.partial(_ending_with_parent, worker, os.getpid()),
                     args=(*worker_args, self.messages),
                     nprocs=nprocs,
                     join=False,
                 )
+                started = self.context.processes
         except BaseException:
+            _end_processes(started)
             self.messages.close()
             raise
         self.processes = self.context.processes
@@ -148,12 +168,20 @@ class SpawnedWorkers:
             self.failed, errors, self.nprocs, _raised_before_reporting(self.context.error_files[self.failed[0][0]])
         )
 
+    def send(self, number: int) -> None:
+        """Send the signal ``number`` to every worker still running."""
+        for process in self.processes:
+            if process.is_alive():
+                os.kill(process.pid, number)
+
     def ended_by(self, received: list[int]) -> int | None:
-        """Once ``finished``: the signal among ``received`` (those passed on to the workers)
-        that ended every failed worker, or None when one failed otherwise."""
+        """Once ``finished``: the signal among ``received`` (those passed on to the workers,
+        as ``passed_on_as`` sends them) that ended every failed worker, or None when one
+        failed otherwise."""
         codes = {code for _, code in self.failed}
-        ending = {-code for code in codes if code < 0}
-        if not codes or len(ending) != len(codes) or not ending <= set(received):
+        sent = {passed_on_as(number): number for number in received}
+        ending = {sent.get(-code) for code in codes}
+        if not codes or None in ending:
             return None
         return ending.pop() if len(ending) == 1 else received[0]
 
@@ -163,26 +191,51 @@ class SpawnedWorkers:
         tracebacks (a failed
         worker's stays in the temporary folder otherwise: torch deletes it only in its own
         ``join``, which this class does not call)."""
-        for process in self.processes:
-            if process.is_alive():
-                process.kill()
-            process.join()
+        _end_processes(self.processes)
         self.messages.close()
         for error_file in self.context.error_files:
             Path(error_file).unlink(missing_ok=True)
         self.holding.close()
 
 
+def _end_processes(processes) -> None:
+    """Kill those of ``processes`` still running, and wait for each to end."""
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+        process.join()
+
+
 def _ending_with_parent(worker, parent_pid: int, local_rank: int, *args) -> None:
     """Run ``worker(local_rank, *args)`` in a process that ends (SIGKILL) when the thread
     that spawned it ends, however it ends (Linux's ``PR_SET_PDEATHSIG``): a parent killed
     with SIGKILL releases the run folder it held, and its ranks must not go on writing there
-    beside the next run. Elsewhere the worker runs as it is."""
+    beside the next run. Elsewhere the worker runs as it is. Ctrl-C, held since the worker
+    started (``_ctrl_c_held``), is ignored from here on: the parent passes it on."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent_pid:  # the parent ended before the setting took effect
             os._exit(1)
+    signal.signal(CTRL_C, signal.SIG_IGN)  # one held meanwhile is dropped with it
+    if hasattr(signal, "pthread_sigmask"):  # POSIX
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {CTRL_C})
     worker(local_rank, *args)
+
+
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """Hold Ctrl-C (SIGINT blocked) in this thread while the block runs; one that came
+    meanwhile is read when it ends. A process started meanwhile inherits the mask, so Ctrl-C
+    cannot end it while it starts (CPython's resource tracker starts its process the same
+    way). Where signals cannot be blocked (Windows), nothing is held."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {CTRL_C})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _stop_workers(processes, collect) -> None:
@@ -243,21 +296,31 @@ def _failure(
 
 @contextlib.contextmanager
 def signals_passed_on(numbers, processes):
-    """While active (in the main thread), pass the signals ``numbers`` on to ``processes``
-    (a list, read when a signal arrives: processes added to it later receive them too).
-    Yields the list of the signal numbers received so far."""
+    """While active (in the main thread), pass the signals ``numbers`` and Ctrl-C on to
+    ``processes`` (a list, read when a signal arrives: processes added to it later receive
+    them too), each as ``passed_on_as`` says. Yields the list of the signal numbers received
+    so far.
+
+    Ctrl-C is always among them: the workers of ``SpawnedWorkers`` ignore it, whether it
+    reaches them from a terminal (which sends it to the whole process group) or not (a
+    notebook's interrupt reaches the parent only). The first is passed on and announced; a
+    second raises ``KeyboardInterrupt`` here: the caller ends the workers on its way out."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
 
     def pass_on(number, frame):
+        if number == CTRL_C:
+            if CTRL_C in received:
+                raise KeyboardInterrupt
+            announce_ctrl_c()
         received.append(number)
         for process in processes:
             if process.is_alive():
-                os.kill(process.pid, number)
+                os.kill(process.pid, passed_on_as(number))
 
-    previous = {number: signal.signal(number, pass_on) for number in numbers}
+    previous = {number: signal.signal(number, pass_on) for number in (CTRL_C, *numbers)}
     try:
         yield received
     finally:

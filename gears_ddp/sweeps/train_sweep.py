@@ -51,7 +51,7 @@ from gears_ddp.report.page_builder import flatten_settings
 from gears_ddp.report.run_files import CONFIG_FILE, METRICS_FILE, SWEEP_FILE, log_file, write_json
 from gears_ddp.runtime.devices import located_devices
 from gears_ddp.runtime.folder_lock import FolderInUse, FolderLock
-from gears_ddp.runtime.stopping import TrainingInterrupted, signal_name
+from gears_ddp.runtime.stopping import TrainingInterrupted, described_signal, signal_name
 from gears_ddp.sweeps.space import SearchSpace, with_values
 from gears_ddp.sweeps.study import SweepError, load_or_create_study, open_storage
 from gears_ddp.training.save_folder import earlier_run, folder_of_runs, make_save_folder
@@ -230,7 +230,7 @@ def run_sweep(plan: SweepPlan, joining: bool = False) -> dict:
         summary = write_sweep_report(folder, plan, study)
     if stop:
         raise TrainingInterrupted(
-            f"the sweep stopped on {signal_name(stop)}; run the same command again to "
+            f"the sweep stopped on {described_signal(stop)}; run the same command again to "
             "continue it (an interrupted trial is retried from its checkpoint)",
             signal_name(stop),
             None,

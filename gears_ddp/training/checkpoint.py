@@ -26,6 +26,8 @@ import torch
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data import io
+from gears_ddp.report.run_files import CONFIG_FILE
+from gears_ddp.training.training_options import TrainingOptions, changed_on_resume
 
 logger = get_logger(__name__)
 
@@ -124,3 +126,20 @@ def resolve_resume(resume_from, save_path) -> tuple[Path, dict] | None:
             raise FileNotFoundError(f"resume_from={str(path)!r}: no readable checkpoint in {checkpoint_folder(path)}")
         return found
     return path, load_training_checkpoint(path)
+
+
+def refuse_other_training_options(checkpoint: Path, state: dict, options: TrainingOptions) -> None:
+    """Refuse to continue from ``checkpoint`` (its contents: ``state``) with ``options`` that
+    differ from those it was written with in one that must match (``RESUME_OPTIONS``): the
+    restored optimiser and position would be mixed with the new values, and the run would end
+    neither as the run it continues nor as a fresh one with them. Checked before any rank starts
+    (``launchers.opening``), and by each rank and ``GEARS.train`` (``recipe.TrainingRecipe``)."""
+    differing = changed_on_resume(state.get("options") or {}, options)
+    if differing:
+        config = checkpoint.parent.parent / CONFIG_FILE  # SAVE_PATH/checkpoints/checkpoint-N.pt
+        holder = str(config) if config.is_file() else "the checkpoint's 'options'"
+        raise ValueError(
+            f"resume_from: {checkpoint} was written by a run with other training options ({'; '.join(differing)}): "
+            f"give the options it was trained with ({holder} holds them), or start afresh (overwrite_save_path=True; "
+            "gears-ddp train --overwrite)"
+        )

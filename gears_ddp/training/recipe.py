@@ -16,7 +16,7 @@ gradient values clipped at 1.0; after every epoch the model is evaluated on trai
 and the model with the lowest val ``mse_de`` is kept; the kept model is scored on test at
 the end. Added: mixed precision, gradient accumulation, learning-rate warmup and scaling
 with the effective batch, checkpoints every N epochs or optimiser steps with exact resume
-(mid-epoch too), stopping cleanly on SIGTERM / SIGUSR1, and stopping every rank at a
+(mid-epoch too), stopping cleanly on SIGTERM / SIGUSR1 / Ctrl-C, and stopping every rank at a
 non-finite loss before anything is evaluated or saved (``finite_loss``).
 """
 
@@ -45,9 +45,13 @@ from gears_ddp.report.run_files import write_history
 from gears_ddp.runtime.determinism import deterministic_algorithms
 from gears_ddp.runtime.host_memory import retained_host_memory
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
-from gears_ddp.runtime.stopping import StopSignals, TrainingInterrupted, signal_name
+from gears_ddp.runtime.stopping import StopSignals, TrainingInterrupted, described_signal, signal_name
 from gears_ddp.runtime.threads import at_most_usable_threads
-from gears_ddp.training.checkpoint import restore_rng_states, save_training_checkpoint
+from gears_ddp.training.checkpoint import (
+    refuse_other_training_options,
+    restore_rng_states,
+    save_training_checkpoint,
+)
 from gears_ddp.training.cuda_graphs import CapturedStep, use_cuda_graphs
 from gears_ddp.training.engine import Precision, evaluate, optimizer_steps, training_step, unwrapped
 from gears_ddp.training.finite_loss import LossWatch
@@ -137,8 +141,8 @@ class TrainingRecipe:
     ``resume`` (the checkpoint ``TrainingOptions.resume_from`` names, read once by whoever started
     the run: ``checkpoint.resolve_resume``), if given. With ``TrainingOptions.save_path`` (a folder
     the caller holds and checked with ``save_folder.held_save_path``), the main rank writes the per-epoch
-    metrics and the checkpoints there, and a SIGTERM or SIGUSR1 stops every rank at the next optimiser step with a
-    checkpoint (``run()`` raises ``TrainingInterrupted``). A non-finite loss stops every
+    metrics and the checkpoints there, and a SIGTERM, SIGUSR1 or Ctrl-C stops every rank at the next optimiser step with
+    a checkpoint (``run()`` raises ``TrainingInterrupted``). A non-finite loss stops every
     rank with ``NonFiniteLoss`` before anything else is evaluated or saved.
     """
 
@@ -344,12 +348,11 @@ class TrainingRecipe:
         if not number:
             return
         path = self._save_checkpoint(loss_sum)
-        name = signal_name(number)
         raise TrainingInterrupted(
-            f"training stopped on {name} in epoch {self.position.epoch + 1}, after optimiser step "
+            f"training stopped on {described_signal(number)} in epoch {self.position.epoch + 1}, after optimiser step "
             f"{self.position.step_in_epoch} of the epoch ({self.position.global_step} in all); checkpoint "
             f"{path}; continue with resume_from='auto' and the same save_path",
-            name,
+            signal_name(number),
             str(path),
         )
 
@@ -389,13 +392,15 @@ class TrainingRecipe:
     def _resume(self, found: tuple[Path, dict] | None) -> None:
         """Continue from ``found``, the checkpoint ``TrainingOptions.resume_from`` names as whoever
         started the run read it (``checkpoint.resolve_resume``), if any: weights, optimiser,
-        schedule, scaler, random states, position and outcome so far."""
+        schedule, scaler, random states, position and outcome so far. A checkpoint of another
+        model, or written with other options that shape the training, is refused."""
         if found is None:
             if self.options.resume_from == "auto" and self.ranks.is_main:
                 logger.info("resume_from='auto': no checkpoint in %s, starting from the beginning", self.save_path)
             return
         path, state = found
         refuse_other_weights(path, state["model"], self.inputs.network.state_dict())
+        refuse_other_training_options(path, state, self.options)
         self.inputs.network.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

@@ -27,6 +27,61 @@ LOADER_OPTIONS = ("batch_size", "test_batch_size", "seed", "num_workers", "resam
 # the model as it is (the paper's no-perturbation baseline); a distributed run trains at least one epoch
 UNTRAINED_TEST_ALLOWED_IN = "train"
 PATH_OPTIONS = ("save_path", "resume_from", "linear_baseline_screen")
+# Which options (of GEARS.train and of train_multi_gpu's args) a resumed run may give other values
+# than the run that wrote its checkpoint; a resume with another value of one that must match is
+# refused (``checkpoint.refuse_other_training_options``), since the run would end neither as the
+# run it continues nor as a fresh one with the new value.
+RESUME_OPTIONS = {
+    # they shape the weights, the optimisation or the data order: the learning rate and its
+    # schedule (lr, lr_scaling, warmup_steps; lr and weight_decay would be restored with the
+    # optimiser's state anyway), the step (amp's precision and scaler, grad_accum_steps,
+    # sync_batchnorm's statistics), the batches (batch_size: the sampler's position is counted in
+    # them; seed and resample_controls: the shuffle and the control partners), the data
+    # (expression_dtype's float16 rounds it, default_pert_graph chooses the graph) and the model
+    "must match": (
+        "lr",
+        "weight_decay",
+        "lr_scaling",
+        "warmup_steps",
+        "amp",
+        "grad_accum_steps",
+        "sync_batchnorm",
+        "batch_size",
+        "seed",
+        "resample_controls",
+        "expression_dtype",
+        "default_pert_graph",
+        "model_config",
+    ),
+    # how far training goes (training further is what a resume is for), where and how often the
+    # run is saved, tracked and waited for, the evaluation's batches and the test-only baseline,
+    # the loaders' worker processes (a batch is one gather, whoever makes it), how the same step is
+    # computed (the same function in other kernels), where the expression lives, an option that
+    # does nothing, and where the run trains (cpu_processes: a changed number of ranks gets a
+    # warning of its own, recipe.TrainingRecipe._resume)
+    "may change": (
+        "epochs",
+        "max_steps",
+        "checkpoint_every",
+        "checkpoint_every_steps",
+        "keep_checkpoints",
+        "save_path",
+        "resume_from",
+        "overwrite_save_path",
+        "timeout_s",
+        "wandb",
+        "test_batch_size",
+        "linear_baseline_screen",
+        "num_workers",
+        "fused_decoder",
+        "compile",
+        "cuda_graphs",
+        "deterministic",
+        "expression_storage",
+        "find_unused_parameters",
+        "cpu_processes",
+    ),
+}
 # torch releases under which torch.compile fails on the GEARS network, whatever the device:
 # 2.11.0's dynamo cannot trace the fused decoder (an autograd.Function) once a batch brings
 # another number of perturbation sets (on a CPU), and its AOTAutograd fails in the first step
@@ -245,6 +300,44 @@ class TrainingOptions(Options):
         factor = world_size * self.grad_accum_steps
         return self.lr * {"none": 1.0, "linear": factor, "sqrt": math.sqrt(factor)}[self.lr_scaling]
 
+    def with_loader_options(self, built: dict):
+        """These options with each loader option left None ("as the loaders were built") given
+        the value ``built`` (``PertData.loader_options`` of the loaders training uses) holds: what
+        the run's checkpoints record, so that a resume on loaders built otherwise is told apart."""
+        return dataclasses.replace(
+            self, **{key: built[key] for key in LOADER_OPTIONS if getattr(self, key) is None and key in built}
+        )
+
     def loader_options(self) -> dict:
         """The loader options that are set (not None)."""
         return {key: getattr(self, key) for key in LOADER_OPTIONS if getattr(self, key) is not None}
+
+
+def changed_on_resume(saved: dict, options: TrainingOptions) -> list[str]:
+    """The options that must match on a resume (``RESUME_OPTIONS``) whose value in ``options``
+    differs from ``saved`` (the options a checkpoint was written with), each as
+    ``'lr: 0.003 there, 0.1 here'``; ``model_config`` is compared option by option."""
+    ours = options.as_dict()
+    return [
+        difference
+        for key in RESUME_OPTIONS["must match"]
+        if key in saved and key in ours
+        for difference in _differences(key, saved[key], ours[key])
+    ]
+
+
+def _differences(name: str, there, here) -> list[str]:
+    """``name``'s value ``there`` (a checkpoint's) against ``here`` (this run's), as
+    ``changed_on_resume`` words them. Unknown, so never different: an option a checkpoint of an
+    earlier version lacks (a dict's key too), and a loader option left None on either side
+    (``GEARS.train``'s "as the loaders were built", which the options do not say)."""
+    if isinstance(there, dict) and isinstance(here, dict):
+        return [
+            difference
+            for key in sorted(here)
+            if key in there
+            for difference in _differences(f"{name}.{key}", there[key], here[key])
+        ]
+    if name in LOADER_OPTIONS and (there is None or here is None):
+        return []
+    return [] if there == here else [f"{name}: {there!r} there, {here!r} here"]
