@@ -27,6 +27,7 @@ from gears_ddp.inference.pair_screen_job import PairScreenJob, model_record, run
 from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_CHUNK_PAIRS, PairScreenOptions
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor
 from gears_ddp.inference.saved_predictions import forget_own
+from gears_ddp.inference.trained_split import say_if_trained_on_another_split, trained_split
 from gears_ddp.interactions.calls import pair_scores
 from gears_ddp.interactions.observed import observed_interactions
 from gears_ddp.interactions.pair_tables import score_gene_positions, trained_conditions
@@ -42,7 +43,6 @@ from gears_ddp.model.model_folder import (
 )
 from gears_ddp.model.model_options import ModelOptions
 from gears_ddp.model.network import GEARSModel
-from gears_ddp.runs.trained_split import other_split_warning, split_differences, trained_split
 from gears_ddp.runtime.devices import checked_device
 from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS, SingleProcess
@@ -108,7 +108,7 @@ class GEARS:
         self.test_result: EvaluationResult | None = None  # the last test evaluation, and the baselines'
         self.test_baseline_results: dict = {}
         self.weights_from: str | None = None  # 'training' or the model folder the weights were loaded from
-        self.trained_split: dict | None = None  # a loaded run's split_config (runs.trained_split)
+        self.trained_split: dict | None = None  # a loaded run's split_config (inference.trained_split)
 
     @staticmethod
     def tunable_parameters() -> dict[str, str]:
@@ -237,7 +237,7 @@ class GEARS:
         ``test_baseline_results``) for the report's pictures. ``linear_baseline_screen``: the
         screen whose PCA places the ``linear_pretrained`` baseline's perturbations."""
         self._require_model()
-        self._say_if_trained_on_another_split("the test set")
+        say_if_trained_on_another_split(self.weights_from, self.trained_split, self.pert_data, "the test set")
         return self._kept_scores(
             self._trainer().test(_built(self.best_model), self.dataloader["test_loader"], ranks, linear_baseline_screen)
         )
@@ -278,7 +278,7 @@ class GEARS:
         each of its cells, or ``cells_per_perturbation`` per perturbation drawn with ``seed``;
         ``baseline``: that baseline's cells (``'linear_pretrained'`` with
         ``linear_baseline_screen``) instead (``ModelQueries.split_predictions``)."""
-        self._say_if_trained_on_another_split(f"the {split} set")
+        say_if_trained_on_another_split(self.weights_from, self.trained_split, self.pert_data, f"the {split} set")
         other_screen = None if baseline is None else self._trainer().other_screen(linear_baseline_screen)
         return self._queries().split_predictions(
             self.dataloader, split, clip_at_zero, cells_per_perturbation, seed, baseline, other_screen
@@ -390,16 +390,7 @@ class GEARS:
         load_weights(_built(self.model), path)
         self.best_model = self.model
         self.weights_from = str(path)
-        self.trained_split = trained_split(path)
-        self._say_if_trained_on_another_split("its test set")
-
-    def _say_if_trained_on_another_split(self, used_for: str) -> None:
-        """Warn when the loaded run was trained on another split than this data's, which
-        ``used_for`` (the set scored or predicted) then reads (``runs.trained_split``)."""
-        data = self.pert_data
-        differences = split_differences(self.trained_split, self.split, data.seed, data.train_gene_set_size)
-        if differences:
-            logger.warning("%s", other_split_warning(self.weights_from, differences, used_for))
+        self.trained_split = say_if_trained_on_another_split(path, trained_split(path), self.pert_data, "its test set")
 
 
 # the signatures inspect.signature (help(), editors) reads; typeshed declares no function __signature__

@@ -47,14 +47,17 @@ from gears_ddp.data.vocabulary import VocabularySource, cells_in_vocabulary
 
 logger = get_logger(__name__)
 
-# the topics of the screen check's warnings that processing logs, as it says them in no other
-# words: perturbed genes that are not measured (gene ids where symbols are wanted), conditions of few cells
-CHECK_WARNINGS_LOGGED = ("perturbed genes", "cells per condition")
-
 STORAGES = ("mapped", "memory")
 NO_DATASET = "no dataset loaded: call load() or new_data_process() first"
 
 T = TypeVar("T")
+
+
+def _split_sets(set2conditions: dict | None) -> dict:
+    """``set2conditions``, which ``prepare_split`` sets; a RuntimeError before it."""
+    if set2conditions is None:
+        raise RuntimeError("call prepare_split before asking for loaders or graphs")
+    return set2conditions
 
 
 def _loaded(value: T | None) -> T:
@@ -143,8 +146,8 @@ class PertData:
         self.ensure_go_inputs(go_archive)
         folder = processed_dataset.dataset_folder(data_name, data_path, self.data_path, archive)
         with processed_dataset.opened_dataset(folder, check_values=self.expression_storage == "memory") as parts:
-            keep = processing.kept_with_de_genes(parts, folder.name, self._cells_in_vocabulary(parts, folder.name))
-            self._use_dataset(parts, folder, keep)
+            in_vocabulary = self._cells_in_vocabulary(parts, folder.name)
+            self._use_dataset(parts, folder, processing.kept_with_de_genes(parts, folder.name, in_vocabulary))
 
     def new_data_process(
         self,
@@ -208,9 +211,7 @@ class PertData:
         checked = self.check_screen(adata, dataset_name, read_expression=False, **screen)
         if not checked.would_train:
             self.check_screen(adata, dataset_name, **screen).refuse()  # the expression's problems named too
-        for warning in checked.warnings:
-            if warning.topic in CHECK_WARNINGS_LOGGED:
-                logger.warning("%s", warning)
+        screen_check.log_warnings_processing_omits(checked)
         source = screen_check.screen_source(dataset_name)
         raw_screens.add_gears_columns(
             adata, dataset_name, perturbation_column, control_label, combination_separator, source
@@ -499,13 +500,10 @@ class PertData:
     ) -> dict:
         """Loaders of the split with these (checked) options, this ``PertData``'s own left as
         they are: what one ``GEARS.train`` call with other loader options trains on."""
-        if self.set2conditions is None:
-            raise RuntimeError("call prepare_split before asking for loaders or graphs")
         cells = self.require_data()
-        set2cells = cells_of_sets(cells, self.set2conditions, self.split)
         return build_loaders(
             cells,
-            set2cells,
+            cells_of_sets(cells, _split_sets(self.set2conditions), self.split),
             batch_size,
             test_batch_size or batch_size,
             world_size,

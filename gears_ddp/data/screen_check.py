@@ -21,6 +21,7 @@ import anndata
 import numpy as np
 import pandas as pd
 
+from gears_ddp._logging import get_logger
 from gears_ddp.data import normalization, processing, raw_screens
 from gears_ddp.data.conditions import CONTROL, coded_conditions, genes_of_conditions, is_combo, malformed_conditions
 from gears_ddp.data.de_genes import small_groups_problem
@@ -41,7 +42,12 @@ from gears_ddp.data.splits import (
     split_set_problems,
 )
 
+logger = get_logger(__name__)
+
 FEW_CELLS = 10  # a condition of fewer cells has a mean (what training fits and metrics score) of little weight
+# the topics of the warnings processing logs from the check, as it says them in no other words:
+# perturbed genes that are not measured (gene ids where symbols are wanted), conditions of few cells
+PROCESSING_OMITS = ("perturbed genes", "cells per condition")
 SEEDS_TRIED = 20  # split seeds tried for one that gives every set perturbations, when the one asked for does not
 COMBINATION_SPLITS = ("combo_seen0", "combo_seen1", "combo_seen2")
 
@@ -445,3 +451,11 @@ def _check_expression(matrix, source: str, normalize: bool, n_top_genes: int | N
     else:
         report.fact("expression", "taken as log-normalised, as it is (no normalisation)")
         report.add(check.problems(source))
+
+
+def log_warnings_processing_omits(report: ScreenReport) -> None:
+    """Log the warnings of a screen's ``report`` that processing says in no other words
+    (``PROCESSING_OMITS``), as it processes the screen."""
+    for warning in report.warnings:
+        if warning.topic in PROCESSING_OMITS:
+            logger.warning("%s", warning)

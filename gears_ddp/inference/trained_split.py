@@ -4,17 +4,21 @@ A model loaded into a ``GEARS`` (``load_pretrained``) is scored and asked for th
 a set of the split that ``GEARS``'s data has, which the user prepared. Prepared with
 another seed or type than the run trained on, that set can hold perturbations the model
 trained on, and its scores flatter it without a word. A run folder's ``config.yaml`` says
-the split the run trained on; ``split_differences`` compares it with the data's, so that
-``GEARS`` can say so (``gears-ddp evaluate`` and ``predict`` prepare the run's own split:
-``runs.saved_runs.open_run``). A model folder without ``config.yaml`` (``save_model``, the
-published GEARS) says nothing of its split, and nothing is compared.
+the split the run trained on; ``split_differences`` compares it with the data's, and
+``say_if_trained_on_another_split`` says so for ``GEARS`` (``gears-ddp evaluate`` and
+``predict`` prepare the run's own split: ``runs.saved_runs.open_run``). A model folder
+without ``config.yaml`` (``save_model``, the published GEARS) says nothing of its split,
+and nothing is compared.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from gears_ddp._logging import get_logger
 from gears_ddp.report.run_files import CONFIG_FILE, read_settings
+
+logger = get_logger(__name__)
 
 # the settings that decide a split's sets (a custom split's come from its file alone)
 DECIDING = ("split", "seed", "train_gene_set_size")
@@ -49,3 +53,13 @@ def other_split_warning(folder, differences: list[str], used_for: str) -> str:
         f"its {Path(folder) / CONFIG_FILE} gives (split_config), or open the run with "
         "gears_ddp.runs.saved_runs.open_run(folder).gears"
     )
+
+
+def say_if_trained_on_another_split(folder, trained: dict | None, pert_data, used_for: str) -> dict | None:
+    """Warn when the run in ``folder`` was trained (``trained``: ``trained_split``) on
+    another split than ``pert_data``'s, which ``used_for`` (the set scored or predicted)
+    then reads; returns ``trained``."""
+    differences = split_differences(trained, pert_data.split, pert_data.seed, pert_data.train_gene_set_size)
+    if differences:
+        logger.warning("%s", other_split_warning(folder, differences, used_for))
+    return trained
