@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from test_launch import _clean_environment, _launch_arguments
-from test_restarts import _assert_same_run, _ranks, _single, _start, _wait_for_step
+from test_restarts import _assert_same_run, _ranks, _ranks_at_step, _single, _wait_for_step
 
 from gears_ddp.launching.supervisor import spawn_workers
 from gears_ddp.runtime.stopping import CTRL_C_NOTICE, EXIT_INTERRUPTED, StopSignals, TrainingInterrupted
@@ -130,9 +130,7 @@ def test_ctrl_c_to_the_process_group_of_spawned_ranks_exits_75_with_one_line_and
 @pytest.mark.distributed
 def test_ctrl_c_to_the_parent_only_is_passed_on_to_the_spawned_ranks(data_folder, tmp_path):
     save_path = tmp_path / "run"
-    process = _start("multi", data_folder, save_path=str(save_path), epochs=3, batch_size=8, checkpoint_every_steps=2)
-    _wait_for_step(save_path, 4, process)
-    ranks = _ranks(process.pid)
+    process, ranks = _ranks_at_step(data_folder, save_path, 4, epochs=3, batch_size=8, checkpoint_every_steps=2)
     os.kill(process.pid, signal.SIGINT)  # what a notebook's interrupt sends
     _, stderr = process.communicate(timeout=120)
     assert "TrainingInterrupted: training stopped on SIGINT (Ctrl-C)" in stderr, stderr[-3000:]

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 from test_launch import _clean_environment
-from test_restarts import _ranks, _start, _wait_for_step
+from test_restarts import _ranks_at_step, _start
 
 from gears_ddp import GEARS, PertData, train_multi_gpu
 from gears_ddp.cli import main
@@ -281,9 +281,7 @@ def _kill_and_watch(parent, workers: list[int], within_s: float) -> None:
 @pytest.mark.slow
 def test_a_holder_killed_with_sigkill_frees_the_folder_at_once_and_its_ranks_end_with_it(data_folder, tmp_path):
     folder = tmp_path / "run"
-    killed = _start("multi", data_folder, epochs=500, batch_size=16, save_path=str(folder), checkpoint_every=1)
-    _wait_for_step(folder, 1, killed)
-    ranks = _ranks(killed.pid)
+    killed, ranks = _ranks_at_step(data_folder, folder, 1, epochs=500, batch_size=16, checkpoint_every=1)
     assert len(ranks) == 2
     _kill_and_watch(killed, ranks, within_s=10)
     newest = load_training_checkpoint(checkpoint_files(folder)[-1])

@@ -74,6 +74,14 @@ def _wait_for_step(save_path, step, process, timeout_s=240):
     raise AssertionError(f"no checkpoint at step {step} within {timeout_s} s")
 
 
+def _ranks_at_step(data_folder, save_path, step, **options):
+    """A two-rank run (``train_multi_gpu`` in a subprocess) into ``save_path``, once it has
+    written a checkpoint at or past optimiser step ``step``: the process and its ranks' pids."""
+    process = _start("multi", data_folder, save_path=str(save_path), **options)
+    _wait_for_step(save_path, step, process)
+    return process, _ranks(process.pid)
+
+
 def _ranks(pid):
     """The worker processes train_multi_gpu spawned from process ``pid``, in rank order."""
     path = Path(f"/proc/{pid}/task/{pid}/children")
@@ -115,9 +123,7 @@ def test_a_stop_signal_to_one_rank_stops_both_with_a_checkpoint_and_the_run_resu
     options = {"epochs": 2, "batch_size": 8, "checkpoint_every_steps": 4}
     whole = _multi(data_folder, save_path=str(tmp_path / "whole"), **options)
     save_path = tmp_path / "stopped"
-    process = _start("multi", data_folder, save_path=str(save_path), **options)
-    _wait_for_step(save_path, 4, process)
-    ranks = _ranks(process.pid)
+    process, ranks = _ranks_at_step(data_folder, save_path, 4, **options)
     os.kill(ranks[-1], signal.SIGUSR1)  # one rank only: the other must stop with it
     _, stderr = process.communicate(timeout=120)
     assert process.returncode != 0
@@ -161,9 +167,7 @@ def test_a_stop_signal_in_one_process_stops_with_a_checkpoint_and_the_run_resume
 @pytest.mark.distributed
 def test_a_killed_rank_fails_the_run_quickly_naming_it(data_folder, tmp_path):
     save_path = tmp_path / "run"
-    process = _start("multi", data_folder, save_path=str(save_path), epochs=50, batch_size=8, checkpoint_every_steps=2)
-    _wait_for_step(save_path, 2, process)
-    ranks = _ranks(process.pid)
+    process, ranks = _ranks_at_step(data_folder, save_path, 2, epochs=50, batch_size=8, checkpoint_every_steps=2)
     assert len(ranks) >= 2
     killed_at = time.monotonic()
     os.kill(ranks[1], signal.SIGKILL)
