@@ -40,6 +40,7 @@ from gears_ddp.model.model_folder import (
     model_from_config,
     save_model_folder,
     saved_model_options,
+    weights_origin,
 )
 from gears_ddp.model.model_options import ModelOptions
 from gears_ddp.model.network import GEARSModel
@@ -380,7 +381,12 @@ class GEARS:
         """Write ``config.pkl``, ``model.pt`` (best model) and ``vocabulary.json`` atomically."""
         self._require_model()
         save_model_folder(
-            path, _built(self.config), _built(self.best_model).state_dict(), self.gene_list, self.pert_list
+            path,
+            _built(self.config),
+            _built(self.best_model).state_dict(),
+            self.gene_list,
+            self.pert_list,
+            trained=self.weights_from is not None,
         )
 
     def load_pretrained(self, path) -> None:
@@ -389,7 +395,7 @@ class GEARS:
         self.model_initialize(**saved_model_options(path, ModelOptions.names(), self.gene_list, self.pert_list))
         load_weights(_built(self.model), path)
         self.best_model = self.model
-        self.weights_from = str(path)
+        self.weights_from = weights_origin(path)  # None: random initial weights, saved as they were
         self.trained_split = say_if_trained_on_another_split(path, trained_split(path), self.pert_data, "its test set")
 
 

@@ -247,9 +247,15 @@ def test_train_of_no_epoch_scores_the_model_as_it_is(toy, tmp_path):
     np.testing.assert_allclose(gears.predict([["G0"]], cells_per_perturbation=20000)["G0"], control, atol=0.05)
 
     gears.model_initialize(hidden_size=8)
-    gears.train(epochs=0)
+    gears.train(epochs=0, save_path=tmp_path / "random")
     with pytest.raises(RuntimeError, match="random initial weights"):
         gears.predict([["G0"]])
+    loaded = GEARS(toy)
+    loaded.load_pretrained(tmp_path / "random")  # saved as they were: still refused, loaded again
+    with pytest.raises(RuntimeError, match="random initial weights"):
+        loaded.predict([["G0"]])
+    loaded.load_pretrained(tmp_path / "run")  # the no_perturb model predicts control, loaded again too
+    np.testing.assert_allclose(loaded.predict([["G0"]], cells_per_perturbation=20000)["G0"], control, atol=0.05)
     with pytest.raises(ValueError, match=r"train\(epochs=...\) must be a non-negative integer"):
         gears.train(epochs=-1)
 

@@ -84,15 +84,30 @@ def strip_module_prefix(state_dict: dict) -> dict:
     return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in state_dict.items()}
 
 
-def save_model_folder(path, config: dict, state_dict: dict, gene_names, pert_names) -> None:
-    """The published model files plus the vocabularies, each written atomically."""
+def save_model_folder(path, config: dict, state_dict: dict, gene_names, pert_names, trained: bool = True) -> None:
+    """The published model files plus the vocabularies, each written atomically; a model
+    never trained nor loaded (``trained`` False: ``train(epochs=0)`` of a new model) says so
+    in ``vocabulary.json``, so that, loaded again, it refuses to predict as it did here
+    (``weights_origin``)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     io.write_pickle({**config, "device": str(config["device"])}, path / CONFIG_FILE)
     with io.atomic_path(path / WEIGHTS_FILE) as tmp:
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, tmp)
+    vocabulary: dict[str, object] = {"genes": list(gene_names), "perturbations": list(pert_names)}
+    if not trained:
+        vocabulary["trained"] = False
     with io.atomic_path(path / VOCABULARY_FILE) as tmp:
-        tmp.write_text(json.dumps({"genes": list(gene_names), "perturbations": list(pert_names)}))
+        tmp.write_text(json.dumps(vocabulary))
+
+
+def weights_origin(path) -> str | None:
+    """Where the weights of the model folder ``path`` come from, as ``GEARS.weights_from``
+    holds it: the folder, or None for random initial weights saved as they were (its
+    ``vocabulary.json`` says ``"trained": false``), which a model refuses to predict with."""
+    saved = Path(path) / VOCABULARY_FILE
+    untrained = saved.exists() and json.loads(saved.read_text(encoding="utf-8")).get("trained") is False
+    return None if untrained else str(path)
 
 
 def read_config(path, options=()) -> dict:

@@ -192,7 +192,7 @@ class TrainingRecipe:
     def run(self) -> TrainingResult:
         """Train the remaining epochs; then the best network and its test evaluation."""
         loaders = self.inputs.loaders
-        if self.ranks.is_main:
+        if self.ranks.is_main and self.position.epoch < self.options.epochs:  # none left: no range to name
             logger.info(
                 "training epochs %d-%d on %d %s rank(s), %d optimiser step(s) per epoch and rank",
                 self.position.epoch + 1,
