@@ -89,9 +89,10 @@ def test_anndata_predictions_name_conditions_as_the_data(trained):
 
 
 def test_anndata_carries_uncertainty_and_the_weights_folder(trained, tmp_path):
-    untrained = GEARS(trained.pert_data)
-    untrained.model_initialize(hidden_size=8, uncertainty=True)
-    untrained.save_model(tmp_path / "model")
+    model = GEARS(trained.pert_data)
+    model.model_initialize(hidden_size=8, uncertainty=True)
+    model.train(epochs=1, max_steps=1)  # a model saved untrained refuses to predict, loaded again
+    model.save_model(tmp_path / "model")
     loaded = GEARS(trained.pert_data)
     loaded.load_pretrained(tmp_path / "model")
     gene = trained.pert_list[0]
