@@ -78,14 +78,13 @@ def run(options) -> int:
     return 0
 
 
-def out_folder(out: Path) -> Path:
-    """The folder of ``--out``, made if need be; a file standing where it would go is
+def out_folder(out: Path) -> None:
+    """Make the folder of ``--out`` if need be; a file standing where it would go is
     refused, naming it, before any work."""
     blocker = file_in_the_way(out.parent)
     if blocker is not None:
         raise FileExistsError(f"--out {out}: {blocker} is a file, not a folder to write in; give another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
-    return out.parent
 
 
 def output_format(given: str | None, out: Path) -> str:

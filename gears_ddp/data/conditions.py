@@ -97,3 +97,11 @@ def coded_conditions(column: pd.Series, source: str = "obs['condition']") -> tup
     position = np.zeros(len(values.categories), dtype=np.int64)
     position[in_order] = np.arange(len(in_order))
     return [str(values.categories[c]) for c in in_order], position[codes]
+
+
+def first_cell_values(column: pd.Series, codes: np.ndarray) -> list[str]:
+    """Each condition's value of ``column`` (an ``obs`` column such as ``condition_name``,
+    one value per condition), read at its first cell; ``codes``: ``coded_conditions``'s
+    positions of the cells, so the list follows its conditions."""
+    first_cells = np.unique(codes, return_index=True)[1]  # codes number the conditions in order of first cell
+    return column.iloc[first_cells].astype(str).tolist()

@@ -20,7 +20,7 @@ import torch
 
 from gears_ddp.data import processing
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
-from gears_ddp.data.conditions import CONTROL, coded_conditions, condition_genes
+from gears_ddp.data.conditions import CONTROL, coded_conditions, condition_genes, first_cell_values
 from gears_ddp.data.expression_map import as_tensor, mapped_expression
 
 
@@ -35,8 +35,7 @@ def cell_table(data, keep: np.ndarray, node_map_pert: dict, folder: Path, storag
         expression, mapped_from, digest = _in_memory(data.X, keep, dtype), None, None
     kept = data.obs.iloc[np.flatnonzero(keep)] if not keep.all() else data.obs
     conditions, codes = coded_conditions(kept["condition"])
-    first_cells = np.unique(codes, return_index=True)[1]  # codes number the conditions in order of first cell
-    names = dict(zip(conditions, kept["condition_name"].iloc[first_cells].astype(str)))
+    names = dict(zip(conditions, first_cell_values(kept["condition_name"], codes)))
     pert_idx, de_idx = _condition_tables(conditions, names, dict(data.uns), data.var_names, node_map_pert)
     table = CellTable(
         expression, torch.from_numpy(codes), conditions, pert_idx, de_idx, [names[c] for c in conditions], mapped_from

@@ -523,13 +523,11 @@ class PertData:
         Splits with other ``test_perts`` or other settings share that name, so the training
         conditions the graph was built from are written beside it (``cache_settings``): a
         cache built from other ones is built again; one without them is used on its name."""
-        if self.set2conditions is None:
-            raise RuntimeError("call prepare_split before building the co-expression graph")
         return graph_cache.coexpression_graph(
             self.require_data(),
             self.gene_names.to_numpy(),
             self.node_map,
-            self.set2conditions["train"],
+            _split_sets(self.set2conditions)["train"],
             self.dataset_path,
             self.split,
             self.seed,

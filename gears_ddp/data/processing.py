@@ -21,7 +21,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.conditions import CONTROL, coded_conditions, malformed_conditions_problem
+from gears_ddp.data.conditions import CONTROL, coded_conditions, first_cell_values, malformed_conditions_problem
 from gears_ddp.data.de_genes import MOMENTS, check_group_sizes, order_by_magnitude, welch_t_test_of_sums
 from gears_ddp.data.grouped import ConditionSums, row_blocks
 from gears_ddp.data.screen_report import Problem, listed, refuse
@@ -261,8 +261,7 @@ def kept_with_de_genes(adata, name: str, keep: np.ndarray) -> np.ndarray:
     if not rankings:
         return keep
     conditions, codes = coded_conditions(adata.obs["condition"])
-    first = np.unique(codes, return_index=True)[1]  # each condition's first cell (every condition has one)
-    names = adata.obs["condition_name"].iloc[first].astype(str).tolist()
+    names = first_cell_values(adata.obs["condition_name"], codes)
     ranked = np.array(
         [
             condition == CONTROL or all(names[code] in ranking for ranking in rankings)

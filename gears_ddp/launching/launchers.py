@@ -45,7 +45,7 @@ from gears_ddp.runtime.phase_clock import PhaseClock
 from gears_ddp.runtime.ranks import SINGLE_PROCESS
 from gears_ddp.runtime.stopping import TrainingInterrupted
 from gears_ddp.runtime.threads import cpu_threads, torch_threads
-from gears_ddp.training.checkpoint import refuse_other_training_options, resolve_resume
+from gears_ddp.training.checkpoint import refuse_other_training_options, resolve_resume, run_folder_of
 from gears_ddp.training.finite_loss import NonFiniteLoss
 from gears_ddp.training.save_folder import held_save_path
 
@@ -125,7 +125,7 @@ def refuse_other_model_options(checkpoint: Path, run: RunOptions) -> None:
     one): its weights would not fit this run's model. Checked here, before any rank starts,
     from the options; each rank checks the weights themselves too (``recipe.refuse_other_weights``,
     which ``GEARS.train`` relies on)."""
-    folder = checkpoint.parent.parent  # SAVE_PATH/checkpoints/checkpoint-N.pt
+    folder = run_folder_of(checkpoint)
     try:
         written = read_settings(folder).get("args", {}).get("model_config")
     except (OSError, yaml.YAMLError, AttributeError):  # no readable configuration: nothing to compare

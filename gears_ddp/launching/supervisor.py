@@ -170,9 +170,7 @@ class SpawnedWorkers:
 
     def send(self, number: int) -> None:
         """Send the signal ``number`` to every worker still running."""
-        for process in self.processes:
-            if process.is_alive():
-                os.kill(process.pid, number)
+        _signal_processes(self.processes, number)
 
     def ended_by(self, received: list[int]) -> int | None:
         """Once ``finished``: the signal among ``received`` (those passed on to the workers,
@@ -196,6 +194,13 @@ class SpawnedWorkers:
         for error_file in self.context.error_files:
             Path(error_file).unlink(missing_ok=True)
         self.holding.close()
+
+
+def _signal_processes(processes, number: int) -> None:
+    """Send the signal ``number`` to those of ``processes`` still running."""
+    for process in processes:
+        if process.is_alive():
+            os.kill(process.pid, number)
 
 
 def _end_processes(processes) -> None:
@@ -316,9 +321,7 @@ def signals_passed_on(numbers, processes):
                 raise KeyboardInterrupt
             announce_ctrl_c()
         received.append(number)
-        for process in processes:
-            if process.is_alive():
-                os.kill(process.pid, passed_on_as(number))
+        _signal_processes(processes, passed_on_as(number))
 
     previous = {number: signal.signal(number, pass_on) for number in (CTRL_C, *numbers)}
     try:

@@ -65,6 +65,11 @@ def checkpoint_folder(save_path) -> Path:
     return Path(save_path) / CHECKPOINT_FOLDER
 
 
+def run_folder_of(checkpoint: Path) -> Path:
+    """The run folder (``save_path``) a checkpoint file was written in: ``checkpoint_folder``'s inverse."""
+    return Path(checkpoint).parent.parent  # SAVE_PATH/checkpoints/checkpoint-N.pt
+
+
 def checkpoint_files(save_path) -> list[Path]:
     """The checkpoint files in ``save_path``, oldest first (a folder named like one is not)."""
     folder = checkpoint_folder(save_path)
@@ -136,7 +141,7 @@ def refuse_other_training_options(checkpoint: Path, state: dict, options: Traini
     (``launchers.opening``), and by each rank and ``GEARS.train`` (``recipe.TrainingRecipe``)."""
     differing = changed_on_resume(state.get("options") or {}, options)
     if differing:
-        config = checkpoint.parent.parent / CONFIG_FILE  # SAVE_PATH/checkpoints/checkpoint-N.pt
+        config = run_folder_of(checkpoint) / CONFIG_FILE
         holder = str(config) if config.is_file() else "the checkpoint's 'options'"
         raise ValueError(
             f"resume_from: {checkpoint} was written by a run with other training options ({'; '.join(differing)}): "
