@@ -2,6 +2,7 @@
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -11,6 +12,14 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 # threads that wait by spinning take cores from the others, so they wait passively, as
 # docs/distributed.md advises for any shared machine; set before torch loads OpenMP, kept where set
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# numba's on-disk cache (dcor, which the published GEARS imports, compiles with cache=True into its
+# installed folder): two pytest workers compiling it at once in a fresh install wrote an index that
+# named a function it did not hold, and every later import of dcor aborted in LLVM ("Symbol not
+# found"), every worker down. Each worker caches in a folder of its own; set before numba loads
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ["NUMBA_CACHE_DIR"] = str(
+        Path(tempfile.gettempdir()) / "gears_ddp_tests_numba" / os.environ["PYTEST_XDIST_WORKER"]
+    )
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
