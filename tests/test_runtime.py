@@ -1,8 +1,10 @@
 """The process-group plumbing: devices and gloo groups (the launchers' variables: test_launch.py)."""
 
 import gc
+import logging
 import os
 import socket
+import threading
 import time
 import weakref
 
@@ -11,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from gears_ddp.launching import process_group
 from gears_ddp.launching.environments import find_free_port
 from gears_ddp.launching.process_group import backend_for, cleanup_ddp, setup_ddp
 from gears_ddp.runtime.devices import resolve_devices
@@ -133,10 +136,46 @@ def test_rank_that_never_joins(monkeypatch):
         cleanup_ddp()
     assert time.monotonic() - start < 12
     message = str(info.value)
-    assert "rank 0" in message and "did not join" in message
+    assert "rank 0" in message and "1 of the 2 ranks joined, the others did not" in message
     assert "world size 2" in message and f"127.0.0.1:{port}" in message and "2 s" in message
     assert info.value.__cause__ is not None
     assert not dist.is_initialized()
+
+
+def test_ranks_wait_for_each_other_at_the_meeting_store():
+    store = dist.HashStore()
+    waited = []
+
+    def rank(number):
+        process_group._wait_for_ranks(store, number, 3, "here", timeout_s=10)
+        waited.append(number)
+
+    threads = [threading.Thread(target=rank, args=(number,)) for number in (0, 1)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    assert waited == []  # two of three: both wait
+    rank(2)  # the last to join wakes the others
+    for thread in threads:
+        thread.join(timeout=5)
+    assert sorted(waited) == [0, 1, 2]
+
+
+def test_rank_0_says_how_many_ranks_joined_while_it_waits_and_at_the_timeout(monkeypatch, caplog):
+    """A script that starts fewer processes than its world size hears of it while it waits,
+    not only at the timeout (which is 10 minutes unless set)."""
+    monkeypatch.setattr(process_group, "JOIN_NOTICE_EVERY_S", 0.2)
+    store = dist.HashStore()
+    store.add("joined", 1)  # rank 1 has joined; rank 2 never comes
+    start = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="gears_ddp"), pytest.raises(TimeoutError) as info:
+        process_group._wait_for_ranks(store, 0, 3, "127.0.0.1:12355", timeout_s=0.9)
+    assert 0.9 <= time.monotonic() - start < 5
+    notices = [record.getMessage() for record in caplog.records if "waiting for the ranks" in record.getMessage()]
+    assert len(notices) >= 3
+    assert notices[0].startswith("waiting for the ranks to join at 127.0.0.1:12355: 2 of 3 have after 0 s")
+    assert "2 of the 3 ranks joined, the others did not" in str(info.value)
+    assert "nprocs" in str(info.value) and "world_size" in str(info.value)
 
 
 def test_setup_ddp_rejects_bad_rank():

@@ -136,6 +136,12 @@ class TorchrunEnvironment(ClusterEnvironment):
         return environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 
     @staticmethod
+    def agent_serves_the_store(environ: Environ = os.environ) -> bool:
+        """Whether torchrun's agent serves the store the ranks meet in (torch's
+        ``TORCHELASTIC_USE_AGENT_STORE``): then every rank is its client, and none serves one."""
+        return environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+    @staticmethod
     def run_id(environ: Environ = os.environ) -> str | None:
         """Torchrun's run id (``'?'`` for a torchrun that names none), None outside torchrun."""
         return environ.get("TORCHELASTIC_RUN_ID") or ("?" if "TORCHELASTIC_RESTART_COUNT" in environ else None)
