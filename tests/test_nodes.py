@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 import toy_data
+import yaml
 from test_cli import _write_config
 from test_launch import _clean_environment, _launch_arguments, _report
 
@@ -108,6 +109,8 @@ def test_gears_ddp_train_on_two_torchrun_nodes_trains_as_one_node(data_folder, t
     runs = _torchrun_nodes([["-m", "gears_ddp", "train", "--config", str(configs[n])] for n in range(2)])
     _assert_node_zero_wrote_the_run_of_one_node(runs, save_paths, one_node_weights)
     assert runs[0][1].count("best epoch") == 1 and "best epoch" not in runs[1][1]  # the summary comes from node 0
+    # two CPU ranks: the run's config.yaml repeats it on one machine without torchrun or a GPU
+    assert yaml.safe_load((save_paths[0] / "config.yaml").read_text())["args"]["cpu_processes"] == 2
 
 
 def test_a_slurm_step_on_two_hosts_trains_as_one_node(data_folder, tmp_path, one_node_weights):

@@ -3,6 +3,7 @@
 worker started by ``torch.multiprocessing.spawn`` as the guide starts it."""
 
 import json
+import logging
 
 import pytest
 import torch.multiprocessing as mp
@@ -41,12 +42,14 @@ def _example_worker(rank, world_size, port, data_folder, split_config, args, out
     from gears_ddp.train_distributed import train_ddp_worker
 
     report = train_ddp_worker(rank, world_size, data_folder, "toy", split_config, args, master_port=port)
+    console = any(getattr(handler, "_gears_ddp_console", False) for handler in logging.getLogger("gears_ddp").handlers)
     with open(f"{out}/rank{rank}.json", "w", encoding="utf-8") as file:
         json.dump(
             {
                 "report": None
                 if report is None
-                else {"world_size": report["world_size"], "digests": report["parameter_digests"]}
+                else {"world_size": report["world_size"], "digests": report["parameter_digests"]},
+                "console_logging": console,
             },
             file,
         )
@@ -72,6 +75,8 @@ def test_the_example_call_trains_and_saves_as_its_worker_spawned_by_a_script_doe
     )
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert results[1]["report"] is None and results[0]["report"]["world_size"] == 2
+    # a spawned process has no logging configured: rank 0 shows the log, as the guide's prints
+    assert [result["console_logging"] for result in results] == [True, False]
     assert len(set(results[0]["report"]["digests"])) == 1
     spawned, multi = read_weights(tmp_path / "spawned"), read_weights(tmp_path / "models" / "gears_ddp")
     assert spawned.keys() == multi.keys()

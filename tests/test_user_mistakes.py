@@ -12,7 +12,7 @@ import torch
 import toy_data
 from test_launch import _clean_environment
 
-from gears_ddp import PertData
+from gears_ddp import PertData, train_multi_gpu
 from gears_ddp.data import download, io
 from gears_ddp.gears import GEARS
 
@@ -126,6 +126,16 @@ def test_a_mistyped_data_path_or_dataset_name_is_named_before_anything_is_fetche
     assert not typo.exists()
     with pytest.raises(ValueError, match=r"\(processing names the folder in lower case: .+/toy exists\)"):
         prepare_data(data_folder, "TOY", split, model)
+
+
+def test_a_run_refused_for_its_dataset_writes_no_configuration(data_folder, tmp_path):
+    """The run folder's config.yaml is written once the data is there: a mistyped dataset
+    leaves no configuration of a run that never started."""
+    save_path = tmp_path / "run"
+    args = {"epochs": 1, "cpu_processes": 1, "save_path": str(save_path), "model_config": {"hidden_size": 8}}
+    with pytest.raises(ValueError, match="dataset 'toyy': there is no folder"):
+        train_multi_gpu(data_folder, "toyy", {"split": "simulation", "seed": 1}, args)
+    assert not (save_path / "config.yaml").exists()
 
 
 def test_a_dataset_refused_by_its_vocabulary_leaves_no_file(data_root):

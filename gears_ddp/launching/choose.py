@@ -61,7 +61,9 @@ def launch(
     - torchrun or Slurm: ``ThisRank`` on the GPU of its local rank (else the CPU); a stop
       signal exits with status 75, after Slurm's requeue on SIGUSR1;
     - a local rank started by a script: ``ThisRank`` on the CPU with ``cpu_processes``,
-      else on GPU ``rank``.
+      else on GPU ``rank``; its rank 0 shows the library's log on the console, as the seed
+      guide's rank 0 prints, unless the process has logging configured (a process that
+      ``mp.spawn`` started has none, whatever its parent set).
     """
     if launcher is not None:
         return open_and_start(run, launcher)
@@ -71,6 +73,8 @@ def launch(
         devices = located_devices(run.n_gpus, run.gpu_ids, run.args.cpu_processes)
         return open_and_start(run, RankInThisProcess(devices[0]) if len(devices) == 1 else SpawnedRanks(devices))
     if not environment.started_by_a_launcher:
+        if environment.rank == 0 and not logging.getLogger(LIBRARY_LOGGER_NAME).hasHandlers():
+            enable_console_logging()
         device = (
             torch.device("cpu") if run.args.cpu_processes is not None else launched_rank_device(environment.local_rank)
         )

@@ -96,8 +96,8 @@ def opening(run: RunOptions, launcher: Launcher, held: contextlib.ExitStack) -> 
     """Take the save folder (``save_folder.held_save_path``: refused when another run holds
     it or an earlier run would be overwritten unasked; kept in ``held``), read the resume
     checkpoint (an unreadable one, or one written with other model or training options, fails
-    before any rank starts and before the configuration is written), write the configuration,
-    and prepare the data."""
+    before any rank starts and before the configuration is written), prepare the data, and
+    write the configuration (after the data, so that a dataset refused leaves none behind)."""
     args = run.args
     writes = launcher.writes_run_folder and args.save_path is not None
     if writes:
@@ -114,9 +114,10 @@ def opening(run: RunOptions, launcher: Launcher, held: contextlib.ExitStack) -> 
     if resume is not None:
         refuse_other_model_options(resume[0], run)
         refuse_other_training_options(*resume, args)
+    data = launcher.data(run)
     if writes:
         write_run_config(args.save_path, launcher.config(run))
-    return Opening(launcher.data(run), resume, held)
+    return Opening(data, resume, held)
 
 
 def refuse_other_model_options(checkpoint: Path, run: RunOptions) -> None:
@@ -252,9 +253,15 @@ class ThisRank:
         self.writes_run_folder = placement.rank == 0
         self.holder = f"rank 0 of {placement.world_size}"
 
-    @staticmethod
-    def config(run: RunOptions) -> dict:
-        return run.config()
+    def config(self, run: RunOptions) -> dict:
+        """The run's configuration; on the CPU it records the ranks as ``cpu_processes``
+        (torchrun or srun started them, or a script, on a machine without a GPU), so that
+        ``gears-ddp train --config`` on one machine repeats the run with as many ranks rather
+        than asking for a GPU. A launcher that starts the ranks again ignores the option."""
+        config = run.config()
+        if self.placement.device.type == "cpu" and run.args.cpu_processes is None:
+            config["args"]["cpu_processes"] = self.placement.world_size
+        return config
 
     @staticmethod
     def data(run: RunOptions):
