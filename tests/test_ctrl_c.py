@@ -3,6 +3,7 @@ checkpoint, and the run resumes exactly; a second Ctrl-C stops at once. In one p
 with spawned ranks, Ctrl-C to the whole process group (a terminal) or to the parent only (a
 notebook); real signals, real processes (gloo on CPU)."""
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -183,6 +184,77 @@ def test_a_second_ctrl_c_to_the_parent_ends_the_spawned_workers_at_once(tmp_path
     assert signal.getsignal(signal.SIGINT) == handler
 
 
+def test_only_a_process_that_ignores_ctrl_c_takes_it_passed_on():
+    """SIGUSR2 means a parent's Ctrl-C only to the workers the parent spawned (they ignore
+    SIGINT); a process that reads Ctrl-C itself leaves SIGUSR2 to whoever set it."""
+    own = signal.getsignal(signal.SIGUSR2)
+    with StopSignals():
+        assert signal.getsignal(signal.SIGUSR2) == own and signal.getsignal(signal.SIGINT) != signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a spawned worker
+    try:
+        with StopSignals() as stops:
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert stops.received == signal.SIGINT  # a Ctrl-C, passed on
+        assert signal.getsignal(signal.SIGUSR2) == own
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _sleeping(local_rank, argument, messages):
+    time.sleep(60)
+
+
+@pytest.mark.distributed
+def test_a_stop_while_the_workers_start_ends_them_without_a_word_from_them(tmp_path):
+    """SIGTERM to the parent alone while it writes the workers' arguments (a large one: a
+    long write) stops it there in one line; it used to leave each worker reading half its
+    arguments ('pickle data was truncated', a traceback per worker)."""
+    script = tmp_path / "driver.py"
+    script.write_text(
+        f"import os, signal, sys, threading, time; sys.path.insert(0, {str(TESTS)!r})\n"
+        "from gears_ddp.data.stop_signals import Stopped, stops_raised\n"
+        "from gears_ddp.launching.supervisor import SpawnedWorkers\n"
+        "from gears_ddp.runtime.stopping import CTRL_C, STOP_SIGNALS\n"
+        "from test_ctrl_c import _sleeping\n"
+        "if __name__ == '__main__':\n"
+        "    with stops_raised((CTRL_C, *STOP_SIGNALS)):\n"
+        "        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"
+        "        try:\n"
+        "            SpawnedWorkers(_sleeping, (b'x' * 50_000_000,), 2).close()\n"
+        "        except Stopped:\n"
+        "            print('stopped while starting', file=sys.stderr); sys.exit(75)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=_clean_environment()
+    )
+    assert done.returncode == EXIT_INTERRUPTED, done.stderr[-3000:]
+    assert done.stderr.strip() == "stopped while starting"  # no worker's traceback
+
+
+def _waiting_without_stops(local_rank, folder, messages):
+    """A worker that reads no stop (a pair screen's): the Ctrl-C passed on ends it."""
+    (Path(folder) / str(local_rank)).touch()
+    time.sleep(120)
+
+
+@pytest.mark.distributed
+def test_a_first_ctrl_c_says_what_it_does_to_the_workers_work(tmp_path, caplog):
+    """Workers of other work than training (a pair screen's) are stopped in its words, not in
+    training's (a step, a checkpoint)."""
+
+    def press():
+        _wait_for_files(tmp_path, 2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press, daemon=True).start()
+    with caplog.at_level(logging.INFO, logger="gears_ddp"), pytest.raises(TrainingInterrupted) as stop:
+        spawn_workers(_waiting_without_stops, (str(tmp_path),), 2, ctrl_c_notice="Ctrl-C: NOTICE", ended="ENDED")
+    assert str(stop.value) == "stopped by SIGINT (Ctrl-C), passed on to the 2 worker process(es), ENDED"
+    assert caplog.text.count("Ctrl-C: NOTICE") == 1 and CTRL_C_NOTICE not in caplog.text
+    assert multiprocessing.active_children() == []
+
+
 @pytest.mark.distributed
 def test_a_second_ctrl_c_to_the_process_group_ends_the_parent_and_its_workers_at_once(tmp_path):
     script, waiting = tmp_path / "driver.py", tmp_path / "waiting"
@@ -211,6 +283,27 @@ def test_a_second_ctrl_c_to_the_process_group_ends_the_parent_and_its_workers_at
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == -signal.SIGINT and "KeyboardInterrupt" in stderr
     assert len(workers) == 2 and not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_to_a_screen_in_this_process_exits_75_with_one_line(monkeypatch, capsys, signal_number):
+    """A screen of one device runs in this process: a stop ended it with a traceback (Ctrl-C,
+    exit 130) or without a word (SIGTERM, 143)."""
+    from gears_ddp.cli import main, pair_screen
+
+    def screening(options):
+        os.kill(os.getpid(), signal_number)
+        time.sleep(30)
+        raise AssertionError("the stop did not stop the command")
+
+    monkeypatch.setattr(pair_screen, "run", screening)
+    assert main(["screen", "--run", "run", "--genes", "A", "B", "--out", "s.csv"]) == EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert err == (
+        f"gears-ddp screen: stopped by {signal.Signals(signal_number).name}: the chunks finished so far are kept "
+        "beside the table; run the same command again to continue\n"
+    )
+    _assert_ctrl_c_as_usual()
 
 
 def test_ctrl_c_outside_the_training_steps_exits_75_with_one_line(monkeypatch, capsys):

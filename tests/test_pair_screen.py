@@ -18,7 +18,8 @@ from gears_ddp import PertData
 from gears_ddp.cli import main
 from gears_ddp.configuration.run_options import resolved_config, write_run_config
 from gears_ddp.configuration.sections import SplitConfig, TrainingArgs
-from gears_ddp.distributed.pair_screen_workers import pair_screen_on_devices
+from gears_ddp.distributed import pair_screen_workers
+from gears_ddp.distributed.pair_screen_workers import SCREEN_CTRL_C_NOTICE, SCREEN_ENDED, pair_screen_on_devices
 from gears_ddp.gears import GEARS
 from gears_ddp.inference.figures import _clustered_order, plot_pair_screen
 from gears_ddp.inference.pair_screen_job import PairScreenFolder, checked_pair_screen_genes, read_table, write_table
@@ -342,6 +343,21 @@ def test_a_pair_screen_split_over_two_processes_equals_the_one_process_table(gea
     )
     pd.testing.assert_frame_equal(written, gears.screen(GENES[:6], seed=2, **options), check_exact=True)
     assert json.loads((tmp_path / "screen.json").read_text())["seed"] == 2
+
+
+def test_a_stop_tells_of_the_screen_s_chunks_not_of_training_steps(gears, tmp_path, monkeypatch):
+    """The workers of a screen end at once on a stop; what is said of it is the screen's."""
+    asked = {}
+
+    def spawned(*args, **words):
+        asked.update(words)
+        raise InterruptedError  # as a stop would, before any chunk
+
+    monkeypatch.setattr(pair_screen_workers, "spawn_workers", spawned)
+    with pytest.raises(InterruptedError):
+        pair_screen_on_devices(gears, GENES[:4], out=tmp_path / "screen.csv", cpu_processes=2)
+    assert asked == {"ctrl_c_notice": SCREEN_CTRL_C_NOTICE, "ended": SCREEN_ENDED}
+    assert "chunks" in SCREEN_CTRL_C_NOTICE and "checkpoint" not in SCREEN_CTRL_C_NOTICE + SCREEN_ENDED
 
 
 def test_the_pair_screen_command_writes_the_table_record_picture_and_changes(

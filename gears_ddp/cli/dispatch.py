@@ -15,6 +15,7 @@ from gears_ddp.configuration.run_options import RunConfigError
 from gears_ddp.data.download import DownloadError
 from gears_ddp.data.stop_signals import Stopped, stops_raised
 from gears_ddp.runtime.folder_lock import FolderInUse
+from gears_ddp.runtime.memory_budget import BeyondMemory
 from gears_ddp.runtime.stopping import CTRL_C, EXIT_INTERRUPTED, STOP_SIGNALS, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss
 
@@ -24,7 +25,7 @@ DESCRIPTION = """The ``gears-ddp`` command (``python -m gears_ddp`` does the sam
     gears-ddp train --config run.yaml [--set args.epochs=5 ...]
     gears-ddp train --config run.yaml --seeds 1 2 3 4 5 [--split-seeds 1 2 3 4 5]   replicates
     gears-ddp sweep --config run.yaml --space space.yaml --trials 12 [--storage URL]   tune: Optuna trials
-    gears-ddp evaluate --run ./runs/my_run [--set split_config.seed=2] [--out scores.json]
+    gears-ddp evaluate --run ./runs/my_run [--out scores.json]          test metrics beside the baselines
     gears-ddp predict --run ./runs/my_run --perturbations FEV FEV+SAMD1 --out predictions.h5ad
     gears-ddp predict --run ./runs/my_run --split test --format cell-eval [--cells-per-perturbation 100] --out test.h5ad
     gears-ddp predict --run ./runs/my_run --split test --format cell-eval --baseline linear --out test.linear.h5ad
@@ -55,9 +56,21 @@ failed, or a sweep whose trials all failed or were pruned, included).
 
 # one module per command, in the order --help lists them: each has NAME, add_parser(subparsers) and run(options)
 COMMANDS = (train, demo, sweep, evaluate, predict, pair_screen, interactions, process, check)
-# the commands that train: a stop signal (Ctrl-C too) outside their training steps exits 75 with one
-# line (stops_raised); in the steps it stops at the next one, with a checkpoint (runtime.stopping)
-TRAINING_COMMANDS = {train.NAME, demo.NAME, sweep.NAME}
+# what a stop signal (Ctrl-C too) ends with one line and exit 75 (stops_raised), by command, and
+# what the line says: outside the training commands' steps (in them a run stops at the next one,
+# with a checkpoint: runtime.stopping), and anywhere in a screen run in this process (its workers,
+# when it has several, stop as spawn_workers says)
+TRAINING_STOPPED = (
+    " outside the training steps (while preparing or starting the run, or while scoring and reporting after its "
+    "last step): the checkpoints written so far are kept; run the same command again (with --set "
+    "args.resume_from=auto where the run folder holds checkpoints)"
+)
+STOPPED = {
+    train.NAME: TRAINING_STOPPED,
+    demo.NAME: TRAINING_STOPPED,
+    sweep.NAME: TRAINING_STOPPED,
+    pair_screen.NAME: ": the chunks finished so far are kept beside the table; run the same command again to continue",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,17 +94,10 @@ def main(argv=None) -> int:
     enable_console_logging(logging.WARNING if options.command == "check" else logging.INFO)  # check: its report
     run = {command.NAME: command.run for command in COMMANDS}[options.command]
     try:
-        with (
-            stops_raised((CTRL_C, *STOP_SIGNALS)) if options.command in TRAINING_COMMANDS else contextlib.nullcontext()
-        ):
+        with stops_raised((CTRL_C, *STOP_SIGNALS)) if options.command in STOPPED else contextlib.nullcontext():
             return run(options) or 0
     except Stopped as stop:
-        print(
-            f"gears-ddp {options.command}: {stop} outside the training steps (while preparing or starting the run, "
-            "or while scoring and reporting after its last step): the checkpoints written so far are kept; run the "
-            "same command again (with --set args.resume_from=auto where the run folder holds checkpoints)",
-            file=sys.stderr,
-        )
+        print(f"gears-ddp {options.command}: {stop}{STOPPED[options.command]}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (
         RunConfigError,
@@ -101,6 +107,7 @@ def main(argv=None) -> int:
         ValueError,
         DownloadError,
         FolderInUse,
+        BeyondMemory,
     ) as err:
         print(f"gears-ddp {options.command}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

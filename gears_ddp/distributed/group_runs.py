@@ -32,7 +32,7 @@ from gears_ddp.launching.launchers import GroupOfRanks, shared_data
 from gears_ddp.launching.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
 from gears_ddp.launching.worker_messages import RunDiverged, RunInterrupted, RunReport
 from gears_ddp.report.run_files import PAGE_FILE, REPORT_FILE
-from gears_ddp.runtime.stopping import STOP_SIGNALS, passed_on_as
+from gears_ddp.runtime.stopping import STOP_SIGNALS, described_signal, passed_on_as
 
 logger = get_logger(__name__)
 POLL_S = 0.2
@@ -136,7 +136,7 @@ class GroupScheduler:
                         if watch is not None and not entry.workers.finished():
                             watch(entry)
                         if entry.workers.finished():
-                            outcomes[entry.run.name] = self._settle(entry)
+                            outcomes[entry.run.name] = self._settle(entry, received)
                             if settled is not None:
                                 settled(entry.run, outcomes[entry.run.name], bool(received))
                             del running[index]
@@ -175,8 +175,11 @@ class GroupScheduler:
             self.data[key] = shared_data(run.pert_data_path, run.dataset_name, run.split, run.args)
         return self.data[key]
 
-    def _settle(self, entry: RunningGroup) -> dict:
-        """A run's outcome once its workers ended; its workers are closed."""
+    def _settle(self, entry: RunningGroup, received: list[int]) -> dict:
+        """A run's outcome once its workers ended; its workers are closed. Workers that the
+        stop signals ``received`` (passed on to them) ended before they could stop at a step
+        (while starting, as their arguments were read) were interrupted, not failed: a sweep
+        retries such a trial, replicates continue such a run."""
         name, seconds = entry.run.name, time.monotonic() - entry.started
         try:
             messages = entry.workers.result()
@@ -192,6 +195,11 @@ class GroupScheduler:
                     error,
                 )
                 return {"status": "finished", "seconds": seconds}
+            stop = entry.workers.ended_by(received)
+            if stop is not None:
+                said = f"stopped by {described_signal(stop)} before its workers could stop at a step"
+                logger.warning("%s: %s", name, said)
+                return {"status": "interrupted", "error": said, "seconds": seconds}
             logger.error("%s: failed after %.0f s: %s", name, seconds, error)
             return {"status": "failed", "error": str(error), "seconds": seconds}
         finally:

@@ -43,6 +43,17 @@ from gears_ddp.runtime.threads import at_most_usable_threads, cpu_threads, usabl
 
 logger = get_logger(__name__)
 
+# what a stop does to a screen: its workers end at once (SIGTERM, or Ctrl-C passed on); the chunks
+# they finished are in the screen's folder beside its table, where a run of the same screen finds them
+SCREEN_CTRL_C_NOTICE = (
+    "Ctrl-C: the pair screen stops now; the chunks its workers finished are kept beside its table, and "
+    "the same screen continues from them"
+)
+SCREEN_ENDED = (
+    "which ended them: the chunks they finished are kept beside the screen's table, and the same screen "
+    "continues from them"
+)
+
 
 def pair_screen_devices(options: PairScreenOptions) -> list[torch.device]:
     """The device of each worker of ``options`` (their request checked before):
@@ -118,7 +129,13 @@ def _spawning_executor(devices: list[torch.device]):
         shared = dataclasses.replace(job, predictor=job.predictor.to("cpu"))  # each worker moves it to its device
         shares = [chunks[worker::workers] for worker in range(workers)]
         logger.info("pair screen: %d chunks shared among %d %s worker(s)", len(chunks), workers, devices[0].type)
-        messages = spawn_workers(pair_screen_worker, (shared, shares, devices[:workers], folder), workers)
+        messages = spawn_workers(
+            pair_screen_worker,
+            (shared, shares, devices[:workers], folder),
+            workers,
+            ctrl_c_notice=SCREEN_CTRL_C_NOTICE,
+            ended=SCREEN_ENDED,
+        )
         return {message.chunk: message.scores for message in messages if isinstance(message, PairScreenChunk)}
 
     return execute

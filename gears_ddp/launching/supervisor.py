@@ -27,6 +27,8 @@ from gears_ddp.data.io import loads_plain_data
 from gears_ddp.launching.worker_messages import LogRecord, WorkerFailed, WorkerMessages, replay_log
 from gears_ddp.runtime.stopping import (
     CTRL_C,
+    CTRL_C_NOTICE,
+    ENDED_TRAINING,
     STOP_SIGNALS,
     TrainingInterrupted,
     announce_ctrl_c,
@@ -44,7 +46,14 @@ class DistributedTrainingError(RuntimeError):
     """A worker process failed; the message holds its rank and traceback."""
 
 
-def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) -> list:
+def spawn_workers(
+    worker,
+    worker_args: tuple,
+    nprocs: int,
+    poll_s: float = 0.2,
+    ctrl_c_notice: str = CTRL_C_NOTICE,
+    ended: str = ENDED_TRAINING,
+) -> list:
     """``mp.spawn`` ``worker(local_rank, *worker_args, messages)`` and return what the workers
     ``messages.put`` (a :class:`WorkerMessages`), except their log records, which go to this
     process's loggers as they arrive.
@@ -55,10 +64,13 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
     :class:`DistributedTrainingError` of :meth:`SpawnedWorkers.result`, except workers that
     the passed-on signal ended before they could stop on their own (while starting, or
     after their last step): that is the stop asked for, raised as ``TrainingInterrupted``.
+    ``ctrl_c_notice`` (said at the first Ctrl-C) and ``ended`` (the stop's message, after
+    the signal and the workers) say what a stop does to the workers' work: training's unless
+    given (the workers of a pair screen end at once, keeping the chunks they wrote).
     """
     workers = SpawnedWorkers(worker, worker_args, nprocs)
     try:
-        with signals_passed_on(STOP_SIGNALS, workers.processes) as received:
+        with signals_passed_on(STOP_SIGNALS, workers.processes, ctrl_c_notice) as received:
             while not workers.finished():
                 multiprocessing.connection.wait(workers.sentinels(), timeout=poll_s)
         try:
@@ -68,9 +80,7 @@ def spawn_workers(worker, worker_args: tuple, nprocs: int, poll_s: float = 0.2) 
             if stop is None:
                 raise
             raise TrainingInterrupted(
-                f"stopped by {described_signal(stop)}, passed on to the {nprocs} worker process(es), which it ended "
-                "before they could stop at a step (while starting, or after the last one): what was saved "
-                "(checkpoints, finished files) is kept; run the same command again to continue",
+                f"stopped by {described_signal(stop)}, passed on to the {nprocs} worker process(es), {ended}",
                 signal_name(stop),
                 None,
             ) from None
@@ -93,9 +103,10 @@ class SpawnedWorkers:
     alone on the machine keeps OpenMP's default, as training in the calling process does.
 
     The workers ignore Ctrl-C (SIGINT): a terminal sends it to the parent too, which passes it
-    on (``signals_passed_on``), so that one press is one stop. They are started with it held
-    (``_ctrl_c_held``), so that one that lands while they start cannot end them before they
-    read their arguments; the parent reads it once they are started.
+    on (``signals_passed_on``), so that one press is one stop. They are started with Ctrl-C
+    and the stop signals deferred (``_stops_deferred``), so that one that lands while they
+    start cannot end the parent halfway through writing their arguments, nor them before they
+    read them; the parent reads it once they are started.
 
     When a worker fails, the others get ``SHUTDOWN_GRACE_S`` to stop on their own (a peer's
     loss usually stops them at once), then SIGTERM, then SIGKILL: a lost rank ends the set
@@ -114,13 +125,10 @@ class SpawnedWorkers:
         self.failed: list[tuple[int, int]] = []  # (rank, exit code) of the workers failed when a failure was seen
         started: list = []
         try:
-            # not held against a stop signal (stop_signals.stops_held): a worker that dies before it
-            # reads its arguments (a signal sent to the whole process group) would leave mp.spawn
-            # writing them for ever. A stop raised meanwhile leaves the worker being started with
-            # half its arguments, which it reports as it ends with this process. Ctrl-C is held
-            # instead (the workers inherit it held), and read as the block ends: what it raises
-            # there (``Stopped``, ``KeyboardInterrupt``) ends the workers just started
-            with passive_openmp_environment() if sharing_cores else contextlib.nullcontext(), _ctrl_c_held():
+            # Ctrl-C and the stop signals deferred while the workers start (the workers hold them
+            # until they have read their arguments): what one raises as the block ends
+            # (``Stopped``, ``KeyboardInterrupt``) ends the workers just started
+            with passive_openmp_environment() if sharing_cores else contextlib.nullcontext(), _stops_deferred():
                 self.context = mp.spawn(
                     functools.partial(_ending_with_parent, worker, os.getpid()),
                     args=(*worker_args, self.messages),
@@ -188,12 +196,14 @@ class SpawnedWorkers:
         channel, release what the set held (``holding``) and delete the files ``mp.spawn`` made for the workers'
         tracebacks (a failed
         worker's stays in the temporary folder otherwise: torch deletes it only in its own
-        ``join``, which this class does not call)."""
-        _end_processes(self.processes)
-        self.messages.close()
-        for error_file in self.context.error_files:
-            Path(error_file).unlink(missing_ok=True)
-        self.holding.close()
+        ``join``, which this class does not call). Ctrl-C and the stop signals are deferred
+        meanwhile (``_stops_deferred``): one raised halfway would leave workers running."""
+        with _stops_deferred():
+            _end_processes(self.processes)
+            self.messages.close()
+            for error_file in self.context.error_files:
+                Path(error_file).unlink(missing_ok=True)
+            self.holding.close()
 
 
 def _signal_processes(processes, number: int) -> None:
@@ -215,32 +225,50 @@ def _ending_with_parent(worker, parent_pid: int, local_rank: int, *args) -> None
     """Run ``worker(local_rank, *args)`` in a process that ends (SIGKILL) when the thread
     that spawned it ends, however it ends (Linux's ``PR_SET_PDEATHSIG``): a parent killed
     with SIGKILL releases the run folder it held, and its ranks must not go on writing there
-    beside the next run. Elsewhere the worker runs as it is. Ctrl-C, held since the worker
-    started (``_ctrl_c_held``), is ignored from here on: the parent passes it on."""
+    beside the next run. Elsewhere the worker runs as it is. Ctrl-C and the stop signals,
+    blocked since the worker started (``_stops_deferred``), are let in here: Ctrl-C ignored
+    (the parent passes it on), a stop signal as the worker handles it (one that came
+    meanwhile ends a worker that handles none, as it would have at once)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent_pid:  # the parent ended before the setting took effect
             os._exit(1)
     signal.signal(CTRL_C, signal.SIG_IGN)  # one held meanwhile is dropped with it
     if hasattr(signal, "pthread_sigmask"):  # POSIX
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {CTRL_C})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {CTRL_C, *STOP_SIGNALS})
     worker(local_rank, *args)
 
 
 @contextlib.contextmanager
-def _ctrl_c_held():
-    """Hold Ctrl-C (SIGINT blocked) in this thread while the block runs; one that came
-    meanwhile is read when it ends. A process started meanwhile inherits the mask, so Ctrl-C
-    cannot end it while it starts (CPython's resource tracker starts its process the same
-    way). Where signals cannot be blocked (Windows), nothing is held."""
-    if not hasattr(signal, "pthread_sigmask"):
+def _stops_deferred():
+    """Run the block whole: Ctrl-C and the stop signals that come while it runs are kept and
+    delivered, in the order they came, when it ends, to the handlers there were before.
+
+    A stop that landed while ``mp.spawn`` wrote a worker's arguments ended this process
+    halfway (``Stopped``, ``KeyboardInterrupt``) and left the worker reading half of them
+    ("pickle data was truncated", a traceback per worker); one that landed while ``close``
+    ended the workers left some running. Python runs signal handlers in the main thread
+    (elsewhere the block just runs), so the handlers are swapped for one that keeps the
+    signal; blocking them would not do, as the kernel hands a signal that this thread blocks
+    to another thread. They are blocked here too, for the processes started meanwhile, which
+    inherit this thread's mask: a signal sent to the whole process group cannot end a worker
+    before it has read its arguments (``_ending_with_parent`` lets them in). Where signals
+    cannot be blocked (Windows), only the handlers are swapped."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {CTRL_C})
+    numbers, came = (CTRL_C, *STOP_SIGNALS), []
+    previous = {number: signal.signal(number, lambda number, frame: came.append(number)) for number in numbers}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, numbers) if hasattr(signal, "pthread_sigmask") else None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending for this thread is kept now
+        for number, handler in previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        for number in dict.fromkeys(came):
+            signal.raise_signal(number)
 
 
 def _stop_workers(processes, collect) -> None:
@@ -300,7 +328,7 @@ def _failure(
 
 
 @contextlib.contextmanager
-def signals_passed_on(numbers, processes):
+def signals_passed_on(numbers, processes, ctrl_c_notice: str = CTRL_C_NOTICE):
     """While active (in the main thread), pass the signals ``numbers`` and Ctrl-C on to
     ``processes`` (a list, read when a signal arrives: processes added to it later receive
     them too), each as ``passed_on_as`` says. Yields the list of the signal numbers received
@@ -308,8 +336,9 @@ def signals_passed_on(numbers, processes):
 
     Ctrl-C is always among them: the workers of ``SpawnedWorkers`` ignore it, whether it
     reaches them from a terminal (which sends it to the whole process group) or not (a
-    notebook's interrupt reaches the parent only). The first is passed on and announced; a
-    second raises ``KeyboardInterrupt`` here: the caller ends the workers on its way out."""
+    notebook's interrupt reaches the parent only). The first is passed on and announced
+    (``ctrl_c_notice``); a second raises ``KeyboardInterrupt`` here: the caller ends the
+    workers on its way out."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -319,7 +348,7 @@ def signals_passed_on(numbers, processes):
         if number == CTRL_C:
             if CTRL_C in received:
                 raise KeyboardInterrupt
-            announce_ctrl_c()
+            announce_ctrl_c(ctrl_c_notice)
         received.append(number)
         _signal_processes(processes, passed_on_as(number))
 

@@ -48,6 +48,11 @@ CTRL_C_NOTICE = (
     "Ctrl-C: training stops at the next optimiser step, after a checkpoint (work outside the training "
     "steps stops at once); press Ctrl-C again to stop at once, without one"
 )
+# what a parent says of workers a passed-on stop ended before they could stop on their own
+ENDED_TRAINING = (
+    "which it ended before they could stop at a step (while starting, or after the last one): what was saved "
+    "(checkpoints, finished files) is kept; run the same command again to continue"
+)
 
 
 # what ``signal.signal`` takes and returns: a function, SIG_DFL / SIG_IGN, or None (set outside Python)
@@ -72,13 +77,16 @@ class StopSignals:
         self._previous: dict[int, Handler] = {}
 
     def __enter__(self) -> "StopSignals":
+        """Record the stop signals; Ctrl-C itself, or, in a process that ignores it (a worker
+        whose parent reads Ctrl-C and passes it on), ``CTRL_C_PASSED_ON``, which a process
+        that reads Ctrl-C itself leaves as it was."""
         if threading.current_thread() is threading.main_thread():
             for number in STOP_SIGNALS:
                 self._previous[number] = signal.signal(number, self._record)
-            if CTRL_C_PASSED_ON is not None:
-                self._previous[CTRL_C_PASSED_ON] = signal.signal(CTRL_C_PASSED_ON, self._record_passed_on_ctrl_c)
             if signal.getsignal(CTRL_C) is not signal.SIG_IGN:
                 self._previous[CTRL_C] = signal.signal(CTRL_C, self._record_ctrl_c)
+            elif CTRL_C_PASSED_ON is not None:
+                self._previous[CTRL_C_PASSED_ON] = signal.signal(CTRL_C_PASSED_ON, self._record_passed_on_ctrl_c)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -105,9 +113,10 @@ class StopSignals:
         self.received = CTRL_C
 
 
-def announce_ctrl_c() -> None:
-    """Log, where a first Ctrl-C lands, what it does and what a second one does."""
-    logger.info(CTRL_C_NOTICE)
+def announce_ctrl_c(notice: str = CTRL_C_NOTICE) -> None:
+    """Log, where a first Ctrl-C lands, what it does and what a second one does (``notice``:
+    training's, unless the work is another)."""
+    logger.info(notice)
 
 
 def passed_on_as(number: int) -> int:
