@@ -11,8 +11,10 @@ from test_bad_input import _refused_in_one_line
 from gears_ddp import GEARS, PertData
 from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.datasets import write_synthetic_dataset
+from gears_ddp.inference import cell_eval_export, model_queries
 from gears_ddp.inference.cell_eval_export import CONTROL_LABEL, PERT_COLUMN, PROVENANCE_KEY, target_of
 from gears_ddp.inference.prediction import drawn_control_cells, query_sets
+from gears_ddp.runtime import memory_budget
 
 SMALL = dict(n_genes=100, n_modules=6, n_perturbed_genes=12, n_combos=10, cells_per_condition=10, n_control_cells=100)
 
@@ -110,3 +112,41 @@ def test_the_command_refuses_a_bad_number_of_cells_before_loading_the_run(tmp_pa
         ],
         "cells_per_perturbation must be a whole number >= 1, got 0",
     )
+
+
+def test_more_cells_than_the_memory_holds_are_refused_before_any_is_made(trained, monkeypatch):
+    """Asked for more cells than the machine holds, a prediction says so, with both sizes, and
+    nothing is drawn (torch's allocator failed deep inside, or the OOM killer came)."""
+    monkeypatch.setattr(memory_budget, "available_memory_bytes", lambda: 64 * 2**20)  # 64 MiB
+
+    def never(*args, **kwargs):
+        raise AssertionError("cells drawn before the refusal")
+
+    monkeypatch.setattr(cell_eval_export, "drawn_controls", never)
+    n_tested = len([c for c in trained.pert_data.set2conditions["test"] if c != CONTROL])
+    with pytest.raises(memory_budget.BeyondMemory) as refused:
+        trained.predict_split(cells_per_perturbation=100_000)
+    message = str(refused.value)
+    assert f"100,000 cells for each of the {n_tested} perturbations" in message and "x 100 genes" in message
+    assert "more than the 64 MiB of memory available: ask for fewer cells per perturbation" in message
+    monkeypatch.setattr(model_queries, "drawn_control_cells", never)
+    gene = trained.pert_list[0]
+    refused = r"cells_per_perturbation=100,000 for 2 queries \(600,000 cells"
+    with pytest.raises(memory_budget.BeyondMemory, match=refused):
+        trained.predict([[gene], [trained.pert_list[1]]], return_type="cell-eval", cells_per_perturbation=100_000)
+    with pytest.raises(memory_budget.BeyondMemory, match=r"for 1 query \(200,000 cells"):
+        trained.predict([[gene]], cells_per_perturbation=100_000, all_samples=True)
+
+
+def test_the_memory_available_is_the_system_s_within_the_control_group_s_limit(tmp_path):
+    meminfo, cgroup = tmp_path / "meminfo", tmp_path / "cgroup"
+    meminfo.write_text("MemTotal:       32000000 kB\nMemAvailable:    2000000 kB\n")
+    assert memory_budget.available_memory_bytes(meminfo, cgroup) == 2_000_000 * 1024  # no control group files
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text("max\n")
+    (cgroup / "memory.current").write_text("100\n")
+    assert memory_budget.available_memory_bytes(meminfo, cgroup) == 2_000_000 * 1024
+    (cgroup / "memory.max").write_text(f"{2**30}\n")
+    (cgroup / "memory.current").write_text(f"{2**29}\n")
+    assert memory_budget.available_memory_bytes(meminfo, cgroup) == 2**29  # the container's limit is lower
+    assert memory_budget.available_memory_bytes(tmp_path / "none", cgroup) is None  # not Linux: nothing known

@@ -26,6 +26,7 @@ import torch
 
 from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.inference.prediction import checked_cell_count, drawn_controls
+from gears_ddp.runtime.memory_budget import FLOAT32_BYTES, refuse_beyond_memory
 
 PERT_COLUMN = "target_gene"  # the default --pert-col of `cell-eval run`
 CONTROL_LABEL = "non-targeting"  # cell-eval's default control_pert
@@ -140,6 +141,26 @@ def cell_predictions(
 
 
 # ---------------------------------------------------------------------------- a split
+def _refuse_files_beyond_memory(
+    split: str, n_perturbations: int, n_cells: int | None, real_cells: int, control_cells: int, n_genes: int
+) -> None:
+    """Refuse, before anything is made, the two files of ``split_predictions`` when the
+    machine cannot hold them: each file's rows are made once and copied once into the file's
+    matrix (predicted: ``n_cells`` per perturbation, or one per real cell; real: the real
+    cells; both: the control cells), float32 x ``n_genes``."""
+    predicted = real_cells if n_cells is None else n_perturbations * n_cells
+    cells = f"{n_cells:,} cells for each of the {n_perturbations:,} perturbations" if n_cells else "its cells"
+    refuse_beyond_memory(
+        2 * FLOAT32_BYTES * n_genes * (predicted + real_cells + 2 * control_cells),
+        f"predicting split {split!r} for cell-eval ({cells}: {predicted:,} predicted and {real_cells:,} real cells "
+        f"x {n_genes:,} genes, and the {control_cells:,} control cells in each file)",
+        "ask for fewer cells per perturbation (cells_per_perturbation; gears-ddp predict --cells-per-perturbation)"
+        if n_cells
+        else "ask for a number of cells per perturbation instead of each cell of the split (cells_per_perturbation; "
+        "gears-ddp predict --cells-per-perturbation), or predict on a machine with more memory",
+    )
+
+
 def _split_dataset(loaders: dict, split: str):
     """The cells of ``split`` and their control partners, as its evaluation loader holds them
     (``train``: the training cells in evaluation order, whose pairing does not resample)."""
@@ -210,11 +231,12 @@ def split_predictions(
     codes, which = torch.unique(table.condition_codes[cells], return_inverse=True)
     effect, _ = effects(table.condition_pert_idx[codes])
     conditions = [table.conditions[c] for c in codes.tolist()]
-    if cells_per_perturbation is None:
+    n_cells = None if cells_per_perturbation is None else checked_cell_count(cells_per_perturbation)
+    _refuse_files_beyond_memory(split, len(codes), n_cells, len(cells), len(controls), len(pert_data.gene_names))
+    if n_cells is None:
         starts, shifts, names = table.rows(dataset.partners[cells]), which, [str(i) for i in cells.tolist()]
         drawn = {"pairing_seed": dataset.pairing_seed}
     else:
-        n_cells = checked_cell_count(cells_per_perturbation)
         starts = table.rows(drawn_controls(table, seed, n_cells)).repeat(len(codes), 1)
         shifts = torch.arange(len(codes)).repeat_interleave(n_cells)
         names = [f"{condition}:{k}" for condition in conditions for k in range(n_cells)]

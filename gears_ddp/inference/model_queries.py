@@ -26,6 +26,7 @@ from gears_ddp.inference.prediction import (
     EXACT_CHANGE,
     PREDICTION_CELLS,
     ChangePredictor,
+    checked_cell_count,
     drawn_control_cells,
     query_keys,
     query_sets,
@@ -37,6 +38,7 @@ from gears_ddp.interactions.observed import observed_interactions, predicted_int
 from gears_ddp.interactions.pair_tables import trained_conditions
 from gears_ddp.interactions.scores import scoring_device
 from gears_ddp.model.model_folder import GRAPH_KEYS
+from gears_ddp.runtime.memory_budget import FLOAT32_BYTES, refuse_beyond_memory
 
 RETURN_TYPES = ("dict", "dataframe", "anndata", "cell-eval")
 NO_MODEL = "no model yet: call model_initialize(...) or load_pretrained(path) first"
@@ -175,6 +177,7 @@ class ModelQueries:
         computed = [row for row, key in enumerate(keys) if key not in saved]
         if computed:
             self.require_weights()
+            self._refuse_cells_beyond_memory(cells_per_perturbation, len(computed), return_type, all_samples)
             picked = drawn_control_cells(self.pert_data.cells, seed, cells_per_perturbation)
             effect, logvar = self.effects(sets[computed])
             prediction[computed] = (effect + picked.mean(0).to(self.device)).cpu().numpy()
@@ -205,6 +208,20 @@ class ModelQueries:
             return cell_predictions(self.pert_data, self.provenance, pert_list, picked, effect.cpu(), seed)
         predictions = dict(zip(keys, prediction))
         return predictions if uncertainty is None else (predictions, dict(zip(keys, uncertainty.tolist())))
+
+    def _refuse_cells_beyond_memory(self, n_cells, n_queries: int, return_type: str, all_samples: bool) -> None:
+        """Refuse a ``predict`` whose cells the machine cannot hold, before they are drawn:
+        the ``n_cells`` drawn control cells, and with ``all_samples`` each query's cells, or
+        for ``'cell-eval'`` each query's cells made and copied into the file's matrix."""
+        n_cells = checked_cell_count(n_cells)
+        rows = n_cells * (1 + (2 * n_queries + 1 if return_type == "cell-eval" else n_queries if all_samples else 0))
+        refuse_beyond_memory(
+            FLOAT32_BYTES * len(self.pert_data.gene_names) * rows,
+            f"predict with cells_per_perturbation={n_cells:,} for {n_queries:,} "
+            f"{'query' if n_queries == 1 else 'queries'} ({rows:,} cells x "
+            f"{len(self.pert_data.gene_names):,} genes)",
+            "ask for fewer cells per perturbation, or fewer queries in one call",
+        )
 
     def mean_expression(self, genes: list[str]) -> np.ndarray:
         """The mean predicted expression (one value per gene) of one query, kept in
