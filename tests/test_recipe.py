@@ -5,6 +5,7 @@ as on one rank of ``train_multi_gpu``; both entry points take the same options; 
 single-process run is reproducible, checkpoints and resumes exactly."""
 
 import inspect
+import logging
 from dataclasses import fields
 
 import numpy as np
@@ -166,7 +167,7 @@ def test_resuming_from_what_is_no_checkpoint_is_named(toy, tmp_path):
     assert not (tmp_path / "again" / "model.pt").exists()
 
 
-def test_single_process_checkpoints_and_resumes_exactly(toy, tmp_path):
+def test_single_process_checkpoints_and_resumes_exactly(toy, tmp_path, caplog):
     toy.get_dataloader(16, test_batch_size=64)
 
     def run(epochs, save_path, **options):
@@ -176,7 +177,14 @@ def test_single_process_checkpoints_and_resumes_exactly(toy, tmp_path):
         return gears.train(epochs=epochs, save_path=str(save_path), checkpoint_every=1, **options)
 
     whole = run(3, tmp_path / "whole")
-    run(2, tmp_path / "part")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="gears_ddp"):
+        run(2, tmp_path / "part")
+    steps = len(toy.dataloader["train_loader"])
+    written = [r.getMessage() for r in caplog.records if r.getMessage().startswith("checkpoint ")]
+    assert [line.split(" written to ")[0] for line in written] == [
+        f"checkpoint after epoch {epoch} (optimiser step {epoch * steps} in all)" for epoch in (1, 2)
+    ]
     resumed = run(3, tmp_path / "resumed", resume_from=str(tmp_path / "part"))
     assert resumed["model_path"] == str(tmp_path / "resumed")
     assert _without_seconds(resumed["history"]) == _without_seconds(whole["history"])

@@ -126,6 +126,17 @@ class TrainingPosition:
     global_step: int = 0
     epoch_loss_sums: list[float] = field(default_factory=list)
 
+    def described(self) -> str:
+        """Where training stands, as a checkpoint's line says it: ``after epoch 1 (optimiser
+        step 25 in all)`` between epochs, else ``in epoch 2, after optimiser step 7 of the epoch
+        (32 in all)``."""
+        if self.step_in_epoch == 0:
+            return f"after epoch {self.epoch} (optimiser step {self.global_step} in all)"
+        return (
+            f"in epoch {self.epoch + 1}, after optimiser step {self.step_in_epoch} of the epoch "
+            f"({self.global_step} in all)"
+        )
+
     def loss_sum_of(self, rank: int, world_size: int) -> float:
         """The loss sum rank ``rank`` continues from (with another number of ranks than the
         checkpoint's, the main rank carries the whole sum)."""
@@ -380,12 +391,7 @@ class TrainingRecipe:
                 },
                 self.options.keep_checkpoints,
             )
-            logger.info(
-                "checkpoint at epoch %d, step %d written to %s",
-                self.position.epoch + 1,
-                self.position.step_in_epoch,
-                path,
-            )
+            logger.info("checkpoint %s written to %s", self.position.described(), path)
         self.ranks.barrier()
         return path
 
