@@ -27,7 +27,7 @@ from gears_ddp.inference.pair_screen_job import PairScreenJob, model_record, run
 from gears_ddp.inference.pair_screen_options import PAIR_SCREEN_CHUNK_PAIRS, PairScreenOptions
 from gears_ddp.inference.prediction import EXACT_CHANGE, PREDICTION_CELLS, ChangePredictor
 from gears_ddp.inference.saved_predictions import forget_own
-from gears_ddp.inference.trained_split import say_if_trained_on_another_split, trained_split
+from gears_ddp.inference.trained_split import loaded_trained_split, say_if_trained_on_another_split
 from gears_ddp.interactions.calls import pair_scores
 from gears_ddp.interactions.observed import observed_interactions
 from gears_ddp.interactions.pair_tables import score_gene_positions, trained_conditions
@@ -396,7 +396,7 @@ class GEARS:
         load_weights(_built(self.model), path)
         self.best_model = self.model
         self.weights_from = weights_origin(path)  # None: random initial weights, saved as they were
-        self.trained_split = say_if_trained_on_another_split(path, trained_split(path), self.pert_data, "its test set")
+        self.trained_split = loaded_trained_split(path, self.pert_data)
 
 
 # the signatures inspect.signature (help(), editors) reads; typeshed declares no function __signature__

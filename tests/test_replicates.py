@@ -362,6 +362,53 @@ def test_the_command_line_refuses_a_save_path_a_file_stands_in_with_status_2(
     assert (tmp_path / "a_file").read_text() == "mine"
 
 
+def test_replicates_are_refused_in_a_sweep_s_folder_which_keeps_its_report(tmp_path, data_folder, capsys):
+    """Their report would replace the sweep's (and their summary remove its trials.csv)."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.yaml").write_text("trials: 3\n")
+    (sweep / "report.html").write_text("the sweep's")
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {"pert_data_path": str(data_folder), "dataset_name": "toy", "split_config": SPLIT, "args": _args(sweep)}
+        )
+    )
+    assert main(["train", "--config", str(config), "--seeds", "1", "2"]) == 2
+    error = capsys.readouterr().err
+    assert f"save_path {sweep} holds a sweep (its sweep.yaml), not replicates: replicates cannot be trained" in error
+    assert (sweep / "report.html").read_text() == "the sweep's" and not (sweep / "seed-1").exists()
+
+
+def test_a_run_whose_workers_the_passed_on_stop_ended_as_they_started_was_interrupted(tmp_path):
+    """Ctrl-C as a sweep's trials start: the parent passes it on (SIGUSR2), which ends workers
+    that have no handler yet. Their run was interrupted (a sweep retries it), not failed ("killed
+    by SIGUSR2 (out of memory, or stopped from outside?)", never retried)."""
+    from types import SimpleNamespace
+
+    from gears_ddp.launching.supervisor import DistributedTrainingError
+
+    class EndedByTheStop:
+        received: list = []  # no message came
+
+        def result(self):
+            raise DistributedTrainingError("rank 0 of 1 was killed by SIGUSR2")
+
+        def ended_by(self, received):
+            return signal.SIGINT if signal.SIGINT in received else None
+
+        def close(self):
+            pass
+
+    trial = SimpleNamespace(name="trial-0001", folder=tmp_path)
+    entry = SimpleNamespace(run=trial, workers=EndedByTheStop(), started=0)
+    scheduler = group_runs.GroupScheduler([[torch.device("cpu")]])
+    interrupted = scheduler._settle(entry, [signal.SIGINT])
+    assert interrupted["status"] == "interrupted"
+    assert interrupted["error"] == "stopped by SIGINT (Ctrl-C) before its workers could stop at a step"
+    assert scheduler._settle(entry, [])["status"] == "failed"  # no stop: it failed
+
+
 def test_devices_are_cut_into_groups_of_the_ranks_a_replicate_asks_for(caplog):
     devices = [torch.device("cpu")] * 5
     groups = device_groups(devices, ReplicateOptions.from_dict({"seeds": [1], "ranks_per_replicate": 2}))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gears_ddp.cli.shared_options import add_run
-from gears_ddp.data.io import atomic_path, file_in_the_way, write_h5ad
+from gears_ddp.data.io import atomic_path, make_folder, write_h5ad
 from gears_ddp.evaluation.baselines import BASELINES, PRETRAINED
 from gears_ddp.inference.prediction import checked_cell_count
 
@@ -59,13 +59,14 @@ def run(options) -> int:
         checked_cell_count(options.cells_per_perturbation)  # before the run is loaded
     if options.baseline is not None and options.split is None:
         raise ValueError("--baseline writes a baseline's cells of a split: give --split too")
-    options.format = output_format(options.format, Path(options.out))
-    out_folder(Path(options.out))  # before the run is loaded and the predictions made
+    out = Path(options.out)
+    options.format = output_format(options.format, out)
+    # its folder made before the run is loaded and the predictions made
+    make_folder(out.parent, f"--out {out}: its folder {out.parent}", "give another --out")
     saved = open_run(options.run, options.overrides)
     gears = saved.gears
     if options.split is not None:
         return _predict_split(options, gears, saved.options.args.linear_baseline_screen)
-    out = Path(options.out)
     queries = [[gene for gene in query.split("+") if gene != "ctrl"] for query in options.perturbations]
     drawn = {} if options.cells_per_perturbation is None else {"cells_per_perturbation": options.cells_per_perturbation}
     if options.format == "csv":
@@ -76,15 +77,6 @@ def run(options) -> int:
         write_h5ad(gears.predict(queries, return_type=options.format, **drawn), out)
     print(f"predictions for {len(queries)} perturbation(s) written to {out}")
     return 0
-
-
-def out_folder(out: Path) -> None:
-    """Make the folder of ``--out`` if need be; a file standing where it would go is
-    refused, naming it, before any work."""
-    blocker = file_in_the_way(out.parent)
-    if blocker is not None:
-        raise FileExistsError(f"--out {out}: {blocker} is a file, not a folder to write in; give another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
 
 
 def output_format(given: str | None, out: Path) -> str:

@@ -152,6 +152,20 @@ def file_in_the_way(folder: str | os.PathLike) -> Path | None:
     return None
 
 
+def make_folder(folder: str | os.PathLike, named: str, advice: str) -> Path:
+    """Make ``folder`` (and the folders above it) if need be and return it; a file standing
+    where it or a folder above it would go is refused, before any work, as ``named`` (how the
+    user gave the folder, e.g. ``'save_path /runs/x'``) followed by what is in the way and
+    ``advice``."""
+    folder = Path(folder)
+    blocker = file_in_the_way(folder)
+    if blocker is not None:
+        where = "is a file" if blocker == folder else f"cannot be made: {blocker} is a file"
+        raise FileExistsError(f"{named} {where}, not a folder; {advice}")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _flush_to_disk(path: Path) -> None:
     """fsync a file, or a folder (which makes a rename in it durable; not possible on Windows)."""
     if path.is_dir() and os.name == "nt":

@@ -5,7 +5,8 @@ a set of the split that ``GEARS``'s data has, which the user prepared. Prepared 
 another seed or type than the run trained on, that set can hold perturbations the model
 trained on, and its scores flatter it without a word. A run folder's ``config.yaml`` says
 the split the run trained on; ``split_differences`` compares it with the data's, and
-``say_if_trained_on_another_split`` says so for ``GEARS`` (``gears-ddp evaluate`` and
+``say_if_trained_on_another_split`` says so for ``GEARS`` (when it loads a run:
+``loaded_trained_split``, and when it scores or predicts a set; ``gears-ddp evaluate`` and
 ``predict`` prepare the run's own split: ``runs.saved_runs.open_run``). A model folder
 without ``config.yaml`` (``save_model``, the published GEARS) says nothing of its split,
 and nothing is compared.
@@ -55,11 +56,19 @@ def other_split_warning(folder, differences: list[str], used_for: str) -> str:
     )
 
 
-def say_if_trained_on_another_split(folder, trained: dict | None, pert_data, used_for: str) -> dict | None:
+def say_if_trained_on_another_split(folder, trained: dict | None, pert_data, used_for: str) -> None:
     """Warn when the run in ``folder`` was trained (``trained``: ``trained_split``) on
     another split than ``pert_data``'s, which ``used_for`` (the set scored or predicted)
-    then reads; returns ``trained``."""
+    then reads."""
     differences = split_differences(trained, pert_data.split, pert_data.seed, pert_data.train_gene_set_size)
     if differences:
         logger.warning("%s", other_split_warning(folder, differences, used_for))
+
+
+def loaded_trained_split(folder, pert_data) -> dict | None:
+    """The split the run in ``folder`` trained on (``trained_split``), as a model loaded from
+    it keeps it; warns at once when ``pert_data``'s split is another, whose test set may then
+    hold perturbations the model trained on."""
+    trained = trained_split(folder)
+    say_if_trained_on_another_split(folder, trained, pert_data, "its test set")
     return trained

@@ -20,7 +20,7 @@ from typing import Iterator
 import yaml
 
 from gears_ddp._logging import get_logger
-from gears_ddp.data.io import file_in_the_way, left_temporaries
+from gears_ddp.data.io import left_temporaries, make_folder
 from gears_ddp.model.model_folder import CONFIG_FILE as MODEL_CONFIG_FILE
 from gears_ddp.model.model_folder import VOCABULARY_FILE, WEIGHTS_FILE
 from gears_ddp.report.run_files import (
@@ -61,14 +61,7 @@ def make_save_folder(save_path) -> Path:
     """Create the save folder; a file standing where it (or a folder above it) would go is
     refused, naming it."""
     path = Path(save_path)
-    blocker = file_in_the_way(path)
-    if blocker is not None:
-        where = "is a file" if blocker == path else f"cannot be made: {blocker} is a file"
-        raise FileExistsError(
-            f"save_path {path} {where}, not a folder; choose another save_path (a run writes its folder there)"
-        )
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_folder(path, f"save_path {path}", "choose another save_path (a run writes its folder there)")
 
 
 def check_save_path(save_path) -> Path:
@@ -139,15 +132,18 @@ def folder_of_runs(folder) -> str | None:
     return None
 
 
-def refuse_a_folder_of_runs(folder) -> None:
-    """Refuse a single run in a folder of several runs (``folder_of_runs``), naming what
+def refuse_a_folder_of_runs(folder, replicates: bool = False) -> None:
+    """Refuse a single run in a folder of several runs (``folder_of_runs``), or
+    ``replicates`` in a sweep's folder (their report would replace the sweep's), naming what
     holds it; neither ``resume_from`` nor ``overwrite_save_path`` lets it in."""
     held = folder_of_runs(folder)
-    if held is not None:
-        raise FileExistsError(
-            f"save_path {folder} holds {held}, not one run: a single run cannot be trained there, nor replace it "
-            "(not with overwrite_save_path or resume_from either); choose another save_path"
-        )
+    if held is None or (replicates and not (Path(folder) / SWEEP_FILE).is_file()):
+        return
+    refused = ("replicates", "replicates") if replicates else ("one run", "a single run")
+    raise FileExistsError(
+        f"save_path {folder} holds {held}, not {refused[0]}: {refused[1]} cannot be trained there, nor replace it "
+        "(not with overwrite_save_path or resume_from either); choose another save_path"
+    )
 
 
 def refuse_or_clear_earlier_run(folder, resume_from, overwrite: bool) -> None:
@@ -195,14 +191,14 @@ def held_save_path(
 ) -> Iterator[Path]:
     """While active, this process holds ``save_path`` (``FolderLock``); on entry, before
     anything is written there, a folder of several runs is refused unless this is its own
-    (``of_runs``: the replicates' top folder), an earlier run is refused or replaced
-    (``refuse_or_clear_earlier_run``) and, with ``check``, the folder is checked for write
-    access and free space (``check_save_path``); the temporary files a killed run left
-    are removed (``remove_left_temporaries``). ``what`` names the holder to a refused run."""
+    (``of_runs``: the replicates' top folder, refused in a sweep's), an earlier run is
+    refused or replaced (``refuse_or_clear_earlier_run``) and, with ``check``, the folder is
+    checked for write access and free space (``check_save_path``); the temporary files a
+    killed run left are removed (``remove_left_temporaries``). ``what`` names the holder to
+    a refused run."""
     folder = make_save_folder(save_path)
     with FolderLock(folder, what, IN_USE_ADVICE):
-        if not of_runs:
-            refuse_a_folder_of_runs(folder)
+        refuse_a_folder_of_runs(folder, replicates=of_runs)
         refuse_or_clear_earlier_run(folder, resume_from, overwrite)
         remove_left_temporaries(folder)
         if check:
