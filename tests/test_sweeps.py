@@ -181,10 +181,11 @@ def test_a_stopped_sweep_exits_75_and_its_trial_continues_from_its_checkpoint(da
 def test_a_sweep_whose_trials_all_fail_records_each_error_and_exits_1(data_folder, tmp_path):
     """A trial that fails as it trains (a learning rate whose loss is no longer finite) is
     marked failed with its error and the sweep goes on to the next; with no trial complete
-    there is no best run, and the command says so with exit status 1."""
+    there is no best run, and the command says so with exit status 1. Its report is drawn with
+    no finished trial (a log-scaled range failed there: "Data cannot be log-scaled")."""
     folder = tmp_path / "sweep"
     run, space = _files(tmp_path, data_folder, folder, epochs=3)
-    space.write_text(yaml.safe_dump({"args": {"lr": {"type": "categorical", "choices": [1e30]}}}))
+    space.write_text(yaml.safe_dump({"args": {"lr": {"type": "float", "low": 1e29, "high": 1e30, "log": True}}}))
     failing = _sweep("--config", run, "--space", space, "--trials", 2)
     out, err = failing.communicate(timeout=600)
     assert failing.returncode == 1, err[-3000:]
@@ -246,6 +247,15 @@ def _trial_names(log: str) -> list[str]:
             "args.batch_size is categorical with no choices",
         ),
         ("space: {args: {lr: {type: float, low: 1, high: 1}}}", "args.lr has low 1 >= high 1"),
+        (
+            "space: {args: {model_config: {hidden_size: {type: float, low: 32, high: 128}}}}",
+            "args.model_config.hidden_size=68.66873708001009 of the search space: ",
+        ),
+        (
+            "space: {args: {model_config: {hidden_size: {type: float, low: 32, high: 128}}}}",
+            "(a value drawn inside the float range: for whole numbers give it type: int)",
+        ),
+        ("space: {args: {lr: [type: float", "is not valid YAML: expected ',' or ']'"),
     ],
 )
 def test_bad_input_is_named_before_any_trial_starts(data_folder, tmp_path, capsys, change, message):

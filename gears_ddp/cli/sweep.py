@@ -50,7 +50,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(options) -> int:
-    from gears_ddp.configuration.run_options import load_yaml, read_run_options
+    import yaml
+
+    from gears_ddp.configuration.run_options import load_yaml, read_run_options, yaml_problem
     from gears_ddp.sweeps.space import SearchSpaceError
     from gears_ddp.sweeps.study import SweepError
     from gears_ddp.sweeps.train_sweep import joining_plan, plan_sweep, run_sweep
@@ -70,6 +72,10 @@ def run(options) -> int:
                 space = load_yaml(file.read())
         except OSError as err:
             raise SweepError(f"cannot read the search space {options.space}: {err.strerror or err}") from None
+        except UnicodeDecodeError:
+            raise SweepError(f"{options.space} is not a YAML search space: it is not text (UTF-8)") from None
+        except yaml.YAMLError as err:
+            raise SweepError(f"{options.space} is not valid YAML: {yaml_problem(err)}") from None
         try:
             plan = plan_sweep(run_options, space, options.trials, options.storage, options.seed, options.config)
         except SearchSpaceError as err:

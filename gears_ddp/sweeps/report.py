@@ -193,11 +193,13 @@ def _pictures(folder: Path, rows: list[dict], keys: list[str], plan, importances
         categorical = spec["type"] == "categorical"
         if categorical:  # each choice at its own place, in the order given
             axes.set_xticks(range(len(spec["choices"])), labels=[str(choice) for choice in spec["choices"]])
+        drawn = 0
         for state, colour in STATE_COLOURS.items():
             chosen = [row for row in finished if row["state"] == state and row[key] is not None]
             places = [spec["choices"].index(row[key]) if categorical else row[key] for row in chosen]
             axes.scatter(places, [row["value"] for row in chosen], color=colour, zorder=3)
-        if spec.get("log"):
+            drawn += len(chosen)
+        if spec.get("log") and drawn:  # an empty log axis cannot be drawn (its default limits reach 0)
             axes.set_xscale("log")
         _scale(axes, [row["value"] for row in finished])
         axes.set_xlabel(key.split(".")[-1])

@@ -28,6 +28,9 @@ from gears_ddp.configuration.sections import TrainingArgs
 from gears_ddp.model.model_options import ModelOptions
 
 TYPES = ("float", "int", "categorical")
+# where in a float range the value checked besides its ends lies: a fraction whose multiples of
+# whole numbers are never whole, so that a range of an integer option is caught
+INSIDE_A_RANGE = 0.3819660112501051  # 2 - the golden ratio
 # options that say where and how a trial runs, which the sweep sets itself, not what it computes
 PLACEMENT_OPTIONS = (
     "save_path",
@@ -76,8 +79,14 @@ class Dimension:
         return {"type": self.type, "low": self.low, "high": self.high, "log": self.log}
 
     def edge_values(self) -> list:
-        """The values the run's checks must accept: the ends of a range, or every choice."""
-        return self._choice_list() if self.type == "categorical" else [self.low, self.high]
+        """The values the run's checks must accept: the ends of a range, or every choice; for
+        a float range also a value inside it that is no whole number (whole ends pass an
+        option that takes integers, the values drawn between them would not)."""
+        if self.type == "categorical":
+            return self._choice_list()
+        low, high = self._ends()
+        inside = [low + (high - low) * INSIDE_A_RANGE] if self.type == "float" else []
+        return [low, high, *inside]
 
     def _choice_list(self) -> list:
         """A categorical dimension's choices."""
@@ -139,6 +148,8 @@ class SearchSpace:
                         " (YAML reads an unquoted off or no as false, on or yes as true: quote the "
                         "choices, as in choices: ['off', 'fp16'])"
                         if isinstance(value, bool)
+                        else " (a value drawn inside the float range: for whole numbers give it type: int)"
+                        if dimension.type == "float" and value not in (dimension.low, dimension.high)
                         else ""
                     )
                     raise SearchSpaceError(f"{dimension.key}={value!r} of the search space: {err}{hint}") from None
