@@ -15,6 +15,7 @@ import pytest
 import toy_data
 import yaml
 from matplotlib.container import BarContainer
+from test_bad_input import _refused_in_one_line
 from test_launch import _clean_environment
 from verdict_reports import report_from_values
 
@@ -282,6 +283,7 @@ def test_the_demo_trains_on_the_data_it_names_in_its_own_folder(data, dataset, t
     assert main(arguments + ["--epochs", "3", "--set", "args.seed=5"]) == 0
     run, note = trained[0]
     assert (run.pert_data_path, run.dataset_name) == (DEMO_DATA_PATHS[data], dataset)
+    assert run.args.save_path == {"real": "./runs/demo", "synthetic": "./runs/demo-synthetic"}[data]  # one each
     assert (tmp_path / DEMO_DATA_PATHS[data] / dataset / "perturb_processed.h5ad").is_file()
     assert run.split.options["split"] == "simulation" and run.split.options["seed"] == 1
     assert run.args.epochs == 3 and run.args.seed == 5 and note == DEMO_FINDINGS[data]
@@ -380,6 +382,21 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     )
     said = capsys.readouterr().out.strip().splitlines()[-1]
     assert re.fullmatch(r"predictions for the \d+ cells of the test set and the dataset's \d+ control cells .+", said)
+    # more cells than the machine holds: refused in one line before any is made, nothing written
+    too_many = [*("predict", "--run", str(save), "--split", "test", "--format", "cell-eval"), "--out"]
+    _refused_in_one_line(
+        capsys,
+        [*too_many, str(tmp_path / "huge.h5ad"), "--cells-per-perturbation", str(10**9)],
+        "1,000,000,000 cells for each of the",
+        "of memory available: ask for fewer cells per perturbation",
+    )
+    assert not (tmp_path / "huge.h5ad").exists()
+    (tmp_path / "a_file").touch()  # where --out's folder would go
+    _refused_in_one_line(
+        capsys,
+        ["predict", "--run", str(save), "--perturbations", "G3", "--out", str(tmp_path / "a_file" / "q" / "p.csv")],
+        f"its folder {tmp_path / 'a_file' / 'q'} cannot be made: {tmp_path / 'a_file'} is a file, not a folder",
+    )
     # the linear baseline's cells in the same layout, beside the same truth
     baseline = tmp_path / "test.linear.h5ad"
     assert (

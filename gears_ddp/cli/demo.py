@@ -12,8 +12,10 @@ from gears_ddp.cli.train import run_training
 from gears_ddp.configuration.run_options import RunOptions, run_options_with_overrides
 
 NAME = "demo"
-DEMO_RUN_PATH, DEMO_PRESET, DEMO_SYNTHETIC_NAME = "./runs/demo", "norman", "synthetic"
+DEMO_PRESET, DEMO_SYNTHETIC_NAME = "norman", "synthetic"
 DEMO_DATA_PATHS = {"real": "./data/demo", "synthetic": "./data/demo-synthetic"}
+# each data's own run folder, as its own data folder: one demo never refuses to run beside the other
+DEMO_RUN_PATHS = {"real": "./runs/demo", "synthetic": "./runs/demo-synthetic"}
 DEMO_DATA = {
     "real": "the real screen of Papalexi et al. (Nature Genetics 2021): CRISPR knockouts in THP-1 cells, single "
     "genes only, its raw counts packaged with gears_ddp (gears_ddp.datasets.papalexi2021)",
@@ -59,15 +61,18 @@ def add_parser(subparsers):
     )
     parser.add_argument(
         "--data-path",
-        help="where the dataset is written (default: "
-        + ", ".join(f"{path} for {name}" for name, path in DEMO_DATA_PATHS.items())
-        + ")",
+        help=f"where the dataset is written (default: {_per_data(DEMO_DATA_PATHS)})",
     )
-    parser.add_argument("--save-path", default=DEMO_RUN_PATH, help="the run folder")
+    parser.add_argument("--save-path", help=f"the run folder (default: {_per_data(DEMO_RUN_PATHS)})")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--cpu-processes", type=int, default=2, help="CPU processes when no GPU is visible")
     add_set(parser)
     return parser
+
+
+def _per_data(paths: dict[str, str]) -> str:
+    """Each data's default folder of ``paths``, as the options' help lists them."""
+    return ", ".join(f"{path} for {name}" for name, path in paths.items())
 
 
 def run(options) -> int:
@@ -78,7 +83,7 @@ def run(options) -> int:
     from gears_ddp.runtime.devices import cuda_or_cpu
 
     data_path = options.data_path or DEMO_DATA_PATHS[options.data]
-    args = {"epochs": options.epochs, "save_path": options.save_path}
+    args = {"epochs": options.epochs, "save_path": options.save_path or DEMO_RUN_PATHS[options.data]}
     if cuda_or_cpu().type == "cpu":
         args["cpu_processes"] = options.cpu_processes
     config = {
