@@ -149,10 +149,12 @@ def interaction_types(scores: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]
     """The kinds of genetic interaction the scores of each pair imply, with the published
     analysis's thresholds (``INTERACTION_THRESHOLDS``), under the published names:
 
-    - ``magnitude_type``: ``'synergy'`` (``mag`` above 1.3: the double changes more than
-      the singles' sum), ``'suppressor'`` (below 0.7: less) or ``'additive'`` (within 0.3
-      of 1). The published analysis tests synergy as mag > 1, suppression as mag < 1 and
-      additivity as |mag - 1| <= 0.3; one label per pair needs the band to take precedence;
+    - ``magnitude_type``: ``'synergy'`` (``mag`` above 1.3: the singles' weights in the
+      double, together, above one single's at full strength; the plain sum of two unrelated
+      singles has ``mag`` 1.41), ``'suppressor'`` (below 0.7) or ``'additive'`` (within 0.3
+      of 1: as strong as one single). The published analysis tests synergy as mag > 1,
+      suppression as mag < 1 and additivity as |mag - 1| <= 0.3; one label per pair needs
+      the band to take precedence;
     - ``neomorphic``: ``corr_fit`` below 0.85 (the double is not a combination of the
       singles' changes: a new phenotype);
     - ``redundant``: ``dcor`` above 0.8 (the double is what the singles already do);
