@@ -4,10 +4,12 @@ table equal to GI_predict's scores, the agreement on tables built by hand, the r
 section, and the command for a dataset, one run and replicates."""
 
 import json
+import pickle
 
 import numpy as np
 import pandas as pd
 import pytest
+import toy_data
 from test_interaction_scores import _published_scores
 from test_pair_screen import _assert_close_scores
 from test_pair_screen_replicates import models, replicates  # noqa: F401 (fixtures: three trained runs)
@@ -203,3 +205,50 @@ def test_observed_interactions_need_nothing_but_the_data(data_folder):
     assert len(table) == 8 and (table["set"] == "").all()  # no split: no set
     with pytest.raises(ValueError, match="no test set"):
         observed_interactions(pert_data, "test")
+
+
+def test_the_command_names_a_mistyped_dataset_and_a_screen_without_pairs(data_folder, tmp_path, capsys):
+    """A mistyped --data-path or --name is named before anything is fetched into it; a screen
+    of single genes has no pair to score, which the command says rather than printing a
+    table of none."""
+    out = str(tmp_path / "observed.csv")
+    typo = tmp_path / "dat"
+    assert main(["interactions", "--data-path", str(typo), "--name", "toy", "--out", out]) == 2
+    assert f"there is no folder {typo}/toy" in capsys.readouterr().err and not typo.exists()
+    assert main(["interactions", "--data-path", str(data_folder), "--name", "TOY", "--out", out]) == 2
+    assert "processing names the folder in lower case" in capsys.readouterr().err
+
+    singles = tmp_path / "singles"
+    toy_data.write_go_files(singles)
+    PertData(singles).new_data_process("singles", toy_data.make_raw(combos=()))
+    assert main(["interactions", "--data-path", str(singles), "--name", "singles", "--out", out]) == 2
+    error = capsys.readouterr().err
+    assert "no two-gene combination A+B whose singles A and B were observed too in dataset 'singles'" in error
+    assert not (tmp_path / "observed.csv").exists()
+
+
+def test_the_command_says_a_run_s_test_set_holds_no_pair_and_writes_strict_json(replicates, tmp_path, capsys):  # noqa: F811
+    """Loaded with a split whose test set holds single genes only, a run has no test pair to
+    compare: the command says so and how to take every pair. With one test pair, too few
+    for a correlation, the agreement file holds null there, not JSON's invalid NaN."""
+    one, out = str(replicates / "seed-1"), tmp_path / "one.csv"
+    singles_test = _custom_split(tmp_path / "singles_test.pkl", test=[toy_data.SINGLES[0]])
+    assert main(["interactions", "--run", one, *singles_test, "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert f"in the test set of {one}: nothing to compare (--pairs all takes every observed pair" in error
+    assert not out.exists()
+
+    one_pair_test = _custom_split(tmp_path / "one_pair_test.pkl", test=[toy_data.COMBOS[0]])
+    assert main(["interactions", "--run", one, *one_pair_test, "--out", str(out)]) == 0
+    text = out.with_suffix(".json").read_text()
+    written = json.loads(text)
+    assert "NaN" not in text and written["pairs"] == 1 and written["scores"]["mag"]["pearson"] is None
+
+
+def _custom_split(path, test: list[str]) -> list[str]:
+    """The --set options of a custom split of the toy data, written to ``path``: ``test`` its
+    test set, one other single its validation set, the rest (control included) training."""
+    val = next(single for single in toy_data.SINGLES if single not in test)
+    train = [c for c in ["ctrl", *toy_data.SINGLES, *toy_data.COMBOS] if c not in test and c != val]
+    path.write_bytes(pickle.dumps({"train": train, "val": [val], "test": test}))
+    return ["--set", "split_config.split=custom", "--set", f"split_config.split_dict_path={path}"]

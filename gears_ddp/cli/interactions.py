@@ -10,6 +10,8 @@ from pathlib import Path
 from gears_ddp.cli.shared_options import add_set, meanings_text
 
 NAME = "interactions"
+# what a screen without the pairs the command scores lacks (a screen of single genes only)
+_NO_PAIRS = "no two-gene combination A+B whose singles A and B were observed too"
 
 
 def add_parser(subparsers):
@@ -63,8 +65,9 @@ def interactions_help() -> str:
 
 
 def run(options) -> int:
-    from gears_ddp.inference.pair_screen_job import checked_output_file, write_record, write_table
+    from gears_ddp.inference.pair_screen_job import checked_output_file, write_table
     from gears_ddp.interactions.agreement import agreement_lines
+    from gears_ddp.report.run_files import write_json
     from gears_ddp.runs.interaction_check import check_saved_runs
 
     out = checked_output_file(options.out, "--out", "CSV", (".csv",))
@@ -75,8 +78,14 @@ def run(options) -> int:
     table, agreement = check_saved_runs(
         options.run, None if options.pairs == "all" else "test", options.gi_genes_file, options.overrides
     )
+    if not len(table):
+        raise ValueError(
+            f"{_NO_PAIRS} in {'the data of' if options.pairs == 'all' else 'the test set of'} "
+            f"{' '.join(options.run)}: nothing to compare"
+            + ("" if options.pairs == "all" else " (--pairs all takes every observed pair, of any set)")
+        )
     write_table(table, out)
-    write_record(out.with_suffix(".json"), agreement)
+    write_json(out.with_suffix(".json"), agreement)
     print(f"observed and predicted calls written to {out}, their agreement to {out.with_suffix('.json')}")
     print("\n".join(agreement_lines(agreement)))
     return 0
@@ -84,7 +93,7 @@ def run(options) -> int:
 
 def _observed_only(options, out: Path) -> int:
     """The observed calls of the processed dataset ``--data-path``/``--name``, and how many of each."""
-    from gears_ddp.data.pertdata import PertData
+    from gears_ddp.data.preparation import load_dataset
     from gears_ddp.inference.pair_screen_job import write_table
     from gears_ddp.interactions.agreement import CALL_NAMES
     from gears_ddp.interactions.calls import CALL_ORDER
@@ -92,9 +101,10 @@ def _observed_only(options, out: Path) -> int:
 
     if options.name is None:
         raise ValueError("--data-path needs --name: the dataset's folder under it")
-    pert_data = PertData(options.data_path)
-    pert_data.load(data_path=str(Path(options.data_path) / options.name))
+    pert_data = load_dataset(options.data_path, options.name)  # a mistyped folder or name refused first
     table = observed_interactions(pert_data, None, options.gi_genes_file)
+    if not len(table):
+        raise ValueError(f"{_NO_PAIRS} in dataset {options.name!r}: nothing to score")
     write_table(table, out)
     print(f"{len(table)} observed pairs of {options.name} scored, written to {out}")
     for kind in CALL_ORDER:

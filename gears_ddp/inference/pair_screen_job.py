@@ -51,6 +51,7 @@ from gears_ddp.inference.prediction import DRAWN_CELLS_CHANGE, ChangePredictor, 
 from gears_ddp.interactions.pair_tables import pair_table, score_gene_positions, with_training_columns
 from gears_ddp.interactions.scores import GI_SCORE_NAMES, interaction_scores, theil_sen_subsets
 from gears_ddp.model.model_folder import parameter_digest
+from gears_ddp.report.run_files import write_json
 from gears_ddp.runtime.folder_lock import FolderLock
 
 logger = get_logger(__name__)
@@ -396,7 +397,7 @@ class PairScreenFolder:
             if found is not None and where == self.record_file and self.table.exists():
                 return None
         self.partial.mkdir(parents=True, exist_ok=True)
-        write_record(self.partial / "record.json", record)
+        write_json(self.partial / "record.json", record)
         return {int(path.stem.split("-")[1]) for path in self.partial.glob("chunk-*.npz")}
 
     def _existing_record(self) -> tuple[dict | None, Path | None]:
@@ -442,7 +443,7 @@ class PairScreenFolder:
     def finish(self, table: pd.DataFrame, record: dict) -> None:
         """Write the table and the record; remove the partial folder."""
         write_table(table, self.table)
-        write_record(self.record_file, record)
+        write_json(self.record_file, record)
         shutil.rmtree(self.partial, ignore_errors=True)
         logger.info("screen table written to %s (%d pairs), its record to %s", self.table, len(table), self.record_file)
 
@@ -564,8 +565,3 @@ def read_record(path: Path) -> dict:
     if not isinstance(found, dict):
         raise ValueError(f"{path} is not a screen record; remove it, or {OVERWRITE_HINT}")
     return found
-
-
-def write_record(path: Path, value: dict) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(value, indent=1))

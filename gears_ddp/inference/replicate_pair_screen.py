@@ -32,7 +32,6 @@ from gears_ddp.inference.pair_screen_job import (
     read_record,
     run_pair_screen,
     score_chunks_here,
-    write_record,
     write_table,
 )
 from gears_ddp.inference.pair_screen_statistics import (
@@ -41,6 +40,7 @@ from gears_ddp.inference.pair_screen_statistics import (
     confident_counts,
     summarise_models,
 )
+from gears_ddp.report.run_files import write_json
 
 logger = get_logger(__name__)
 
@@ -85,7 +85,7 @@ class ReplicatePairScreenFolder:
 
     def finish(self, summary: pd.DataFrame, record: dict) -> None:
         write_table(summary, self.table)
-        write_record(self.record_file, record)
+        write_json(self.record_file, record)
         logger.info(
             "summary over %d models written to %s (%d pairs), its record to %s",
             len(record["models"]),
