@@ -181,6 +181,8 @@ def test_the_command_scores_a_dataset_one_run_and_replicates(data_folder, replic
         table.columns
     )
     assert (table["set"] == "test").all() and "observed pairs" in out and "mag: Pearson r" in out
+    assert list(table.columns[4:6]) == ["seen_in_training", "singles_in_training"]
+    assert not table["seen_in_training"].any() and set(table["singles_in_training"]) <= {0, 1, 2}
     agreement = json.loads((tmp_path / "one.json").read_text())
     assert agreement["pairs"] == len(table)
 
@@ -188,6 +190,8 @@ def test_the_command_scores_a_dataset_one_run_and_replicates(data_folder, replic
     table = read_table(tmp_path / "all.csv")
     agreement = json.loads((tmp_path / "all.json").read_text())
     assert len(table) == 8 and list(agreement["models"]) == ["seed-1", "seed-2", "seed-3"]
+    trained_by = np.where(table["set"] == "train", 3, 0)  # the three models share one split
+    assert (table["seen_in_training"].to_numpy() == trained_by).all() and trained_by.any()
     means = np.mean([[m["scores"]["mag"]["pairs"] for m in agreement["models"].values()]])
     assert means == 8
     pd.testing.assert_series_equal(table["observed_mag"], observed["mag"], check_names=False)

@@ -20,13 +20,15 @@ from gears_ddp.interactions.calls import CALL_ORDER
 from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
 CALL_NAMES: dict[str | bool, str] = {True: "yes", False: "no"}  # how a yes/no type's calls are written in the agreement
+# what a model's table of pairs says of its training (``pair_tables.with_training_columns``)
+TRAINING_COLUMNS = ("seen_in_training", "singles_in_training")
 
 
 def consensus_calls(summary: pd.DataFrame) -> pd.DataFrame:
     """A table of the pairs of a summary over models (``pair_screen_statistics.summarise_models``)
     whose scores are the models' means and whose calls are the models' majority calls, as
     ``compare_calls`` reads a model's table."""
-    table = summary[["pair", "first_gene", "second_gene"]].copy()
+    table = summary[["pair", "first_gene", "second_gene", *TRAINING_COLUMNS]].copy()
     for name in GI_SCORE_NAMES:
         table[name] = summary[f"{name}_mean"]
     for kind in CALL_ORDER:
@@ -35,11 +37,15 @@ def consensus_calls(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def side_by_side(observed: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
-    """One row per pair: its genes and set, then each score and each interaction call,
+    """One row per pair: its genes and set, what of it the model trained on (``predicted``'s
+    ``TRAINING_COLUMNS``: one model's, or for several how many trained on the pair and
+    their mean of its singles), then each score and each interaction call,
     ``observed_<name>`` beside ``predicted_<name>``."""
     if list(observed["pair"]) != list(predicted["pair"]):
         raise ValueError("the observed and predicted tables hold other pairs: score the observed table's pairs")
     table = observed[["pair", "first_gene", "second_gene", "set"]].copy()
+    for name in TRAINING_COLUMNS:
+        table[name] = predicted[name].to_numpy()
     for name in (*GI_SCORE_NAMES, *CALL_ORDER):
         table[f"observed_{name}"] = observed[name].to_numpy()
         table[f"predicted_{name}"] = predicted[name].to_numpy()

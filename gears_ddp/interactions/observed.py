@@ -31,6 +31,8 @@ SPLIT_SETS = ("train", "val", "test")
 OBSERVED_COLUMN_MEANINGS = {
     "pair, first_gene, second_gene": "the observed condition A+B and its genes, as the data writes them",
     "set": "which set of the split holds the condition (train, val or test; empty without a split)",
+    "seen_in_training, singles_in_training": "with --run: whether the model trained on the pair and how many of "
+    "its singles (0-2), as in a screen's table; of several models, how many trained on the pair and their mean",
     "<score>, <type>": "the GI_predict scores of the observed changes (the condition's mean expression minus the "
     "mean of all control cells) and the interaction types they imply, as in a screen's table",
 }
