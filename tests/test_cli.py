@@ -363,6 +363,16 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     assert scores["model"]["test_pearson_delta"] == pytest.approx(report["model"]["test_pearson_delta"], abs=1e-6)
     for name in ("additive", "linear"):
         assert scores["baselines"][name] == pytest.approx(report["baselines"][name], nan_ok=True)
+    split = {key: resolved["split_config"][key] for key in ("split", "seed", "train_gene_set_size")}
+    assert scores["test_split"] == {**split, "differences": []}
+    # scored on another split's test set, the scores say so, and so does the command
+    seed = split["seed"]
+    other = ["--set", f"split_config.seed={seed + 1}", "--out", str(tmp_path / "other.json")]
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(save), *other]) == 0
+    assert "these scores are of another split than the one" in capsys.readouterr().out
+    marked = json.loads((tmp_path / "other.json").read_text())["test_split"]["differences"]
+    assert marked == [f"seed: {seed} there, {seed + 1} here"]
     # predictions of the saved model, for a query and in cell-eval's layout, which the real cell-eval reads
     assert (
         main(["predict", "--run", str(save), "--perturbations", "G0+G1", "G3", "--out", str(tmp_path / "queries.h5ad")])
