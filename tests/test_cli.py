@@ -551,7 +551,18 @@ def test_options_are_never_abbreviated(command, capsys):
     """`train --seed 3` is not `--seeds 3` (replicates): an option given in part is refused, exit 2."""
     with pytest.raises(SystemExit) as stop:
         main(command)
-    assert stop.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"gears-ddp {command[0]}: error: unrecognized arguments: " in err
+    assert f"usage: gears-ddp {command[0]} [-h]" in err  # the command's usage, not the top level's
+
+
+def test_a_mistyped_option_is_refused_by_its_command_with_the_nearest_it_takes(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", "--run", "runs/x", "--split", "test", "--out", "x.h5ad", "--cells-per-perturbaton=9", "more"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "usage: gears-ddp predict" in err
+    said = "gears-ddp predict: error: unrecognized arguments: --cells-per-perturbaton=9 more (did you mean "
+    assert f"{said}--cells-per-perturbation?)" in err
 
 
 def test_a_stop_signal_outside_the_training_steps_exits_75_with_one_line(monkeypatch, capsys):

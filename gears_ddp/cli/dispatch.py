@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import sys
 
@@ -85,12 +86,36 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(subparsers)
+        subparsers.choices[command.NAME].set_defaults(command_parser=subparsers.choices[command.NAME])
     return parser
+
+
+def parsed_options(argv=None) -> argparse.Namespace:
+    """The options of ``argv`` (default: the command line). An option the command does not
+    take is refused by the command's own parser (its usage, not the top level's), with
+    the options it takes that are nearest in spelling."""
+    options, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        command_parser = options.command_parser
+        taken = [name for action in command_parser._actions for name in action.option_strings]
+        nearest = sorted(
+            {
+                match
+                for given in unknown
+                if given.startswith("-")
+                for match in difflib.get_close_matches(given.split("=")[0], taken, n=1)
+            }
+        )
+        command_parser.error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+            + (f" (did you mean {' or '.join(nearest)}?)" if nearest else "")
+        )
+    return options
 
 
 def main(argv=None) -> int:
     """Run ``gears-ddp`` with the arguments ``argv`` (default: the command line); the exit status."""
-    options = build_parser().parse_args(argv)
+    options = parsed_options(argv)
     enable_console_logging(logging.WARNING if options.command == "check" else logging.INFO)  # check: its report
     run = {command.NAME: command.run for command in COMMANDS}[options.command]
     try:
