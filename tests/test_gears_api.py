@@ -81,7 +81,9 @@ def test_predict_return_types_and_unknown_genes(trained):
     np.testing.assert_allclose(frame.loc[genes[0]].to_numpy(), as_dict[genes[0]], rtol=1e-6)
     adata = gears.predict([genes], return_type="anndata")
     assert adata.shape == (1, gears.num_genes) and list(adata.var["gene_name"]) == gears.gene_list
-    with pytest.raises(ValueError, match=r"not in the perturbation vocabulary.*\['NOPE1', 'NOPE2'\]"):
+    with pytest.raises(
+        ValueError, match=r"2 gene\(s\) not in the perturbation vocabulary \(GEARS.pert_list\): 'NOPE1', 'NOPE2'$"
+    ):
         gears.predict([["NOPE2"], [genes[0], "NOPE1"]])
 
 

@@ -505,6 +505,30 @@ def test_every_mistake_with_the_pair_screen_command_gets_one_line_and_status_2(
     assert (tmp_path / "a_file").read_text() == "mine" and (tmp_path / "single.csv").read_bytes() == single
 
 
+@pytest.mark.parametrize("one_model", [True, False])
+def test_genes_outside_the_model_are_refused_before_any_model_is_loaded(
+    replicates, tmp_path, capsys, command_logging, monkeypatch, one_model
+):
+    """The genes are checked against the saved model's vocabulary.json before the run and its
+    data load (a screen of a large run spent its loading first); a gene that differs from
+    one of the vocabulary only in case is shown beside it."""
+
+    def never(*args, **kwargs):
+        raise AssertionError("a run was loaded before the genes were checked")
+
+    monkeypatch.setattr("gears_ddp.runs.saved_runs.load_run", never)
+    monkeypatch.setattr(pair_screens_module, "load_run", never)
+    run = replicates / "seed-1" if one_model else replicates
+    command = ["screen", "--run", str(run), "--genes", "G0", "g1", "NOPE", "--out", str(tmp_path / "s.csv")]
+    assert main(command) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    vocabulary = replicates / "seed-1" / "vocabulary.json"
+    assert error == (
+        f"gears-ddp screen: 2 gene(s) not in the perturbation vocabulary of the model in {replicates / 'seed-1'} "
+        f"({vocabulary}): 'NOPE', 'g1' (gene symbols are case-sensitive: g1 -> G1)"
+    )
+
+
 def test_a_folder_the_command_may_not_write_in_gets_one_line_and_status_2(
     replicates, tmp_path, capsys, command_logging, monkeypatch
 ):

@@ -166,7 +166,8 @@ def trained(toy):
         ([[1]], r"query 0 must be a list of one or two gene names"),
         ("G0", r"queries must be a non-empty list of gene lists"),
         ([], r"queries must be a non-empty list of gene lists"),
-        ([["G0"], ["NOPE"]], r"genes not in the perturbation vocabulary.*\['NOPE'\]"),
+        ([["G0"], ["NOPE"]], r"gene\(s\) not in the perturbation vocabulary.*: 'NOPE'"),
+        ([["g1", "NOPE"]], r": 'NOPE', 'g1' \(gene symbols are case-sensitive: g1 -> G1\)$"),
     ],
 )
 def test_malformed_queries_are_named(trained, queries, message):

@@ -130,6 +130,8 @@ def run(options) -> int:
         checked_output_file(options.changes_out, "--changes-out", "AnnData", (".h5ad",))
     screen_options = pair_screen_options(options, out)
     genes = read_gene_list(options.genes_file) if options.genes_file else options.genes
+    if genes is not None:
+        refuse_genes_outside_the_model(genes, options.run)
     if replicates:
         return _pair_screen_replicates(options, None if options.all_perturbable else genes, screen_options, figure)
     screen_options = screen_options.with_one_draw(PAIR_SCREEN_COMMAND)
@@ -149,6 +151,22 @@ def run(options) -> int:
     for title, row in (("highest mag", table["mag"].idxmax()), ("lowest mag", table["mag"].idxmin())):
         print(f"{title}: {table.at[row, 'pair']} (mag {table.at[row, 'mag']:.3f}, {table.at[row, 'magnitude_type']})")
     return 0
+
+
+def refuse_genes_outside_the_model(genes, runs) -> None:
+    """Refuse, before any model or data is loaded, genes outside the perturbation vocabulary
+    of the first model of ``runs`` (its ``vocabulary.json``: replicates share theirs); a
+    model folder without one is checked once loaded."""
+    from gears_ddp.inference.prediction import refuse_unknown_genes
+    from gears_ddp.model.model_folder import VOCABULARY_FILE, read_vocabulary
+    from gears_ddp.runs.saved_runs import run_folders
+
+    folder = next(iter(run_folders(runs).values()))
+    vocabulary = read_vocabulary(folder)
+    if vocabulary is not None:
+        refuse_unknown_genes(
+            genes, vocabulary["perturbations"], f"of the model in {folder} ({folder / VOCABULARY_FILE})"
+        )
 
 
 def pair_screen_options(options, out: Path):

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from gears_ddp.data.perturbation_sets import PerturbationSets
+from gears_ddp.data.screen_report import listed
 
 PREDICTION_CELLS = 300  # control cells a prediction averages over, as in the published GEARS
 QUERY_EXAMPLE = "e.g. [['FEV'], ['FEV', 'SAMD1']]"
@@ -60,11 +61,24 @@ def query_sets(pert_list, node_map_pert: Mapping[str, int]) -> torch.Tensor:
             raise ValueError(f"query {number} must be a list of one or two gene names ({QUERY_EXAMPLE}); got {query!r}")
         if len(set(query)) < len(query):
             raise ValueError(f"query {number} names {query[0]!r} twice; a combination needs two different genes")
-    unknown = sorted({g for query in pert_list for g in query if g not in node_map_pert})
-    if unknown:
-        raise ValueError(f"genes not in the perturbation vocabulary (GEARS.pert_list): {unknown}")
+    refuse_unknown_genes([g for query in pert_list for g in query], node_map_pert, "(GEARS.pert_list)")
     rows = [[node_map_pert[g] for g in query] + [-1] * (2 - len(query)) for query in pert_list]
     return torch.tensor(rows, dtype=torch.long)
+
+
+def refuse_unknown_genes(genes: Sequence[str], vocabulary, named: str) -> None:
+    """Refuse the ``genes`` that are not in the perturbation ``vocabulary`` (``named``: which
+    one, e.g. the model folder's), naming them, and for each that differs from one there
+    only in case, that one: symbols are case-sensitive (``Fev`` is not ``FEV``)."""
+    unknown = sorted(set(genes) - set(vocabulary))
+    if not unknown:
+        return
+    by_case = {str(gene).upper(): gene for gene in vocabulary}
+    cased = [f"{gene} -> {by_case[gene.upper()]}" for gene in unknown if gene.upper() in by_case]
+    raise ValueError(
+        f"{len(unknown)} gene(s) not in the perturbation vocabulary {named}: {listed(map(repr, unknown))}"
+        + (f" (gene symbols are case-sensitive: {', '.join(cased)})" if cased else "")
+    )
 
 
 def query_keys(pert_list: Sequence[Sequence[str]]) -> list[str]:

@@ -165,19 +165,26 @@ def load_weights(model: torch.nn.Module, path) -> None:
     model.load_state_dict(weights)
 
 
+def read_vocabulary(path) -> dict[str, list[str]] | None:
+    """The ``'genes'`` and ``'perturbations'`` of the model folder ``path`` (its
+    ``vocabulary.json``); None for a folder without one (the published GEARS's)."""
+    saved = Path(path) / VOCABULARY_FILE
+    if not saved.exists():
+        return None
+    try:
+        vocabulary = json.loads(saved.read_text(encoding="utf-8"))
+        return {key: [str(name) for name in vocabulary[key]] for key in ("genes", "perturbations")}
+    except (ValueError, KeyError, TypeError) as err:  # not JSON, not text, or other content
+        raise ValueError(
+            f"{saved} is not a model's vocabulary (JSON with lists 'genes' and 'perturbations'): "
+            f"{type(err).__name__}: {err}"
+        ) from None
+
+
 def check_vocabulary(path, config: dict, gene_names, pert_names) -> None:
     """Refuse a model whose gene or perturbation vocabulary differs from the data's."""
-    path = Path(path)
-    saved = path / VOCABULARY_FILE
-    if saved.exists():
-        try:
-            vocabulary = json.loads(saved.read_text(encoding="utf-8"))
-            vocabulary = {key: [str(name) for name in vocabulary[key]] for key in ("genes", "perturbations")}
-        except (ValueError, KeyError, TypeError) as err:  # not JSON, not text, or other content
-            raise ValueError(
-                f"{saved} is not a model's vocabulary (JSON with lists 'genes' and 'perturbations'): "
-                f"{type(err).__name__}: {err}"
-            ) from None
+    vocabulary = read_vocabulary(path)
+    if vocabulary is not None:
         for what, theirs, ours in (
             ("gene", vocabulary["genes"], list(gene_names)),
             ("perturbation", vocabulary["perturbations"], list(pert_names)),
