@@ -68,7 +68,13 @@ def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_siz
 )
 def test_compiled_training_steps_give_the_eager_losses(toy, monkeypatch):
     """Four steps, with batches of several numbers of perturbation sets (a recompilation):
-    the losses agree to 1e-5 (the compiled kernels add in another order). Under torch 2.11.0
+    the losses agree as far as the order of float32 additions lets them. The compiled
+    kernels add in another order; the first loss, before any update, agrees to 1e-6; each
+    Adam step then carries the rounding into the weights (it divides a gradient by its own
+    size, so a gradient near 0 moves a weight by a whole step whatever its rounding): the
+    eager steps themselves, run on 1 thread instead of 2, differ by up to 2.7e-5 by the
+    fourth on an AMD EPYC (compiled against eager there: 3.7e-5), so the later losses agree
+    to 1e-4; a step that computed something else would miss by orders more. Under torch 2.11.0
     (measured on a CPU) dynamo's trace of the fused decoder, an autograd.Function, fails an
     assertion at the recompilation: a size it took as symbolic comes out of the function's
     subgraph as a constant. Nothing the compiler says names a line of gears_ddp (such as
@@ -82,7 +88,8 @@ def test_compiled_training_steps_give_the_eager_losses(toy, monkeypatch):
     assert isinstance(compiled_model, torch._dynamo.eval_frame.OptimizedModule)
     assert not isinstance(eager_model, torch._dynamo.eval_frame.OptimizedModule)
     assert len(eager) == len(compiled) == 4
-    np.testing.assert_allclose(compiled, eager, rtol=1e-5)
+    np.testing.assert_allclose(compiled[0], eager[0], rtol=1e-6)
+    np.testing.assert_allclose(compiled, eager, rtol=1e-4)
 
 
 OUR_FILES = {path.name for path in Path(gears_ddp.__file__).parent.rglob("*.py")}
