@@ -246,12 +246,13 @@ def test_two_gears_ddp_train_runs_on_one_folder_the_second_is_refused_then_a_fin
     assert first.returncode == 0, err[-3000:]
     assert yaml.safe_load((folder / "config.yaml").read_text())["args"]["seed"] == 11  # the first run's, whole
 
-    # the finished run is kept: the same command again is refused, naming both ways on
+    # the finished run is kept: the same command again is refused, naming the ways on (without
+    # checkpoints it cannot be continued)
     again = subprocess.run(
         [*command, "--set", "args.seed=22"], capture_output=True, text=True, env=_clean_environment(), timeout=120
     )
     assert again.returncode == 2 and "holds a finished run" in again.stderr, again.stderr[-3000:]
-    assert "resume_from" in again.stderr and "--overwrite" in again.stderr
+    assert "without checkpoints, which cannot be continued" in again.stderr and "--overwrite" in again.stderr
     replaced = subprocess.run(
         [*command, "--set", "args.seed=22", "--set", "args.epochs=1", "--overwrite"],
         capture_output=True,
@@ -358,6 +359,27 @@ def test_a_finished_run_is_refused_without_resume_or_overwrite_and_trained_with_
     assert len(report["history"]) == 1
     assert checkpoint_files(folder) == []  # the earlier run's checkpoints went with it
     assert (folder / "notes.txt").read_text() == "mine"  # what is not a run's stays
+
+
+def test_a_finished_run_without_checkpoints_is_not_trained_again_over_by_resume_auto(data_folder, tmp_path):
+    """resume_from='auto' on a finished run that wrote no checkpoint finds nothing to continue
+    from: it used to train again from the beginning over the finished model. It is refused,
+    the folder as it was, and the refusal of a plain run there does not offer it."""
+    folder = tmp_path / "run"
+    gears = _toy_gears(data_folder)
+    gears.train(epochs=1, save_path=str(folder))
+    assert checkpoint_files(folder) == []
+    before = _snapshot(folder)
+    with pytest.raises(FileExistsError) as refused:
+        gears.train(epochs=2, save_path=str(folder), resume_from="auto")
+    after = _snapshot(folder)
+    assert after.pop(".") and before.pop(".") and after == before
+    assert "holds a finished run (its model and report written" in str(refused.value)
+    assert "without checkpoints, which cannot be continued: resume_from=auto would train it again" in str(refused.value)
+    with pytest.raises(FileExistsError) as plain:
+        gears.train(epochs=1, save_path=str(folder))
+    assert "cannot be continued; replace it with overwrite_save_path=True" in str(plain.value)
+    assert "resume_from" not in str(plain.value)
 
 
 def test_a_single_run_is_refused_in_a_sweep_or_replicates_folder_even_with_overwrite_or_resume(

@@ -15,7 +15,6 @@ running run, which stops with a checkpoint, and no new one starts.
 from __future__ import annotations
 
 import functools
-import json
 import multiprocessing.connection
 import time
 import traceback
@@ -31,8 +30,8 @@ from gears_ddp.launching.choose import launch
 from gears_ddp.launching.launchers import GroupOfRanks, shared_data
 from gears_ddp.launching.supervisor import DistributedTrainingError, SpawnedWorkers, signals_passed_on
 from gears_ddp.launching.worker_messages import RunDiverged, RunInterrupted, RunReport
-from gears_ddp.report.run_files import PAGE_FILE, REPORT_FILE
 from gears_ddp.runtime.stopping import STOP_SIGNALS, described_signal, passed_on_as
+from gears_ddp.training.save_folder import finished_report
 
 logger = get_logger(__name__)
 POLL_S = 0.2
@@ -65,18 +64,6 @@ class RunningGroup:
     run: GroupRun
     workers: SpawnedWorkers
     started: float
-
-
-def finished_report(folder: Path) -> dict | None:
-    """The run's report when it is complete (``report.json`` readable and the page, written
-    after it, present), else None."""
-    if not (folder / PAGE_FILE).is_file():
-        return None
-    try:
-        report = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return report if isinstance(report, dict) and "history" in report else None
 
 
 class GroupScheduler:

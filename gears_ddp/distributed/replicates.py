@@ -35,7 +35,7 @@ import torch
 from gears_ddp._logging import get_logger
 from gears_ddp.configuration.run_options import RunOptions, write_run_config
 from gears_ddp.configuration.sections import ReplicateOptions, SplitConfig, TrainingArgs
-from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, finished_report
+from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler
 from gears_ddp.launching.choose import refuse_replicates_under_a_launcher
 from gears_ddp.launching.main_guard import check_main_guard
 from gears_ddp.launching.supervisor import DistributedTrainingError
@@ -44,7 +44,7 @@ from gears_ddp.report.replicate_report import write_replicate_report
 from gears_ddp.report.run_files import CONFIG_FILE, REPORT_FILE, log_file, read_settings
 from gears_ddp.runtime.devices import located_devices
 from gears_ddp.runtime.stopping import TrainingInterrupted, described_signal, signal_name
-from gears_ddp.training.save_folder import held_save_path
+from gears_ddp.training.save_folder import finished_report, held_save_path
 
 __all__ = ["train_replicates", "ReplicatesFailed"]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from gears_ddp.configuration.run_options import RunOptions, read_run_options
-from gears_ddp.distributed.group_runs import finished_report
 from gears_ddp.distributed.replicates import plan_replicates
 from gears_ddp.model.model_folder import CONFIG_FILE as MODEL_CONFIG_FILE
 from gears_ddp.model.model_folder import WEIGHTS_FILE
 from gears_ddp.report.run_files import CONFIG_FILE
 from gears_ddp.training.checkpoint import checkpoint_files
+from gears_ddp.training.save_folder import finished_report
 
 if TYPE_CHECKING:  # imported when a run is opened, not with this module
     from gears_ddp.gears import GEARS

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from gears_ddp.data.io import atomic_path, write_yaml
-from gears_ddp.distributed.group_runs import finished_report
 from gears_ddp.report.numbers import format_number
 from gears_ddp.report.page_builder import pictures_section, report_page
 from gears_ddp.report.run_files import PAGE_FILE, REPORT_FILE, read_settings, write_json
+from gears_ddp.training.save_folder import finished_report
 
 TRIALS_FILE = "trials.csv"
 BEST_RUN_FILE = "run.yaml"

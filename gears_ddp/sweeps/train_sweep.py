@@ -45,7 +45,7 @@ from gears_ddp.configuration.run_options import (
     load_yaml,
 )
 from gears_ddp.data.io import file_lock, missing_folders, remove_empty_folders, write_yaml
-from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, RunningGroup, finished_report
+from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler, RunningGroup
 from gears_ddp.launching.main_guard import check_main_guard
 from gears_ddp.report.page_builder import flatten_settings
 from gears_ddp.report.run_files import CONFIG_FILE, METRICS_FILE, SWEEP_FILE, log_file, write_json
@@ -54,7 +54,7 @@ from gears_ddp.runtime.folder_lock import FolderInUse, FolderLock
 from gears_ddp.runtime.stopping import TrainingInterrupted, described_signal, signal_name
 from gears_ddp.sweeps.space import SearchSpace, with_values
 from gears_ddp.sweeps.study import SweepError, load_or_create_study, open_storage
-from gears_ddp.training.save_folder import earlier_run, folder_of_runs, make_save_folder
+from gears_ddp.training.save_folder import earlier_run, finished_report, folder_of_runs, make_save_folder
 
 logger = get_logger(__name__)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import shutil
 from pathlib import Path
 from typing import Iterator
@@ -100,6 +101,18 @@ def earlier_run(folder) -> str | None:
     return None
 
 
+def finished_report(folder: Path) -> dict | None:
+    """The run's report when it is complete (``report.json`` readable and the page, written
+    after it, present), else None."""
+    if not (folder / PAGE_FILE).is_file():
+        return None
+    try:
+        report = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) and "history" in report else None
+
+
 def clear_earlier_run(folder) -> None:
     """Remove what a run writes in ``folder`` (``RUN_FILES``, its checkpoints and its
     pictures), so that nothing of the earlier run mixes with the new one; other files stay."""
@@ -149,14 +162,27 @@ def refuse_a_folder_of_runs(folder, replicates: bool = False) -> None:
 def refuse_or_clear_earlier_run(folder, resume_from, overwrite: bool) -> None:
     """An earlier run in ``folder`` is continued (``resume_from`` set), replaced
     (``overwrite``: its files removed, said in the log) or refused with a FileExistsError
-    naming both ways on."""
+    naming the ways on. A finished run without checkpoints (its report complete:
+    ``finished_report``) cannot be continued: ``resume_from='auto'`` would find nothing and
+    train it again from the beginning over its model, so that is refused too, and not
+    offered."""
     found = earlier_run(folder)
-    if found is None or resume_from is not None:
+    if found is None or resume_from not in (None, "auto"):
+        return
+    continued = bool(checkpoint_files(folder)) or finished_report(Path(folder)) is None
+    if resume_from == "auto" and continued:
         return
     if overwrite:
         logger.warning("save_path %s holds %s: this run replaces it (overwrite_save_path)", folder, found)
         clear_earlier_run(folder)
         return
+    if not continued:
+        raise FileExistsError(
+            f"save_path {folder} holds {found} without checkpoints, which cannot be continued"
+            f"{': resume_from=auto would train it again from the beginning over it' if resume_from else ''}; "
+            "replace it with overwrite_save_path=True (gears-ddp train: --overwrite), or choose another "
+            "save_path (a run that may be continued later trains with checkpoint_every)"
+        )
     raise FileExistsError(
         f"save_path {folder} holds {found}: continue it with resume_from='auto' (more epochs "
         "train further), replace it with overwrite_save_path=True (gears-ddp train: --set "
