@@ -596,3 +596,22 @@ def test_gpus_join_a_sweep_started_on_cpu_processes(data_folder, tmp_path, monke
     joined = sweep_module.joining_plan(folder, ["gpu_ids=[0,1]"])
     assert joined.config["gpu_ids"] == [0, 1] and joined.config["args"]["cpu_processes"] is None
     assert joined.config["args"]["epochs"] == 12
+
+
+def test_a_continued_sweep_says_what_another_trial_count_does(caplog):
+    """--trials of a continued sweep: more draws more; fewer than are drawn draws none and
+    keeps them all, which it says rather than ending without a word."""
+    with caplog.at_level("INFO", logger="gears_ddp"):
+        sweep_module._say_the_new_count(12, 6, 6)
+        sweep_module._say_the_new_count(6, 12, 12)
+        sweep_module._say_the_new_count(6, 12, 4)
+    said = [(record.levelname, record.getMessage()) for record in caplog.records]
+    assert said == [
+        ("INFO", "the sweep held 6 trials; --trials 12 draws 6 more"),
+        (
+            "WARNING",
+            "the sweep held 12 trials, and 12 are drawn already: --trials 6 draws none more and removes none "
+            "(its report ranks all 12); give --trials above 12 to train more",
+        ),
+        ("INFO", "the sweep held 12 trials; --trials 6 draws 2 more, not 8"),
+    ]

@@ -210,13 +210,16 @@ def run_sweep(plan: SweepPlan, joining: bool = False) -> dict:
         existing = read_plan(plan.folder)
         plan = continued_plan(existing, plan)
         changed = not joining and plan.trials != existing.trials  # a resumed sweep's new count, which --join reads
+        before: int | None = existing.trials
     else:
         refuse_a_run_folder(plan.folder)
-        changed = True
+        changed, before = True, None
     with _removed_if_refused(plan.folder):
         folder = make_save_folder(plan.folder)
         storage = open_storage(folder, plan.storage)  # a storage that does not answer fails here, before any trial
         study = load_or_create_study(storage, plan.study, plan.made_by(), plan.seed, PRUNER)
+    if changed and before is not None:
+        _say_the_new_count(plan.trials, before, counted(study))
     if changed:
         write_yaml(plan.record(), held)
     run = checked_run_options(dict(plan.config), str(held))
@@ -236,6 +239,32 @@ def run_sweep(plan: SweepPlan, joining: bool = False) -> dict:
             None,
         )
     return summary
+
+
+def _say_the_new_count(trials: int, before: int, drawn: int) -> None:
+    """Say what a continued sweep's other ``--trials`` does, given the count it held
+    (``before``) and the trials drawn already: more draws more; fewer than are drawn draws
+    none and keeps them all (the report ranks every trial that counts)."""
+    if trials > before:
+        logger.info("the sweep held %d trials; --trials %d draws %d more", before, trials, trials - drawn)
+    elif drawn >= trials:
+        logger.warning(
+            "the sweep held %d trials, and %d are drawn already: --trials %d draws none more and removes none "
+            "(its report ranks all %d); give --trials above %d to train more",
+            before,
+            drawn,
+            trials,
+            drawn,
+            drawn,
+        )
+    else:
+        logger.info(
+            "the sweep held %d trials; --trials %d draws %d more, not %d",
+            before,
+            trials,
+            trials - drawn,
+            before - drawn,
+        )
 
 
 def continued_plan(existing: SweepPlan, given: SweepPlan) -> SweepPlan:
