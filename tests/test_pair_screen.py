@@ -440,6 +440,17 @@ def test_the_picture_names_the_most_synergistic_and_suppressive_pairs(table, tmp
     np.testing.assert_allclose(np.sort(heatmap[np.triu_indices(len(GENES), 1)]), np.sort(np.log2(table["mag"])))
 
 
+def test_a_small_screen_marks_and_names_each_pair_once(table, tmp_path):
+    """Five pairs and the lists' 10: the higher three are the synergistic list, the lower two
+    the suppressive one; no pair is marked twice or named in both."""
+    small = table.sort_values("mag").iloc[::8].reset_index(drop=True)  # 5 pairs
+    figure = plot_pair_screen(small, tmp_path / "small.png", top=10)
+    up, down = (collection for collection in figure.axes[0].collections[1:3])
+    assert (len(up.get_offsets()), len(down.get_offsets())) == (3, 2)
+    text = figure.axes[1].texts[0].get_text()
+    assert all(text.count(f"{pair} ") == 1 for pair in small["pair"])
+
+
 def test_a_table_reads_back_to_the_very_floats_it_was_written_with_and_no_deprecated_option(tmp_path):
     # pandas before 3.1 reads a float's shortest text back exactly only with float_precision=
     # "round_trip"; 3.1 deprecates that option (every converter is exact): either way, exact

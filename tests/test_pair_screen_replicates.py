@@ -587,6 +587,7 @@ def test_the_picture_keeps_the_colour_of_confident_calls_and_greys_out_the_rest(
         np.testing.assert_allclose(image[place[::-1]][:3], colour, atol=1e-12)
     assert sum(summary["magnitude_type_confident"]) == 3 < len(summary)
     text = figure.axes[1].texts[0].get_text()
-    assert "confident synergy: 1 pairs" in text and "A0+B0" in text and "confident suppressor: 1 pairs" in text
+    assert "confident synergy: 1 pair (" in text and "A0+B0" in text and "confident suppressor: 1 pair (" in text
+    assert figure.axes[0].get_title().endswith(", 3 confident magnitude calls")
     assert "A5+B5" not in text.split("confident calls")[0]  # synergy in every model, but not confident
     assert "magnitude_type: additive 1, synergy 1, suppressor 1" in text

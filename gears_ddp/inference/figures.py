@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from gears_ddp.data.conditions import CONTROL, condition_genes
+from gears_ddp.data.screen_report import counted
 from gears_ddp.evaluation.metrics import non_dropout_de_table
 from gears_ddp.interactions.calls import INTERACTION_THRESHOLDS
 
@@ -127,8 +128,8 @@ def plot_pair_screen(table, save_file: str | os.PathLike | None = None, top: int
     sum; blue: suppression, less; white: additive), the genes ordered by similarity of
     their rows (average-linkage clustering), pairs seen in training dotted, and beside it
     the ``top`` pairs of highest and of lowest ``mag`` (the most synergistic and the most
-    suppressive), marked on the map with triangles (up and down) and named with their
-    ``mag`` and interaction types.
+    suppressive; of fewer than ``2 * top`` pairs, the higher and the lower half), marked on
+    the map with triangles (up and down) and named with their ``mag`` and interaction types.
 
     Written to ``save_file`` when given (atomically; the format follows the suffix, PNG
     when it has none). Returns the ``matplotlib.figure.Figure``.
@@ -145,10 +146,12 @@ def plot_pair_screen(table, save_file: str | os.PathLike | None = None, top: int
     _colour_bar(figure, axes, image)
     pairs.dot_trained(axes, table["seen_in_training"].to_numpy(dtype=bool), "pair seen in training")
     by_mag = np.argsort(-pairs.log_mag, kind="stable")
-    # by mag alone: a short list can reach additive pairs, which the text names as such
+    # by mag alone: a short list can reach additive pairs, which the text names as such; a
+    # screen of fewer than 2 x top pairs is shared between the lists, so that none is in both
+    highest = min(top, (len(by_mag) + 1) // 2)
     lists = {
-        "highest mag (most synergistic first)": by_mag[:top],
-        "lowest mag (most suppressive first)": by_mag[::-1][:top],
+        "highest mag (most synergistic first)": by_mag[:highest],
+        "lowest mag (most suppressive first)": by_mag[::-1][: min(top, len(by_mag) - highest)],
     }
     for (title, picked), marker in zip(lists.items(), ("^", "v")):
         pairs.mark(axes, picked, marker, f"{title.split(' (')[0]}: {len(picked)} pairs")
@@ -201,7 +204,7 @@ def plot_replicate_pair_screen(summary, save_file: str | os.PathLike | None = No
     pairs.label_axes(
         axes,
         f"Genetic-interaction magnitude over {models} models: {len(summary):,} pairs of "
-        f"{len(pairs.genes)} genes, {int(confident.sum()):,} confident",
+        f"{len(pairs.genes)} genes, {counted(int(confident.sum()), 'confident magnitude call')}",
     )
     text_axes.text(
         0,
@@ -366,7 +369,10 @@ def _confident_text(summary, top: int) -> str:
         ("suppressor", "lowest mean mag first", True),
     ):
         held = confident[confident["magnitude_type"] == call].sort_values("mag_mean", ascending=ascending)
-        lines += [f"confident {call}: {len(held)} pairs ({title})", "    mean mag [95% interval over the models]"]
+        lines += [
+            f"confident {call}: {counted(len(held), 'pair')} ({title})",
+            "    mean mag [95% interval over the models]",
+        ]
         for _, pair in held.head(top).iterrows():
             kinds = [
                 kind
