@@ -217,6 +217,11 @@ def test_the_plot_shows_every_replicates_value_gears_beside_each_baseline():
     words = [text.get_text() for text in axes.texts]
     assert words == ["loses", "beats"]  # under additive and mean_effect, in that order
     assert "lower is better" in axes.get_title()
+    # the legend, laid out, lies well within the figure: three columns filled its whole width
+    # (647 of 650 points), the first marker cut at the edge
+    figure.canvas.draw()
+    legend, page = figure.legends[0].get_window_extent(), figure.bbox
+    assert legend.width <= 0.9 * page.width and page.x0 < legend.x0 and legend.x1 < page.x1
 
 
 # ----------------------------------------------------------------------------- refused before any process

@@ -540,7 +540,8 @@ def figure_replicate_values(verdicts: list, whole: str = SUBGROUP_NAMES[None]) -
         for name, colour in zip(names, colours)
     ]
     handles.append(Line2D([], [], color="#222222", linewidth=2, label="mean over replicates"))
-    figure.legend(handles=handles, loc="outside upper center", ncol=3, frameon=False, fontsize=BASE_FONT_SIZE)
+    # two columns: three of the longer names ran past the edges of the narrowest figure
+    figure.legend(handles=handles, loc="outside upper center", ncol=2, frameon=False, fontsize=BASE_FONT_SIZE)
     return figure
 
 
