@@ -89,6 +89,7 @@ def test_a_sweep_prunes_a_planted_bad_trial_and_chooses_on_validation(data_folde
     assert again["args"]["model_config"]["hidden_size"] == int(best["args.model_config.hidden_size"])
     page = (folder / "report.html").read_text()
     assert f"Best of 4 trials: trial {best['number']}" in page and "chosen on validation alone" in page
+    assert "this is the sweep's run file" in page and "<code>config.yaml</code>" not in page  # a sweep has none
     assert all((folder / "plots" / name).stat().st_size > 0 for name in ("sweep_history.png", "sweep_settings.png"))
     assert summary["best_verdicts"] and summary["best_verdicts"][0]["metric"] == "pearson_delta"
     # the same call again holds its trials already: nothing is trained

@@ -48,12 +48,23 @@ figcaption { color: #555; }
 """
 
 
+# where the settings a page lists come from, and what repeats them: a run's or replicates' folder
+REPEATED_BY_CONFIG = "<code>config.yaml</code> in this folder repeats the run."
+
+
 def report_page(
-    title: str, settings: dict, outcome: str, sections: Sequence[str], about: str = "", below: str = ""
+    title: str,
+    settings: dict,
+    outcome: str,
+    sections: Sequence[str],
+    about: str = "",
+    below: str = "",
+    settings_from: str = REPEATED_BY_CONFIG,
 ) -> str:
     """A whole page: its title (``title: dataset``), the dataset and split followed by
     ``about``, the ``outcome`` in one line, ``below`` it, then ``sections`` (HTML; empty
-    ones left out) and last the settings. ``about`` and ``below`` are HTML."""
+    ones left out) and last the settings, with ``settings_from`` (HTML: which file of the
+    folder holds them). ``about`` and ``below`` are HTML."""
     dataset = escape(str(settings.get("dataset_name", "unknown dataset")))
     split = (settings.get("split_config") or {}).get("split")
     heading = (
@@ -61,7 +72,7 @@ def report_page(
         f"<p>Dataset <b>{dataset}</b>{f', split <b>{escape(str(split))}</b>' if split else ''}{about}</p>\n"
         f'<p class="outcome">{escape(outcome)}</p>' + (f"\n{below}" if below else "")
     )
-    body = [heading, *sections, settings_section(settings)]
+    body = [heading, *sections, settings_section(settings, settings_from)]
     return (
         f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{escape(title)}: {dataset}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
@@ -150,8 +161,9 @@ def pictures_section(title: str, figures: Sequence[tuple[str, str, str]]) -> str
     return f"<h2>{escape(title)}</h2>\n" + ("\n".join(shown) if shown else "<p>No pictures were drawn.</p>")
 
 
-def settings_section(settings: dict) -> str:
-    """The run's configuration, one row per setting, nested keys dotted as ``--set`` writes them."""
+def settings_section(settings: dict, settings_from: str = REPEATED_BY_CONFIG) -> str:
+    """The run's configuration, one row per setting, nested keys dotted as ``--set`` writes
+    them, and ``settings_from`` (HTML: which file of the folder holds them)."""
     if not settings:
         return "<h2>Settings</h2>\n<p>The run's settings were not recorded (no config.yaml).</p>"
     rows = [
@@ -160,7 +172,7 @@ def settings_section(settings: dict) -> str:
     ]
     return (
         "<h2>Settings</h2>\n<p>Each setting as <code>gears-ddp train --set key=value</code> names it; "
-        "<code>config.yaml</code> in this folder repeats the run.</p>\n"
+        f"{settings_from}</p>\n"
         "<table>\n<tr><th>setting</th><th>value</th></tr>\n" + "\n".join(rows) + "\n</table>"
     )
 

@@ -25,7 +25,7 @@ import numpy as np
 from gears_ddp.data.io import atomic_path, write_yaml
 from gears_ddp.report.numbers import format_number
 from gears_ddp.report.page_builder import pictures_section, report_page
-from gears_ddp.report.run_files import PAGE_FILE, REPORT_FILE, read_settings, write_json
+from gears_ddp.report.run_files import PAGE_FILE, REPORT_FILE, SWEEP_FILE, read_settings, write_json
 from gears_ddp.training.save_folder import finished_report
 
 TRIALS_FILE = "trials.csv"
@@ -283,7 +283,15 @@ def _page(
         pictures_section("Pictures", [(relative, title, title) for title, relative in pictures.items()]),
         _best_section(folder, best, best_report),
     ]
-    return report_page("GEARS sweep", read_settings(folder) or plan.config, outcome, sections)
+    return report_page(
+        "GEARS sweep",
+        read_settings(folder) or plan.config,
+        outcome,
+        sections,
+        settings_from=f"this is the sweep's run file, from which each trial starts before the settings drawn for "
+        f"it replace its own; <code>{SWEEP_FILE}</code> in this folder holds it with the search space, "
+        f"and <code>{escape(BEST_RUN_FILE)}</code> trains the best trial's settings again.",
+    )
 
 
 def _how_to_read(plan, counts: dict, retried: int) -> str:
