@@ -616,3 +616,22 @@ def test_a_continued_sweep_says_what_another_trial_count_does(caplog):
         ),
         ("INFO", "the sweep held 12 trials; --trials 6 draws 2 more, not 8"),
     ]
+
+
+def test_the_importances_picture_says_which_trials_it_ranks_by(data_folder, tmp_path, monkeypatch):
+    """Optuna ranks the settings by the complete trials alone: the picture says how many, and
+    how many pruned ones it left out."""
+    from gears_ddp.report import plots
+    from gears_ddp.sweeps import report
+
+    drawn = {}
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: drawn.setdefault(Path(path).name, figure))
+    plan = sweep_module.plan_sweep(_config(data_folder, tmp_path / "sweep"), SPACE, 4)
+    keys = ["args.lr", "args.model_config.hidden_size"]
+    rows = [
+        {"number": number, "state": state, "value": value, "args.lr": 0.003, "args.model_config.hidden_size": 8}
+        for number, (state, value) in enumerate([("COMPLETE", 0.3), ("PRUNED", 0.9), ("COMPLETE", 0.2), ("FAIL", None)])
+    ]
+    report._pictures(tmp_path, rows, keys, plan, {"args.lr": 0.7, "args.model_config.hidden_size": 0.3})
+    label = drawn["sweep_importances.png"].axes[0].get_xlabel()
+    assert label == "importance (Optuna's PED-ANOVA) over the 2 complete trials; the 1 pruned left out"

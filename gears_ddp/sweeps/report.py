@@ -213,7 +213,10 @@ def _pictures(folder: Path, rows: list[dict], keys: list[str], plan, importances
         axes = figure.subplots()
         names = list(importances)[::-1]
         axes.barh([name.split(".")[-1] for name in names], [importances[name] for name in names], color="#5b7fa6")
-        axes.set_xlabel("importance (Optuna's PED-ANOVA, of the finished trials)")
+        complete, pruned = (sum(row["state"] == state for row in rows) for state in ("COMPLETE", "PRUNED"))
+        # Optuna ranks settings by complete trials alone: a pruned trial's settings weigh nothing here
+        left_out = f"; the {pruned} pruned left out" if pruned else ""
+        axes.set_xlabel(f"importance (Optuna's PED-ANOVA) over the {complete} complete trials{left_out}")
         axes.set_title("Which settings mattered")
         save_figure(figure, folder / PICTURES["importances"])
         pictures["Which settings mattered"] = PICTURES["importances"]
