@@ -449,6 +449,8 @@ def test_a_small_screen_marks_and_names_each_pair_once(table, tmp_path):
     assert (len(up.get_offsets()), len(down.get_offsets())) == (3, 2)
     text = figure.axes[1].texts[0].get_text()
     assert all(text.count(f"{pair} ") == 1 for pair in small["pair"])
+    trained = figure.axes[0].collections[0]  # the dots of pairs seen in training, above the lists' marks
+    assert trained.get_label() == "pair seen in training" and trained.get_zorder() > up.get_zorder()
 
 
 def test_a_table_reads_back_to_the_very_floats_it_was_written_with_and_no_deprecated_option(tmp_path):

@@ -249,7 +249,8 @@ class _PairMap:
         self.limit = max(float(np.percentile(finite, 99)), 0.1) if len(finite) else 1.0
 
     def dot_trained(self, axes, seen: np.ndarray, label: str) -> None:
-        # white edges keep the marks visible on the darkest cells
+        # white edges keep the marks visible on the darkest cells; drawn above the lists' marks,
+        # inside a triangle or square where a listed pair was seen in training
         axes.scatter(
             self.columns[seen],
             self.rows[seen],
@@ -259,6 +260,7 @@ class _PairMap:
             edgecolors="white",
             linewidths=0.6,
             label=label,
+            zorder=3,
         )
 
     def mark(self, axes, picked: np.ndarray, marker: str, label: str, size: float = 34) -> None:
