@@ -405,7 +405,7 @@ def test_the_pair_screen_command_writes_the_table_record_picture_and_changes(
     sets = query_sets([["G0"], ["G0", "G1"]], gears.node_map_pert)
     np.testing.assert_allclose(changes.X[[0, 6]], gears.change_predictor().changes(sets).numpy(), atol=1e-6)
     assert main(command[:3] + ["--genes", "G1", "NOPE", "--out", str(out)]) == 2
-    assert "cannot be perturbed by this model" in capsys.readouterr().err
+    assert f"1 gene(s) not in the perturbation vocabulary of the model in {run} " in capsys.readouterr().err
     other = command[:3] + ["--genes", "G1", "G2", "G3", "--out", str(out), "--cpu-processes", "1"]
     assert main(other) == 2 and (
         "holds a screen that differs in the screened genes (6 there, 3 here; only there: G0, G4, G5); "
