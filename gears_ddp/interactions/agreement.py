@@ -17,11 +17,10 @@ import numpy as np
 import pandas as pd
 
 from gears_ddp.interactions.calls import CALL_ORDER
+from gears_ddp.interactions.pair_tables import TRAINING_COLUMNS
 from gears_ddp.interactions.scores import GI_SCORE_NAMES
 
 CALL_NAMES: dict[str | bool, str] = {True: "yes", False: "no"}  # how a yes/no type's calls are written in the agreement
-# what a model's table of pairs says of its training (``pair_tables.with_training_columns``)
-TRAINING_COLUMNS = ("seen_in_training", "singles_in_training")
 
 
 def consensus_calls(summary: pd.DataFrame) -> pd.DataFrame:

@@ -15,6 +15,9 @@ from gears_ddp.data.conditions import CONTROL, condition_genes
 from gears_ddp.interactions.calls import interaction_types, read_gene_list
 from gears_ddp.interactions.scores import GI_SCORE_NAMES, MIN_GI_GENES
 
+# what a table of a model's pairs says of its training (``with_training_columns``), in order
+TRAINING_COLUMNS = ("seen_in_training", "singles_in_training")
+
 
 def score_gene_positions(gene_list: Sequence[str], genes_file) -> np.ndarray | None:
     """Positions of the data's genes listed in ``genes_file`` (``read_gene_list``), which
@@ -48,10 +51,9 @@ def with_training_columns(table: pd.DataFrame, train_conditions: Sequence[str]) 
     seen_singles = {next(iter(genes)) for genes in trained if len(genes) == 1}
     pairs = list(zip(table["first_gene"], table["second_gene"]))
     position = table.columns.get_loc(GI_SCORE_NAMES[-1]) + 1
-    table.insert(position, "seen_in_training", [frozenset(pair) in seen_pairs for pair in pairs])
-    table.insert(
-        position + 1, "singles_in_training", [int(a in seen_singles) + int(b in seen_singles) for a, b in pairs]
-    )
+    seen, singles = TRAINING_COLUMNS
+    table.insert(position, seen, [frozenset(pair) in seen_pairs for pair in pairs])
+    table.insert(position + 1, singles, [int(a in seen_singles) + int(b in seen_singles) for a, b in pairs])
     return table
 
 
