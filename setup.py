@@ -36,7 +36,7 @@ setup(
         "scikit-misc>=0.3",
         "optuna>=4.0",  # sweeps (gears_ddp.sweeps): TPE, the median pruner, journal-file and database studies
     ],
-    entry_points={"console_scripts": ["gears-ddp = gears_ddp.cli:main"]},
+    entry_points={"console_scripts": ["gears-ddp = gears_ddp.cli:command"]},
     extras_require={
         # scanpy, torch-geometric, scikit-learn and dcor: the tests compare gears_ddp's processing
         # (normalisation, highly variable genes, DE ranking), graph operator and genetic-interaction

@@ -2,7 +2,7 @@
 
 import sys
 
-from gears_ddp.cli import main
+from gears_ddp.cli import command
 
 if __name__ == "__main__":  # spawned workers import this module first: they must not run the command again
-    sys.exit(main())
+    sys.exit(command())

@@ -6,6 +6,6 @@ does. ``python -m gears_ddp`` runs it too.
 May import: every layer.
 """
 
-from gears_ddp.cli.dispatch import main
+from gears_ddp.cli.dispatch import command, main
 
-__all__ = ["main"]
+__all__ = ["command", "main"]

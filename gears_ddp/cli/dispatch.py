@@ -17,6 +17,7 @@ from gears_ddp.data.download import DownloadError
 from gears_ddp.data.stop_signals import Stopped, stops_raised
 from gears_ddp.runtime.folder_lock import FolderInUse
 from gears_ddp.runtime.memory_budget import BeyondMemory
+from gears_ddp.runtime.process_end import heap_frozen_for_exit
 from gears_ddp.runtime.stopping import CTRL_C, EXIT_INTERRUPTED, STOP_SIGNALS, TrainingInterrupted
 from gears_ddp.training.finite_loss import NonFiniteLoss
 
@@ -111,6 +112,17 @@ def parsed_options(argv=None) -> argparse.Namespace:
             + (f" (did you mean {' or '.join(nearest)}?)" if nearest else "")
         )
     return options
+
+
+def command() -> int:
+    """The ``gears-ddp`` command's process (the console script, ``python -m gears_ddp``):
+    ``main()`` on the command line's arguments, its heap frozen as the process ends
+    (``runtime.process_end``); ``main`` itself, which tests and scripts call in a process
+    that goes on, leaves the heap as it is."""
+    try:
+        return main()
+    finally:
+        heap_frozen_for_exit()
 
 
 def main(argv=None) -> int:

@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 
 from gears_ddp.data.io import loads_plain_data
 from gears_ddp.launching.worker_messages import LogRecord, WorkerFailed, WorkerMessages, replay_log
+from gears_ddp.runtime.process_end import heap_frozen_for_exit
 from gears_ddp.runtime.stopping import (
     CTRL_C,
     CTRL_C_NOTICE,
@@ -236,7 +237,10 @@ def _ending_with_parent(worker, parent_pid: int, local_rank: int, *args) -> None
     signal.signal(CTRL_C, signal.SIG_IGN)  # one held meanwhile is dropped with it
     if hasattr(signal, "pthread_sigmask"):  # POSIX
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {CTRL_C, *STOP_SIGNALS})
-    worker(local_rank, *args)
+    try:
+        worker(local_rank, *args)
+    finally:  # the process ends when the worker returns or raises
+        heap_frozen_for_exit()
 
 
 @contextlib.contextmanager
