@@ -6,7 +6,7 @@ train``), kept for torchrun and srun command lines written with it::
 
 import sys
 
-from gears_ddp.cli import main
+from gears_ddp.cli import command
 
 if __name__ == "__main__":
-    sys.exit(main(["train", *sys.argv[1:]]))
+    sys.exit(command(["train", *sys.argv[1:]]))

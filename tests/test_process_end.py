@@ -41,3 +41,19 @@ def test_the_command_ends_with_its_heap_frozen_and_main_leaves_it_alone(tmp_path
     assert done.returncode == 2, done.stderr
     assert done.stdout.splitlines() == ["main 2 0", "at exit True"]
     assert done.stderr.count("missing.yaml") == 2  # each call named the missing file
+
+
+@pytest.mark.parametrize("module", ["gears_ddp", "gears_ddp.launch"])
+def test_the_modules_torchrun_and_srun_start_end_with_their_heap_frozen(tmp_path, module):
+    """``python -m gears_ddp`` and ``python -m gears_ddp.launch`` (each rank of a torchrun or
+    srun job) run the command: their heap is frozen as they end."""
+    argv = [module, *([] if module == "gears_ddp.launch" else ["train"]), "--config", "missing.yaml"]
+    script = (
+        "import atexit, gc, runpy, sys\n"
+        "atexit.register(lambda: print('at exit', gc.get_freeze_count() > 0, flush=True))\n"
+        f"sys.argv = {argv!r}\n"
+        f"runpy.run_module({module!r}, run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "missing.yaml" in done.stderr, done.stderr
+    assert done.stdout.splitlines() == ["at exit True"]

@@ -114,13 +114,13 @@ def parsed_options(argv=None) -> argparse.Namespace:
     return options
 
 
-def command() -> int:
-    """The ``gears-ddp`` command's process (the console script, ``python -m gears_ddp``):
-    ``main()`` on the command line's arguments, its heap frozen as the process ends
-    (``runtime.process_end``); ``main`` itself, which tests and scripts call in a process
-    that goes on, leaves the heap as it is."""
+def command(argv=None) -> int:
+    """The ``gears-ddp`` command's process (the console script, ``python -m gears_ddp``, and
+    ``python -m gears_ddp.launch`` under torchrun or srun): ``main(argv)``, its heap frozen as
+    the process ends (``runtime.process_end``); ``main`` itself, which tests and scripts call
+    in a process that goes on, leaves the heap as it is."""
     try:
-        return main()
+        return main(argv)
     finally:
         heap_frozen_for_exit()
 
