@@ -1,5 +1,7 @@
-"""The end of a process the library runs from start to end: the ``gears-ddp`` command and
-the ranks it spawns.
+"""The end of a process the library runs from start to end: the ``gears-ddp`` command
+(``python -m gears_ddp``, and ``python -m gears_ddp.launch`` as a rank of a torchrun or srun
+job; ``cli.dispatch.command``) and every rank the library spawns, for the command or for a
+script's ``train_multi_gpu`` (``launching.supervisor``).
 
 When such a process ends, CPython's finalisation collects the whole heap several times over
 before the operating system frees it anyway; after a run that has imported torch, pandas,
