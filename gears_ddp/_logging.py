@@ -37,6 +37,23 @@ def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(name)
 
 
+# (logger name, level, message) of every record ``log_once`` has let through in this process
+_SAID: set[tuple[str, int, str]] = set()
+
+
+def log_once(logger: logging.Logger, level: int, message: str, *args) -> None:
+    """Log ``message % args`` at ``level`` the first time this process says it, and at DEBUG
+    after that. For what every load of the same data says again (a local copy found, the
+    conditions dropped for want of GO terms): a command that processes a screen and then
+    trains on it loads it twice, and should say each of these once."""
+    said = (logger.name, level, message % args if args else message)
+    if said in _SAID:
+        level = logging.DEBUG
+    elif logger.isEnabledFor(level):
+        _SAID.add(said)
+    logger.log(level, message, *args, stacklevel=2)  # the record names the caller's line
+
+
 def enable_console_logging(level: int = logging.INFO) -> None:
     """Send the library's log records to stderr with a timestamped format (idempotent)."""
     logger = logging.getLogger(LIBRARY_LOGGER_NAME)

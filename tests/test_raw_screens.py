@@ -7,6 +7,7 @@ import logging
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import anndata
 import numpy as np
@@ -166,6 +167,27 @@ def test_unannotated_genes_are_named_and_dropped_only_when_asked(data_root):
     pert_data = PertData(data_root)
     pert_data.new_data_process("toy", raw, drop_unannotated=True)
     assert not [c for c in pert_data.cells.conditions if "G3" in c]
+
+
+def test_a_screen_processed_then_loaded_in_one_process_says_what_it_drops_once(data_root, caplog, monkeypatch):
+    # as gears-ddp demo does: processed into the folder as a path, then loaded by the folder as
+    # a user writes it (./data); every later saying of the same is a DEBUG record
+    toy_data.write_go_files(data_root, genes=[g for g in toy_data.GENES if g != "G3"])
+    monkeypatch.chdir(data_root.parent)
+    with caplog.at_level(logging.DEBUG, logger="gears_ddp"):
+        PertData(Path(data_root.name)).new_data_process("toy", toy_data.make_raw(), drop_unannotated=True)
+        PertData(f"./{data_root.name}").load(data_path=f"./{data_root.name}/toy")
+    dropped = [record for record in caplog.records if record.getMessage().startswith("dropping ")]
+    assert [record.levelno for record in dropped] == [logging.WARNING, logging.DEBUG]
+    assert f"(no GO annotation in {data_root.name}: G3)" in dropped[0].getMessage()
+    assert dropped[0].filename == "vocabulary.py"  # the record names where it was said, not log_once
+    assert dropped[0].getMessage() == dropped[1].getMessage()
+    found = [record for record in caplog.records if record.getMessage().startswith("found local copy")]
+    assert found and {record.getMessage() for record in found if record.levelno == logging.INFO} == {
+        record.getMessage() for record in found
+    }
+    said = [record.getMessage() for record in found if record.levelno == logging.INFO]
+    assert len(said) == len(set(said))
 
 
 # ----------------------------------------------------------------------------- GMT gene sets

@@ -18,6 +18,7 @@ unpacked here as a download is), or the files placed in the folder by hand.
 import contextlib
 import functools
 import http.client
+import logging
 import os
 import shutil
 import stat
@@ -30,7 +31,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import numpy as np
 from tqdm import tqdm
 
-from gears_ddp._logging import get_logger
+from gears_ddp._logging import get_logger, log_once
 from gears_ddp.data.io import atomic_path, loads_plain_data
 
 logger = get_logger(__name__)
@@ -304,9 +305,10 @@ def unpack_go_archive(archive, data_path) -> None:
 
 
 def _found(path: Path) -> bool:
-    """True (and logged) when a local copy exists, so no network access is needed."""
+    """True (and logged, once a process: ``log_once``) when a local copy exists, so no
+    network access is needed."""
     if path.is_file():
-        logger.info("found local copy %s", path)
+        log_once(logger, logging.INFO, "found local copy %s", path)
         return True
     return False
 

@@ -306,13 +306,15 @@ class PertData:
         """Set the perturbation vocabulary, of the data folder's GO files or of those
         ``go_annotation`` will make; returns which cells it can represent. The others'
         conditions are dropped with a warning naming them, or (``drop_unannotated=False``)
-        refused naming their genes and the ways to keep them (``vocabulary``)."""
+        refused naming their genes and the ways to keep them (``vocabulary``); the folder is
+        named as a path (``data/demo`` for ``./data/demo``), so that the warning is the same
+        text however the folder was given, and said once a process."""
         if go_annotation is None:
             self.pert_names = self._vocabulary_source.genes(adata, self.gene2go)
         else:
             self.pert_names = self._vocabulary_source.genes(adata, go_annotation, from_annotation=True)
         self.node_map_pert = {g: i for i, g in enumerate(self.pert_names)}
-        return cells_in_vocabulary(adata, name, self.node_map_pert, self.data_path, drop_unannotated)
+        return cells_in_vocabulary(adata, name, self.node_map_pert, str(Path(self.data_path)), drop_unannotated)
 
     def _use_dataset(self, data, folder: Path, keep: np.ndarray) -> None:
         """Build the cell table of the cells ``keep`` of ``data`` (an AnnData, or the parts of

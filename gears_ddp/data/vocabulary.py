@@ -11,13 +11,14 @@ of a screen the vocabulary covers, dropping or refusing the others (``go_coverag
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
 import anndata
 import numpy as np
 
-from gears_ddp._logging import get_logger
+from gears_ddp._logging import get_logger, log_once
 from gears_ddp.data import download, graphs, io
 from gears_ddp.data.conditions import coded_conditions, genes_of_conditions
 from gears_ddp.data.go_coverage import coverage_problems, go_coverage
@@ -98,10 +99,14 @@ def cells_in_vocabulary(
     """Which cells of dataset ``name`` (``adata``, GEARS's columns) the perturbation
     vocabulary ``node_map_pert`` (of GO terms from ``where``) can represent. The others'
     conditions are dropped with a warning naming them, or (``drop_unannotated=False``)
-    refused naming their genes and the ways to keep them (``go_coverage``)."""
+    refused naming their genes and the ways to keep them (``go_coverage``). The warning, and
+    the count of genes in the vocabulary, are logged once a process (``log_once``): a command
+    that processes a screen and then trains on it reads it twice."""
     conditions, codes = coded_conditions(adata.obs["condition"], f"dataset {name!r} obs['condition']")
     coverage = go_coverage(dict(zip(conditions, np.bincount(codes, minlength=len(conditions)).tolist())), node_map_pert)
-    logger.info(
+    log_once(
+        logger,
+        logging.INFO,
         "dataset %s: %d of %d perturbed genes are in the perturbation vocabulary (genes with GO annotations)",
         name,
         len(coverage.perturbed) - len(coverage.outside),
@@ -110,5 +115,5 @@ def cells_in_vocabulary(
     problems = coverage_problems(coverage, name, where, drop_unannotated)
     refuse(problems, f"dataset {name!r}")
     for warning in problems:
-        logger.warning("%s", warning)
+        log_once(logger, logging.WARNING, "%s", warning)
     return np.isin(np.asarray(conditions, dtype=object), coverage.kept)[codes]
