@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_launch import _clean_environment, _launch_arguments
+from test_launch import _clean_environment, _launch_arguments, _run_script
 from test_restarts import _assert_same_run, _ranks, _ranks_at_step, _single, _wait_for_step
 
 from gears_ddp.launching.supervisor import spawn_workers
@@ -225,9 +225,7 @@ def test_a_stop_while_the_workers_start_ends_them_without_a_word_from_them(tmp_p
         "        except Stopped:\n"
         "            print('stopped while starting', file=sys.stderr); sys.exit(75)\n"
     )
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=_clean_environment()
-    )
+    done = _run_script(script)
     assert done.returncode == EXIT_INTERRUPTED, done.stderr[-3000:]
     assert done.stderr.strip() == "stopped while starting"  # no worker's traceback
 

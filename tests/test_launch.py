@@ -280,6 +280,14 @@ def _clean_environment(**extra):
     return environment
 
 
+def _run_script(script) -> subprocess.CompletedProcess:
+    """Run the Python file ``script`` as a user runs one (``python script.py``), without the
+    launchers' variables; its output captured."""
+    return subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=_clean_environment()
+    )
+
+
 def _launch_arguments(data_folder, save_path, **args):
     """The command-line arguments after ``python`` (or torchrun) that train the toy data into
     ``save_path``, from a configuration file written beside it."""

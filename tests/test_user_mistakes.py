@@ -3,14 +3,12 @@ and leaves nothing half-done behind."""
 
 import os
 import stat
-import subprocess
-import sys
 import time
 
 import pytest
 import torch
 import toy_data
-from test_launch import _clean_environment
+from test_launch import _run_script
 
 from gears_ddp import PertData, train_multi_gpu
 from gears_ddp.data import download, io
@@ -33,9 +31,7 @@ def test_a_script_without_the_main_guard_fails_at_once_saying_what_to_add(data_f
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(body=body))
     start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=_clean_environment()
-    )
+    done = _run_script(script)
     assert done.returncode != 0 and time.monotonic() - start < 60
     assert f"train_multi_gpu is called at the top level of {script}" in done.stderr
     assert 'if __name__ == "__main__":' in done.stderr
@@ -56,9 +52,7 @@ def test_a_guarded_script_edited_while_it_runs_is_not_taken_for_an_unguarded_one
         "    check_main_guard('train_multi_gpu')\n"
         "    print('started')\n"
     )
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=_clean_environment()
-    )
+    done = _run_script(script)
     assert done.returncode == 0 and done.stdout.strip() == "started", done.stderr[-2000:]
 
 
