@@ -27,6 +27,7 @@ from gears_ddp.data import io
 from gears_ddp.data.go_files import read_annotation
 from gears_ddp.report.plots import figure_test_metrics
 from gears_ddp.report.verdicts import compare, verdict_records
+from gears_ddp.runtime.threads import cpu_threads
 
 SMALL_ARGS = {"epochs": 2, "batch_size": 16, "model_config": {"hidden_size": 8}}
 
@@ -353,6 +354,8 @@ def test_train_with_two_cpu_processes_writes_the_run_folder(tmp_path, data_folde
     assert "epoch 3/3" in log and "rank 1" not in log
     resolved = yaml.safe_load((save / "config.yaml").read_text())
     assert resolved["args"]["epochs"] == 3 and resolved["args"]["cpu_processes"] == 2
+    # and the threads each rank had, which the order of a CPU's sums follows
+    assert resolved["args"]["cpu_threads"] == cpu_threads(2)
     page = (save / "report.html").read_text()
     for picture in ("plots/training_curves.png", "plots/test_metrics.png", "plots/predictions.png"):
         assert (save / picture).stat().st_size > 10_000

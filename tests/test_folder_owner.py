@@ -459,9 +459,10 @@ def test_the_demo_replaces_its_own_earlier_run_and_keeps_any_other(tmp_path):
     (trained / "config.yaml").write_text(yaml.safe_dump(theirs))
     assert replacing_earlier_demo(demo_run(trained)).args.overwrite_save_path is False
 
-    # an earlier demo of other epochs, on other devices, written before a setting existed
+    # an earlier demo of other epochs, on other devices (with the threads its CPU ranks had,
+    # which config.yaml records), written before a setting existed
     earlier = demo_run(demo).config()
-    earlier["args"].update(epochs=10, cpu_processes=1)
+    earlier["args"].update(epochs=10, cpu_processes=1, cpu_threads=3)
     earlier.update(n_gpus=1)
     del earlier["args"]["timeout_s"]
     (demo / "config.yaml").write_text(yaml.safe_dump(earlier))

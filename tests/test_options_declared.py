@@ -97,6 +97,9 @@ def test_unknown_pair_screen_options_are_refused_as_python_refuses_them():
         ({"timeout_s": float("inf")}, r"args\['timeout_s'\] must be a positive number, got inf"),
         ({"timeout_s": True}, r"args\['timeout_s'\] must be a positive number, got True"),
         ({"find_unused_parameters": "no"}, r"args\['find_unused_parameters'\] must be True or False, got 'no'"),
+        ({"cpu_threads": 0}, r"args\['cpu_threads'\] must be a positive integer or None, got 0"),
+        ({"cpu_threads": 1.5}, r"args\['cpu_threads'\] must be a positive integer or None, got 1.5"),
+        ({"cpu_threads": True}, r"args\['cpu_threads'\] must be a positive integer or None, got True"),
         ({"seed": None}, r"args\['seed'\] must be set, got None"),
     ],
 )

@@ -101,6 +101,7 @@ def test_train_and_args_take_the_same_options():
     assert extra == {
         "model_config",
         "cpu_processes",
+        "cpu_threads",
         "timeout_s",
         "find_unused_parameters",
         "expression_storage",

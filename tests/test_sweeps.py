@@ -16,7 +16,9 @@ import pytest
 import yaml
 from test_launch import _clean_environment
 
+from gears_ddp.cli import main
 from gears_ddp.data.io import write_yaml
+from gears_ddp.runtime.threads import cpu_threads
 from gears_ddp.sweeps import train_sweep as sweep_module
 
 pytestmark = pytest.mark.distributed
@@ -99,6 +101,24 @@ def test_a_sweep_prunes_a_planted_bad_trial_and_chooses_on_validation(data_folde
         == summary["best"]
     )
     assert {row["folder"]: (Path(row["folder"]) / "metrics.csv").stat().st_mtime_ns for row in rows} == modified
+
+
+@pytest.mark.slow
+def test_the_best_trial_s_run_yaml_trained_alone_repeats_it_bit_for_bit(data_folder, tmp_path):
+    """Two trials at once share the cores, a thread count of their own; trained alone, run.yaml
+    gets the threads the trial had (args.cpu_threads, which its config.yaml records), and a
+    CPU's sums, whose order follows the count, add up as the trial's did: the same weights."""
+    folder = tmp_path / "sweep"
+    space = {"args": {"model_config": {"hidden_size": {"type": "int", "low": 8, "high": 16}}}}
+    summary = sweep_module.train_sweep(data_folder, "toy", SPLIT, _args(folder, epochs=1, cpu_processes=2), space, 2)
+    best = Path(summary["best"]["folder"])
+    shared = cpu_threads(2)  # each of the two trials' ranks
+    assert yaml.safe_load((best / "config.yaml").read_text())["args"]["cpu_threads"] == shared
+    again = yaml.safe_load((folder / "run.yaml").read_text())
+    assert again["args"]["cpu_processes"] == 1 and again["args"]["cpu_threads"] == shared
+    assert main(["train", "--config", str(folder / "run.yaml")]) == 0
+    trial, retrained = (json.loads((path / "report.json").read_text()) for path in (best, Path(f"{folder}-best")))
+    assert retrained["parameter_digests"] == trial["parameter_digests"] and retrained["model"] == trial["model"]
 
 
 def _sweep(*arguments, **environment):
@@ -593,9 +613,11 @@ def test_gpus_join_a_sweep_started_on_cpu_processes(data_folder, tmp_path, monke
     cpu_processes: 2 (the demo's): the devices given replace the sweep's."""
     _no_training(monkeypatch)
     folder = tmp_path / "sweep"
-    sweep_module.run_sweep(sweep_module.plan_sweep(_config(data_folder, folder, cpu_processes=2), SPACE, 3))
+    config = _config(data_folder, folder, cpu_processes=2, cpu_threads=1)
+    sweep_module.run_sweep(sweep_module.plan_sweep(config, SPACE, 3))
     joined = sweep_module.joining_plan(folder, ["gpu_ids=[0,1]"])
     assert joined.config["gpu_ids"] == [0, 1] and joined.config["args"]["cpu_processes"] is None
+    assert joined.config["args"]["cpu_threads"] is None  # the threads of the CPU processes it replaces
     assert joined.config["args"]["epochs"] == 12
 
 

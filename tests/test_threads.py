@@ -14,6 +14,7 @@ import torch
 
 import gears_ddp  # noqa: F401 (importing it is what sets forked processes to one thread)
 from gears_ddp.launching.supervisor import SpawnedWorkers
+from gears_ddp.runtime import threads
 from gears_ddp.runtime.threads import OPENMP_WAITING, passive_openmp_environment
 
 
@@ -30,6 +31,15 @@ def test_a_forked_process_gets_one_torch_thread_and_finishes():
         results = pool.map_async(_threads_and_work, range(2)).get(timeout=120)
     assert [threads for threads, _ in results] == [1, 1]
     assert all(work > 0 for _, work in results)
+
+
+def test_a_rank_s_threads_are_the_run_s_count_else_omp_num_threads_else_the_cores_shared(monkeypatch):
+    monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert [threads.cpu_threads(ranks) for ranks in (1, 2, 3, 16)] == [8, 4, 2, 1]
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads.cpu_threads(2) == 3
+    assert threads.cpu_threads(2, requested=5) == 5  # args.cpu_threads, as config.yaml records it
 
 
 def _started_process_sees() -> dict:

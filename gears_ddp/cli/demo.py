@@ -102,8 +102,9 @@ def run(options) -> int:
     return run_training(run, note=DEMO_FINDINGS[options.data])
 
 
-# what may differ between two demo runs of one folder: the demo's own options and the devices
-DEMO_VARIABLES = {("args", "epochs"), ("args", "cpu_processes"), ("n_gpus",), ("gpu_ids",)}
+# what may differ between two demo runs of one folder: the demo's own options, the devices and
+# the threads of CPU ranks (which config.yaml records)
+DEMO_VARIABLES = {("args", "epochs"), ("args", "cpu_processes"), ("args", "cpu_threads"), ("n_gpus",), ("gpu_ids",)}
 
 
 def replacing_earlier_demo(run: RunOptions) -> RunOptions:

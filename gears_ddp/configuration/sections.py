@@ -76,6 +76,13 @@ class TrainingArgs(TrainingOptions):
         "published PertData's default_pert_graph=False)",
     )
     cpu_processes: int | None = option(None, "this many gloo processes on CPU instead of GPUs")
+    cpu_threads: int | None = option(
+        None,
+        "torch threads of each CPU rank (None: the usable cores shared evenly among the ranks "
+        "training on the machine at once, or OMP_NUM_THREADS when set); a CPU's sums add up in "
+        "an order that follows it, and so do the run's figures: a CPU run's config.yaml records "
+        "the count its ranks used, so that it repeats the run bit for bit",
+    )
     timeout_s: float = option(600.0, "how long ranks wait for each other (s)")
     find_unused_parameters: bool = option(
         False,
@@ -112,6 +119,8 @@ class TrainingArgs(TrainingOptions):
             or self.timeout_s == float("inf")
         ):
             raise ValueError(f"args['timeout_s'] must be a positive number, got {self.timeout_s!r}")
+        if self.cpu_threads is not None and not (is_int(self.cpu_threads) and self.cpu_threads >= 1):
+            raise ValueError(f"args['cpu_threads'] must be a positive integer or None, got {self.cpu_threads!r}")
         if not isinstance(self.default_pert_graph, bool):
             raise ValueError(f"args['default_pert_graph'] must be True or False, got {self.default_pert_graph!r}")
         if not isinstance(self.find_unused_parameters, bool):

@@ -54,6 +54,7 @@ PLACEMENT_SETTINGS = (
     "n_gpus",
     "gpu_ids",
     "args.cpu_processes",
+    "args.cpu_threads",
     "args.resume_from",
     "args.save_path",
     "replicates.seeds",

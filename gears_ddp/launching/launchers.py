@@ -165,18 +165,30 @@ def continued_after_restart(run: RunOptions) -> RunOptions:
     return dataclasses.replace(run, args=dataclasses.replace(run.args, resume_from="auto", overwrite_save_path=False))
 
 
+def with_cpu_threads(config: dict, device: torch.device, local_ranks: int, requested: int | None) -> dict:
+    """``config`` with, where the ranks train on the CPU, ``args.cpu_threads`` set to the
+    threads each of them uses (``threads.cpu_threads``: ``requested``, else shared among the
+    ``local_ranks`` ranks training on this machine at once): a CPU's sums, and so the run's
+    figures, follow the count, and ``config.yaml`` repeats the run bit for bit only with it
+    (a sweep's trial, trained beside others, repeated alone). On a GPU it is left as given."""
+    if device.type == "cpu":
+        config["args"]["cpu_threads"] = cpu_threads(local_ranks, requested)
+    return config
+
+
 class TrainMultiGpuLaunch:
     """What the launchers of ``train_multi_gpu`` (and ``gears-ddp train`` without a
     launcher) share: this process writes and holds the run folder, checked here, and writes
-    the run's own configuration there."""
+    the run's own configuration there, with the threads of its CPU ranks (``with_cpu_threads``;
+    all of them on this machine, ``local_devices``)."""
 
     writes_run_folder = True
     checks_save_path = True
     holder = "train_multi_gpu"
+    local_devices: list[torch.device]
 
-    @staticmethod
-    def config(run: RunOptions) -> dict:
-        return run.config()
+    def config(self, run: RunOptions) -> dict:
+        return with_cpu_threads(run.config(), self.local_devices[0], len(self.local_devices), run.args.cpu_threads)
 
 
 class SpawnedRanks(TrainMultiGpuLaunch):
@@ -185,7 +197,7 @@ class SpawnedRanks(TrainMultiGpuLaunch):
     (``TrainingInterrupted``, ``NonFiniteLoss``, ``DistributedTrainingError``)."""
 
     def __init__(self, devices: list[torch.device]):
-        self.devices = devices
+        self.devices = self.local_devices = devices
 
     @staticmethod
     def data(run: RunOptions):
@@ -225,6 +237,7 @@ class RankInThisProcess(TrainMultiGpuLaunch):
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
+        self.local_devices = [self.device]
 
     @staticmethod
     def data(run: RunOptions):
@@ -236,7 +249,7 @@ class RankInThisProcess(TrainMultiGpuLaunch):
             if self.device.type == "cuda":
                 placed.enter_context(torch.cuda.device(self.device))
             elif self.device.type == "cpu":
-                placed.enter_context(torch_threads(cpu_threads()))
+                placed.enter_context(torch_threads(cpu_threads(1, run.args.cpu_threads)))
             logger.info("1 rank, in this process, on %s with %d thread(s)", self.device, torch.get_num_threads())
             return train_rank(opening.pert_data, run.args, self.device, SINGLE_PROCESS, PhaseClock(), opening.resume)
 
@@ -261,7 +274,8 @@ class ThisRank:
         config = run.config()
         if self.placement.device.type == "cpu" and run.args.cpu_processes is None:
             config["args"]["cpu_processes"] = self.placement.world_size
-        return config
+        device, local_ranks = torch.device(self.placement.device), self.placement.local_world_size
+        return with_cpu_threads(config, device, local_ranks, run.args.cpu_threads)
 
     @staticmethod
     def data(run: RunOptions):
@@ -297,7 +311,10 @@ class GroupOfRanks:
         self.written, self.prepared, self.log_prefix, self.holder = config, prepared, log_prefix, holder
 
     def config(self, run: RunOptions) -> dict:
-        return self.written
+        """The configuration the scheduler gave, with the threads of the group's CPU ranks,
+        which share the machine with every group's (``with_cpu_threads``)."""
+        written = {**self.written, "args": dict(self.written["args"])}
+        return with_cpu_threads(written, self.devices[0], self.local_world_size, run.args.cpu_threads)
 
     def data(self, run: RunOptions):
         return self.prepared(run)

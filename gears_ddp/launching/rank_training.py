@@ -176,7 +176,7 @@ def run_rank(
     try:
         with clock.phase("rank start-up"):
             if device.type == "cpu":
-                torch.set_num_threads(cpu_threads(placement.local_world_size))
+                torch.set_num_threads(cpu_threads(placement.local_world_size, args.cpu_threads))
             setup_ddp(rank, placement.world_size, device, placement.master_addr, placement.master_port, args.timeout_s)
             ranks = ProcessGroupRanks()
             check_same_data(pert_data, ranks)

@@ -11,13 +11,15 @@ operation, which an idle machine pays (``benchmarks/bench_threads.py`` measures 
 ``benchmarks/RESULTS.md`` has the figures).
 
 A forked process gets one thread (``single_threaded_forks``). So: ranks share the usable
-cores evenly (``cpu_threads``); training in one process uses at most the usable cores
-(``at_most_usable_threads``); and spawned workers that share the machine's cores with other
-ranks wait passively (``passive_openmp_environment``), while a worker alone on the machine
-keeps OpenMP's default, as the calling process does. OpenMP reads its settings when torch
-is imported, so a process that is already running keeps its own: set
-``OMP_WAIT_POLICY=PASSIVE`` before starting Python on a shared node. Settings the user made
-(``OMP_NUM_THREADS``, ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``) are always kept.
+cores evenly (``cpu_threads``), unless the run gives their count (``args.cpu_threads``, which a
+CPU run's config.yaml records, as the order of a CPU's sums follows it); training in one
+process uses at most the usable cores (``at_most_usable_threads``); and spawned workers that
+share the machine's cores with other ranks wait passively (``passive_openmp_environment``),
+while a worker alone on the machine keeps OpenMP's default, as the calling process does.
+OpenMP reads its settings when torch is imported, so a process that is already running keeps
+its own: set ``OMP_WAIT_POLICY=PASSIVE`` before starting Python on a shared node. Settings
+the user made (``OMP_NUM_THREADS``, where the run gives no ``args.cpu_threads``;
+``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``) are always kept.
 """
 
 from __future__ import annotations
@@ -36,9 +38,13 @@ def usable_cores() -> int:
     return max(1, cpu_count())
 
 
-def cpu_threads(local_processes: int = 1) -> int:
-    """Threads for one of ``local_processes`` training processes on this machine: the usable
-    cores shared evenly, or ``OMP_NUM_THREADS`` when the user set it."""
+def cpu_threads(local_processes: int = 1, requested: int | None = None) -> int:
+    """Threads for one of ``local_processes`` training processes on this machine:
+    ``requested`` (a run's ``args.cpu_threads``) when given, else ``OMP_NUM_THREADS`` when
+    the user set it, else the usable cores shared evenly. The order in which a CPU's sums add
+    up follows the count, so a run's figures do too (bit for bit the same with the same count)."""
+    if requested is not None:
+        return requested
     if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit():
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
     return max(1, usable_cores() // local_processes)

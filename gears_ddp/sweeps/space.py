@@ -37,6 +37,7 @@ PLACEMENT_OPTIONS = (
     "resume_from",
     "overwrite_save_path",
     "cpu_processes",
+    "cpu_threads",
     "timeout_s",
     "checkpoint_every",
     "checkpoint_every_steps",

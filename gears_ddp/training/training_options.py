@@ -58,7 +58,8 @@ RESUME_OPTIONS = {
     # the loaders' worker processes (a batch is one gather, whoever makes it), how the same step is
     # computed (the same function in other kernels), where the expression lives, an option that
     # does nothing, and where the run trains (cpu_processes: a changed number of ranks gets a
-    # warning of its own, recipe.TrainingRecipe._resume)
+    # warning of its own, recipe.TrainingRecipe._resume; cpu_threads: the same run, its sums
+    # added up in another order)
     "may change": (
         "epochs",
         "max_steps",
@@ -80,6 +81,7 @@ RESUME_OPTIONS = {
         "expression_storage",
         "find_unused_parameters",
         "cpu_processes",
+        "cpu_threads",
     ),
 }
 # torch releases under which torch.compile fails on the GEARS network, whatever the device:
