@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gears_ddp.cli.shared_options import add_set
 from gears_ddp.cli.train import run_training
-from gears_ddp.configuration.run_options import RunOptions, run_options_with_overrides
+from gears_ddp.configuration.run_options import DEVICE_SETTINGS, RunOptions, run_options_with_overrides
 
 NAME = "demo"
 DEMO_PRESET, DEMO_SYNTHETIC_NAME = "norman", "synthetic"
@@ -102,9 +102,8 @@ def run(options) -> int:
     return run_training(run, note=DEMO_FINDINGS[options.data])
 
 
-# what may differ between two demo runs of one folder: the demo's own options, the devices and
-# the threads of CPU ranks (which config.yaml records)
-DEMO_VARIABLES = {("args", "epochs"), ("args", "cpu_processes"), ("args", "cpu_threads"), ("n_gpus",), ("gpu_ids",)}
+# what may differ between two demo runs of one folder: the demo's own options and where it trains
+DEMO_VARIABLES = {("args", "epochs"), *(tuple(setting.split(".")) for setting in DEVICE_SETTINGS)}
 
 
 def replacing_earlier_demo(run: RunOptions) -> RunOptions:

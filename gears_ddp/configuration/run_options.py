@@ -44,6 +44,10 @@ RUN_KEY_HELP = {
     "see the replicates keys below)",
 }
 REQUIRED_KEYS = ("pert_data_path", "dataset_name")
+# the settings that say where a run trains (its devices and its CPU ranks' threads), dotted as
+# --set names them: what two runs of one computation may differ in (an earlier demo, a
+# replicate continued, another process joining a sweep)
+DEVICE_SETTINGS = ("n_gpus", "gpu_ids", "args.cpu_processes", "args.cpu_threads")
 
 
 class _Loader(yaml.SafeLoader):

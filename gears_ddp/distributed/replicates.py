@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from gears_ddp._logging import get_logger
-from gears_ddp.configuration.run_options import RunOptions, write_run_config
+from gears_ddp.configuration.run_options import DEVICE_SETTINGS, RunOptions, write_run_config
 from gears_ddp.configuration.sections import ReplicateOptions, SplitConfig, TrainingArgs
 from gears_ddp.distributed.group_runs import GroupRun, GroupScheduler
 from gears_ddp.launching.choose import refuse_replicates_under_a_launcher
@@ -51,10 +51,7 @@ __all__ = ["train_replicates", "ReplicatesFailed"]
 logger = get_logger(__name__)
 # settings that say where a run trains, not what it computes: a save path may be continued with others
 PLACEMENT_SETTINGS = (
-    "n_gpus",
-    "gpu_ids",
-    "args.cpu_processes",
-    "args.cpu_threads",
+    *DEVICE_SETTINGS,
     "args.resume_from",
     "args.save_path",
     "replicates.seeds",

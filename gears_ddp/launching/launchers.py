@@ -185,7 +185,11 @@ class TrainMultiGpuLaunch:
     writes_run_folder = True
     checks_save_path = True
     holder = "train_multi_gpu"
-    local_devices: list[torch.device]
+
+    @property
+    def local_devices(self) -> list[torch.device]:
+        """The devices of the run's ranks, all on this machine."""
+        raise NotImplementedError
 
     def config(self, run: RunOptions) -> dict:
         return with_cpu_threads(run.config(), self.local_devices[0], len(self.local_devices), run.args.cpu_threads)
@@ -197,7 +201,11 @@ class SpawnedRanks(TrainMultiGpuLaunch):
     (``TrainingInterrupted``, ``NonFiniteLoss``, ``DistributedTrainingError``)."""
 
     def __init__(self, devices: list[torch.device]):
-        self.devices = self.local_devices = devices
+        self.devices = devices
+
+    @property
+    def local_devices(self) -> list[torch.device]:
+        return self.devices
 
     @staticmethod
     def data(run: RunOptions):
@@ -237,7 +245,10 @@ class RankInThisProcess(TrainMultiGpuLaunch):
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
-        self.local_devices = [self.device]
+
+    @property
+    def local_devices(self) -> list[torch.device]:
+        return [self.device]
 
     @staticmethod
     def data(run: RunOptions):

@@ -38,6 +38,7 @@ from typing import Iterator
 
 from gears_ddp._logging import get_logger
 from gears_ddp.configuration.run_options import (
+    DEVICE_SETTINGS,
     RunConfigError,
     RunOptions,
     apply_override,
@@ -63,9 +64,6 @@ DRAW_LOCK_FILE = ".gears_ddp_draw.lock"  # in the sweep folder: held while a pro
 METRIC = "val_mse_de"  # the validation metric that picks a run's best epoch: lower is better
 # Optuna's median pruner: no trial is pruned before 5 have finished, nor in its first epoch
 PRUNER = {"name": "median", "startup_trials": 5, "warmup_epochs": 1}
-# what may change between the processes of one sweep: the devices each trains on, and the
-# threads of its CPU ranks
-DEVICE_SETTINGS = ("n_gpus", "gpu_ids", "args.cpu_processes", "args.cpu_threads")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +161,8 @@ def joining_plan(folder, overrides: list[str], trials: int | None = None) -> Swe
     plan = read_plan(folder)
     config = copy.deepcopy(plan.config)
     if any(assignment.partition("=")[0].strip() in DEVICE_SETTINGS for assignment in overrides):
-        config["n_gpus"] = config["gpu_ids"] = config["args"]["cpu_processes"] = config["args"]["cpu_threads"] = None
+        for setting in DEVICE_SETTINGS:
+            apply_override(config, f"{setting}=null")
     for assignment in overrides:
         apply_override(config, assignment)
     source = str(Path(folder) / SWEEP_FILE)
