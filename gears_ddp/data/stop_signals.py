@@ -10,13 +10,16 @@ temporary file and recording it, the renames of files that belong together, the 
 run under ``stops_held``: a stop that comes meanwhile is raised when they end. Elsewhere (a
 Python session; the training steps, which ``runtime.stopping`` stops at a step boundary) the
 signals keep their handlers and ``stops_held`` changes nothing. Handlers can only be
-installed from the main thread; elsewhere ``stops_raised`` does nothing.
+installed from the main thread; elsewhere ``stops_raised`` does nothing. A ``Stopped`` that
+Python cannot deliver (it landed in a garbage collector's callback) is neither printed nor
+lost: it is raised at the next point that can take it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from typing import Iterator
 
@@ -43,12 +46,31 @@ def _raise_stop(number: int, frame) -> None:
     """The handler of ``stops_raised``: raise ``Stopped``, or, in a ``stops_held`` step, keep
     the signal for its end. The stop is kept either way until it reaches ``stops_raised``: a
     handler's exception that lands in a garbage collector's callback (a weak reference's) is
-    printed and dropped by Python, and the stop is then raised at the next held step's end,
-    or when the block ends."""
+    dropped by Python (``_quiet_dropped_stops`` keeps it from printing a traceback), and the
+    stop is then raised at the next held step's end, or when the block ends."""
     _Held.pending = number
     if _Held.depth:
         return
     raise Stopped(number)
+
+
+@contextlib.contextmanager
+def _quiet_dropped_stops() -> Iterator[None]:
+    """While the block runs, a ``Stopped`` that Python drops (raised where no one can catch it,
+    in a weak reference's callback or a ``__del__``) is not printed as "Exception ignored" and
+    a traceback: it is kept in ``_Held.pending`` and raised later, so the user sees the one
+    line a stop ends with. Every other dropped exception goes to the hook there was before."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, Stopped):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def _take_pending() -> int:
@@ -70,7 +92,8 @@ def stops_raised(numbers: tuple[int, ...]) -> Iterator[None]:
         return
     previous = {number: signal.signal(number, _raise_stop) for number in numbers}
     try:
-        yield
+        with _quiet_dropped_stops():
+            yield
     except Stopped:
         _take_pending()  # it reached the block: said once
         raise
