@@ -524,6 +524,8 @@ def main():
     args = parser.parse_args()
     published_installed = reference_available()
     run_published = published_installed and not args.skip_reference
+    if not published_installed:
+        print("published GEARS not installed, or not runnable here (pandas 3): gears_ddp alone")
 
     def write_json(ours: dict, reference: dict | None) -> None:
         if args.json:

@@ -4,9 +4,8 @@ gears_ddp model's data and weights, and its test figures read as gears_ddp repor
 
 from __future__ import annotations
 
+import importlib.util
 import math
-import subprocess
-import sys
 
 from harness.settings import SUBGROUPS
 
@@ -22,11 +21,12 @@ def data_code_runs() -> bool:
 
 
 def reference_available() -> bool:
-    """Whether the published package imports (in a process of its own: it seeds torch and
-    prints on import) and its data code runs here (``data_code_runs``)."""
-    if not data_code_runs():
-        return False
-    return subprocess.run([sys.executable, "-c", "import gears"], capture_output=True).returncode == 0
+    """Whether the published package is installed and its data code runs here
+    (``data_code_runs``). Found, not imported: importing it takes 10-25 s on 2 cores
+    (torch_geometric, scanpy) and seeds torch, and the benchmark's child that runs it imports
+    it anyway; an installed package that cannot import fails that child, with its error,
+    rather than leaving the comparison out without a word."""
+    return data_code_runs() and importlib.util.find_spec("gears") is not None
 
 
 def patch_csr_indexing() -> None:
