@@ -82,12 +82,14 @@ WHEELS=(
 #   published   200  benchmarks/bench_model.py on the GPU: one epoch of 18,000 cells x 2,000
 #                    genes, the published GEARS beside gears_ddp (no published GEARS: gears_ddp
 #                    alone, said so)                                             published.json
-#   epoch        75  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes),
-#                    CUDA graphs, batch 32, fp32 and bf16, 2 epochs each (the second timed)
-#                                                                          epoch_graphs.json
 #   resume       75  benchmarks/bench_resume.py: a torchrun job killed (SIGKILL, torchrun and
 #                    its workers) once its checkpoint of step 30 is written, then resumed
 #                    from its newest checkpoint (resume/: both jobs' logs)         resume.json
+#                    (first of its call: it reads none of the data stage's datasets, and the
+#                    epoch stage, which waits for them, would otherwise wait on the GPU idle)
+#   epoch        75  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes),
+#                    CUDA graphs, batch 32, fp32 and bf16, 2 epochs each (the second timed)
+#                                                                          epoch_graphs.json
 #   profile      60  benchmarks/bench_step_profile.py on the epoch's data: the replayed
 #                    step's top kernels, its time and its products' floor, compile off and
 #                    on (inductor's fused kernels under the graph)             profile.json
@@ -108,7 +110,7 @@ PYTHON=${PYTHON:-python3}
 WHEEL_DIR=${GPU_CHECK_WHEELS:-$REPO/.whl}
 BENCH=$REPO/benchmarks
 
-STAGES=(environment wheels demo published epoch resume profile tests precision width screen)
+STAGES=(environment wheels demo published resume epoch profile tests precision width screen)
 declare -A BUDGET=([environment]=10 [wheels]=25 [data]=240 [demo]=60 [published]=200 [epoch]=75 [resume]=75
                    [profile]=60 [tests]=100 [precision]=70 [width]=45 [screen]=45)
 DATA_STAGES=" epoch profile precision width screen "  # the stages that read the data stage's datasets
