@@ -37,13 +37,14 @@ def compile_allowed(monkeypatch):
 
 def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_size=64, **train_options):
     """The model the training steps ran and their losses, in ``GEARS.train`` on ``device``
-    as a user runs it (``train_options``: one epoch of four steps unless given)."""
-    seen = []
+    as a user runs it (``train_options``: one epoch of four steps unless given). Each epoch
+    runs its steps on the one model."""
+    models, losses = [], []
 
     def recorded(model, *args, **kwargs):
-        seen.append(model)
+        models.append(model)
         for loss in optimizer_steps(model, *args, **kwargs):
-            seen.append(float(loss))
+            losses.append(float(loss))
             yield loss
 
     monkeypatch.setattr(recipe, "optimizer_steps", recorded)
@@ -55,7 +56,8 @@ def _step_losses(pert_data, monkeypatch, compile: bool, device="cpu", hidden_siz
     gears.train(compile=compile, **(train_options or {"epochs": 1, "max_steps": 4}))
     for model in (gears.model, gears.best_model):  # what the user gets back is the network itself
         assert not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
-    return seen[0], seen[1:]
+    assert all(model is models[0] for model in models)
+    return models[0], losses
 
 
 @pytest.mark.slow
@@ -144,37 +146,33 @@ def test_a_compiled_network_is_captured_and_its_replayed_steps_train_as_its_eage
 
 @pytest.mark.slow
 @needs_a_torch_that_compiles
-def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu(
-    toy, device, monkeypatch, caplog, request
-):
+def test_a_compiled_network_is_captured_and_trains_as_the_eager_network_on_a_gpu(toy, device, monkeypatch, caplog):
     """On a GPU, inductor's code and a real CUDA graph: the compiled network's steps are
     replayed, and their losses are the eager network's (replayed too) to 1e-3 (the kernels
     add in other orders).
 
-    Known to fail on an H200 under torch 2.11.0 (GPU check of 2026-11-28), the one release
-    a GPU here has run: inductor's AOTAutograd trace of the network's graph after the
-    embedding renormalisation raises "element 2 of tensors does not require grad" in its
-    first warm-up step, where on a CPU the same training (inductor or aot_eager, stand-in
-    graphs, the accelerator's piece sizes) compiles and trains under 2.11.0 too. Under that
-    release, an expected failure of that error alone, strict, so that a check where it no
-    longer fails says so (benchmarks/RESULTS.md, the GPU check of 2026-11-28); under the
-    others, which compile the network on a CPU, a test expected to pass."""
+    Under torch 2.11.0, the one release a GPU here has run, the compiled training is wrong,
+    and this test holds it so, strictly: on an H200 (GPU check of 2026-12-04) the steps
+    compile and replay, and the first loss is the eager one, but from the second the losses
+    leave the eager ones (by 0.16% at step 2, 0.75% at step 3). The same training on a CPU
+    under 2.11.0 gives the same losses to 6 digits, and shows why: the compiled backward pass gives
+    zero gradients to the decoder's first layer and to every parameter before it (the
+    embeddings, the graph convolutions, the perturbation MLPs), so only the last layers
+    learn (benchmarks/RESULTS.md, 2026-12-04). Under 2.13 on a CPU the same losses agree
+    to 2e-7. ``compile=True`` is refused under 2.11.0 (``COMPILE_FAILS_UNDER_TORCH``)."""
     if device.type != "cuda":
         pytest.skip("inductor's CUDA kernels under a CUDA graph need a GPU (the CPU proof: the test above)")
-    if FAILING_RELEASE:
-        request.applymarker(
-            pytest.mark.xfail(
-                raises=torch._dynamo.exc.BackendCompilerFailed,
-                strict=True,
-                reason="compile=True fails on CUDA in AOTAutograd under torch 2.11.0 (see the docstring)",
-            )
-        )
     caplog.set_level("INFO", logger="gears_ddp")
     compiled_model, compiled = _step_losses(toy, monkeypatch, True, device, hidden_size=32, epochs=2, lr=2.0**-10)
     assert isinstance(compiled_model, torch._dynamo.eval_frame.OptimizedModule)
     assert "training steps replay a CUDA graph from optimiser step" in caplog.text
     _, eager = _step_losses(toy, monkeypatch, False, device, hidden_size=32, epochs=2, lr=2.0**-10)
     assert len(compiled) == len(eager) > 8
+    assert compiled[0] == pytest.approx(eager[0], rel=1e-5)  # the same network before any update
+    if FAILING_RELEASE:
+        with pytest.raises(AssertionError, match="Not equal to tolerance"):
+            np.testing.assert_allclose(compiled, eager, rtol=1e-3)
+        pytest.xfail("compile=True trains with zero gradients before the decoder's last layers under torch 2.11.0")
     np.testing.assert_allclose(compiled, eager, rtol=1e-3)
 
 

@@ -86,8 +86,9 @@ RESUME_OPTIONS = {
 }
 # torch releases under which torch.compile fails on the GEARS network, whatever the device:
 # 2.11.0's dynamo cannot trace the fused decoder (an autograd.Function) once a batch brings
-# another number of perturbation sets (on a CPU), and its AOTAutograd fails in the first step
-# on a GPU (docs/training.md, "Compiling the step"; 2.9.1, 2.10.0, 2.12.1 and 2.13.0 compile it)
+# another number of perturbation sets, and where it compiles the network (on a GPU), the
+# compiled backward pass gives zero gradients to every layer before the decoder's last
+# (docs/training.md, "Compiling the step"; 2.9.1, 2.10.0, 2.12.1 and 2.13.0 compile it)
 COMPILE_FAILS_UNDER_TORCH = ("2.11.0",)
 # the oldest torch release measured to compile the network (2.9.1); under 2.4.0, the oldest that
 # setup.py allows, dynamo refuses the fused decoder's matrix products into preallocated outputs
@@ -114,8 +115,9 @@ def compile_refusal(option: str) -> str | None:
         return (
             f"{option} is True, but torch.compile fails on the GEARS network under torch {torch.__version__} "
             "(its dynamo cannot trace the fused decoder once batches bring other numbers of perturbation "
-            f"sets): install a torch release other than {', '.join(COMPILE_FAILS_UNDER_TORCH)} (2.12 and later "
-            f"compile it), {remedy}"
+            "sets, and where it compiles the network, the compiled backward pass gives zero gradients to "
+            "every layer before the decoder's last): install a torch release other than "
+            f"{', '.join(COMPILE_FAILS_UNDER_TORCH)} (2.12 and later compile it), {remedy}"
         )
     return None
 
