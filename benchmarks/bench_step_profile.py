@@ -18,7 +18,10 @@ milliseconds and its floor (the step's matrix products alone, ``torch.mm`` of th
 shapes timed the same way, the bound the issue of the step's floor is about), then the
 ``--top`` kernels by CUDA time per step with their calls per step and share of the step.
 A setting whose ``torch.compile`` fails is recorded with the error's first lines
-(``failed``) and the others go on.
+(``failed``) and the others go on; ``compile on`` under a torch release where ``train``
+refuses ``compile=True`` (``compile_refusal``: under 2.11.0 the compiled step computes zero
+gradients for most layers, so its time is not a training step's) is recorded as refused,
+with the reason, and not timed.
 
 On a CPU (``--small`` runs of the GPU check) there is no graph: the eager step is profiled,
 with the operators' CPU time, so the script and its JSON are checked in the suite.
@@ -38,6 +41,7 @@ from harness.tables import print_table
 from gears_ddp.training.cuda_graphs import CapturedStep
 from gears_ddp.training.engine import Precision, training_step
 from gears_ddp.training.optimization import make_optimizer
+from gears_ddp.training.training_options import compile_refusal
 
 WARMUP_STEPS = 3
 
@@ -184,6 +188,12 @@ def measure(args) -> None:
     settings = []
     for compile in args.compile:
         for amp in args.amp:
+            refusal = compile_refusal("--compile on") if compile == "on" else None
+            if refusal:  # as train() refuses it: a step that computes other gradients is not timed
+                settings.append({"compile": True, "amp": amp, "failed": f"refused: {refusal}"})
+                print(f"\ncompile {compile}, amp {amp}: not measured, {settings[-1]['failed']}")
+                write_json(args, device, pert_data, settings)
+                continue
             try:
                 figures = profile_setting(
                     pert_data, device, args.batch_size, args.steps, compile == "on", amp, args.top

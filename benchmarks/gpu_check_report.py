@@ -318,7 +318,11 @@ def _profile(results: Path) -> tuple[dict, str]:
         for s in measured
         if s["kernels"]
     ]
-    parts += [f"compile on {_precision(s['amp'])}: failed" for s in settings if "failed" in s]
+    parts += [
+        f"compile on {_precision(s['amp'])}: {'refused' if s['failed'].startswith('refused') else 'failed'}"
+        for s in settings
+        if "failed" in s
+    ]
     return figures, "a step " + "; ".join(parts)
 
 
@@ -460,15 +464,21 @@ BENCHMARK_STAGES = ("published", "epoch", "resume", "profile", "precision", "wid
 
 
 def printed_tables(log: Path) -> str:
-    """The markdown tables in a stage's log (its benchmark's stdout, among other lines)."""
-    blocks, block = [], []
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines() + [""]:
-        if line.startswith("|"):
-            block.append(line)
-        elif block:
-            blocks.append("\n".join(block))
-            block = []
-    return "\n\n".join(blocks)
+    """The markdown tables in a stage's log (its benchmark's stdout, among other lines). A
+    table is its header, its separator row and the rows up to the next table's header, so a
+    warning that the benchmark's stderr wrote between its rows does not cut it in two."""
+    rows = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.startswith("|")]
+    blocks: list[list[str]] = []
+    for i, row in enumerate(rows):
+        if not blocks or (i + 1 < len(rows) and _separator(rows[i + 1]) and not _separator(row)):
+            blocks.append([])
+        blocks[-1].append(row)
+    return "\n\n".join("\n".join(block) for block in blocks)
+
+
+def _separator(row: str) -> bool:
+    """Whether a table row is a header's separator (``|---|--:|``)."""
+    return set(row) <= set("|-: ") and "-" in row
 
 
 def check_command(summary_json: dict) -> str:

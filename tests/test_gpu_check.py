@@ -382,3 +382,75 @@ def test_the_profile_records_a_failed_compile_and_measures_the_other_settings(mo
     }
     assert settings[1]["compile"] is False and settings[1]["step_ms"] == 2.0
     assert "compile on, amp off: torch.compile failed" in capsys.readouterr().out
+
+
+def test_the_profile_does_not_time_a_compiled_step_under_a_release_where_train_refuses_it(monkeypatch, tmp_path):
+    """bench_step_profile.py under a torch release of ``COMPILE_FAILS_UNDER_TORCH`` (2.11.0,
+    whose compiled step computes zero gradients for most layers): ``compile on`` is a row
+    saying it was refused and why, never a timed step; ``compile off`` is timed as always."""
+    import argparse
+    import types
+
+    import torch
+
+    from gears_ddp.training import training_options
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    profile = importlib.import_module("bench_step_profile")
+    monkeypatch.setattr(training_options, "COMPILE_FAILS_UNDER_TORCH", (torch.__version__.split("+")[0],))
+    timed = []
+
+    def setting(pert_data, device, batch_size, steps, compile, amp, top):
+        timed.append(compile)
+        return {
+            "compile": compile,
+            "amp": amp,
+            "sets_per_batch": 4,
+            "replayed": False,
+            "step_ms": 2.0,
+            "floor_ms": 1.0,
+            "kernels": [],
+        }
+
+    monkeypatch.setattr(profile, "profile_setting", setting)
+    monkeypatch.setattr(
+        profile, "load_synthetic", lambda *_: types.SimpleNamespace(adata=types.SimpleNamespace(n_obs=100, n_vars=10))
+    )
+    args = argparse.Namespace(
+        device="cpu",
+        data_path=None,
+        compile=["off", "on"],
+        amp=["off"],
+        batch_size=32,
+        steps=2,
+        top=5,
+        json=str(tmp_path / "profile.json"),
+    )
+    profile.measure(args)
+    assert timed == [False]
+    settings = json.loads((tmp_path / "profile.json").read_text())["settings"]
+    assert settings[1]["compile"] is True
+    assert settings[1]["failed"].startswith(
+        "refused: --compile on is True, but torch.compile fails on the GEARS network"
+    )
+
+
+def test_a_table_in_a_log_stays_whole_when_a_warning_lands_between_its_rows(gpu_check_report, tmp_path):
+    """A benchmark prints a table's header, then its rows as they are measured, while its
+    stderr (the same log) gets a warning in between: the recorded table is the header and
+    every row; a second table, after its own header, is a table of its own."""
+    log = tmp_path / "epoch.log"
+    log.write_text(
+        "data: 100 cells\n"
+        "| batch | amp |\n|------:|----:|\n"
+        "graph_conv.py:162: UserWarning: Sparse invariant checks are implicitly disabled.\n"
+        "  torch.sparse_coo_tensor(...)\n"
+        "|    32 | off |\n|    32 | bf16 |\n"
+        "done\n"
+        "| kernel | share |\n|---|---:|\n| gemm | 40% |\n",
+        encoding="utf-8",
+    )
+    assert gpu_check_report.printed_tables(log) == (
+        "| batch | amp |\n|------:|----:|\n|    32 | off |\n|    32 | bf16 |\n"
+        "\n| kernel | share |\n|---|---:|\n| gemm | 40% |"
+    )
