@@ -3,7 +3,7 @@
 # figures first: the demo through NCCL (does its step replay?), the published GEARS side by
 # side, epochs at Norman size, a torchrun job resumed from its GPU checkpoint, the replayed
 # step's top kernels (torch.profiler), the suite's CUDA tests, then fp16 and batch 256, a
-# step at 18,000 genes and a 5,151-pair screen; one archive of logs and JSON.
+# step at 18,000 genes and a 1,225-pair screen; one archive of logs and JSON.
 #
 #     bash benchmarks/gpu_check.sh [--small]        every stage; the archive gpu_check.tar.gz
 #     bash benchmarks/gpu_check.sh --stages tests,published   these stages only (environment
@@ -32,8 +32,8 @@
 # device time hold beside the machine's start: run them in two calls, in two sessions where
 # one has too little time left, each giving the machine back after it:
 #
-#     --stages demo,published,tests                          (at most 6.6 minutes)
-#     --stages epoch,resume,profile,precision,width,screen   (at most 6.8 minutes)
+#     --stages demo,published,tests                          (at most 6.5 minutes)
+#     --stages epoch,resume,profile,precision,width,screen   (at most 6.75 minutes)
 #
 # Each benchmark's child processes (bench_model.py's two sides, say) write their output
 # to files under children/ in the archive as they run (BENCH_CHILD_LOGS), so a stage cut
@@ -64,10 +64,11 @@ WHEELS=(
 # CPU only stops a stage that hangs). A stage that fails or runs out of time is recorded
 # with its exit status (124: out of time) and the next one runs; the benchmarks write their
 # JSON after each row, so a stage cut short keeps the rows it finished. The budgets come from
-# the check of 2026-11-28 on an H200 (demo 43 s; tests 64 of them in 57 s; epoch's fp32 rows
-# in 46 s, precision's first row in 30 s; the others cut short at budgets that were too
-# small) with a margin of about 1.5x; published from the published GEARS's 50 s train()
-# there earlier, its data processing and model set-up, and gears_ddp's side before it.
+# the check of 2026-12-04 on an H200, where every stage ran to its end (demo 25 s, published
+# 134 s, tests 90 s; resume 43 s, epoch 45 s, profile 40 s with compile on, precision 59 s,
+# width 42 s; the data stage 81 s beside them), with a margin of about 1.3x; the screen's
+# 5,151 pairs took 105 s of its 126, more than a call holds beside the others, so it screens
+# 50 genes' 1,225 pairs (about 25 s at the 49 pairs/s measured, and 21 s of set-up).
 #
 #   environment  10  nvidia-smi; Python, torch, CUDA, cuDNN, NCCL, the GPU        env.json
 #   wheels       25  install .whl/ (if any) and compile their bytecode and the checkout's, as a
@@ -77,31 +78,31 @@ WHEELS=(
 #                    of the first run's 42: not imported)                          wheels.json
 #   data        240  beside the next stages, on a few CPU cores: the datasets of epoch
 #                    (also the profile's), width and screen (their scripts' --data-only)
-#   demo         60  gears-ddp demo as it comes, through NCCL, timed end to end; whether its
+#   demo         50  gears-ddp demo as it comes, through NCCL, timed end to end; whether its
 #                    steps replayed, from its log (--small: 1 epoch)        demo_report.json
-#   published   200  benchmarks/bench_model.py on the GPU: one epoch of 18,000 cells x 2,000
+#   published   175  benchmarks/bench_model.py on the GPU: one epoch of 18,000 cells x 2,000
 #                    genes, the published GEARS beside gears_ddp (no published GEARS: gears_ddp
 #                    alone, said so)                                             published.json
-#   resume       75  benchmarks/bench_resume.py: a torchrun job killed (SIGKILL, torchrun and
+#   resume       55  benchmarks/bench_resume.py: a torchrun job killed (SIGKILL, torchrun and
 #                    its workers) once its checkpoint of step 30 is written, then resumed
 #                    from its newest checkpoint (resume/: both jobs' logs)         resume.json
 #                    (first of its call: it reads none of the data stage's datasets, and the
 #                    epoch stage, which waits for them, would otherwise wait on the GPU idle)
-#   epoch        75  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes),
+#   epoch        65  benchmarks/bench_epoch.py at Norman size (90,500 cells x 5,000 genes),
 #                    CUDA graphs, batch 32, fp32 and bf16, 2 epochs each (the second timed)
 #                                                                          epoch_graphs.json
-#   profile      60  benchmarks/bench_step_profile.py on the epoch's data: the replayed
+#   profile      55  benchmarks/bench_step_profile.py on the epoch's data: the replayed
 #                    step's top kernels, its time and its products' floor, compile off and
 #                    on (inductor's fused kernels under the graph)             profile.json
-#   tests       100  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
+#   tests       130  GEARS_DDP_TEST_DEVICES=cuda pytest -k cuda tests/ (xdist workers when
 #                    pytest-xdist is there; two ranks sharing the GPU replay two graphs a step
 #                    around their all-reduce among them); --small: the CPU cases of the
 #                    CUDA-graph and padded-set tests                                tests.xml
-#   precision    70  bench_epoch.py as above: fp16 at batch 32, then fp32 and bf16 at 256
+#   precision    75  bench_epoch.py as above: fp16 at batch 32, then fp32 and bf16 at 256
 #                                                          epoch_fp16.json, epoch_256.json
-#   width        45  benchmarks/bench_width.py on the GPU at 18,000 genes, gears_ddp alone,
+#   width        55  benchmarks/bench_width.py on the GPU at 18,000 genes, gears_ddp alone,
 #                    fp32 and bf16 steps                                             width.json
-#   screen       45  benchmarks/bench_screen.py: 102 genes' 5,151 pairs on GPU 0   screen.json
+#   screen       65  benchmarks/bench_screen.py: 50 genes' 1,225 pairs on GPU 0    screen.json
 set -uo pipefail  # no -e: a failed stage is recorded and the next one runs
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
@@ -111,8 +112,8 @@ WHEEL_DIR=${GPU_CHECK_WHEELS:-$REPO/.whl}
 BENCH=$REPO/benchmarks
 
 STAGES=(environment wheels demo published resume epoch profile tests precision width screen)
-declare -A BUDGET=([environment]=10 [wheels]=25 [data]=240 [demo]=60 [published]=200 [epoch]=75 [resume]=75
-                   [profile]=60 [tests]=100 [precision]=70 [width]=45 [screen]=45)
+declare -A BUDGET=([environment]=10 [wheels]=25 [data]=240 [demo]=50 [published]=175 [epoch]=65 [resume]=55
+                   [profile]=55 [tests]=130 [precision]=75 [width]=55 [screen]=65)
 DATA_STAGES=" epoch profile precision width screen "  # the stages that read the data stage's datasets
 SMALL_BUDGET=300
 MIN_LIMIT=10  # the least time a stage is given, even when those before it overran
@@ -148,7 +149,7 @@ sizes() {
         case $1 in
             epoch|profile) echo ;;  # bench_epoch's defaults (and the profile's): Norman size
             width) echo --steps 20 ;;  # bench_width's defaults: 11,000 cells x 18,000 genes
-            screen) echo --screen-genes 102 ;;  # 5,151 pairs on a model of Norman's 5,045 genes
+            screen) echo --screen-genes 50 ;;  # 1,225 pairs on a model of Norman's 5,045 genes
             resume) echo ;;  # bench_resume's defaults: 7,300 cells x 1,000 genes, killed after step 30
             published) echo --genes 2000 --cells-per-condition 120 --control-cells 1200 ;;  # 18,000 cells
         esac
