@@ -16,7 +16,12 @@ CUDA graph). On a GPU the step is ``training.cuda_graphs.CapturedStep`` as ``tra
 ``torch.profiler`` (CPU and CUDA activities). Printed per setting: the step's median
 milliseconds and its floor (the step's matrix products alone, ``torch.mm`` of the same
 shapes timed the same way, the bound the issue of the step's floor is about), then the
-``--top`` kernels by CUDA time per step with their calls per step and share of the step.
+``--top`` kernels by CUDA time per step with their calls per step and share of the step,
+then the ``--top`` operators with their input shapes (``operators``): the same steps run
+eagerly (a replay hides which operator launched a kernel; the kernels are the same), each
+operator's own device time per step, and the megabytes its inputs hold at 4 bytes a value,
+so that its time can be set against the bytes it reads (the step's passes over its rows,
+not its launches, bound it once it replays).
 A setting whose ``torch.compile`` fails is recorded with the error's first lines
 (``failed``) and the others go on; ``compile on`` under a torch release where ``train``
 refuses ``compile=True`` (``compile_refusal``: under 2.11.0 the compiled step computes zero
@@ -28,6 +33,7 @@ with the operators' CPU time, so the script and its JSON are checked in the suit
 """
 
 import argparse
+import math
 import statistics
 import time
 
@@ -127,6 +133,11 @@ def profile_setting(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     kernels = kernel_table(profiler, device, steps, top)
+    with torch.profiler.profile(activities=activities, record_shapes=True) as by_operator:
+        for batch in batches[WARMUP_STEPS + 1 : WARMUP_STEPS + 1 + steps]:
+            training_step(model, [batch], optimizer, context, False, device, precision)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     return {
         "compile": compile,
         "amp": amp,
@@ -137,7 +148,34 @@ def profile_setting(
         "step_ms": statistics.median(times),
         "floor_ms": product_floor_ms(gears, batches[0], device, amp),
         "kernels": kernels,
+        "operators": operator_table(by_operator, device, steps, top),
     }
+
+
+def operator_table(profiler, device: torch.device, steps: int, top: int) -> list[dict]:
+    """The ``top`` operators (with their input shapes) by their own device time per step (on
+    a CPU: their own CPU time), and the megabytes their inputs hold at 4 bytes a value."""
+    rows = []
+    for event in profiler.key_averages(group_by_input_shape=True):
+        micros = event.self_device_time_total if device.type == "cuda" else event.self_cpu_time_total
+        if micros <= 0 or not event.key.startswith("aten::"):
+            continue
+        shapes = [list(shape) for shape in event.input_shapes if isinstance(shape, (list, tuple)) and shape]
+        values = sum(math.prod(shape) for shape in shapes)
+        rows.append(
+            {
+                "name": event.key,
+                "shapes": shapes,
+                "calls_per_step": event.count / steps,
+                "us_per_step": micros / steps,
+                "input_mb": 4 * values / 1e6,
+            }
+        )
+    rows.sort(key=lambda row: -row["us_per_step"])
+    total = sum(row["us_per_step"] for row in rows) or 1.0
+    for row in rows:
+        row["share"] = row["us_per_step"] / total
+    return rows[:top]
 
 
 def kernel_table(profiler, device: torch.device, steps: int, top: int) -> list[dict]:
@@ -220,6 +258,20 @@ def measure(args) -> None:
                         f"{row['share']:.1%}",
                     ]
                     for row in figures["kernels"]
+                ],
+            )
+            print_table(
+                ["operator, run eagerly", "input shapes", "calls/step", "us/step", "input MB", "share"],
+                [
+                    [
+                        row["name"],
+                        " ".join("x".join(map(str, shape)) for shape in row["shapes"])[:60],
+                        f"{row['calls_per_step']:.1f}",
+                        f"{row['us_per_step']:.1f}",
+                        f"{row['input_mb']:.1f}",
+                        f"{row['share']:.1%}",
+                    ]
+                    for row in figures["operators"]
                 ],
             )
             write_json(args, device, pert_data, settings)  # after each: a stage cut short keeps what it measured

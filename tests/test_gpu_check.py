@@ -5,6 +5,7 @@ recorded there, never asserted here)."""
 
 import importlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -168,6 +169,15 @@ def test_the_archive_holds_each_stage_s_figures(small_run):
     assert [(s["compile"], s["amp"], s["replayed"]) for s in profile] == [(False, "off", False)]  # no graph on a CPU
     assert all(s["step_ms"] > 0 and s["floor_ms"] > 0 and len(s["kernels"]) == 15 for s in profile)
     assert all(0 < k["share"] <= 1 and k["calls_per_step"] > 0 for s in profile for k in s["kernels"])
+    # each operator with its input shapes, their megabytes at 4 bytes a value, and its time
+    operators = [row for s in profile for row in s["operators"]]
+    assert len(operators) == 15 and all(
+        row["name"].startswith("aten::") and row["us_per_step"] > 0 for row in operators
+    )
+    shaped = [row for row in operators if row["shapes"]]
+    assert shaped and all(
+        row["input_mb"] == pytest.approx(4e-6 * sum(math.prod(shape) for shape in row["shapes"])) for row in shaped
+    )
 
     width = _read(small_run, "width.json")
     assert set(width["step_s"]) == {"off", "bf16"} and width["vcc_epoch_s"]["off"] > 0
@@ -357,6 +367,7 @@ def test_the_profile_records_a_failed_compile_and_measures_the_other_settings(mo
             "step_ms": 2.0,
             "floor_ms": 1.0,
             "kernels": [],
+            "operators": [],
         }
 
     monkeypatch.setattr(profile, "profile_setting", setting)
@@ -410,6 +421,7 @@ def test_the_profile_does_not_time_a_compiled_step_under_a_release_where_train_r
             "step_ms": 2.0,
             "floor_ms": 1.0,
             "kernels": [],
+            "operators": [],
         }
 
     monkeypatch.setattr(profile, "profile_setting", setting)
