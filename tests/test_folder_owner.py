@@ -78,11 +78,12 @@ def _hold(*arguments):
     return holder
 
 
-@pytest.fixture
-def held(tmp_path):
+@pytest.fixture(scope="module")
+def held(tmp_path_factory):
     """A run folder held by another process: ``(folder, holder process)``; the holder is
-    killed at the end."""
-    folder = tmp_path / "run"
+    killed at the end. One for the module's refusals (each checks that the folder is left as
+    it was): a holder is a process of its own, a second or more of CPU to start."""
+    folder = tmp_path_factory.mktemp("held") / "run"
     holder = _hold(folder)
     yield folder, holder
     holder.kill()
