@@ -339,16 +339,42 @@ def test_a_failed_compile_is_a_recorded_setting_of_the_profile(gpu_check_report,
     assert headline == "a step compile off 3.75 ms (7.5x its products; top: ampere_sgemm 40%); compile on fp32: failed"
 
 
-def test_the_profile_records_a_failed_compile_and_measures_the_other_settings(monkeypatch, tmp_path, capsys):
-    """bench_step_profile.py: a setting whose torch.compile fails (as on the H200 of
-    2026-11-28) is a row of its JSON with the error, and the settings after it still run."""
+def _timed_setting(compile: bool, amp: str) -> dict:
+    """What ``bench_step_profile.profile_setting`` returns, for a step of 2 ms."""
+    return {
+        "compile": compile,
+        "amp": amp,
+        "sets_per_batch": 4,
+        "replayed": False,
+        "step_ms": 2.0,
+        "floor_ms": 1.0,
+        "kernels": [],
+        "operators": [],
+    }
+
+
+def _profiled(monkeypatch, tmp_path, setting, compile: list[str]) -> list[dict]:
+    """``bench_step_profile.measure`` over the ``compile`` settings with ``setting`` standing
+    in for ``profile_setting`` (no data, no model): the settings of its JSON."""
     import argparse
     import types
 
-    import torch
-
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     profile = importlib.import_module("bench_step_profile")
+    monkeypatch.setattr(profile, "profile_setting", setting)
+    monkeypatch.setattr(
+        profile, "load_synthetic", lambda *_: types.SimpleNamespace(adata=types.SimpleNamespace(n_obs=100, n_vars=10))
+    )
+    out = tmp_path / "profile.json"
+    arguments = {"device": "cpu", "data_path": None, "amp": ["off"], "batch_size": 32, "steps": 2, "top": 5}
+    profile.measure(argparse.Namespace(compile=compile, json=str(out), **arguments))
+    return json.loads(out.read_text())["settings"]
+
+
+def test_the_profile_records_a_failed_compile_and_measures_the_other_settings(monkeypatch, tmp_path, capsys):
+    """bench_step_profile.py: a setting whose torch.compile fails (as on the H200 of
+    2026-11-28) is a row of its JSON with the error, and the settings after it still run."""
+    import torch
 
     def setting(pert_data, device, batch_size, steps, compile, amp, top):
         if compile:
@@ -357,35 +383,9 @@ def test_the_profile_records_a_failed_compile_and_measures_the_other_settings(mo
                 raise torch._dynamo.exc.BackendCompilerFailed(lambda: None, error, None)
             except TypeError:
                 raise torch._dynamo.exc.BackendCompilerFailed(lambda: None, error) from None
-        return {
-            "compile": False,
-            "amp": amp,
-            "batch_size": batch_size,
-            "genes": 10,
-            "sets_per_batch": 4,
-            "replayed": False,
-            "step_ms": 2.0,
-            "floor_ms": 1.0,
-            "kernels": [],
-            "operators": [],
-        }
+        return _timed_setting(False, amp)
 
-    monkeypatch.setattr(profile, "profile_setting", setting)
-    monkeypatch.setattr(
-        profile, "load_synthetic", lambda *_: types.SimpleNamespace(adata=types.SimpleNamespace(n_obs=100, n_vars=10))
-    )
-    args = argparse.Namespace(
-        device="cpu",
-        data_path=None,
-        compile=["on", "off"],
-        amp=["off"],
-        batch_size=32,
-        steps=2,
-        top=5,
-        json=str(tmp_path / "profile.json"),
-    )
-    profile.measure(args)
-    settings = json.loads((tmp_path / "profile.json").read_text())["settings"]
+    settings = _profiled(monkeypatch, tmp_path, setting, ["on", "off"])
     assert settings[0] == {
         "compile": True,
         "amp": "off",
@@ -399,48 +399,19 @@ def test_the_profile_does_not_time_a_compiled_step_under_a_release_where_train_r
     """bench_step_profile.py under a torch release of ``COMPILE_FAILS_UNDER_TORCH`` (2.11.0,
     whose compiled step computes zero gradients for most layers): ``compile on`` is a row
     saying it was refused and why, never a timed step; ``compile off`` is timed as always."""
-    import argparse
-    import types
-
     import torch
 
     from gears_ddp.training import training_options
 
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    profile = importlib.import_module("bench_step_profile")
     monkeypatch.setattr(training_options, "COMPILE_FAILS_UNDER_TORCH", (torch.__version__.split("+")[0],))
     timed = []
 
     def setting(pert_data, device, batch_size, steps, compile, amp, top):
         timed.append(compile)
-        return {
-            "compile": compile,
-            "amp": amp,
-            "sets_per_batch": 4,
-            "replayed": False,
-            "step_ms": 2.0,
-            "floor_ms": 1.0,
-            "kernels": [],
-            "operators": [],
-        }
+        return _timed_setting(compile, amp)
 
-    monkeypatch.setattr(profile, "profile_setting", setting)
-    monkeypatch.setattr(
-        profile, "load_synthetic", lambda *_: types.SimpleNamespace(adata=types.SimpleNamespace(n_obs=100, n_vars=10))
-    )
-    args = argparse.Namespace(
-        device="cpu",
-        data_path=None,
-        compile=["off", "on"],
-        amp=["off"],
-        batch_size=32,
-        steps=2,
-        top=5,
-        json=str(tmp_path / "profile.json"),
-    )
-    profile.measure(args)
+    settings = _profiled(monkeypatch, tmp_path, setting, ["off", "on"])
     assert timed == [False]
-    settings = json.loads((tmp_path / "profile.json").read_text())["settings"]
     assert settings[1]["compile"] is True
     assert settings[1]["failed"].startswith(
         "refused: --compile on is True, but torch.compile fails on the GEARS network"
