@@ -12,10 +12,13 @@ import torch
 from reference_package import import_reference
 from sklearn.linear_model import TheilSenRegressor
 
+from gears_ddp.interactions import scores
 from gears_ddp.interactions.scores import (
     GI_SCORE_NAMES,
     _subset_solutions,
     _subsets_tensor,
+    cdist_distances,
+    coordinate_distances,
     distance_correlation,
     interaction_scores,
     spatial_median,
@@ -226,14 +229,35 @@ def test_distance_correlations_equal_dcor(n_genes, ties, device):
         assert abs(planar[row] - dcor.distance_correlation(singles, double[row])) <= 1e-9
 
 
-def test_planar_distance_correlation_is_blocked_exactly():
-    """The O(genes^2) distances are summed block by block; any block size gives dcor's value."""
+@pytest.mark.parametrize("distances", ["cdist", "coordinates"])
+def test_planar_distance_correlation_is_blocked_exactly(distances, monkeypatch):
+    """The O(genes^2) distances are summed block by block; any block size gives dcor's value,
+    with the distances of a CPU (``torch.cdist``) and of a GPU (from the coordinates)."""
+    if distances == "coordinates":
+        monkeypatch.setattr(scores, "cdist_distances", coordinate_distances)
     first, second, double = (torch.tensor(values) for values in _dcor_inputs(700, 3, ties=False))
     singles = torch.stack((first, second), dim=-1)
     expected = [dcor.distance_correlation(singles[row].numpy(), double[row].numpy()) for row in range(3)]
     for distances_per_block in (3 * 700 * 13, 3 * 700 * 160, 10**8):  # 13, 160 and all 700 rows
         got = distance_correlation(singles, double, distances_per_block).numpy()
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+
+
+def test_distances_from_coordinates_are_torch_cdists_to_the_last_bit():
+    """A GPU's planar distances come from the coordinates' differences (``torch.cdist``'s
+    CUDA kernel spends a block of threads on each distance): on a CPU they equal
+    ``torch.cdist``'s to the last bit (its vectorised CPU kernel rounds some sums of squares
+    the other way: 34 of 4,800 here), each row of a batch against its own points, including
+    equal points (distance 0) and coordinates of very different sizes."""
+    rng = np.random.default_rng(5)
+    points = rng.normal(0.0, 1.0, (3, 40, 2)) * rng.choice([1e-6, 1.0, 1e6], size=(3, 40, 1))
+    points[1, 7] = points[1, 3]
+    points = torch.tensor(points.astype(np.float32).astype(np.float64))
+    for start, stop in ((0, 40), (13, 29), (39, 40)):
+        got = coordinate_distances(points[:, start:stop], points[:, :stop])
+        assert got.shape == (3, stop - start, stop)
+        torch.testing.assert_close(got, cdist_distances(points[:, start:stop], points[:, :stop]), rtol=2.3e-16, atol=0)
+    assert float(coordinate_distances(points[1:2, 7:8], points[1:2, 3:4])) == 0.0
 
 
 def test_batch_equals_pairs_one_at_a_time(device):
