@@ -171,7 +171,12 @@ def operator_table(profiler, device: torch.device, steps: int, top: int) -> list
                 "input_mb": 4 * values / 1e6,
             }
         )
-    rows.sort(key=lambda row: -row["us_per_step"])
+    return top_rows(rows, top)
+
+
+def top_rows(rows: list[dict], top: int) -> list[dict]:
+    """The ``top`` rows by ``us_per_step``, each with its ``share`` of all the rows' time."""
+    rows = sorted(rows, key=lambda row: -row["us_per_step"])
     total = sum(row["us_per_step"] for row in rows) or 1.0
     for row in rows:
         row["share"] = row["us_per_step"] / total
@@ -190,11 +195,7 @@ def kernel_table(profiler, device: torch.device, steps: int, top: int) -> list[d
         else:
             micros = event.self_cpu_time_total
         rows.append({"name": event.key, "calls_per_step": event.count / steps, "us_per_step": micros / steps})
-    rows.sort(key=lambda row: -row["us_per_step"])
-    total = sum(row["us_per_step"] for row in rows) or 1.0
-    for row in rows:
-        row["share"] = row["us_per_step"] / total
-    return rows[:top]
+    return top_rows(rows, top)
 
 
 def main() -> None:

@@ -397,9 +397,8 @@ def coordinate_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     where these passes, with the two sums after them, move about 1.5 GB a pair (0.5 ms at
     3 TB/s). The value is the CUDA kernel's, ``sqrt(round(dx**2) + round(dy**2))`` with each
     operation rounded once (the CPU kernel rounds a few the other way, by one unit in the
-    last place). On a CPU
-    ``torch.cdist`` stays: its vectorised kernel took 0.68 ms for a block of 262,000
-    distances where these passes took 2.63 ms (one thread, AMD EPYC)."""
+    last place). On a CPU ``torch.cdist`` stays: its vectorised kernel took 0.68 ms for a
+    block of 262,000 distances where these passes took 2.63 ms (one thread, AMD EPYC)."""
     dx = a[..., 0].unsqueeze(2) - b[..., 0].unsqueeze(1)
     dy = a[..., 1].unsqueeze(2) - b[..., 1].unsqueeze(1)
     return dx.square_().add_(dy.square_()).sqrt_()
