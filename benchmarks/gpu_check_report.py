@@ -345,7 +345,15 @@ def _pair_screen(results: Path) -> tuple[dict, str]:
     screen = (_json(results, "screen.json") or {}).get("screen")
     if screen is None:
         return {}, ""
-    return screen, f"{screen['pairs']:,} pairs in {screen['seconds']:.1f} s, {screen['pairs_per_s']:.0f} pairs/s"
+    said = f"{screen['pairs']:,} pairs in {screen['seconds']:.1f} s, {screen['pairs_per_s']:.0f} pairs/s"
+    larger = screen.get("larger")
+    if larger is None:
+        return screen, said
+    if "skipped" in larger:
+        projected = larger["pairs"] / screen["pairs_per_s"]
+        return screen, f"{said}; {larger['pairs']:,} not screened (about {projected:.0f} s)"
+    rate = larger["pairs_per_s"]
+    return screen, f"{said}; {larger['pairs']:,} pairs in {larger['seconds']:.1f} s, {rate:.0f} pairs/s"
 
 
 def _published(results: Path) -> tuple[dict, str]:

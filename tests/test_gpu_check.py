@@ -183,6 +183,9 @@ def test_the_archive_holds_each_stage_s_figures(small_run):
     assert set(width["step_s"]) == {"off", "bf16"} and width["vcc_epoch_s"]["off"] > 0
     screen = _read(small_run, "screen.json")["screen"]
     assert screen["pairs"] == 45 and screen["pairs_per_s"] > 0  # 10 genes
+    larger = screen["larger"]  # then 12 genes, on the same model: projected well within its 30 s
+    assert larger["pairs"] == 66 and larger["pairs_per_s"] > 0 and "skipped" not in larger
+    assert larger["projected_seconds"] == pytest.approx(66 / screen["pairs_per_s"])
     published = _read(small_run, "published.json")
     assert published["gears_ddp"]["epoch"] > 0
     # each benchmark child's own output, as it ran (BENCH_CHILD_LOGS): gears_ddp's side of
@@ -337,6 +340,49 @@ def test_a_failed_compile_is_a_recorded_setting_of_the_profile(gpu_check_report,
     assert figures["compile on, fp32"] == {"failed": "BackendCompilerFailed: backend='inductor' raised:"}
     assert figures["compile off, fp32"]["step_ms"] == 3.75
     assert headline == "a step compile off 3.75 ms (7.5x its products; top: ampere_sgemm 40%); compile on fp32: failed"
+
+
+def test_a_larger_screen_that_would_not_end_in_its_limit_is_not_run_and_says_why(monkeypatch, capsys):
+    """bench_screen.py's larger screen (Norman's 5,151 pairs after 1,225 in the GPU check):
+    at the first screen's 49 pairs/s (the H200 of 2026-12-04) it would take 105 s, above its
+    30 s, so no pair of it is screened and its figures say why; at 500 pairs/s it runs."""
+    import argparse
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench_screen = importlib.import_module("bench_screen")
+    genes = [f"G{index}" for index in range(102)]
+    monkeypatch.setattr(bench_screen, "perturbed_genes", lambda gears: genes)
+    screened = []
+
+    def screen(gears, chosen, processes, gpu_ids):
+        screened.append(len(chosen))
+        pairs = len(chosen) * (len(chosen) - 1) // 2
+        return bench_screen.Timing("stand-in", pairs, pairs / 500, 1.0), list(range(pairs))
+
+    monkeypatch.setattr(bench_screen, "our_pair_screen", screen)
+    args = argparse.Namespace(larger_screen_genes=102, larger_screen_limit_s=30.0, gpu_ids=[0])
+    slow = bench_screen.larger_screen(None, bench_screen.Timing("first", 1225, 1225 / 49, 1.0), args, 1)
+    assert screened == [] and slow["pairs"] == 5151 and "seconds" not in slow
+    assert slow["skipped"] == (
+        "5,151 pairs not screened: about 105 s at the first screen's 49 pairs/s, above --larger-screen-limit-s 30"
+    )
+    assert slow["skipped"] in capsys.readouterr().out
+    fast = bench_screen.larger_screen(None, bench_screen.Timing("first", 1225, 1225 / 500, 1.0), args, 1)
+    assert screened == [102] and fast["pairs"] == 5151 and fast["pairs_per_s"] == pytest.approx(500)
+    assert fast["projected_seconds"] == pytest.approx(5151 / 500)
+
+
+def test_the_screen_s_key_figures_name_the_larger_screen_or_why_it_was_not_run(gpu_check_report, tmp_path):
+    first = {"pairs": 1225, "seconds": 25.0, "pairs_per_s": 49.0}
+    for larger, said in (
+        (
+            {"pairs": 5151, "seconds": 10.3, "pairs_per_s": 500.0},
+            "1,225 pairs in 25.0 s, 49 pairs/s; 5,151 pairs in 10.3 s, 500 pairs/s",
+        ),
+        ({"pairs": 5151, "skipped": "..."}, "1,225 pairs in 25.0 s, 49 pairs/s; 5,151 not screened (about 105 s)"),
+    ):
+        (tmp_path / "screen.json").write_text(json.dumps({"screen": {**first, "larger": larger}}))
+        assert gpu_check_report._pair_screen(tmp_path)[1] == said
 
 
 def _timed_setting(compile: bool, amp: str) -> dict:
