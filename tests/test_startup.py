@@ -4,13 +4,15 @@ anything (``gears-ddp --help`` included)."""
 import subprocess
 import sys
 
-SLOW_TO_IMPORT = ("torch._dynamo", "sympy", "scipy.stats")  # (scanpy: tests/test_raw_screens.py)
+SLOW_TO_IMPORT = ("torch._dynamo", "sympy", "scipy.stats", "anndata", "zarr")  # (scanpy: tests/test_raw_screens.py)
 
 
-def test_importing_the_library_imports_neither_the_compiler_nor_scipy_stats():
+def test_importing_the_library_imports_neither_the_compiler_nor_scipy_stats_nor_anndata():
     """torch's compiler (with sympy) and scipy.stats take seconds to import; only
     ``compile: True``, the DE test, the replicates' intervals and torch's optimisers use them,
-    and they import them when they run."""
+    and they import them when they run. anndata (with zarr, 0.15 s) is imported where an h5ad
+    file is read or written or an AnnData built: a spawned rank, which trains on the tensors
+    its parent shares, never does."""
     code = (
         "import sys, gears_ddp, gears_ddp.cli, gears_ddp.train_distributed, gears_ddp.launching.rank_training, "
         "gears_ddp.distributed.replicates, gears_ddp.training.recipe\n"

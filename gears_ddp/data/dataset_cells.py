@@ -11,8 +11,8 @@ same cells as an AnnData whose ``X`` views that expression, without a copy.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anndata
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -22,6 +22,9 @@ from gears_ddp.data import processing
 from gears_ddp.data.cells import MAX_PERTURBED_GENES, N_DE_GENES, CellTable
 from gears_ddp.data.conditions import CONTROL, coded_conditions, condition_genes, first_cell_values
 from gears_ddp.data.expression_map import as_tensor, mapped_expression
+
+if TYPE_CHECKING:  # imported where the view is built, not by every rank that reads the cell table
+    import anndata
 
 
 def cell_table(data, keep: np.ndarray, node_map_pert: dict, folder: Path, storage: str, dtype: str) -> CellTable:
@@ -76,6 +79,8 @@ def anndata_view(
 ) -> anndata.AnnData:
     """An AnnData of the cells ``keep`` of ``obs`` (without categories that no longer occur)
     whose ``X`` views ``expression``, the kept cells' values."""
+    import anndata
+
     obs = obs.iloc[np.flatnonzero(keep)].copy() if not keep.all() else obs.copy()
     for column in obs.columns:
         if isinstance(obs[column].dtype, pd.CategoricalDtype):

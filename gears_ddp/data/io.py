@@ -27,17 +27,18 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import anndata
 import h5py
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 import torch
-from anndata.io import read_elem, sparse_dataset, write_elem
 
 from gears_ddp.data import stop_signals
+
+if TYPE_CHECKING:  # anndata is imported by the functions below that read or write h5ad files, not by every
+    import anndata  # process that writes a file (a rank imports this module)
 
 PROCESSED_FILE = "perturb_processed.h5ad"
 # HDF5 chunk of the sparse arrays of an h5ad file written a block of cells at a time (1 MiB of
@@ -307,6 +308,8 @@ def read_torch_file(path: str | os.PathLike, what: str) -> Any:
 def write_h5ad(adata: anndata.AnnData, dest: str | os.PathLike) -> None:
     """Write an AnnData file atomically. A backed AnnData's file is copied and its ``obs``,
     ``var`` and ``uns`` replaced, so its expression is never read into memory."""
+    from anndata.io import write_elem
+
     with atomic_path(dest) as tmp:
         if not adata.isbacked:
             adata.write_h5ad(tmp)
@@ -328,6 +331,8 @@ class CsrRows:
     INT32_VALUES = np.iinfo(np.int32).max  # the values int32 row pointers can count
 
     def __init__(self, group: h5py.Group, key: str, n_columns: int, dtype):
+        from anndata.io import sparse_dataset, write_elem
+
         write_elem(group, key, sp.csr_matrix((0, n_columns), dtype=dtype), dataset_kwargs={"chunks": (CHUNK_VALUES,)})
         self.group = group[key]
         self.matrix = sparse_dataset(self.group)
@@ -338,6 +343,8 @@ class CsrRows:
 
     def append(self, block: sp.csr_matrix) -> None:
         """Add the rows of ``block`` (CSR) below the others."""
+        from anndata.io import sparse_dataset
+
         indptr = self.group["indptr"]
         if indptr.dtype == np.int32 and self.group["indices"].shape[0] + block.nnz >= self.INT32_VALUES:
             values = indptr[:].astype(np.int64)
@@ -355,6 +362,8 @@ def h5ad_by_blocks(dest: str | os.PathLike, annotations: anndata.AnnData, dtype)
     yielded ``X`` (values of ``dtype``); when the block ends, ``X`` must have every cell, and
     the ``uns`` that ``annotations`` holds then replaces the one written at the start (the
     caller may compute it from the blocks)."""
+    from anndata.io import write_elem
+
     with atomic_path(dest) as tmp:
         annotations.write_h5ad(tmp)
         with h5py.File(tmp, "r+") as handle:
@@ -389,6 +398,8 @@ class H5adParts:
 def h5ad_parts(path: str | os.PathLike, obs_columns) -> Iterator[H5adParts]:
     """Open an h5ad file for ``H5adParts`` (the ``obs_columns`` it has), with clear errors
     for a missing, truncated or corrupt file."""
+    from anndata.io import read_elem, sparse_dataset
+
     path = _existing_file(path)
     try:
         handle = h5py.File(path, "r")
@@ -412,6 +423,8 @@ def h5ad_parts(path: str | os.PathLike, obs_columns) -> Iterator[H5adParts]:
 
 def read_obs(path: str | os.PathLike) -> pd.DataFrame:
     """The whole ``obs`` table of an h5ad file (cell names included)."""
+    from anndata.io import read_elem
+
     with h5py.File(path, "r") as handle:
         return read_elem(handle["obs"])
 
@@ -419,6 +432,8 @@ def read_obs(path: str | os.PathLike) -> pd.DataFrame:
 def read_h5ad(path: str | os.PathLike, backed: bool = False) -> anndata.AnnData:
     """Read an h5ad file (``backed``: all but the expression, which stays on disk), turning
     a missing, truncated or corrupt file, or one that is no h5ad at all, into a clear error."""
+    import anndata
+
     path = _existing_file(path)
     try:
         return anndata.read_h5ad(path, backed="r" if backed else None)

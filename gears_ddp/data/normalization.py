@@ -18,9 +18,8 @@ numba's cache (a fresh one, a read-only installation).
 from __future__ import annotations
 
 import copy
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import anndata
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -30,6 +29,9 @@ from gears_ddp.data.grouped import block_rows, row_blocks
 from gears_ddp.data.highly_variable import highly_variable
 from gears_ddp.data.processing import LOG_NORMALISED_MAX, ExpressionCheck
 from gears_ddp.data.screen_report import Problem, refuse
+
+if TYPE_CHECKING:  # imported where an AnnData is built, not by every process that imports this module
+    import anndata
 
 logger = get_logger(__name__)
 
@@ -118,6 +120,8 @@ def normalized_annotations(
     and the ``perturbed_genes`` it measures (``var['gene_name']``), described in ``var`` and
     ``uns['hvg']`` as scanpy describes them (``n_top_genes`` checked: ``option_problems``).
     Choosing them reads the counts, which are checked on the way (``finish_counts_check``)."""
+    import anndata
+
     var, uns, keep = adata.var.copy(), copy.deepcopy(dict(adata.uns)), None
     uns["log1p"] = {"base": None}  # as sc.pp.log1p records it
     if n_top_genes is not None and n_top_genes < adata.n_vars:

@@ -17,9 +17,8 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import anndata
 import numpy as np
 import pandas as pd
 
@@ -44,6 +43,9 @@ from gears_ddp.data.loaders import build_loaders, check_loader_options
 from gears_ddp.data.screen_report import ScreenReport
 from gears_ddp.data.splits import SplitOptions, cells_of_sets
 from gears_ddp.data.vocabulary import VocabularySource, cells_in_vocabulary
+
+if TYPE_CHECKING:  # anndata is imported where an AnnData is read or built, not by every rank
+    import anndata
 
 logger = get_logger(__name__)
 

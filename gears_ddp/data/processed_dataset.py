@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-import anndata
 import numpy as np
 
 from gears_ddp._logging import get_logger
 from gears_ddp.data import cache_settings, download, go_files, io, normalization, processing
 from gears_ddp.data.conditions import coded_conditions, genes_of_conditions
+
+if TYPE_CHECKING:  # the annotations' type only: every process that loads a dataset imports this module
+    import anndata
 
 logger = get_logger(__name__)
 

@@ -15,9 +15,8 @@ entry point: it knows the GO files; ``new_data_process`` runs it first.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-import anndata
 import numpy as np
 import pandas as pd
 
@@ -41,6 +40,9 @@ from gears_ddp.data.splits import (
     split_option_problems,
     split_set_problems,
 )
+
+if TYPE_CHECKING:  # imported where an AnnData is built, not by every process that imports this module
+    import anndata
 
 logger = get_logger(__name__)
 
@@ -123,6 +125,8 @@ def _gears_annotations(
     """The screen's annotations (no expression) with GEARS's columns written as processing
     writes them, only the cells whose condition is well formed, after their problems are
     reported; None when the conditions cannot be read (the problems say why)."""
+    import anndata
+
     source = report.source
     annotations = anndata.AnnData(obs=adata.obs.copy(), var=adata.var.copy())
     conditions, problems = raw_screens.gears_column_problems(

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import anndata
 import numpy as np
 
 from gears_ddp._logging import get_logger, log_once
@@ -25,6 +24,9 @@ from gears_ddp.data.go_coverage import coverage_problems, go_coverage
 from gears_ddp.data.go_files import ESSENTIAL_GENES_FILE, GENE2GO_FILE, GO_EDGES_NAME
 from gears_ddp.data.screen_check import GoVocabulary
 from gears_ddp.data.screen_report import refuse
+
+if TYPE_CHECKING:  # the annotations' type only: every process that loads a dataset imports this module
+    import anndata
 
 logger = get_logger(__name__)
 
