@@ -440,3 +440,30 @@ def test_page_without_test_set_says_so_and_has_no_verdicts(tmp_path):
 )
 def test_numbers_have_four_significant_digits(value, text):
     assert format_number(value) == text
+
+
+def test_a_run_without_report_pictures_writes_its_page_and_report_but_no_picture(data_folder, tmp_path):
+    """``args.report_pictures: false``: the run report's page and report.json as always, the
+    page saying why it shows no picture, and no picture drawn (nor the plots folder made)."""
+    import json
+
+    import yaml
+
+    from gears_ddp import train_multi_gpu
+    from gears_ddp.report.page import PICTURES_NOT_ASKED
+
+    folder = tmp_path / "run"
+    args = {"epochs": 1, "batch_size": 16, "cpu_processes": 1, "model_config": {"hidden_size": 8}}
+    split = {"split": "simulation", "seed": 1}
+    report = train_multi_gpu(data_folder, "toy", split, {**args, "save_path": str(folder), "report_pictures": False})
+    assert not (folder / "plots").exists()
+    page = (folder / PAGE_FILE).read_text(encoding="utf-8")
+    assert PICTURES_NOT_ASKED in page and "<img" not in page
+    assert "pearson_delta" in page and "Did the model learn?" in page  # the verdicts and the checks stay
+    saved = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    assert saved["model"] == report["model"] and "report" in saved["timing"]
+    assert yaml.safe_load((folder / "config.yaml").read_text())["args"]["report_pictures"] is False
+    drawn = tmp_path / "drawn"  # the same run with the default draws them, and its page shows them
+    train_multi_gpu(data_folder, "toy", split, {**args, "save_path": str(drawn)})
+    assert (drawn / "plots" / "training_curves.png").stat().st_size > 0
+    assert PICTURES_NOT_ASKED not in (drawn / PAGE_FILE).read_text(encoding="utf-8")

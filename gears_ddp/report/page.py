@@ -19,7 +19,13 @@ from gears_ddp.report.interaction_section import interaction_section
 from gears_ddp.report.learning import learning_checks
 from gears_ddp.report.not_applicable import not_applicable_reason
 from gears_ddp.report.numbers import format_comparison, format_duration, format_number
-from gears_ddp.report.page_builder import not_applicable_cell, pictures_section, report_page, verdict_section
+from gears_ddp.report.page_builder import (
+    NO_PICTURES,
+    not_applicable_cell,
+    pictures_section,
+    report_page,
+    verdict_section,
+)
 from gears_ddp.report.verdicts import (
     MetricVerdict,
     interval_basis,
@@ -30,6 +36,7 @@ from gears_ddp.report.verdicts import (
 )
 
 TITLE = "GEARS run report"
+PICTURES_NOT_ASKED = "The pictures were not drawn: the run set <code>args.report_pictures</code> to false."
 BASELINES_NOTE = (
     "Each baseline predicts from the training data only: <i>no_change</i> the control mean, "
     "<i>mean_effect</i> control plus the average effect of all training perturbations, "
@@ -59,14 +66,15 @@ NO_TEST_SET = (
 
 
 def write_report_page(
-    path, settings: dict, report: dict, pictures: dict[str, str], verdicts: list[MetricVerdict] | None = None
+    path, settings: dict, report: dict, pictures: dict[str, str] | None, verdicts: list[MetricVerdict] | None = None
 ) -> Path:
     """Write the page to ``path`` (a run folder's ``report.html``) and return the path.
 
     ``settings`` is the run's resolved configuration (nested dicts), ``report`` what the
     training returns (``model`` and ``baselines`` test summaries when the split has a test
     set, ``best_epoch``, ``history``, ``world_size``, optionally ``model_path``) and
-    ``pictures`` maps each picture's title to its path relative to the page's folder;
+    ``pictures`` maps each picture's title to its path relative to the page's folder (None:
+    none drawn, as the run asked: ``args.report_pictures`` false);
     ``verdicts``: those of the report's shown subgroups, when the caller has them already
     (else read from the report: ``verdicts.report_verdicts``).
     """
@@ -77,7 +85,7 @@ def write_report_page(
 
 
 def render_report_page(
-    settings: dict, report: dict, pictures: dict[str, str], verdicts: list[MetricVerdict] | None = None
+    settings: dict, report: dict, pictures: dict[str, str] | None, verdicts: list[MetricVerdict] | None = None
 ) -> str:
     """The page's HTML text."""
     tested = "model" in report
@@ -85,7 +93,7 @@ def render_report_page(
     if verdicts is None:
         verdicts = report_verdicts(report, (None, *shown_subgroups(report["model"]))) if tested else []
     outcome = outcome_line(verdicts, interval_basis(verdicts)) if tested else "No test set: the model was not tested"
-    figures = [(relative, title, title) for title, relative in pictures.items()]
+    figures = [(relative, title, title) for title, relative in (pictures or {}).items()]
     sections = [
         _learning_section(report),
         _verdict_section(
@@ -97,7 +105,7 @@ def render_report_page(
         if tested
         else NO_TEST_SET,
         interaction_section(report.get("interactions")),
-        pictures_section("Pictures", figures),
+        pictures_section("Pictures", figures, PICTURES_NOT_ASKED if pictures is None else NO_PICTURES),
         _history_section(report),
     ]
     facts = f'<p class="facts">{" &middot; ".join(_run_facts(report))}</p>'

@@ -52,6 +52,9 @@ figcaption { color: #555; }
 REPEATED_BY_CONFIG = "<code>config.yaml</code> in this folder repeats the run."
 
 
+NO_PICTURES = "No pictures were drawn."
+
+
 def report_page(
     title: str,
     settings: dict,
@@ -150,15 +153,15 @@ def not_applicable_cell(reason: str | None) -> str:
     return f'<td class="na">n/a<br><span class="meaning">{escape(reason or "")}</span></td>'
 
 
-def pictures_section(title: str, figures: Sequence[tuple[str, str, str]]) -> str:
+def pictures_section(title: str, figures: Sequence[tuple[str, str, str]], none_drawn: str = NO_PICTURES) -> str:
     """Each picture, given as ``(path relative to the page, alt text, caption)``, under the
-    heading ``title``."""
+    heading ``title``; ``none_drawn`` (HTML) where there is none."""
     shown = [
         f'<figure><img src="{escape(Path(relative).as_posix())}" alt="{escape(alt)}">'
         f"<figcaption>{escape(caption)}</figcaption></figure>"
         for relative, alt, caption in figures
     ]
-    return f"<h2>{escape(title)}</h2>\n" + ("\n".join(shown) if shown else "<p>No pictures were drawn.</p>")
+    return f"<h2>{escape(title)}</h2>\n" + ("\n".join(shown) if shown else f"<p>{none_drawn}</p>")
 
 
 def settings_section(settings: dict, settings_from: str = REPEATED_BY_CONFIG) -> str:

@@ -130,8 +130,11 @@ def json_safe(value):
     return value
 
 
-def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClock | None = None) -> Path:
-    """The pictures, ``report.html`` and ``report.json`` (the report and its verdicts, and
+def write_run_report(
+    folder, report: dict, examples: list[dict], clock: PhaseClock | None = None, draw_pictures: bool = True
+) -> Path:
+    """The pictures (unless ``draw_pictures`` is False: ``args.report_pictures``, the page then
+    says they were not drawn), ``report.html`` and ``report.json`` (the report and its verdicts, and
     with ``clock`` its ``timing`` up to the moment it is written: last, so that the
     pictures and the page are counted in, and written even when they fail); returns the
     page's path. ``examples`` are the test conditions of the predictions picture
@@ -140,10 +143,15 @@ def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClo
     (``plots.figure_intervals``: ``INTERVALS_PICTURE``): every headline metric over all test
     conditions, ``SUBGROUP_METRICS`` per subgroup, as the console shows them; none for a
     subgroup without any interval (fewer than 3 perturbations)."""
+    folder = Path(folder)
+    if not draw_pictures:
+        try:
+            return write_report_page(folder / PAGE_FILE, read_settings(folder), report, None)
+        finally:
+            _write_report_json(folder, report, clock)
     # matplotlib is imported here, by the main rank only, not by every rank that imports this module
     from gears_ddp.report.plots import plot_intervals, plot_predictions, plot_test_metrics, plot_training_curves
 
-    folder = Path(folder)
     try:
         titles = list(PICTURES)
         pictures = {titles[0]: PICTURES[titles[0]]}
@@ -180,7 +188,12 @@ def write_run_report(folder, report: dict, examples: list[dict], clock: PhaseClo
                 pictures[titles[2]] = PICTURES[titles[2]]
         return write_report_page(folder / PAGE_FILE, read_settings(folder), report, pictures, verdicts)
     finally:
-        written = dict(report)
-        if clock is not None:
-            written["timing"] = clock.so_far()
-        write_json(folder / REPORT_FILE, written)
+        _write_report_json(folder, report, clock)
+
+
+def _write_report_json(folder: Path, report: dict, clock: PhaseClock | None) -> None:
+    """``report.json``: the report, with ``clock``'s ``timing`` up to now."""
+    written = dict(report)
+    if clock is not None:
+        written["timing"] = clock.so_far()
+    write_json(folder / REPORT_FILE, written)

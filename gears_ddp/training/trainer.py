@@ -170,7 +170,7 @@ class Trainer:
                 timing=clock.seconds,
             )  # the clock's own dict: the report phase joins it
             if options.save_path is not None:
-                self._save(report, options.save_path, result.best_epoch, ranks, clock, save)
+                self._save(report, options, result.best_epoch, ranks, clock, save)
             if ranks.is_main:
                 logger.info("%s", clock.line())
         return TrainedModel(report, self.tracker, self.test_evaluation, self.baseline_evaluations)
@@ -201,19 +201,22 @@ class Trainer:
     def _save(
         self,
         report: dict,
-        save_path: str,
+        options: TrainingOptions,
         best_epoch: int,
         ranks: SingleProcess,
         clock: PhaseClock,
         save: Callable[[str], None],
     ) -> None:
-        """The model and the run report in ``save_path``, by the main rank; every rank waits."""
-        report["model_path"] = str(save_path)
+        """The model and the run report in ``options.save_path`` (its pictures where
+        ``options.report_pictures``), by the main rank; every rank waits."""
+        save_path = str(options.save_path)
+        report["model_path"] = save_path
         if ranks.is_main:
             with clock.phase("report"):
                 save(save_path)
                 logger.info("model of epoch %d saved to %s", best_epoch, save_path)
-                page = write_run_report(save_path, report, self.examples(), clock)
+                drawn = options.report_pictures
+                page = write_run_report(save_path, report, self.examples() if drawn else [], clock, drawn)
             logger.info("run report: %s", page)
         ranks.barrier()
 
