@@ -34,13 +34,14 @@ def _args(save_path, **overrides):
         "test_batch_size": 32,
         "model_config": {"hidden_size": 8},
         "save_path": str(save_path),
+        "report_pictures": False,  # drawn where a test looks at them (the first test here, and only_rank_zero_writes)
         **overrides,
     }
 
 
 def test_two_ranks_end_identical_and_the_saved_model_reproduces_their_metrics(data_folder, tmp_path, caplog):
     caplog.set_level("INFO", logger="gears_ddp")
-    report = train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "run"))
+    report = train_multi_gpu(data_folder, "toy", SPLIT, _args(tmp_path / "run", report_pictures=True))
     assert report["world_size"] == 2 and len(report["history"]) == 2
     # rank 0's progress reaches the parent's logging, once (rank 1 reports nothing)
     messages = [r.getMessage() for r in caplog.records]
@@ -217,7 +218,9 @@ def _spawn_on_toy(data_folder, worker, save_path, **overrides):
 
 
 def test_only_rank_zero_writes(data_folder, tmp_path):
-    report = _spawn_on_toy(data_folder, _worker_refusing_writes_off_rank_zero, tmp_path / "run", checkpoint_every=1)
+    report = _spawn_on_toy(
+        data_folder, _worker_refusing_writes_off_rank_zero, tmp_path / "run", checkpoint_every=1, report_pictures=True
+    )
     written = sorted(p.name for p in (tmp_path / "run").iterdir())
     assert written == [
         "checkpoints",

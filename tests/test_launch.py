@@ -295,7 +295,14 @@ def _launch_arguments(data_folder, save_path, **args):
         "pert_data_path": str(data_folder),
         "dataset_name": "toy",
         "split_config": {"split": "simulation", "seed": 1},
-        "args": {"epochs": 1, "batch_size": 8, "model_config": {"hidden_size": 8}, "save_path": str(save_path), **args},
+        "args": {
+            "epochs": 1,
+            "batch_size": 8,
+            "model_config": {"hidden_size": 8},
+            "save_path": str(save_path),
+            "report_pictures": False,  # drawn where a test looks at them (tests/test_report_pictures.py)
+            **args,
+        },
     }
     path = Path(f"{save_path}.yaml")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -105,6 +105,7 @@ def _args(save_path, **more) -> dict:
         "amp": "off",
         "model_config": {"hidden_size": 8},
         "save_path": str(save_path),
+        "report_pictures": False,  # drawn where a test looks at them (tests/test_report_pictures.py)
         **more,
     }
 

@@ -236,6 +236,7 @@ def _args(save_path, **overrides):
         "test_batch_size": 32,
         "model_config": {"hidden_size": 8},
         "save_path": str(save_path),
+        "report_pictures": False,  # drawn where a test looks at them (tests/test_report_pictures.py)
         **overrides,
     }
 

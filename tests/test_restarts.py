@@ -40,7 +40,7 @@ def _single(data_folder, **options):
     torch.manual_seed(0)
     gears = GEARS(pert_data)
     gears.model_initialize(hidden_size=8)
-    return gears.train(**options)
+    return gears.train(**{"report_pictures": False, **options})
 
 
 def _multi(data_folder, **options):
@@ -48,7 +48,13 @@ def _multi(data_folder, **options):
         data_folder,
         "toy",
         SPLIT,
-        {"cpu_processes": 2, "test_batch_size": 32, "model_config": {"hidden_size": 8}, **options},
+        {
+            "cpu_processes": 2,
+            "test_batch_size": 32,
+            "model_config": {"hidden_size": 8},
+            "report_pictures": False,  # drawn where a test looks at them (tests/test_report_pictures.py)
+            **options,
+        },
     )
 
 

@@ -39,6 +39,7 @@ def _args(folder, **more):
         "cpu_processes": 1,
         "model_config": {"hidden_size": 8},
         "save_path": str(folder),
+        "report_pictures": False,  # drawn where a test looks at them (tests/test_report_pictures.py)
         **more,
     }
 
