@@ -144,15 +144,12 @@ def write_run_report(
     conditions, ``SUBGROUP_METRICS`` per subgroup, as the console shows them; none for a
     subgroup without any interval (fewer than 3 perturbations)."""
     folder = Path(folder)
-    if not draw_pictures:
-        try:
-            return write_report_page(folder / PAGE_FILE, read_settings(folder), report, None)
-        finally:
-            _write_report_json(folder, report, clock)
-    # matplotlib is imported here, by the main rank only, not by every rank that imports this module
-    from gears_ddp.report.plots import plot_intervals, plot_predictions, plot_test_metrics, plot_training_curves
-
     try:
+        if not draw_pictures:
+            return write_report_page(folder / PAGE_FILE, read_settings(folder), report, None)
+        # matplotlib is imported here, by the main rank only, not by every rank that imports this module
+        from gears_ddp.report.plots import plot_intervals, plot_predictions, plot_test_metrics, plot_training_curves
+
         titles = list(PICTURES)
         pictures = {titles[0]: PICTURES[titles[0]]}
         plot_training_curves(report["history"], report["best_epoch"], folder / PICTURES[titles[0]])
@@ -188,12 +185,7 @@ def write_run_report(
                 pictures[titles[2]] = PICTURES[titles[2]]
         return write_report_page(folder / PAGE_FILE, read_settings(folder), report, pictures, verdicts)
     finally:
-        _write_report_json(folder, report, clock)
-
-
-def _write_report_json(folder: Path, report: dict, clock: PhaseClock | None) -> None:
-    """``report.json``: the report, with ``clock``'s ``timing`` up to now."""
-    written = dict(report)
-    if clock is not None:
-        written["timing"] = clock.so_far()
-    write_json(folder / REPORT_FILE, written)
+        written = dict(report)
+        if clock is not None:
+            written["timing"] = clock.so_far()
+        write_json(folder / REPORT_FILE, written)
