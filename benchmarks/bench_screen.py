@@ -349,7 +349,7 @@ def larger_screen(gears, first: Timing, args, processes: int) -> dict:
             f"{first.pairs_per_second:.0f} pairs/s, above --larger-screen-limit-s {args.larger_screen_limit_s:g}"
         )
         print(f"\nlarger screen: {skipped}")
-        return {"screened_genes": len(genes), "pairs": n_pairs, "skipped": skipped}
+        return {"screened_genes": len(genes), "pairs": n_pairs, "projected_seconds": projected, "skipped": skipped}
     timing, table = our_pair_screen(gears, genes, processes, args.gpu_ids)
     print(
         f"\nlarger screen: {len(genes)} genes, {len(table):,} pairs in {timing.seconds:.1f} s, "

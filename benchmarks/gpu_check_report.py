@@ -350,8 +350,7 @@ def _pair_screen(results: Path) -> tuple[dict, str]:
     if larger is None:
         return screen, said
     if "skipped" in larger:
-        projected = larger["pairs"] / screen["pairs_per_s"]
-        return screen, f"{said}; {larger['pairs']:,} not screened (about {projected:.0f} s)"
+        return screen, f"{said}; {larger['pairs']:,} not screened (about {larger['projected_seconds']:.0f} s)"
     rate = larger["pairs_per_s"]
     return screen, f"{said}; {larger['pairs']:,} pairs in {larger['seconds']:.1f} s, {rate:.0f} pairs/s"
 

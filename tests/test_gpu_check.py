@@ -363,6 +363,7 @@ def test_a_larger_screen_that_would_not_end_in_its_limit_is_not_run_and_says_why
     args = argparse.Namespace(larger_screen_genes=102, larger_screen_limit_s=30.0, gpu_ids=[0])
     slow = bench_screen.larger_screen(None, bench_screen.Timing("first", 1225, 1225 / 49, 1.0), args, 1)
     assert screened == [] and slow["pairs"] == 5151 and "seconds" not in slow
+    assert slow["projected_seconds"] == pytest.approx(5151 / 49)
     assert slow["skipped"] == (
         "5,151 pairs not screened: about 105 s at the first screen's 49 pairs/s, above --larger-screen-limit-s 30"
     )
@@ -379,7 +380,10 @@ def test_the_screen_s_key_figures_name_the_larger_screen_or_why_it_was_not_run(g
             {"pairs": 5151, "seconds": 10.3, "pairs_per_s": 500.0},
             "1,225 pairs in 25.0 s, 49 pairs/s; 5,151 pairs in 10.3 s, 500 pairs/s",
         ),
-        ({"pairs": 5151, "skipped": "..."}, "1,225 pairs in 25.0 s, 49 pairs/s; 5,151 not screened (about 105 s)"),
+        (
+            {"pairs": 5151, "projected_seconds": 5151 / 49.0, "skipped": "..."},
+            "1,225 pairs in 25.0 s, 49 pairs/s; 5,151 not screened (about 105 s)",
+        ),
     ):
         (tmp_path / "screen.json").write_text(json.dumps({"screen": {**first, "larger": larger}}))
         assert gpu_check_report._pair_screen(tmp_path)[1] == said
