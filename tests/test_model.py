@@ -179,13 +179,13 @@ def _sums_as(monkeypatch, sums: str) -> None:
     )
 
 
-def test_sums_over_rows_are_products_on_one_cpu_thread_only():
+def test_sums_over_rows_are_products_on_a_gpu_and_on_one_cpu_thread():
     threads = torch.get_num_threads()
     try:
         for n_threads, expected in ((1, True), (2, False)):
             torch.set_num_threads(n_threads)
             assert weighted_norm.sums_as_products(torch.device("cpu")) is expected
-            assert not weighted_norm.sums_as_products(torch.device("cuda"))
+            assert weighted_norm.sums_as_products(torch.device("cuda"))
     finally:
         torch.set_num_threads(threads)
 

@@ -97,8 +97,8 @@ class RowShares:
     def sum(self, x: torch.Tensor, blocks: slice | None = None) -> torch.Tensor:
         """The weighted sum (1 x features) of the rows ``x`` of the blocks ``blocks`` (all when
         None): the sum of each block's rows weighted by its share on a CPU with several
-        threads (``sums_as_products``), else one matrix-vector product with every row's share."""
-        if self.rows_per_block == 1 or (in_cache_pieces(x.device) and not sums_as_products(x.device)):
+        threads (not ``sums_as_products``), else one matrix-vector product with every row's share."""
+        if self.rows_per_block == 1 or not sums_as_products(x.device):
             shares = (self.shares if blocks is None else self.shares[blocks]).view(1, -1)
             if self.rows_per_block > 1:
                 x = x.view(shares.shape[1], self.rows_per_block, -1).sum(1)  # each block's rows summed
@@ -156,14 +156,17 @@ def in_cache_pieces(device: torch.device) -> bool:
 
 def sums_as_products(device: torch.device) -> bool:
     """Whether sums over rows run as matrix-vector products (with ones, or with the rows'
-    shares) rather than as torch's reductions: on a CPU (``in_cache_pieces``) with one torch
-    thread. The BLAS's matrix-vector kernel runs on one thread whatever torch's thread count,
-    where torch's reductions split the rows between the threads; at one thread the product
-    is as fast or faster, depending on the CPU (benchmarks/RESULTS.md has the timings). On a
-    GPU a sum over rows is one kernel either way (the weighted sums stay products there,
-    ``RowShares``). In a ``torch.compile``d graph, which cannot read the thread count,
-    products."""
-    return in_cache_pieces(device) and (torch.compiler.is_compiling() or torch.get_num_threads() == 1)
+    shares) rather than as torch's reductions: on a GPU, and on a CPU (``in_cache_pieces``)
+    with one torch thread. On an H200 torch's reduction over the 160,000 rows of a
+    Norman-size step's (160,000 x 128) tensors took 157 us, the matrix-vector product over
+    the same rows about 20 us (benchmarks/RESULTS.md, 2026-12-04). On a CPU the BLAS's
+    matrix-vector kernel runs on one thread whatever torch's thread count, where torch's
+    reductions split the rows between the threads; at one thread the product is as fast or
+    faster, depending on the CPU. In a ``torch.compile``d graph, which cannot read the
+    thread count, products."""
+    if not in_cache_pieces(device):
+        return True
+    return torch.compiler.is_compiling() or torch.get_num_threads() == 1
 
 
 def first_dim_sum(x: torch.Tensor) -> torch.Tensor:
