@@ -190,3 +190,35 @@ def test_sparse_matrices_move_copy_and_pickle_with_the_module():
     kept = torch.sort(layers[layers != 0]).values
     expected = torch.sort(adjacency.weights[adjacency.weights != 0]).values
     torch.testing.assert_close(kept, expected, rtol=0, atol=0)
+
+
+def test_a_hub_s_outgoing_edges_fill_several_rows_of_the_backward_table(monkeypatch):
+    """The whole product's backward pass gathers each node's outgoing edges from a table as
+    wide as the forward pass's (the most incoming edges): a hub with more outgoing edges
+    than that takes several rows, whose sums are added up. Its gradients are ``A_hat.T @
+    grad`` (the dense matrix, float64); with no hub every node takes one row and the
+    backward pass scatters nothing (no ``index_add``)."""
+    from gears_ddp.runtime.dispatch_count import DispatchCount
+
+    _form(monkeypatch, "gather")
+    hub = torch.stack([torch.zeros(N_NODES - 1, dtype=torch.long), torch.arange(1, N_NODES)])  # 0 -> every node
+    ring = torch.stack([torch.arange(N_NODES), (torch.arange(N_NODES) + 1) % N_NODES])
+    for edge_index, several_rows in ((torch.cat([hub, ring], 1), True), (ring, False)):
+        edge_weight = torch.rand(edge_index.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+        adjacency = NormalisedAdjacency(edge_index, edge_weight, N_NODES)
+        dense = torch.zeros(N_NODES, N_NODES, dtype=torch.float64)
+        nodes = torch.arange(N_NODES).view(-1, 1).expand_as(adjacency.sources)
+        dense.index_put_((nodes.reshape(-1), adjacency.sources.reshape(-1)), adjacency.weights.reshape(-1), accumulate=True)
+        assert (adjacency.nodes_t is not None) is several_rows
+        if several_rows:  # the hub's N_NODES + 1 outgoing edges (the ring's, its self-loop) in rows 3 wide
+            width = adjacency.sources.shape[1]
+            assert width == 3 and len(adjacency.sources_t) == N_NODES - 1 + -(-(N_NODES + 1) // width)
+        x = torch.randn(N_NODES, CHANNELS, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+        x.requires_grad_()
+        out = adjacency(x)
+        torch.testing.assert_close(out, dense @ x.detach(), rtol=1e-12, atol=1e-12)
+        upstream = torch.randn_like(out)
+        with DispatchCount() as count:
+            out.backward(upstream)
+        torch.testing.assert_close(x.grad, dense.T @ upstream, rtol=1e-12, atol=1e-12)
+        assert ("aten.index_add_.default" in count.operators) is several_rows

@@ -63,8 +63,9 @@ class NormalisedAdjacency(nn.Module):
       sources and weights, padded with weight 0; ``A_hat @ x``, or a few of its rows, is a
       gather of the sources' rows of ``x`` and one batched product with the weights. Every
       size is fixed when the module is built, so nothing waits for the device to learn a
-      size and a CUDA graph can capture it, and the backward pass is a gather and a sum
-      (``index_select``'s), not a sorting scatter.
+      size and a CUDA graph can capture it. The whole product's backward pass is the same
+      gather over a second table, of each node's outgoing edges (``_GatheredProduct``), not
+      a scatter of every edge; a few rows' is autograd's (a scatter of their edges only).
 
     All are non-persistent buffers: they move with the module and stay out of its
     ``state_dict``.
@@ -73,6 +74,9 @@ class NormalisedAdjacency(nn.Module):
     # buffers (``register_buffer``), declared for the type checker
     sources: torch.Tensor
     weights: torch.Tensor
+    sources_t: torch.Tensor
+    weights_t: torch.Tensor
+    nodes_t: torch.Tensor | None
 
     def __init__(self, edge_index: torch.Tensor, edge_weight: torch.Tensor, num_nodes: int):
         super().__init__()
@@ -84,39 +88,28 @@ class NormalisedAdjacency(nn.Module):
             for name, tensor in zip(("crow", "col", "values"), _layered_csr(rows, columns, weight, num_nodes)):
                 self.register_buffer(name + suffix, tensor, persistent=False)
         incoming = torch.bincount(target, minlength=num_nodes)
-        slot = torch.arange(len(target), device=target.device) - (torch.cumsum(incoming, 0) - incoming)[target]
-        width = int(incoming.max()) if num_nodes else 1
-        sources = torch.zeros(num_nodes, width, dtype=torch.long, device=target.device)
-        weights = torch.zeros(num_nodes, 1, width, dtype=weight.dtype, device=target.device)
-        sources[target, slot] = source
-        weights[target, 0, slot] = weight
+        width = max(1, int(incoming.max())) if num_nodes else 1
+        # A_hat's rows: each node's incoming edges, one row of the table per node
+        sources, weights, _ = _padded_rows(target, source, weight, num_nodes, width)
         self.register_buffer("sources", sources, persistent=False)  # nodes x width
         self.register_buffer("weights", weights, persistent=False)  # nodes x 1 x width
+        # its transpose's, for the backward pass: each node's outgoing edges, in rows of the same
+        # width (a node with more takes several rows, whose sums ``nodes_t`` adds up; None where
+        # every node takes one row)
+        order = torch.argsort(source * num_nodes + target, stable=True)  # by source, then target
+        sources_t, weights_t, nodes_t = _padded_rows(source[order], target[order], weight[order], num_nodes, width)
+        self.register_buffer("sources_t", sources_t, persistent=False)
+        self.register_buffer("weights_t", weights_t, persistent=False)
+        self.register_buffer("nodes_t", nodes_t if len(nodes_t) > num_nodes else None, persistent=False)
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """``A_hat @ x``, or only its ``rows`` (a 1-D index tensor) in that order.
-
-        On a CPU the rows a gather collects are made a piece of nodes at a time, each piece at
-        most ``MESSAGE_BYTES_PER_PIECE``: a whole gather at 18,000 genes is about 100 MiB, above
-        glibc's largest mmap threshold, so each step would map it and fault its pages in
-        again; pieces come from the heap, which keeps them for the next step while training
-        (``runtime.host_memory``)."""
+        """``A_hat @ x``, or only its ``rows`` (a 1-D index tensor) in that order."""
         if rows is None and uses_sparse_product(x):
             return _SparseProduct.apply(x, self._sparse(""), self._sparse("_t"))
-        sources, weights = self.sources, self.weights
-        if rows is not None:
-            sources, weights = sources.index_select(0, rows), weights.index_select(0, rows)
-        weights = weights.to(x.dtype)
-        node_bytes = sources.shape[1] * x.shape[1] * x.element_size()
-        per_piece = len(sources) if x.device.type != "cpu" else max(1, MESSAGE_BYTES_PER_PIECE // max(node_bytes, 1))
-        if per_piece >= len(sources):
-            return _aggregated(x, sources, weights)
-        return torch.cat(
-            [
-                _aggregated(x, sources[start : start + per_piece], weights[start : start + per_piece])
-                for start in range(0, len(sources), per_piece)
-            ]
-        )
+        if rows is None:
+            return _GatheredProduct.apply(x, self.sources, self.weights, self.sources_t, self.weights_t, self.nodes_t)
+        # a few rows: their edges gathered, and autograd's backward (a scatter of those edges)
+        return _gathered(x, self.sources.index_select(0, rows), self.weights.index_select(0, rows))
 
     def _sparse(self, suffix: str) -> torch.Tensor:
         """The CSR matrix (its layers: ``_layered_csr``) of the buffers ``crow``, ``col`` and
@@ -197,6 +190,73 @@ def _sparse_mm(layered: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
     if len(product) > len(dense):
         product = product.view(-1, *dense.shape).sum(0)
     return product.to(dense.dtype)
+
+
+def _padded_rows(heads: torch.Tensor, tails: torch.Tensor, weight: torch.Tensor, num_nodes: int, width: int):
+    """The edges (``heads[i]`` <- ``tails[i]``, grouped by head) as rows of a table ``width``
+    wide: each head's edges fill rows of their own (at least one), padded with tail 0 and
+    weight 0. Returns the tails (rows x width), the weights (rows x 1 x width) and each
+    row's head (rows)."""
+    degree = torch.bincount(heads, minlength=num_nodes)
+    per_node = torch.div(degree + width - 1, width, rounding_mode="floor").clamp(min=1)
+    first_row = torch.cumsum(per_node, 0) - per_node
+    place = torch.arange(len(heads), device=heads.device) - (torch.cumsum(degree, 0) - degree)[heads]
+    row, slot = first_row[heads] + torch.div(place, width, rounding_mode="floor"), place % width
+    n_rows = int(per_node.sum())
+    tails_table = torch.zeros(n_rows, width, dtype=torch.long, device=heads.device)
+    weights_table = torch.zeros(n_rows, 1, width, dtype=weight.dtype, device=heads.device)
+    tails_table[row, slot] = tails
+    weights_table[row, 0, slot] = weight
+    return tails_table, weights_table, torch.repeat_interleave(torch.arange(num_nodes, device=heads.device), per_node)
+
+
+class _GatheredProduct(torch.autograd.Function):
+    """``A_hat @ x`` as a gather of each node's incoming edges (``sources``, ``weights``), and
+    its backward pass ``A_hat.T @ grad`` as the same gather of each node's outgoing edges
+    (``sources_t``, ``weights_t``, ``nodes_t``), instead of autograd's backward of a gather, a
+    scatter of every edge's message by atomic additions: on an H200 that scatter took 317 us
+    of a Norman-size step (5,000 genes, 105,000 edges; benchmarks/RESULTS.md, 2026-12-04)."""
+
+    @staticmethod
+    def forward(ctx, x, sources, weights, sources_t, weights_t, nodes_t):
+        ctx.save_for_backward(sources_t, weights_t, nodes_t)
+        ctx.x_dtype, ctx.num_nodes = x.dtype, x.shape[0]
+        return _gathered(x, sources, weights)
+
+    @staticmethod
+    def backward(ctx, grad):
+        sources_t, weights_t, nodes_t = ctx.saved_tensors
+        grad_x = _gathered(grad, sources_t, weights_t, nodes_t, ctx.num_nodes)
+        return grad_x.to(ctx.x_dtype), None, None, None, None, None
+
+
+def _gathered(
+    x: torch.Tensor, sources: torch.Tensor, weights: torch.Tensor, nodes: torch.Tensor | None = None, num_nodes: int = 0
+) -> torch.Tensor:
+    """Each row of ``sources`` (node indices into ``x``) gathered and summed with its
+    ``weights``: one row per node, or with ``nodes`` (each row's node) the rows of each of
+    ``num_nodes`` nodes added up (a node whose edges fill several rows).
+
+    On a CPU the rows a gather collects are made a piece of nodes at a time, each piece at
+    most ``MESSAGE_BYTES_PER_PIECE``: a whole gather at 18,000 genes is about 100 MiB, above
+    glibc's largest mmap threshold, so each step would map it and fault its pages in again;
+    pieces come from the heap, which keeps them for the next step while training
+    (``runtime.host_memory``)."""
+    weights = weights.to(x.dtype)
+    node_bytes = sources.shape[1] * x.shape[1] * x.element_size()
+    per_piece = len(sources) if x.device.type != "cpu" else max(1, MESSAGE_BYTES_PER_PIECE // max(node_bytes, 1))
+    if per_piece >= len(sources):
+        rows = _aggregated(x, sources, weights)
+    else:
+        rows = torch.cat(
+            [
+                _aggregated(x, sources[start : start + per_piece], weights[start : start + per_piece])
+                for start in range(0, len(sources), per_piece)
+            ]
+        )
+    if nodes is None:
+        return rows
+    return rows.new_zeros(num_nodes, rows.shape[1]).index_add_(0, nodes, rows)
 
 
 def _aggregated(x: torch.Tensor, sources: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
