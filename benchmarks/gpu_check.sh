@@ -60,10 +60,11 @@ WHEELS=(
 #
 # Stages, in order, each with its budget in seconds (a stage that ends early leaves the
 # seconds it did not use to the stages after it, so together they take at most the sum of
-# those chosen, and a slow stage cannot eat the others' own budgets; --small gives each 300 s, which on a
-# CPU only stops a stage that hangs). A stage that fails or runs out of time is recorded
-# with its exit status (124: out of time) and the next one runs; the benchmarks write their
-# JSON after each row, so a stage cut short keeps the rows it finished. The budgets come from
+# those chosen and the wait for the data stage, and a slow stage cannot eat the others' own
+# budgets; --small gives each 300 s, which on a CPU only stops a stage that hangs). A stage
+# that fails or runs out of time is recorded with its exit status (124: out of time) and the
+# next one runs; the benchmarks write their JSON after each row, so a stage cut short keeps
+# the rows it finished. The budgets come from
 # the check of 2026-12-04 on an H200, where every stage ran to its end (demo 25 s, published
 # 134 s, tests 90 s; resume 43 s, epoch 45 s, profile 40 s with compile on, precision 59 s,
 # width 42 s; the data stage 81 s beside them), with a margin of about 1.3x; the screen's
@@ -279,7 +280,7 @@ stage_published() {  # says itself when the published GEARS is not there to run 
 
 # ----------------------------------------------------------------------------- running them
 
-BANK=0  # seconds the stages so far left unused (negative: what waiting for the data took)
+BANK=0  # seconds the stages so far left unused
 FAILED=()
 
 limit_of() {  # the seconds stage $1 may take: its budget and what the stages before left
@@ -350,13 +351,17 @@ start_data() {
     DATA_PID=$!
 }
 
-wait_for_data() {  # wait for the data stage and record it; the wait is taken from the bank
+wait_for_data() {  # wait for the data stage and record it
+    # the wait is taken from what the stages before left unused, never from the next stage's own
+    # budget: a call whose first stage reads the data (--stages profile) waits the data stage's
+    # whole time, and on the H200 (2026-12-04) a profile stage given the least limit was stopped
     if [[ -z $DATA_PID ]]; then return; fi
     local waited rc end cpu
     waited=$(now_ms)
     wait "$DATA_PID"
     DATA_PID=""
     BANK=$(( BANK - ($(now_ms) - waited) / 1000 ))
+    if (( BANK < 0 )); then BANK=0; fi
     read -r rc end cpu < "$WORK/data.status"
     record data "$rc" "$(( end - DATA_START ))" "$cpu" "$DATA_LIMIT"
 }
