@@ -192,12 +192,13 @@ def test_sparse_matrices_move_copy_and_pickle_with_the_module():
     torch.testing.assert_close(kept, expected, rtol=0, atol=0)
 
 
-def test_a_hub_s_outgoing_edges_fill_several_rows_of_the_backward_table(monkeypatch):
+def test_a_hub_s_outgoing_edges_fill_several_rows_of_the_backward_table(device, monkeypatch):
     """The whole product's backward pass gathers each node's outgoing edges from a table as
     wide as the forward pass's (the most incoming edges): a hub with more outgoing edges
     than that takes several rows, whose sums are added up. Its gradients are ``A_hat.T @
-    grad`` (the dense matrix, float64); with no hub every node takes one row and the
-    backward pass scatters nothing (no ``index_add``)."""
+    grad`` (the dense matrix, float64), on each of the suite's devices (a GPU gathers
+    anyway); with no hub every node takes one row and the backward pass scatters nothing
+    (no ``index_add``)."""
     from gears_ddp.runtime.dispatch_count import DispatchCount
 
     _form(monkeypatch, "gather")
@@ -213,12 +214,13 @@ def test_a_hub_s_outgoing_edges_fill_several_rows_of_the_backward_table(monkeypa
         if several_rows:  # the hub's N_NODES + 1 outgoing edges (the ring's, its self-loop) in rows 3 wide
             width = adjacency.sources.shape[1]
             assert width == 3 and len(adjacency.sources_t) == N_NODES - 1 + -(-(N_NODES + 1) // width)
+        adjacency.to(device)
         x = torch.randn(N_NODES, CHANNELS, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
-        x.requires_grad_()
-        out = adjacency(x)
-        torch.testing.assert_close(out, dense @ x.detach(), rtol=1e-12, atol=1e-12)
-        upstream = torch.randn_like(out)
+        x_on_device = x.to(device).requires_grad_()
+        out = adjacency(x_on_device)
+        torch.testing.assert_close(out.cpu(), dense @ x, rtol=1e-12, atol=1e-12)
+        upstream = torch.randn_like(x)
         with DispatchCount() as count:
-            out.backward(upstream)
-        torch.testing.assert_close(x.grad, dense.T @ upstream, rtol=1e-12, atol=1e-12)
+            out.backward(upstream.to(device))
+        torch.testing.assert_close(x_on_device.grad.cpu(), dense.T @ upstream, rtol=1e-12, atol=1e-12)
         assert ("aten.index_add_.default" in count.operators) is several_rows
