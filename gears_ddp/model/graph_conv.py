@@ -215,7 +215,8 @@ class _GatheredProduct(torch.autograd.Function):
     its backward pass ``A_hat.T @ grad`` as the same gather of each node's outgoing edges
     (``sources_t``, ``weights_t``, ``nodes_t``), instead of autograd's backward of a gather, a
     scatter of every edge's message by atomic additions: on an H200 that scatter took 317 us
-    of a Norman-size step (5,000 genes, 105,000 edges; benchmarks/RESULTS.md, 2026-12-04)."""
+    of a Norman-size step (5,000 genes, 105,000 edges), the gather over the outgoing edges
+    80 us (benchmarks/RESULTS.md, 2026-12-04)."""
 
     @staticmethod
     def forward(ctx, x, sources, weights, sources_t, weights_t, nodes_t):

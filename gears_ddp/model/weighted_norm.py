@@ -159,7 +159,7 @@ def sums_as_products(device: torch.device) -> bool:
     shares) rather than as torch's reductions: on a GPU, and on a CPU (``in_cache_pieces``)
     with one torch thread. On an H200 torch's reduction over the 160,000 rows of a
     Norman-size step's (160,000 x 128) tensors took 157 us, the matrix-vector product over
-    the same rows about 20 us (benchmarks/RESULTS.md, 2026-12-04). On a CPU the BLAS's
+    the same rows 25 us (benchmarks/RESULTS.md, 2026-12-04). On a CPU the BLAS's
     matrix-vector kernel runs on one thread whatever torch's thread count, where torch's
     reductions split the rows between the threads; at one thread the product is as fast or
     faster, depending on the CPU. In a ``torch.compile``d graph, which cannot read the
