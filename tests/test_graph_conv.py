@@ -209,7 +209,8 @@ def test_a_hub_s_outgoing_edges_fill_several_rows_of_the_backward_table(device, 
         adjacency = NormalisedAdjacency(edge_index, edge_weight, N_NODES)
         dense = torch.zeros(N_NODES, N_NODES, dtype=torch.float64)
         nodes = torch.arange(N_NODES).view(-1, 1).expand_as(adjacency.sources)
-        dense.index_put_((nodes.reshape(-1), adjacency.sources.reshape(-1)), adjacency.weights.reshape(-1), accumulate=True)
+        entries = (nodes.reshape(-1), adjacency.sources.reshape(-1))
+        dense.index_put_(entries, adjacency.weights.reshape(-1), accumulate=True)
         assert (adjacency.nodes_t is not None) is several_rows
         if several_rows:  # the hub's N_NODES + 1 outgoing edges (the ring's, its self-loop) in rows 3 wide
             width = adjacency.sources.shape[1]

@@ -153,9 +153,7 @@ def _layered_csr(rows: torch.Tensor, columns: torch.Tensor, values: torch.Tensor
     # invariants checked for the COO matrix and its CSR conversion alike (torch 2.11 warns, for
     # each sparse tensor made without the check set either way, that it is "implicitly disabled")
     with _csr_beta_warning_ignored(), torch.sparse.check_sparse_tensor_invariants(enable=True):
-        matrix = (
-            torch.sparse_coo_tensor(indices, values, (layers * num_nodes, num_nodes)).coalesce().to_sparse_csr()
-        )
+        matrix = torch.sparse_coo_tensor(indices, values, (layers * num_nodes, num_nodes)).coalesce().to_sparse_csr()
     return matrix.crow_indices(), matrix.col_indices(), matrix.values()
 
 
