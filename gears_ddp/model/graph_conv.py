@@ -225,8 +225,10 @@ class _GatheredProduct(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         sources_t, weights_t, nodes_t = ctx.saved_tensors
-        grad_x = _gathered(grad, sources_t, weights_t, nodes_t, ctx.num_nodes)
-        return grad_x.to(ctx.x_dtype), None, None, None, None, None
+        # in x's precision (a half-precision gradient under autocast summed in float32, as
+        # autograd's scatter into x's gradient sums it)
+        grad_x = _gathered(grad.to(ctx.x_dtype), sources_t, weights_t, nodes_t, ctx.num_nodes)
+        return grad_x, None, None, None, None, None
 
 
 def _gathered(
