@@ -87,17 +87,17 @@ class NormalisedAdjacency(nn.Module):
         for suffix, (rows, columns) in (("", (target, source)), ("_t", (source, target))):  # A_hat, its transpose
             for name, tensor in zip(("crow", "col", "values"), _layered_csr(rows, columns, weight, num_nodes)):
                 self.register_buffer(name + suffix, tensor, persistent=False)
-        incoming = torch.bincount(target, minlength=num_nodes)
-        width = max(1, int(incoming.max())) if num_nodes else 1
         # A_hat's rows: each node's incoming edges, one row of the table per node
-        sources, weights, _ = _padded_rows(target, source, weight, num_nodes, width)
+        sources, weights, _ = _padded_rows(target, source, weight, num_nodes)
         self.register_buffer("sources", sources, persistent=False)  # nodes x width
         self.register_buffer("weights", weights, persistent=False)  # nodes x 1 x width
         # its transpose's, for the backward pass: each node's outgoing edges, in rows of the same
         # width (a node with more takes several rows, whose sums ``nodes_t`` adds up; None where
         # every node takes one row)
         order = torch.argsort(source * num_nodes + target, stable=True)  # by source, then target
-        sources_t, weights_t, nodes_t = _padded_rows(source[order], target[order], weight[order], num_nodes, width)
+        sources_t, weights_t, nodes_t = _padded_rows(
+            source[order], target[order], weight[order], num_nodes, width=sources.shape[1]
+        )
         self.register_buffer("sources_t", sources_t, persistent=False)
         self.register_buffer("weights_t", weights_t, persistent=False)
         self.register_buffer("nodes_t", nodes_t if len(nodes_t) > num_nodes else None, persistent=False)
@@ -190,12 +190,16 @@ def _sparse_mm(layered: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
     return product.to(dense.dtype)
 
 
-def _padded_rows(heads: torch.Tensor, tails: torch.Tensor, weight: torch.Tensor, num_nodes: int, width: int):
+def _padded_rows(
+    heads: torch.Tensor, tails: torch.Tensor, weight: torch.Tensor, num_nodes: int, width: int | None = None
+):
     """The edges (``heads[i]`` <- ``tails[i]``, grouped by head) as rows of a table ``width``
-    wide: each head's edges fill rows of their own (at least one), padded with tail 0 and
-    weight 0. Returns the tails (rows x width), the weights (rows x 1 x width) and each
-    row's head (rows)."""
+    wide (None: the most edges of a head, so one row per head): each head's edges fill rows
+    of their own (at least one), padded with tail 0 and weight 0. Returns the tails (rows x
+    width), the weights (rows x 1 x width) and each row's head (rows)."""
     degree = torch.bincount(heads, minlength=num_nodes)
+    if width is None:
+        width = max(1, int(degree.max())) if num_nodes else 1
     per_node = torch.div(degree + width - 1, width, rounding_mode="floor").clamp(min=1)
     first_row = torch.cumsum(per_node, 0) - per_node
     place = torch.arange(len(heads), device=heads.device) - (torch.cumsum(degree, 0) - degree)[heads]
